@@ -1,0 +1,33 @@
+# stride: two commands on a fresh clone, `make bench` and `make test`.
+# Set-up is idempotent: a stamp file records that .venv matches pyproject.toml.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.stride-installed
+
+.PHONY: setup test test-fast bench lint clean
+
+setup: $(STAMP)
+
+# --system-site-packages lets a machine that already has a (CUDA) torch keep it;
+# torch==2.13.0 is installed only when no torch is importable.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[dev,observe]"
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(VENV)/bin/stride bench
+
+lint: setup
+	$(VENV)/bin/ruff check stride tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

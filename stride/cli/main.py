@@ -1,0 +1,58 @@
+"""`stride` command line: one sub-command per module in `stride.cli`.
+
+Each module listed in COMMANDS defines `register(subparsers)`, which adds its parser and sets
+`func(args) -> int`. Modules are imported lazily at parse time only for the command that runs,
+so `stride --help` stays fast and a command's heavy imports (torch, pyarrow) cost nothing elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (command name, module under stride.cli, one-line help). Add new commands here.
+COMMANDS: list[tuple[str, str, str]] = [
+    ("train", "train", "train a workload from a TOML config"),
+    ("bench", "bench", "run the benchmark suite (default: quick) and print a table"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stride",
+        description="stride: train fast, know why, decide. A training-performance platform for quant ML.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module, help_text in COMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    name = argv[0]
+    entry = next((c for c in COMMANDS if c[0] == name), None)
+    if entry is None:
+        parser.parse_args(argv)  # argparse prints the "invalid choice" error and exits 2
+        return 2
+    mod = importlib.import_module(f"stride.cli.{entry[1]}")
+    cmd_parser = argparse.ArgumentParser(prog=f"stride {name}", description=entry[2])
+    mod.register(cmd_parser)
+    args = cmd_parser.parse_args(argv[1:])
+    from stride.config.errors import ConfigError
+
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"stride {name}: config error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

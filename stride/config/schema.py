@@ -1,0 +1,114 @@
+"""The typed run config: one object that flows through every stride command.
+
+Each section is a frozen-free dataclass so commands can read fields with attribute access and
+type checkers see every key. Validation of types and values lives in `loader.py`; the checks
+that relate several fields live in `validate.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ModelConfig:
+    """What to train. `name` is a registered workload or a `module:factory` string."""
+
+    name: str = "ts_transformer"
+    size: str = "tiny"
+    # Optional overrides of the named size (None keeps the size's value).
+    d_model: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    ffn_mult: float | None = None
+    patch_len: int = 1  # 1: one token per timestep; >1: non-overlapping patches
+    causal: bool = True
+    dropout: float = 0.0
+    loss: str = "mse"  # mse | huber | quantile
+    huber_delta: float = 1.0
+    quantiles: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
+    kwargs: dict = field(default_factory=dict)  # passed to a `module:factory` model
+
+
+@dataclass
+class DataConfig:
+    """Where batches come from. `source` is `synthetic` or a `module:factory` string."""
+
+    source: str = "synthetic"
+    n_assets: int = 8
+    n_steps: int = 8192  # timesteps per asset
+    seq_len: int = 64
+    horizons: list[int] = field(default_factory=lambda: [1, 5, 20])
+    val_fraction: float = 0.1
+    seed: int = 0
+    kwargs: dict = field(default_factory=dict)  # passed to a `module:factory` data source
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adamw"  # adamw | sgd (more in stride.optim.factory)
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    eps: float = 1e-8
+    momentum: float = 0.9  # sgd only
+    impl: str = "auto"  # auto | foreach | fused | for-loop
+    warmup_steps: int = 20
+    schedule: str = "cosine"  # cosine | constant
+    min_lr_ratio: float = 0.1
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 200
+    batch_size: int = 64  # global batch, split into grad_accum micro-batches
+    grad_accum: int = 1
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    grad_clip: float | None = 1.0
+    activation_checkpointing: str = "none"  # none | full | every_k
+    ac_every: int = 2  # with activation_checkpointing = every_k
+    compile: str = "off"  # off | model | model+optimizer
+    kernels: str = "torch"  # torch | triton | compile
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    seed: int = 0
+    deterministic: bool = False
+    val_every: int = 50
+    val_batches: int = 8
+    target_val_loss: float | None = None
+    threads: int | None = None  # torch intra-op threads; None keeps torch's default
+    name: str = "run"
+
+
+@dataclass
+class ParallelConfig:
+    dp_replicate: int = 1
+    dp_shard: int = 1
+    tp: int = 1
+    pp: int = 1
+
+
+@dataclass
+class CheckpointConfig:
+    enabled: bool = False
+    every: int = 0  # steps between saves; 0 = only at the end
+    keep_last: int = 2
+
+
+@dataclass
+class MetricsConfig:
+    log_every: int = 10
+    progress: bool = True
+    out_dir: str = "runs"
+    flops: bool = True  # count FLOPs once with torch.utils.flop_counter for MFU
+    peak_flops: float | None = None  # override the device peak (FLOP/s) used for MFU
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
