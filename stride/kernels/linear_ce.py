@@ -1,0 +1,110 @@
+"""Linear layer + cross-entropy that never materialises the full [rows, classes] logits.
+
+Why: a classification head with many classes spends most of its memory on logits (and their grad)
+in fp32. Rows are processed in chunks: each chunk's logits are computed, turned into their gradient
+in place (by a Triton kernel, or the torch fallback below), and immediately folded into grad_x and
+grad_weight with two matmuls. Peak extra memory is one chunk of logits instead of all of them; the
+gradients are computed during the forward and the backward only scales them by the upstream grad.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+ChunkCE = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, bool], torch.Tensor]
+
+CHUNK_ELEMENTS = 1 << 24  # 16M logits (64 MiB in fp32) per chunk by default
+
+
+def torch_chunk_cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, n_valid: torch.Tensor, ignore_index: int, write_grad: bool
+) -> torch.Tensor:
+    """The PyTorch version of the chunk kernel: same contract as triton_cross_entropy.chunk_cross_entropy."""
+    lf = logits.float()
+    valid = target != ignore_index
+    safe = torch.where(valid, target, torch.zeros_like(target))
+    lse = torch.logsumexp(lf, dim=-1)
+    loss = torch.where(valid, lse - lf.gather(1, safe[:, None]).squeeze(1), torch.zeros_like(lse))
+    if write_grad:
+        g = torch.exp(lf - lse[:, None])
+        g.scatter_add_(1, safe[:, None], -torch.ones_like(lse)[:, None])
+        g *= (valid.float() / n_valid.float())[:, None]
+        logits.copy_(g)
+    return loss
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor) -> None:
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"linear_cross_entropy: x must be [N, D] and weight [V, D], "
+            f"got {tuple(x.shape)} and {tuple(weight.shape)}"
+        )
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"linear_cross_entropy: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+    if target.shape != (x.shape[0],) or target.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"linear_cross_entropy: target must be integer [{x.shape[0]}], "
+            f"got {tuple(target.shape)} {target.dtype}"
+        )
+    if x.dtype != weight.dtype:
+        raise TypeError(f"linear_cross_entropy: x {x.dtype} and weight {weight.dtype} must share a dtype")
+
+
+class LinearCrossEntropyFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, target, ignore_index, chunk_rows, chunk_ce):
+        _check(x, weight, bias, target)
+        x = x.contiguous()
+        target = target.contiguous().long()
+        n, v = x.shape[0], weight.shape[0]
+        need_x, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        need_any = need_x or need_w or need_b
+        chunk = chunk_rows or max(1, min(n, CHUNK_ELEMENTS // max(v, 1)))
+        n_valid = (target != ignore_index).sum()
+        loss_sum = torch.zeros((), dtype=torch.float32, device=x.device)
+        grad_x = torch.empty_like(x) if need_x else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_w else None
+        grad_b = torch.zeros(v, dtype=torch.float32, device=x.device) if need_b else None
+        for start in range(0, n, chunk):
+            xc, tc = x[start : start + chunk], target[start : start + chunk]
+            logits = xc @ weight.t()
+            if bias is not None:
+                logits += bias
+            loss_sum += chunk_ce(logits, tc, n_valid, ignore_index, need_any).sum()
+            if need_x:
+                grad_x[start : start + chunk] = logits @ weight
+            if need_w:
+                grad_w += (logits.t() @ xc).float()
+            if need_b:
+                grad_b += logits.float().sum(0)
+        ctx.save_for_backward(
+            *(t if t is not None else torch.empty(0) for t in (grad_x, grad_w, grad_b))
+        )
+        ctx.dtypes = (weight.dtype, None if bias is None else bias.dtype)
+        return loss_sum / n_valid
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_x, grad_w, grad_b = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        wd, bd = ctx.dtypes
+        gx = (grad_x * grad.to(grad_x.dtype)) if need_x else None
+        gw = (grad_w * grad).to(wd) if need_w else None
+        gb = (grad_b * grad).to(bd) if need_b else None
+        return gx, gw, gb, None, None, None, None
+
+
+def linear_cross_entropy(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    *,
+    ignore_index: int = -100,
+    chunk_rows: int | None = None,
+    chunk_ce: ChunkCE = torch_chunk_cross_entropy,
+) -> torch.Tensor:
+    """Mean cross-entropy of x @ weight.T + bias against target over non-ignored rows, as F.cross_entropy."""
+    return LinearCrossEntropyFunction.apply(x, weight, bias, target, ignore_index, chunk_rows, chunk_ce)

@@ -1,0 +1,144 @@
+"""The op set a model uses, chosen by `[train] kernels = "torch" | "triton" | "compile"`.
+
+`get_ops` returns a `KernelOps` whose fields share one signature across the three choices, so a model
+calls `ops.rms_norm(x, w)` without knowing which implementation runs. Triton modules are imported
+only when a Triton op is first called: `import stride.kernels` stays cheap and works without Triton,
+and the interpreter setting (`TRITON_INTERPRET=1`) is read at that first call, not at import.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from stride.kernels import linear_ce, reference
+from stride.kernels.runtime import notice_once, triton_available, triton_runs_on
+
+KERNEL_CHOICES = ("torch", "triton", "compile")
+
+
+@dataclass(frozen=True)
+class KernelOps:
+    """One implementation of every fused op; `name` is the implementation that actually runs."""
+
+    name: str
+    rms_norm: Callable[..., torch.Tensor]
+    layer_norm: Callable[..., torch.Tensor]
+    swiglu: Callable[..., torch.Tensor]
+    rope: Callable[..., torch.Tensor]
+    ts_loss: Callable[..., torch.Tensor]
+    linear_cross_entropy: Callable[..., torch.Tensor]
+
+
+def _flat_linear_ce(chunk_ce: linear_ce.ChunkCE) -> Callable[..., torch.Tensor]:
+    """Accept x [..., D] and target [...] by flattening the leading dimensions."""
+
+    def fn(x, weight, bias, target, *, ignore_index=-100, chunk_rows=None):
+        if x.dim() < 1 or target.shape != x.shape[:-1]:
+            raise ValueError(
+                f"linear_cross_entropy: target shape {tuple(target.shape)} must be x shape "
+                f"{tuple(x.shape)} without its last dimension"
+            )
+        return linear_ce.linear_cross_entropy(
+            x.reshape(-1, x.shape[-1]), weight, bias, target.reshape(-1),
+            ignore_index=ignore_index, chunk_rows=chunk_rows, chunk_ce=chunk_ce,
+        )
+
+    fn.__name__ = "linear_cross_entropy"
+    return fn
+
+
+def _triton(module: str, name: str, fallback: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A Triton op that imports its module on first use and runs the torch fallback for tensors
+    Triton cannot take here (CPU tensors without the interpreter)."""
+
+    @functools.wraps(fallback)
+    def op(*args, **kwargs):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not triton_runs_on(*tensors):
+            notice_once(
+                f"triton-{name}",
+                f"stride.kernels: {name} got tensors on {tensors[0].device if tensors else '?'}, "
+                "where Triton cannot run; using the PyTorch fallback",
+            )
+            return fallback(*args, **kwargs)
+        return getattr(importlib.import_module(f"stride.kernels.{module}"), name)(*args, **kwargs)
+
+    return op
+
+
+def _triton_chunk_ce(logits, target, n_valid, ignore_index, write_grad):
+    from stride.kernels.triton_cross_entropy import chunk_cross_entropy
+
+    if not triton_runs_on(logits):
+        return linear_ce.torch_chunk_cross_entropy(logits, target, n_valid, ignore_index, write_grad)
+    return chunk_cross_entropy(logits, target, n_valid, ignore_index, write_grad)
+
+
+@functools.cache
+def _torch_ops() -> KernelOps:
+    return KernelOps(
+        name="torch",
+        rms_norm=reference.rms_norm,
+        layer_norm=reference.layer_norm,
+        swiglu=reference.swiglu,
+        rope=reference.rope,
+        ts_loss=reference.ts_loss,
+        linear_cross_entropy=_flat_linear_ce(linear_ce.torch_chunk_cross_entropy),
+    )
+
+
+@functools.cache
+def _triton_ops() -> KernelOps:
+    return KernelOps(
+        name="triton",
+        rms_norm=_triton("triton_norms", "rms_norm", reference.rms_norm),
+        layer_norm=_triton("triton_norms", "layer_norm", reference.layer_norm),
+        swiglu=_triton("triton_swiglu", "swiglu", reference.swiglu),
+        rope=_triton("triton_rope", "rope", reference.rope),
+        ts_loss=_triton("triton_ts_loss", "ts_loss", reference.ts_loss),
+        linear_cross_entropy=_flat_linear_ce(_triton_chunk_ce),
+    )
+
+
+@functools.cache
+def _compiled_ops() -> KernelOps:
+    """torch.compile (inductor) of the references; the chunked linear+CE stays eager (its chunk loop
+    is already the memory saving, and compiling it would unroll one graph per chunk count)."""
+    c = functools.partial(torch.compile, dynamic=None)
+    return KernelOps(
+        name="compile",
+        rms_norm=c(reference.rms_norm),
+        layer_norm=c(reference.layer_norm),
+        swiglu=c(reference.swiglu),
+        rope=c(reference.rope),
+        ts_loss=c(reference.ts_loss),
+        linear_cross_entropy=_flat_linear_ce(linear_ce.torch_chunk_cross_entropy),
+    )
+
+
+def get_ops(kernels: str = "torch") -> KernelOps:
+    """The op set for `kernels`; "triton" without a GPU (and without TRITON_INTERPRET=1) is torch."""
+    if kernels not in KERNEL_CHOICES:
+        raise ValueError(f"kernels={kernels!r} is not one of {', '.join(KERNEL_CHOICES)}")
+    if kernels == "torch":
+        return _torch_ops()
+    if kernels == "compile":
+        return _compiled_ops()
+    if not triton_available():
+        notice_once(
+            "triton-unavailable",
+            "stride.kernels: kernels='triton' needs a CUDA GPU (or TRITON_INTERPRET=1); "
+            "using the PyTorch reference ops instead",
+        )
+        return _torch_ops()
+    return _triton_ops()
+
+
+def select(kind: str) -> KernelOps:
+    """Alias of `get_ops`, for call sites that read better as a selection."""
+    return get_ops(kind)

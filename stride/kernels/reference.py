@@ -1,0 +1,109 @@
+"""PyTorch reference implementations: the fallback op set and the semantics the Triton kernels match.
+
+Every op computes in float32 whatever the input dtype (bf16/fp16 are upcast, as the kernels do)
+and returns the input dtype, so switching `kernels` changes speed, not numerics beyond rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+LOSS_KINDS = ("mse", "huber", "quantile")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """y = x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * weight.float()).to(x.dtype)
+
+
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, eps: float = 1e-5
+) -> torch.Tensor:
+    """LayerNorm over the last dimension, computed in float32."""
+    b = None if bias is None else bias.float()
+    return F.layer_norm(x.float(), (x.shape[-1],), weight.float(), b, eps).to(x.dtype)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up, the gated-MLP activation."""
+    if gate.shape != up.shape:
+        raise ValueError(f"swiglu: gate {tuple(gate.shape)} and up {tuple(up.shape)} must have one shape")
+    return (F.silu(gate.float()) * up.float()).to(gate.dtype)
+
+
+def check_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [>= T, D/2] sliced to the T of x [..., T, D]; clear errors for mismatched tables."""
+    if x.dim() < 2 or x.shape[-1] % 2:
+        raise ValueError(f"rope: x must be [..., T, D] with even D, got shape {tuple(x.shape)}")
+    t, half = x.shape[-2], x.shape[-1] // 2
+    if cos.shape != sin.shape or cos.dim() != 2 or cos.shape[0] < t or cos.shape[1] != half:
+        raise ValueError(
+            f"rope: cos/sin must be [>= {t}, {half}] for x of shape {tuple(x.shape)}, "
+            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    return cos[:t], sin[:t]
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved pairs (x[..., 2i], x[..., 2i+1]) of x [..., T, D] by the angles cos/sin [T, D/2]."""
+    c, s = check_rope(x, cos, sin)
+    c, s = c.float(), s.float()
+    x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
+    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2).to(x.dtype)
+
+
+def check_ts_loss(
+    pred: torch.Tensor, target: torch.Tensor, kind: str, quantiles: Sequence[float] | None
+) -> int:
+    """Validate shapes for a multi-horizon loss; returns Q (1 unless kind is quantile)."""
+    if kind not in LOSS_KINDS:
+        raise ValueError(f"ts_loss: kind {kind!r} is not one of {', '.join(LOSS_KINDS)}")
+    if kind == "quantile":
+        if not quantiles:
+            raise ValueError("ts_loss: kind 'quantile' needs a non-empty list of quantiles")
+        if any(not 0.0 < q < 1.0 for q in quantiles):
+            raise ValueError(f"ts_loss: quantiles must lie in (0, 1), got {list(quantiles)}")
+        if pred.shape != (*target.shape, len(quantiles)):
+            raise ValueError(
+                f"ts_loss: quantile pred must be target shape + [{len(quantiles)}], "
+                f"got pred {tuple(pred.shape)} and target {tuple(target.shape)}"
+            )
+        return len(quantiles)
+    if pred.shape != target.shape:
+        raise ValueError(f"ts_loss: pred {tuple(pred.shape)} and target {tuple(target.shape)} differ")
+    return 1
+
+
+def ts_loss(
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    kind: str = "mse",
+    *,
+    delta: float = 1.0,
+    quantiles: Sequence[float] | None = None,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Multi-horizon regression loss; pred [..., H] (or [..., H, Q] for quantile), target [..., H].
+
+    reduction "mean": one scalar, the mean over every element; "horizon": the mean per horizon [H].
+    """
+    check_ts_loss(pred, target, kind, quantiles)
+    if reduction not in ("mean", "horizon"):
+        raise ValueError(f"ts_loss: reduction {reduction!r} is not 'mean' or 'horizon'")
+    p, y = pred.float(), target.float()
+    if kind == "mse":
+        el = (p - y).pow(2)
+    elif kind == "huber":
+        el = F.huber_loss(p, y, delta=delta, reduction="none")
+    else:
+        q = torch.tensor(list(quantiles), dtype=torch.float32, device=p.device)
+        err = y.unsqueeze(-1) - p
+        el = torch.maximum(q * err, (q - 1) * err).mean(-1)
+    if reduction == "mean":
+        return el.mean()
+    return el.reshape(-1, el.shape[-1]).mean(0)

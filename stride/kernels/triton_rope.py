@@ -1,0 +1,71 @@
+"""Rotary position embedding in Triton for x [..., T, D] with interleaved pairs (x[2i], x[2i+1]).
+
+Why: eager splits x into even/odd views, upcasts, multiplies and re-stacks (several full passes and
+temporaries); one kernel reads x and the small cos/sin tables and writes the rotated x. The backward is
+the same rotation by the negative angle, so it reuses the forward kernel with sin negated.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from stride.kernels.reference import check_rope
+from stride.kernels.runtime import check_float, next_pow2
+
+
+@triton.jit
+def _rope_kernel(
+    X, COS, SIN, Y, n_rows, seq_len, half, sign, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_H)
+    rmask = rows < n_rows
+    cmask = cols < half
+    mask = rmask[:, None] & cmask[None, :]
+    pos = rows % seq_len
+    tab = pos.to(tl.int64)[:, None] * half + cols[None, :]
+    c = tl.load(COS + tab, mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(SIN + tab, mask=mask, other=0.0).to(tl.float32) * sign
+    even = rows.to(tl.int64)[:, None] * (2 * half) + 2 * cols[None, :]
+    x1 = tl.load(X + even, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(X + even + 1, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + even, (x1 * c - x2 * s).to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + even + 1, (x1 * s + x2 * c).to(Y.dtype.element_ty), mask=mask)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
+    xc = x.contiguous()
+    t, d = x.shape[-2], x.shape[-1]
+    half = d // 2
+    n_rows = xc.numel() // d
+    y = torch.empty_like(xc)
+    block_h = next_pow2(half)
+    block_m = max(1, min(64, 4096 // block_h))
+    if n_rows:
+        _rope_kernel[(triton.cdiv(n_rows, block_m),)](
+            xc, cos, sin, y, n_rows, t, half, sign, BLOCK_M=block_m, BLOCK_H=block_h, num_warps=4
+        )
+    return y
+
+
+class RoPEFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        check_float("rope x", x)
+        c, s = check_rope(x, cos, sin)
+        c, s = c.contiguous(), s.contiguous()
+        ctx.save_for_backward(c, s)
+        return _rotate(x, c, s, 1.0)
+
+    @staticmethod
+    def backward(ctx, dy):
+        c, s = ctx.saved_tensors
+        return _rotate(dy, c, s, -1.0), None, None
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """cos/sin are constants here (no gradient flows into the tables)."""
+    return RoPEFunction.apply(x, cos, sin)

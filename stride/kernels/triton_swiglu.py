@@ -1,0 +1,72 @@
+"""SwiGLU activation silu(gate) * up in Triton, forward and backward in one pass each.
+
+Why: eager runs silu, the product, and (for backward) sigmoid and three products as separate kernels;
+here the forward reads gate and up once and writes out, and the backward reads gate, up and dout once
+and writes both grads, recomputing the sigmoid instead of saving it.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from stride.kernels.runtime import check_float
+
+BLOCK = 1024
+
+
+@triton.jit
+def _swiglu_fwd(A, B, OUT, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(A + offs, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
+    sig = 1.0 / (1.0 + tl.exp(-a))
+    tl.store(OUT + offs, (a * sig * b).to(OUT.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _swiglu_bwd(A, B, DOUT, DA, DB, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(A + offs, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(DOUT + offs, mask=mask, other=0.0).to(tl.float32)
+    sig = 1.0 / (1.0 + tl.exp(-a))
+    silu = a * sig
+    da = g * b * sig * (1.0 + a * (1.0 - sig))
+    tl.store(DA + offs, da.to(DA.dtype.element_ty), mask=mask)
+    tl.store(DB + offs, (g * silu).to(DB.dtype.element_ty), mask=mask)
+
+
+class SwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up):
+        check_float("swiglu gate", gate)
+        if gate.shape != up.shape or gate.dtype != up.dtype:
+            raise ValueError(
+                f"swiglu: gate {tuple(gate.shape)}/{gate.dtype} and up {tuple(up.shape)}/{up.dtype} "
+                "must have one shape and dtype"
+            )
+        a, b = gate.contiguous(), up.contiguous()
+        out = torch.empty_like(a)
+        n = a.numel()
+        if n:
+            _swiglu_fwd[(triton.cdiv(n, BLOCK),)](a, b, out, n, BLOCK=BLOCK, num_warps=4)
+        ctx.save_for_backward(a, b)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        a, b = ctx.saved_tensors
+        g = dout.contiguous()
+        da, db = torch.empty_like(a), torch.empty_like(b)
+        n = a.numel()
+        if n:
+            _swiglu_bwd[(triton.cdiv(n, BLOCK),)](a, b, g, da, db, n, BLOCK=BLOCK, num_warps=4)
+        return da, db
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return SwiGLUFunction.apply(gate, up)
