@@ -1,0 +1,59 @@
+"""Choosing an op set: names, the CPU fallback for "triton", and the compiled set."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from stride.kernels import KERNEL_CHOICES, get_ops, runtime, select
+
+
+def test_unknown_choice_names_the_options():
+    with pytest.raises(ValueError, match="kernels='cuda' is not one of torch, triton, compile"):
+        get_ops("cuda")
+
+
+def test_select_is_get_ops():
+    assert select("torch") is get_ops("torch")
+    assert KERNEL_CHOICES == ("torch", "triton", "compile")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the fallback is for machines without a GPU")
+def test_triton_without_gpu_falls_back_to_torch_once(monkeypatch):
+    """Without TRITON_INTERPRET=1 a CPU machine must get the torch ops, with one notice, never the interpreter."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(runtime, "_noticed", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = get_ops("triton")
+        second = get_ops("triton")
+    assert first.name == "torch" and second is first
+    notices = [w for w in caught if "kernels='triton' needs a CUDA GPU" in str(w.message)]
+    assert len(notices) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path of an op")
+def test_triton_op_on_cpu_tensor_without_interpreter_uses_fallback(monkeypatch):
+    """An op from the triton set given CPU tensors (no interpreter) still returns the right values."""
+    ops = get_ops("triton")  # built under the interpreter (conftest)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(runtime, "_noticed", set())
+    x = torch.randn(4, 6, dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = ops.rms_norm(x.float(), torch.ones(6))
+    ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    assert (y.double() - ref).abs().max() < 1e-6
+    assert len([w for w in caught if "PyTorch fallback" in str(w.message)]) == 1
+
+
+@pytest.mark.slow
+def test_compiled_ops_match_float64():
+    ops = get_ops("compile")
+    x = torch.randn(7, 33, dtype=torch.float64)
+    w = 1 + 0.1 * torch.randn(33, dtype=torch.float64)
+    y = ops.rms_norm(x.float(), w.float())
+    ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-6

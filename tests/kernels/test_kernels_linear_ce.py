@@ -1,0 +1,86 @@
+"""Chunked linear + cross-entropy against float64 F.cross_entropy(F.linear(...)), torch and Triton chunks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from stride.kernels import get_ops
+from stride.kernels.linear_ce import linear_cross_entropy, torch_chunk_cross_entropy
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+def rel(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n,d,v,chunk,bias", [(1, 8, 5, None, True), (37, 24, 1500, 8, False), (20, 16, 77, 6, True)])
+def test_linear_cross_entropy(impl, dtype, n, d, v, chunk, bias, seed):
+    ops = get_ops(impl)
+    x = torch.randn(n, d, device=DEV).to(dtype).requires_grad_()
+    w = (torch.randn(v, d, device=DEV) / d**0.5).to(dtype).requires_grad_()
+    b = (0.1 * torch.randn(v, device=DEV)).to(dtype).requires_grad_() if bias else None
+    t = torch.randint(0, v, (n,), device=DEV)
+    if n > 2:
+        t[::3] = -100  # ignored rows
+    leaves = [x, w] + ([b] if bias else [])
+    loss = ops.linear_cross_entropy(x, w, b, t, chunk_rows=chunk)
+    grads = torch.autograd.grad(2.5 * loss, leaves)
+    r64 = [a.detach().double().requires_grad_() for a in leaves]
+    ref = F.cross_entropy(F.linear(r64[0], r64[1], r64[2] if bias else None), t, ignore_index=-100)
+    ref_grads = torch.autograd.grad(2.5 * ref, r64)
+    errs = [rel(loss, ref)] + [rel(g, rg) for g, rg in zip(grads, ref_grads, strict=True)]
+    assert loss.dtype == torch.float32 and all(g.dtype == dtype for g in grads)
+    assert max(errs) < TOL[dtype], f"seed={seed} errors(loss, dx, dw, db)={errs}"
+
+
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_linear_cross_entropy_3d_input_and_only_weight_grad(impl, seed):
+    ops = get_ops(impl)
+    x = torch.randn(2, 5, 12, device=DEV)  # no grad: a frozen trunk, only the head trains
+    w = torch.randn(40, 12, device=DEV, requires_grad=True)
+    t = torch.randint(0, 40, (2, 5), device=DEV)
+    loss = ops.linear_cross_entropy(x, w, None, t, chunk_rows=3)
+    (gw,) = torch.autograd.grad(loss, w)
+    w64 = w.detach().double().requires_grad_()
+    ref = F.cross_entropy(x.double().reshape(-1, 12) @ w64.t(), t.reshape(-1))
+    (gw64,) = torch.autograd.grad(ref, w64)
+    assert rel(loss, ref) < 1e-6 and rel(gw, gw64) < 1e-6, f"seed={seed}"
+
+
+def test_chunks_never_hold_more_than_chunk_rows_of_logits():
+    """The whole point: the largest logits buffer ever built is chunk_rows x V, not N x V."""
+    seen: list[tuple[int, int]] = []
+
+    def spy(logits, target, n_valid, ignore_index, write_grad):
+        seen.append(tuple(logits.shape))
+        return torch_chunk_cross_entropy(logits, target, n_valid, ignore_index, write_grad)
+
+    x = torch.randn(50, 8, requires_grad=True)
+    w = torch.randn(300, 8, requires_grad=True)
+    t = torch.randint(0, 300, (50,))
+    loss = linear_cross_entropy(x, w, None, t, chunk_rows=16, chunk_ce=spy)
+    loss.backward()
+    assert seen == [(16, 300), (16, 300), (16, 300), (2, 300)]
+    ref = F.cross_entropy(x.detach() @ w.detach().t(), t)
+    assert abs(loss.item() - ref.item()) < 1e-5
+
+
+def test_all_ignored_gives_nan_like_torch():
+    x, w = torch.randn(4, 3), torch.randn(6, 3)
+    t = torch.full((4,), -100)
+    assert torch.isnan(get_ops("torch").linear_cross_entropy(x, w, None, t))
+    assert torch.isnan(F.cross_entropy(x @ w.t(), t))
+
+
+def test_linear_cross_entropy_rejects_bad_shapes():
+    ops = get_ops("torch")
+    with pytest.raises(ValueError, match="weight \\[V, D\\]"):
+        ops.linear_cross_entropy(torch.randn(4, 3), torch.randn(6, 5), None, torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="target shape"):
+        ops.linear_cross_entropy(torch.randn(4, 3), torch.randn(6, 3), None, torch.zeros(5, dtype=torch.long))
