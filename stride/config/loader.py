@@ -30,9 +30,9 @@ def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
-        if value is None or (isinstance(value, str) and value.lower() in _NONE_WORDS and type(None) in args):
-            if type(None) in args:
-                return None
+        is_none = value is None or (isinstance(value, str) and value.lower() in _NONE_WORDS)
+        if is_none and type(None) in args:
+            return None
         errors = []
         for arg in args:
             if arg is type(None):

@@ -100,6 +100,7 @@ class MetricsConfig:
     progress: bool = True
     out_dir: str = "runs"
     flops: bool = True  # count FLOPs once with torch.utils.flop_counter for MFU
+    skip_steps: int = 3  # warm-up steps left out of throughput and breakdown (compile, allocator)
     peak_flops: float | None = None  # override the device peak (FLOP/s) used for MFU
 
 

@@ -46,7 +46,8 @@ def validate(cfg: RunConfig) -> None:
         _positive(key, val)
     for key, val in [("optim.weight_decay", o.weight_decay), ("optim.warmup_steps", o.warmup_steps),
                      ("train.val_every", t.val_every), ("model.dropout", m.dropout),
-                     ("checkpoint.every", cfg.checkpoint.every)]:
+                     ("checkpoint.every", cfg.checkpoint.every),
+                     ("metrics.skip_steps", cfg.metrics.skip_steps)]:
         _positive(key, val, strict=False)
     if t.grad_clip is not None:
         _positive("train.grad_clip", t.grad_clip)
@@ -55,7 +56,8 @@ def validate(cfg: RunConfig) -> None:
     if t.batch_size % t.grad_accum:
         raise ConfigError(
             f"`train.batch_size` = {t.batch_size} is not divisible by `train.grad_accum` = {t.grad_accum}: "
-            f"each micro-batch must have the same size (try batch_size = {t.batch_size // t.grad_accum * t.grad_accum or t.grad_accum})"
+            "each micro-batch must have the same size "
+            f"(try batch_size = {t.batch_size // t.grad_accum * t.grad_accum or t.grad_accum})"
         )
     if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
         raise ConfigError(f"`optim.betas` = {o.betas!r} must be two numbers in [0, 1)")

@@ -1,0 +1,1 @@
+"""Measurement: step-time breakdown, FLOPs and MFU, memory, environment, the run directory."""

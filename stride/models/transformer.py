@@ -1,0 +1,70 @@
+"""Time-series transformer: per-step or patch embedding, RoPE, RMSNorm, SwiGLU, multi-horizon head."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from stride.models.layers import RMSNorm, TransformerBlock, rope_cache
+
+
+class TimeSeriesTransformer(nn.Module):
+    """Maps a window [B, T, F] of features to predictions [B, H] (or [B, H, Q] for quantiles).
+
+    `blocks` is a ModuleList so activation checkpointing, FSDP and pipeline splits can address
+    each block from outside.
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        seq_len: int,
+        n_horizons: int,
+        *,
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 4,
+        ffn_mult: float = 8 / 3,
+        patch_len: int = 1,
+        causal: bool = True,
+        dropout: float = 0.0,
+        n_quantiles: int = 0,
+    ) -> None:
+        super().__init__()
+        if seq_len % patch_len:
+            raise ValueError(f"seq_len={seq_len} is not divisible by patch_len={patch_len}")
+        self.patch_len, self.causal = patch_len, causal
+        self.n_horizons, self.n_quantiles = n_horizons, n_quantiles
+        n_tokens = seq_len // patch_len
+        ffn_hidden = int(round(ffn_mult * d_model / 8)) * 8
+        self.embed = nn.Linear(n_features * patch_len, d_model)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(d_model, n_heads, ffn_hidden, causal, dropout) for _ in range(n_layers)
+        )
+        self.norm = RMSNorm(d_model)
+        self.head = nn.Linear(d_model, n_horizons * max(n_quantiles, 1))
+        cos, sin = rope_cache(n_tokens, d_model // n_heads)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / (2 * len(self.blocks)) ** 0.5 if name.endswith(("wo.weight", "w2.weight")) else 0.02
+                nn.init.normal_(p, std=std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, f = x.shape
+        if self.patch_len > 1:
+            x = x.reshape(b, t // self.patch_len, self.patch_len * f)
+        h = self.embed(x)
+        for block in self.blocks:
+            h = block(h, self.rope_cos, self.rope_sin)
+        h = self.norm(h)
+        # Causal: the last token has seen the whole window; bidirectional: pool every token.
+        pooled = h[:, -1] if self.causal else h.mean(dim=1)
+        out = self.head(pooled)
+        return out.view(b, self.n_horizons, self.n_quantiles) if self.n_quantiles else out

@@ -1,0 +1,52 @@
+"""The closing summary table of a training run (rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024:
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def _fmt(v: Any, spec: str = ".4g") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def summary_table(s: dict[str, Any]) -> Table:
+    table = Table(title=f"stride train: {s.get('name', '')}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("steps", str(s["steps"])),
+        ("final train loss", _fmt(s["final_train_loss"])),
+        ("final val loss", _fmt(s["final_val_loss"])),
+        ("samples/s", _fmt(s["samples_per_s"], ",.0f")),
+        ("timesteps/s", _fmt(s["timesteps_per_s"], ",.0f")),
+        ("step time", _fmt(s["step_time_s"] * 1e3 if s["step_time_s"] else None, ".2f") + " ms"),
+        ("achieved FLOP/s", _fmt(s["achieved_flops_per_s"], ".3e")),
+        ("MFU", _fmt(s["mfu"] * 100 if s["mfu"] is not None else None, ".2f") + " %"),
+        ("peak FLOP/s (source)", f"{_fmt(s['peak_flops_per_s'], '.3e')} ({s['peak_flops_source']})"),
+        (f"peak memory ({s['peak_mem_kind']})", _fmt_bytes(s["peak_mem_bytes"])),
+        ("saved activations", _fmt_bytes(s.get("saved_activation_bytes"))),
+        ("time to target", _fmt(s["time_to_target_s"], ".2f") + (" s" if s["time_to_target_s"] else "")),
+    ]
+    total = s["step_time_s"] or 1.0
+    for phase, sec in s["step_time_breakdown_s"].items():
+        rows.append((f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / total:.1f} %)"))
+    for k, v in rows:
+        table.add_row(k, v)
+    return table
+
+
+def print_summary(s: dict[str, Any], console: Console | None = None) -> None:
+    (console or Console()).print(summary_table(s))

@@ -1,0 +1,56 @@
+"""Techniques applied to a single-device model from outside, in a fixed order.
+
+Order (as torchtitan's parallelize step): tensor parallel -> activation checkpointing -> compile ->
+FSDP / DDP. AC wraps blocks before compile so the compiler sees the checkpoint regions; compile
+comes before data parallelism so each FSDP unit's compute is compiled and its communication stays
+outside the graph. Tensor, pipeline and data parallelism live in `stride.parallel`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from stride.config.errors import ConfigError
+
+
+class CheckpointedBlock(nn.Module):
+    """Recompute the wrapped block's forward during backward instead of storing its activations.
+
+    Trade: about one extra forward of the block per step for not keeping its intermediates.
+    Non-reentrant checkpointing (use_reentrant=False) supports kwargs and works with compile.
+    """
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, *args, **kwargs):
+        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+
+
+def apply_activation_checkpointing(model: nn.Module, mode: str, every: int = 1) -> int:
+    """Wrap every block ('full') or every `every`-th block ('every_k'); returns how many were wrapped."""
+    if mode == "none":
+        return 0
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList):
+        raise ConfigError(
+            f"`train.activation_checkpointing` = {mode!r} needs the model to keep its blocks in "
+            f"`model.blocks` (an nn.ModuleList); {type(model).__name__} has none"
+        )
+    k = 1 if mode == "full" else every
+    wrapped = 0
+    for i, block in enumerate(blocks):
+        if i % k == 0 and not isinstance(block, CheckpointedBlock):
+            blocks[i] = CheckpointedBlock(block)
+            wrapped += 1
+    return wrapped
+
+
+def apply_compile(model: nn.Module, mode: str) -> nn.Module:
+    """torch.compile the model (inductor). The optimizer step is compiled in stride.optim.factory."""
+    if mode == "off":
+        return model
+    return torch.compile(model)

@@ -1,0 +1,42 @@
+"""Device choice, threads, seeds and deterministic mode: the process-wide settings a run depends on."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+from stride.config.errors import ConfigError
+from stride.config.schema import TrainConfig
+
+
+def resolve_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"`train.device` = {spec!r} but no CUDA device is available; use cpu or auto")
+    return torch.device(spec)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def configure_process(cfg: TrainConfig, device: torch.device) -> None:
+    """Threads, seeds and determinism; call once before the model is built."""
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    if cfg.deterministic:
+        # cuBLAS needs a fixed workspace for deterministic GEMMs; set before the first CUDA GEMM.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True

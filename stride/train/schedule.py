@@ -1,0 +1,24 @@
+"""Learning-rate schedule: linear warmup, then cosine decay to min_lr_ratio (or constant)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from stride.config.schema import OptimConfig
+
+
+def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return 1.0
+    span = max(total - cfg.warmup_steps, 1)
+    progress = min(max(step - cfg.warmup_steps, 0) / span, 1.0)
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, cfg: OptimConfig) -> LambdaLR:
+    return LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, cfg))

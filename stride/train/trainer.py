@@ -1,0 +1,270 @@
+"""The trainer: a lean loop where every efficiency technique is a config switch.
+
+Bring your own model and data (`Trainer(model=..., train_data=..., config=...)`) or let `[model]`
+and `[data]` build them. The loop measures itself: every step is split into data wait, forward,
+backward and optimizer (the rest is "other"), FLOPs are counted once for MFU, and a run directory
+records config, environment, metrics.jsonl and summary.json.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from stride.config import RunConfig, config_hash, config_to_toml
+from stride.config.validate import validate
+from stride.data.build import build_data
+from stride.metrics.env import fingerprint
+from stride.metrics.flops import count_train_flops
+from stride.metrics.hashing import params_sha256
+from stride.metrics.memory import SavedActivations, peak_memory, reset_peak
+from stride.metrics.peak import device_peak
+from stride.metrics.run_dir import RunDir
+from stride.metrics.step_timer import StepTimer
+from stride.models.losses import make_loss
+from stride.models.registry import build_model
+from stride.optim.factory import build_optimizer, compiled_step
+from stride.train.apply import apply_activation_checkpointing, apply_compile
+from stride.train.batches import Batch, as_batches, endless
+from stride.train.device import configure_process, resolve_device
+from stride.train.precision import Precision
+from stride.train.progress import TrainProgress
+from stride.train.schedule import build_scheduler
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class TrainResult:
+    summary: dict[str, Any]
+    run_dir: Path | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        train_data: Any = None,
+        val_data: Any = None,
+        config: RunConfig | None = None,
+        *,
+        loss_fn: LossFn | None = None,
+        out: str | Path | None = None,
+        write_run_dir: bool = True,
+    ) -> None:
+        self.cfg = config if config is not None else RunConfig()
+        validate(self.cfg)
+        t = self.cfg.train
+        self.device = resolve_device(t.device)
+        configure_process(t, self.device)
+        bundle = None
+        if model is None or train_data is None:
+            bundle = build_data(self.cfg.data, t.batch_size)
+            train_data = train_data if train_data is not None else bundle.train
+            val_data = val_data if val_data is not None else bundle.val
+        if model is None:
+            assert bundle is not None
+            model = build_model(self.cfg.model, bundle.n_features, bundle.seq_len, bundle.n_horizons)
+        self.model = model.to(self.device)  # the raw module: hashing, FLOPs, state dicts
+        if loss_fn is None:
+            m = self.cfg.model
+            loss_fn = getattr(model, "loss", None) or make_loss(
+                m.loss, huber_delta=m.huber_delta, quantiles=m.quantiles
+            )
+        self.loss_fn = loss_fn
+        self.train_data = as_batches(train_data, t.batch_size, t.seed)
+        self.val_data = as_batches(val_data, t.batch_size, t.seed, shuffle=False) if val_data is not None else None
+        self.precision = Precision(t.precision, self.device)
+        self.out = out
+        self.write_run_dir = write_run_dir
+
+    # -- the step -------------------------------------------------------------------------
+    def _to_device(self, batch: Batch) -> Batch:
+        x, y = batch
+        nb = self.device.type == "cuda"
+        return x.to(self.device, non_blocking=nb), y.to(self.device, non_blocking=nb)
+
+    def evaluate(self, model: nn.Module | None = None) -> float:
+        """Mean validation loss over the first `train.val_batches` batches."""
+        model = self.model if model is None else model
+        assert self.val_data is not None
+        model.eval()
+        total, n = 0.0, 0
+        with torch.no_grad():
+            for i, batch in enumerate(self.val_data):
+                if i >= self.cfg.train.val_batches:
+                    break
+                x, y = self._to_device(batch)
+                with self.precision.autocast():
+                    loss = self.loss_fn(model(x), y)
+                total += float(loss) * len(x)
+                n += len(x)
+        model.train()
+        return total / max(n, 1)
+
+    def fit(self) -> TrainResult:
+        cfg, t = self.cfg, self.cfg.train
+        accum = t.grad_accum
+        run = RunDir.create(cfg.metrics.out_dir, t.name, self.out) if self.write_run_dir else None
+        if run is not None:
+            run.write_text("config.toml", config_to_toml(cfg))
+            run.write_json("env.json", fingerprint())
+
+        stream = endless(self.train_data)
+        _, first_batch = next(stream)
+        first_batch = self._to_device(first_batch)
+        micro = t.batch_size // accum
+        x0, y0 = first_batch
+
+        # FLOPs and the peak, once, on the raw model (before AC and compile).
+        flops_per_step = None
+        if cfg.metrics.flops:
+            flops_per_step = count_train_flops(self.model, self.loss_fn, x0[:micro], y0[:micro]) * accum
+        peak = device_peak(self.device, t.precision, cfg.metrics.peak_flops)
+
+        # Techniques applied from outside, in the documented order (see stride.train.apply).
+        n_ac = apply_activation_checkpointing(self.model, t.activation_checkpointing, t.ac_every)
+        model = apply_compile(self.model, t.compile)
+        optimizer = build_optimizer(self.model.parameters(), cfg.optim, tensor_lr=t.compile == "model+optimizer")
+        scheduler = build_scheduler(optimizer, t.steps, cfg.optim)
+        opt_step = compiled_step(optimizer) if t.compile == "model+optimizer" else optimizer.step
+        params = [p for p in self.model.parameters() if p.requires_grad]
+
+        timer = StepTimer(self.device)
+        progress = TrainProgress(t.steps, cfg.metrics.progress, t.name)
+        reset_peak(self.device)
+        model.train()
+        history: list[dict[str, Any]] = []
+        act_bytes: int | None = None
+        last_loss = math.nan
+        val_loss: float | None = None
+        time_to_target: float | None = None
+        skipped_steps = 0
+        val_time = 0.0
+        timed_samples = 0
+        batch: Batch | None = first_batch
+        t_start = time.perf_counter()
+        step = 0
+        try:
+            while step < t.steps:
+                timer.start_step()
+                if batch is None:
+                    _, batch = next(stream)
+                    batch = self._to_device(batch)
+                x, y = batch
+                batch = None
+                timer.mark("data")
+                loss_sum = torch.zeros((), device=self.device)
+                for i in range(accum):
+                    xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
+                    measure = act_bytes is None and step == 0 and i == 0 and t.compile == "off"
+                    saved = SavedActivations() if measure else None
+                    if saved is not None:
+                        saved.__enter__()
+                    with self.precision.autocast():
+                        loss = self.loss_fn(model(xm), ym) / accum
+                    if saved is not None:
+                        saved.__exit__(None, None, None)
+                        act_bytes = saved.bytes
+                    timer.mark("forward")
+                    self.precision.backward(loss)
+                    loss_sum += loss.detach()
+                    timer.mark("backward")
+                if t.grad_clip is not None:
+                    self.precision.unscale(optimizer)
+                    torch.nn.utils.clip_grad_norm_(params, t.grad_clip, foreach=True)
+                if not self.precision.step(optimizer, opt_step):
+                    skipped_steps += 1
+                optimizer.zero_grad(set_to_none=True)
+                scheduler.step()
+                timer.mark("optimizer")
+                step += 1
+                record = step > cfg.metrics.skip_steps or t.steps <= cfg.metrics.skip_steps
+                parts = timer.end_step(record=record)
+                if record:
+                    timed_samples += t.batch_size
+                progress.advance(step)
+
+                if step % cfg.metrics.log_every == 0 or step == t.steps:
+                    last_loss = float(loss_sum)
+                    rec = {
+                        "step": step,
+                        "loss": last_loss,
+                        "lr": float(optimizer.param_groups[0]["lr"]),
+                        "step_time_s": parts["total"],
+                        "breakdown_s": {k: v for k, v in parts.items() if k != "total"},
+                        "samples_per_s": t.batch_size / parts["total"] if parts["total"] else None,
+                        "time_s": time.perf_counter() - t_start,
+                    }
+                    history.append(rec)
+                    if run is not None:
+                        run.log(rec)
+                    progress.log(step, last_loss, rec["samples_per_s"] or 0.0)
+
+                if self.val_data is not None and t.val_every and (step % t.val_every == 0 or step == t.steps):
+                    v0 = time.perf_counter()
+                    val_loss = self.evaluate(model)
+                    val_time += time.perf_counter() - v0
+                    now = time.perf_counter() - t_start
+                    vrec = {"step": step, "val_loss": val_loss, "time_s": now}
+                    history.append(vrec)
+                    if run is not None:
+                        run.log(vrec)
+                    if t.target_val_loss is not None and time_to_target is None and val_loss <= t.target_val_loss:
+                        time_to_target = now
+                        break
+        finally:
+            progress.close()
+        wall = time.perf_counter() - t_start
+        last_loss = float(loss_sum)  # the last step's loss (also when a target stopped the run early)
+
+        breakdown = timer.mean()
+        step_s = breakdown["total"]
+        samples_per_s = timed_samples / timer.totals["total"] if timer.totals.get("total") else None
+        seq_len = x0.shape[1] if x0.dim() >= 3 else 1
+        achieved = flops_per_step / step_s if flops_per_step and step_s else None
+        mem, mem_kind = peak_memory(self.device)
+        summary: dict[str, Any] = {
+            "name": t.name,
+            "steps": step,
+            "final_train_loss": last_loss,
+            "final_val_loss": val_loss,
+            "samples_per_s": samples_per_s,
+            "timesteps_per_s": samples_per_s * seq_len if samples_per_s else None,
+            "step_time_s": step_s,
+            "step_time_breakdown_s": {k: v for k, v in breakdown.items() if k != "total"},
+            "timed_steps": timer.steps,
+            "flops_per_step": flops_per_step,
+            "achieved_flops_per_s": achieved,
+            "peak_flops_per_s": peak.flops_per_s,
+            "peak_flops_source": peak.source,
+            "mfu": achieved / peak.flops_per_s if achieved else None,
+            "peak_mem_bytes": mem,
+            "peak_mem_kind": mem_kind,
+            "saved_activation_bytes": act_bytes,
+            "activation_checkpointed_blocks": n_ac,
+            "time_to_target_s": time_to_target,
+            "target_val_loss": t.target_val_loss,
+            "wall_time_s": wall,
+            "val_time_s": val_time,
+            "skipped_steps": skipped_steps,
+            "loss_scale": self.precision.scaler.get_scale() if self.precision.scaler else None,
+            "world_size": 1,
+            "device": str(self.device),
+            "precision": t.precision,
+            "params": sum(p.numel() for p in self.model.parameters()),
+            "params_sha256": params_sha256(self.model),
+            "config_hash": config_hash(cfg),
+        }
+        if run is not None:
+            run.write_json("summary.json", summary)
+            run.close()
+        return TrainResult(summary, run.path if run else None, history)

@@ -1,0 +1,79 @@
+"""Config errors name the key, what was expected, and a close match; nothing is eval'ed."""
+
+from __future__ import annotations
+
+import pytest
+
+from stride.cli.main import main
+from stride.config import ConfigError, config_to_toml, load_config
+
+
+def test_defaults_and_overrides_typed() -> None:
+    cfg = load_config(overrides=["optim.lr=3e-4", "train.precision=bf16", "data.horizons=[1, 2]",
+                                 "train.grad_clip=none", "train.deterministic=true", "model.d_model=32"])
+    assert cfg.optim.lr == pytest.approx(3e-4) and isinstance(cfg.optim.lr, float)
+    assert cfg.train.precision == "bf16" and cfg.data.horizons == [1, 2]
+    assert cfg.train.grad_clip is None and cfg.train.deterministic is True and cfg.model.d_model == 32
+
+
+def test_int_accepted_for_float() -> None:
+    assert load_config(overrides=["optim.lr=1"]).optim.lr == 1.0
+
+
+@pytest.mark.parametrize(
+    ("override", "fragments"),
+    [
+        (["optim.lrr=1e-3"], ["optim.lrr", "did you mean `optim.lr`"]),
+        (["optimm.lr=1e-3"], ["optimm", "did you mean `optim`"]),
+        (["optim.lr=fast"], ["optim.lr", "expects a number", "'fast'"]),
+        (["train.steps=1.5"], ["train.steps", "expects an integer"]),
+        (["train.deterministic=1"], ["train.deterministic", "true or false"]),
+        (["optim.lr=-1e-3"], ["optim.lr", "must be > 0"]),
+        (["train.batch_size=10", "train.grad_accum=3"], ["batch_size", "not divisible", "grad_accum"]),
+        (["train.precision=bf61"], ["train.precision", "fp32, bf16, fp16", "did you mean `bf16`"]),
+        (["data.horizons=[]"], ["data.horizons"]),
+        (["lr=1"], ["section.key"]),
+        (["optim.lr"], ["key=value"]),
+    ],
+)
+def test_config_errors_are_clear(override: list[str], fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=override)
+    for frag in fragments:
+        assert frag in str(info.value)
+
+
+def test_toml_file_errors(tmp_path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[optim]\nlrr = 0.1\n")
+    with pytest.raises(ConfigError, match=r"bad\.toml: unknown key `optim\.lrr` \(did you mean `optim\.lr`\?\)"):
+        load_config(bad)
+    bad.write_text("[optim\nlr = 0.1\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_override_value_is_never_evaluated() -> None:
+    # A Python expression is a plain string to the loader, so it fails the type check.
+    with pytest.raises(ConfigError, match="expects a number"):
+        load_config(overrides=["optim.lr=__import__('os').getcwd()"])
+
+
+def test_resolved_config_round_trips(tmp_path) -> None:
+    cfg = load_config(overrides=["optim.lr=2e-4", "model.kwargs={a = 1}", "train.name=x y"])
+    path = tmp_path / "c.toml"
+    path.write_text(config_to_toml(cfg))
+    assert load_config(path) == cfg
+
+
+def test_cli_reports_config_error(capsys) -> None:
+    assert main(["train", "configs/quickstart.toml", "--set", "optim.lrr=1"]) == 2
+    assert "did you mean `optim.lr`" in capsys.readouterr().err
+
+
+def test_cli_help_lists_commands(capsys) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "train" in out and "bench" in out
