@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.profiler import record_function
 
 from stride.config import RunConfig, config_hash, config_to_toml
 from stride.config.validate import validate
@@ -41,6 +42,19 @@ from stride.train.schedule import build_scheduler
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+class Callback:
+    """Hooks into fit(): checkpointing, fault handling and observers subclass this."""
+
+    def on_fit_start(self, trainer: Trainer) -> None:  # after setup(), before the first step
+        pass
+
+    def on_step_end(self, trainer: Trainer) -> None:  # after each optimizer step, logging and validation
+        pass
+
+    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:  # may add keys to summary
+        pass
+
+
 @dataclass
 class TrainResult:
     summary: dict[str, Any]
@@ -59,6 +73,7 @@ class Trainer:
         loss_fn: LossFn | None = None,
         out: str | Path | None = None,
         write_run_dir: bool = True,
+        callbacks: list[Callback] | None = None,
     ) -> None:
         self.cfg = config if config is not None else RunConfig()
         validate(self.cfg)
@@ -85,6 +100,14 @@ class Trainer:
         self.precision = Precision(t.precision, self.device)
         self.out = out
         self.write_run_dir = write_run_dir
+        self.callbacks: list[Callback] = list(callbacks or [])
+        self.step = 0  # optimizer steps taken; a resumed run starts from the loaded value
+        self.skipped_steps = 0
+        self.saved_activation_bytes: int | None = None
+        self.history: list[dict[str, Any]] = []
+        self.run_dir: RunDir | None = None
+        self._pending: Batch | None = None
+        self._is_setup = False
 
     # -- the step -------------------------------------------------------------------------
     def _to_device(self, batch: Batch) -> Batch:
@@ -110,152 +133,173 @@ class Trainer:
         model.train()
         return total / max(n, 1)
 
+    # -- set-up: everything fit() needs, built once ------------------------------------------
+    def setup(self) -> None:
+        """Count FLOPs, apply techniques in order, build optimizer and schedule. Idempotent.
+
+        Split from fit() so a checkpoint callback can load state into `optimizer`, `scheduler`,
+        `train_data` and `step` after set-up and before the first step.
+        """
+        if self._is_setup:
+            return
+        cfg, t = self.cfg, self.cfg.train
+        self.stream = endless(self.train_data)
+        _, first = next(self.stream)
+        self._pending = self._to_device(first)
+        micro = t.batch_size // t.grad_accum
+        x0, y0 = self._pending
+        self.seq_len = x0.shape[1] if x0.dim() >= 3 else 1
+        # FLOPs and the peak, once, on the raw model (before AC and compile).
+        self.flops_per_step = None
+        if cfg.metrics.flops:
+            self.flops_per_step = count_train_flops(self.model, self.loss_fn, x0[:micro], y0[:micro]) * t.grad_accum
+        self.peak = device_peak(self.device, t.precision, cfg.metrics.peak_flops)
+        # Techniques applied from outside, in the documented order (see stride.train.apply).
+        self.n_ac = apply_activation_checkpointing(self.model, t.activation_checkpointing, t.ac_every)
+        self.wrapped = apply_compile(self.model, t.compile)
+        compile_opt = t.compile == "model+optimizer"
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, tensor_lr=compile_opt)
+        self.scheduler = build_scheduler(self.optimizer, t.steps, cfg.optim)
+        self._opt_step = compiled_step(self.optimizer) if compile_opt else self.optimizer.step
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self.timer = StepTimer(self.device)
+        self._is_setup = True
+
+    def next_batch(self) -> Batch:
+        if self._pending is not None:
+            batch, self._pending = self._pending, None
+            return batch
+        return self._to_device(next(self.stream)[1])
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One optimizer step over the global batch (x, y) in grad_accum micro-batches; returns the loss."""
+        t, timer, accum = self.cfg.train, self.timer, self.cfg.train.grad_accum
+        micro = len(x) // accum
+        loss_sum = torch.zeros((), device=self.device)
+        for i in range(accum):
+            xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
+            saved = SavedActivations() if self.saved_activation_bytes is None and t.compile == "off" else None
+            with record_function("stride.forward"):
+                if saved is not None:
+                    saved.__enter__()
+                with self.precision.autocast():
+                    loss = self.loss_fn(self.wrapped(xm), ym) / accum
+                if saved is not None:
+                    saved.__exit__(None, None, None)
+                    self.saved_activation_bytes = saved.bytes
+            timer.mark("forward")
+            with record_function("stride.backward"):
+                self.precision.backward(loss)
+            loss_sum += loss.detach()
+            timer.mark("backward")
+        with record_function("stride.optimizer"):
+            if t.grad_clip is not None:
+                self.precision.unscale(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(self._params, t.grad_clip, foreach=True)
+            if not self.precision.step(self.optimizer, self._opt_step):
+                self.skipped_steps += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()
+        timer.mark("optimizer")
+        return loss_sum
+
+    def _log(self, run: RunDir | None, rec: dict[str, Any]) -> None:
+        self.history.append(rec)
+        if run is not None:
+            run.log(rec)
+
     def fit(self) -> TrainResult:
         cfg, t = self.cfg, self.cfg.train
-        accum = t.grad_accum
         run = RunDir.create(cfg.metrics.out_dir, t.name, self.out) if self.write_run_dir else None
+        self.run_dir = run
         if run is not None:
             run.write_text("config.toml", config_to_toml(cfg))
             run.write_json("env.json", fingerprint())
-
-        stream = endless(self.train_data)
-        _, first_batch = next(stream)
-        first_batch = self._to_device(first_batch)
-        micro = t.batch_size // accum
-        x0, y0 = first_batch
-
-        # FLOPs and the peak, once, on the raw model (before AC and compile).
-        flops_per_step = None
-        if cfg.metrics.flops:
-            flops_per_step = count_train_flops(self.model, self.loss_fn, x0[:micro], y0[:micro]) * accum
-        peak = device_peak(self.device, t.precision, cfg.metrics.peak_flops)
-
-        # Techniques applied from outside, in the documented order (see stride.train.apply).
-        n_ac = apply_activation_checkpointing(self.model, t.activation_checkpointing, t.ac_every)
-        model = apply_compile(self.model, t.compile)
-        optimizer = build_optimizer(self.model.parameters(), cfg.optim, tensor_lr=t.compile == "model+optimizer")
-        scheduler = build_scheduler(optimizer, t.steps, cfg.optim)
-        opt_step = compiled_step(optimizer) if t.compile == "model+optimizer" else optimizer.step
-        params = [p for p in self.model.parameters() if p.requires_grad]
-
-        timer = StepTimer(self.device)
+        self.setup()
+        for cb in self.callbacks:
+            cb.on_fit_start(self)
+        timer = self.timer
         progress = TrainProgress(t.steps, cfg.metrics.progress, t.name)
         reset_peak(self.device)
-        model.train()
-        history: list[dict[str, Any]] = []
-        act_bytes: int | None = None
-        last_loss = math.nan
+        self.wrapped.train()
         val_loss: float | None = None
         time_to_target: float | None = None
-        skipped_steps = 0
         val_time = 0.0
         timed_samples = 0
-        batch: Batch | None = first_batch
+        loss_sum = torch.full((), math.nan)
         t_start = time.perf_counter()
-        step = 0
         try:
-            while step < t.steps:
+            while self.step < t.steps:
                 timer.start_step()
-                if batch is None:
-                    _, batch = next(stream)
-                    batch = self._to_device(batch)
-                x, y = batch
-                batch = None
+                with record_function("stride.data"):
+                    x, y = self.next_batch()
                 timer.mark("data")
-                loss_sum = torch.zeros((), device=self.device)
-                for i in range(accum):
-                    xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
-                    measure = act_bytes is None and step == 0 and i == 0 and t.compile == "off"
-                    saved = SavedActivations() if measure else None
-                    if saved is not None:
-                        saved.__enter__()
-                    with self.precision.autocast():
-                        loss = self.loss_fn(model(xm), ym) / accum
-                    if saved is not None:
-                        saved.__exit__(None, None, None)
-                        act_bytes = saved.bytes
-                    timer.mark("forward")
-                    self.precision.backward(loss)
-                    loss_sum += loss.detach()
-                    timer.mark("backward")
-                if t.grad_clip is not None:
-                    self.precision.unscale(optimizer)
-                    torch.nn.utils.clip_grad_norm_(params, t.grad_clip, foreach=True)
-                if not self.precision.step(optimizer, opt_step):
-                    skipped_steps += 1
-                optimizer.zero_grad(set_to_none=True)
-                scheduler.step()
-                timer.mark("optimizer")
-                step += 1
+                loss_sum = self.train_step(x, y)
+                self.step += 1
+                step = self.step
                 record = step > cfg.metrics.skip_steps or t.steps <= cfg.metrics.skip_steps
                 parts = timer.end_step(record=record)
                 if record:
                     timed_samples += t.batch_size
                 progress.advance(step)
-
                 if step % cfg.metrics.log_every == 0 or step == t.steps:
-                    last_loss = float(loss_sum)
+                    loss = float(loss_sum)
                     rec = {
                         "step": step,
-                        "loss": last_loss,
-                        "lr": float(optimizer.param_groups[0]["lr"]),
+                        "loss": loss,
+                        "lr": float(self.optimizer.param_groups[0]["lr"]),
                         "step_time_s": parts["total"],
                         "breakdown_s": {k: v for k, v in parts.items() if k != "total"},
                         "samples_per_s": t.batch_size / parts["total"] if parts["total"] else None,
                         "time_s": time.perf_counter() - t_start,
                     }
-                    history.append(rec)
-                    if run is not None:
-                        run.log(rec)
-                    progress.log(step, last_loss, rec["samples_per_s"] or 0.0)
-
+                    self._log(run, rec)
+                    progress.log(step, loss, rec["samples_per_s"] or 0.0)
                 if self.val_data is not None and t.val_every and (step % t.val_every == 0 or step == t.steps):
                     v0 = time.perf_counter()
-                    val_loss = self.evaluate(model)
+                    val_loss = self.evaluate(self.wrapped)
                     val_time += time.perf_counter() - v0
                     now = time.perf_counter() - t_start
-                    vrec = {"step": step, "val_loss": val_loss, "time_s": now}
-                    history.append(vrec)
-                    if run is not None:
-                        run.log(vrec)
+                    self._log(run, {"step": step, "val_loss": val_loss, "time_s": now})
                     if t.target_val_loss is not None and time_to_target is None and val_loss <= t.target_val_loss:
                         time_to_target = now
-                        break
+                for cb in self.callbacks:
+                    cb.on_step_end(self)
+                if time_to_target is not None:
+                    break
         finally:
             progress.close()
         wall = time.perf_counter() - t_start
-        last_loss = float(loss_sum)  # the last step's loss (also when a target stopped the run early)
 
         breakdown = timer.mean()
         step_s = breakdown["total"]
         samples_per_s = timed_samples / timer.totals["total"] if timer.totals.get("total") else None
-        seq_len = x0.shape[1] if x0.dim() >= 3 else 1
-        achieved = flops_per_step / step_s if flops_per_step and step_s else None
+        achieved = self.flops_per_step / step_s if self.flops_per_step and step_s else None
         mem, mem_kind = peak_memory(self.device)
         summary: dict[str, Any] = {
             "name": t.name,
-            "steps": step,
-            "final_train_loss": last_loss,
+            "steps": self.step,
+            "final_train_loss": float(loss_sum),  # the last step's loss (also when a target stopped the run)
             "final_val_loss": val_loss,
             "samples_per_s": samples_per_s,
-            "timesteps_per_s": samples_per_s * seq_len if samples_per_s else None,
+            "timesteps_per_s": samples_per_s * self.seq_len if samples_per_s else None,
             "step_time_s": step_s,
             "step_time_breakdown_s": {k: v for k, v in breakdown.items() if k != "total"},
             "timed_steps": timer.steps,
-            "flops_per_step": flops_per_step,
+            "flops_per_step": self.flops_per_step,
             "achieved_flops_per_s": achieved,
-            "peak_flops_per_s": peak.flops_per_s,
-            "peak_flops_source": peak.source,
-            "mfu": achieved / peak.flops_per_s if achieved else None,
+            "peak_flops_per_s": self.peak.flops_per_s,
+            "peak_flops_source": self.peak.source,
+            "mfu": achieved / self.peak.flops_per_s if achieved else None,
             "peak_mem_bytes": mem,
             "peak_mem_kind": mem_kind,
-            "saved_activation_bytes": act_bytes,
-            "activation_checkpointed_blocks": n_ac,
+            "saved_activation_bytes": self.saved_activation_bytes,
+            "activation_checkpointed_blocks": self.n_ac,
             "time_to_target_s": time_to_target,
             "target_val_loss": t.target_val_loss,
             "wall_time_s": wall,
             "val_time_s": val_time,
-            "skipped_steps": skipped_steps,
+            "skipped_steps": self.skipped_steps,
             "loss_scale": self.precision.scaler.get_scale() if self.precision.scaler else None,
             "world_size": 1,
             "device": str(self.device),
@@ -264,7 +308,9 @@ class Trainer:
             "params_sha256": params_sha256(self.model),
             "config_hash": config_hash(cfg),
         }
+        for cb in self.callbacks:
+            cb.on_fit_end(self, summary)
         if run is not None:
             run.write_json("summary.json", summary)
             run.close()
-        return TrainResult(summary, run.path if run else None, history)
+        return TrainResult(summary, run.path if run else None, list(self.history))
