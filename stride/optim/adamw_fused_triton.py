@@ -1,0 +1,122 @@
+"""AdamW whose step is one Triton launch per parameter group (on CUDA), with an exact torch path.
+
+Why: `torch.optim.AdamW(foreach=True)` launches several kernels per tensor list and `fused=True` one
+per dtype/device bucket but a fixed grid per tensor; this applies the update to all tensors of a group
+in one launch with fp32 moments even for bf16 parameters. Without a GPU (or for CPU tensors) the step
+goes through torch's own functional AdamW (fp32 parameters: bitwise the same as torch.optim.AdamW)
+or an fp32 torch update (bf16/fp16 parameters), so state dicts move freely between the two paths.
+DTensor parameters (FSDP2, TP) work: AdamW is elementwise, so each rank updates its local shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.optim.adam import adam as torch_adam
+
+from stride.kernels.runtime import notice_once, triton_runs_on
+from stride.optim.dtensor import is_dtensor
+from stride.optim.state import KeepStateDtypes
+
+IMPLS = ("auto", "triton", "torch")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if is_dtensor(t) else t
+
+
+class FusedAdamW(KeepStateDtypes, torch.optim.Optimizer):
+    """AdamW (decoupled weight decay, Adam bias correction), fp32 moments, one launch per group.
+
+    impl: "auto" (Triton where the tensors allow, else torch), "triton" (Triton; torch with a notice
+    where it cannot run), "torch" (always the torch path).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float | torch.Tensor = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        impl: str = "auto",
+    ) -> None:
+        if impl not in IMPLS:
+            raise ValueError(f"FusedAdamW: impl={impl!r} is not one of {', '.join(IMPLS)}")
+        if float(lr) < 0.0:
+            raise ValueError(f"FusedAdamW: lr must be >= 0, got {lr}")
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"FusedAdamW: betas must lie in [0, 1), got {betas}")
+        self.impl = impl
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+
+    def _init_state(self, p: torch.Tensor) -> dict[str, Any]:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0)
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
+        return state
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            buckets: dict[tuple, list[torch.Tensor]] = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("FusedAdamW does not support sparse gradients")
+                state = self._init_state(p)
+                key = (p.device, p.dtype, p.grad.dtype, int(state["step"].item()) + 1)
+                buckets.setdefault(key, []).append(p)
+            for (_, _, _, step), ps in buckets.items():
+                self._update(group, ps, step)
+        return loss
+
+    def _update(self, group: dict[str, Any], ps: list[torch.Tensor], step: int) -> None:
+        beta1, beta2 = group["betas"]
+        lr, wd, eps = float(group["lr"]), group["weight_decay"], group["eps"]
+        p_l = [_local(p) for p in ps]
+        g_l = [_local(p.grad) for p in ps]
+        m_l = [_local(self.state[p]["exp_avg"]) for p in ps]
+        v_l = [_local(self.state[p]["exp_avg_sq"]) for p in ps]
+        steps = [self.state[p]["step"] for p in ps]
+        use_triton = self.impl != "torch" and triton_runs_on(*p_l[:1])
+        if self.impl == "triton" and not use_triton:
+            notice_once("fused-adamw-torch", "FusedAdamW: Triton cannot run on these tensors; using torch")
+        if use_triton and all(t.is_contiguous() for t in p_l + g_l + m_l + v_l):
+            for s in steps:
+                s += 1
+            from stride.optim.triton_adamw_kernel import adamw_multi_tensor
+
+            adamw_multi_tensor(
+                p_l, g_l, m_l, v_l, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=wd, step=step
+            )
+        elif ps[0].dtype == torch.float32 and g_l[0].dtype == torch.float32:
+            torch_adam(  # increments the step tensors itself
+                p_l, g_l, m_l, v_l, [], steps, foreach=None, decoupled_weight_decay=True, amsgrad=False,
+                beta1=beta1, beta2=beta2, lr=lr, weight_decay=wd, eps=eps, maximize=False,
+            )
+        else:
+            for s in steps:
+                s += 1
+            _fp32_update(p_l, g_l, m_l, v_l, lr, beta1, beta2, eps, wd, step)
+
+
+def _fp32_update(p_l, g_l, m_l, v_l, lr, beta1, beta2, eps, wd, step) -> None:
+    """AdamW in fp32 for low-precision parameters, the same formula as the kernel."""
+    bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step
+    for p, g, m, v in zip(p_l, g_l, m_l, v_l, strict=True):
+        pf, gf = p.float(), g.float()
+        pf.mul_(1.0 - lr * wd)
+        m.lerp_(gf, 1.0 - beta1)
+        v.mul_(beta2).addcmul_(gf, gf, value=1.0 - beta2)
+        pf.addcdiv_(m, v.sqrt().div_(bc2**0.5).add_(eps), value=-lr / bc1)
+        p.copy_(pf)

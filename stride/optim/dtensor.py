@@ -1,0 +1,25 @@
+"""DTensor (FSDP2 / tensor-parallel) parameters: detect them and refuse them with a clear message."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+
+def is_dtensor(t: torch.Tensor) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch built without distributed
+        return False
+    return isinstance(t, DTensor)
+
+
+def reject_dtensor(params: Iterable[torch.Tensor], optimizer: str, why: str) -> None:
+    """Raise before any state exists, so a sharded run fails at construction, not mid-training."""
+    for i, p in enumerate(params):
+        if is_dtensor(p):
+            raise TypeError(
+                f"{optimizer}: parameter {i} (shape {tuple(p.shape)}) is a DTensor (FSDP2/TP), which is not "
+                f"supported: {why}. Use optim.name = 'adamw' (torch) or 'fused_adamw' for sharded parameters."
+            )

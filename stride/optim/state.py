@@ -1,0 +1,43 @@
+"""Optimizer-state helpers shared by stride's optimizers: byte accounting and dtype-keeping loads.
+
+`torch.optim.Optimizer.load_state_dict` casts every floating-point state tensor to its parameter's
+dtype. That would turn 8-bit moments into fp32 and fp32 moments of bf16 parameters into bf16 (lossy),
+so stride's optimizers restore the saved dtypes after loading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes held in optimizer state tensors (every tensor, step counters included)."""
+    total = 0
+    for state in optimizer.state.values():
+        for v in state.values():
+            if torch.is_tensor(v):
+                local = v.to_local() if hasattr(v, "to_local") else v
+                total += local.numel() * local.element_size()
+    return total
+
+
+def optimizer_param_count(optimizer: torch.optim.Optimizer) -> int:
+    return sum(p.numel() for g in optimizer.param_groups for p in g["params"])
+
+
+class KeepStateDtypes:
+    """Mixin for torch.optim.Optimizer subclasses whose state dtypes differ from the parameters'."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)  # type: ignore[misc]
+        params = [p for g in self.param_groups for p in g["params"]]  # type: ignore[attr-defined]
+        ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        for pid, p in zip(ids, params, strict=True):
+            saved = state_dict["state"].get(pid)
+            if not saved:
+                continue
+            for key, value in saved.items():
+                if torch.is_tensor(value) and key != "step":
+                    self.state[p][key] = value.to(device=p.device, copy=True)  # type: ignore[attr-defined]

@@ -1,0 +1,79 @@
+"""One Triton launch that applies the AdamW update to many tensors (multi-tensor apply).
+
+A small int64 table holds each tensor's addresses (param, grad, exp_avg, exp_avg_sq) and size; a
+second table maps every program to (tensor, block start). Each program loads its tensor's pointers,
+updates one block in fp32 and stores it back, so a whole parameter group costs one kernel launch
+instead of one (or several, for foreach) per tensor. Imported lazily, at the first Triton step.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 2048
+
+
+@triton.jit
+def _adamw_multi_kernel(
+    ADDR, WORK, decay, beta1, beta2, step_size, bc2_sqrt, eps,
+    P_TY: tl.constexpr, G_TY: tl.constexpr, BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    ti = tl.load(WORK + 2 * pid)
+    start = tl.load(WORK + 2 * pid + 1)
+    p_ptr = tl.load(ADDR + 5 * ti).to(tl.pointer_type(P_TY))
+    g_ptr = tl.load(ADDR + 5 * ti + 1).to(tl.pointer_type(G_TY))
+    m_ptr = tl.load(ADDR + 5 * ti + 2).to(tl.pointer_type(tl.float32))
+    v_ptr = tl.load(ADDR + 5 * ti + 3).to(tl.pointer_type(tl.float32))
+    n = tl.load(ADDR + 5 * ti + 4)
+    offs = start + tl.arange(0, BLOCK)
+    mask = offs < n
+    p = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    m = tl.load(m_ptr + offs, mask=mask, other=0.0)
+    v = tl.load(v_ptr + offs, mask=mask, other=0.0)
+    p = p * decay
+    m = m + (1.0 - beta1) * (g - m)  # torch's lerp for weights < 0.5
+    v = v * beta2 + (1.0 - beta2) * g * g
+    denom = tl.sqrt(v) / bc2_sqrt + eps
+    p = p - step_size * (m / denom)
+    tl.store(m_ptr + offs, m, mask=mask)
+    tl.store(v_ptr + offs, v, mask=mask)
+    tl.store(p_ptr + offs, p.to(P_TY), mask=mask)
+
+
+_TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+def adamw_multi_tensor(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    exp_avgs: list[torch.Tensor],
+    exp_avg_sqs: list[torch.Tensor],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    step: int,
+) -> None:
+    """In-place AdamW on same-dtype, same-device, contiguous tensors; moments are fp32."""
+    if not params:
+        return
+    device = params[0].device
+    addr, work = [], []
+    for i, (p, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)):
+        n = p.numel()
+        addr.append([p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), n])
+        work.extend((i, s) for s in range(0, n, BLOCK))
+    addr_t = torch.tensor(addr, dtype=torch.int64).to(device, non_blocking=True)
+    work_t = torch.tensor(work, dtype=torch.int64).to(device, non_blocking=True)
+    bc1 = 1.0 - beta1**step
+    bc2 = 1.0 - beta2**step
+    _adamw_multi_kernel[(len(work),)](
+        addr_t, work_t, 1.0 - lr * weight_decay, beta1, beta2, lr / bc1, bc2**0.5, eps,
+        P_TY=_TL[params[0].dtype], G_TY=_TL[grads[0].dtype], BLOCK=BLOCK, num_warps=8,
+    )
