@@ -23,6 +23,9 @@ def run(args: argparse.Namespace) -> int:
     if args.no_progress:
         cfg.metrics.progress = False
     result = Trainer(config=cfg, out=args.out).fit()
-    print_summary(result.summary)
+    from rich.console import Console
+
+    term = Console()
+    print_summary(result.summary, term if term.is_terminal else Console(width=120))
     print(f"run directory: {result.run_dir}")
     return 0

@@ -1,0 +1,1 @@
+"""The benchmark suite: standard workloads, results.json, tables."""

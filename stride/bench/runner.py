@@ -1,0 +1,68 @@
+"""Run one workload through the real trainer and turn its measurements into a results entry.
+
+The suite runs workloads through `stride.Trainer` exactly as `stride train` does; the only addition
+is a callback reading each step's wall time, so the suite measures what users run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from stride.bench.stats import spread
+from stride.bench.workloads import Workload
+from stride.config import config_to_dict, load_config
+from stride.train.trainer import Callback, Trainer
+
+REPEATS = 3  # throughput windows per workload (after warm-up)
+
+
+class StepTimes(Callback):
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        self.times.append(trainer.timer.last["total"])
+
+
+def throughput_windows(step_times: list[float], skip: int, batch: int, repeats: int = REPEATS) -> list[float]:
+    """Samples/s over `repeats` equal windows of the steps after the first `skip` (warm-up)."""
+    times = step_times[skip:]
+    n = len(times) // repeats
+    if n == 0:
+        return [batch * len(times) / sum(times)] if times else []
+    return [batch * n / sum(times[i * n : (i + 1) * n]) for i in range(repeats)]
+
+
+def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | None = None) -> dict[str, Any]:
+    cfg = load_config(overrides=[*w.overrides, f"train.device={device}", f"train.name={w.name}", *(extra or [])])
+    timer = StepTimes()
+    result = Trainer(config=cfg, out=(out / w.name) if out else None, callbacks=[timer],
+                     write_run_dir=out is not None).fit()
+    s = result.summary
+    windows = throughput_windows(timer.times, cfg.metrics.skip_steps, cfg.train.batch_size)
+    tput = {"unit": w.throughput_unit, **spread(windows)}
+    return {
+        "name": w.name,
+        "version": w.version,
+        "description": w.description,
+        "config": config_to_dict(cfg),
+        "throughput": tput,
+        "throughput_method": f"{tput['n']} equal windows of steps after {cfg.metrics.skip_steps} warm-up steps, "
+        "wall clock per step (perf_counter; CUDA: events)",
+        "timesteps_per_s": s["timesteps_per_s"],
+        "mfu": s["mfu"],
+        "mfu_peak_source": s["peak_flops_source"],
+        "flops_per_step": s["flops_per_step"],
+        "peak_mem_bytes": s["peak_mem_bytes"],
+        "peak_mem_kind": s["peak_mem_kind"],
+        "step_time_breakdown_s": s["step_time_breakdown_s"],
+        "time_to_target_s": s["time_to_target_s"],
+        "target_val_loss": s["target_val_loss"],
+        "final_val_loss": s["final_val_loss"],
+        "final_train_loss": s["final_train_loss"],
+        "steps": s["steps"],
+        "params": s["params"],
+        "params_sha256": s["params_sha256"],
+        "run_dir": str(result.run_dir) if result.run_dir else None,
+    }

@@ -1,0 +1,32 @@
+"""The suite's closing table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+
+def results_table(results: dict[str, Any]) -> Table:
+    table = Table(title=f"stride bench: {results['suite']} suite")
+    for col in ("workload", "throughput (median)", "cv", "MFU", "peak mem", "fwd/bwd/opt/data/other",
+                "val loss", "to target"):
+        table.add_column(col, justify="left" if col == "workload" else "right", no_wrap=True)
+    for w in results["workloads"]:
+        t = w["throughput"]
+        b = w["step_time_breakdown_s"]
+        total = sum(b.values()) or 1.0
+        parts = "/".join(f"{100 * b.get(k, 0.0) / total:.0f}%" for k in ("forward", "backward", "optimizer",
+                                                                           "data", "other"))
+        ttt = w["time_to_target_s"]
+        table.add_row(
+            w["name"],
+            f"{t['median']:,.0f} {t['unit']}" if t["median"] else "-",
+            f"{100 * t['cv']:.1f}%" if t["cv"] is not None else "-",
+            f"{100 * w['mfu']:.1f}%" if w["mfu"] is not None else "-",
+            f"{w['peak_mem_bytes'] / 2**20:,.0f} MiB",
+            parts,
+            f"{w['final_val_loss']:.4f}" if w.get("final_val_loss") is not None else "-",
+            f"{ttt:.1f} s" if ttt is not None else ("missed" if w.get("target_val_loss") else "-"),
+        )
+    return table

@@ -1,0 +1,60 @@
+"""Standard workloads: fixed, versioned definitions so two machines or versions compare like for like.
+
+A workload is a set of config overrides on top of the defaults. Changing any value of a workload
+means bumping its version: results of different versions are not comparable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    version: int
+    description: str
+    overrides: tuple[str, ...]
+    throughput_unit: str = "samples/s"
+    tags: tuple[str, ...] = field(default=())
+
+
+_COMMON = ("data.n_assets=8", "data.n_steps=8192", "data.horizons=[1, 5, 20]", "metrics.progress=false",
+           "train.val_batches=8", "metrics.log_every=10")
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload(
+            "ts_transformer_tiny", 1, "time-series transformer, tiny (d=64, L=2), seq 64, batch 64, fp32",
+            (*_COMMON, "model.name=ts_transformer", "model.size=tiny", "data.seq_len=64",
+             "train.batch_size=64", "train.steps=60", "train.val_every=60", "train.target_val_loss=1.5"),
+        ),
+        Workload(
+            "ts_transformer_small", 1, "time-series transformer, small (d=128, L=4), seq 128, batch 64, bf16",
+            (*_COMMON, "model.name=ts_transformer", "model.size=small", "data.seq_len=128",
+             "train.batch_size=64", "train.steps=100", "train.val_every=50", "train.precision=bf16"),
+        ),
+        Workload(
+            "ts_transformer_base", 1, "time-series transformer, base (d=256, L=6), seq 256, batch 128, bf16",
+            (*_COMMON, "model.name=ts_transformer", "model.size=base", "data.seq_len=256",
+             "train.batch_size=128", "train.steps=200", "train.val_every=100", "train.precision=bf16"),
+        ),
+        Workload(
+            "mlp_tiny", 1, "MLP over tabular features (window of 8 steps), width 128, batch 256, fp32",
+            (*_COMMON, "model.name=mlp", "model.size=tiny", "data.seq_len=8",
+             "train.batch_size=256", "train.steps=80", "train.val_every=80"),
+        ),
+        Workload(
+            "mlp_base", 1, "MLP over tabular features (window of 16 steps), width 512, batch 1024, bf16",
+            (*_COMMON, "model.name=mlp", "model.size=base", "data.seq_len=16",
+             "train.batch_size=1024", "train.steps=200", "train.val_every=100", "train.precision=bf16"),
+        ),
+    ]
+}
+
+SUITES: dict[str, tuple[str, ...]] = {
+    "quick": ("ts_transformer_tiny", "mlp_tiny"),
+    "standard": ("ts_transformer_tiny", "ts_transformer_small", "mlp_tiny", "mlp_base"),
+    "full": tuple(WORKLOADS),
+}

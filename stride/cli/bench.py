@@ -1,0 +1,55 @@
+"""`stride bench [--suite quick|standard|full] [--workloads ...] [--device ...] [--out DIR] [--json]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", default="quick", help="quick (default, ~1-2 min on 2 CPU cores), standard, full")
+    p.add_argument("--workloads", nargs="+", default=None, help="run these workloads instead of a suite's")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--out", default=None, help="results directory (default runs/bench-<stamp>)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value in every workload (changes what is measured)")
+    p.add_argument("--json", action="store_true", help="print results.json's content as the last line")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from stride.bench.results import make_results
+    from stride.bench.runner import run_workload
+    from stride.bench.table import results_table
+    from stride.bench.workloads import SUITES, WORKLOADS
+    from stride.config.errors import ConfigError, suggest
+    from stride.metrics.env import fingerprint
+    from stride.metrics.run_dir import RunDir
+
+    if args.suite not in SUITES:
+        raise ConfigError(f"--suite {args.suite!r} is not a suite{suggest(args.suite, list(SUITES))}; "
+                          f"suites are {', '.join(SUITES)}")
+    names = args.workloads or list(SUITES[args.suite])
+    for n in names:
+        if n not in WORKLOADS:
+            raise ConfigError(f"--workloads: {n!r} is not a workload{suggest(n, list(WORKLOADS))}; "
+                              f"workloads are {', '.join(WORKLOADS)}")
+    out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = RunDir(out)
+    console = Console(stderr=True)
+    entries = []
+    for n in names:
+        console.print(f"[bold]bench[/] {n} ...")
+        entries.append(run_workload(WORKLOADS[n], args.device, out, args.overrides))
+    results = make_results(args.workloads and "custom" or args.suite, fingerprint(), entries)
+    run_dir.write_json("results.json", results)
+    term = Console()
+    (term if term.is_terminal else Console(width=160)).print(results_table(results))
+    print(f"results: {out / 'results.json'}")
+    if args.json:
+        print(json.dumps(results, default=str))
+    return 0

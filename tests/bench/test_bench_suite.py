@@ -1,0 +1,59 @@
+"""The benchmark suite's arithmetic and schema, and one real quick workload through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stride.bench.results import ResultsError, load_results, make_results, validate_results
+from stride.bench.runner import throughput_windows
+from stride.bench.stats import spread
+from stride.bench.workloads import SUITES, WORKLOADS
+from stride.cli.main import main
+from stride.config import load_config
+
+
+def test_spread_by_hand() -> None:
+    s = spread([1.0, 2.0, 3.0, 6.0])
+    assert s["median"] == 2.5 and s["min"] == 1.0 and s["max"] == 6.0 and s["n"] == 4
+    # population std of [1, 2, 3, 6] is sqrt(3.5) around mean 3
+    assert s["cv"] == pytest.approx(3.5**0.5 / 3.0)
+    assert spread([])["median"] is None
+
+
+def test_throughput_windows_skip_warmup() -> None:
+    # 2 warm-up steps of 1 s, then 6 steps: windows of 2 steps taking 0.5, 1.0, 2.0 s with batch 10
+    times = [1.0, 1.0, 0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
+    assert throughput_windows(times, skip=2, batch=10) == [40.0, 20.0, 10.0]
+
+
+def test_every_workload_config_is_valid() -> None:
+    for w in WORKLOADS.values():
+        load_config(overrides=list(w.overrides))
+    for names in SUITES.values():
+        assert set(names) <= set(WORKLOADS)
+
+
+def test_results_schema_errors(tmp_path) -> None:
+    with pytest.raises(ResultsError, match="not a stride results file"):
+        validate_results({"workloads": []})
+    bad = make_results("quick", {}, [])
+    bad["workloads"] = [{"name": "x", "throughput": {"unit": "samples/s"}}]
+    with pytest.raises(ResultsError, match=r"workloads\[0\] \(x\) is missing 'mfu'"):
+        validate_results(bad)
+    (tmp_path / "r.json").write_text("{truncated")
+    with pytest.raises(ResultsError, match="not valid JSON"):
+        load_results(tmp_path / "r.json")
+
+
+@pytest.mark.slow
+def test_bench_cli_writes_valid_results(tmp_path, capsys) -> None:
+    rc = main(["bench", "--workloads", "mlp_tiny", "--out", str(tmp_path), "--set", "train.steps=12",
+               "--set", "train.val_every=12", "--json"])
+    assert rc == 0
+    res = load_results(tmp_path / "results.json")
+    (w,) = res["workloads"]
+    assert w["name"] == "mlp_tiny" and w["throughput"]["median"] > 0 and w["steps"] == 12
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["suite"] == "custom"
+    assert (tmp_path / "mlp_tiny" / "summary.json").is_file()
