@@ -12,12 +12,13 @@ import triton
 import triton.language as tl
 
 from stride.kernels.runtime import next_pow2
+from stride.kernels.triton_cast import cast_to, emulate_bf16
 
 
 @triton.jit
 def _ce_rows_kernel(
     LOGITS, TARGET, LOSS, N_VALID, n_cols, ignore_index,
-    WRITE_GRAD: tl.constexpr, BLOCK_V: tl.constexpr,
+    WRITE_GRAD: tl.constexpr, BLOCK_V: tl.constexpr, EMU: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     base = LOGITS + row * n_cols
@@ -43,7 +44,7 @@ def _ce_rows_kernel(
             cmask = cols < n_cols
             z = tl.load(base + cols, mask=cmask, other=0.0).to(tl.float32)
             g = tl.exp(z - lse) - tl.where(cols == tgt, 1.0, 0.0)
-            tl.store(base + cols, (g * scale).to(LOGITS.dtype.element_ty), mask=cmask)
+            tl.store(base + cols, cast_to(g * scale, LOGITS.dtype.element_ty, EMU), mask=cmask)
 
 
 def chunk_cross_entropy(
@@ -56,6 +57,6 @@ def chunk_cross_entropy(
     if n:
         _ce_rows_kernel[(n,)](
             logits, target, loss, n_valid, v, ignore_index,
-            WRITE_GRAD=write_grad, BLOCK_V=block_v, num_warps=8 if block_v >= 4096 else 4,
+            WRITE_GRAD=write_grad, BLOCK_V=block_v, EMU=emulate_bf16(logits), num_warps=8 if block_v >= 4096 else 4,
         )
     return loss

@@ -13,12 +13,14 @@ import triton
 import triton.language as tl
 
 from stride.kernels.runtime import as_rows, check_float, reduction_programs, row_tile
+from stride.kernels.triton_cast import cast_to, emulate_bf16
 
 
 @triton.jit
 def _norm_fwd(
     X, W, B, Y, MEAN, RSTD, n_rows, n_cols, eps,
     IS_RMS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    EMU: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -39,7 +41,7 @@ def _norm_fwd(
     y = xc * rstd[:, None] * w[None, :]
     if HAS_BIAS:
         y += tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
-    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + offs, cast_to(y, Y.dtype.element_ty, EMU), mask=mask)
     tl.store(RSTD + rows, rstd, mask=rmask)
 
 
@@ -47,6 +49,7 @@ def _norm_fwd(
 def _norm_bwd(
     X, W, DY, DX, MEAN, RSTD, DW_PART, DB_PART, n_rows, n_cols, n_tiles,
     IS_RMS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    EMU: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -75,7 +78,7 @@ def _norm_bwd(
         else:
             c2 = tl.sum(wdy, axis=1) / n_cols
             dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
-        tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=mask)
+        tl.store(DX + offs, cast_to(dx, DX.dtype.element_ty, EMU), mask=mask)
         dw += tl.sum(dy * xhat, axis=0)
         if HAS_BIAS:
             db += tl.sum(dy, axis=0)
@@ -100,7 +103,8 @@ def _forward(x, weight, bias, eps, is_rms):
     if n:
         _norm_fwd[(triton.cdiv(n, bm),)](
             x2, w, b, y, mean, rstd, n, d, float(eps),
-            IS_RMS=is_rms, HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
+            IS_RMS=is_rms, HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, EMU=emulate_bf16(y),
+            num_warps=warps,
         )
     return x2, w, y.view(x.shape), mean, rstd
 
@@ -117,7 +121,7 @@ def _backward(dy, x2, w, mean, rstd, has_bias, is_rms):
     if n:
         _norm_bwd[(n_prog,)](
             x2, w, dy2, dx, mean, rstd, dw_part, db_part, n, d, n_tiles,
-            IS_RMS=is_rms, HAS_BIAS=has_bias, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
+            IS_RMS=is_rms, HAS_BIAS=has_bias, BLOCK_M=bm, BLOCK_N=bn, EMU=emulate_bf16(dx), num_warps=warps,
         )
     db = db_part.sum(0) if has_bias else None
     return dx, dw_part.sum(0), db

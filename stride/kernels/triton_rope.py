@@ -13,11 +13,12 @@ import triton.language as tl
 
 from stride.kernels.reference import check_rope
 from stride.kernels.runtime import check_float, next_pow2
+from stride.kernels.triton_cast import cast_to, emulate_bf16
 
 
 @triton.jit
 def _rope_kernel(
-    X, COS, SIN, Y, n_rows, seq_len, half, sign, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr
+    X, COS, SIN, Y, n_rows, seq_len, half, sign, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, EMU: tl.constexpr
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -32,8 +33,8 @@ def _rope_kernel(
     even = rows.to(tl.int64)[:, None] * (2 * half) + 2 * cols[None, :]
     x1 = tl.load(X + even, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(X + even + 1, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Y + even, (x1 * c - x2 * s).to(Y.dtype.element_ty), mask=mask)
-    tl.store(Y + even + 1, (x1 * s + x2 * c).to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + even, cast_to(x1 * c - x2 * s, Y.dtype.element_ty, EMU), mask=mask)
+    tl.store(Y + even + 1, cast_to(x1 * s + x2 * c, Y.dtype.element_ty, EMU), mask=mask)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
@@ -46,7 +47,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) 
     block_m = max(1, min(64, 4096 // block_h))
     if n_rows:
         _rope_kernel[(triton.cdiv(n_rows, block_m),)](
-            xc, cos, sin, y, n_rows, t, half, sign, BLOCK_M=block_m, BLOCK_H=block_h, num_warps=4
+            xc, cos, sin, y, n_rows, t, half, sign, BLOCK_M=block_m, BLOCK_H=block_h, EMU=emulate_bf16(y), num_warps=4
         )
     return y
 

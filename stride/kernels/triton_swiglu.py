@@ -12,22 +12,23 @@ import triton
 import triton.language as tl
 
 from stride.kernels.runtime import check_float
+from stride.kernels.triton_cast import cast_to, emulate_bf16
 
 BLOCK = 1024
 
 
 @triton.jit
-def _swiglu_fwd(A, B, OUT, n, BLOCK: tl.constexpr):
+def _swiglu_fwd(A, B, OUT, n, BLOCK: tl.constexpr, EMU: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     a = tl.load(A + offs, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
     sig = 1.0 / (1.0 + tl.exp(-a))
-    tl.store(OUT + offs, (a * sig * b).to(OUT.dtype.element_ty), mask=mask)
+    tl.store(OUT + offs, cast_to(a * sig * b, OUT.dtype.element_ty, EMU), mask=mask)
 
 
 @triton.jit
-def _swiglu_bwd(A, B, DOUT, DA, DB, n, BLOCK: tl.constexpr):
+def _swiglu_bwd(A, B, DOUT, DA, DB, n, BLOCK: tl.constexpr, EMU: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     a = tl.load(A + offs, mask=mask, other=0.0).to(tl.float32)
@@ -36,8 +37,8 @@ def _swiglu_bwd(A, B, DOUT, DA, DB, n, BLOCK: tl.constexpr):
     sig = 1.0 / (1.0 + tl.exp(-a))
     silu = a * sig
     da = g * b * sig * (1.0 + a * (1.0 - sig))
-    tl.store(DA + offs, da.to(DA.dtype.element_ty), mask=mask)
-    tl.store(DB + offs, (g * silu).to(DB.dtype.element_ty), mask=mask)
+    tl.store(DA + offs, cast_to(da, DA.dtype.element_ty, EMU), mask=mask)
+    tl.store(DB + offs, cast_to(g * silu, DB.dtype.element_ty, EMU), mask=mask)
 
 
 class SwiGLUFunction(torch.autograd.Function):
@@ -53,7 +54,7 @@ class SwiGLUFunction(torch.autograd.Function):
         out = torch.empty_like(a)
         n = a.numel()
         if n:
-            _swiglu_fwd[(triton.cdiv(n, BLOCK),)](a, b, out, n, BLOCK=BLOCK, num_warps=4)
+            _swiglu_fwd[(triton.cdiv(n, BLOCK),)](a, b, out, n, BLOCK=BLOCK, EMU=emulate_bf16(out), num_warps=4)
         ctx.save_for_backward(a, b)
         return out
 
@@ -64,7 +65,9 @@ class SwiGLUFunction(torch.autograd.Function):
         da, db = torch.empty_like(a), torch.empty_like(b)
         n = a.numel()
         if n:
-            _swiglu_bwd[(triton.cdiv(n, BLOCK),)](a, b, g, da, db, n, BLOCK=BLOCK, num_warps=4)
+            _swiglu_bwd[(triton.cdiv(n, BLOCK),)](
+                a, b, g, da, db, n, BLOCK=BLOCK, EMU=emulate_bf16(da), num_warps=4
+            )
         return da, db
 
 

@@ -63,8 +63,10 @@ def run_regression(
     base = [float(g["lr"]) for g in opt.param_groups]
     warmup = max(1, steps // 20)
     for step in range(steps):
-        cosine = 0.5 * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup)))
-        frac = (step + 1) / warmup if step < warmup else cosine
+        if step < warmup:
+            frac = (step + 1) / warmup
+        else:
+            frac = 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
         for g, lr in zip(opt.param_groups, base, strict=True):
             g["lr"] = lr * max(frac, 0.02)
         xb, yb = x_train[step * batch : (step + 1) * batch], y_train[step * batch : (step + 1) * batch]

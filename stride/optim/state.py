@@ -2,7 +2,7 @@
 
 `torch.optim.Optimizer.load_state_dict` casts every floating-point state tensor to its parameter's
 dtype. That would turn 8-bit moments into fp32 and fp32 moments of bf16 parameters into bf16 (lossy),
-so stride's optimizers restore the saved dtypes after loading.
+so stride's optimizers restore the saved dtypes after loading (and copy, never alias, the saved tensors).
 """
 
 from __future__ import annotations
@@ -39,5 +39,8 @@ class KeepStateDtypes:
             if not saved:
                 continue
             for key, value in saved.items():
-                if torch.is_tensor(value) and key != "step":
-                    self.state[p][key] = value.to(device=p.device, copy=True)  # type: ignore[attr-defined]
+                if not torch.is_tensor(value):
+                    continue
+                # copies: torch's loader would share the saved `step` tensor with the state dict
+                device = value.device if key == "step" else p.device
+                self.state[p][key] = value.to(device=device, copy=True)  # type: ignore[attr-defined]

@@ -12,13 +12,15 @@ import torch
 import triton
 import triton.language as tl
 
+from stride.kernels.triton_cast import cast_to, emulate_bf16
+
 BLOCK = 2048
 
 
 @triton.jit
 def _adamw_multi_kernel(
     ADDR, WORK, decay, beta1, beta2, step_size, bc2_sqrt, eps,
-    P_TY: tl.constexpr, G_TY: tl.constexpr, BLOCK: tl.constexpr,
+    P_TY: tl.constexpr, G_TY: tl.constexpr, BLOCK: tl.constexpr, EMU: tl.constexpr,
 ):
     pid = tl.program_id(0)
     ti = tl.load(WORK + 2 * pid)
@@ -41,7 +43,7 @@ def _adamw_multi_kernel(
     p = p - step_size * (m / denom)
     tl.store(m_ptr + offs, m, mask=mask)
     tl.store(v_ptr + offs, v, mask=mask)
-    tl.store(p_ptr + offs, p.to(P_TY), mask=mask)
+    tl.store(p_ptr + offs, cast_to(p, P_TY, EMU), mask=mask)
 
 
 _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -75,5 +77,5 @@ def adamw_multi_tensor(
     bc2 = 1.0 - beta2**step
     _adamw_multi_kernel[(len(work),)](
         addr_t, work_t, 1.0 - lr * weight_decay, beta1, beta2, lr / bc1, bc2**0.5, eps,
-        P_TY=_TL[params[0].dtype], G_TY=_TL[grads[0].dtype], BLOCK=BLOCK, num_warps=8,
+        P_TY=_TL[params[0].dtype], G_TY=_TL[grads[0].dtype], BLOCK=BLOCK, EMU=emulate_bf16(params[0]), num_warps=8,
     )
