@@ -1,0 +1,27 @@
+"""`stride report DIR [--prices FILE]`: report.html and summary.md from a bench results directory."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", help="a directory holding results.json (from stride bench)")
+    p.add_argument("--prices", default="configs/prices.toml", help="USD per device-hour table (TOML [prices])")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from stride.bench.results import ResultsError
+    from stride.report.recommend import load_prices
+    from stride.report.render import render_report
+
+    try:
+        html, md = render_report(args.dir, load_prices(args.prices))
+    except (ResultsError, FileNotFoundError, ValueError) as exc:
+        print(f"stride report: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {html} and {md}")
+    return 0

@@ -1,0 +1,86 @@
+"""Turn benchmark figures into advice: each workload's bottleneck, the fastest variant, and cost.
+
+Thresholds are shares of the step's wall time from the trainer's own breakdown: rules of thumb that
+say where to look first, stated in every recommendation so a reader can judge them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+DATA_BOUND = 0.10  # data wait above 10 % of the step: the loader is on the critical path
+OPTIMIZER_BOUND = 0.25
+HOST_BOUND = 0.15  # unattributed time ("other"): Python, logging, launch overhead
+
+
+def load_prices(path: str | Path) -> dict[str, float]:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"price table not found: {p}")
+    try:
+        prices = tomllib.loads(p.read_text()).get("prices")
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{p}: not valid TOML: {exc}") from exc
+    if not isinstance(prices, dict) or not all(isinstance(v, int | float) for v in prices.values()):
+        raise ValueError(f"{p}: expected a [prices] table of numbers (USD per device-hour)")
+    return {k: float(v) for k, v in prices.items()}
+
+
+def price_for(env: dict[str, Any], prices: dict[str, float]) -> tuple[float | None, str]:
+    for gpu in env.get("gpus") or []:
+        for key, v in prices.items():
+            if key != "cpu" and key in gpu:
+                return v * len(env["gpus"]), key
+    if not env.get("gpus") and "cpu" in prices:
+        return prices["cpu"], "cpu"
+    return None, "no price"
+
+
+def bottleneck(w: dict[str, Any]) -> tuple[str, str]:
+    b = w["step_time_breakdown_s"]
+    total = sum(b.values()) or 1.0
+    share = {k: v / total for k, v in b.items()}
+    if share.get("data", 0) > DATA_BOUND:
+        return "data", (f"data wait is {100 * share['data']:.0f}% of the step (> {100 * DATA_BOUND:.0f}%): "
+                        "prefetch in the background, gather whole batches, use pinned memory")
+    if share.get("optimizer", 0) > OPTIMIZER_BOUND:
+        return "optimizer", (f"the optimizer is {100 * share['optimizer']:.0f}% of the step: use fused AdamW, "
+                             "compile the optimizer step, or a larger batch per step")
+    if share.get("other", 0) > HOST_BOUND:
+        return "host", (f"{100 * share['other']:.0f}% of the step is host overhead outside forward/backward: "
+                        "enable torch.compile, log less often, raise the batch size")
+    if share.get("communication", 0) > 0.15:
+        return "communication", ("exposed communication: larger DDP buckets, overlap, "
+                                 "or FSDP reshard_after_forward=false")
+    mfu = w.get("mfu")
+    if mfu is not None and mfu < 0.2:
+        return "compute (low MFU)", (f"compute-bound at {100 * mfu:.0f}% MFU: small matmuls; try bf16, "
+                                     "torch.compile, fused kernels, or a larger batch/model width")
+    return "compute", "compute-bound: already spending the step in forward and backward"
+
+
+def recommend(results: dict[str, Any], prices: dict[str, float]) -> list[dict[str, Any]]:
+    price, price_key = price_for(results.get("environment", {}), prices)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for w in results["workloads"]:
+        groups.setdefault(w["name"].split("+")[0], []).append(w)
+    out = []
+    for base, ws in groups.items():
+        best = max(ws, key=lambda w: w["throughput"]["median"] or 0.0)
+        kind, advice = bottleneck(best)
+        tput = best["throughput"]["median"] or 0.0
+        ttt = best.get("time_to_target_s")
+        out.append({
+            "workload": base,
+            "fastest": best["name"],
+            "throughput": tput,
+            "unit": best["throughput"]["unit"],
+            "bottleneck": kind,
+            "advice": advice,
+            "usd_per_million_samples": price / 3600 / tput * 1e6 if price and tput else None,
+            "usd_per_run_to_target": price * ttt / 3600 if price and ttt else None,
+            "price_key": price_key,
+        })
+    return out

@@ -1,0 +1,74 @@
+"""Tiny inline-SVG charts, so report.html is self-contained and needs no plotting library or network.
+
+Why our own: the report needs four simple chart kinds; matplotlib would add ~40 MB of dependencies
+for them, and inline SVG scales and opens in any browser offline.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d")
+W, H, PAD = 520, 260, 48
+
+
+def _axes(title: str, xlabel: str, ylabel: str) -> list[str]:
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<text x="{W / 2}" y="14" text-anchor="middle" font-weight="bold">{escape(title)}</text>',
+        f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - 10}" y2="{H - PAD}" stroke="#333"/>',
+        f'<line x1="{PAD}" y1="24" x2="{PAD}" y2="{H - PAD}" stroke="#333"/>',
+        f'<text x="{W / 2}" y="{H - 8}" text-anchor="middle">{escape(xlabel)}</text>',
+        f'<text x="12" y="{H / 2}" text-anchor="middle" transform="rotate(-90 12 {H / 2})">{escape(ylabel)}</text>',
+    ]
+
+
+def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str) -> str:
+    pts = [p for s in series.values() for p in s]
+    out = _axes(title, xlabel, ylabel)
+    if not pts:
+        return "\n".join([*out, "</svg>"])
+    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+
+    def sx(x: float) -> float:
+        return PAD + (x - x0) / (x1 - x0) * (W - PAD - 20)
+
+    def sy(y: float) -> float:
+        return H - PAD - (y - y0) / (y1 - y0) * (H - PAD - 34)
+
+    for v, y in ((y0, sy(y0)), (y1, sy(y1))):
+        out.append(f'<text x="{PAD - 4}" y="{y + 4}" text-anchor="end">{v:.3g}</text>')
+    for v, x in ((x0, sx(x0)), (x1, sx(x1))):
+        out.append(f'<text x="{x}" y="{H - PAD + 14}" text-anchor="middle">{v:.3g}</text>')
+    for i, (name, s) in enumerate(series.items()):
+        c = PALETTE[i % len(PALETTE)]
+        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
+        out.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{path}"/>')
+        out.append(f'<text x="{W - 14}" y="{30 + 13 * i}" text-anchor="end" fill="{c}">{escape(name)}</text>')
+    return "\n".join([*out, "</svg>"])
+
+
+def stacked_bars(bars: dict[str, dict[str, float]], title: str, ylabel: str) -> str:
+    """One bar per key, stacked by its parts (e.g. the step-time breakdown per workload)."""
+    out = _axes(title, "", ylabel)
+    parts = list(dict.fromkeys(k for b in bars.values() for k in b))
+    top = max((sum(b.values()) for b in bars.values()), default=1.0) or 1.0
+    bw = (W - PAD - 20) / max(len(bars), 1)
+    for i, (name, b) in enumerate(bars.items()):
+        y = H - PAD
+        for j, part in enumerate(parts):
+            h = b.get(part, 0.0) / top * (H - PAD - 34)
+            out.append(f'<rect x="{PAD + i * bw + 6:.1f}" y="{y - h:.1f}" width="{bw - 12:.1f}" height="{h:.1f}" '
+                       f'fill="{PALETTE[j % len(PALETTE)]}">'
+                       f"<title>{escape(part)}: {b.get(part, 0.0):.4g}</title></rect>")
+            y -= h
+        out.append(f'<text x="{PAD + (i + 0.5) * bw:.1f}" y="{H - PAD + 14}" text-anchor="middle">'
+                   f"{escape(name)}</text>")
+    for j, part in enumerate(parts):
+        out.append(f'<text x="{W - 14}" y="{30 + 13 * j}" text-anchor="end" fill="{PALETTE[j % len(PALETTE)]}">'
+                   f"{escape(part)}</text>")
+    out.append(f'<text x="{PAD - 4}" y="38" text-anchor="end">{top:.3g}</text>')
+    return "\n".join([*out, "</svg>"])

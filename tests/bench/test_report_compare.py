@@ -1,0 +1,82 @@
+"""compare's noise judgement, the recommendation rules and the HTML report, on hand-made results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stride.bench.results import make_results
+from stride.cli.main import main
+from stride.report.compare import compare_results, judge
+from stride.report.recommend import bottleneck, load_prices, recommend
+
+
+def _w(name: str, median: float, cv: float = 0.01, mn: float | None = None, mx: float | None = None, **kw):
+    base = {
+        "name": name, "version": 1,
+        "throughput": {"unit": "samples/s", "median": median, "min": mn or median * 0.99, "max": mx or median * 1.01,
+                       "cv": cv},
+        "mfu": 0.5, "peak_mem_bytes": 2**20, "time_to_target_s": 36.0, "run_dir": None,
+        "step_time_breakdown_s": {"data": 0.01, "forward": 0.3, "backward": 0.6, "optimizer": 0.05, "other": 0.04},
+    }
+    base.update(kw)
+    return base
+
+
+def test_judge_uses_noise() -> None:
+    a = _w("x", 100.0)["throughput"]
+    assert judge(a, _w("x", 101.0)["throughput"])[1] == "within noise"
+    assert judge(a, _w("x", 120.0)["throughput"]) == (pytest.approx(1.2), "faster")
+    assert judge(a, _w("x", 80.0)["throughput"])[1] == "slower"
+    noisy = _w("x", 120.0, cv=0.15, mn=90.0, mx=140.0)["throughput"]
+    assert judge(a, noisy)[1] == "within noise"  # 20 % is inside twice a 15 % CV
+
+
+def test_compare_handles_missing_and_versions() -> None:
+    a = make_results("quick", {}, [_w("p", 100.0), _w("q", 100.0)])
+    b = make_results("quick", {}, [_w("p", 150.0, version=2), _w("r", 1.0)])
+    rows = {r["name"]: r["verdict"] for r in compare_results(a, b)}
+    assert rows == {"p": "versions differ (1 vs 2): not comparable", "q": "missing in B", "r": "missing in A"}
+
+
+def test_bottleneck_rules() -> None:
+    assert bottleneck(_w("x", 1.0))[0] == "compute"
+    data = _w("x", 1.0, step_time_breakdown_s={"data": 0.5, "forward": 0.25, "backward": 0.25})
+    assert bottleneck(data)[0] == "data" and "50%" in bottleneck(data)[1]
+    host = _w("x", 1.0, step_time_breakdown_s={"forward": 0.4, "backward": 0.4, "other": 0.2})
+    assert bottleneck(host)[0] == "host"
+    assert bottleneck(_w("x", 1.0, mfu=0.05))[0] == "compute (low MFU)"
+
+
+def test_cost_per_million_samples_by_hand() -> None:
+    res = make_results("quick", {"gpus": []}, [_w("m", 1000.0), _w("m+bf16", 2000.0)])
+    (r,) = recommend(res, {"cpu": 3.6})
+    assert r["fastest"] == "m+bf16"
+    # 3.6 USD/h = 0.001 USD/s; 1e6 samples at 2000/s take 500 s
+    assert r["usd_per_million_samples"] == pytest.approx(0.5)
+    assert r["usd_per_run_to_target"] == pytest.approx(3.6 * 36.0 / 3600)
+
+
+def test_report_renders_with_plots(tmp_path) -> None:
+    run = tmp_path / "m"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps({"step": i, "loss": 1 / i, "time_s": 0.1 * i})
+                                                for i in range(1, 6)) + "\n{cut")
+    res = make_results("quick", {"gpus": [], "cpu_model": "test cpu"},
+                       [_w("m", 1000.0, run_dir=str(run), config={"train": {"batch_size": 32}}),
+                        _w("m+b64", 1500.0, config={"train": {"batch_size": 64}})])
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    assert main(["report", str(tmp_path)]) == 0
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("<svg") == 3  # breakdown, loss against time, throughput against batch size
+    assert "<polyline" in html and "test cpu" in html and "http" not in html.replace('http://www.w3.org', '')
+    md = (tmp_path / "summary.md").read_text()
+    assert "| m+b64 | 1,500 samples/s |" in md
+
+
+def test_report_bad_input(tmp_path, capsys) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError):
+        load_prices(tmp_path / "none.toml")
