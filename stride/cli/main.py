@@ -15,6 +15,8 @@ import sys
 COMMANDS: list[tuple[str, str, str]] = [
     ("train", "train", "train a workload from a TOML config"),
     ("bench", "bench", "run the benchmark suite (default: quick) and print a table"),
+    ("compare", "compare", "compare two results.json files against their run-to-run noise"),
+    ("report", "report", "write report.html and summary.md from a bench results directory"),
 ]
 
 
