@@ -1,7 +1,8 @@
 """Optimizers by name from `[optim]`, with the implementation choice (foreach / fused / for-loop).
 
 `fused` AdamW has a CPU kernel in torch >= 2.4 and is ~5x faster than foreach there (FACTS.md);
-`auto` picks fused for AdamW on CPU and CUDA, foreach for SGD.
+`auto` picks fused for AdamW on CPU and CUDA, foreach for SGD. stride's own optimizers
+(`adamw_triton`, `adamw8bit`, `adafactor`, in this package) are imported only when chosen.
 """
 
 from __future__ import annotations
@@ -39,7 +40,30 @@ def _sgd(params, cfg: OptimConfig, lr):
     )
 
 
-OPTIMIZERS: dict[str, OptimizerBuilder] = {"adamw": _adamw, "sgd": _sgd}
+def _adamw_triton(params, cfg: OptimConfig, lr):
+    from stride.optim.adamw_fused_triton import FusedAdamW
+
+    # One Triton launch over all parameters on GPU; the exact torch path elsewhere.
+    return FusedAdamW(params, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+
+def _adamw8bit(params, cfg: OptimConfig, lr):
+    from stride.optim.adamw8bit import AdamW8bit
+
+    # Block-wise quantised moments: about 2 bytes of state per parameter instead of 8.
+    return AdamW8bit(params, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+
+def _adafactor(params, cfg: OptimConfig, lr):
+    from stride.optim.adafactor import Adafactor
+
+    # Factored second moments: O(rows + cols) state per matrix.
+    return Adafactor(params, lr=lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+
+
+OPTIMIZERS: dict[str, OptimizerBuilder] = {
+    "adamw": _adamw, "sgd": _sgd, "adamw_triton": _adamw_triton, "adamw8bit": _adamw8bit, "adafactor": _adafactor,
+}
 
 
 def build_optimizer(
