@@ -46,7 +46,7 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    name: str = "adamw"  # adamw | sgd (more in stride.optim.factory)
+    name: str = "adamw"  # adamw | sgd | adamw_triton | adamw8bit | adafactor (stride.optim.factory)
     lr: float = 1e-3
     weight_decay: float = 0.01
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
