@@ -70,10 +70,11 @@ def row_tile(n_cols: int) -> tuple[int, int, int]:
 
 
 def reduction_programs(n_tiles: int, device: torch.device) -> int:
-    """Programs for kernels that also reduce over rows (weight grads): a few per SM, few on the CPU."""
+    """Programs for kernels that also reduce over rows (weight grads): one per SM (each loops over row
+    tiles, keeping the [programs, D] partial-sum buffer small next to x), few under the interpreter."""
     if device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        return max(1, min(n_tiles, 4 * sms))
+        return max(1, min(n_tiles, sms))
     return max(1, min(n_tiles, 4))
 
 
