@@ -34,16 +34,19 @@ def throughput_windows(step_times: list[float], skip: int, batch: int, repeats: 
     return [batch * n / sum(times[i * n : (i + 1) * n]) for i in range(repeats)]
 
 
-def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | None = None) -> dict[str, Any]:
-    cfg = load_config(overrides=[*w.overrides, f"train.device={device}", f"train.name={w.name}", *(extra or [])])
+def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | None = None,
+                 suffix: str = "") -> dict[str, Any]:
+    """Train workload `w` (plus `extra` overrides) once; `suffix` names a sweep variant (`name+variant`)."""
+    name = w.name + suffix
+    cfg = load_config(overrides=[*w.overrides, f"train.device={device}", f"train.name={name}", *(extra or [])])
     timer = StepTimes()
-    result = Trainer(config=cfg, out=(out / w.name) if out else None, callbacks=[timer],
+    result = Trainer(config=cfg, out=(out / name) if out else None, callbacks=[timer],
                      write_run_dir=out is not None).fit()
     s = result.summary
     windows = throughput_windows(timer.times, cfg.metrics.skip_steps, cfg.train.batch_size)
     tput = {"unit": w.throughput_unit, **spread(windows)}
     return {
-        "name": w.name,
+        "name": name,
         "version": w.version,
         "description": w.description,
         "config": config_to_dict(cfg),
@@ -62,6 +65,8 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
         "final_val_loss": s["final_val_loss"],
         "final_train_loss": s["final_train_loss"],
         "steps": s["steps"],
+        "skipped_steps": s["skipped_steps"],
+        "saved_activation_bytes": s["saved_activation_bytes"],
         "params": s["params"],
         "params_sha256": s["params_sha256"],
         "run_dir": str(result.run_dir) if result.run_dir else None,

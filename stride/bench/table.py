@@ -30,3 +30,20 @@ def results_table(results: dict[str, Any]) -> Table:
             f"{ttt:.1f} s" if ttt is not None else ("missed" if w.get("target_val_loss") else "-"),
         )
     return table
+
+
+def tradeoff_table(workload: str, matrix: dict[str, dict[str, Any]]) -> Table:
+    table = Table(title=f"tradeoffs: {workload} (ratios against baseline)")
+    for col in ("variant", "speed", "peak mem", "activations", "val loss", "Δ val loss", "skipped steps",
+                "bitwise repeatable"):
+        table.add_column(col, justify="left" if col == "variant" else "right", no_wrap=True)
+
+    def f(v: Any, spec: str) -> str:
+        return "-" if v is None else format(v, spec)
+
+    for v, m in matrix.items():
+        table.add_row(v, f(m["speed_ratio"], ".2f") + "x", f(m["mem_ratio"], ".2f") + "x",
+                      f(m["activation_ratio"], ".2f") + "x", f(m["final_val_loss"], ".4f"),
+                      f(m["val_loss_delta"], "+.4f"), str(m["skipped_steps"]),
+                      "yes" if m["bitwise_repeatable"] else "no")
+    return table

@@ -15,6 +15,11 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="results directory (default runs/bench-<stamp>)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value in every workload (changes what is measured)")
+    p.add_argument("--sweep", choices=("batch", "tradeoffs"), default=None,
+                   help="batch: throughput and memory against batch size; tradeoffs: each technique on/off")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32, 64, 128, 256],
+                   help="batch sizes for --sweep batch")
+    p.add_argument("--variants", nargs="+", default=None, help="tradeoff variants (default: all)")
     p.add_argument("--json", action="store_true", help="print results.json's content as the last line")
     p.set_defaults(func=run)
 
@@ -24,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
 
     from stride.bench.results import make_results
     from stride.bench.runner import run_workload
-    from stride.bench.table import results_table
+    from stride.bench.sweeps import batch_sweep, tradeoff_matrix
+    from stride.bench.table import results_table, tradeoff_table
     from stride.bench.workloads import SUITES, WORKLOADS
     from stride.config.errors import ConfigError, suggest
     from stride.metrics.env import fingerprint
@@ -42,13 +48,25 @@ def run(args: argparse.Namespace) -> int:
     run_dir = RunDir(out)
     console = Console(stderr=True)
     entries = []
+    matrices = {}
     for n in names:
         console.print(f"[bold]bench[/] {n} ...")
-        entries.append(run_workload(WORKLOADS[n], args.device, out, args.overrides))
-    results = make_results(args.workloads and "custom" or args.suite, fingerprint(), entries)
+        if args.sweep == "batch":
+            entries += batch_sweep(WORKLOADS[n], args.device, out, args.batch_sizes, args.overrides)
+        elif args.sweep == "tradeoffs":
+            e, matrices[n] = tradeoff_matrix(WORKLOADS[n], args.device, out, args.variants, args.overrides)
+            entries += e
+        else:
+            entries.append(run_workload(WORKLOADS[n], args.device, out, args.overrides))
+    suite = f"{args.sweep}-sweep" if args.sweep else ("custom" if args.workloads else args.suite)
+    results = make_results(suite, fingerprint(), entries)
+    if matrices:
+        results["tradeoffs"] = matrices
     run_dir.write_json("results.json", results)
     term = Console()
     (term if term.is_terminal else Console(width=160)).print(results_table(results))
+    for n, matrix in matrices.items():
+        (term if term.is_terminal else Console(width=160)).print(tradeoff_table(n, matrix))
     print(f"results: {out / 'results.json'}")
     if args.json:
         print(json.dumps(results, default=str))

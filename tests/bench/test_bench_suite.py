@@ -57,3 +57,21 @@ def test_bench_cli_writes_valid_results(tmp_path, capsys) -> None:
     assert w["name"] == "mlp_tiny" and w["throughput"]["median"] > 0 and w["steps"] == 12
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["suite"] == "custom"
     assert (tmp_path / "mlp_tiny" / "summary.json").is_file()
+
+
+@pytest.mark.slow
+def test_tradeoff_matrix_and_batch_sweep() -> None:
+    from stride.bench.sweeps import batch_sweep, tradeoff_matrix
+
+    w = WORKLOADS["mlp_tiny"]
+    small = ["data.n_steps=1024", "data.n_assets=4", "train.steps=6", "train.val_every=6", "train.batch_size=64"]
+    entries, m = tradeoff_matrix(w, "cpu", None, ["baseline", "ac_full", "bf16"], small)
+    assert [e["name"] for e in entries] == ["mlp_tiny+baseline", "mlp_tiny+ac_full", "mlp_tiny+bf16"]
+    assert m["baseline"]["speed_ratio"] == 1.0 and m["baseline"]["val_loss_delta"] == 0.0
+    assert all(v["bitwise_repeatable"] for v in m.values())  # deterministic mode on CPU
+    assert m["ac_full"]["activation_ratio"] < 0.5 and m["ac_full"]["val_loss_delta"] == 0.0
+    assert m["bf16"]["activation_ratio"] < 0.8
+    sweep = batch_sweep(w, "cpu", None, [32, 64], small)
+    assert [e["config"]["train"]["batch_size"] for e in sweep] == [32, 64]
+    with pytest.raises(ValueError, match="unknown tradeoff variant"):
+        tradeoff_matrix(w, "cpu", None, ["turbo"], small)
