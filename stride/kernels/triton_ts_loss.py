@@ -51,10 +51,12 @@ def _ts_loss_kernel(
             el = tl.where(small, 0.5 * r * r, delta * (ar - 0.5 * delta))
             d = tl.where(small, r, tl.where(r > 0, delta, -delta))
         else:
-            # pinball on e = y - p: max(tau e, (tau - 1) e); d/dp = -tau if e > 0 else 1 - tau
+            # pinball on e = y - p: max(tau e, (tau - 1) e); d/dp = -tau if e > 0, 1 - tau if e < 0, and
+            # at a tie (common in bf16) the mean of the two, 0.5 - tau, as autograd of torch.maximum gives
             e = -r
-            el = tl.maximum(tau[None, :] * e, (tau[None, :] - 1.0) * e)
-            d = tl.where(e > 0, -tau[None, :], 1.0 - tau[None, :])
+            t2 = tau[None, :]
+            el = tl.maximum(t2 * e, (t2 - 1.0) * e)
+            d = tl.where(e > 0, -t2, tl.where(e < 0, 1.0 - t2, 0.5 - t2))
         el = tl.where(mask, el, 0.0)
         acc += tl.sum(el, axis=0)
         if NEED_GRAD:

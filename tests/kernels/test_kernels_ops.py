@@ -223,3 +223,18 @@ def test_triton_ops_really_run_triton():
     assert type(ops.rms_norm(x, w).grad_fn).__name__ == "RMSNormFunctionBackward"
     assert type(ops.swiglu(x, x).grad_fn).__name__ == "SwiGLUFunctionBackward"
     assert type(ops.ts_loss(x, x.detach()).grad_fn).__name__ == "TSLossFunctionBackward"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_pinball_ties_take_autograds_subgradient(impl):
+    """pred == target happens often in bf16; the kernel must split the gradient as torch.maximum does."""
+    ops = get_ops(impl)
+    y = torch.tensor([[0.5, -1.0], [2.0, 0.25]], device=DEV)
+    p = y.unsqueeze(-1).repeat(1, 1, 3).clone()
+    p[0, 0, 1] += 0.5  # one non-tie
+    p.requires_grad_()
+    q = [0.1, 0.5, 0.9]
+    (g,) = torch.autograd.grad(ops.ts_loss(p, y, "quantile", quantiles=q), p)
+    p64 = p.detach().double().requires_grad_()
+    (g64,) = torch.autograd.grad(ts_ref("quantile", quantiles=q)(p64, y.double()), p64)
+    assert torch.allclose(g.double(), g64, atol=1e-8), (g, g64)
