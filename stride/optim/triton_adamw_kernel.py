@@ -8,6 +8,8 @@ instead of one (or several, for foreach) per tensor. Imported lazily, at the fir
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -46,6 +48,18 @@ def _adamw_multi_kernel(
     tl.store(p_ptr + offs, cast_to(p, P_TY, EMU), mask=mask)
 
 
+@functools.lru_cache(maxsize=64)
+def _work_table(numels: tuple[int, ...], device: str) -> torch.Tensor:
+    """[(tensor index, block start)] for every block of every tensor; depends only on the sizes, so it
+    is built once (vectorised) and reused every step, even when grads are reallocated."""
+    n = torch.tensor(numels, dtype=torch.int64)
+    blocks = (n + BLOCK - 1) // BLOCK
+    tensor_idx = torch.repeat_interleave(torch.arange(len(numels)), blocks)
+    first = torch.cumsum(blocks, 0) - blocks
+    start = (torch.arange(int(blocks.sum())) - first[tensor_idx]) * BLOCK
+    return torch.stack((tensor_idx, start), dim=1).contiguous().to(device)
+
+
 _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
@@ -66,16 +80,15 @@ def adamw_multi_tensor(
     if not params:
         return
     device = params[0].device
-    addr, work = [], []
-    for i, (p, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)):
-        n = p.numel()
-        addr.append([p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), n])
-        work.extend((i, s) for s in range(0, n, BLOCK))
+    addr = [
+        [p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), p.numel()]
+        for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)
+    ]
     addr_t = torch.tensor(addr, dtype=torch.int64).to(device, non_blocking=True)
-    work_t = torch.tensor(work, dtype=torch.int64).to(device, non_blocking=True)
+    work_t = _work_table(tuple(p.numel() for p in params), str(device))
     bc1 = 1.0 - beta1**step
     bc2 = 1.0 - beta2**step
-    _adamw_multi_kernel[(len(work),)](
+    _adamw_multi_kernel[(work_t.shape[0],)](
         addr_t, work_t, 1.0 - lr * weight_decay, beta1, beta2, lr / bc1, bc2**0.5, eps,
         P_TY=_TL[params[0].dtype], G_TY=_TL[grads[0].dtype], BLOCK=BLOCK, EMU=emulate_bf16(params[0]), num_warps=8,
     )
