@@ -238,3 +238,14 @@ def test_pinball_ties_take_autograds_subgradient(impl):
     p64 = p.detach().double().requires_grad_()
     (g64,) = torch.autograd.grad(ts_ref("quantile", quantiles=q)(p64, y.double()), p64)
     assert torch.allclose(g.double(), g64, atol=1e-8), (g, g64)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_zero_rows(impl):
+    ops = get_ops(impl)
+    x = torch.randn(0, 16, device=DEV, requires_grad=True)
+    w = torch.ones(16, device=DEV, requires_grad=True)
+    y = ops.rms_norm(x, w)
+    gx, gw = torch.autograd.grad(y.sum(), (x, w), allow_unused=True)
+    assert y.shape == (0, 16) and gx.shape == (0, 16) and torch.equal(gw, torch.zeros(16))
+    assert ops.swiglu(x, x).shape == (0, 16)
