@@ -43,7 +43,8 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
     result = Trainer(config=cfg, out=(out / name) if out else None, callbacks=[timer],
                      write_run_dir=out is not None).fit()
     s = result.summary
-    windows = throughput_windows(timer.times, cfg.metrics.skip_steps, cfg.train.batch_size)
+    per_step = cfg.train.batch_size * (cfg.data.seq_len if w.throughput_unit == "tokens/s" else 1)
+    windows = throughput_windows(timer.times, cfg.metrics.skip_steps, per_step)
     tput = {"unit": w.throughput_unit, **spread(windows)}
     return {
         "name": name,

@@ -46,6 +46,28 @@ WORKLOADS: dict[str, Workload] = {
              "train.batch_size=256", "train.steps=80", "train.val_every=80"),
         ),
         Workload(
+            "lstm_small", 1, "residual LSTM (hidden 64, 3 layers), seq 64, batch 64, fp32",
+            (*_COMMON, "model.name=lstm", "model.size=small", "data.seq_len=64",
+             "train.batch_size=64", "train.steps=60", "train.val_every=60"),
+        ),
+        Workload(
+            "tcn_small", 1, "temporal conv net (width 64, 5 dilated blocks), seq 64, batch 64, fp32",
+            (*_COMMON, "model.name=tcn", "model.size=small", "data.seq_len=64",
+             "train.batch_size=64", "train.steps=60", "train.val_every=60"),
+        ),
+        Workload(
+            "deeplob_small", 1, "DeepLOB-style CNN+LSTM (32 channels, hidden 64), seq 64, batch 64, fp32",
+            (*_COMMON, "model.name=deeplob", "model.size=small", "data.seq_len=64",
+             "train.batch_size=64", "train.steps=40", "train.val_every=40"),
+        ),
+        Workload(
+            "gpt_returns_small", 1, "GPT-style decoder (d=128, L=4) on 64 return-bin tokens, seq 128, batch 32",
+            (*_COMMON, "model.name=token_lm", "model.size=small", "data.seq_len=128",
+             "data.source=stride.data.tokens:return_tokens", "train.batch_size=32", "train.steps=60",
+             "train.val_every=60"),
+            throughput_unit="tokens/s",
+        ),
+        Workload(
             "mlp_base", 1, "MLP over tabular features (window of 16 steps), width 512, batch 1024, bf16",
             (*_COMMON, "model.name=mlp", "model.size=base", "data.seq_len=16",
              "train.batch_size=1024", "train.steps=200", "train.val_every=100", "train.precision=bf16"),
@@ -55,6 +77,7 @@ WORKLOADS: dict[str, Workload] = {
 
 SUITES: dict[str, tuple[str, ...]] = {
     "quick": ("ts_transformer_tiny", "mlp_tiny"),
-    "standard": ("ts_transformer_tiny", "ts_transformer_small", "mlp_tiny", "mlp_base"),
+    "standard": ("ts_transformer_tiny", "ts_transformer_small", "mlp_tiny", "mlp_base", "lstm_small",
+                 "tcn_small", "deeplob_small", "gpt_returns_small"),
     "full": tuple(WORKLOADS),
 }

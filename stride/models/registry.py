@@ -11,6 +11,8 @@ from torch import nn
 from stride.config.errors import ConfigError, suggest
 from stride.config.schema import ModelConfig
 from stride.models.mlp import TabularMLP
+from stride.models.recurrent import DeepLOBForecaster, LSTMForecaster, TCNForecaster
+from stride.models.token_lm import TokenLM
 from stride.models.transformer import TimeSeriesTransformer
 
 TRANSFORMER_SIZES: dict[str, dict[str, Any]] = {
@@ -65,8 +67,55 @@ def build_mlp(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) 
     return TabularMLP(n_features * seq_len, n_horizons, dropout=cfg.dropout, n_quantiles=_n_quantiles(cfg), **kw)
 
 
+SEQ_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"width": 32, "n_layers": 2},
+    "small": {"width": 64, "n_layers": 3},
+    "base": {"width": 128, "n_layers": 4},
+    "large": {"width": 256, "n_layers": 6},
+}
+
+
+def _seq_kw(cfg: ModelConfig, workload: str) -> dict[str, Any]:
+    kw = _sized(SEQ_SIZES, cfg, workload)
+    if cfg.d_model is not None:
+        kw["width"] = cfg.d_model
+    if cfg.n_layers is not None:
+        kw["n_layers"] = cfg.n_layers
+    return kw
+
+
+def build_lstm(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
+    kw = _seq_kw(cfg, "lstm")
+    return LSTMForecaster(n_features, n_horizons, hidden=kw["width"], n_layers=kw["n_layers"],
+                          dropout=cfg.dropout, n_quantiles=_n_quantiles(cfg))
+
+
+def build_tcn(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
+    kw = _seq_kw(cfg, "tcn")
+    return TCNForecaster(n_features, n_horizons, width=kw["width"], n_layers=kw["n_layers"] + 2,
+                         dropout=cfg.dropout, n_quantiles=_n_quantiles(cfg))
+
+
+def build_deeplob(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
+    kw = _seq_kw(cfg, "deeplob")
+    return DeepLOBForecaster(n_features, n_horizons, channels=kw["width"] // 2, hidden=kw["width"],
+                             n_quantiles=_n_quantiles(cfg))
+
+
+def build_token_lm(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
+    """n_features is the vocabulary size (see stride.data.tokens)."""
+    kw = _sized(TRANSFORMER_SIZES, cfg, "token_lm")
+    for key in ("d_model", "n_layers", "n_heads", "ffn_mult"):
+        if getattr(cfg, key) is not None:
+            kw[key] = getattr(cfg, key)
+    return TokenLM(n_features, seq_len, dropout=cfg.dropout, **kw)
+
+
 Builder = Callable[[ModelConfig, int, int, int], nn.Module]
-WORKLOADS: dict[str, Builder] = {"ts_transformer": build_ts_transformer, "mlp": build_mlp}
+WORKLOADS: dict[str, Builder] = {
+    "ts_transformer": build_ts_transformer, "mlp": build_mlp, "lstm": build_lstm, "tcn": build_tcn,
+    "deeplob": build_deeplob, "token_lm": build_token_lm,
+}
 
 
 def load_factory(spec: str, key: str) -> Callable[..., Any]:

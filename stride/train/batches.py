@@ -7,35 +7,9 @@ from typing import Any
 
 import torch
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+from stride.data.tensor_batches import Batch, TensorBatches
 
-
-class TensorBatches:
-    """(X, Y) tensors as shuffled batches, seeded by (seed, epoch) like the window loader."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int = 0, shuffle: bool = True):
-        if len(x) != len(y):
-            raise ValueError(f"inputs have {len(x)} rows but targets have {len(y)}")
-        if len(x) < batch_size:
-            raise ValueError(f"{len(x)} rows are fewer than batch size {batch_size}")
-        self.x, self.y, self.batch_size, self.seed, self.shuffle = x, y, batch_size, seed, shuffle
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        return len(self.x) // self.batch_size
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[Batch]:
-        if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            order = torch.randperm(len(self.x), generator=g)
-        else:
-            order = torch.arange(len(self.x))
-        for i in range(len(self)):
-            idx = order[i * self.batch_size : (i + 1) * self.batch_size]
-            yield self.x[idx], self.y[idx]
+__all__ = ["Batch", "TensorBatches", "as_batches", "endless"]
 
 
 def as_batches(data: Any, batch_size: int, seed: int, shuffle: bool = True) -> Iterable[Batch]:

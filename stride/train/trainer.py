@@ -148,7 +148,8 @@ class Trainer:
         self._pending = self._to_device(first)
         micro = t.batch_size // t.grad_accum
         x0, y0 = self._pending
-        self.seq_len = x0.shape[1] if x0.dim() >= 3 else 1
+        # Timesteps per sample: T of a [B, T, F] window, or of a [B, T] token sequence.
+        self.seq_len = x0.shape[1] if x0.dim() >= 3 or (x0.dim() == 2 and not x0.is_floating_point()) else 1
         # FLOPs and the peak, once, on the raw model (before AC and compile).
         self.flops_per_step = None
         if cfg.metrics.flops:

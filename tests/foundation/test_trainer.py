@@ -166,3 +166,15 @@ def test_compile_matches_eager(mode: str) -> None:
     tc, rc = _fit(small_config(train__compile=mode, **cfg))
     assert rc.summary["final_train_loss"] == pytest.approx(re_.summary["final_train_loss"], rel=1e-4)
     assert torch.allclose(_params(te), _params(tc), atol=1e-5)
+
+
+def test_lstm_flops_counted_analytically() -> None:
+    import torch.nn.functional as F
+
+    from stride.metrics.flops import count_train_flops
+
+    lstm = torch.nn.LSTM(8, 16, batch_first=True)
+    x, y = torch.randn(4, 5, 8), torch.randn(4, 5, 16)
+    flops = count_train_flops(lstm, lambda out, t: F.mse_loss(out[0], t), x, y)
+    fwd = 2 * 4 * 5 * (4 * 16) * (8 + 16)
+    assert flops == fwd + 2 * fwd

@@ -1,0 +1,90 @@
+"""Every workload model: shapes, causality where claimed, and training through the trainer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import small_config
+
+from stride.config import ConfigError
+from stride.models import build_model
+from stride.models.recurrent import TCNBlock
+from stride.models.transformer import TimeSeriesTransformer
+from stride.train.trainer import Trainer
+
+
+@pytest.mark.parametrize("name", ["ts_transformer", "mlp", "lstm", "tcn", "deeplob"])
+@pytest.mark.parametrize("loss", ["mse", "quantile"])
+def test_forecaster_shapes(name: str, loss: str) -> None:
+    cfg = small_config(model__name=name, model__loss=loss)
+    model = build_model(cfg.model, n_features=7, seq_len=16, n_horizons=3)
+    out = model(torch.randn(5, 16, 7))
+    assert out.shape == ((5, 3, 3) if loss == "quantile" else (5, 3))
+
+
+@pytest.mark.parametrize("name", ["lstm", "tcn", "deeplob"])
+def test_sequence_models_train(name: str) -> None:
+    r = Trainer(config=small_config(model__name=name, train__steps=4, metrics__flops=True),
+                write_run_dir=False).fit().summary
+    assert torch.isfinite(torch.tensor(r["final_train_loss"])) and r["flops_per_step"] > 0
+
+
+def test_causal_transformer_ignores_the_future() -> None:
+    torch.manual_seed(0)
+    m = TimeSeriesTransformer(3, 8, 2, d_model=16, n_layers=2, n_heads=2, causal=True).eval()
+    x = torch.randn(2, 8, 3)
+    # Causal attention: the output at token 4 depends on tokens 0..4 only.
+    h = m.embed(x)
+    for b in m.blocks:
+        h = b(h, m.rope_cos, m.rope_sin)
+    x2 = x.clone()
+    x2[:, 5:] += 10.0
+    h2 = m.embed(x2)
+    for b in m.blocks:
+        h2 = b(h2, m.rope_cos, m.rope_sin)
+    assert torch.allclose(h[:, :5], h2[:, :5], atol=1e-6) and not torch.allclose(h[:, 5:], h2[:, 5:])
+
+
+def test_tcn_block_is_causal() -> None:
+    torch.manual_seed(0)
+    block = TCNBlock(4, kernel=3, dilation=2, dropout=0.0)
+    x = torch.randn(1, 4, 12)
+    x2 = x.clone()
+    x2[..., 8:] += 5.0
+    assert torch.allclose(block(x)[..., :8], block(x2)[..., :8])
+
+
+def test_patch_embedding_and_bidirectional() -> None:
+    cfg = small_config(model__patch_len=4, model__causal=False)
+    m = build_model(cfg.model, 7, 16, 2)
+    assert m(torch.randn(3, 16, 7)).shape == (3, 2) and m.rope_cos.shape[0] == 4
+
+
+def test_return_tokens_are_equal_probability_bins() -> None:
+    from stride.data.tokens import return_tokens
+
+    cfg = small_config(data__seq_len=32, data__n_steps=4096)
+    b = return_tokens(cfg.data, 16, vocab=8)
+    x, y = b.train.x, b.train.y
+    assert x.shape[1] == 32 and torch.equal(x[:, 1:], y[:, :-1])  # next-token targets
+    counts = torch.bincount(x.flatten(), minlength=8).float()
+    assert (counts / counts.sum() - 1 / 8).abs().max() < 0.01  # bins fitted on the training span
+
+
+def test_token_lm_learns_through_the_trainer() -> None:
+    # A sequence with structure (period 5) must be learnt well below the uniform log(V).
+    seq = torch.arange(64 * 33).remainder(5).view(64, 33)
+    cfg = small_config(model__name="token_lm", data__seq_len=32, train__batch_size=16, train__steps=40,
+                       optim__lr=3e-3)
+    model = build_model(cfg.model, n_features=16, seq_len=32, n_horizons=0)
+    t = Trainer(model=model, train_data=(seq[:, :-1], seq[:, 1:]), config=cfg, write_run_dir=False)
+    r = t.fit().summary
+    assert r["final_train_loss"] < 0.3 * torch.log(torch.tensor(16.0)).item()
+    assert r["timesteps_per_s"] == pytest.approx(32 * r["samples_per_s"])
+
+
+def test_bad_size_and_heads() -> None:
+    with pytest.raises(ConfigError, match="did you mean `small`"):
+        build_model(small_config(model__size="smal").model, 7, 16, 2)
+    with pytest.raises(ConfigError, match="n_heads"):
+        build_model(small_config(model__d_model=30, model__n_heads=4).model, 7, 16, 2)
