@@ -1,0 +1,41 @@
+"""`stride analyze TRACE_OR_DIR [--json] [--hta-compatible]`: where a step's time goes, from profiler traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from stride.profile.analyze import analyze_traces
+from stride.profile.errors import TraceError
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="TRACE_OR_DIR",
+                        help="Kineto/Chrome trace files (.json, .json.gz) or directories of them, one per rank")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--hta-compatible", action="store_true",
+                        help="temporal breakdown, overlap and idle split with Holistic Trace Analysis' definitions")
+    parser.add_argument("--include-last-step", action="store_true",
+                        help="with --hta-compatible: keep the last profiler step (HTA drops it by default)")
+    parser.add_argument("--top", type=int, default=10, help="kernels/operators listed per rank (default 10)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.top < 1:
+        print("stride analyze: --top must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        report = analyze_traces(args.paths, hta_compatible=args.hta_compatible,
+                                include_last_step=args.include_last_step, top_k=args.top)
+    except TraceError as exc:
+        print(f"stride analyze: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report, allow_nan=False, default=float))
+        return 0
+    from stride.profile.render import render_report
+
+    render_report(report)
+    return 0

@@ -1,0 +1,55 @@
+"""The benchmark run on every rank: for each collective and size, check the result, then time it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch.distributed as dist
+
+from stride.comm.collectives import COLLECTIVES, ELEM, Prepared
+from stride.comm.timing import slowest_rank, time_calls
+
+
+@dataclass
+class Row:
+    collective: str
+    bytes: int
+    count: int  # float32 elements in the size's buffer (nccl-tests' "count")
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    correct: bool
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def iters_for(nbytes: int, iters: int, budget_bytes: int) -> int:
+    """Fewer iterations for big messages, so a sweep stays bounded: at most `budget_bytes` per size."""
+    return max(1, min(iters, budget_bytes // max(nbytes, 1)))
+
+
+def run_benchmark(collectives: list[str], sizes: list[int], iters: int, warmup: int,
+                  budget_bytes: int = 1 << 31) -> list[Row]:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world < 2:
+        raise RuntimeError(f"stride comm needs at least 2 ranks, got world size {world}")
+    rows: list[Row] = []
+    for name in collectives:
+        coll = COLLECTIVES[name]
+        for nbytes in sizes:
+            count = coll.count_for(nbytes, world)
+            if count < world:
+                continue  # too small to split over the ranks
+            real_bytes = count * ELEM
+            p = Prepared(name, count, rank, world)
+            err = p.check()
+            # every rank must agree the result was right
+            bad = slowest_rank(1.0 if err else 0.0) > 0
+            n_it = iters_for(real_bytes, iters, budget_bytes)
+            sec = slowest_rank(time_calls(p.run, n_it, min(warmup, n_it)))
+            algbw = real_bytes / sec / 1e9
+            rows.append(Row(name, real_bytes, count, sec * 1e6, algbw, algbw * coll.bus_factor(world), not bad,
+                            err if err else ("wrong result on another rank" if bad else None)))
+    return rows

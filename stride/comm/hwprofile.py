@@ -1,0 +1,78 @@
+"""Hardware profile TOML: per-collective alpha-beta fits, the format `docs/analyze.md` documents.
+
+Written by hand (the format is flat: one `[meta]` table, one `[collectives.<name>]` table each) so
+no TOML-writing package is needed; read it with `tomllib`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from stride.comm.bench import Row
+from stride.comm.collectives import COLLECTIVES
+from stride.comm.fit import fit_alpha_beta
+
+FORMAT = "stride-hwprofile-1"
+
+
+def _val(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"hardware profile: non-finite value {v}")
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_val(x) for x in v) + "]"
+    raise TypeError(f"hardware profile: cannot write {type(v).__name__}")
+
+
+def profile_tables(rows: list[Row], backend: str, world: int) -> dict[str, dict]:
+    meta = {
+        "format": FORMAT, "backend": backend, "world_size": world, "dtype": "float32",
+        "device": "cuda" if backend == "nccl" else "cpu", "host": platform.node(), "torch": torch.__version__,
+        "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    tables: dict[str, dict] = {"meta": meta}
+    for name in COLLECTIVES:
+        mine = [r for r in rows if r.collective == name and r.correct]
+        if len({r.bytes for r in mine}) < 2:
+            continue
+        ab = fit_alpha_beta([r.bytes for r in mine], [r.time_us for r in mine])
+        factor = COLLECTIVES[name].bus_factor(world)
+        bw = ab.bandwidth_GBps
+        tables[f"collectives.{name}"] = {
+            "alpha_us": ab.alpha_us, "beta_us_per_byte": ab.beta_us_per_byte,
+            "algbw_GBps": bw if bw is not None else 0.0, "busbw_GBps": bw * factor if bw is not None else 0.0,
+            "bus_factor": factor, "fit_r2": ab.r2,
+            "sizes_bytes": [r.bytes for r in mine], "time_us": [r.time_us for r in mine],
+        }
+    return tables
+
+
+def write_profile(path: str | Path, rows: list[Row], backend: str, world: int) -> Path:
+    """Write atomically (temp file + rename), so a half-written profile is never read as valid."""
+    p = Path(path)
+    lines = ["# stride hardware profile: collective latency (alpha) and inverse bandwidth (beta) from `stride comm`",
+             "# time(bytes) = alpha_us + beta_us_per_byte * bytes; bytes as nccl-tests counts them", ""]
+    for table, kv in profile_tables(rows, backend, world).items():
+        lines.append(f"[{table}]")
+        lines.extend(f"{k} = {_val(v)}" for k, v in kv.items())
+        lines.append("")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\n".join(lines))
+    os.replace(tmp, p)
+    return p

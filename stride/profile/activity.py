@@ -1,0 +1,101 @@
+"""What the device is doing, as merged interval sets: compute, communication, memory, other.
+
+On a GPU trace the device is the accelerator and the sets come from kernels, copies and sets (kinds by
+name, see `classify`). On a CPU-only trace the "device" is the host: compute is the union of CPU
+operators and communication the union of host collectives (gloo runs them on its own threads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stride.profile import intervals as iv
+from stride.profile.classify import (
+    ANNOTATION_CATS,
+    COMM,
+    COMPUTE,
+    MEMORY,
+    MEMORY_CATS,
+    OPERATOR_CATS,
+    RUNTIME_CATS,
+    device_kind,
+    is_host_comm,
+)
+from stride.profile.trace_model import RankTrace
+
+
+@dataclass
+class Activity:
+    """Merged interval sets of one rank (µs); `kind` per device event for per-name tables."""
+
+    on_gpu: bool
+    compute: iv.Intervals
+    comm: iv.Intervals
+    memory: iv.Intervals
+    other: iv.Intervals
+    busy: iv.Intervals
+    ev_ts: np.ndarray  # the events the sets were built from (device events, or host ops on CPU)
+    ev_end: np.ndarray
+    ev_name: np.ndarray
+    ev_kind: np.ndarray
+    ev_launch: np.ndarray  # host launch time of each device event (NaN where unknown or on CPU)
+
+
+def name_kinds(t: RankTrace, on_gpu: bool) -> np.ndarray:
+    """Kind of each interned name (device kernel rules on GPU, host collective rule on CPU)."""
+    if on_gpu:
+        return np.array([device_kind(n) for n in t.names], dtype=np.int8)
+    return np.array([COMM if is_host_comm(n) else COMPUTE for n in t.names], dtype=np.int8)
+
+
+def launch_times(t: RankTrace) -> np.ndarray:
+    """For each device event, the start of the host runtime call with the same correlation id (NaN if none)."""
+    out = np.full(len(t.dev_ts), np.nan)
+    rt = np.isin(t.host_cat, t.cat_ids(RUNTIME_CATS)) & (t.host_corr >= 0)
+    if not rt.any() or len(out) == 0:
+        return out
+    corr, ts = t.host_corr[rt], t.host_ts[rt]
+    order = np.argsort(corr, kind="stable")
+    corr, ts = corr[order], ts[order]
+    pos = np.searchsorted(corr, t.dev_corr)
+    pos_c = np.minimum(pos, len(corr) - 1)
+    hit = (t.dev_corr >= 0) & (corr[pos_c] == t.dev_corr)
+    out[hit] = ts[pos_c[hit]]
+    return out
+
+
+def build_activity(t: RankTrace) -> Activity:
+    if t.has_device:
+        kinds = name_kinds(t, True)[t.dev_name]
+        cats = np.array(t.cats, dtype=object)[t.dev_cat] if len(t.cats) else np.array([], dtype=object)
+        is_mem_cat = np.isin(t.dev_cat, t.cat_ids(MEMORY_CATS))
+        kinds = np.where(is_mem_cat, MEMORY, kinds).astype(np.int8)
+        is_sync = cats == "cuda_sync"  # a sync marks the host waiting, not device work
+        keep = ~is_sync
+        ts, end = t.dev_ts[keep], (t.dev_ts + t.dev_dur)[keep]
+        name, kind = t.dev_name[keep], kinds[keep]
+        launch = launch_times(t)[keep]
+        on_gpu = True
+    else:
+        ops = np.isin(t.host_cat, t.cat_ids(OPERATOR_CATS | ANNOTATION_CATS))
+        kinds_by_name = name_kinds(t, False)
+        host_kind = kinds_by_name[t.host_name] if len(t.host_name) else np.zeros(0, dtype=np.int8)
+        is_op = np.isin(t.host_cat, t.cat_ids(OPERATOR_CATS))
+        # compute: CPU operators that are not collectives; comm: any host collective (op or annotation)
+        keep = ops & ((is_op & (host_kind == COMPUTE)) | (host_kind == COMM))
+        ts, end = t.host_ts[keep], (t.host_ts + t.host_dur)[keep]
+        name, kind = t.host_name[keep], host_kind[keep]
+        launch = np.full(len(ts), np.nan)
+        on_gpu = False
+
+    def u(mask: np.ndarray) -> iv.Intervals:
+        return iv.union(ts[mask], end[mask])
+
+    return Activity(
+        on_gpu=on_gpu,
+        compute=u(kind == COMPUTE), comm=u(kind == COMM), memory=u(kind == MEMORY),
+        other=u((kind != COMPUTE) & (kind != COMM) & (kind != MEMORY)), busy=iv.union(ts, end),
+        ev_ts=ts, ev_end=end, ev_name=name, ev_kind=kind, ev_launch=launch,
+    )

@@ -1,0 +1,105 @@
+"""`analyze_traces(paths) -> dict`: the whole analysis of one or more rank traces (what `--json` prints)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from stride.profile.activity import build_activity
+from stride.profile.annotations import annotation_breakdown, data_spans
+from stride.profile.breakdown import Times, summarize, window_times
+from stride.profile.errors import TraceError
+from stride.profile.hta_compat import hta_figures
+from stride.profile.kernels import tiny_kernels, top_kernels
+from stride.profile.stragglers import find_stragglers, rank_steps
+from stride.profile.trace_model import RankTrace, load_trace
+from stride.profile.verdict import rank_verdict, step_verdict
+from stride.profile.windows import step_windows
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def find_traces(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given, directories expanded to their `*.json` / `*.json.gz` files (sorted, not recursive)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise TraceError(f"{p}: directory holds no .json or .json.gz trace")
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise TraceError(f"{p}: no such file or directory")
+    return out
+
+
+def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False) -> tuple[dict, object]:
+    """stride's own figures for one rank, per step and over all analysed steps."""
+    act = build_activity(t)
+    windows = step_windows(t, act)
+    if drop_last_step and len(windows) >= 2:
+        windows = windows[:-1]
+    data = data_spans(t)
+    total = Times()
+    per_step = []
+    for w in windows:
+        times = window_times(act, w, data)
+        total += times
+        fig = summarize(times, act.on_gpu)
+        fig["step"] = w.step
+        fig["verdict"] = step_verdict(fig)
+        per_step.append(fig)
+    fig = summarize(total, act.on_gpu)
+    tiny = tiny_kernels(act, windows)
+    result = {
+        "file": str(t.path),
+        "rank_source": t.rank_source,
+        "device": "gpu" if act.on_gpu else "cpu",
+        "steps": [w.step for w in windows],
+        **fig,
+        "top_kernels": top_kernels(act, t.names, windows, top_k),
+        "tiny_kernels": tiny,
+        "annotations": annotation_breakdown(t, windows),
+        "per_step": per_step,
+        "verdict": rank_verdict(fig, per_step, tiny) if windows else None,
+    }
+    host = t.meta.get("host_name") if isinstance(t.meta.get("host_name"), str) else None
+    return result, rank_steps(t.rank, host, windows, t.steps, act)
+
+
+def analyze_traces(
+    paths: Iterable[str | Path], *, hta_compatible: bool = False, include_last_step: bool = False, top_k: int = 10
+) -> dict:
+    """Analyse the traces (files or directories; one trace per rank) and return the report dict.
+
+    With `hta_compatible`, temporal breakdown, overlap and idle split follow HTA's definitions (last
+    profiler step dropped unless `include_last_step`); the other figures are stride's over the same steps.
+    """
+    files = find_traces(paths)
+    traces = [load_trace(f) for f in files]
+    by_rank: dict[int, RankTrace] = {}
+    for t in traces:
+        if t.rank in by_rank:
+            raise TraceError(f"{t.path}: rank {t.rank} ({t.rank_source}) is also the rank of {by_rank[t.rank].path}")
+        by_rank[t.rank] = t
+    n_step_names = len({s.number for t in traces for s in t.steps})
+    ranks: dict[str, dict] = {}
+    straggler_input = []
+    for rank in sorted(by_rank):
+        t = by_rank[rank]
+        res, rs = analyze_rank(t, top_k, drop_last_step=hta_compatible and not include_last_step)
+        if hta_compatible:
+            hta = hta_figures(t, include_last_step, n_step_names)
+            keys = ("span_us", "temporal_breakdown", "comm_comp_overlap_pct", "idle_breakdown")
+            res.update({k: hta[k] for k in keys})
+            if "note" in hta:
+                res["note"] = hta["note"]
+        ranks[str(rank)] = res
+        straggler_input.append(rs)
+    return {
+        "definitions": "hta" if hta_compatible else "stride",
+        "ranks": ranks,
+        "stragglers": find_stragglers(straggler_input),
+    }

@@ -1,0 +1,53 @@
+"""User annotations (`record_function`, e.g. `## forward ##`): time per label, and data-loading spans."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from stride.profile import intervals as iv
+from stride.profile.classify import ANNOTATION_CATS, annotation_label, is_host_comm, step_number
+from stride.profile.trace_model import RankTrace
+from stride.profile.windows import Window
+
+_DATA = re.compile(r"data|DataLoader|load_batch|wait_for_batch", re.IGNORECASE)
+
+
+def _annotation_mask(t: RankTrace) -> np.ndarray:
+    return np.isin(t.host_cat, t.cat_ids(ANNOTATION_CATS))
+
+
+def data_spans(t: RankTrace) -> iv.Intervals:
+    """Union of host annotations that load data (`## data_load ##`, `enumerate(DataLoader)...`)."""
+    is_data = np.array([bool(_DATA.search(n)) and not is_host_comm(n) for n in t.names], dtype=bool)
+    m = _annotation_mask(t) & is_data[t.host_name] if len(t.names) else np.zeros(0, dtype=bool)
+    return iv.union(t.host_ts[m], t.host_ts[m] + t.host_dur[m])
+
+
+def annotation_breakdown(t: RankTrace, windows: list[Window], k: int = 12) -> list[dict]:
+    """Per label: count, total µs (clipped to the host steps) and share of the steps' host time."""
+    m = _annotation_mask(t)
+    if not m.any() or not windows:
+        return []
+    if t.steps:
+        bounds = [(s.ts, s.end) for s in t.steps if s.number in {w.step for w in windows}]
+    else:
+        bounds = [(w.start, w.end) for w in windows]
+    host_span = sum(e - s for s, e in bounds)
+    totals: dict[str, list[float]] = {}
+    ts, end, names = t.host_ts[m], t.host_ts[m] + t.host_dur[m], t.host_name[m]
+    for lo, hi in bounds:
+        sel = (ts >= lo) & (ts < hi)
+        for a, b, n in zip(ts[sel], end[sel], names[sel], strict=True):
+            name = t.names[int(n)]
+            if step_number(name) is not None or is_host_comm(name):
+                continue
+            row = totals.setdefault(annotation_label(name), [0, 0.0])
+            row[0] += 1
+            row[1] += float(min(b, hi) - a)
+    rows = sorted(totals.items(), key=lambda kv: -kv[1][1])[:k]
+    return [
+        {"name": n, "count": int(c), "total_us": tot, "pct_of_step": 100.0 * tot / host_span if host_span > 0 else None}
+        for n, (c, tot) in rows
+    ]

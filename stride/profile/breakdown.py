@@ -1,0 +1,130 @@
+"""Temporal breakdown, communication/computation overlap and idle split of one analysed window.
+
+Definitions (stride's own; `hta_compat` has HTA's): over a window of span S, busy = union of all
+device work, compute = union of compute work, exposed communication = communication not under
+compute, exposed memory = copies/sets under neither. compute_pct + non_compute_pct + idle_pct = 100,
+with non_compute = busy - compute. Overlap = |comm ∩ compute| / |comm| (null without communication).
+Idle gaps on a GPU are split by the kernel that ends each gap: host_wait if the host had not yet
+launched it when the gap began (the device was starved by the CPU), kernel_wait if it was launched
+and the gap is under `kernel_wait_us` (launch latency), other otherwise; gaps during a data-loading
+annotation are data_wait. On CPU traces a gap is data_wait or other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stride.profile import intervals as iv
+from stride.profile.activity import Activity
+from stride.profile.windows import Window
+
+KERNEL_WAIT_US = 30.0  # HTA's default consecutive-kernel delay
+
+
+@dataclass
+class Times:
+    """Absolute times (µs) of one or more windows; added up across steps."""
+
+    span: float = 0.0
+    busy: float = 0.0
+    compute: float = 0.0
+    comm: float = 0.0
+    comm_exposed: float = 0.0
+    comm_overlapped: float = 0.0
+    memory_exposed: float = 0.0
+    host_wait: float = 0.0
+    kernel_wait: float = 0.0
+    data_wait: float = 0.0
+    idle_other: float = 0.0
+
+    def __iadd__(self, o: Times) -> Times:
+        for k in self.__dataclass_fields__:
+            setattr(self, k, getattr(self, k) + getattr(o, k))
+        return self
+
+    @property
+    def idle(self) -> float:
+        return max(self.span - self.busy, 0.0)
+
+
+def window_times(act: Activity, w: Window, data_spans: iv.Intervals) -> Times:
+    lo, hi = w.start, w.end
+    busy = iv.clip(act.busy, lo, hi)
+    comp = iv.clip(act.compute, lo, hi)
+    comm = iv.clip(act.comm, lo, hi)
+    mem = iv.clip(act.memory, lo, hi)
+    t = Times(span=w.span, busy=iv.length(busy), compute=iv.length(comp), comm=iv.length(comm))
+    t.comm_overlapped = iv.length(iv.intersect(comm, comp))
+    t.comm_exposed = t.comm - t.comm_overlapped
+    cc = iv.union(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
+    t.memory_exposed = iv.subtract_length(mem, cc)
+    _split_idle(act, busy, lo, hi, data_spans, t)
+    return t
+
+
+def _split_idle(act: Activity, busy: iv.Intervals, lo: float, hi: float, data: iv.Intervals, t: Times) -> None:
+    # gaps of the busy set inside [lo, hi)
+    gs = np.concatenate([[lo], busy[1]])
+    ge = np.concatenate([busy[0], [hi]])
+    keep = ge > gs
+    gs, ge = gs[keep], ge[keep]
+    if len(gs) == 0:
+        return
+    in_data = iv.intersect((gs, ge), iv.clip(data, lo, hi))
+    data_len = iv.length(in_data)
+    t.data_wait += data_len
+    # per-gap time outside data loading
+    rest = (ge - gs) - _per_gap_overlap(gs, ge, in_data)
+    if not act.on_gpu:
+        t.idle_other += float(rest.sum())
+        return
+    # the device event that starts where each gap ends (the kernel the device waited for)
+    order = np.argsort(act.ev_ts, kind="stable")
+    ts_sorted = act.ev_ts[order]
+    j = np.searchsorted(ts_sorted, ge, side="left")
+    has_next = j < len(ts_sorted)
+    launch = np.full(len(gs), np.nan)
+    launch[has_next] = act.ev_launch[order[j[has_next]]]
+    host_wait = has_next & ~np.isnan(launch) & (launch > gs)
+    kernel_wait = ~host_wait & ((ge - gs) < KERNEL_WAIT_US)
+    t.host_wait += float(rest[host_wait].sum())
+    t.kernel_wait += float(rest[kernel_wait].sum())
+    t.idle_other += float(rest[~host_wait & ~kernel_wait].sum())
+
+
+def _per_gap_overlap(gs: np.ndarray, ge: np.ndarray, parts: iv.Intervals) -> np.ndarray:
+    """Length of `parts` (each inside exactly one gap) that falls in each gap."""
+    out = np.zeros(len(gs))
+    if len(parts[0]):
+        k = np.searchsorted(gs, parts[0], side="right") - 1
+        np.add.at(out, k, parts[1] - parts[0])
+    return out
+
+
+def pct(x: float, total: float) -> float | None:
+    return 100.0 * x / total if total > 0 else None
+
+
+def summarize(t: Times, on_gpu: bool) -> dict:
+    """The JSON figures of a `Times` (percentages of the span; idle split as percentages of idle)."""
+    idle = t.idle
+    return {
+        "span_us": t.span,
+        "temporal_breakdown": {
+            "idle_pct": pct(idle, t.span),
+            "compute_pct": pct(t.compute, t.span),
+            "non_compute_pct": pct(t.busy - t.compute, t.span),
+            "exposed_comm_pct": pct(t.comm_exposed, t.span),
+            "exposed_memory_pct": pct(t.memory_exposed, t.span) if on_gpu else None,
+        },
+        "comm_comp_overlap_pct": pct(t.comm_overlapped, t.comm),
+        "idle_breakdown": {
+            "idle_us": idle,
+            "host_wait_pct": pct(t.host_wait, idle) if on_gpu else None,
+            "kernel_wait_pct": pct(t.kernel_wait, idle) if on_gpu else None,
+            "data_wait_pct": pct(t.data_wait, idle),
+            "other_pct": pct(t.idle_other, idle),
+        },
+    }

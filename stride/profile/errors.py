@@ -1,0 +1,7 @@
+"""The analyzer's one error type: a trace that cannot be read names the file and what is wrong."""
+
+from __future__ import annotations
+
+
+class TraceError(ValueError):
+    """A trace file is missing, truncated, malformed or not a profiler trace; the message names the file."""

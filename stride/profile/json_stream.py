@@ -1,0 +1,166 @@
+"""Read a Chrome/Kineto trace one event at a time, so a multi-GB trace never sits in memory whole.
+
+The top-level object is walked key by key; every key except `traceEvents` is decoded whole (they are
+small: metadata, `distributedInfo`), and `traceEvents` is decoded element by element with the C JSON
+decoder (`JSONDecoder.raw_decode`) over a sliding text buffer. Truncation and malformed JSON raise
+`TraceError` naming the file and the character offset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from stride.profile.errors import TraceError
+
+CHUNK_CHARS = 1 << 22  # 4 Mi characters per read
+MAX_VALUE_CHARS = 1 << 28  # one JSON value (an event, a metadata entry) larger than this is refused
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def open_text(path: Path) -> TextIO:
+    """Open `.json` or `.json.gz` (detected by magic bytes, not only by name) as text."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot open: {exc.strerror or exc}") from exc
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+class _Buffer:
+    """A sliding window over the text of one file, refilled on demand."""
+
+    def __init__(self, fh: TextIO, path: Path) -> None:
+        self.fh, self.path = fh, path
+        self.buf, self.pos, self.base, self.eof = "", 0, 0, False
+        self.decoder = json.JSONDecoder()
+
+    def fill(self) -> None:
+        try:
+            chunk = self.fh.read(CHUNK_CHARS)
+        except (EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
+            raise TraceError(
+                f"{self.path}: compressed or text stream is broken near character {self.offset}: {exc}"
+            ) from exc
+        if not chunk:
+            self.eof = True
+        self.base += self.pos
+        self.buf = self.buf[self.pos :] + chunk
+        self.pos = 0
+
+    @property
+    def offset(self) -> int:
+        return self.base + self.pos
+
+    def skip_ws(self) -> str:
+        """Skip whitespace; return the next character ('' at end of file)."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if self.eof:
+                return ""
+            self.fill()
+
+    def expect(self, chars: str, where: str) -> str:
+        c = self.skip_ws()
+        if c == "":
+            raise TraceError(f"{self.path}: truncated: file ends inside {where} (character {self.offset})")
+        if c not in chars:
+            raise TraceError(
+                f"{self.path}: malformed JSON in {where} at character {self.offset}: "
+                f"expected one of {chars!r}, got {c!r}"
+            )
+        self.pos += 1
+        return c
+
+    def value(self, where: str) -> Any:
+        """Decode one JSON value at the cursor, refilling the buffer while it is incomplete."""
+        self.skip_ws()
+        while True:
+            try:
+                obj, end = self.decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                if not self.eof and len(self.buf) - self.pos < MAX_VALUE_CHARS:
+                    self.fill()
+                    continue
+                what = "truncated" if self.eof else "malformed JSON (or a value over 256 Mi characters)"
+                raise TraceError(
+                    f"{self.path}: {what} in {where} at character {self.base + exc.pos}: {exc.msg}"
+                ) from None
+            if end == len(self.buf) and not self.eof:  # a number may continue in the next chunk
+                self.fill()
+                continue
+            self.pos = end
+            return obj
+
+
+def scan_trace(path: Path, on_event: Callable[[dict], None]) -> dict[str, Any]:
+    """Stream `path`, calling `on_event(event)` for each trace event; return the other top-level keys."""
+    meta: dict[str, Any] = {}
+    with open_text(path) as fh:
+        b = _Buffer(fh, path)
+        b.fill()
+        first = b.skip_ws()
+        if first == "":
+            raise TraceError(f"{path}: empty file, not a profiler trace")
+        if first == "[":  # Chrome's JSON Array Format: the file is the event list
+            for ev in _iter_array(b, "the top-level event array"):
+                _check_event(ev, path, b)
+                on_event(ev)
+        elif first == "{":
+            b.pos += 1
+            seen_events = False
+            if b.skip_ws() == "}":
+                b.pos += 1
+            else:
+                while True:
+                    key = b.value("a top-level key")
+                    if not isinstance(key, str):
+                        raise TraceError(
+                            f"{path}: malformed JSON: top-level key at character {b.offset} is not a string"
+                        )
+                    b.expect(":", f"top-level key {key!r}")
+                    if key == "traceEvents":
+                        if b.skip_ws() != "[":
+                            raise TraceError(f"{path}: 'traceEvents' is not a list (character {b.offset})")
+                        seen_events = True
+                        for ev in _iter_array(b, "'traceEvents'"):
+                            _check_event(ev, path, b)
+                            on_event(ev)
+                    else:
+                        meta[key] = b.value(f"top-level key {key!r}")
+                    if b.expect(",}", "the top-level object") == "}":
+                        break
+            if not seen_events:
+                raise TraceError(f"{path}: no 'traceEvents' list: not a PyTorch profiler / Chrome trace")
+        else:
+            raise TraceError(f"{path}: not a JSON trace: starts with {first!r}")
+        if b.skip_ws() != "":
+            raise TraceError(f"{path}: unexpected data after the end of the trace at character {b.offset}")
+    return meta
+
+
+def _iter_array(b: _Buffer, where: str) -> Iterator[Any]:
+    """Yield the elements of the JSON array whose '[' is at the cursor."""
+    b.pos += 1
+    if b.skip_ws() == "]":
+        b.pos += 1
+        return
+    while True:
+        yield b.value(f"{where} (element near character {b.offset})")
+        if b.expect(",]", where) == "]":
+            return
+
+
+def _check_event(ev: Any, path: Path, b: _Buffer) -> None:
+    if not isinstance(ev, dict):
+        raise TraceError(f"{path}: trace event before character {b.offset} is a {type(ev).__name__}, not an object")

@@ -1,0 +1,66 @@
+"""Top kernels (GPU) or operators (CPU) by time inside the analysed windows, and the tiny-kernel flag.
+
+Time per name is the sum of event durations clipped to the windows (inclusive time for nested CPU
+operators). Launch delay is kernel start minus the start of its host launch call, via correlation ids.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stride.profile.activity import Activity
+from stride.profile.classify import KIND_NAMES
+from stride.profile.windows import Window
+
+TINY_US = 10.0  # a kernel shorter than this is dominated by launch cost on current GPUs
+
+
+def _in_windows(act: Activity, windows: list[Window]) -> np.ndarray:
+    mask = np.zeros(len(act.ev_ts), dtype=bool)
+    for w in windows:
+        mask |= (act.ev_ts < w.end) & (act.ev_end > w.start)
+    return mask
+
+
+def top_kernels(act: Activity, names: list[str], windows: list[Window], k: int = 10) -> list[dict]:
+    m = _in_windows(act, windows)
+    if not m.any():
+        return []
+    nid, dur, kind = act.ev_name[m], act.ev_end[m] - act.ev_ts[m], act.ev_kind[m]
+    delay = act.ev_ts[m] - act.ev_launch[m]
+    uniq, inv = np.unique(nid, return_inverse=True)
+    total = np.bincount(inv, weights=dur)
+    count = np.bincount(inv)
+    ok = ~np.isnan(delay)
+    d_sum = np.bincount(inv[ok], weights=delay[ok], minlength=len(uniq))
+    d_n = np.bincount(inv[ok], minlength=len(uniq))
+    grand = float(total.sum())
+    out = []
+    for i in np.argsort(-total, kind="stable")[:k]:
+        out.append({
+            "name": names[int(uniq[i])],
+            "kind": KIND_NAMES[int(kind[np.flatnonzero(inv == i)[0]])],
+            "count": int(count[i]),
+            "total_us": float(total[i]),
+            "mean_us": float(total[i] / count[i]),
+            "pct_of_kernel_time": 100.0 * float(total[i]) / grand if grand > 0 else None,
+            "launch_delay_us": float(d_sum[i] / d_n[i]) if d_n[i] else None,
+        })
+    return out
+
+
+def tiny_kernels(act: Activity, windows: list[Window]) -> dict | None:
+    """Share of kernels shorter than TINY_US; null on CPU traces."""
+    if not act.on_gpu:
+        return None
+    m = _in_windows(act, windows)
+    dur = act.ev_end[m] - act.ev_ts[m]
+    n = int(len(dur))
+    tiny = dur < TINY_US
+    return {
+        "threshold_us": TINY_US,
+        "count": int(tiny.sum()),
+        "pct_of_kernels": 100.0 * float(tiny.sum()) / n if n else None,
+        "pct_of_kernel_time": 100.0 * float(dur[tiny].sum()) / float(dur.sum()) if n and dur.sum() > 0 else None,
+        "flagged": bool(n >= 100 and tiny.sum() / n > 0.5),
+    }

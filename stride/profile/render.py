@@ -1,0 +1,56 @@
+"""Rich tables for `stride analyze` (the JSON report is the source; this only formats it)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _f(x: float | None, unit: str = "%") -> str:
+    return "-" if x is None else f"{x:.1f}{unit}"
+
+
+def render_report(report: dict, console: Console | None = None) -> None:
+    con = console or Console(width=160) if console is None and not Console().is_terminal else console or Console()
+    t = Table(title=f"Where the step time goes ({report['definitions']} definitions)")
+    for col in ("rank", "device", "steps", "span ms", "compute", "non-compute", "idle", "comm overlap",
+                "host wait", "kernel wait", "data wait", "verdict"):
+        t.add_column(col, justify="right" if col not in ("device", "verdict") else "left")
+    for rank, r in report["ranks"].items():
+        tb, ib = r["temporal_breakdown"], r["idle_breakdown"] or {}
+        t.add_row(rank, r["device"], ",".join(str(s) for s in r["steps"]), f"{r['span_us'] / 1e3:.2f}",
+                  _f(tb["compute_pct"]), _f(tb["non_compute_pct"]), _f(tb["idle_pct"]), _f(r["comm_comp_overlap_pct"]),
+                  _f(ib.get("host_wait_pct")), _f(ib.get("kernel_wait_pct")), _f(ib.get("data_wait_pct")),
+                  (r["verdict"] or {}).get("bound", "-"))
+    con.print(t)
+    for rank, r in report["ranks"].items():
+        k = Table(title=f"rank {rank}: top {'kernels' if r['device'] == 'gpu' else 'CPU operators (inclusive)'}")
+        for col in ("name", "kind", "count", "total ms", "mean us", "share", "launch delay us"):
+            k.add_column(col, justify="left" if col in ("name", "kind") else "right")
+        for row in r["top_kernels"]:
+            name = row["name"] if len(row["name"]) <= 48 else row["name"][:45] + "..."
+            k.add_row(name, row["kind"], str(row["count"]), f"{row['total_us'] / 1e3:.3f}", f"{row['mean_us']:.1f}",
+                      _f(row["pct_of_kernel_time"]), _f(row["launch_delay_us"], ""))
+        con.print(k)
+        if r["annotations"]:
+            a = Table(title=f"rank {rank}: annotations")
+            for col in ("name", "count", "total ms", "share of step"):
+                a.add_column(col, justify="left" if col == "name" else "right")
+            for row in r["annotations"]:
+                a.add_row(row["name"][:70], str(row["count"]), f"{row['total_us'] / 1e3:.3f}", _f(row["pct_of_step"]))
+            con.print(a)
+        if r["verdict"]:
+            v = r["verdict"]
+            con.print(f"[bold]rank {rank}: {v['bound']}[/bold] — " + "; ".join(v["reasons"]))
+            for rec in v["recommendations"]:
+                con.print(f"  • {rec}")
+    if report["stragglers"]:
+        s = Table(title="stragglers")
+        for col in ("rank", "collective start lag us", "step start lag us", "threshold us"):
+            s.add_column(col, justify="right")
+        for row in report["stragglers"]:
+            s.add_row(str(row["rank"]), _f(row["collective_start_lag_us"], ""), _f(row["step_start_lag_us"], ""),
+                      _f(row["threshold_us"], ""))
+        con.print(s)
+    else:
+        con.print("no stragglers")
