@@ -63,3 +63,22 @@ def tradeoff_matrix(w: Workload, device: str, out: Path | None, variants: list[s
             "bitwise_repeatable": e["params_sha256"] == again["params_sha256"],
         }
     return entries, matrix
+
+
+def time_to_target(w: Workload, device: str, out: Path | None, seeds: int,
+                   extra: list[str] | None = None) -> dict[str, Any]:
+    """MLPerf-style: the workload to its fixed target with `seeds` seeds; median and spread of the runs
+    that reach it, and how many miss (a miss is reported, never averaged in)."""
+    from stride.bench.stats import spread
+
+    times, missed, entries = [], 0, []
+    for seed in range(seeds):
+        e = run_workload(w, device, out, [*(extra or []), f"train.seed={seed}", f"data.seed={seed}"],
+                         suffix=f"+seed{seed}")
+        entries.append(e)
+        if e["time_to_target_s"] is None:
+            missed += 1
+        else:
+            times.append(e["time_to_target_s"])
+    return {"target_val_loss": entries[0]["target_val_loss"], "runs": seeds, "missed": missed,
+            "seconds": spread(times), "entries": entries}

@@ -15,8 +15,10 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="results directory (default runs/bench-<stamp>)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value in every workload (changes what is measured)")
-    p.add_argument("--sweep", choices=("batch", "tradeoffs"), default=None,
-                   help="batch: throughput and memory against batch size; tradeoffs: each technique on/off")
+    p.add_argument("--sweep", choices=("batch", "tradeoffs", "ttt"), default=None,
+                   help="batch: throughput and memory against batch size; tradeoffs: each technique on/off; "
+                   "ttt: time to the workload's target validation loss over --seeds seeds")
+    p.add_argument("--seeds", type=int, default=3, help="seeds for --sweep ttt")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32, 64, 128, 256],
                    help="batch sizes for --sweep batch")
     p.add_argument("--variants", nargs="+", default=None, help="tradeoff variants (default: all)")
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     from stride.bench.results import make_results
     from stride.bench.runner import run_workload
-    from stride.bench.sweeps import batch_sweep, tradeoff_matrix
+    from stride.bench.sweeps import batch_sweep, time_to_target, tradeoff_matrix
     from stride.bench.table import results_table, tradeoff_table
     from stride.bench.workloads import SUITES, WORKLOADS
     from stride.config.errors import ConfigError, suggest
@@ -49,10 +51,18 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     entries = []
     matrices = {}
+    ttts = {}
     for n in names:
         console.print(f"[bold]bench[/] {n} ...")
         if args.sweep == "batch":
             entries += batch_sweep(WORKLOADS[n], args.device, out, args.batch_sizes, args.overrides)
+        elif args.sweep == "ttt":
+            res = time_to_target(WORKLOADS[n], args.device, out, args.seeds, args.overrides)
+            entries += res.pop("entries")
+            ttts[n] = res
+            sec = res["seconds"]
+            console.print(f"  time to target {res['target_val_loss']}: median {sec['median']} s "
+                          f"(min {sec['min']}, max {sec['max']}), missed {res['missed']} of {res['runs']}")
         elif args.sweep == "tradeoffs":
             e, matrices[n] = tradeoff_matrix(WORKLOADS[n], args.device, out, args.variants, args.overrides)
             entries += e
@@ -62,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     results = make_results(suite, fingerprint(), entries)
     if matrices:
         results["tradeoffs"] = matrices
+    if ttts:
+        results["time_to_target"] = ttts
     run_dir.write_json("results.json", results)
     term = Console()
     (term if term.is_terminal else Console(width=160)).print(results_table(results))

@@ -75,3 +75,16 @@ def test_tradeoff_matrix_and_batch_sweep() -> None:
     assert [e["config"]["train"]["batch_size"] for e in sweep] == [32, 64]
     with pytest.raises(ValueError, match="unknown tradeoff variant"):
         tradeoff_matrix(w, "cpu", None, ["turbo"], small)
+
+
+@pytest.mark.slow
+def test_time_to_target_counts_misses() -> None:
+    from stride.bench.sweeps import time_to_target
+
+    w = WORKLOADS["mlp_tiny"]
+    small = ["data.n_steps=1024", "data.n_assets=4", "train.steps=6", "train.val_every=3", "train.batch_size=64"]
+    hit = time_to_target(w, "cpu", None, 2, [*small, "train.target_val_loss=100.0"])
+    assert hit["missed"] == 0 and hit["seconds"]["n"] == 2 and all(e["steps"] == 3 for e in hit["entries"])
+    miss = time_to_target(w, "cpu", None, 2, [*small, "train.target_val_loss=1e-9"])
+    assert miss["missed"] == 2 and miss["seconds"]["median"] is None
+    assert [e["config"]["train"]["seed"] for e in miss["entries"]] == [0, 1]
