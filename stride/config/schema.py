@@ -42,6 +42,17 @@ class DataConfig:
     val_fraction: float = 0.1
     seed: int = 0
     kwargs: dict = field(default_factory=dict)  # passed to a `module:factory` data source
+    # Ingested store (`source = "store"`, see docs/data.md).
+    store: str = ""  # directory made by `stride data ingest`
+    columns: list[str] = field(default_factory=list)  # feature columns; empty: every column
+    target_column: str = "close"  # price column; targets are its forward log returns
+    normalize: str = "train"  # none | train (fitted on the train split) | expanding (causal, per symbol)
+    embargo: int = -1  # rows between the last train target and the first validation end; -1: max horizon
+    test_fraction: float = 0.0  # held out after validation (not used by the trainer)
+    cross_days: bool = False  # let windows span a day boundary
+    # Loader (both sources).
+    prefetch: int = 2  # batches built ahead in a background thread; 0: none
+    pin_memory: bool = True  # pin batches for non_blocking host-to-device copies (CUDA only)
 
 
 @dataclass
@@ -81,17 +92,47 @@ class TrainConfig:
 
 @dataclass
 class ParallelConfig:
-    dp_replicate: int = 1
-    dp_shard: int = 1
-    tp: int = 1
-    pp: int = 1
+    """Degrees of each parallelism on one DeviceMesh (stride.parallel); their product is the world size.
+
+    With every degree 1 under a launcher of N processes, dp_replicate becomes N (plain DDP).
+    """
+
+    dp_replicate: int = 1  # DDP (or the replicate dim of HSDP when dp_shard > 1)
+    dp_shard: int = 1  # FSDP2 fully_shard
+    tp: int = 1  # tensor parallel (parallelize_module), sequence parallel for norms
+    pp: int = 1  # pipeline stages (not implemented yet: > 1 is a config error)
+    backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | gloo | nccl
+    sequence_parallel: bool = True  # with tp > 1: norms and the residual stream sharded along time
+    reshard_after_forward: bool = True  # FSDP2: free gathered params after forward (ZeRO-3) or keep (ZeRO-2)
+    mp_param_dtype: str = "none"  # FSDP2 MixedPrecisionPolicy param dtype: none | bf16 | fp16 (reduce in fp32)
+    ddp_bucket_mb: float = 25.0  # DDP gradient bucket size
+    gradient_as_bucket_view: bool = True  # DDP: grads alias the buckets (no copy, less memory)
+    static_graph: bool = False  # DDP static_graph
+    comm_hook: str = "none"  # DDP: none | fp16 | bf16 | powersgd (one bucket on gloo)
+    powersgd_rank: int = 2  # DDP PowerSGD matrix rank
+    comm_timing: bool = True  # DDP: time each bucket's all-reduce to split exposed from hidden comm
 
 
 @dataclass
 class CheckpointConfig:
+    """DCP checkpoints under `<run dir>/<dir>`, auto-resume, and what to do on faults (stride.checkpoint)."""
+
     enabled: bool = False
     every: int = 0  # steps between saves; 0 = only at the end
     keep_last: int = 2
+    keep_every: int = 0  # also keep every checkpoint whose step is a multiple of this (0: none)
+    dir: str = "checkpoints"  # relative to the run directory (or an absolute path)
+    async_save: bool = False  # stage to CPU and write in the background (DCP async_save)
+    resume: str = "auto"  # auto: newest valid checkpoint in dir, if any | never
+    force_resume: bool = False  # resume even when the checkpoint's config differs
+    verify: str = "sha256"  # sha256: check every file's checksum before loading | size
+    save_at_end: bool = True
+    save_on_signal: bool = True  # SIGTERM / SIGUSR1: final checkpoint, then exit 0
+    nan_rollback_after: int = 3  # this many non-finite steps in a row roll back (0: never roll back)
+    max_rollbacks: int = 3  # then the run fails instead of looping
+    spike_threshold: float | None = None  # loss > threshold x running median counts as a spike
+    spike_window: int = 50  # steps in the running median
+    spike_action: str = "log"  # log | skip | rollback
 
 
 @dataclass

@@ -79,3 +79,77 @@ def validate(cfg: RunConfig) -> None:
         _positive(f"parallel.{key}", getattr(p, key))
     if t.target_val_loss is not None and t.val_every == 0:
         raise ConfigError("`train.target_val_loss` needs validation: set `train.val_every` > 0")
+    _validate_checkpoint(cfg)
+    _validate_parallel(cfg)
+    _validate_data(cfg)
+
+
+# -- [checkpoint] (stride.checkpoint) -------------------------------------------------------------
+CHECKPOINT_CHOICES: dict[str, tuple[str, ...]] = {
+    "checkpoint.resume": ("auto", "never"),
+    "checkpoint.verify": ("sha256", "size"),
+    "checkpoint.spike_action": ("log", "skip", "rollback"),
+}
+
+
+def _validate_checkpoint(cfg: RunConfig) -> None:
+    c = cfg.checkpoint
+    for key, options in CHECKPOINT_CHOICES.items():
+        value = getattr(c, key.split(".")[1])
+        if value not in options:
+            raise ConfigError(f"`{key}` = {value!r} is not one of {', '.join(options)}{suggest(value, list(options))}")
+    _positive("checkpoint.keep_last", c.keep_last)
+    _positive("checkpoint.spike_window", c.spike_window)
+    for key in ("keep_every", "nan_rollback_after", "max_rollbacks"):
+        _positive(f"checkpoint.{key}", getattr(c, key), strict=False)
+    if c.spike_threshold is not None and c.spike_threshold <= 1:
+        raise ConfigError(
+            f"`checkpoint.spike_threshold` = {c.spike_threshold!r} must be > 1 (a multiple of the median)"
+        )
+    if not c.dir.strip():
+        raise ConfigError("`checkpoint.dir` is empty: name a folder (relative to the run directory or absolute)")
+    if c.spike_action == "rollback" and c.spike_threshold is not None and not c.enabled:
+        raise ConfigError("`checkpoint.spike_action` = 'rollback' needs checkpoints: set `checkpoint.enabled` = true")
+
+
+# -- [parallel] (stride.parallel; relations to the world size and the model are checked there) ----
+PARALLEL_CHOICES: dict[str, tuple[str, ...]] = {
+    "parallel.backend": ("auto", "gloo", "nccl"),
+    "parallel.mp_param_dtype": ("none", "bf16", "fp16"),
+    "parallel.comm_hook": ("none", "fp16", "bf16", "powersgd"),
+}
+
+
+def _validate_parallel(cfg: RunConfig) -> None:
+    p = cfg.parallel
+    for key, options in PARALLEL_CHOICES.items():
+        value = getattr(p, key.split(".")[1])
+        if value not in options:
+            raise ConfigError(f"`{key}` = {value!r} is not one of {', '.join(options)}{suggest(value, list(options))}")
+    _positive("parallel.ddp_bucket_mb", p.ddp_bucket_mb)
+    _positive("parallel.powersgd_rank", p.powersgd_rank)
+    if p.comm_hook != "none" and p.dp_shard > 1:
+        raise ConfigError(
+            f"`parallel.comm_hook` = {p.comm_hook!r} is a DDP hook but `parallel.dp_shard` = {p.dp_shard} "
+            "selects FSDP2: use `parallel.mp_param_dtype` to communicate in low precision there"
+        )
+
+
+
+# -- [data] store and loader fields (stride.data) -------------------------------------------------
+DATA_NORMALIZE = ("none", "train", "expanding")
+
+
+def _validate_data(cfg: RunConfig) -> None:
+    d = cfg.data
+    if d.source == "store" and not d.store:
+        raise ConfigError('`data.source` = "store" needs `data.store` = the directory from `stride data ingest`')
+    if d.normalize not in DATA_NORMALIZE:
+        raise ConfigError(f"`data.normalize` = {d.normalize!r} is not one of {', '.join(DATA_NORMALIZE)}"
+                          f"{suggest(d.normalize, list(DATA_NORMALIZE))}")
+    if d.embargo < -1:
+        raise ConfigError(f"`data.embargo` = {d.embargo} must be >= 0 rows, or -1 for the largest horizon")
+    if not 0 <= d.test_fraction < 1 or d.val_fraction + d.test_fraction >= 1:
+        raise ConfigError(f"`data.test_fraction` = {d.test_fraction!r} must be in [0, 1) and leave training data "
+                          f"next to `data.val_fraction` = {d.val_fraction!r}")
+    _positive("data.prefetch", d.prefetch, strict=False)

@@ -101,6 +101,12 @@ class Trainer:
         self.out = out
         self.write_run_dir = write_run_dir
         self.callbacks: list[Callback] = list(callbacks or [])
+        self.step_guard: Any = None  # stride.checkpoint.StepGuard, set by the checkpoint callback
+        if self.cfg.checkpoint.enabled:
+            from stride.checkpoint import CheckpointCallback  # lazy: stride.checkpoint imports this module
+
+            if not any(isinstance(cb, CheckpointCallback) for cb in self.callbacks):
+                self.callbacks.append(CheckpointCallback())
         self.step = 0  # optimizer steps taken; a resumed run starts from the loaded value
         self.skipped_steps = 0
         self.saved_activation_bytes: int | None = None
@@ -194,10 +200,13 @@ class Trainer:
             loss_sum += loss.detach()
             timer.mark("backward")
         with record_function("stride.optimizer"):
+            grad_norm = None
             if t.grad_clip is not None:
                 self.precision.unscale(self.optimizer)
-                torch.nn.utils.clip_grad_norm_(self._params, t.grad_clip, foreach=True)
-            if not self.precision.step(self.optimizer, self._opt_step):
+                grad_norm = torch.nn.utils.clip_grad_norm_(self._params, t.grad_clip, foreach=True)
+            if self.step_guard is not None and not self.step_guard.allow(self, loss_sum, grad_norm):
+                self.skipped_steps += 1  # non-finite loss/grad norm or a loss spike: no update
+            elif not self.precision.step(self.optimizer, self._opt_step):
                 self.skipped_steps += 1
             self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()

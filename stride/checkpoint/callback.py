@@ -1,0 +1,175 @@
+"""CheckpointCallback: auto-resume, periodic (async) saves, rollback on repeated faults, preemption.
+
+Wired into the Trainer when `[checkpoint] enabled = true`. It loads state in `on_fit_start` (after
+setup, before the first step), saves every `every` steps in `on_step_end`, and at the end; a
+SIGTERM/SIGUSR1 makes the next step end save and exit 0. Every pause it causes is added to the step
+breakdown as "checkpoint" and summed in summary.json.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stride.checkpoint import train_state
+from stride.checkpoint.config_diff import config_diff
+from stride.checkpoint.errors import CheckpointError, ConfigMismatchError
+from stride.checkpoint.guard import StepGuard
+from stride.checkpoint.signals import Preempted, PreemptionSignal
+from stride.checkpoint.store import CheckpointStore, Choice
+from stride.config import config_hash, config_to_dict
+from stride.train.trainer import Callback
+
+if TYPE_CHECKING:
+    from stride.train.trainer import Trainer
+
+
+def _log(msg: str) -> None:
+    print(f"stride checkpoint: {msg}", file=sys.stderr, flush=True)
+
+
+class CheckpointCallback(Callback):
+    """See the module docstring. `root` overrides where checkpoints live (default: run dir / checkpoint.dir)."""
+
+    def __init__(self, root: str | Path | None = None, log=_log) -> None:
+        self.root_override = Path(root) if root is not None else None
+        self.log = log
+        self.store: CheckpointStore | None = None
+        self.guard: StepGuard | None = None
+        self.signal = PreemptionSignal()
+        self.stall_s = 0.0
+        self.resumed: Choice | None = None
+        self.rollbacks = 0
+        self.last_saved: int | None = None
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _root(self, trainer: Trainer) -> Path:
+        if self.root_override is not None:
+            return self.root_override
+        d = Path(trainer.cfg.checkpoint.dir)
+        if d.is_absolute():
+            return d
+        if trainer.run_dir is None:
+            raise CheckpointError(f"`checkpoint.dir` = {str(d)!r} is relative but the run writes no run directory; "
+                                  "give an absolute `checkpoint.dir` or enable the run directory")
+        return trainer.run_dir.path / d
+
+    def _meta(self, trainer: Trainer) -> dict[str, Any]:
+        return {"config": config_to_dict(trainer.cfg), "config_hash": config_hash(trainer.cfg),
+                "world_size": train_state.rank_and_world()[1]}
+
+    def save(self, trainer: Trainer, *, final: bool = False) -> float:
+        """Checkpoint the trainer's current step; returns (and books) the stall in seconds."""
+        assert self.store is not None and self.guard is not None
+        asynchronous = trainer.cfg.checkpoint.async_save and not final
+        state = train_state.capture(trainer, self.guard.state_dict())
+        stall = self.store.save(state, trainer.step, self._meta(trainer), asynchronous=asynchronous)
+        if final:
+            self.store.wait()
+        self.stall_s += stall
+        self.last_saved = trainer.step
+        return stall
+
+    def _load(self, trainer: Trainer, choice: Choice) -> None:
+        assert self.store is not None and self.guard is not None and choice.folder is not None
+        self.store.wait()
+        loaded = self.store.load(choice.folder, lambda keys: train_state.load_template(trainer, keys))
+        guard_state, notes = train_state.apply(trainer, loaded)
+        self.guard.load_state_dict(guard_state)
+        for note in notes:
+            self.log(note)
+
+    def _check_config(self, trainer: Trainer, choice: Choice) -> None:
+        saved = (choice.meta or {}).get("config", {})
+        diff = config_diff(saved, config_to_dict(trainer.cfg))
+        if not diff:
+            return
+        text = "\n  ".join(diff)
+        if trainer.cfg.checkpoint.force_resume:
+            self.log(f"{choice.folder} was written with another config (forced: resuming anyway):\n  {text}")
+            return
+        raise ConfigMismatchError(
+            f"checkpoint {choice.folder} was written by a run with another config; refusing to resume "
+            f"(set checkpoint.force_resume = true to load it anyway, or use another --out):\n  {text}"
+        )
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def on_fit_start(self, trainer: Trainer) -> None:
+        c = trainer.cfg.checkpoint
+        self.store = CheckpointStore(self._root(trainer), c.keep_last, c.keep_every, c.verify == "sha256", self.log)
+        self.guard = StepGuard(c.nan_rollback_after, c.spike_threshold, c.spike_window, c.spike_action, self.log)
+        trainer.step_guard = self.guard
+        for note in self.store.prepare():
+            self.log(f"removed {note}")
+        if c.resume == "auto":
+            t0 = time.perf_counter()
+            choice = self.store.newest_valid()
+            if choice.folder is not None:
+                self._check_config(trainer, choice)
+                self._load(trainer, choice)
+                self.resumed = choice
+                self.last_saved = trainer.step
+                self.log(f"{choice.describe()} in {time.perf_counter() - t0:.2f} s: continuing at step {trainer.step}")
+            elif choice.skipped:
+                self.log(f"{choice.describe()}: starting from step 0")
+        if c.save_on_signal:
+            self.signal.install()
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        assert self.store is not None and self.guard is not None
+        c = trainer.cfg.checkpoint
+        self.store.poll()
+        if self.guard.rollback_reason is not None:
+            self._rollback(trainer, self.guard.rollback_reason)
+            return
+        if self.signal.received is not None:
+            name = self.signal.name
+            t0 = time.perf_counter()
+            if self.last_saved != trainer.step:
+                self.save(trainer, final=True)
+            self.store.close()
+            self.signal.uninstall()
+            self.log(f"{name} at step {trainer.step}: checkpoint {self.store.folder(trainer.step).name} committed "
+                     f"in {time.perf_counter() - t0:.2f} s; exiting (run the same command to resume)")
+            raise Preempted(0)
+        if c.every and trainer.step % c.every == 0 and trainer.step < trainer.cfg.train.steps:
+            trainer.timer.add("checkpoint", self.save(trainer))
+
+    def _rollback(self, trainer: Trainer, reason: str) -> None:
+        assert self.store is not None
+        c = trainer.cfg.checkpoint
+        self.store.wait()
+        choice = self.store.newest_valid()
+        if choice.folder is None:
+            raise CheckpointError(f"{reason}, and there is no checkpoint to roll back to in {self.store.root}")
+        if self.rollbacks >= c.max_rollbacks:
+            raise CheckpointError(f"{reason}, after {self.rollbacks} rollbacks already (checkpoint.max_rollbacks): "
+                                  "the fault repeats from the checkpoint; giving up")
+        self.rollbacks += 1
+        at = trainer.step
+        self._load(trainer, choice)
+        self.log(f"{reason}: rolled back from step {at} to {choice.folder.name} "
+                 f"(rollback {self.rollbacks} of at most {c.max_rollbacks})")
+
+    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+        assert self.store is not None and self.guard is not None
+        if trainer.cfg.checkpoint.save_at_end and self.last_saved != trainer.step:
+            self.save(trainer, final=True)
+        self.store.close()
+        self.signal.uninstall()
+        summary["checkpoint_count"] = len(self.store.saved_steps)
+        summary["checkpoint_stall_s"] = self.stall_s
+        summary["checkpoint"] = {
+            "dir": str(self.store.root),
+            "saved_steps": list(self.store.saved_steps),
+            "stall_s": self.stall_s,
+            "save_s": list(self.store.save_seconds),
+            "async": trainer.cfg.checkpoint.async_save,
+            "resumed_from": self.resumed.folder.name if self.resumed and self.resumed.folder else None,
+            "skipped_on_resume": list(self.resumed.skipped) if self.resumed else [],
+            "rollbacks": self.rollbacks,
+            "nonfinite_steps": self.guard.nonfinite_steps,
+            "loss_spikes": self.guard.spikes,
+        }

@@ -1,0 +1,85 @@
+"""Step guard: a non-finite loss or gradient norm skips the update; K in a row, or a loss spike, asks for a rollback.
+
+The trainer calls `allow()` after backward and before the optimizer step. Reading the loss and the
+norm as Python floats synchronises with the device once per step; that is the price of never
+applying a NaN update (on CPU it costs nothing measurable).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from stride.train.trainer import Trainer
+
+MIN_HISTORY = 8  # losses needed before the spike detector judges
+
+
+class StepGuard:
+    def __init__(
+        self,
+        nan_rollback_after: int = 3,
+        spike_threshold: float | None = None,
+        spike_window: int = 50,
+        spike_action: str = "log",
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.nan_rollback_after = nan_rollback_after
+        self.spike_threshold, self.spike_action = spike_threshold, spike_action
+        self.window: deque[float] = deque(maxlen=spike_window)
+        self.log = log
+        self.consecutive_nonfinite = 0
+        self.nonfinite_steps = 0
+        self.spikes = 0
+        self.rollback_reason: str | None = None  # set when the callback should roll back
+
+    def allow(self, trainer: Trainer, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
+        """Whether the optimizer may apply this step's gradients."""
+        step = trainer.step + 1
+        loss_v = float(loss)
+        scaled = trainer.precision.scaler is not None  # fp16: the GradScaler skips inf/NaN steps itself
+        if grad_norm is None and not scaled:
+            grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else None
+        gn = float(grad_norm) if grad_norm is not None else 0.0
+        if not (math.isfinite(loss_v) and math.isfinite(gn)):
+            self.consecutive_nonfinite += 1
+            self.nonfinite_steps += 1
+            k, limit = self.consecutive_nonfinite, self.nan_rollback_after
+            what = "left to the fp16 loss scaler" if scaled else "update skipped"
+            self.log(f"step {step}: non-finite loss={loss_v} grad_norm={gn}: {what} ({k} in a row"
+                     + (f", rollback at {limit})" if limit else ")"))
+            if limit and k >= limit:
+                self.rollback_reason = f"{k} non-finite steps in a row (last at step {step})"
+            return scaled
+        self.consecutive_nonfinite = 0
+        if self.spike_threshold is not None and len(self.window) >= min(MIN_HISTORY, self.window.maxlen or 1):
+            median = statistics.median(self.window)
+            if median > 0 and loss_v > self.spike_threshold * median:
+                self.spikes += 1
+                self.log(f"step {step}: loss spike {loss_v:.4g} > {self.spike_threshold} x running median "
+                         f"{median:.4g} (action: {self.spike_action})")
+                if self.spike_action == "rollback":
+                    self.rollback_reason = f"loss spike at step {step} ({loss_v:.4g} vs median {median:.4g})"
+                    return False
+                if self.spike_action == "skip":
+                    return False
+        self.window.append(loss_v)
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"window": list(self.window), "nonfinite_steps": self.nonfinite_steps, "spikes": self.spikes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.window.clear()
+        self.window.extend(float(v) for v in state.get("window", []))
+        self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
+        self.spikes = int(state.get("spikes", 0))
+        self.consecutive_nonfinite = 0
+        self.rollback_reason = None

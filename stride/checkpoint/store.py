@@ -1,0 +1,230 @@
+"""A folder of checkpoints: atomic save (sync or async), commit, retention, and finding the newest valid one.
+
+Layout: `<root>/step_00000040/` holds DCP shards (`__<rank>_0.distcp`), DCP's `.metadata`, `meta.json`
+(step, config) and `manifest.json` (sizes, SHA-256). A save writes `<root>/.tmp-step_00000040/` and
+rank 0 renames it into place after the manifest is on disk, so a crash at any point leaves either
+the complete folder or a `.tmp-*` one that is never loaded.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+
+from stride.checkpoint.errors import CheckpointError
+from stride.checkpoint.manifest import fsync_path, verify, write_manifest
+from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner
+from stride.checkpoint.train_state import rank_and_world
+
+STEP_RE = re.compile(r"^step_(\d{8})$")
+META = "meta.json"
+
+
+def step_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+@dataclass
+class Choice:
+    """The outcome of looking for a checkpoint to resume from."""
+
+    step: int | None
+    folder: Path | None
+    meta: dict[str, Any] | None
+    skipped: list[str] = field(default_factory=list)  # "step_00000010: <reason>"
+
+    def describe(self) -> str:
+        head = f"resuming from {self.folder.name} (the newest valid one)" if self.folder else "no valid checkpoint"
+        return "; ".join([head, *(f"skipped {s}" for s in self.skipped)])
+
+
+def _is_space_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class CheckpointStore:
+    def __init__(self, root: Path, keep_last: int = 2, keep_every: int = 0, checksums: bool = True,
+                 log: Callable[[str], None] = print) -> None:
+        self.root = Path(root)
+        self.keep_last, self.keep_every, self.checksums = keep_last, keep_every, checksums
+        self.log = log
+        self.rank, self.world = rank_and_world()
+        self.pg = dist.new_group(backend="gloo") if self.world > 1 else None  # own group: async saves
+        self.no_dist = not (dist.is_available() and dist.is_initialized())
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stride-ckpt")
+        self._inflight: Future | None = None
+        self.saved_steps: list[int] = []
+        self.save_seconds: list[float] = []  # wall time of each save, staging to commit
+
+    # -- layout -------------------------------------------------------------------------------
+    def folder(self, step: int) -> Path:
+        return self.root / step_name(step)
+
+    def tmp_folder(self, step: int) -> Path:
+        return self.root / f".tmp-{step_name(step)}"
+
+    def steps(self) -> list[int]:
+        """Committed-looking step folders, newest first (validity is checked separately)."""
+        if not self.root.is_dir():
+            return []
+        found = [int(m.group(1)) for p in self.root.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))]
+        return sorted(found, reverse=True)
+
+    def _barrier(self) -> None:
+        if self.pg is not None:
+            dist.barrier(group=self.pg)
+
+    def prepare(self) -> list[str]:
+        """Create the folder, prove it is writable, remove uncommitted saves; returns what was removed."""
+        removed: list[str] = []
+        if self.rank == 0:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                probe = self.root / f".write-probe-{os.getpid()}"
+                probe.write_bytes(b"stride")
+                probe.unlink()
+            except OSError as exc:
+                raise CheckpointError(f"checkpoint folder {self.root} is not writable: {exc.strerror or exc} "
+                                      "(set `checkpoint.dir` to a writable folder)") from exc
+            for p in sorted(self.root.iterdir()):
+                if p.name.startswith((".tmp-", ".trash-")):
+                    shutil.rmtree(p, ignore_errors=True)
+                    removed.append(f"{p.name} (a save that never committed)")
+        self._barrier()
+        return removed
+
+    # -- choosing ----------------------------------------------------------------------------------
+    def newest_valid(self) -> Choice:
+        """The newest checkpoint whose manifest and files check out; rank 0 decides, every rank agrees."""
+        choice = Choice(None, None, None)
+        if self.rank == 0:
+            for step in self.steps():
+                folder = self.folder(step)
+                verdict = verify(folder, step, checksums=self.checksums)
+                meta = None
+                if verdict.ok:
+                    try:
+                        meta = json.loads((folder / META).read_text())
+                    except (OSError, json.JSONDecodeError) as exc:
+                        verdict.ok, verdict.reason = False, f"{META} unreadable ({exc})"
+                if verdict.ok:
+                    choice.step, choice.folder, choice.meta = step, folder, meta
+                    break
+                choice.skipped.append(f"{folder.name}: {verdict.reason}")
+        if self.pg is not None:
+            box = [choice]
+            dist.broadcast_object_list(box, src=0, group=self.pg)
+            choice = box[0]
+        return choice
+
+    def load(self, folder: Path, make_template: Callable[[set[str]], dict[str, Any]]) -> dict[str, Any]:
+        """DCP load into the template `make_template(saved keys)` builds; no arbitrary unpickling."""
+        reader = SafeFileSystemReader(folder)
+        keys = set(reader.read_metadata().state_dict_metadata)
+        state = make_template(keys)
+        dcp.load(state, storage_reader=SafeFileSystemReader(folder), planner=SafeLoadPlanner(),
+                 process_group=self.pg, no_dist=self.no_dist)
+        return state
+
+    # -- saving ------------------------------------------------------------------------------------
+    def save(self, state: dict[str, Any], step: int, meta: dict[str, Any], *, asynchronous: bool = False) -> float:
+        """Save `state` as step `step`; returns the seconds the caller was blocked (the stall)."""
+        t0 = time.perf_counter()
+        self.wait()  # at most one save in flight: a new one waits for the previous to commit
+        tmp = self.tmp_folder(step)
+        if self.rank == 0 and tmp.exists():
+            shutil.rmtree(tmp)
+        self._barrier()
+        writer = FileSystemWriter(tmp, sync_files=True)
+        try:
+            if asynchronous:
+                fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist)
+                self._inflight = self._pool.submit(self._finish, fut, tmp, step, meta, t0)
+                return time.perf_counter() - t0
+            dcp.save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist)
+        except Exception as exc:
+            self._fail(exc, tmp, step)
+        self._commit(tmp, step, meta, t0)
+        return time.perf_counter() - t0
+
+    def _finish(self, fut: Any, tmp: Path, step: int, meta: dict[str, Any], t0: float) -> None:
+        try:
+            fut.result()
+        except Exception as exc:
+            self._fail(exc, tmp, step)
+        self._commit(tmp, step, meta, t0)
+
+    def _fail(self, exc: BaseException, tmp: Path, step: int) -> None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        prev = next((s for s in self.steps() if s != step), None)
+        intact = f"the previous checkpoint {step_name(prev)} is intact" if prev is not None else "no earlier checkpoint"
+        root = exc
+        while root.__cause__ is not None or root.__context__ is not None:
+            if _is_space_error(root):
+                break
+            root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        why = "the disk is full" if _is_space_error(root) else f"{type(root).__name__}: {root}"
+        raise CheckpointError(f"checkpoint save at step {step} into {self.root} failed: {why}; {intact}") from exc
+
+    def _commit(self, tmp: Path, step: int, meta: dict[str, Any], t0: float) -> None:
+        if self.rank == 0:
+            final = self.folder(step)
+            try:
+                (tmp / META).write_text(json.dumps({**meta, "step": step}, indent=1))
+                write_manifest(tmp, step, {"config_hash": meta.get("config_hash"), "world_size": self.world})
+                if final.exists():  # a re-save of a step (after a rollback or a corrupt copy): replace it
+                    trash = self.root / f".trash-{final.name}-{os.getpid()}"
+                    final.rename(trash)
+                    shutil.rmtree(trash, ignore_errors=True)
+                tmp.rename(final)
+                fsync_path(self.root)
+            except Exception as exc:
+                self._fail(exc, tmp, step)
+            self._retain()
+        self.saved_steps.append(step)
+        self.save_seconds.append(time.perf_counter() - t0)
+
+    def _retain(self) -> None:
+        steps = self.steps()
+        keep = set(steps[: self.keep_last])
+        if self.keep_every:
+            keep |= {s for s in steps if s % self.keep_every == 0}
+        for s in steps:
+            if s not in keep:
+                folder = self.folder(s)
+                (folder / "manifest.json").unlink(missing_ok=True)  # invalid at once, then removed
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def wait(self) -> None:
+        """Block until the in-flight save (if any) has committed; re-raise its error here."""
+        fut, self._inflight = self._inflight, None
+        if fut is not None:
+            fut.result()
+
+    def poll(self) -> None:
+        """Surface a finished async save's error without blocking."""
+        if self._inflight is not None and self._inflight.done():
+            self.wait()
+
+    @property
+    def in_flight(self) -> bool:
+        return self._inflight is not None and not self._inflight.done()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
