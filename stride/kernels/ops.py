@@ -72,10 +72,12 @@ def _triton(module: str, name: str, fallback: Callable[..., torch.Tensor]) -> Ca
 
 
 def _triton_chunk_ce(logits, target, n_valid, ignore_index, write_grad):
+    if not triton_runs_on(logits):
+        notice_once("triton-linear_cross_entropy", f"stride.kernels: linear_cross_entropy got tensors on "
+                    f"{logits.device}, where Triton cannot run; using the PyTorch fallback")
+        return linear_ce.torch_chunk_cross_entropy(logits, target, n_valid, ignore_index, write_grad)
     from stride.kernels.triton_cross_entropy import chunk_cross_entropy
 
-    if not triton_runs_on(logits):
-        return linear_ce.torch_chunk_cross_entropy(logits, target, n_valid, ignore_index, write_grad)
     return chunk_cross_entropy(logits, target, n_valid, ignore_index, write_grad)
 
 

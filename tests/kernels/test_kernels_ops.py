@@ -249,3 +249,22 @@ def test_zero_rows(impl):
     gx, gw = torch.autograd.grad(y.sum(), (x, w), allow_unused=True)
     assert y.shape == (0, 16) and gx.shape == (0, 16) and torch.equal(gw, torch.zeros(16))
     assert ops.swiglu(x, x).shape == (0, 16)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_norms_with_fp32_weight_and_bf16_activations(impl, seed):
+    """Under autocast the norm weight stays fp32 while x is bf16: y is bf16, each grad keeps its dtype."""
+    ops = get_ops(impl)
+    x = leaf(torch.randn(9, 48, device=DEV), torch.bfloat16)
+    w = leaf(1 + 0.1 * torch.randn(48, device=DEV), torch.float32)
+    b = leaf(0.1 * torch.randn(48, device=DEV), torch.float32)
+
+    def rms_ref(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    check(lambda x, w: ops.rms_norm(x, w, 1e-6), rms_ref, [x, w], torch.bfloat16, seed)
+    check(
+        lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+        lambda x, w, b: F.layer_norm(x, (48,), w, b, 1e-5),
+        [x, w, b], torch.bfloat16, seed,
+    )
