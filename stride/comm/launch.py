@@ -1,0 +1,77 @@
+"""Run the benchmark on N local processes (spawned here) or on the ranks torchrun started.
+
+Spawned workers rendezvous over TCP on 127.0.0.1 with a free port, one intra-op thread each, and
+rank 0 writes the rows to a JSON file the parent reads (written whole, then renamed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from stride.comm.bench import Row, run_benchmark
+
+
+@dataclass
+class CommJob:
+    collectives: list[str]
+    sizes: list[int]
+    iters: int
+    warmup: int
+    backend: str
+    budget_bytes: int = 1 << 31
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, job: CommJob, out_path: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(job.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        rows = run_benchmark(job.collectives, job.sizes, job.iters, job.warmup, job.budget_bytes)
+        if rank == 0:
+            tmp = out_path + ".tmp"
+            Path(tmp).write_text(json.dumps([r.to_dict() for r in rows]))
+            os.replace(tmp, out_path)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_spawned(job: CommJob, nproc: int) -> list[Row]:
+    """Spawn `nproc` local ranks, run the job, return rank 0's rows."""
+    if nproc < 2:
+        raise ValueError(f"--nproc {nproc}: a collective benchmark needs at least 2 processes")
+    with tempfile.TemporaryDirectory(prefix="stride-comm-") as d:
+        out = os.path.join(d, "rows.json")
+        mp.start_processes(_worker, args=(nproc, _free_port(), job, out), nprocs=nproc, join=True,
+                           start_method="spawn")
+        if not os.path.exists(out):
+            raise RuntimeError("stride comm: rank 0 finished without writing its results")
+        return [Row(**r) for r in json.loads(Path(out).read_text())]
+
+
+def run_torchrun(job: CommJob) -> tuple[list[Row], int, int]:
+    """Run on the ranks torchrun started; returns (rows, rank, world)."""
+    torch.set_num_threads(1)
+    dist.init_process_group(job.backend)
+    try:
+        rows = run_benchmark(job.collectives, job.sizes, job.iters, job.warmup, job.budget_bytes)
+        return rows, dist.get_rank(), dist.get_world_size()
+    finally:
+        dist.destroy_process_group()
