@@ -1,0 +1,72 @@
+"""Run training under `torch.profiler` with a wait / warm-up / active schedule, one trace per rank.
+
+The trainer already annotates data, forward, backward and optimizer with `record_function`
+(`stride.data`, ...), so traces carry the same phases as the trainer's own step breakdown.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from stride.train.trainer import Callback, Trainer
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+class ProfilerCallback(Callback):
+    def __init__(self, out_dir: str | Path | None = None, wait: int = 1, warmup: int = 1, active: int = 3) -> None:
+        """`out_dir` None: `<run directory>/traces` (or ./traces when the run writes no directory)."""
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.wait, self.warmup, self.active = wait, warmup, active
+        self.trace_path: Path | None = None
+        self.active_step_times: list[dict[str, float]] = []  # the trainer's timers for the traced steps
+        self._prof: profile | None = None
+        self._n = 0
+
+    def _export(self, prof: profile) -> None:
+        assert self.out_dir is not None
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / f"trace_rank{_rank()}.json"
+        tmp = path.with_name(path.name + ".tmp")
+        prof.export_chrome_trace(str(tmp))
+        tmp.replace(path)  # a half-written trace never carries the final name
+        self.trace_path = path
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        if self.out_dir is None:
+            self.out_dir = (trainer.run_dir.path if trainer.run_dir else Path(".")) / "traces"
+        acts = [ProfilerActivity.CPU]
+        if trainer.device.type == "cuda":
+            acts.append(ProfilerActivity.CUDA)
+        self._prof = profile(
+            activities=acts,
+            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+            on_trace_ready=self._export, record_shapes=True, profile_memory=True, with_stack=False,
+        )
+        self._prof.start()
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        assert self._prof is not None
+        self._n += 1
+        if self.wait + self.warmup < self._n <= self.wait + self.warmup + self.active:
+            self.active_step_times.append(dict(trainer.timer.last))
+        self._prof.step()
+
+    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+        if self._prof is not None:
+            self._prof.stop()
+            self._prof = None
+        summary["profile_trace"] = str(self.trace_path) if self.trace_path else None
+
+
+def steps_needed(wait: int, warmup: int, active: int) -> int:
+    """Steps for one full schedule cycle plus the step whose start closes the last active one."""
+    return wait + warmup + active + 1
+
