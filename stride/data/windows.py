@@ -1,86 +1,107 @@
-"""Windows over a [A, N, F] series gathered with one vectorised index per batch (no per-sample loop)."""
+"""Window sources: a window is a view of T consecutive rows; a batch is one vectorised gather.
+
+Two layouts: `ArrayWindows` over an in-memory [A, N, F] series (the synthetic market) and
+`RowWindows` over a store's row-major [rows, F] memory map, where each symbol (and, unless asked,
+each day) is a run of rows and windows are described by ranges of valid end rows, never a list.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import numpy as np
 import torch
 
+from stride.data.loader import Batch, ShardedLoader
 
-class WindowBatches:
-    """Batches of (x [B, T, F], y [B, H]) from windows ending at the given (asset, t) pairs.
 
-    A window ending at t covers rows t-T+1..t; its target is the forward return after t, so
-    features never see the future the target is made of. Shuffling is seeded by (seed, epoch),
-    so every epoch's order is reproducible and `state_dict` can resume mid-epoch. A stateless source
-    (validation) yields the same batches, from the start, on every iteration.
-    """
+class ArrayWindows:
+    """Windows ending at the (asset, t) pairs in `ends` over features [A, N, F] and targets [A, N, H]."""
 
-    def __init__(
-        self,
-        features: torch.Tensor,
-        targets: torch.Tensor,
-        ends: np.ndarray,
-        seq_len: int,
-        batch_size: int,
-        *,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool = True,
-        stateful: bool = True,
-    ) -> None:
-        if len(ends) < batch_size and drop_last:
-            raise ValueError(f"only {len(ends)} windows for batch size {batch_size}")
-        self.features, self.targets = features, targets
+    def __init__(self, features: torch.Tensor, targets: torch.Tensor, ends: np.ndarray, seq_len: int) -> None:
+        self.features, self.targets, self.seq_len = features, targets, seq_len
         self.ends = torch.as_tensor(ends, dtype=torch.long)  # [W, 2] (asset, end t)
-        self.seq_len, self.batch_size = seq_len, batch_size
-        self.shuffle, self.seed, self.drop_last, self.stateful = shuffle, seed, drop_last, stateful
-        self.epoch, self.position = 0, 0
         self._offsets = torch.arange(-seq_len + 1, 1)
 
     def __len__(self) -> int:
-        n = len(self.ends)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return len(self.ends)
 
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.epoch, self.position = epoch, 0
-
-    def _order(self) -> torch.Tensor:
-        if not self.shuffle:
-            return torch.arange(len(self.ends))
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        return torch.randperm(len(self.ends), generator=g)
-
-    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, idx: torch.Tensor) -> Batch:
         asset, end = self.ends[idx, 0], self.ends[idx, 1]
         rows = end[:, None] + self._offsets  # [B, T]
         x = self.features[asset[:, None], rows]  # one advanced-index gather: [B, T, F]
-        y = self.targets[asset, end]
-        return x, y
+        return x, self.targets[asset, end]
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if not self.stateful:
-            order = self._order()
-            for i in range(len(self)):
-                yield self.gather(order[i * self.batch_size : (i + 1) * self.batch_size])
-            return
-        order = self._order()
-        while self.position < len(self):
-            i = self.position
-            self.position += 1
-            yield self.gather(order[i * self.batch_size : (i + 1) * self.batch_size])
-        self.epoch, self.position = self.epoch + 1, 0
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
+class WindowBatches(ShardedLoader):
+    """The foundation's loader signature: windows over [A, N, F] ending at `ends`, as batches."""
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.position, self.seed = int(state["epoch"]), int(state["position"]), int(state["seed"])
+    def __init__(self, features: torch.Tensor, targets: torch.Tensor, ends: np.ndarray, seq_len: int,
+                 batch_size: int, **kwargs: object) -> None:
+        super().__init__(ArrayWindows(features, targets, ends, seq_len), batch_size, **kwargs)  # type: ignore[arg-type]
 
 
 def window_ends(n_assets: int, t_lo: int, t_hi: int) -> np.ndarray:
     """All (asset, t) with t in [t_lo, t_hi)."""
     t = np.arange(t_lo, t_hi)
     return np.stack(np.meshgrid(np.arange(n_assets), t, indexing="ij"), axis=-1).reshape(-1, 2)
+
+
+class RowWindows:
+    """Windows over rows of `features` [N, F] whose end rows lie in the half-open `ranges` [K, 2].
+
+    The target of a window ending at row e is the forward log return of `price` (a 1-D view of one
+    store column) from e to e+h for each horizon, times `target_scale`; `shift`/`scale` (per
+    feature) normalise x after the gather, so a train-fitted normalisation costs no extra copy.
+    """
+
+    def __init__(
+        self,
+        features: torch.Tensor,
+        price: torch.Tensor,
+        ranges: np.ndarray,
+        seq_len: int,
+        horizons: list[int],
+        *,
+        shift: torch.Tensor | None = None,
+        scale: torch.Tensor | None = None,
+        target_scale: torch.Tensor | None = None,
+    ) -> None:
+        ranges = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+        ranges = ranges[ranges[:, 1] > ranges[:, 0]]
+        self.features, self.price, self.seq_len = features, price, seq_len
+        self.lo = torch.from_numpy(np.ascontiguousarray(ranges[:, 0]))
+        self.cum = torch.from_numpy(np.concatenate([[0], np.cumsum(ranges[:, 1] - ranges[:, 0])]))
+        self.horizons = torch.tensor([0, *horizons], dtype=torch.long)
+        self.shift, self.scale = shift, scale
+        self.target_scale = target_scale if target_scale is not None else torch.ones(len(horizons))
+        self._offsets = torch.arange(-seq_len + 1, 1)
+
+    def __len__(self) -> int:
+        return int(self.cum[-1])
+
+    def end_rows(self, idx: torch.Tensor) -> torch.Tensor:
+        """Window id -> its end row, through the cumulative range lengths (no per-window table)."""
+        k = torch.searchsorted(self.cum, idx, right=True) - 1
+        return self.lo[k] + (idx - self.cum[k])
+
+    def gather(self, idx: torch.Tensor) -> Batch:
+        end = self.end_rows(idx.long())
+        rows = (end[:, None] + self._offsets).reshape(-1)
+        x = self.features.index_select(0, rows).view(len(end), self.seq_len, -1)  # the one copy
+        if x.dtype != torch.float32:
+            x = x.float()
+        if self.shift is not None:
+            x.sub_(self.shift)
+        if self.scale is not None:
+            x.mul_(self.scale)
+        p = self.price[end[:, None] + self.horizons].double().log()  # [B, 1 + H]
+        y = ((p[:, 1:] - p[:, :1]).float()) * self.target_scale
+        return x, y
+
+
+def segment_ranges(
+    starts: np.ndarray, stops: np.ndarray, seq_len: int, max_h: int
+) -> np.ndarray:
+    """End-row ranges [K, 2] of windows with a full history and a full target inside each segment."""
+    lo = np.asarray(starts) + seq_len - 1
+    hi = np.asarray(stops) - max_h
+    return np.stack([lo, np.maximum(hi, lo)], axis=1)

@@ -1,0 +1,212 @@
+"""Ingest Parquet, Arrow IPC, CSV and NumPy files into a store, checking every row on the way in.
+
+Input is a long table: a timestamp column, an optional symbol column, and numeric feature columns.
+Files are read in chunks (pyarrow streaming readers), so memory is bounded by one chunk. Anything
+wrong stops the ingestion with an error naming the file, column and first bad row, and removes the
+temporary directory: nothing half-written is left that looks like a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stride.data.store import StoreWriter
+
+SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
+            ".csv": "csv", ".gz": "csv", ".npy": "numpy", ".npz": "numpy"}
+FILL_POLICIES = ("error", "ffill", "zero")
+CHUNK_ROWS = 1 << 16
+
+
+class IngestError(ValueError):
+    """Bad input data: names the file, column and row."""
+
+
+def find_sources(src: str | Path) -> list[Path]:
+    """One file, or every supported file under a directory (sorted, hidden and temp entries skipped)."""
+    src = Path(src)
+    if src.is_file():
+        return [src]
+    if not src.is_dir():
+        raise IngestError(f"{src}: no such file or directory")
+    files = sorted(p for p in src.rglob("*") if p.is_file() and p.suffix in SUFFIXES
+                   and not any(part.startswith(".") for part in p.relative_to(src).parts))
+    if not files:
+        raise IngestError(f"{src}: no .parquet, .arrow, .csv, .npy or .npz files")
+    return files
+
+
+def _numpy_table(path: Path, time_col: str) -> pa.Table:
+    if path.suffix == ".npz":
+        with np.load(path) as z:
+            return pa.table({k: z[k] for k in z.files})
+    arr = np.load(path, mmap_mode="r")
+    if arr.ndim != 2:
+        raise IngestError(f"{path}: a .npy source must be 2-D [rows, columns], got shape {arr.shape}")
+    cols = {f"c{i}": np.asarray(arr[:, i]) for i in range(arr.shape[1])}
+    return pa.table({time_col: np.arange(arr.shape[0], dtype=np.int64), **cols})
+
+
+def read_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table]:
+    """Stream a file as record batches (Parquet, Arrow IPC, CSV) or one table (NumPy)."""
+    kind = SUFFIXES.get(path.suffix)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        yield from pq.ParquetFile(path).iter_batches(batch_size=CHUNK_ROWS)
+    elif kind == "arrow":
+        import pyarrow.ipc as ipc
+
+        with pa.memory_map(str(path)) as src:
+            try:
+                reader: Any = ipc.open_file(src)
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+            except pa.ArrowInvalid:
+                src.seek(0)
+                yield from ipc.open_stream(src)
+    elif kind == "csv":
+        import pyarrow.csv as pcsv
+
+        yield from pcsv.open_csv(path)
+    elif kind == "numpy":
+        yield _numpy_table(path, time_col)
+    else:
+        raise IngestError(f"{path}: unsupported file type {path.suffix!r} (parquet, arrow, feather, csv, npy, npz)")
+
+
+def _timestamps_ns(col: pa.Array | pa.ChunkedArray, path: Path, time_col: str) -> np.ndarray:
+    if pa.types.is_timestamp(col.type):
+        col = pc.cast(col, pa.timestamp("ns", col.type.tz)).cast(pa.int64())
+    elif pa.types.is_date(col.type):
+        col = pc.cast(pc.cast(col, pa.timestamp("ns")), pa.int64())
+    elif not pa.types.is_integer(col.type):
+        raise IngestError(f"{path}: timestamp column {time_col!r} has type {col.type}; "
+                          "expected a timestamp, date or integer")
+    if col.null_count:
+        raise IngestError(f"{path}: timestamp column {time_col!r} has {col.null_count} missing values")
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _fill(vals: np.ndarray, bad: np.ndarray, policy: str, carry: np.ndarray | None) -> np.ndarray | None:
+    """Fill non-finite entries; returns None where ffill has no earlier value to carry."""
+    if policy == "zero":
+        vals[bad] = 0.0
+        return vals
+    if carry is not None:  # the symbol's last row from an earlier chunk leads the forward fill
+        vals = np.concatenate([carry[None], vals])
+        bad = np.concatenate([np.zeros((1, vals.shape[1]), bool), bad])
+    idx = np.where(~bad, np.arange(len(vals))[:, None], -1)
+    idx = np.maximum.accumulate(idx, axis=0)
+    if (idx < 0).any():
+        return None
+    vals = np.take_along_axis(vals, idx, axis=0)
+    return vals[1:] if carry is not None else vals
+
+
+def ingest(
+    src: str | Path,
+    out: str | Path,
+    *,
+    time_col: str = "timestamp",
+    symbol_col: str = "symbol",
+    columns: list[str] | None = None,
+    fill_policy: str = "error",
+    dtype: str = "float32",
+    overwrite: bool = False,
+) -> Path:
+    """Ingest every file under `src` into a new store at `out`; returns `out`."""
+    if fill_policy not in FILL_POLICIES:
+        raise IngestError(f"fill policy {fill_policy!r} is not one of {', '.join(FILL_POLICIES)}")
+    files = find_sources(src)
+    writer: StoreWriter | None = None
+    schema: list[str] | None = None
+    first_file: Path | None = None
+    carry: dict[str, np.ndarray] = {}
+    try:
+        for path in files:
+            row0 = 0
+            for chunk in read_chunks(path, time_col):
+                names = [n for n in chunk.schema.names if n not in (time_col, symbol_col)]
+                if time_col not in chunk.schema.names:
+                    have = ", ".join(chunk.schema.names)
+                    raise IngestError(f"{path}: no timestamp column {time_col!r} (columns: {have})")
+                if schema is None:
+                    schema = [c for c in names if c in columns] if columns else names
+                    missing = sorted(set(columns or []) - set(names))
+                    if missing:
+                        raise IngestError(f"{path}: requested columns {missing} are not in the file")
+                    for c in schema:
+                        t = chunk.schema.field(c).type
+                        if not (pa.types.is_floating(t) or pa.types.is_integer(t)):
+                            raise IngestError(f"{path}: column {c!r} has type {t}; feature columns must be numeric "
+                                              "(choose columns with --columns)")
+                    first_file = path
+                    writer = StoreWriter(out, schema, dtype=dtype, overwrite=overwrite)
+                elif columns is None and sorted(names) != sorted(schema):
+                    extra, lost = sorted(set(names) - set(schema)), sorted(set(schema) - set(names))
+                    raise IngestError(f"{path}: schema differs from {first_file}: extra columns {extra}, "
+                                      f"missing columns {lost}")
+                elif columns is not None and set(schema) - set(names):
+                    raise IngestError(f"{path}: schema differs from {first_file}: missing columns "
+                                      f"{sorted(set(schema) - set(names))}")
+                assert writer is not None
+                n = chunk.num_rows
+                ts = _timestamps_ns(chunk.column(time_col), path, time_col)
+                vals = np.empty((n, len(schema)), np.float32)
+                for j, c in enumerate(schema):
+                    vals[:, j] = np.asarray(chunk.column(c).to_numpy(zero_copy_only=False), dtype=np.float32)
+                if symbol_col in chunk.schema.names:
+                    syms = np.asarray(chunk.column(symbol_col).cast(pa.string()).to_numpy(zero_copy_only=False))
+                else:
+                    syms = np.full(n, path.stem, dtype=object)
+                uniq, inv = np.unique(syms.astype(str), return_inverse=True)
+                order = np.argsort(inv, kind="stable")  # group by symbol, keep file order inside
+                bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+                for k, sym in enumerate(uniq):
+                    rows = order[bounds[k] : bounds[k + 1]]
+                    _check_time(path, time_col, str(sym), ts[rows], rows + row0, writer.last_ts(str(sym)))
+                    v = vals[rows]
+                    bad = ~np.isfinite(v)
+                    if bad.any():
+                        if fill_policy == "error":
+                            r, c = np.argwhere(bad)[0]
+                            raise IngestError(
+                                f"{path}: column {schema[c]!r} has {'NaN' if np.isnan(v[r, c]) else 'inf'} at row "
+                                f"{int(rows[r] + row0)} (0-based data row; symbol {sym}); set a fill policy "
+                                "(--fill-policy ffill|zero) to fill it")
+                        filled = _fill(v, bad, fill_policy, carry.get(str(sym)))
+                        if filled is None:
+                            r, c = np.argwhere(bad)[0]
+                            raise IngestError(f"{path}: column {schema[c]!r} is missing at row {int(rows[r] + row0)} "
+                                              f"(symbol {sym}) with no earlier value to forward-fill")
+                        v = filled
+                    carry[str(sym)] = v[-1].copy()
+                    writer.append(str(sym), ts[rows], v)
+                row0 += n
+        if writer is None:
+            raise IngestError(f"{src}: the input files hold no rows")
+        return writer.commit({"sources": [str(p) for p in files], "fill_policy": fill_policy,
+                              "time_column": time_col, "symbol_column": symbol_col})
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+
+
+def _check_time(path: Path, time_col: str, sym: str, ts: np.ndarray, rows: np.ndarray, last: int | None) -> None:
+    full = ts if last is None else np.concatenate([[last], ts])
+    d = np.diff(full)
+    bad = np.flatnonzero(d <= 0)
+    if len(bad):
+        i = bad[0] + (0 if last is None else -1) + 1  # index into ts of the offending row
+        what = "duplicated" if d[bad[0]] == 0 else "out of order"
+        now, before = np.datetime64(int(full[bad[0] + 1]), "ns"), np.datetime64(int(full[bad[0]]), "ns")
+        raise IngestError(f"{path}: timestamp {what} at row {int(rows[i])} (symbol {sym}, column {time_col!r}): "
+                          f"{now} after {before}")

@@ -1,0 +1,182 @@
+"""Deterministic, shardable, resumable batch loader over any window source, with background prefetch.
+
+Why global batches: the order of an epoch is one permutation of all windows seeded by (seed, epoch);
+global batch i is the i-th slice of it, and rank r of w takes the r-th of w equal parts of that slice.
+The state is (epoch, global batches consumed), which does not depend on the world size, so a run
+resumed on a different number of ranks re-splits exactly the windows not yet seen: none is skipped
+and none repeated.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import torch
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class WindowSource(Protocol):
+    """Anything with a number of windows and a vectorised gather of a batch of window ids."""
+
+    def __len__(self) -> int: ...
+
+    def gather(self, idx: torch.Tensor) -> Batch: ...
+
+
+class _End:
+    pass
+
+
+class _Failed:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def prefetched(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
+    """Run `make()` in a background thread, `depth` items ahead of the consumer.
+
+    torch's gather kernels release the GIL, so the next batch is built while the model runs. Closing
+    the generator early stops the thread; an exception in the thread is raised in the consumer.
+    """
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in make():
+                if not put(item):
+                    return
+            put(_End())
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            put(_Failed(exc))
+
+    thread = threading.Thread(target=work, name="stride-data-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if isinstance(item, _End):
+                return
+            if isinstance(item, _Failed):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+class ShardedLoader:
+    """Global batches of `batch_size` windows from `source`; after `shard(r, w)`, rank r's B/w part of each.
+
+    `stateful=False` (validation) yields the same batches from the start on every iteration.
+    `prefetch` > 0 builds that many batches ahead in a thread; `pin_memory` pins them (CUDA only) so
+    the trainer's `non_blocking` copy overlaps.
+    """
+
+    def __init__(
+        self,
+        source: WindowSource,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+        stateful: bool = True,
+        prefetch: int = 0,
+        pin_memory: bool = False,
+    ) -> None:
+        n = len(source)
+        if n == 0:
+            raise ValueError("the window source has no windows")
+        if drop_last and n < batch_size:
+            raise ValueError(f"only {n} windows for batch size {batch_size}")
+        self.source, self.batch_size = source, batch_size
+        self.shuffle, self.seed, self.drop_last, self.stateful = shuffle, seed, drop_last, stateful
+        self.prefetch = prefetch
+        self.pin_memory = pin_memory and torch.cuda.is_available()
+        self.rank, self.world_size = 0, 1
+        self.epoch, self.position = 0, 0
+
+    def shard(self, rank: int, world_size: int) -> ShardedLoader:
+        """From now on yield only rank `rank`'s part of every global batch."""
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        if self.drop_last and self.batch_size % world_size:
+            raise ValueError(f"global batch size {self.batch_size} is not divisible by world size {world_size}")
+        self.rank, self.world_size = rank, world_size
+        return self
+
+    def __len__(self) -> int:
+        n = len(self.source)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.position = epoch, 0
+
+    def order(self, epoch: int) -> torch.Tensor:
+        n = len(self.source)
+        dtype = torch.int32 if n < 2**31 else torch.int64  # 4 bytes per window, not 8
+        if not self.shuffle:
+            return torch.arange(n, dtype=dtype)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(n, generator=g, dtype=dtype)
+
+    def batch_ids(self, order: torch.Tensor, i: int) -> torch.Tensor:
+        """Window ids of this rank's part of global batch i."""
+        glob = order[i * self.batch_size : (i + 1) * self.batch_size]
+        n, w, r = len(glob), self.world_size, self.rank
+        return glob[r * n // w : (r + 1) * n // w].long()
+
+    def _batches(self, epoch: int, start: int) -> Iterator[Batch]:
+        order = self.order(epoch)
+        for i in range(start, len(self)):
+            x, y = self.source.gather(self.batch_ids(order, i))
+            if self.pin_memory:
+                x, y = x.pin_memory(), y.pin_memory()
+            yield x, y
+
+    def __iter__(self) -> Iterator[Batch]:
+        epoch, start = (self.epoch, self.position) if self.stateful else (0, 0)
+
+        def make() -> Iterator[Batch]:
+            return self._batches(epoch, start)
+
+        it = prefetched(make, self.prefetch) if self.prefetch > 0 else make()
+        try:
+            for batch in it:
+                if self.stateful:
+                    self.position += 1  # counted when handed over, not when prefetched
+                yield batch
+        finally:
+            if hasattr(it, "close"):
+                it.close()
+        if self.stateful:
+            self.epoch, self.position = self.epoch + 1, 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
+                "n_windows": len(self.source), "batch_size": self.batch_size}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        for key in ("n_windows", "batch_size"):
+            mine = len(self.source) if key == "n_windows" else self.batch_size
+            if key in state and int(state[key]) != mine:
+                raise ValueError(
+                    f"loader state was saved with {key}={state[key]} but this loader has {mine}: "
+                    "resume needs the same data and global batch size"
+                )
+        self.epoch, self.position, self.seed = int(state["epoch"]), int(state["position"]), int(state["seed"])

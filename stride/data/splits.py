@@ -1,0 +1,145 @@
+"""Time splits of a store into train/validation/test window sources, with an embargo, per symbol run.
+
+The cut times are quantiles of all rows' timestamps (so overnight gaps do not count), the same for
+every symbol. A window ending
+at row e belongs to a split when e does; its history may reach back before the split (that is the
+past), but its target (rows e+1..e+h) never crosses into the next split. The first validation end
+is `embargo` rows after the last row any training target uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from stride.config.errors import ConfigError
+from stride.config.schema import DataConfig
+from stride.data.normalize import derived_features, train_stats
+from stride.data.store import Store, open_store
+from stride.data.windows import RowWindows
+
+DAY_NS = 86_400 * 10**9
+
+
+@dataclass
+class StoreSources:
+    train: RowWindows
+    val: RowWindows
+    test: RowWindows | None
+    n_features: int
+    ranges: dict[str, np.ndarray]  # end-row ranges per split, for inspection and tests
+
+
+def runs(store: Store, cross_days: bool) -> list[tuple[int, int]]:
+    """Row runs windows may not cross: one per symbol, split at day changes unless `cross_days`."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in zip(*store.segments(), strict=True):
+        lo, hi = int(lo), int(hi)
+        if cross_days:
+            out.append((lo, hi))
+            continue
+        cuts = [lo]
+        for a in range(lo, hi, 1 << 22):  # chunked: the timestamps are read, never held whole
+            b = min(hi, a + (1 << 22) + 1)
+            day = store.timestamps[a:b] // DAY_NS
+            cuts.extend((a + 1 + np.flatnonzero(np.diff(day))).tolist())
+        cuts.append(hi)
+        out.extend(zip(cuts[:-1], cuts[1:], strict=True))
+    return out
+
+
+def time_quantile(store: Store, q: float, n: int = 1 << 16) -> int:
+    """The time by which a fraction q of all rows has happened (from an even sample of rows)."""
+    rows = np.unique(np.linspace(0, store.n_rows - 1, min(n, store.n_rows)).astype(np.int64))
+    return int(np.quantile(np.sort(store.timestamps[rows]), q, method="nearest"))
+
+
+def split_ranges(store: Store, cfg: DataConfig) -> dict[str, np.ndarray]:
+    """End-row ranges [K, 2] for train, val and test."""
+    t, max_h = cfg.seq_len, max(cfg.horizons)
+    embargo = max_h if cfg.embargo < 0 else cfg.embargo
+    cut_val = time_quantile(store, 1 - cfg.val_fraction - cfg.test_fraction)
+    cut_test = time_quantile(store, 1 - cfg.test_fraction) if cfg.test_fraction > 0 else np.iinfo(np.int64).max
+    row_runs = runs(store, cfg.cross_days)
+    longest = max(hi - lo for lo, hi in row_runs)
+    if t + max_h > longest:
+        where = "" if cfg.cross_days else " (runs end at day boundaries; set data.cross_days = true to join days)"
+        raise ConfigError(f"[data]: a window of seq_len={t} plus horizon {max_h} rows is longer than the longest "
+                          f"series run in {store.path}: {longest} rows{where}")
+    out: dict[str, list[tuple[int, int]]] = {"train": [], "val": [], "test": []}
+    starts, stops = store.segments()
+    k_val_by_seg = {int(lo): int(lo) + int(np.searchsorted(store.timestamps[lo:hi], cut_val)) for lo, hi in
+                    zip(starts, stops, strict=True)}
+    k_test_by_seg = {int(lo): int(lo) + int(np.searchsorted(store.timestamps[lo:hi], cut_test)) for lo, hi in
+                     zip(starts, stops, strict=True)}
+    seg_of = np.asarray(starts)
+    for a, b in row_runs:
+        s = int(seg_of[np.searchsorted(seg_of, a, side="right") - 1])
+        kv, kt, seg_stop = k_val_by_seg[s], k_test_by_seg[s], int(stops[np.searchsorted(seg_of, s)])
+        first = a + t - 1
+        out["train"].append((first, min(b, kv) - max_h))
+        out["val"].append((max(first, kv + embargo), min(b, kt) - max_h))
+        if cfg.test_fraction > 0:
+            out["test"].append((max(first, kt + embargo), min(b, seg_stop) - max_h))
+    res = {}
+    for k, v in out.items():
+        arr = np.asarray(v, dtype=np.int64).reshape(-1, 2)
+        res[k] = arr[arr[:, 1] > arr[:, 0]]
+    return res
+
+
+def _count(r: np.ndarray) -> int:
+    return int((r[:, 1] - r[:, 0]).sum()) if len(r) else 0
+
+
+def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSources:
+    store = store or open_store(cfg.store)
+    cols = [store.column(c) for c in cfg.columns] if cfg.columns else list(range(len(store.columns)))
+    price = store.values[:, store.column(cfg.target_column)]
+    ranges = split_ranges(store, cfg)
+    for name in ("train", "val") + (("test",) if cfg.test_fraction > 0 else ()):
+        if _count(ranges[name]) == 0:
+            raise ConfigError(f"[data]: the {name} split of {store.path} is empty (seq_len={cfg.seq_len}, "
+                              f"horizons={cfg.horizons}, val_fraction={cfg.val_fraction}, "
+                              f"test_fraction={cfg.test_fraction}, embargo={cfg.embargo})")
+    sha = store.manifest["files"]["values.bin"]["sha256"]
+    if cfg.normalize == "expanding":
+        feats = derived_features(store.values, Path(store.path), sha, cols, store.segments(), "expanding")
+    elif cols != list(range(len(store.columns))) or store.values.dtype != torch.float32:
+        feats = derived_features(store.values, Path(store.path), sha, cols, store.segments(), "select")
+    else:
+        feats = store.values  # zero copy: windows index the store's own memory map
+    shift = scale = None
+    if cfg.normalize == "train":
+        # Rows the training windows read (history included): the split's rows only, never later ones.
+        train_rows = [(int(lo) - cfg.seq_len + 1, int(hi)) for lo, hi in ranges["train"]]
+        shift, scale = train_stats(feats, train_rows)
+
+    def make(r: np.ndarray, tscale: torch.Tensor | None = None) -> RowWindows:
+        return RowWindows(feats, price, r, cfg.seq_len, cfg.horizons, shift=shift, scale=scale, target_scale=tscale)
+
+    train = make(ranges["train"])
+    tscale = target_scale(train, cfg.seed, str(store.path), cfg.target_column)
+    train.target_scale = tscale
+    return StoreSources(train, make(ranges["val"], tscale),
+                        make(ranges["test"], tscale) if cfg.test_fraction > 0 else None, len(cols), ranges)
+
+
+def target_scale(train: RowWindows, seed: int, where: str, column: str, n: int = 1 << 15) -> torch.Tensor:
+    """1 / std of each horizon's forward log return over (a fixed sample of) training windows.
+
+    Fitted on the train split only; it makes targets order one, as the synthetic source's are.
+    """
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, len(train), (min(n, len(train)),), generator=g)
+    end = train.end_rows(idx)
+    p = train.price[end[:, None] + train.horizons].double()
+    if not torch.isfinite(p).all() or (p <= 0).any():
+        raise ConfigError(f"[data]: target column {column!r} of {where} has non-positive or non-finite prices; "
+                          "targets are log returns of a price column")
+    r = p[:, 1:].log() - p[:, :1].log()
+    std = r.std(dim=0)
+    return torch.where(std > 0, 1.0 / std, torch.ones_like(std)).float()
