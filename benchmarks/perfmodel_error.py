@@ -1,0 +1,117 @@
+"""Error of the performance model against published measurements (tokens/s per GPU, memory).
+
+Reports, on the rows of a published-results CSV: the error with the shipped default factors,
+a two-fold split (fit on one half, report the other, both ways), and leave-one-out (fit on
+all rows but one, predict that one). The last line is JSON with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from stride.perfmodel.efficiency import Efficiency
+from stride.perfmodel.fit import fit_efficiency
+from stride.perfmodel.hardware import load_catalog
+from stride.perfmodel.predict_rows import predict_inputs
+from stride.perfmodel.published import measured_tokens_per_s_per_gpu, read_rows, row_inputs
+
+DEFAULT_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "perfmodel" / "published_dev.csv"
+
+
+def _pctl(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def _summary(errs: list[float]) -> dict:
+    return {"n": len(errs), "median_abs_pct": _pctl(errs, 0.5), "p90_abs_pct": _pctl(errs, 0.9)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--csv", default=str(DEFAULT_CSV))
+    ap.add_argument("--hardware-file", default=None)
+    ap.add_argument("--no-loo", action="store_true", help="skip leave-one-out (the slow part)")
+    ap.add_argument("--json", action="store_true", help="print only the JSON line")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    catalog = load_catalog(args.hardware_file)
+    rows = read_rows(args.csv)
+    samples, skipped, mem_pairs = [], [], []
+    for row in rows:
+        inp = row_inputs(row, catalog)
+        if inp.reason:
+            skipped.append({"row_id": inp.row_id, "reason": inp.reason})
+            continue
+        meas, how = measured_tokens_per_s_per_gpu(row, inp)
+        if meas is None:
+            skipped.append({"row_id": inp.row_id, "reason": how})
+            continue
+        samples.append((inp, meas, row))
+
+    def fn(inp):
+        return lambda e: predict_inputs(inp, e).tokens_per_s_per_device
+
+    def errors(eff: Efficiency, subset) -> list[float]:
+        return [abs(predict_inputs(inp, eff).tokens_per_s_per_device / meas - 1) * 100 for inp, meas, _ in subset]
+
+    default = Efficiency()
+    per_row = []
+    for inp, meas, row in samples:
+        pred = predict_inputs(inp, default)
+        per_row.append({"row_id": inp.row_id, "pred": pred.tokens_per_s_per_device, "meas": meas,
+                        "err_pct": (pred.tokens_per_s_per_device / meas - 1) * 100})
+        mem = row.get("meas_peak_mem_gib", "").strip()
+        if mem:
+            try:
+                mem_pairs.append(abs(pred.peak_mem_gib / float(mem) - 1) * 100)
+            except ValueError:
+                pass
+    # two-fold split, alternating rows so each half spans every source group
+    half_a, half_b = samples[0::2], samples[1::2]
+    split_errs = []
+    fits = {}
+    for name, train, test in (("a", half_a, half_b), ("b", half_b, half_a)):
+        eff = fit_efficiency([(fn(i), m) for i, m, _ in train])
+        fits[f"fit_on_{name}"] = eff.to_dict()
+        split_errs += errors(eff, test)
+    loo_errs = []
+    if not args.no_loo:
+        for k in range(len(samples)):
+            train = samples[:k] + samples[k + 1:]
+            eff = fit_efficiency([(fn(i), m) for i, m, _ in train], sweeps=2, grid=9)
+            loo_errs += errors(eff, [samples[k]])
+    result = {
+        "csv": str(args.csv), "rows": len(rows), "modelled": len(samples), "skipped": skipped,
+        "default_factors": default.to_dict(),
+        "default": _summary([abs(r["err_pct"]) for r in per_row]),
+        "split_holdout": _summary(split_errs),
+        "leave_one_out": _summary(loo_errs) if loo_errs else None,
+        "split_fits": fits,
+        "peak_mem": _summary(mem_pairs) if mem_pairs else None,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    if not args.json:
+        print(f"{'row':12s} {'pred tok/s/gpu':>15s} {'measured':>10s} {'err %':>7s}")
+        for r in per_row:
+            print(f"{r['row_id']:12s} {r['pred']:15.1f} {r['meas']:10.1f} {r['err_pct']:+7.1f}")
+        for s in skipped:
+            print(f"{s['row_id']:12s} skipped: {s['reason']}")
+        for key in ("default", "split_holdout", "leave_one_out", "peak_mem"):
+            if result[key]:
+                v = result[key]
+                print(f"{key:14s} n={v['n']:3d} median |err| {v['median_abs_pct']:.1f}%  p90 {v['p90_abs_pct']:.1f}%")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Alpha-beta cost of collectives, per algorithm and per link level.
+
+A `Link` is the bottleneck path of a process group: latency `alpha_s` per step and bandwidth
+`bw` (bytes/s, one direction, per device). `group_link` picks it from where the group's ranks
+sit: all inside one scale-up domain -> the scale-up link; spread over domains -> scale-out,
+where the k ranks of a domain drive k NICs in parallel (NCCL's rings/trees cross each domain
+through every rail), capped by the scale-up link that feeds them.
+
+Closed forms (n ranks, S bytes of the full buffer):
+  ring all-reduce       2(n-1) alpha + 2(n-1)/n S/bw
+  ring reduce-scatter / all-gather   (n-1) alpha + (n-1)/n S/bw
+  tree all-reduce (pipelined double binary tree)  2 ceil(log2 n) alpha + 2 S/bw
+  point-to-point        alpha + S/bw
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from stride.perfmodel.hardware import Hardware
+
+ALGORITHMS = ("ring", "tree")
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str  # "scale-up" | "scale-out" | "local"
+    bw: float  # bytes/s per device, one direction
+    alpha_s: float
+
+
+def group_link(hw: Hardware, size: int, stride: int = 1, net_efficiency: float = 1.0) -> Link:
+    """Bottleneck link of a group of `size` ranks spaced `stride` apart in rank order.
+
+    Ranks are packed into scale-up domains of `hw.scaleup_domain` devices in order."""
+    if size <= 1:
+        return Link("local", math.inf, 0.0)
+    domain = hw.scaleup_domain
+    per_domain = max(1, min(size, domain // stride)) if stride < domain else 1
+    up_bw = hw.scaleup_bw_gbps * 1e9 * net_efficiency
+    if per_domain >= size:
+        return Link("scale-up", up_bw, hw.scaleup_latency_us * 1e-6)
+    out_bw = min(up_bw, per_domain * hw.scaleout_bw_gbps * 1e9 * net_efficiency)
+    return Link("scale-out", out_bw, hw.scaleout_latency_us * 1e-6)
+
+
+def _check(n: int, nbytes: float) -> None:
+    if n < 1:
+        raise ValueError(f"group size must be >= 1, got {n}")
+    if nbytes < 0:
+        raise ValueError(f"bytes must be >= 0, got {nbytes}")
+
+
+def all_reduce_time(nbytes: float, n: int, link: Link, algo: str = "ring") -> float:
+    _check(n, nbytes)
+    if n == 1 or nbytes == 0:
+        return 0.0
+    if algo == "ring":
+        return 2 * (n - 1) * link.alpha_s + 2 * (n - 1) / n * nbytes / link.bw
+    if algo == "tree":
+        return 2 * math.ceil(math.log2(n)) * link.alpha_s + 2 * nbytes / link.bw
+    raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algo!r}")
+
+
+def reduce_scatter_time(nbytes: float, n: int, link: Link) -> float:
+    """Ring reduce-scatter of an `nbytes` buffer (each rank ends with nbytes/n)."""
+    _check(n, nbytes)
+    if n == 1 or nbytes == 0:
+        return 0.0
+    return (n - 1) * link.alpha_s + (n - 1) / n * nbytes / link.bw
+
+
+def all_gather_time(nbytes: float, n: int, link: Link) -> float:
+    """Ring all-gather producing an `nbytes` buffer on every rank."""
+    return reduce_scatter_time(nbytes, n, link)
+
+
+def p2p_time(nbytes: float, link: Link) -> float:
+    _check(1, nbytes)
+    if nbytes == 0 or link.name == "local":
+        return 0.0
+    return link.alpha_s + nbytes / link.bw
+
+
+def best_all_reduce_time(nbytes: float, n: int, link: Link) -> tuple[float, str]:
+    """What NCCL's tuner does in spirit: the cheaper of ring and tree for this size."""
+    ring, tree = all_reduce_time(nbytes, n, link, "ring"), all_reduce_time(nbytes, n, link, "tree")
+    return (ring, "ring") if ring <= tree else (tree, "tree")
+
+
+def all_reduce_bytes_per_device(nbytes: float, n: int) -> float:
+    """Bytes each device sends in a ring all-reduce (the communication volume per link)."""
+    return 0.0 if n <= 1 else 2 * (n - 1) / n * nbytes

@@ -1,0 +1,47 @@
+"""Fit the efficiency factors to measured throughputs by coordinate search on log error.
+
+Few factors, bounded to physical ranges, fitted on squared log error of tokens/s: the fit
+cannot invent new behaviour, only scale the terms the model already has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+from stride.perfmodel.efficiency import Efficiency
+
+# Physical ranges: no kernel or collective reaches its datasheet line rate, and none is
+# slower than a third of it on the shapes a planner considers.
+BOUNDS = {"gemm": (0.5, 0.95), "attention": (0.3, 0.9), "memory": (0.5, 0.95), "network": (0.5, 0.95),
+          "overlap": (0.0, 1.0)}
+
+
+def fit_efficiency(samples: Sequence[tuple[Callable[[Efficiency], float], float]],
+                   factors: Sequence[str] = tuple(BOUNDS), start: Efficiency | None = None,
+                   sweeps: int = 3, grid: int = 15) -> Efficiency:
+    """`samples`: (predict(eff) -> tokens/s, measured tokens/s). Returns the best factors found."""
+    eff = start or Efficiency()
+
+    def loss(e: Efficiency) -> float:
+        total = 0.0
+        for fn, meas in samples:
+            total += math.log(fn(e) / meas) ** 2
+        return total
+
+    best = loss(eff)
+    for sweep in range(sweeps):
+        for name in factors:
+            lo, hi = BOUNDS[name]
+            cur = getattr(eff, name)
+            span = (hi - lo) / (2 ** sweep)
+            cands = [min(hi, max(lo, cur + span * (i / (grid - 1) - 0.5))) for i in range(grid)]
+            for v in cands:
+                if v <= 0:
+                    continue
+                trial = dataclasses.replace(eff, **{name: round(v, 4)})
+                val = loss(trial)
+                if val < best:
+                    best, eff = val, trial
+    return eff

@@ -1,0 +1,174 @@
+"""Hardware catalog: typed device profiles loaded from TOML.
+
+The default catalog is `configs/hardware.toml` (datasheet values). A user file passed with
+`--hardware-file` adds devices or overrides fields of existing ones (`base = "name"` inherits),
+so measured profiles (a matmul probe, `stride comm`) can replace datasheet numbers without
+editing the shipped file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stride.config.errors import ConfigError, suggest
+
+DEFAULT_CATALOG = Path(__file__).resolve().parents[2] / "configs" / "hardware.toml"
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator (or CPU socket) and the fabric around it; SI units in fields' names."""
+
+    name: str
+    display_name: str
+    peak_tflops: dict[str, float]
+    memory_gib: float
+    memory_bw_tbps: float
+    scaleup_bw_gbps: float
+    scaleup_domain: int
+    scaleup_latency_us: float
+    scaleout_bw_gbps: float
+    scaleout_latency_us: float
+    price_per_hour_usd: float
+    aliases: tuple[str, ...] = ()
+    matmul_efficiency: float | None = None  # measured fraction of peak for large GEMMs
+    runtime_overhead_gib: float = 1.0  # context, allocator reserve, workspaces
+    assumed: tuple[str, ...] = ()
+    source: str = ""
+    notes: str = ""
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for `dtype`; a clear error where the device has none."""
+        if dtype not in self.peak_tflops:
+            have = ", ".join(sorted(self.peak_tflops))
+            raise ConfigError(f"hardware `{self.name}` has no {dtype} peak (it lists: {have})")
+        return self.peak_tflops[dtype] * 1e12
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * 2**30
+
+    @property
+    def memory_bw(self) -> float:
+        return self.memory_bw_tbps * 1e12
+
+
+_REQUIRED = ("peak_tflops", "memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "scaleup_domain",
+             "scaleup_latency_us", "scaleout_bw_gbps", "scaleout_latency_us", "price_per_hour_usd")
+_FIELDS = {f.name: f for f in dataclasses.fields(Hardware)}
+
+
+def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
+    unknown = [k for k in entry if k not in _FIELDS and k != "base"]
+    if unknown:
+        k = unknown[0]
+        raise ConfigError(f"{where}: hardware `{name}` has unknown key `{k}`{suggest(k, list(_FIELDS))}")
+    missing = [k for k in _REQUIRED if k not in entry]
+    if missing:
+        raise ConfigError(f"{where}: hardware `{name}` is missing {', '.join(missing)}")
+    peaks = entry["peak_tflops"]
+    if not isinstance(peaks, dict) or not peaks:
+        raise ConfigError(f"{where}: hardware `{name}`.peak_tflops must be a table like {{ bf16 = 989 }}")
+    for dt, v in peaks.items():
+        if dt not in DTYPES:
+            raise ConfigError(f"{where}: hardware `{name}`.peak_tflops has unknown dtype `{dt}`"
+                              f"{suggest(dt, list(DTYPES))}")
+        if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
+            raise ConfigError(f"{where}: hardware `{name}`.peak_tflops.{dt} must be a positive number, got {v!r}")
+    values: dict[str, Any] = {"name": name, "display_name": entry.get("display_name", name)}
+    for key in _FIELDS:
+        if key in ("name", "display_name") or key not in entry:
+            continue
+        v = entry[key]
+        if key == "peak_tflops":
+            values[key] = {k: float(x) for k, x in v.items()}
+        elif key in ("aliases", "assumed"):
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"{where}: hardware `{name}`.{key} must be a list of strings")
+            values[key] = tuple(v)
+        elif key in ("source", "notes"):
+            values[key] = str(v)
+        elif key == "scaleup_domain":
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{where}: hardware `{name}`.scaleup_domain must be an integer >= 1, got {v!r}")
+            values[key] = v
+        else:
+            if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"{where}: hardware `{name}`.{key} must be a number >= 0, got {v!r}")
+            if key == "matmul_efficiency" and not 0 < v <= 1:
+                raise ConfigError(f"{where}: hardware `{name}`.matmul_efficiency must be in (0, 1], got {v!r}")
+            values[key] = float(v)
+    for key in ("memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "scaleout_bw_gbps"):
+        if values[key] <= 0:
+            raise ConfigError(f"{where}: hardware `{name}`.{key} must be > 0")
+    return Hardware(**values)
+
+
+def _read_table(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"hardware file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    table = data.get("hardware")
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"{path}: expected one or more [hardware.<name>] tables")
+    for name, entry in table.items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: [hardware.{name}] must be a table")
+    return table
+
+
+@dataclass
+class Catalog:
+    """Devices by name, with alias lookup that tolerates case, punctuation and '(assumed)' notes."""
+
+    devices: dict[str, Hardware] = field(default_factory=dict)
+
+    def names(self) -> list[str]:
+        return list(self.devices)
+
+    def get(self, name: str) -> Hardware:
+        key = _norm(name)
+        for hw in self.devices.values():
+            if key == _norm(hw.name) or key in (_norm(a) for a in hw.aliases):
+                return hw
+        raise ConfigError(f"unknown hardware `{name}`{suggest(name, self.names())}; "
+                          f"known: {', '.join(self.names())}")
+
+
+def _norm(name: str) -> str:
+    name = re.sub(r"\(.*?\)", "", name)  # "H100-SXM5-80GB (assumed)" -> "H100-SXM5-80GB"
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def load_catalog(extra: str | Path | None = None, default: Path = DEFAULT_CATALOG) -> Catalog:
+    """Default catalog, then `extra` on top: new devices are added; `base = "x"` inherits x's fields;
+    an entry with an existing name replaces only the fields it names."""
+    raw = {k: dict(v) for k, v in _read_table(default).items()}
+    where = {k: str(default) for k in raw}
+    if extra is not None:
+        for name, entry in _read_table(Path(extra)).items():
+            base_name = entry.get("base", name if name in raw else None)
+            if base_name is not None:
+                if base_name not in raw:
+                    raise ConfigError(f"{extra}: [hardware.{name}] base `{base_name}` is not in the catalog"
+                                      f"{suggest(str(base_name), list(raw))}")
+                merged = {k: v for k, v in raw[base_name].items() if k != "aliases" or name == base_name}
+                if name != base_name:
+                    merged["display_name"] = entry.get("display_name", name)
+                merged.update({k: v for k, v in entry.items() if k != "base"})
+                if isinstance(entry.get("peak_tflops"), dict):
+                    merged["peak_tflops"] = {**raw[base_name]["peak_tflops"], **entry["peak_tflops"]}
+                raw[name] = merged
+            else:
+                raw[name] = dict(entry)
+            where[name] = str(extra)
+    return Catalog({name: _check_entry(name, entry, where[name]) for name, entry in raw.items()})
