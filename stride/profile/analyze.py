@@ -66,7 +66,7 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False) ->
         "verdict": rank_verdict(fig, per_step, tiny) if windows else None,
     }
     host = t.meta.get("host_name") if isinstance(t.meta.get("host_name"), str) else None
-    return result, rank_steps(t.rank, host, windows, t.steps, act)
+    return result, rank_steps(t.rank, host, windows, t.steps, act, t.names)
 
 
 def analyze_traces(

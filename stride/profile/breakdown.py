@@ -88,7 +88,7 @@ def _split_idle(act: Activity, busy: iv.Intervals, lo: float, hi: float, data: i
     launch = np.full(len(gs), np.nan)
     launch[has_next] = act.ev_launch[order[j[has_next]]]
     host_wait = has_next & ~np.isnan(launch) & (launch > gs)
-    kernel_wait = ~host_wait & ((ge - gs) < KERNEL_WAIT_US)
+    kernel_wait = has_next & ~host_wait & ((ge - gs) < KERNEL_WAIT_US)
     t.host_wait += float(rest[host_wait].sum())
     t.kernel_wait += float(rest[kernel_wait].sum())
     t.idle_other += float(rest[~host_wait & ~kernel_wait].sum())

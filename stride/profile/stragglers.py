@@ -1,7 +1,7 @@
 """Stragglers across ranks: ranks whose collectives start late within a step, or whose steps start late.
 
 For every profiler step that all ranks recorded, the i-th collective of each rank (matched by order)
-is compared by its offset from that rank's own step start, which needs no clock alignment; a rank's
+of each name is compared by its offset from that rank's own step start, which needs no clock alignment; a rank's
 lag is the median over collectives of (its offset - the earliest rank's offset). Step-start lag
 compares absolute step starts and is given only when all traces come from one host (one clock).
 A rank is listed when its collective lag exceeds max(50 µs, 1% of the median step span).
@@ -24,16 +24,18 @@ class RankSteps:
     host: str | None
     steps: dict[int, tuple[float, float]]  # step -> (window start, window end) on the device timeline
     host_step_start: dict[int, float]
-    comm_starts: np.ndarray  # sorted starts of communication events
+    comm: dict[str, np.ndarray]  # collective name -> sorted start times
 
 
-def rank_steps(rank: int, host: str | None, windows, host_steps, act) -> RankSteps:
-    comm = np.sort(act.ev_ts[act.ev_kind == COMM])
+def rank_steps(rank: int, host: str | None, windows, host_steps, act, names: list[str]) -> RankSteps:
+    m = act.ev_kind == COMM
+    starts, ids = act.ev_ts[m], act.ev_name[m]
+    comm = {names[int(i)]: np.sort(starts[ids == i]) for i in np.unique(ids)}
     return RankSteps(
         rank=rank, host=host,
         steps={w.step: (w.start, w.end) for w in windows if w.step is not None},
         host_step_start={s.number: s.ts for s in host_steps},
-        comm_starts=comm,
+        comm=comm,
     )
 
 
@@ -47,18 +49,19 @@ def find_stragglers(ranks: list[RankSteps]) -> list[dict]:
     threshold = max(50.0, 0.01 * float(np.median(spans)))
     lags: dict[int, list[float]] = {r.rank: [] for r in ranks}
     for k in common:
-        offsets = []
-        for r in ranks:
-            s, e = r.steps[k]
-            c = r.comm_starts[(r.comm_starts >= s) & (r.comm_starts < e)]
-            offsets.append(c - r.host_step_start.get(k, s))
-        n = min(len(o) for o in offsets)
-        if n == 0:
-            continue
-        mat = np.stack([o[:n] for o in offsets])
-        rel = mat - mat.min(axis=0)
-        for r, row in zip(ranks, rel, strict=True):
-            lags[r.rank].extend(row.tolist())
+        for name in set.intersection(*(set(r.comm) for r in ranks)):
+            offsets = []
+            for r in ranks:
+                s, e = r.steps[k]
+                c = r.comm[name]
+                offsets.append(c[(c >= s) & (c < e)] - r.host_step_start.get(k, s))
+            n = min(len(o) for o in offsets)
+            if n == 0:
+                continue
+            mat = np.stack([o[:n] for o in offsets])
+            rel = mat - mat.min(axis=0)
+            for r, row in zip(ranks, rel, strict=True):
+                lags[r.rank].extend(row.tolist())
     one_clock = len({r.host for r in ranks}) == 1 and ranks[0].host is not None
     start_lag: dict[int, float | None] = {r.rank: None for r in ranks}
     if one_clock:

@@ -1,0 +1,97 @@
+"""The streaming reader: same events as json.load, chunk boundaries anywhere, clear errors on bad files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from stride.profile import json_stream
+from stride.profile.errors import TraceError
+from stride.profile.json_stream import scan_trace
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+
+
+def _collect(path: Path) -> tuple[dict, list]:
+    events: list = []
+    meta = scan_trace(path, events.append)
+    return meta, events
+
+
+DOC = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "a \u00e9 \\\" ]}", "ts": 12345678901234.5, "dur": 7},
+                                           {"ph": "i", "ts": 3, "args": {"x": [1, 2, {"y": None}]}}],
+       "distributedInfo": {"rank": 5}, "displayTimeUnit": "ns", "tail": 123456789}
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 1 << 22])
+def test_any_chunk_size_gives_the_same_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(DOC, indent=2))
+    monkeypatch.setattr(json_stream, "CHUNK_CHARS", chunk)
+    meta, events = _collect(p)
+    assert events == DOC["traceEvents"]
+    assert meta == {k: v for k, v in DOC.items() if k != "traceEvents"}  # the number at the very end is whole
+
+
+def test_gzip_and_array_format(tmp_path: Path) -> None:
+    p = tmp_path / "t.json.gz"
+    with gzip.open(p, "wt") as fh:
+        json.dump(DOC["traceEvents"], fh)
+    meta, events = _collect(p)
+    assert meta == {} and events == DOC["traceEvents"]
+
+
+@pytest.mark.parametrize("name", ["cpu_gloo_2rank/rank0.pt.trace.json.gz", "hta/trace_filter/sampled_rank-1.json.gz"])
+def test_shared_trace_equals_json_load(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = SHARED / name
+    if not p.exists():
+        pytest.skip(f"../shared/traces/{name} not found")
+    monkeypatch.setattr(json_stream, "CHUNK_CHARS", 4093)  # a prime: boundaries fall everywhere
+    with gzip.open(p, "rt") as fh:
+        ref = json.load(fh)
+    meta, events = _collect(p)
+    assert events == ref["traceEvents"]
+    assert meta == {k: v for k, v in ref.items() if k != "traceEvents"}
+
+
+@pytest.mark.parametrize("cut", [10, 40, 0.5, -2, -1])
+def test_truncated_file_names_file_and_problem(tmp_path: Path, cut: float) -> None:
+    text = json.dumps(DOC)
+    n = int(len(text) * cut) if isinstance(cut, float) else (cut if cut > 0 else len(text) + cut)
+    p = tmp_path / "cut.json"
+    p.write_text(text[:n])
+    with pytest.raises(TraceError, match=r"cut\.json: (truncated|malformed)"):
+        _collect(p)
+
+
+def test_truncated_gzip(tmp_path: Path) -> None:
+    raw = gzip.compress(json.dumps(DOC).encode())
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(TraceError, match=r"cut\.json\.gz"):
+        _collect(p)
+
+
+@pytest.mark.parametrize("text, what", [
+    ("", "empty file"),
+    ("hello", "not a JSON trace"),
+    ('{"schemaVersion": 1}', "no 'traceEvents'"),
+    ('{"traceEvents": {"a": 1}}', "'traceEvents' is not a list"),
+    ('{"traceEvents": [1, 2]}', "is a int, not an object"),
+    ('{"traceEvents": [{"ph": "X"} {"ph": "X"}]}', "malformed JSON"),
+    ('{"traceEvents": []} trailing', "unexpected data after the end"),
+])
+def test_malformed(tmp_path: Path, text: str, what: str) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    with pytest.raises(TraceError, match="bad.json") as exc:
+        _collect(p)
+    assert what in str(exc.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="nope.json: cannot open"):
+        _collect(tmp_path / "nope.json")
