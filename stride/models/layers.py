@@ -12,7 +12,13 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm: cheaper than LayerNorm (no mean, no bias), standard in modern transformers."""
+    """Root-mean-square norm: cheaper than LayerNorm (no mean, no bias), standard in modern transformers.
+
+    `kernel`, when set from outside (stride.train.kernels_apply), replaces the torch code with a fused
+    op of the same signature `kernel(x, weight, eps)`; the model itself never chooses one.
+    """
+
+    kernel = None
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
@@ -20,6 +26,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is not None:
+            return self.kernel(x, self.weight, self.eps)
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (y * self.weight.float()).to(x.dtype)
@@ -43,6 +51,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Attention(nn.Module):
     """Multi-head self-attention with RoPE on PyTorch SDPA (flash backend on CPU and GPU)."""
 
+    rope_kernel = None  # `rope_kernel(x, cos, sin)`, set from outside like RMSNorm.kernel
+
     def __init__(self, d_model: int, n_heads: int, causal: bool, dropout: float = 0.0) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -54,7 +64,8 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.wqkv(x).view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        rope = self.rope_kernel or apply_rope
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         y = F.scaled_dot_product_attention(
             q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
         )
@@ -64,6 +75,8 @@ class Attention(nn.Module):
 class SwiGLU(nn.Module):
     """Gated MLP (SiLU(x W1) * x W3) W2: better loss per FLOP than a GELU MLP at equal parameters."""
 
+    kernel = None  # `kernel(gate, up) -> silu(gate) * up`, set from outside like RMSNorm.kernel
+
     def __init__(self, d_model: int, hidden: int) -> None:
         super().__init__()
         self.w1 = nn.Linear(d_model, hidden, bias=False)
@@ -71,6 +84,8 @@ class SwiGLU(nn.Module):
         self.w2 = nn.Linear(hidden, d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is not None:
+            return self.w2(self.kernel(self.w1(x), self.w3(x)))
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 

@@ -35,6 +35,7 @@ from stride.optim.factory import build_optimizer, compiled_step
 from stride.train.apply import apply_activation_checkpointing, apply_compile
 from stride.train.batches import Batch, as_batches, endless
 from stride.train.device import configure_process, resolve_device
+from stride.train.kernels_apply import apply_kernels, kernel_loss
 from stride.train.precision import Precision
 from stride.train.progress import TrainProgress
 from stride.train.schedule import build_scheduler
@@ -89,6 +90,9 @@ class Trainer:
             assert bundle is not None
             model = build_model(self.cfg.model, bundle.n_features, bundle.seq_len, bundle.n_horizons)
         self.model = model.to(self.device)  # the raw module: hashing, FLOPs, state dicts
+        self.kernels_impl, self.kernel_modules = apply_kernels(self.model, t.kernels)
+        if loss_fn is None and getattr(model, "loss", None) is None:
+            loss_fn = kernel_loss(t.kernels, self.cfg.model)
         if loss_fn is None:
             m = self.cfg.model
             loss_fn = getattr(model, "loss", None) or make_loss(
@@ -314,6 +318,7 @@ class Trainer:
             "world_size": 1,
             "device": str(self.device),
             "precision": t.precision,
+            "kernels": self.kernels_impl,
             "params": sum(p.numel() for p in self.model.parameters()),
             "params_sha256": params_sha256(self.model),
             "config_hash": config_hash(cfg),

@@ -1,0 +1,50 @@
+"""Swap the model's norm, gated-MLP and RoPE code and the loss for fused kernels, from outside.
+
+Applied first, before tensor parallelism, checkpointing and compile (see stride.train.apply), so
+every later technique wraps the fused ops. `kernels = "torch"` leaves the model untouched; "triton"
+without a GPU falls back to torch with a one-line notice (stride.kernels.get_ops), never to the
+slow interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from stride.config.schema import ModelConfig
+from stride.kernels.ops import get_ops
+from stride.models.layers import Attention, RMSNorm, SwiGLU
+
+
+def apply_kernels(model: nn.Module, kernels: str) -> tuple[str, int]:
+    """Set the fused ops on every RMSNorm, SwiGLU and Attention; returns (implementation, modules)."""
+    if kernels == "torch":
+        return "torch", 0
+    ops = get_ops(kernels)
+    if ops.name == "torch":  # fell back (no GPU): the model's own torch code is the same computation
+        return "torch", 0
+    n = 0
+    for m in model.modules():
+        if isinstance(m, RMSNorm):
+            m.kernel = ops.rms_norm
+        elif isinstance(m, SwiGLU):
+            m.kernel = ops.swiglu
+        elif isinstance(m, Attention):
+            m.rope_kernel = ops.rope
+        else:
+            continue
+        n += 1
+    return ops.name, n
+
+
+def kernel_loss(kernels: str, m: ModelConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+    """The fused multi-horizon loss for `[model] loss`, or None to keep the torch loss."""
+    if kernels == "torch":
+        return None
+    ops = get_ops(kernels)
+    if ops.name == "torch":
+        return None
+    q = m.quantiles if m.loss == "quantile" else None
+    return lambda pred, y: ops.ts_loss(pred, y, m.loss, delta=m.huber_delta, quantiles=q)
