@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,12 +24,15 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 
 from stride.checkpoint.errors import CheckpointError
 from stride.checkpoint.manifest import fsync_path, verify, write_manifest
 from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner
 from stride.checkpoint.train_state import rank_and_world
 
+# One process without a process group is a supported case (no_dist=True), not something to warn about.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 STEP_RE = re.compile(r"^step_(\d{8})$")
 META = "meta.json"
 
@@ -155,7 +159,7 @@ class CheckpointStore:
                 self._inflight = self._pool.submit(self._finish, fut, tmp, step, meta, t0)
                 return time.perf_counter() - t0
             dcp.save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist)
-        except Exception as exc:
+        except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
             self._fail(exc, tmp, step)
         self._commit(tmp, step, meta, t0)
         return time.perf_counter() - t0
@@ -163,7 +167,7 @@ class CheckpointStore:
     def _finish(self, fut: Any, tmp: Path, step: int, meta: dict[str, Any], t0: float) -> None:
         try:
             fut.result()
-        except Exception as exc:
+        except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
             self._fail(exc, tmp, step)
         self._commit(tmp, step, meta, t0)
 
@@ -171,13 +175,34 @@ class CheckpointStore:
         shutil.rmtree(tmp, ignore_errors=True)
         prev = next((s for s in self.steps() if s != step), None)
         intact = f"the previous checkpoint {step_name(prev)} is intact" if prev is not None else "no earlier checkpoint"
-        root = exc
-        while root.__cause__ is not None or root.__context__ is not None:
-            if _is_space_error(root):
-                break
-            root = root.__cause__ or root.__context__  # type: ignore[assignment]
-        why = "the disk is full" if _is_space_error(root) else f"{type(root).__name__}: {root}"
-        raise CheckpointError(f"checkpoint save at step {step} into {self.root} failed: {why}; {intact}") from exc
+        raise CheckpointError(
+            f"checkpoint save at step {step} into {self.root} failed: {self._why(exc, prev)}; {intact}"
+        ) from exc
+
+    def _why(self, exc: BaseException, prev: int | None) -> str:
+        """The cause in words. torch's zip writer hides ENOSPC behind 'unexpected pos', so free space is checked."""
+        seen: list[BaseException] = []
+        todo: list[BaseException] = [exc]
+        while todo:
+            e = todo.pop()
+            if e in seen:
+                continue
+            seen.append(e)
+            todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+            todo += [f for f in getattr(e, "failures", {}).values() if isinstance(f, BaseException)]
+            todo += [f.exc for f in getattr(e, "failures", {}).values() if isinstance(getattr(f, "exc", None),
+                                                                                      BaseException)]
+        if any(_is_space_error(e) for e in seen):
+            return "the disk is full"
+        try:
+            free = shutil.disk_usage(self.root).free
+            need = sum(p.stat().st_size for p in self.folder(prev).rglob("*") if p.is_file()) if prev else 1 << 20
+        except OSError:
+            free, need = 1, 0
+        if free < need:
+            return f"the disk is full ({free / 1e6:.1f} MB free, a checkpoint needs about {need / 1e6:.1f} MB)"
+        last = seen[-1] if seen else exc
+        return f"{type(last).__name__}: {last}"
 
     def _commit(self, tmp: Path, step: int, meta: dict[str, Any], t0: float) -> None:
         if self.rank == 0:

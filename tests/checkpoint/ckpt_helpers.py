@@ -1,0 +1,80 @@
+"""Small deterministic configs, a reference run, and a CLI launcher for the checkpoint tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from stride.config import RunConfig, config_to_toml, load_config
+from stride.train.trainer import Callback, Trainer
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = [
+    "data.n_assets=4", "data.n_steps=1024", "data.seq_len=16", "data.horizons=[1, 5]",
+    "train.batch_size=32", "train.steps=24", "train.val_every=0", "train.threads=1", "train.deterministic=true",
+    "metrics.progress=false", "metrics.flops=false", "metrics.skip_steps=0", "metrics.log_every=1",
+    "optim.warmup_steps=2", "checkpoint.enabled=true", "checkpoint.every=3", "checkpoint.keep_last=2",
+]
+
+
+def ckpt_config(*overrides: str) -> RunConfig:
+    return load_config(overrides=[*BASE, *overrides])
+
+
+def reference_sha(*overrides: str) -> str:
+    """params_sha256 of an uninterrupted run with checkpointing off (checkpoints must not change training)."""
+    cfg = ckpt_config(*overrides, "checkpoint.enabled=false")
+    try:
+        return Trainer(config=cfg, write_run_dir=False).fit().summary["params_sha256"]
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class CrashAt(Callback):
+    """Ends the run with an exception at the end of step `at` (an in-process stand-in for a dying process)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if trainer.step == self.at:
+            raise Crash(f"crash at step {self.at}")
+
+
+def fit(out: Path, *overrides: str, callbacks: list[Callback] | None = None, **kw) -> dict:
+    try:
+        return Trainer(config=ckpt_config(*overrides), out=out, callbacks=callbacks, **kw).fit().summary
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def write_config(path: Path, *overrides: str) -> Path:
+    path.write_text(config_to_toml(ckpt_config(*overrides)))
+    return path
+
+
+def cli(config: Path, out: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`stride train CONFIG --out DIR` in a fresh process (auto-resume is what is under test)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "stride", "train", str(config), "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+
+
+def popen_cli(config: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.Popen([sys.executable, "-m", "stride", "train", str(config), "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+
+
+def summary_sha(out: Path) -> str:
+    import json
+
+    return json.loads((out / "summary.json").read_text())["params_sha256"]

@@ -1,0 +1,223 @@
+"""In-process checkpoint tests: exact resume, async, retention, refusal of broken or foreign checkpoints."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from ckpt_helpers import Crash, CrashAt, ckpt_config, fit, reference_sha
+
+from stride.checkpoint import CheckpointError, ConfigMismatchError, verify
+from stride.checkpoint.manifest import write_manifest
+from stride.checkpoint.store import CheckpointStore
+from stride.train.trainer import Callback, Trainer
+
+
+@pytest.fixture(scope="module")
+def ref() -> str:
+    return reference_sha()
+
+
+def crash_then_resume(out: Path, at: int, *overrides: str) -> dict:
+    with pytest.raises(Crash):
+        fit(out, *overrides, callbacks=[CrashAt(at)])
+    return fit(out, *overrides)
+
+
+def test_resume_after_crash_is_bit_identical(tmp_path: Path, ref: str) -> None:
+    s = crash_then_resume(tmp_path / "run", 10)  # saves at 3, 6, 9; crash after step 10
+    assert s["checkpoint"]["resumed_from"] == "step_00000009"
+    assert s["steps"] == 24 and s["params_sha256"] == ref
+    assert s["checkpoint_count"] == 5  # 12, 15, 18, 21 and the final 24
+    assert s["checkpoint_stall_s"] > 0 and s["step_time_breakdown_s"]["checkpoint"] > 0
+
+
+def test_resume_mid_epoch_and_across_epoch_boundary(tmp_path: Path) -> None:
+    # 4 assets x ~900 windows / 32 = ~110 batches an epoch: use a small data set so 24 steps span epochs.
+    ov = ("data.n_steps=200",)  # (200-15-5)*0.9 = 162 ends x 4 assets / 32 = 20 batches per epoch
+    ref = reference_sha(*ov)
+    s = crash_then_resume(tmp_path / "run", 22, *ov, "checkpoint.every=20")  # save at the epoch's last batch
+    assert s["checkpoint"]["resumed_from"] == "step_00000020" and s["params_sha256"] == ref
+
+
+def test_async_save_resume_is_bit_identical(tmp_path: Path, ref: str) -> None:
+    s = crash_then_resume(tmp_path / "run", 11, "checkpoint.async_save=true")
+    assert s["checkpoint"]["async"] and s["params_sha256"] == ref
+    assert s["checkpoint"]["resumed_from"] in ("step_00000009", "step_00000006")
+
+
+def test_async_snapshot_is_taken_at_the_save_step(tmp_path: Path) -> None:
+    """Training continues while the background write runs: the files must hold the step's params."""
+    hashes: dict[int, str] = {}
+
+    class Record(Callback):
+        def on_step_end(self, trainer: Trainer) -> None:
+            hashes[trainer.step] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+    out = tmp_path / "run"
+    fit(out, "checkpoint.async_save=true", "checkpoint.keep_last=10", callbacks=[Record()])
+    cfg = ckpt_config("train.steps=3", "checkpoint.every=0", "checkpoint.save_at_end=false")
+    for step in (3, 12, 21):
+        tr = Trainer(config=cfg, write_run_dir=False)
+        tr.setup()
+        store = CheckpointStore(out / "checkpoints")
+        from stride.checkpoint import train_state
+
+        loaded = store.load(store.folder(step), lambda keys, tr=tr: train_state.load_template(tr, keys))
+        for k, v in loaded["model"].items():
+            assert torch.equal(v, hashes[step][k]), (step, k)
+    torch.use_deterministic_algorithms(False)
+
+
+def test_retention_keeps_last_k_and_every_nth(tmp_path: Path) -> None:
+    s = fit(tmp_path / "run", "checkpoint.every=2", "checkpoint.keep_last=2", "checkpoint.keep_every=8")
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert names == ["step_00000008", "step_00000016", "step_00000022", "step_00000024"]
+    assert s["checkpoint"]["saved_steps"] == list(range(2, 25, 2))
+
+
+def _corrupt_shard(folder: Path) -> None:
+    shard = folder / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size: only the checksum can tell
+    shard.write_bytes(bytes(data))
+
+
+def _truncate_manifest(folder: Path) -> None:
+    m = folder / "manifest.json"
+    m.write_text(m.read_text()[:40])
+
+
+def _remove_metadata(folder: Path) -> None:
+    (folder / ".metadata").unlink()
+
+
+@pytest.mark.parametrize(("damage", "reason"), [
+    (_corrupt_shard, "__0_0.distcp does not match its SHA-256 checksum (corrupted)"),
+    (_truncate_manifest, "manifest.json is not valid JSON"),
+    (_remove_metadata, ".metadata is missing"),
+])
+def test_damaged_newest_checkpoint_is_skipped_with_reason(tmp_path: Path, ref: str, damage, reason: str,
+                                                          capsys) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(out, callbacks=[CrashAt(10)])
+    damage(out / "checkpoints" / "step_00000009")
+    s = fit(out)
+    assert s["checkpoint"]["resumed_from"] == "step_00000006"
+    (skipped,) = s["checkpoint"]["skipped_on_resume"]
+    assert skipped.startswith("step_00000009: ") and reason in skipped
+    assert "skipped step_00000009" in capsys.readouterr().err
+    assert s["params_sha256"] == ref
+
+
+def test_uncommitted_save_is_never_loaded(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(out, callbacks=[CrashAt(7)])
+    ck = out / "checkpoints"
+    (ck / "step_00000006").rename(ck / ".tmp-step_00000006")  # as if killed before the rename
+    assert verify(ck / ".tmp-step_00000006").ok  # complete files, yet never committed by rename: not loaded
+    s = fit(out)
+    assert s["checkpoint"]["resumed_from"] == "step_00000003"
+    assert not (ck / ".tmp-step_00000006").exists()
+
+
+def test_config_mismatch_is_refused_with_a_diff_unless_forced(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(out, callbacks=[CrashAt(4)])
+    with pytest.raises(ConfigMismatchError) as err:
+        fit(out, "optim.lr=0.0005")
+    assert "optim.lr: 0.001 (checkpoint) -> 0.0005 (now)" in str(err.value)
+    s = fit(out, "optim.lr=0.0005", "checkpoint.force_resume=true")
+    assert s["checkpoint"]["resumed_from"] == "step_00000003"
+    # metrics and checkpoint settings may change freely
+    s = fit(tmp_path / "run", "optim.lr=0.0005", "metrics.log_every=5", "checkpoint.keep_last=3")
+    assert s["checkpoint"]["resumed_from"] == "step_00000024"
+
+
+class _Evil:
+    def __reduce__(self):
+        return (Path("/tmp/stride-pwned").write_text, ("pwned",))
+
+
+def test_crafted_metadata_pickle_is_refused_without_running_it(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(out, callbacks=[CrashAt(4)])
+    folder = out / "checkpoints" / "step_00000003"
+    (folder / ".metadata").write_bytes(pickle.dumps(_Evil()))
+    write_manifest(folder, 3, {"config_hash": json.loads((folder / "manifest.json").read_text())["config_hash"]})
+    marker = Path("/tmp/stride-pwned")
+    marker.unlink(missing_ok=True)
+    with pytest.raises(pickle.UnpicklingError, match="pathlib.Path.write_text|not a DCP metadata type"):
+        fit(out)
+    assert not marker.exists()
+
+
+def test_nan_loss_skips_the_update(tmp_path: Path) -> None:
+    seen: dict[int, str] = {}
+    calls = {"n": 0}
+
+    def loss_fn(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        loss = torch.nn.functional.mse_loss(pred, y)
+        return loss * float("nan") if calls["n"] == 5 else loss  # the 5th forward: step 5
+
+    class Record(Callback):
+        def on_step_end(self, trainer: Trainer) -> None:
+            seen[trainer.step] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+    cfg = ckpt_config("checkpoint.nan_rollback_after=0")
+    try:
+        s = Trainer(config=cfg, out=tmp_path / "run", loss_fn=loss_fn, callbacks=[Record()]).fit().summary
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert s["skipped_steps"] == 1 and s["checkpoint"]["nonfinite_steps"] == 1
+    assert all(torch.equal(seen[4][k], seen[5][k]) for k in seen[4])  # step 5 applied no update
+    assert not all(torch.equal(seen[5][k], seen[6][k]) for k in seen[5])
+    assert all(torch.isfinite(v).all() for v in seen[24].values())
+
+
+def test_nan_loss_rolls_back_and_replays_exactly(tmp_path: Path, ref: str) -> None:
+    calls = {"n": 0}
+
+    def loss_fn(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        loss = torch.nn.functional.mse_loss(pred, y)
+        return loss * float("inf") if calls["n"] in (8, 9) else loss  # steps 8 and 9, once
+
+    cfg = ckpt_config("checkpoint.nan_rollback_after=2")
+    try:
+        s = Trainer(config=cfg, out=tmp_path / "run", loss_fn=loss_fn).fit().summary
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert s["checkpoint"]["rollbacks"] == 1
+    assert s["params_sha256"] == ref  # rolled back to step 6 and replayed 7.. with the same data and RNG
+
+
+def test_loss_spike_detector_skips(tmp_path: Path) -> None:
+    calls = {"n": 0}
+
+    def loss_fn(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        loss = torch.nn.functional.mse_loss(pred, y)
+        return loss * 100 if calls["n"] == 15 else loss
+
+    cfg = ckpt_config("checkpoint.spike_threshold=10", "checkpoint.spike_action=skip")
+    try:
+        s = Trainer(config=cfg, out=tmp_path / "run", loss_fn=loss_fn).fit().summary
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert s["checkpoint"]["loss_spikes"] == 1 and s["skipped_steps"] == 1
+
+
+def test_unwritable_folder_fails_before_training(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(CheckpointError, match="is not writable"):
+        fit(tmp_path / "run", f"checkpoint.dir={json.dumps(str(blocker / 'ckpt'))}")
