@@ -143,6 +143,12 @@ class MetricsConfig:
     flops: bool = True  # count FLOPs once with torch.utils.flop_counter for MFU
     skip_steps: int = 3  # warm-up steps left out of throughput and breakdown (compile, allocator)
     peak_flops: float | None = None  # override the device peak (FLOP/s) used for MFU
+    # Observers (stride.metrics.observe), beside metrics.jsonl.
+    tensorboard: bool = False  # TensorBoard scalars under <run dir>/tensorboard
+    prometheus: bool = False  # serve /metrics for a Prometheus scraper while training
+    prometheus_host: str = "127.0.0.1"  # localhost unless told otherwise
+    prometheus_port: int = 0  # 0: pick a free port (written to <run dir>/prometheus.json)
+    system_sample_s: float = 1.0  # CPU/RSS (and NVML where present) sampling period; 0: off
 
 
 @dataclass

@@ -82,6 +82,7 @@ def validate(cfg: RunConfig) -> None:
     _validate_checkpoint(cfg)
     _validate_parallel(cfg)
     _validate_data(cfg)
+    _validate_observe(cfg)
 
 
 # -- [checkpoint] (stride.checkpoint) -------------------------------------------------------------
@@ -153,3 +154,13 @@ def _validate_data(cfg: RunConfig) -> None:
         raise ConfigError(f"`data.test_fraction` = {d.test_fraction!r} must be in [0, 1) and leave training data "
                           f"next to `data.val_fraction` = {d.val_fraction!r}")
     _positive("data.prefetch", d.prefetch, strict=False)
+
+
+# -- [metrics] observers (stride.metrics.observe) -------------------------------------------------
+def _validate_observe(cfg: RunConfig) -> None:
+    m = cfg.metrics
+    if not 0 <= m.prometheus_port <= 65535:
+        raise ConfigError(f"`metrics.prometheus_port` = {m.prometheus_port} must be in 0..65535 (0: pick a free port)")
+    if not m.prometheus_host.strip():
+        raise ConfigError("`metrics.prometheus_host` is empty: use 127.0.0.1 (localhost) or an address to bind")
+    _positive("metrics.system_sample_s", m.system_sample_s, strict=False)
