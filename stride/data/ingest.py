@@ -74,14 +74,21 @@ def read_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table
     elif kind == "csv":
         import pyarrow.csv as pcsv
 
-        yield from pcsv.open_csv(path)
+        src: Any = pa.CompressedInputStream(str(path), "gzip") if path.suffix == ".gz" else str(path)
+        yield from pcsv.open_csv(src)
     elif kind == "numpy":
         yield _numpy_table(path, time_col)
     else:
         raise IngestError(f"{path}: unsupported file type {path.suffix!r} (parquet, arrow, feather, csv, npy, npz)")
 
 
-def _timestamps_ns(col: pa.Array | pa.ChunkedArray, path: Path, time_col: str) -> np.ndarray:
+def _timestamps_ns(col: pa.Array | pa.ChunkedArray, path: Path, time_col: str, fmt: str | None) -> np.ndarray:
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        try:
+            col = pc.strptime(col, format=fmt, unit="ns") if fmt else pc.cast(col, pa.timestamp("ns"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            how = f"with --time-format {fmt!r}" if fmt else "as ISO-8601 (pass --time-format, e.g. '%m/%d/%Y')"
+            raise IngestError(f"{path}: timestamp column {time_col!r} does not parse {how}: {exc}") from None
     if pa.types.is_timestamp(col.type):
         col = pc.cast(col, pa.timestamp("ns", col.type.tz)).cast(pa.int64())
     elif pa.types.is_date(col.type):
@@ -115,6 +122,7 @@ def ingest(
     out: str | Path,
     *,
     time_col: str = "timestamp",
+    time_format: str | None = None,
     symbol_col: str = "symbol",
     columns: list[str] | None = None,
     fill_policy: str = "error",
@@ -158,14 +166,14 @@ def ingest(
                                       f"{sorted(set(schema) - set(names))}")
                 assert writer is not None
                 n = chunk.num_rows
-                ts = _timestamps_ns(chunk.column(time_col), path, time_col)
+                ts = _timestamps_ns(chunk.column(time_col), path, time_col, time_format)
                 vals = np.empty((n, len(schema)), np.float32)
                 for j, c in enumerate(schema):
                     vals[:, j] = np.asarray(chunk.column(c).to_numpy(zero_copy_only=False), dtype=np.float32)
                 if symbol_col in chunk.schema.names:
                     syms = np.asarray(chunk.column(symbol_col).cast(pa.string()).to_numpy(zero_copy_only=False))
                 else:
-                    syms = np.full(n, path.stem, dtype=object)
+                    syms = np.full(n, path.name.split(".")[0], dtype=object)  # sp500.csv.gz -> sp500
                 uniq, inv = np.unique(syms.astype(str), return_inverse=True)
                 order = np.argsort(inv, kind="stable")  # group by symbol, keep file order inside
                 bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
