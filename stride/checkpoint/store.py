@@ -72,6 +72,7 @@ class CheckpointStore:
         self._inflight: Future | None = None
         self.saved_steps: list[int] = []
         self.save_seconds: list[float] = []  # wall time of each save, staging to commit
+        self.last_phases: dict[str, float] = {}  # the last save's DCP write and manifest+commit seconds
 
     # -- layout -------------------------------------------------------------------------------
     def folder(self, step: int) -> Path:
@@ -158,7 +159,9 @@ class CheckpointStore:
                 fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist)
                 self._inflight = self._pool.submit(self._finish, fut, tmp, step, meta, t0)
                 return time.perf_counter() - t0
+            t_dcp = time.perf_counter()
             dcp.save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist)
+            self.last_phases = {"dcp_s": time.perf_counter() - t_dcp}
         except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
             self._fail(exc, tmp, step)
         self._commit(tmp, step, meta, t0)
@@ -205,6 +208,7 @@ class CheckpointStore:
         return f"{type(last).__name__}: {last}"
 
     def _commit(self, tmp: Path, step: int, meta: dict[str, Any], t0: float) -> None:
+        t_commit = time.perf_counter()
         if self.rank == 0:
             final = self.folder(step)
             try:
@@ -219,6 +223,7 @@ class CheckpointStore:
             except Exception as exc:
                 self._fail(exc, tmp, step)
             self._retain()
+        self.last_phases["commit_s"] = time.perf_counter() - t_commit  # manifest checksums, rename, retention
         self.saved_steps.append(step)
         self.save_seconds.append(time.perf_counter() - t0)
 
