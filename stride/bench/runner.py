@@ -38,6 +38,8 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
                  suffix: str = "") -> dict[str, Any]:
     """Train workload `w` (plus `extra` overrides) once; `suffix` names a sweep variant (`name+variant`)."""
     name = w.name + suffix
+    if w.kind == "ppo":
+        return run_ppo_workload(w, name, device, extra)
     cfg = load_config(overrides=[*w.overrides, f"train.device={device}", f"train.name={name}", *(extra or [])])
     timer = StepTimes()
     result = Trainer(config=cfg, out=(out / name) if out else None, callbacks=[timer],
@@ -71,4 +73,33 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
         "params": s["params"],
         "params_sha256": s["params_sha256"],
         "run_dir": str(result.run_dir) if result.run_dir else None,
+    }
+
+
+def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | None) -> dict[str, Any]:
+    """The RL workload: PPO has its own loop (the policy makes its data) but the same measurements."""
+    import dataclasses
+
+    from stride.rl.market_env import MarketMakingSpec
+    from stride.rl.ppo import PPOSettings, train_ppo
+
+    cfg = load_config(overrides=[*w.overrides, f"train.device={device}", f"train.name={name}", *(extra or [])])
+    params = dict(w.params)
+    spec_keys = {f.name for f in dataclasses.fields(MarketMakingSpec)}
+    spec = MarketMakingSpec(**{k: v for k, v in params.items() if k in spec_keys})
+    settings = PPOSettings(**{k: v for k, v in params.items() if k not in spec_keys})
+    r = train_ppo(cfg, spec, settings)
+    windows = throughput_windows(r["update_times_s"], 1, r["env_steps_per_update"])
+    return {
+        "name": name, "version": w.version, "description": w.description, "config": config_to_dict(cfg),
+        "ppo": params,
+        "throughput": {"unit": w.throughput_unit, **spread(windows)},
+        "throughput_method": f"{len(windows)} equal windows of PPO updates after 1 warm-up update",
+        "timesteps_per_s": r["env_steps_per_s"], "mfu": r["mfu"], "mfu_peak_source": r["peak_flops_source"],
+        "flops_per_step": r["flops_per_step"], "peak_mem_bytes": r["peak_mem_bytes"],
+        "peak_mem_kind": r["peak_mem_kind"], "step_time_breakdown_s": r["step_time_breakdown_s"],
+        "time_to_target_s": None, "target_val_loss": None, "final_val_loss": None,
+        "final_train_loss": None, "final_episode_return": r["final_episode_return"],
+        "episode_returns": r["episode_returns"], "steps": r["steps"], "skipped_steps": 0,
+        "saved_activation_bytes": None, "params": None, "params_sha256": r["params_sha256"], "run_dir": None,
     }

@@ -9,15 +9,15 @@ from rich.table import Table
 
 def results_table(results: dict[str, Any]) -> Table:
     table = Table(title=f"stride bench: {results['suite']} suite")
-    for col in ("workload", "throughput (median)", "cv", "MFU", "peak mem", "fwd/bwd/opt/data/other",
+    for col in ("workload", "throughput (median)", "cv", "MFU", "peak mem", "step time: phase shares",
                 "val loss", "to target"):
         table.add_column(col, justify="left" if col == "workload" else "right", no_wrap=True)
     for w in results["workloads"]:
         t = w["throughput"]
         b = w["step_time_breakdown_s"]
         total = sum(b.values()) or 1.0
-        parts = "/".join(f"{100 * b.get(k, 0.0) / total:.0f}%" for k in ("forward", "backward", "optimizer",
-                                                                           "data", "other"))
+        short = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+        parts = " ".join(f"{short.get(k, k)} {100 * v / total:.0f}%" for k, v in b.items() if v / total >= 0.01)
         ttt = w["time_to_target_s"]
         table.add_row(
             w["name"],

@@ -17,6 +17,8 @@ class Workload:
     overrides: tuple[str, ...]
     throughput_unit: str = "samples/s"
     tags: tuple[str, ...] = field(default=())
+    kind: str = "supervised"  # supervised: stride.Trainer; ppo: stride.rl.ppo
+    params: tuple[tuple[str, float | int], ...] = ()  # kind-specific settings (ppo: env and PPO fields)
 
 
 _COMMON = ("data.n_assets=8", "data.n_steps=8192", "data.horizons=[1, 5, 20]", "metrics.progress=false",
@@ -68,6 +70,11 @@ WORKLOADS: dict[str, Workload] = {
             throughput_unit="tokens/s",
         ),
         Workload(
+            "ppo_market_making", 1, "PPO on 256 vectorised market-making envs in torch, 64-step rollouts",
+            ("metrics.progress=false",), throughput_unit="env steps/s", kind="ppo",
+            params=(("n_envs", 256), ("episode_len", 64), ("updates", 12), ("rollout_steps", 64)),
+        ),
+        Workload(
             "mlp_base", 1, "MLP over tabular features (window of 16 steps), width 512, batch 1024, bf16",
             (*_COMMON, "model.name=mlp", "model.size=base", "data.seq_len=16",
              "train.batch_size=1024", "train.steps=200", "train.val_every=100", "train.precision=bf16"),
@@ -78,6 +85,6 @@ WORKLOADS: dict[str, Workload] = {
 SUITES: dict[str, tuple[str, ...]] = {
     "quick": ("ts_transformer_tiny", "mlp_tiny"),
     "standard": ("ts_transformer_tiny", "ts_transformer_small", "mlp_tiny", "mlp_base", "lstm_small",
-                 "tcn_small", "deeplob_small", "gpt_returns_small"),
+                 "tcn_small", "deeplob_small", "gpt_returns_small", "ppo_market_making"),
     "full": tuple(WORKLOADS),
 }

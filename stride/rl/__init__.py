@@ -1,0 +1,1 @@
+"""Reinforcement learning workloads: a vectorised market-making environment and PPO."""
