@@ -111,6 +111,9 @@ class Trainer:
 
             if not any(isinstance(cb, CheckpointCallback) for cb in self.callbacks):
                 self.callbacks.append(CheckpointCallback())
+        from stride.metrics.observe import build_observers  # lazy: observers subclass Callback from here
+
+        self.callbacks += build_observers(self.cfg)
         self.step = 0  # optimizer steps taken; a resumed run starts from the loaded value
         self.skipped_steps = 0
         self.saved_activation_bytes: int | None = None

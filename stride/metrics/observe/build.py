@@ -1,0 +1,29 @@
+"""`build_observers(cfg)`: the observer callbacks `[metrics]` asks for, in a fixed order."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stride.config import RunConfig
+    from stride.train.trainer import Callback
+
+
+def build_observers(cfg: RunConfig) -> list[Callback]:
+    """System sampling first (the others read its latest sample), then TensorBoard, then Prometheus."""
+    from stride.metrics.observe.system import SystemCallback
+
+    m = cfg.metrics
+    out: list[Callback] = []
+    system = SystemCallback(m.system_sample_s) if m.system_sample_s > 0 else None
+    if system is not None:
+        out.append(system)
+    if m.tensorboard:
+        from stride.metrics.observe.tensorboard import TensorBoardCallback
+
+        out.append(TensorBoardCallback(system=system))
+    if m.prometheus:
+        from stride.metrics.observe.prometheus import PrometheusCallback
+
+        out.append(PrometheusCallback(m.prometheus_host, m.prometheus_port, system=system))
+    return out
