@@ -146,7 +146,7 @@ def ingest(
                     have = ", ".join(chunk.schema.names)
                     raise IngestError(f"{path}: no timestamp column {time_col!r} (columns: {have})")
                 if schema is None:
-                    schema = [c for c in names if c in columns] if columns else names
+                    schema = list(columns) if columns else names  # in the order asked for
                     missing = sorted(set(columns or []) - set(names))
                     if missing:
                         raise IngestError(f"{path}: requested columns {missing} are not in the file")
