@@ -41,6 +41,12 @@ class Activity:
     ev_name: np.ndarray
     ev_kind: np.ndarray
     ev_launch: np.ndarray  # host launch time of each device event (NaN where unknown or on CPU)
+    sorted_ts: np.ndarray | None = None  # event starts in ascending order, and their launch times
+    sorted_launch: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        order = np.argsort(self.ev_ts, kind="stable")
+        self.sorted_ts, self.sorted_launch = self.ev_ts[order], self.ev_launch[order]
 
 
 def name_kinds(t: RankTrace, on_gpu: bool) -> np.ndarray:

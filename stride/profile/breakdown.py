@@ -81,12 +81,10 @@ def _split_idle(act: Activity, busy: iv.Intervals, lo: float, hi: float, data: i
         t.idle_other += float(rest.sum())
         return
     # the device event that starts where each gap ends (the kernel the device waited for)
-    order = np.argsort(act.ev_ts, kind="stable")
-    ts_sorted = act.ev_ts[order]
-    j = np.searchsorted(ts_sorted, ge, side="left")
-    has_next = j < len(ts_sorted)
+    j = np.searchsorted(act.sorted_ts, ge, side="left")
+    has_next = j < len(act.sorted_ts)
     launch = np.full(len(gs), np.nan)
-    launch[has_next] = act.ev_launch[order[j[has_next]]]
+    launch[has_next] = act.sorted_launch[j[has_next]]
     host_wait = has_next & ~np.isnan(launch) & (launch > gs)
     kernel_wait = has_next & ~host_wait & ((ge - gs) < KERNEL_WAIT_US)
     t.host_wait += float(rest[host_wait].sum())

@@ -32,8 +32,10 @@ def length(iv: Intervals) -> float:
 
 
 def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
-    """The part of merged intervals inside [lo, hi)."""
-    s, e = np.maximum(iv[0], lo), np.minimum(iv[1], hi)
+    """The part of merged intervals inside [lo, hi) (binary search first: O(log n + k))."""
+    a = int(np.searchsorted(iv[1], lo, side="right"))
+    b = int(np.searchsorted(iv[0], hi, side="left"))
+    s, e = np.maximum(iv[0][a:b], lo), np.minimum(iv[1][a:b], hi)
     keep = e > s
     return s[keep], e[keep]
 

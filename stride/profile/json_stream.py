@@ -1,9 +1,12 @@
 """Read a Chrome/Kineto trace one event at a time, so a multi-GB trace never sits in memory whole.
 
 The top-level object is walked key by key; every key except `traceEvents` is decoded whole (they are
-small: metadata, `distributedInfo`), and `traceEvents` is decoded element by element with the C JSON
-decoder (`JSONDecoder.raw_decode`) over a sliding text buffer. Truncation and malformed JSON raise
-`TraceError` naming the file and the character offset.
+small: metadata, `distributedInfo`), and `traceEvents` is decoded in batches over a sliding text
+buffer: the buffer is cut after its last `},` and `[` + cut + `]` is handed to the C decoder in one
+call. That parse can only succeed when the cut falls between two whole top-level events (a cut inside
+a string leaves it unterminated, one inside a nested value leaves brackets open), so a success is
+exact; on failure the reader falls back to one `raw_decode` per event. Truncation and malformed JSON
+raise `TraceError` naming the file and the character offset.
 """
 
 from __future__ import annotations
@@ -103,8 +106,8 @@ class _Buffer:
             return obj
 
 
-def scan_trace(path: Path, on_event: Callable[[dict], None]) -> dict[str, Any]:
-    """Stream `path`, calling `on_event(event)` for each trace event; return the other top-level keys."""
+def scan_trace(path: Path, on_events: Callable[[list[dict]], None]) -> dict[str, Any]:
+    """Stream `path`, calling `on_events(batch)` with the trace events in order; return the other top-level keys."""
     meta: dict[str, Any] = {}
     with open_text(path) as fh:
         b = _Buffer(fh, path)
@@ -113,9 +116,9 @@ def scan_trace(path: Path, on_event: Callable[[dict], None]) -> dict[str, Any]:
         if first == "":
             raise TraceError(f"{path}: empty file, not a profiler trace")
         if first == "[":  # Chrome's JSON Array Format: the file is the event list
-            for ev in _iter_array(b, "the top-level event array"):
-                _check_event(ev, path, b)
-                on_event(ev)
+            for batch in _iter_array(b, "the top-level event array"):
+                _check_events(batch, path, b)
+                on_events(batch)
         elif first == "{":
             b.pos += 1
             seen_events = False
@@ -133,9 +136,9 @@ def scan_trace(path: Path, on_event: Callable[[dict], None]) -> dict[str, Any]:
                         if b.skip_ws() != "[":
                             raise TraceError(f"{path}: 'traceEvents' is not a list (character {b.offset})")
                         seen_events = True
-                        for ev in _iter_array(b, "'traceEvents'"):
-                            _check_event(ev, path, b)
-                            on_event(ev)
+                        for batch in _iter_array(b, "'traceEvents'"):
+                            _check_events(batch, path, b)
+                            on_events(batch)
                     else:
                         meta[key] = b.value(f"top-level key {key!r}")
                     if b.expect(",}", "the top-level object") == "}":
@@ -149,18 +152,44 @@ def scan_trace(path: Path, on_event: Callable[[dict], None]) -> dict[str, Any]:
     return meta
 
 
-def _iter_array(b: _Buffer, where: str) -> Iterator[Any]:
-    """Yield the elements of the JSON array whose '[' is at the cursor."""
+def _iter_array(b: _Buffer, where: str) -> Iterator[list]:
+    """Yield the elements of the JSON array whose '[' is at the cursor, in batches."""
     b.pos += 1
     if b.skip_ws() == "]":
         b.pos += 1
         return
+    loads = json.loads
     while True:
-        yield b.value(f"{where} (element near character {b.offset})")
+        batch = None
+        hi = len(b.buf)
+        for _ in range(4):  # a few candidate cuts, latest first
+            cut = b.buf.rfind("},", b.pos, hi)
+            if cut <= b.pos:
+                break
+            hi = cut
+            nxt = _WS.match(b.buf, cut + 2).end()
+            if nxt < len(b.buf) and b.buf[nxt] != "{":
+                continue  # `},` followed by a key: inside an event, not between two
+            try:
+                batch = loads("[" + b.buf[b.pos : cut + 1] + "]")
+            except json.JSONDecodeError:
+                continue
+            break
+        if batch is not None:
+            b.pos = cut + 1  # the ',' after the last event of the batch comes next
+            yield batch
+            b.expect(",", where)
+            if len(b.buf) - b.pos < 1 << 16 and not b.eof:
+                b.fill()
+            continue
+        yield [b.value(f"{where} (element near character {b.offset})")]
         if b.expect(",]", where) == "]":
             return
 
 
-def _check_event(ev: Any, path: Path, b: _Buffer) -> None:
-    if not isinstance(ev, dict):
-        raise TraceError(f"{path}: trace event before character {b.offset} is a {type(ev).__name__}, not an object")
+def _check_events(batch: list, path: Path, b: _Buffer) -> None:
+    for ev in batch:
+        if not isinstance(ev, dict):
+            raise TraceError(
+                f"{path}: trace event before character {b.offset} is a {type(ev).__name__}, not an object"
+            )

@@ -16,10 +16,17 @@ TINY_US = 10.0  # a kernel shorter than this is dominated by launch cost on curr
 
 
 def _in_windows(act: Activity, windows: list[Window]) -> np.ndarray:
-    mask = np.zeros(len(act.ev_ts), dtype=bool)
-    for w in windows:
-        mask |= (act.ev_ts < w.end) & (act.ev_end > w.start)
-    return mask
+    """Events overlapping some window (windows are sorted and disjoint: one binary search per event end)."""
+    if not windows:
+        return np.zeros(len(act.ev_ts), dtype=bool)
+    starts = np.array([w.start for w in windows])
+    ends = np.array([w.end for w in windows])
+    # the first window ending after the event starts; the event overlaps it if it ends after that start
+    k = np.searchsorted(ends, act.ev_ts, side="right")
+    ok = k < len(windows)
+    out = np.zeros(len(act.ev_ts), dtype=bool)
+    out[ok] = act.ev_end[ok] > starts[k[ok]]
+    return out
 
 
 def top_kernels(act: Activity, names: list[str], windows: list[Window], k: int = 10) -> list[dict]:

@@ -64,57 +64,68 @@ class RankTrace:
 
 
 class _Collector:
-    """Per-event callback: keeps `X` events of the device and host categories as typed arrays."""
+    """Batch callback: keeps `X` events of the device and host categories, six numbers each.
+
+    A device row is (ts, dur, name id, category id, stream, correlation); a host row is (ts, dur,
+    name id, category id, thread id, correlation). Ids and correlations are exact in float64.
+    """
 
     def __init__(self) -> None:
         self.name_ids: dict[str, int] = {}
         self.cat_ids: dict[str, int] = {}
         self.tid_ids: dict[Any, int] = {}
-        self.d = {k: array("d") for k in ("ts", "dur")}
-        self.di = {k: array("q") for k in ("name", "cat", "stream", "corr")}
-        self.h = {k: array("d") for k in ("ts", "dur")}
-        self.hi = {k: array("q") for k in ("name", "cat", "tid", "corr")}
+        self.dev = array("d")
+        self.host = array("d")
         self.steps: dict[int, Step] = {}
         self.fractional_ts = False
         self.n = 0
 
-    def __call__(self, ev: dict) -> None:
-        self.n += 1
-        ts = ev.get("ts")
-        if type(ts) is not int:
-            self.fractional_ts = True
-        if ev.get("ph") != "X":
-            return
-        cat = ev.get("cat")
-        if cat in DEVICE_CATS:
-            store, istore = self.d, self.di
-        elif cat in HOST_CATS:
-            store, istore = self.h, self.hi
-        else:
-            return
-        dur = ev.get("dur", 0)
-        if not isinstance(ts, int | float) or not isinstance(dur, int | float):
-            return  # an `X` event without numeric times carries no interval
-        name = ev.get("name", "")
-        nid = self.name_ids.setdefault(name, len(self.name_ids))
-        cid = self.cat_ids.setdefault(cat, len(self.cat_ids))
-        args = ev.get("args") or {}
-        corr = args.get("correlation", -1)
-        store["ts"].append(ts)
-        store["dur"].append(dur)
-        istore["name"].append(nid)
-        istore["cat"].append(cid)
-        istore["corr"].append(corr if type(corr) is int else -1)
-        if store is self.d:
-            stream = args.get("stream", -1)
-            istore["stream"].append(stream if type(stream) is int else -1)
-        else:
-            tid = ev.get("tid")
-            istore["tid"].append(self.tid_ids.setdefault(tid, len(self.tid_ids)))
-            if name.startswith("ProfilerStep"):
-                num = step_number(name)
-                if num is not None and num not in self.steps:
-                    self.steps[num] = Step(num, float(ts), float(ts) + float(dur))
+    def __call__(self, batch: list[dict]) -> None:
+        self.n += len(batch)
+        names, cats, tids = self.name_ids, self.cat_ids, self.tid_ids
+        dev_ext, host_ext = self.dev.extend, self.host.extend
+        frac = self.fractional_ts
+        for ev in batch:
+            ts = ev.get("ts")
+            if not frac and type(ts) is not int:
+                frac = True
+            if ev.get("ph") != "X":
+                continue
+            cat = ev.get("cat")
+            if cat in DEVICE_CATS:
+                is_dev = True
+            elif cat in HOST_CATS:
+                is_dev = False
+            else:
+                continue
+            dur = ev.get("dur", 0)
+            if not isinstance(ts, int | float) or not isinstance(dur, int | float):
+                continue  # an `X` event without numeric times carries no interval
+            name = ev.get("name", "")
+            nid = names.get(name)
+            if nid is None:
+                nid = names[name] = len(names)
+            cid = cats.get(cat)
+            if cid is None:
+                cid = cats[cat] = len(cats)
+            args = ev.get("args") or {}
+            corr = args.get("correlation", -1)
+            if type(corr) is not int:
+                corr = -1
+            if is_dev:
+                stream = args.get("stream", -1)
+                dev_ext((ts, dur, nid, cid, stream if type(stream) is int else -1, corr))
+            else:
+                tid = ev.get("tid")
+                t_id = tids.get(tid)
+                if t_id is None:
+                    t_id = tids[tid] = len(tids)
+                host_ext((ts, dur, nid, cid, t_id, corr))
+                if name.startswith("ProfilerStep"):
+                    num = step_number(name)
+                    if num is not None and num not in self.steps:
+                        self.steps[num] = Step(num, float(ts), float(ts) + float(dur))
+        self.fractional_ts = frac
 
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -153,17 +164,17 @@ def load_trace(path: str | Path) -> RankTrace:
     for n, i in c.cat_ids.items():
         cats[i] = n
 
-    def f(a: array) -> np.ndarray:
-        return np.frombuffer(a, dtype=np.float64) if len(a) else np.zeros(0)
+    dev = np.frombuffer(c.dev, dtype=np.float64).reshape(-1, 6) if len(c.dev) else np.zeros((0, 6))
+    host = np.frombuffer(c.host, dtype=np.float64).reshape(-1, 6) if len(c.host) else np.zeros((0, 6))
 
-    def i(a: array) -> np.ndarray:
-        return np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
+    def i(col: np.ndarray) -> np.ndarray:
+        return col.astype(np.int64)
 
     return RankTrace(
         path=p, rank=rank, rank_source=source, meta=meta, names=names, cats=cats,
-        dev_ts=f(c.d["ts"]), dev_dur=f(c.d["dur"]), dev_name=i(c.di["name"]), dev_cat=i(c.di["cat"]),
-        dev_stream=i(c.di["stream"]), dev_corr=i(c.di["corr"]),
-        host_ts=f(c.h["ts"]), host_dur=f(c.h["dur"]), host_name=i(c.hi["name"]), host_cat=i(c.hi["cat"]),
-        host_tid=i(c.hi["tid"]), host_corr=i(c.hi["corr"]),
+        dev_ts=dev[:, 0].copy(), dev_dur=dev[:, 1].copy(), dev_name=i(dev[:, 2]), dev_cat=i(dev[:, 3]),
+        dev_stream=i(dev[:, 4]), dev_corr=i(dev[:, 5]),
+        host_ts=host[:, 0].copy(), host_dur=host[:, 1].copy(), host_name=i(host[:, 2]), host_cat=i(host[:, 3]),
+        host_tid=i(host[:, 4]), host_corr=i(host[:, 5]),
         steps=sorted(c.steps.values(), key=lambda s: s.ts), fractional_ts=c.fractional_ts, n_events=c.n,
     )

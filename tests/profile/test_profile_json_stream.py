@@ -17,7 +17,7 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 
 def _collect(path: Path) -> tuple[dict, list]:
     events: list = []
-    meta = scan_trace(path, events.append)
+    meta = scan_trace(path, events.extend)
     return meta, events
 
 
@@ -95,3 +95,15 @@ def test_malformed(tmp_path: Path, text: str, what: str) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="nope.json: cannot open"):
         _collect(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("chunk", [5, 50, 333, 4096])
+def test_nested_separators_inside_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """`},` inside events (nested objects before other keys, lists of objects, strings) must not cut events."""
+    events = [{"ph": "X", "args": {"o": {"p": i}, "l": [{"a": 1}, {"b": "},{"}], "s": "x}, {y"}, "ts": i, "dur": 1}
+              for i in range(300)]
+    p = tmp_path / "n.json"
+    p.write_text(json.dumps({"traceEvents": events}, indent=None))
+    monkeypatch.setattr(json_stream, "CHUNK_CHARS", chunk)
+    meta, got = _collect(p)
+    assert got == events and meta == {}
