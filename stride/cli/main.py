@@ -21,6 +21,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("profile", "profile", "train under torch.profiler, write traces per rank, and analyze them"),
     ("analyze", "analyze", "where a step's time goes, from profiler traces"),
     ("comm", "comm", "collective benchmark in the manner of nccl-tests"),
+    ("repro", "repro", "re-run a recorded run directory and check the result matches"),
 ]
 
 

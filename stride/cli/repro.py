@@ -1,0 +1,42 @@
+"""`stride repro RUN_DIR [--out DIR] [--tolerance R] [--json]`: re-run a recorded run and compare."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a finished run directory (config.toml, env.json, summary.json)")
+    p.add_argument("--out", default=None, help="directory for the re-run (default: <RUN_DIR>-repro)")
+    p.add_argument("--tolerance", type=float, default=1e-5,
+                   help="relative final-loss tolerance for non-deterministic runs (default 1e-5)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="change a recorded value for the re-run, e.g. --set train.threads=1")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from stride.launch.repro import reproduce
+
+    if args.tolerance < 0:
+        raise SystemExit(f"stride repro: --tolerance = {args.tolerance} must be >= 0")
+    rep = reproduce(args.run_dir, args.out, args.tolerance, args.overrides)
+    if args.json:
+        print(json.dumps(rep.to_dict()))
+        return 0 if rep.matches else 1
+    print(f"original: {rep.original}\nre-run:   {rep.rerun}")
+    print(f"mode: {'deterministic (bitwise expected)' if rep.deterministic else 'non-deterministic (tolerance)'}")
+    print(f"final loss: {rep.loss_original!r} -> {rep.loss_rerun!r} (rel. diff {rep.loss_rel_diff:.2e})")
+    if not rep.config_hash_match:
+        print("warning: the recorded config.toml does not hash to the recorded config_hash "
+              "(a None-valued field is not written to TOML, or the schema changed)")
+    if rep.env_diff:
+        print("environment differs:")
+        for key, (a, b) in rep.env_diff.items():
+            print(f"  {key}: {a} -> {b}")
+    else:
+        print("environment: same code version, packages and hardware")
+    print(rep.verdict)
+    return 0 if rep.matches else 1

@@ -1,0 +1,1 @@
+"""Launchers (Slurm sbatch, Kubeflow PyTorchJob) and `repro`: running stride somewhere else, or again."""

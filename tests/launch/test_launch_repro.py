@@ -1,0 +1,75 @@
+"""`stride repro`: a deterministic tiny run re-runs bit for bit; tampered records are caught."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stride.cli.main import main
+from stride.config import ConfigError, load_config
+from stride.launch.repro import env_diff, reproduce
+from stride.train.trainer import Trainer
+
+TINY = ["data.n_assets=4", "data.n_steps=1024", "data.seq_len=16", "train.batch_size=32", "train.steps=6",
+        "train.val_every=0", "metrics.progress=false", "train.threads=1", "optim.warmup_steps=2"]
+
+
+def _record(tmp_path: Path, *extra: str) -> Path:
+    run = tmp_path / "orig"
+    Trainer(config=load_config(overrides=TINY + list(extra)), out=run).fit()
+    return run
+
+
+def test_deterministic_repro_is_bitwise(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _record(tmp_path, "train.deterministic=true")
+    rc = main(["repro", str(run), "--json"])
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and rep["matches"] and rep["params_match"] and rep["deterministic"]
+    assert rep["loss_rel_diff"] == 0.0 and rep["config_hash_match"]
+    assert rep["rerun"] == str(tmp_path / "orig-repro")
+    assert not any(k.startswith("packages.") for k in rep["env_diff"])  # same venv both times
+    orig = json.loads((run / "summary.json").read_text())
+    new = json.loads((tmp_path / "orig-repro" / "summary.json").read_text())
+    assert orig["params_sha256"] == new["params_sha256"]
+
+
+def test_tampered_record_is_a_mismatch(tmp_path: Path) -> None:
+    run = _record(tmp_path)
+    s = json.loads((run / "summary.json").read_text())
+    s["params_sha256"] = "0" * 64
+    s["final_train_loss"] *= 1 + 1e-3
+    (run / "summary.json").write_text(json.dumps(s))
+    rep = reproduce(run, tmp_path / "r1", tolerance=1e-5)
+    assert not rep.deterministic and not rep.params_match and not rep.matches
+    assert rep.loss_rel_diff == pytest.approx(1e-3 / (1 + 1e-3), rel=1e-6)  # |a - b| / max(|a|, |b|)
+    assert "MISMATCH" in rep.verdict
+    rep = reproduce(run, tmp_path / "r2", tolerance=2e-3)  # non-deterministic: within tolerance passes
+    assert rep.matches and "within tolerance" in rep.verdict
+
+
+def test_deterministic_mismatch_is_not_excused_by_tolerance(tmp_path: Path) -> None:
+    run = _record(tmp_path, "train.deterministic=true")
+    s = json.loads((run / "summary.json").read_text())
+    s["params_sha256"] = "f" * 64
+    (run / "summary.json").write_text(json.dumps(s))
+    rep = reproduce(run, tmp_path / "r", tolerance=1.0)
+    assert rep.loss_rel_diff == 0.0 and not rep.matches and "deterministic" in rep.verdict
+
+
+def test_env_diff_names_code_and_packages() -> None:
+    a = {"git_commit": "abc", "git_dirty": False, "packages": {"torch": "2.13.0", "numpy": "2.1"}, "cpu_count": 2}
+    b = {"git_commit": "def", "git_dirty": True, "packages": {"torch": "2.14.0", "numpy": "2.1", "x": "1"},
+         "cpu_count": 2}
+    assert env_diff(a, b) == {"git_commit": ("abc", "def"), "git_dirty": (False, True),
+                              "packages.torch": ("2.13.0", "2.14.0"), "packages.x": (None, "1")}
+
+
+def test_unfinished_run_dir_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "summary.json").write_text('{"params_sha256": ')
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        reproduce(tmp_path / "half")
+    with pytest.raises(ConfigError, match="summary.json not found"):
+        reproduce(tmp_path / "nothing")
