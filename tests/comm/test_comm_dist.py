@@ -1,0 +1,88 @@
+"""`stride comm` on 2 gloo processes: every collective's result checked, figures consistent; the checker
+itself catches a collective that does nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_stride_comm_two_processes(tmp_path: Path) -> None:
+    prof = tmp_path / "hw.toml"
+    cmd = [sys.executable, "-m", "stride", "comm", "--nproc", "2", "--min-bytes", "8", "--max-bytes", "4K",
+           "--factor", "8", "--iters", "3", "--warmup", "1", "--json", "--profile-out", str(prof)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    rows = rep["rows"]
+    assert rep["world_size"] == 2
+    got = {(r["collective"], r["bytes"]) for r in rows}
+    # 8 B is too small to split over 2 ranks for the split collectives (2 floats are needed)
+    assert ("all_reduce", 8) in got and ("send_recv", 4096) in got and ("all_to_all", 8) in got
+    assert {r["collective"] for r in rows} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                               "broadcast", "send_recv"}
+    factor = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "all_to_all": 0.5, "broadcast": 1.0,
+              "send_recv": 1.0}
+    for r in rows:
+        assert r["correct"], r
+        assert r["time_us"] > 0
+        assert r["algbw_GBps"] == pytest.approx(r["bytes"] / (r["time_us"] * 1e-6) / 1e9, rel=1e-9)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * factor[r["collective"]], rel=1e-12)
+    doc = tomllib.loads(prof.read_text())
+    assert set(doc["collectives"]) == set(factor)
+    assert all(v["alpha_us"] >= 0 and v["beta_us_per_byte"] >= 0 for v in doc["collectives"].values())
+
+
+CHECKER = r'''
+import sys, torch, torch.distributed as dist
+from stride.comm.collectives import COLLECTIVES, Prepared
+
+def main(rank, port, out):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    lines = []
+    for name in COLLECTIVES:
+        good = Prepared(name, 8, rank, 2)
+        ok = good.check()
+        broken = Prepared(name, 8, rank, 2)
+        broken.run = lambda: None  # the collective "forgot" to communicate
+        bad = broken.check()
+        lines.append(f"{name}\t{ok}\t{bad is not None}")
+        dist.barrier()
+    open(f"{out}.{rank}", "w").write("\n".join(lines))
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    import torch.multiprocessing as mp
+    mp.start_processes(main, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2, start_method="spawn")
+'''
+
+
+@pytest.mark.dist
+def test_checker_catches_a_collective_that_does_nothing(tmp_path: Path) -> None:
+    from stride.comm.launch import _free_port
+
+    script = tmp_path / "checker.py"
+    script.write_text(CHECKER)
+    out = tmp_path / "res"
+    res = subprocess.run([sys.executable, str(script), str(_free_port()), str(out)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    for rank in (0, 1):
+        table = [line.split("\t") for line in (tmp_path / f"res.{rank}").read_text().splitlines()]
+        for name, ok, caught in table:
+            assert ok == "None", (rank, name, ok)
+            # a no-op broadcast leaves the root's own data right; everywhere else the check must fail
+            if not (name == "broadcast" and rank == 0):
+                assert caught == "True", (rank, name)

@@ -1,0 +1,90 @@
+"""Sizes, nccl-tests bus factors, the alpha-beta fit and the hardware-profile TOML (no processes)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stride.comm.bench import Row, iters_for
+from stride.comm.collectives import COLLECTIVES
+from stride.comm.fit import fit_alpha_beta
+from stride.comm.hwprofile import FORMAT, write_profile
+from stride.comm.sizes import parse_bytes, size_ladder
+
+
+def test_parse_bytes_and_ladder() -> None:
+    assert [parse_bytes(s) for s in ("8", "1K", "64KB", "2M", "1G", " 3 mib ")] == [8, 1024, 65536, 2 << 20, 1 << 30,
+                                                                                     3 << 20]
+    with pytest.raises(ValueError, match="'12X'"):
+        parse_bytes("12X")
+    assert size_ladder(8, 64) == [8, 16, 32, 64]
+    assert size_ladder(1, 100, 10) == [1, 10, 100]
+    with pytest.raises(ValueError, match="min"):
+        size_ladder(64, 8)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_bus_factors_are_nccl_tests(n: int) -> None:
+    want = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
+            "all_to_all": (n - 1) / n, "broadcast": 1.0, "send_recv": 1.0}
+    assert {k: c.bus_factor(n) for k, c in COLLECTIVES.items()} == pytest.approx(want)
+
+
+def test_fit_recovers_exact_line() -> None:
+    x = np.array([8, 1 << 10, 1 << 16, 1 << 20, 1 << 24])
+    ab = fit_alpha_beta(x, 25.0 + 0.001 * x)
+    assert ab.alpha_us == pytest.approx(25.0, rel=1e-9)
+    assert ab.beta_us_per_byte == pytest.approx(0.001, rel=1e-9)
+    assert ab.bandwidth_GBps == pytest.approx(1.0)
+    assert ab.r2 == pytest.approx(1.0)
+
+
+def test_fit_weights_small_sizes() -> None:
+    """5% noise on the largest point must not move alpha far (relative weighting)."""
+    x = np.array([8.0, 64, 512, 4096, 1 << 22])
+    y = 10.0 + 1e-3 * x
+    y[-1] *= 1.05
+    ab = fit_alpha_beta(x, y)
+    assert ab.alpha_us == pytest.approx(10.0, rel=0.01)
+
+
+def test_fit_never_negative() -> None:
+    x = np.array([8.0, 1024, 1 << 20])
+    flat_falling = fit_alpha_beta(x, [30.0, 29.0, 28.0])  # free fit would give beta < 0
+    assert flat_falling.beta_us_per_byte == 0.0 and flat_falling.bandwidth_GBps is None
+    # alpha alone, weighted by 1/t^2: the minimiser of sum((y - a) / y)^2 is sum(1/y) / sum(1/y^2)
+    y = np.array([30.0, 29.0, 28.0])
+    assert flat_falling.alpha_us == pytest.approx(np.sum(1 / y) / np.sum(1 / y**2))
+    ys = 0.001 * x - 0.005  # an exact line with alpha < 0: refitted through the origin
+    steep = fit_alpha_beta(x, ys)
+    assert steep.alpha_us == 0.0
+    r = x / ys  # minimiser of sum((y - b x) / y)^2 is sum(x/y) / sum((x/y)^2)
+    assert steep.beta_us_per_byte == pytest.approx(np.sum(r) / np.sum(r**2), rel=1e-9)
+    with pytest.raises(ValueError, match="2 distinct sizes"):
+        fit_alpha_beta([8, 8], [1.0, 2.0])
+    with pytest.raises(ValueError, match="positive"):
+        fit_alpha_beta([8, 16], [1.0, 0.0])
+
+
+def test_iters_for_bounds_big_messages() -> None:
+    assert iters_for(8, 20, 1 << 30) == 20
+    assert iters_for(1 << 30, 20, 1 << 31) == 2
+    assert iters_for(1 << 32, 20, 1 << 31) == 1
+
+
+def test_profile_toml_round_trip(tmp_path: Path) -> None:
+    rows = [Row("all_reduce", b, b // 4, 20.0 + b * 0.002, 0.0, 0.0, True) for b in (8, 1024, 1 << 20)]
+    rows.append(Row("broadcast", 8, 2, 5.0, 0.0, 0.0, True))  # one size only: no fit, no table
+    rows.append(Row("all_gather", 8, 2, 5.0, 0.0, 0.0, False, "wrong"))
+    p = write_profile(tmp_path / "sub" / "hw.toml", rows, "gloo", 2)
+    doc = tomllib.loads(p.read_text())
+    assert doc["meta"]["format"] == FORMAT and doc["meta"]["world_size"] == 2 and doc["meta"]["backend"] == "gloo"
+    assert set(doc["collectives"]) == {"all_reduce"}
+    ar = doc["collectives"]["all_reduce"]
+    assert ar["alpha_us"] == pytest.approx(20.0) and ar["beta_us_per_byte"] == pytest.approx(0.002)
+    assert ar["algbw_GBps"] == pytest.approx(0.5) and ar["busbw_GBps"] == pytest.approx(0.5)  # n=2: factor 1
+    assert ar["sizes_bytes"] == [8, 1024, 1 << 20]
+    assert not list((tmp_path / "sub").glob("*.tmp"))
