@@ -51,11 +51,13 @@ def test_async_save_resume_is_bit_identical(tmp_path: Path, ref: str) -> None:
 
 def test_async_snapshot_is_taken_at_the_save_step(tmp_path: Path) -> None:
     """Training continues while the background write runs: the files must hold the step's params."""
-    hashes: dict[int, str] = {}
+    hashes: dict[int, dict[str, torch.Tensor]] = {}
+    lrs: dict[int, float] = {}
 
     class Record(Callback):
         def on_step_end(self, trainer: Trainer) -> None:
             hashes[trainer.step] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+            lrs[trainer.step] = trainer.optimizer.param_groups[0]["lr"]
 
     out = tmp_path / "run"
     fit(out, "checkpoint.async_save=true", "checkpoint.keep_last=10", callbacks=[Record()])
@@ -69,6 +71,7 @@ def test_async_snapshot_is_taken_at_the_save_step(tmp_path: Path) -> None:
         loaded = store.load(store.folder(step), lambda keys, tr=tr: train_state.load_template(tr, keys))
         for k, v in loaded["model"].items():
             assert torch.equal(v, hashes[step][k]), (step, k)
+        assert loaded["optim"]["param_groups"][0]["lr"] == lrs[step] != lrs[step + 1]
     torch.use_deterministic_algorithms(False)
 
 
