@@ -132,3 +132,42 @@ def test_full_disk_fails_the_save_keeps_the_previous_and_resumes(tmp_path: Path,
     subprocess.run(["mount", "-o", "remount,size=8m", str(small_tmpfs)], check=True)  # space freed
     s = fit(out, *ov)
     assert s["checkpoint"]["resumed_from"] == "step_00000003" and s["params_sha256"] == ref
+
+
+TORCHRUN_DRIVER = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from stride.checkpoint.callback import CheckpointCallback
+    from stride.cli.main import main
+
+    marker = Path(os.environ["KILL_MARKER"])
+    real = CheckpointCallback.on_step_end
+    def on_step_end(self, trainer):
+        real(self, trainer)
+        if trainer.step == 10 and not marker.exists():  # the first attempt dies; the restart must not
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+    CheckpointCallback.on_step_end = on_step_end
+    raise SystemExit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.slow
+def test_torchrun_max_restarts_brings_a_killed_worker_back(tmp_path: Path, ref: str) -> None:
+    import os
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip(f"torchrun not found next to {sys.executable}")
+    cfg, out = write_config(tmp_path / "run.toml"), tmp_path / "run"
+    driver = tmp_path / "driver.py"
+    driver.write_text(TORCHRUN_DRIVER)
+    env = {**os.environ, "KILL_MARKER": str(tmp_path / "killed"), "PYTHONWARNINGS": "ignore",
+           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=1", "--max-restarts=1", str(driver),
+                          "train", str(cfg), "--out", str(out), "--no-progress"],
+                         capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (tmp_path / "killed").exists()  # the first worker really died at step 10
+    assert "resuming from step_00000009" in res.stderr
+    assert summary_sha(out) == ref
