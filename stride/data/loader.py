@@ -14,7 +14,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+import numpy as np
 import torch
+
+from stride.data.permutation import FeistelPermutation
+
+RANDPERM_MAX = 1 << 24  # windows; above this the epoch order is computed on demand
+IDS_CHUNK = 64  # global batches whose window ids are computed together
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -109,6 +115,7 @@ class ShardedLoader:
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.rank, self.world_size = 0, 1
         self.epoch, self.position = 0, 0
+        self._perm: tuple[int, torch.Tensor] | None = None
 
     def shard(self, rank: int, world_size: int) -> ShardedLoader:
         """From now on yield only rank `rank`'s part of every global batch."""
@@ -127,24 +134,36 @@ class ShardedLoader:
         if epoch != self.epoch:
             self.epoch, self.position = epoch, 0
 
-    def order(self, epoch: int) -> torch.Tensor:
-        n = len(self.source)
-        dtype = torch.int32 if n < 2**31 else torch.int64  # 4 bytes per window, not 8
-        if not self.shuffle:
-            return torch.arange(n, dtype=dtype)
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(n, generator=g, dtype=dtype)
+    def _positions(self, epoch: int, lo: int, hi: int) -> torch.Tensor:
+        """Window ids at positions lo..hi of the epoch's order (int64).
 
-    def batch_ids(self, order: torch.Tensor, i: int) -> torch.Tensor:
-        """Window ids of this rank's part of global batch i."""
-        glob = order[i * self.batch_size : (i + 1) * self.batch_size]
+        Up to RANDPERM_MAX windows the order is a `torch.randperm` (4 bytes a window, kept for the
+        epoch); beyond, a Feistel permutation evaluated on demand, so memory stays flat as data grows.
+        """
+        n = len(self.source)
+        if not self.shuffle:
+            return torch.arange(lo, hi)
+        seed = self.seed * 1_000_003 + epoch
+        if n > RANDPERM_MAX:
+            return torch.from_numpy(FeistelPermutation(n, seed)(np.arange(lo, hi)))
+        if self._perm is None or self._perm[0] != seed:
+            g = torch.Generator().manual_seed(seed)
+            self._perm = (seed, torch.randperm(n, generator=g, dtype=torch.int32))
+        return self._perm[1][lo:hi].long()
+
+    def _rank_part(self, glob: torch.Tensor) -> torch.Tensor:
         n, w, r = len(glob), self.world_size, self.rank
-        return glob[r * n // w : (r + 1) * n // w].long()
+        return glob[r * n // w : (r + 1) * n // w]
 
     def _batches(self, epoch: int, start: int) -> Iterator[Batch]:
-        order = self.order(epoch)
+        n, b = len(self.source), self.batch_size
+        chunk_lo, ids = -1, torch.empty(0, dtype=torch.long)
         for i in range(start, len(self)):
-            x, y = self.source.gather(self.batch_ids(order, i))
+            if chunk_lo < 0 or i >= chunk_lo + IDS_CHUNK:  # order for IDS_CHUNK batches at a time
+                chunk_lo = i
+                ids = self._positions(epoch, i * b, min(n, (i + IDS_CHUNK) * b))
+            off = (i - chunk_lo) * b
+            x, y = self.source.gather(self._rank_part(ids[off : off + b]))
             if self.pin_memory:
                 x, y = x.pin_memory(), y.pin_memory()
             yield x, y
