@@ -202,6 +202,11 @@ def ingest(
             raise IngestError(f"{src}: the input files hold no rows")
         return writer.commit({"sources": [str(p) for p in files], "fill_policy": fill_policy,
                               "time_column": time_col, "symbol_column": symbol_col})
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:  # an unreadable or inconsistent file
+        if writer is not None:
+            writer.abort()
+        where = f"{path}: " if "path" in locals() else ""
+        raise IngestError(f"{where}cannot be read: {exc}") from exc
     except BaseException:
         if writer is not None:
             writer.abort()

@@ -119,3 +119,11 @@ def test_window_longer_than_series_and_empty_split(tmp_path: Path) -> None:
         build_data(_store_cfg(st, "data.seq_len=8", "data.horizons=[5]", "data.val_fraction=0.01"), 8)
     with pytest.raises(ConfigError, match='needs `data.store`'):
         load_config(overrides=['data.source="store"'])
+
+
+def test_unreadable_file_is_named(tmp_path: Path) -> None:
+    _write(tmp_path / "src" / "1.parquet", bars("AAA"))
+    (tmp_path / "src" / "2.parquet").write_bytes(b"not a parquet file at all")
+    with pytest.raises(IngestError, match=r"2\.parquet: cannot be read"):
+        ingest(tmp_path / "src", tmp_path / "st")
+    assert not (tmp_path / "st").exists()
