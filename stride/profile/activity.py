@@ -41,6 +41,7 @@ class Activity:
     ev_name: np.ndarray
     ev_kind: np.ndarray
     ev_launch: np.ndarray  # host launch time of each device event (NaN where unknown or on CPU)
+    ev_lane: np.ndarray  # stream (GPU) or thread (CPU) of each event: nesting happens within a lane
     sorted_ts: np.ndarray | None = None  # event starts in ascending order, and their launch times
     sorted_launch: np.ndarray | None = None
 
@@ -83,6 +84,7 @@ def build_activity(t: RankTrace) -> Activity:
         ts, end = t.dev_ts[keep], (t.dev_ts + t.dev_dur)[keep]
         name, kind = t.dev_name[keep], kinds[keep]
         launch = launch_times(t)[keep]
+        lane = t.dev_stream[keep]
         on_gpu = True
     else:
         ops = np.isin(t.host_cat, t.cat_ids(OPERATOR_CATS | ANNOTATION_CATS))
@@ -94,6 +96,7 @@ def build_activity(t: RankTrace) -> Activity:
         ts, end = t.host_ts[keep], (t.host_ts + t.host_dur)[keep]
         name, kind = t.host_name[keep], host_kind[keep]
         launch = np.full(len(ts), np.nan)
+        lane = t.host_tid[keep]
         on_gpu = False
 
     def u(mask: np.ndarray) -> iv.Intervals:
@@ -103,5 +106,5 @@ def build_activity(t: RankTrace) -> Activity:
         on_gpu=on_gpu,
         compute=u(kind == COMPUTE), comm=u(kind == COMM), memory=u(kind == MEMORY),
         other=u((kind != COMPUTE) & (kind != COMM) & (kind != MEMORY)), busy=iv.union(ts, end),
-        ev_ts=ts, ev_end=end, ev_name=name, ev_kind=kind, ev_launch=launch,
+        ev_ts=ts, ev_end=end, ev_name=name, ev_kind=kind, ev_launch=launch, ev_lane=lane,
     )

@@ -1,7 +1,9 @@
 """Top kernels (GPU) or operators (CPU) by time inside the analysed windows, and the tiny-kernel flag.
 
-Time per name is the sum of event durations clipped to the windows (inclusive time for nested CPU
-operators). Launch delay is kernel start minus the start of its host launch call, via correlation ids.
+Time per name is the sum of event durations (inclusive); on CPU traces, where operators nest
+(`aten::linear` holds `aten::addmm`), the list is ranked by self time, the duration less that of the
+direct children on the same thread. Launch delay is kernel start minus the start of its host launch
+call, via correlation ids.
 """
 
 from __future__ import annotations
@@ -29,6 +31,24 @@ def _in_windows(act: Activity, windows: list[Window]) -> np.ndarray:
     return out
 
 
+def self_times(ts: np.ndarray, end: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """Duration minus the durations of direct children (events nested inside, on the same lane)."""
+    dur = end - ts
+    out = dur.copy()
+    order = np.lexsort((-end, ts, lane))  # by lane, then start, parents (longer) before children
+    stack: list[int] = []
+    prev_lane = None
+    for i in order.tolist():
+        if lane[i] != prev_lane:
+            stack, prev_lane = [], lane[i]
+        while stack and ts[i] >= end[stack[-1]]:
+            stack.pop()
+        if stack:
+            out[stack[-1]] -= dur[i]
+        stack.append(i)
+    return out
+
+
 def top_kernels(act: Activity, names: list[str], windows: list[Window], k: int = 10) -> list[dict]:
     m = _in_windows(act, windows)
     if not m.any():
@@ -38,19 +58,26 @@ def top_kernels(act: Activity, names: list[str], windows: list[Window], k: int =
     uniq, inv = np.unique(nid, return_inverse=True)
     total = np.bincount(inv, weights=dur)
     count = np.bincount(inv)
+    if act.on_gpu:
+        self_total = None
+        rank_by = total
+    else:
+        self_total = np.bincount(inv, weights=self_times(act.ev_ts[m], act.ev_end[m], act.ev_lane[m]))
+        rank_by = self_total
     ok = ~np.isnan(delay)
     d_sum = np.bincount(inv[ok], weights=delay[ok], minlength=len(uniq))
     d_n = np.bincount(inv[ok], minlength=len(uniq))
-    grand = float(total.sum())
+    grand = float(rank_by.sum())
     out = []
-    for i in np.argsort(-total, kind="stable")[:k]:
+    for i in np.argsort(-rank_by, kind="stable")[:k]:
         out.append({
             "name": names[int(uniq[i])],
             "kind": KIND_NAMES[int(kind[np.flatnonzero(inv == i)[0]])],
             "count": int(count[i]),
             "total_us": float(total[i]),
+            "self_us": float(self_total[i]) if self_total is not None else None,
             "mean_us": float(total[i] / count[i]),
-            "pct_of_kernel_time": 100.0 * float(total[i]) / grand if grand > 0 else None,
+            "pct_of_kernel_time": 100.0 * float(rank_by[i]) / grand if grand > 0 else None,
             "launch_delay_us": float(d_sum[i] / d_n[i]) if d_n[i] else None,
         })
     return out

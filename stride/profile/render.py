@@ -24,13 +24,14 @@ def render_report(report: dict, console: Console | None = None) -> None:
                   (r["verdict"] or {}).get("bound", "-"))
     con.print(t)
     for rank, r in report["ranks"].items():
-        k = Table(title=f"rank {rank}: top {'kernels' if r['device'] == 'gpu' else 'CPU operators (inclusive)'}")
-        for col in ("name", "kind", "count", "total ms", "mean us", "share", "launch delay us"):
+        k = Table(title=f"rank {rank}: top {'kernels' if r['device'] == 'gpu' else 'CPU operators (by self time)'}")
+        for col in ("name", "kind", "count", "total ms", "self ms", "mean us", "share", "launch delay us"):
             k.add_column(col, justify="left" if col in ("name", "kind") else "right")
         for row in r["top_kernels"]:
             name = row["name"] if len(row["name"]) <= 48 else row["name"][:45] + "..."
-            k.add_row(name, row["kind"], str(row["count"]), f"{row['total_us'] / 1e3:.3f}", f"{row['mean_us']:.1f}",
-                      _f(row["pct_of_kernel_time"]), _f(row["launch_delay_us"], ""))
+            self_ms = "-" if row["self_us"] is None else f"{row['self_us'] / 1e3:.3f}"
+            k.add_row(name, row["kind"], str(row["count"]), f"{row['total_us'] / 1e3:.3f}", self_ms,
+                      f"{row['mean_us']:.1f}", _f(row["pct_of_kernel_time"]), _f(row["launch_delay_us"], ""))
         con.print(k)
         if r["annotations"]:
             a = Table(title=f"rank {rank}: annotations")

@@ -84,6 +84,11 @@ def test_cpu_only_breakdown(tmp_path: Path) -> None:
     ann = {a["name"]: a for a in r["annotations"]}
     assert ann["data_load"]["total_us"] == pytest.approx(10.0) and ann["data_load"]["pct_of_step"] == pytest.approx(10)
     assert r["tiny_kernels"] is None
+    ops = {k["name"]: k for k in r["top_kernels"]}
+    assert ops["aten::mm"]["total_us"] == pytest.approx(40.0) and ops["aten::mm"]["self_us"] == pytest.approx(30.0)
+    assert ops["aten::add"]["self_us"] == pytest.approx(10.0)
+    assert ops["gloo:all_reduce"]["self_us"] == pytest.approx(30.0)  # its own thread: nothing nested
+    assert [k["name"] for k in r["top_kernels"]][:2] == ["aten::mm", "gloo:all_reduce"]
 
 
 def test_straggler_collective_lag(tmp_path: Path) -> None:
