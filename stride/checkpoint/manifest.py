@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,14 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def sha256_files(paths: list[Path]) -> list[str]:
+    """Checksums of several files in parallel (hashlib releases the GIL on large buffers)."""
+    if len(paths) <= 1:
+        return [sha256_file(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
+        return list(pool.map(sha256_file, paths))
+
+
 def fsync_path(path: Path) -> None:
     """fsync a file or a directory (the latter makes a rename or a new entry durable)."""
     fd = os.open(path, os.O_RDONLY)
@@ -39,10 +48,10 @@ def fsync_path(path: Path) -> None:
 
 def write_manifest(folder: Path, step: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Checksum every file under `folder` and write manifest.json (via a temp name, fsynced)."""
-    files: dict[str, dict[str, Any]] = {}
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and p.name != MANIFEST and not p.name.startswith(f".{MANIFEST}"):
-            files[p.relative_to(folder).as_posix()] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+    paths = [p for p in sorted(folder.rglob("*"))
+             if p.is_file() and p.name != MANIFEST and not p.name.startswith(f".{MANIFEST}")]
+    files = {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": h}
+             for p, h in zip(paths, sha256_files(paths), strict=True)}
     manifest = {"format": FORMAT, "step": step, "created_unix": time.time(), "files": files, **(extra or {})}
     tmp = folder / f".{MANIFEST}.tmp"
     with open(tmp, "w") as f:
@@ -84,6 +93,9 @@ def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Ver
         size = p.stat().st_size
         if size != info.get("bytes"):
             return Verdict(False, f"{rel} has {size} bytes, the manifest says {info.get('bytes')}")
-        if checksums and sha256_file(p) != info.get("sha256"):
-            return Verdict(False, f"{rel} does not match its SHA-256 checksum (corrupted)")
+    if checksums:
+        rels = list(files)
+        for rel, h in zip(rels, sha256_files([folder / r for r in rels]), strict=True):
+            if h != files[rel].get("sha256"):
+                return Verdict(False, f"{rel} does not match its SHA-256 checksum (corrupted)")
     return Verdict(True, "", manifest)

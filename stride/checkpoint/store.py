@@ -36,6 +36,7 @@ from stride.checkpoint.train_state import rank_and_world
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 STEP_RE = re.compile(r"^step_(\d{8})$")
 META = "meta.json"
+WRITE_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
 def step_name(step: int) -> str:
@@ -158,7 +159,8 @@ class CheckpointStore:
         if self.rank == 0 and tmp.exists():
             shutil.rmtree(tmp)
         self._barrier()
-        writer = FileSystemWriter(tmp, sync_files=True)
+        # Several files per rank: DCP writes them from parallel threads and the manifest hashes them in parallel.
+        writer = FileSystemWriter(tmp, sync_files=True, thread_count=WRITE_THREADS)
         try:
             if asynchronous:
                 if self._stager is None:
