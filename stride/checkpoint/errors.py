@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from stride.config.errors import ConfigError
+
 
 class CheckpointError(RuntimeError):
     """A save or load that could not be done; the message says where and why."""
 
 
-class ConfigMismatchError(CheckpointError):
-    """The checkpoint was written by a run with another config (the message holds the diff)."""
+class ConfigMismatchError(CheckpointError, ConfigError):
+    """The checkpoint was written by a run with another config (the message holds the diff).
+
+    Also a ConfigError, so `stride train` reports it as one (a message and exit status 2, no traceback).
+    """

@@ -20,16 +20,22 @@ class Preempted(SystemExit):
     """Raised after the final checkpoint of a signalled run; exit status 0 (the run can be resumed)."""
 
 
+# The handlers that were there before any stride run installed its own. A run that crashes never
+# uninstalls; the next run's uninstall restores these, not the crashed run's stale handler.
+_ORIGINAL: dict[int, Any] = {}
+
+
 class PreemptionSignal:
     def __init__(self) -> None:
         self.received: int | None = None
-        self._previous: dict[int, Any] = {}
 
     def install(self) -> bool:
         if threading.current_thread() is not threading.main_thread():
             return False  # signal handlers can only be set from the main thread
         for sig in SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
+            prev = signal.signal(sig, self._handle)
+            if sig not in _ORIGINAL:
+                _ORIGINAL[sig] = prev
         return True
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -44,6 +50,8 @@ class PreemptionSignal:
         return signal.Signals(self.received).name if self.received is not None else ""
 
     def uninstall(self) -> None:
-        for sig, prev in self._previous.items():
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, prev in list(_ORIGINAL.items()):
             signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
-        self._previous.clear()
+            del _ORIGINAL[sig]

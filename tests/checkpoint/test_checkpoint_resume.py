@@ -224,3 +224,22 @@ def test_unwritable_folder_fails_before_training(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(CheckpointError, match="is not writable"):
         fit(tmp_path / "run", f"checkpoint.dir={json.dumps(str(blocker / 'ckpt'))}")
+
+
+def test_sigusr1_checkpoints_and_exits_zero_then_resumes(tmp_path: Path, ref: str) -> None:
+    import os
+    import signal
+
+    class Preempt(Callback):
+        def on_step_end(self, trainer: Trainer) -> None:
+            if trainer.step == 5:
+                os.kill(os.getpid(), signal.SIGUSR1)  # handled at once; the checkpoint callback runs next
+
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as ex:
+        fit(out, callbacks=[Preempt()])
+    assert ex.value.code == 0
+    assert verify(out / "checkpoints" / "step_00000005").ok  # saved at the end of the step it arrived in
+    assert signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, signal.default_int_handler)
+    s = fit(out)
+    assert s["checkpoint"]["resumed_from"] == "step_00000005" and s["params_sha256"] == ref
