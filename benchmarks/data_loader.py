@@ -97,25 +97,37 @@ def time_windows(it_factory, n_batches: int, batch: int) -> float:  # noqa: ANN0
 
 
 def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
-    """Bytes/s of the x gather (and of the whole gather with targets) against a numpy block copy."""
+    """Bytes/s of the x gather (and of the whole gather with targets) against a numpy block copy.
+
+    One torch thread, as numpy's copy has one: the same cores on both sides (and no spinning
+    OpenMP team when other processes share the cores).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _gather_vs_copy(src, batch, reps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     feats = src.features
     row_bytes = feats.shape[1] * 4
     g = torch.Generator().manual_seed(0)
     nbytes = batch * src.seq_len * row_bytes
     idx = [torch.randint(0, len(src), (batch,), generator=g) for _ in range(reps)]
-    rows = [(src.end_rows(i)[:, None] + src._offsets).reshape(-1) for i in idx]  # noqa: SLF001
+    rows = [(src.end_rows(i).numpy()[:, None] + src._np_offsets).reshape(-1) for i in idx]  # noqa: SLF001
     block = batch * src.seq_len
     starts = torch.randint(0, feats.shape[0] - block, (reps,), generator=g).tolist()
     mm = feats.numpy()
     dst = np.empty((block, feats.shape[1]), np.float32)
-    out = torch.empty(block, feats.shape[1])
     res: dict[str, list[float]] = {"copy": [], "gather_x": [], "gather_full": []}
     for k in range(reps):  # alternate, so noise hits all three alike
         t = time.perf_counter()
         np.copyto(dst, mm[starts[k] : starts[k] + block])
         res["copy"].append(nbytes / (time.perf_counter() - t))
         t = time.perf_counter()
-        torch.index_select(feats, 0, rows[k], out=out)
+        np.take(mm, rows[k], axis=0)  # (out= would be buffered: numpy copies it in mode="raise")
         res["gather_x"].append(nbytes / (time.perf_counter() - t))
         t = time.perf_counter()
         src.gather(idx[k])
@@ -182,11 +194,15 @@ def main() -> None:
         src = stride_source(store, args.seq_len, horizons)
         ds = SliceDataset(store, args.seq_len, horizons)
         _ = src.gather(torch.arange(0, len(src), max(1, len(src) // 4096)))
-        rates: dict[str, list[float]] = {"stride": [], "stride_prefetch": [], "torch_w0": [], "torch_w1": [],
-                                         "torch_w2": []}
+        rates: dict[str, list[float]] = {"stride": [], "stride_1thread": [], "stride_prefetch": [],
+                                         "torch_w0": [], "torch_w1": [], "torch_w2": []}
         nb = args.batches
         for _ in range(args.repeats):
             rates["stride"].append(time_windows(lambda: ShardedLoader(src, args.batch, prefetch=0), nb, args.batch))
+            torch.set_num_threads(1)
+            rates["stride_1thread"].append(
+                time_windows(lambda: ShardedLoader(src, args.batch, prefetch=0), nb, args.batch))
+            torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
             rates["stride_prefetch"].append(
                 time_windows(lambda: ShardedLoader(src, args.batch, prefetch=2), nb, args.batch))
             for w in (0, 1, 2):
@@ -196,7 +212,7 @@ def main() -> None:
                 rates[f"torch_w{w}"].append(time_windows(make, max(4, nb // 4), args.batch))
         med = {k: statistics.median(v) for k, v in rates.items()}
         best_torch = max(med["torch_w0"], med["torch_w1"], med["torch_w2"])
-        best_stride = max(med["stride"], med["stride_prefetch"])
+        best_stride = max(med["stride"], med["stride_1thread"], med["stride_prefetch"])
         out["windows_per_s"] = {k: round(v) for k, v in med.items()}
         out["speedup_vs_torch_dataloader"] = best_stride / best_torch
         bw = gather_vs_copy(src, args.batch, max(10, 5 * args.repeats))
