@@ -1,0 +1,139 @@
+"""Search the layout space for one model on N devices, rank what fits, and say why the rest lose.
+
+The space: tp up to the scale-up domain (a power of two dividing heads), pp dividing layers,
+dp the rest; 1f1b or interleaved (v=2) pipelines; micro-batch 1/2/4/8; ZeRO 0-3; recompute
+none/selective/full. Sequence parallel is always on with tp > 1: in this model it moves the
+same bytes as plain TP and shards norms and dropout, so it is never worse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stride.config.errors import ConfigError
+from stride.perfmodel.costmodel import Prediction, predict
+from stride.perfmodel.efficiency import Efficiency
+from stride.perfmodel.hardware import Hardware
+from stride.perfmodel.layout import Layout
+from stride.perfmodel.model_spec import TransformerSpec
+
+
+@dataclass
+class PlanResult:
+    ranked: list[Prediction]  # fits, fastest first
+    rejected_memory: list[Prediction] = field(default_factory=list)  # fastest first
+    considered: int = 0
+
+    @property
+    def best(self) -> Prediction | None:
+        return self.ranked[0] if self.ranked else None
+
+
+def default_global_batch(spec: TransformerSpec, devices: int, target_tokens: float = 4e6) -> int:
+    """About `target_tokens` per step, a multiple of `devices` so every dp size can divide it."""
+    return devices * max(1, round(target_tokens / spec.seq / devices))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
+                      precision: str = "bf16", max_pp: int = 64, attention: str = "flash") -> list[Layout]:
+    out = []
+    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= hw.scaleup_domain and spec.heads % t == 0
+           and devices % t == 0]
+    for tp in tps:
+        for pp in _divisors(devices // tp):
+            if pp > max_pp or spec.layers % pp:
+                continue
+            dp = devices // (tp * pp)
+            if global_batch % dp:
+                continue
+            per_dp = global_batch // dp
+            scheds = [("none", 1)] if pp == 1 else [("1f1b", 1)]
+            if pp > 1 and spec.layers % (2 * pp) == 0:
+                scheds.append(("interleaved", 2))
+            for mb in (1, 2, 4, 8):
+                if per_dp % mb:
+                    continue
+                m = per_dp // mb
+                for sched, v in scheds:
+                    if sched == "interleaved" and m % pp:
+                        continue
+                    for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
+                        # flash attention already recomputes its core: selective == none there
+                        for rc in ("none", "full") if attention == "flash" else ("none", "selective", "full"):
+                            out.append(Layout(dp=dp, tp=tp, pp=pp, zero=zero, sp=tp > 1, schedule=sched, vpp=v,
+                                              micro_batch=mb, recompute=rc, precision=precision,
+                                              attention=attention))
+    return out
+
+
+def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
+           eff: Efficiency | None = None, precision: str = "bf16") -> PlanResult:
+    if devices < 1:
+        raise ConfigError(f"--devices must be >= 1, got {devices}")
+    eff = eff or Efficiency()
+    layouts = candidate_layouts(spec, hw, devices, global_batch, precision)
+    if not layouts:
+        raise ConfigError(f"no layout of {spec.name} on {devices} x {hw.name} divides global batch {global_batch}: "
+                          f"pick a batch divisible by the data-parallel sizes (e.g. {devices})")
+    preds = [predict(spec, lay, hw, global_batch, eff) for lay in layouts]
+    fits = sorted((p for p in preds if p.fits), key=lambda p: p.step_time_s)
+    over = sorted((p for p in preds if not p.fits), key=lambda p: p.step_time_s)
+    return PlanResult(fits, over, len(preds))
+
+
+def explain(loser: Prediction, best: Prediction) -> str:
+    """One line: how much slower `loser` is than `best` and which breakdown terms cost it."""
+    slower = loser.step_time_s / best.step_time_s - 1
+    deltas = {k: loser.breakdown_s.get(k, 0.0) - best.breakdown_s.get(k, 0.0)
+              for k in set(loser.breakdown_s) | set(best.breakdown_s)}
+    worst = sorted((kv for kv in deltas.items() if kv[1] > 0), key=lambda kv: -kv[1])[:2]
+    terms = ", ".join(f"{k} +{v:.3g}s" for k, v in worst)
+    return f"{slower * 100:+.1f}% step time ({terms})" if terms else f"{slower * 100:+.1f}% step time"
+
+
+def distinct_alternatives(result: PlanResult, n: int = 5) -> list[Prediction]:
+    """The best layout of each (tp, pp) shape other than the winner's: the runners-up worth reading."""
+    if not result.best:
+        return []
+    seen = {(result.best.layout.tp, result.best.layout.pp)}
+    out = []
+    for p in result.ranked[1:]:
+        key = (p.layout.tp, p.layout.pp)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+        if len(out) >= n:
+            break
+    return out
+
+
+def compare_hardware(spec: TransformerSpec, hws: list[Hardware], devices: int, global_batch: int,
+                     eff: Efficiency | None = None, token_budget: float = 1e12,
+                     precision: str = "bf16") -> list[dict]:
+    """Best fitting layout per device type, ranked by time to `token_budget` tokens, with its cost."""
+    rows = []
+    for hw in hws:
+        try:
+            res = search(spec, hw, devices, global_batch, eff, precision)
+        except ConfigError as exc:
+            rows.append({"hardware": hw.name, "reason": str(exc)})
+            continue
+        best = res.best
+        if best is None:
+            rows.append({"hardware": hw.name, "reason": "no layout fits in memory"})
+            continue
+        tokens_per_s = best.tokens_per_s_per_device * devices
+        seconds = token_budget / tokens_per_s
+        rows.append({
+            "hardware": hw.name, "layout": best.layout.short(), "step_time_s": best.step_time_s,
+            "tokens_per_s_per_device": best.tokens_per_s_per_device, "mfu": best.mfu,
+            "peak_mem_gib": best.peak_mem_gib, "days_to_budget": seconds / 86400,
+            "cost_to_budget_usd": seconds / 3600 * devices * hw.price_per_hour_usd,
+        })
+    ok = sorted((r for r in rows if "reason" not in r), key=lambda r: r["days_to_budget"])
+    return ok + [r for r in rows if "reason" in r]
+

@@ -1,0 +1,69 @@
+"""The hardware catalog: seeded values, user overrides, and clear errors."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from stride.config.errors import ConfigError
+from stride.perfmodel.hardware import load_catalog
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "perfmodel"
+
+
+def test_catalog_loads_every_seeded_device() -> None:
+    cat = load_catalog()
+    assert len(cat.devices) == 10
+    assert cat.get("H100-SXM5-80GB (assumed)").name == "h100-sxm"
+    assert cat.get("a100 sxm4 80gb").peak_flops("bf16") == 312e12
+    assert cat.get("gb200").scaleup_domain == 72
+
+
+def test_catalog_matches_the_shared_datasheet_csv() -> None:
+    path = SHARED / "hardware.csv"
+    if not path.exists():
+        pytest.skip(f"../shared/perfmodel/hardware.csv not found: {path}")
+    rows = {r["device"]: r for r in csv.DictReader(path.open())}
+    cat = load_catalog()
+    pairs = {"A100-80GB": "a100-80gb", "H100-SXM5-80GB": "h100-sxm", "H200-SXM-141GB": "h200", "MI300X": "mi300x"}
+    for dev, name in pairs.items():
+        hw, row = cat.get(name), rows[dev]
+        assert hw.peak_tflops["bf16"] == float(row["peak_dense_bf16_tflops"])
+        assert hw.memory_bw_tbps == float(row["mem_bw_tbps"])
+        assert hw.scaleup_bw_gbps == float(row["scaleup_bw_gbps_bidir_per_device"].split()[0]) / 2
+
+
+def test_override_file_inherits_and_replaces(tmp_path: Path) -> None:
+    f = tmp_path / "hw.toml"
+    f.write_text('[hardware.my-h100]\nbase = "h100-sxm"\nmatmul_efficiency = 0.71\nscaleout_bw_gbps = 45.0\n'
+                 '[hardware.a100-80gb]\nprice_per_hour_usd = 1.1\n')
+    cat = load_catalog(f)
+    mine = cat.get("my-h100")
+    assert (mine.matmul_efficiency, mine.scaleout_bw_gbps, mine.memory_gib) == (0.71, 45.0, 80)
+    assert cat.get("h100").scaleout_bw_gbps == 50  # the base is untouched, its aliases stay its own
+    assert cat.get("a100-80gb").price_per_hour_usd == 1.1
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('[hardware.x]\nbase = "h100-sxm"\nmemroy_gib = 3\n', "unknown key `memroy_gib`"),
+    ('[hardware.x]\nbase = "h100-sxm"\nmemory_gib = -1\n', "memory_gib must be a number >= 0"),
+    ('[hardware.x]\nbase = "nope"\n', "base `nope` is not in the catalog"),
+    ('[hardware.x]\nmemory_gib = 8\n', "missing"),
+    ('[hardware.x]\nbase = "h100-sxm"\npeak_tflops = { bf61 = 3 }\n', "unknown dtype `bf61`"),
+    ("not toml [", "not valid TOML"),
+])
+def test_bad_override_files_name_the_problem(tmp_path: Path, body: str, message: str) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(body)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        load_catalog(f)
+
+
+def test_unknown_device_and_missing_dtype() -> None:
+    cat = load_catalog()
+    with pytest.raises(ConfigError, match="did you mean"):
+        cat.get("h100-sxn")
+    with pytest.raises(ConfigError, match="no fp8 peak"):
+        cat.get("a100-80gb").peak_flops("fp8")
