@@ -32,6 +32,7 @@ from stride.metrics.step_timer import StepTimer
 from stride.models.losses import make_loss
 from stride.models.registry import build_model
 from stride.optim.factory import build_optimizer, compiled_step
+from stride.parallel.context import Parallel
 from stride.train.apply import apply_activation_checkpointing, apply_compile
 from stride.train.batches import Batch, as_batches, endless
 from stride.train.device import configure_process, resolve_device
@@ -79,7 +80,7 @@ class Trainer:
         self.cfg = config if config is not None else RunConfig()
         validate(self.cfg)
         t = self.cfg.train
-        self.device = resolve_device(t.device)
+        self.device = Parallel.device_for(resolve_device(t.device))  # cuda:LOCAL_RANK under a launcher
         configure_process(t, self.device)
         bundle = None
         if model is None or train_data is None:
@@ -99,7 +100,9 @@ class Trainer:
                 m.loss, huber_delta=m.huber_delta, quantiles=m.quantiles
             )
         self.loss_fn = loss_fn
-        self.train_data = as_batches(train_data, t.batch_size, t.seed)
+        # Layout checked before any process group; then mesh (N > 1 processes) and per-rank data.
+        self.par = Parallel.create(self.cfg, self.model, self.device, self.cfg.data.seq_len // self.cfg.model.patch_len)
+        self.train_data = self.par.shard_data(as_batches(train_data, t.batch_size, t.seed))
         self.val_data = as_batches(val_data, t.batch_size, t.seed, shuffle=False) if val_data is not None else None
         self.precision = Precision(t.precision, self.device)
         self.out = out
@@ -158,8 +161,8 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         self.stream = endless(self.train_data)
         _, first = next(self.stream)
-        self._pending = self._to_device(first)
-        micro = t.batch_size // t.grad_accum
+        self._pending = self._to_device(self.par.local_batch(*first))
+        micro = len(self._pending[0]) // t.grad_accum  # per rank
         x0, y0 = self._pending
         # Timesteps per sample: T of a [B, T, F] window, or of a [B, T] token sequence.
         self.seq_len = x0.shape[1] if x0.dim() >= 3 or (x0.dim() == 2 and not x0.is_floating_point()) else 1
@@ -169,10 +172,13 @@ class Trainer:
             self.flops_per_step = count_train_flops(self.model, self.loss_fn, x0[:micro], y0[:micro]) * t.grad_accum
         self.peak = device_peak(self.device, t.precision, cfg.metrics.peak_flops)
         # Techniques applied from outside, in the documented order (see stride.train.apply).
+        self.n_tp = self.par.apply_tp(self.model)
         self.n_ac = apply_activation_checkpointing(self.model, t.activation_checkpointing, t.ac_every)
-        self.wrapped = apply_compile(self.model, t.compile)
+        self.wrapped = self.par.apply_data_parallel(self.model, apply_compile(self.model, t.compile))
         compile_opt = t.compile == "model+optimizer"
-        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, tensor_lr=compile_opt)
+        self.optimizer = build_optimizer(
+            self.model.parameters(), self.par.optim_config(cfg.optim, self.model), tensor_lr=compile_opt
+        )
         self.scheduler = build_scheduler(self.optimizer, t.steps, cfg.optim)
         self._opt_step = compiled_step(self.optimizer) if compile_opt else self.optimizer.step
         self._params = [p for p in self.model.parameters() if p.requires_grad]
@@ -183,34 +189,38 @@ class Trainer:
         if self._pending is not None:
             batch, self._pending = self._pending, None
             return batch
-        return self._to_device(next(self.stream)[1])
+        return self._to_device(self.par.local_batch(*next(self.stream)[1]))
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One optimizer step over the global batch (x, y) in grad_accum micro-batches; returns the loss."""
         t, timer, accum = self.cfg.train, self.timer, self.cfg.train.grad_accum
         micro = len(x) // accum
         loss_sum = torch.zeros((), device=self.device)
+        if self.par.comm_timer is not None:
+            self.par.comm_timer.reset()
         for i in range(accum):
-            xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
-            saved = SavedActivations() if self.saved_activation_bytes is None and t.compile == "off" else None
-            with record_function("stride.forward"):
-                if saved is not None:
-                    saved.__enter__()
-                with self.precision.autocast():
-                    loss = self.loss_fn(self.wrapped(xm), ym) / accum
-                if saved is not None:
-                    saved.__exit__(None, None, None)
-                    self.saved_activation_bytes = saved.bytes
-            timer.mark("forward")
-            with record_function("stride.backward"):
-                self.precision.backward(loss)
-            loss_sum += loss.detach()
-            timer.mark("backward")
+            # Gradients are communicated on the last micro-step only (DDP no_sync / FSDP2 sync off).
+            with self.par.grad_sync(i == accum - 1):
+                xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
+                saved = SavedActivations() if self.saved_activation_bytes is None and t.compile == "off" else None
+                with record_function("stride.forward"):
+                    if saved is not None:
+                        saved.__enter__()
+                    with self.precision.autocast():
+                        loss = self.loss_fn(self.wrapped(xm), ym) / accum
+                    if saved is not None:
+                        saved.__exit__(None, None, None)
+                        self.saved_activation_bytes = saved.bytes
+                timer.mark("forward")
+                with record_function("stride.backward"):
+                    self.precision.backward(loss)
+                loss_sum += loss.detach()
+                timer.mark("backward")
         with record_function("stride.optimizer"):
             grad_norm = None
             if t.grad_clip is not None:
                 self.precision.unscale(self.optimizer)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self._params, t.grad_clip, foreach=True)
+                grad_norm = self.par.clip_grad_norm(self._params, t.grad_clip)  # DTensor-aware
             if self.step_guard is not None and not self.step_guard.allow(self, loss_sum, grad_norm):
                 self.skipped_steps += 1  # non-finite loss/grad norm or a loss spike: no update
             elif not self.precision.step(self.optimizer, self._opt_step):
@@ -227,7 +237,7 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         cfg, t = self.cfg, self.cfg.train
-        run = RunDir.create(cfg.metrics.out_dir, t.name, self.out) if self.write_run_dir else None
+        run = RunDir.create(cfg.metrics.out_dir, t.name, self.out) if self.write_run_dir and self.par.is_rank0 else None
         self.run_dir = run
         if run is not None:
             run.write_text("config.toml", config_to_toml(cfg))
@@ -236,13 +246,14 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_fit_start(self)
         timer = self.timer
-        progress = TrainProgress(t.steps, cfg.metrics.progress, t.name)
+        progress = TrainProgress(t.steps, cfg.metrics.progress and self.par.is_rank0, t.name)
         reset_peak(self.device)
         self.wrapped.train()
         val_loss: float | None = None
         time_to_target: float | None = None
         val_time = 0.0
         timed_samples = 0
+        comm_exposed = comm_hidden = 0.0  # DDP all-reduce seconds over timed steps (CPU)
         loss_sum = torch.full((), math.nan)
         t_start = time.perf_counter()
         try:
@@ -257,10 +268,13 @@ class Trainer:
                 record = step > cfg.metrics.skip_steps or t.steps <= cfg.metrics.skip_steps
                 parts = timer.end_step(record=record)
                 if record:
-                    timed_samples += t.batch_size
+                    timed_samples += t.batch_size  # global: every rank's samples
+                    if self.par.comm_timer is not None:
+                        exposed, hidden = self.par.comm_timer.split()
+                        comm_exposed, comm_hidden = comm_exposed + exposed, comm_hidden + hidden
                 progress.advance(step)
                 if step % cfg.metrics.log_every == 0 or step == t.steps:
-                    loss = float(loss_sum)
+                    loss = float(self.par.mean(loss_sum))  # averaged over ranks
                     rec = {
                         "step": step,
                         "loss": loss,
@@ -296,7 +310,7 @@ class Trainer:
         summary: dict[str, Any] = {
             "name": t.name,
             "steps": self.step,
-            "final_train_loss": float(loss_sum),  # the last step's loss (also when a target stopped the run)
+            "final_train_loss": float(self.par.mean(loss_sum)),  # last step, mean over ranks
             "final_val_loss": val_loss,
             "samples_per_s": samples_per_s,
             "timesteps_per_s": samples_per_s * self.seq_len if samples_per_s else None,
@@ -318,7 +332,15 @@ class Trainer:
             "val_time_s": val_time,
             "skipped_steps": self.skipped_steps,
             "loss_scale": self.precision.scaler.get_scale() if self.precision.scaler else None,
-            "world_size": 1,
+            "world_size": self.par.world_size,
+            "parallel": self.par.layout.strategy,
+            "per_rank_samples_per_s": samples_per_s / self.par.world_size if samples_per_s else None,
+            # Exposed: backward waited on the all-reduce (part of "backward"); hidden: overlapped compute.
+            "comm_exposed_s": comm_exposed / timer.steps if self.par.comm_timer and timer.steps else None,
+            "comm_hidden_s": comm_hidden / timer.steps if self.par.comm_timer and timer.steps else None,
+            "exposed_comm_fraction": comm_exposed / timer.totals["total"]
+            if self.par.comm_timer and timer.totals.get("total")
+            else None,
             "device": str(self.device),
             "precision": t.precision,
             "kernels": self.kernels_impl,

@@ -1,0 +1,95 @@
+"""DDP communication hooks by name, and a timing wrapper that splits exposed from hidden comm.
+
+Hooks come from torch.distributed.algorithms.ddp_comm_hooks. Two torch limits on gloo (FACTS.md):
+DDP refuses `bf16_compress_hook` by its *name* unless NCCL runs, so stride registers the same
+function under another name; and PowerSGD deadlocks on gloo with more than one bucket, so with
+gloo stride gives it one bucket.
+
+Exposed vs hidden: each bucket's all-reduce is launched when its gradients are ready and runs while
+backward computes the next ones. The wrapper stamps launch and completion (host clock) of every
+bucket; after the last launch, compute is done, so what remains until the last completion is time
+the step *waited* (exposed); the rest of the communication's busy time overlapped compute (hidden).
+On CUDA a future completes when its work is enqueued, not finished, so timing is CPU-only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from stride.config.schema import ParallelConfig
+
+
+def bf16_allreduce(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's bf16_compress_hook under a name DDP does not reject on gloo."""
+    return default_hooks.bf16_compress_hook(process_group, bucket)
+
+
+class CommTimer:
+    """Launch/finish stamps of every bucket all-reduce since the last `reset()`."""
+
+    def __init__(self) -> None:
+        self.spans: list[list[float]] = []
+
+    def reset(self) -> None:
+        self.spans = []
+
+    def split(self) -> tuple[float, float]:
+        """(exposed, hidden) seconds of the spans recorded since reset()."""
+        spans = [s for s in self.spans if len(s) == 2]
+        if not spans:
+            return 0.0, 0.0
+        spans.sort()
+        busy, cur_a, cur_b = 0.0, spans[0][0], spans[0][1]
+        for a, b in spans[1:]:  # union of [launch, done] intervals
+            if a > cur_b:
+                busy += cur_b - cur_a
+                cur_a, cur_b = a, b
+            else:
+                cur_b = max(cur_b, b)
+        busy += cur_b - cur_a
+        exposed = max(0.0, max(b for _, b in spans) - max(a for a, _ in spans))
+        return exposed, max(busy - exposed, 0.0)
+
+    def wrap(self, hook: Any) -> Any:
+        def timed(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+            span = [time.perf_counter()]
+            self.spans.append(span)
+
+            def done(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+                span.append(time.perf_counter())
+                return fut.value()
+
+            return hook(state, bucket).then(done)
+
+        timed.__name__ = f"timed_{getattr(hook, '__name__', 'hook')}"
+        return timed
+
+
+def register_comm_hook(ddp: DDP, p: ParallelConfig, group: dist.ProcessGroup) -> CommTimer | None:
+    """Register the configured hook (timed on CPU); returns the timer, or None without timing."""
+    state: Any = group
+    if p.comm_hook == "none":
+        hook: Any = default_hooks.allreduce_hook
+    elif p.comm_hook == "fp16":
+        hook = default_hooks.fp16_compress_hook
+    elif p.comm_hook == "bf16":
+        hook = bf16_allreduce
+    else:  # powersgd
+        state = powerSGD_hook.PowerSGDState(
+            process_group=group, matrix_approximation_rank=p.powersgd_rank, start_powerSGD_iter=2
+        )
+        hook = powerSGD_hook.powerSGD_hook
+    on_cpu = next(ddp.module.parameters()).device.type == "cpu"
+    if p.comm_timing and on_cpu:
+        timer = CommTimer()
+        ddp.register_comm_hook(state, timer.wrap(hook))
+        return timer
+    if p.comm_hook != "none":
+        ddp.register_comm_hook(state, hook)
+    return None

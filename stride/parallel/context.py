@@ -1,0 +1,143 @@
+"""What the trainer needs to know about parallelism, behind one object.
+
+`Parallel.create` resolves and checks the layout (no process group yet), then initialises the
+process group and the DeviceMesh; with one process nothing distributed is touched and every
+method is the identity, so single-process runs are unchanged bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from stride.config.schema import OptimConfig, RunConfig
+from stride.parallel.comm_hooks import CommTimer
+from stride.parallel.data_parallel import apply_ddp, apply_fsdp, grad_sync
+from stride.parallel.layout import Layout, check_batch, check_model, env_world_size, resolve_layout
+from stride.parallel.mesh import Mesh, init_mesh, local_device
+from stride.parallel.tp import apply_tp
+
+
+class Parallel:
+    def __init__(self, cfg: RunConfig, layout: Layout, mesh: Mesh | None, device: torch.device) -> None:
+        self.cfg, self.layout, self.mesh, self.device = cfg, layout, mesh, device
+        self.sync_module: nn.Module | None = None  # the DDP / FSDP module whose grad sync we toggle
+        self.comm_timer: CommTimer | None = None
+
+    @classmethod
+    def create(cls, cfg: RunConfig, model: nn.Module, device: torch.device, tokens: int | None) -> Parallel:
+        """Check the layout against world size, model and batch, then (N > 1) build the mesh."""
+        layout = resolve_layout(cfg.parallel, env_world_size())
+        check_model(layout, model, tokens, cfg.parallel.sequence_parallel)
+        check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
+        if layout.world_size == 1:
+            return cls(cfg, layout, None, device)
+        return cls(cfg, layout, init_mesh(layout, device, cfg.parallel.backend), device)
+
+    @staticmethod
+    def device_for(device: torch.device) -> torch.device:
+        return local_device(device) if env_world_size() > 1 else device
+
+    # -- who am I -----------------------------------------------------------------------------
+    @property
+    def enabled(self) -> bool:
+        return self.mesh is not None
+
+    @property
+    def rank(self) -> int:
+        return self.mesh.rank if self.mesh else 0
+
+    @property
+    def is_rank0(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    # -- data: each data-parallel rank trains on its part of the global batch --------------------
+    def shard_data(self, data: Any) -> Any:
+        """Use the loader's own sharding where it has one (stride.data ShardedLoader)."""
+        if self.enabled and self.layout.dp > 1 and hasattr(data, "shard"):
+            data.shard(self.mesh.dp_rank, self.layout.dp)
+        return data
+
+    def local_batch(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's slice of a global batch; a batch already of the per-rank size passes as it is."""
+        dp = self.layout.dp
+        n = self.cfg.train.batch_size
+        if not self.enabled or dp == 1 or len(x) != n:
+            if self.enabled and dp > 1 and len(x) != n // dp:
+                raise ValueError(f"a batch of {len(x)} samples is neither the global {n} nor the per-rank {n // dp}")
+            return x, y
+        r = self.mesh.dp_rank
+        lo, hi = r * n // dp, (r + 1) * n // dp
+        return x[lo:hi], y[lo:hi]
+
+    # -- techniques, in the documented order (stride.train.apply) --------------------------------
+    def apply_tp(self, model: nn.Module) -> int:
+        if not self.enabled or self.layout.tp == 1:
+            return 0
+        return apply_tp(model, self.mesh.tp_mesh, self.cfg.parallel.sequence_parallel)
+
+    def apply_data_parallel(self, model: nn.Module, wrapped: nn.Module) -> nn.Module:
+        """FSDP2 shards `model` in place (then `wrapped` still runs it); DDP wraps `wrapped`."""
+        if not self.enabled or self.layout.dp == 1:
+            return wrapped
+        p = self.cfg.parallel
+        if self.layout.dp_shard > 1:
+            apply_fsdp(model, self.mesh.dp_mesh, p)
+            self.sync_module = model
+            return wrapped
+        ddp, self.comm_timer = apply_ddp(wrapped, self.mesh.dp_mesh, p, self.device)
+        self.sync_module = ddp
+        return ddp
+
+    def grad_sync(self, sync: bool):
+        """Context for one micro-step's backward: communicate gradients only when `sync`."""
+        return grad_sync(self.sync_module, sync)
+
+    def optim_config(self, o: OptimConfig, model: nn.Module) -> OptimConfig:
+        """foreach/fused kernels take tensors of one kind on one mesh: fall back to the for-loop otherwise."""
+        kinds = {(p.device_mesh, p.placements) if isinstance(p, DTensor) else None for p in model.parameters()}
+        if len(kinds) > 1 and o.impl != "for-loop":
+            return dataclasses.replace(o, impl="for-loop")
+        return o
+
+    # -- reductions -------------------------------------------------------------------------
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        """Mean over all ranks (TP ranks hold equal values, so this is the data-parallel mean)."""
+        if not self.enabled:
+            return value
+        v = value.detach().clone().float().to(self.device)
+        dist.all_reduce(v, op=dist.ReduceOp.SUM)
+        return v / self.world_size
+
+    def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+        """Global L2 grad norm and clipping; grads may be DTensors on different meshes (FSDP x TP)."""
+        grads = [p.grad for p in params if p.grad is not None]
+        if not any(isinstance(g, DTensor) for g in grads):
+            return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        groups: dict[Any, list[torch.Tensor]] = defaultdict(list)
+        for g in grads:
+            key = (g.device_mesh, g.placements) if isinstance(g, DTensor) else None
+            groups[key].append(g)
+        sq = torch.zeros((), dtype=torch.float32, device=self.device)
+        for gs in groups.values():
+            n = torch.nn.utils.get_total_norm(gs, 2.0, foreach=False)
+            if isinstance(n, DTensor):
+                n = n.full_tensor()
+            sq = sq + n.float() ** 2
+        total = sq.sqrt()
+        coef = max_norm / (float(total) + 1e-6)
+        if coef < 1 and math.isfinite(coef):
+            for g in grads:
+                g.mul_(coef)
+        return total

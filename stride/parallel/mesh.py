@@ -1,0 +1,73 @@
+"""Process group and DeviceMesh from a resolved Layout (torch.distributed, DeviceMesh)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from stride.config.errors import ConfigError
+from stride.parallel.layout import Layout
+
+# Mesh dimensions, outermost first (as torchtitan): pipeline stages span the slowest links,
+# tensor parallel (the chattiest) the fastest, innermost.
+DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+
+
+@dataclass
+class Mesh:
+    """The world's DeviceMesh and the sub-meshes each technique needs (None where its degree is 1)."""
+
+    layout: Layout
+    mesh: DeviceMesh
+    rank: int
+    dp_rank: int  # which slice of each global batch this rank trains on
+    tp_mesh: DeviceMesh | None
+    dp_mesh: DeviceMesh | None  # 1-D (ddp / fsdp) or 2-D ("dp_replicate", "dp_shard") for HSDP
+
+    def sub(self, *names: str) -> DeviceMesh:
+        return self.mesh[names if len(names) > 1 else names[0]]
+
+
+def choose_backend(requested: str, device: torch.device) -> str:
+    """nccl for CUDA devices, gloo for CPU; an explicit choice must fit the device."""
+    if requested == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if requested == "nccl" and device.type != "cuda":
+        raise ConfigError(f"`parallel.backend` = 'nccl' needs a CUDA device, but the run uses {device}")
+    return requested
+
+
+def local_device(device: torch.device) -> torch.device:
+    """Under a launcher, CUDA rank r uses cuda:LOCAL_RANK."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+def init_mesh(layout: Layout, device: torch.device, backend: str) -> Mesh:
+    """Initialise the default process group (if needed) and the mesh over all degrees."""
+    if not dist.is_initialized():
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend=choose_backend(backend, device), **kwargs)
+    if dist.get_world_size() != layout.world_size:
+        raise ConfigError(
+            f"the process group has {dist.get_world_size()} ranks but the layout expects {layout.world_size}"
+        )
+    shape = tuple(getattr(layout, d) for d in DIMS)
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=DIMS)
+    coord = {d: mesh.get_local_rank(d) for d in DIMS}
+    dp_rank = coord["dp_replicate"] * layout.dp_shard + coord["dp_shard"]
+    tp_mesh = mesh["tp"] if layout.tp > 1 else None
+    if layout.dp_shard > 1 and layout.dp_replicate > 1:
+        dp_mesh = mesh["dp_replicate", "dp_shard"]
+    elif layout.dp_shard > 1:
+        dp_mesh = mesh["dp_shard"]
+    elif layout.dp_replicate > 1:
+        dp_mesh = mesh["dp_replicate"]
+    else:
+        dp_mesh = None
+    return Mesh(layout, mesh, dist.get_rank(), dp_rank, tp_mesh, dp_mesh)
