@@ -90,14 +90,15 @@ class _Costs:
 
     def __init__(self, hw: Hardware, eff: Efficiency, precision: str):
         self.hw, self.eff = hw, eff
-        self.peak_linear = hw.peak_flops(precision if precision in hw.peak_tflops else "bf16")
-        self.peak_attn = hw.peak_flops("bf16" if "bf16" in hw.peak_tflops else precision)
+        self.peak_linear = hw.peak_flops(precision)  # a clear error where the device lacks it
+        self.peak_attn = hw.peak_flops("fp32" if precision == "fp32" else "bf16")  # attention stays 16-bit
         self.gemm_eff = hw.matmul_efficiency or eff.gemm
         self.mem_bw = hw.memory_bw * eff.memory
-        self.in_bytes = 1 if precision == "fp8" else 2
+        self.in_bytes = {"fp8": 1, "fp32": 4}.get(precision, 2)
+        self.act = 2 if precision == "fp32" else 1  # fp32 activations: twice the 16-bit bytes
 
     def gemm(self, g: Gemm, peak: float | None = None) -> float:
-        nbytes = g.batch * (self.in_bytes * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n)
+        nbytes = g.batch * (self.in_bytes * (g.m * g.k + g.k * g.n) + 2 * self.act * g.m * g.n)
         return g.flops / ((peak or self.peak_linear) * self.gemm_eff) + nbytes / self.mem_bw
 
     def memory(self, nbytes: float) -> float:
@@ -161,12 +162,12 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     drop = 1 if spec.dropout else 0
     ew_tok = (8 * h + (14 if drop else 12) * h) / shard + (6 * f if spec.act == "swiglu" else 4 * f) / t
     softmax_tok = 0.0 if flash else (4 + 5 * drop) * (spec.heads / t) * spec.seq
-    t_ew_f = c.memory(tokens * ew_tok)
-    t_sm_f = c.memory(tokens * softmax_tok)
+    t_ew_f = c.memory(tokens * ew_tok * c.act)
+    t_sm_f = c.memory(tokens * softmax_tok * c.act)
 
     # ---- one block, one micro-batch: tensor / context parallel communication -----------------
     tp_link = coll.group_link(hw, t, 1, net)
-    msg = tokens * h * 2
+    msg = tokens * h * 2 * c.act
     if t > 1 and lay.sp:
         t_tp_f = 2 * (coll.all_gather_time(msg, t, tp_link) + coll.reduce_scatter_time(msg, t, tp_link))
         tp_bytes_f = 4 * (t - 1) / t * msg
@@ -204,7 +205,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     # ---- stage and pipeline ------------------------------------------------------------------
     layers_stage = spec.layers / p
     pp_link = coll.group_link(hw, 2, t * lay.cp * lay.dp, net) if p > 1 else coll.Link("local", float("inf"), 0)
-    act_msg = tokens * h * 2 / t  # Megatron scatter/gather: each TP rank ships its 1/t slice
+    act_msg = tokens * h * 2 * c.act / t  # Megatron scatter/gather: each TP rank ships its 1/t slice
     t_p2p_mb = 2 * v * coll.p2p_time(act_msg, pp_link) if p > 1 else 0.0
     add_comm(pp_link, 2 * v * act_msg, m)
     lg = logits_gemm(spec, tokens, t)
@@ -276,12 +277,15 @@ def _memory(spec: TransformerSpec, lay: Layout, hw: Hardware, m: int, p_first: f
             gbytes: int) -> dict[str, float]:
     """Peak bytes on the worse of the first stage (most in-flight activations) and the last (logits)."""
     dp = lay.dp
-    opt_bytes = 16 if lay.precision == "fp16" else 12  # fp32 master + Adam m, v (+ fp32 grad copy for fp16)
+    # fp32 master + Adam m, v (+ fp32 grad copy for fp16); fp32 training has no master copy
+    opt_bytes = {"fp16": 16, "fp32": 8}.get(lay.precision, 12)
+    wbytes = 4 if lay.precision == "fp32" else 2
+    act = 2 if lay.precision == "fp32" else 1
     tokens = lay.micro_batch * spec.seq / lay.cp
     flash = lay.attention == "flash"
     layers_stage = spec.layers / lay.pp
-    a_layer = layer_activation_bytes(spec, lay.micro_batch, lay.tp, lay.sp, lay.cp, lay.recompute, flash)
-    a_full = layer_activation_bytes(spec, lay.micro_batch, lay.tp, lay.sp, lay.cp, "none", flash)
+    a_layer = act * layer_activation_bytes(spec, lay.micro_batch, lay.tp, lay.sp, lay.cp, lay.recompute, flash)
+    a_full = act * layer_activation_bytes(spec, lay.micro_batch, lay.tp, lay.sp, lay.cp, "none", flash)
     grad_ws = 2 * tokens * (spec.ffn * (2 if spec.act == "swiglu" else 1)) / lay.tp * 2  # backward scratch
     logits = tokens * spec.vocab / lay.tp * 10  # bf16 logits + fp32 softmax and its gradient
 
@@ -291,7 +295,7 @@ def _memory(spec: TransformerSpec, lay: Layout, hw: Hardware, m: int, p_first: f
         if lay.zero == 3:
             buffers += 2 * layer_params(spec) / lay.tp * (2 + gbytes)  # prefetched unsharded block
         return {
-            "params": 2 * params / (dp if lay.zero == 3 else 1),
+            "params": wbytes * params / (dp if lay.zero == 3 else 1),
             "grads": gbytes * params / (dp if lay.zero >= 2 else 1),
             "optimizer": opt_bytes * params / (dp if lay.zero >= 1 else 1),
             "activations": acts,

@@ -9,7 +9,7 @@ from stride.perfmodel.flops import RECOMPUTE_MODES
 from stride.perfmodel.model_spec import TransformerSpec
 
 SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 ATTENTION = ("flash", "materialized")
 
 
