@@ -113,8 +113,10 @@ class SystemSampler:
     def _run(self) -> None:
         f = open(self.out, "a", buffering=1) if self.out is not None else None  # noqa: SIM115
         try:
-            while not self._stop.wait(self.period_s):
-                rec = self.sample()
+            stopping = False
+            while not stopping:
+                stopping = self._stop.wait(self.period_s)
+                rec = self.sample()  # one last sample on stop, so even a short run has one line
                 if f is not None:
                     f.write(json.dumps(rec) + "\n")
         finally:
@@ -130,7 +132,8 @@ class SystemSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5 * self.period_s + 1)
-        self.sample()
+        if self.samples == 0:
+            self.sample()
         if self.nvml is not None:
             self.nvml.close()
         return {

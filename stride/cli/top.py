@@ -1,0 +1,120 @@
+"""`stride top RUN_DIR [--interval S] [--once]`: a live terminal view that follows a run directory.
+
+Reads what the trainer already writes (metrics.jsonl, system.jsonl, summary.json), so it works on
+a run started anywhere whose directory is visible here, and needs no connection to the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", type=Path, help="a run directory (being written, or finished)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    p.add_argument("--timeout", type=float, default=None, help="stop following after this many seconds")
+    p.set_defaults(func=run)
+
+
+def sparkline(values: list[float], width: int = 40) -> str:
+    vals = values[-width:]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    if hi == lo:
+        return SPARK[0] * len(vals)
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / (hi - lo) * len(SPARK)))] for v in vals)
+
+
+class RunView:
+    """The state of one run directory, updated from its files."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from stride.metrics.observe.follow import JsonlFollower
+
+        self.run_dir = run_dir
+        self.metrics = JsonlFollower(run_dir / "metrics.jsonl")
+        self.system = JsonlFollower(run_dir / "system.jsonl")
+        self.train: list[dict[str, Any]] = []
+        self.val: list[dict[str, Any]] = []
+        self.sys_last: dict[str, Any] | None = None
+        self.summary: dict[str, Any] | None = None
+        self.total_steps: int | None = None
+
+    def refresh(self) -> None:
+        for rec in self.metrics.read_new():
+            (self.train if "loss" in rec else self.val if "val_loss" in rec else []).append(rec)
+        new_sys = self.system.read_new()
+        if new_sys:
+            self.sys_last = new_sys[-1]
+        if self.total_steps is None and (self.run_dir / "config.toml").is_file():
+            import tomllib
+
+            try:
+                self.total_steps = tomllib.loads((self.run_dir / "config.toml").read_text())["train"]["steps"]
+            except (tomllib.TOMLDecodeError, KeyError):
+                self.total_steps = None
+        if (self.run_dir / "summary.json").is_file():
+            self.summary = json.loads((self.run_dir / "summary.json").read_text())
+
+    def render(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+
+        t = Table(title=f"stride top: {self.run_dir}", show_header=True, expand=False)
+        t.add_column("metric")
+        t.add_column("value", justify="right")
+        last = self.train[-1] if self.train else {}
+        step = last.get("step")
+        t.add_row("step", f"{step if step is not None else '-'} / {self.total_steps or '?'}"
+                  + ("  (finished)" if self.summary else ""))
+        if last:
+            t.add_row("loss", f"{last['loss']:.4g}")
+            t.add_row("lr", f"{last['lr']:.3g}")
+            sps = last.get("samples_per_s")
+            t.add_row("samples/s", f"{sps:,.0f}" if sps else "-")
+            t.add_row("step time", f"{last['step_time_s'] * 1e3:.2f} ms")
+            total = last["step_time_s"] or 1.0
+            for phase, sec in (last.get("breakdown_s") or {}).items():
+                t.add_row(f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / total:.1f} %)")
+        if self.val:
+            t.add_row("val loss", f"{self.val[-1]['val_loss']:.4g} (step {self.val[-1]['step']})")
+        if self.sys_last:
+            t.add_row("CPU (process)", f"{self.sys_last['cpu_percent']:.0f} %")
+            t.add_row("RSS", f"{self.sys_last['rss_bytes'] / 2**20:,.0f} MiB")
+            for g in self.sys_last.get("gpus", []):
+                t.add_row(f"gpu{g['index']}", f"{g.get('util_percent')} % util, {g.get('temperature_c')} C, "
+                          f"{g.get('power_w')} W")
+        if self.summary and self.summary.get("mfu") is not None:
+            t.add_row("MFU", f"{100 * self.summary['mfu']:.2f} %")
+        return Group(t, f"loss {sparkline([r['loss'] for r in self.train])}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    if not args.run_dir.is_dir():
+        raise SystemExit(f"stride top: {args.run_dir} is not a directory")
+    if args.interval <= 0:
+        raise SystemExit(f"stride top: --interval = {args.interval} must be > 0")
+    view = RunView(args.run_dir)
+    view.refresh()
+    console = Console()
+    if args.once:
+        console.print(view.render())
+        return 0
+    start = time.monotonic()
+    with Live(view.render(), console=console, refresh_per_second=4) as live:
+        while view.summary is None and (args.timeout is None or time.monotonic() - start < args.timeout):
+            time.sleep(args.interval)
+            view.refresh()
+            live.update(view.render())
+    return 0
