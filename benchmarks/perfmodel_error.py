@@ -8,6 +8,7 @@ all rows but one, predict that one). The last line is JSON with the headline fig
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -71,10 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                         "err_pct": (pred.tokens_per_s_per_device / meas - 1) * 100})
         mem = row.get("meas_peak_mem_gib", "").strip()
         if mem:
-            try:
+            with contextlib.suppress(ValueError):
                 mem_pairs.append(abs(pred.peak_mem_gib / float(mem) - 1) * 100)
-            except ValueError:
-                pass
     # two-fold split, alternating rows so each half spans every source group
     half_a, half_b = samples[0::2], samples[1::2]
     split_errs = []
@@ -83,6 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         eff = fit_efficiency([(fn(i), m) for i, m, _ in train])
         fits[f"fit_on_{name}"] = eff.to_dict()
         split_errs += errors(eff, test)
+    # leave one source group out: fit on the other papers, predict this one (the harder test:
+    # a new source brings its own hardware, software generation and unstated settings)
+    group_errs: dict[str, dict] = {}
+    groups = sorted({row.get("group", "") for _, _, row in samples})
+    if len(groups) > 1:
+        for g in groups:
+            train = [x for x in samples if x[2].get("group", "") != g]
+            test = [x for x in samples if x[2].get("group", "") == g]
+            eff = fit_efficiency([(fn(i), m) for i, m, _ in train])
+            group_errs[g] = {**_summary(errors(eff, test)), "fit": eff.to_dict()}
     loo_errs = []
     if not args.no_loo:
         for k in range(len(samples)):
@@ -95,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "default": _summary([abs(r["err_pct"]) for r in per_row]),
         "split_holdout": _summary(split_errs),
         "leave_one_out": _summary(loo_errs) if loo_errs else None,
+        "leave_group_out": group_errs or None,
         "split_fits": fits,
         "peak_mem": _summary(mem_pairs) if mem_pairs else None,
         "seconds": round(time.perf_counter() - t0, 1),
@@ -105,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['row_id']:12s} {r['pred']:15.1f} {r['meas']:10.1f} {r['err_pct']:+7.1f}")
         for s in skipped:
             print(f"{s['row_id']:12s} skipped: {s['reason']}")
+        for g, v in group_errs.items():
+            print(f"group {g} held out: n={v['n']} median |err| {v['median_abs_pct']:.1f}%"
+                  f"  p90 {v['p90_abs_pct']:.1f}%")
         for key in ("default", "split_holdout", "leave_one_out", "peak_mem"):
             if result[key]:
                 v = result[key]
