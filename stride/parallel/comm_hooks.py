@@ -12,8 +12,8 @@ the step *waited* (exposed); the rest of the communication's busy time overlappe
 On CUDA a future completes when its work is enqueued, not finished, so timing is CPU-only.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: DDP checks a hook's `bucket` annotation is dist.GradBucket
+# itself, not the string.
 import time
 from typing import Any
 

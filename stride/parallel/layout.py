@@ -70,10 +70,6 @@ def resolve_layout(p: ParallelConfig, world_size: int) -> Layout:
             f"(processes launched): make their product {world_size}, or launch {product} processes"
         )
     layout = Layout(world_size, **degrees)
-    if layout.pp > 1:
-        raise ConfigError(
-            f"`parallel.pp` = {layout.pp}: pipeline parallelism is not implemented in stride yet; use pp = 1"
-        )
     if layout.tp > 1 and layout.dp_replicate > 1 and layout.dp_shard == 1:
         raise ConfigError(
             f"`parallel.tp` = {layout.tp} with `parallel.dp_replicate` = {layout.dp_replicate}: DDP does not take "
@@ -94,6 +90,9 @@ def check_model(layout: Layout, model: nn.Module, tokens: int | None, sequence_p
                 f"`parallel.pp` = {layout.pp} pipeline stages but the model has only {n_layers} layers: "
                 f"use pp <= {n_layers} or more layers"
             )
+        raise ConfigError(
+            f"`parallel.pp` = {layout.pp}: pipeline parallelism is not implemented in stride yet; use pp = 1"
+        )
     if layout.tp == 1:
         return
     if n_layers is None:

@@ -202,7 +202,9 @@ class Trainer:
             # Gradients are communicated on the last micro-step only (DDP no_sync / FSDP2 sync off).
             with self.par.grad_sync(i == accum - 1):
                 xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
-                saved = SavedActivations() if self.saved_activation_bytes is None and t.compile == "off" else None
+                # (not under TP: saved DTensors have no storage to measure)
+                measure = self.saved_activation_bytes is None and t.compile == "off" and not self.n_tp
+                saved = SavedActivations() if measure else None
                 with record_function("stride.forward"):
                     if saved is not None:
                         saved.__enter__()
