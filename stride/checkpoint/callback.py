@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch.distributed as dist
+
 from stride.checkpoint import train_state
 from stride.checkpoint.config_diff import config_diff
 from stride.checkpoint.errors import CheckpointError, ConfigMismatchError
@@ -51,10 +53,15 @@ class CheckpointCallback(Callback):
         d = Path(trainer.cfg.checkpoint.dir)
         if d.is_absolute():
             return d
-        if trainer.run_dir is None:
+        run_path = str(trainer.run_dir.path) if trainer.run_dir is not None else None
+        if train_state.rank_and_world()[1] > 1:  # only rank 0 creates the run directory: take its path
+            box = [run_path]
+            dist.broadcast_object_list(box, src=0)
+            run_path = box[0]
+        if run_path is None:
             raise CheckpointError(f"`checkpoint.dir` = {str(d)!r} is relative but the run writes no run directory; "
                                   "give an absolute `checkpoint.dir` or enable the run directory")
-        return trainer.run_dir.path / d
+        return Path(run_path) / d
 
     def _meta(self, trainer: Trainer) -> dict[str, Any]:
         return {"config": config_to_dict(trainer.cfg), "config_hash": config_hash(trainer.cfg),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 
 if TYPE_CHECKING:
     from stride.train.trainer import Trainer
@@ -40,7 +41,18 @@ class StepGuard:
         self.rollback_reason: str | None = None  # set when the callback should roll back
 
     def allow(self, trainer: Trainer, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
-        """Whether the optimizer may apply this step's gradients."""
+        """Whether the optimizer may apply this step's gradients (the same answer on every rank)."""
+        ok = self._judge(trainer, loss, grad_norm)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            # Each rank judges its own loss; one rank skipping alone would desynchronise the replicas.
+            flags = torch.tensor([0.0 if ok else 1.0, 1.0 if self.rollback_reason else 0.0], device=trainer.device)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            ok = not bool(flags[0])
+            if flags[1] and self.rollback_reason is None:
+                self.rollback_reason = f"another rank asked for a rollback at step {trainer.step + 1}"
+        return ok
+
+    def _judge(self, trainer: Trainer, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
         step = trainer.step + 1
         loss_v = float(loss)
         scaled = trainer.precision.scaler is not None  # fp16: the GradScaler skips inf/NaN steps itself

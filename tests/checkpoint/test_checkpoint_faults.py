@@ -144,7 +144,8 @@ TORCHRUN_DRIVER = textwrap.dedent("""
     real = CheckpointCallback.on_step_end
     def on_step_end(self, trainer):
         real(self, trainer)
-        if trainer.step == 10 and not marker.exists():  # the first attempt dies; the restart must not
+        # rank 1 of the first attempt dies after step 7; torchrun restarts both ranks
+        if trainer.step == 7 and os.environ.get("RANK") == "1" and not marker.exists():
             marker.write_text(str(os.getpid()))
             os.kill(os.getpid(), signal.SIGKILL)
     CheckpointCallback.on_step_end = on_step_end
@@ -153,21 +154,32 @@ TORCHRUN_DRIVER = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_torchrun_max_restarts_brings_a_killed_worker_back(tmp_path: Path, ref: str) -> None:
+@pytest.mark.dist
+def test_torchrun_max_restarts_brings_a_killed_ddp_rank_back(tmp_path: Path) -> None:
+    import json
     import os
 
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip(f"torchrun not found next to {sys.executable}")
-    cfg, out = write_config(tmp_path / "run.toml"), tmp_path / "run"
+    cfg = write_config(tmp_path / "run.toml", "parallel.dp_replicate=2", "train.steps=12")
     driver = tmp_path / "driver.py"
     driver.write_text(TORCHRUN_DRIVER)
     env = {**os.environ, "KILL_MARKER": str(tmp_path / "killed"), "PYTHONWARNINGS": "ignore",
            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=1", "--max-restarts=1", str(driver),
-                          "train", str(cfg), "--out", str(out), "--no-progress"],
-                         capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
+
+    def torchrun_train(out: Path, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", *extra, str(driver),
+                               "train", str(cfg), "--out", str(out), "--no-progress"],
+                              capture_output=True, text=True, timeout=240, cwd=REPO, env=env)
+
+    (tmp_path / "killed").write_text("reference run: no kill")
+    ref = torchrun_train(tmp_path / "ref")
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    (tmp_path / "killed").unlink()
+    res = torchrun_train(tmp_path / "run", "--max-restarts=1")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert (tmp_path / "killed").exists()  # the first worker really died at step 10
-    assert "resuming from step_00000009" in res.stderr
-    assert summary_sha(out) == ref
+    assert (tmp_path / "killed").exists()  # rank 1 really died at step 7
+    assert res.stderr.count("resuming from step_00000006") == 2  # both ranks of the restarted job
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["params_sha256"] == summary_sha(tmp_path / "ref")
