@@ -61,6 +61,7 @@ MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 StateSaveLocation={r}/state
@@ -93,9 +94,9 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
             self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL,
                                                stderr=open(r / f"{cmd[0]}.err", "w")))  # noqa: SIM115
             time.sleep(1)
-        self._wait(self._node_idle, timeout_s, "node idle in sinfo")
+        self._wait(self.node_idle, timeout_s, "node idle in sinfo")
 
-    def _node_idle(self) -> bool:
+    def node_idle(self) -> bool:
         out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=self.env, capture_output=True, text=True)
         return out.returncode == 0 and out.stdout.strip() == "idle"
 

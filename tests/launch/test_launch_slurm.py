@@ -122,8 +122,9 @@ def test_real_slurm_runs_requeues_and_resumes(config: Path, tmp_path: Path) -> N
         end = time.monotonic() + 240
         while time.monotonic() < end:
             state = cluster.job_state(job_id)
-            if state == "PENDING" and not released:
-                # A requeued job waits ~2 minutes before it is eligible; release it now.
+            if state == "PENDING" and not released and cluster.node_idle():
+                # A requeued job waits ~2 minutes before it is eligible; release it once the node has
+                # finished cleaning up the first attempt (earlier, slurmd refuses: "already killed").
                 cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
                 released = True
             if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
