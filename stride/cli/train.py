@@ -1,4 +1,8 @@
-"""`stride train CONFIG [--set k=v ...] [--out DIR]`."""
+"""`stride train CONFIG [--set k=v ...] [--out DIR] [--nproc N [--nnodes M --rdzv-endpoint H:P]]`.
+
+With `--nproc` (or `--nnodes` > 1) the command re-runs itself under torchrun; inside torchrun
+(`torchrun -m stride train CONFIG` by hand, too) each rank trains its part of the [parallel] layout.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +15,58 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="override a config value, e.g. --set optim.lr=3e-4 (repeatable)")
     p.add_argument("--out", default=None, help="run directory (default: <metrics.out_dir>/<stamp>-<name>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
+    g = p.add_argument_group("distributed (runs torchrun underneath)")
+    g.add_argument("--nproc", type=int, default=None, help="processes per node (one per GPU; on CPU one per core)")
+    g.add_argument("--nnodes", type=int, default=1, help="nodes taking part (each runs the same command)")
+    g.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the rendezvous, the same on every node")
+    g.add_argument("--node-rank", type=int, default=None, help="this node's rank (optional with c10d rendezvous)")
+    g.add_argument("--max-restarts", type=int, default=0, help="times torchrun restarts all workers after a failure")
     p.set_defaults(func=run)
+
+
+def _train_args(args: argparse.Namespace) -> list[str]:
+    out = [args.config]
+    for o in args.overrides:
+        out += ["--set", o]
+    if args.out:
+        out += ["--out", args.out]
+    if args.no_progress:
+        out.append("--no-progress")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     from stride.config import load_config
+    from stride.launch.torchrun import inside_launcher, launcher_env, run_torchrun, torchrun_command
+
+    cfg = load_config(args.config, args.overrides)
+    if (args.nproc or args.nnodes > 1) and not inside_launcher():
+        from stride.parallel.layout import resolve_layout
+
+        resolve_layout(cfg.parallel, (args.nproc or 1) * args.nnodes)  # a bad layout fails here, once
+        cmd = torchrun_command(_train_args(args), nproc=args.nproc or 1, nnodes=args.nnodes,
+                               rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
+                               node_rank=args.node_rank)
+        return run_torchrun(cmd, launcher_env(cfg.train.threads or 1))
+    return _train(cfg, args)
+
+
+def _train(cfg, args: argparse.Namespace) -> int:
+    import torch.distributed as dist
+
     from stride.report.summary_table import print_summary
     from stride.train.trainer import Trainer
 
-    cfg = load_config(args.config, args.overrides)
     if args.no_progress:
         cfg.metrics.progress = False
-    result = Trainer(config=cfg, out=args.out).fit()
-    from rich.console import Console
+    trainer = Trainer(config=cfg, out=args.out)
+    result = trainer.fit()
+    if trainer.par.is_rank0:
+        from rich.console import Console
 
-    term = Console()
-    print_summary(result.summary, term if term.is_terminal else Console(width=120))
-    print(f"run directory: {result.run_dir}")
+        term = Console()
+        print_summary(result.summary, term if term.is_terminal else Console(width=120))
+        print(f"run directory: {result.run_dir}")
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return 0

@@ -1,0 +1,62 @@
+"""`stride train --nproc N` re-runs itself under torchrun (the elastic agent) instead of forking ranks itself.
+
+torchrun gives restarts (`--max-restarts`), multi-node rendezvous (`--nnodes`, `--rdzv-endpoint`) and
+the RANK / WORLD_SIZE / LOCAL_RANK environment the trainer reads. `torchrun -m stride train CONFIG`
+works the same way by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from stride.config.errors import ConfigError
+
+
+def inside_launcher() -> bool:
+    """True in a process torchrun started (it sets these for every worker)."""
+    return "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def torchrun_command(
+    train_args: list[str],
+    *,
+    nproc: int,
+    nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
+    max_restarts: int = 0,
+    node_rank: int | None = None,
+) -> list[str]:
+    """The torchrun command line that runs `stride train <train_args>` on `nproc` ranks per node."""
+    if nproc < 1 or nnodes < 1 or max_restarts < 0:
+        raise ConfigError(f"--nproc {nproc}, --nnodes {nnodes}, --max-restarts {max_restarts}: need >= 1, >= 1, >= 0")
+    if nnodes > 1 and not rdzv_endpoint:
+        raise ConfigError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on every node)")
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
+           f"--max-restarts={max_restarts}"]
+    if rdzv_endpoint:
+        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
+        if node_rank is not None:
+            cmd.append(f"--node-rank={node_rank}")
+    else:
+        cmd.append("--standalone")  # one node: a local rendezvous on a free port
+    return [*cmd, "-m", "stride", "train", *train_args]
+
+
+def launcher_env(threads: int | None) -> dict[str, str]:
+    """The workers' environment: restart-safe rendezvous store, and one thread set per rank."""
+    env = dict(os.environ)
+    # gloo re-initialisation after a restart is flaky with the shared store (pytorch#135712, FACTS.md)
+    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
+    """Run torchrun in the foreground; its exit status is the run's."""
+    try:
+        return subprocess.run(cmd, env=env, check=False).returncode
+    except KeyboardInterrupt:
+        return 130

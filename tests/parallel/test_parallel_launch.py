@@ -1,0 +1,56 @@
+"""`stride train --nproc N` runs torchrun underneath; a bad layout fails before anything is launched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from stride.cli.main import main
+from stride.launch.torchrun import launcher_env, torchrun_command
+
+TINY = ["--set", "model.d_model=32", "--set", "model.n_layers=2", "--set", "data.n_assets=4",
+        "--set", "data.n_steps=600", "--set", "data.seq_len=16", "--set", "train.batch_size=8",
+        "--set", "train.steps=3", "--set", "train.val_every=0", "--set", "metrics.flops=false",
+        "--set", "metrics.log_every=1"]
+
+
+def test_torchrun_command_single_and_multi_node():
+    one = torchrun_command(["c.toml"], nproc=2, max_restarts=3)
+    assert one[1:3] == ["-m", "torch.distributed.run"]
+    assert {"--nproc-per-node=2", "--nnodes=1", "--max-restarts=3", "--standalone"} <= set(one)
+    assert one[-4:] == ["-m", "stride", "train", "c.toml"]
+    multi = torchrun_command(["c.toml"], nproc=4, nnodes=2, rdzv_endpoint="host:29400", node_rank=1)
+    assert {"--rdzv-backend=c10d", "--rdzv-endpoint=host:29400", "--node-rank=1", "--nnodes=2"} <= set(multi)
+    assert "--standalone" not in multi
+    assert launcher_env(1)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_bad_layout_fails_before_launch(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[parallel]\ndp_shard = 3\n")
+    assert main(["train", str(cfg), "--nproc", "2"]) == 2
+    assert "multiply to 3, but the world size is 2" in capsys.readouterr().err
+    assert main(["train", str(cfg), "--nproc", "1", "--nnodes", "3"]) == 2  # no --rdzv-endpoint
+    assert "needs --rdzv-endpoint" in capsys.readouterr().err
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_stride_train_nproc_2_writes_one_run_dir(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[train]\nname = "dist"\nthreads = 1\n')
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "LOCAL_RANK", "RANK")}
+    proc = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), "--nproc", "2", "--out", str(out),
+                           "--no-progress", *TINY], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["parallel"] == "ddp"
+    assert summary["per_rank_samples_per_s"] == pytest.approx(summary["samples_per_s"] / 2)
+    assert proc.stdout.count("run directory:") == 1  # rank 0 only
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert sum('"loss"' in line for line in lines) == 3  # one writer: no duplicated records
