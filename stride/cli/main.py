@@ -62,6 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"stride {name}: config error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        # A failed checkpoint save or load gets its message, not a traceback; the previous
+        # checkpoint is intact (stride.checkpoint guarantees it).
+        from stride.checkpoint.errors import CheckpointError
+
+        if isinstance(exc, CheckpointError):
+            print(f"stride {name}: checkpoint error: {exc}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

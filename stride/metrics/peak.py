@@ -33,8 +33,11 @@ def _dtype_name(precision: str) -> str:
 
 def measured_matmul_peak(device: torch.device, dtype: torch.dtype, n: int = 1024, seconds: float = 0.3) -> float:
     """Best observed FLOP/s of an n x n matmul, a practical ceiling for dense compute on this device."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+    # Its own generator: measuring the peak must not move the training RNG (a first run in a process
+    # would otherwise draw different dropout masks from later ones).
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
     for _ in range(2):
         a @ b
     best = 0.0

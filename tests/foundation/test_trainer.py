@@ -178,3 +178,13 @@ def test_lstm_flops_counted_analytically() -> None:
     flops = count_train_flops(lstm, lambda out, t: F.mse_loss(out[0], t), x, y)
     fwd = 2 * 4 * 5 * (4 * 16) * (8 + 16)
     assert flops == fwd + 2 * fwd
+
+
+def test_peak_measurement_leaves_the_training_rng_alone() -> None:
+    from stride.metrics.peak import measured_matmul_peak
+
+    torch.manual_seed(3)
+    a = torch.rand(4)
+    torch.manual_seed(3)
+    measured_matmul_peak(torch.device("cpu"), torch.float32, n=64, seconds=0.01)
+    assert torch.equal(a, torch.rand(4))
