@@ -119,6 +119,11 @@ def main() -> None:
         "ddp_samples_per_s": med("ddp", "samples_per_s"),
         "fsdp_samples_per_s": med("fsdp", "samples_per_s"),
     }
+    # DDP's forward has no communication: its slowdown against one rank is contention for cores and
+    # memory bandwidth (other processes on the box), which the efficiency figures include.
+    fwd = [float(s["step_time_breakdown_s"]["forward"]) for s in runs["ddp"]]
+    fwd1 = [float(s["step_time_breakdown_s"]["forward"]) for s in runs["single"]]
+    res["ddp_forward_slowdown"] = statistics.median(fwd) / statistics.median(fwd1)
     if a.strong:
         res[f"ddp_strong_speedup_{n}"] = med("ddp_strong", "samples_per_s") / one
         res[f"fsdp_strong_speedup_{n}"] = med("fsdp_strong", "samples_per_s") / one
