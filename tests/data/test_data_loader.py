@@ -92,13 +92,18 @@ def test_prefetch_gives_the_same_batches_and_stops_its_thread() -> None:
     plain = _global_steps(_ranks(300, 8, 2))
     pre = _global_steps(_ranks(300, 8, 2, prefetch=3))
     assert all(torch.equal(a, b) for a, b in zip(plain, pre, strict=True)) and len(plain) == len(pre)
+    def prefetchers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "stride-data-prefetch"}
+
+    before = prefetchers()  # threads of other tests' loaders may still be winding down
     ld = ShardedLoader(Ids(300), 8, prefetch=2)
     it = iter(ld)
     next(it)
     next(it)
     assert ld.state_dict()["position"] == 2  # counted when consumed, not when prefetched
+    assert prefetchers() - before  # this iterator's thread runs
     it.close()
-    assert not any(t.name == "stride-data-prefetch" for t in threading.enumerate())
+    assert not prefetchers() - before  # and stops on close
 
 
 def test_state_from_other_data_is_refused() -> None:

@@ -1,0 +1,13 @@
+"""Session-wide test set-up.
+
+Triton kernels run under Triton's CPU interpreter when no CUDA GPU is present. `triton.jit` reads
+TRITON_INTERPRET when it decorates a function, so this must be set before ANY test module imports a
+kernel module, whichever directory pytest collects first: hence here, in the root conftest.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
