@@ -36,12 +36,14 @@ STRATEGIES: dict[str, list[str]] = {
                         "parallel.mp_param_dtype='bf16'"],
     "tp": ["parallel.tp=2"],
     "tp_nosp": ["parallel.tp=2", "parallel.sequence_parallel=false"],
+    "fsdp_ac": ["parallel.dp_shard=2", "train.activation_checkpointing='full'"],
+    "tp_ac": ["parallel.tp=2", "train.activation_checkpointing='full'"],
     # 4 processes
     "fsdp_tp": ["parallel.dp_shard=2", "parallel.tp=2"],
     "hsdp": ["parallel.dp_replicate=2", "parallel.dp_shard=2"],
     "ddp4": [],
 }
-BY_WORLD = {2: [k for k in list(STRATEGIES)[:10]], 4: ["fsdp_tp", "hsdp", "ddp4"]}
+BY_WORLD = {2: [k for k in list(STRATEGIES)[:12]], 4: ["fsdp_tp", "hsdp", "ddp4"]}
 
 
 def run(overrides: list[str]) -> tuple[dict, dict[str, torch.Tensor]]:

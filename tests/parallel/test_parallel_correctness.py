@@ -20,7 +20,7 @@ import torch
 from parallel_worker import BY_WORLD, run
 
 WORKER = Path(__file__).with_name("parallel_worker.py")
-FP32 = ["ddp", "ddp_accum", "fsdp", "fsdp_accum", "tp", "tp_nosp", "fsdp_tp", "hsdp", "ddp4"]
+FP32 = ["ddp", "ddp_accum", "fsdp", "fsdp_accum", "tp", "tp_nosp", "fsdp_ac", "tp_ac", "fsdp_tp", "hsdp", "ddp4"]
 # (loss bound, parameter bound) for paths that round on purpose
 # (seen here: fp16 1.5e-4 / 3.0e-3, bf16 3.5e-4 / 4.2e-3, FSDP bf16 params 1.2e-3 / 1.1e-2, PowerSGD 9.8e-3 / 7.2e-3)
 LOOSE = {"ddp_fp16": (1e-3, 1e-2), "ddp_bf16": (3e-3, 2e-2), "fsdp_zero2_bf16": (5e-3, 4e-2),
