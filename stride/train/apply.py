@@ -10,28 +10,25 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    CheckpointImpl,
+    CheckpointWrapper,
+    checkpoint_wrapper,
+)
 
 from stride.config.errors import ConfigError
 
-
-class CheckpointedBlock(nn.Module):
-    """Recompute the wrapped block's forward during backward instead of storing its activations.
-
-    Trade: about one extra forward of the block per step for not keeping its intermediates.
-    Non-reentrant checkpointing (use_reentrant=False) supports kwargs and works with compile.
-    """
-
-    def __init__(self, block: nn.Module) -> None:
-        super().__init__()
-        self.block = block
-
-    def forward(self, *args, **kwargs):
-        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+# torch's wrapper (as torchtitan uses): non-reentrant checkpointing (kwargs, compile), and state-dict
+# hooks that drop its `_checkpoint_wrapped_module.` prefix, so a run with AC saves, loads and hashes
+# the same keys as one without (checkpoints and params_sha256 stay comparable).
+CheckpointedBlock = CheckpointWrapper
 
 
 def apply_activation_checkpointing(model: nn.Module, mode: str, every: int = 1) -> int:
-    """Wrap every block ('full') or every `every`-th block ('every_k'); returns how many were wrapped."""
+    """Wrap every block ('full') or every `every`-th block ('every_k'); returns how many were wrapped.
+
+    Trade: about one extra forward of each wrapped block per step for not keeping its intermediates.
+    """
     if mode == "none":
         return 0
     blocks = getattr(model, "blocks", None)
@@ -44,7 +41,7 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, every: int = 1) 
     wrapped = 0
     for i, block in enumerate(blocks):
         if i % k == 0 and not isinstance(block, CheckpointedBlock):
-            blocks[i] = CheckpointedBlock(block)
+            blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
             wrapped += 1
     return wrapped
 
