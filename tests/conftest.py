@@ -6,8 +6,18 @@ kernel module, whichever directory pytest collects first: hence here, in the roo
 """
 
 import os
+import random
 
+import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def seed() -> int:
+    """A fresh seed each run; tests put it in their assert messages so a failure can be replayed."""
+    s = random.SystemRandom().randrange(2**31)
+    torch.manual_seed(s)
+    return s
