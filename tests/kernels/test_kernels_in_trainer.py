@@ -13,7 +13,7 @@ from stride.train.trainer import Trainer
 
 pytestmark = pytest.mark.skipif(
     not (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"),
-    reason="needs a GPU or TRITON_INTERPRET=1 (set by tests/kernels/conftest.py)",
+    reason="needs a GPU or TRITON_INTERPRET=1 (set by tests/conftest.py)",
 )
 
 BASE = ["data.n_assets=2", "data.n_steps=512", "data.seq_len=8", "data.horizons=[1, 5]", "train.batch_size=8",
