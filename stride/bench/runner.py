@@ -40,40 +40,16 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
     name = w.name + suffix
     if w.kind == "ppo":
         return run_ppo_workload(w, name, device, extra)
-    cfg = load_config(overrides=[*w.overrides, f"train.device={device}", f"train.name={name}", *(extra or [])])
+    cfg = _config(w, name, device, extra)
     timer = StepTimes()
     result = Trainer(config=cfg, out=(out / name) if out else None, callbacks=[timer],
                      write_run_dir=out is not None).fit()
     s = result.summary
     per_step = cfg.train.batch_size * (cfg.data.seq_len if w.throughput_unit == "tokens/s" else 1)
     windows = throughput_windows(timer.times, cfg.metrics.skip_steps, per_step)
-    tput = {"unit": w.throughput_unit, **spread(windows)}
-    return {
-        "name": name,
-        "version": w.version,
-        "description": w.description,
-        "config": config_to_dict(cfg),
-        "throughput": tput,
-        "throughput_method": f"{tput['n']} equal windows of steps after {cfg.metrics.skip_steps} warm-up steps, "
-        "wall clock per step (perf_counter; CUDA: events)",
-        "timesteps_per_s": s["timesteps_per_s"],
-        "mfu": s["mfu"],
-        "mfu_peak_source": s["peak_flops_source"],
-        "flops_per_step": s["flops_per_step"],
-        "peak_mem_bytes": s["peak_mem_bytes"],
-        "peak_mem_kind": s["peak_mem_kind"],
-        "step_time_breakdown_s": s["step_time_breakdown_s"],
-        "time_to_target_s": s["time_to_target_s"],
-        "target_val_loss": s["target_val_loss"],
-        "final_val_loss": s["final_val_loss"],
-        "final_train_loss": s["final_train_loss"],
-        "steps": s["steps"],
-        "skipped_steps": s["skipped_steps"],
-        "saved_activation_bytes": s["saved_activation_bytes"],
-        "params": s["params"],
-        "params_sha256": s["params_sha256"],
-        "run_dir": str(result.run_dir) if result.run_dir else None,
-    }
+    method = (f"{{n}} equal windows of steps after {cfg.metrics.skip_steps} warm-up steps, "
+              "wall clock per step (perf_counter; CUDA: events)")
+    return _entry(w, name, cfg, windows, method, s, run_dir=str(result.run_dir) if result.run_dir else None)
 
 
 def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | None) -> dict[str, Any]:
@@ -83,23 +59,37 @@ def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | Non
     from stride.rl.market_env import MarketMakingSpec
     from stride.rl.ppo import PPOSettings, train_ppo
 
-    cfg = load_config(overrides=[*w.overrides, f"train.device={device}", f"train.name={name}", *(extra or [])])
+    cfg = _config(w, name, device, extra)
     params = dict(w.params)
     spec_keys = {f.name for f in dataclasses.fields(MarketMakingSpec)}
     spec = MarketMakingSpec(**{k: v for k, v in params.items() if k in spec_keys})
     settings = PPOSettings(**{k: v for k, v in params.items() if k not in spec_keys})
     r = train_ppo(cfg, spec, settings)
     windows = throughput_windows(r["update_times_s"], 1, r["env_steps_per_update"])
+    return _entry(w, name, cfg, windows, "{n} equal windows of PPO updates after 1 warm-up update", r,
+                  timesteps_per_s=r["env_steps_per_s"], skipped_steps=0, ppo=params,
+                  final_episode_return=r["final_episode_return"], episode_returns=r["episode_returns"])
+
+
+def _config(w: Workload, name: str, device: str, extra: list[str] | None) -> Any:
+    return load_config(overrides=[*w.overrides, f"train.device={device}", f"train.name={name}", *(extra or [])])
+
+
+# Figures every entry carries, read from a trainer summary (or PPO's summary-shaped dict; absent -> None).
+_SUMMARY_KEYS = ("timesteps_per_s", "mfu", "flops_per_step", "peak_mem_bytes", "peak_mem_kind",
+                 "step_time_breakdown_s", "time_to_target_s", "target_val_loss", "final_val_loss",
+                 "final_train_loss", "steps", "skipped_steps", "saved_activation_bytes", "params", "params_sha256")
+
+
+def _entry(w: Workload, name: str, cfg: Any, windows: list[float], method: str, s: dict[str, Any],
+           run_dir: str | None = None, **extra: Any) -> dict[str, Any]:
+    """One results.json workload entry; `method` may name the window count as {n}."""
+    tput = {"unit": w.throughput_unit, **spread(windows)}
     return {
         "name": name, "version": w.version, "description": w.description, "config": config_to_dict(cfg),
-        "ppo": params,
-        "throughput": {"unit": w.throughput_unit, **spread(windows)},
-        "throughput_method": f"{len(windows)} equal windows of PPO updates after 1 warm-up update",
-        "timesteps_per_s": r["env_steps_per_s"], "mfu": r["mfu"], "mfu_peak_source": r["peak_flops_source"],
-        "flops_per_step": r["flops_per_step"], "peak_mem_bytes": r["peak_mem_bytes"],
-        "peak_mem_kind": r["peak_mem_kind"], "step_time_breakdown_s": r["step_time_breakdown_s"],
-        "time_to_target_s": None, "target_val_loss": None, "final_val_loss": None,
-        "final_train_loss": None, "final_episode_return": r["final_episode_return"],
-        "episode_returns": r["episode_returns"], "steps": r["steps"], "skipped_steps": 0,
-        "saved_activation_bytes": None, "params": None, "params_sha256": r["params_sha256"], "run_dir": None,
+        "throughput": tput, "throughput_method": method.format(n=tput["n"]),
+        "mfu_peak_source": s.get("peak_flops_source"),
+        **{k: s.get(k) for k in _SUMMARY_KEYS},
+        "run_dir": run_dir,
+        **extra,
     }
