@@ -76,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
         results["time_to_target"] = ttts
     run_dir.write_json("results.json", results)
     term = Console()
-    (term if term.is_terminal else Console(width=160)).print(results_table(results))
+    out_console = term if term.is_terminal else Console(width=160)  # wide tables in CI logs and files
+    out_console.print(results_table(results))
     for n, matrix in matrices.items():
-        (term if term.is_terminal else Console(width=160)).print(tradeoff_table(n, matrix))
+        out_console.print(tradeoff_table(n, matrix))
     print(f"results: {out / 'results.json'}")
     if args.json:
         print(json.dumps(results, default=str))
