@@ -118,13 +118,16 @@ def test_real_slurm_runs_requeues_and_resumes(config: Path, tmp_path: Path) -> N
             time.sleep(0.5)
         # What Slurm does --signal-lead seconds before the limit: SIGUSR1 to the batch shell.
         cluster.run("scancel", "--signal=USR1", "--batch", job_id)
-        released, state = False, ""
+        released, state, idle_since = False, "", None
         end = time.monotonic() + 240
         while time.monotonic() < end:
             state = cluster.job_state(job_id)
-            if state == "PENDING" and not released and cluster.node_idle():
-                # A requeued job waits ~2 minutes before it is eligible; release it once the node has
-                # finished cleaning up the first attempt (earlier, slurmd refuses: "already killed").
+            idle = state == "PENDING" and cluster.node_idle()
+            idle_since = (idle_since or time.monotonic()) if idle else None
+            # A requeued job waits ~2 minutes before it is eligible; release it once the node has been
+            # idle for 3 s. Sooner, slurmd kills it: its credential revocation of the first attempt has
+            # one-second resolution, so a launch in the same second reads as "Job credential revoked".
+            if idle_since is not None and not released and time.monotonic() - idle_since >= 3.0:
                 cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
                 released = True
             if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
