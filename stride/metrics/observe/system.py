@@ -110,21 +110,26 @@ class SystemSampler:
         self.cpu_sum += rec["cpu_percent"]
         return rec
 
-    def _run(self) -> None:
-        f = open(self.out, "a", buffering=1) if self.out is not None else None  # noqa: SIM115
+    def _write(self, f: Any, rec: dict[str, Any]) -> None:
+        if f is not None:
+            f.write(json.dumps(rec) + "\n")
+
+    def _run(self, f: Any) -> None:
         try:
             stopping = False
             while not stopping:
                 stopping = self._stop.wait(self.period_s)
-                rec = self.sample()  # one last sample on stop, so even a short run has one line
-                if f is not None:
-                    f.write(json.dumps(rec) + "\n")
+                self._write(f, self.sample())  # one last sample on stop, so even a short run has one line
         finally:
             if f is not None:
                 f.close()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="stride-system-sampler", daemon=True)
+        f = open(self.out, "a", buffering=1) if self.out is not None else None  # noqa: SIM115
+        # One sample now, so the other observers have RSS and CPU from the first step on, however
+        # short the steps are against the period (a 4-step run could otherwise finish unsampled).
+        self._write(f, self.sample())
+        self._thread = threading.Thread(target=self._run, args=(f,), name="stride-system-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> dict[str, Any]:
