@@ -1,4 +1,4 @@
-"""`stride launch slurm|k8s CONFIG ...`: submit to a scheduler, or print what would be submitted."""
+"""`stride launch slurm|k8s|ray CONFIG ...`: submit to a scheduler, print what would be submitted, or run on Ray."""
 
 from __future__ import annotations
 
@@ -45,6 +45,24 @@ def register(p: argparse.ArgumentParser) -> None:
     k.add_argument("--format", choices=("yaml", "json"), default="yaml")
     k.add_argument("-o", "--output", type=Path, default=None, help="write here (default: print to stdout)")
     k.set_defaults(func=run_k8s)
+    r = sub.add_parser("ray", help="run the trainer inside Ray Train's TorchTrainer (needs: pip install 'stride[ray]')")
+    r.add_argument("config", type=Path, help="TOML run config")
+    r.add_argument("--workers", type=int, required=True, help="Ray Train workers, one stride rank each")
+    r.add_argument("--address", default=None,
+                   help="an existing Ray cluster (auto, HOST:PORT, ray://HOST:10001); default: start one here")
+    r.add_argument("--use-gpu", choices=("auto", "true", "false"), default="auto",
+                   help="one GPU per worker; auto: when the cluster has enough and train.device allows")
+    r.add_argument("--cpus-per-worker", type=int, default=1, help="CPUs Ray reserves per worker (and its threads)")
+    r.add_argument("--max-failures", type=int, default=0,
+                   help="times Ray restarts the workers after a failure; each restart resumes from the newest "
+                        "checkpoint (-1: unlimited)")
+    r.add_argument("--out", type=Path, default=None,
+                   help="run directory, shared by every worker (default: <metrics.out_dir>/<stamp>-<name>); "
+                        "launching again on it resumes")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override (repeatable)")
+    r.add_argument("--json", action="store_true", help="print the summary as one JSON line at the end")
+    r.set_defaults(func=run_ray)
 
 
 def run_slurm(args: argparse.Namespace) -> int:
@@ -80,4 +98,38 @@ def run_k8s(args: argparse.Namespace) -> int:
     else:
         args.output.write_text(text)
         print(f"wrote {args.output} (kubectl apply -f {args.output})")
+    return 0
+
+
+def run_ray(args: argparse.Namespace) -> int:
+    from stride.config import load_config
+    from stride.launch.ray_train import LAUNCH_DEFAULTS, RayLaunch, RayNotInstalled, RayRunFailed, launch_ray
+
+    cfg = load_config(args.config, [*LAUNCH_DEFAULTS, *args.overrides])
+    spec = RayLaunch(workers=args.workers, use_gpu=args.use_gpu, address=args.address,
+                     cpus_per_worker=args.cpus_per_worker, max_failures=args.max_failures, out=args.out)
+
+    def started(out: Path, use_gpu: bool) -> None:
+        where = args.address or "a local Ray instance"
+        print(f"stride launch ray: {args.workers} workers ({'GPU' if use_gpu else 'CPU'}) on {where}; "
+              f"run directory {out}", file=sys.stderr, flush=True)
+
+    try:
+        outcome = launch_ray(cfg, spec, on_start=started)
+    except RayNotInstalled as exc:
+        print(f"stride launch ray: {exc}", file=sys.stderr)
+        return 2
+    except RayRunFailed as exc:
+        print(f"stride launch ray: {exc}", file=sys.stderr)
+        return 1
+    from rich.console import Console
+
+    from stride.report.summary_table import print_summary
+
+    term = Console()
+    print_summary(outcome.summary, term if term.is_terminal else Console(width=120))
+    print(f"run directory: {outcome.run_dir} (Ray fit {outcome.fit_s:.1f} s)")
+    if args.json:
+        print(json.dumps({"run_dir": str(outcome.run_dir), "fit_s": outcome.fit_s,
+                          "summary_source": outcome.summary_source, "summary": outcome.summary}, default=str))
     return 0

@@ -49,10 +49,16 @@ def local_device(device: torch.device) -> torch.device:
 
 
 def init_mesh(layout: Layout, device: torch.device, backend: str) -> Mesh:
-    """Initialise the default process group (if needed) and the mesh over all degrees."""
+    """Initialise the default process group (if needed) and the mesh over all degrees.
+
+    A group some launcher already initialised (Ray Train, a user's script) is used as it is.
+    """
     if not dist.is_initialized():
         kwargs = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(backend=choose_backend(backend, device), **kwargs)
+    elif backend != "auto" and backend not in str(dist.get_backend()).replace(",", ":").split(":"):
+        raise ConfigError(f"`parallel.backend` = {backend!r} but the process group was already initialised "
+                          f"with {dist.get_backend()!r} (by the launcher)")
     if dist.get_world_size() != layout.world_size:
         raise ConfigError(
             f"the process group has {dist.get_world_size()} ranks but the layout expects {layout.world_size}"
