@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -110,15 +111,18 @@ def train_loop_per_worker(loop: dict[str, Any]) -> dict[str, Any] | None:
 
     Rank 0 returns the run's summary (Ray's `Result.return_value`); other ranks return None.
     """
-    import ray.train
     import ray.train.torch
 
     from stride.train.trainer import Trainer
 
     cfg: RunConfig = loop["config"]
     if loop["use_gpu"]:
-        # Ray may share CUDA_VISIBLE_DEVICES between a node's workers: take the device it assigned.
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device=str(ray.train.torch.get_device())))
+        # stride (like torch's DeviceMesh) takes cuda:LOCAL_RANK, but the GPU Ray gave this worker can have
+        # another index (CUDA_VISIBLE_DEVICES=2,3 and GPU 2 is cuda:0 for either local rank). Point
+        # LOCAL_RANK at it rather than writing the index into the config, which must be equal on every rank.
+        device = ray.train.torch.get_device()
+        if device.type == "cuda" and device.index is not None:
+            os.environ["LOCAL_RANK"] = str(device.index)
     # Ray starts workers in their own working directory; relative paths in the config (data
     # files) mean the driver's directory, where it exists on this node.
     if os.path.isdir(loop["cwd"]):
@@ -136,14 +140,32 @@ class RayOutcome:
     fit_s: float
 
 
+AUTH_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")
+_OWN_TOKEN: list[str | None] = [None]  # the token _init_ray put in the environment, removed at shutdown
+
+
+def _drop_own_token() -> None:
+    if _OWN_TOKEN[0] is not None and os.environ.get("RAY_AUTH_TOKEN") == _OWN_TOKEN[0]:
+        del os.environ["RAY_AUTH_TOKEN"]
+    _OWN_TOKEN[0] = None
+
+
 def _init_ray(ray: Any, spec: RayLaunch) -> bool:
-    """Connect to (or start) a Ray cluster unless this process already has; True if we started it here."""
+    """Connect to (or start) a Ray cluster unless this process already has; True if we connected here."""
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine
     if spec.address is None:
-        ray.init(num_cpus=max(os.cpu_count() or 1, spec.workers * spec.cpus_per_worker),
-                 include_dashboard=False, log_to_driver=True)
+        # A cluster started for one launch needs no lasting secret: Ray (2.5x) would otherwise enable
+        # token auth and write ~/.ray/auth_token. A token in the environment keeps auth on, writes nothing.
+        if not any(k in os.environ for k in AUTH_ENV) and not (Path.home() / ".ray" / "auth_token").exists():
+            os.environ["RAY_AUTH_TOKEN"] = _OWN_TOKEN[0] = secrets.token_hex(32)
+        try:
+            ray.init(num_cpus=max(os.cpu_count() or 1, spec.workers * spec.cpus_per_worker),
+                     include_dashboard=False, log_to_driver=True)
+        except BaseException:
+            _drop_own_token()
+            raise
     else:
         ray.init(address=spec.address, log_to_driver=True)
     return True
@@ -156,7 +178,7 @@ def _failure_text(exc: BaseException, spec: RayLaunch, out: Path) -> str:
 
 def launch_ray(cfg: RunConfig, spec: RayLaunch,
                on_start: Callable[[Path, bool], None] | None = None) -> RayOutcome:
-    """Run `cfg` on `spec.workers` Ray workers; blocks until done. A failed run raises RuntimeError."""
+    """Run `cfg` on `spec.workers` Ray workers; blocks until done. A failed run raises RayRunFailed."""
     ray = import_ray()
     from ray.train import FailureConfig, ScalingConfig
     from ray.train import RunConfig as RayRunConfig
@@ -174,8 +196,12 @@ def launch_ray(cfg: RunConfig, spec: RayLaunch,
         import torch
 
         backend = choose_backend(cfg.parallel.backend, torch.device("cuda" if use_gpu else "cpu"))
-        if cfg.train.threads is None:  # as torchrun's launcher: one thread set per worker's CPUs
-            cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, threads=spec.cpus_per_worker))
+        t = cfg.train
+        # As torchrun's launcher: one thread set per worker's CPUs. A CPU launch pins the device, so a
+        # worker that happens to see a GPU Ray did not give it stays off it.
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(
+            t, threads=spec.cpus_per_worker if t.threads is None else t.threads,
+            device="cpu" if not use_gpu and t.device == "auto" else t.device))
         if on_start is not None:
             on_start(out, use_gpu)
         trainer = TorchTrainer(
@@ -198,6 +224,7 @@ def launch_ray(cfg: RunConfig, spec: RayLaunch,
     finally:
         if started:
             ray.shutdown()
+            _drop_own_token()
     if getattr(result, "error", None) is not None:
         raise RayRunFailed(_failure_text(result.error, spec, out))
     summary = getattr(result, "return_value", None)
