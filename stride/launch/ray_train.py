@@ -65,7 +65,7 @@ class RayLaunch:
     cpus_per_worker: int = 1
     max_failures: int = 0  # worker-group restarts after a failure (Ray's FailureConfig)
     out: Path | None = None
-    callbacks: list[Any] = field(default_factory=list)  # extra stride Callbacks for every worker (tests)
+    callbacks: list[Any] = field(default_factory=list)  # extra stride Callbacks, pickled to every worker
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -79,15 +79,10 @@ class RayLaunch:
 
 
 def run_directory(cfg: RunConfig, out: Path | str | None) -> Path:
-    """The absolute run directory, chosen once on the driver (so every worker and attempt shares it)."""
-    if out is not None:
-        return Path(out).expanduser().resolve()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(cfg.metrics.out_dir).expanduser().resolve() / f"{stamp}-{cfg.train.name}"
-    path, i = base, 1
-    while path.exists():
-        path, i = Path(f"{base}-{i}"), i + 1
-    return path
+    """The absolute run directory, made once on the driver (so every worker and attempt shares it)."""
+    from stride.metrics.run_dir import RunDir
+
+    return RunDir.create(cfg.metrics.out_dir, cfg.train.name, Path(out).expanduser() if out else None).path.resolve()
 
 
 def resolve_use_gpu(choice: str, cluster_gpus: float, workers: int, device: str) -> bool:
