@@ -22,7 +22,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("analyze", "analyze", "where a step's time goes, from profiler traces"),
     ("comm", "comm", "collective benchmark in the manner of nccl-tests"),
     ("repro", "repro", "re-run a recorded run directory and check the result matches"),
-    ("launch", "launch", "submit to Slurm (sbatch, requeue on preemption) or write a Kubeflow PyTorchJob"),
+    ("launch", "launch", "submit to Slurm (requeue on preemption), write a Kubeflow PyTorchJob, or run on Ray Train"),
     ("top", "top", "live terminal view of a run directory's metrics"),
     ("plan", "plan", "predict step time, memory and cost; recommend a layout and hardware"),
 ]
