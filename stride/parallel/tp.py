@@ -24,9 +24,12 @@ every position).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
@@ -69,6 +72,24 @@ def block_plan(sequence_parallel: bool) -> dict:
     return plan
 
 
+def on_local_shards(kernel: Callable) -> Callable:
+    """A fused norm `kernel(x, weight, eps)` (stride.train.kernels_apply) run on this rank's tokens.
+
+    Under SP a norm gets a Shard(1) DTensor input and a Replicate DTensor weight, and a Triton
+    kernel takes plain tensors only. The weight's gradient sums over tokens, so on each rank it is
+    a partial sum over that rank's tokens: `Partial`, reduced where the gradient is used.
+    """
+
+    def run(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if not isinstance(x, DTensor):
+            return kernel(x, weight, eps)
+        w = weight.to_local(grad_placements=[Partial()]) if isinstance(weight, DTensor) else weight
+        y = kernel(x.to_local(), w, eps)
+        return DTensor.from_local(y, x.device_mesh, x.placements, run_check=False)
+
+    return run
+
+
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = True) -> int:
     """Parallelize `model` in place over `tp_mesh`; returns the number of blocks parallelized.
 
@@ -77,6 +98,9 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = Tr
     blocks = model.blocks
     for block in blocks:
         parallelize_module(block, tp_mesh, block_plan(sequence_parallel))
+        for norm in (block.attn_norm, block.mlp_norm) if sequence_parallel else ():
+            if getattr(norm, "kernel", None) is not None:
+                norm.kernel = on_local_shards(norm.kernel)
     if sequence_parallel:
         root = {
             # the replicated entry's output: each rank keeps its tokens (no communication)

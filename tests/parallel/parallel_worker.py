@@ -42,12 +42,14 @@ STRATEGIES: dict[str, list[str]] = {
     "fsdp_ac": ["parallel.dp_shard=2", "train.activation_checkpointing='full'"],
     "tp_ac": ["parallel.tp=2", "train.activation_checkpointing='full'"],
     "tp_token_lm": [*TOKEN_LM, "parallel.tp=2"],
+    # fused norm / SwiGLU / RoPE kernels (Triton's interpreter on CPU) on TP's local shards
+    "tp_triton": ["parallel.tp=2", "train.kernels='triton'"],
     # 4 processes
     "fsdp_tp": ["parallel.dp_shard=2", "parallel.tp=2"],
     "hsdp": ["parallel.dp_replicate=2", "parallel.dp_shard=2"],
     "ddp4": [],
 }
-BY_WORLD = {2: [k for k in list(STRATEGIES)[:13]], 4: ["fsdp_tp", "hsdp", "ddp4"]}
+BY_WORLD = {2: [k for k in list(STRATEGIES)[:14]], 4: ["fsdp_tp", "hsdp", "ddp4"]}
 # the single-process run each strategy is compared with (BASE alone unless named here)
 REFERENCE = {"tp_token_lm": TOKEN_LM}
 
@@ -68,7 +70,7 @@ def run(overrides: list[str]) -> tuple[dict, dict[str, torch.Tensor]]:
         full = trainer.model.state_dict()
     losses = [r["loss"] for r in res.history if "loss" in r]
     keys = ("world_size", "parallel", "params_sha256", "samples_per_s", "per_rank_samples_per_s",
-            "comm_exposed_s", "comm_hidden_s", "exposed_comm_fraction")
+            "comm_exposed_s", "comm_hidden_s", "exposed_comm_fraction", "kernels")
     result = {"losses": losses, **{k: res.summary[k] for k in keys}}
     if trainer.n_tp:
         result.update(tp_facts(trainer))

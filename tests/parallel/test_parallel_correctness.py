@@ -21,11 +21,13 @@ import pytest
 import torch
 from parallel_worker import BY_WORLD, REFERENCE, run
 
+from stride.kernels.runtime import triton_available
+
 WORKER = Path(__file__).with_name("parallel_worker.py")
-FP32 = ["ddp", "ddp_accum", "fsdp", "fsdp_accum", "tp", "tp_nosp", "fsdp_ac", "tp_ac", "tp_token_lm", "fsdp_tp", "hsdp",
-        "ddp4"]
+FP32 = ["ddp", "ddp_accum", "fsdp", "fsdp_accum", "tp", "tp_nosp", "fsdp_ac", "tp_ac", "tp_token_lm", "tp_triton",
+        "fsdp_tp", "hsdp", "ddp4"]
 # tensor-parallel runs: (tp degree, data-parallel shards); each rank holds 1/(tp x dp_shard) of each attention weight
-TP = {"tp": (2, 1), "tp_nosp": (2, 1), "tp_ac": (2, 1), "tp_token_lm": (2, 1), "fsdp_tp": (2, 2)}
+TP = {"tp": (2, 1), "tp_nosp": (2, 1), "tp_ac": (2, 1), "tp_token_lm": (2, 1), "tp_triton": (2, 1), "fsdp_tp": (2, 2)}
 # (loss bound, parameter bound) for paths that round on purpose
 # (seen here: fp16 1.5e-4 / 3.0e-3, bf16 3.5e-4 / 4.2e-3, FSDP bf16 params 1.2e-3 / 1.1e-2, PowerSGD 9.8e-3 / 7.2e-3)
 LOOSE = {"ddp_fp16": (1e-3, 1e-2), "ddp_bf16": (3e-3, 2e-2), "fsdp_zero2_bf16": (5e-3, 4e-2),
@@ -147,3 +149,11 @@ def test_tp_communication_per_block(runs):
     assert json.loads((runs / "tp_nosp.json").read_text())["tp_comm_counts"] == {"all_reduce": 8}
     assert json.loads((runs / "tp.json").read_text())["tp_comm_counts"] == \
         {"all_gather_into_tensor": 4 * 2 + 2, "reduce_scatter_tensor": 4 * 2}
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+@pytest.mark.skipif(not triton_available(), reason="needs Triton with a GPU or TRITON_INTERPRET=1 (tests/conftest.py)")
+def test_tp_ran_the_fused_kernels(runs):
+    """tp_triton matched one process above; here: the Triton kernels really ran (SP norms on local shards)."""
+    assert json.loads((runs / "tp_triton.json").read_text())["kernels"] == "triton"
