@@ -15,6 +15,8 @@ Per block, Megatron's layout, so activations inside a sub-layer never leave thei
   the all-reduce, split in two, and the norms run on T/tp tokens. The gathered input stays a
   DTensor (`use_local_output=False`), so in backward the column-wise input gradients (Partial)
   go straight to Shard(1) by one reduce-scatter instead of an all-reduce and a slice.
+- Fused kernels set on the model (stride.train.kernels_apply) keep working: RoPE and SwiGLU get
+  plain local tensors; a fused norm under SP is wrapped to run on the local tokens.
 
 The embedding, the final norm and the head are replicated: a small part of the work here. With
 sequence parallel the embedding's output is cut to each rank's tokens and the final norm sees the
