@@ -49,7 +49,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with RoPE on PyTorch SDPA (flash backend on CPU and GPU)."""
+    """Multi-head self-attention with RoPE on PyTorch SDPA (flash backend on CPU and GPU).
+
+    q, k and v have their own projections, so tensor parallelism can split each by output rows
+    (column-wise) and hand every rank whole heads; the head count is read from the projection's
+    output, so a rank holding n_heads/tp heads runs this code unchanged and `wo` takes that rank's
+    part of d_model. On one device three projections cost no more than one fused [q; k; v] weight
+    (measured: docs/parallel.md, benchmarks/attention_layout.py).
+    """
 
     rope_kernel = None  # `rope_kernel(x, cos, sin)`, set from outside like RMSNorm.kernel
 
@@ -58,18 +65,21 @@ class Attention(nn.Module):
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads, self.head_dim, self.causal, self.dropout = n_heads, d_model // n_heads, causal, dropout
-        self.wqkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.wq = nn.Linear(d_model, d_model, bias=False)
+        self.wk = nn.Linear(d_model, d_model, bias=False)
+        self.wv = nn.Linear(d_model, d_model, bias=False)
         self.wo = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.wqkv(x).view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        b, t, _ = x.shape
+        # [B, T, heads * head_dim] -> [B, heads, T, head_dim]; heads = n_heads / tp on a TP rank
+        q, k, v = (w(x).view(b, t, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
         rope = self.rope_kernel or apply_rope
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         y = F.scaled_dot_product_attention(
             q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
         )
-        return self.wo(y.transpose(1, 2).reshape(b, t, d))
+        return self.wo(y.transpose(1, 2).reshape(b, t, -1))
 
 
 class SwiGLU(nn.Module):

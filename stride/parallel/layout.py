@@ -14,6 +14,7 @@ from torch import nn
 
 from stride.config.errors import ConfigError
 from stride.config.schema import ParallelConfig
+from stride.parallel.tp import ATTN_IN, ENTRY_MODULES, entry_module
 
 
 @dataclass(frozen=True)
@@ -99,20 +100,39 @@ def check_model(layout: Layout, model: nn.Module, tokens: int | None, sequence_p
         raise ConfigError(f"`parallel.tp` = {layout.tp} needs the model's blocks in `model.blocks` (nn.ModuleList)")
     for i, block in enumerate(blocks):
         attn, mlp = getattr(block, "attn", None), getattr(block, "mlp", None)
-        if attn is None or mlp is None or not hasattr(mlp, "w1"):
+        if attn is None or mlp is None or not all(hasattr(mlp, w) for w in ("w1", "w2", "w3")) \
+                or not all(isinstance(getattr(attn, w, None), nn.Linear) for w in (*ATTN_IN, "wo")):
             raise ConfigError(
-                f"`parallel.tp` = {layout.tp}: block {i} ({type(block).__name__}) has no attn / mlp.w1,w2,w3; "
-                "the TP plan in stride.parallel.tp addresses the ts_transformer's module names"
+                f"`parallel.tp` = {layout.tp}: block {i} ({type(block).__name__}) has no attn.wq,wk,wv,wo Linears / "
+                "mlp.w1,w2,w3; the TP plan in stride.parallel.tp addresses the names of stride.models.layers"
             )
         heads = getattr(attn, "n_heads", None)
         if heads is not None and heads % layout.tp:
             raise ConfigError(
                 f"`model.n_heads` = {heads} is not divisible by `parallel.tp` = {layout.tp}"
             )
+        # a contiguous split of each projection's rows is whole heads only if each has n_heads x head_dim rows
+        head_dim = getattr(attn, "head_dim", None)
+        rows = {w: getattr(attn, w).out_features for w in ATTN_IN}
+        if heads is None or head_dim is None or set(rows.values()) != {heads * head_dim}:
+            raise ConfigError(
+                f"`parallel.tp` = {layout.tp}: block {i}'s attention projections have {rows} output rows, "
+                f"not n_heads ({heads}) x head_dim ({head_dim}) each, so a split by rows is not a split by heads"
+            )
         hidden = mlp.w1.out_features
         if hidden % layout.tp:
             raise ConfigError(
                 f"the MLP hidden size {hidden} (block {i}) is not divisible by `parallel.tp` = {layout.tp}"
+            )
+    if sequence_parallel:
+        missing = [what for what, ok in (
+            (f"no input module named {' or '.join(ENTRY_MODULES)}", entry_module(model) is not None),
+            ("no final norm named `norm`", isinstance(getattr(model, "norm", None), nn.Module)),
+        ) if not ok]
+        if missing:  # the plan cuts the entry's output to each rank's tokens and gathers them at `norm`
+            raise ConfigError(
+                f"`parallel.sequence_parallel` with `parallel.tp` = {layout.tp}: {type(model).__name__} has "
+                f"{' and '.join(missing)}; set `parallel.sequence_parallel` = false"
             )
     d_model = model.blocks[0].mlp.w1.in_features
     if d_model % layout.tp:

@@ -23,6 +23,9 @@ BASE = [
     "metrics.log_every=1", "metrics.progress=false", "metrics.flops=false", "metrics.skip_steps=1",
 ]
 
+# The GPT-style token model (same blocks, embedding `tok`, next-token loss over every position).
+TOKEN_LM = ["model.name='token_lm'", "data.source='stride.data.tokens:return_tokens'", "data.kwargs={vocab = 16}"]
+
 STRATEGIES: dict[str, list[str]] = {
     # 2 processes
     "ddp": [],
@@ -38,12 +41,17 @@ STRATEGIES: dict[str, list[str]] = {
     "tp_nosp": ["parallel.tp=2", "parallel.sequence_parallel=false"],
     "fsdp_ac": ["parallel.dp_shard=2", "train.activation_checkpointing='full'"],
     "tp_ac": ["parallel.tp=2", "train.activation_checkpointing='full'"],
+    "tp_token_lm": [*TOKEN_LM, "parallel.tp=2"],
+    # fused norm / SwiGLU / RoPE kernels (Triton's interpreter on CPU) on TP's local shards
+    "tp_triton": ["parallel.tp=2", "train.kernels='triton'"],
     # 4 processes
     "fsdp_tp": ["parallel.dp_shard=2", "parallel.tp=2"],
     "hsdp": ["parallel.dp_replicate=2", "parallel.dp_shard=2"],
     "ddp4": [],
 }
-BY_WORLD = {2: [k for k in list(STRATEGIES)[:12]], 4: ["fsdp_tp", "hsdp", "ddp4"]}
+BY_WORLD = {2: [k for k in list(STRATEGIES)[:14]], 4: ["fsdp_tp", "hsdp", "ddp4"]}
+# the single-process run each strategy is compared with (BASE alone unless named here)
+REFERENCE = {"tp_token_lm": TOKEN_LM}
 
 
 def run(overrides: list[str]) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -62,8 +70,38 @@ def run(overrides: list[str]) -> tuple[dict, dict[str, torch.Tensor]]:
         full = trainer.model.state_dict()
     losses = [r["loss"] for r in res.history if "loss" in r]
     keys = ("world_size", "parallel", "params_sha256", "samples_per_s", "per_rank_samples_per_s",
-            "comm_exposed_s", "comm_hidden_s", "exposed_comm_fraction")
-    return {"losses": losses, **{k: res.summary[k] for k in keys}}, {k: v.detach().clone() for k, v in full.items()}
+            "comm_exposed_s", "comm_hidden_s", "exposed_comm_fraction", "kernels")
+    result = {"losses": losses, **{k: res.summary[k] for k in keys}}
+    if trainer.n_tp:
+        result.update(tp_facts(trainer))
+    return result, {k: v.detach().clone() for k, v in full.items()}
+
+
+def tp_facts(trainer) -> dict:
+    """How attention is split: each rank's share of the attention weights, their placements on the
+    tp mesh dim, and the collectives of one more forward+backward (CommDebugMode counts DTensor's)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    local = total = 0
+    placements = {}
+    for name, p in trainer.model.named_parameters():
+        if ".attn." not in name:
+            continue
+        total += p.numel()  # a DTensor's numel is the full tensor's
+        local += p.to_local().numel() if isinstance(p, DTensor) else p.numel()
+        if isinstance(p, DTensor):
+            tp_dim = p.device_mesh.mesh_dim_names.index("tp")
+            placements[name.replace("_checkpoint_wrapped_module.", "")] = str(p.placements[tp_dim])
+    shares = [None] * dist.get_world_size()
+    dist.all_gather_object(shares, local / total)
+    x, y = trainer.next_batch()
+    with CommDebugMode() as comm:
+        trainer.loss_fn(trainer.wrapped(x), y).backward()
+    trainer.model.zero_grad(set_to_none=True)
+    counts = {str(op).split(".")[-1]: n for op, n in comm.get_comm_counts().items()}
+    return {"attn_weight_share": shares, "attn_tp_placements": placements, "tp_comm_counts": counts}
 
 
 def main(out: str, names: list[str]) -> None:

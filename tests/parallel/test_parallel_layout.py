@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch.distributed as dist
+from torch import nn
 
 from stride.config import ConfigError, load_config
+from stride.models.token_lm import TokenLM
+from stride.models.transformer import TimeSeriesTransformer
 from stride.parallel.comm_hooks import CommTimer
-from stride.parallel.layout import resolve_layout
+from stride.parallel.layout import Layout, check_model, resolve_layout
 from stride.train.trainer import Trainer
 
 BASE = ["model.d_model=32", "model.n_layers=2", "model.n_heads=4", "data.n_assets=4", "data.n_steps=600",
@@ -61,3 +66,33 @@ def test_comm_timer_splits_exposed_from_hidden():
     timer.spans = [[0.0, 1.2], [1.0, 1.5]]
     exposed, hidden = timer.split()
     assert exposed == pytest.approx(0.5) and hidden == pytest.approx(1.0)
+
+
+def _tp_layout(tp: int = 2) -> Layout:
+    return Layout(world_size=tp, dp_replicate=1, dp_shard=1, tp=tp, pp=1)
+
+
+def test_tp_checks_that_attention_splits_by_heads():
+    """The plan splits wq, wk, wv by rows: refused (before any process group) where that is not by heads."""
+    model = TimeSeriesTransformer(3, 16, 2, d_model=32, n_layers=2, n_heads=4)
+    check_model(_tp_layout(), model, 16, True)  # the stride model passes
+    check_model(_tp_layout(), TokenLM(16, 16, d_model=32, n_layers=2, n_heads=4), 16, True)
+    fused = copy.deepcopy(model)
+    for blk in fused.blocks:  # a fused qkv projection, as stride had before head-parallel TP
+        del blk.attn.wq, blk.attn.wk, blk.attn.wv
+        blk.attn.wqkv = nn.Linear(32, 96, bias=False)
+    with pytest.raises(ConfigError, match=r"block 0 \(TransformerBlock\) has no attn.wq,wk,wv,wo"):
+        check_model(_tp_layout(), fused, 16, True)
+    grouped = copy.deepcopy(model)
+    grouped.blocks[1].attn.wk = nn.Linear(32, 16, bias=False)  # fewer k heads than q heads
+    with pytest.raises(ConfigError, match=r"block 1's attention projections have \{'wq': 32, 'wk': 16, 'wv': 32\}"):
+        check_model(_tp_layout(), grouped, 16, True)
+
+
+def test_sequence_parallel_needs_the_models_entry_and_final_norm():
+    model = TimeSeriesTransformer(3, 16, 2, d_model=32, n_layers=2, n_heads=4)
+    model.inp = model.embed
+    del model.embed
+    with pytest.raises(ConfigError, match="TimeSeriesTransformer has no input module named embed or tok"):
+        check_model(_tp_layout(), model, 16, True)
+    check_model(_tp_layout(), model, 16, False)  # without SP only the blocks are addressed
