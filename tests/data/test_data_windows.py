@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from data_fixtures import DAY, bars, write_parquet_dataset  # noqa: E402
 
 from stride.config import load_config  # noqa: E402
-from stride.data.ingest import ingest  # noqa: E402
 from stride.data import normalize  # noqa: E402
+from stride.data.ingest import ingest  # noqa: E402
 from stride.data.normalize import derived_features, expanding_zscore, train_stats  # noqa: E402
 from stride.data.splits import build_store_sources  # noqa: E402
 from stride.data.store import open_store  # noqa: E402
@@ -93,7 +93,8 @@ def test_statistics_keep_their_digits_on_a_long_high_level_series(tmp_path: Path
     x = (1e4 + 1e-2 * rng.standard_normal(n)).astype(np.float32)
     x64 = x.astype(np.float64)
     mean, std = _welford(x64)
-    naive_std = np.sqrt(np.maximum(np.cumsum(x64**2) / np.arange(1, n + 1) - (np.cumsum(x64) / np.arange(1, n + 1))**2, 0))
+    k = np.arange(1, n + 1)
+    naive_std = np.sqrt(np.maximum(np.cumsum(x64**2) / k - (np.cumsum(x64) / k) ** 2, 0))
     assert np.abs(naive_std[1000:] / std[1000:] - 1).max() > 1e-3  # the running-sum way is visibly off
     seg = (np.array([0]), np.array([n]))
     exp = derived_features(torch.from_numpy(x[:, None]), tmp_path, "sha", [0], seg, "expanding").numpy()[:, 0]
