@@ -160,6 +160,7 @@ def _validate_data(cfg: RunConfig) -> None:
         raise ConfigError(f"`data.test_fraction` = {d.test_fraction!r} must be in [0, 1) and leave training data "
                           f"next to `data.val_fraction` = {d.val_fraction!r}")
     _positive("data.prefetch", d.prefetch, strict=False)
+    _positive("data.resident_mb", d.resident_mb, strict=False)
 
 
 # -- [metrics] observers (stride.metrics.observe) -------------------------------------------------

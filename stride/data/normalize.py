@@ -126,7 +126,7 @@ def _write_rolling(values: torch.Tensor, dst: np.ndarray, idx: torch.Tensor, lo:
 
 
 def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, cols: list[int],
-                     segments: tuple[np.ndarray, np.ndarray], mode: str, window: int = 0) -> torch.Tensor:
+                     segments: tuple[np.ndarray, np.ndarray], mode: str, window: int = 0) -> np.memmap:
     """A [rows, len(cols)] float32 memory map of the chosen columns: raw (`select`), `expanding` or `rolling`.
 
     Cached under <store>/derived/, keyed by the data's checksum, the columns, the mode and window;
@@ -161,5 +161,4 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-    arr = np.memmap(out, dtype=np.float32, mode="c", shape=(n, len(cols)))
-    return torch.from_numpy(arr)
+    return np.memmap(out, dtype=np.float32, mode="c", shape=(n, len(cols)))

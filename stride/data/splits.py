@@ -112,12 +112,14 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
                               f"test_fraction={cfg.test_fraction}, embargo={cfg.embargo}{warm})")
     sha = store.manifest["files"]["values.bin"]["sha256"]
     if cfg.normalize in ("expanding", "rolling"):
-        feats = derived_features(store.values, Path(store.path), sha, cols, store.segments(), cfg.normalize,
-                                 cfg.normalize_window)
+        fmap = derived_features(store.values, Path(store.path), sha, cols, store.segments(), cfg.normalize,
+                                cfg.normalize_window)
+        feats = torch.from_numpy(fmap)
     elif cols != list(range(len(store.columns))) or store.values.dtype != torch.float32:
-        feats = derived_features(store.values, Path(store.path), sha, cols, store.segments(), "select")
+        fmap = derived_features(store.values, Path(store.path), sha, cols, store.segments(), "select")
+        feats = torch.from_numpy(fmap)
     else:
-        feats = store.values  # zero copy: windows index the store's own memory map
+        fmap, feats = store.values_map, store.values  # zero copy: windows index the store's own memory map
     shift = scale = None
     if cfg.normalize == "train":
         # Rows the training windows read (history included): the split's rows only, never later ones.
@@ -125,7 +127,8 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
         shift, scale = train_stats(feats, train_rows)
 
     def make(r: np.ndarray, tscale: torch.Tensor | None = None) -> RowWindows:
-        return RowWindows(feats, price, r, cfg.seq_len, cfg.horizons, shift=shift, scale=scale, target_scale=tscale)
+        return RowWindows(feats, price, r, cfg.seq_len, cfg.horizons, shift=shift, scale=scale, target_scale=tscale,
+                          feature_map=fmap, price_map=store.values_map, resident_mb=cfg.resident_mb)
 
     train = make(ranges["train"])
     tscale = target_scale(train, cfg.seed, str(store.path), cfg.target_column)

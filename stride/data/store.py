@@ -51,6 +51,7 @@ class Store:
     manifest: dict[str, Any]
     values: torch.Tensor  # [rows, columns]
     timestamps: np.ndarray  # [rows] int64 ns, memory-mapped
+    values_map: np.memmap | None = None  # the memory map behind `values` (for page hints, pages.py)
 
     @property
     def columns(self) -> list[str]:
@@ -99,7 +100,7 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
     if manifest["dtype"] == "bfloat16":
         t = t.view(torch.bfloat16)
     ts = np.memmap(path / "timestamps.bin", dtype=np.int64, mode="r", shape=(n,)) if n else np.zeros(0, np.int64)
-    return Store(path, manifest, t, ts)
+    return Store(path, manifest, t, ts, vals if isinstance(vals, np.memmap) else None)
 
 
 class StoreWriter:

@@ -128,6 +128,8 @@ def test_rolling_window_is_validated_and_its_warmup_can_empty_a_split(tmp_path: 
         load_config(overrides=['data.normalize="rolling"', "data.normalize_window=1"])
     with pytest.raises(ConfigError, match=r"`data.normalize_window` = 30 is only used with .*rolling.*'train'"):
         load_config(overrides=["data.normalize_window=30"])
+    with pytest.raises(ConfigError, match=r"`data.resident_mb` = -1.0 must be >= 0"):
+        load_config(overrides=["data.resident_mb=-1"])
     write_parquet_dataset(tmp_path / "src")  # 2 symbols x 100 rows (cross_days: one run each)
     st = ingest(tmp_path / "src", tmp_path / "st")
     base = ("data.seq_len=8", "data.horizons=[1]", "data.cross_days=true", 'data.normalize="rolling"')

@@ -64,12 +64,12 @@ def test_rolling_matches_a_float64_loop_per_symbol_across_chunks(tmp_path: Path,
                   5 + 2 * rng.standard_normal(n)], 1).astype(np.float32)
     starts, stops = np.array([0, 97]), np.array([97, n])  # two symbols
     for w in (2, 10, 40):
-        got = derived_features(torch.from_numpy(x), tmp_path, "sha", [2, 0], (starts, stops), "rolling", w).numpy()
+        got = np.asarray(derived_features(torch.from_numpy(x), tmp_path, "sha", [2, 0], (starts, stops), "rolling", w))
         for lo, hi in zip(starts, stops, strict=True):
             ref = _rolling_ref(x[lo:hi, [2, 0]].astype(np.float64), w)  # statistics restart per symbol
             np.testing.assert_allclose(got[lo:hi], ref, rtol=1e-5, atol=1e-5)
     # the warm-up (first w-1 rows of a symbol) is the expanding z-score of the rows so far
-    exp = derived_features(torch.from_numpy(x), tmp_path, "sha", [2, 0], (starts, stops), "expanding").numpy()
+    exp = np.asarray(derived_features(torch.from_numpy(x), tmp_path, "sha", [2, 0], (starts, stops), "expanding"))
     np.testing.assert_allclose(got[97 : 97 + 39], exp[97 : 97 + 39], rtol=1e-5, atol=1e-5)
     assert len(list((tmp_path / "derived").glob("rolling*"))) == 3  # one cache file per window
 
@@ -97,12 +97,12 @@ def test_statistics_keep_their_digits_on_a_long_high_level_series(tmp_path: Path
     naive_std = np.sqrt(np.maximum(np.cumsum(x64**2) / k - (np.cumsum(x64) / k) ** 2, 0))
     assert np.abs(naive_std[1000:] / std[1000:] - 1).max() > 1e-3  # the running-sum way is visibly off
     seg = (np.array([0]), np.array([n]))
-    exp = derived_features(torch.from_numpy(x[:, None]), tmp_path, "sha", [0], seg, "expanding").numpy()[:, 0]
+    exp = np.asarray(derived_features(torch.from_numpy(x[:, None]), tmp_path, "sha", [0], seg, "expanding"))[:, 0]
     ref = (x64 - mean) / (np.where(np.arange(n) > 0, std, 1.0) + 1e-8)
     np.testing.assert_allclose(exp[1000:], ref[1000:], rtol=1e-5, atol=1e-5)
     rows = np.arange(w - 1, n, 97)  # a two-pass mean/std of each of these rows' windows
     win = x64[rows[:, None] + np.arange(-w + 1, 1)]
-    rol = derived_features(torch.from_numpy(x[:, None]), tmp_path, "sha", [0], seg, "rolling", w).numpy()[:, 0]
+    rol = np.asarray(derived_features(torch.from_numpy(x[:, None]), tmp_path, "sha", [0], seg, "rolling", w))[:, 0]
     np.testing.assert_allclose(rol[rows], (x64[rows] - win.mean(1)) / (win.std(1) + 1e-8), rtol=1e-5, atol=1e-5)
     _, inv = train_stats(torch.from_numpy(x[:, None]), [(0, n)])
     assert abs(float(inv[0]) * x64.std() - 1) < 1e-6
