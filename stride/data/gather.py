@@ -12,15 +12,13 @@ into k equal consecutive sub-blocks (k the smallest divisor of T with B*k > 500)
 Python loop on the main thread: k=1 halved the loop's rate, k=2 left it as fast as beside a
 sleeping thread.
 
-What was tried and measured against this, side by side (`benchmarks/data_loader.py` prints the
-table; 256 MiB and 2 GiB stores, 32 float32 columns, T=128, B=256, load 6-10 on 2 cores, medians
-of 150 shuffled repetitions, GB/s at 256 MiB / 2 GiB): this gather 8.8 / 7.0; numpy row `take`
-(previous) 7.0 / 5.3, the same into a reused buffer 7.0 / 5.5; torch `index_select` of windows 7.7 /
-6.4 (and only on one OpenMP thread: with the 2-thread team it fell to 0.2 GB/s under load), into a
-reused buffer 7.5 / 5.9, split over 2 threads 6.2 / 4.7; starts sorted first 8.7 / 7.0; a plain
-numpy copy of the same bytes 8.9 / 8.0. So: no output-buffer reuse (glibc already hands back the
-same freed memory, no page faults to save), no second thread (two cores shared with others), no
-sorting (order within a batch stays that of the sampler).
+What was tried against it, side by side (`benchmarks/data_loader.py` prints the table; docs/data.md
+has the figures): numpy row `take` (the previous gather) is 1.0-1.35x slower per CPU-second of the
+gathering thread (shuffled A/B runs at load 6-23 on 2 cores); the same into a reused buffer gains
+nothing (glibc hands back the same freed memory: no page faults to save); torch `index_select` over
+a strided window view is about as fast (0.9-1.2x) on one OpenMP thread and 0.2 GB/s with torch's
+2-thread team under load; two threads per batch are several times slower on 2 shared cores; sorting the starts
+gains nothing. So: one thread, fresh output, the sampler's order.
 """
 
 from __future__ import annotations

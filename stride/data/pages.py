@@ -2,12 +2,12 @@
 
 Why: a store that is not in the page cache is read by page faults, one at a time, and on a fault in
 a plain mapping the kernel also reads around it (`read_ahead_kb`: 8 MiB on the development box)
-although a window is 16 KiB. `plan()` picks by size: a table that fits in half the available
-memory is read whole in the background (one sequential read at disk speed, then every window is a
-hit); a larger one gets MADV_RANDOM (a fault reads its own pages, not 8 MiB around them: a cold
-10 GiB store read 240 KB from disk per window without it, 21 KB with it) and `will_need(starts,
-n)` (MADV_WILLNEED on the pages of the next batches' windows, which the loader asks for while the
-gather thread takes major faults), so the disk serves many reads at once instead of one fault after
+although a window is 16 KiB. `plan()` picks by size: a table that fits in half the available memory
+is read whole in the background (one sequential read at disk speed, then every window is a hit); a
+larger one gets MADV_RANDOM (a fault reads its own pages, not 8 MiB around them: a cold 10 GiB store
+read 143 KB from disk per window without it, 18 KB with it) and `will_need(starts, n)`
+(MADV_WILLNEED on the pages of the next batches' windows, which the loader asks for while the gather
+thread takes major faults), so the disk serves many reads at once instead of one fault after
 another. A cached store costs nothing: no fault, no hint.
 `release()` (MADV_DONTNEED) unmaps the pages this process has touched: they stay in the page cache
 (a later read is a minor fault) but no longer count in the process' RSS, so RSS stays within a

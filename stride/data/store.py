@@ -5,8 +5,8 @@ Layout of a store directory:
   values.bin       [rows, columns] float32 (or bfloat16), symbols one after another, time-ordered
   timestamps.bin   [rows] int64 nanoseconds since the epoch
 
-Why row-major and raw binary: a window is T consecutive rows, so a batch is one `index_select` of
-whole rows from the memory map, and opening costs nothing (no decode, unlike Parquet). Why a
+Why row-major and raw binary: a window is T consecutive rows, so a batch is one gather of whole
+windows from the memory map, and opening costs nothing (no decode, unlike Parquet). Why a
 manifest written last and a rename: a store is valid only once `manifest.json` exists, and the
 directory only gets its name when everything in it is complete, so an interrupted ingestion leaves
 at most a `.tmp-` directory that `open_store` refuses.
