@@ -1,18 +1,26 @@
 """stride's window loader against a plain torch Dataset + DataLoader, gather bandwidth, data wait in training.
 
 1. Loader throughput (windows/s), side by side in one process, page cache warm: stride's
-   `ShardedLoader` over a store (one `index_select` of whole rows per batch) against a
-   `torch.utils.data.Dataset` whose `__getitem__` slices one window out of the same memory map,
-   batched by a `DataLoader` (same batch size, shuffled, best of num_workers 0/1/2). Alternated
-   `--repeats` times; medians. Headline `speedup_vs_torch_dataloader`.
-2. Gather bandwidth: bytes of x a batch gather produces per second, over a plain numpy copy of the
-   same number of bytes (one contiguous block of the same memory map). `gather_bw_fraction_of_copy`.
+   `ShardedLoader` over a store (one gather of whole windows per batch, `stride.data.gather`)
+   against a `torch.utils.data.Dataset` whose `__getitem__` slices one window out of the same
+   memory map, batched by a `DataLoader` (same batch size, shuffled, best of num_workers 0/1/2).
+   Alternated `--repeats` times; medians. Headline `speedup_vs_torch_dataloader` (wall clock);
+   `speedup_vs_torch_dataloader_cpu` divides windows per CPU-second of the process (stride against
+   the in-process DataLoader, num_workers=0), steadier on a shared machine.
+2. Gather bandwidth (`gather_vs_copy`): every way of gathering a batch that was tried, side by side,
+   and plain copies of the same bytes on 1 and 2 threads. `gather_bw_fraction_of_copy` = the
+   loader's whole gather over a numpy copy; `copy_bound_*`: windows/s if every byte moved at the
+   best copy rate seen (the ceiling of any loader that materialises windows).
 3. Data wait in the default workload: `configs/quickstart.toml` trained ~30 steps by stride.Trainer;
    `summary["step_time_breakdown_s"]["data"] / summary["step_time_s"]` (with prefetch on, and off).
-4. `--rss-gb 0.5,2`: per dataset size, a fresh process opens a store of that size, runs an epoch's
-   worth of batches (capped) and reports peak RSS, private (anonymous) RSS and file-backed RSS.
+4. `--rss-gb 1,10`: per store size, fresh processes open a store of that size dropped from the page
+   cache (cold) and run `--rss-batches` batches with prefetch, in three modes: `plain` (no page
+   hints: the previous loader, 300 batches at most), `hints` (MADV_RANDOM + read-ahead of the next
+   batches while faults hit the disk: the default) and `hints_resident256` (`data.resident_mb=256`:
+   pages unmapped past 256 MiB). Each reports windows/s, peak / anonymous / file-backed RSS, CPU
+   seconds, major faults and MiB read from disk. The stores are deleted afterwards.
 
-    python benchmarks/data_loader.py [--mb 256] [--repeats 3] [--rss-gb 0.5,2] [--json]
+    python benchmarks/data_loader.py [--mb 256] [--repeats 3] [--rss-gb 1,10] [--gather-only] [--json]
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,11 +63,15 @@ def make_store(path: Path, mb: float, n_features: int = 32, n_symbols: int = 4, 
     return w.commit()
 
 
-def stride_source(store_path: Path, seq_len: int, horizons: list[int]) -> RowWindows:
+def stride_source(store_path: Path, seq_len: int, horizons: list[int], hints: bool = True,
+                  resident_mb: float = 0) -> RowWindows:
+    """The loader's source over a store, as `build_store_sources` makes it (page hints on unless `hints=False`)."""
     st = open_store(store_path)
     starts, stops = st.segments()
     ranges = np.stack([starts + seq_len - 1, stops - max(horizons)], 1)
-    return RowWindows(st.values, st.values[:, 0], ranges, seq_len, horizons)
+    m = st.values_map if hints else None
+    return RowWindows(st.values, st.values[:, 0], ranges, seq_len, horizons, feature_map=m, price_map=m,
+                      resident_mb=resident_mb)
 
 
 class SliceDataset(torch.utils.data.Dataset):
@@ -84,55 +97,113 @@ class SliceDataset(torch.utils.data.Dataset):
         return x, torch.from_numpy((p[1:] - p[0]).astype(np.float32))
 
 
-def time_windows(it_factory, n_batches: int, batch: int) -> float:  # noqa: ANN001
-    """Windows per second over n_batches (after one warm-up batch)."""
+def time_windows(it_factory, n_batches: int, batch: int) -> tuple[float, float]:  # noqa: ANN001
+    """(windows per second, windows per CPU-second of this process) over n_batches, after a warm-up batch.
+
+    The CPU figure counts every thread of this process (prefetch included) and none of a DataLoader's
+    worker processes, so it is only compared for in-process loaders; on a shared machine it is the
+    steadier of the two (wall time also counts the time other processes hold the cores).
+    """
     it = iter(it_factory())
     next(it)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n_batches):
         next(it)
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     del it
-    return n_batches * batch / dt
+    return n_batches * batch / dt, n_batches * batch / max(dc, 1e-9)
 
 
 def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
-    """Bytes/s of the x gather (and of the whole gather with targets) against a numpy block copy.
+    """Bytes/s of each way to gather a batch of windows, and of plain copies of the same bytes.
 
-    One torch thread, as numpy's copy has one: the same cores on both sides (and no spinning
-    OpenMP team when other processes share the cores).
+    Every repetition runs the ways in a shuffled order, each on windows (or a block) of its own, so
+    neither noise nor a warm cache favours one; medians. Gathers: `windows` (the loader's
+    `WindowGather`: numpy fancy index of overlapping window items, 2 sub-blocks each so numpy drops
+    the GIL), `windows_gil` (1 block per window: numpy keeps the GIL), `windows_sorted` (starts
+    sorted first, for locality), `rows_take_fresh` (one `numpy.take` of B*T rows: the previous
+    loader), `rows_take_reused` (into a reused buffer), `torch_windows_fresh` / `_reused` (torch
+    `index_select` of window starts over a strided window view, one OpenMP thread),
+    `torch_windows_reused_2threads` (each half of the batch on its own thread), `gather_full` (the
+    loader's whole `gather`: ids to (x, y), targets included). Copies of one contiguous block of the
+    same bytes: `copy_numpy` (`np.copyto` into a reused buffer), `copy_memcpy` (libc `memmove`),
+    `copy_memcpy_2threads` (two halves on two threads).
     """
+    import ctypes
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stride.data.gather import WindowGather
+
+    feats = src.features
+    t, f = src.seq_len, feats.shape[1]
+    nbytes = batch * t * f * feats.element_size()
+    g = torch.Generator().manual_seed(0)
+    n_ways = 12
+    idx = [torch.randint(0, len(src), (batch,), generator=g) for _ in range(reps * n_ways)]
+    starts = [src.end_rows(i).numpy() - (t - 1) for i in idx]
+    block = batch * t
+    blocks = torch.randint(0, feats.shape[0] - block, (reps * n_ways,), generator=g).tolist()
+    mm = feats.numpy()
+    dst = np.empty((block, f), mm.dtype)
+    dst_t = torch.from_numpy(dst).view(batch, t, f)
+    win = feats.as_strided((feats.shape[0] - t + 1, t, f), (f, f, 1))
+    gw = WindowGather(feats, t)
+    gw_gil = WindowGather(feats, t)
+    gw_gil._blocks = lambda b: 1  # type: ignore[method-assign]  # one block a window: numpy keeps the GIL
+    offs = np.arange(t)
+    ex = ThreadPoolExecutor(1)
+
+    def torch_half(k: int, lo: int, hi: int) -> None:
+        torch.index_select(win, 0, torch.from_numpy(starts[k][lo:hi]), out=dst_t[lo:hi])
+
+    def memmove(k: int, lo: int, hi: int) -> None:
+        ctypes.memmove(dst.ctypes.data + lo, mm[blocks[k]:].ctypes.data + lo, hi - lo)
+
+    def two(fn, k: int, n: int) -> None:  # noqa: ANN001
+        fut = ex.submit(fn, k, 0, n // 2)
+        fn(k, n // 2, n)
+        fut.result()
+
+    ways = {
+        "windows": lambda k: gw(starts[k]),
+        "windows_gil": lambda k: gw_gil(starts[k]),
+        "windows_sorted": lambda k: gw(np.sort(starts[k])),
+        "rows_take_fresh": lambda k: np.take(mm, (starts[k][:, None] + offs).reshape(-1), axis=0),
+        "rows_take_reused": lambda k: np.take(mm, (starts[k][:, None] + offs).reshape(-1), axis=0, out=dst,
+                                              mode="clip"),
+        "torch_windows_fresh": lambda k: torch.index_select(win, 0, torch.from_numpy(starts[k])),
+        "torch_windows_reused": lambda k: torch_half(k, 0, batch),
+        "torch_windows_reused_2threads": lambda k: two(torch_half, k, batch),
+        "gather_full": lambda k: src.gather(idx[k]),
+        "copy_numpy": lambda k: np.copyto(dst, mm[blocks[k] : blocks[k] + block]),
+        "copy_memcpy": lambda k: memmove(k, 0, nbytes),
+        "copy_memcpy_2threads": lambda k: two(memmove, k, nbytes),
+    }
+    assert len(ways) == n_ways
+    res: dict[str, list[float]] = {k: [] for k in ways}
+    cpu: dict[str, list[float]] = {k: [] for k in ways}
+    order = list(ways)
+    rng = random.Random(0)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # torch's gather on one OpenMP thread (the helper thread starts after this)
     try:
-        return _gather_vs_copy(src, batch, reps)
+        for r in range(reps):
+            rng.shuffle(order)
+            for w, name in enumerate(order):
+                k = r * n_ways + w
+                t0, c0 = time.perf_counter(), time.thread_time()
+                ways[name](k)
+                c1, t1 = time.thread_time(), time.perf_counter()
+                res[name].append(nbytes / (t1 - t0))
+                cpu[name].append(nbytes / max(c1 - c0, 1e-9))
     finally:
         torch.set_num_threads(threads)
-
-
-def _gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
-    feats = src.features
-    row_bytes = feats.shape[1] * 4
-    g = torch.Generator().manual_seed(0)
-    nbytes = batch * src.seq_len * row_bytes
-    idx = [torch.randint(0, len(src), (batch,), generator=g) for _ in range(reps)]
-    rows = [(src.end_rows(i).numpy()[:, None] + src._np_offsets).reshape(-1) for i in idx]  # noqa: SLF001
-    block = batch * src.seq_len
-    starts = torch.randint(0, feats.shape[0] - block, (reps,), generator=g).tolist()
-    mm = feats.numpy()
-    dst = np.empty((block, feats.shape[1]), np.float32)
-    res: dict[str, list[float]] = {"copy": [], "gather_x": [], "gather_full": []}
-    for k in range(reps):  # alternate, so noise hits all three alike
-        t = time.perf_counter()
-        np.copyto(dst, mm[starts[k] : starts[k] + block])
-        res["copy"].append(nbytes / (time.perf_counter() - t))
-        t = time.perf_counter()
-        np.take(mm, rows[k], axis=0)  # (out= would be buffered: numpy copies it in mode="raise")
-        res["gather_x"].append(nbytes / (time.perf_counter() - t))
-        t = time.perf_counter()
-        src.gather(idx[k])
-        res["gather_full"].append(nbytes / (time.perf_counter() - t))
-    return {k: statistics.median(v) for k, v in res.items()}
+        ex.shutdown()
+    # per CPU-second of the calling thread: the time this thread really ran, so a busy machine that
+    # takes the core away mid-copy does not count (meaningless for the 2-thread ways: left out)
+    return {**{k: statistics.median(v) for k, v in res.items()},
+            **{f"{k}_per_cpu_s": statistics.median(v) for k, v in cpu.items() if "2threads" not in k}}
 
 
 def data_wait(steps: int, prefetch: int) -> dict[str, float]:
@@ -147,24 +218,42 @@ def data_wait(steps: int, prefetch: int) -> dict[str, float]:
             "fraction": s["step_time_breakdown_s"]["data"] / s["step_time_s"]}
 
 
-def rss_child(store: str, seq_len: int, batch: int, max_batches: int) -> None:
-    """Run in a fresh process: iterate the loader, print peak/anon/file RSS in MiB as JSON."""
+RSS_MODES = {"plain": (False, 0.0), "hints": (True, 0.0), "hints_resident256": (True, 256.0)}
+
+
+def rss_child(store: str, seq_len: int, batch: int, max_batches: int, mode: str) -> None:
+    """Run in a fresh process with the store dropped from the page cache (cold): iterate the loader,
+    print windows/s, peak/anon/file RSS in MiB, faults and bytes read from disk as JSON."""
     import resource
 
-    src = stride_source(Path(store), seq_len, [1, 5, 20])
+    fd = os.open(Path(store) / "values.bin", os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages leave the page cache: a cold start
+    os.close(fd)
+    hints, resident = RSS_MODES[mode]
+    src = stride_source(Path(store), seq_len, [1, 5, 20], hints=hints, resident_mb=resident)
+
+    def io() -> int:
+        return int(next(ln for ln in Path("/proc/self/io").read_text().splitlines()
+                        if ln.startswith("read_bytes")).split()[1])
+
     ld = ShardedLoader(src, batch, prefetch=2)
-    n = 0
+    r0, io0, n = resource.getrusage(resource.RUSAGE_SELF), io(), 0
     t0 = time.perf_counter()
     for _x, _y in ld:
         n += 1
         if n >= max_batches:
             break
     dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
     status = Path("/proc/self/status").read_text()
     kb = {ln.split(":")[0]: int(ln.split()[1]) for ln in status.splitlines() if ln.startswith(("Rss", "VmHWM"))}
-    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "rss_anon_mb": kb.get("RssAnon", 0) / 1024, "rss_file_mb": kb.get("RssFile", 0) / 1024,
-                      "windows": len(src), "batches": n, "windows_per_s": n * batch / dt}))
+    cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+    # VmHWM, not ru_maxrss: the latter survives exec and starts at the forking parent's RSS
+    print(json.dumps({"mode": mode, "peak_rss_mb": round(kb.get("VmHWM", 0) / 1024),
+                      "rss_anon_mb": round(kb.get("RssAnon", 0) / 1024),
+                      "rss_file_mb": round(kb.get("RssFile", 0) / 1024),
+                      "windows": len(src), "batches": n, "windows_per_s": round(n * batch / dt), "cpu_s": round(cpu, 2),
+                      "major_faults": r1.ru_majflt - r0.ru_majflt, "disk_read_mb": round((io() - io0) / 2**20)}))
 
 
 def main() -> None:
@@ -176,13 +265,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30, help="training steps for the data-wait figure")
     ap.add_argument("--rss-gb", default="", help="comma-separated store sizes in GiB for the RSS check")
-    ap.add_argument("--rss-batches", type=int, default=2000)
+    ap.add_argument("--rss-batches", type=int, default=1000)
     ap.add_argument("--workdir", default=None, help="where the temporary stores go (default: a temp dir)")
+    ap.add_argument("--gather-only", action="store_true", help="only the gather/copy bandwidth table")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--_rss-child", dest="rss_child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--rss-mode", default="hints", choices=list(RSS_MODES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rss_child:
-        rss_child(args.rss_child, args.seq_len, args.batch, args.rss_batches)
+        rss_child(args.rss_child, args.seq_len, args.batch, args.rss_batches, args.rss_mode)
         return
     torch.set_num_threads(max(1, (os.cpu_count() or 2)))
     horizons = [1, 5, 20]
@@ -194,51 +285,76 @@ def main() -> None:
         src = stride_source(store, args.seq_len, horizons)
         ds = SliceDataset(store, args.seq_len, horizons)
         _ = src.gather(torch.arange(0, len(src), max(1, len(src) // 4096)))
-        rates: dict[str, list[float]] = {"stride": [], "stride_1thread": [], "stride_prefetch": [],
-                                         "torch_w0": [], "torch_w1": [], "torch_w2": []}
+        if args.gather_only:
+            bw = gather_vs_copy(src, args.batch, max(50, 30 * args.repeats))
+            out["bandwidth_GBps"] = {k: round(v / 1e9, 2) for k, v in bw.items()}
+            print(json.dumps(out))
+            return
+        names = ["stride", "stride_1thread", "stride_prefetch", "torch_w0", "torch_w1", "torch_w2"]
+        rates: dict[str, list[float]] = {k: [] for k in names}
+        cpu_rates: dict[str, list[float]] = {k: [] for k in names}
         nb = args.batches
+
+        def run(name: str, make, n: int) -> None:  # noqa: ANN001
+            wall, cpu = time_windows(make, n, args.batch)
+            rates[name].append(wall)
+            cpu_rates[name].append(cpu)
+
         for _ in range(args.repeats):
-            rates["stride"].append(time_windows(lambda: ShardedLoader(src, args.batch, prefetch=0), nb, args.batch))
+            run("stride", lambda: ShardedLoader(src, args.batch, prefetch=0), nb)
             torch.set_num_threads(1)
-            rates["stride_1thread"].append(
-                time_windows(lambda: ShardedLoader(src, args.batch, prefetch=0), nb, args.batch))
+            run("stride_1thread", lambda: ShardedLoader(src, args.batch, prefetch=0), nb)
             torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
-            rates["stride_prefetch"].append(
-                time_windows(lambda: ShardedLoader(src, args.batch, prefetch=2), nb, args.batch))
+            run("stride_prefetch", lambda: ShardedLoader(src, args.batch, prefetch=2), nb)
             for w in (0, 1, 2):
                 def make(w: int = w) -> torch.utils.data.DataLoader:
                     return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=w,
                                                        persistent_workers=False)
-                rates[f"torch_w{w}"].append(time_windows(make, max(4, nb // 4), args.batch))
+                run(f"torch_w{w}", make, max(4, nb // 4))
         med = {k: statistics.median(v) for k, v in rates.items()}
         best_torch = max(med["torch_w0"], med["torch_w1"], med["torch_w2"])
         best_stride = max(med["stride"], med["stride_1thread"], med["stride_prefetch"])
         out["windows_per_s"] = {k: round(v) for k, v in med.items()}
         out["speedup_vs_torch_dataloader"] = best_stride / best_torch
-        bw = gather_vs_copy(src, args.batch, max(10, 5 * args.repeats))
-        out["bandwidth_GBps"] = {k: v / 1e9 for k, v in bw.items()}
-        out["gather_bw_fraction_of_copy"] = bw["gather_full"] / bw["copy"]
-        out["gather_x_bw_fraction_of_copy"] = bw["gather_x"] / bw["copy"]
+        cpu = {k: statistics.median(v) for k, v in cpu_rates.items() if k in ("stride", "stride_prefetch", "torch_w0")}
+        out["windows_per_cpu_s"] = {k: round(v) for k, v in cpu.items()}
+        out["speedup_vs_torch_dataloader_cpu"] = max(cpu["stride"], cpu["stride_prefetch"]) / cpu["torch_w0"]
+        bw = gather_vs_copy(src, args.batch, max(50, 30 * args.repeats))
+        out["bandwidth_GBps"] = {k: round(v / 1e9, 2) for k, v in bw.items()}
+        out["gather_threads"] = 1
+        out["gather_bw_fraction_of_copy"] = bw["gather_full"] / bw["copy_numpy"]
+        out["gather_bw_fraction_of_copy_per_cpu_s"] = bw["gather_full_per_cpu_s"] / bw["copy_numpy_per_cpu_s"]
+        out["gather_bw_fraction_of_memcpy"] = bw["gather_full"] / bw["copy_memcpy"]
+        # the ceiling: windows/s if every byte moved at the best copy rate seen, 1 or 2 threads
+        best_copy = max(bw["copy_memcpy"], bw["copy_memcpy_2threads"], bw["copy_numpy"])
+        window_bytes = args.seq_len * src.features.shape[1] * src.features.element_size()
+        out["copy_bound_windows_per_s"] = round(best_copy / window_bytes)
+        out["copy_bound_speedup_vs_torch_dataloader"] = best_copy / window_bytes / best_torch
         waits = {p: data_wait(args.steps, p) for p in (2, 0)}
         out["data_wait"] = {f"prefetch_{p}": v for p, v in waits.items()}
         out["data_wait_fraction_default_bench"] = waits[2]["fraction"]
         if args.rss_gb:
-            rss = {}
+            rss: dict[str, dict[str, object]] = {}
             for gb in [float(g) for g in args.rss_gb.split(",")]:
                 p = make_store(work / f"rss-{gb}", gb * 1024)
-                r = subprocess.run([sys.executable, __file__, "--_rss-child", str(p), "--seq-len", str(args.seq_len),
-                                    "--batch", str(args.batch), "--rss-batches", str(args.rss_batches)],
-                                   capture_output=True, text=True, check=True)
-                rss[f"{gb}GiB"] = json.loads(r.stdout.strip().splitlines()[-1])
-                import shutil
-
-                shutil.rmtree(p)
+                try:
+                    for mode in RSS_MODES:
+                        # without hints, a fault in a 10 GiB store reads 8 MiB around it: fewer batches
+                        nb = min(args.rss_batches, 300) if mode == "plain" else args.rss_batches
+                        r = subprocess.run([sys.executable, __file__, "--_rss-child", str(p), "--rss-mode", mode,
+                                            "--seq-len", str(args.seq_len), "--batch", str(args.batch),
+                                            "--rss-batches", str(nb)], capture_output=True, text=True, check=True)
+                        rss[f"{gb:g}GiB_{mode}"] = json.loads(r.stdout.strip().splitlines()[-1])
+                finally:
+                    shutil.rmtree(p)  # a 10 GiB store must not outlive its measurement
             out["rss"] = rss
-            sizes = list(rss.values())
-            out["rss_anon_growth_mb"] = sizes[-1]["rss_anon_mb"] - sizes[0]["rss_anon_mb"]
+            sizes = [float(g) for g in args.rss_gb.split(",")]
+            lo, hi = f"{sizes[0]:g}GiB", f"{sizes[-1]:g}GiB"
+            for mode in ("hints", "hints_resident256"):
+                peak = [rss[f"{size}_{mode}"]["peak_rss_mb"] for size in (lo, hi)]
+                out[f"rss_peak_growth_mb_{mode}"] = peak[1] - peak[0]  # type: ignore[operator]
+            out["rss_anon_growth_mb"] = rss[f"{hi}_hints"]["rss_anon_mb"] - rss[f"{lo}_hints"]["rss_anon_mb"]
     finally:
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
     if not args.json:
         for k, v in out.items():

@@ -46,13 +46,15 @@ class DataConfig:
     store: str = ""  # directory made by `stride data ingest`
     columns: list[str] = field(default_factory=list)  # feature columns; empty: every column
     target_column: str = "close"  # price column; targets are its forward log returns
-    normalize: str = "train"  # none | train (fitted on the train split) | expanding (causal, per symbol)
+    normalize: str = "train"  # none | train (fitted on the train split) | expanding | rolling (causal, per symbol)
+    normalize_window: int = 0  # rows in each rolling statistics window (normalize = "rolling" only; >= 2)
     embargo: int = -1  # rows between the last train target and the first validation end; -1: max horizon
     test_fraction: float = 0.0  # held out after validation (not used by the trainer)
     cross_days: bool = False  # let windows span a day boundary
     # Loader (both sources).
     prefetch: int = 2  # batches built ahead in a background thread; 0: none
     pin_memory: bool = True  # pin batches for non_blocking host-to-device copies (CUDA only)
+    resident_mb: float = 0  # unmap a store's pages once its mapped pages pass this many MiB (flat RSS); 0: never
 
 
 @dataclass

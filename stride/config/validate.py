@@ -138,7 +138,7 @@ def _validate_parallel(cfg: RunConfig) -> None:
 
 
 # -- [data] store and loader fields (stride.data) -------------------------------------------------
-DATA_NORMALIZE = ("none", "train", "expanding")
+DATA_NORMALIZE = ("none", "train", "expanding", "rolling")
 
 
 def _validate_data(cfg: RunConfig) -> None:
@@ -148,12 +148,19 @@ def _validate_data(cfg: RunConfig) -> None:
     if d.normalize not in DATA_NORMALIZE:
         raise ConfigError(f"`data.normalize` = {d.normalize!r} is not one of {', '.join(DATA_NORMALIZE)}"
                           f"{suggest(d.normalize, list(DATA_NORMALIZE))}")
+    if d.normalize == "rolling" and d.normalize_window < 2:
+        raise ConfigError(f"`data.normalize_window` = {d.normalize_window} must be >= 2 rows with "
+                          '`data.normalize` = "rolling" (the rows each rolling mean/std is taken over)')
+    if d.normalize != "rolling" and d.normalize_window != 0:
+        raise ConfigError(f"`data.normalize_window` = {d.normalize_window} is only used with "
+                          f'`data.normalize` = "rolling" (it is {d.normalize!r}); remove it or set normalize')
     if d.embargo < -1:
         raise ConfigError(f"`data.embargo` = {d.embargo} must be >= 0 rows, or -1 for the largest horizon")
     if not 0 <= d.test_fraction < 1 or d.val_fraction + d.test_fraction >= 1:
         raise ConfigError(f"`data.test_fraction` = {d.test_fraction!r} must be in [0, 1) and leave training data "
                           f"next to `data.val_fraction` = {d.val_fraction!r}")
     _positive("data.prefetch", d.prefetch, strict=False)
+    _positive("data.resident_mb", d.resident_mb, strict=False)
 
 
 # -- [metrics] observers (stride.metrics.observe) -------------------------------------------------

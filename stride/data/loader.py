@@ -17,10 +17,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from stride.data.pages import thread_major_faults
 from stride.data.permutation import FeistelPermutation
 
 RANDPERM_MAX = 1 << 24  # windows; above this the epoch order is computed on demand
 IDS_CHUNK = 64  # global batches whose window ids are computed together
+READAHEAD = 4  # batches whose pages are requested ahead while the store is read from disk
+ADVISE_FOR = 64  # batches to keep requesting after the last gather that took a major fault
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -156,14 +159,36 @@ class ShardedLoader:
         return glob[r * n // w : (r + 1) * n // w]
 
     def _batches(self, epoch: int, start: int) -> Iterator[Batch]:
-        n, b = len(self.source), self.batch_size
-        chunk_lo, ids = -1, torch.empty(0, dtype=torch.long)
-        for i in range(start, len(self)):
-            if chunk_lo < 0 or i >= chunk_lo + IDS_CHUNK:  # order for IDS_CHUNK batches at a time
-                chunk_lo = i
-                ids = self._positions(epoch, i * b, min(n, (i + IDS_CHUNK) * b))
-            off = (i - chunk_lo) * b
-            x, y = self.source.gather(self._rank_part(ids[off : off + b]))
+        b = self.batch_size
+        chunks: dict[int, torch.Tensor] = {}  # window ids of IDS_CHUNK global batches, computed together
+
+        def ids(i: int) -> torch.Tensor:
+            c = i // IDS_CHUNK
+            if c not in chunks:
+                for old in [k for k in chunks if k < c - 1]:
+                    del chunks[old]
+                chunks[c] = self._positions(epoch, c * IDS_CHUNK * b, min(len(self.source), (c + 1) * IDS_CHUNK * b))
+            off = (i - c * IDS_CHUNK) * b
+            return self._rank_part(chunks[c][off : off + b])
+
+        # Page hints for stores on disk (pages.py): while gathers take major faults (the store is not
+        # in the page cache), ask the kernel to start reading the windows of the next READAHEAD
+        # batches, so the disk serves many reads at once; with the store cached, nothing is asked.
+        will_need = getattr(self.source, "will_need", None)
+        advised_to, advise_until = start, -1
+        faults = thread_major_faults() if will_need is not None else 0
+        n = len(self)
+        for i in range(start, n):
+            if will_need is not None and i <= advise_until:
+                for j in range(max(advised_to, i + 1), min(n, i + 1 + READAHEAD)):
+                    will_need(ids(j))
+                advised_to = max(advised_to, min(n, i + 1 + READAHEAD))
+            x, y = self.source.gather(ids(i))
+            if will_need is not None:
+                now = thread_major_faults()
+                if now > faults:
+                    advise_until = i + ADVISE_FOR
+                faults = now
             if self.pin_memory:
                 x, y = x.pin_memory(), y.pin_memory()
             yield x, y

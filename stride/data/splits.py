@@ -4,7 +4,9 @@ The cut times are quantiles of all rows' timestamps (so overnight gaps do not co
 every symbol. A window ending
 at row e belongs to a split when e does; its history may reach back before the split (that is the
 past), but its target (rows e+1..e+h) never crosses into the next split. The first validation end
-is `embargo` rows after the last row any training target uses.
+is `embargo` rows after the last row any training target uses. With `normalize = "rolling"`, no
+window reads a symbol's warm-up rows (its first `normalize_window - 1`, whose statistics window is
+still short): the first window of a symbol starts at its row `normalize_window - 1`.
 """
 
 from __future__ import annotations
@@ -76,10 +78,11 @@ def split_ranges(store: Store, cfg: DataConfig) -> dict[str, np.ndarray]:
     k_test_by_seg = {int(lo): int(lo) + int(np.searchsorted(store.timestamps[lo:hi], cut_test)) for lo, hi in
                      zip(starts, stops, strict=True)}
     seg_of = np.asarray(starts)
+    warmup = cfg.normalize_window - 1 if cfg.normalize == "rolling" else 0
     for a, b in row_runs:
         s = int(seg_of[np.searchsorted(seg_of, a, side="right") - 1])
         kv, kt, seg_stop = k_val_by_seg[s], k_test_by_seg[s], int(stops[np.searchsorted(seg_of, s)])
-        first = a + t - 1
+        first = max(a, s + warmup) + t - 1  # full history, none of it in the symbol's warm-up
         out["train"].append((first, min(b, kv) - max_h))
         out["val"].append((max(first, kv + embargo), min(b, kt) - max_h))
         if cfg.test_fraction > 0:
@@ -100,18 +103,23 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
     cols = [store.column(c) for c in cfg.columns] if cfg.columns else list(range(len(store.columns)))
     price = store.values[:, store.column(cfg.target_column)]
     ranges = split_ranges(store, cfg)
+    warm = (f", normalize_window={cfg.normalize_window}: the first {cfg.normalize_window - 1} rows of each symbol "
+            "are rolling warm-up" if cfg.normalize == "rolling" else "")
     for name in ("train", "val") + (("test",) if cfg.test_fraction > 0 else ()):
         if _count(ranges[name]) == 0:
             raise ConfigError(f"[data]: the {name} split of {store.path} is empty (seq_len={cfg.seq_len}, "
                               f"horizons={cfg.horizons}, val_fraction={cfg.val_fraction}, "
-                              f"test_fraction={cfg.test_fraction}, embargo={cfg.embargo})")
+                              f"test_fraction={cfg.test_fraction}, embargo={cfg.embargo}{warm})")
     sha = store.manifest["files"]["values.bin"]["sha256"]
-    if cfg.normalize == "expanding":
-        feats = derived_features(store.values, Path(store.path), sha, cols, store.segments(), "expanding")
+    if cfg.normalize in ("expanding", "rolling"):
+        fmap = derived_features(store.values, Path(store.path), sha, cols, store.segments(), cfg.normalize,
+                                cfg.normalize_window)
+        feats = torch.from_numpy(fmap)
     elif cols != list(range(len(store.columns))) or store.values.dtype != torch.float32:
-        feats = derived_features(store.values, Path(store.path), sha, cols, store.segments(), "select")
+        fmap = derived_features(store.values, Path(store.path), sha, cols, store.segments(), "select")
+        feats = torch.from_numpy(fmap)
     else:
-        feats = store.values  # zero copy: windows index the store's own memory map
+        fmap, feats = store.values_map, store.values  # zero copy: windows index the store's own memory map
     shift = scale = None
     if cfg.normalize == "train":
         # Rows the training windows read (history included): the split's rows only, never later ones.
@@ -119,7 +127,8 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
         shift, scale = train_stats(feats, train_rows)
 
     def make(r: np.ndarray, tscale: torch.Tensor | None = None) -> RowWindows:
-        return RowWindows(feats, price, r, cfg.seq_len, cfg.horizons, shift=shift, scale=scale, target_scale=tscale)
+        return RowWindows(feats, price, r, cfg.seq_len, cfg.horizons, shift=shift, scale=scale, target_scale=tscale,
+                          feature_map=fmap, price_map=store.values_map, resident_mb=cfg.resident_mb)
 
     train = make(ranges["train"])
     tscale = target_scale(train, cfg.seed, str(store.path), cfg.target_column)

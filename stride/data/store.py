@@ -5,8 +5,8 @@ Layout of a store directory:
   values.bin       [rows, columns] float32 (or bfloat16), symbols one after another, time-ordered
   timestamps.bin   [rows] int64 nanoseconds since the epoch
 
-Why row-major and raw binary: a window is T consecutive rows, so a batch is one `index_select` of
-whole rows from the memory map, and opening costs nothing (no decode, unlike Parquet). Why a
+Why row-major and raw binary: a window is T consecutive rows, so a batch is one gather of whole
+windows from the memory map, and opening costs nothing (no decode, unlike Parquet). Why a
 manifest written last and a rename: a store is valid only once `manifest.json` exists, and the
 directory only gets its name when everything in it is complete, so an interrupted ingestion leaves
 at most a `.tmp-` directory that `open_store` refuses.
@@ -51,6 +51,7 @@ class Store:
     manifest: dict[str, Any]
     values: torch.Tensor  # [rows, columns]
     timestamps: np.ndarray  # [rows] int64 ns, memory-mapped
+    values_map: np.memmap | None = None  # the memory map behind `values` (for page hints, pages.py)
 
     @property
     def columns(self) -> list[str]:
@@ -99,7 +100,7 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
     if manifest["dtype"] == "bfloat16":
         t = t.view(torch.bfloat16)
     ts = np.memmap(path / "timestamps.bin", dtype=np.int64, mode="r", shape=(n,)) if n else np.zeros(0, np.int64)
-    return Store(path, manifest, t, ts)
+    return Store(path, manifest, t, ts, vals if isinstance(vals, np.memmap) else None)
 
 
 class StoreWriter:

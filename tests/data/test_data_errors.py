@@ -121,6 +121,23 @@ def test_window_longer_than_series_and_empty_split(tmp_path: Path) -> None:
         load_config(overrides=['data.source="store"'])
 
 
+def test_rolling_window_is_validated_and_its_warmup_can_empty_a_split(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"`data.normalize_window` = 0 must be >= 2 rows"):
+        load_config(overrides=['data.normalize="rolling"'])
+    with pytest.raises(ConfigError, match=r"`data.normalize_window` = 1 must be >= 2"):
+        load_config(overrides=['data.normalize="rolling"', "data.normalize_window=1"])
+    with pytest.raises(ConfigError, match=r"`data.normalize_window` = 30 is only used with .*rolling.*'train'"):
+        load_config(overrides=["data.normalize_window=30"])
+    with pytest.raises(ConfigError, match=r"`data.resident_mb` = -1.0 must be >= 0"):
+        load_config(overrides=["data.resident_mb=-1"])
+    write_parquet_dataset(tmp_path / "src")  # 2 symbols x 100 rows (cross_days: one run each)
+    st = ingest(tmp_path / "src", tmp_path / "st")
+    base = ("data.seq_len=8", "data.horizons=[1]", "data.cross_days=true", 'data.normalize="rolling"')
+    build_data(_store_cfg(st, *base, "data.normalize_window=60"), 8)
+    with pytest.raises(ConfigError, match=r"the train split .* is empty .*normalize_window=95: the first 94 rows"):
+        build_data(_store_cfg(st, *base, "data.normalize_window=95"), 8)
+
+
 def test_unreadable_file_is_named(tmp_path: Path) -> None:
     _write(tmp_path / "src" / "1.parquet", bars("AAA"))
     (tmp_path / "src" / "2.parquet").write_bytes(b"not a parquet file at all")

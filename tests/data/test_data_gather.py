@@ -1,0 +1,109 @@
+"""The window gather against slicing, page hints (read-ahead requests, unmapping) leaving batches unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import stride.data.loader as loader_mod
+from stride.data.gather import WindowGather
+from stride.data.loader import ShardedLoader
+from stride.data.pages import MappedRows, file_rss_bytes
+from stride.data.windows import RowWindows
+
+
+def _slices(rows: np.ndarray, starts: np.ndarray, t: int) -> np.ndarray:
+    return np.stack([rows[s : s + t] for s in starts])
+
+
+@pytest.mark.parametrize("t,b", [(128, 256), (128, 700), (7, 3), (12, 40)])  # sub-blocks k = 2, 1, 7 (rows), 4
+def test_window_gather_equals_slicing(t: int, b: int) -> None:
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((3000, 5)).astype(np.float32)
+    starts = rng.integers(0, 3000 - t + 1, b)
+    starts[:2] = [0, 3000 - t]  # both ends
+    x = WindowGather(torch.from_numpy(rows), t)(starts)
+    assert x.shape == (b, t, 5) and x.dtype == torch.float32
+    np.testing.assert_array_equal(x.numpy(), _slices(rows, starts, t))
+
+
+def test_window_gather_bf16_strided_and_bounds() -> None:
+    rng = np.random.default_rng(1)
+    rows = torch.from_numpy(rng.standard_normal((500, 6)).astype(np.float32))
+    starts = rng.integers(0, 500 - 16 + 1, 300)
+    bf = rows.to(torch.bfloat16)
+    xb = WindowGather(bf, 16)(starts)
+    assert xb.dtype == torch.bfloat16
+    assert torch.equal(xb.view(torch.int16), torch.from_numpy(_slices(bf.view(torch.int16).numpy(), starts, 16)))
+    cols = rows[:, ::2]  # not contiguous: the row-take path
+    np.testing.assert_array_equal(WindowGather(cols, 16)(starts).numpy(), _slices(cols.numpy(), starts, 16))
+    with pytest.raises(IndexError, match=r"outside \[0, 484\]"):
+        WindowGather(rows, 16)(np.array([0, 485]))
+
+
+def _mapped(tmp_path: Path, n: int = 4096, f: int = 64) -> np.memmap:
+    rng = np.random.default_rng(2)
+    path = tmp_path / "rows.bin"
+    rng.standard_normal((n, f)).astype(np.float32).tofile(path)
+    return np.memmap(path, np.float32, "c", shape=(n, f))
+
+
+def test_will_need_merges_page_ranges(tmp_path: Path) -> None:
+    m = MappedRows(_mapped(tmp_path))  # 256-byte rows: 16 rows a page
+    m.will_need(np.array([0, 8, 100, 2000]), 16)  # rows 0-15, 8-23 (pages 0-1), 100-115 (pages 6-7), 2000-2015
+    assert m.advised_ranges == 3
+    m.will_need(np.array([4095]), 1)  # the last row: clipped to the file
+    assert m.advised_ranges == 4
+
+
+def test_release_unmaps_pages_and_batches_stay_the_same(tmp_path: Path) -> None:
+    mm = _mapped(tmp_path, n=65536)  # 16 MiB
+    t = torch.from_numpy(mm)
+    price = torch.from_numpy(np.abs(mm[:, 0]) + 1.0)
+    ranges = np.array([[31, 65536 - 5]])
+    src = RowWindows(t, price, ranges, 32, [1, 5], feature_map=mm)
+    idx = torch.arange(0, len(src), 7)
+    x0, y0 = src.gather(idx)
+    before = file_rss_bytes()
+    src.release_pages()
+    assert before - file_rss_bytes() > 8 * 2**20  # most of the 16 MiB was mapped, and is no longer
+    x1, y1 = src.gather(idx)
+    assert torch.equal(x0, x1) and torch.equal(y0, y1)
+    tight = RowWindows(t, price, ranges, 32, [1, 5], feature_map=mm, resident_mb=1)  # releases as it goes
+    x2, y2 = tight.gather(idx)
+    assert torch.equal(x0, x2) and torch.equal(y0, y2) and file_rss_bytes() - before < 8 * 2**20
+
+
+class _Recording:
+    """A window source that records the ids it is asked to read ahead."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.advised = n, []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return idx.clone(), idx.float()[:, None]
+
+    def will_need(self, idx: torch.Tensor) -> None:
+        self.advised.append(idx.clone())
+
+
+def test_loader_reads_ahead_only_while_faults_hit(monkeypatch: pytest.MonkeyPatch) -> None:
+    faults = iter([0, 0, 0, 5] + [5] * 100)  # the 3rd gather (batch 2) takes a major fault
+    monkeypatch.setattr(loader_mod, "thread_major_faults", lambda: next(faults))
+    monkeypatch.setattr(loader_mod, "READAHEAD", 3)
+    monkeypatch.setattr(loader_mod, "ADVISE_FOR", 2)
+    src = _Recording(120)
+    batches = [x for x, _ in ShardedLoader(src, 10, seed=3).shard(1, 2)]
+    plain = [x for x, _ in ShardedLoader(_Recording(120), 10, seed=3).shard(1, 2)]
+    assert all(torch.equal(a, b) for a, b in zip(batches, plain, strict=True))
+    # batch 2 faulted: before gathering batch 3, batches 4..6 are asked for; before batch 4, batch 7;
+    # then no more (advice lasts ADVISE_FOR=2 batches after the last fault)
+    assert len(src.advised) == 4
+    for adv, want in zip(src.advised, [4, 5, 6, 7], strict=True):
+        assert torch.equal(adv, batches[want])
