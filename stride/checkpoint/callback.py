@@ -22,6 +22,7 @@ from stride.checkpoint.guard import StepGuard
 from stride.checkpoint.signals import Preempted, PreemptionSignal
 from stride.checkpoint.store import CheckpointStore, Choice
 from stride.config import config_hash, config_to_dict
+from stride.parallel.watchdog import collective
 from stride.train.trainer import Callback
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ class CheckpointCallback(Callback):
         self.guard: StepGuard | None = None
         self.signal = PreemptionSignal()
         self.stall_s = 0.0
+        self.stall_parts: dict[str, float] = {}  # what the stalls were made of, summed over saves
+        self._meta_cache: dict[str, Any] | None = None
         self.resumed: Choice | None = None
         self.rollbacks = 0
         self.last_saved: int | None = None
@@ -56,7 +59,8 @@ class CheckpointCallback(Callback):
         run_path = str(trainer.run_dir.path) if trainer.run_dir is not None else None
         if train_state.rank_and_world()[1] > 1:  # only rank 0 creates the run directory: take its path
             box = [run_path]
-            dist.broadcast_object_list(box, src=0)
+            with collective("checkpoint run-directory broadcast"):
+                dist.broadcast_object_list(box, src=0)
             run_path = box[0]
         if run_path is None:
             raise CheckpointError(f"`checkpoint.dir` = {str(d)!r} is relative but the run writes no run directory; "
@@ -64,17 +68,25 @@ class CheckpointCallback(Callback):
         return Path(run_path) / d
 
     def _meta(self, trainer: Trainer) -> dict[str, Any]:
-        return {"config": config_to_dict(trainer.cfg), "config_hash": config_hash(trainer.cfg),
-                "world_size": train_state.rank_and_world()[1]}
+        if self._meta_cache is None:  # the config does not change during a run: build it once
+            self._meta_cache = {"config": config_to_dict(trainer.cfg), "config_hash": config_hash(trainer.cfg),
+                                "world_size": train_state.rank_and_world()[1]}
+        return self._meta_cache
 
     def save(self, trainer: Trainer, *, final: bool = False) -> float:
         """Checkpoint the trainer's current step; returns (and books) the stall in seconds."""
         assert self.store is not None and self.guard is not None
         asynchronous = trainer.cfg.checkpoint.async_save and not final
+        t0 = time.perf_counter()
         state = train_state.capture(trainer, self.guard.state_dict())
-        stall = self.store.save(state, trainer.step, self._meta(trainer), asynchronous=asynchronous)
+        meta = self._meta(trainer)
+        capture_s = time.perf_counter() - t0
+        self.store.save(state, trainer.step, meta, asynchronous=asynchronous)
         if final:
             self.store.wait()
+        stall = time.perf_counter() - t0
+        for k, v in {"capture_s": capture_s, **self.store.last_stall_parts}.items():
+            self.stall_parts[k] = self.stall_parts.get(k, 0.0) + v
         self.stall_s += stall
         self.last_saved = trainer.step
         return stall
@@ -105,7 +117,7 @@ class CheckpointCallback(Callback):
     # -- hooks ---------------------------------------------------------------------------------
     def on_fit_start(self, trainer: Trainer) -> None:
         c = trainer.cfg.checkpoint
-        self.store = CheckpointStore(self._root(trainer), c.keep_last, c.keep_every, c.verify == "sha256", self.log)
+        self.store = CheckpointStore(self._root(trainer), c.keep_last, c.keep_every, c.verify == "checksum", self.log)
         self.guard = StepGuard(c.nan_rollback_after, c.spike_threshold, c.spike_window, c.spike_action, self.log)
         trainer.step_guard = self.guard
         for note in self.store.prepare():
@@ -172,6 +184,7 @@ class CheckpointCallback(Callback):
             "dir": str(self.store.root),
             "saved_steps": list(self.store.saved_steps),
             "stall_s": self.stall_s,
+            "stall_parts_s": dict(self.stall_parts),  # capture, wait_previous, prepare, stage_copy/write, launch
             "save_s": list(self.store.save_seconds),
             "async": trainer.cfg.checkpoint.async_save,
             "resumed_from": self.resumed.folder.name if self.resumed and self.resumed.folder else None,
