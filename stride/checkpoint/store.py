@@ -23,11 +23,10 @@ from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import StagingOptions
 
-from stride.checkpoint.dcp_io import TimedStager, zip_crc32, zip_crc32_off
+from stride.checkpoint.dcp_io import TimedStager, shard_writer
 from stride.checkpoint.errors import CheckpointError
 from stride.checkpoint.manifest import MANIFEST, describe_files, fsync_path, verify, write_manifest
 from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner
@@ -175,19 +174,17 @@ class CheckpointStore:
             shutil.rmtree(tmp, ignore_errors=True)
         self._barrier("checkpoint barrier (before the save)", step)
         parts["prepare_s"] = (t2 := time.perf_counter()) - t1
-        writer = FileSystemWriter(tmp, sync_files=True, thread_count=WRITE_THREADS)
+        writer = shard_writer(tmp, WRITE_THREADS)
         if asynchronous:
             if self._stager is None:
                 self._stager = TimedStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
                                                            use_async_staging=False, use_non_blocking_copy=False))
-            zip_crc32(off=True)  # back on when the background write ends (in _finish)
             try:
                 fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist,
                                      async_stager=self._stager)
             except (Exception, CheckpointException) as exc:
                 # Staging (the CPU copy) failed here, before DCP's first collective: no vote (the other
                 # ranks' writes wait for this one and end by the collective watchdog, naming the save).
-                zip_crc32(off=False)
                 self._raise_failed(step, {self.rank: self._why(exc)}, exc)
             parts["stage_copy_s"] = self._stager.last_s
             self._inflight = self._pool.submit(self._finish, fut, tmp, step, meta, t0)
@@ -197,7 +194,7 @@ class CheckpointStore:
         err: BaseException | None = None
         t_dcp = time.perf_counter()
         try:
-            with zip_crc32_off(), collective("checkpoint write (DCP save)", step):
+            with collective("checkpoint write (DCP save)", step):
                 dcp.save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist)
         except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
             err = exc
@@ -216,8 +213,6 @@ class CheckpointStore:
                 fut.result()
         except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
             err = exc
-        finally:
-            zip_crc32(off=False)
         self.last_phases = {"dcp_s": time.perf_counter() - t_dcp}
         self._settle(err, tmp, step, meta, t0)
 
