@@ -1,28 +1,36 @@
 """Checkpoint benchmark: sync save, async stall, write bandwidth against a plain file write, load.
 
 A model of a few hundred MB (an MLP, fp32) with AdamW state (so the checkpoint is ~3x the params)
-is saved through stride's CheckpointStore, the path training uses: DCP shards, SHA-256 manifest,
-atomic rename. The reference is one sequential `write` + `fsync` of the same number of bytes on
-the same disk. `--json` prints the headline figures as the last line.
+is saved through stride's CheckpointStore, the path training uses: DCP shards, per-rank XXH3-128
+checksums, manifest, atomic rename. The reference is one sequential `write` + `fsync` of the same
+number of bytes on the same disk. The async stall is split into its parts (waiting for the previous
+save, clearing the temporary folder, the staging copy, launching the background write).
+`--variants` also times, alternated with the default, a sync save with torch.save's zip CRC32 left
+on, and the throughput of each checksum candidate over the checkpoint's own files (page cache warm).
+`--json` prints the headline figures as the last line.
 
-    .venv/bin/python benchmarks/checkpoint.py --mb 400 --repeats 3 --json
+    .venv/bin/python benchmarks/checkpoint.py --mb 400 --repeats 5 --json
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
 import statistics
 import tempfile
 import time
+import zlib
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
+import stride.checkpoint.store as store_mod
 from stride.checkpoint.store import CheckpointStore
 
 
@@ -58,11 +66,54 @@ def plain_write_s(path: Path, n_bytes: int) -> float:
     return dt
 
 
+def checksum_gb_per_s(folder: Path, repeats: int = 3) -> dict[str, float]:
+    """One thread, files read from the page cache: each candidate's throughput over the same bytes."""
+    import xxhash
+
+    def crc32() -> Any:
+        class C:
+            v = 0
+
+            def update(self, b: Any) -> None:
+                self.v = zlib.crc32(b, self.v)
+        return C()
+
+    makers: dict[str, Any] = {"xxh3_128": xxhash.xxh3_128, "xxh3_64": xxhash.xxh3_64, "crc32 (zlib)": crc32,
+                              "sha256": hashlib.sha256, "blake2b": hashlib.blake2b}
+    try:
+        import google_crc32c
+
+        makers["crc32c (google-crc32c)"] = lambda: google_crc32c.Checksum()
+    except ImportError:
+        pass
+    files = [p for p in folder.iterdir() if p.is_file()]
+    blobs = [p.read_bytes() for p in files]
+    total = sum(len(b) for b in blobs)
+    times: dict[str, list[float]] = {k: [] for k in makers}
+    for _ in range(repeats):
+        for name, make in makers.items():  # alternated, so a load change hits every candidate alike
+            t0 = time.perf_counter()
+            for b in blobs:
+                h, view = make(), memoryview(b)
+                for i in range(0, len(b), 1 << 23):
+                    h.update(bytes(view[i:i + (1 << 23)]) if name.startswith("crc32c") else view[i:i + (1 << 23)])
+            times[name].append(time.perf_counter() - t0)
+    return {k: total / statistics.median(v) / 1e9 for k, v in times.items()}
+
+
+def with_zip_crc(folder: Path, thread_count: int) -> Any:
+    """DCP's stock writer: torch.save computes its zip CRC32 (the variant stride turned off)."""
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    return FileSystemWriter(folder, sync_files=True, thread_count=thread_count)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=400, help="params + optimizer state, MB")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir on /tmp's disk)")
+    ap.add_argument("--variants", action="store_true", help="also: zip CRC32 on, and checksum candidates")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -72,6 +123,8 @@ def main() -> None:
     store = CheckpointStore(root, keep_last=1, log=lambda m: None)
     meta = {"config_hash": "bench"}
     sync_s, stall_s, async_total_s, load_s, plain_s, dcp_s, commit_s = [], [], [], [], [], [], []
+    crc_on_s: list[float] = []
+    parts: dict[str, list[float]] = {}
     step = 0
     try:
         # The first async save allocates the stager's CPU buffers (once per run): timed on its own.
@@ -92,6 +145,8 @@ def main() -> None:
             t0 = time.perf_counter()
             model_sd, optim_sd = get_state_dict(model, opt)
             stall_s.append(store.save({"model": model_sd, "optim": optim_sd}, step, meta, asynchronous=True))
+            for k, v in store.last_stall_parts.items():
+                parts.setdefault(k, []).append(v)
             store.wait()
             async_total_s.append(time.perf_counter() - t0)
 
@@ -99,6 +154,16 @@ def main() -> None:
             store.load(store.folder(step), lambda keys: dict(zip(("model", "optim"), get_state_dict(model, opt),
                                                                  strict=True)))
             load_s.append(time.perf_counter() - t0)
+
+            if args.variants:
+                step += 1
+                model_sd, optim_sd = get_state_dict(model, opt)
+                default_writer, store_mod.shard_writer = store_mod.shard_writer, with_zip_crc
+                try:
+                    crc_on_s.append(store.save({"model": model_sd, "optim": optim_sd}, step, meta))
+                finally:
+                    store_mod.shard_writer = default_writer
+        checksums = checksum_gb_per_s(store.folder(step)) if args.variants else None
     finally:
         store.close()
         shutil.rmtree(root, ignore_errors=True)
@@ -112,19 +177,25 @@ def main() -> None:
         "async_total_s": med(async_total_s),
         "async_first_stall_s": first_stall,
         "async_stall_fraction": med(stall_s) / med(sync_s),
+        "async_stall_parts_s": {k: med(v) for k, v in parts.items()},  # wait_previous, prepare, stage_copy, launch
         "plain_write_s": med(plain_s),
         "write_bw_fraction": med(plain_s) / med(sync_s),  # (bytes / sync save) / (bytes / plain write)
         "dcp_write_s": med(dcp_s),
-        "manifest_commit_s": med(commit_s),  # SHA-256 of every file, manifest, rename
+        "manifest_commit_s": med(commit_s),  # XXH3-128 of every file, outcome vote, manifest, rename
         "dcp_write_bw_fraction": med(plain_s) / med(dcp_s),  # the DCP write alone, without checksums
         "save_gb_per_s": n_bytes / med(sync_s) / 1e9,
         "plain_gb_per_s": n_bytes / med(plain_s) / 1e9,
         "load_s": med(load_s),
         "repeats": args.repeats,
+        "torch_threads": torch.get_num_threads(),
+        "load_average": os.getloadavg(),
     }
+    if args.variants:
+        out["sync_save_zip_crc_on_s"] = med(crc_on_s)
+        out["checksum_gb_per_s"] = checksums
     if not args.json:
         for k, v in out.items():
-            print(f"{k:>22}: {v:.4g}" if isinstance(v, float) else f"{k:>22}: {v}")
+            print(f"{k:>24}: {v:.4g}" if isinstance(v, float) else f"{k:>24}: {v}")
     print(json.dumps(out))
 
 

@@ -75,6 +75,7 @@ class CheckpointStore:
         self.no_dist = not (dist.is_available() and dist.is_initialized())
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stride-ckpt")
         self._inflight: Future | None = None
+        self._retention: Future | None = None  # deleting old checkpoints after a sync save
         # One stager for the store's life: it keeps CPU buffers for the whole state and copies into them,
         # which stalls less than allocating a fresh copy per save (0.12 s vs 0.3 s for 350 MB here). The
         # buffers are reused only after the previous save committed (at most one in flight).
@@ -199,7 +200,7 @@ class CheckpointStore:
         except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
             err = exc
         self.last_phases = {"dcp_s": time.perf_counter() - t_dcp}
-        self._settle(err, tmp, step, meta, t0)
+        self._settle(err, tmp, step, meta, t0, background=False)
         parts["write_s"] = time.perf_counter() - t2
         self.last_stall_parts = parts
         return time.perf_counter() - t0
@@ -214,13 +215,15 @@ class CheckpointStore:
         except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
             err = exc
         self.last_phases = {"dcp_s": time.perf_counter() - t_dcp}
-        self._settle(err, tmp, step, meta, t0)
+        self._settle(err, tmp, step, meta, t0, background=True)
 
-    def _settle(self, err: BaseException | None, tmp: Path, step: int, meta: dict[str, Any], t0: float) -> None:
+    def _settle(self, err: BaseException | None, tmp: Path, step: int, meta: dict[str, Any], t0: float,
+                background: bool) -> None:
         """After the write: every rank checksums its own files and reports; all agree, then rank 0 commits.
 
         A failure on any rank (DCP's write, the checksums, or rank 0's commit) reaches every rank as the
         same CheckpointError naming the failing rank; the temporary folder is removed, never renamed.
+        Retention (deleting old checkpoints, 0.1-0.2 s for 350 MB here) runs in the background thread.
         """
         t_commit = time.perf_counter()
         failures = self._describe(err) if err is not None else []
@@ -232,7 +235,9 @@ class CheckpointStore:
                 files = describe_files(tmp, self._own_files(tmp))
             except Exception as exc:
                 failures = [(self.rank, self._why(exc))]
+        self.last_phases["checksum_s"] = (t_vote := time.perf_counter()) - t_commit
         outcomes = self._gather((failures, files), "checkpoint save-outcome vote", step)
+        self.last_phases["vote_s"] = time.perf_counter() - t_vote
         failed = dict(sorted({r: why for fs, _ in outcomes for r, why in fs}.items()))
         commit_error = None
         if not failed and self.rank == 0:
@@ -249,6 +254,11 @@ class CheckpointStore:
                 shutil.rmtree(tmp, ignore_errors=True)
             self._raise_failed(step, failed, err)
         self.last_phases["commit_s"] = time.perf_counter() - t_commit  # checksums, vote, manifest, rename
+        if self.rank == 0:
+            if background:
+                self._retain()
+            else:
+                self._retention = self._pool.submit(self._retain)
         self.saved_steps.append(step)
         self.save_seconds.append(time.perf_counter() - t0)
 
@@ -331,7 +341,6 @@ class CheckpointStore:
             fsync_path(self.root)
         except Exception as exc:
             return f"{self._why(exc)} (while committing)"
-        self._retain()
         return None
 
     def _retain(self) -> None:
@@ -348,8 +357,11 @@ class CheckpointStore:
     def wait(self) -> None:
         """Block until the in-flight save (if any) has committed; re-raise its error here."""
         fut, self._inflight = self._inflight, None
+        retention, self._retention = self._retention, None
         if fut is not None:
             fut.result()
+        if retention is not None:
+            retention.result()
 
     def poll(self) -> None:
         """Surface a finished async save's error without blocking (one rank only).
