@@ -45,6 +45,8 @@ class CheckpointCallback(Callback):
         self.stall_s = 0.0
         self.stall_parts: dict[str, float] = {}  # what the stalls were made of, summed over saves
         self._meta_cache: dict[str, Any] | None = None
+        self._stage_in_background = False  # decided in on_fit_start
+        self._trainer: Trainer | None = None
         self.resumed: Choice | None = None
         self.rollbacks = 0
         self.last_saved: int | None = None
@@ -81,7 +83,8 @@ class CheckpointCallback(Callback):
         state = train_state.capture(trainer, self.guard.state_dict())
         meta = self._meta(trainer)
         capture_s = time.perf_counter() - t0
-        self.store.save(state, trainer.step, meta, asynchronous=asynchronous)
+        self.store.save(state, trainer.step, meta, asynchronous=asynchronous,
+                        stage_in_background=asynchronous and self._stage_in_background)
         if final:
             self.store.wait()
         stall = time.perf_counter() - t0
@@ -120,6 +123,14 @@ class CheckpointCallback(Callback):
         self.store = CheckpointStore(self._root(trainer), c.keep_last, c.keep_every, c.verify == "checksum", self.log)
         self.guard = StepGuard(c.nan_rollback_after, c.spike_threshold, c.spike_window, c.spike_action, self.log)
         trainer.step_guard = self.guard
+        self._trainer = trainer
+        self.guard.before_update = self._fence
+        if c.async_save and c.stage_in_background:
+            buffers = _state_buffers(trainer.model)
+            self._stage_in_background = not buffers
+            if buffers:
+                self.log(f"the model's state holds buffers ({', '.join(buffers[:3])}...), which forward may change: "
+                         "async saves copy the state in the step loop (checkpoint.stage_in_background ignored)")
         for note in self.store.prepare():
             self.log(f"removed {note}")
         if c.resume == "auto":
@@ -135,6 +146,17 @@ class CheckpointCallback(Callback):
                 self.log(f"{choice.describe()}: starting from step 0")
         if c.save_on_signal:
             self.signal.install()
+
+    def _fence(self) -> None:
+        """Before the optimizer step: wait for the previous save's background copy (booked as a stall)."""
+        if self.store is None or not self.store.staging or self._trainer is None:
+            return
+        timer = self._trainer.timer
+        timer.mark("optimizer")  # what ran before (clipping) stays in the optimizer phase
+        waited = self.store.fence()
+        timer.mark("checkpoint")
+        self.stall_s += waited
+        self.stall_parts["fence_wait_s"] = self.stall_parts.get("fence_wait_s", 0.0) + waited
 
     def on_step_end(self, trainer: Trainer) -> None:
         assert self.store is not None and self.guard is not None
@@ -193,3 +215,9 @@ class CheckpointCallback(Callback):
             "nonfinite_steps": self.guard.nonfinite_steps,
             "loss_spikes": self.guard.spikes,
         }
+
+
+def _state_buffers(model: Any) -> list[str]:
+    """Names in the model's state dict that are not parameters (buffers, e.g. BatchNorm running stats)."""
+    params = {name for name, _ in model.named_parameters()}
+    return [k for k in model.state_dict() if k not in params]

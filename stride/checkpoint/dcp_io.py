@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +45,18 @@ def shard_writer(folder: Path, thread_count: int) -> FileSystemWriter:
 
 
 class TimedStager(DefaultStager):
-    """DCP's stager (CPU buffers allocated once, reused by every save), timing each staging copy."""
+    """DCP's stager (CPU buffers allocated once, reused by every save), timing each staging copy.
+
+    With async staging `stage` returns a future; the copy's time is recorded when it completes.
+    """
 
     last_s: float = 0.0
 
     def stage(self, state_dict: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
-        try:
-            return super().stage(state_dict, **kwargs)
-        finally:
+        out = super().stage(state_dict, **kwargs)
+        if isinstance(out, Future):
+            out.add_done_callback(lambda _: setattr(self, "last_s", time.perf_counter() - t0))
+        else:
             self.last_s = time.perf_counter() - t0
+        return out

@@ -41,9 +41,14 @@ class StepGuard:
         self.nonfinite_steps = 0
         self.spikes = 0
         self.rollback_reason: str | None = None  # set when the callback should roll back
+        # Called first in allow(), i.e. after backward and before the optimizer changes any state: the
+        # checkpoint callback waits there for a background staging copy of the previous save.
+        self.before_update: Callable[[], None] | None = None
 
     def allow(self, trainer: Trainer, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
         """Whether the optimizer may apply this step's gradients (the same answer on every rank)."""
+        if self.before_update is not None:
+            self.before_update()
         ok = self._judge(trainer, loss, grad_norm)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             # Each rank judges its own loss; one rank skipping alone would desynchronise the replicas.
