@@ -125,12 +125,13 @@ class CheckpointCallback(Callback):
         trainer.step_guard = self.guard
         self._trainer = trainer
         self.guard.before_update = self._fence
-        if c.async_save and c.stage_in_background:
+        background = c.staging == "background" or (c.staging == "auto" and trainer.device.type == "cuda")
+        if c.async_save and background:
             buffers = _state_buffers(trainer.model)
             self._stage_in_background = not buffers
             if buffers:
                 self.log(f"the model's state holds buffers ({', '.join(buffers[:3])}...), which forward may change: "
-                         "async saves copy the state in the step loop (checkpoint.stage_in_background ignored)")
+                         "async saves copy the state in the step loop (checkpoint.staging = background ignored)")
         for note in self.store.prepare():
             self.log(f"removed {note}")
         if c.resume == "auto":

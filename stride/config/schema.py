@@ -124,7 +124,9 @@ class CheckpointConfig:
     keep_every: int = 0  # also keep every checkpoint whose step is a multiple of this (0: none)
     dir: str = "checkpoints"  # relative to the run directory (or an absolute path)
     async_save: bool = False  # stage to CPU and write in the background (DCP async_save)
-    stage_in_background: bool = True  # async: the CPU copy too runs in a thread, until the next optimizer step
+    # async saves' CPU copy: "loop" (the step loop waits for it), "background" (a thread, until the next
+    # optimizer step), "auto": background on CUDA, loop on CPU (there background made save + step slower)
+    staging: str = "auto"
     resume: str = "auto"  # auto: newest valid checkpoint in dir, if any | never
     force_resume: bool = False  # resume even when the checkpoint's config differs
     verify: str = "checksum"  # checksum: check every file's XXH3-128 before loading | size: sizes only

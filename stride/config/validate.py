@@ -90,6 +90,7 @@ CHECKPOINT_CHOICES: dict[str, tuple[str, ...]] = {
     "checkpoint.resume": ("auto", "never"),
     "checkpoint.verify": ("checksum", "size"),
     "checkpoint.spike_action": ("log", "skip", "rollback"),
+    "checkpoint.staging": ("auto", "loop", "background"),
 }
 
 

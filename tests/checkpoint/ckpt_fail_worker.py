@@ -2,7 +2,8 @@
 
 Run with RANK / WORLD_SIZE=2 / MASTER_ADDR / MASTER_PORT set. Usage: python ckpt_fail_worker.py CKPT_DIR OUT_DIR
 Step 1 saves cleanly; step 2 (sync) fails in rank 1's shard write (DCP's own write, the disk "full");
-step 3 (async) fails after DCP, in rank 1's checksumming (an I/O error reading its shard back);
+step 3 (async, staging copy in the background) fails after DCP, in rank 1's checksumming (an I/O error
+reading its shard back);
 step 4 saves cleanly again (the ranks still agree on every collective after two failures).
 """
 
@@ -53,7 +54,9 @@ def main() -> None:
     for step, asynchronous in ((1, False), (2, False), (3, True), (4, False)):
         FAIL["step"] = step
         try:
-            store.save({"model": model.state_dict()}, step, {"config_hash": "fail"}, asynchronous=asynchronous)
+            store.save({"model": model.state_dict()}, step, {"config_hash": "fail"}, asynchronous=asynchronous,
+                       stage_in_background=asynchronous)
+            store.fence()
             store.wait()
             seen[str(step)] = None
         except CheckpointError as exc:

@@ -1,4 +1,4 @@
-"""Async saves whose staging copy runs in the background: the snapshot is the step's state, and the wait counts.
+"""Async saves with the staging copy in the background: the snapshot is the save step's state, and the wait counts.
 
 The copy is slowed down (0.3 s per save) so the next optimizer step certainly comes while the copy
 still reads the live tensors: without the fence before the optimizer step, the saved moments and
@@ -44,8 +44,8 @@ def test_background_staging_snapshot_is_the_save_steps_state(tmp_path: Path, slo
                                          for k, v in st.items()}}
 
     out = tmp_path / "run"
-    s = fit(out, "checkpoint.async_save=true", "checkpoint.every=6", "checkpoint.keep_last=10", "train.steps=14",
-            callbacks=[Record()])
+    s = fit(out, "checkpoint.async_save=true", "checkpoint.staging=background", "checkpoint.every=6",
+            "checkpoint.keep_last=10", "train.steps=14", callbacks=[Record()])
     cfg = ckpt_config("train.steps=3", "checkpoint.every=0", "checkpoint.save_at_end=false")
     for step in (6, 12):
         tr = Trainer(config=cfg, write_run_dir=False)
@@ -66,8 +66,9 @@ def test_background_staging_snapshot_is_the_save_steps_state(tmp_path: Path, slo
     assert s["step_time_breakdown_s"]["checkpoint"] > 0
 
 
-def test_stage_in_background_off_copies_in_the_step_loop(tmp_path: Path, slow_staging: None) -> None:
+@pytest.mark.parametrize("staging", ["loop", "auto"])  # auto: in the loop on CPU
+def test_staging_in_the_loop_blocks_for_the_copy(tmp_path: Path, slow_staging: None, staging: str) -> None:
     s = fit(tmp_path / "run", "checkpoint.async_save=true", "checkpoint.every=6", "train.steps=8",
-            "checkpoint.stage_in_background=false")
+            f"checkpoint.staging={staging}")
     parts = s["checkpoint"]["stall_parts_s"]
     assert "fence_wait_s" not in parts and parts["stage_copy_s"] >= SLOW_S  # one save: the copy blocked the loop
