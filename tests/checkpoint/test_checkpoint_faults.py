@@ -60,10 +60,10 @@ DRIVER = textwrap.dedent("""
     from stride.cli.main import main
 
     real = store.write_manifest
-    def killing_write_manifest(folder, step, extra=None):
+    def killing_write_manifest(folder, step, *args, **kwargs):
         if step == int(os.environ["KILL_IN_SAVE_AT"]):
             os.kill(os.getpid(), signal.SIGKILL)  # shards and .metadata are written; manifest and rename are not
-        return real(folder, step, extra)
+        return real(folder, step, *args, **kwargs)
     store.write_manifest = killing_write_manifest
     raise SystemExit(main(sys.argv[1:]))
 """)

@@ -99,7 +99,7 @@ def _remove_metadata(folder: Path) -> None:
 
 
 @pytest.mark.parametrize(("damage", "reason"), [
-    (_corrupt_shard, "__0_0.distcp does not match its SHA-256 checksum (corrupted)"),
+    (_corrupt_shard, "__0_0.distcp does not match its xxh3_128 checksum (corrupted)"),
     (_truncate_manifest, "manifest.json is not valid JSON"),
     (_remove_metadata, ".metadata is missing"),
 ])

@@ -1,0 +1,65 @@
+"""The manifest's checksums: what is written, what still verifies, and that the zip CRC switch is restored."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+import xxhash
+from torch import nn
+
+from stride.checkpoint import CheckpointStore, verify
+from stride.checkpoint.manifest import FORMAT
+
+
+def _saved(tmp_path: Path, asynchronous: bool = False) -> tuple[CheckpointStore, Path, nn.Module]:
+    torch.manual_seed(0)
+    model = nn.Linear(64, 32)
+    store = CheckpointStore(tmp_path / "ck", log=lambda m: None)
+    store.save({"model": model.state_dict()}, 1, {"config_hash": "m"}, asynchronous=asynchronous)
+    store.wait()
+    return store, store.folder(1), model
+
+
+def test_manifest_holds_every_file_with_its_size_and_xxh3_128(tmp_path: Path) -> None:
+    store, folder, _ = _saved(tmp_path)
+    store.close()
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["format"] == FORMAT and m["checksum"] == "xxh3_128" and m["step"] == 1
+    on_disk = sorted(p.name for p in folder.iterdir() if p.name != "manifest.json")
+    assert sorted(m["files"]) == on_disk and ".metadata" in on_disk and "meta.json" in on_disk
+    for name, info in m["files"].items():
+        data = (folder / name).read_bytes()
+        assert info == {"bytes": len(data), "xxh3_128": xxhash.xxh3_128(data).hexdigest()}
+
+
+def test_a_sha256_manifest_from_an_older_stride_still_verifies_and_detects_corruption(tmp_path: Path) -> None:
+    store, folder, _ = _saved(tmp_path)
+    store.close()
+    m = json.loads((folder / "manifest.json").read_text())
+    m["format"] = "stride-checkpoint/1"
+    m["files"] = {n: {"bytes": i["bytes"], "sha256": hashlib.sha256((folder / n).read_bytes()).hexdigest()}
+                  for n, i in m["files"].items()}
+    (folder / "manifest.json").write_text(json.dumps(m))
+    assert verify(folder, 1).ok
+    shard = folder / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 3] ^= 0x01  # one bit, same size
+    shard.write_bytes(bytes(data))
+    v = verify(folder, 1)
+    assert not v.ok and v.reason == "__0_0.distcp does not match its sha256 checksum (corrupted)"
+    assert verify(folder, 1, checksums=False).ok  # sizes alone cannot see it
+
+
+def test_shards_written_without_the_zip_crc_load_exactly_and_the_setting_is_restored(tmp_path: Path) -> None:
+    assert torch.serialization.get_crc32_options() is True
+    for asynchronous in (False, True):
+        store, folder, model = _saved(tmp_path / str(asynchronous), asynchronous)
+        assert torch.serialization.get_crc32_options() is True  # back on once the write ended
+        template = {"model": {k: torch.zeros_like(v) for k, v in model.state_dict().items()}}
+        loaded = store.load(folder, lambda keys, t=template: t)
+        store.close()
+        for k, v in model.state_dict().items():
+            assert torch.equal(loaded["model"][k], v)
