@@ -45,4 +45,20 @@ def fit_efficiency(samples: Sequence[tuple[Callable[[Efficiency], float], float]
                 val = loss(trial)
                 if val < best:
                     best, eff = val, trial
-    return eff
+    # then a pattern search in log space: factors that trade off against each other (e.g. a
+    # kernel's FLOP and byte terms) leave a long valley a coarse grid stops short in
+    step = 0.2
+    while step > 1e-3:
+        moved = False
+        for name in factors:
+            lo, hi = (bounds or BOUNDS)[name]
+            for sign in (1.0, -1.0):
+                v = min(hi, max(lo, getattr(eff, name) * math.exp(sign * step)))
+                trial = dataclasses.replace(eff, **{name: v})
+                val = loss(trial)
+                if val < best - 1e-15:
+                    best, eff, moved = val, trial, True
+                    break
+        if not moved:
+            step /= 2
+    return dataclasses.replace(eff, **{n: round(getattr(eff, n), 4) for n in factors})
