@@ -38,6 +38,7 @@ class Hardware:
     price_per_hour_usd: float
     aliases: tuple[str, ...] = ()
     matmul_efficiency: float | None = None  # measured fraction of peak for large GEMMs
+    attention_efficiency: float | None = None  # published/measured fraction of peak for fused attention
     runtime_overhead_gib: float = 1.0  # context, allocator reserve, workspaces
     # host time per eager kernel (Python, dispatcher, launch): traced workloads pay it per kernel;
     # on a CPU (`cpu = true`) the host also runs the kernel, so it adds; on an accelerator it hides
@@ -156,8 +157,8 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
         else:
             if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be a number >= 0, got {v!r}")
-            if key == "matmul_efficiency" and not 0 < v <= 1:
-                raise ConfigError(f"{where}: hardware `{name}`.matmul_efficiency must be in (0, 1], got {v!r}")
+            if key in ("matmul_efficiency", "attention_efficiency") and not 0 < v <= 1:
+                raise ConfigError(f"{where}: hardware `{name}`.{key} must be in (0, 1], got {v!r}")
             values[key] = float(v)
     for key in ("memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "scaleout_bw_gbps"):
         if values[key] <= 0:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,7 +153,6 @@ class WorkloadTrace:
     flop_counter_total: int  # FlopCounterMode's own total, for the cross-check
     flop_counter_by_layer: dict[str, int]
     grad_clip: bool = True
-    flops_note: str = ""
 
     @property
     def flops(self) -> float:
@@ -267,7 +265,8 @@ class _Recorder(TorchDispatchMode):
                 and isinstance(out[3], FakeTensor) and out[3].numel() == 0):
             ws = torch.empty(onednn_rnn_workspace_bytes(args), dtype=torch.uint8)  # a fake tensor here
             out = (*out[:3], ws)
-        elif (func is _LAYER_NORM and isinstance(out[1], FakeTensor) and out[1].dtype in (torch.bfloat16, torch.float16)):
+        elif (func is _LAYER_NORM and isinstance(out[1], FakeTensor)
+              and out[1].dtype in (torch.bfloat16, torch.float16)):
             # torch's meta kernel gives mean/rstd the input's 16-bit dtype; the CPU kernel keeps them
             # in fp32 (measured: the saved bytes differ by exactly that)
             out = (out[0], out[1].float(), out[2].float())
@@ -516,18 +515,3 @@ def trace_workload(cfg: RunConfig, micro_batch: int | None = None, name: str = "
         # activation checkpointing is a layout choice the cost model prices from the plain trace
         _CACHE[key] = trace(workload_trace_inputs(cfg, micro_batch, name, checkpoint="none"))
     return _CACHE[key]
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def shard_numel(numel: int, dims0: int, n: int) -> int:
-    """Elements of one FSDP2 shard: dim 0 split in ceil(dim0 / n) rows (the last rank pads)."""
-    if n <= 1 or dims0 == 0:
-        return numel
-    return ceil_div(dims0, n) * (numel // dims0)
-
-
-def _finite(x: float) -> bool:
-    return math.isfinite(x)

@@ -162,10 +162,8 @@ def predict_workload(trace: WorkloadTrace, lay: Layout, hw: Hardware, global_bat
         ag_bwd = sum(ag[:n_blocks]) if z == 3 else 0.0  # blocks re-gather in backward; the root stays
         first = ag[-1]  # the root's gather starts the step: nothing to hide it under
         t_total = m * (sum(ag) + ag_bwd) + sum(rs)
-        if hw.cpu:  # FSDP2 overlaps through CUDA streams; on CPU each collective is waited for in place
-            t_comm_exposed = t_total
-        else:
-            t_comm_exposed = first + _exposed(t_total - first, m * (fwd + bwd + rec), eff)
+        # FSDP2 overlaps through CUDA streams; on a CPU each collective is waited for in place
+        t_comm_exposed = t_total if hw.cpu else first + _exposed(t_total - first, m * (fwd + bwd + rec), eff)
         t_host = m * len(units) * hw.fsdp_unit_overhead_us * 1e-6
         # copy-in before each gather, copy-out after, chunk-cat before each reduce-scatter: memory passes
         t_copies = (m * (sum(pbytes) + (sum(pbytes[:n_blocks]) if z == 3 else 0.0)) * 2 + sum(gbytes) * 2) / r.bw

@@ -22,8 +22,8 @@ from stride.train.trainer import Callback, Trainer
 
 FAST = ["ts_transformer_tiny", "mlp_tiny", "lstm_small", "tcn_small", "deeplob_small"]
 SLOW = ["ts_transformer_small", "gpt_returns_small", "mlp_base"]
-RUN = ["train.batch_size=8", "train.steps=2", "train.val_every=1000", "train.val_batches=1", "data.n_steps=2048", "metrics.flops=false",
-       "metrics.log_every=1", "train.threads=1"]
+RUN = ["train.batch_size=8", "train.steps=2", "train.val_every=1000", "train.val_batches=1", "data.n_steps=2048",
+       "metrics.flops=false", "metrics.log_every=1", "train.threads=1"]
 
 
 class _GradBytes(Callback):

@@ -110,11 +110,18 @@ def test_interpolated_trace_matches_a_direct_trace(name: str) -> None:
     a, b, mid = (trace(workload_trace_inputs(cfg, n)) for n in (2, 8, 4))
     got = interpolate(a, b, 4)
     assert got.flops == pytest.approx(mid.flops, rel=1e-12)
+    # oneDNN pads its RNN workspace to pages (and sizes it by the thread count): affine in batch to
+    # within a few pages; everything else exactly. Kernels and bytes are compared in total: in
+    # backward, torch's module tracker may credit an op at a block's edge to either neighbour.
+    pad = 64 * 1024 if name.startswith("lstm") else 0
+    tot = lambda t, f: sum(f(la) for la in t.layers)  # noqa: E731
+    assert tot(got, lambda la: la.fwd.bytes + la.bwd.bytes) == pytest.approx(
+        tot(mid, lambda la: la.fwd.bytes + la.bwd.bytes), rel=1e-9, abs=3 * pad)
+    # (+-1 kernel: an aten op that is a no-op copy at one batch size, e.g. a contiguous() of a view)
+    assert tot(got, lambda la: la.fwd.kernels + la.bwd.kernels) == pytest.approx(
+        tot(mid, lambda la: la.fwd.kernels + la.bwd.kernels), abs=1)
     for g, r in zip(got.layers, mid.layers, strict=True):
-        assert g.fwd.bytes + g.bwd.bytes == pytest.approx(r.fwd.bytes + r.bwd.bytes, rel=1e-9)
-        assert g.fwd.kernels + g.bwd.kernels == r.fwd.kernels + r.bwd.kernels
-        # oneDNN pads its RNN workspace to pages: affine in batch to within a few pages
-        assert g.saved_bytes == pytest.approx(r.saved_bytes, rel=0.02, abs=64 * 1024)
+        assert g.saved_bytes == pytest.approx(r.saved_bytes, rel=1e-9, abs=pad)
 
 
 def test_optimizer_trace_counts_state_and_kernels() -> None:
