@@ -1,8 +1,13 @@
 """Error of the performance model against published measurements (tokens/s per GPU, memory).
 
 Reports, on the rows of a published-results CSV: the error with the shipped default factors,
-a two-fold split (fit on one half, report the other, both ways), and leave-one-out (fit on
-all rows but one, predict that one). The last line is JSON with the headline figures.
+a two-fold split (fit on one half, report the other, both ways), leave-one-out (fit on all rows
+but one, predict that one) and leave-one-source-out. The last line is JSON with the headline figures.
+
+`--local [--rounds N]` instead checks local CPU predictions on this machine
+(stride.perfmodel.local_check): measure the machine, calibrate on a tiny transformer's measured
+runs (1 process; DDP and FSDP2 at 2 gloo ranks, one pinned thread each), predict held-out runs of
+other models and layouts; N interleaved rounds, medians per run. About 2.5 min per round here.
 """
 
 from __future__ import annotations
@@ -42,7 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hardware-file", default=None)
     ap.add_argument("--no-loo", action="store_true", help="skip leave-one-out (the slow part)")
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
+    ap.add_argument("--local", action="store_true", help="local CPU check instead of published rows")
+    ap.add_argument("--rounds", type=int, default=3, help="--local: interleaved measurement rounds")
+    ap.add_argument("--steps", type=int, default=12, help="--local: training steps per measured run")
     args = ap.parse_args(argv)
+    if args.local:
+        return _local(args)
     t0 = time.perf_counter()
     catalog = load_catalog(args.hardware_file)
     rows = read_rows(args.csv)
@@ -123,6 +133,28 @@ def main(argv: list[str] | None = None) -> int:
                 v = result[key]
                 print(f"{key:14s} n={v['n']:3d} median |err| {v['median_abs_pct']:.1f}%  p90 {v['p90_abs_pct']:.1f}%")
     print(json.dumps(result))
+    return 0
+
+
+def _local(args) -> int:
+    import os
+
+    from stride.perfmodel.local_check import local_check
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    res = local_check(steps=args.steps, rounds=args.rounds, log=(lambda s: None) if args.json else print)
+    res["load_average_1min_before"] = load
+    res["load_average_1min_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if not args.json:
+        for part in ("calibration", "held_out"):
+            print(part)
+            for r in res[part]:
+                print(f"  {Path(r['run']).name.rsplit('-r', 1)[0]:18s} measured {r['measured_step_s'] * 1e3:7.1f} ms"
+                      f"  predicted {r['predicted_step_s'] * 1e3:7.1f} ms  {r['err_pct']:+6.1f}%")
+        print(f"held-out |error|: median {res['held_out_median_abs_pct']:.1f}%, max {res['held_out_max_abs_pct']:.1f}%"
+              f" (goal 15%); factors {res['efficiency']}; load {load} -> {res['load_average_1min_after']}")
+    res.pop("measured_rounds_s", None)
+    print(json.dumps(res))
     return 0
 
 

@@ -3,6 +3,8 @@
   stride plan --model llama3-8b --hardware h100 --devices 64 [--global-batch B] [--seq S] [--json]
   stride plan --model llama3-70b --devices 512 --compare-hardware [--tokens 1e12]
   stride plan --from-csv ../shared/perfmodel/published_dev.csv --json
+  stride plan --workload ts_transformer_small|run.toml [--set key=value] --hardware local-cpu --devices 2
+  stride plan probe --out local.toml [--threads 1] [--comm-profile gloo.toml]
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ from stride.config.errors import ConfigError
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", choices=["calibrate"], help="calibrate: fit factors from runs")
+    parser.add_argument("action", nargs="?", choices=["calibrate", "probe"],
+                        help="calibrate: fit factors from runs; probe: measure this machine into a hardware TOML")
     parser.add_argument("runs", nargs="*", help="run directories (with summary.json) for `calibrate`")
     parser.add_argument("--model", help="preset (llama3-8b, gpt3-175b, ...) or layers=..,hidden=..,heads=..,...")
+    parser.add_argument("--workload", help="a stride workload to trace: bench workload name or run config TOML")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for --workload (repeatable)")
     parser.add_argument("--hardware", default="h100-sxm", help="device name from the catalog (default h100-sxm)")
     parser.add_argument("--hardware-file", help="extra/override hardware TOML on top of configs/hardware.toml")
     parser.add_argument("--devices", type=int, help="number of devices")
@@ -30,6 +36,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=float, default=1e12, help="token budget for --compare-hardware")
     parser.add_argument("--from-csv", help="predict every row of a published-results CSV")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--out", help="probe: write the hardware TOML here")
+    parser.add_argument("--threads", type=int, default=1, help="probe: intra-op threads (default 1)")
+    parser.add_argument("--name", default="local-cpu", help="probe: catalog name of the entry")
+    parser.add_argument("--comm-profile", help="probe: a `stride comm --profile-out` TOML to reference")
     parser.set_defaults(func=run)
 
 
@@ -46,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
         from stride.perfmodel.calibrate import calibrate_cli
 
         return calibrate_cli(args)
+    if args.action == "probe":
+        from stride.perfmodel.probe import probe_cli
+
+        return probe_cli(args)
     catalog = load_catalog(args.hardware_file)
     eff = _eff(args)
     if args.from_csv:
@@ -63,8 +77,13 @@ def run(args: argparse.Namespace) -> int:
                           f"  iter {r['iter_time_s']:8.3f}s  mfu {r['mfu'] * 100:5.1f}%"
                           f"  mem {r['peak_mem_gib']:6.1f} GiB  fits {r['fits']}")
         return 0
+    if args.workload:
+        if not args.devices:
+            raise ConfigError("stride plan --workload needs --devices")
+        return _plan_workload(args, catalog.get(args.hardware), eff)
     if not args.model or not args.devices:
-        raise ConfigError("stride plan needs --model and --devices (or --from-csv FILE, or `calibrate RUNS...`)")
+        raise ConfigError("stride plan needs --model (or --workload) and --devices "
+                          "(or --from-csv FILE, or `calibrate RUNS...`)")
     from stride.perfmodel.model_spec import parse_model_spec
     from stride.perfmodel.planner import compare_hardware, default_global_batch, distinct_alternatives, explain, search
 
@@ -99,6 +118,59 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_plan(result, alts, spec, hw, args.devices, gb, seconds, args.top)
     return 0 if result.best else 1
+
+
+def _plan_workload(args, hw, eff) -> int:
+    from stride.perfmodel.planner import explain
+    from stride.perfmodel.workload_plan import describe, search_workload, settings
+
+    t0 = time.perf_counter()
+    plan = search_workload(args.workload, hw, args.devices, args.global_batch, eff, args.overrides)
+    seconds = time.perf_counter() - t0
+    res, best = plan.result, plan.result.best
+    tr = next(iter(plan.traces.values()))
+    if args.json:
+        print(json.dumps({
+            "workload": plan.name, "hardware": hw.name, "devices": args.devices, "global_batch": plan.global_batch,
+            "considered": res.considered, "fit": len(res.ranked), "search_seconds": seconds,
+            "trace": {mb: t.to_dict() for mb, t in plan.traces.items()},
+            "best": {**best.to_dict(), "settings": settings(best.layout, plan.global_batch)} if best else None,
+            "ranked": [{**p.to_dict(), "settings": settings(p.layout, plan.global_batch)}
+                       for p in res.ranked[: args.top]],
+            "fastest_not_fitting": [p.to_dict() for p in res.rejected_memory[:3]],
+        }))
+        return 0 if best else 1
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]{plan.name}[/] ({tr.param_count:,} parameters, {tr.precision}, traced at micro-batch "
+              f"{', '.join(map(str, sorted(plan.traces)))}) on {args.devices} x {hw.display_name}, "
+              f"global batch {plan.global_batch}: {res.considered} layouts, {len(res.ranked)} fit ({seconds:.2f} s)")
+    lt = Table(title=f"per layer, one micro-batch of {tr.micro_batch}")
+    for col in ("layer", "params", "fwd+bwd GFLOP", "MB moved", "kernels", "saved MB"):
+        lt.add_column(col, justify="left" if col == "layer" else "right")
+    for la in tr.layers:
+        lt.add_row(la.name, f"{la.params:,}", f"{la.flops / 1e9:.3f}", f"{(la.fwd.bytes + la.bwd.bytes) / 1e6:.1f}",
+                   str(la.fwd.kernels + la.bwd.kernels), f"{la.saved_bytes / 1e6:.2f}")
+    con.print(lt)
+    if not best:
+        con.print("[red]no layout fits in memory[/]")
+        return 1
+    t = Table(title="fitting layouts, fastest first")
+    for col in ("#", "layout", "step s", "samples/s/dev", "MFU", "mem GiB"):
+        t.add_column(col, justify="left" if col == "layout" else "right")
+    for i, p in enumerate(res.ranked[: args.top], 1):
+        t.add_row(str(i), describe(p.layout), f"{p.step_time_s:.4f}",
+                  f"{plan.global_batch / p.step_time_s / args.devices:,.1f}", f"{p.mfu * 100:.1f}%",
+                  f"{p.peak_mem_gib:.3f}")
+    con.print(t)
+    terms = ", ".join(f"{k} {v:.4f}s" for k, v in best.breakdown_s.items() if v > 0)
+    con.print(f"best: {describe(best.layout)}: {terms}")
+    con.print(f"  run it with: {' '.join('--set ' + s for s in settings(best.layout, plan.global_batch))}")
+    for p in res.ranked[1:4]:
+        con.print(f"  {describe(p.layout)}: {explain(p, best)}")
+    return 0
 
 
 def _print_plan(result, alts, spec, hw, devices, gb, seconds, top) -> None:

@@ -1,94 +1,130 @@
 """`stride plan calibrate RUNS...`: fit the efficiency factors to measured stride runs.
 
-Each run directory holds `summary.json` (the trainer's: `step_time_s` or `samples_per_s`,
-`world_size`) and `config.toml` (the resolved run config). The run's model must be a
-transformer the cost model can describe (`ts_transformer`: RMSNorm, SwiGLU, RoPE, a small
-multi-horizon head); its layout comes from `[parallel]` and `[train]`. Single-process runs
-can only inform the compute factors (gemm, memory); runs with several processes also the
-network and overlap factors.
+Each run directory holds `config.toml` (the resolved run config) and `summary.json` (the
+trainer's: `step_time_s`, `world_size`); runs measured with `stride.perfmodel.local_runs` also
+hold `rank0.json`, whose median step time is used (robust to a busy machine's outliers). The
+run's model is traced (trace.py), so any stride workload calibrates; its layout comes from
+`[parallel]` and `[train]` and the world size. Single-process runs inform the compute factors
+(gemm, attention, memory, dispatch); runs with several processes also network and overlap.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 from stride.config.errors import ConfigError
-from stride.perfmodel.costmodel import predict
+from stride.config.schema import RunConfig
+from stride.perfmodel.costmodel import Prediction
 from stride.perfmodel.efficiency import Efficiency, load_efficiency
-from stride.perfmodel.fit import fit_efficiency
+from stride.perfmodel.fit import BOUNDS, fit_efficiency
 from stride.perfmodel.hardware import Hardware, load_catalog
 from stride.perfmodel.layout import Layout
-from stride.perfmodel.model_spec import TransformerSpec
+from stride.perfmodel.trace import WorkloadTrace, trace_workload
+from stride.perfmodel.workload_cost import predict_workload
 
-TS_SIZES = {  # mirrors stride.models.registry.TRANSFORMER_SIZES, read without importing torch
-    "tiny": {"d_model": 64, "n_layers": 2, "n_heads": 4},
-    "small": {"d_model": 128, "n_layers": 4, "n_heads": 4},
-    "base": {"d_model": 256, "n_layers": 6, "n_heads": 8},
-    "large": {"d_model": 512, "n_layers": 8, "n_heads": 8},
-}
+# On a CPU the factors mean: gemm/attention of the probe's matmul peak, memory of its copy
+# bandwidth, dispatch of its bare-op overhead, network of the `stride comm` profile's rate (a
+# rank sharing its core with gloo and waiting on a straggler reaches less than the benchmark).
+LOCAL_BOUNDS = {**BOUNDS, "gemm": (0.3, 1.0), "attention": (0.05, 1.0), "memory": (0.3, 3.0),
+                "network": (0.2, 1.0)}
 
 
-def run_inputs(run_dir: Path) -> tuple[TransformerSpec, Layout, int, float]:
-    """(spec, layout, global batch, measured step seconds) of one run directory."""
+@dataclass
+class RunInputs:
+    run_dir: Path
+    config: RunConfig
+    trace: WorkloadTrace
+    layout: Layout
+    global_batch: int
+    measured_step_s: float
+    world_size: int
+
+    def predict(self, hw: Hardware, eff: Efficiency) -> Prediction:
+        p = self.config.parallel
+        fsdp_bytes = 2 if p.mp_param_dtype in ("bf16", "fp16") else 4
+        return predict_workload(self.trace, self.layout, hw, self.global_batch, eff, p.ddp_bucket_mb, fsdp_bytes)
+
+
+def _read_json(path: Path, run_dir: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{run_dir}: unreadable {path.name}: {exc}") from None
+
+
+def run_inputs(run_dir: Path) -> RunInputs:
+    """Config, trace, layout and measured step time of one run directory."""
+    from stride.config import load_config
+
     summ_p, cfg_p = run_dir / "summary.json", run_dir / "config.toml"
     for p in (summ_p, cfg_p):
         if not p.is_file():
             raise ConfigError(f"{run_dir}: missing {p.name}")
-    try:
-        summary = json.loads(summ_p.read_text())
-        cfg = tomllib.loads(cfg_p.read_text())
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{run_dir}: unreadable summary.json/config.toml: {exc}") from None
-    model, data, train, par = (cfg.get(k, {}) for k in ("model", "data", "train", "parallel"))
-    if model.get("name", "ts_transformer") != "ts_transformer":
-        raise ConfigError(f"{run_dir}: model `{model.get('name')}` is not a transformer the cost model describes")
-    size = TS_SIZES.get(model.get("size", "tiny"))
-    if size is None:
-        raise ConfigError(f"{run_dir}: unknown ts_transformer size {model.get('size')!r}")
-    d = model.get("d_model") or size["d_model"]
-    ffn = int(round((model.get("ffn_mult") or 8 / 3) * d / 8)) * 8
-    heads = model.get("n_heads") or size["n_heads"]
-    seq = int(data.get("seq_len", 64)) // int(model.get("patch_len", 1))
-    n_out = len(data.get("horizons", [1, 5, 20])) * (len(model.get("quantiles", [])) if model.get("loss") == "quantile"
-                                                      else 1)
-    spec = TransformerSpec(model.get("n_layers") or size["n_layers"], d, heads, heads, ffn, "swiglu", max(1, n_out),
-                           seq, name=f"ts_transformer-{model.get('size', 'tiny')}")
-    precision = train.get("precision", "fp32")
-    rc = {"none": "none", "full": "full"}.get(train.get("activation_checkpointing", "none"), "full")
-    dp = int(par.get("dp_replicate", 1)) * int(par.get("dp_shard", 1))
-    layout = Layout(dp=dp, tp=int(par.get("tp", 1)), pp=int(par.get("pp", 1)),
-                    schedule="1f1b" if int(par.get("pp", 1)) > 1 else "none",
-                    zero=3 if int(par.get("dp_shard", 1)) > 1 else 0, sp=int(par.get("tp", 1)) > 1,
-                    micro_batch=max(1, int(train.get("batch_size", 64)) // max(1, int(train.get("grad_accum", 1)))
-                                    // dp), recompute=rc, precision=precision)
-    batch = int(train.get("batch_size", 64))
-    step = summary.get("step_time_s")
+    summary = _read_json(summ_p, run_dir)
+    cfg = load_config(cfg_p)
+    t, par = cfg.train, cfg.parallel
+    world = int(summary.get("world_size") or 1)
+    if par.tp > 1 or par.pp > 1:
+        raise ConfigError(f"{run_dir}: tp/pp runs are not modelled for traced workloads")
+    if world % max(1, par.dp_shard):
+        raise ConfigError(f"{run_dir}: world size {world} is not a multiple of dp_shard {par.dp_shard}")
+    if t.batch_size % (world * t.grad_accum):
+        raise ConfigError(f"{run_dir}: batch {t.batch_size} does not split over {world} ranks x {t.grad_accum}")
+    micro = t.batch_size // (world * t.grad_accum)
+    zero = 0 if par.dp_shard <= 1 else (3 if par.reshard_after_forward else 2)
+    if t.activation_checkpointing not in ("none", "full"):
+        raise ConfigError(f"{run_dir}: activation_checkpointing {t.activation_checkpointing!r} is not modelled")
+    trace = trace_workload(cfg, micro, run_dir.name)
+    layout = Layout(dp=world, zero=zero, micro_batch=micro, recompute=t.activation_checkpointing,
+                    precision=trace.precision)
+    step = None
+    rank0 = run_dir / "rank0.json"
+    if rank0.is_file():
+        step = _read_json(rank0, run_dir).get("median_step_time_s")
+    step = step or summary.get("step_time_s")
     if not step and summary.get("samples_per_s"):
-        step = batch / summary["samples_per_s"]
+        step = t.batch_size / summary["samples_per_s"]
     if not step or step <= 0:
-        raise ConfigError(f"{run_dir}: summary.json has no step_time_s or samples_per_s")
-    return spec, layout, batch, float(step)
+        raise ConfigError(f"{run_dir}: no measured step time (rank0.json median_step_time_s, or "
+                          "summary.json step_time_s / samples_per_s)")
+    return RunInputs(run_dir, cfg, trace, layout, t.batch_size, float(step), world)
 
 
-def calibrate(run_dirs: list[Path], hw: Hardware, start: Efficiency | None = None) -> tuple[Efficiency, list[dict]]:
-    samples, report = [], []
-    for rd in run_dirs:
-        spec, lay, batch, step = run_inputs(rd)
-        tokens = batch * spec.seq / lay.devices
-        samples.append(((lambda e, s=spec, la=lay, b=batch: predict(s, la, hw, b, e).tokens_per_s_per_device),
-                        tokens / step))
-        report.append({"run": str(rd), "layout": lay.short(), "measured_step_s": step})
-    multi = any(r["layout"].split()[0] != "dp1" for r in report)
-    factors = ("gemm", "memory", "network", "overlap") if multi else ("gemm", "memory")
-    eff = fit_efficiency(samples, factors, start, sweeps=8)
-    for r, (fn, meas) in zip(report, samples, strict=True):
-        pred = fn(eff)
-        r["predicted_tokens_per_s_per_device"], r["measured_tokens_per_s_per_device"] = pred, meas
-        r["err_pct"] = (pred / meas - 1) * 100
-    return eff, report
+def calibrate(runs: list[RunInputs], hw: Hardware, start: Efficiency | None = None,
+              factors: tuple[str, ...] | None = None) -> tuple[Efficiency, list[dict]]:
+    """Fit factors on `runs` (squared log error of step time); report each run's error after.
+
+    In two stages, so each factor is fitted where it shows: the compute factors (gemm, memory,
+    dispatch, and attention when a model has it) on single-process runs, then the network factor on
+    the multi-process runs with compute held fixed. `factors` fits those in one stage instead."""
+    bounds = LOCAL_BOUNDS if hw.cpu else BOUNDS
+
+    def samples(rs: list[RunInputs]) -> list:
+        return [((lambda e, r=r: 1.0 / r.predict(hw, e).step_time_s), 1.0 / r.measured_step_s) for r in rs]
+
+    eff = start or Efficiency()
+    if factors is not None:
+        eff = fit_efficiency(samples(runs), factors, eff, sweeps=8, bounds=bounds)
+    else:
+        single = [r for r in runs if r.world_size == 1] or runs
+        multi = [r for r in runs if r.world_size > 1]
+        attn = any(la.fwd.attn_flops for r in single for la in r.trace.layers)
+        compute = ("gemm", "memory", "dispatch") + (("attention",) if attn else ())
+        eff = fit_efficiency(samples(single), compute, eff, sweeps=8, bounds=bounds)
+        if multi:
+            eff = fit_efficiency(samples(multi), ("network",), eff, sweeps=8, bounds=bounds)
+    return eff, [report(r, hw, eff) for r in runs]
+
+
+def report(r: RunInputs, hw: Hardware, eff: Efficiency) -> dict:
+    pred = r.predict(hw, eff)
+    return {"run": str(r.run_dir), "layout": pred.layout.short(), "world_size": r.world_size,
+            "measured_step_s": r.measured_step_s, "predicted_step_s": pred.step_time_s,
+            "err_pct": (pred.step_time_s / r.measured_step_s - 1) * 100,
+            "breakdown_s": pred.breakdown_s}
 
 
 def calibrate_cli(args: argparse.Namespace) -> int:
@@ -96,6 +132,6 @@ def calibrate_cli(args: argparse.Namespace) -> int:
         raise ConfigError("stride plan calibrate needs one or more run directories")
     hw = load_catalog(args.hardware_file).get(args.hardware)
     start = load_efficiency(args.efficiency) if args.efficiency else None
-    eff, report = calibrate([Path(r) for r in args.runs], hw, start)
-    print(json.dumps({"hardware": hw.name, "efficiency": eff.to_dict(), "runs": report}))
+    eff, rep = calibrate([run_inputs(Path(r)) for r in args.runs], hw, start)
+    print(json.dumps({"hardware": hw.name, "efficiency": eff.to_dict(), "runs": rep}))
     return 0

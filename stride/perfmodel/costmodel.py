@@ -38,6 +38,10 @@ from stride.perfmodel.layout import Layout, check_layout
 from stride.perfmodel.model_spec import TransformerSpec
 
 GIB = 2**30
+# Bytes moved per logit by an unfused fp32 cross-entropy (Megatron's vocab_parallel_cross_entropy
+# on `logits.float()`): cast 2r+4w, max 4r, subtract 4r+4w, exp 4r+4w, sum 4r, divide 4r+4w,
+# backward scale 4r+4w, cast of the gradient 4r+2w.
+CE_BYTES_PER_LOGIT = 52
 
 
 @dataclass
@@ -93,6 +97,7 @@ class _Costs:
         self.peak_linear = hw.peak_flops(precision)  # a clear error where the device lacks it
         self.peak_attn = hw.peak_flops("fp32" if precision == "fp32" else "bf16")  # attention stays 16-bit
         self.gemm_eff = hw.matmul_efficiency or eff.gemm
+        self.attn_eff = hw.attention_efficiency or eff.attention
         self.mem_bw = hw.memory_bw * eff.memory
         self.in_bytes = {"fp8": 1, "fp32": 4}.get(precision, 2)
         self.act = 2 if precision == "fp32" else 1  # fp32 activations: twice the 16-bit bytes
@@ -100,6 +105,10 @@ class _Costs:
     def gemm(self, g: Gemm, peak: float | None = None) -> float:
         nbytes = g.batch * (self.in_bytes * (g.m * g.k + g.k * g.n) + 2 * self.act * g.m * g.n)
         return g.flops / ((peak or self.peak_linear) * self.gemm_eff) + nbytes / self.mem_bw
+
+    def backward_gemms(self, g: Gemm) -> float:
+        """Backward of one forward GEMM: two GEMMs of its size (dgrad and wgrad)."""
+        return 2 * self.gemm(g)
 
     def memory(self, nbytes: float) -> float:
         return nbytes / self.mem_bw
@@ -152,7 +161,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     core = [g for g in gemms if g.name in ATTENTION_CORE]
     t_lin_f = sum(c.gemm(g) for g in lin)
     if flash:  # causal half of the square, no s x s traffic; backward re-runs the scores
-        t_core_f = sum(g.flops for g in core) * 0.5 / (c.peak_attn * eff.attention)
+        t_core_f = sum(g.flops for g in core) * 0.5 / (c.peak_attn * c.attn_eff)
         t_core_b = 2.5 * t_core_f
     else:
         t_core_f = sum(c.gemm(g, c.peak_attn) for g in core)
@@ -185,7 +194,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
         add_comm(cp_link, 2 * (lay.cp - 1) / lay.cp * kv, spec.layers / p * m)
 
     n_fwd = 1 + (1 if lay.recompute == "full" else 0)
-    gemm_f, gemm_b = t_lin_f, 2 * t_lin_f
+    gemm_f, gemm_b = t_lin_f, sum(c.backward_gemms(g) for g in lin)
     t_tp_layer = (n_fwd + 1) * t_tp_f
     if lay.tp_overlap:
         t_tp_layer = _exposed(t_tp_layer, (n_fwd + 2) * t_lin_f, eff)
@@ -209,7 +218,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     t_p2p_mb = 2 * v * coll.p2p_time(act_msg, pp_link) if p > 1 else 0.0
     add_comm(pp_link, 2 * v * act_msg, m)
     lg = logits_gemm(spec, tokens, t)
-    t_logits = 3 * c.gemm(lg) + c.memory(tokens * spec.vocab / t * 24)
+    t_logits = c.gemm(lg) + c.backward_gemms(lg) + c.memory(tokens * spec.vocab / t * CE_BYTES_PER_LOGIT)
     t_body = layers_stage * t_layer
     t_mb = t_body + t_p2p_mb + t_logits
     bubble = (p - 1) / v * (t_body + t_p2p_mb) if p > 1 else 0.0

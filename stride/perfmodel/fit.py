@@ -15,12 +15,13 @@ from stride.perfmodel.efficiency import Efficiency
 # Physical ranges: no kernel or collective reaches its datasheet line rate, and none is
 # slower than a third of it on the shapes a planner considers.
 BOUNDS = {"gemm": (0.5, 0.95), "attention": (0.3, 0.9), "memory": (0.5, 0.95), "network": (0.5, 0.95),
-          "overlap": (0.0, 1.0)}
+          "overlap": (0.0, 1.0), "dispatch": (0.05, 1.0)}
 
 
 def fit_efficiency(samples: Sequence[tuple[Callable[[Efficiency], float], float]],
-                   factors: Sequence[str] = tuple(BOUNDS), start: Efficiency | None = None,
-                   sweeps: int = 3, grid: int = 15) -> Efficiency:
+                   factors: Sequence[str] = ("gemm", "attention", "memory", "network", "overlap"),
+                   start: Efficiency | None = None, sweeps: int = 3, grid: int = 15,
+                   bounds: dict[str, tuple[float, float]] | None = None) -> Efficiency:
     """`samples`: (predict(eff) -> tokens/s, measured tokens/s). Returns the best factors found."""
     eff = start or Efficiency()
 
@@ -33,7 +34,7 @@ def fit_efficiency(samples: Sequence[tuple[Callable[[Efficiency], float], float]
     best = loss(eff)
     for sweep in range(sweeps):
         for name in factors:
-            lo, hi = BOUNDS[name]
+            lo, hi = (bounds or BOUNDS)[name]
             cur = getattr(eff, name)
             span = (hi - lo) / (2 ** sweep)
             cands = [min(hi, max(lo, cur + span * (i / (grid - 1) - 0.5))) for i in range(grid)]
@@ -44,4 +45,20 @@ def fit_efficiency(samples: Sequence[tuple[Callable[[Efficiency], float], float]
                 val = loss(trial)
                 if val < best:
                     best, eff = val, trial
-    return eff
+    # then a pattern search in log space: factors that trade off against each other (e.g. a
+    # kernel's FLOP and byte terms) leave a long valley a coarse grid stops short in
+    step = 0.2
+    while step > 1e-3:
+        moved = False
+        for name in factors:
+            lo, hi = (bounds or BOUNDS)[name]
+            for sign in (1.0, -1.0):
+                v = min(hi, max(lo, getattr(eff, name) * math.exp(sign * step)))
+                trial = dataclasses.replace(eff, **{name: v})
+                val = loss(trial)
+                if val < best - 1e-15:
+                    best, eff, moved = val, trial, True
+                    break
+        if not moved:
+            step /= 2
+    return dataclasses.replace(eff, **{n: round(getattr(eff, n), 4) for n in factors})

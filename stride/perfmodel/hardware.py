@@ -38,7 +38,20 @@ class Hardware:
     price_per_hour_usd: float
     aliases: tuple[str, ...] = ()
     matmul_efficiency: float | None = None  # measured fraction of peak for large GEMMs
+    attention_efficiency: float | None = None  # published/measured fraction of peak for fused attention
     runtime_overhead_gib: float = 1.0  # context, allocator reserve, workspaces
+    # host time per eager kernel (Python, dispatcher, launch): traced workloads pay it per kernel;
+    # on a CPU (`cpu = true`) the host also runs the kernel, so it adds; on an accelerator it hides
+    # under the kernel unless the kernel is shorter
+    kernel_overhead_us: float = 10.0
+    fsdp_unit_overhead_us: float = 0.0  # FSDP2 host work per unit per step (hooks, DTensor), measured
+    # per-rank compute time with every core of a host running a rank, over one rank alone (CPU
+    # hosts: shared memory system and caches); measured by `stride plan probe`
+    contention_slowdown: float = 1.0
+    cpu: bool = False
+    # measured collectives (`stride comm --profile-out`, file named by `comm_profile`):
+    # name -> (alpha seconds, seconds per byte, world size it was measured at)
+    collectives: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     assumed: tuple[str, ...] = ()
     source: str = ""
     notes: str = ""
@@ -49,6 +62,13 @@ class Hardware:
             have = ", ".join(sorted(self.peak_tflops))
             raise ConfigError(f"hardware `{self.name}` has no {dtype} peak (it lists: {have})")
         return self.peak_tflops[dtype] * 1e12
+
+    def collective_time(self, name: str, nbytes: float, n: int) -> float | None:
+        """Measured alpha + beta * bytes for `name` on a group of `n`, if profiled at that size."""
+        fit = self.collectives.get(name)
+        if fit is None or fit[2] != n or n <= 1:
+            return None
+        return fit[0] + fit[1] * nbytes
 
     @property
     def memory_bytes(self) -> float:
@@ -61,7 +81,34 @@ class Hardware:
 
 _REQUIRED = ("peak_tflops", "memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "scaleup_domain",
              "scaleup_latency_us", "scaleout_bw_gbps", "scaleout_latency_us", "price_per_hour_usd")
-_FIELDS = {f.name: f for f in dataclasses.fields(Hardware)}
+_FIELDS = {f.name: f for f in dataclasses.fields(Hardware)} | {"comm_profile": None}
+
+
+def read_comm_profile(path: Path, where: str) -> dict[str, tuple[float, float, int]]:
+    """Per-collective alpha-beta fits from a `stride comm --profile-out` TOML (stride-hwprofile-1)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: comm_profile file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: comm_profile {path} is not valid TOML: {exc}") from None
+    meta = data.get("meta", {})
+    if meta.get("format") != "stride-hwprofile-1":
+        raise ConfigError(f"{where}: {path} is not a `stride comm` profile (meta.format = {meta.get('format')!r})")
+    world = int(meta.get("world_size", 0))
+    out = {}
+    for name, fit in data.get("collectives", {}).items():
+        try:
+            alpha, beta = float(fit["alpha_us"]) * 1e-6, float(fit["beta_us_per_byte"]) * 1e-6
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{where}: {path} [collectives.{name}] lacks alpha_us / beta_us_per_byte") from None
+        if alpha < 0 or beta <= 0:
+            raise ConfigError(f"{where}: {path} [collectives.{name}]: alpha must be >= 0 and beta > 0 "
+                              f"(got {alpha * 1e6} us, {beta * 1e6} us/B)")
+        out[name] = (alpha, beta, world)
+    if not out:
+        raise ConfigError(f"{where}: {path} has no [collectives.*] fits")
+    return out
 
 
 def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
@@ -94,6 +141,15 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
             values[key] = tuple(v)
         elif key in ("source", "notes"):
             values[key] = str(v)
+        elif key == "cpu":
+            if not isinstance(v, bool):
+                raise ConfigError(f"{where}: hardware `{name}`.cpu must be true or false, got {v!r}")
+            values[key] = v
+        elif key == "comm_profile":
+            values["collectives"] = read_comm_profile(Path(where).parent / str(v), f"{where}: hardware `{name}`")
+        elif key == "collectives":
+            raise ConfigError(f"{where}: hardware `{name}`: give measured collectives as "
+                              "comm_profile = \"<stride comm --profile-out file>\"")
         elif key == "scaleup_domain":
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{where}: hardware `{name}`.scaleup_domain must be an integer >= 1, got {v!r}")
@@ -101,8 +157,8 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
         else:
             if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be a number >= 0, got {v!r}")
-            if key == "matmul_efficiency" and not 0 < v <= 1:
-                raise ConfigError(f"{where}: hardware `{name}`.matmul_efficiency must be in (0, 1], got {v!r}")
+            if key in ("matmul_efficiency", "attention_efficiency") and not 0 < v <= 1:
+                raise ConfigError(f"{where}: hardware `{name}`.{key} must be in (0, 1], got {v!r}")
             values[key] = float(v)
     for key in ("memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "scaleout_bw_gbps"):
         if values[key] <= 0:

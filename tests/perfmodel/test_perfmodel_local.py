@@ -1,0 +1,46 @@
+"""Local CPU predictions against measurement: calibrate on measured runs, predict held-out ones.
+
+Measures this machine (matmul, copy, per-kernel and FSDP2 host overhead, gloo alpha-beta), fits
+the factors on a tiny transformer (1 process at two batch sizes, an MLP at one; DDP and FSDP2 at
+2 ranks), then predicts a 4x larger transformer and a wider MLP at 1 process, DDP and FSDP2 at 2
+ranks (one thread per rank, pinned, gloo) and compares with their measured median step.
+
+The goal is 15% (docs/perfmodel.md reports the measured figures, benchmarks/perfmodel_error.py
+--local repeats the check over interleaved rounds); a single round on a machine shared with other
+jobs carries several per cent of noise per run, so this test asserts 30% per run and 15% for the
+median. Per-rank memory of the FSDP2 runs is checked too: parameters and optimizer state are
+sharded as predicted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stride.perfmodel.local_check import local_check
+
+pytestmark = pytest.mark.slow
+
+
+def test_local_predictions_within_tolerance(tmp_path: Path) -> None:
+    res = local_check(tmp_path, steps=12, rounds=1, log=print)
+    for r in res["calibration"] + res["held_out"]:
+        print(f"{Path(r['run']).name:22s} measured {r['measured_step_s'] * 1e3:7.1f} ms  predicted "
+              f"{r['predicted_step_s'] * 1e3:7.1f} ms  {r['err_pct']:+6.1f}%")
+    print(json.dumps({k: res[k] for k in ("efficiency", "held_out_median_abs_pct", "held_out_max_abs_pct")}))
+    assert res["held_out_median_abs_pct"] <= 15.0
+    assert res["held_out_max_abs_pct"] <= 30.0
+    # FSDP2 shards parameters and optimizer state as predicted (P / dp per rank, +- dim-0 rounding)
+    for name in ("small-fsdp2-b64", "mlp-fsdp2-b512"):
+        d = tmp_path / f"{name}-r0"
+        ranks = [json.loads(p.read_text()) for p in sorted(d.glob("rank*.json"))]
+        full = json.loads((tmp_path / f"{name.replace('fsdp2-b64', '1p-b32').replace('fsdp2-b512', '1p-b256')}-r0"
+                           / "rank0.json").read_text())
+        assert len(ranks) == 2
+        assert sum(r["param_bytes"] for r in ranks) == full["param_bytes"]
+        for r in ranks:
+            assert r["param_bytes"] == pytest.approx(full["param_bytes"] / 2, rel=0.01)
+            assert r["optimizer_state_bytes"] == pytest.approx(full["optimizer_state_bytes"] / 2, rel=0.01)
+            assert r["grad_bytes"] == r["param_bytes"]

@@ -1,0 +1,98 @@
+"""`stride plan --workload`: planning any stride workload from its trace, and the data-parallel
+terms of the traced cost model against their closed forms with a measured `stride comm` profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stride.cli.main import main
+from stride.config import load_config
+from stride.config.errors import ConfigError
+from stride.perfmodel.efficiency import Efficiency
+from stride.perfmodel.hardware import load_catalog
+from stride.perfmodel.layout import Layout
+from stride.perfmodel.trace import trace_workload
+from stride.perfmodel.workload_cost import ddp_buckets, fsdp_units, predict_workload
+from stride.perfmodel.workload_plan import workload_config
+
+PROFILE = """[meta]
+format = "stride-hwprofile-1"
+backend = "gloo"
+world_size = 2
+
+[collectives.all_reduce]
+alpha_us = 500.0
+beta_us_per_byte = 0.001
+
+[collectives.all_gather]
+alpha_us = 300.0
+beta_us_per_byte = 0.0005
+
+[collectives.reduce_scatter]
+alpha_us = 400.0
+beta_us_per_byte = 0.002
+"""
+HW = """[hardware.test-cpu]
+base = "epyc-9654"
+peak_tflops = { fp32 = 0.1, bf16 = 1.0 }
+memory_bw_tbps = 0.01
+kernel_overhead_us = 1.0
+fsdp_unit_overhead_us = 1500
+comm_profile = "gloo2.toml"
+"""
+
+
+@pytest.fixture
+def hw(tmp_path: Path):
+    (tmp_path / "gloo2.toml").write_text(PROFILE)
+    (tmp_path / "hw.toml").write_text(HW)
+    return load_catalog(tmp_path / "hw.toml").get("test-cpu")
+
+
+def test_plan_workload_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--workload", "mlp_tiny", "--devices", "2", "--hardware", "epyc-9654", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["workload"] == "mlp_tiny" and out["global_batch"] == 256 and out["fit"] > 0
+    best = out["best"]
+    assert best["dp"] == 2 and best["zero"] in (0, 2, 3) and best["step_time_s"] > 0
+    assert "train.batch_size=256" in best["settings"]
+    times = [r["step_time_s"] for r in out["ranked"]]
+    assert times == sorted(times)
+    assert {"blocks.0", "blocks.1", "inp", "head"} <= {la["name"] for t in out["trace"].values() for la in t["layers"]}
+
+
+def test_plan_workload_from_a_config_file(capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = Path(__file__).resolve().parents[2] / "configs" / "quickstart.toml"
+    assert main(["plan", "--workload", str(cfg), "--devices", "1", "--set", "train.batch_size=32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["global_batch"] == 32 and out["best"]["dp"] == 1
+
+
+def test_workload_errors_name_the_problem() -> None:
+    with pytest.raises(ConfigError, match="mlp_tiny"):
+        workload_config("mlp_tiyn")
+    with pytest.raises(ConfigError, match="ppo"):
+        workload_config("ppo_market_making")
+
+
+def test_measured_profile_prices_ddp_and_fsdp_collectives(hw) -> None:
+    assert hw.collective_time("all_reduce", 1000, 2) == pytest.approx(500e-6 + 1e-6)
+    assert hw.collective_time("all_reduce", 1000, 4) is None  # measured at 2 ranks only
+    cfg = load_config(overrides=["model.name=mlp", "model.size=tiny", "data.seq_len=8", "data.n_steps=1024"])
+    tr = trace_workload(cfg, 32)
+    eff = Efficiency(network=0.5)
+    ddp = predict_workload(tr, Layout(dp=2, micro_batch=32, precision="fp32"), hw, 64, eff, bucket_mb=25.0)
+    (bucket,) = ddp_buckets(tr, 25.0)  # 0.56 MB: one bucket, all-reduced after backward
+    assert bucket == tr.param_bytes
+    assert ddp.breakdown_s["dp_comm"] == pytest.approx((500e-6 + 1e-9 * bucket) / 0.5)
+    fsdp = predict_workload(tr, Layout(dp=2, zero=3, micro_batch=32, precision="fp32"), hw, 64, eff)
+    units = fsdp_units(tr)
+    ag = sum(300e-6 + 0.5e-9 * b for _, b in units) + sum(300e-6 + 0.5e-9 * b for n, b in units if n != "root")
+    rs = sum(400e-6 + 2e-9 * b for _, b in units)
+    clip = 500e-6 + 1e-9 * 4  # the global grad norm of sharded gradients
+    assert fsdp.breakdown_s["dp_comm"] == pytest.approx((ag + rs + clip) / 0.5)  # on a CPU nothing overlaps
+    assert fsdp.breakdown_s["fsdp_host"] == pytest.approx(len(units) * 1500e-6)
+    assert fsdp.memory_bytes["optimizer"] == pytest.approx(tr.optimizer_state_bytes / 2)
