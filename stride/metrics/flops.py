@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 
 def _rnn_layer_flops(inp, w_ih, w_hh, *args, **kwargs) -> int:
@@ -24,11 +24,26 @@ def _rnn_layer_backward_flops(inp, w_ih, w_hh, *args, **kwargs) -> int:
     return 2 * _rnn_layer_flops(inp, w_ih, w_hh)  # input and weight gradients: two GEMMs per forward GEMM
 
 
-# torch's flop counter has no formula for the fused CPU RNN kernels; without these an LSTM counts ~0.
-_CUSTOM: dict = {}
-if hasattr(torch.ops.aten, "mkldnn_rnn_layer"):
-    _CUSTOM[torch.ops.aten.mkldnn_rnn_layer] = _rnn_layer_flops
-    _CUSTOM[torch.ops.aten.mkldnn_rnn_layer_backward] = _rnn_layer_backward_flops
+def _cpu_flash_fwd(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query, key, value)
+
+
+def _cpu_flash_bwd(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+# torch 2.13's flop counter has no entry for the fused CPU kernels: without these an LSTM counts ~0
+# and attention (SDPA runs `_scaled_dot_product_flash_attention_for_cpu` on CPU) counts zero. The
+# attention formula is torch's own (the full s x s square; its backward counts the recomputed QK^T),
+# the same as torch counts for the CUDA flash kernels, so CPU and GPU MFU use one convention.
+CPU_FLOP_FORMULAS: dict = {}
+_aten = torch.ops.aten
+if hasattr(_aten, "mkldnn_rnn_layer"):
+    CPU_FLOP_FORMULAS[_aten.mkldnn_rnn_layer] = _rnn_layer_flops
+    CPU_FLOP_FORMULAS[_aten.mkldnn_rnn_layer_backward] = _rnn_layer_backward_flops
+if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu"):
+    CPU_FLOP_FORMULAS[_aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_flash_fwd
+    CPU_FLOP_FORMULAS[_aten._scaled_dot_product_flash_attention_for_cpu_backward] = _cpu_flash_bwd
 
 
 def count_train_flops(
@@ -40,7 +55,7 @@ def count_train_flops(
     """Forward + backward FLOPs for one batch (x, y). Grads and RNG are left as they were."""
     grads = [p.grad for p in model.parameters()]
     with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-        counter = FlopCounterMode(display=False, custom_mapping=_CUSTOM)
+        counter = FlopCounterMode(display=False, custom_mapping=CPU_FLOP_FORMULAS)
         with counter:
             loss_fn(model(x), y).backward()
     for p, g in zip(model.parameters(), grads, strict=True):

@@ -35,11 +35,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import (
-    FlopCounterMode,
-    sdpa_backward_flop_count,
-    sdpa_flop_count,
-)
+from torch.utils.flop_counter import FlopCounterMode
 
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
@@ -48,29 +44,11 @@ PHASES = ("fwd", "bwd", "opt")
 OUTSIDE = "(outside modules)"  # loss and glue ops not inside any child module
 
 
-def _cpu_flash_fwd(query, key, value, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_flop_count(query, key, value)
-
-
-def _cpu_flash_bwd(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_backward_flop_count(grad_out, query, key, value)
-
-
 def flop_mapping() -> dict:
-    """torch's registry gaps on CPU, filled with torch's own formulas where it has them.
+    """torch's flop-counter gaps on CPU (flash SDPA, oneDNN RNN), filled in stride.metrics.flops."""
+    from stride.metrics.flops import CPU_FLOP_FORMULAS
 
-    `aten._scaled_dot_product_flash_attention_for_cpu` (what SDPA runs on CPU) has no entry in
-    torch 2.13's flop counter, so attention counts zero; the formula is torch's `sdpa_flop_count`
-    (full s x s square, as for the CUDA kernels). The oneDNN RNN kernels come from
-    stride.metrics.flops (hand formulas: torch has none)."""
-    from stride.metrics.flops import _CUSTOM as RNN_FORMULAS
-
-    mapping = dict(RNN_FORMULAS)
-    aten = torch.ops.aten
-    if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
-        mapping[aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_flash_fwd
-        mapping[aten._scaled_dot_product_flash_attention_for_cpu_backward] = _cpu_flash_bwd
-    return mapping
+    return dict(CPU_FLOP_FORMULAS)
 
 
 def op_kind(packet_name: str, flops: float) -> str:

@@ -180,6 +180,26 @@ def test_lstm_flops_counted_analytically() -> None:
     assert flops == fwd + 2 * fwd
 
 
+def test_cpu_flash_attention_flops_equal_the_math_path() -> None:
+    """SDPA's CPU flash kernel has no torch flop formula: its count must equal the math path's bmms."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from stride.metrics.flops import count_train_flops
+
+    class Attn(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(x, x, x, is_causal=True)
+
+    x, y = torch.randn(2, 3, 16, 8, requires_grad=True), torch.randn(2, 3, 16, 8)
+    flash = count_train_flops(Attn(), F.mse_loss, x, y)
+    with sdpa_kernel(SDPBackend.MATH):
+        math_path = count_train_flops(Attn(), F.mse_loss, x, y)
+    bmm = 2 * 2 * 3 * 16 * 16 * 8  # one [16 x 8] @ [8 x 16] per (batch, head), 2 FLOPs a MAC
+    assert math_path == 3 * (2 * bmm)  # QK^T and AV forward, twice that backward
+    assert flash == math_path + bmm  # torch's flash-backward formula also counts the recomputed QK^T
+
+
 def test_peak_measurement_leaves_the_training_rng_alone() -> None:
     from stride.metrics.peak import measured_matmul_peak
 
