@@ -54,7 +54,7 @@ class DataConfig:
     # Loader (both sources).
     prefetch: int = 2  # batches built ahead in a background thread; 0: none
     pin_memory: bool = True  # pin batches for non_blocking host-to-device copies (CUDA only)
-    resident_mb: float = 0  # unmap a store's pages once its mapped pages pass this many MiB (flat RSS); 0: never
+    resident_mb: float = 0.0  # unmap a store's pages once its mapped pages pass this many MiB (flat RSS); 0: never
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stride.cli.main import main
-from stride.config import ConfigError, config_to_toml, load_config
+from stride.config import ConfigError, config_hash, config_to_toml, load_config
 
 
 def test_defaults_and_overrides_typed() -> None:
@@ -66,6 +66,7 @@ def test_resolved_config_round_trips(tmp_path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(config_to_toml(cfg))
     assert load_config(path) == cfg
+    assert config_hash(load_config(path)) == config_hash(cfg)  # 0 vs 0.0 compare equal but hash apart
 
 
 def test_cli_reports_config_error(capsys) -> None:
