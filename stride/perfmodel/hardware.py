@@ -84,14 +84,19 @@ _REQUIRED = ("peak_tflops", "memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "
 _FIELDS = {f.name: f for f in dataclasses.fields(Hardware)} | {"comm_profile": None}
 
 
+def _load_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file's tables, or a ConfigError saying which file (`what`) is missing or malformed."""
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{what} file {path} is not valid TOML: {exc}") from None
+
+
 def read_comm_profile(path: Path, where: str) -> dict[str, tuple[float, float, int]]:
     """Per-collective alpha-beta fits from a `stride comm --profile-out` TOML (stride-hwprofile-1)."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: comm_profile file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: comm_profile {path} is not valid TOML: {exc}") from None
+    data = _load_toml(path, f"{where}: comm_profile")
     meta = data.get("meta", {})
     if meta.get("format") != "stride-hwprofile-1":
         raise ConfigError(f"{where}: {path} is not a `stride comm` profile (meta.format = {meta.get('format')!r})")
@@ -167,12 +172,7 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
 
 
 def _read_table(path: Path) -> dict[str, dict[str, Any]]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"hardware file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data = _load_toml(path, "hardware")
     table = data.get("hardware")
     if not isinstance(table, dict) or not table:
         raise ConfigError(f"{path}: expected one or more [hardware.<name>] tables")
