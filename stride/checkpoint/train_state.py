@@ -22,10 +22,13 @@ from stride.train.batches import endless
 if TYPE_CHECKING:
     from stride.train.trainer import Trainer
 
-# Optimizer state keyed by parameter name throughout (param_groups too, as torchtitan does): under
-# pipeline parallelism each rank's optimizer holds different parameters, and a nested param_groups
-# list saved by every rank would collide under one key; flat keys also load into another layout.
-OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+
+def _options(flat: bool) -> StateDictOptions:
+    """Under pipeline parallelism the optimizer state is saved flat, keyed by parameter name (param_groups
+    too, as torchtitan does): each rank's optimizer holds other parameters, and the nested
+    `param_groups[0].params` list every rank saves would collide under one key. Flat keys also load
+    into another layout (pp=2 -> pp=1). Other runs keep the nested form; a load follows the file."""
+    return StateDictOptions(flatten_optimizer_state_dict=flat)
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -58,7 +61,8 @@ def data_state(trainer: Trainer) -> dict[str, Any]:
 def capture(trainer: Trainer, guard_state: dict[str, Any]) -> dict[str, Any]:
     """The state dict handed to dcp.save / async_save (tensors are live references: DCP stages them)."""
     rank, _ = rank_and_world()
-    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=OPTIONS)
+    flat = bool(getattr(trainer.par, "pipelined", False))
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=_options(flat))
     extras = {
         "step": trainer.step,
         "skipped_steps": trainer.skipped_steps,
@@ -77,7 +81,8 @@ def capture(trainer: Trainer, guard_state: dict[str, Any]) -> dict[str, Any]:
 def load_template(trainer: Trainer, saved_keys: set[str]) -> dict[str, Any]:
     """A state dict of the right structure for dcp.load; this rank's section only if it was saved."""
     rank, _ = rank_and_world()
-    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=OPTIONS)
+    flat = "optim.param_groups.0.params" not in saved_keys  # nested form: a list of names per group
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=_options(flat))
     out: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "train": ""}
     if any(k.startswith(f"rank{rank}.") for k in saved_keys):
         rng = capture_rng()
@@ -91,7 +96,7 @@ def apply(trainer: Trainer, loaded: dict[str, Any]) -> tuple[dict[str, Any], lis
     rank, _ = rank_and_world()
     notes: list[str] = []
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=loaded["model"],
-                   optim_state_dict=loaded["optim"], options=OPTIONS)
+                   optim_state_dict=loaded["optim"], options=_options("param_groups" not in loaded["optim"]))
     extras = json.loads(loaded["train"])
     trainer.step = int(extras["step"])
     trainer.skipped_steps = int(extras["skipped_steps"])
