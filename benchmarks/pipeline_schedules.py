@@ -102,7 +102,8 @@ def main() -> None:
           f"{'bubble theory':>15}")
     for name in names:
         t = statistics.median(times[name])
-        med = {k: statistics.median(p.get(k, 0.0) for p in parts[name]) for k in ("forward", "backward", "pipeline_wait")}
+        med = {k: statistics.median(p.get(k, 0.0) for p in parts[name])
+               for k in ("forward", "backward", "pipeline_wait")}
         theory = bubble_theory(name, 2, args.microbatches) if name != "single" else None
         rows[name] = {"step_time_s": t, "speedup_vs_1_rank": single / t, **{f"{k}_s": v for k, v in med.items()},
                       "wait_fraction": med["pipeline_wait"] / t if name != "single" else None,

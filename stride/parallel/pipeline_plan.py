@@ -64,7 +64,8 @@ def stages_per_rank(p: ParallelConfig) -> int:
 
 
 def plan_pipeline(
-    p: ParallelConfig, n_layers: int | None, rank_batch: int, grad_accum: int, *, compile_mode: str = "off"
+    p: ParallelConfig, n_layers: int | None, rank_batch: int, grad_accum: int, *, compile_mode: str = "off",
+    dp: int = 1,
 ) -> PipelinePlan:
     """The pipeline for `p.pp` ranks, or a ConfigError naming the keys that make it impossible."""
     if p.pp_schedule not in SCHEDULES:
@@ -104,9 +105,10 @@ def plan_pipeline(
             f"{n} microbatches (`train.grad_accum` x `parallel.microbatches`) is not a multiple of its "
             f"{rounds} rounds; use a multiple of {p.pp}"
         )
-    if p.pp_schedule == "zbv" and n < 2 * p.pp:
+    if p.pp_schedule == "zbv" and n < 2 * p.pp - 1:
         raise ConfigError(
-            f"`parallel.pp_schedule` = 'zbv' needs at least 2 x `parallel.pp` = {2 * p.pp} microbatches per step; "
+            f"`parallel.pp_schedule` = 'zbv' needs at least 2 x `parallel.pp` - 1 = {2 * p.pp - 1} microbatches per "
+            "step; "
             f"`train.grad_accum` x `parallel.microbatches` = {n}"
         )
     if p.pp_schedule in SPLIT_BACKWARD and compile_mode != "off":
@@ -114,5 +116,13 @@ def plan_pipeline(
             f"`parallel.pp_schedule` = {p.pp_schedule!r} splits backward into input- and weight-gradient passes "
             "over the eager autograd graph, which a compiled graph does not expose: set `train.compile` = 'off' "
             "or use gpipe / 1f1b / interleaved_1f1b"
+        )
+    if p.pp_schedule in SPLIT_BACKWARD and dp > 1:
+        # Seen here: parameters 2e-2 away from one process after 6 steps, with DDP and with FSDP2.
+        raise ConfigError(
+            f"`parallel.pp_schedule` = {p.pp_schedule!r} with data parallelism (`parallel.dp_replicate` x "
+            f"`parallel.dp_shard` = {dp}): torch's weight-gradient pass sets .grad outside DDP's and FSDP2's "
+            "hooks, so those gradients are never reduced over the data-parallel ranks; use gpipe, 1f1b or "
+            "interleaved_1f1b with data parallelism"
         )
     return PipelinePlan(p.pp_schedule, p.pp, v, n, n_layers)
