@@ -77,26 +77,32 @@ def split_for_rank(
     """
     mb = len(x) // plan.n_microbatches
     xm, ym = x[:mb], y[:mb]
-    parts = find_outer_parts(model, xm)
     ranges = block_ranges(plan.n_layers, plan.n_stages)
-    views = [
-        keep_stage_parts(model, parts, ranges[s], s == 0, s == plan.n_stages - 1, in_place=False)
-        for s in range(plan.n_stages)
-    ]
     inputs: list[torch.Tensor] = []
-    rng = torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else [])
-    with torch.no_grad(), rng, autocast():
-        full = model(xm)
-        h = xm
-        try:
-            for view in views:
-                inputs.append(h)
-                h = view(h)
-        except Exception as exc:
-            raise ConfigError(
-                f"`parallel.pp` = {plan.pp}: {type(model).__name__} cannot run as pipeline stages ({exc}); its "
-                "forward must skip the parts a stage sets to None (see TimeSeriesTransformer.forward)"
-            ) from exc
+    # eval mode (dropout off) and a forked RNG: these forwards leave training's random stream alone
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+            parts = find_outer_parts(model, xm)
+            views = [
+                keep_stage_parts(model, parts, ranges[s], s == 0, s == plan.n_stages - 1, in_place=False)
+                for s in range(plan.n_stages)
+            ]
+            with torch.no_grad(), autocast():
+                full = model(xm)
+                h = xm
+                try:
+                    for view in views:
+                        inputs.append(h)
+                        h = view(h)
+                except Exception as exc:
+                    raise ConfigError(
+                        f"`parallel.pp` = {plan.pp}: {type(model).__name__} cannot run as pipeline stages ({exc}); "
+                        "its forward must skip the parts a stage sets to None (see TimeSeriesTransformer.forward)"
+                    ) from exc
+    finally:
+        model.train(was_training)
     if h.shape != full.shape or not torch.allclose(h.float(), full.float(), rtol=1e-5, atol=1e-6):
         raise ConfigError(
             f"`parallel.pp` = {plan.pp}: the chained stages of {type(model).__name__} do not compute what the "

@@ -103,9 +103,10 @@ def find_outer_parts(model: nn.Module, example: torch.Tensor) -> OuterParts:
     start, end = calls.index("<blocks>"), len(calls) - 1 - calls[::-1].index("</blocks>")
     before, after = set(calls[:start]), set(calls[end + 1 :])
     inside = set(calls[start + 1 : end]) - {"<blocks>", "</blocks>"}
-    for name in sorted((before & after) | inside):
+    shared = sorted((before & after) | inside)
+    if shared:
         raise ConfigError(
-            f"`parallel.pp`: {type(model).__name__}.{name} runs between or on both sides of the blocks "
+            f"`parallel.pp`: {type(model).__name__}.{shared[0]} runs between or on both sides of the blocks "
             "(shared or tied weights?); a stage boundary cannot separate it from its uses"
         )
     # Children that never ran (no parameters used) stay on the first stage, where they harm nothing.
