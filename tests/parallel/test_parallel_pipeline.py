@@ -262,3 +262,20 @@ def test_pp2_checkpoint_resumes_exactly_and_loads_at_pp1(runs, reference, tmp_pa
     print(f"pp=2 checkpoint at step 3 resumed at pp=1: |param diff| vs one process {diff:.3g}")
     assert diff < 2e-5
 
+
+
+def test_step_timer_splits_a_phase_into_the_parts_timed_inside_it(monkeypatch):
+    """Under pp the schedule's time is split into the stages' compute and the rest (pipeline_wait)."""
+    import stride.metrics.step_timer as st
+
+    clock = iter([0.0, 0.0, 1.0, 11.0, 12.0, 12.5])  # start (t0, stamp), data, schedule, optimizer, end
+    monkeypatch.setattr(st.time, "perf_counter", lambda: next(clock))
+    timer = st.StepTimer(torch.device("cpu"))
+    timer.start_step()
+    timer.mark("data")
+    timer.mark_split("pipeline_wait", {"forward": 3.0, "backward": 5.0})
+    timer.mark("optimizer")
+    parts = timer.end_step()
+    assert parts["data"] == 1.0 and parts["optimizer"] == 1.0 and parts["other"] == 0.5
+    assert (parts["forward"], parts["backward"], parts["pipeline_wait"]) == (3.0, 5.0, 2.0)
+    assert parts["total"] == 12.5
