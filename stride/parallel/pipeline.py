@@ -198,7 +198,8 @@ class Pipeline:
                 submods.append(ddp)
             else:
                 submods.append(module)
-        group = mesh.pp_mesh.get_group() if mesh.pp_mesh is not None else None
+        assert mesh.pp_mesh is not None
+        group = mesh.pp_mesh.get_group()
         timer = _ComputeTimer()
         stages = []
         for s, submod in zip(stage_ids, submods, strict=True):
