@@ -4,7 +4,9 @@ Every run trains the same model on the same global batch (a pipeline does not sp
 one rank alone, then pp=2 with each schedule over the same number of microbatches. Each rank is
 pinned to its own core with one intra-op thread (`os.sched_setaffinity`, OMP_NUM_THREADS=1), like
 the 1-rank baseline, and runs alternate (single, gpipe, 1f1b, ..., single, gpipe, ...); medians
-are reported. Speedup = t(1 rank) / t(pp=2), so 2.0 would be a perfect split with no bubble.
+are reported. Speedup = t(1 rank) / t(pp=2), so 2.0 would be a perfect split with no bubble;
+"vs mb" divides by one rank accumulating over the same microbatches (`train.grad_accum` = the
+microbatch count), which takes out what smaller matrix products cost on their own.
 
 The breakdown is the trainer's under pp: `forward` and `backward` are the time this rank spent in
 its stages' compute chunks, `pipeline_wait` the rest of the schedule (bubble, transfers, loss).
@@ -53,13 +55,15 @@ def worker(out: str, overrides: list[str]) -> None:
 def launch(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     out = tmp / f"{name}.json"
     overrides = [f"train.batch_size={args.batch}", f"train.steps={args.steps}"]
-    if name != "single":
+    if name == "single_mb":  # one rank, the pipeline's microbatch size (gradient accumulation)
+        overrides.append(f"train.grad_accum={args.microbatches}")
+    elif name != "single":
         overrides += ["parallel.pp=2", f"parallel.pp_schedule='{name}'", f"parallel.microbatches={args.microbatches}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         env.pop(k, None)
     cmd = [sys.executable, __file__, "--worker", str(out), *overrides]
-    if name != "single":
+    if not name.startswith("single"):
         cmd[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode:
@@ -85,7 +89,7 @@ def main() -> None:
     if args.worker:
         worker(args.worker[0], args.worker[1:])
         return
-    names = ["single", *args.schedules.split(",")]
+    names = ["single", "single_mb", *args.schedules.split(",")]
     load_before = os.getloadavg()[0]
     times: dict[str, list[float]] = {n: [] for n in names}
     parts: dict[str, list[dict]] = {n: [] for n in names}
@@ -96,21 +100,24 @@ def main() -> None:
                 times[name].append(s["step_time_s"])
                 parts[name].append(s["step_time_breakdown_s"])
     load_after = os.getloadavg()[0]
-    single = statistics.median(times["single"])
+    single, single_mb = statistics.median(times["single"]), statistics.median(times["single_mb"])
     rows = {}
-    print(f"{'schedule':<18}{'step ms':>9}{'speedup':>9}{'fwd ms':>8}{'bwd ms':>8}{'wait ms':>9}{'wait %':>8}"
-          f"{'bubble theory':>15}")
+    print(f"{'schedule':<18}{'step ms':>9}{'speedup':>9}{'vs mb':>9}{'fwd ms':>8}{'bwd ms':>8}{'wait ms':>9}"
+          f"{'wait %':>8}{'bubble theory':>15}")
     for name in names:
         t = statistics.median(times[name])
         med = {k: statistics.median(p.get(k, 0.0) for p in parts[name])
                for k in ("forward", "backward", "pipeline_wait")}
-        theory = bubble_theory(name, 2, args.microbatches) if name != "single" else None
-        rows[name] = {"step_time_s": t, "speedup_vs_1_rank": single / t, **{f"{k}_s": v for k, v in med.items()},
-                      "wait_fraction": med["pipeline_wait"] / t if name != "single" else None,
+        pp = not name.startswith("single")
+        theory = bubble_theory(name, 2, args.microbatches) if pp else None
+        rows[name] = {"step_time_s": t, "speedup_vs_1_rank": single / t, "speedup_vs_1_rank_same_microbatch":
+                      single_mb / t, **{f"{k}_s": v for k, v in med.items()},
+                      "wait_fraction": med["pipeline_wait"] / t if pp else None,
                       "bubble_theory": theory, "step_times_s": times[name]}
-        wait = f"{100 * med['pipeline_wait'] / t:7.1f}%" if name != "single" else f"{'-':>8}"
-        print(f"{name:<18}{1e3 * t:9.1f}{single / t:9.2f}{1e3 * med['forward']:8.1f}{1e3 * med['backward']:8.1f}"
-              f"{1e3 * med['pipeline_wait']:9.1f}{wait}{(f'{100 * theory:.1f}%' if theory else '-'):>15}")
+        wait = f"{100 * med['pipeline_wait'] / t:7.1f}%" if pp else f"{'-':>8}"
+        print(f"{name:<18}{1e3 * t:9.1f}{single / t:9.2f}{single_mb / t:9.2f}{1e3 * med['forward']:8.1f}"
+              f"{1e3 * med['backward']:8.1f}{1e3 * med['pipeline_wait']:9.1f}{wait}"
+              f"{(f'{100 * theory:.1f}%' if theory else '-'):>15}")
     print(f"load average {load_before:.2f} before, {load_after:.2f} after; {args.rounds} rounds, median shown")
     if args.json:
         print(json.dumps({"microbatches": args.microbatches, "batch": args.batch, "rounds": args.rounds,
