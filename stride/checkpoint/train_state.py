@@ -14,13 +14,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from stride.checkpoint.rng import capture_rng, restore_rng
 from stride.train.batches import endless
 
 if TYPE_CHECKING:
     from stride.train.trainer import Trainer
+
+
+def _options(flat: bool) -> StateDictOptions:
+    """Under pipeline parallelism the optimizer state is saved flat, keyed by parameter name (param_groups
+    too, as torchtitan does): each rank's optimizer holds other parameters, and the nested
+    `param_groups[0].params` list every rank saves would collide under one key. Flat keys also load
+    into another layout (pp=2 -> pp=1). Other runs keep the nested form; a load follows the file."""
+    return StateDictOptions(flatten_optimizer_state_dict=flat)
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -53,7 +61,8 @@ def data_state(trainer: Trainer) -> dict[str, Any]:
 def capture(trainer: Trainer, guard_state: dict[str, Any]) -> dict[str, Any]:
     """The state dict handed to dcp.save / async_save (tensors are live references: DCP stages them)."""
     rank, _ = rank_and_world()
-    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
+    flat = bool(getattr(trainer.par, "pipelined", False))
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=_options(flat))
     extras = {
         "step": trainer.step,
         "skipped_steps": trainer.skipped_steps,
@@ -72,7 +81,8 @@ def capture(trainer: Trainer, guard_state: dict[str, Any]) -> dict[str, Any]:
 def load_template(trainer: Trainer, saved_keys: set[str]) -> dict[str, Any]:
     """A state dict of the right structure for dcp.load; this rank's section only if it was saved."""
     rank, _ = rank_and_world()
-    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
+    flat = "optim.param_groups.0.params" not in saved_keys  # nested form: a list of names per group
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=_options(flat))
     out: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "train": ""}
     if any(k.startswith(f"rank{rank}.") for k in saved_keys):
         rng = capture_rng()
@@ -86,7 +96,7 @@ def apply(trainer: Trainer, loaded: dict[str, Any]) -> tuple[dict[str, Any], lis
     rank, _ = rank_and_world()
     notes: list[str] = []
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=loaded["model"],
-                   optim_state_dict=loaded["optim"])
+                   optim_state_dict=loaded["optim"], options=_options("param_groups" not in loaded["optim"]))
     extras = json.loads(loaded["train"])
     trainer.step = int(extras["step"])
     trainer.skipped_steps = int(extras["skipped_steps"])

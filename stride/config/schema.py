@@ -102,7 +102,10 @@ class ParallelConfig:
     dp_replicate: int = 1  # DDP (or the replicate dim of HSDP when dp_shard > 1)
     dp_shard: int = 1  # FSDP2 fully_shard
     tp: int = 1  # tensor parallel (parallelize_module), sequence parallel for norms
-    pp: int = 1  # pipeline stages (not implemented yet: > 1 is a config error)
+    pp: int = 1  # pipeline-parallel ranks (stride.parallel.pipeline): each runs a slice of model.blocks
+    pp_schedule: str = "1f1b"  # gpipe | 1f1b | interleaved_1f1b | zero_bubble | zbv (torch.distributed.pipelining)
+    microbatches: int = 0  # pipeline microbatches per accumulation step; 0 = one per stage (pp x stages per rank)
+    pp_stages_per_rank: int = 0  # model chunks per rank; 0 = 1 (gpipe, 1f1b) or 2 (interleaved_1f1b, zero_bubble, zbv)
     backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | gloo | nccl
     sequence_parallel: bool = True  # with tp > 1: norms and the residual stream sharded along time
     reshard_after_forward: bool = True  # FSDP2: free gathered params after forward (ZeRO-3) or keep (ZeRO-2)

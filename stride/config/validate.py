@@ -119,6 +119,7 @@ PARALLEL_CHOICES: dict[str, tuple[str, ...]] = {
     "parallel.backend": ("auto", "gloo", "nccl"),
     "parallel.mp_param_dtype": ("none", "bf16", "fp16"),
     "parallel.comm_hook": ("none", "fp16", "bf16", "powersgd"),
+    "parallel.pp_schedule": ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv"),
 }
 
 
@@ -135,6 +136,13 @@ def _validate_parallel(cfg: RunConfig) -> None:
         raise ConfigError(
             f"`parallel.comm_hook` = {p.comm_hook!r} is a DDP hook but `parallel.dp_shard` = {p.dp_shard} "
             "selects FSDP2: use `parallel.mp_param_dtype` to communicate in low precision there"
+        )
+    _positive("parallel.microbatches", p.microbatches, strict=False)
+    _positive("parallel.pp_stages_per_rank", p.pp_stages_per_rank, strict=False)
+    if p.pp > 1 and cfg.train.precision == "fp16":
+        raise ConfigError(
+            f"`train.precision` = 'fp16' with `parallel.pp` = {p.pp}: the pipeline schedule runs backward itself, "
+            "outside the fp16 loss scaler; use 'bf16' (no loss scaling needed) or 'fp32'"
         )
 
 

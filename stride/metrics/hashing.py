@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 import torch
 from torch import nn
 
 
-def params_sha256(model: nn.Module) -> str:
-    """SHA-256 over (name, dtype, shape, bytes) of every parameter, in name order."""
+def params_sha256(model: nn.Module | Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 over (name, dtype, shape, bytes) of every parameter, in name order.
+
+    Takes a module or its state dict (a pipeline gathers its stages' parts into one, see
+    stride.parallel.pipeline), with equal hashes for equal parameters either way.
+    """
     h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items()):
+    state = model.state_dict() if isinstance(model, nn.Module) else model
+    for name, p in sorted(state.items()):
         if not isinstance(p, torch.Tensor):
             continue
         t = p.detach()

@@ -23,6 +23,7 @@ class StepTimer:
         self.steps = 0
         self.last: dict[str, float] = {}
         self._marks: list[tuple[str, object]] = []
+        self._inner: list[tuple[str, dict[str, float]]] = []
         self._t0 = 0.0
 
     def _stamp(self) -> object:
@@ -35,10 +36,17 @@ class StepTimer:
     def start_step(self) -> None:
         self._t0 = time.perf_counter()
         self._marks = [("", self._stamp())]
+        self._inner = []
 
     def mark(self, phase: str) -> None:
         """The phase `phase` ended now (it began at the previous mark)."""
         self._marks.append((phase, self._stamp()))
+
+    def mark_split(self, rest: str, inner: dict[str, float]) -> None:
+        """A phase ended now whose parts were timed inside it (e.g. a pipeline schedule's compute
+        chunks): `inner` seconds go to their own phases, the remainder of the phase to `rest`."""
+        self.mark(rest)
+        self._inner.append((rest, inner))
 
     def end_step(self, record: bool = True) -> dict[str, float]:
         """Close the step; returns this step's phase seconds (and 'total', 'other')."""
@@ -50,6 +58,11 @@ class StepTimer:
         for (_, a), (phase, b) in zip(self._marks, self._marks[1:], strict=False):
             dt = a.elapsed_time(b) / 1e3 if self.cuda else b - a  # type: ignore[attr-defined,operator]
             parts[phase] += dt
+        for rest, inner in self._inner:
+            for phase, dt in inner.items():
+                parts[phase] += dt
+                parts[rest] -= dt
+            parts[rest] = max(parts[rest], 0.0)
         parts["other"] = max(wall - sum(parts.values()), 0.0)
         parts["total"] = wall
         self.last = dict(parts)

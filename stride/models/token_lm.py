@@ -30,10 +30,11 @@ class TokenLM(nn.Module):
         nn.init.normal_(self.out.weight, std=0.02)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.tok(tokens)
+        # Pipeline stages set the parts they do not run to None (see TimeSeriesTransformer.forward).
+        h = self.tok(tokens) if self.tok is not None else tokens
         for block in self.blocks:
             h = block(h, self.rope_cos, self.rope_sin)
-        return self.out(self.norm(h))
+        return self.out(self.norm(h)) if self.out is not None else h
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.float().reshape(-1, self.vocab), targets.reshape(-1))

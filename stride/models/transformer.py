@@ -57,14 +57,22 @@ class TimeSeriesTransformer(nn.Module):
                 nn.init.zeros_(p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, f = x.shape
-        if self.patch_len > 1:
-            x = x.reshape(b, t // self.patch_len, self.patch_len * f)
-        h = self.embed(x)
+        # A pipeline stage (stride.parallel.stage_split) sets the parts it does not run to None:
+        # without `embed` the input is already the hidden state, without `head` the hidden state is
+        # the output. The full model always has both.
+        if self.embed is not None:
+            b, t, f = x.shape
+            if self.patch_len > 1:
+                x = x.reshape(b, t // self.patch_len, self.patch_len * f)
+            h = self.embed(x)
+        else:
+            h = x
         for block in self.blocks:
             h = block(h, self.rope_cos, self.rope_sin)
+        if self.head is None:
+            return h
         h = self.norm(h)
         # Causal: the last token has seen the whole window; bidirectional: pool every token.
         pooled = h[:, -1] if self.causal else h.mean(dim=1)
         out = self.head(pooled)
-        return out.view(b, self.n_horizons, self.n_quantiles) if self.n_quantiles else out
+        return out.view(len(out), self.n_horizons, self.n_quantiles) if self.n_quantiles else out

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,16 +24,31 @@ from stride.config.schema import OptimConfig, RunConfig
 from stride.parallel import watchdog
 from stride.parallel.comm_hooks import CommTimer
 from stride.parallel.data_parallel import apply_ddp, apply_fsdp, grad_sync
-from stride.parallel.layout import Layout, check_batch, check_model, env_world_size, resolve_layout
+from stride.parallel.layout import (
+    Layout,
+    check_batch,
+    check_model,
+    check_pipeline,
+    env_world_size,
+    resolve_layout,
+)
 from stride.parallel.mesh import Mesh, init_mesh, local_device
+from stride.parallel.pipeline import LossFn, Pipeline, SplitResult, split_for_rank
+from stride.parallel.pipeline_plan import PipelinePlan
 from stride.parallel.tp import apply_tp
 
 
 class Parallel:
-    def __init__(self, cfg: RunConfig, layout: Layout, mesh: Mesh | None, device: torch.device) -> None:
+    def __init__(
+        self, cfg: RunConfig, layout: Layout, mesh: Mesh | None, device: torch.device,
+        plan: PipelinePlan | None = None,
+    ) -> None:
         self.cfg, self.layout, self.mesh, self.device = cfg, layout, mesh, device
         self.sync_module: nn.Module | None = None  # the DDP / FSDP module whose grad sync we toggle
         self.comm_timer: CommTimer | None = None
+        self.plan = plan  # pipeline parallelism (pp > 1)
+        self.split: SplitResult | None = None
+        self.pipeline: Pipeline | None = None
 
     @classmethod
     def create(cls, cfg: RunConfig, model: nn.Module, device: torch.device, tokens: int | None) -> Parallel:
@@ -40,10 +56,12 @@ class Parallel:
         layout = resolve_layout(cfg.parallel, env_world_size())
         check_model(layout, model, tokens, cfg.parallel.sequence_parallel)
         check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
+        plan = check_pipeline(layout, cfg, model)
         if layout.world_size == 1:
             return cls(cfg, layout, None, device)
         watchdog.install(cfg.parallel.collective_timeout_s, int(os.environ.get("RANK", "0")))
-        return cls(cfg, layout, init_mesh(layout, device, cfg.parallel.backend, watchdog.backend_timeout()), device)
+        mesh = init_mesh(layout, device, cfg.parallel.backend, watchdog.backend_timeout())
+        return cls(cfg, layout, mesh, device, plan)
 
     @staticmethod
     def device_for(device: torch.device) -> torch.device:
@@ -132,6 +150,48 @@ class Parallel:
             return dataclasses.replace(o, impl="for-loop")
         return o
 
+    # -- pipeline parallelism (stride.parallel.pipeline) -------------------------------------------
+    @property
+    def pipelined(self) -> bool:
+        return self.plan is not None
+
+    def split_pipeline(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, count_flops: bool,
+        autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+    ) -> int | None:
+        """Prune `model` in place to this rank's stages (x, y: this rank's batch of one step).
+
+        Returns the FLOPs per step of the mean rank of the pipeline (if counted)."""
+        assert self.plan is not None and self.mesh is not None
+        self.split = split_for_rank(model, self.plan, self.mesh.pp_rank, x, y, loss_fn,
+                                    count_flops=count_flops, autocast=autocast)
+        if self.split.flops is None:
+            return None
+        # Per rank means the mean over the pipeline's ranks (stages differ: embedding, head).
+        assert self.mesh.pp_mesh is not None
+        total = torch.tensor([float(self.split.flops)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(total, group=self.mesh.pp_mesh.get_group())
+        return int(total.item()) // self.plan.pp
+
+    def build_pipeline(self, model: nn.Module, loss_fn: LossFn) -> Pipeline:
+        """Stages (compiled per block, then FSDP2 / DDP) and the schedule; after TP and AC."""
+        assert self.plan is not None and self.mesh is not None and self.split is not None
+        self.pipeline = Pipeline.build(model, self.split, self.plan, self.mesh, self.cfg.parallel, self.device,
+                                       loss_fn, self.cfg.train.compile)
+        return self.pipeline
+
+    def plan_summary(self) -> dict[str, Any] | None:
+        """The pipeline's shape for summary.json (None without pipeline parallelism)."""
+        if self.plan is None or self.split is None:
+            return None
+        return {
+            "schedule": self.plan.schedule,
+            "stages": self.plan.n_stages,
+            "stages_per_rank": self.plan.stages_per_rank,
+            "microbatches": self.plan.n_microbatches,
+            "layers_per_stage": [len(r) for r in self.split.ranges],
+        }
+
     # -- reductions -------------------------------------------------------------------------
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         """Mean over all ranks (TP ranks hold equal values, so this is the data-parallel mean)."""
@@ -143,9 +203,10 @@ class Parallel:
         return v / self.world_size
 
     def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-        """Global L2 grad norm and clipping; grads may be DTensors on different meshes (FSDP x TP)."""
+        """Global L2 grad norm and clipping; grads may be DTensors on different meshes (FSDP x TP) and,
+        under pipeline parallelism, spread over the stages (squared norms summed over the pipeline)."""
         grads = [p.grad for p in params if p.grad is not None]
-        if not any(isinstance(g, DTensor) for g in grads):
+        if self.pipeline is None and not any(isinstance(g, DTensor) for g in grads):
             return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
         groups: dict[Any, list[torch.Tensor]] = defaultdict(list)
         for g in grads:
@@ -158,6 +219,9 @@ class Parallel:
                 with watchdog.collective("gradient-norm all-reduce"):
                     n = n.full_tensor()
             sq = sq + n.float() ** 2
+        if self.pipeline is not None:
+            with watchdog.collective("gradient-norm all-reduce over pipeline stages"):
+                dist.all_reduce(sq, op=dist.ReduceOp.SUM, group=self.pipeline.group)
         total = sq.sqrt()
         coef = max_norm / (float(total) + 1e-6)
         if coef < 1 and math.isfinite(coef):

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from stride.config.errors import ConfigError
-from stride.config.schema import ParallelConfig
+from stride.config.schema import ParallelConfig, RunConfig
+from stride.parallel.pipeline_plan import PipelinePlan, plan_pipeline
 from stride.parallel.tp import ATTN_IN, ENTRY_MODULES, entry_module
 
 
@@ -80,20 +81,9 @@ def resolve_layout(p: ParallelConfig, world_size: int) -> Layout:
 
 
 def check_model(layout: Layout, model: nn.Module, tokens: int | None, sequence_parallel: bool) -> None:
-    """Heads divisible by tp, hidden sizes divisible by tp, layers >= pipeline stages, tokens for SP."""
+    """Heads divisible by tp, hidden sizes divisible by tp, tokens for SP (pipeline: check_pipeline)."""
     blocks = getattr(model, "blocks", None)
     n_layers = len(blocks) if isinstance(blocks, nn.ModuleList) else None
-    if layout.pp > 1:
-        if n_layers is None:
-            raise ConfigError(f"`parallel.pp` = {layout.pp} needs `model.blocks` (an nn.ModuleList) to split")
-        if n_layers < layout.pp:
-            raise ConfigError(
-                f"`parallel.pp` = {layout.pp} pipeline stages but the model has only {n_layers} layers: "
-                f"use pp <= {n_layers} or more layers"
-            )
-        raise ConfigError(
-            f"`parallel.pp` = {layout.pp}: pipeline parallelism is not implemented in stride yet; use pp = 1"
-        )
     if layout.tp == 1:
         return
     if n_layers is None:
@@ -151,3 +141,21 @@ def check_batch(layout: Layout, batch_size: int, grad_accum: int) -> None:
             f"`train.batch_size` = {batch_size} does not split into {layout.dp} data-parallel ranks x "
             f"`train.grad_accum` = {grad_accum} equal micro-batches (make it a multiple of {layout.dp * grad_accum})"
         )
+
+
+def check_pipeline(layout: Layout, cfg: RunConfig, model: nn.Module) -> PipelinePlan | None:
+    """The pipeline plan for `parallel.pp` > 1: stages vs layers, microbatches vs batch and schedule."""
+    if layout.pp == 1:
+        return None
+    if layout.tp > 1:
+        raise ConfigError(
+            f"`parallel.pp` = {layout.pp} with `parallel.tp` = {layout.tp}: pipeline x tensor parallel is not "
+            "supported in stride yet (the TP plan shards the activations stages send along time and addresses "
+            "the embedding and final norm, which a stage may lack); combine pp with `parallel.dp_shard` or "
+            "`parallel.dp_replicate`"
+        )
+    blocks = getattr(model, "blocks", None)
+    n_layers = len(blocks) if isinstance(blocks, nn.ModuleList) else None
+    t = cfg.train
+    return plan_pipeline(cfg.parallel, n_layers, t.batch_size // layout.dp, t.grad_accum, compile_mode=t.compile,
+                         dp=layout.dp)

@@ -28,6 +28,8 @@ class Mesh:
     dp_rank: int  # which slice of each global batch this rank trains on
     tp_mesh: DeviceMesh | None
     dp_mesh: DeviceMesh | None  # 1-D (ddp / fsdp) or 2-D ("dp_replicate", "dp_shard") for HSDP
+    pp_mesh: DeviceMesh | None = None  # the ranks of this rank's pipeline (pp > 1)
+    pp_rank: int = 0  # this rank's place in its pipeline
 
     def sub(self, *names: str) -> DeviceMesh:
         return self.mesh[names if len(names) > 1 else names[0]]
@@ -79,4 +81,5 @@ def init_mesh(layout: Layout, device: torch.device, backend: str, timeout: timed
         dp_mesh = mesh["dp_replicate"]
     else:
         dp_mesh = None
-    return Mesh(layout, mesh, dist.get_rank(), dp_rank, tp_mesh, dp_mesh)
+    pp_mesh = mesh["pp"] if layout.pp > 1 else None
+    return Mesh(layout, mesh, dist.get_rank(), dp_rank, tp_mesh, dp_mesh, pp_mesh, coord["pp"])

@@ -1,54 +1,293 @@
-"""Pipeline stages for a model that keeps its layers in `model.blocks` (torch.distributed.pipelining).
+"""Pipeline parallelism in the trainer: stages cut by module, run by torch.distributed.pipelining.
 
-The tracer frontend (`pipeline()` with `SplitPoint`) splits the unchanged single-device model at
-block boundaries, so no stage code is written by hand and parameter names stay the model's own.
-Not yet wired into the Trainer (`parallel.pp` > 1 is a config error there): this builds the stage
-and schedule a pipelined training step needs, and is tested against one process.
+`split_for_rank` cuts the single-device model into `pp x stages_per_rank` stages
+(stride.parallel.stage_split), checks that the chained stages compute what the whole model does,
+counts this rank's FLOPs, and prunes the trainer's model in place to the parts this rank runs (its
+parameter names stay the full model's). `Pipeline.build` then wraps each local stage (compile per
+block, FSDP2 or DDP over the data-parallel mesh) in a `PipelineStage` and builds the schedule.
+
+One optimizer step is one `schedule.step` over `train.grad_accum x parallel.microbatches`
+microbatches; the last stage computes the loss per microbatch and the mean is broadcast to every
+rank of the pipeline (logging, the fault guard and clipping decisions see the same number).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, SplitPoint, pipeline
-from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.pipelining import PipelineStage, schedules
+from torch.distributed.tensor import DTensor
 
 from stride.config.errors import ConfigError
+from stride.config.schema import ParallelConfig
+from stride.metrics.flops import count_train_flops
+from stride.parallel.data_parallel import apply_ddp, apply_fsdp
+from stride.parallel.mesh import Mesh
+from stride.parallel.pipeline_plan import SCHEDULES, PipelinePlan
+from stride.parallel.stage_split import OuterParts, block_ranges, find_outer_parts, keep_stage_parts
 
-SCHEDULES: dict[str, type[PipelineScheduleSingle]] = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def split_points(n_layers: int, stages: int) -> dict[str, SplitPoint]:
-    """Begin stage s at block s * n_layers // stages: layers spread as evenly as they go."""
-    if stages > n_layers:
-        raise ConfigError(f"{stages} pipeline stages but the model has only {n_layers} layers")
-    return {f"blocks.{s * n_layers // stages}": SplitPoint.BEGINNING for s in range(1, stages)}
+def _meta(t: torch.Tensor, grad: bool) -> torch.Tensor:
+    """Shape and dtype of an activation; those between stages carry gradients back."""
+    return t.detach().to("meta").requires_grad_(grad and t.is_floating_point())
 
 
-def build_pipeline(
+def _sum_loss(out: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+    """Stands in for the loss on stages before the last when counting FLOPs (a sum costs none)."""
+    return out.float().sum()
+
+
+@dataclasses.dataclass
+class SplitResult:
+    parts: OuterParts
+    ranges: list[range]
+    flops: int | None  # this rank's forward + backward FLOPs per optimizer step
+    # per local stage: (input, output) of one microbatch as meta tensors, so stages start with
+    # static shapes (no runtime shape inference, which runs a real backward that DDP miscounts)
+    io: dict[int, tuple[torch.Tensor, torch.Tensor]]
+
+
+def split_for_rank(
     model: nn.Module,
-    example_microbatch: torch.Tensor,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    plan: PipelinePlan,
+    pp_rank: int,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: LossFn,
     *,
-    schedule: str = "1f1b",
-    n_microbatches: int = 4,
-    device: torch.device | None = None,
-    group: dist.ProcessGroup | None = None,
-) -> tuple[nn.Module, PipelineScheduleSingle]:
-    """This rank's stage module (its slice of `model`) and the schedule that runs a step.
+    count_flops: bool,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> SplitResult:
+    """Prune `model` in place to this rank's stages, after checking the split on one microbatch.
 
-    Call `schedule.step(x)` on the first stage, `schedule.step(target=y, losses=out)` on the last
-    (and `schedule.step()` in between); gradients land in the stage module's parameters.
+    x, y: this rank's batch of one step. Every stage is first built as a light copy of the full
+    model and the stages are chained on one microbatch: a model whose forward does not skip absent
+    parts fails here with a ConfigError, on every rank alike, instead of inside the schedule; the
+    chain's output must equal the whole model's.
     """
-    if schedule not in SCHEDULES:
-        raise ConfigError(f"pipeline schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
-    stages = dist.get_world_size(group)
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList):
-        raise ConfigError(f"pipelining needs `model.blocks` (an nn.ModuleList); {type(model).__name__} has none")
-    pipe = pipeline(model, mb_args=(example_microbatch,), split_spec=split_points(len(blocks), stages))
-    stage = pipe.build_stage(dist.get_rank(group), device or torch.device("cpu"), group)
-    return stage.submod, SCHEDULES[schedule](stage, n_microbatches, loss_fn=loss_fn)
+    mb = len(x) // plan.n_microbatches
+    xm, ym = x[:mb], y[:mb]
+    ranges = block_ranges(plan.n_layers, plan.n_stages)
+    inputs: list[torch.Tensor] = []
+    # eval mode (dropout off) and a forked RNG: these forwards leave training's random stream alone
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+            parts = find_outer_parts(model, xm)
+            views = [
+                keep_stage_parts(model, parts, ranges[s], s == 0, s == plan.n_stages - 1, in_place=False)
+                for s in range(plan.n_stages)
+            ]
+            with torch.no_grad(), autocast():
+                full = model(xm)
+                h = xm
+                try:
+                    for view in views:
+                        inputs.append(h)
+                        h = view(h)
+                except Exception as exc:
+                    raise ConfigError(
+                        f"`parallel.pp` = {plan.pp}: {type(model).__name__} cannot run as pipeline stages ({exc}); "
+                        "its forward must skip the parts a stage sets to None (see TimeSeriesTransformer.forward)"
+                    ) from exc
+    finally:
+        model.train(was_training)
+    if h.shape != full.shape or not torch.allclose(h.float(), full.float(), rtol=1e-5, atol=1e-6):
+        raise ConfigError(
+            f"`parallel.pp` = {plan.pp}: the chained stages of {type(model).__name__} do not compute what the "
+            "whole model does (does its forward use the blocks in order, and nothing between them?)"
+        )
+    mine = plan.stages_of(pp_rank)
+    outputs = [*inputs[1:], h]
+    io = {s: (_meta(inputs[s], s > 0), _meta(outputs[s], True)) for s in mine}
+    flops = None
+    if count_flops:
+        flops = 0
+        for s in mine:
+            fn = loss_fn if s == plan.n_stages - 1 else _sum_loss
+            inp = inputs[s].float() if inputs[s].is_floating_point() else inputs[s]  # counted in fp32, as a plain run
+            flops += count_train_flops(views[s], fn, inp, ym) * plan.n_microbatches
+    keep = [i for s in mine for i in ranges[s]]
+    keep_stage_parts(model, parts, keep, 0 in mine, plan.n_stages - 1 in mine, in_place=True)
+    return SplitResult(parts, ranges, flops, io)
+
+
+class _ComputeTimer:
+    """Seconds spent in each stage's forward and backward chunks (host clock; see docs/parallel.md)."""
+
+    def __init__(self) -> None:
+        self.seconds = {"forward": 0.0, "backward": 0.0}
+
+    def wrap(self, stage: PipelineStage) -> None:
+        for method, phase in (("forward_one_chunk", "forward"), ("backward_one_chunk", "backward"),
+                              ("backward_weight_one_chunk", "backward")):
+            fn = getattr(stage, method)
+
+            def timed(*args: Any, _fn: Any = fn, _phase: str = phase, **kwargs: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return _fn(*args, **kwargs)
+                finally:
+                    self.seconds[_phase] += time.perf_counter() - t0
+
+            setattr(stage, method, timed)  # this stage object only
+
+    def take(self) -> dict[str, float]:
+        out, self.seconds = self.seconds, {"forward": 0.0, "backward": 0.0}
+        return out
+
+
+class Pipeline:
+    """This rank's stages and the schedule that runs one training step over them."""
+
+    def __init__(
+        self, plan: PipelinePlan, mesh: Mesh, modules: list[nn.Module], stage_ids: list[int],
+        schedule: Any, device: torch.device, timer: _ComputeTimer,
+    ) -> None:
+        self.plan, self.mesh, self.modules, self.stage_ids = plan, mesh, modules, stage_ids
+        self.schedule, self.device, self.timer = schedule, device, timer
+        assert mesh.pp_mesh is not None
+        self.group = mesh.pp_mesh.get_group()
+        self.pp_rank = mesh.pp_rank
+        self.has_first = 0 in stage_ids
+        self.last_rank = plan.rank_of(plan.n_stages - 1)
+        self.has_last = self.pp_rank == self.last_rank
+
+    @classmethod
+    def build(
+        cls, model: nn.Module, split: SplitResult, plan: PipelinePlan, mesh: Mesh, p: ParallelConfig,
+        device: torch.device, loss_fn: LossFn, compile_mode: str,
+    ) -> Pipeline:
+        """Stage modules of the pruned `model`, compiled per block and data-parallel, in a schedule."""
+        stage_ids = plan.stages_of(mesh.pp_rank)
+        if len(stage_ids) == 1:
+            modules = [model]  # the pruned model is the stage: FSDP/DDP wrap it as in a plain run
+        else:  # light copies sharing the pruned model's modules and parameters, one per stage
+            modules = [
+                keep_stage_parts(model, split.parts, split.ranges[s], s == 0, s == plan.n_stages - 1, in_place=False)
+                for s in stage_ids
+            ]
+        if compile_mode != "off":
+            # Per block, in place (module.compile keeps the class and the parameter names): the
+            # stage's submodule must stay the FSDP/DDP module the schedule drives.
+            for block in model.blocks:
+                block.compile()
+        layout = mesh.layout
+        submods: list[nn.Module] = []
+        for module in modules:
+            if layout.dp_shard > 1:
+                assert mesh.dp_mesh is not None
+                apply_fsdp(module, mesh.dp_mesh, p)
+                submods.append(module)
+            elif layout.dp_replicate > 1:
+                assert mesh.dp_mesh is not None
+                # comm timing measures DDP's bucket overlap in a plain backward; the schedule's
+                # backward is split across microbatches, so it is off here
+                ddp, _ = apply_ddp(module, mesh.dp_mesh, dataclasses.replace(p, comm_timing=False), device)
+                submods.append(ddp)
+            else:
+                submods.append(module)
+        assert mesh.pp_mesh is not None
+        group = mesh.pp_mesh.get_group()
+        timer = _ComputeTimer()
+        stages = []
+        for s, submod in zip(stage_ids, submods, strict=True):
+            inp, out = split.io[s]
+            stage = PipelineStage(submod, s, plan.n_stages, device, input_args=inp, output_args=out, group=group)
+            timer.wrap(stage)
+            stages.append(stage)
+        schedule_cls = getattr(schedules, SCHEDULES[plan.schedule][0])
+        schedule = schedule_cls(stages if plan.multi_stage else stages[0], plan.n_microbatches, loss_fn=loss_fn)
+        return cls(plan, mesh, modules, stage_ids, schedule, device, timer)
+
+    # -- training -----------------------------------------------------------------------------
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of this rank's batch over all microbatches; the mean loss on every rank.
+
+        Gradients (mean over the microbatches) are left in the parameters, reduced over the
+        data-parallel ranks by the stage (FSDP reduce-scatter / DDP all-reduce after the last one).
+        """
+        losses: list[torch.Tensor] = []
+        args = (x,) if self.has_first else ()
+        target = y if self.has_last else None
+        self.schedule.step(*args, target=target, losses=losses if self.has_last else None, return_outputs=False)
+        loss = torch.stack([v.detach().float() for v in losses]).mean() if self.has_last else torch.zeros(())
+        return self.share(loss.to(self.device))
+
+    def share(self, value: torch.Tensor) -> torch.Tensor:
+        """`value` from the rank holding the last stage, on every rank of the pipeline."""
+        value = value.detach().clone().float()
+        dist.broadcast(value, group=self.group, group_src=self.last_rank)
+        return value
+
+    def compute_seconds(self) -> dict[str, float]:
+        """Forward and backward compute of this rank's stages since the last call."""
+        return self.timer.take()
+
+    # -- validation: a forward-only pass through the stages in order ------------------------------
+    def forward_only(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The model's output for the whole batch x on the last stage's rank (None on the others).
+
+        Validation runs the stages one after another on the whole batch (no microbatches, no
+        schedule): a pipeline schedule's eval re-derives its buffers at every train/eval switch and
+        needs batches divisible into microbatches, neither of which validation can promise.
+        """
+        h: torch.Tensor | None = None
+        for s in range(self.plan.n_stages):
+            owner = self.plan.rank_of(s)
+            if s > 0 and self.plan.rank_of(s - 1) != owner:
+                prev = self.plan.rank_of(s - 1)
+                if self.pp_rank == prev:
+                    assert h is not None
+                    self._send(h, owner)
+                elif self.pp_rank == owner:
+                    h = self._recv(prev)
+            if self.pp_rank == owner:
+                h = self.modules[self.stage_ids.index(s)](x if s == 0 else h)
+        for module in self.modules:  # FSDP roots keep their gathered parameters after forward
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        return h if self.has_last else None
+
+    def _send(self, h: torch.Tensor, dst: int) -> None:
+        dtype = list(_DTYPES).index(h.dtype)
+        meta = torch.tensor([h.dim(), dtype, *h.shape, *[0] * (6 - h.dim())], dtype=torch.int64, device=self.device)
+        dist.send(meta, group=self.group, group_dst=dst)
+        dist.send(h.contiguous(), group=self.group, group_dst=dst)
+
+    def _recv(self, src: int) -> torch.Tensor:
+        meta = torch.zeros(8, dtype=torch.int64, device=self.device)
+        dist.recv(meta, group=self.group, group_src=src)
+        ndim, dtype = int(meta[0]), list(_DTYPES)[int(meta[1])]
+        h = torch.empty([int(v) for v in meta[2 : 2 + ndim]], dtype=dtype, device=self.device)
+        dist.recv(h, group=self.group, group_src=src)
+        return h
+
+    # -- the full model across stages ------------------------------------------------------------
+    def full_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Every parameter and buffer of the full model (all stages, gathered shards), on every rank."""
+        local = {}
+        for k, v in model.state_dict().items():
+            if isinstance(v, torch.Tensor):
+                t = v.detach()
+                local[k] = (t.full_tensor() if isinstance(t, DTensor) else t).cpu()
+        parts: list[dict[str, torch.Tensor] | None] = [None] * self.plan.pp
+        dist.all_gather_object(parts, local, group=self.group)
+        merged: dict[str, torch.Tensor] = {}
+        for part in parts:
+            merged.update(part or {})
+        return merged
+
+
+_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.float64: 3, torch.int64: 4}

@@ -143,11 +143,18 @@ class Trainer:
                     break
                 x, y = self._to_device(batch)
                 with self.precision.autocast():
-                    loss = self.loss_fn(model(x), y)
+                    loss = self._val_loss(model, x, y)
                 total += float(loss) * len(x)
                 n += len(x)
         model.train()
         return total / max(n, 1)
+
+    def _val_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        pipe = self.par.pipeline
+        if pipe is None:
+            return self.loss_fn(model(x), y)
+        out = pipe.forward_only(x)  # the stages in order, forward only (stride.parallel.pipeline)
+        return pipe.share(self.loss_fn(out, y) if out is not None else torch.zeros((), device=self.device))
 
     # -- set-up: everything fit() needs, built once ------------------------------------------
     def setup(self) -> None:
@@ -166,15 +173,25 @@ class Trainer:
         x0, y0 = self._pending
         # Timesteps per sample: T of a [B, T, F] window, or of a [B, T] token sequence.
         self.seq_len = x0.shape[1] if x0.dim() >= 3 or (x0.dim() == 2 and not x0.is_floating_point()) else 1
+        self.n_params = sum(p.numel() for p in self.model.parameters())  # the full model's
         # FLOPs and the peak, once, on the raw model (before AC and compile).
         self.flops_per_step = None
-        if cfg.metrics.flops:
+        if self.par.pipelined:
+            # Cut into pipeline stages first (this rank keeps its stages' parts): FLOPs are counted per
+            # stage, and TP / AC / compile / FSDP below apply to the stages.
+            self.flops_per_step = self.par.split_pipeline(self.model, x0, y0, self.loss_fn, cfg.metrics.flops,
+                                                          self.precision.autocast)
+        elif cfg.metrics.flops:
             self.flops_per_step = count_train_flops(self.model, self.loss_fn, x0[:micro], y0[:micro]) * t.grad_accum
         self.peak = device_peak(self.device, t.precision, cfg.metrics.peak_flops)
         # Techniques applied from outside, in the documented order (see stride.train.apply).
         self.n_tp = self.par.apply_tp(self.model)
         self.n_ac = apply_activation_checkpointing(self.model, t.activation_checkpointing, t.ac_every)
-        self.wrapped = self.par.apply_data_parallel(self.model, apply_compile(self.model, t.compile))
+        if self.par.pipelined:
+            self.par.build_pipeline(self.model, self.loss_fn)  # compile per block, FSDP / DDP per stage
+            self.wrapped = self.model
+        else:
+            self.wrapped = self.par.apply_data_parallel(self.model, apply_compile(self.model, t.compile))
         compile_opt = t.compile == "model+optimizer"
         self.optimizer = build_optimizer(
             self.model.parameters(), self.par.optim_config(cfg.optim, self.model), tensor_lr=compile_opt
@@ -198,6 +215,14 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         if self.par.comm_timer is not None:
             self.par.comm_timer.reset()
+        if self.par.pipeline is not None:
+            # One schedule over grad_accum x microbatches; forward and backward interleave, so the
+            # phases are the stages' compute and the rest of the schedule's time ("pipeline_wait").
+            with record_function("stride.pipeline"), self.precision.autocast():
+                loss_sum = self.par.pipeline.train_step(x, y)
+            compute = self.par.pipeline.compute_seconds()
+            timer.mark_split("pipeline_wait", compute if self.device.type == "cpu" else {})
+            accum = 0  # no micro-step loop below
         for i in range(accum):
             # Gradients are communicated on the last micro-step only (DDP no_sync / FSDP2 sync off).
             with self.par.grad_sync(i == accum - 1):
@@ -347,8 +372,11 @@ class Trainer:
             "device": str(self.device),
             "precision": t.precision,
             "kernels": self.kernels_impl,
-            "params": sum(p.numel() for p in self.model.parameters()),
-            "params_sha256": params_sha256(self.model),
+            "params": self.n_params,
+            "params_sha256": params_sha256(
+                self.par.pipeline.full_state(self.model) if self.par.pipeline else self.model
+            ),
+            "pipeline": self.par.plan_summary(),
             "config_hash": config_hash(cfg),
         }
         for cb in self.callbacks:

@@ -1,7 +1,8 @@
-"""Under torchrun: one training step of the tiny transformer through each pipeline schedule.
+"""Runs under torchrun: trains the tiny 4-layer transformer through each pipeline layout in one process group.
 
-Rank 0 writes `<out>/<schedule>.json` with the loss and every parameter's gradient gathered from
-all stages, for comparison with one process in test_parallel_pipeline.py.
+Rank 0 writes `<out>/<name>.json` (train and validation loss per step, summary fields) and
+`<out>/<name>.pt` (the full parameters, gathered over stages and shards). Also imported by the
+tests for the shared config and the single-process reference.
 """
 
 from __future__ import annotations
@@ -11,45 +12,94 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
-from stride.models.transformer import TimeSeriesTransformer
-from stride.parallel.pipeline import build_pipeline
+# 4 layers: 4 stages at pp=2 x 2 stages per rank. grad_clip 0.05 clips every step, so clipping
+# across stages is part of what is compared; validation at steps 3 and 6 goes through the stages.
+BASE = [
+    "model.d_model=32", "model.n_layers=4", "model.n_heads=4",
+    "data.n_assets=4", "data.n_steps=600", "data.seq_len=16",
+    "train.steps=6", "train.batch_size=8", "train.threads=1", "train.val_every=3", "train.val_batches=2",
+    "train.grad_clip=0.05", "optim.warmup_steps=0", "optim.lr=3e-3",
+    "metrics.log_every=1", "metrics.progress=false", "metrics.skip_steps=1",
+]
+
+RUNS: dict[str, list[str]] = {
+    # 2 processes
+    "gpipe": ["parallel.pp=2", "parallel.pp_schedule='gpipe'"],
+    "1f1b": ["parallel.pp=2", "parallel.pp_schedule='1f1b'"],
+    "interleaved_1f1b": ["parallel.pp=2", "parallel.pp_schedule='interleaved_1f1b'"],
+    "zero_bubble": ["parallel.pp=2", "parallel.pp_schedule='zero_bubble'"],
+    "zbv": ["parallel.pp=2", "parallel.pp_schedule='zbv'"],
+    "1f1b_accum": ["parallel.pp=2", "train.grad_accum=2", "parallel.microbatches=2"],
+    "1f1b_ac": ["parallel.pp=2", "train.activation_checkpointing='full'"],
+    # 4 processes
+    "pp_fsdp": ["parallel.pp=2", "parallel.dp_shard=2"],
+    "pp_ddp": ["parallel.pp=2", "parallel.dp_replicate=2"],
+    "pp_fsdp_interleaved": ["parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule='interleaved_1f1b'"],
+}
+BY_WORLD = {2: ["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv", "1f1b_accum", "1f1b_ac",
+                "ckpt_crash", "ckpt_resume"],
+            4: ["pp_fsdp", "pp_ddp", "pp_fsdp_interleaved"]}
+SUMMARY_KEYS = ("world_size", "parallel", "params_sha256", "params", "samples_per_s", "per_rank_samples_per_s",
+                "flops_per_step", "mfu", "step_time_s", "step_time_breakdown_s", "pipeline", "final_val_loss")
 
 
-def make() -> tuple[TimeSeriesTransformer, torch.Tensor, torch.Tensor]:
-    torch.manual_seed(0)
-    model = TimeSeriesTransformer(4, 16, 3, d_model=32, n_layers=4, n_heads=4)
-    g = torch.Generator().manual_seed(1)
-    return model, torch.randn(8, 16, 4, generator=g), torch.randn(8, 3, generator=g)
+CKPT = ["parallel.pp=2", "checkpoint.enabled=true", "checkpoint.every=3"]
 
 
-def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return ((out - target) ** 2).mean()
+class _Crash(RuntimeError):
+    pass
 
 
-def main(out: str, schedules: list[str]) -> None:
-    torch.set_num_threads(1)
+def _crash_at(step: int):
+    from stride.train.trainer import Callback
+
+    class CrashAt(Callback):
+        """Raises at the end of `step` on every rank (after the step-3 checkpoint, before the next)."""
+
+        def on_step_end(self, trainer) -> None:
+            if trainer.step == step:
+                raise _Crash(f"crash at step {step}")
+
+    return CrashAt()
+
+
+def run(overrides: list[str], out: Path | None = None, crash_at: int | None = None) -> tuple[dict, dict]:
+    """Train once; returns (result, full parameters) on every rank."""
+    from stride.config import load_config
+    from stride.train.trainer import Trainer
+
+    cfg = load_config(overrides=BASE + overrides)
+    callbacks = [_crash_at(crash_at)] if crash_at else None
+    trainer = Trainer(config=cfg, out=out, write_run_dir=out is not None, callbacks=callbacks)
+    try:
+        res = trainer.fit()
+    except _Crash:
+        return {"crashed_at": trainer.step}, {}
+    pipe = trainer.par.pipeline
+    full = pipe.full_state(trainer.model) if pipe is not None else trainer.model.state_dict()
+    result = {
+        "losses": [r["loss"] for r in res.history if "loss" in r],
+        "val_losses": [r["val_loss"] for r in res.history if "val_loss" in r],
+        **{k: res.summary.get(k) for k in SUMMARY_KEYS},
+    }
+    return result, {k: v.detach().clone() for k, v in full.items()}
+
+
+def main(out: str, names: list[str]) -> None:
+    import torch.distributed as dist
+
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    for name in schedules:
-        model, x, y = make()
-        stage, sched = build_pipeline(model, x[:2], mse, schedule=name, n_microbatches=4)
-        losses: list[torch.Tensor] = []
-        if rank == 0:
-            sched.step(x)
-        elif rank == world - 1:
-            sched.step(target=y, losses=losses)
+    out_dir = Path(out)
+    for name in names:
+        if name in ("ckpt_crash", "ckpt_resume"):  # one run dir: crash after step 4, resume from step 3
+            result, params = run(CKPT, out_dir / "ckpt_run", crash_at=4 if name == "ckpt_crash" else None)
         else:
-            sched.step()
-        grads = {n: p.grad.tolist() for n, p in stage.named_parameters()}
-        loss = float(torch.stack(losses).mean()) if losses else None
-        gathered: list[dict] = [None] * world  # type: ignore[list-item]
-        dist.all_gather_object(gathered, {"grads": grads, "loss": loss})
-        if rank == 0:
-            merged = {k: v for part in gathered for k, v in part["grads"].items()}
-            result = {"loss": gathered[-1]["loss"], "grads": merged}
-            (Path(out) / f"{name}.json").write_text(json.dumps(result))
+            result, params = run(RUNS[name])
+        if dist.get_rank() == 0:
+            torch.save(params, out_dir / f"{name}.pt")
+            (out_dir / f"{name}.json").write_text(json.dumps(result))
+        dist.barrier()
     dist.destroy_process_group()
 
 

@@ -29,8 +29,7 @@ def _trainer(monkeypatch, world: int, *overrides: str) -> Trainer:
     [
         (4, ["parallel.dp_shard=3"], "multiply to 3, but the world size is 4"),
         (3, ["parallel.tp=3"], "`model.n_heads` = 4 is not divisible by `parallel.tp` = 3"),
-        (4, ["parallel.pp=4"], "4 pipeline stages but the model has only 2 layers"),
-        (2, ["parallel.pp=2"], "pipeline parallelism is not implemented"),
+        (4, ["parallel.pp=4"], "makes 4 pipeline stages, but the model has only 2 layers"),
         (2, ["parallel.dp_shard=2", "train.batch_size=6", "train.grad_accum=2"], "multiple of 4"),
         (4, ["parallel.dp_replicate=2", "parallel.tp=2"], "DDP does not take tensor-parallel"),
         (2, ["parallel.tp=2", "data.seq_len=15"], "sequence parallel splits the 15 tokens"),
