@@ -23,7 +23,8 @@ def reference_step(params, states, lr, beta1, beta2, eps, weight_decay, min_8bit
         if not state:
             state["step"] = 0
             if p.numel() < min_8bit_size:
-                state["m"], state["v"] = torch.zeros_like(p, dtype=torch.float32), torch.zeros_like(p, dtype=torch.float32)
+                state["m"] = torch.zeros_like(p, dtype=torch.float32)
+                state["v"] = torch.zeros_like(p, dtype=torch.float32)
             else:
                 blocks = -(-p.numel() // BLOCK)
                 for k in ("mc", "rc"):

@@ -1,0 +1,91 @@
+"""benchmarks/optimizers.py: its byte accounting, the skip rows, and one quick run end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "optimizers.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("bench_optimizers", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_optimizers"] = mod  # dataclasses look their module up there
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Sub(torch.Tensor):
+    """A stand-in for a quantised-state tensor subclass (as torchao's): its bytes are its parts'."""
+
+    @staticmethod
+    def __new__(cls, codes, scale):
+        t = torch.Tensor._make_wrapper_subclass(cls, codes.shape, dtype=torch.float32)
+        t.codes, t.scale = codes, scale
+        return t
+
+    def __tensor_flatten__(self):
+        return ["codes", "scale"], None
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError(f"{func} on the test subclass")
+
+
+def test_state_bytes_counts_subclass_parts_and_shared_tensors_once():
+    bench = load_script()
+    p, q = torch.nn.Parameter(torch.zeros(4, 256)), torch.nn.Parameter(torch.zeros(10))
+    opt = torch.optim.SGD([p, q], lr=0.1)
+    shared = torch.zeros(256)  # like bitsandbytes' qmap, referenced from every parameter's state
+    opt.state[p] = {"m": _Sub(torch.zeros(4, 256, dtype=torch.uint8), torch.zeros(4)), "qmap": shared, "step": 3}
+    opt.state[q] = {"m": torch.zeros(10), "qmap": shared}
+    assert bench.state_bytes(opt) == (1024 + 16) + 256 * 4 + 40
+
+
+def test_missing_package_gives_a_skip_row_with_the_reason(monkeypatch):
+    bench = load_script()
+    real = bench._quiet_import
+
+    def fake(module):
+        if module.startswith("bitsandbytes"):
+            raise ImportError("no module named bitsandbytes")
+        return real(module)
+
+    monkeypatch.setattr(bench, "_quiet_import", fake)
+    makers, skipped = bench.candidates()
+    assert "bnb_adamw8bit" not in makers and "no module named bitsandbytes" in skipped["bnb_adamw8bit"]
+    assert {"torch_adamw_fused", "stride_adamw_triton", "stride_adamw8bit", "stride_adafactor"} <= set(makers)
+
+
+@pytest.mark.slow
+def test_quick_run_prints_a_table_and_json_with_every_figure():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the benchmark's own CPU paths
+    only = "torch_adamw_fused,stride_adamw_triton,stride_adamw8bit,stride_adafactor,bnb_adamw8bit"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", "--only", only],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    out = json.loads(lines[-1])
+    assert "optimizer" in lines[1] and "B/param" in lines[1]
+    rows = {row["name"]: row for row in out["rows"]}
+    for name in ("torch_adamw_fused", "stride_adamw_triton", "stride_adamw8bit", "stride_adafactor"):
+        row = rows[name]
+        assert row["step_ms"] > 0 and row["drift"] is not None and row["val_loss"] is not None, row
+    assert rows["stride_adamw_triton"]["drift"] == 0.0  # its CPU path is torch's own AdamW
+    assert rows["torch_adamw_fused"]["drift"] < 1e-5
+    assert 0 < rows["stride_adamw8bit"]["drift"] < 0.1
+    assert 2.0 < rows["stride_adamw8bit"]["state_bytes_per_param"] < 2.2
+    assert abs(rows["torch_adamw_fused"]["state_bytes_per_param"] - 8.0) < 0.01
+    for name in ("stride_adamw8bit", "stride_adafactor"):
+        assert abs(rows[name]["val_vs_adamw"]) < 0.01, rows[name]
+    bnb = rows["bnb_adamw8bit"]  # installed with the `compare` extra; a skip row with the reason otherwise
+    assert (bnb["step_ms"] is not None and 2.0 < bnb["state_bytes_per_param"] < 2.2) or "skipped" in bnb["note"]
