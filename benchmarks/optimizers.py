@@ -7,8 +7,9 @@ imports; otherwise a row with the reason). Install the last two with `pip instal
 For each optimizer:
 - step time: one `step()` on a parameter set (default 8.4M values: 8 x [1024, 1024] + 16 x [1024]),
   the optimizers alternated rep by rep, median after warm-up (CUDA-synchronised on a GPU);
-- state bytes per parameter: every state tensor, the parts of tensor subclasses (torchao) counted
-  and tensors shared between parameters (bitsandbytes' quantisation maps) counted once;
+- state bytes per parameter (`stride.optim.state.optimizer_state_bytes`): every state tensor, the
+  parts of tensor subclasses (torchao) counted, tensors shared between parameters (bitsandbytes'
+  quantisation maps) counted once;
 - drift: after N steps on the same gradient sequence, ||p - p_adamw|| / ||p_adamw - p_0||, where
   p_adamw is fp32 `torch.optim.AdamW` (for-loop): the error as a fraction of the distance travelled;
 - final validation loss on the reference workload (the default config: `ts_transformer` tiny, 200
@@ -39,6 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stride.optim import factory  # noqa: E402
+from stride.optim.state import optimizer_state_bytes  # noqa: E402
 
 Maker = Callable[[list[torch.Tensor], float], torch.optim.Optimizer]
 INSTALL = "pip install -e '.[compare]'"
@@ -95,23 +97,6 @@ def candidates() -> tuple[dict[str, Maker], dict[str, str]]:
     return makers, skipped
 
 
-def state_bytes(opt: torch.optim.Optimizer) -> int:
-    """Bytes of optimizer state; subclass tensors by their parts, shared storages once."""
-    seen: set[tuple[int, int]] = set()
-
-    def count(t: torch.Tensor) -> int:
-        if hasattr(t, "__tensor_flatten__") and type(t) is not torch.Tensor:
-            names, _ = t.__tensor_flatten__()
-            return sum(count(getattr(t, n)) for n in names)
-        key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
-        if key in seen:
-            return 0
-        seen.add(key)
-        return t.numel() * t.element_size()
-
-    return sum(count(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
-
-
 def param_shapes(quick: bool) -> list[tuple[int, ...]]:
     return [(128, 256)] * 4 + [(256,)] * 4 if quick else [(1024, 1024)] * 8 + [(1024,)] * 16
 
@@ -148,7 +133,8 @@ def time_steps(makers: dict[str, Maker], shapes, device: str, reps: int, warmup:
             times[name].append((time.perf_counter() - t0) * 1e3)
     for name, opt in opts.items():
         out[name] = statistics.median(times[name])
-        out[name + ":bytes"] = state_bytes(opt) / sum(p.numel() for g in opt.param_groups for p in g["params"])
+        n = sum(p.numel() for g in opt.param_groups for p in g["params"])
+        out[name + ":bytes"] = optimizer_state_bytes(opt) / n
     return out
 
 

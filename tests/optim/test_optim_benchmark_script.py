@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "optimizers.py"
 
@@ -22,33 +21,6 @@ def load_script():
     assert spec.loader is not None
     spec.loader.exec_module(mod)
     return mod
-
-
-class _Sub(torch.Tensor):
-    """A stand-in for a quantised-state tensor subclass (as torchao's): its bytes are its parts'."""
-
-    @staticmethod
-    def __new__(cls, codes, scale):
-        t = torch.Tensor._make_wrapper_subclass(cls, codes.shape, dtype=torch.float32)
-        t.codes, t.scale = codes, scale
-        return t
-
-    def __tensor_flatten__(self):
-        return ["codes", "scale"], None
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        raise NotImplementedError(f"{func} on the test subclass")
-
-
-def test_state_bytes_counts_subclass_parts_and_shared_tensors_once():
-    bench = load_script()
-    p, q = torch.nn.Parameter(torch.zeros(4, 256)), torch.nn.Parameter(torch.zeros(10))
-    opt = torch.optim.SGD([p, q], lr=0.1)
-    shared = torch.zeros(256)  # like bitsandbytes' qmap, referenced from every parameter's state
-    opt.state[p] = {"m": _Sub(torch.zeros(4, 256, dtype=torch.uint8), torch.zeros(4)), "qmap": shared, "step": 3}
-    opt.state[q] = {"m": torch.zeros(10), "qmap": shared}
-    assert bench.state_bytes(opt) == (1024 + 16) + 256 * 4 + 40
 
 
 def test_missing_package_gives_a_skip_row_with_the_reason(monkeypatch):
