@@ -27,6 +27,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+# This file's folder comes first on sys.path when it runs as a script, where `import kernels` (which
+# bitsandbytes tries, for the PyPI package of that name) would find this file: drop it, add the repo.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stride.kernels import reference  # noqa: E402
