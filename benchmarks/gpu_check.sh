@@ -3,6 +3,7 @@
 # with an NVIDIA GPU, from the repository root, and keep what it writes.
 #
 #   bash benchmarks/gpu_check.sh [--budget-s 560] [--out DIR] [--cpu-dry-run]
+#   bash benchmarks/gpu_check.sh --fetch-wheels   # here, before: the comparison packages into .whl/
 #
 # Steps, each under its share of one total time budget (a step that would overrun is cut off by
 # `timeout` and the next one still runs):
@@ -25,11 +26,16 @@ set -uo pipefail
 BUDGET=560
 OUTDIR="${OUT:-./gpu_check_out}"
 DRY=0
+FETCH=0
+# The comparison packages, for an offline GPU machine whose python is 3.12 (the H200 image's); none
+# of them pulls torch (--no-deps), so the machine's CUDA torch stays. About 47 MB together.
+WHEELS=("liger-kernel==0.8.5" "torchao==0.18.0" "bitsandbytes==0.50.2")
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget-s) BUDGET="$2"; shift 2 ;;
     --out) OUTDIR="$2"; shift 2 ;;
     --cpu-dry-run) DRY=1; shift ;;
+    --fetch-wheels) FETCH=1; shift ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
@@ -37,6 +43,16 @@ done
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO" || exit 2
+if [ "$FETCH" -eq 1 ]; then
+  mkdir -p .whl  # ignored by git (.gitignore); carry it to the GPU machine
+  for w in "${WHEELS[@]}"; do
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux2014_x86_64 -d .whl "$w" || echo "gpu_check.sh: could not download $w" >&2
+  done
+  ls -la .whl
+  exit 0
+fi
 mkdir -p "$OUTDIR"
 OUTDIR="$(cd "$OUTDIR" && pwd)"
 PY="${PYTHON:-}"
@@ -88,7 +104,7 @@ SITE=/tmp/stride-gpu-check-site
 if compgen -G ".whl/*.whl" > /dev/null; then
   run_step setup 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" .whl/*.whl
-  export PYTHONPATH="$PYTHONPATH:$SITE"  # after the repo and the machine's own packages: never shadows torch
+  export PYTHONPATH="$PYTHONPATH:$SITE"  # holds only the three packages (--no-deps): torch stays the machine's
 elif [ "$DRY" -eq 0 ]; then
   run_step setup 60 "$PY" -m pip install -q --no-deps --timeout 10 --retries 0 --target "$SITE" \
     torchao bitsandbytes liger-kernel
