@@ -11,7 +11,8 @@ import triton.language as tl
 from stride.optim.adamw8bit import BLOCK, CODE, Q_KEYS, AdamW8bit, dequantize
 from stride.optim.triton_adamw8bit_kernel import _e4m3_decode, _e4m3_encode
 
-SHAPES = [(300, 70), (9,), (5000,), (64, 65), (257, 16), (3, 4, 5)]  # padded last blocks, small fp32 tensors
+SHAPES = [(300, 70), (9,), (5000,), (64, 65), (257, 16), (3, 4, 5), (300, 230), (256, 512)]
+# padded last blocks, small fp32 tensors, and two tensors above GATHER_BELOW (one a multiple of 256)
 KW = {"lr": 1e-2, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
 
 
