@@ -234,6 +234,11 @@ class AdamW8bit(KeepStateDtypes, torch.optim.Optimizer):
         notice_once("adamw8bit-torch", "AdamW8bit: Triton cannot run on these tensors; using the torch path")
         return False
 
+    # Never traced: the step counts and bias corrections are Python numbers that change every step, so
+    # under `compile = "model+optimizer"` dynamo recompiled each step (measured: 5.8 s per optimizer
+    # step against 5.7 ms eager, reference model). The kernel (CUDA) and the gathered torch path are
+    # already few launches; the model is still compiled.
+    @torch.compiler.disable
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
         loss = None

@@ -215,3 +215,26 @@ def test_state_dict_moves_between_paths(seed):
     set_grads(b, gs, torch.float32)
     ob.step()
     assert all(ob.state[y]["step"].item() == 3 for y in b)
+
+
+def test_compiled_step_runs_eager_and_equal(seed):
+    """compile = "model+optimizer" wraps optimizer.step in torch.compile; AdamW8bit's step stays eager
+    (it recompiled every step when traced) and gives the same bits."""
+    import torch._dynamo
+
+    from stride.optim.factory import compiled_step
+
+    gen = torch.Generator().manual_seed(seed)
+    a = [torch.randn(s, generator=gen).requires_grad_() for s in [(300, 70), (9,)]]
+    b = [p.detach().clone().requires_grad_() for p in a]
+    oa, ob = AdamW8bit(a, **KW, impl="torch"), AdamW8bit(b, **KW, impl="torch")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    step_b = compiled_step(ob)
+    for gs in grads_for(a, 3, seed):
+        set_grads(a, gs, torch.float32)
+        set_grads(b, gs, torch.float32)
+        oa.step()
+        step_b()
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0
