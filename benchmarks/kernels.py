@@ -27,6 +27,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+# This file's folder comes first on sys.path when it runs as a script, where `import kernels` (which
+# bitsandbytes tries, for the PyPI package of that name) would find this file: drop it, add the repo.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stride.kernels import reference  # noqa: E402
@@ -228,40 +232,96 @@ def run_case(case: Case, timer: Timer, cuda: bool) -> list[Row]:
     return rows
 
 
-def optimizer_rows(device: str, timer: Timer, smoke: bool) -> list[Row]:
+def optimizer_makers() -> dict[str, Callable]:
+    """One AdamW step per implementation: torch's two, stride's Triton kernels (impl="triton": the
+    kernel on CUDA, the interpreter in the CPU smoke run) and torch paths, and the 8-bit AdamWs of
+    bitsandbytes and torchao where they import (the `compare` extra)."""
     from stride.optim.adafactor import Adafactor
     from stride.optim.adamw8bit import AdamW8bit
     from stride.optim.adamw_fused_triton import FusedAdamW
-    from stride.optim.state import optimizer_state_bytes
 
-    shapes = [(128, 64)] * 3 if smoke else [(4096, 4096)] * 8 + [(4096,)] * 64 + [(11008, 4096)] * 3
-    n_params = sum(torch.Size(s).numel() for s in shapes)
-    makers = {
+    makers: dict[str, Callable] = {
         "torch-foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-3, foreach=True),
         "torch-fused": lambda ps: torch.optim.AdamW(ps, lr=1e-3, fused=True),
-        "stride-fused": lambda ps: FusedAdamW(ps, lr=1e-3, impl="auto"),
-        "stride-8bit": lambda ps: AdamW8bit(ps, lr=1e-3),
+        "stride-fused": lambda ps: FusedAdamW(ps, lr=1e-3, impl="triton"),
+        "stride-8bit": lambda ps: AdamW8bit(ps, lr=1e-3, impl="triton"),
+        "stride-8bit-torch": lambda ps: AdamW8bit(ps, lr=1e-3, impl="torch"),
         "stride-adafactor": lambda ps: Adafactor(ps, lr=1e-3),
     }
-    rows = []
-    for name, make in makers.items():
+    try:
+        import bitsandbytes.optim as bnb
+
+        makers["bnb-8bit"] = lambda ps: bnb.AdamW8bit(ps, lr=1e-3)
+    except Exception:  # noqa: BLE001 - not installed or no kernels for this device
+        pass
+    try:
+        import torchao.optim as ao
+
+        makers["torchao-8bit"] = lambda ps: ao.AdamW8bit(ps, lr=1e-3)  # compiles its step: keep it last
+    except Exception:  # noqa: BLE001
+        pass
+    return makers
+
+
+def _codes_note(a, b) -> str:
+    """How the Triton 8-bit step's state compares with the torch path's after the same steps."""
+    differ = total = 0
+    m_equal = True
+    for pa, pb in zip(a.param_groups[0]["params"], b.param_groups[0]["params"], strict=True):
+        sa, sb = a.state[pa], b.state[pb]
+        if "exp_avg_codes" not in sa:
+            continue
+        m_equal &= torch.equal(sa["exp_avg_codes"].view(torch.uint8), sb["exp_avg_codes"].view(torch.uint8))
+        ra, rb = sa["exp_avg_sqrt_codes"].view(torch.uint8), sb["exp_avg_sqrt_codes"].view(torch.uint8)
+        differ += int((ra != rb).sum())
+        total += ra.numel()
+    return f"vs torch path: m codes equal {m_equal}, sqrt(v) codes differing {differ / max(total, 1):.2e}"
+
+
+def optimizer_rows(device: str, timer: Timer, smoke: bool, deadline: float) -> list[Row]:
+    """Every optimizer from the same parameters and gradients, the same number of steps (warm-up +
+    timed reps), so the final parameters are compared too: relerr against torch's fused AdamW."""
+    from stride.optim.state import optimizer_state_bytes
+
+    shapes = [(128, 64)] * 3 + [(300,)] if smoke else [(4096, 4096)] * 8 + [(4096,)] * 64 + [(11008, 4096)] * 3
+    n_params = sum(torch.Size(s).numel() for s in shapes)
+    size = f"{n_params / 1e6:.0f}M" if n_params >= 1e6 else f"{n_params / 1e3:.0f}k"
+    gen = torch.Generator(device=device).manual_seed(0)
+    grads = [torch.randn(s, device=device, generator=gen) for s in shapes]
+    # fp32 AdamW moves p, g, m, v in and p, m, v out: 28 B/param; 8-bit: p, g in, p out (12 B) plus
+    # 2.03 B of state (both moments, codes + scales) read and written
+    bytes_per_param = {"stride-adafactor": None, "stride-8bit": 12 + 2 * 2.03125, "stride-8bit-torch": 12 + 2 * 2.03125,
+                       "bnb-8bit": 12 + 2 * 2.03125, "torchao-8bit": 12 + 2 * 2.03125}
+    rows, kept = [], {}
+    for name, make in optimizer_makers().items():
+        if time.time() > deadline:
+            rows.append(Row("adamw_step", size, name, None, note="skipped: over --budget-s"))
+            continue
         params = [torch.zeros(s, device=device, requires_grad=True) for s in shapes]
-        for p in params:
-            p.grad = torch.randn_like(p)
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
         try:
             opt = make(params)
             ms = timer(opt.step)
             state = optimizer_state_bytes(opt)
         except Exception as exc:  # noqa: BLE001
-            note = f"{type(exc).__name__}: {exc}"[:70]
-            rows.append(Row("adamw_step", f"{n_params / 1e6:.0f}M", name, None, note=note))
+            rows.append(Row("adamw_step", size, name, None, note=f"{type(exc).__name__}: {exc}"[:70]))
             continue
-        # fp32 AdamW must read p, g, m, v and write p, m, v: 28 B/param; 8-bit: 12 B + 2 x 2.03 B of state
-        per_param = {"stride-8bit": 12 + 2 * 2 * 2.03125, "stride-adafactor": None}.get(name, 28)
+        per_param = bytes_per_param.get(name, 28)
         gbps = per_param * n_params / (ms * 1e-3) / 1e9 if per_param else None
-        rows.append(Row("adamw_step", f"{n_params / 1e6:.0f}M", name, ms, gbps=gbps,
-                        note=f"state {state / n_params:.2f} B/param"))
-        del opt, params
+        note = f"state {state / n_params:.2f} B/param"
+        err = None
+        if "torch-fused" in kept:
+            ref = kept["torch-fused"].param_groups[0]["params"]
+            err = max(((p.detach().double() - r.detach().double()).norm() / r.detach().double().norm()).item()
+                      for p, r in zip(params, ref, strict=True))
+        if name in ("torch-fused", "stride-8bit-torch", "stride-8bit"):
+            kept[name] = opt
+        if name == "stride-8bit-torch" and "stride-8bit" in kept:
+            note += "; " + _codes_note(kept["stride-8bit"], opt)
+        rows.append(Row("adamw_step", size, name, ms, gbps=gbps, max_rel_err=err, note=note))
+        if name not in kept:
+            del opt, params
     return rows
 
 
@@ -320,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(run_case(case, timer, cuda))
         print(f"[{time.time() - t0:6.1f}s] {case.op} {case.size}", file=sys.stderr)
     if not only or "adamw_step" in only:
-        rows.extend(optimizer_rows(device, timer, smoke))
+        # the optimizers get their own share of the budget: they come after the kernels
+        rows.extend(optimizer_rows(device, timer, smoke, t0 + args.budget_s + (0 if smoke else 60)))
     for r in rows:
         if r.gbps is not None:
             r.copy_frac = r.gbps / copy_gbps

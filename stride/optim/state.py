@@ -13,14 +13,26 @@ import torch
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes held in optimizer state tensors (every tensor, step counters included)."""
-    total = 0
-    for state in optimizer.state.values():
-        for v in state.values():
-            if torch.is_tensor(v):
-                local = v.to_local() if hasattr(v, "to_local") else v
-                total += local.numel() * local.element_size()
-    return total
+    """Bytes held in optimizer state tensors (every tensor, step counters included).
+
+    DTensors count their local shard; tensor subclasses that store quantised parts (torchao's 8-bit
+    state) count those parts; a tensor referenced from several parameters' states (bitsandbytes'
+    shared quantisation maps) counts once."""
+    seen: set[tuple[int, int, torch.dtype]] = set()
+
+    def count(t: torch.Tensor) -> int:
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        if type(t) is not torch.Tensor and hasattr(t, "__tensor_flatten__"):
+            names, _ = t.__tensor_flatten__()
+            return sum(count(getattr(t, n)) for n in names)
+        key = (t.data_ptr(), t.numel(), t.dtype)
+        if t.numel() and key in seen:
+            return 0
+        seen.add(key)
+        return t.numel() * t.element_size()
+
+    return sum(count(v) for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v))
 
 
 def optimizer_param_count(optimizer: torch.optim.Optimizer) -> int:

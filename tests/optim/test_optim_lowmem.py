@@ -49,6 +49,32 @@ def test_state_bytes_per_parameter():
     assert optimizer_state_bytes(ref) == 8 * (big.numel() + small.numel()) + 2 * 4
 
 
+class _Sub(torch.Tensor):
+    """A stand-in for a quantised-state tensor subclass (as torchao's): its bytes are its parts'."""
+
+    @staticmethod
+    def __new__(cls, codes, scale):
+        t = torch.Tensor._make_wrapper_subclass(cls, codes.shape, dtype=torch.float32)
+        t.codes, t.scale = codes, scale
+        return t
+
+    def __tensor_flatten__(self):
+        return ["codes", "scale"], None
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError(f"{func} on the test subclass")
+
+
+def test_state_bytes_counts_subclass_parts_and_shared_tensors_once():
+    p, q = torch.nn.Parameter(torch.zeros(4, 256)), torch.nn.Parameter(torch.zeros(10))
+    opt = torch.optim.SGD([p, q], lr=0.1)
+    shared = torch.zeros(256)  # like bitsandbytes' qmap, referenced from every parameter's state
+    opt.state[p] = {"m": _Sub(torch.zeros(4, 256, dtype=torch.uint8), torch.zeros(4)), "qmap": shared, "step": 3}
+    opt.state[q] = {"m": torch.zeros(10), "qmap": shared}
+    assert optimizer_state_bytes(opt) == (1024 + 16) + 256 * 4 + 40
+
+
 @pytest.mark.parametrize("cls", [AdamW8bit, Adafactor])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_state_dict_round_trip_keeps_dtypes_and_continues_identically(cls, dtype, seed):
