@@ -78,7 +78,7 @@ def test_chained_stages_compute_the_model_and_partition_its_state(kind):
     keys = [set(s.state_dict()) for s in stages]
     assert set().union(*keys) == set(model.state_dict())  # every key once, under its full-model name
     assert sum(len(k) for k in keys) == len(model.state_dict())
-    assert "blocks.1.attn.wqkv.weight" in keys[1] and not any(k.startswith(parts.first) for k in keys[1])
+    assert "blocks.1.attn.wq.weight" in keys[1] and not any(k.startswith(parts.first) for k in keys[1])
     # the light copies left the model itself whole
     assert len(model.blocks) == 4 and getattr(model, parts.first[0]) is not None
 
