@@ -47,3 +47,31 @@ def tradeoff_table(workload: str, matrix: dict[str, dict[str, Any]]) -> Table:
                       f(m["val_loss_delta"], "+.4f"), str(m["skipped_steps"]),
                       "yes" if m["bitwise_repeatable"] else "no")
     return table
+
+
+def scaling_table(scaling: dict[str, Any]) -> Table:
+    """Efficiency per strategy, mode and process count, with how the ranks sat on the cores."""
+    table = Table(title="scaling (efficiency 1.0 = ideal; range = per-round pairs with the baseline)")
+    for col in ("workload", "strategy", "mode", "N", "batch/rank", "global batch", "throughput", "speed-up",
+                "efficiency", "range", "exposed comm", "fwd/sample vs 1", "ranks on cores"):
+        table.add_column(col, justify="left" if col in ("workload", "strategy", "mode", "ranks on cores") else "right",
+                         no_wrap=True)
+
+    def f(v: Any, spec: str, suffix: str = "") -> str:
+        return "-" if v is None else format(v, spec) + suffix
+
+    for p in scaling["points"]:
+        rounds = [e for e in p.get("efficiency_rounds") or [] if e is not None]
+        rng = f"{min(rounds):.2f}-{max(rounds):.2f}" if len(rounds) > 1 else "-"
+        n = p["world_size"]
+        cores = f"{n} on {p.get('cores', '?')}" + (" OVERSUB." if p["oversubscribed"] else "")
+        t = p["throughput"]
+        table.add_row(p["workload"], p["strategy"], p["scaling"], str(n), str(p["per_rank_batch"]),
+                      str(p["global_batch"]), f"{f(t['median'], ',.0f')} {t['unit']}", f(p["speedup"], ".2f", "x"),
+                      f(p["efficiency"], ".2f"), rng,
+                      f(p["exposed_comm_fraction"] and 100 * p["exposed_comm_fraction"], ".1f", "%"),
+                      f(p.get("forward_time_per_sample_ratio"), ".2f", "x"), cores)
+    pins = scaling.get("pinning") or {}
+    if isinstance(pins, dict) and pins:
+        table.caption = "; ".join(f"N={n}: {d}" for n, d in pins.items())
+    return table
