@@ -47,7 +47,9 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xlabel:
 
     for v, y in ((y0, sy(y0)), (y1, sy(y1))):
         out.append(f'<text x="{PAD - 4}" y="{y + 4}" text-anchor="end">{v:.3g}</text>')
-    for v, x in ((x0, sx(x0)), (x1, sx(x1))):
+    xs = sorted({p[0] for p in pts})
+    ticks = xs if markers and len(xs) <= 8 else [x0, x1]  # few discrete x (process counts): label each
+    for v, x in ((t, sx(t)) for t in ticks):
         out.append(f'<text x="{x}" y="{H - PAD + 14}" text-anchor="middle">{v:.3g}</text>')
     if reference is not None:
         out.append(f'<line x1="{PAD}" y1="{sy(reference):.1f}" x2="{W - 20}" y2="{sy(reference):.1f}" '
