@@ -1,8 +1,9 @@
 """Does `stride comm` add overhead beyond torch.distributed? Its all_reduce timing vs a bare loop, paired.
 
-Two gloo processes (one intra-op thread each, pinned to cores 0 and 1 unless --no-pin), set up as
-`stride comm` sets up its ranks. Per size, many short rounds; each round measures three arms in the
-same processes, back to back:
+Two gloo processes, one intra-op thread each, set up as `stride comm` sets up its ranks (spawned,
+TCP rendezvous, unpinned; `--pin` pins rank r to core r, which on a busy 2-core machine makes a 4 KiB
+all_reduce ~7x slower: gloo's I/O thread then shares the rank's one core). Per size, many short
+rounds; each round measures three arms in the same processes, back to back:
   stride  `slowest_rank(time_calls(Prepared("all_reduce", ...).run, iters, warmup))`, the exact call
           `stride comm` times (stride.comm.bench.run_benchmark)
   bare    a bare timed loop of `dist.all_reduce` on a tensor of the same size, same warm-up, the same
@@ -17,7 +18,14 @@ min/max and the interquartile range over rounds, for both ratios. Verdict per si
 lies wholly outside; otherwise `inconclusive`: the machine is too noisy to resolve 3 % with this many
 rounds (the null control's interval says how noisy), so run more rounds or on a quieter machine.
 
-    python benchmarks/comm_overhead.py [--sizes 4K,64K,1M,4M] [--rounds 60] [--target-ms 10] [--json]
+A second, finer comparison isolates the only code that differs between the arms (stride's call is
+`Prepared.run`, a lambda around `dist.all_reduce`): triplets of single calls (stride, bare, bare2),
+the order cycling through the six permutations, each call timed on its own on each rank; rank 0's
+per-call ratios stride/bare and bare2/bare are summarised as above. Adjacent calls see the same
+machine, so the median per-call ratio resolves far smaller differences than whole measurements can
+on a busy machine. Its verdict uses the same rule.
+
+    python benchmarks/comm_overhead.py [--sizes 4K,64K,1M,4M] [--rounds 60] [--target-ms 10] [--calls 2000] [--json]
 """
 
 from __future__ import annotations
@@ -58,7 +66,22 @@ def bare(x: torch.Tensor, iters: int, warmup: int) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def worker(rank: int, port: int, sizes: list[int], rounds: int, target_s: float, pin: bool, out: str) -> None:
+def interleaved(run: object, x: torch.Tensor, calls: int) -> dict[str, list[float]]:
+    """Per-call seconds of stride's `run()`, `dist.all_reduce(x)` and the same again (null control),
+    one call of each per triplet, the triplet's order cycling through all six permutations."""
+    fns = {"stride": run, "bare": lambda: dist.all_reduce(x), "bare2": lambda: dist.all_reduce(x)}
+    out: dict[str, list[float]] = {a: [] for a in ARMS}
+    for i in range(calls):
+        for j in ORDERS[i % len(ORDERS)]:
+            arm = ARMS[j]
+            t0 = time.perf_counter()
+            fns[arm]()  # type: ignore[operator]
+            out[arm].append(time.perf_counter() - t0)
+    return out
+
+
+def worker(rank: int, port: int, sizes: list[int], rounds: int, target_s: float, pin: bool, calls: int,
+           out: str) -> None:
     if pin and hasattr(os, "sched_setaffinity"):
         from stride.bench.pinning import available_cores, pin_threads
 
@@ -84,7 +107,11 @@ def worker(rank: int, port: int, sizes: list[int], rounds: int, target_s: float,
                     times[arm].append(slowest_rank(time_calls(p.run, iters, WARMUP)))
                 else:
                     times[arm].append(slowest_rank(bare(x, iters, WARMUP)))
-        res.append({"bytes": nbytes, "iters": iters, **{f"{a}_s": t for a, t in times.items()}})
+        n_calls = max(100, min(calls, round(calls * 1e-3 / pilot))) if calls else 0  # ~calls ms of calls
+        dist.barrier()
+        per_call = interleaved(p.run, x, n_calls) if n_calls else {a: [] for a in ARMS}
+        res.append({"bytes": nbytes, "iters": iters, **{f"{a}_s": t for a, t in times.items()},
+                    **{f"calls_{a}_s": t for a, t in per_call.items()}})
     if rank == 0:
         Path(out).write_text(json.dumps(res))
     dist.destroy_process_group()
@@ -103,7 +130,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=60, help="paired rounds per size (each runs every arm once)")
     ap.add_argument("--target-ms", type=float, default=10.0, help="length of one measurement (sets iterations)")
     ap.add_argument("--tolerance", type=float, default=0.03, help="goal: |median ratio - 1| within this")
-    ap.add_argument("--no-pin", action="store_true", help="leave the ranks unpinned")
+    ap.add_argument("--pin", action="store_true", help="pin rank r to core r (stride comm does not)")
+    ap.add_argument("--calls", type=int, default=2000,
+                    help="per-call interleaved pairs per size (fewer for big sizes: about this many ms); 0: off")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="print every round's ratios")
     a = ap.parse_args()
@@ -112,7 +141,7 @@ def main() -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "res.json")
-        mp.start_processes(worker, args=(_free_port(), sizes, a.rounds, a.target_ms / 1e3, not a.no_pin, out),
+        mp.start_processes(worker, args=(_free_port(), sizes, a.rounds, a.target_ms / 1e3, a.pin, a.calls, out),
                            nprocs=2, start_method="spawn")
         res = json.loads(Path(out).read_text())
     rows = []
@@ -126,10 +155,25 @@ def main() -> int:
                    "outside" if lo > 1 + tol or hi < 1 - tol else "inconclusive")
         rows.append({"bytes": r["bytes"], "iters": r["iters"], "stride_us": statistics.median(s) * 1e6,
                      "bare_us": statistics.median(b) * 1e6, "ratio": ratio, "null": null, "verdict": verdict})
+        cs, cb, cb2 = r["calls_stride_s"], r["calls_bare_s"], r["calls_bare2_s"]
+        if cs:
+            per = describe([x / y for x, y in zip(cs, cb, strict=True)])
+            per_null = describe([x / y for x, y in zip(cb2, cb, strict=True)])
+            clo, chi = per["ci95"]
+            rows[-1]["per_call"] = {"calls": len(cs), "stride_us": statistics.median(cs) * 1e6,
+                                    "bare_us": statistics.median(cb) * 1e6, "ratio": per, "null": per_null,
+                                    "verdict": ("within" if 1 - tol <= clo and chi <= 1 + tol else
+                                                "outside" if clo > 1 + tol or chi < 1 - tol else "inconclusive")}
         print(f"all_reduce {r['bytes']:>9} B x{r['iters']:<4d} stride {rows[-1]['stride_us']:9.1f} us  "
               f"bare {rows[-1]['bare_us']:9.1f} us  stride/bare median {ratio['median']:.4f} "
               f"[95% CI {lo:.4f}-{hi:.4f}, min {ratio['min']:.3f}, max {ratio['max']:.3f}]  "
               f"null bare2/bare {null['median']:.4f} [{null['ci95'][0]:.4f}-{null['ci95'][1]:.4f}]  {verdict}")
+        if cs:
+            pc = rows[-1]["per_call"]
+            print(f"  per call, interleaved x{pc['calls']}: stride {pc['stride_us']:.1f} us, "
+                  f"bare {pc['bare_us']:.1f} us, median ratio {pc['ratio']['median']:.4f} "
+                  f"[95% CI {clo:.4f}-{chi:.4f}]  null {pc['null']['median']:.4f} "
+                  f"[{pc['null']['ci95'][0]:.4f}-{pc['null']['ci95'][1]:.4f}]  {pc['verdict']}")
         if a.verbose:
             print("  stride/bare by round:", [round(x / y, 3) for x, y in zip(s, b, strict=True)])
     worst = max(abs(r["ratio"]["median"] - 1) for r in rows)
@@ -143,10 +187,18 @@ def main() -> int:
         "null_ci95": [[round(x, 4) for x in r["null"]["ci95"]] for r in rows],
         "stride_us": [round(r["stride_us"], 1) for r in rows], "bare_us": [round(r["bare_us"], 1) for r in rows],
         "verdicts": [r["verdict"] for r in rows],
+        "per_call_ratios": [round(r["per_call"]["ratio"]["median"], 4) if "per_call" in r else None for r in rows],
+        "per_call_ci95": [[round(x, 4) for x in r["per_call"]["ratio"]["ci95"]] if "per_call" in r else None
+                          for r in rows],
+        "per_call_verdicts": [r["per_call"]["verdict"] if "per_call" in r else None for r in rows],
+        "per_call_null_ratios": [round(r["per_call"]["null"]["median"], 4) if "per_call" in r else None
+                                 for r in rows],
+        "per_call_null_ci95": [[round(x, 4) for x in r["per_call"]["null"]["ci95"]] if "per_call" in r else None
+                               for r in rows],
         "worst_abs_diff_pct": round(100 * worst, 2),
         "within_3pct": all(r["verdict"] == "within" for r in rows) if a.tolerance == 0.03 else None,
         "tolerance": a.tolerance,
-        "pinned": not a.no_pin, "load_avg_1min": [round(load0, 2), round(load1, 2)],
+        "pinned": a.pin, "load_avg_1min": [round(load0, 2), round(load1, 2)],
         "seconds": round(time.perf_counter() - t0, 1),
     }
     print(f"worst |median stride/bare - 1| = {summary['worst_abs_diff_pct']}%; verdicts at {100 * a.tolerance:g}%: "

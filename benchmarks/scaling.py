@@ -20,10 +20,17 @@ an upper bound on its exposed communication.
   ddp           DDP, 1 MB buckets (the headline configuration)
   ddp_25mb      one 25 MB bucket: the all-reduce starts after the whole backward (no overlap)
   ddp_static    1 MB buckets, static_graph=true
+  ddp_nobcast   1 MB buckets, broadcast_buffers=False: DDP by default broadcasts the module's buffers
+                from rank 0 at the start of every forward (the transformer's RoPE tables), a blocking
+                collective that makes forward a synchronisation point; the time spent in it is
+                measured in every DDP run (`buffer_sync_s`)
 and, for every run, the scheduler's own accounting of the timed steps from /proc/self/task/*/schedstat:
 the training thread's CPU time, its run-queue wait (runnable but another task had the core), the
 time it was blocked (waiting on a collective or the data prefetch thread), and the CPU time of every
 other thread (gloo's, the data prefetch thread, the system sampler) that shares the rank's one core.
+From those, step by step, `contention_free_step_s` estimates the step with the cores to ourselves
+(see `_contention_free_step`) and `contention_free_efficiency` the efficiency it implies: on a shared
+machine the wall-clock efficiency mostly measures other people's load, this does not.
 A micro-benchmark of a cache-resident matmul and a memory-bound copy in 1 and 2 pinned processes at
 once separates core time-sharing from memory-bandwidth contention.
 
@@ -54,6 +61,7 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
     "ddp": (2, ["parallel.dp_replicate=2"]),
     "ddp_25mb": (2, ["parallel.dp_replicate=2", "parallel.ddp_bucket_mb=25"]),
     "ddp_static": (2, ["parallel.dp_replicate=2", "parallel.static_graph=true"]),
+    "ddp_nobcast": (2, ["parallel.dp_replicate=2"]),
 }
 
 
@@ -75,26 +83,29 @@ def _schedstat() -> dict[int, tuple[str, float, float]]:
     return out
 
 
-def _thread_accounting(before: dict, after: dict, wall: float, steps: int, main_tid: int) -> dict[str, Any]:
-    """Per timed step: the training thread's CPU, run-queue wait and blocked time; other threads' CPU."""
-    def delta(tid: int) -> tuple[float, float]:
-        _, r1, w1 = after[tid]
-        r0, w0 = before.get(tid, ("", 0.0, 0.0))[1:]
-        return r1 - r0, w1 - w0
+def _main_thread_stat(tid: int) -> tuple[float, float]:
+    """(seconds on CPU, seconds waiting on a run queue) of one thread."""
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        run_ns, wait_ns, _ = f.read().split()
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
-    run, wait = delta(main_tid)
+
+def _thread_accounting(before: dict, after: dict, steps: list[tuple[float, float, float]], main_tid: int
+                       ) -> dict[str, Any]:
+    """Per timed step: the training thread's wall, CPU, run-queue wait and blocked time (lists, one per
+    step, so ranks can be lined up step by step); other threads' CPU per step, by name."""
+    n = len(steps)
     others: dict[str, float] = {}
-    other_wait = 0.0
-    for tid in after:
-        if tid == main_tid:
-            continue
-        r, w = delta(tid)
-        name = after[tid][0]
-        others[name] = others.get(name, 0.0) + r / steps
-        other_wait += w
-    return {"steps": steps, "wall_s": wall / steps, "main_cpu_s": run / steps, "main_runqueue_wait_s": wait / steps,
-            "main_blocked_s": max(0.0, wall - run - wait) / steps, "other_threads_cpu_s": others,
-            "other_cpu_s": sum(others.values()), "other_runqueue_wait_s": other_wait / steps}
+    for tid, (name, r1, _) in after.items():
+        if tid != main_tid:
+            others[name] = others.get(name, 0.0) + (r1 - before.get(tid, ("", 0.0, 0.0))[1]) / n
+    wall = [w for w, _, _ in steps]
+    cpu = [c for _, c, _ in steps]
+    wait = [q for _, _, q in steps]
+    blocked = [max(0.0, w - c - q) for w, c, q in steps]
+    return {"steps": n, "wall": wall, "cpu": cpu, "runqueue_wait": wait, "blocked": blocked,
+            "wall_s": sum(wall) / n, "main_cpu_s": sum(cpu) / n, "main_runqueue_wait_s": sum(wait) / n,
+            "main_blocked_s": sum(blocked) / n, "other_threads_cpu_s": others, "other_cpu_s": sum(others.values())}
 
 
 def diag_worker(out: str, variant: str, overrides: list[str]) -> None:
@@ -121,32 +132,60 @@ def diag_worker(out: str, variant: str, overrides: list[str]) -> None:
 
         default_hooks.allreduce_hook = no_comm  # stride.parallel.comm_hooks looks it up at registration
 
+    from torch.nn.parallel import DistributedDataParallel
+
+    import stride.parallel.data_parallel as data_parallel
+
+    buffer_sync = [0.0]  # seconds in DDP's pre-forward buffer broadcast, since the last reset
+    sync_buffers = DistributedDataParallel._sync_buffers
+
+    def timed_sync_buffers(self: Any) -> None:
+        t0 = time.perf_counter()
+        sync_buffers(self)
+        buffer_sync[0] += time.perf_counter() - t0
+
+    DistributedDataParallel._sync_buffers = timed_sync_buffers
+    if variant == "ddp_nobcast":
+
+        class NoBufferBroadcastDDP(DistributedDataParallel):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, broadcast_buffers=False, **kwargs)
+
+        data_parallel.DDP = NoBufferBroadcastDDP  # apply_ddp constructs it by this module-level name
+
     from stride.config import load_config
     from stride.train.trainer import Callback, Trainer
 
     cfg = load_config(overrides=WORKLOAD + overrides)
 
     class Accounting(Callback):
-        """Scheduler accounting of this process's threads over the timed steps (after warm-up)."""
+        """Scheduler accounting of the training thread step by step over the timed steps, and of the
+        other threads over the whole timed span (after warm-up, before the last step's log all-reduce)."""
 
         def __init__(self) -> None:
             self.before: dict = {}
-            self.t0 = 0.0
+            self.last = (0.0, 0.0, 0.0)
+            self.steps: list[tuple[float, float, float]] = []
             self.result: dict[str, Any] = {}
+            self.buffer_sync_s = 0.0
 
         def on_step_end(self, trainer: Trainer) -> None:
+            tid = threading.get_native_id()
+            now = (time.perf_counter(), *_main_thread_stat(tid))
+            if cfg.metrics.skip_steps < trainer.step < cfg.train.steps:
+                self.steps.append(tuple(b - a for a, b in zip(self.last, now, strict=True)))  # type: ignore[arg-type]
+            self.last = now
             if trainer.step == cfg.metrics.skip_steps:
-                self.before, self.t0 = _schedstat(), time.perf_counter()
-            elif trainer.step == cfg.train.steps - 1:  # before the last step's log all-reduce
-                wall = time.perf_counter() - self.t0
-                self.result = _thread_accounting(self.before, _schedstat(), wall,
-                                                 trainer.step - cfg.metrics.skip_steps, threading.get_native_id())
-
+                self.before, buffer_sync[0] = _schedstat(), 0.0
+            elif trainer.step == cfg.train.steps - 1:
+                self.result = _thread_accounting(self.before, _schedstat(), self.steps, tid)
+                self.buffer_sync_s = buffer_sync[0] / len(self.steps)
 
     acc = Accounting()
     trainer = Trainer(config=cfg, write_run_dir=False, callbacks=[acc])
     summary = trainer.fit().summary
-    summary.update(threads=acc.result, pinned_core=core, intraop_threads=torch.get_num_threads())
+    summary.update(threads=acc.result, pinned_core=core, intraop_threads=torch.get_num_threads(),
+                   buffer_sync_s=acc.buffer_sync_s)
     Path(f"{out}.{local}").write_text(json.dumps(summary))
     import torch.distributed as dist
 
@@ -257,18 +296,36 @@ def run_diagnose(rounds: int, steps: int, batch: int, tmp: Path) -> dict[str, An
             "main_blocked_s": med(lambda s: s["threads"]["main_blocked_s"]),
             "other_threads_cpu_s": med(lambda s: s["threads"]["other_cpu_s"]),
             "other_threads_by_name": {k: round(x, 5) for k, x in sorted(others.items(), key=lambda kv: -kv[1])[:6]},
-            # What the step would take with the core to itself: own CPU + blocked (collectives, data) + the
-            # other threads' CPU on that core; run-queue wait (other processes on the machine) left out.
-            # An upper bound: blocked time also holds the wait for a peer that was itself descheduled.
-            "dedicated_core_step_s": med(lambda s: s["threads"]["main_cpu_s"] + s["threads"]["main_blocked_s"]
-                                         + s["threads"]["other_cpu_s"]),
+            "buffer_sync_s": med(lambda s: s.get("buffer_sync_s") or 0.0) if v.startswith("ddp") else None,
+            "contention_free_step_s": statistics.median(_contention_free_step(rk, v == "independent2")
+                                                        for rk in rounds_),
             "pinned_cores": [s.get("pinned_core") for s in rounds_[0]],
             "intraop_threads": rounds_[0][0].get("intraop_threads"),
         }
-    one = out["single"]["dedicated_core_step_s"]
+    one = out["single"]["contention_free_step_s"]
     for v in out.values():
-        v["dedicated_core_efficiency"] = one / v["dedicated_core_step_s"]
+        v["contention_free_efficiency"] = one / v["contention_free_step_s"]
     return out
+
+
+def _contention_free_step(ranks: list[dict], independent: bool) -> float:
+    """Estimated step time with every rank's core to itself (run-queue waits, i.e. other processes,
+    removed), from the scheduler's per-step accounting of each rank's training thread.
+
+    Ranks synchronise every step, so a step lasts as long as its slowest rank's CPU work plus the
+    communication nobody could hide. The last rank to arrive at a collective waits only for the
+    collective itself; the others also wait for it (skew, often because it was descheduled). So per
+    step: max over ranks of CPU time + min over ranks of blocked time; plus the other threads' CPU
+    (gloo, data prefetch) that shares each rank's core. Independent trainers do not synchronise: their
+    own CPU + blocked + other threads, averaged.
+    """
+    th = [s["threads"] for s in ranks]
+    other = statistics.fmean(t["other_cpu_s"] for t in th)
+    if independent or len(th) == 1:
+        return statistics.fmean(t["main_cpu_s"] + t["main_blocked_s"] for t in th) + other
+    n = min(len(t["cpu"]) for t in th)
+    per_step = [max(t["cpu"][k] for t in th) + min(t["blocked"][k] for t in th) for k in range(n)]
+    return sum(per_step) / n + other
 
 
 def run_micro(rounds: int, tmp: Path) -> dict[str, Any]:

@@ -142,6 +142,8 @@ def point_record(workload: str, p: Point, unit: str, throughputs: list[float], s
         "step_time_s": _median([s.get("step_time_s") for s in summaries]),
         "step_time_breakdown_s": breakdown,
         "forward_time_per_sample_ratio": fwd_ratio,
+        # ready to run but no core (other processes, or oversubscription), over each rank's life
+        "runqueue_wait_share": _median([s.get("runqueue_wait_share") for s in summaries]),
         "cores": cores,
         "ranks_per_core": p.world_size / cores,
         "oversubscribed": p.world_size > cores,

@@ -53,7 +53,7 @@ def scaling_table(scaling: dict[str, Any]) -> Table:
     """Efficiency per strategy, mode and process count, with how the ranks sat on the cores."""
     table = Table(title="scaling (efficiency 1.0 = ideal; range = per-round pairs with the baseline)")
     for col in ("workload", "strategy", "mode", "N", "batch/rank", "global batch", "throughput", "speed-up",
-                "efficiency", "range", "exposed comm", "fwd/sample vs 1", "ranks on cores"):
+                "efficiency", "range", "exposed comm", "fwd/sample vs 1", "core wait", "ranks on cores"):
         table.add_column(col, justify="left" if col in ("workload", "strategy", "mode", "ranks on cores") else "right",
                          no_wrap=True)
 
@@ -70,8 +70,11 @@ def scaling_table(scaling: dict[str, Any]) -> Table:
                       str(p["global_batch"]), f"{f(t['median'], ',.0f')} {t['unit']}", f(p["speedup"], ".2f", "x"),
                       f(p["efficiency"], ".2f"), rng,
                       f(p["exposed_comm_fraction"] and 100 * p["exposed_comm_fraction"], ".1f", "%"),
-                      f(p.get("forward_time_per_sample_ratio"), ".2f", "x"), cores)
+                      f(p.get("forward_time_per_sample_ratio"), ".2f", "x"),
+                      f(p.get("runqueue_wait_share") and 100 * p["runqueue_wait_share"], ".0f", "%"), cores)
     pins = scaling.get("pinning") or {}
     if isinstance(pins, dict) and pins:
         table.caption = "; ".join(f"N={n}: {d}" for n, d in pins.items())
+    table.caption = (table.caption or "") + ("\ncore wait: share of the time ranks were ready to run but another "
+                                             "process held the core (over each rank's life); high = busy machine")
     return table

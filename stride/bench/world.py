@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stride.bench.pinning import CorePlan, core_plan
+from stride.bench.rank_entry import SCHED_ENV
 from stride.bench.runner import make_entry, workload_config
 from stride.bench.scaling import Point, plan_points, point_record
 from stride.bench.workloads import Workload
@@ -75,8 +76,8 @@ def run_point(w: Workload, p: Point, device: str, run_dir: Path, extra: list[str
     cmd = rank_command([*ENTRY, "train", str(config_path), "--out", str(out), "--no-progress"], p.world_size)
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, env=rank_env(plan, 1 if cpu else cfg.train.threads), capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
+        env = {**rank_env(plan, 1 if cpu else cfg.train.threads), SCHED_ENV: str(run_dir)}
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:
         raise SweepError(f"{w.name} {p.label}: no result after {timeout_s:.0f} s (torchrun killed)") from exc
     (run_dir / "torchrun.log").write_text(f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
@@ -89,7 +90,25 @@ def run_point(w: Workload, p: Point, device: str, run_dir: Path, extra: list[str
     if summary.get("world_size") != p.world_size:
         raise SweepError(f"{w.name} {p.label}: the trainer ran on {summary.get('world_size')} rank(s), "
                          f"not {p.world_size}")
+    summary["runqueue_wait_share"] = runqueue_wait_share(run_dir, p.world_size)
     return cfg, summary
+
+
+def runqueue_wait_share(run_dir: Path, world_size: int) -> float | None:
+    """Mean over ranks of run-queue wait / (CPU + run-queue wait) of each rank's main thread, over its life.
+
+    The share of the time a rank was ready to run but had no core: other processes on the machine (or
+    its own oversubscription). None when a rank did not report (no schedstat on this OS).
+    """
+    shares = []
+    for r in range(world_size):
+        f = run_dir / f"sched-rank{r}.json"
+        if not f.is_file():
+            return None
+        rec = json.loads(f.read_text())
+        busy = rec["cpu_s"] + rec["runqueue_wait_s"]
+        shares.append(rec["runqueue_wait_s"] / busy if busy else 0.0)
+    return sum(shares) / len(shares)
 
 
 def throughput_of(summary: dict[str, Any], unit: str) -> float:

@@ -79,12 +79,13 @@ def _scaling_rows(results: dict[str, Any]) -> list[list[str]]:
                      _fmt(p["speedup"], ".2f"), _fmt(p["efficiency"], ".2f"),
                      f"{min(rounds):.2f}-{max(rounds):.2f}" if len(rounds) > 1 else "-",
                      _pct(p["exposed_comm_fraction"]),
-                     _fmt(p.get("forward_time_per_sample_ratio"), ".2f"), cores])
+                     _fmt(p.get("forward_time_per_sample_ratio"), ".2f"), _pct(p.get("runqueue_wait_share")), cores])
     return rows
 
 
 SCALING_HEAD = ["workload", "strategy", "mode", "N", "batch per rank / global", "throughput", "speed-up",
-                "efficiency", "range over rounds", "exposed comm", "forward per sample vs 1 rank", "ranks on cores"]
+                "efficiency", "range over rounds", "exposed comm", "forward per sample vs 1 rank",
+                "waited for a core", "ranks on cores"]
 
 
 def _fmt(v: Any, spec: str) -> str:

@@ -110,6 +110,15 @@ def test_pin_from_env_pins_every_thread() -> None:
     assert out.split(maxsplit=1) == [str(cores[-1]), f"[{cores[-1]}]\n"]
 
 
+def test_runqueue_wait_share_by_hand(tmp_path) -> None:
+    from stride.bench.world import runqueue_wait_share
+
+    (tmp_path / "sched-rank0.json").write_text(json.dumps({"cpu_s": 3.0, "runqueue_wait_s": 1.0}))
+    (tmp_path / "sched-rank1.json").write_text(json.dumps({"cpu_s": 1.0, "runqueue_wait_s": 1.0}))
+    assert runqueue_wait_share(tmp_path, 2) == pytest.approx((0.25 + 0.5) / 2)
+    assert runqueue_wait_share(tmp_path, 3) is None  # a rank that did not report: unknown, not zero
+
+
 def test_rank_command_is_the_train_launcher() -> None:
     from stride.bench.world import rank_command
     from stride.launch.torchrun import torchrun_command
@@ -127,6 +136,7 @@ def _point(workload: str, strategy: str, scaling: str, n: int, tput: float, eff:
             "throughput": {"unit": "samples/s", "median": tput, "min": tput, "max": tput, "cv": 0.0, "n": 1},
             "speedup": tput / 1000.0, "efficiency": eff, "efficiency_rounds": [eff],
             "exposed_comm_fraction": comm, "forward_time_per_sample_ratio": kw.pop("fwd", 1.0),
+            "runqueue_wait_share": kw.pop("wait", 0.05),
             "cores": 2, "ranks_per_core": n / 2, "oversubscribed": n > 2, **kw}
 
 
@@ -136,7 +146,7 @@ def _scaling() -> dict:
             "points": [_point("m", "single", "baseline", 1, 1000.0, 1.0),
                        _point("m", "ddp", "weak", 2, 1800.0, 0.9, 0.05),
                        _point("m", "ddp", "weak", 4, 2000.0, 0.5, 0.3),
-                       _point("m", "fsdp", "strong", 2, 1200.0, 0.6)]}
+                       _point("m", "fsdp", "strong", 2, 1200.0, 0.6, wait=0.4)]}
 
 
 def _workload(name: str) -> dict:
@@ -190,11 +200,12 @@ def test_report_draws_scaling_curves(tmp_path) -> None:
     assert "m ddp weak: 4, 0.5" in eff_svg and "m fsdp strong: 2, 0.6" in eff_svg
     assert "(oversubscribed)" in html and "2 ranks" in html
     md = (tmp_path / "summary.md").read_text()
-    row = ("| m | ddp | weak | 4 | 64 / 256 | 2,000 samples/s | 2.00 | 0.50 | - | 30.0% | 1.00 | "
+    row = ("| m | ddp | weak | 4 | 64 / 256 | 2,000 samples/s | 2.00 | 0.50 | - | 30.0% | 1.00 | 5.0% | "
            "4 on 2 (oversubscribed) |")
     assert row in md
     assert "ddp weak scaling at 2 ranks: efficiency 0.90, scales" in md
     assert "at 4 ranks: efficiency 0.50, oversubscribed" in md
+    assert "fsdp strong scaling at 2 ranks: efficiency 0.60, busy machine: ranks waited for a core 40%" in md
 
 
 @pytest.mark.slow
@@ -223,6 +234,8 @@ def test_world_sweep_real_run(tmp_path, capsys) -> None:
     log = (tmp_path / "mlp_tiny+ddp-weak-n2" / "rep0" / "torchrun.log").read_text()
     if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2:
         assert "local rank 0 pinned to core" in log and "local rank 1 pinned to core" in log
+    if os.path.exists("/proc/self/schedstat"):  # each rank reported its scheduler accounting
+        assert 0.0 <= pts[("ddp", "weak", 2)]["runqueue_wait_share"] < 1.0
     out = capsys.readouterr().out
     assert "scaling (efficiency 1.0 = ideal" in out
     assert main(["report", str(tmp_path)]) == 0
