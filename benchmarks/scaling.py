@@ -416,8 +416,13 @@ def main() -> None:
                 res["fsdp_overhead_fraction"] = 1 - res["fsdp_weak_efficiency_2"]
             res["pinning_by_world_size"] = {str(n): p.describe() for n, p in sorted(plans.items())}
         if a.diagnose:
-            res["diagnose"] = run_diagnose(a.rounds, a.steps, b, tmp)
+            res["diagnose"] = diag = run_diagnose(a.rounds, a.steps, b, tmp)
             res["micro"] = run_micro(max(a.rounds, 3), tmp)
+            # An estimate, not a wall-clock measurement: the step with other processes' run-queue time removed.
+            res["ddp_contention_free_efficiency_2"] = diag["ddp"]["contention_free_efficiency"]
+            res["independent2_contention_free_efficiency"] = diag["independent2"]["contention_free_efficiency"]
+            res["single_runqueue_wait_share"] = diag["single"]["main_runqueue_wait_s"] / (
+                diag["single"]["main_runqueue_wait_s"] + diag["single"]["main_cpu_s"])
     res["load_avg_1min"] = [load_before, os.getloadavg()[0]]  # other processes on the box skew the figures
     if not a.json:
         for k, v in res.items():

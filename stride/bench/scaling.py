@@ -125,8 +125,9 @@ def point_record(workload: str, p: Point, unit: str, throughputs: list[float], s
     breakdown = {k: _median([s["step_time_breakdown_s"].get(k) for s in summaries]) or 0.0 for k in phases}
     fwd = breakdown.get("forward")
     fwd1 = _median([s.get("step_time_breakdown_s", {}).get("forward") for s in base_summaries])
-    # Forward has no communication under DDP: its time per sample against one rank's is contention
-    # (cores, memory bandwidth, other processes), the part of 1 - efficiency that is not the network.
+    # Forward carries no gradient communication under DDP: its time per sample against one rank's is
+    # contention (cores, memory bandwidth, other processes), plus, for models with buffers (RoPE tables),
+    # the wait in DDP's pre-forward buffer broadcast, a synchronisation point that absorbs rank skew.
     fwd_ratio = (fwd / p.per_rank_batch) / (fwd1 / base_batch) if fwd and fwd1 else None
     return {
         "workload": workload, "strategy": p.strategy, "scaling": p.scaling, "world_size": p.world_size,

@@ -120,10 +120,11 @@ def scaling_advice(results: dict[str, Any]) -> list[dict[str, Any]]:
                                           f"(> {100 * COMM_BOUND:.0f}%): smaller DDP buckets overlap more of it with "
                                           "backward, a bf16 comm hook halves it, a larger per-rank batch amortises it")
         elif p["strategy"] == "ddp" and fwd is not None and fwd > CONTENTION:
-            kind, why = "contention", (f"forward, which has no communication under DDP, takes {fwd:.2f}x "
-                                       "one rank's time per sample: the ranks compete for cores, caches or memory "
-                                       "bandwidth (or with other processes): that part of the gap is the machine's, "
-                                       "not the network's")
+            kind, why = "contention", (f"forward, which carries no gradient communication under DDP, takes "
+                                       f"{fwd:.2f}x one rank's time per sample: the ranks compete for cores, caches "
+                                       "or memory bandwidth (or with other processes), or wait for each other in "
+                                       "DDP's pre-forward buffer broadcast (models with buffers); that part of the "
+                                       "gap is not the gradient all-reduce")
         elif p["strategy"] == "fsdp":
             kind, why = "communication (FSDP)", ("FSDP gathers parameters in forward and reduce-scatters gradients "
                                                  "in backward, not timed apart: try reshard_after_forward=false "
