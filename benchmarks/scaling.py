@@ -393,6 +393,9 @@ def main() -> None:
                                            log=lambda m: print(m, file=sys.stderr))
             base = next(p for p in points if p["scaling"] == "baseline")
             res["single_samples_per_s"] = base["throughput"]["median"]
+            # share of its runnable time a rank waited for a core (other processes): the wall-clock
+            # figures below mean something only where this is small for the baseline and the N-rank runs
+            res["single_runqueue_wait_share"] = base["runqueue_wait_share"]
             for p in points:
                 if p["scaling"] == "baseline":
                     continue
@@ -401,6 +404,7 @@ def main() -> None:
                 res[f"{key}_efficiency_{n}"] = p["efficiency"]
                 res[f"{key}_efficiency_{n}_rounds"] = [round(e, 3) for e in p["efficiency_rounds"]]
                 res[f"{key}_samples_per_s_{n}"] = p["throughput"]["median"]
+                res[f"{key}_runqueue_wait_share_{n}"] = p["runqueue_wait_share"]
                 if p["scaling"] == "strong":
                     res[f"{key}_speedup_{n}"] = p["speedup"]
                 if p["strategy"] == "ddp":
@@ -421,7 +425,7 @@ def main() -> None:
             # An estimate, not a wall-clock measurement: the step with other processes' run-queue time removed.
             res["ddp_contention_free_efficiency_2"] = diag["ddp"]["contention_free_efficiency"]
             res["independent2_contention_free_efficiency"] = diag["independent2"]["contention_free_efficiency"]
-            res["single_runqueue_wait_share"] = diag["single"]["main_runqueue_wait_s"] / (
+            res["diagnose_single_runqueue_wait_share"] = diag["single"]["main_runqueue_wait_s"] / (
                 diag["single"]["main_runqueue_wait_s"] + diag["single"]["main_cpu_s"])
     res["load_avg_1min"] = [load_before, os.getloadavg()[0]]  # other processes on the box skew the figures
     if not a.json:
