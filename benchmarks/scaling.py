@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -383,8 +384,8 @@ def main() -> None:
         "per_rank_batch": b, "steps": a.steps, "rounds": a.rounds, "cores": cores, "ddp_bucket_mb": a.ddp_bucket_mb,
         "pinning": "one core and one intra-op thread per rank (stride.bench.pinning), baseline pinned too",
     }
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
+    tmp = Path(tempfile.mkdtemp(prefix="stride-scaling-"))  # kept when a run fails: its logs are there
+    try:
         if not a.no_sweep:
             w = Workload("scaling_transformer", 1, "ts transformer d=128 L=4 seq 64", tuple(WORKLOAD))
             extra = [f"train.steps={a.steps}", f"train.batch_size={b}", f"parallel.ddp_bucket_mb={a.ddp_bucket_mb}"]
@@ -427,6 +428,10 @@ def main() -> None:
             res["independent2_contention_free_efficiency"] = diag["independent2"]["contention_free_efficiency"]
             res["diagnose_single_runqueue_wait_share"] = diag["single"]["main_runqueue_wait_s"] / (
                 diag["single"]["main_runqueue_wait_s"] + diag["single"]["main_cpu_s"])
+    except Exception:
+        print(f"scaling: logs kept in {tmp}", file=sys.stderr)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
     res["load_avg_1min"] = [load_before, os.getloadavg()[0]]  # other processes on the box skew the figures
     if not a.json:
         for k, v in res.items():

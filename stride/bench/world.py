@@ -61,8 +61,13 @@ def rank_env(plan: CorePlan, threads: int | None) -> dict[str, str]:
 
 
 def run_point(w: Workload, p: Point, device: str, run_dir: Path, extra: list[str], plan: CorePlan,
-              timeout_s: float = 1800) -> tuple[Any, dict[str, Any]]:
-    """Train `w` at point `p` under torchrun; (resolved config, rank 0's summary.json)."""
+              timeout_s: float = 1800, attempts: int = 2) -> tuple[Any, dict[str, Any]]:
+    """Train `w` at point `p` under torchrun; (resolved config, rank 0's summary.json).
+
+    A failed launch is retried once (`attempts`): on a shared machine a rendezvous can fail for
+    reasons outside the run (a port taken between torchrun choosing and binding it). The failed
+    attempt's log is kept (`torchrun.failed-<k>.log`) and the summary records `launch_retries`.
+    """
     cpu = device == "cpu"
     threads = ["train.threads=1"] if cpu else []
     cfg = workload_config(w, f"{w.name}+{p.label}", device, [*extra, *threads, *p.overrides()])
@@ -74,24 +79,44 @@ def run_point(w: Workload, p: Point, device: str, run_dir: Path, extra: list[str
     config_path.write_text(config_to_toml(cfg))
     out = run_dir / "run"
     cmd = rank_command([*ENTRY, "train", str(config_path), "--out", str(out), "--no-progress"], p.world_size)
-    t0 = time.perf_counter()
-    try:
-        env = {**rank_env(plan, 1 if cpu else cfg.train.threads), SCHED_ENV: str(run_dir)}
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise SweepError(f"{w.name} {p.label}: no result after {timeout_s:.0f} s (torchrun killed)") from exc
-    (run_dir / "torchrun.log").write_text(f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
-    summary_path = out / "summary.json"
-    if proc.returncode or not summary_path.is_file():
-        raise SweepError(f"{w.name} {p.label} on {p.world_size} rank(s) failed (exit {proc.returncode}, "
-                         f"{time.perf_counter() - t0:.0f} s); log: {run_dir / 'torchrun.log'}\n"
-                         f"{proc.stderr[-2000:]}")
+    env = {**rank_env(plan, 1 if cpu else cfg.train.threads), SCHED_ENV: str(run_dir)}
+    failures: list[str] = []
+    for attempt in range(1, attempts + 1):
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise SweepError(f"{w.name} {p.label}: no result after {timeout_s:.0f} s (torchrun killed)") from exc
+        log = f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
+        (run_dir / "torchrun.log").write_text(log)
+        summary_path = out / "summary.json"
+        if proc.returncode == 0 and summary_path.is_file():
+            break
+        failures.append(f"attempt {attempt}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s: "
+                        f"{worker_error(proc.stderr)}")
+        (run_dir / f"torchrun.failed-{attempt}.log").write_text(log)
+    else:
+        raise SweepError(f"{w.name} {p.label} on {p.world_size} rank(s) failed; logs in {run_dir}:\n"
+                         + "\n".join(failures))
     summary = json.loads(summary_path.read_text())
     if summary.get("world_size") != p.world_size:
         raise SweepError(f"{w.name} {p.label}: the trainer ran on {summary.get('world_size')} rank(s), "
                          f"not {p.world_size}")
     summary["runqueue_wait_share"] = runqueue_wait_share(run_dir, p.world_size)
+    summary["launch_retries"] = failures
     return cfg, summary
+
+
+def worker_error(stderr: str, lines: int = 12) -> str:
+    """The ranks' own error lines from torchrun's stderr (its agent's traceback and summary left out)."""
+    agent = ("torch/distributed/elastic", "torch/distributed/run.py", "torch/distributed/launcher",
+             "ChildFailedError", "<frozen runpy>", "elastic_launch", "launch_agent", "error_file", "traceback :")
+    keep = [ln for ln in stderr.splitlines()
+            if ln.strip() and not any(a in ln for a in agent) and not set(ln.strip()) <= set("=-")]
+    hits = [i for i, ln in enumerate(keep) if "Error" in ln or "error" in ln or "Exception" in ln]
+    if not hits:
+        return " | ".join(keep[-lines:]) or "(no error text; see the log)"
+    return " | ".join(keep[max(0, hits[0] - 2): hits[0] + lines])
 
 
 def runqueue_wait_share(run_dir: Path, world_size: int) -> float | None:

@@ -119,6 +119,24 @@ def test_runqueue_wait_share_by_hand(tmp_path) -> None:
     assert runqueue_wait_share(tmp_path, 3) is None  # a rank that did not report: unknown, not zero
 
 
+def test_worker_error_keeps_the_ranks_error() -> None:
+    from stride.bench.world import worker_error
+
+    stderr = "\n".join([
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "stride/data/build.py", line 12, in build_data',
+        "[rank0]: ModuleNotFoundError: No module named 'nosuch'",
+        "E1202 17:34:50 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1)",
+        "Traceback (most recent call last):",
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "  error_file: <N/A>",
+    ])
+    msg = worker_error(stderr)
+    assert "No module named 'nosuch'" in msg and "frozen runpy" not in msg and "ChildFailedError" not in msg
+
+
 def test_rank_command_is_the_train_launcher() -> None:
     from stride.bench.world import rank_command
     from stride.launch.torchrun import torchrun_command
