@@ -145,6 +145,7 @@ def point_record(workload: str, p: Point, unit: str, throughputs: list[float], s
         "forward_time_per_sample_ratio": fwd_ratio,
         # ready to run but no core (other processes, or oversubscription), over each rank's life
         "runqueue_wait_share": _median([s.get("runqueue_wait_share") for s in summaries]),
+        "launch_retries": sum(len(s.get("launch_retries") or []) for s in summaries),
         "cores": cores,
         "ranks_per_core": p.world_size / cores,
         "oversubscribed": p.world_size > cores,
