@@ -1,8 +1,8 @@
 """Does `stride comm` add overhead beyond torch.distributed? Its all_reduce timing vs a bare loop, paired.
 
 Two gloo processes, one intra-op thread each, set up as `stride comm` sets up its ranks (spawned,
-TCP rendezvous, unpinned; `--pin` pins rank r to core r, which on a busy 2-core machine makes a 4 KiB
-all_reduce ~7x slower: gloo's I/O thread then shares the rank's one core). Per size, many short
+TCP rendezvous, unpinned; `--pin` pins rank r to core r, which on a busy 2-core machine made a 4 KiB
+all_reduce several times slower: gloo's I/O thread then shares the rank's one core). Per size, many short
 rounds; each round measures three arms in the same processes, back to back:
   stride  `slowest_rank(time_calls(Prepared("all_reduce", ...).run, iters, warmup))`, the exact call
           `stride comm` times (stride.comm.bench.run_benchmark)
