@@ -1,26 +1,81 @@
-"""`results.json`: a versioned schema that `stride compare`, `stride report` and `stride plan` read."""
+"""`results.json`: a versioned schema that `stride compare`, `stride report` and `stride plan` read.
+
+Version 2 adds the optional `scaling` section (a world-size sweep: one record per strategy, scaling
+mode and process count). Version 1 files are read as version 2 without that section: everything a
+version-1 file holds means the same in version 2. The version was bumped rather than the key added
+silently because version-1 readers interpreted a `scaling` key differently ({series: [[x, y]]}) and
+would misdraw a version-2 file instead of refusing it.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 SCHEMA = "stride.bench.results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 REQUIRED_WORKLOAD_KEYS = ("name", "throughput", "mfu", "peak_mem_bytes", "step_time_breakdown_s", "time_to_target_s")
 REQUIRED_THROUGHPUT_KEYS = ("unit", "median", "min", "max", "cv")
+REQUIRED_SCALING_KEYS = ("points", "pinning", "repeats")
+REQUIRED_POINT_KEYS = ("workload", "strategy", "scaling", "world_size", "per_rank_batch", "global_batch",
+                       "throughput", "speedup", "efficiency", "exposed_comm_fraction", "oversubscribed")
+SCALING_MODES = ("baseline", "weak", "strong")
 
 
 class ResultsError(ValueError):
     pass
 
 
+def _number_or_none(v: Any) -> bool:
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+
+
+def validate_scaling(sc: Any, where: str) -> None:
+    """The `scaling` section: every point names its workload, strategy, mode, N and its figures."""
+    if not isinstance(sc, dict):
+        raise ResultsError(f"{where}: scaling must be an object with {', '.join(REQUIRED_SCALING_KEYS)}")
+    for key in REQUIRED_SCALING_KEYS:
+        if key not in sc:
+            raise ResultsError(f"{where}: scaling is missing {key!r}")
+    if not isinstance(sc["points"], list):
+        raise ResultsError(f"{where}: scaling.points must be a list")
+    for i, p in enumerate(sc["points"]):
+        at = f"{where}: scaling.points[{i}]"
+        if not isinstance(p, dict):
+            raise ResultsError(f"{at} is not an object")
+        at += f" ({p.get('workload', '?')} {p.get('strategy', '?')} {p.get('scaling', '?')} N={p.get('world_size')})"
+        for key in REQUIRED_POINT_KEYS:
+            if key not in p:
+                raise ResultsError(f"{at} is missing {key!r}")
+        if p["scaling"] not in SCALING_MODES:
+            raise ResultsError(f"{at}: scaling {p['scaling']!r} is not one of {', '.join(SCALING_MODES)}")
+        n = p["world_size"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ResultsError(f"{at}: world_size {n!r} is not a positive integer")
+        if p["scaling"] == "baseline" and n != 1:
+            raise ResultsError(f"{at}: the baseline runs on 1 rank, not {n}")
+        for key in REQUIRED_THROUGHPUT_KEYS:
+            if not isinstance(p["throughput"], dict) or key not in p["throughput"]:
+                raise ResultsError(f"{at}: throughput is missing {key!r}")
+        for key in ("speedup", "efficiency", "exposed_comm_fraction"):
+            if not _number_or_none(p[key]):
+                raise ResultsError(f"{at}: {key} {p[key]!r} is not a finite number or null")
+        if p["per_rank_batch"] * n != p["global_batch"]:
+            raise ResultsError(f"{at}: per_rank_batch {p['per_rank_batch']} x {n} ranks != global_batch "
+                               f"{p['global_batch']}")
+
+
 def validate_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
+    """Check `obj` and return it as the current version (a version-1 file gains schema_version 2)."""
     if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
         raise ResultsError(f"{where}: not a stride results file (missing schema = {SCHEMA!r})")
-    if obj.get("schema_version") != SCHEMA_VERSION:
-        raise ResultsError(f"{where}: schema_version {obj.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+    version = obj.get("schema_version")
+    if version not in READABLE_VERSIONS:
+        raise ResultsError(f"{where}: schema_version {version!r}, this stride reads "
+                           f"{', '.join(map(str, READABLE_VERSIONS))}")
     for key in ("suite", "environment", "workloads"):
         if key not in obj:
             raise ResultsError(f"{where}: missing key {key!r}")
@@ -31,6 +86,12 @@ def validate_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
         for key in REQUIRED_THROUGHPUT_KEYS:
             if key not in w["throughput"]:
                 raise ResultsError(f"{where}: workloads[{i}].throughput is missing {key!r}")
+    if version == 1:
+        if "scaling" in obj:
+            raise ResultsError(f"{where}: a scaling section needs schema_version 2 (version 1 defined none)")
+        return {**obj, "schema_version": SCHEMA_VERSION}
+    if "scaling" in obj:
+        validate_scaling(obj["scaling"], where)
     return obj
 
 
@@ -45,8 +106,10 @@ def load_results(path: str | Path) -> dict[str, Any]:
     return validate_results(obj, str(p))
 
 
-def make_results(suite: str, environment: dict[str, Any], workloads: list[dict[str, Any]]) -> dict[str, Any]:
-    return validate_results(
-        {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "suite": suite, "environment": environment,
-         "workloads": workloads}
-    )
+def make_results(suite: str, environment: dict[str, Any], workloads: list[dict[str, Any]],
+                 scaling: dict[str, Any] | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "suite": suite,
+                           "environment": environment, "workloads": workloads}
+    if scaling is not None:
+        obj["scaling"] = scaling
+    return validate_results(obj)

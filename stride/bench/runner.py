@@ -40,7 +40,7 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
     name = w.name + suffix
     if w.kind == "ppo":
         return run_ppo_workload(w, name, device, extra)
-    cfg = _config(w, name, device, extra)
+    cfg = workload_config(w, name, device, extra)
     timer = StepTimes()
     result = Trainer(config=cfg, out=(out / name) if out else None, callbacks=[timer],
                      write_run_dir=out is not None).fit()
@@ -49,7 +49,7 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
     windows = throughput_windows(timer.times, cfg.metrics.skip_steps, per_step)
     method = (f"{{n}} equal windows of steps after {cfg.metrics.skip_steps} warm-up steps, "
               "wall clock per step (perf_counter; CUDA: events)")
-    return _entry(w, name, cfg, windows, method, s, run_dir=str(result.run_dir) if result.run_dir else None)
+    return make_entry(w, name, cfg, windows, method, s, run_dir=str(result.run_dir) if result.run_dir else None)
 
 
 def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | None) -> dict[str, Any]:
@@ -59,19 +59,19 @@ def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | Non
     from stride.rl.market_env import MarketMakingSpec
     from stride.rl.ppo import PPOSettings, train_ppo
 
-    cfg = _config(w, name, device, extra)
+    cfg = workload_config(w, name, device, extra)
     params = dict(w.params)
     spec_keys = {f.name for f in dataclasses.fields(MarketMakingSpec)}
     spec = MarketMakingSpec(**{k: v for k, v in params.items() if k in spec_keys})
     settings = PPOSettings(**{k: v for k, v in params.items() if k not in spec_keys})
     r = train_ppo(cfg, spec, settings)
     windows = throughput_windows(r["update_times_s"], 1, r["env_steps_per_update"])
-    return _entry(w, name, cfg, windows, "{n} equal windows of PPO updates after 1 warm-up update", r,
+    return make_entry(w, name, cfg, windows, "{n} equal windows of PPO updates after 1 warm-up update", r,
                   timesteps_per_s=r["env_steps_per_s"], skipped_steps=0, ppo=params,
                   final_episode_return=r["final_episode_return"], episode_returns=r["episode_returns"])
 
 
-def _config(w: Workload, name: str, device: str, extra: list[str] | None) -> Any:
+def workload_config(w: Workload, name: str, device: str, extra: list[str] | None) -> Any:
     return load_config(overrides=[*w.overrides, f"train.device={device}", f"train.name={name}", *(extra or [])])
 
 
@@ -81,7 +81,7 @@ _SUMMARY_KEYS = ("timesteps_per_s", "mfu", "flops_per_step", "peak_mem_bytes", "
                  "final_train_loss", "steps", "skipped_steps", "saved_activation_bytes", "params", "params_sha256")
 
 
-def _entry(w: Workload, name: str, cfg: Any, windows: list[float], method: str, s: dict[str, Any],
+def make_entry(w: Workload, name: str, cfg: Any, windows: list[float], method: str, s: dict[str, Any],
            run_dir: str | None = None, **extra: Any) -> dict[str, Any]:
     """One results.json workload entry; `method` may name the window count as {n}."""
     tput = {"unit": w.throughput_unit, **spread(windows)}

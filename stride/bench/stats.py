@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import statistics
+from collections.abc import Callable
 
 
 def spread(values: list[float]) -> dict[str, float | int | None]:
@@ -11,3 +13,20 @@ def spread(values: list[float]) -> dict[str, float | int | None]:
     mean = statistics.fmean(values)
     cv = statistics.pstdev(values) / mean if len(values) > 1 and mean else 0.0
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "cv": cv, "n": len(values)}
+
+
+def bootstrap_ci(values: list[float], stat: Callable[[list[float]], float] = statistics.median, level: float = 0.95,
+                 resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap interval of `stat` over `values` (resampled with replacement, fixed seed).
+
+    For paired ratios from a noisy machine: no normality assumed, and a fixed seed makes the
+    interval itself reproducible from the same measurements.
+    """
+    if not values:
+        raise ValueError("bootstrap_ci of no values")
+    rng = random.Random(seed)
+    n = len(values)
+    stats = sorted(stat([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    lo = stats[int((1 - level) / 2 * (resamples - 1))]
+    hi = stats[int((1 + level) / 2 * (resamples - 1))]
+    return lo, hi

@@ -47,3 +47,36 @@ def tradeoff_table(workload: str, matrix: dict[str, dict[str, Any]]) -> Table:
                       f(m["val_loss_delta"], "+.4f"), str(m["skipped_steps"]),
                       "yes" if m["bitwise_repeatable"] else "no")
     return table
+
+
+def scaling_table(scaling: dict[str, Any]) -> Table:
+    """Efficiency per strategy, mode and process count, with how the ranks sat on the cores."""
+    table = Table(title="scaling (efficiency 1.0 = ideal; in brackets: range of per-round pairs with the baseline)")
+    cols = ("workload", "par.", "mode", "N", "batch rank/all", "throughput", "speed-up", "efficiency",
+            "exp. comm", "fwd/sample", "core wait", "ranks/cores")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("workload", "par.", "mode", "ranks/cores") else "right",
+                         no_wrap=col != "workload", overflow="fold")
+
+    def f(v: Any, spec: str, suffix: str = "") -> str:
+        return "-" if v is None else format(v, spec) + suffix
+
+    for p in scaling["points"]:
+        rounds = [e for e in p.get("efficiency_rounds") or [] if e is not None]
+        rng = f" ({min(rounds):.2f}-{max(rounds):.2f})" if len(rounds) > 1 and p["scaling"] != "baseline" else ""
+        n = p["world_size"]
+        cores = f"{n}/{p.get('cores', '?')}" + (" OVERSUB." if p["oversubscribed"] else "")
+        t = p["throughput"]
+        table.add_row(p["workload"], p["strategy"], p["scaling"], str(n), f"{p['per_rank_batch']}/{p['global_batch']}",
+                      f"{f(t['median'], ',.0f')} {t['unit']}", f(p["speedup"], ".2f", "x"),
+                      f(p["efficiency"], ".2f") + rng,
+                      f(p["exposed_comm_fraction"] and 100 * p["exposed_comm_fraction"], ".1f", "%"),
+                      f(p.get("forward_time_per_sample_ratio"), ".2f", "x"),
+                      f(p.get("runqueue_wait_share") and 100 * p["runqueue_wait_share"], ".0f", "%"), cores)
+    notes = [f"N={n}: {d}" for n, d in (scaling.get("pinning") or {}).items()]
+    notes += ["exp. comm: DDP step time waiting on all-reduce; fwd/sample: forward time per sample vs 1 rank "
+              "(DDP forward holds no gradient traffic but broadcasts module buffers, a sync point, if any); "
+              "core wait: share of the time ranks were ready to run but another process held the core (each "
+              "rank's life): high = busy machine, the efficiency then measures the load"]
+    table.caption = "\n".join(notes)
+    return table

@@ -84,3 +84,54 @@ def recommend(results: dict[str, Any], prices: dict[str, float]) -> list[dict[st
             "price_key": price_key,
         })
     return out
+
+
+SCALES_WELL = 0.85  # issue 4's goal for DDP weak scaling at 2 ranks
+COMM_BOUND = 0.15  # exposed communication above 15 % of the step
+CONTENTION = 1.15  # forward (no communication under DDP) 15 % slower per sample than on one rank
+BUSY = 0.20  # ranks waited for a core more than 20 % of their runnable time: other processes
+
+
+def scaling_advice(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One verdict per scaling point (N > 1): oversubscribed, busy machine, scales, communication,
+    contention or overhead (the first that applies)."""
+    out = []
+    points = (results.get("scaling") or {}).get("points", [])
+    base_wait = {p["workload"]: p.get("runqueue_wait_share") for p in points if p["scaling"] == "baseline"}
+    for p in points:
+        eff = p.get("efficiency")
+        if p["scaling"] == "baseline" or eff is None:
+            continue
+        comm, fwd, n = p.get("exposed_comm_fraction"), p.get("forward_time_per_sample_ratio"), p["world_size"]
+        wait = max((w for w in (p.get("runqueue_wait_share"), base_wait.get(p["workload"])) if w is not None),
+                   default=None)
+        if p["oversubscribed"]:
+            kind, why = "oversubscribed", (f"{n} ranks on {p.get('cores')} cores time-share them: the efficiency "
+                                           "describes this machine, not the code; measure with a core per rank")
+        elif wait is not None and wait > BUSY:
+            kind, why = "busy machine", (f"ranks waited for a core {100 * wait:.0f}% of the time they were ready to "
+                                         f"run (> {100 * BUSY:.0f}%): other processes held the cores, so this "
+                                         "efficiency measures the machine's load more than the code; rerun on a "
+                                         "quiet machine, with --repeats")
+        elif eff >= SCALES_WELL:
+            kind, why = "scales", f"efficiency {eff:.2f} >= {SCALES_WELL}"
+        elif comm is not None and comm > COMM_BOUND:
+            kind, why = "communication", (f"exposed communication is {100 * comm:.0f}% of the step "
+                                          f"(> {100 * COMM_BOUND:.0f}%): smaller DDP buckets overlap more of it with "
+                                          "backward, a bf16 comm hook halves it, a larger per-rank batch amortises it")
+        elif p["strategy"] == "ddp" and fwd is not None and fwd > CONTENTION:
+            kind, why = "contention", (f"forward, which carries no gradient communication under DDP, takes "
+                                       f"{fwd:.2f}x one rank's time per sample: the ranks compete for cores, caches "
+                                       "or memory bandwidth (or with other processes), or wait for each other in "
+                                       "DDP's pre-forward buffer broadcast (models with buffers); that part of the "
+                                       "gap is not the gradient all-reduce")
+        elif p["strategy"] == "fsdp":
+            kind, why = "communication (FSDP)", ("FSDP gathers parameters in forward and reduce-scatters gradients "
+                                                 "in backward, not timed apart: try reshard_after_forward=false "
+                                                 "(ZeRO-2) or DDP when the model fits on one rank")
+        else:
+            kind, why = "overhead", ("per-step costs that do not shrink with the per-rank batch (launch, optimizer, "
+                                     "Python): a larger batch per rank or torch.compile")
+        out.append({"workload": p["workload"], "strategy": p["strategy"], "scaling": p["scaling"], "world_size": n,
+                    "efficiency": eff, "verdict": kind, "advice": why})
+    return out

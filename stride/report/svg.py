@@ -24,13 +24,19 @@ def _axes(title: str, xlabel: str, ylabel: str) -> list[str]:
     ]
 
 
-def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str) -> str:
+def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str,
+               y_range: tuple[float, float] | None = None, markers: bool = False,
+               reference: float | None = None) -> str:
+    """Lines per series; `y_range` widens the y axis to include it (e.g. (0, 1) for efficiency),
+    `markers` dots each point (curves of 2-3 points), `reference` draws a dashed level (the ideal)."""
     pts = [p for s in series.values() for p in s]
     out = _axes(title, xlabel, ylabel)
     if not pts:
         return "\n".join([*out, "</svg>"])
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
     y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+    if y_range is not None:
+        y0, y1 = min(y0, y_range[0]), max(y1, y_range[1])
     x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
 
     def sx(x: float) -> float:
@@ -41,12 +47,20 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xlabel:
 
     for v, y in ((y0, sy(y0)), (y1, sy(y1))):
         out.append(f'<text x="{PAD - 4}" y="{y + 4}" text-anchor="end">{v:.3g}</text>')
-    for v, x in ((x0, sx(x0)), (x1, sx(x1))):
+    xs = sorted({p[0] for p in pts})
+    ticks = xs if markers and len(xs) <= 8 else [x0, x1]  # few discrete x (process counts): label each
+    for v, x in ((t, sx(t)) for t in ticks):
         out.append(f'<text x="{x}" y="{H - PAD + 14}" text-anchor="middle">{v:.3g}</text>')
+    if reference is not None:
+        out.append(f'<line x1="{PAD}" y1="{sy(reference):.1f}" x2="{W - 20}" y2="{sy(reference):.1f}" '
+                   'stroke="#999" stroke-dasharray="4 3"/>')
     for i, (name, s) in enumerate(series.items()):
         c = PALETTE[i % len(PALETTE)]
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
         out.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{path}"/>')
+        if markers:
+            out += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{c}"><title>{escape(name)}: '
+                    f"{x:g}, {y:.3g}</title></circle>" for x, y in s]
         out.append(f'<text x="{W - 14}" y="{30 + 13 * i}" text-anchor="end" fill="{c}">{escape(name)}</text>')
     return "\n".join([*out, "</svg>"])
 

@@ -8,7 +8,7 @@ import pytest
 
 from stride.bench.results import ResultsError, load_results, make_results, validate_results
 from stride.bench.runner import throughput_windows
-from stride.bench.stats import spread
+from stride.bench.stats import bootstrap_ci, spread
 from stride.bench.workloads import SUITES, WORKLOADS
 from stride.cli.main import main
 from stride.config import load_config
@@ -20,6 +20,17 @@ def test_spread_by_hand() -> None:
     # population std of [1, 2, 3, 6] is sqrt(3.5) around mean 3
     assert s["cv"] == pytest.approx(3.5**0.5 / 3.0)
     assert spread([])["median"] is None
+
+
+def test_bootstrap_ci_of_the_median() -> None:
+    assert bootstrap_ci([1.02] * 10) == (1.02, 1.02)  # no spread, no interval
+    vals = [0.9, 0.95, 1.0, 1.0, 1.0, 1.05, 1.1, 1.3]
+    lo, hi = bootstrap_ci(vals)
+    # a resampled median is the mean of two of the values: bounded by them, and the interval holds the median
+    assert 0.9 <= lo <= 1.0 <= hi <= 1.3 and bootstrap_ci(vals) == (lo, hi)  # fixed seed: reproducible
+    assert bootstrap_ci(vals, level=0.5)[1] - bootstrap_ci(vals, level=0.5)[0] <= hi - lo
+    with pytest.raises(ValueError, match="no values"):
+        bootstrap_ci([])
 
 
 def test_throughput_windows_skip_warmup() -> None:

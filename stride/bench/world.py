@@ -1,0 +1,227 @@
+"""World-size sweep: each workload through `stride train` under torchrun at 1, 2, 4, ... processes.
+
+Every point is a real `stride train` run launched exactly as `stride train --nproc N` launches it
+(`stride.launch.torchrun`: the same torchrun command line and worker environment), with two
+additions for a measurement that means something on a small CPU box: one intra-op thread per rank
+(`train.threads=1`) and each rank pinned to its own core (`stride.bench.pinning`), the 1-rank
+baseline included. Repeats run in rounds (every point once per round, the order reversed on
+alternate rounds), so slow spells on a shared machine fall on all points alike; efficiency per round
+pairs a point with that round's baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stride.bench.pinning import CorePlan, core_plan
+from stride.bench.rank_entry import SCHED_ENV
+from stride.bench.runner import make_entry, workload_config
+from stride.bench.scaling import Point, plan_points, point_record
+from stride.bench.workloads import Workload
+from stride.config import config_to_toml
+from stride.config.errors import ConfigError
+from stride.launch.torchrun import inside_launcher, launcher_env, torchrun_command
+
+ENTRY = ["-m", "stride.bench.rank_entry"]  # `python -m stride`, pinned first (stride.bench.rank_entry)
+METHOD = ("one figure per run: the trainer's throughput over its timed steps (after metrics.skip_steps "
+          "warm-up), {n} run(s) per point in alternating rounds; `stride train` under torchrun, "
+          "one intra-op thread per rank")
+
+
+class SweepError(RuntimeError):
+    pass
+
+
+def rank_command(entry: list[str], nproc: int) -> list[str]:
+    """The torchrun line `stride train --nproc` uses (`torchrun_command`), running `entry` instead.
+
+    `entry` is what follows `python` in each rank, e.g. `-m stride.bench.rank_entry train CONFIG`.
+    """
+    cmd = torchrun_command([], nproc=nproc)
+    tail = ["-m", "stride", "train"]
+    if cmd[-len(tail):] != tail:
+        raise SweepError(f"stride.launch.torchrun.torchrun_command changed shape (ends {cmd[-3:]}); "
+                         "update stride.bench.world.rank_command")
+    return [*cmd[: -len(tail)], *entry]
+
+
+def rank_env(plan: CorePlan, threads: int | None) -> dict[str, str]:
+    """`stride train --nproc`'s worker environment plus the core plan; no launcher variables leak in."""
+    env = {**launcher_env(threads), **plan.env()}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+              "TORCHELASTIC_RUN_ID"):
+        env.pop(k, None)
+    return env
+
+
+def run_point(w: Workload, p: Point, device: str, run_dir: Path, extra: list[str], plan: CorePlan,
+              timeout_s: float = 1800, attempts: int = 2) -> tuple[Any, dict[str, Any]]:
+    """Train `w` at point `p` under torchrun; (resolved config, rank 0's summary.json).
+
+    A failed launch is retried once (`attempts`): on a shared machine a rendezvous can fail for
+    reasons outside the run (a port taken between torchrun choosing and binding it). The failed
+    attempt's log is kept (`torchrun.failed-<k>.log`) and the summary records `launch_retries`.
+    """
+    cpu = device == "cpu"
+    threads = ["train.threads=1"] if cpu else []
+    cfg = workload_config(w, f"{w.name}+{p.label}", device, [*extra, *threads, *p.overrides()])
+    from stride.parallel.layout import resolve_layout
+
+    resolve_layout(cfg.parallel, p.world_size)  # a bad layout fails here, before torchrun starts
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "sweep_config.toml"
+    config_path.write_text(config_to_toml(cfg))
+    out = run_dir / "run"
+    cmd = rank_command([*ENTRY, "train", str(config_path), "--out", str(out), "--no-progress"], p.world_size)
+    env = {**rank_env(plan, 1 if cpu else cfg.train.threads), SCHED_ENV: str(run_dir)}
+    failures: list[str] = []
+    for attempt in range(1, attempts + 1):
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise SweepError(f"{w.name} {p.label}: no result after {timeout_s:.0f} s (torchrun killed)") from exc
+        log = f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
+        (run_dir / "torchrun.log").write_text(log)
+        summary_path = out / "summary.json"
+        if proc.returncode == 0 and summary_path.is_file():
+            break
+        failures.append(f"attempt {attempt}: exit {proc.returncode} after {time.perf_counter() - t0:.0f} s: "
+                        f"{worker_error(proc.stderr)}")
+        (run_dir / f"torchrun.failed-{attempt}.log").write_text(log)
+    else:
+        raise SweepError(f"{w.name} {p.label} on {p.world_size} rank(s) failed; logs in {run_dir}:\n"
+                         + "\n".join(failures))
+    summary = json.loads(summary_path.read_text())
+    if summary.get("world_size") != p.world_size:
+        raise SweepError(f"{w.name} {p.label}: the trainer ran on {summary.get('world_size')} rank(s), "
+                         f"not {p.world_size}")
+    summary["runqueue_wait_share"] = runqueue_wait_share(run_dir, p.world_size)
+    summary["launch_retries"] = failures
+    return cfg, summary
+
+
+def worker_error(stderr: str, lines: int = 12) -> str:
+    """The ranks' own error lines from torchrun's stderr (its agent's traceback and summary left out)."""
+    agent = ("torch/distributed/elastic", "torch/distributed/run.py", "torch/distributed/launcher",
+             "ChildFailedError", "<frozen runpy>", "elastic_launch", "launch_agent", "error_file", "traceback :")
+    keep = [ln for ln in stderr.splitlines()
+            if ln.strip() and not any(a in ln for a in agent) and not set(ln.strip()) <= set("=-")]
+    hits = [i for i, ln in enumerate(keep) if "Error" in ln or "error" in ln or "Exception" in ln]
+    if not hits:
+        return " | ".join(keep[-lines:]) or "(no error text; see the log)"
+    return " | ".join(keep[max(0, hits[0] - 2): hits[0] + lines])
+
+
+def runqueue_wait_share(run_dir: Path, world_size: int) -> float | None:
+    """Mean over ranks of run-queue wait / (CPU + run-queue wait) of each rank's main thread, over its life.
+
+    The share of the time a rank was ready to run but had no core: other processes on the machine (or
+    its own oversubscription). None when a rank did not report (no schedstat on this OS).
+    """
+    shares = []
+    for r in range(world_size):
+        f = run_dir / f"sched-rank{r}.json"
+        if not f.is_file():
+            return None
+        rec = json.loads(f.read_text())
+        busy = rec["cpu_s"] + rec["runqueue_wait_s"]
+        shares.append(rec["runqueue_wait_s"] / busy if busy else 0.0)
+    return sum(shares) / len(shares)
+
+
+def throughput_of(summary: dict[str, Any], unit: str) -> float:
+    key = "timesteps_per_s" if unit == "tokens/s" else "samples_per_s"
+    value = summary.get(key)
+    if not value:
+        raise SweepError(f"{summary.get('name')}: summary has no {key} (too few steps after warm-up?)")
+    return float(value)
+
+
+def world_sweep(w: Workload, device: str, out: Path, world_sizes: list[int], strategies: list[str],
+                scalings: list[str], extra: list[str] | None = None, repeats: int = 1,
+                log: Callable[[str], None] = print
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, CorePlan]]:
+    """(results.json entries, scaling points, the core plan of each world size) for workload `w`."""
+    if w.kind != "supervised":
+        raise ConfigError(f"--sweep world: {w.name} runs its own loop ({w.kind}), not the Trainer; "
+                          "choose a supervised workload")
+    if inside_launcher():
+        raise ConfigError("--sweep world starts torchrun itself: run `stride bench` outside torchrun")
+    if repeats < 1:
+        raise ConfigError(f"--repeats {repeats}: need >= 1")
+    extra = list(extra or [])
+    base_cfg = workload_config(w, w.name, device, extra)
+    dev = "cuda" if device == "auto" and _cuda() else ("cpu" if device == "auto" else device)
+    if dev.startswith("cuda"):
+        import torch
+
+        if max(world_sizes) > torch.cuda.device_count():
+            raise ConfigError(f"--world-sizes {max(world_sizes)} needs that many GPUs; "
+                              f"{torch.cuda.device_count()} visible")
+    points = plan_points(base_cfg.train.batch_size, world_sizes, strategies, scalings)
+    plans = {n: core_plan(n, pin=dev == "cpu") for n in {p.world_size for p in points}}
+    for n, plan in sorted(plans.items()):
+        log(f"  {n} rank(s): {plan.describe()}")
+    runs: dict[Point, list[tuple[Any, dict[str, Any]]]] = {p: [] for p in points}
+    for r in range(repeats):
+        order = points if r % 2 == 0 else points[::-1]
+        for p in order:
+            d = out / f"{w.name}+{p.label}" / f"rep{r}"
+            cfg, s = run_point(w, p, dev, d, extra, plans[p.world_size])
+            runs[p].append((cfg, s))
+            log(f"  round {r + 1}/{repeats} {p.label:16s} {throughput_of(s, w.throughput_unit):12,.0f} "
+                f"{w.throughput_unit}")
+    base = points[0]
+    base_tputs = [throughput_of(s, w.throughput_unit) for _, s in runs[base]]
+    base_sums = [s for _, s in runs[base]]
+    slots = len(plans[base.world_size].cores) if dev == "cpu" else max(world_sizes)
+    entries, records = [], []
+    for p in points:
+        tputs = [throughput_of(s, w.throughput_unit) for _, s in runs[p]]
+        sums = [s for _, s in runs[p]]
+        cfg0 = runs[p][0][0]
+        name = f"{w.name}+{p.label}"
+        entry = make_entry(w, name, cfg0, tputs, METHOD, _median_summary(sums, tputs),
+                           run_dir=str(out / name / "rep0" / "run"), world_size=p.world_size,
+                           scaling=p.scaling, strategy=p.strategy)
+        entries.append(entry)
+        records.append(point_record(w.name, p, w.throughput_unit, tputs, sums, base_tputs, base_sums,
+                                    base.global_batch, slots, name))
+    return entries, records, plans
+
+
+def _median_summary(summaries: list[dict[str, Any]], tputs: list[float]) -> dict[str, Any]:
+    """The repeat whose throughput is the median (lower median): its figures stand for the point's."""
+    order = sorted(range(len(tputs)), key=lambda i: tputs[i])
+    return summaries[order[(len(order) - 1) // 2]]
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def scaling_section(records: list[dict[str, Any]], plans: dict[int, CorePlan], repeats: int,
+                    load_avg: tuple[float | None, float | None]) -> dict[str, Any]:
+    return {
+        "method": ("weak: per-rank batch fixed, efficiency = per-rank throughput(N) / throughput(1); strong: "
+                   "global batch fixed, efficiency = throughput(N) / (N x throughput(1)); efficiency from the "
+                   "medians over repeats, efficiency_rounds pairs each repeat with the same round's baseline"),
+        "pinning": {str(n): plan.describe() for n, plan in sorted(plans.items())},
+        "cores": list(next(iter(plans.values())).cores),
+        "repeats": repeats,
+        "load_avg_1min": list(load_avg),  # before and after: other processes on the machine skew the figures
+        "points": records,
+    }
+
+
+def load_avg() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
