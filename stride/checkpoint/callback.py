@@ -2,17 +2,21 @@
 
 Wired into the Trainer when `[checkpoint] enabled = true`. It loads state in `on_fit_start` (after
 setup, before the first step), saves every `every` steps in `on_step_end`, and at the end; a
-SIGTERM/SIGUSR1 makes the next step end save and exit 0. Every pause it causes is added to the step
-breakdown as "checkpoint" and summed in summary.json.
+SIGTERM/SIGUSR1 makes the next step end save and exit 0. With several ranks a signal reaches them at
+different moments, so the ranks agree on the step first (each rank's flag rides on the step guard's
+all-reduce): all save the same step and exit 0. Every pause it causes is added to the step breakdown
+as "checkpoint" and summed in summary.json.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 import torch.distributed as dist
 
 from stride.checkpoint import train_state
@@ -123,6 +127,7 @@ class CheckpointCallback(Callback):
         self.store = CheckpointStore(self._root(trainer), c.keep_last, c.keep_every, c.verify == "checksum", self.log)
         self.guard = StepGuard(c.nan_rollback_after, c.spike_threshold, c.spike_window, c.spike_action, self.log)
         trainer.step_guard = self.guard
+        self.guard.stop_request = lambda: self.signal.received or 0
         self._trainer = trainer
         self.guard.before_update = self._fence
         background = c.staging == "background" or (c.staging == "auto" and trainer.device.type == "cuda")
@@ -166,18 +171,42 @@ class CheckpointCallback(Callback):
         if self.guard.rollback_reason is not None:
             self._rollback(trainer, self.guard.rollback_reason)
             return
-        if self.signal.received is not None:
-            name = self.signal.name
+        stop = self._agreed_stop(trainer)
+        if stop:
+            local = self.signal.received
+            name = signal.Signals(local or stop).name
             t0 = time.perf_counter()
             if self.last_saved != trainer.step:
                 self.save(trainer, final=True)
             self.store.close()
             self.signal.uninstall()
-            self.log(f"{name} at step {trainer.step}: checkpoint {self.store.folder(trainer.step).name} committed "
-                     f"in {time.perf_counter() - t0:.2f} s; exiting (run the same command to resume)")
+            self.log(f"{name} at step {trainer.step}{'' if local else ' (received by another rank)'}: checkpoint "
+                     f"{self.store.folder(trainer.step).name} committed in {time.perf_counter() - t0:.2f} s; "
+                     "exiting (run the same command to resume)")
             raise Preempted(0)
         if c.every and trainer.step % c.every == 0 and trainer.step < trainer.cfg.train.steps:
             trainer.timer.add("checkpoint", self.save(trainer))
+
+    def _agreed_stop(self, trainer: Trainer) -> int:
+        """The signal every rank stops on at the end of this step (0: none).
+
+        One rank: its own flag. Several: what the step guard's vote said for this step; a signal that
+        came after this step's vote is in the next one, so every rank stops after the same step. A
+        loop that bypassed the step guard (no vote this step) pays one flag all-reduce of its own.
+        """
+        assert self.guard is not None
+        if not trainer.cfg.checkpoint.save_on_signal:
+            return 0
+        local = self.signal.received or 0
+        if train_state.rank_and_world()[1] == 1:
+            return local
+        vote = self.guard.stop_vote
+        if vote is not None and vote[0] == trainer.step:
+            return vote[1]
+        flag = torch.tensor([float(local)], device=trainer.device)
+        with collective("preemption vote (stop-flag all-reduce)"):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
 
     def _rollback(self, trainer: Trainer, reason: str) -> None:
         assert self.store is not None
