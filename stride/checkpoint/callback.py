@@ -52,6 +52,7 @@ class CheckpointCallback(Callback):
         self._stage_in_background = False  # decided in on_fit_start
         self._trainer: Trainer | None = None
         self.resumed: Choice | None = None
+        self.resume_changes: list[str] = []  # allowed config differences from the checkpoint resumed
         self.rollbacks = 0
         self.last_saved: int | None = None
 
@@ -107,18 +108,29 @@ class CheckpointCallback(Callback):
         for note in notes:
             self.log(note)
 
-    def _check_config(self, trainer: Trainer, choice: Choice) -> None:
-        saved = (choice.meta or {}).get("config", {})
-        diff = config_diff(saved, config_to_dict(trainer.cfg))
-        if not diff:
-            return
-        text = "\n  ".join(diff)
+    def _check_config(self, trainer: Trainer, choice: Choice) -> list[str]:
+        """Refuse a checkpoint of another experiment (unless forced); returns the allowed differences.
+
+        Layout and execution keys (stride.checkpoint.config_diff.ALLOWED, e.g. `parallel.dp_shard`,
+        `parallel.pp`) may differ: DCP reshards the state. The world size is reported with them.
+        """
+        meta = choice.meta or {}
+        diff = config_diff(meta.get("config", {}), config_to_dict(trainer.cfg))
+        allowed = list(diff.allowed)
+        saved_world, world = meta.get("world_size"), train_state.rank_and_world()[1]
+        if saved_world is not None and saved_world != world:
+            allowed.insert(0, f"world size: {saved_world} (checkpoint) -> {world} (now)")
+        if not diff.refused:
+            return allowed
+        text = "\n  ".join(diff.refused)
         if trainer.cfg.checkpoint.force_resume:
             self.log(f"{choice.folder} was written with another config (forced: resuming anyway):\n  {text}")
-            return
+            return allowed
+        also = ("\nthese differences alone would be allowed (layout and execution, not what is trained):\n  "
+                + "\n  ".join(allowed)) if allowed else ""
         raise ConfigMismatchError(
             f"checkpoint {choice.folder} was written by a run with another config; refusing to resume "
-            f"(set checkpoint.force_resume = true to load it anyway, or use another --out):\n  {text}"
+            f"(set checkpoint.force_resume = true to load it anyway, or use another --out):\n  {text}{also}"
         )
 
     # -- hooks ---------------------------------------------------------------------------------
@@ -143,11 +155,15 @@ class CheckpointCallback(Callback):
             t0 = time.perf_counter()
             choice = self.store.newest_valid()
             if choice.folder is not None:
-                self._check_config(trainer, choice)
+                self.resume_changes = self._check_config(trainer, choice)
                 self._load(trainer, choice)
                 self.resumed = choice
                 self.last_saved = trainer.step
-                self.log(f"{choice.describe()} in {time.perf_counter() - t0:.2f} s: continuing at step {trainer.step}")
+                changed = ("; with another layout or execution settings (allowed: they do not change what is "
+                           "trained; DCP reshards the state):\n  " + "\n  ".join(self.resume_changes)
+                           if self.resume_changes else "")
+                self.log(f"{choice.describe()} in {time.perf_counter() - t0:.2f} s: continuing at step {trainer.step}"
+                         + changed)
             elif choice.skipped:
                 self.log(f"{choice.describe()}: starting from step 0")
         if c.save_on_signal:
@@ -241,6 +257,7 @@ class CheckpointCallback(Callback):
             "async": trainer.cfg.checkpoint.async_save,
             "resumed_from": self.resumed.folder.name if self.resumed and self.resumed.folder else None,
             "skipped_on_resume": list(self.resumed.skipped) if self.resumed else [],
+            "resume_changes": list(self.resume_changes),
             "rollbacks": self.rollbacks,
             "nonfinite_steps": self.guard.nonfinite_steps,
             "loss_spikes": self.guard.spikes,
