@@ -2,17 +2,21 @@
 
 Wired into the Trainer when `[checkpoint] enabled = true`. It loads state in `on_fit_start` (after
 setup, before the first step), saves every `every` steps in `on_step_end`, and at the end; a
-SIGTERM/SIGUSR1 makes the next step end save and exit 0. Every pause it causes is added to the step
-breakdown as "checkpoint" and summed in summary.json.
+SIGTERM/SIGUSR1 makes the next step end save and exit 0. With several ranks a signal reaches them at
+different moments, so the ranks agree on the step first (each rank's flag rides on the step guard's
+all-reduce): all save the same step and exit 0. Every pause it causes is added to the step breakdown
+as "checkpoint" and summed in summary.json.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 import torch.distributed as dist
 
 from stride.checkpoint import train_state
@@ -48,6 +52,7 @@ class CheckpointCallback(Callback):
         self._stage_in_background = False  # decided in on_fit_start
         self._trainer: Trainer | None = None
         self.resumed: Choice | None = None
+        self.resume_changes: list[str] = []  # allowed config differences from the checkpoint resumed
         self.rollbacks = 0
         self.last_saved: int | None = None
 
@@ -103,18 +108,29 @@ class CheckpointCallback(Callback):
         for note in notes:
             self.log(note)
 
-    def _check_config(self, trainer: Trainer, choice: Choice) -> None:
-        saved = (choice.meta or {}).get("config", {})
-        diff = config_diff(saved, config_to_dict(trainer.cfg))
-        if not diff:
-            return
-        text = "\n  ".join(diff)
+    def _check_config(self, trainer: Trainer, choice: Choice) -> list[str]:
+        """Refuse a checkpoint of another experiment (unless forced); returns the allowed differences.
+
+        Layout and execution keys (stride.checkpoint.config_diff.ALLOWED, e.g. `parallel.dp_shard`,
+        `parallel.pp`) may differ: DCP reshards the state. The world size is reported with them.
+        """
+        meta = choice.meta or {}
+        diff = config_diff(meta.get("config", {}), config_to_dict(trainer.cfg))
+        allowed = list(diff.allowed)
+        saved_world, world = meta.get("world_size"), train_state.rank_and_world()[1]
+        if saved_world is not None and saved_world != world:
+            allowed.insert(0, f"world size: {saved_world} (checkpoint) -> {world} (now)")
+        if not diff.refused:
+            return allowed
+        text = "\n  ".join(diff.refused)
         if trainer.cfg.checkpoint.force_resume:
             self.log(f"{choice.folder} was written with another config (forced: resuming anyway):\n  {text}")
-            return
+            return allowed
+        also = ("\nthese differences alone would be allowed (layout and execution, not what is trained):\n  "
+                + "\n  ".join(allowed)) if allowed else ""
         raise ConfigMismatchError(
             f"checkpoint {choice.folder} was written by a run with another config; refusing to resume "
-            f"(set checkpoint.force_resume = true to load it anyway, or use another --out):\n  {text}"
+            f"(set checkpoint.force_resume = true to load it anyway, or use another --out):\n  {text}{also}"
         )
 
     # -- hooks ---------------------------------------------------------------------------------
@@ -123,6 +139,7 @@ class CheckpointCallback(Callback):
         self.store = CheckpointStore(self._root(trainer), c.keep_last, c.keep_every, c.verify == "checksum", self.log)
         self.guard = StepGuard(c.nan_rollback_after, c.spike_threshold, c.spike_window, c.spike_action, self.log)
         trainer.step_guard = self.guard
+        self.guard.stop_request = lambda: self.signal.received or 0
         self._trainer = trainer
         self.guard.before_update = self._fence
         background = c.staging == "background" or (c.staging == "auto" and trainer.device.type == "cuda")
@@ -138,11 +155,15 @@ class CheckpointCallback(Callback):
             t0 = time.perf_counter()
             choice = self.store.newest_valid()
             if choice.folder is not None:
-                self._check_config(trainer, choice)
+                self.resume_changes = self._check_config(trainer, choice)
                 self._load(trainer, choice)
                 self.resumed = choice
                 self.last_saved = trainer.step
-                self.log(f"{choice.describe()} in {time.perf_counter() - t0:.2f} s: continuing at step {trainer.step}")
+                changed = ("; with another layout or execution settings (allowed: they do not change what is "
+                           "trained; DCP reshards the state):\n  " + "\n  ".join(self.resume_changes)
+                           if self.resume_changes else "")
+                self.log(f"{choice.describe()} in {time.perf_counter() - t0:.2f} s: continuing at step {trainer.step}"
+                         + changed)
             elif choice.skipped:
                 self.log(f"{choice.describe()}: starting from step 0")
         if c.save_on_signal:
@@ -166,18 +187,42 @@ class CheckpointCallback(Callback):
         if self.guard.rollback_reason is not None:
             self._rollback(trainer, self.guard.rollback_reason)
             return
-        if self.signal.received is not None:
-            name = self.signal.name
+        stop = self._agreed_stop(trainer)
+        if stop:
+            local = self.signal.received
+            name = signal.Signals(local or stop).name
             t0 = time.perf_counter()
             if self.last_saved != trainer.step:
                 self.save(trainer, final=True)
             self.store.close()
             self.signal.uninstall()
-            self.log(f"{name} at step {trainer.step}: checkpoint {self.store.folder(trainer.step).name} committed "
-                     f"in {time.perf_counter() - t0:.2f} s; exiting (run the same command to resume)")
+            self.log(f"{name} at step {trainer.step}{'' if local else ' (received by another rank)'}: checkpoint "
+                     f"{self.store.folder(trainer.step).name} committed in {time.perf_counter() - t0:.2f} s; "
+                     "exiting (run the same command to resume)")
             raise Preempted(0)
         if c.every and trainer.step % c.every == 0 and trainer.step < trainer.cfg.train.steps:
             trainer.timer.add("checkpoint", self.save(trainer))
+
+    def _agreed_stop(self, trainer: Trainer) -> int:
+        """The signal every rank stops on at the end of this step (0: none).
+
+        One rank: its own flag. Several: what the step guard's vote said for this step; a signal that
+        came after this step's vote is in the next one, so every rank stops after the same step. A
+        loop that bypassed the step guard (no vote this step) pays one flag all-reduce of its own.
+        """
+        assert self.guard is not None
+        if not trainer.cfg.checkpoint.save_on_signal:
+            return 0
+        local = self.signal.received or 0
+        if train_state.rank_and_world()[1] == 1:
+            return local
+        vote = self.guard.stop_vote
+        if vote is not None and vote[0] == trainer.step:
+            return vote[1]
+        flag = torch.tensor([float(local)], device=trainer.device)
+        with collective("preemption vote (stop-flag all-reduce)"):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
 
     def _rollback(self, trainer: Trainer, reason: str) -> None:
         assert self.store is not None
@@ -212,6 +257,7 @@ class CheckpointCallback(Callback):
             "async": trainer.cfg.checkpoint.async_save,
             "resumed_from": self.resumed.folder.name if self.resumed and self.resumed.folder else None,
             "skipped_on_resume": list(self.resumed.skipped) if self.resumed else [],
+            "resume_changes": list(self.resume_changes),
             "rollbacks": self.rollbacks,
             "nonfinite_steps": self.guard.nonfinite_steps,
             "loss_spikes": self.guard.spikes,

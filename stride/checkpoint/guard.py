@@ -22,6 +22,18 @@ if TYPE_CHECKING:
     from stride.train.trainer import Trainer
 
 MIN_HISTORY = 8  # losses needed before the spike detector judges
+ROLLBACK = 256  # in the vote's second float: above every signal number (a stop request)
+
+
+def encode_vote(ok: bool, rollback: bool, stop: int) -> list[float]:
+    """This rank's vote: [skip, ROLLBACK or the stop signal (0: none)]; ranks combine votes with MAX."""
+    return [0.0 if ok else 1.0, float(ROLLBACK if rollback else stop)]
+
+
+def decode_vote(flags: list[float]) -> tuple[bool, bool, int]:
+    """(skip, rollback, stop signal) from the MAX of every rank's vote; a rollback defers a stop to the next vote."""
+    second = int(flags[1])
+    return bool(flags[0]), second >= ROLLBACK, 0 if second >= ROLLBACK else second
 
 
 class StepGuard:
@@ -44,6 +56,10 @@ class StepGuard:
         # Called first in allow(), i.e. after backward and before the optimizer changes any state: the
         # checkpoint callback waits there for a background staging copy of the previous save.
         self.before_update: Callable[[], None] | None = None
+        # This rank's pending stop request (a signal number, 0: none), set by the checkpoint callback. It
+        # rides on the vote below, so every rank learns in the same step that some rank was signalled.
+        self.stop_request: Callable[[], int] | None = None
+        self.stop_vote: tuple[int, int] | None = None  # (step, the signal any rank asked to stop on; 0: none)
 
     def allow(self, trainer: Trainer, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
         """Whether the optimizer may apply this step's gradients (the same answer on every rank)."""
@@ -52,12 +68,20 @@ class StepGuard:
         ok = self._judge(trainer, loss, grad_norm)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             # Each rank judges its own loss; one rank skipping alone would desynchronise the replicas.
-            flags = torch.tensor([0.0 if ok else 1.0, 1.0 if self.rollback_reason else 0.0], device=trainer.device)
-            with collective("step-guard vote (skip/rollback all-reduce)"):
+            # A preemption signal reaches ranks at different moments: its flag rides on this vote, so all
+            # ranks stop after the same step. It is encoded into the second float, not added as a third:
+            # on gloo a 3-float all-reduce took 35-45 us more than a 2-float one, a separate 1-float
+            # all-reduce 90-105 us (benchmarks/stop_vote.py). A rollback (ROLLBACK) outranks a stop (a
+            # signal number, < 65): that step rolls back, and the still-set stop flag goes to the next vote.
+            stop = self.stop_request() if self.stop_request is not None else 0
+            flags = torch.tensor(encode_vote(ok, self.rollback_reason is not None, stop), device=trainer.device)
+            with collective("step-guard vote (skip/rollback/stop all-reduce)"):
                 dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-            ok = not bool(flags[0])
-            if flags[1] and self.rollback_reason is None:
+            skip, rollback, stop = decode_vote(flags.tolist())
+            ok = not skip
+            if rollback and self.rollback_reason is None:
                 self.rollback_reason = f"another rank asked for a rollback at step {trainer.step + 1}"
+            self.stop_vote = (trainer.step + 1, stop)
         return ok
 
     def _judge(self, trainer: Trainer, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:

@@ -41,12 +41,12 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     if (args.nproc or args.nnodes > 1) and not inside_launcher():
-        from stride.parallel.layout import resolve_layout
+        from stride.launch.preflight import check_before_launch
 
-        resolve_layout(cfg.parallel, (args.nproc or 1) * args.nnodes)  # a bad layout fails here, once
         cmd = torchrun_command(_train_args(args), nproc=args.nproc or 1, nnodes=args.nnodes,
                                rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
-                               node_rank=args.node_rank)
+                               node_rank=args.node_rank)  # bad launcher flags fail first
+        check_before_launch(cfg, (args.nproc or 1) * args.nnodes)  # a bad layout fails here, once, before any rank
         return run_torchrun(cmd, launcher_env(cfg.train.threads or 1))
     return _train(cfg, args)
 

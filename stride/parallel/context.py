@@ -24,14 +24,7 @@ from stride.config.schema import OptimConfig, RunConfig
 from stride.parallel import watchdog
 from stride.parallel.comm_hooks import CommTimer
 from stride.parallel.data_parallel import apply_ddp, apply_fsdp, grad_sync
-from stride.parallel.layout import (
-    Layout,
-    check_batch,
-    check_model,
-    check_pipeline,
-    env_world_size,
-    resolve_layout,
-)
+from stride.parallel.layout import Layout, check_layout, env_world_size
 from stride.parallel.mesh import Mesh, init_mesh, local_device
 from stride.parallel.pipeline import LossFn, Pipeline, SplitResult, split_for_rank
 from stride.parallel.pipeline_plan import PipelinePlan
@@ -53,10 +46,7 @@ class Parallel:
     @classmethod
     def create(cls, cfg: RunConfig, model: nn.Module, device: torch.device, tokens: int | None) -> Parallel:
         """Check the layout against world size, model and batch, then (N > 1) build the mesh."""
-        layout = resolve_layout(cfg.parallel, env_world_size())
-        check_model(layout, model, tokens, cfg.parallel.sequence_parallel)
-        check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
-        plan = check_pipeline(layout, cfg, model)
+        layout, plan = check_layout(cfg, model, env_world_size(), tokens)
         if layout.world_size == 1:
             return cls(cfg, layout, None, device)
         watchdog.install(cfg.parallel.collective_timeout_s, int(os.environ.get("RANK", "0")))

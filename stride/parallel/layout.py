@@ -143,6 +143,20 @@ def check_batch(layout: Layout, batch_size: int, grad_accum: int) -> None:
         )
 
 
+def check_layout(
+    cfg: RunConfig, model: nn.Module, world_size: int, tokens: int | None,
+) -> tuple[Layout, PipelinePlan | None]:
+    """Every layout check (degrees, model, batch, pipeline); a ConfigError naming the keys if impossible.
+
+    Each rank runs it before its process group (Parallel.create); `stride train --nproc` runs it once
+    before launching any rank (stride.launch.preflight).
+    """
+    layout = resolve_layout(cfg.parallel, world_size)
+    check_model(layout, model, tokens, cfg.parallel.sequence_parallel)
+    check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
+    return layout, check_pipeline(layout, cfg, model)
+
+
 def check_pipeline(layout: Layout, cfg: RunConfig, model: nn.Module) -> PipelinePlan | None:
     """The pipeline plan for `parallel.pp` > 1: stages vs layers, microbatches vs batch and schedule."""
     if layout.pp == 1:

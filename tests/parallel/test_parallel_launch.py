@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import stride.launch.torchrun as torchrun_mod
 from stride.cli.main import main
 from stride.launch.torchrun import launcher_env, torchrun_command
 
@@ -36,6 +37,50 @@ def test_bad_layout_fails_before_launch(tmp_path, capsys):
     assert "multiply to 3, but the world size is 2" in capsys.readouterr().err
     assert main(["train", str(cfg), "--nproc", "1", "--nnodes", "3"]) == 2  # no --rdzv-endpoint
     assert "needs --rdzv-endpoint" in capsys.readouterr().err
+
+
+def _no_launch(cmd, env):
+    raise AssertionError(f"launched despite a bad layout: {cmd}")
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["parallel.tp=2", "model.d_model=48", "model.n_heads=3"],
+     "`model.n_heads` = 3 is not divisible by `parallel.tp` = 2"),
+    (["parallel.pp=2", "model.n_layers=1"], "makes 2 pipeline stages, but the model has only 1 layers"),
+    (["parallel.pp=2", "parallel.microbatches=3"],
+     "does not split into `train.grad_accum` = 1 x `parallel.microbatches` = 3"),
+    (["parallel.dp_shard=2", "train.batch_size=7"], "`train.batch_size` = 7 does not split into 2 data-parallel ranks"),
+])
+def test_model_dependent_layout_errors_fail_once_before_launch(monkeypatch, capsys, tmp_path, overrides, message):
+    """The checks that need the model (built on the meta device) run in the launching process: no rank starts."""
+    monkeypatch.setattr(torchrun_mod, "run_torchrun", _no_launch)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    sets = [a for o in overrides for a in ("--set", o)]
+    assert main(["train", str(cfg), "--nproc", "2", *sets]) == 2
+    err = capsys.readouterr().err
+    assert err.count(message) == 1, err
+
+
+def test_valid_tp_and_pp_layouts_pass_the_check_and_launch(monkeypatch, tmp_path):
+    launched: list[list[str]] = []
+    monkeypatch.setattr(torchrun_mod, "run_torchrun", lambda cmd, env: launched.append(cmd) or 0)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    for extra in (["parallel.tp=2"], ["parallel.pp=2"], ["parallel.dp_shard=2"]):
+        assert main(["train", str(cfg), "--nproc", "2", *[a for o in extra for a in ("--set", o)]]) == 0
+    assert len(launched) == 3 and all("--nproc-per-node=2" in c for c in launched)
+
+
+def test_bad_layout_from_the_command_line_is_one_error_and_no_process(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[parallel]\ntp = 2\n[model]\nd_model = 48\nn_heads = 3\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "LOCAL_RANK", "RANK")}
+    proc = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), "--nproc", "2", "--no-progress"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("`model.n_heads` = 3 is not divisible by `parallel.tp` = 2") == 1, proc.stderr[-2000:]
+    assert "torch.distributed.run" not in proc.stderr and "Traceback" not in proc.stderr  # torchrun never ran
 
 
 @pytest.mark.dist

@@ -1,0 +1,132 @@
+"""Preemption across ranks: a signal that reaches the ranks at different moments still stops them at one step.
+
+2 gloo processes (DDP). Without the ranks' agreement the signalled rank would enter the final save's
+barrier while the other is already in the next step's gradient all-reduce: a hang (ended here by the
+collective watchdog, exit 124) or checkpoints of two different steps. Every subprocess has a hard timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from ckpt_helpers import write_config
+from test_checkpoint_distributed_faults import HERE, _launch
+
+from stride.checkpoint import verify
+from stride.checkpoint.guard import decode_vote, encode_vote
+
+DRIVER = HERE / "ckpt_signal_driver.py"
+STEPS = 40
+OVERRIDES = ("parallel.dp_replicate=2", f"train.steps={STEPS}", "checkpoint.every=0",
+             "parallel.collective_timeout_s=20")
+STOPPED = re.compile(r"stride checkpoint: SIG(TERM|USR1) at step (\d+)( \(received by another rank\))?: checkpoint "
+                     r"step_(\d{8}) committed")
+
+
+@pytest.mark.parametrize(("votes", "expected"), [
+    ([(True, False, 0), (True, False, 0)], (False, False, 0)),
+    ([(True, False, 0), (True, False, signal.SIGTERM)], (False, False, signal.SIGTERM)),  # one rank signalled
+    ([(True, False, signal.SIGUSR1), (True, False, signal.SIGTERM)], (False, False, signal.SIGTERM)),
+    ([(False, False, 0), (True, False, signal.SIGUSR1)], (True, False, signal.SIGUSR1)),  # skip and stop: both
+    ([(True, True, 0), (True, False, signal.SIGTERM)], (False, True, 0)),  # rollback first, stop voted next step
+    ([(True, False, 0), (False, True, signal.SIGTERM)], (True, True, 0)),
+])
+def test_the_vote_combines_skip_rollback_and_stop_across_ranks(votes, expected) -> None:
+    """The all-reduce takes the element-wise MAX of the ranks' 2-float votes."""
+    combined = [max(col) for col in zip(*(encode_vote(*v) for v in votes), strict=True)]
+    assert len(combined) == 2 and decode_vote(combined) == expected
+
+
+def _run(cfg: Path, out: Path, **env: str) -> list[subprocess.Popen]:
+    return _launch(DRIVER, ["train", str(cfg), "--out", str(out), "--no-progress"], **env)
+
+
+def _finish(procs: list[subprocess.Popen], timeout: float = 150) -> list[str]:
+    """Wait for every rank (hard limit), then return their stderr; all must exit 0."""
+    errs = []
+    try:
+        for p in procs:
+            errs.append(p.communicate(timeout=timeout)[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for rank, (p, err) in enumerate(zip(procs, errs, strict=True)):
+        assert p.returncode == 0, f"rank {rank} exited with {p.returncode}:\n{err[-3000:]}"
+    return errs
+
+
+def _sha(out: Path) -> str:
+    return json.loads((out / "summary.json").read_text())["params_sha256"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The config and the final params_sha256 of an uninterrupted 2-rank run."""
+    tmp = tmp_path_factory.mktemp("preempt-ref")
+    cfg = write_config(tmp / "run.toml", *OVERRIDES)
+    _finish(_run(cfg, tmp / "ref"))
+    return cfg, _sha(tmp / "ref")
+
+
+def _stopped_at(errs: list[str]) -> list[tuple[int, bool]]:
+    """(step, whether this rank itself received the signal) per rank, from its exit message."""
+    out = []
+    for err in errs:
+        m = STOPPED.search(err)
+        assert m is not None, err[-3000:]
+        assert int(m.group(2)) == int(m.group(4))
+        out.append((int(m.group(2)), m.group(3) is None))
+    return out
+
+
+def _check_one_checkpoint_then_resume(cfg: Path, out: Path, step: int, ref: str) -> None:
+    ck = out / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == [f"step_{step:08d}"]  # one committed save, nothing half-written
+    verdict = verify(ck / f"step_{step:08d}")
+    assert verdict.ok, verdict.reason
+    assert {f for f in verdict.manifest["files"] if f.endswith(".distcp")} >= {"__0_0.distcp", "__1_0.distcp"}
+    errs = _finish(_run(cfg, out))
+    assert all(f"continuing at step {step}" in e for e in errs), errs[0][-2000:]
+    assert _sha(out) == ref  # bit-identical to the uninterrupted run
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_sigterm_to_rank_1_only_stops_both_ranks_at_one_step(tmp_path: Path,
+                                                              reference: tuple[Path, str]) -> None:
+    cfg, ref = reference
+    out = tmp_path / "run"
+    procs = _run(cfg, out)
+    metrics, deadline = out / "metrics.jsonl", time.monotonic() + 120
+    while time.monotonic() < deadline and procs[1].poll() is None:  # rank 0 logs every step
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.002)
+    procs[1].send_signal(signal.SIGTERM)  # wherever rank 1 is in its step; rank 0 gets nothing
+    errs = _finish(procs)
+    (s0, got0), (s1, got1) = _stopped_at(errs)
+    assert s0 == s1 and 5 <= s0 < STEPS, (s0, s1)
+    assert (got0, got1) == (False, True)  # rank 0 stopped because rank 1 was signalled
+    _check_one_checkpoint_then_resume(cfg, out, s0, ref)
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_signals_at_different_steps_on_each_rank_stop_both_at_one_step(tmp_path: Path,
+                                                                        reference: tuple[Path, str]) -> None:
+    cfg, ref = reference
+    out = tmp_path / "run"
+    # rank 0: SIGUSR1 at the end of step 6 (after that step's vote); rank 1: SIGTERM inside step 7's forward.
+    # Each alone would save a different step (6 and 7); agreed, both stop after step 7.
+    errs = _finish(_run(cfg, out, SELF_SIGNAL="0:6:end:USR1,1:7:mid:TERM"))
+    assert _stopped_at(errs) == [(7, True), (7, True)]
+    assert "SIGUSR1 at step 7" in errs[0] and "SIGTERM at step 7" in errs[1]
+    _check_one_checkpoint_then_resume(cfg, out, 7, ref)
