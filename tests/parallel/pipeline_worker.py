@@ -36,6 +36,12 @@ RUNS: dict[str, list[str]] = {
     "pp_fsdp": ["parallel.pp=2", "parallel.dp_shard=2"],
     "pp_ddp": ["parallel.pp=2", "parallel.dp_replicate=2"],
     "pp_fsdp_interleaved": ["parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule='interleaved_1f1b'"],
+    # pp x tp: each stage's blocks tensor-parallel; with sequence parallel the stages send T/tp tokens
+    "pp_tp": ["parallel.pp=2", "parallel.tp=2"],
+    "pp_tp_nosp": ["parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=false"],
+    "pp_tp_interleaved": ["parallel.pp=2", "parallel.tp=2", "parallel.pp_schedule='interleaved_1f1b'"],
+    "pp_tp_interleaved_nosp": ["parallel.pp=2", "parallel.tp=2", "parallel.pp_schedule='interleaved_1f1b'",
+                               "parallel.sequence_parallel=false"],
 }
 BY_WORLD = {2: ["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv", "1f1b_accum", "1f1b_ac",
                 "ckpt_crash", "ckpt_resume"],
