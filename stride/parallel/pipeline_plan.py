@@ -126,4 +126,11 @@ def plan_pipeline(
             "`parallel.reshard_after_forward` = false: the weight-gradient pass must find the gathered "
             "parameters a block used in forward (a block resharded after forward gets no weight gradients)"
         )
+    if p.pp_schedule in SPLIT_BACKWARD and p.dp_replicate > 1 and p.dp_shard == 1 and p.comm_hook != "none":
+        # stride.parallel.pipeline averages these gradients itself after the schedule, without DDP
+        raise ConfigError(
+            f"`parallel.comm_hook` = {p.comm_hook!r} with `parallel.pp_schedule` = {p.pp_schedule!r}: the zero-bubble "
+            "schedules' gradients bypass DDP (they are averaged over the replicas after the schedule), so a DDP "
+            "communication hook would not run; set `parallel.comm_hook` = 'none' or use gpipe / 1f1b / interleaved_1f1b"
+        )
     return PipelinePlan(p.pp_schedule, p.pp, v, n, n_layers)

@@ -139,6 +139,8 @@ SMALL = ["model.d_model=32", "model.n_layers=4", "model.n_heads=4", "data.n_asse
          "'zero_bubble' with `parallel.dp_shard` = 2 needs `parallel.reshard_after_forward` = false"),
         (4, ["parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule='zbv'"],
          "'zbv' with `parallel.dp_shard` = 2 needs `parallel.reshard_after_forward` = false"),
+        (4, ["parallel.pp=2", "parallel.dp_replicate=2", "parallel.pp_schedule='zbv'", "parallel.comm_hook='fp16'"],
+         "a DDP communication hook would not run"),
         (2, ["parallel.pp=2", "parallel.pp_schedule='zero_bubble'", "train.compile='model'"],
          "set `train.compile` = 'off'"),
         (4, ["parallel.pp=2", "parallel.tp=2", "model.n_heads=3", "model.d_model=24"],
