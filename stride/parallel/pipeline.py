@@ -3,8 +3,10 @@
 `split_for_rank` cuts the single-device model into `pp x stages_per_rank` stages
 (stride.parallel.stage_split), checks that the chained stages compute what the whole model does,
 counts this rank's FLOPs, and prunes the trainer's model in place to the parts this rank runs (its
-parameter names stay the full model's). `Pipeline.build` then wraps each local stage (compile per
-block, FSDP2 or DDP over the data-parallel mesh) in a `PipelineStage` and builds the schedule.
+parameter names stay the full model's). The trainer then applies TP and activation checkpointing
+to the pruned model; `Pipeline.build` wraps each local stage (compile per block, FSDP2 or DDP over
+the data-parallel mesh) in a `PipelineStage` and builds the schedule. Under TP, stages exchange
+each TP rank's plain local part of the residual stream (stride.parallel.tp.boundary_shape).
 
 One optimizer step is one `schedule.step` over `train.grad_accum x parallel.microbatches`
 microbatches; the last stage computes the loss per microbatch and the mean is broadcast to every
