@@ -180,6 +180,7 @@ class Parallel:
             "stages_per_rank": self.plan.stages_per_rank,
             "microbatches": self.plan.n_microbatches,
             "layers_per_stage": [len(r) for r in self.split.ranges],
+            "boundary_shape": self.pipeline.boundary_shape if self.pipeline else None,
         }
 
     # -- reductions -------------------------------------------------------------------------

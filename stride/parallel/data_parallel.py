@@ -74,3 +74,44 @@ def grad_sync(model: nn.Module | None, sync: bool) -> Iterator[None]:
         yield
     else:
         yield
+
+
+def sync_replicas(module: nn.Module, group: dist.ProcessGroup) -> None:
+    """Every replica starts from the group's first rank's parameters and buffers (as DDP's constructor)."""
+    src = dist.get_global_rank(group, 0)
+    with torch.no_grad():
+        for t in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(t.data, src=src, group=group)
+
+
+def mean_grads_over(params: list[torch.Tensor], group: dist.ProcessGroup, bucket_mb: float) -> None:
+    """Replace each gradient by its mean over `group`: one all-reduce per `bucket_mb` of flattened gradients.
+
+    For a pipeline whose weight-gradient pass (zero-bubble schedules) sets `.grad` with
+    `torch.autograd.grad`: DDP's reducer, hooked on gradient accumulation, never sees those
+    gradients, so replicas would step on their own. This runs after the whole schedule, so none
+    of it overlaps backward (DDP overlaps its buckets with the remaining backward).
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    n = dist.get_world_size(group)
+    limit = max(1, int(bucket_mb * 2**20))
+    bucket: list[torch.Tensor] = []
+    size = 0
+    for i, g in enumerate(grads):
+        bucket.append(g)
+        size += g.numel() * g.element_size()
+        if size >= limit or i == len(grads) - 1:
+            for same in _by_dtype(bucket):
+                flat = torch._utils._flatten_dense_tensors(same)
+                dist.all_reduce(flat, group=group)
+                flat.div_(n)
+                for g_, v in zip(same, torch._utils._unflatten_dense_tensors(flat, same), strict=True):
+                    g_.copy_(v)
+            bucket, size = [], 0
+
+
+def _by_dtype(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    groups: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault(t.dtype, []).append(t)
+    return list(groups.values())

@@ -161,15 +161,7 @@ def check_pipeline(layout: Layout, cfg: RunConfig, model: nn.Module) -> Pipeline
     """The pipeline plan for `parallel.pp` > 1: stages vs layers, microbatches vs batch and schedule."""
     if layout.pp == 1:
         return None
-    if layout.tp > 1:
-        raise ConfigError(
-            f"`parallel.pp` = {layout.pp} with `parallel.tp` = {layout.tp}: pipeline x tensor parallel is not "
-            "supported in stride yet (the TP plan shards the activations stages send along time and addresses "
-            "the embedding and final norm, which a stage may lack); combine pp with `parallel.dp_shard` or "
-            "`parallel.dp_replicate`"
-        )
     blocks = getattr(model, "blocks", None)
     n_layers = len(blocks) if isinstance(blocks, nn.ModuleList) else None
     t = cfg.train
-    return plan_pipeline(cfg.parallel, n_layers, t.batch_size // layout.dp, t.grad_accum, compile_mode=t.compile,
-                         dp=layout.dp)
+    return plan_pipeline(cfg.parallel, n_layers, t.batch_size // layout.dp, t.grad_accum, compile_mode=t.compile)

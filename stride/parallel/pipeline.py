@@ -3,8 +3,10 @@
 `split_for_rank` cuts the single-device model into `pp x stages_per_rank` stages
 (stride.parallel.stage_split), checks that the chained stages compute what the whole model does,
 counts this rank's FLOPs, and prunes the trainer's model in place to the parts this rank runs (its
-parameter names stay the full model's). `Pipeline.build` then wraps each local stage (compile per
-block, FSDP2 or DDP over the data-parallel mesh) in a `PipelineStage` and builds the schedule.
+parameter names stay the full model's). The trainer then applies TP and activation checkpointing
+to the pruned model; `Pipeline.build` wraps each local stage (compile per block, FSDP2 or DDP over
+the data-parallel mesh) in a `PipelineStage` and builds the schedule. Under TP, stages exchange
+each TP rank's plain local part of the residual stream (stride.parallel.tp.boundary_shape).
 
 One optimizer step is one `schedule.step` over `train.grad_accum x parallel.microbatches`
 microbatches; the last stage computes the loss per microbatch and the mean is broadcast to every
@@ -29,10 +31,11 @@ from torch.distributed.tensor import DTensor
 from stride.config.errors import ConfigError
 from stride.config.schema import ParallelConfig
 from stride.metrics.flops import count_train_flops
-from stride.parallel.data_parallel import apply_ddp, apply_fsdp
+from stride.parallel.data_parallel import apply_ddp, apply_fsdp, mean_grads_over, sync_replicas
 from stride.parallel.mesh import Mesh
-from stride.parallel.pipeline_plan import SCHEDULES, PipelinePlan
+from stride.parallel.pipeline_plan import SCHEDULES, SPLIT_BACKWARD, PipelinePlan
 from stride.parallel.stage_split import OuterParts, block_ranges, find_outer_parts, keep_stage_parts
+from stride.parallel.tp import boundary_shape
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -40,6 +43,12 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 def _meta(t: torch.Tensor, grad: bool) -> torch.Tensor:
     """Shape and dtype of an activation; those between stages carry gradients back."""
     return t.detach().to("meta").requires_grad_(grad and t.is_floating_point())
+
+
+def _on_tp_rank(t: torch.Tensor, tp: int, sequence_parallel: bool) -> torch.Tensor:
+    """The meta tensor of one TP rank's part of the activation `t` sent between stages."""
+    shape = boundary_shape(t.shape, tp, sequence_parallel)
+    return torch.empty(shape, dtype=t.dtype, device="meta").requires_grad_(t.requires_grad)
 
 
 def _sum_loss(out: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
@@ -163,6 +172,10 @@ class Pipeline:
         self.has_first = 0 in stage_ids
         self.last_rank = plan.rank_of(plan.n_stages - 1)
         self.has_last = self.pp_rank == self.last_rank
+        # shape of one microbatch's activation sent between stages by this rank (TP: its local part)
+        self.boundary_shape: list[int] = []
+        # zero-bubble schedules under dp_replicate: the gradient mean over replicas, after the schedule
+        self.reduce_grads: Callable[[], None] | None = None
 
     @classmethod
     def build(
@@ -190,6 +203,12 @@ class Pipeline:
                 assert mesh.dp_mesh is not None
                 apply_fsdp(module, mesh.dp_mesh, p)
                 submods.append(module)
+            elif layout.dp_replicate > 1 and plan.schedule in SPLIT_BACKWARD:
+                # no DDP: its reducer never sees the weight-gradient pass's gradients; the pipeline
+                # averages them over the replicas after the schedule instead (mean_grads_over)
+                assert mesh.dp_mesh is not None
+                sync_replicas(module, mesh.dp_mesh.get_group())
+                submods.append(module)
             elif layout.dp_replicate > 1:
                 assert mesh.dp_mesh is not None
                 # comm timing measures DDP's bucket overlap in a plain backward; the schedule's
@@ -204,24 +223,38 @@ class Pipeline:
         stages = []
         for s, submod in zip(stage_ids, submods, strict=True):
             inp, out = split.io[s]
+            if layout.tp > 1:  # between stages: this TP rank's local part of the residual stream
+                inp = inp if s == 0 else _on_tp_rank(inp, layout.tp, p.sequence_parallel)
+                out = out if s == plan.n_stages - 1 else _on_tp_rank(out, layout.tp, p.sequence_parallel)
+            sent = list(inp.shape) if s > 0 else list(out.shape)  # what crosses a boundary, per rank
             stage = PipelineStage(submod, s, plan.n_stages, device, input_args=inp, output_args=out, group=group)
             timer.wrap(stage)
             stages.append(stage)
         schedule_cls = getattr(schedules, SCHEDULES[plan.schedule][0])
         schedule = schedule_cls(stages if plan.multi_stage else stages[0], plan.n_microbatches, loss_fn=loss_fn)
-        return cls(plan, mesh, modules, stage_ids, schedule, device, timer)
+        pipe = cls(plan, mesh, modules, stage_ids, schedule, device, timer)
+        pipe.boundary_shape = sent
+        if layout.dp_shard == 1 and layout.dp_replicate > 1 and plan.schedule in SPLIT_BACKWARD:
+            assert mesh.dp_mesh is not None
+            params = list({id(q): q for m in modules for q in m.parameters() if q.requires_grad}.values())
+            group_ = mesh.dp_mesh.get_group()
+            pipe.reduce_grads = lambda: mean_grads_over(params, group_, p.ddp_bucket_mb)
+        return pipe
 
     # -- training -----------------------------------------------------------------------------
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Forward and backward of this rank's batch over all microbatches; the mean loss on every rank.
 
         Gradients (mean over the microbatches) are left in the parameters, reduced over the
-        data-parallel ranks by the stage (FSDP reduce-scatter / DDP all-reduce after the last one).
+        data-parallel ranks by the stage (FSDP reduce-scatter / DDP all-reduce after the last one)
+        or, for zero-bubble schedules under dp_replicate, by `reduce_grads` after the schedule.
         """
         losses: list[torch.Tensor] = []
         args = (x,) if self.has_first else ()
         target = y if self.has_last else None
         self.schedule.step(*args, target=target, losses=losses if self.has_last else None, return_outputs=False)
+        if self.reduce_grads is not None:
+            self.reduce_grads()
         loss = torch.stack([v.detach().float() for v in losses]).mean() if self.has_last else torch.zeros(())
         return self.share(loss.to(self.device))
 

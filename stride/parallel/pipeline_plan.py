@@ -65,7 +65,6 @@ def stages_per_rank(p: ParallelConfig) -> int:
 
 def plan_pipeline(
     p: ParallelConfig, n_layers: int | None, rank_batch: int, grad_accum: int, *, compile_mode: str = "off",
-    dp: int = 1,
 ) -> PipelinePlan:
     """The pipeline for `p.pp` ranks, or a ConfigError naming the keys that make it impossible."""
     if p.pp_schedule not in SCHEDULES:
@@ -117,12 +116,21 @@ def plan_pipeline(
             "over the eager autograd graph, which a compiled graph does not expose: set `train.compile` = 'off' "
             "or use gpipe / 1f1b / interleaved_1f1b"
         )
-    if p.pp_schedule in SPLIT_BACKWARD and dp > 1:
-        # Seen here: parameters 2e-2 away from one process after 6 steps, with DDP and with FSDP2.
+    if p.pp_schedule in SPLIT_BACKWARD and p.dp_shard > 1 and p.reshard_after_forward:
+        # torch's weight-gradient pass finds the weights through `module.parameters()`; a block FSDP2
+        # resharded after forward hands it the sharded DTensors, which are not in the autograd graph,
+        # so their gradients are never computed (seen: the last stage's blocks never moved, parameters
+        # 2e-2 from one process after 6 steps). Kept gathered, the pass sees the parameters in the graph.
         raise ConfigError(
-            f"`parallel.pp_schedule` = {p.pp_schedule!r} with data parallelism (`parallel.dp_replicate` x "
-            f"`parallel.dp_shard` = {dp}): torch's weight-gradient pass sets .grad outside DDP's and FSDP2's "
-            "hooks, so those gradients are never reduced over the data-parallel ranks; use gpipe, 1f1b or "
-            "interleaved_1f1b with data parallelism"
+            f"`parallel.pp_schedule` = {p.pp_schedule!r} with `parallel.dp_shard` = {p.dp_shard} needs "
+            "`parallel.reshard_after_forward` = false: the weight-gradient pass must find the gathered "
+            "parameters a block used in forward (a block resharded after forward gets no weight gradients)"
+        )
+    if p.pp_schedule in SPLIT_BACKWARD and p.dp_replicate > 1 and p.dp_shard == 1 and p.comm_hook != "none":
+        # stride.parallel.pipeline averages these gradients itself after the schedule, without DDP
+        raise ConfigError(
+            f"`parallel.comm_hook` = {p.comm_hook!r} with `parallel.pp_schedule` = {p.pp_schedule!r}: the zero-bubble "
+            "schedules' gradients bypass DDP (they are averaged over the replicas after the schedule), so a DDP "
+            "communication hook would not run; set `parallel.comm_hook` = 'none' or use gpipe / 1f1b / interleaved_1f1b"
         )
     return PipelinePlan(p.pp_schedule, p.pp, v, n, n_layers)

@@ -104,13 +104,32 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = Tr
             if getattr(norm, "kernel", None) is not None:
                 norm.kernel = on_local_shards(norm.kernel)
     if sequence_parallel:
-        root = {
+        root = {}
+        # A pipeline stage may lack the entry (not the first stage) or the final norm (not the last):
+        # its input / output is then the residual stream itself, which crosses the stage boundary as
+        # this rank's [B, T/tp, d_model] shard (see boundary_shape).
+        entry = entry_module(model)
+        if entry is not None:
             # the replicated entry's output: each rank keeps its tokens (no communication)
-            entry_module(model): PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)),
+            root[entry] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1))
+        if isinstance(getattr(model, "norm", None), nn.Module):
             # the final norm and the head see the whole sequence again
-            "norm": PrepareModuleInput(
+            root["norm"] = PrepareModuleInput(
                 input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
-            ),
-        }
-        parallelize_module(model, tp_mesh, root)
+            )
+        if root:
+            parallelize_module(model, tp_mesh, root)
     return len(blocks)
+
+
+def boundary_shape(shape: torch.Size, tp: int, sequence_parallel: bool) -> torch.Size:
+    """Shape on one TP rank of the residual stream [B, T, d_model] between two blocks.
+
+    Between blocks the plan leaves a plain local tensor (never a DTensor): with sequence parallel
+    this rank's T/tp tokens (Shard(1)), without it the whole, replicated stream. Pipeline stages
+    send and receive exactly this, TP rank i of one stage to TP rank i of the next.
+    """
+    if not sequence_parallel or tp == 1:
+        return shape
+    b, t, *rest = shape
+    return torch.Size([b, t // tp, *rest])

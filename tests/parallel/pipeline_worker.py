@@ -36,10 +36,25 @@ RUNS: dict[str, list[str]] = {
     "pp_fsdp": ["parallel.pp=2", "parallel.dp_shard=2"],
     "pp_ddp": ["parallel.pp=2", "parallel.dp_replicate=2"],
     "pp_fsdp_interleaved": ["parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule='interleaved_1f1b'"],
+    # pp x tp: each stage's blocks tensor-parallel; with sequence parallel the stages send T/tp tokens
+    "pp_tp": ["parallel.pp=2", "parallel.tp=2"],
+    "pp_tp_nosp": ["parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=false"],
+    "pp_tp_interleaved": ["parallel.pp=2", "parallel.tp=2", "parallel.pp_schedule='interleaved_1f1b'"],
+    "pp_tp_interleaved_nosp": ["parallel.pp=2", "parallel.tp=2", "parallel.pp_schedule='interleaved_1f1b'",
+                               "parallel.sequence_parallel=false"],
+    # zero-bubble schedules with data parallelism: DDP's gradient mean taken after the schedule,
+    # FSDP2 with blocks kept gathered through the step (the weight-gradient pass needs them)
+    "pp_ddp_zero_bubble": ["parallel.pp=2", "parallel.dp_replicate=2", "parallel.pp_schedule='zero_bubble'"],
+    "pp_fsdp_zbv": ["parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule='zbv'",
+                    "parallel.reshard_after_forward=false"],
+    # compile per block inside FSDP2 units inside pipeline stages (no validation: its whole-batch
+    # forward is one more compile, about a third more time, and other runs check validation)
+    "pp_fsdp_compile": ["parallel.pp=2", "parallel.dp_shard=2", "train.compile='model'", "train.val_every=0"],
 }
 BY_WORLD = {2: ["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv", "1f1b_accum", "1f1b_ac",
                 "ckpt_crash", "ckpt_resume"],
-            4: ["pp_fsdp", "pp_ddp", "pp_fsdp_interleaved"]}
+            4: ["pp_fsdp", "pp_ddp", "pp_fsdp_interleaved", "pp_tp", "pp_tp_nosp", "pp_tp_interleaved",
+                "pp_tp_interleaved_nosp", "pp_ddp_zero_bubble", "pp_fsdp_zbv", "pp_fsdp_compile"]}
 SUMMARY_KEYS = ("world_size", "parallel", "params_sha256", "params", "samples_per_s", "per_rank_samples_per_s",
                 "flops_per_step", "mfu", "step_time_s", "step_time_breakdown_s", "pipeline", "final_val_loss")
 
