@@ -162,9 +162,13 @@ def torch_q8_step(params: list[torch.Tensor], grads: list[torch.Tensor], states:
     sizes = [s["exp_avg_normed_codes"].numel() for s in states]
     g = _gather_grads(grads, sizes, True, params[0].device)
     flat = states[0] if len(states) == 1 else {k: torch.cat([s[k] for s in states]) for k in Q_KEYS}
-    update = torch.empty_like(g)
-    for b0, b1 in _chunks(g.shape[0], g.device):
-        q8_update(g[b0:b1], {k: flat[k][b0:b1] for k in Q_KEYS}, h, scratch, out=update[b0:b1])
+    chunks = _chunks(g.shape[0], g.device)
+    if len(chunks) == 1:
+        update = q8_update(g, flat, h, scratch)  # scratch's "m" buffer: used by _apply below, before any reuse
+    else:
+        update = torch.empty_like(g)
+        for b0, b1 in chunks:
+            q8_update(g[b0:b1], {k: flat[k][b0:b1] for k in Q_KEYS}, h, scratch, out=update[b0:b1])
     if len(states) > 1:
         counts = [s["exp_avg_normed_scale"].numel() for s in states]
         for k in Q_KEYS:

@@ -63,13 +63,13 @@ def grid(bounds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     """Per block, from its bf16 bounds [B, 2]: base (int32), step (fp32) and the zero flag (bool).
 
     step = max((hi_bits - lo_bits) / 254, 1) in units of the fp32 bit pattern; base = lo_bits -
-    trunc(step), so that code c >= 1 decodes to the bits base + trunc(c * step) (code 1 is lo)."""
-    b = bounds.view(torch.int16).to(torch.int32)
-    flag = b[:, 0] < 0
-    lo_bits = b[:, 0].bitwise_and(0x7FFF).bitwise_left_shift_(16)
-    hi_bits = b[:, 1].bitwise_left_shift(16)
-    step = (hi_bits - lo_bits).to(torch.float32).div_(R_STEPS).clamp_min_(1.0)  # differences are exact in fp32
-    return lo_bits.sub_(step.to(torch.int32)), step, flag
+    trunc(step), so that code c >= 1 decodes to the bits base + trunc(c * step) (code 1 is lo).
+    (bf16 -> fp32 is exact: the fp32 bits are the bf16 bits << 16; abs clears the flag.)"""
+    f = bounds.to(torch.float32)
+    flag = torch.signbit(f[:, 0])
+    bits = f.abs_().view(torch.int32)
+    step = (bits[:, 1] - bits[:, 0]).to(torch.float32).div_(R_STEPS).clamp_min_(1.0)  # differences are exact
+    return bits[:, 0] - step.to(torch.int32), step, flag
 
 
 def decode_sqrt_v(codes: torch.Tensor, bounds: torch.Tensor, scratch: Scratch | None = None) -> torch.Tensor:
@@ -100,19 +100,18 @@ def encode_sqrt_v(r: torch.Tensor, codes: torch.Tensor, bounds: torch.Tensor, sc
     zero = lo == 0
     rows = zero.nonzero().squeeze(1) if bool(zero.any()) else None
     lo = lo.to(torch.int64)
-    if rows is not None:  # smallest positive value where a block holds zeros (all zeros: 2^31 -> lo = hi = 0)
+    if rows is not None:  # the smallest positive value where a block holds zeros (all zeros: 2^31 -> lo = hi = 0)
         lo[rows] = torch.sub(bits.index_select(0, rows), 1).bitwise_and_(MASK31).amin(1).to(torch.int64).add_(1)
     hi16 = hi.to(torch.int64).add_(0xFFFF).bitwise_right_shift_(16)
     lo16 = torch.minimum(lo.bitwise_right_shift_(16), hi16)
-    b16 = bounds.view(torch.int16)
-    b16[:, 0] = lo16.sub_(zero.to(torch.int64) * ZERO_FLAG)  # the flag as the bf16 sign bit
-    b16[:, 1] = hi16
-    base, step, _ = grid(bounds)
+    bounds.view(torch.int16).copy_(torch.stack((lo16 - zero * ZERO_FLAG, hi16), 1))  # the flag: lo's sign bit
+    step = (hi16 - lo16).bitwise_left_shift_(16).to(torch.float32).div_(R_STEPS).clamp_min_(1.0)  # as grid()
+    base = lo16.bitwise_left_shift_(16).sub_(step.to(torch.int64)).to(torch.int32)
     t = torch.sub(bits, base.sub_(step.mul(0.5).to(torch.int32))[:, None], out=_buf(scratch, "i_a", r, torch.int32))
     if rows is not None:  # bits - base + trunc(step / 2); zeros -> 0
         t.index_copy_(0, rows, t.index_select(0, rows).masked_fill_(bits.index_select(0, rows) == 0, 0))
-    q = _buf(scratch, "f_a", r, torch.float32)
-    codes.copy_(q.copy_(t).div_(step[:, None]))  # in [0, 256); the conversion truncates
+    q = _buf(scratch, "f_a", r, torch.float32).copy_(t).div_(step[:, None])  # in [0, 256)
+    codes.copy_(t.copy_(q))  # truncated; through int32: torch's fp32 -> uint8 conversion is 2x slower here
 
 
 def zero_bounds(blocks: int, device: torch.device | str) -> torch.Tensor:
@@ -125,8 +124,9 @@ def zero_bounds(blocks: int, device: torch.device | str) -> torch.Tensor:
 def decode_m(codes: torch.Tensor, scale: torch.Tensor, r: torch.Tensor, prev_bc2_sqrt: float,
              eps: float, scratch: Scratch | None = None) -> torch.Tensor:
     """m = u * (r / prev_bc2_sqrt + eps), computed as float(code) * (r * k + e) with k = scale /
-    prev_bc2_sqrt and e = scale * eps per block (separate roundings): int8 codes [B, 256], fp32
-    scales [B], the decoded sqrt(v) r [B, 256] (not modified). Returns scratch "m" if given."""
+    prev_bc2_sqrt and e = scale * eps per block (separate roundings; addcmul, an fma here, was
+    slower with per-block operands): int8 codes [B, 256], fp32 scales [B], the decoded sqrt(v) r
+    [B, 256] (not modified). Returns scratch "m" if given."""
     den = torch.mul(r, scale.div(prev_bc2_sqrt)[:, None], out=_buf(scratch, "f_a", r, torch.float32))
     den.add_(scale.mul(eps)[:, None])
     return _buf(scratch, "m", r, torch.float32).copy_(codes).mul_(den)
