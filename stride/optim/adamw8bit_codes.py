@@ -44,13 +44,19 @@ class Scratch:
 
     def __init__(self) -> None:
         self._bufs: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+        self._views: dict[tuple[str, torch.dtype, torch.device, int], torch.Tensor] = {}
 
     def get(self, name: str, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        view = self._views.get((name, dtype, device, rows))
+        if view is not None:
+            return view
         key = (name, dtype, device)
         buf = self._bufs.get(key)
         if buf is None or buf.numel() < rows * BLOCK:
             buf = self._bufs[key] = torch.empty(rows * BLOCK, dtype=dtype, device=device)
-        return buf[: rows * BLOCK].view(rows, BLOCK)
+            self._views = {k: v for k, v in self._views.items() if k[:3] != key}  # views of the old buffer
+        view = self._views[(name, dtype, device, rows)] = buf[: rows * BLOCK].view(rows, BLOCK)
+        return view
 
 
 def _buf(scratch: Scratch | None, name: str, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
