@@ -11,13 +11,20 @@ For each optimizer:
   parts of tensor subclasses (torchao) counted, tensors shared between parameters (bitsandbytes'
   quantisation maps) counted once;
 - drift: after N steps on the same gradient sequence, ||p - p_adamw|| / ||p_adamw - p_0||, where
-  p_adamw is fp32 `torch.optim.AdamW` (for-loop): the error as a fraction of the distance travelled;
+  p_adamw is fp32 `torch.optim.AdamW` (for-loop): the error as a fraction of the distance travelled.
+  Three gradient sequences: `drift` (betas (0.9, 0.95), 60 steps, a persistent direction plus noise,
+  one scale per tensor), `drift_b2` (the same with beta2 = 0.999 over 200 steps: small per-step
+  changes of v, where deterministic rounding can stall) and `drift_heavy` (per-element log-normal
+  scales, so one 256-block spans decades, and 30% of rows without gradient each step, 100 steps);
 - final validation loss on the reference workload (the default config: `ts_transformer` tiny, 200
   steps, warmup + cosine, 1 thread) through stride's Trainer, the optimizer chosen by name
   (torchao/bitsandbytes registered under a benchmark-only name), with the trainer's optimizer-phase
   and whole-step medians.
 
-    .venv/bin/python benchmarks/optimizers.py [--json] [--quick]
+    .venv/bin/python benchmarks/optimizers.py [--json] [--quick] [--baseline REV]
+
+`--baseline REV` adds a row for stride's 8-bit AdamW as it was at git revision REV (its
+stride/optim/adamw8bit.py loaded from `git show`), for before/after figures from one run.
 
 Timings on a shared CPU are noisy: read ratios and quote the load average printed with the table.
 """
@@ -54,6 +61,8 @@ class Row:
     ratio_vs_fused: float | None = None  # step time / torch fused AdamW's
     state_bytes_per_param: float | None = None
     drift: float | None = None
+    drift_b2: float | None = None  # beta2 = 0.999, 200 steps
+    drift_heavy: float | None = None  # heavy-tailed blocks, sparse rows
     val_loss: float | None = None
     val_vs_adamw: float | None = None  # relative difference of the final validation loss
     train_opt_ms: float | None = None  # the trainer's optimizer phase, median per step
@@ -97,8 +106,41 @@ def candidates() -> tuple[dict[str, Maker], dict[str, str]]:
     return makers, skipped
 
 
-def param_shapes(quick: bool) -> list[tuple[int, ...]]:
-    return [(128, 256)] * 4 + [(256,)] * 4 if quick else [(1024, 1024)] * 8 + [(1024,)] * 16
+def baseline_maker(rev: str) -> Maker:
+    """stride's AdamW8bit as of git revision `rev` (its module file from `git show`, executed here)."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    src = subprocess.run(["git", "show", f"{rev}:stride/optim/adamw8bit.py"], cwd=root, capture_output=True,
+                         text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp()) / f"adamw8bit_at_{rev}.py"
+    path.write_text(src)
+    name = f"adamw8bit_at_{rev}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return lambda ps, lr: mod.AdamW8bit(ps, lr=lr, **HP)
+
+
+def param_shapes(quick: bool, kind: str = "8m") -> list[tuple[int, ...]]:
+    """"8m": 8 x [1024, 1024] + 16 x [1024]; "reference": the default config's model (98k parameters in
+    19 tensors: per-step overhead matters there, not bandwidth)."""
+    if quick:
+        return [(128, 256)] * 4 + [(256,)] * 4
+    if kind == "reference":
+        from stride.config import load_config
+        from stride.data.build import build_data
+        from stride.models.registry import build_model
+
+        cfg = load_config()
+        bundle = build_data(cfg.data, cfg.train.batch_size)
+        model = build_model(cfg.model, bundle.n_features, bundle.seq_len, bundle.n_horizons)
+        return [tuple(p.shape) for p in model.parameters()]
+    return [(1024, 1024)] * 8 + [(1024,)] * 16
 
 
 def _sync(device: str) -> None:
@@ -138,26 +180,50 @@ def time_steps(makers: dict[str, Maker], shapes, device: str, reps: int, warmup:
     return out
 
 
-def drift(makers: dict[str, Maker], shapes, device: str, steps: int) -> dict[str, float | str]:
-    """||p - p_adamw|| / ||p_adamw - p_0|| after `steps` steps on the same gradients."""
-    gen = torch.Generator().manual_seed(1)
+def gradient_sequence(shapes, steps: int, kind: str) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+    """p_0 and `steps` gradients per tensor. "plain": a persistent direction plus noise of the same
+    size, one scale per tensor (10^-2..10^1); "heavy": the same with a log-normal scale per element
+    (sigma 1.5: a 256-block spans ~6 decades of v) and 30% of matrix rows without gradient each step."""
+    gen = torch.Generator().manual_seed(1 if kind == "plain" else 2)
     p0 = [torch.randn(s, generator=gen).mul_(0.02) for s in shapes]
-    # gradients with a persistent direction plus noise, at different scales per tensor
-    base = [torch.randn(s, generator=gen) for s in shapes]
-    scales = [10.0 ** (torch.rand((), generator=gen).item() * 3 - 2) for _ in shapes]
-    seq = [[(b + torch.randn(b.shape, generator=gen)).mul_(s) for b, s in zip(base, scales, strict=True)]
-           for _ in range(steps)]
+    scales: list[float | torch.Tensor]
+    if kind == "plain":
+        base = [torch.randn(s, generator=gen) for s in shapes]
+        scales = [10.0 ** (torch.rand((), generator=gen).item() * 3 - 2) for _ in shapes]
+    else:
+        scales = [torch.exp(1.5 * torch.randn(s, generator=gen)) * 10.0 ** (torch.rand((), generator=gen).item() * 3
+                                                                            - 2) for s in shapes]
+        base = [torch.randn(s, generator=gen) for s in shapes]
+    seq = []
+    for _ in range(steps):
+        gs = []
+        for b, sc in zip(base, scales, strict=True):
+            g = (b + torch.randn(b.shape, generator=gen)).mul_(sc)
+            if kind == "heavy" and g.dim() == 2:
+                g.mul_((torch.rand(g.shape[0], 1, generator=gen) > 0.3).float())
+            gs.append(g)
+        seq.append(gs)
+    return p0, seq
+
+
+def drift(makers: dict[str, Maker], shapes, device: str, steps: int, kind: str = "plain",
+          betas: tuple[float, float] = (0.9, 0.95)) -> dict[str, float | str]:
+    """||p - p_adamw|| / ||p_adamw - p_0|| after `steps` steps on the same gradients."""
+    p0, seq = gradient_sequence(shapes, steps, kind)
+    hp = {**HP, "betas": betas}
 
     def run(make: Maker) -> list[torch.Tensor]:
         params = [p.clone().to(device).requires_grad_() for p in p0]
         opt = make(params, 1e-3)
+        for group in opt.param_groups:
+            group["betas"] = betas  # the makers use HP's betas; every optimizer here reads them per step
         for gs in seq:
             for p, g in zip(params, gs, strict=True):
                 p.grad = g.to(device)
             opt.step()
         return [p.detach().double().cpu() for p in params]
 
-    ref = run(lambda ps, lr: torch.optim.AdamW(ps, lr=lr, foreach=False, **HP))
+    ref = run(lambda ps, lr: torch.optim.AdamW(ps, lr=lr, foreach=False, **hp))
     moved = math.sqrt(sum((r - p.double()).square().sum().item() for r, p in zip(ref, p0, strict=True)))
     out: dict[str, float | str] = {}
     for name, make in makers.items():
@@ -196,15 +262,16 @@ def reference_workload(makers: dict[str, Maker], steps: int, lr: float) -> dict[
 
 
 def format_table(rows: list[Row], header: str) -> str:
-    head = (f"{'optimizer':<20} {'step ms':>9} {'x fused':>8} {'B/param':>8} {'drift':>9} {'val loss':>9} "
-            f"{'vs adamw':>9} {'train opt ms':>12} {'train step ms':>13}  note")
+    head = (f"{'optimizer':<26} {'step ms':>9} {'x fused':>8} {'B/param':>8} {'drift':>9} {'drift_b2':>9} "
+            f"{'drift_hvy':>9} {'val loss':>9} {'vs adamw':>9} {'train opt ms':>12} {'train step ms':>13}  note")
     lines = [header, head, "-" * len(head)]
     for r in rows:
         def f(v, fmt):
             return format(v, fmt) if v is not None else "-"
         lines.append(
-            f"{r.name:<20} {f(r.step_ms, '9.2f'):>9} {f(r.ratio_vs_fused, '8.2f'):>8} "
-            f"{f(r.state_bytes_per_param, '8.3f'):>8} {f(r.drift, '9.2e'):>9} {f(r.val_loss, '9.5f'):>9} "
+            f"{r.name:<26} {f(r.step_ms, '9.2f'):>9} {f(r.ratio_vs_fused, '8.2f'):>8} "
+            f"{f(r.state_bytes_per_param, '8.3f'):>8} {f(r.drift, '9.2e'):>9} {f(r.drift_b2, '9.2e'):>9} "
+            f"{f(r.drift_heavy, '9.2e'):>9} {f(r.val_loss, '9.5f'):>9} "
             f"{f(r.val_vs_adamw and 100 * r.val_vs_adamw, '+8.2f'):>8}% {f(r.train_opt_ms, '12.2f'):>12} "
             f"{f(r.train_step_ms, '13.2f'):>13}  {r.note}"
         )
@@ -217,11 +284,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, few steps: checks the script, measures nothing")
     ap.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda")
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--shapes", choices=("8m", "reference"), default="8m",
+                    help="parameters for the step timing: 8.4M in 24 tensors, or the reference model's")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads for the step timing (0: torch's default)")
     ap.add_argument("--drift-steps", type=int, default=60)
     ap.add_argument("--train-steps", type=int, default=200)
     ap.add_argument("--lr", type=float, default=1e-3, help="lr on the reference workload")
     ap.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
     ap.add_argument("--no-train", action="store_true", help="skip the reference-workload runs")
+    ap.add_argument("--no-drift", action="store_true", help="skip the drift runs")
+    ap.add_argument("--baseline", default="", metavar="REV",
+                    help="add stride's AdamW8bit as of this git revision (e.g. f841289, state format 1)")
     args = ap.parse_args(argv)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     makers, skipped = candidates()
@@ -229,13 +302,24 @@ def main(argv: list[str] | None = None) -> int:
         wanted = set(args.only.split(","))
         makers = {k: v for k, v in makers.items() if k in wanted}
         skipped = {k: v for k, v in skipped.items() if k in wanted}
-    shapes = param_shapes(args.quick)
+    if args.baseline:
+        makers = {**{k: v for k, v in makers.items() if k != "torchao_adamw8bit"},
+                  f"stride_adamw8bit@{args.baseline}": baseline_maker(args.baseline),
+                  **{k: v for k, v in makers.items() if k == "torchao_adamw8bit"}}  # torchao compiles: last
+    shapes = param_shapes(args.quick, args.shapes)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     n_params = sum(torch.Size(s).numel() for s in shapes)
     t0 = time.time()
     threads = torch.get_num_threads()  # the trainer runs below set 1 thread for themselves
     timing = time_steps(makers, shapes, device, 3 if args.quick else args.reps, 2)
-    drifts = drift(makers, [(64, 128), (128,), (96, 64)] if args.quick else [(512, 512), (512,), (256, 1024)],
-                   device, 5 if args.quick else args.drift_steps)
+    drift_shapes = [(64, 128), (128,), (96, 64)] if args.quick else [(512, 512), (512,), (256, 1024)]
+    n_drift, n_b2, n_heavy = (5, 5, 5) if args.quick else (args.drift_steps, 200, 100)
+    drifts = drifts_b2 = drifts_heavy = {}
+    if not args.no_drift:
+        drifts = drift(makers, drift_shapes, device, n_drift)
+        drifts_b2 = drift(makers, drift_shapes, device, n_b2, betas=(0.9, 0.999))
+        drifts_heavy = drift(makers, drift_shapes, device, n_heavy, kind="heavy")
     train = {} if args.no_train else reference_workload(makers, 10 if args.quick else args.train_steps, args.lr)
     rows: list[Row] = []
     for name in makers:
@@ -246,11 +330,12 @@ def main(argv: list[str] | None = None) -> int:
             r.step_ms, r.state_bytes_per_param = t, float(timing[name + ":bytes"])
         elif t is not None:
             notes.append(f"step: {t}")
-        d = drifts.get(name)
-        if isinstance(d, float):
-            r.drift = d
-        elif d is not None:
-            notes.append(f"drift: {d}")
+        for field, results in (("drift", drifts), ("drift_b2", drifts_b2), ("drift_heavy", drifts_heavy)):
+            d = results.get(name)
+            if isinstance(d, float):
+                setattr(r, field, d)
+            elif d is not None:
+                notes.append(f"{field}: {d}")
         w = train.get(name)
         if isinstance(w, dict):
             r.val_loss, r.train_opt_ms, r.train_step_ms = w["val_loss"], w["opt_ms"], w["step_ms"]
@@ -268,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     rows += [Row(name, note=f"skipped: {why}") for name, why in skipped.items()]
     load = os.getloadavg()
     header = (f"device {device}, torch {torch.__version__}, step timing with {threads} threads on "
-              f"{n_params / 1e6:.2f}M params, drift after {5 if args.quick else args.drift_steps} steps, "
+              f"{n_params / 1e6:.2f}M params, drift after {n_drift} steps "
+              f"(drift_b2: {n_b2}, beta2 0.999; drift_hvy: {n_heavy}, heavy-tailed), "
               f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {time.time() - t0:.0f} s"
               + (" (quick: not a measurement)" if args.quick else ""))
     print(format_table(rows, header))

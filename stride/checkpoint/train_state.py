@@ -83,6 +83,9 @@ def load_template(trainer: Trainer, saved_keys: set[str]) -> dict[str, Any]:
     rank, _ = rank_and_world()
     flat = "optim.param_groups.0.params" not in saved_keys  # nested form: a list of names per group
     model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=_options(flat))
+    adapt = getattr(trainer.optimizer, "checkpoint_template", None)
+    if adapt is not None:  # an optimizer that reads older state formats (AdamW8bit): DCP loads what was saved
+        optim_sd = adapt(optim_sd, {k[len("optim."):] for k in saved_keys if k.startswith("optim.")})
     out: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "train": ""}
     if any(k.startswith(f"rank{rank}.") for k in saved_keys):
         rng = capture_rng()

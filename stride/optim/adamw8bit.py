@@ -1,17 +1,18 @@
 """AdamW with block-wise 8-bit moments: about 2 bytes of state per parameter instead of 8.
 
-Each moment is split into blocks of 256 values; a block stores one fp32 scale (its absmax / 448)
-and 256 float8 (e4m3) codes, i.e. 1 + 4/256 bytes per value. The second moment is stored as its
-square root: sqrt(v) spans half the dynamic range of v in log terms, so small entries of a block
-do not flush to zero (which would turn into an eps-sized denominator and a huge step). The update
-itself is computed in fp32 from the dequantised moments; only storage is 8-bit. Tensors smaller
-than `min_8bit_size` keep fp32 moments (their state is negligible and they are often norms/biases).
+Each moment is split into blocks of 256 values, stored as 256 one-byte codes and 4 bytes per block
+(2.03 bytes per value for both moments). The codes (`adamw8bit_codes`, state format 2) were chosen by
+measured drift from fp32 AdamW (docs/kernels.md): sqrt(v) on a logarithmic grid fitted to each block's
+range, and m stored as the normalised update m / (sqrt(v_hat) + eps) in int8. The update is computed
+in fp32 from the decoded moments; only storage is 8-bit. Tensors smaller than `min_8bit_size` keep fp32
+moments (their state is negligible and they are often norms/biases).
 
 The step is multi-tensor: per parameter group (and step count) the quantised tensors go through one
 Triton launch on CUDA (`triton_adamw8bit_kernel`), or, on the torch path, are gathered into one
 [blocks, 256] buffer so the block-wise math runs once per step instead of once per tensor; the small
 fp32-moment tensors are gathered the same way. State stays one set of tensors per parameter (the
-format `state_dict` saves and checkpoints store), and both paths give the same codes (tests).
+format `state_dict` saves and checkpoints store), and both paths give the same codes (tests). State
+dicts of format 1 (e4m3, before this format) are converted on load; other formats are refused.
 """
 
 from __future__ import annotations
@@ -23,43 +24,23 @@ from typing import Any
 import torch
 
 from stride.kernels.runtime import notice_once, triton_runs_on
+from stride.optim.adamw8bit_codes import (
+    BLOCK,
+    Scratch,
+    decode_e4m3,
+    decode_m,
+    decode_sqrt_v,
+    encode_sqrt_v,
+    encode_update,
+    zero_bounds,
+)
 from stride.optim.dtensor import reject_dtensor
 from stride.optim.state import KeepStateDtypes
 
-BLOCK = 256
-CODE = torch.float8_e4m3fn
-CODE_MAX = 448.0  # largest finite e4m3fn value
+STATE_FORMAT = 2  # 1: e4m3 exp_avg / sqrt(exp_avg_sq) (commit f841289 and before); 2: adamw8bit_codes
 IMPLS = ("auto", "triton", "torch")
-Q_KEYS = ("exp_avg_codes", "exp_avg_scale", "exp_avg_sqrt_codes", "exp_avg_sqrt_scale")
-
-
-def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [blocks, BLOCK] fp32 -> (codes e4m3 [blocks, BLOCK], scales fp32 [blocks])."""
-    codes = torch.empty(x.shape, dtype=CODE, device=x.device)
-    scale = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-    quantize_into(x, codes, scale)
-    return codes, scale
-
-
-def quantize_into(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> None:
-    """Write x's block codes and scales into existing tensors. x / scale lies within 448 up to one
-    rounding, and torch's e4m3 conversion saturates at 448, so no clamp pass is needed; the division
-    writes the codes directly (computed in fp32, rounded once to e4m3)."""
-    torch.amax(x.abs(), dim=1, out=scale)  # 6x faster than linalg.vector_norm(inf) here, same values
-    scale.clamp_min_(1e-30).div_(CODE_MAX)
-    torch.div(x, scale[:, None], out=codes)
-
-
-def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """codes.float() * scale, exactly, but ~8x faster on CPU, where torch's e4m3 -> fp32 conversion
-    is scalar code (measured 381 us against 49 us for 95k values). An e4m3fn code shifted left by 7
-    bits is the fp16 bit pattern of code / 256 (the exponent biases differ by 8; subnormals map to
-    subnormals), so the decode is three int16 passes and one fp16 -> fp32 multiply by scale * 256.
-    The one difference: NaN codes (0x7F, 0xFF) decode to +-480; they only arise in a block whose
-    absmax, and so whose scale, is NaN or inf, where the product is NaN or inf either way."""
-    fp16_bits = codes.view(torch.int8).to(torch.int16).mul_(128).bitwise_and_(-16385)  # clear the sign-extension bit
-    # two passes (convert, then scale in place): a mixed fp16 x fp32 multiply is slower on large tensors
-    return fp16_bits.view(torch.float16).float().mul_((scale * 256.0)[:, None])
+Q_KEYS = ("exp_avg_normed_codes", "exp_avg_normed_scale", "exp_avg_sqrt_grid_codes", "exp_avg_sqrt_grid_bounds")
+FORMAT1_KEYS = ("exp_avg_codes", "exp_avg_scale", "exp_avg_sqrt_codes", "exp_avg_sqrt_scale")
 
 
 @dataclass(frozen=True)
@@ -81,18 +62,28 @@ class _Hyper:
     def bc2_sqrt(self) -> float:
         return (1.0 - self.beta2**self.step) ** 0.5
 
+    @property
+    def prev_bc2_sqrt(self) -> float:
+        """The previous step's, with which the stored u was normalised (any value at step 1: u = 0)."""
+        return (1.0 - self.beta2 ** (self.step - 1)) ** 0.5 if self.step > 1 else 1.0
 
-def q8_update(g: torch.Tensor, state: dict[str, torch.Tensor], h: _Hyper) -> torch.Tensor:
-    """Block-wise step on [blocks, BLOCK] views: updates the codes/scales in place, returns the update
-    direction (before -lr). Padding in the last block has g = 0, so it stays 0 in both moments."""
-    m = dequantize(state["exp_avg_codes"], state["exp_avg_scale"])
-    v = dequantize(state["exp_avg_sqrt_codes"], state["exp_avg_sqrt_scale"]).square_()
+
+def q8_update(g: torch.Tensor, state: dict[str, torch.Tensor], h: _Hyper, scratch: Scratch | None = None,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+    """Block-wise step on [blocks, BLOCK] views: updates the codes in place, returns the update
+    direction (before -lr): `out`, else scratch "m" (valid until the next call), else a new tensor.
+    Padding in the last block has g = 0, so both moments stay 0 there."""
+    r = decode_sqrt_v(state["exp_avg_sqrt_grid_codes"], state["exp_avg_sqrt_grid_bounds"], scratch)
+    m = decode_m(state["exp_avg_normed_codes"], state["exp_avg_normed_scale"], r, h.prev_bc2_sqrt, h.eps, scratch)
+    v = r.mul_(r)
     m.lerp_(g, 1.0 - h.beta1)
     v.mul_(h.beta2).addcmul_(g, g, value=1.0 - h.beta2)
     r = v.sqrt_()
-    update = torch.div(m, h.bc1).div_(torch.div(r, h.bc2_sqrt).add_(h.eps))
-    quantize_into(m, state["exp_avg_codes"], state["exp_avg_scale"])
-    quantize_into(r, state["exp_avg_sqrt_codes"], state["exp_avg_sqrt_scale"])
+    encode_sqrt_v(r, state["exp_avg_sqrt_grid_codes"], state["exp_avg_sqrt_grid_bounds"], scratch)
+    # (m / bc1) / (r / bc2_sqrt + eps) as m / (r * (bc1 / bc2_sqrt) + bc1 * eps): one pass fewer
+    den = r.mul_(h.bc1 / h.bc2_sqrt).add_(h.bc1 * h.eps)
+    update = m.div_(den) if out is None else torch.div(m, den, out=out)
+    encode_update(update, h.bc1, state["exp_avg_normed_codes"], state["exp_avg_normed_scale"], scratch)
     return update
 
 
@@ -133,32 +124,53 @@ def _split_update(flat: torch.Tensor, sizes: list[int], params: list[torch.Tenso
 
 
 GATHER_BELOW = 1 << 16  # tensors smaller than this are gathered into one buffer; larger ones go alone
+CHUNK_BLOCKS = 2048  # CPU: blocks per chunk of the torch path (2 MiB temporaries; 36 ms against 39-61 ms for
+# 4096 and 512-256 blocks, 8.4M params, 2 threads)
 
 
-def torch_q8_step(params: list[torch.Tensor], grads: list[torch.Tensor], states: list[dict], h: _Hyper) -> None:
+def _chunks(n_blocks: int, device: torch.device) -> list[tuple[int, int]]:
+    size = CHUNK_BLOCKS if device.type == "cpu" else n_blocks
+    return [(b0, min(b0 + size, n_blocks)) for b0 in range(0, n_blocks, size)]
+
+
+def torch_q8_step(params: list[torch.Tensor], grads: list[torch.Tensor], states: list[dict], h: _Hyper,
+                  scratch: Scratch | None = None) -> None:
     """The quantised tensors of one step. Small tensors are gathered (codes, scales, grads) into one
     buffer so the block-wise math runs once for all of them (per-op overhead dominates there); large
-    ones run alone, where gathering would only add copies (and peak memory). Same values either way:
-    every block is updated on its own."""
+    ones run alone, where gathering would only add copies (and peak memory). On the CPU both go in
+    chunks of CHUNK_BLOCKS blocks through `scratch`'s reused buffers. Same values either way: every
+    block is updated on its own."""
     small = [i for i, p in enumerate(params) if p.numel() < GATHER_BELOW]
     for p, g, s in zip(params, grads, states, strict=True):
-        if p.numel() >= GATHER_BELOW:
-            if g.dtype == torch.float32 and g.is_contiguous() and p.numel() % BLOCK == 0:
-                gb = g.view(-1, BLOCK)  # no padding needed: use the gradient in place (read only)
-            else:
-                gb = _gather_grads([g], [s["exp_avg_codes"].numel()], True, p.device)
+        if p.numel() < GATHER_BELOW:
+            continue
+        if g.dtype == torch.float32 and g.is_contiguous() and p.numel() % BLOCK == 0:
+            gb = g.view(-1, BLOCK)  # no padding needed: use the gradient in place (read only)
+        else:
+            gb = _gather_grads([g], [s["exp_avg_normed_codes"].numel()], True, p.device)
+        if p.is_contiguous():
+            flat = p.view(-1)
+            for b0, b1 in _chunks(gb.shape[0], p.device):
+                update = q8_update(gb[b0:b1], {k: s[k][b0:b1] for k in Q_KEYS}, h, scratch)
+                part = flat[b0 * BLOCK: min(b1 * BLOCK, flat.numel())]
+                _apply([part], [update.view(-1)[: part.numel()]], h)
+        else:
             _apply([p], [q8_update(gb, s, h).view(-1)[: p.numel()].view_as(p)], h)
     if not small:
         return
     params, grads, states = [params[i] for i in small], [grads[i] for i in small], [states[i] for i in small]
-    sizes = [s["exp_avg_codes"].numel() for s in states]
+    sizes = [s["exp_avg_normed_codes"].numel() for s in states]
     g = _gather_grads(grads, sizes, True, params[0].device)
-    if len(states) == 1:
-        update = q8_update(g, states[0], h)
+    flat = states[0] if len(states) == 1 else {k: torch.cat([s[k] for s in states]) for k in Q_KEYS}
+    chunks = _chunks(g.shape[0], g.device)
+    if len(chunks) == 1:
+        update = q8_update(g, flat, h, scratch)  # scratch's "m" buffer: used by _apply below, before any reuse
     else:
-        flat = {k: torch.cat([s[k] for s in states]) for k in Q_KEYS}
-        update = q8_update(g, flat, h)
-        counts = [s["exp_avg_scale"].numel() for s in states]
+        update = torch.empty_like(g)
+        for b0, b1 in chunks:
+            q8_update(g[b0:b1], {k: flat[k][b0:b1] for k in Q_KEYS}, h, scratch, out=update[b0:b1])
+    if len(states) > 1:
+        counts = [s["exp_avg_normed_scale"].numel() for s in states]
         for k in Q_KEYS:
             torch._foreach_copy_([s[k] for s in states], list(flat[k].split(counts)))
     _apply(params, _split_update(update, sizes, params), h)
@@ -177,8 +189,82 @@ def torch_f32_step(params: list[torch.Tensor], grads: list[torch.Tensor], states
     _apply(params, _split_update(update, sizes, params), h)
 
 
+def zero_q8_state(blocks: int, device: torch.device | str) -> dict[str, torch.Tensor]:
+    return {
+        "exp_avg_normed_codes": torch.zeros(blocks, BLOCK, dtype=torch.int8, device=device),
+        "exp_avg_normed_scale": torch.zeros(blocks, dtype=torch.float32, device=device),
+        "exp_avg_sqrt_grid_codes": torch.zeros(blocks, BLOCK, dtype=torch.uint8, device=device),
+        "exp_avg_sqrt_grid_bounds": zero_bounds(blocks, device),
+    }
+
+
+def _state_format(group: dict[str, Any], states: list[dict[str, Any]]) -> int:
+    declared = group.get("state_format")
+    kinds = {1 if "exp_avg_codes" in s else 2 if "exp_avg_normed_codes" in s else 0 if "exp_avg" in s else -1
+             for s in states}
+    if -1 in kinds:
+        keys = sorted({k for s in states if not {"exp_avg_codes", "exp_avg_normed_codes", "exp_avg"} & set(s)
+                       for k in s})
+        raise ValueError(f"AdamW8bit: a parameter's state has keys {keys}, which are neither state format 1 "
+                         f"({', '.join(FORMAT1_KEYS)}) nor format {STATE_FORMAT} ({', '.join(Q_KEYS)})")
+    found = kinds - {0}
+    if declared is None:  # format 1 did not record its format
+        if found == {STATE_FORMAT}:
+            raise ValueError(f"AdamW8bit: the state dict has format-{STATE_FORMAT} keys but its param group has no "
+                             "'state_format'; it was assembled from parts of different formats")
+        return 1
+    if declared not in (1, STATE_FORMAT) or found - {declared}:
+        raise ValueError(f"AdamW8bit: the state dict says state format {declared!r} and holds keys of format(s) "
+                         f"{sorted(found)}; this version reads format 1 (converted on load) and format {STATE_FORMAT}")
+    return int(declared)
+
+
+def upgrade_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """A state dict in format 2: returned as is, or converted from format 1 (a new dict, input untouched).
+
+    Format 1 stored e4m3 codes of m and sqrt(v) with an absmax / 448 scale per block. Conversion
+    decodes both, re-encodes sqrt(v) on the format-2 grid, and stores u = m / (sqrt(v_hat) + eps) with
+    the re-encoded sqrt(v), so the next step rebuilds m to within the int8 code's resolution."""
+    groups = state_dict["param_groups"]
+    out_state: dict[Any, Any] = {}
+    converted = False
+    for group in groups:
+        ids = [i for i in group["params"] if i in state_dict["state"]]
+        states = [state_dict["state"][i] for i in ids]
+        fmt = _state_format(group, states)
+        for i, s in zip(ids, states, strict=True):
+            if fmt == 1 and "exp_avg_codes" in s:
+                out_state[i] = _convert_format1(s, group)
+                converted = True
+            else:
+                out_state[i] = s
+    if not converted and all(g.get("state_format") == STATE_FORMAT for g in groups):
+        return state_dict
+    for i, s in state_dict["state"].items():  # states of parameters no group lists: passed on
+        out_state.setdefault(i, s)
+    return {"state": out_state, "param_groups": [{**g, "state_format": STATE_FORMAT} for g in groups]}
+
+
+@torch.no_grad()
+def _convert_format1(s: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
+    missing = [k for k in FORMAT1_KEYS if k not in s]
+    if missing:
+        raise ValueError(f"AdamW8bit: a state-format-1 parameter state lacks {missing}")
+    codes = s["exp_avg_codes"]
+    m = decode_e4m3(codes, s["exp_avg_scale"].float())
+    r = decode_e4m3(s["exp_avg_sqrt_codes"], s["exp_avg_sqrt_scale"].float())
+    new = zero_q8_state(codes.shape[0], codes.device)
+    encode_sqrt_v(r, new["exp_avg_sqrt_grid_codes"], new["exp_avg_sqrt_grid_bounds"])
+    r = decode_sqrt_v(new["exp_avg_sqrt_grid_codes"], new["exp_avg_sqrt_grid_bounds"])
+    step = int(float(s["step"]))
+    bc2_sqrt = (1.0 - group["betas"][1] ** step) ** 0.5 if step > 0 else 1.0
+    u = m.div_(r.div_(bc2_sqrt).add_(group["eps"]))
+    encode_update(u, 1.0, new["exp_avg_normed_codes"], new["exp_avg_normed_scale"])
+    return {"step": s["step"], **new}
+
+
 class AdamW8bit(KeepStateDtypes, torch.optim.Optimizer):
-    """AdamW (decoupled weight decay, bias correction) with block-wise e4m3 moments.
+    """AdamW (decoupled weight decay, bias correction) with block-wise 8-bit moments (state format 2).
 
     impl: "auto" (the Triton kernel for CUDA tensors, torch elsewhere: a CPU run never goes through
     Triton's slow interpreter by accident), "triton" (Triton wherever it can run, the interpreter
@@ -205,8 +291,9 @@ class AdamW8bit(KeepStateDtypes, torch.optim.Optimizer):
         if impl not in IMPLS:
             raise ValueError(f"AdamW8bit: impl={impl!r} is not one of {', '.join(IMPLS)}")
         self.impl = impl
+        self._scratch = Scratch()  # the torch path's reused CPU temporaries (not state: never saved)
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                    "min_8bit_size": min_8bit_size}
+                    "min_8bit_size": min_8bit_size, "state_format": STATE_FORMAT}
         super().__init__(params, defaults)
 
     def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
@@ -218,11 +305,50 @@ class AdamW8bit(KeepStateDtypes, torch.optim.Optimizer):
             state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
             state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
         else:
-            blocks = -(-p.numel() // BLOCK)
-            for name in ("exp_avg", "exp_avg_sqrt"):
-                state[f"{name}_codes"] = torch.zeros(blocks, BLOCK, dtype=CODE, device=p.device)
-                state[f"{name}_scale"] = torch.zeros(blocks, dtype=torch.float32, device=p.device)
+            state.update(zero_q8_state(-(-p.numel() // BLOCK), p.device))
         return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Loads state format 2, converts format 1 (e4m3, written before format 2 existed), and refuses
+        any other with a message that names the format found."""
+        super().load_state_dict(upgrade_state_dict(state_dict))
+        for group in self.param_groups:
+            group["state_format"] = STATE_FORMAT
+
+    def checkpoint_template(self, optim_sd: dict[str, Any], saved_keys: set[str]) -> dict[str, Any]:
+        """For stride.checkpoint's DCP load: adapt the template (`get_state_dict`'s optimizer part, nested
+        or flat) to a checkpoint whose keys (`saved_keys`, without the "optim." prefix) hold state format
+        1, so DCP reads those tensors and `load_state_dict` converts them; refuse, naming what was found,
+        a checkpoint whose 8-bit state is in neither format (DCP would only report a missing key)."""
+        flat = "state" not in optim_sd
+        states = ({k[len("state."):-len(".exp_avg_normed_codes")]: None for k in optim_sd
+                   if k.startswith("state.") and k.endswith(".exp_avg_normed_codes")} if flat
+                  else {fqn: st for fqn, st in optim_sd["state"].items() if "exp_avg_normed_codes" in st})
+        for fqn in states:
+            if f"state.{fqn}.exp_avg_normed_codes" in saved_keys:
+                continue
+            if f"state.{fqn}.exp_avg_codes" not in saved_keys:
+                found = sorted(k.rsplit(".", 1)[1] for k in saved_keys if k.startswith(f"state.{fqn}."))
+                raise ValueError(f"AdamW8bit: the checkpoint's optimizer state for {fqn} has keys {found}: neither "
+                                 f"state format 1 ({', '.join(FORMAT1_KEYS)}) nor format {STATE_FORMAT} "
+                                 f"({', '.join(Q_KEYS)})")
+            codes = optim_sd[f"state.{fqn}.exp_avg_normed_codes"] if flat else states[fqn]["exp_avg_normed_codes"]
+            old = {k: torch.zeros(codes.shape if k.endswith("codes") else codes.shape[:1], device=codes.device,
+                                  dtype=torch.float8_e4m3fn if k.endswith("codes") else torch.float32)
+                   for k in FORMAT1_KEYS}
+            target = optim_sd if flat else states[fqn]
+            for k in Q_KEYS:
+                target.pop(f"state.{fqn}.{k}" if flat else k)
+            target.update({f"state.{fqn}.{k}": v for k, v in old.items()} if flat else old)
+        if flat:
+            for k in [k for k in optim_sd if k.startswith("param_groups.") and k.endswith(".state_format")]:
+                if k not in saved_keys:
+                    optim_sd.pop(k)
+        else:
+            for i, group in enumerate(optim_sd["param_groups"]):
+                if f"param_groups.{i}.state_format" not in saved_keys:
+                    group.pop("state_format", None)
+        return optim_sd
 
     def _use_triton(self, params: list[torch.Tensor]) -> bool:
         if self.impl == "torch":
@@ -271,5 +397,5 @@ class AdamW8bit(KeepStateDtypes, torch.optim.Optimizer):
                     adamw8bit_multi_tensor(bp, bg, bs, lr=h.lr, beta1=beta1, beta2=beta2, eps=h.eps,
                                            weight_decay=h.weight_decay, step=t)
                 else:
-                    torch_q8_step(bp, bg, bs, h)
+                    torch_q8_step(bp, bg, bs, h, self._scratch if bp[0].device.type == "cpu" else None)
         return loss

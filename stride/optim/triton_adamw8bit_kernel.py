@@ -1,18 +1,20 @@
 """One Triton launch that applies the 8-bit AdamW step to many tensors (multi-tensor apply).
 
 Per tensor a small int64 table holds the addresses of the parameter, its gradient, and the codes and
-scales of both moments; a work table maps each program to (tensor, first block). A program takes
-ROWS quantisation blocks of 256 values as one [ROWS, 256] tile: it decodes the e4m3 codes, applies
-the AdamW update in fp32, writes the parameter, and re-quantises each row with its own absmax scale.
-Moments never exist in fp32 in memory, so the step moves ~2 x 1 B of state per value each way.
+per-block parts of both moments (state format 2, `stride.optim.adamw8bit_codes`); a work table maps
+each program to (tensor, first block). A program takes ROWS quantisation blocks of 256 values as one
+[ROWS, 256] tile: it decodes sqrt(v) (a per-block logarithmic grid on fp32 bit patterns) and m (int8
+codes of the normalised update times sqrt(v_hat) + eps), applies the AdamW update in fp32, writes the
+parameter, and re-encodes both moments with each row's own bounds and scale. Moments never exist in
+fp32 in memory, so the step moves ~2 x 1 B of state per value each way.
 
 The arithmetic is written to round exactly as stride's torch path does on the CPU, so the two give
-identical codes: torch's CPU lerp and addcmul are fused multiply-adds (checked here), so the kernel
-uses `tl.fma`; divisions and square roots are the IEEE ones (`div_rn`, `sqrt_rn`, not Triton's
-approximate defaults). The e4m3 conversions are done with integer operations on the bits, in both
-directions, because Triton's interpreter flushes e4m3 subnormals (seen with Triton 3.9) and GPUs
-before sm_89 have no native e4m3; the encoder rounds to nearest-even and saturates at 448 as torch's
-`.to(torch.float8_e4m3fn)` does.
+identical codes (up to torch's CPU sqrt, see the test): torch's CPU lerp and addcmul are fused
+multiply-adds (checked here), so the kernel uses `tl.fma` there; every other x * y + z is rounded
+twice in torch, so the launch sets `enable_fp_fusion=False`; divisions and square roots are the IEEE
+ones (`div_rn`, `sqrt_rn`, not Triton's approximate defaults); conversions truncate (float -> int) or
+round to nearest-even (int -> float) on both sides, and round-half-even of the int8 code is the
+2^23 + 2^22 addition trick (torch.round is half-even too).
 """
 
 from __future__ import annotations
@@ -25,55 +27,42 @@ import triton.language as tl
 
 from stride.kernels.triton_cast import cast_to, emulate_bf16
 
-QBLOCK = 256  # values per quantisation block (stride.optim.adamw8bit.BLOCK)
+QBLOCK = 256  # values per quantisation block (stride.optim.adamw8bit_codes.BLOCK)
 # Blocks per program: a [8, 256] tile (2048 values) on a GPU; under the interpreter, where each
 # program costs numpy calls, 32 rows run 3x faster (measured). The tile size does not change results.
 ROWS_GPU, ROWS_INTERPRETER = 8, 32
 
 
 @triton.jit
-def _e4m3_decode(c):
-    """uint8 e4m3fn codes -> fp32 values (exact): normals by bit placement, subnormals as m * 2^-9.
-    NaN codes decode to +-480, as in stride.optim.adamw8bit.dequantize (the block's scale is NaN/inf)."""
-    c = c.to(tl.uint32)
-    sign = (c & 0x80) << 24
-    e = (c >> 3) & 0xF
-    m = c & 0x7
-    normal = ((e + 120) << 23) | (m << 20)
-    val = tl.where(e > 0, normal.to(tl.float32, bitcast=True), m.to(tl.float32) * 0.001953125)
-    return (val.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+def _grid(lo16, hi16):
+    """Per row, from the bf16 bounds' bits (int32; lo's sign bit is the zero flag): base (int32) and
+    step (fp32), as adamw8bit_codes.grid."""
+    lo_bits = (lo16 & 0x7FFF) << 16
+    step = tl.maximum(tl.div_rn(((hi16 << 16) - lo_bits).to(tl.float32), 254.0), 1.0)
+    return lo_bits - step.to(tl.int32), step
 
 
 @triton.jit
-def _e4m3_encode(x):
-    """fp32 -> uint8 e4m3fn codes, round to nearest-even, saturating at +-448, NaN -> 0x7F."""
-    bits = x.to(tl.uint32, bitcast=True)
-    sign = (bits >> 24) & 0x80
-    a = bits & 0x7FFFFFFF
-    # normals (|x| >= 2^-6): drop 20 mantissa bits with round-half-even, rebias the exponent 127 -> 7
-    aa = tl.where(a >= (121 << 23), a, 121 << 23)
-    nrm = (aa - (120 << 23) + 0x7FFFF + ((aa >> 20) & 1)) >> 20
-    nrm = tl.minimum(nrm, 0x7E)
-    # subnormals: adding 2^14 leaves 2^-9 as the fp32 ulp, so the fp32 add rounds to the e4m3 grid
-    big = (a.to(tl.float32, bitcast=True) + 16384.0).to(tl.uint32, bitcast=True)
-    sub = big - (141 << 23)
-    code = tl.where(a >= (121 << 23), nrm, sub)
-    code = tl.where(a > 0x7F800000, 0x7F, code)
-    return (code | sign).to(tl.uint8)
-
-
-@triton.jit
-def _requantize(x, codes_ptr, scale_ptr, rows, cols, row_ok):
-    """Per row: scale = max(absmax, 1e-30) / 448, codes = e4m3(x / scale); both stored."""
-    scale = tl.div_rn(tl.maximum(tl.max(tl.abs(x), axis=1), 1e-30), 448.0)
-    q = _e4m3_encode(tl.div_rn(x, scale[:, None]))
-    tl.store(codes_ptr + rows[:, None] * 256 + cols[None, :], q, mask=row_ok[:, None])
-    tl.store(scale_ptr + rows, scale, mask=row_ok)
+def _encode_sqrt_v(r, b_ptr, c_ptr, rows, offs, row_ok):
+    """adamw8bit_codes.encode_sqrt_v on a [ROWS, 256] tile (r >= 0): bounds, then codes."""
+    bits = r.to(tl.int32, bitcast=True)
+    hi = tl.max(bits, axis=1).to(tl.int64)
+    lo = tl.min((bits - 1) & 0x7FFFFFFF, axis=1).to(tl.int64) + 1  # smallest positive (2^31 if none)
+    zero = tl.min(bits, axis=1) == 0
+    hi16 = (hi + 0xFFFF) >> 16
+    lo16 = tl.minimum(lo >> 16, hi16) - tl.where(zero, 32768, 0)
+    tl.store(b_ptr + 2 * rows, lo16.to(tl.int16), mask=row_ok)
+    tl.store(b_ptr + 2 * rows + 1, hi16.to(tl.int16), mask=row_ok)
+    base, step = _grid(lo16.to(tl.int32), hi16.to(tl.int32))  # from registers: no reload of what was stored
+    t = bits - (base - (step * 0.5).to(tl.int32))[:, None]
+    t = tl.where(bits == 0, 0, t)
+    q = tl.div_rn(t.to(tl.float32), step[:, None])  # in [0, 256)
+    tl.store(c_ptr + offs, q.to(tl.int32).to(tl.uint8), mask=row_ok[:, None])
 
 
 @triton.jit
 def _adamw8bit_multi_kernel(
-    ADDR, WORK, decay, w1, one_minus_w1, c2, beta2, bc1, bc2_sqrt, eps, neg_lr,
+    ADDR, WORK, decay, w1, one_minus_w1, c2, beta2, bc1, a, b, prev_bc2_sqrt, eps, neg_lr,
     P_TY: tl.constexpr, G_TY: tl.constexpr, ROWS: tl.constexpr, EMU: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -81,22 +70,28 @@ def _adamw8bit_multi_kernel(
     first = tl.load(WORK + 2 * pid + 1)
     p_ptr = tl.load(ADDR + 7 * ti).to(tl.pointer_type(P_TY))
     g_ptr = tl.load(ADDR + 7 * ti + 1).to(tl.pointer_type(G_TY))
-    mc_ptr = tl.load(ADDR + 7 * ti + 2).to(tl.pointer_type(tl.uint8))
-    ms_ptr = tl.load(ADDR + 7 * ti + 3).to(tl.pointer_type(tl.float32))
-    vc_ptr = tl.load(ADDR + 7 * ti + 4).to(tl.pointer_type(tl.uint8))
-    vs_ptr = tl.load(ADDR + 7 * ti + 5).to(tl.pointer_type(tl.float32))
+    uc_ptr = tl.load(ADDR + 7 * ti + 2).to(tl.pointer_type(tl.int8))
+    us_ptr = tl.load(ADDR + 7 * ti + 3).to(tl.pointer_type(tl.float32))
+    rc_ptr = tl.load(ADDR + 7 * ti + 4).to(tl.pointer_type(tl.uint8))
+    rb_ptr = tl.load(ADDR + 7 * ti + 5).to(tl.pointer_type(tl.int16))
     n = tl.load(ADDR + 7 * ti + 6)
     n_blocks = (n + 255) // 256
     rows = first + tl.arange(0, ROWS)
     cols = tl.arange(0, 256)
     row_ok = rows < n_blocks
     offs = rows[:, None] * 256 + cols[None, :]
-    val_ok = offs < n  # the last block's padding: g = 0, codes stay 0
+    val_ok = offs < n  # the last block's padding: g = 0, its moments stay 0
     g = tl.load(g_ptr + offs, mask=val_ok, other=0.0).to(tl.float32)
-    m = _e4m3_decode(tl.load(mc_ptr + offs, mask=row_ok[:, None], other=0)) * tl.load(
-        ms_ptr + rows, mask=row_ok, other=0.0)[:, None]
-    r = _e4m3_decode(tl.load(vc_ptr + offs, mask=row_ok[:, None], other=0)) * tl.load(
-        vs_ptr + rows, mask=row_ok, other=0.0)[:, None]
+    # sqrt(v): code 0 is 0, code c >= 1 is the fp32 with bits base + trunc(c * step)
+    base, step = _grid(tl.load(rb_ptr + 2 * rows, mask=row_ok, other=0).to(tl.int32),
+                       tl.load(rb_ptr + 2 * rows + 1, mask=row_ok, other=0).to(tl.int32))
+    rc = tl.load(rc_ptr + offs, mask=row_ok[:, None], other=0)
+    bits = (rc.to(tl.float32) * step[:, None]).to(tl.int32) + base[:, None]
+    r = tl.where(rc == 0, 0.0, bits.to(tl.float32, bitcast=True))
+    # m = float(code) * (r * (scale / prev_bc2_sqrt) + scale * eps)
+    us = tl.load(us_ptr + rows, mask=row_ok, other=0.0)
+    den = r * tl.div_rn(us, prev_bc2_sqrt)[:, None] + (us * eps)[:, None]
+    m = tl.load(uc_ptr + offs, mask=row_ok[:, None], other=0).to(tl.float32) * den
     v = r * r
     # m.lerp_(g, w1): torch's CPU lerp is fma(w, g - m, m) for w < 0.5, else fma(-(g - m), 1 - w, g)
     d = g - m
@@ -104,12 +99,17 @@ def _adamw8bit_multi_kernel(
     # v.mul_(beta2).addcmul_(g, g, value=c2): fma(c2 * g, g, v * beta2)
     v = tl.fma(c2 * g, g, v * beta2)
     r = tl.sqrt_rn(v)
-    update = tl.div_rn(tl.div_rn(m, bc1), tl.div_rn(r, bc2_sqrt) + eps)
+    _encode_sqrt_v(r, rb_ptr, rc_ptr, rows, offs, row_ok)
+    update = tl.div_rn(m, r * a + b)  # (m / bc1) / (r / bc2_sqrt + eps) with a = bc1 / bc2_sqrt, b = bc1 * eps
     p = tl.load(p_ptr + offs, mask=val_ok, other=0.0).to(tl.float32)
     p = tl.fma(neg_lr, update, p * decay)  # p.mul_(decay).add_(update, alpha=-lr)
     tl.store(p_ptr + offs, cast_to(p, P_TY, EMU), mask=val_ok)
-    _requantize(m, mc_ptr, ms_ptr, rows, cols, row_ok)
-    _requantize(r, vc_ptr, vs_ptr, rows, cols, row_ok)
+    # u = update * bc1: int8 codes of update / (absmax / 127), round half to even (|q| <= 127 < 2^22)
+    s = tl.div_rn(tl.maximum(tl.maximum(-tl.min(update, axis=1), tl.max(update, axis=1)), 1e-30), 127.0)
+    q = tl.div_rn(update, s[:, None])
+    q = (q + 12582912.0) - 12582912.0
+    tl.store(uc_ptr + offs, q.to(tl.int8), mask=row_ok[:, None])
+    tl.store(us_ptr + rows, s * bc1, mask=row_ok)
 
 
 @functools.lru_cache(maxsize=64)
@@ -146,23 +146,26 @@ def adamw8bit_multi_tensor(
 ) -> None:
     """In-place 8-bit AdamW on contiguous same-dtype tensors whose moments are block-quantised.
 
-    `states[i]` holds exp_avg_codes / exp_avg_scale / exp_avg_sqrt_codes / exp_avg_sqrt_scale, laid
-    out as stride.optim.adamw8bit.AdamW8bit keeps them; every tensor is at optimizer step `step`.
+    `states[i]` holds exp_avg_normed_codes / _scale and exp_avg_sqrt_grid_codes / _bounds (state
+    format 2), laid out as stride.optim.adamw8bit.AdamW8bit keeps them; every tensor is at step `step`.
     """
     if not params:
         return
     device = params[0].device
     addr = [
-        [p.data_ptr(), g.data_ptr(), s["exp_avg_codes"].data_ptr(), s["exp_avg_scale"].data_ptr(),
-         s["exp_avg_sqrt_codes"].data_ptr(), s["exp_avg_sqrt_scale"].data_ptr(), p.numel()]
+        [p.data_ptr(), g.data_ptr(), s["exp_avg_normed_codes"].data_ptr(), s["exp_avg_normed_scale"].data_ptr(),
+         s["exp_avg_sqrt_grid_codes"].data_ptr(), s["exp_avg_sqrt_grid_bounds"].data_ptr(), p.numel()]
         for p, g, s in zip(params, grads, states, strict=True)
     ]
     addr_t = torch.tensor(addr, dtype=torch.int64).to(device, non_blocking=True)
     rows = ROWS_GPU if device.type == "cuda" else ROWS_INTERPRETER
     work_t = _work_table(tuple(p.numel() for p in params), str(device), rows)
     w1 = f32(1.0 - beta1)
+    bc1, bc2_sqrt = 1.0 - beta1**step, (1.0 - beta2**step) ** 0.5
+    prev = (1.0 - beta2 ** (step - 1)) ** 0.5 if step > 1 else 1.0
     _adamw8bit_multi_kernel[(work_t.shape[0],)](
         addr_t, work_t, f32(1.0 - lr * weight_decay), w1, f32(1.0 - w1), f32(1.0 - beta2), f32(beta2),
-        f32(1.0 - beta1**step), f32((1.0 - beta2**step) ** 0.5), f32(eps), f32(-lr),
+        f32(bc1), f32(bc1 / bc2_sqrt), f32(bc1 * eps), f32(prev), f32(eps), f32(-lr),
         P_TY=_TL[params[0].dtype], G_TY=_TL[grads[0].dtype], ROWS=rows, EMU=emulate_bf16(params[0]), num_warps=4,
+        enable_fp_fusion=False,  # separate roundings for x * y + z, as the torch path has them
     )

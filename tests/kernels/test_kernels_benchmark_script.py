@@ -43,4 +43,5 @@ def test_cpu_smoke_runs_every_implementation_including_triton():
             "stride-adafactor"} <= set(opt)
     assert opt["stride-fused"]["max_rel_err"] < 1e-5
     assert 0 < opt["stride-8bit"]["max_rel_err"] < 1e-2  # quantised moments, a few steps
-    assert "m codes equal True" in opt["stride-8bit-torch"]["note"]  # the Triton kernel ran (interpreter)
+    note = opt["stride-8bit-torch"]["note"]  # the Triton kernel ran (interpreter) and agrees with the torch path
+    assert float(note.split("8-bit codes differing ")[1]) < 1e-2, note
