@@ -5,6 +5,8 @@ consecutive windows is n+T-1 distinct rows. `SequentialWindows` copies those row
 out x = slab.unfold(...) ([n, T, F], an overlapping view, no per-window copy): 1/85 of the bytes of
 the window gather at n=256, T=128. Batches never cross a run (a symbol, or a day unless
 `cross_days`), so a batch holds up to `batch_size` windows; the values equal the window gather's.
+`contiguous=True` materialises each view from the slab (reads from cache, writes to memory: still
+several times cheaper than the window gather's random reads) for consumers that need dense input.
 It does not apply to shuffled training batches: their windows start at random rows (in a 256 MiB
 store two of 256 windows overlap about 4 times a batch), so there is no shared slab to copy once.
 
@@ -24,10 +26,11 @@ from stride.data.windows import RowWindows
 class SequentialWindows:
     """All windows of `source` in window-id (time) order, as batches of up to `batch_size` windows of one run."""
 
-    def __init__(self, source: RowWindows, batch_size: int, *, prefetch: int = 0, pin_memory: bool = False) -> None:
+    def __init__(self, source: RowWindows, batch_size: int, *, prefetch: int = 0, pin_memory: bool = False,
+                 contiguous: bool = False) -> None:
         if batch_size < 1:
             raise ValueError(f"batch size {batch_size} must be >= 1")
-        self.source, self.batch_size, self.prefetch = source, batch_size, prefetch
+        self.source, self.batch_size, self.prefetch, self.contiguous = source, batch_size, prefetch, contiguous
         self.pin_memory = pin_memory and torch.cuda.is_available()
         runs = source.runs()
         self._batches = [(int(e), int(min(hi, e + batch_size) - e)) for lo, hi in runs
@@ -38,7 +41,7 @@ class SequentialWindows:
 
     def _iter(self) -> Iterator[Batch]:
         for first_end, n in self._batches:
-            yield self.source.gather_run(first_end, n, pin=self.pin_memory)
+            yield self.source.gather_run(first_end, n, pin=self.pin_memory, contiguous=self.contiguous)
 
     def __iter__(self) -> Iterator[Batch]:
         return prefetched(self._iter, self.prefetch) if self.prefetch > 0 else self._iter()

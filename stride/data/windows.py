@@ -157,12 +157,14 @@ class RowWindows:
         """The half-open end-row ranges [K, 2] of the windows, in window-id order."""
         return np.stack([self._lo, self._lo + np.diff(self._cum)], axis=1)
 
-    def gather_run(self, first_end: int, n: int, pin: bool = False) -> Batch:
+    def gather_run(self, first_end: int, n: int, pin: bool = False, contiguous: bool = False) -> Batch:
         """The n windows ending at rows first_end .. first_end+n-1 (one run), without copying each window.
 
         x is an overlapping [n, T, F] view (`unfold`) of one copied slab of n+T-1 rows: (n+T-1)/(n*T)
         of the bytes of `gather` (1/85 for n=256, T=128), with the same values; normalisation runs on
         the slab. The view shares memory between windows: read it, do not write into it.
+        `contiguous`: materialise the view (numpy, one thread: the slab is in cache, so only the
+        writes go to memory; torch's `.contiguous()` of it was 10x slower on a busy 2-thread team).
         """
         t = self.seq_len
         a = first_end - (t - 1)
@@ -179,9 +181,14 @@ class RowWindows:
                 np.subtract(sn, self.shift.numpy(), out=sn)
             if self.scale is not None:
                 np.multiply(sn, self.scale.numpy(), out=sn)
+        x = slab.unfold(0, t, 1).transpose(1, 2)
+        if contiguous:
+            bf16 = x.dtype == torch.bfloat16
+            x = torch.from_numpy(np.ascontiguousarray((x.view(torch.int16) if bf16 else x).numpy()))
+            x = x.view(torch.bfloat16) if bf16 else x
         if pin:
-            slab = slab.pin_memory()
-        return slab.unfold(0, t, 1).transpose(1, 2), self._targets(first_end + np.arange(n, dtype=np.int64))
+            x = x.pin_memory() if contiguous else slab.pin_memory().unfold(0, t, 1).transpose(1, 2)
+        return x, self._targets(first_end + np.arange(n, dtype=np.int64))
 
     def _targets(self, end: np.ndarray) -> torch.Tensor:
         p = np.log(self._prices(end[:, None] + self._horizons))  # [B, 1 + H]

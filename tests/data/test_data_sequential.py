@@ -42,6 +42,8 @@ def test_slabs_hold_every_window_in_order_with_the_gathered_values(store: Path, 
     runs = src.runs()
     assert len(runs) == 2 and (runs[:, 1] - runs[:, 0] > 16).all()  # validation: last day of 2 symbols
     assert len(seq) == sum(-(-int(hi - lo) // 16) for lo, hi in runs)
+    dense = list(SequentialWindows(src, 16, contiguous=True))
+    assert all(x.is_contiguous() for x, _ in dense) and torch.equal(torch.cat([x for x, _ in dense]), x_ref)
     x0 = batches[0][0]
     assert not x0.is_contiguous() and x0.untyped_storage().nbytes() == (len(x0) + 7) * x0.shape[2] * x0.element_size()
 
