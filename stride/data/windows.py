@@ -164,7 +164,7 @@ class RowWindows:
         of the bytes of `gather` (1/85 for n=256, T=128), with the same values; normalisation runs on
         the slab. The view shares memory between windows: read it, do not write into it.
         `contiguous`: materialise the view (numpy, one thread: the slab is in cache, so only the
-        writes go to memory; torch's `.contiguous()` of it was 10x slower on a busy 2-thread team).
+        writes go to memory; torch's `.contiguous()` of it took 11x the CPU on a busy 2-thread team).
         """
         t = self.seq_len
         a = first_end - (t - 1)
@@ -172,6 +172,8 @@ class RowWindows:
             raise IndexError(f"windows ending at rows {first_end}..{first_end + n - 1} leave the table")
         rows = self._gather._rows  # numpy view of the table (bf16 as int16)
         slab = torch.from_numpy(np.array(rows[a : first_end + n]))  # the one copy
+        if self._resident and file_rss_bytes() - self._rss_base > self._resident:
+            self.release_pages()
         if self.features.dtype == torch.bfloat16:
             slab = slab.view(torch.bfloat16)
         if self.batch_dtype == torch.float32:
