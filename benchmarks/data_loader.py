@@ -1,19 +1,27 @@
 """stride's window loader against a plain torch Dataset + DataLoader, gather bandwidth, data wait in training.
 
-1. Loader throughput (windows/s), side by side in one process, page cache warm: stride's
-   `ShardedLoader` over a store (one gather of whole windows per batch, `stride.data.gather`)
-   against a `torch.utils.data.Dataset` whose `__getitem__` slices one window out of the same
-   memory map, batched by a `DataLoader` (same batch size, shuffled, best of num_workers 0/1/2).
-   Alternated `--repeats` times; medians. Headline `speedup_vs_torch_dataloader` (wall clock);
-   `speedup_vs_torch_dataloader_cpu` divides windows per CPU-second of the process (stride against
-   the in-process DataLoader, num_workers=0), steadier on a shared machine.
-2. Gather bandwidth (`gather_vs_copy`): every way of gathering a batch that was tried, side by side,
-   and plain copies of the same bytes on 1 and 2 threads. `gather_bw_fraction_of_copy` = the
+1. Loader throughput (windows/s), side by side in one process, page cache warm, for float32 and for
+   bfloat16 features (a bf16 store of the same content, rounded; targets from the float32 store's
+   price column in both, as `data.batch_dtype = "bfloat16"` trains): stride's `ShardedLoader` over a
+   `RowWindows` source (one gather of whole windows per batch, `stride.data.gather`) against a
+   `torch.utils.data.Dataset` whose `__getitem__` slices one window out of the same memory map
+   (`torch.from_numpy` of the slice: no extra copy) and computes its targets from the same price
+   column, batched by a `DataLoader` (same batch size, shuffled, default collate, pin_memory off,
+   persistent workers, best of num_workers 0/1/2). Both hand out the same (x, y) tensors (checked
+   first). Alternated `--repeats` times; medians. Headline `speedup_vs_torch_dataloader`: float32
+   (the store's default dtype); `_bf16` the same with bf16 features (half the bytes: a precision
+   trade, not a loader gain). `_cpu`: windows per CPU-second of the process (stride against the
+   in-process DataLoader, num_workers=0), steadier on a shared machine.
+2. Gather bandwidth (`gather_vs_copy`, float32): every way of gathering a batch that was tried, side
+   by side, and plain copies of the same bytes on 1 and 2 threads. `gather_bw_fraction_of_copy` = the
    loader's whole gather over a numpy copy; `copy_bound_*`: windows/s if every byte moved at the
-   best copy rate seen (the ceiling of any loader that materialises windows).
-3. Data wait in the default workload: `configs/quickstart.toml` trained ~30 steps by stride.Trainer;
+   copy rate (the ceiling of any loader that materialises windows), per dtype.
+3. Sequential evaluation (float32): every window of the store in time order through
+   `ShardedLoader(shuffle=False)` (one window gather a batch), `SequentialWindows` (one slab of n+T-1
+   rows a batch, windows as an overlapping `unfold` view) and the plain `DataLoader(shuffle=False)`.
+4. Data wait in the default workload: `configs/quickstart.toml` trained ~30 steps by stride.Trainer;
    `summary["step_time_breakdown_s"]["data"] / summary["step_time_s"]` (with prefetch on, and off).
-4. `--rss-gb 1,10`: per store size, fresh processes open a store of that size dropped from the page
+5. `--rss-gb 1,10`: per store size, fresh processes open a store of that size dropped from the page
    cache (cold) and run `--rss-batches` batches with prefetch, in three modes: `plain` (no page
    hints: the previous loader, 300 batches at most), `hints` (MADV_RANDOM + read-ahead of the next
    batches while faults hit the disk: the default) and `hints_resident256` (`data.resident_mb=256`:
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -63,38 +72,74 @@ def make_store(path: Path, mb: float, n_features: int = 32, n_symbols: int = 4, 
     return w.commit()
 
 
+def bf16_copy(src: Path, dst: Path) -> Path:
+    """The same store with bfloat16 values (rounded to nearest even), symbol by symbol."""
+    st = open_store(src)
+    w = StoreWriter(dst, st.columns, dtype="bfloat16")
+    for r in st.manifest["symbols"]:
+        for a in range(r["start"], r["stop"], 1 << 18):
+            b = min(r["stop"], a + (1 << 18))
+            w.append(r["symbol"], np.asarray(st.timestamps[a:b]), st.values[a:b].numpy())
+    return w.commit()
+
+
 def stride_source(store_path: Path, seq_len: int, horizons: list[int], hints: bool = True,
-                  resident_mb: float = 0) -> RowWindows:
-    """The loader's source over a store, as `build_store_sources` makes it (page hints on unless `hints=False`)."""
+                  resident_mb: float = 0, features: Path | None = None) -> RowWindows:
+    """The loader's source over a store, as `build_store_sources` makes it (page hints on unless `hints=False`).
+
+    `features`: another store (the bf16 copy) whose rows are the windows; targets stay on `store_path`'s
+    column 0, and x keeps the features' dtype (bf16 batches, as `data.batch_dtype = "bfloat16"`).
+    """
     st = open_store(store_path)
+    fs = open_store(features) if features is not None else st
     starts, stops = st.segments()
     ranges = np.stack([starts + seq_len - 1, stops - max(horizons)], 1)
-    m = st.values_map if hints else None
-    return RowWindows(st.values, st.values[:, 0], ranges, seq_len, horizons, feature_map=m, price_map=m,
-                      resident_mb=resident_mb)
+    fm, pm = (fs.values_map, st.values_map) if hints else (None, None)
+    return RowWindows(fs.values, st.values[:, 0], ranges, seq_len, horizons, feature_map=fm, price_map=pm,
+                      resident_mb=resident_mb, batch_dtype=fs.values.dtype)
 
 
 class SliceDataset(torch.utils.data.Dataset):
-    """The plain way: one window sliced out of the memory map per __getitem__."""
+    """The plain way, as good as it gets: one window sliced out of the memory map per __getitem__.
 
-    def __init__(self, store_path: Path, seq_len: int, horizons: list[int]) -> None:
-        self.path, self.seq_len, self.h = store_path, seq_len, np.array(horizons)
+    `torch.from_numpy` of the slice (a view: the default collate's stack is the one copy), targets
+    from the price column with `math.log` on Python floats (the fastest per-item form measured: 5%
+    ahead of a numpy fancy index + log). Memory maps opened lazily so each worker maps the files itself.
+    `previous=True`: the form this benchmark used before (`np.array` copy of the slice, then the
+    collate's copy; numpy targets), kept to show in the same run what the fairer form changed.
+    """
+
+    def __init__(self, store_path: Path, seq_len: int, horizons: list[int], features: Path | None = None,
+                 previous: bool = False) -> None:
+        self.path, self.fpath, self.seq_len, self.h = store_path, features or store_path, seq_len, list(horizons)
+        self.previous = previous
         m = open_store(store_path).manifest
         self.shape = tuple(m["files"]["values.bin"]["shape"])
+        fm = open_store(self.fpath).manifest
+        self.bf16, self.fshape = fm["dtype"] == "bfloat16", tuple(fm["files"]["values.bin"]["shape"])
         self.ends = np.concatenate([np.arange(r["start"] + seq_len - 1, r["stop"] - max(horizons))
                                     for r in m["symbols"]])
-        self.mm: np.ndarray | None = None
+        self.fm: np.ndarray | None = None
+        self.pm: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ends)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.mm is None:  # opened lazily so each worker maps the file itself
-            self.mm = np.memmap(self.path / "values.bin", np.float32, "r", shape=self.shape)
+        if self.fm is None:  # mode "c": writable for torch.from_numpy, never written back
+            self.pm = np.memmap(self.path / "values.bin", np.float32, "c", shape=self.shape)
+            self.fm = np.memmap(self.fpath / "values.bin", np.uint16 if self.bf16 else np.float32, "c",
+                                shape=self.fshape)
         e = int(self.ends[i])
-        x = torch.from_numpy(np.array(self.mm[e - self.seq_len + 1 : e + 1]))
-        p = np.log(self.mm[e + np.concatenate([[0], self.h]), 0].astype(np.float64))
-        return x, torch.from_numpy((p[1:] - p[0]).astype(np.float32))
+        if self.previous:
+            x = torch.from_numpy(np.array(self.fm[e - self.seq_len + 1 : e + 1]))
+            p = np.log(self.pm[e + np.array([0, *self.h]), 0].astype(np.float64))
+            return x, torch.from_numpy((p[1:] - p[0]).astype(np.float32))
+        x = torch.from_numpy(self.fm[e - self.seq_len + 1 : e + 1])
+        if self.bf16:
+            x = x.view(torch.bfloat16)
+        p0 = math.log(self.pm[e, 0])
+        return x, torch.tensor([math.log(self.pm[e + h, 0]) - p0 for h in self.h], dtype=torch.float32)
 
 
 def time_windows(it_factory, n_batches: int, batch: int) -> tuple[float, float]:  # noqa: ANN001
@@ -206,6 +251,47 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
             **{f"{k}_per_cpu_s": statistics.median(v) for k, v in cpu.items() if "2threads" not in k}}
 
 
+def same_batches(src: RowWindows, ds: SliceDataset, batch: int) -> None:
+    """Both loaders hand out the same (x, y) for the same window ids (the same work), or the benchmark stops."""
+    ids = torch.randint(0, len(src), (batch,), generator=torch.Generator().manual_seed(1))
+    x, y = src.gather(ids)
+    xr, yr = torch.utils.data.default_collate([ds[int(i)] for i in ids])
+    if x.dtype != xr.dtype or not torch.equal(x, xr) or not torch.allclose(y, yr, rtol=1e-6, atol=1e-7):
+        raise SystemExit(f"stride and the plain Dataset disagree on a batch ({x.dtype} vs {xr.dtype})")
+
+
+def sequential(src: RowWindows, ds: SliceDataset, batch: int, nb: int, repeats: int) -> dict[str, object]:
+    """Windows in time order: window gather vs one slab + unfold per batch vs a plain sequential DataLoader.
+
+    `slab_contiguous` materialises each overlapping view on the host (numpy, from the cached slab) for
+    consumers that need dense windows: the writes come back, the random reads do not.
+    """
+    from stride.data.sequential import SequentialWindows
+
+    ways = {
+        "gather_sequential": lambda: ShardedLoader(src, batch, shuffle=False, drop_last=False, stateful=False),
+        "slab_unfold": lambda: SequentialWindows(src, batch),
+        "slab_unfold_prefetch": lambda: SequentialWindows(src, batch, prefetch=2),
+        "slab_contiguous": lambda: SequentialWindows(src, batch, contiguous=True),
+        "torch_sequential_w0": lambda: torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=False),
+    }
+    wall: dict[str, list[float]] = {k: [] for k in ways}
+    cpu: dict[str, list[float]] = {k: [] for k in ways}
+    for _ in range(repeats):
+        for name, make in ways.items():
+            a, c = time_windows(make, nb if "torch" not in name else max(8, nb // 2), batch)
+            wall[name].append(a)
+            cpu[name].append(c)
+    med = {k: statistics.median(v) for k, v in wall.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    return {"windows_per_s": {k: round(v) for k, v in med.items()},
+            "windows_per_cpu_s": {k: round(v) for k, v in med_cpu.items()},
+            "slab_vs_gather": med["slab_unfold"] / med["gather_sequential"],
+            "slab_vs_gather_cpu": med_cpu["slab_unfold"] / med_cpu["gather_sequential"],
+            "slab_vs_torch_dataloader": max(med["slab_unfold"], med["slab_unfold_prefetch"])
+            / med["torch_sequential_w0"]}
+
+
 def data_wait(steps: int, prefetch: int) -> dict[str, float]:
     from stride.config import load_config
     from stride.train.trainer import Trainer
@@ -282,54 +368,73 @@ def main() -> None:
                               "threads": torch.get_num_threads()}
     try:
         store = make_store(work / "store", args.mb)
-        src = stride_source(store, args.seq_len, horizons)
-        ds = SliceDataset(store, args.seq_len, horizons)
-        _ = src.gather(torch.arange(0, len(src), max(1, len(src) // 4096)))
+        srcs = {"float32": stride_source(store, args.seq_len, horizons)}
+        dss = {"float32": SliceDataset(store, args.seq_len, horizons)}
+        if not args.gather_only:
+            bf = bf16_copy(store, work / "store-bf16")
+            srcs["bfloat16"] = stride_source(store, args.seq_len, horizons, features=bf)
+            dss["bfloat16"] = SliceDataset(store, args.seq_len, horizons, features=bf)
+        src = srcs["float32"]
+        for dt, s in srcs.items():
+            _ = s.gather(torch.arange(0, len(s), max(1, len(s) // 4096)))
+            same_batches(s, dss[dt], args.batch)
         if args.gather_only:
             bw = gather_vs_copy(src, args.batch, max(50, 30 * args.repeats))
             out["bandwidth_GBps"] = {k: round(v / 1e9, 2) for k, v in bw.items()}
             print(json.dumps(out))
             return
         names = ["stride", "stride_1thread", "stride_prefetch", "torch_w0", "torch_w1", "torch_w2"]
-        rates: dict[str, list[float]] = {k: [] for k in names}
-        cpu_rates: dict[str, list[float]] = {k: [] for k in names}
+        rates = {dt: {k: [] for k in names} for dt in srcs}
+        cpu_rates = {dt: {k: [] for k in names} for dt in srcs}
+        rates["float32"]["torch_w0_previous"], cpu_rates["float32"]["torch_w0_previous"] = [], []
+        ds_prev = SliceDataset(store, args.seq_len, horizons, previous=True)
+        same_batches(src, ds_prev, args.batch)
         nb = args.batches
 
-        def run(name: str, make, n: int) -> None:  # noqa: ANN001
+        def run(dt: str, name: str, make, n: int) -> None:  # noqa: ANN001
             wall, cpu = time_windows(make, n, args.batch)
-            rates[name].append(wall)
-            cpu_rates[name].append(cpu)
+            rates[dt][name].append(wall)
+            cpu_rates[dt][name].append(cpu)
 
         for _ in range(args.repeats):
-            run("stride", lambda: ShardedLoader(src, args.batch, prefetch=0), nb)
-            torch.set_num_threads(1)
-            run("stride_1thread", lambda: ShardedLoader(src, args.batch, prefetch=0), nb)
-            torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
-            run("stride_prefetch", lambda: ShardedLoader(src, args.batch, prefetch=2), nb)
-            for w in (0, 1, 2):
-                def make(w: int = w) -> torch.utils.data.DataLoader:
-                    return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=w,
-                                                       persistent_workers=False)
-                run(f"torch_w{w}", make, max(4, nb // 4))
-        med = {k: statistics.median(v) for k, v in rates.items()}
-        best_torch = max(med["torch_w0"], med["torch_w1"], med["torch_w2"])
-        best_stride = max(med["stride"], med["stride_1thread"], med["stride_prefetch"])
-        out["windows_per_s"] = {k: round(v) for k, v in med.items()}
-        out["speedup_vs_torch_dataloader"] = best_stride / best_torch
-        cpu = {k: statistics.median(v) for k, v in cpu_rates.items() if k in ("stride", "stride_prefetch", "torch_w0")}
-        out["windows_per_cpu_s"] = {k: round(v) for k, v in cpu.items()}
-        out["speedup_vs_torch_dataloader_cpu"] = max(cpu["stride"], cpu["stride_prefetch"]) / cpu["torch_w0"]
+            for dt, s in srcs.items():  # float32 and bf16 alternate: side by side
+                run(dt, "stride", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
+                torch.set_num_threads(1)
+                run(dt, "stride_1thread", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
+                torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
+                run(dt, "stride_prefetch", lambda s=s: ShardedLoader(s, args.batch, prefetch=2), nb)
+                for w in (0, 1, 2):
+                    def make(w: int = w, ds: SliceDataset = dss[dt]) -> torch.utils.data.DataLoader:
+                        return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=w,
+                                                           pin_memory=False, persistent_workers=w > 0)
+                    run(dt, f"torch_w{w}", make, nb)
+            run("float32", "torch_w0_previous",
+                lambda: torch.utils.data.DataLoader(ds_prev, batch_size=args.batch, shuffle=True), nb)
         bw = gather_vs_copy(src, args.batch, max(50, 30 * args.repeats))
         out["bandwidth_GBps"] = {k: round(v / 1e9, 2) for k, v in bw.items()}
+        out["windows_per_s"], out["windows_per_cpu_s"] = {}, {}
+        for dt in srcs:
+            med = {k: statistics.median(v) for k, v in rates[dt].items()}
+            cpu = {k: statistics.median(v) for k, v in cpu_rates[dt].items()
+                   if k in ("stride", "stride_prefetch", "torch_w0", "torch_w0_previous")}
+            best_torch = max(med["torch_w0"], med["torch_w1"], med["torch_w2"])
+            best_stride = max(med["stride"], med["stride_1thread"], med["stride_prefetch"])
+            tag = "" if dt == "float32" else "_bf16"
+            out["windows_per_s"][dt] = {k: round(v) for k, v in med.items()}  # type: ignore[index]
+            out["windows_per_cpu_s"][dt] = {k: round(v) for k, v in cpu.items()}  # type: ignore[index]
+            out[f"speedup_vs_torch_dataloader{tag}"] = best_stride / best_torch
+            out[f"speedup_vs_torch_dataloader_cpu{tag}"] = max(cpu["stride"], cpu["stride_prefetch"]) / cpu["torch_w0"]
+            # the ceiling of a loader that materialises every window: the copy rate per CPU-second
+            window_bytes = args.seq_len * srcs[dt].features.shape[1] * srcs[dt].features.element_size()
+            out[f"copy_bound_windows_per_cpu_s{tag}"] = round(bw["copy_numpy_per_cpu_s"] / window_bytes)
+            out[f"copy_bound_speedup_vs_torch_dataloader_cpu{tag}"] = (
+                bw["copy_numpy_per_cpu_s"] / window_bytes / cpu["torch_w0"])
+        out["headline"] = "float32 (the store's default dtype; bf16 halves the bytes by dropping precision)"
         out["gather_threads"] = 1
         out["gather_bw_fraction_of_copy"] = bw["gather_full"] / bw["copy_numpy"]
         out["gather_bw_fraction_of_copy_per_cpu_s"] = bw["gather_full_per_cpu_s"] / bw["copy_numpy_per_cpu_s"]
         out["gather_bw_fraction_of_memcpy"] = bw["gather_full"] / bw["copy_memcpy"]
-        # the ceiling: windows/s if every byte moved at the best copy rate seen, 1 or 2 threads
-        best_copy = max(bw["copy_memcpy"], bw["copy_memcpy_2threads"], bw["copy_numpy"])
-        window_bytes = args.seq_len * src.features.shape[1] * src.features.element_size()
-        out["copy_bound_windows_per_s"] = round(best_copy / window_bytes)
-        out["copy_bound_speedup_vs_torch_dataloader"] = best_copy / window_bytes / best_torch
+        out["sequential"] = sequential(src, dss["float32"], args.batch, nb, args.repeats)
         waits = {p: data_wait(args.steps, p) for p in (2, 0)}
         out["data_wait"] = {f"prefetch_{p}": v for p, v in waits.items()}
         out["data_wait_fraction_default_bench"] = waits[2]["fraction"]

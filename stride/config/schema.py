@@ -51,6 +51,7 @@ class DataConfig:
     embargo: int = -1  # rows between the last train target and the first validation end; -1: max horizon
     test_fraction: float = 0.0  # held out after validation (not used by the trainer)
     cross_days: bool = False  # let windows span a day boundary
+    batch_dtype: str = "float32"  # float32 | bfloat16: feature windows handed out (store source; targets float32)
     # Loader (both sources).
     prefetch: int = 2  # batches built ahead in a background thread; 0: none
     pin_memory: bool = True  # pin batches for non_blocking host-to-device copies (CUDA only)

@@ -149,6 +149,7 @@ def _validate_parallel(cfg: RunConfig) -> None:
 
 # -- [data] store and loader fields (stride.data) -------------------------------------------------
 DATA_NORMALIZE = ("none", "train", "expanding", "rolling")
+DATA_BATCH_DTYPES = ("float32", "bfloat16")
 
 
 def _validate_data(cfg: RunConfig) -> None:
@@ -171,6 +172,12 @@ def _validate_data(cfg: RunConfig) -> None:
                           f"next to `data.val_fraction` = {d.val_fraction!r}")
     _positive("data.prefetch", d.prefetch, strict=False)
     _positive("data.resident_mb", d.resident_mb, strict=False)
+    if d.batch_dtype not in DATA_BATCH_DTYPES:
+        raise ConfigError(f"`data.batch_dtype` = {d.batch_dtype!r} is not one of {', '.join(DATA_BATCH_DTYPES)}"
+                          f"{suggest(d.batch_dtype, list(DATA_BATCH_DTYPES))}")
+    if d.batch_dtype != "float32" and d.source != "store":
+        raise ConfigError(f'`data.batch_dtype` = {d.batch_dtype!r} needs `data.source` = "store" '
+                          f"(it is {d.source!r}; the synthetic and module:factory sources hand out float32)")
 
 
 # -- [metrics] observers (stride.metrics.observe) -------------------------------------------------

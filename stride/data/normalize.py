@@ -4,7 +4,10 @@
 `rolling`: the same over the last `window` rows of its symbol (fewer in the first window-1 rows, the
 warm-up, which `splits` keeps out of every window). Both are written once as a derived float32
 memory map next to the store, chunk by chunk (float64 memory is one chunk, never the series).
-`train`: one mean and std per column over the rows of the training split, applied after the gather.
+`train`: one mean and std per column over the rows of the training split, applied after the gather
+(float32 batches) or baked into a derived file (bfloat16 batches: the loader then only copies).
+Derived files are float32 (`.f32`) or bfloat16 (`.bf16`: the float32 values rounded to nearest even,
+so a bf16 batch equals the float32 batch rounded, bit for bit).
 
 Numerics (why not running sums): var = E[x^2] - E[x]^2 from sums carried along a series loses every
 digit once the sums dwarf the variance (a price of 1e4 with ticks of 1e-2 over 2e5 rows: 29% error
@@ -23,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -46,13 +50,16 @@ def _merge(a: tuple[int, np.ndarray, np.ndarray], b: tuple[int, np.ndarray, np.n
     return n, ma + delta * (nb / n), qa + qb + delta**2 * (na * nb / n)
 
 
-def train_stats(features: torch.Tensor, row_ranges: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, 1/std) per column over the given row ranges, in float64, read and merged chunk by chunk."""
-    f = features.shape[1]
+def train_stats(features: torch.Tensor, row_ranges: list[tuple[int, int]], cols: list[int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, 1/std) per column (of `cols`, default all) over the row ranges, in float64, chunk by chunk."""
+    idx = None if cols is None else torch.tensor(cols)
+    f = features.shape[1] if idx is None else len(cols)
     acc: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(f), np.zeros(f))
     for lo, hi in row_ranges:
         for a in range(lo, hi, CHUNK):
-            x = features[a : min(hi, a + CHUNK)].double().numpy()
+            x = features[a : min(hi, a + CHUNK)]
+            x = (x if idx is None else x.index_select(1, idx)).double().numpy()
             m = x.mean(0)
             acc = _merge(acc, (len(x), m, ((x - m) ** 2).sum(0)))
     n, mean, m2 = acc
@@ -112,7 +119,16 @@ def rolling_zscore(x: np.ndarray, window: int, n_context: int, eps: float = EPS)
     return _zscore(x64[n_context:], n[:, None].astype(np.float64), s1, s2, c, eps)
 
 
-def _write_rolling(values: torch.Tensor, dst: np.ndarray, idx: torch.Tensor, lo: int, hi: int, window: int) -> None:
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 values as bfloat16 bit patterns (uint16), rounded to nearest even as torch rounds."""
+    return torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(torch.bfloat16).view(torch.uint16).numpy()
+
+
+FILE_DTYPES = {"float32": (np.float32, "f32", lambda x: x), "bfloat16": (np.uint16, "bf16", bf16_bits)}
+
+
+def _write_rolling(values: torch.Tensor, dst: np.ndarray, idx: torch.Tensor, lo: int, hi: int, window: int,
+                   encode: Callable[[np.ndarray], np.ndarray]) -> None:
     """Rolling z-scores of one symbol's rows [lo, hi) into dst, chunk by chunk and column group by group."""
     block = max(ROLLING_BLOCK, window)
     group = max(1, GROUP_ELEMS // (block + window))
@@ -122,31 +138,43 @@ def _write_rolling(values: torch.Tensor, dst: np.ndarray, idx: torch.Tensor, lo:
         for g in range(0, len(idx), group):
             cols = idx[g : g + group]
             x = values[e0:b].index_select(1, cols).double().numpy()
-            dst[a:b, g : g + len(cols)] = rolling_zscore(x, window, a - e0)
+            dst[a:b, g : g + len(cols)] = encode(rolling_zscore(x, window, a - e0))
 
 
 def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, cols: list[int],
-                     segments: tuple[np.ndarray, np.ndarray], mode: str, window: int = 0) -> np.memmap:
-    """A [rows, len(cols)] float32 memory map of the chosen columns: raw (`select`), `expanding` or `rolling`.
+                     segments: tuple[np.ndarray, np.ndarray], mode: str, window: int = 0, *,
+                     dtype: str = "float32", shift: torch.Tensor | None = None,
+                     scale: torch.Tensor | None = None) -> np.memmap:
+    """A [rows, len(cols)] memory map of the chosen columns: raw (`select`), `expanding`, `rolling` or
+    `train` ((x - shift) * scale, fitted on the train split), in `dtype` (bfloat16 as uint16 bits).
 
-    Cached under <store>/derived/, keyed by the data's checksum, the columns, the mode and window;
-    written to a temporary name and renamed, so a half-written cache is never used.
+    Cached under <store>/derived/, keyed by the data's checksum, the columns, the mode and window
+    (and the statistics for `train`, the dtype for bfloat16); written to a temporary name and
+    renamed, so a half-written cache is never used.
     """
+    np_dtype, suffix, encode = FILE_DTYPES[dtype]
+    if (mode == "train") != (shift is not None and scale is not None):
+        raise ValueError("mode 'train' needs shift and scale, and only it takes them")
     tag = f"{mode}{window}" if mode == "rolling" else mode
-    key = hashlib.sha256(f"{values_sha}|{cols}|{tag}|v2".encode()).hexdigest()[:16]
+    ident = f"{values_sha}|{cols}|{tag}|v2"
+    if mode == "train":
+        ident += "|" + hashlib.sha256(shift.numpy().tobytes() + scale.numpy().tobytes()).hexdigest()  # type: ignore[union-attr]
+    if dtype != "float32":
+        ident += f"|{dtype}"  # float32 keys unchanged: existing caches stay valid
+    key = hashlib.sha256(ident.encode()).hexdigest()[:16]
     out_dir = store_path / "derived"
-    out = out_dir / f"{tag}-{key}.f32"
+    out = out_dir / f"{tag}-{key}.{suffix}"
     n = values.shape[0]
     if not out.exists():
         out_dir.mkdir(exist_ok=True)
         tmp = out_dir / f".tmp-{out.name}-{uuid.uuid4().hex[:8]}"
-        dst = np.memmap(tmp, dtype=np.float32, mode="w+", shape=(n, len(cols)))
+        dst = np.memmap(tmp, dtype=np_dtype, mode="w+", shape=(n, len(cols)))
         idx = torch.tensor(cols)
         try:
             for lo, hi in zip(*segments, strict=True):
                 lo, hi = int(lo), int(hi)
                 if mode == "rolling":
-                    _write_rolling(values, dst, idx, lo, hi, window)
+                    _write_rolling(values, dst, idx, lo, hi, window, encode)
                     continue
                 state = None
                 for a in range(lo, hi, CHUNK):
@@ -154,11 +182,14 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
                     x = values[a:b].index_select(1, idx).float().numpy()
                     if mode == "expanding":
                         x, state = expanding_zscore(x, state)
-                    dst[a:b] = x
+                    elif mode == "train":  # the same float32 ops, in the same order, as RowWindows.gather
+                        np.subtract(x, shift.numpy(), out=x)  # type: ignore[union-attr]
+                        np.multiply(x, scale.numpy(), out=x)  # type: ignore[union-attr]
+                    dst[a:b] = encode(x)
             dst.flush()
             del dst
             os.replace(tmp, out)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-    return np.memmap(out, dtype=np.float32, mode="c", shape=(n, len(cols)))
+    return np.memmap(out, dtype=np_dtype, mode="c", shape=(n, len(cols)))

@@ -111,24 +111,41 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
                               f"horizons={cfg.horizons}, val_fraction={cfg.val_fraction}, "
                               f"test_fraction={cfg.test_fraction}, embargo={cfg.embargo}{warm})")
     sha = store.manifest["files"]["values.bin"]["sha256"]
-    if cfg.normalize in ("expanding", "rolling"):
+    # Rows the training windows read (history included): the split's rows only, never later ones.
+    train_rows = [(int(lo) - cfg.seq_len + 1, int(hi)) for lo, hi in ranges["train"]]
+    all_cols = cols == list(range(len(store.columns)))
+    shift = scale = None
+    if cfg.batch_dtype == "bfloat16":
+        # bf16 batches: every normalisation is baked into a bf16 file (train statistics too), so the
+        # loader only copies half the bytes; each value is the float32 path's value rounded to bf16.
+        if cfg.normalize == "none" and all_cols and store.values.dtype == torch.bfloat16:
+            fmap = store.values_map  # zero copy: windows index the bf16 store's own memory map
+        else:
+            mode, stats = cfg.normalize if cfg.normalize != "none" else "select", {}
+            if mode == "train":
+                shift, scale = train_stats(store.values, train_rows, cols)
+                stats = {"shift": shift, "scale": scale}
+            fmap = derived_features(store.values, Path(store.path), sha, cols, store.segments(), mode,
+                                    cfg.normalize_window, dtype="bfloat16", **stats)
+            shift = scale = None  # applied in the file
+        feats = torch.from_numpy(fmap).view(torch.bfloat16)
+    elif cfg.normalize in ("expanding", "rolling"):
         fmap = derived_features(store.values, Path(store.path), sha, cols, store.segments(), cfg.normalize,
                                 cfg.normalize_window)
         feats = torch.from_numpy(fmap)
-    elif cols != list(range(len(store.columns))) or store.values.dtype != torch.float32:
+    elif not all_cols or store.values.dtype != torch.float32:
         fmap = derived_features(store.values, Path(store.path), sha, cols, store.segments(), "select")
         feats = torch.from_numpy(fmap)
     else:
         fmap, feats = store.values_map, store.values  # zero copy: windows index the store's own memory map
-    shift = scale = None
-    if cfg.normalize == "train":
-        # Rows the training windows read (history included): the split's rows only, never later ones.
-        train_rows = [(int(lo) - cfg.seq_len + 1, int(hi)) for lo, hi in ranges["train"]]
+    if cfg.normalize == "train" and cfg.batch_dtype == "float32":
         shift, scale = train_stats(feats, train_rows)
+    batch_dtype = torch.bfloat16 if cfg.batch_dtype == "bfloat16" else torch.float32
 
     def make(r: np.ndarray, tscale: torch.Tensor | None = None) -> RowWindows:
         return RowWindows(feats, price, r, cfg.seq_len, cfg.horizons, shift=shift, scale=scale, target_scale=tscale,
-                          feature_map=fmap, price_map=store.values_map, resident_mb=cfg.resident_mb)
+                          feature_map=fmap, price_map=store.values_map, resident_mb=cfg.resident_mb,
+                          batch_dtype=batch_dtype)
 
     train = make(ranges["train"])
     tscale = target_scale(train, cfg.seed, str(store.path), cfg.target_column)

@@ -129,7 +129,10 @@ class Trainer:
     def _to_device(self, batch: Batch) -> Batch:
         x, y = batch
         nb = self.device.type == "cuda"
-        return x.to(self.device, non_blocking=nb), y.to(self.device, non_blocking=nb)
+        x = x.to(self.device, non_blocking=nb)
+        if x.dtype == torch.bfloat16 and self.precision.name == "fp32":
+            x = x.float()  # bf16 batches (data.batch_dtype): half the bytes moved, upcast on the device
+        return x, y.to(self.device, non_blocking=nb)
 
     def evaluate(self, model: nn.Module | None = None) -> float:
         """Mean validation loss over the first `train.val_batches` batches."""
