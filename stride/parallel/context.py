@@ -194,28 +194,36 @@ class Parallel:
         return v / self.world_size
 
     def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-        """Global L2 grad norm and clipping; grads may be DTensors on different meshes (FSDP x TP) and,
-        under pipeline parallelism, spread over the stages (squared norms summed over the pipeline)."""
-        grads = [p.grad for p in params if p.grad is not None]
-        if self.pipeline is None and not any(isinstance(g, DTensor) for g in grads):
-            return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-        groups: dict[Any, list[torch.Tensor]] = defaultdict(list)
+        """Global L2 grad norm and clipping over this layout (see `clip_grad_norm`)."""
+        group = self.pipeline.group if self.pipeline is not None else None
+        return clip_grad_norm(params, max_norm, self.device, pipeline_group=group)
+
+
+def clip_grad_norm(
+    params: list[torch.Tensor], max_norm: float, device: torch.device, pipeline_group: Any = None
+) -> torch.Tensor:
+    """Global L2 grad norm and clipping; grads may be DTensors on different meshes (FSDP x TP) and,
+    under pipeline parallelism, spread over the stages of `pipeline_group` (squared norms summed)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if pipeline_group is None and not any(isinstance(g, DTensor) for g in grads):
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    groups: dict[Any, list[torch.Tensor]] = defaultdict(list)
+    for g in grads:
+        key = (g.device_mesh, g.placements) if isinstance(g, DTensor) else None
+        groups[key].append(g)
+    sq = torch.zeros((), dtype=torch.float32, device=device)
+    for gs in groups.values():
+        n = torch.nn.utils.get_total_norm(gs, 2.0, foreach=False)
+        if isinstance(n, DTensor):
+            with watchdog.collective("gradient-norm all-reduce"):
+                n = n.full_tensor()
+        sq = sq + n.float() ** 2
+    if pipeline_group is not None:
+        with watchdog.collective("gradient-norm all-reduce over pipeline stages"):
+            dist.all_reduce(sq, op=dist.ReduceOp.SUM, group=pipeline_group)
+    total = sq.sqrt()
+    coef = max_norm / (float(total) + 1e-6)
+    if coef < 1 and math.isfinite(coef):
         for g in grads:
-            key = (g.device_mesh, g.placements) if isinstance(g, DTensor) else None
-            groups[key].append(g)
-        sq = torch.zeros((), dtype=torch.float32, device=self.device)
-        for gs in groups.values():
-            n = torch.nn.utils.get_total_norm(gs, 2.0, foreach=False)
-            if isinstance(n, DTensor):
-                with watchdog.collective("gradient-norm all-reduce"):
-                    n = n.full_tensor()
-            sq = sq + n.float() ** 2
-        if self.pipeline is not None:
-            with watchdog.collective("gradient-norm all-reduce over pipeline stages"):
-                dist.all_reduce(sq, op=dist.ReduceOp.SUM, group=self.pipeline.group)
-        total = sq.sqrt()
-        coef = max_norm / (float(total) + 1e-6)
-        if coef < 1 and math.isfinite(coef):
-            for g in grads:
-                g.mul_(coef)
-        return total
+            g.mul_(coef)
+    return total
