@@ -24,6 +24,17 @@ from stride.parallel.comm_hooks import CommTimer, register_comm_hook
 DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def persistent_buffers(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Buffers that are model state (in the state dict); the others are derived constants.
+
+    DDP broadcasts every buffer from rank 0 before each forward (`broadcast_buffers`): a sync point
+    per step. Non-persistent buffers (the transformers' RoPE tables) are recomputed identically on
+    every rank from the config and never saved, so only persistent ones (BatchNorm statistics, say)
+    need it."""
+    saved = set(module.state_dict())
+    return {n: b for n, b in module.named_buffers() if n in saved}
+
+
 def apply_ddp(
     module: nn.Module, mesh: DeviceMesh, p: ParallelConfig, device: torch.device
 ) -> tuple[DDP, CommTimer | None]:
@@ -38,6 +49,7 @@ def apply_ddp(
         bucket_cap_mb=bucket_mb,
         gradient_as_bucket_view=p.gradient_as_bucket_view,
         static_graph=p.static_graph,
+        broadcast_buffers=bool(persistent_buffers(module)),
     )
     timer = register_comm_hook(ddp, p, mesh.get_group())
     return ddp, timer

@@ -39,6 +39,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
+from stride.parallel.data_parallel import persistent_buffers
 
 PHASES = ("fwd", "bwd", "opt")
 OUTSIDE = "(outside modules)"  # loss and glue ops not inside any child module
@@ -127,6 +128,7 @@ class WorkloadTrace:
     param_count: int
     param_bytes: int
     buffer_bytes: int
+    broadcast_buffer_bytes: int  # what DDP broadcasts before each forward (persistent buffers only)
     batch_bytes: int  # one micro-batch of inputs and targets
     flop_counter_total: int  # FlopCounterMode's own total, for the cross-check
     flop_counter_by_layer: dict[str, int]
@@ -437,6 +439,7 @@ def _trace(inp: TraceInputs) -> WorkloadTrace:
         optimizer_state_bytes=opt_state, param_count=sum(p.numel() for p in model.parameters()),
         param_bytes=sum(_nbytes(p) for p in model.parameters()),
         buffer_bytes=sum(_nbytes(b) for b in model.buffers()),
+        broadcast_buffer_bytes=sum(_nbytes(b) for b in persistent_buffers(model).values()),
         batch_bytes=_nbytes(x) + _nbytes(y), flop_counter_total=int(fwd_bwd_total),
         flop_counter_by_layer=counter_by_layer, grad_clip=inp.grad_clip is not None,
     )

@@ -149,9 +149,9 @@ def predict_workload(trace: WorkloadTrace, lay: Layout, hw: Hardware, global_bat
         times = [_coll_time(hw, "all_reduce", b, dp, link, eff.network) for b in buckets]
         t_comm_exposed = times[-1] + _exposed(sum(times[:-1]), bwd, eff)
         comm_bytes[link.name] = sum(coll.all_reduce_bytes_per_device(b, dp) for b in buckets)
-        if trace.buffer_bytes:  # DDP broadcasts the module's buffers from rank 0 before each forward
-            # (broadcast_buffers=True); priced as an all-reduce of those bytes (no broadcast profile)
-            t_comm_exposed += m * _coll_time(hw, "all_reduce", trace.buffer_bytes, dp, link, eff.network)
+        if trace.broadcast_buffer_bytes:  # DDP broadcasts persistent buffers from rank 0 before each
+            # forward (stride.parallel.data_parallel); priced as an all-reduce of those bytes (no broadcast profile)
+            t_comm_exposed += m * _coll_time(hw, "all_reduce", trace.broadcast_buffer_bytes, dp, link, eff.network)
     elif sharded:
         units = fsdp_units(trace)
         pbytes = [u[1] / 4 * fsdp_param_bytes for u in units]  # gathered in the param dtype
