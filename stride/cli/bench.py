@@ -37,6 +37,9 @@ def register(p: argparse.ArgumentParser) -> None:
     g.add_argument("--repeats", type=int, default=1,
                    help="runs per point, in alternating rounds (3 or more on a shared machine)")
     p.add_argument("--json", action="store_true", help="print results.json's content as the last line")
+    p.add_argument("--prices", default="configs/prices.toml",
+                   help="USD per device-hour table for the report's cost figures (TOML [prices])")
+    p.add_argument("--no-report", action="store_true", help="skip report.html and summary.md")
     p.set_defaults(func=run)
 
 
@@ -112,9 +115,25 @@ def run(args: argparse.Namespace) -> int:
         if args.repeats == 1:
             out_console.print("one run per point: no spread; on a shared machine use --repeats 3 or more")
     print(f"results: {out / 'results.json'}")
+    if not args.no_report:
+        _write_report(out, args.prices)
     if args.json:
         print(json.dumps(results, default=str))
     return 0
+
+
+def _write_report(out: Path, prices_path: str) -> None:
+    """report.html and summary.md beside results.json (what `stride report DIR` writes)."""
+    from stride.report.recommend import load_prices
+    from stride.report.render import render_report
+
+    try:
+        prices = load_prices(prices_path)
+    except FileNotFoundError:
+        print(f"no price table at {prices_path}: the report leaves costs out (--prices FILE)")
+        prices = {}
+    html, md = render_report(out, prices)
+    print(f"report: {html} and {md}")
 
 
 def _world_args(args: argparse.Namespace) -> tuple[list[int], list[str], list[str]]:

@@ -68,6 +68,8 @@ def test_bench_cli_writes_valid_results(tmp_path, capsys) -> None:
     assert w["name"] == "mlp_tiny" and w["throughput"]["median"] > 0 and w["steps"] == 12
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["suite"] == "custom"
     assert (tmp_path / "mlp_tiny" / "summary.json").is_file()
+    html = (tmp_path / "report.html").read_text()  # `stride bench` writes the report as `stride report` does
+    assert "<svg" in html and "mlp_tiny" in html and "mlp_tiny" in (tmp_path / "summary.md").read_text()
 
 
 @pytest.mark.slow
