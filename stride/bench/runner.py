@@ -12,17 +12,9 @@ from typing import Any
 from stride.bench.stats import spread
 from stride.bench.workloads import Workload
 from stride.config import config_to_dict, load_config
-from stride.train.trainer import Callback, Trainer
+from stride.train.trainer import Trainer
 
 REPEATS = 3  # throughput windows per workload (after warm-up)
-
-
-class StepTimes(Callback):
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def on_step_end(self, trainer: Trainer) -> None:
-        self.times.append(trainer.timer.last["total"])
 
 
 def throughput_windows(step_times: list[float], skip: int, batch: int, repeats: int = REPEATS) -> list[float]:
@@ -41,12 +33,11 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
     if w.kind == "ppo":
         return run_ppo_workload(w, name, device, extra)
     cfg = workload_config(w, name, device, extra)
-    timer = StepTimes()
-    result = Trainer(config=cfg, out=(out / name) if out else None, callbacks=[timer],
-                     write_run_dir=out is not None).fit()
+    trainer = Trainer(config=cfg, out=(out / name) if out else None, write_run_dir=out is not None)
+    result = trainer.fit()  # the same Trainer as `stride train`, no extra callback
     s = result.summary
     per_step = cfg.train.batch_size * (cfg.data.seq_len if w.throughput_unit == "tokens/s" else 1)
-    windows = throughput_windows(timer.times, cfg.metrics.skip_steps, per_step)
+    windows = throughput_windows(trainer.timer.step_seconds, cfg.metrics.skip_steps, per_step)
     method = (f"{{n}} equal windows of steps after {cfg.metrics.skip_steps} warm-up steps, "
               "wall clock per step (perf_counter; CUDA: events)")
     return make_entry(w, name, cfg, windows, method, s, run_dir=str(result.run_dir) if result.run_dir else None)

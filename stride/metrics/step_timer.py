@@ -20,6 +20,7 @@ class StepTimer:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.totals: dict[str, float] = defaultdict(float)  # seconds summed over timed steps
+        self.step_seconds: list[float] = []  # every step's wall time, warm-up included (throughput windows)
         self.steps = 0
         self.last: dict[str, float] = {}
         self._marks: list[tuple[str, object]] = []
@@ -66,6 +67,7 @@ class StepTimer:
         parts["other"] = max(wall - sum(parts.values()), 0.0)
         parts["total"] = wall
         self.last = dict(parts)
+        self.step_seconds.append(wall)
         if record:
             self.steps += 1
             for k, v in parts.items():
