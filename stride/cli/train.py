@@ -52,21 +52,46 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(cfg, args: argparse.Namespace) -> int:
-    import torch.distributed as dist
-
+    from stride.checkpoint import Preempted
     from stride.report.summary_table import print_summary
     from stride.train.trainer import Trainer
 
     if args.no_progress:
         cfg.metrics.progress = False
     trainer = Trainer(config=cfg, out=args.out)
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except Preempted as stop:
+        code = int(stop.code or 0)
+    else:
+        code = None
+    if code is not None:
+        # Every rank stopped after the same step and the checkpoint is committed. Return instead of
+        # letting the SystemExit's traceback carry the trainer (and its gloo groups) into interpreter
+        # teardown: there a gloo worker thread that still holds a finished collective's tensors
+        # needs the GIL to drop them, is ended by the finalizing interpreter, and std::terminate
+        # aborts the process (exit -6 after a committed checkpoint, seen in CI at pp=2). Freed here,
+        # the groups' destructors join their threads while the interpreter is alive.
+        del trainer
+        _release_process_groups()
+        return code
     if trainer.par.is_rank0:
         from rich.console import Console
 
         term = Console()
         print_summary(result.summary, term if term.is_terminal else Console(width=120))
         print(f"run directory: {result.run_dir}")
+    del trainer
+    _release_process_groups()
+    return 0
+
+
+def _release_process_groups() -> None:
+    """Destroy the process groups and collect what held them now, not at interpreter exit (see `_train`)."""
+    import gc
+
+    import torch.distributed as dist
+
     if dist.is_initialized():
         dist.destroy_process_group()
-    return 0
+    gc.collect()
