@@ -12,14 +12,12 @@ changing the loss is what they trade for bandwidth.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from parallel_worker import BY_WORLD, REFERENCE, run
+from torchrun_workers import launch_workers
 
 from stride.kernels.runtime import triton_available
 
@@ -35,13 +33,7 @@ LOOSE = {"ddp_fp16": (1e-3, 1e-2), "ddp_bf16": (3e-3, 2e-2), "fsdp_zero2_bf16": 
 
 
 def _launch(nproc: int, names: list[str], out: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    env.pop("WORLD_SIZE", None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(WORKER), str(out), ",".join(names)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    if proc.returncode:
-        raise AssertionError(f"torchrun {nproc} ranks failed:\n{proc.stderr[-4000:]}")
+    launch_workers(WORKER, nproc, names, out, timeout=240)
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,7 @@ printed (-s) and recorded in docs/parallel.md.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ import torch
 import torch.distributed as dist
 from pipeline_worker import BY_WORLD, CKPT, RUNS, run
 from torch import nn
+from torchrun_workers import launch_workers
 
 from stride.config import ConfigError, load_config
 from stride.models.token_lm import TokenLM
@@ -173,14 +171,7 @@ def test_pipeline_config_values_name_the_key(monkeypatch):
 
 # -- under torchrun ------------------------------------------------------------------------------
 def _launch(nproc: int, names: list[str], out: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
-        env.pop(k, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(WORKER), str(out), ",".join(names)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=480)
-    if proc.returncode:
-        raise AssertionError(f"torchrun {nproc} ranks failed:\n{proc.stderr[-4000:]}")
+    launch_workers(WORKER, nproc, names, out, timeout=480)
 
 
 @pytest.fixture(scope="module")
