@@ -62,28 +62,24 @@ def _train(cfg, args: argparse.Namespace) -> int:
     try:
         result = trainer.fit()
     except Preempted as stop:
-        code = int(stop.code or 0)
-    else:
-        code = None
-    if code is not None:
         # Every rank stopped after the same step and the checkpoint is committed. Return instead of
         # letting the SystemExit's traceback carry the trainer (and its gloo groups) into interpreter
         # teardown: there a gloo worker thread that still holds a finished collective's tensors
         # needs the GIL to drop them, is ended by the finalizing interpreter, and std::terminate
         # aborts the process (exit -6 after a committed checkpoint, seen in CI at pp=2). Freed here,
         # the groups' destructors join their threads while the interpreter is alive.
-        del trainer
-        _release_process_groups()
-        return code
-    if trainer.par.is_rank0:
-        from rich.console import Console
+        code = int(stop.code or 0)
+    else:
+        code = 0
+        if trainer.par.is_rank0:
+            from rich.console import Console
 
-        term = Console()
-        print_summary(result.summary, term if term.is_terminal else Console(width=120))
-        print(f"run directory: {result.run_dir}")
+            term = Console()
+            print_summary(result.summary, term if term.is_terminal else Console(width=120))
+            print(f"run directory: {result.run_dir}")
     del trainer
     _release_process_groups()
-    return 0
+    return code
 
 
 def _release_process_groups() -> None:
