@@ -69,8 +69,27 @@ def main(argv: list[str] | None = None) -> int:
 
         if isinstance(exc, CheckpointError):
             print(f"stride {name}: checkpoint error: {exc}", file=sys.stderr)
+            from stride.cli.train import release_process_groups
+
+            _drop_tracebacks(exc)
+            del exc
+            release_process_groups()
             return 1
         raise
+
+
+def _drop_tracebacks(exc: BaseException) -> None:
+    """Clear the tracebacks of `exc` and every exception chained to it: their frames hold the trainer and
+    its process groups, which must be freed before interpreter teardown (see `stride.cli.train._train`)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo += [e.__cause__, e.__context__]
 
 
 if __name__ == "__main__":

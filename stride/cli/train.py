@@ -78,11 +78,11 @@ def _train(cfg, args: argparse.Namespace) -> int:
             print_summary(result.summary, term if term.is_terminal else Console(width=120))
             print(f"run directory: {result.run_dir}")
     del trainer
-    _release_process_groups()
+    release_process_groups()
     return code
 
 
-def _release_process_groups() -> None:
+def release_process_groups() -> None:
     """Destroy the process groups and collect what held them now, not at interpreter exit (see `_train`)."""
     import gc
 

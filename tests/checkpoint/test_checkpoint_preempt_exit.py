@@ -46,3 +46,35 @@ def test_a_signalled_run_returns_0_with_the_trainer_freed(tmp_path: Path, monkey
     assert code == 0
     assert refs and refs[0]() is None, "the trainer outlived `stride train`'s return"
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step_00000004"]
+
+
+def test_a_checkpoint_error_returns_1_with_the_trainer_freed(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The error path of `stride train` (exit 1 with the message) frees the trainer before returning too."""
+    import gc
+    import json
+
+    from ckpt_helpers import write_config
+
+    from stride.cli.main import main
+
+    refs: list[weakref.ref] = []
+    init = tr.Trainer.__init__
+
+    def tracked_init(self: tr.Trainer, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        refs.append(weakref.ref(self))
+
+    monkeypatch.setattr(tr.Trainer, "__init__", tracked_init)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")  # a folder below a file cannot be made
+    cfg = write_config(tmp_path / "run.toml", f"checkpoint.dir={json.dumps(str(blocker / 'ckpt'))}")
+    gc.disable()  # the trainer must be freed by `stride train` itself, not by a collection that happens to run
+    try:
+        code = main(["train", str(cfg), "--out", str(tmp_path / "run"), "--no-progress"])
+        alive = bool(refs) and refs[0]() is not None
+    finally:
+        gc.enable()
+        torch.use_deterministic_algorithms(False)
+    err = capsys.readouterr().err
+    assert code == 1 and "checkpoint error" in err and "is not writable" in err, err[-2000:]
+    assert refs and not alive, "the trainer outlived `stride train`'s error return"
