@@ -1,8 +1,12 @@
 """SIGTERM / SIGUSR1 (what schedulers send before preemption): note it, checkpoint at the step's end, exit 0.
 
 The handler only sets a flag, so a signal that lands mid-step or mid-save never interrupts a write.
-A second signal before the first is handled restores the previous handler and re-sends itself, so
-an impatient operator (or a stuck step) can still end the process.
+More stop signals within `REPEAT_WINDOW_S` of the first are the same request: a scheduler that signals
+every process of a job (Slurm at preemption) reaches a worker directly and again through torchrun's agent,
+which forwards what it gets (and forwards once more if a second signal interrupts its shutdown), all
+within milliseconds; before this window the second copy ended the worker at once, without its
+checkpoint. A stop signal after the window restores the previous handler and re-sends itself, so an
+impatient operator (or a stuck step) can still end the process.
 """
 
 from __future__ import annotations
@@ -10,10 +14,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from types import FrameType
 from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+REPEAT_WINDOW_S = 5.0  # later stop signals within this many seconds of the first are copies of it
 
 
 class Preempted(SystemExit):
@@ -28,6 +34,8 @@ _ORIGINAL: dict[int, Any] = {}
 class PreemptionSignal:
     def __init__(self) -> None:
         self.received: int | None = None
+        self.received_at = 0.0  # time.monotonic() of the first signal
+        self.repeats = 0  # copies of the first signal taken as the same request
 
     def install(self) -> bool:
         if threading.current_thread() is not threading.main_thread():
@@ -39,11 +47,14 @@ class PreemptionSignal:
         return True
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is not None:
+        now = time.monotonic()
+        if self.received is None:
+            self.received, self.received_at = signum, now
+        elif now - self.received_at <= REPEAT_WINDOW_S:
+            self.repeats += 1  # the same request again (the scheduler's copy and the agent's)
+        else:
             self.uninstall()
             os.kill(os.getpid(), signum)
-            return
-        self.received = signum
 
     @property
     def name(self) -> str:

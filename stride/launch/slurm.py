@@ -5,9 +5,9 @@ rendezvous. Preemption: `--signal=B:USR1@120` sends SIGUSR1 to the batch shell (
 time limit; its trap forwards SIGUSR1 to the training step (`scancel --signal=USR1 JOB.0`, every
 node), where torchrun ignores it (each task starts torchrun with SIGUSR1 ignored, which its workers
 inherit until the checkpoint callback installs its handler) and each worker saves a checkpoint at the
-end of its step and exits 0. The trap waits for the step, then `scontrol requeue`s the job. Killing
-srun instead would not do: Slurm then sends SIGTERM to every process of the step while torchrun
-also forwards its own, and a second signal makes a worker give up its checkpoint and exit at once.
+end of its step and exits 0. The trap waits for the step, then `scontrol requeue`s the job. (A
+SIGTERM to every process of the step, which torchrun also forwards, checkpoints as well: a worker takes
+copies of a stop signal within 5 s as one request; torchrun's agent, though, would die of SIGUSR1.)
 The job id, and so the run directory, stay the same across attempts, and
 `checkpoint.resume = "auto"` picks the newest checkpoint there.
 """

@@ -8,8 +8,11 @@ works the same way by hand.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+from types import FrameType
 
 from stride.config.errors import ConfigError
 
@@ -55,8 +58,37 @@ def launcher_env(threads: int | None) -> dict[str, str]:
 
 
 def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
-    """Run torchrun in the foreground; its exit status is the run's."""
+    """Run torchrun in the foreground; its exit status is the run's.
+
+    Signals: this process waits for torchrun however it is stopped, so the workers' final checkpoint is
+    never cut short by its parent going away. SIGTERM or SIGUSR1 sent to this process alone (`kill PID`,
+    `timeout`) is passed to torchrun's agent as SIGTERM, which it forwards to every worker (the agent
+    does not handle SIGUSR1: that signal would end it). torchrun starts with SIGUSR1 ignored, so one sent
+    to the whole job does not end the agent either; the workers inherit that until stride's handler
+    replaces it. Copies of one stop request reaching a worker directly and through the agent are
+    handled as one (`stride.checkpoint.signals.REPEAT_WINDOW_S`).
+    """
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_ignore_sigusr1)  # noqa: PLW1509 (single-threaded CLI)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    interrupted = False
     try:
-        return subprocess.run(cmd, env=env, check=False).returncode
-    except KeyboardInterrupt:
-        return 130
+        while True:
+            try:
+                code = proc.wait()
+                return 130 if interrupted else code
+            except KeyboardInterrupt:  # Ctrl-C reached torchrun too: it stops its workers; wait for it
+                interrupted = True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ignore_sigusr1() -> None:
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)

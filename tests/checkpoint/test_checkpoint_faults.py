@@ -6,6 +6,7 @@ deterministic mode on CPU the resumed run's final params_sha256 must equal the u
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from ckpt_helpers import REPO, cli, fit, popen_cli, reference_sha, summary_sha, write_config
 
@@ -183,3 +185,87 @@ def test_torchrun_max_restarts_brings_a_killed_ddp_rank_back(tmp_path: Path) -> 
     assert res.stderr.count("resuming from step_00000006") == 2  # both ranks of the restarted job
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["params_sha256"] == summary_sha(tmp_path / "ref")
+
+
+def _nproc_train(cfg: Path, out: Path) -> subprocess.Popen:
+    """`stride train CONFIG --nproc 2` (parent -> torchrun agent -> 2 workers) in a process group of its own."""
+    import os
+
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.Popen([sys.executable, "-m", "stride", "train", str(cfg), "--out", str(out), "--no-progress",
+                             "--nproc", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env=env, start_new_session=True)
+
+
+def _communicate(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
+    import os
+
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"stride train --nproc 2 did not end within {timeout} s:\n{err[-3000:]}")
+    return proc.returncode, err
+
+
+@pytest.fixture(scope="module")
+def nproc_ref(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The signal tests' config and its uninterrupted 2-rank params_sha256."""
+    tmp = tmp_path_factory.mktemp("nproc")
+    cfg = write_config(tmp / "run.toml", "parallel.dp_replicate=2", f"train.steps={NPROC_STEPS}",
+                       "checkpoint.every=0", "parallel.collective_timeout_s=60")
+    code, err = _communicate(_nproc_train(cfg, tmp / "ref"))
+    assert code == 0, err[-3000:]
+    return cfg, summary_sha(tmp / "ref")
+
+
+NPROC_STEPS = 400
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+@pytest.mark.parametrize("target", ["job", "parent"])
+def test_sigterm_to_a_torchrun_job_checkpoints_on_every_rank(tmp_path: Path, nproc_ref: tuple[Path, str],
+                                                             target: str) -> None:
+    """"job": what a scheduler does at preemption (Slurm signals every process of the job): SIGTERM reaches
+    the `stride train` parent, torchrun's agent and both workers, and each worker gets it again through
+    the agent. Before the repeat window such a copy ended a worker at once, without its checkpoint (this
+    test then fails). "parent": `kill PID` of `stride train --nproc 2` alone; it passes the signal to the
+    agent, which forwards it to the workers, and waits for them."""
+    import os
+
+    cfg, ref = nproc_ref
+    out = tmp_path / "run"
+    proc = _nproc_train(cfg, out)
+    seen = _wait_for_steps(out, proc, 30, timeout=120)
+    assert proc.poll() is None and seen >= 30, f"the run ended or stalled before the signal (step {seen})"
+    workers = [c.pid for c in psutil.Process(proc.pid).children(recursive=True) if "torch.distributed.run" not in
+               " ".join(c.cmdline())]
+    assert len(workers) == 2, workers
+    if target == "parent":
+        os.kill(proc.pid, signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)  # the parent, the agent and both workers
+        # The agent's forwarded copy often merges with the scheduler's (a pending signal is not queued
+        # twice); more copies over the next 100 ms make sure some land after the first was handled, as
+        # they do when the agent is slower.
+        for _ in range(10):
+            time.sleep(0.01)
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+    _, err = _communicate(proc)
+    committed = [line for line in err.splitlines() if "committed" in line and "exiting" in line]
+    assert len(committed) == 2, err[-3000:]  # both ranks saved the same step
+    if target == "job":
+        assert any("more stop signal(s)" in line for line in committed), committed
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert len(names) == 1 and names[0].startswith("step_"), names
+    stopped = int(names[0].removeprefix("step_"))
+    assert 30 <= stopped < NPROC_STEPS and verify(out / "checkpoints" / names[0]).ok
+
+    code, err = _communicate(_nproc_train(cfg, out))  # the same command resumes and finishes
+    assert code == 0, err[-3000:]
+    assert f"step_{stopped:08d}" in err, err[-3000:]
+    assert summary_sha(out) == ref

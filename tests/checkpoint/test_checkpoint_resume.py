@@ -270,3 +270,33 @@ def test_source_without_state_dict_is_replayed_exactly(tmp_path: Path) -> None:
     with pytest.raises(Crash):
         run(out, [CrashAt(11)])
     assert run(out) == ref
+
+
+def test_copies_of_a_stop_signal_are_one_request_and_a_late_one_ends_the_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies within REPEAT_WINDOW_S (the scheduler's and torchrun's agent's) are counted, not acted on; a
+    stop signal after the window goes to the handler that was there before (an operator ending a stuck run)."""
+    import os
+    import signal
+
+    from stride.checkpoint import signals
+
+    ended: list[int] = []
+    before = signal.signal(signal.SIGUSR1, lambda signum, frame: ended.append(signum))  # stands in for SIG_DFL
+    clock = [100.0]
+    monkeypatch.setattr(signals.time, "monotonic", lambda: clock[0])
+    sig = signals.PreemptionSignal()
+    try:
+        assert sig.install()
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at once (the main thread runs the handler next)
+        clock[0] += 0.002
+        os.kill(os.getpid(), signal.SIGUSR1)  # a copy 2 ms later, as another signal: still the same request
+        clock[0] += signals.REPEAT_WINDOW_S - 0.01
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert (sig.received, sig.repeats, ended) == (signal.SIGTERM, 2, [])
+        clock[0] += 0.02  # past the window: the previous handler gets it, and is installed again
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert ended == [signal.SIGUSR1] and signal.getsignal(signal.SIGUSR1) is not sig._handle  # noqa: SLF001
+    finally:
+        sig.uninstall()
+        signal.signal(signal.SIGUSR1, before)
