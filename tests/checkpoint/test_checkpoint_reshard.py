@@ -1,4 +1,4 @@
-"""Save at 2 ranks (FSDP2, gloo) and load at 1, and the reverse: identical parameters and optimizer state."""
+"""Save at 2 ranks (FSDP2, gloo) and load at 1 and at 4, and 1 -> 2: identical parameters and optimizer state."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def run_ranks(world: int, *args: str) -> None:
 
 @pytest.mark.dist
 @pytest.mark.slow
-@pytest.mark.parametrize(("save_world", "load_world"), [(2, 1), (1, 2)])
+@pytest.mark.parametrize(("save_world", "load_world"), [(2, 1), (2, 4), (1, 2)])
 def test_resharded_load_is_exact(tmp_path: Path, save_world: int, load_world: int) -> None:
     ckpt = tmp_path / "ckpt"
     run_ranks(save_world, "save", str(ckpt), str(tmp_path / "saved.json"))
