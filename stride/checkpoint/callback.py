@@ -50,7 +50,6 @@ class CheckpointCallback(Callback):
         self.stall_s = 0.0
         self.stall_parts: dict[str, float] = {}  # what the stalls were made of, summed over saves
         self._meta_cache: dict[str, Any] | None = None
-        self._stage_in_background = False  # decided in on_fit_start
         self.staging = "loop"  # where async saves copy the state ("loop" | "background"), in on_fit_start
         self._trainer: Trainer | None = None
         self.resumed: Choice | None = None
@@ -91,7 +90,7 @@ class CheckpointCallback(Callback):
         meta = self._meta(trainer)
         capture_s = time.perf_counter() - t0
         self.store.save(state, trainer.step, meta, asynchronous=asynchronous,
-                        stage_in_background=asynchronous and self._stage_in_background)
+                        stage_in_background=asynchronous and self.staging == "background")
         if final:
             self.store.wait()
         stall = time.perf_counter() - t0
@@ -149,7 +148,6 @@ class CheckpointCallback(Callback):
             self.staging, why = choose_staging(c.staging, trainer.device, _state_buffers(trainer.model))
             if why:
                 self.log(why)
-        self._stage_in_background = self.staging == "background"
         for note in self.store.prepare():
             self.log(f"removed {note}")
         if c.resume == "auto":

@@ -13,7 +13,7 @@ writer threads as it opens a file and restored when the file is closed: nothing 
 DCP's stager copies each storage with `UntypedStorage.copy_`, which holds the GIL for the whole copy
 (`Tensor.copy_` releases it). With `checkpoint.staging = "background"` the copy runs in DCP's staging
 thread, so the training thread stopped for up to 9 ms per 32 MB storage and the save's launch took
-0.05 s of a 0.055 s copy in every other save: "background" staging hid nothing. `GilFreeStager` copies
+0.05 s of a 0.055 s copy in every other save: "background" staging hid nothing. `GilFreeStateDictStager` copies
 the cached buffers through uint8 tensor views of the same storages (same bytes, same buffers, no extra
 allocation); a 10-storage, 320 MB copy in a thread left the main thread's longest pause at 0.2 ms
 instead of 9 ms (`docs/checkpoint.md`, Async saves, has the figures).

@@ -131,8 +131,8 @@ class CheckpointConfig:
     dir: str = "checkpoints"  # relative to the run directory (or an absolute path)
     async_save: bool = False  # stage to CPU and write in the background (DCP async_save)
     # async saves' CPU copy: "loop" (the step loop waits for it), "background" (a thread, until the next
-    # optimizer step; a model with buffers falls back to the loop), "auto": the same as background (on CPU
-    # too since the copy releases the GIL: save + next step 0.08-0.12 s faster than the loop, docs/checkpoint.md)
+    # optimizer step; a model with buffers falls back to the loop), "auto": background, except on a CPU node
+    # whose ranks take every core (there the copy slowed DDP steps 6-7 %; docs/checkpoint.md, Async saves)
     staging: str = "auto"
     resume: str = "auto"  # auto: newest valid checkpoint in dir, if any | never
     force_resume: bool = False  # resume even when the checkpoint's config differs
