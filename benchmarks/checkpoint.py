@@ -40,13 +40,13 @@ from stride.checkpoint.callback import choose_staging
 from stride.checkpoint.store import CheckpointStore
 
 
-def build(total_mb: float, width: int = 2048) -> tuple[nn.Module, torch.optim.Optimizer]:
+def build(total_mb: float, width: int = 2048, device: str = "cpu") -> tuple[nn.Module, torch.optim.Optimizer]:
     """An MLP whose params + AdamW state come to about `total_mb` MB."""
     n_params = int(total_mb * 1e6 / 4 / 3)
     layers = max(1, n_params // (width * width + width))
-    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model(torch.randn(4, width)).square().mean().backward()
+    model(torch.randn(4, width, device=device)).square().mean().backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
     return model, opt
@@ -118,6 +118,8 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, fe
     waited = fence() if fence is not None else 0.0
     opt.step()
     opt.zero_grad(set_to_none=True)
+    if x.is_cuda:
+        torch.cuda.synchronize()  # the step's time is the device's, not the launch's
     return waited
 
 
@@ -129,13 +131,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: one rank per core, as stride trains)")
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir on /tmp's disk)")
     ap.add_argument("--variants", action="store_true", help="also: zip CRC32 on, and checksum candidates")
+    ap.add_argument("--device", default="cpu", help="where the model lives: cpu, or cuda (staging is then a "
+                    "device-to-host copy; benchmarks/gpu_check.sh runs it)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model, opt = build(args.mb)
-    x = torch.randn(args.batch, model[0].in_features)
+    model, opt = build(args.mb, device=args.device)
+    x = torch.randn(args.batch, model[0].in_features, device=args.device)
     root = Path(tempfile.mkdtemp(prefix="stride-ckpt-bench-", dir=args.dir))
     store = CheckpointStore(root, keep_last=1, log=lambda m: None)
     meta = {"config_hash": "bench"}
@@ -215,7 +219,7 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in m.items()}
-    auto_mode, _ = choose_staging("auto", torch.device("cpu"), [])
+    auto_mode, _ = choose_staging("auto", torch.device(args.device), [])
 
     def parts_of(prefix: str) -> dict[str, float]:
         return {k.removeprefix(prefix): v for k, v in med.items() if k.startswith(prefix)}
@@ -255,6 +259,7 @@ def main() -> None:
         "repeats": args.repeats,
         "batch": args.batch,
         "torch_threads": torch.get_num_threads(),
+        "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "load_average": os.getloadavg(),
     }
     if args.variants:

@@ -11,7 +11,9 @@
    first). Alternated `--repeats` times; medians. Headline `speedup_vs_torch_dataloader`: float32
    (the store's default dtype); `_bf16` the same with bf16 features (half the bytes: a precision
    trade, not a loader gain). `_cpu`: windows per CPU-second of the process (stride against the
-   in-process DataLoader, num_workers=0), steadier on a shared machine.
+   in-process DataLoader, num_workers=0), steadier on a shared machine. `stride_gather{k}`: the same
+   loader with `data.gather_threads = k` (each batch split over k threads), for every k of 2, 4, 8 up
+   to this host's cores; `best_stride_loader` names the fastest stride row.
 2. Gather bandwidth (`gather_vs_copy`, float32): every way of gathering a batch that was tried, side
    by side, and plain copies of the same bytes on 1 and 2 threads. `gather_bw_fraction_of_copy` = the
    loader's whole gather over a numpy copy; `copy_bound_*`: windows/s if every byte moved at the
@@ -84,7 +86,7 @@ def bf16_copy(src: Path, dst: Path) -> Path:
 
 
 def stride_source(store_path: Path, seq_len: int, horizons: list[int], hints: bool = True,
-                  resident_mb: float = 0, features: Path | None = None) -> RowWindows:
+                  resident_mb: float = 0, features: Path | None = None, gather_threads: int = 1) -> RowWindows:
     """The loader's source over a store, as `build_store_sources` makes it (page hints on unless `hints=False`).
 
     `features`: another store (the bf16 copy) whose rows are the windows; targets stay on `store_path`'s
@@ -96,7 +98,7 @@ def stride_source(store_path: Path, seq_len: int, horizons: list[int], hints: bo
     ranges = np.stack([starts + seq_len - 1, stops - max(horizons)], 1)
     fm, pm = (fs.values_map, st.values_map) if hints else (None, None)
     return RowWindows(fs.values, st.values[:, 0], ranges, seq_len, horizons, feature_map=fm, price_map=pm,
-                      resident_mb=resident_mb, batch_dtype=fs.values.dtype)
+                      resident_mb=resident_mb, batch_dtype=fs.values.dtype, gather_threads=gather_threads)
 
 
 class SliceDataset(torch.utils.data.Dataset):
@@ -383,7 +385,15 @@ def main() -> None:
             out["bandwidth_GBps"] = {k: round(v / 1e9, 2) for k, v in bw.items()}
             print(json.dumps(out))
             return
-        names = ["stride", "stride_1thread", "stride_prefetch", "torch_w0", "torch_w1", "torch_w2"]
+        # `data.gather_threads` = k on hosts with the cores for it (k <= cores): one batch split over k threads
+        cores = len(os.sched_getaffinity(0))
+        ks = [k for k in (2, 4, 8) if k <= cores]
+        ksrcs = {(dt, k): stride_source(store, args.seq_len, horizons, features=bf if dt == "bfloat16" else None,
+                                        gather_threads=k) for dt in srcs for k in ks}
+        for (dt, _k), ks_src in ksrcs.items():
+            same_batches(ks_src, dss[dt], args.batch)
+        names = ["stride", "stride_1thread", "stride_prefetch", *[f"stride_gather{k}" for k in ks],
+                 "torch_w0", "torch_w1", "torch_w2"]
         rates = {dt: {k: [] for k in names} for dt in srcs}
         cpu_rates = {dt: {k: [] for k in names} for dt in srcs}
         rates["float32"]["torch_w0_previous"], cpu_rates["float32"]["torch_w0_previous"] = [], []
@@ -401,6 +411,8 @@ def main() -> None:
                 run(dt, "stride", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
                 torch.set_num_threads(1)
                 run(dt, "stride_1thread", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
+                for k in ks:  # one torch thread in each of the k gathering threads
+                    run(dt, f"stride_gather{k}", lambda s=ksrcs[dt, k]: ShardedLoader(s, args.batch, prefetch=0), nb)
                 torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
                 run(dt, "stride_prefetch", lambda s=s: ShardedLoader(s, args.batch, prefetch=2), nb)
                 for w in (0, 1, 2):
@@ -418,8 +430,9 @@ def main() -> None:
             cpu = {k: statistics.median(v) for k, v in cpu_rates[dt].items()
                    if k in ("stride", "stride_prefetch", "torch_w0", "torch_w0_previous")}
             best_torch = max(med["torch_w0"], med["torch_w1"], med["torch_w2"])
-            best_stride = max(med["stride"], med["stride_1thread"], med["stride_prefetch"])
+            best_stride = max(v for k, v in med.items() if k.startswith("stride"))
             tag = "" if dt == "float32" else "_bf16"
+            out[f"best_stride_loader{tag}"] = max((k for k in med if k.startswith("stride")), key=med.__getitem__)
             out["windows_per_s"][dt] = {k: round(v) for k, v in med.items()}  # type: ignore[index]
             out["windows_per_cpu_s"][dt] = {k: round(v) for k, v in cpu.items()}  # type: ignore[index]
             out[f"speedup_vs_torch_dataloader{tag}"] = best_stride / best_torch
@@ -430,7 +443,7 @@ def main() -> None:
             out[f"copy_bound_speedup_vs_torch_dataloader_cpu{tag}"] = (
                 bw["copy_numpy_per_cpu_s"] / window_bytes / cpu["torch_w0"])
         out["headline"] = "float32 (the store's default dtype; bf16 halves the bytes by dropping precision)"
-        out["gather_threads"] = 1
+        out["gather_threads_tried"] = [1, *ks]
         out["gather_bw_fraction_of_copy"] = bw["gather_full"] / bw["copy_numpy"]
         out["gather_bw_fraction_of_copy_per_cpu_s"] = bw["gather_full_per_cpu_s"] / bw["copy_numpy_per_cpu_s"]
         out["gather_bw_fraction_of_memcpy"] = bw["gather_full"] / bw["copy_memcpy"]

@@ -12,7 +12,9 @@
 #      if pip can reach an index, the `compare` extra and liger-kernel; else the rows say "skipped".
 #      Torch is never installed or replaced: the machine's CUDA build is used as it is.
 #   2. the trainer's CUDA timing path and MFU on tiny runs (fp32 torch ops + AdamW; bf16 Triton ops +
-#      8-bit AdamW): step time, its breakdown, MFU, losses.
+#      8-bit AdamW): step time, its breakdown, MFU, losses. Then benchmarks/checkpoint.py with the model
+#      on the GPU (staging is a device-to-host copy) and benchmarks/data_loader.py on this host's cores
+#      (the loader's speedup over a plain DataLoader where memory bandwidth is higher), 45 s each.
 #   3. benchmarks/kernels.py --results benchmarks/RESULTS.md: every kernel against eager, compile and
 #      Liger, and the optimizers (stride fused / 8-bit Triton against torch fused, bitsandbytes, torchao);
 #      it gets what is left of the budget but 90 s (and stops starting cases after at most 420 s).
@@ -146,6 +148,16 @@ for name, extra in runs.items():
     print(name, json.dumps(row))
 EOF
 
+# 2b. checkpoint staging from the device (issue 5) and the window loader on this many-core host (issue 3) ---
+if [ "$DRY" -eq 0 ]; then
+  run_step checkpoint 45 "$PY" benchmarks/checkpoint.py --mb 400 --repeats 3 --device cuda --json
+  run_step data 45 env OMP_NUM_THREADS=1 "$PY" benchmarks/data_loader.py --mb 256 --repeats 2 --json
+else
+  run_step checkpoint 60 env OMP_NUM_THREADS=1 "$PY" benchmarks/checkpoint.py --mb 40 --repeats 1 --json
+  run_step data 90 env OMP_NUM_THREADS=1 "$PY" benchmarks/data_loader.py --mb 16 --repeats 1 --batches 5 \
+    --steps 5 --json
+fi
+
 # 3. kernels ----------------------------------------------------------------------------------------
 if [ "$DRY" -eq 0 ]; then
   # kernels.py stops starting kernel cases after --budget-s and gives the optimizer rows 60 s more;
@@ -172,7 +184,7 @@ else
 fi
 
 say "total $(( $(date +%s) - START ))s of ${BUDGET}s"
-for step in setup trainer optimizers tests; do  # the kernels table comes last
+for step in setup trainer checkpoint data optimizers tests; do  # the kernels table comes last
   [ -f "$OUTDIR/$step.log" ] || continue
   say ""
   say "== $step (last lines of $OUTDIR/$step.log) =="

@@ -56,6 +56,7 @@ class DataConfig:
     prefetch: int = 2  # batches built ahead in a background thread; 0: none
     pin_memory: bool = True  # pin batches for non_blocking host-to-device copies (CUDA only)
     resident_mb: float = 0.0  # unmap a store's pages once its mapped pages pass this many MiB (flat RSS); 0: never
+    gather_threads: int = 1  # threads gathering each batch of windows (store source); >1 for many-core hosts
 
 
 @dataclass

@@ -172,6 +172,7 @@ def _validate_data(cfg: RunConfig) -> None:
                           f"next to `data.val_fraction` = {d.val_fraction!r}")
     _positive("data.prefetch", d.prefetch, strict=False)
     _positive("data.resident_mb", d.resident_mb, strict=False)
+    _positive("data.gather_threads", d.gather_threads)
     if d.batch_dtype not in DATA_BATCH_DTYPES:
         raise ConfigError(f"`data.batch_dtype` = {d.batch_dtype!r} is not one of {', '.join(DATA_BATCH_DTYPES)}"
                           f"{suggest(d.batch_dtype, list(DATA_BATCH_DTYPES))}")

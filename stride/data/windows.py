@@ -75,6 +75,7 @@ class RowWindows:
         price_map: np.memmap | None = None,
         resident_mb: float = 0,
         batch_dtype: torch.dtype = torch.float32,
+        gather_threads: int = 1,
     ) -> None:
         if batch_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"batch_dtype {batch_dtype} is not torch.float32 or torch.bfloat16")
@@ -93,7 +94,7 @@ class RowWindows:
         self._lo, self._cum, self._horizons = self.lo.numpy(), self.cum.numpy(), self.horizons.numpy()
         self.shift, self.scale = shift, scale
         self.target_scale = target_scale if target_scale is not None else torch.ones(len(horizons))
-        self._gather = WindowGather(features, seq_len)
+        self._gather = WindowGather(features, seq_len, gather_threads)
         # page hints for memory-mapped data (pages.py): (file, first row read relative to the end row, rows)
         max_h = int(self.horizons.max())
         if feature_map is not None and price_map is feature_map:  # one file: history and targets together

@@ -97,3 +97,15 @@ def test_trainer_trains_on_bf16_batches(stores: dict[str, Path], tmp_path: Path,
     res = Trainer(config=cfg, out=str(tmp_path / "run")).fit()
     assert res.summary["steps"] == 4
     assert 0.3 < res.summary["final_train_loss"] < 3 and 0.3 < res.summary["final_val_loss"] < 3
+
+
+@pytest.mark.parametrize("batch_dtype", ["float32", "bfloat16"])
+def test_gather_threads_give_the_same_batches(stores: dict[str, Path], batch_dtype: str) -> None:
+    """`data.gather_threads` from the config to the loader's batches: the same bytes as one thread."""
+    store = stores["bfloat16" if batch_dtype == "bfloat16" else "float32"]
+    extra = ['data.normalize="none"', f'data.batch_dtype="{batch_dtype}"']
+    ref = build_store_sources(_cfg(store, *extra))
+    got = build_store_sources(_cfg(store, *extra, "data.gather_threads=3"))
+    assert got.train._gather.threads == 3  # noqa: SLF001
+    for (xr, yr), (xg, yg) in zip(_batches(ref.train, 5), _batches(got.train, 5), strict=True):
+        assert xg.dtype == xr.dtype and torch.equal(xg.view(torch.int16), xr.view(torch.int16)) and torch.equal(yg, yr)

@@ -44,6 +44,36 @@ def test_window_gather_bf16_strided_and_bounds() -> None:
         WindowGather(rows, 16)(np.array([0, 485]))
 
 
+@pytest.mark.parametrize("threads,b", [(2, 256), (3, 7), (4, 2), (2, 1), (3, 0)])  # fewer windows than threads too
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_threaded_gather_equals_one_thread(threads: int, b: int, dtype: torch.dtype) -> None:
+    rng = np.random.default_rng(3)
+    rows = torch.from_numpy(rng.standard_normal((2000, 6)).astype(np.float32)).to(dtype)
+    starts = rng.integers(0, 2000 - 24 + 1, b)
+    if b >= 2:
+        starts[:2] = [0, 2000 - 24]  # both ends
+    got = WindowGather(rows, 24, threads)(starts)
+    want = WindowGather(rows, 24)(starts)
+    assert got.shape == (b, 24, 6) and got.dtype == dtype and got.is_contiguous()
+    assert torch.equal(got.view(torch.int16) if dtype == torch.bfloat16 else got,
+                       want.view(torch.int16) if dtype == torch.bfloat16 else want)
+    with pytest.raises(IndexError, match=r"outside \[0, 1976\]"):
+        WindowGather(rows, 24, threads)(np.array([0, 1977]))
+
+
+def test_gather_threads_is_checked_and_reaches_the_store_source() -> None:
+    from stride.config import load_config
+    from stride.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"`data.gather_threads` = 0 must be > 0"):
+        load_config(overrides=["data.gather_threads=0"])
+    with pytest.raises(ValueError, match="gather threads = 0"):
+        WindowGather(torch.zeros(10, 2), 4, 0)
+    rows = torch.zeros(100, 3)
+    w = RowWindows(rows, rows[:, 0], np.array([[20, 80]]), 8, [1], gather_threads=2)
+    assert w._gather.threads == 2  # noqa: SLF001
+
+
 def _mapped(tmp_path: Path, n: int = 4096, f: int = 64) -> np.memmap:
     rng = np.random.default_rng(2)
     path = tmp_path / "rows.bin"

@@ -46,10 +46,12 @@ def test_cpu_dry_run_runs_every_step(tmp_path):
     r = run("--cpu-dry-run", "--out", str(tmp_path), timeout=900)
     assert r.returncode == 0, r.stderr
     summary = (tmp_path / "summary.txt").read_text()
-    for step in ("trainer", "kernels", "optimizers"):
+    for step in ("trainer", "checkpoint", "data", "kernels", "optimizers"):
         assert f"[{step}] rc=0" in summary, summary
     trainer = (tmp_path / "trainer.log").read_text()
     assert "fp32-torch-adamw {" in trainer and "bf16-triton-adamw8bit {" in trainer
+    assert '"async_stall_fraction"' in (tmp_path / "checkpoint.log").read_text()
+    assert '"speedup_vs_torch_dataloader"' in (tmp_path / "data.log").read_text()
     # the kernels table is printed last, with the 8-bit kernel's rows
     tail = r.stdout.strip().splitlines()[-12:]
     assert any("stride-8bit " in line for line in tail) and any("stride-8bit-torch" in line for line in tail)
