@@ -6,9 +6,12 @@ the factors on a tiny transformer (1 process at two batch sizes, an MLP at one; 
 ranks (one thread per rank, pinned, gloo) and compares with their measured median step.
 
 The goal is 15% (docs/perfmodel.md reports the measured figures, benchmarks/perfmodel_error.py
---local repeats the check over interleaved rounds); a single round on a machine shared with other
-jobs carries several per cent of noise per run, so this test asserts 30% per run and 15% for the
-median. Per-rank memory of the FSDP2 runs is checked too: parameters and optimizer state are
+--local repeats the check over interleaved rounds); a run on a machine shared with other jobs carries
+several per cent of noise, so this test takes each run's median over 2 interleaved rounds and
+asserts 30% per run and 15% for the median. With 1 round the largest held-out error was 15-38 %
+(2 of 7 runs over 30 %, the same at the commit before, 22 % at most in its 3 runs: noise in the
+12-step runs and in the factors fitted to them); with 2 rounds 12-20 % in 2 runs, 44 s longer.
+Per-rank memory of the FSDP2 runs is checked too: parameters and optimizer state are
 sharded as predicted.
 """
 
@@ -25,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_local_predictions_within_tolerance(tmp_path: Path) -> None:
-    res = local_check(tmp_path, steps=12, rounds=1, log=print)
+    res = local_check(tmp_path, steps=12, rounds=2, log=print)
     for r in res["calibration"] + res["held_out"]:
         print(f"{Path(r['run']).name:22s} measured {r['measured_step_s'] * 1e3:7.1f} ms  predicted "
               f"{r['predicted_step_s'] * 1e3:7.1f} ms  {r['err_pct']:+6.1f}%")
