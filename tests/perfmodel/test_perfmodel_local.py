@@ -9,8 +9,9 @@ The goal is 15% (docs/perfmodel.md reports the measured figures, benchmarks/perf
 --local repeats the check over interleaved rounds); a run on a machine shared with other jobs carries
 several per cent of noise, so this test takes each run's median over 2 interleaved rounds and
 asserts 30% per run and 15% for the median. With 1 round the largest held-out error was 15-38 %
-(2 of 7 runs over 30 %, the same at the commit before, 22 % at most in its 3 runs: noise in the
-12-step runs and in the factors fitted to them); with 2 rounds 12-20 % in 2 runs, 44 s longer.
+in 4 runs, 2 of them over 30 % (and 16-22 % in 3 runs of the commit before, which runs the same code
+on this path): noise in the 12-step runs and in the factors fitted to them. With 2 rounds: 12-20 %
+in 2 runs, 44 s longer.
 Per-rank memory of the FSDP2 runs is checked too: parameters and optimizer state are
 sharded as predicted.
 """
