@@ -194,7 +194,9 @@ class CheckpointCallback(Callback):
             if self.last_saved != trainer.step:
                 self.save(trainer, final=True)
             self.store.close()
-            self.signal.uninstall()
+            # The handler stays: a copy of the stop signal that comes in while the process exits (torchrun's
+            # agent forwarding it late) is still absorbed; a stop signal after the window goes to the handler
+            # that was there before, as it would after uninstall. The next run's install replaces it.
             copies = self.signal.repeats
             self.log(f"{name} at step {trainer.step}{'' if local else ' (received by another rank)'}: checkpoint "
                      f"{self.store.folder(trainer.step).name} committed in {time.perf_counter() - t0:.2f} s; "

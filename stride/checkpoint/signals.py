@@ -6,7 +6,8 @@ every process of a job (Slurm at preemption) reaches a worker directly and again
 which forwards what it gets (and forwards once more if a second signal interrupts its shutdown), all
 within milliseconds; before this window the second copy ended the worker at once, without its
 checkpoint. A stop signal after the window restores the previous handler and re-sends itself, so an
-impatient operator (or a stuck step) can still end the process.
+impatient operator (or a stuck step) can still end the process. After a stop's final checkpoint the
+handler is left installed while the process exits, so a late copy is absorbed there too.
 """
 
 from __future__ import annotations
