@@ -34,6 +34,9 @@ def check(impl_fn, ref_fn, inputs, dtype, seed, out_dtype=None):
     ref = ref_fn(*ref_in)
     errs = {"out": rel(out, ref)}
     g = torch.randn(out.shape, dtype=torch.float64, device=DEV)
+    # |g| >= 0.5: a tiny upstream gradient pushes fp16 input gradients into subnormals (seed 1566849592:
+    # g = -0.0012 on a scalar loss, gradients ~3e-7, 1.5 % error), which measures fp16's range, not the op
+    g = g.sign() * (0.5 + g.abs())
     diff = [t for t in inputs if t.requires_grad]
     got_g = torch.autograd.grad(out, diff, g.to(out.dtype))
     ref_g = torch.autograd.grad(ref, [t for t in ref_in if t.requires_grad], g)
