@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from ckpt_helpers import Crash, CrashAt, fit, write_config
-from test_checkpoint_distributed_faults import HERE, _launch
+from test_checkpoint_distributed_faults import HERE, _finish, _launch
 
 from stride.checkpoint import ConfigMismatchError
 from stride.train.trainer import Callback, Trainer
@@ -82,17 +82,8 @@ def test_saved_by_two_ranks_resumes_in_one_process(tmp_path: Path, capsys, refer
     out = tmp_path / "run"
     cfg = write_config(tmp_path / "run.toml", layout, "checkpoint.every=0")
     # both ranks signalled after step 5's vote stop after step 6 with one checkpoint (the preemption path)
-    procs = _launch(HERE / "ckpt_signal_driver.py", ["train", str(cfg), "--out", str(out), "--no-progress"],
-                    SELF_SIGNAL="0:5:end:TERM,1:5:end:TERM")
-    try:
-        errs = [p.communicate(timeout=150)[1] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    for p, err in zip(procs, errs, strict=True):
-        assert p.returncode == 0, err[-3000:]
+    _finish(_launch(HERE / "ckpt_signal_driver.py", ["train", str(cfg), "--out", str(out), "--no-progress"],
+                    SELF_SIGNAL="0:5:end:TERM,1:5:end:TERM"))
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["step_00000006"]
     rec = FinalParams()
     s = fit(out, "checkpoint.every=0", callbacks=[rec])  # the same config at one process, no force_resume
@@ -119,16 +110,7 @@ def test_fsdp_async_saves_with_background_staging_resume_bit_for_bit(tmp_path: P
                        "checkpoint.keep_last=5", "checkpoint.async_save=true", "checkpoint.staging=background")
 
     def run(out: Path) -> dict:
-        procs = _launch(HERE / "ckpt_signal_driver.py", ["train", str(cfg), "--out", str(out), "--no-progress"])
-        try:
-            errs = [p.communicate(timeout=150)[1] for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.communicate()
-        for p, err in zip(procs, errs, strict=True):
-            assert p.returncode == 0, err[-3000:]
+        _finish(_launch(HERE / "ckpt_signal_driver.py", ["train", str(cfg), "--out", str(out), "--no-progress"]))
         return json.loads((out / "summary.json").read_text())
 
     whole = run(tmp_path / "whole")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from ckpt_helpers import write_config
-from test_checkpoint_distributed_faults import HERE, _launch
+from test_checkpoint_distributed_faults import HERE, _finish, _launch
 
 from stride.checkpoint import verify
 from stride.checkpoint.guard import decode_vote, encode_vote
@@ -45,22 +45,6 @@ def test_the_vote_combines_skip_rollback_and_stop_across_ranks(votes, expected) 
 
 def _run(cfg: Path, out: Path, **env: str) -> list[subprocess.Popen]:
     return _launch(DRIVER, ["train", str(cfg), "--out", str(out), "--no-progress"], **env)
-
-
-def _finish(procs: list[subprocess.Popen], timeout: float = 150) -> list[str]:
-    """Wait for every rank (hard limit), then return their stderr; all must exit 0."""
-    errs = []
-    try:
-        for p in procs:
-            errs.append(p.communicate(timeout=timeout)[1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    for rank, (p, err) in enumerate(zip(procs, errs, strict=True)):
-        assert p.returncode == 0, f"rank {rank} exited with {p.returncode}:\n{err[-3000:]}"
-    return errs
 
 
 def _sha(out: Path) -> str:
