@@ -1,7 +1,8 @@
 """What a sweep shows while it runs: the sweep's progress and each variant's steps, with ETAs.
 
-On a terminal: two rich bars, the sweep (variants done of planned, ETA from the steps still to run at
-the pace measured so far) and the running variant (its training steps, ETA from its own pace). In a
+On a terminal: two rich bars, the sweep (variants done of planned; ETA from each workload's measured
+seconds per step, or for a workload not run yet the mean time of a finished variant) and the running
+variant (its training steps, ETA from its own pace). In a
 log or CI (no terminal): one line when a variant starts and ends, and a line every `heartbeat_s`
 seconds while it runs, so a long sweep never goes quiet.
 """
@@ -54,7 +55,8 @@ class SweepProgress:
         self.heartbeat_s = heartbeat_s
         self.done: list[str] = []
         self.measured_s = 0.0  # wall seconds of variants run in this process
-        self.measured_steps = 0
+        self.pace: dict[str, float] = {}  # workload -> seconds per planned step, from its last variant run here
+        self.pace_runs: list[str] = []
         self._current: str | None = None
         self._t0 = self._last_beat = 0.0
         self._step = 0
@@ -68,11 +70,23 @@ class SweepProgress:
             self._bar.start()
 
     def eta_s(self) -> float | None:
-        """Seconds left for the variants not yet finished, at this process's measured seconds per step."""
-        if not self.measured_steps:
+        """Seconds left for the variants not yet finished: a workload measured here before at its seconds per
+        step, another at the mean seconds of the variants finished here (workloads differ 10x per step)."""
+        if not self.pace:
             return None
-        left = sum(self.steps[n] for n in self.order if n not in self.done) - self._step
-        return max(left, 0) * self.measured_s / self.measured_steps
+        mean = self.measured_s / len(self.pace_runs)
+        left = 0.0
+        for n in self.order:
+            if n in self.done:
+                continue
+            pace = self.pace.get(n.split("+")[0])
+            left += pace * self.steps[n] if pace is not None else mean
+            if n == self._current and pace is not None:
+                left -= pace * self._step
+        return max(left, 0.0)
+
+    def _eta_text(self) -> str:
+        return "sweep done" if len(self.done) == len(self.order) else f"sweep ETA {fmt_duration(self.eta_s())}"
 
     def _line(self, text: str) -> None:
         if self._bar is not None:
@@ -97,12 +111,10 @@ class SweepProgress:
             if self._variant is not None:
                 self._bar.remove_task(self._variant)
             self._variant = self._bar.add_task(f"  {name}", total=self.steps[name] or None, note="")
-            self._bar.update(self._sweep, description=f"sweep {k}/{len(self.order)}",
-                             note=f"sweep ETA {fmt_duration(self.eta_s())}")
+            self._bar.update(self._sweep, description=f"sweep {k}/{len(self.order)}", note=self._eta_text())
         else:
             runs_txt = f", {runs} runs" if runs > 1 else ""
-            self._line(f"[{k}/{len(self.order)}] {name}: {self.steps[name]} steps{runs_txt} ...; sweep ETA "
-                       f"{fmt_duration(self.eta_s())}")
+            self._line(f"[{k}/{len(self.order)}] {name}: {self.steps[name]} steps{runs_txt} ...; {self._eta_text()}")
 
     def step(self, completed: int) -> None:
         self._step = completed
@@ -121,13 +133,14 @@ class SweepProgress:
     def finish(self, name: str, entry: dict[str, Any]) -> None:
         seconds = time.perf_counter() - self._t0
         self.measured_s += seconds
-        self.measured_steps += self.steps[name]
+        self.pace[name.split("+")[0]] = seconds / max(self.steps[name], 1)
+        self.pace_runs.append(name)
         self._step = 0
         self.done.append(name)
         msg = (f"[{len(self.done)}/{len(self.order)}] {name} done in {fmt_duration(seconds)} "
-               f"({_tput(entry['throughput'])}); results.json updated; sweep ETA {fmt_duration(self.eta_s())}")
+               f"({_tput(entry['throughput'])}); results.json updated; {self._eta_text()}")
         if self._bar is not None:
-            self._bar.update(self._sweep, completed=len(self.done), note=f"sweep ETA {fmt_duration(self.eta_s())}")
+            self._bar.update(self._sweep, completed=len(self.done), note=self._eta_text())
         self._line(msg)
 
     def close(self) -> None:

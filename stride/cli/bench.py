@@ -18,10 +18,12 @@ from typing import Any
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", default="quick", help="quick (default, ~1-2 min on 2 CPU cores), standard, full")
+    p.add_argument("--suite", default="quick", help="quick (default; make bench: ~25 s on 2 CPU cores at load "
+                   "average 2.6, docs/bench.md), standard, full")
     p.add_argument("--workloads", nargs="+", default=None, help="run these workloads instead of a suite's")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--out", default=None, help="results directory (default runs/bench-<stamp>)")
+    p.add_argument("--out", default=None, help="results directory (default runs/bench-<stamp>); results.json is "
+                   "rewritten after every run, and the same command with the same --out resumes a stopped sweep")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value in every workload (changes what is measured)")
     p.add_argument("--sweep", choices=("batch", "tradeoffs", "ttt", "world"), default=None,

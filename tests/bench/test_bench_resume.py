@@ -134,13 +134,22 @@ def test_journal_writes_partial_results_and_refuses_what_would_mix(tmp_path) -> 
 def test_progress_log_lines_carry_steps_and_eta(capsys) -> None:
     from rich.console import Console
 
-    p = SweepProgress([("a", 4), ("b", 4)], Console(stderr=True, force_terminal=False), live=False, heartbeat_s=0.0)
-    p.start("a")
+    p = SweepProgress([("w+a", 4), ("w+b", 400), ("v", 4)], Console(stderr=True, force_terminal=False), live=False,
+                      heartbeat_s=0.0)
+    p.start("w+a")
     p.step(2)
-    p.finish("a", _entry("a"))
-    p.start("b")
+    p.finish("w+a", _entry("w+a"))
     err = capsys.readouterr().err
-    assert "[1/2] a: 4 steps ...; sweep ETA unknown" in err  # nothing measured yet
-    assert "a: step 2/4" in err and "ETA" in err
-    assert "[1/2] a done in" in err and "10 samples/s" in err and "results.json updated" in err
-    assert "[2/2] b: 4 steps ...; sweep ETA 0s" in err  # from a's measured pace: 4 steps left
+    assert "[1/3] w+a: 4 steps ...; sweep ETA unknown" in err  # nothing measured yet
+    assert "w+a: step 2/4" in err and "ETA" in err
+    assert "[1/3] w+a done in" in err and "10 samples/s" in err and "results.json updated" in err
+    p.pace["w"], p.measured_s = 0.5, 3.0  # as if w+a took 3 s for its 4 steps... at 0.5 s per step
+    assert p.eta_s() == pytest.approx(0.5 * 400 + 3.0)  # w+b at w's pace; v (not run yet) at the mean variant time
+    p.start("w+b")
+    p.step(100)
+    assert p.eta_s() == pytest.approx(0.5 * 300 + 3.0)
+    p.finish("w+b", _entry("w+b"))
+    p.start("v")
+    p.finish("v", _entry("v"))
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("[3/3] v done in") and last.endswith("sweep done")

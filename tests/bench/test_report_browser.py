@@ -83,12 +83,14 @@ def _overlap(a: list[float], b: list[float], slack: float = 0.5) -> bool:
     return a[0] < b[2] - slack and b[0] < a[2] - slack and a[1] < b[3] - slack and b[1] < a[3] - slack
 
 
-def test_report_is_readable_in_a_headless_browser(tmp_path) -> None:
+def test_report_is_readable_in_a_headless_browser(tmp_path, monkeypatch) -> None:
     chromium, driver_bin = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver_bin):
         pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
     webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install -e '.[dev]')")
     from selenium.webdriver.chrome.service import Service
+
+    monkeypatch.setenv("SE_OFFLINE", "true")  # the driver and browser are given: Selenium Manager fetches nothing
 
     (tmp_path / "results.json").write_text(json.dumps(_results(tmp_path)))
     assert main(["report", str(tmp_path)]) == 0
