@@ -13,15 +13,7 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from stride.train.trainer import Callback
 
@@ -63,8 +55,8 @@ class SweepProgress:
         self._bar: Progress | None = None
         if self.live:
             self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                 TextColumn("{task.fields[note]}"), console=self.console, refresh_per_second=4)
+                                 TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=self.console,
+                                 refresh_per_second=4)
             self._sweep = self._bar.add_task("sweep", total=len(planned), note="")
             self._variant: TaskID | None = None
             self._bar.start()
@@ -118,15 +110,17 @@ class SweepProgress:
 
     def step(self, completed: int) -> None:
         self._step = completed
-        if self._bar is not None and self._variant is not None:
-            self._bar.update(self._variant, completed=completed)
-            return
         now = time.perf_counter()
+        total = self.steps[self._current or ""]
+        left = (total - completed) * (now - self._t0) / completed if completed else None
+        if self._bar is not None and self._variant is not None:
+            if now - self._last_beat >= 0.25:  # the bar redraws 4 times a second
+                self._last_beat = now
+                self._bar.update(self._variant, completed=completed, note=f"ETA {fmt_duration(left)}")
+                self._bar.update(self._sweep, note=self._eta_text())
+            return
         if now - self._last_beat >= self.heartbeat_s:
             self._last_beat = now
-            total = self.steps[self._current or ""]
-            rate = (now - self._t0) / completed if completed else None
-            left = (total - completed) * rate if rate is not None else None
             self._line(f"  {self._current}: step {completed}/{total}, {fmt_duration(now - self._t0)} so far, "
                        f"ETA {fmt_duration(left)}")
 

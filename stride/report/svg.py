@@ -92,22 +92,21 @@ class Frame:
             self.out.append(f'<text class="axis-title y" x="{x:.1f}" y="{y:.1f}" text-anchor="middle" '
                             f'transform="rotate(-90 {x:.1f} {y:.1f})">{escape(self.ytitle)}</text>')
 
-    def xticks(self, axis: Axis) -> None:
+    def ticks(self, axis: Axis, which: str) -> None:
+        """Tick marks, grid lines and labels along the x (below the data) or y (left of it) axis."""
         for v, label in zip(axis.ticks, axis.labels, strict=True):
-            x = self.sx(axis, v)
-            self.out.append(f'<g class="tick x"><line x1="{x:.1f}" y1="{self.bottom:.1f}" x2="{x:.1f}" '
-                            f'y2="{self.bottom + TICK:.1f}" stroke="#333"/><line x1="{x:.1f}" y1="{self.top:.1f}" '
-                            f'x2="{x:.1f}" y2="{self.bottom:.1f}" stroke="#eee"/><text x="{x:.1f}" '
-                            f'y="{self.bottom + TICK + FONT:.1f}" text-anchor="middle">{escape(label)}</text></g>')
-
-    def yticks(self, axis: Axis) -> None:
-        for v, label in zip(axis.ticks, axis.labels, strict=True):
-            y = self.sy(axis, v)
-            self.out.append(f'<g class="tick y"><line x1="{self.left - TICK:.1f}" y1="{y:.1f}" '
-                            f'x2="{self.left:.1f}" y2="{y:.1f}" stroke="#333"/><line x1="{self.left:.1f}" '
-                            f'y1="{y:.1f}" x2="{self.right:.1f}" y2="{y:.1f}" stroke="#eee"/><text '
-                            f'x="{self.left - TICK - 3:.1f}" y="{y + FONT / 2 - 1:.1f}" text-anchor="end">'
-                            f'{escape(label)}</text></g>')
+            if which == "x":
+                p = self.sx(axis, v)
+                mark, grid = (p, self.bottom, p, self.bottom + TICK), (p, self.top, p, self.bottom)
+                at, anchor = (p, self.bottom + TICK + FONT), "middle"
+            else:
+                p = self.sy(axis, v)
+                mark, grid = (self.left - TICK, p, self.left, p), (self.left, p, self.right, p)
+                at, anchor = (self.left - TICK - 3, p + FONT / 2 - 1), "end"
+            lines = "".join(f'<line x1="{a:.1f}" y1="{b:.1f}" x2="{c:.1f}" y2="{d:.1f}" stroke="{colour}"/>'
+                            for (a, b, c, d), colour in ((mark, "#333"), (grid, "#eee")))
+            self.out.append(f'<g class="tick {which}">{lines}<text x="{at[0]:.1f}" y="{at[1]:.1f}" '
+                            f'text-anchor="{anchor}">{escape(label)}</text></g>')
 
     def close(self, swatch: str = "line") -> str:
         x0 = self.right + 16
@@ -147,8 +146,8 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xtitle:
     colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
     f = Frame(title, xtitle, ytitle, ya.labels, [(n, colours[n]) for n in series])
     f.open()
-    f.yticks(ya)
-    f.xticks(xa)
+    f.ticks(ya, "y")
+    f.ticks(xa, "x")
     if reference is not None:
         y = f.sy(ya, reference)
         f.out.append(f'<line class="reference" x1="{f.left:.1f}" y1="{y:.1f}" x2="{f.right:.1f}" y2="{y:.1f}" '
@@ -182,7 +181,7 @@ def hbar_chart(bars: dict[str, dict[str, float]], title: str, xtitle: str, *,
     names = list(bars)
     f = Frame(title, xtitle, "", names, legend, plot_h=max(2 * ROW, 22 * len(names) + 8))
     f.open()
-    f.xticks(xa)
+    f.ticks(xa, "x")
     for i, name in enumerate(names):
         y = f.top + 4 + 22 * i
         x = f.left
