@@ -108,6 +108,8 @@ def test_compare_json_prints_only_json(tmp_path, capsys) -> None:
     rows = json.loads(out.out)  # the whole of stdout is one JSON document
     assert rows[0]["name"] == "p" and rows[0]["verdict"] == "within noise"
     assert "stopped sweep: 1 of 2 runs" in out.err  # notes go to stderr
+    assert main(["report", str(tmp_path)]) == 0
+    assert "stopped after 1 of 2 runs (not measured: p2)" in (tmp_path / "report.html").read_text()
 
 
 def test_recommendations_never_call_a_lone_config_fastest_nor_print_dash_usd(tmp_path) -> None:
