@@ -259,5 +259,14 @@ def test_world_sweep_real_run(tmp_path, capsys) -> None:
         assert 0.0 <= pts[("ddp", "weak", 2)]["runqueue_wait_share"] < 1.0
     out = capsys.readouterr().out
     assert "scaling (efficiency 1.0 = ideal" in out
+    # rerun with the same --out: every run finished with the same config, so none is launched again
+    summary = tmp_path / "mlp_tiny+ddp-weak-n2" / "rep0" / "run" / "summary.json"
+    before = summary.stat().st_mtime_ns
+    assert main(["bench", "--sweep", "world", "--workloads", "mlp_tiny", "--world-sizes", "1,2", "--out",
+                 str(tmp_path), "--strategies", "ddp", "--scaling", "weak", "strong", *small, "--no-report"]) == 0
+    again = load_results(tmp_path / "results.json")
+    assert summary.stat().st_mtime_ns == before
+    assert [p["throughput"] for p in again["scaling"]["points"]] == [p["throughput"] for p in res["scaling"]["points"]]
+    capsys.readouterr()
     assert main(["report", str(tmp_path)]) == 0
     assert "scaling efficiency against world size (1 = ideal)" in (tmp_path / "report.html").read_text()
