@@ -27,14 +27,16 @@ def throughput_windows(step_times: list[float], skip: int, batch: int, repeats: 
 
 
 def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | None = None,
-                 suffix: str = "") -> dict[str, Any]:
-    """Train workload `w` (plus `extra` overrides) once; `suffix` names a sweep variant (`name+variant`)."""
+                 suffix: str = "", callbacks: list[Any] | None = None) -> dict[str, Any]:
+    """Train workload `w` (plus `extra` overrides) once; `suffix` names a sweep variant (`name+variant`);
+    `callbacks` (the sweep's step display) go to the Trainer and measure nothing."""
     name = w.name + suffix
     if w.kind == "ppo":
         return run_ppo_workload(w, name, device, extra)
     cfg = workload_config(w, name, device, extra)
-    trainer = Trainer(config=cfg, out=(out / name) if out else None, write_run_dir=out is not None)
-    result = trainer.fit()  # the same Trainer as `stride train`, no extra callback
+    trainer = Trainer(config=cfg, out=(out / name) if out else None, write_run_dir=out is not None,
+                      callbacks=callbacks)
+    result = trainer.fit()  # the same Trainer as `stride train`
     s = result.summary
     per_step = cfg.train.batch_size * (cfg.data.seq_len if w.throughput_unit == "tokens/s" else 1)
     windows = throughput_windows(trainer.timer.step_seconds, cfg.metrics.skip_steps, per_step)

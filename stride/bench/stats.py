@@ -15,6 +15,13 @@ def spread(values: list[float]) -> dict[str, float | int | None]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "cv": cv, "n": len(values)}
 
 
+def spread_text(t: dict) -> str:
+    """A throughput's cv for a table, or "1 run" where there is one measurement (its cv of 0 says nothing)."""
+    if t.get("n") == 1 or (t.get("n") is None and t.get("cv") == 0.0 and t.get("min") == t.get("max")):
+        return "1 run"
+    return "-" if t.get("cv") is None else f"{100 * t['cv']:.1f}%"
+
+
 def bootstrap_ci(values: list[float], stat: Callable[[list[float]], float] = statistics.median, level: float = 0.95,
                  resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile-bootstrap interval of `stat` over `values` (resampled with replacement, fixed seed).

@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
+from stride.bench.stats import spread_text
+
 
 def results_table(results: dict[str, Any]) -> Table:
     table = Table(title=f"stride bench: {results['suite']} suite")
@@ -22,7 +24,7 @@ def results_table(results: dict[str, Any]) -> Table:
         table.add_row(
             w["name"],
             f"{t['median']:,.0f} {t['unit']}" if t["median"] else "-",
-            f"{100 * t['cv']:.1f}%" if t["cv"] is not None else "-",
+            spread_text(t),
             f"{100 * w['mfu']:.1f}%" if w["mfu"] is not None else "-",
             f"{w['peak_mem_bytes'] / 2**20:,.0f} MiB",
             parts,

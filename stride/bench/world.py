@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stride.bench.pinning import CorePlan, core_plan
+from stride.bench.progress import fmt_duration
 from stride.bench.rank_entry import SCHED_ENV
 from stride.bench.runner import make_entry, workload_config
 from stride.bench.scaling import Point, plan_points, point_record
@@ -76,8 +78,14 @@ def run_point(w: Workload, p: Point, device: str, run_dir: Path, extra: list[str
     resolve_layout(cfg.parallel, p.world_size)  # a bad layout fails here, before torchrun starts
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "sweep_config.toml"
-    config_path.write_text(config_to_toml(cfg))
     out = run_dir / "run"
+    text = config_to_toml(cfg)
+    if (out / "summary.json").is_file() and config_path.is_file() and config_path.read_text() == text:
+        # a stopped sweep rerun with the same --out: this run finished with the same config, keep it
+        return cfg, _checked_summary(w, p, run_dir, json.loads((out / "summary.json").read_text()), [])
+    if out.exists():  # a run stopped mid-way (or with another config): not a result, start afresh
+        shutil.rmtree(out)
+    config_path.write_text(text)
     cmd = rank_command([*ENTRY, "train", str(config_path), "--out", str(out), "--no-progress"], p.world_size)
     env = {**rank_env(plan, 1 if cpu else cfg.train.threads), SCHED_ENV: str(run_dir)}
     failures: list[str] = []
@@ -98,13 +106,17 @@ def run_point(w: Workload, p: Point, device: str, run_dir: Path, extra: list[str
     else:
         raise SweepError(f"{w.name} {p.label} on {p.world_size} rank(s) failed; logs in {run_dir}:\n"
                          + "\n".join(failures))
-    summary = json.loads(summary_path.read_text())
+    return cfg, _checked_summary(w, p, run_dir, json.loads(summary_path.read_text()), failures)
+
+
+def _checked_summary(w: Workload, p: Point, run_dir: Path, summary: dict[str, Any], failures: list[str]
+                     ) -> dict[str, Any]:
     if summary.get("world_size") != p.world_size:
         raise SweepError(f"{w.name} {p.label}: the trainer ran on {summary.get('world_size')} rank(s), "
                          f"not {p.world_size}")
     summary["runqueue_wait_share"] = runqueue_wait_share(run_dir, p.world_size)
     summary["launch_retries"] = failures
-    return cfg, summary
+    return summary
 
 
 def worker_error(stderr: str, lines: int = 12) -> str:
@@ -170,14 +182,17 @@ def world_sweep(w: Workload, device: str, out: Path, world_sizes: list[int], str
     for n, plan in sorted(plans.items()):
         log(f"  {n} rank(s): {plan.describe()}")
     runs: dict[Point, list[tuple[Any, dict[str, Any]]]] = {p: [] for p in points}
+    total, done, t0 = repeats * len(points), 0, time.perf_counter()
     for r in range(repeats):
         order = points if r % 2 == 0 else points[::-1]
         for p in order:
             d = out / f"{w.name}+{p.label}" / f"rep{r}"
             cfg, s = run_point(w, p, dev, d, extra, plans[p.world_size])
             runs[p].append((cfg, s))
-            log(f"  round {r + 1}/{repeats} {p.label:16s} {throughput_of(s, w.throughput_unit):12,.0f} "
-                f"{w.throughput_unit}")
+            done += 1
+            left = (time.perf_counter() - t0) / done * (total - done)
+            log(f"  [{done}/{total}] round {r + 1}/{repeats} {p.label:16s} "
+                f"{throughput_of(s, w.throughput_unit):12,.0f} {w.throughput_unit}; ETA {fmt_duration(left)}")
     base = points[0]
     base_tputs = [throughput_of(s, w.throughput_unit) for _, s in runs[base]]
     base_sums = [s for _, s in runs[base]]

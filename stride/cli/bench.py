@@ -8,16 +8,22 @@ each process count (stride.bench.world).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", default="quick", help="quick (default, ~1-2 min on 2 CPU cores), standard, full")
+    p.add_argument("--suite", default="quick", help="quick (default; make bench: ~25 s on 2 CPU cores at load "
+                   "average 2.6, docs/bench.md), standard, full")
     p.add_argument("--workloads", nargs="+", default=None, help="run these workloads instead of a suite's")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--out", default=None, help="results directory (default runs/bench-<stamp>)")
+    p.add_argument("--out", default=None, help="results directory (default runs/bench-<stamp>); results.json is "
+                   "rewritten after every run, and the same command with the same --out resumes a stopped sweep")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value in every workload (changes what is measured)")
     p.add_argument("--sweep", choices=("batch", "tradeoffs", "ttt", "world"), default=None,
@@ -46,15 +52,8 @@ def register(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from stride.bench.results import make_results
-    from stride.bench.runner import run_workload
-    from stride.bench.sweeps import batch_sweep, time_to_target, tradeoff_matrix
-    from stride.bench.table import results_table, scaling_table, tradeoff_table
     from stride.bench.workloads import SUITES, WORKLOADS
-    from stride.bench.world import load_avg, scaling_section, world_sweep
     from stride.config.errors import ConfigError, suggest
-    from stride.metrics.env import fingerprint
-    from stride.metrics.run_dir import RunDir
 
     if args.suite not in SUITES:
         raise ConfigError(f"--suite {args.suite!r} is not a suite{suggest(args.suite, list(SUITES))}; "
@@ -65,61 +64,113 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--workloads: {n!r} is not a workload{suggest(n, list(WORKLOADS))}; "
                               f"workloads are {', '.join(WORKLOADS)}")
     out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir = RunDir(out)
     console = Console(stderr=True)
-    entries = []
-    matrices = {}
-    ttts = {}
-    world = _world_args(args) if args.sweep == "world" else None
-    scaling_points: list = []
-    plans: dict = {}
-    load_before = load_avg()
-    for n in names:
-        console.print(f"[bold]bench[/] {n} ...")
-        if args.sweep == "batch":
-            entries += batch_sweep(WORKLOADS[n], args.device, out, args.batch_sizes, args.overrides)
-        elif args.sweep == "ttt":
-            res = time_to_target(WORKLOADS[n], args.device, out, args.seeds, args.overrides)
-            entries += res.pop("entries")
-            ttts[n] = res
-            sec = res["seconds"]
-            console.print(f"  time to target {res['target_val_loss']}: median {sec['median']} s "
-                          f"(min {sec['min']}, max {sec['max']}), missed {res['missed']} of {res['runs']}")
-        elif args.sweep == "world":
-            assert world is not None
-            e, pts, plans = world_sweep(WORKLOADS[n], args.device, out, *world, args.overrides, args.repeats,
-                                       log=console.print)
-            entries += e
-            scaling_points += pts
-        elif args.sweep == "tradeoffs":
-            e, matrices[n] = tradeoff_matrix(WORKLOADS[n], args.device, out, args.variants, args.overrides)
-            entries += e
-        else:
-            entries.append(run_workload(WORKLOADS[n], args.device, out, args.overrides))
-    suite = f"{args.sweep}-sweep" if args.sweep else ("custom" if args.workloads else args.suite)
-    scaling = (scaling_section(scaling_points, plans, args.repeats, (load_before, load_avg()))
-               if args.sweep == "world" else None)
-    results = make_results(suite, fingerprint(), entries, scaling)
-    if matrices:
-        results["tradeoffs"] = matrices
-    if ttts:
-        results["time_to_target"] = ttts
-    run_dir.write_json("results.json", results)
-    term = Console()
-    out_console = term if term.is_terminal else Console(width=160)  # wide tables in CI logs and files
-    out_console.print(results_table(results))
-    for n, matrix in matrices.items():
-        out_console.print(tradeoff_table(n, matrix))
-    if scaling is not None:
-        out_console.print(scaling_table(scaling))
-        if args.repeats == 1:
-            out_console.print("one run per point: no spread; on a shared machine use --repeats 3 or more")
+    if args.sweep == "world":
+        results = _world(args, names, out, console)
+    else:
+        results = _variants(args, names, out, console)
+        if results is None:
+            return 130  # stopped (Ctrl-C, SIGTERM): what finished is in results.json, the rerun resumes
+    _print_tables(results, args)
     print(f"results: {out / 'results.json'}")
     if not args.no_report:
         _write_report(out, args.prices)
     if args.json:
         print(json.dumps(results, default=str))
     return 0
+
+
+def _variants(args: argparse.Namespace, names: list[str], out: Path, console: Any) -> dict[str, Any] | None:
+    """Suite, batch, tradeoff and ttt sweeps: variants one by one, results.json after each, resumable."""
+    from stride.bench.journal import ResultsJournal
+    from stride.bench.progress import SweepProgress
+    from stride.bench.sweeps import plan_sweep, run_sweep, sweep_sections
+    from stride.bench.workloads import WORKLOADS
+    from stride.metrics.env import fingerprint
+
+    plan = plan_sweep(args.sweep, [WORKLOADS[n] for n in names], args.overrides, batch_sizes=args.batch_sizes,
+                      variants=args.variants, seeds=args.seeds)
+    suite = f"{args.sweep}-sweep" if args.sweep else ("custom" if args.workloads else args.suite)
+    journal = ResultsJournal(out, suite, fingerprint(), [v.name for v in plan], sweep_sections(args.sweep))
+    console.print(f"[bold]bench[/] {len(plan)} run(s) of {', '.join(names)}; {out / 'results.json'} is rewritten "
+                  f"after each; if stopped, the same command with --out {out} resumes", highlight=False, soft_wrap=True)
+    progress = SweepProgress([(v.name, v.steps(args.device)) for v in plan], console)
+    try:
+        with _stop_on_sigterm():
+            run_sweep(plan, args.device, journal, progress, out)
+    except KeyboardInterrupt as exc:
+        progress.close()
+        done = len(journal.entries)
+        where = f"are in {out / 'results.json'}" if done else "(none finished, nothing written)"
+        console.print(f"stopped ({exc.args[0] if exc.args else 'interrupted'}): {done} of {len(plan)} run(s) "
+                      f"finished {where}; rerun with --out {out} to resume", highlight=False, soft_wrap=True)
+        return None
+    finally:
+        progress.close()
+    results = journal.write()
+    if args.sweep == "ttt":
+        for n, r in results["time_to_target"].items():
+            sec = r["seconds"]
+            console.print(f"  {n}: time to target {r['target_val_loss']}: median {sec['median']} s "
+                          f"(min {sec['min']}, max {sec['max']}), missed {r['missed']} of {r['runs']}")
+    return results
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, `kill`) ends the sweep like Ctrl-C: the partial results are reported."""
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _world(args: argparse.Namespace, names: list[str], out: Path, console: Any) -> dict[str, Any]:
+    from stride.bench.results import make_results
+    from stride.bench.workloads import WORKLOADS
+    from stride.bench.world import load_avg, scaling_section, world_sweep
+    from stride.metrics.env import fingerprint
+    from stride.metrics.run_dir import RunDir
+
+    world = _world_args(args)
+    entries: list[dict[str, Any]] = []
+    points: list[dict[str, Any]] = []
+    plans: dict = {}
+    load_before = load_avg()
+    for n in names:
+        console.print(f"[bold]bench[/] {n}: world sweep ...")
+        e, pts, plans = world_sweep(WORKLOADS[n], args.device, out, *world, args.overrides, args.repeats,
+                                   log=console.print)
+        entries += e
+        points += pts
+    scaling = scaling_section(points, plans, args.repeats, (load_before, load_avg()))
+    results = make_results("world-sweep", fingerprint(), entries, scaling)
+    RunDir(out).write_json("results.json", results)
+    return results
+
+
+def _print_tables(results: dict[str, Any], args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from stride.bench.table import results_table, scaling_table, tradeoff_table
+
+    term = Console()
+    out_console = term if term.is_terminal else Console(width=160)  # wide tables in CI logs and files
+    out_console.print(results_table(results))
+    for n, matrix in (results.get("tradeoffs") or {}).items():
+        out_console.print(tradeoff_table(n, matrix))
+    if results.get("scaling") is not None:
+        out_console.print(scaling_table(results["scaling"]))
+        if args.repeats == 1:
+            out_console.print("one run per point: no spread; on a shared machine use --repeats 3 or more")
 
 
 def _write_report(out: Path, prices_path: str) -> None:

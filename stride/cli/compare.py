@@ -1,4 +1,4 @@
-"""`stride compare A/results.json B/results.json`: per-workload ratios, judged against run noise."""
+"""`stride compare A B`: per-workload ratios, judged against run noise (A, B: results.json, bench or run dirs)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import argparse
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("a", help="baseline results.json")
-    p.add_argument("b", help="candidate results.json")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("a", help="baseline: a results.json, a `stride bench` directory or a `stride train` run directory")
+    p.add_argument("b", help="candidate: the same kinds as A")
+    p.add_argument("--json", action="store_true", help="print only the comparison rows as JSON (nothing else)")
     p.set_defaults(func=run)
 
 
@@ -17,25 +17,23 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from rich.console import Console
-    from rich.table import Table
 
-    from stride.bench.results import ResultsError, load_results
-    from stride.report.compare import compare_results
+    from stride.bench.results import ResultsError
+    from stride.report.compare import compare_results, compare_table
+    from stride.report.inputs import resolve
 
     try:
-        rows = compare_results(load_results(args.a), load_results(args.b))
+        (a, _), (b, _) = resolve(args.a), resolve(args.b)
     except ResultsError as exc:
         print(f"stride compare: {exc}", file=sys.stderr)
         return 2
-    table = Table(title="stride compare: B / A")
-    for col in ("workload", "A median", "B median", "B/A throughput", "noise band", "B/A memory", "verdict"):
-        table.add_column(col, justify="left" if col in ("workload", "verdict") else "right")
-    for r in rows:
-        table.add_row(r["name"], f"{r.get('a_median') or 0:,.0f}", f"{r.get('b_median') or 0:,.0f}",
-                      f"{r['ratio']:.3f}" if r["ratio"] else "-",
-                      f"±{100 * r['noise_band']:.1f}%" if r.get("noise_band") else "-",
-                      f"{r['mem_ratio']:.3f}" if r.get("mem_ratio") else "-", r["verdict"])
-    Console(width=140).print(table)
+    rows = compare_results(a, b)
+    for side, res in (("A", a), ("B", b)):
+        if res.get("partial"):
+            print(f"stride compare: {side} is a stopped sweep: {res['partial']['done']} of "
+                  f"{res['partial']['planned']} runs measured", file=sys.stderr)
     if args.json:
         print(json.dumps(rows))
+    else:
+        Console(width=140).print(compare_table(rows, args.a, args.b))
     return 0

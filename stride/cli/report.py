@@ -6,7 +6,8 @@ import argparse
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", help="a directory holding results.json (from stride bench)")
+    p.add_argument("dir", help="a results.json, a `stride bench` directory or a `stride train` run directory "
+                   "(the report is written beside it)")
     p.add_argument("--prices", default="configs/prices.toml", help="USD per device-hour table (TOML [prices])")
     p.set_defaults(func=run)
 

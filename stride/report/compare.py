@@ -1,8 +1,10 @@
-"""Compare two results.json files workload by workload, against each run's own noise."""
+"""Compare two sets of results workload by workload, against each run's own noise."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from rich.table import Table
 
 
 def noise_band(a: dict[str, Any], b: dict[str, Any]) -> float:
@@ -23,23 +25,53 @@ def judge(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, str]:
     return ratio, "faster" if ratio > 1 else "slower"
 
 
+def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
+    if wa.get("version") != wb.get("version"):
+        return {"name": name, "ratio": None, "a_median": wa["throughput"]["median"],
+                "b_median": wb["throughput"]["median"],
+                "verdict": f"versions differ ({wa.get('version')} vs {wb.get('version')}): not comparable"}
+    ratio, verdict = judge(wa["throughput"], wb["throughput"])
+    mem = wb["peak_mem_bytes"] / wa["peak_mem_bytes"] if wa.get("peak_mem_bytes") and wb.get("peak_mem_bytes") else None
+    return {"name": name, "ratio": ratio, "verdict": verdict, "mem_ratio": mem, "unit": wa["throughput"]["unit"],
+            "a_median": wa["throughput"]["median"], "b_median": wb["throughput"]["median"],
+            "noise_band": noise_band(wa["throughput"], wb["throughput"])}
+
+
 def compare_results(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    by_name = {w["name"]: w for w in b["workloads"]}
+    """One row per workload name in A or B; a workload measured on one side only says so (no median for
+    the other side). Two single-workload inputs (e.g. two training runs) are compared whatever their names."""
+    wa_all, wb_all = a["workloads"], b["workloads"]
+    if len(wa_all) == 1 and len(wb_all) == 1 and wa_all[0]["name"] != wb_all[0]["name"]:
+        return [_row(wa_all[0], wb_all[0], f"{wa_all[0]['name']} vs {wb_all[0]['name']}")]
+    by_name = {w["name"]: w for w in wb_all}
     rows = []
-    for wa in a["workloads"]:
+    for wa in wa_all:
         wb = by_name.get(wa["name"])
         if wb is None:
-            rows.append({"name": wa["name"], "ratio": None, "verdict": "missing in B"})
-            continue
-        if wa.get("version") != wb.get("version"):
-            rows.append({"name": wa["name"], "ratio": None,
-                         "verdict": f"versions differ ({wa.get('version')} vs {wb.get('version')}): not comparable"})
-            continue
-        ratio, verdict = judge(wa["throughput"], wb["throughput"])
-        mem = wb["peak_mem_bytes"] / wa["peak_mem_bytes"] if wa.get("peak_mem_bytes") else None
-        rows.append({"name": wa["name"], "ratio": ratio, "verdict": verdict, "mem_ratio": mem,
-                     "a_median": wa["throughput"]["median"], "b_median": wb["throughput"]["median"],
-                     "noise_band": noise_band(wa["throughput"], wb["throughput"])})
-    names_a = {w["name"] for w in a["workloads"]}
-    rows += [{"name": n, "ratio": None, "verdict": "missing in A"} for n in by_name if n not in names_a]
+            rows.append({"name": wa["name"], "ratio": None, "verdict": "missing in B",
+                         "a_median": wa["throughput"]["median"], "b_median": None, "missing": "B"})
+        else:
+            rows.append(_row(wa, wb, wa["name"]))
+    names_a = {w["name"] for w in wa_all}
+    rows += [{"name": n, "ratio": None, "verdict": "missing in A", "a_median": None,
+              "b_median": w["throughput"]["median"], "missing": "A"} for n, w in by_name.items() if n not in names_a]
     return rows
+
+
+def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str = "B") -> Table:
+    """The rows as a rich table; a side that did not measure a workload reads "not measured", never 0."""
+    table = Table(title=f"stride compare: B / A  (A = {a_label}, B = {b_label})")
+    for col in ("workload", "A median", "B median", "B/A throughput", "noise band", "B/A memory", "verdict"):
+        table.add_column(col, justify="left" if col in ("workload", "verdict") else "right")
+
+    def med(r: dict[str, Any], side: str) -> str:
+        v = r.get(f"{side}_median")
+        if r.get("missing") == side.upper():
+            return "not measured"
+        return "-" if v is None else f"{v:,.0f}"
+
+    for r in rows:
+        table.add_row(r["name"], med(r, "a"), med(r, "b"), f"{r['ratio']:.3f}" if r["ratio"] else "-",
+                      f"±{100 * r['noise_band']:.1f}%" if r.get("noise_band") else "-",
+                      f"{r['mem_ratio']:.3f}" if r.get("mem_ratio") else "-", r["verdict"])
+    return table

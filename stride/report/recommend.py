@@ -75,6 +75,7 @@ def recommend(results: dict[str, Any], prices: dict[str, float]) -> list[dict[st
         out.append({
             "workload": base,
             "fastest": best["name"],
+            "configurations": len(ws),  # 1: nothing to choose from, the report does not call it fastest
             "throughput": tput,
             "unit": best["throughput"]["unit"],
             "bottleneck": kind,

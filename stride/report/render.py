@@ -1,17 +1,20 @@
-"""`report.html` (self-contained, plots inline) and `summary.md` from a results directory."""
+"""`report.html` (self-contained, plots inline) and `summary.md` from results, a bench or a training run."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from stride.bench.results import load_results
+from stride.bench.stats import spread_text
 from stride.metrics.run_dir import atomic_write_text
+from stride.report.axes import ema, smoothing_span
+from stride.report.inputs import resolve
 from stride.report.recommend import recommend, scaling_advice
-from stride.report.svg import line_chart, stacked_bars
+from stride.report.svg import hbar_chart, line_chart
 
 
 def _loss_curves(results: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
@@ -26,20 +29,58 @@ def _loss_curves(results: dict[str, Any]) -> dict[str, list[tuple[float, float]]
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a crash can leave the last line cut; the rest is still good
-            if "loss" in rec:
+            if "loss" in rec and "time_s" in rec:
                 pts.append((rec["time_s"], rec["loss"]))
         if pts:
             curves[w["name"]] = pts
     return curves
 
 
-def _batch_curves(results: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+def _smoothed(curves: dict[str, list[tuple[float, float]]]) -> tuple[dict[str, list[tuple[float, float]]], bool]:
+    """Each curve through an EMA over about a fifth of its points; whether any curve was smoothed."""
+    out, smoothed = {}, False
+    for name, pts in curves.items():
+        span = smoothing_span(len(pts))
+        smoothed |= span > 1
+        label = f"{name} (EMA {span})" if span > 1 else name
+        out[label] = list(zip([x for x, _ in pts], ema([y for _, y in pts], span), strict=True))
+    return out, smoothed
+
+
+def _batch_curves(results: dict[str, Any]) -> tuple[dict[str, list[tuple[float, float]]], str]:
+    """Throughput against batch size from a batch sweep's entries (`name+bs<N>`) only: other sweeps change
+    the batch for other reasons (weak scaling multiplies it by the world size)."""
     curves: dict[str, list[tuple[float, float]]] = {}
+    units = set()
     for w in results["workloads"]:
-        bs = w.get("config", {}).get("train", {}).get("batch_size")
-        if bs and w["throughput"]["median"]:
-            curves.setdefault(w["name"].split("+")[0], []).append((bs, w["throughput"]["median"]))
-    return {k: sorted(v) for k, v in curves.items() if len(v) > 1}
+        base, _, variant = w["name"].partition("+")
+        bs = (w.get("config") or {}).get("train", {}).get("batch_size")
+        if re.fullmatch(r"bs\d+", variant) and bs and w["throughput"]["median"]:
+            curves.setdefault(base, []).append((bs, w["throughput"]["median"]))
+            units.add(w["throughput"]["unit"])
+    return {k: sorted(v) for k, v in curves.items() if len(v) > 1}, " / ".join(sorted(units))
+
+
+def _variant_bars(results: dict[str, Any]) -> list[str]:
+    """Throughput per variant (tradeoffs, seeds), bars from zero with min-max whiskers, one chart per workload."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    world = {p.get("entry") for p in (results.get("scaling") or {}).get("points", [])}  # drawn against N instead
+    for w in results["workloads"]:
+        base, _, variant = w["name"].partition("+")
+        if (variant and not re.fullmatch(r"bs\d+", variant) and "world_size" not in w and w["name"] not in world
+                and w["throughput"]["median"]):
+            groups.setdefault(base, []).append(w)
+    charts = []
+    for base, ws in groups.items():
+        if len(ws) < 2:
+            continue
+        unit = ws[0]["throughput"]["unit"]
+        bars = {w["name"].partition("+")[2]: {"median": w["throughput"]["median"]} for w in ws}
+        whiskers = {w["name"].partition("+")[2]: (w["throughput"]["min"], w["throughput"]["max"]) for w in ws
+                    if w["throughput"].get("n", 2) > 1 and w["throughput"]["min"] is not None}
+        charts.append(hbar_chart(bars, f"{base}: throughput per variant (median, whiskers min-max)",
+                                 f"throughput ({unit})", whiskers=whiskers))
+    return charts
 
 
 def _efficiency(p: dict[str, Any]) -> float | None:
@@ -100,7 +141,7 @@ def _rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
     for w in results["workloads"]:
         t = w["throughput"]
-        cv = _fmt(t["cv"] and 100 * t["cv"], ".1f") + "%"
+        cv = spread_text(t)
         rows.append([w["name"], f"{_fmt(t['median'], ',.0f')} {t['unit']}", cv,
                      _fmt(w["mfu"] and 100 * w["mfu"], ".1f") + "%", f"{w['peak_mem_bytes'] / 2**20:,.0f} MiB",
                      _fmt(w.get("final_val_loss"), ".4f"), _fmt(w.get("time_to_target_s"), ".1f")])
@@ -119,56 +160,92 @@ def _scaling_html(results: dict[str, Any]) -> str:
             f"{escape(str(sc.get('load_avg_1min')))}</li></ul>")
 
 
-HEAD = ["workload", "throughput (median)", "cv", "MFU", "peak mem", "val loss", "time to target (s)"]
+HEAD = ["workload", "throughput (median)", "cv (spread)", "MFU", "peak mem", "val loss", "time to target (s)"]
 
 
-def render_report(results_dir: str | Path, prices: dict[str, float]) -> tuple[Path, Path]:
-    d = Path(results_dir)
-    results = load_results(d / "results.json")
-    recs = recommend(results, prices)
-    charts = [
-        stacked_bars({w["name"]: w["step_time_breakdown_s"] for w in results["workloads"]},
-                     "step-time breakdown", "seconds per step"),
-        line_chart(_loss_curves(results), "training loss against wall time", "seconds", "loss"),
-    ]
-    batch = _batch_curves(results)
+def _charts(results: dict[str, Any]) -> list[str]:
+    ws = results["workloads"]
+    charts = [hbar_chart({w["name"]: {k: 1e3 * v for k, v in w["step_time_breakdown_s"].items()} for w in ws
+                          if w["step_time_breakdown_s"]}, "step-time breakdown (mean of timed steps)",
+                         "milliseconds per step")]
+    charts += _variant_bars(results)
+    raw = _loss_curves(results)
+    if raw:
+        smooth, smoothed = _smoothed(raw)
+        title = "training loss against wall time" + (" (smoothed: EMA over n logged points; raw faint)" if smoothed
+                                                      else "")
+        charts.append(line_chart(smooth, title, "wall time since start (s)", "training loss (batch mean)",
+                                 faint=dict(zip(smooth, raw.values(), strict=True)) if smoothed else None))
+    batch, unit = _batch_curves(results)
     if batch:
-        charts.append(line_chart(batch, "throughput against batch size", "batch size", "samples/s"))
-    scaling = results.get("scaling")
-    if scaling:
-        charts.append(line_chart(_scaling_curves(results, _efficiency), "scaling efficiency (1 = ideal)",
-                                 "processes", "efficiency", y_range=(0.0, 1.0), markers=True, reference=1.0))
-        charts.append(line_chart(_scaling_curves(results, _throughput), "throughput against processes",
-                                 "processes", "throughput", y_range=(0.0, 0.0), markers=True))
+        charts.append(line_chart(batch, "throughput against batch size", "batch size (samples per step, log2)",
+                                 f"throughput ({unit})", x_log2=True, y_zero=True, markers=True))
+    if results.get("scaling"):
+        units = {p["throughput"]["unit"] for p in results["scaling"]["points"]}
+        charts.append(line_chart(_scaling_curves(results, _efficiency), "scaling efficiency against world size "
+                                 "(1 = ideal)", "world size (processes, log2)", "efficiency (fraction of ideal)",
+                                 x_log2=True, y_zero=True, y_range=(0.0, 1.0), markers=True, reference=1.0))
+        charts.append(line_chart(_scaling_curves(results, _throughput), "throughput against world size",
+                                 "world size (processes, log2)", f"global throughput ({' / '.join(sorted(units))})",
+                                 x_log2=True, y_zero=True, markers=True))
+    return charts
+
+
+def _cost_text(r: dict[str, Any]) -> str:
+    """The cost sentence, with only the figures that exist; a missing price is said in words."""
+    if r["usd_per_million_samples"] is None:
+        return f"Cost: not computed (no price for this machine in the price table: {r['price_key']})"
+    parts = [f"{r['usd_per_million_samples']:.4f} USD per million samples ({r['price_key']})"]
+    if r["usd_per_run_to_target"] is not None:
+        parts.append(f"{r['usd_per_run_to_target']:.4f} USD per run to target")
+    return "Cost: " + ", ".join(parts)
+
+
+def _measured_text(r: dict[str, Any]) -> str:
+    """"fastest of N" only where there was a choice; a single configuration is just what was measured."""
+    n = r.get("configurations", 2)
+    what = f"fastest of {n} configurations" if n > 1 else "one configuration measured"
+    return f"{what}: {r['fastest']} at {r['throughput']:,.0f} {r['unit']}"
+
+
+def render_report(source: str | Path, prices: dict[str, float]) -> tuple[Path, Path]:
+    """report.html and summary.md for `source` (a results.json, a bench directory or a training run
+    directory), written beside it."""
+    results, d = resolve(source)
+    recs = recommend(results, prices)
     env = results["environment"]
     table = "".join(f"<tr>{''.join(f'<td>{escape(c)}</td>' for c in r)}</tr>" for r in _rows(results))
     rec_html = "".join(
-        f"<li><b>{escape(r['workload'])}</b>: fastest <code>{escape(r['fastest'])}</code> at "
-        f"{r['throughput']:,.0f} {escape(r['unit'])}; bottleneck <b>{escape(r['bottleneck'])}</b>: "
-        f"{escape(r['advice'])}. Cost: {_fmt(r['usd_per_million_samples'], '.4f')} USD per million samples"
-        f" ({escape(r['price_key'])}), {_fmt(r['usd_per_run_to_target'], '.4f')} USD per run to target.</li>"
-        for r in recs
-    )
+        f"<li><b>{escape(r['workload'])}</b>: {escape(_measured_text(r))}; bottleneck "
+        f"<b>{escape(r['bottleneck'])}</b>: {escape(r['advice'])}. {escape(_cost_text(r))}.</li>" for r in recs)
     rec_html += "".join(
         f"<li><b>{escape(a['workload'])}</b> {escape(a['strategy'])} {escape(a['scaling'])} scaling at "
         f"{a['world_size']} ranks: efficiency {a['efficiency']:.2f}, <b>{escape(a['verdict'])}</b>: "
         f"{escape(a['advice'])}.</li>" for a in scaling_advice(results))
+    partial = results.get("partial")
+    note = (f"<p><b>Partial results</b>: the sweep was stopped after {partial['done']} of {partial['planned']} runs "
+            f"(not measured: {escape(', '.join(partial['pending']))}); rerun it with the same --out to finish.</p>"
+            if partial else "")
     html = f"""<!doctype html><html><head><meta charset="utf-8"><title>stride report</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
 td,th{{padding:4px 8px;border-bottom:1px solid #ddd}}
-table{{border-collapse:collapse}}svg{{margin:8px;border:1px solid #eee}}</style></head><body>
+table{{border-collapse:collapse}}svg{{margin:8px;border:1px solid #eee;max-width:100%;height:auto}}</style></head>
+<body>
 <h1>stride report: {escape(results['suite'])} suite</h1>
 <p>Machine: {escape(str(env.get('cpu_model')))}; GPUs: {escape(', '.join(env.get('gpus') or []) or 'none')};
 torch {escape(str(env.get('packages', {}).get('torch')))}; commit {escape(str(env.get('git_commit'))[:12])}.</p>
-<h2>Results</h2><table><tr>{''.join(f'<th>{h}</th>' for h in HEAD)}</tr>{table}</table>
-<p>Throughput: median over equal windows of steps after warm-up, with min/max and coefficient of variation.</p>
+{note}<h2>Results</h2><table><tr>{''.join(f'<th>{h}</th>' for h in HEAD)}</tr>{table}</table>
+<p>Throughput: median over equal windows of steps after warm-up, with min/max and coefficient of variation
+("1 run": a single measurement, no spread).</p>
 {_scaling_html(results)}
 <h2>Recommendations</h2><ul>{rec_html}</ul>
-<h2>Plots</h2>{''.join(charts)}
+<h2>Plots</h2>{''.join(_charts(results))}
 </body></html>
 """
-    md = [f"# stride report: {results['suite']} suite", "", "| " + " | ".join(HEAD) + " |",
-          "|" + "---|" * len(HEAD)]
+    md = [f"# stride report: {results['suite']} suite", ""]
+    if partial:
+        md += [f"Partial results: stopped after {partial['done']} of {partial['planned']} runs.", ""]
+    md += ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     md += ["| " + " | ".join(r) + " |" for r in _rows(results)]
     srows = _scaling_rows(results)
     if srows:
@@ -179,8 +256,8 @@ torch {escape(str(env.get('packages', {}).get('torch')))}; commit {escape(str(en
         md += [""] + [f"- N={n}: {d}" for n, d in (sc.get("pinning") or {}).items()]
         md += [f"- load average (1 min) before / after: {sc.get('load_avg_1min')}"]
     md += ["", "## Recommendations", ""]
-    md += [f"- **{r['workload']}**: fastest `{r['fastest']}`; bottleneck {r['bottleneck']}: {r['advice']}; "
-           f"{_fmt(r['usd_per_million_samples'], '.4f')} USD per million samples" for r in recs]
+    md += [f"- **{r['workload']}**: {_measured_text(r)}; bottleneck {r['bottleneck']}: {r['advice']}; "
+           f"{_cost_text(r)}" for r in recs]
     md += [f"- **{a['workload']}** {a['strategy']} {a['scaling']} scaling at {a['world_size']} ranks: efficiency "
            f"{a['efficiency']:.2f}, {a['verdict']}: {a['advice']}" for a in scaling_advice(results)]
     html_path, md_path = d / "report.html", d / "summary.md"

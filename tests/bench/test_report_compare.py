@@ -64,19 +64,95 @@ def test_report_renders_with_plots(tmp_path) -> None:
     (run / "metrics.jsonl").write_text("\n".join(json.dumps({"step": i, "loss": 1 / i, "time_s": 0.1 * i})
                                                 for i in range(1, 6)) + "\n{cut")
     res = make_results("quick", {"gpus": [], "cpu_model": "test cpu"},
-                       [_w("m", 1000.0, run_dir=str(run), config={"train": {"batch_size": 32}}),
-                        _w("m+b64", 1500.0, config={"train": {"batch_size": 64}})])
+                       [_w("m+bs32", 1000.0, run_dir=str(run), config={"train": {"batch_size": 32}}),
+                        _w("m+bs64", 1500.0, config={"train": {"batch_size": 64}})])
     (tmp_path / "results.json").write_text(json.dumps(res))
     assert main(["report", str(tmp_path)]) == 0
     html = (tmp_path / "report.html").read_text()
     assert html.count("<svg") == 3  # breakdown, loss against time, throughput against batch size
     assert "<polyline" in html and "test cpu" in html and "http" not in html.replace('http://www.w3.org', '')
     md = (tmp_path / "summary.md").read_text()
-    assert "| m+b64 | 1,500 samples/s |" in md
+    assert "| m+bs64 | 1,500 samples/s |" in md
 
 
 def test_report_bad_input(tmp_path, capsys) -> None:
     assert main(["report", str(tmp_path)]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "holds neither results.json nor summary.json" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "none")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError):
         load_prices(tmp_path / "none.toml")
+
+
+def test_compare_says_which_side_did_not_measure_a_workload(tmp_path, capsys) -> None:
+    a = make_results("quick", {}, [_w("p", 100.0), _w("q", 2500.0)])
+    b = make_results("quick", {}, [_w("p", 101.0), _w("r", 40.0)])
+    rows = {r["name"]: r for r in compare_results(a, b)}
+    assert (rows["q"]["a_median"], rows["q"]["b_median"], rows["q"]["missing"]) == (2500.0, None, "B")
+    assert (rows["r"]["a_median"], rows["r"]["b_median"], rows["r"]["missing"]) == (None, 40.0, "A")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b.json")]) == 0  # a directory and a file
+    table = capsys.readouterr().out
+    q_row = next(line for line in table.splitlines() if "│ q" in line)
+    assert "2,500" in q_row and "not measured" in q_row and "missing in B" in q_row and " 0 " not in q_row
+
+
+def test_compare_json_prints_only_json(tmp_path, capsys) -> None:
+    res = make_results("quick", {}, [_w("p", 100.0)])
+    res["partial"] = {"done": 1, "planned": 2, "pending": ["p2"]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    assert main(["compare", str(tmp_path), str(tmp_path / "results.json"), "--json"]) == 0
+    out = capsys.readouterr()
+    rows = json.loads(out.out)  # the whole of stdout is one JSON document
+    assert rows[0]["name"] == "p" and rows[0]["verdict"] == "within noise"
+    assert "stopped sweep: 1 of 2 runs" in out.err  # notes go to stderr
+    assert main(["report", str(tmp_path)]) == 0
+    assert "stopped after 1 of 2 runs (not measured: p2)" in (tmp_path / "report.html").read_text()
+
+
+def test_recommendations_never_call_a_lone_config_fastest_nor_print_dash_usd(tmp_path) -> None:
+    res = make_results("quick", {"gpus": ["Mystery GPU"]}, [_w("solo", 1000.0, time_to_target_s=None),
+                                                            _w("m", 1000.0), _w("m+bf16", 2000.0)])
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    assert main(["report", str(tmp_path / "results.json")]) == 0  # a results file: the report goes beside it
+    for text in ((tmp_path / "report.html").read_text(), (tmp_path / "summary.md").read_text()):
+        assert "- USD" not in text and "None" not in text.split("Recommendations")[1]
+        assert "solo</b>: one configuration measured: solo" in text or "**solo**: one configuration measured" in text
+        assert "fastest of 2 configurations: m+bf16" in text
+        assert "Cost: not computed (no price for this machine" in text
+    res["environment"]["gpus"] = []
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    assert main(["report", str(tmp_path), "--prices", str(_prices(tmp_path))]) == 0
+    md = (tmp_path / "summary.md").read_text()
+    assert "**solo**: one configuration measured" in md and "fastest" not in md.split("**solo**")[1].split("\n")[0]
+    solo = md.split("**solo**")[1].split("\n")[0]
+    assert "USD per million samples (cpu)" in solo and "per run to target" not in solo  # no time to target: omitted
+
+
+def _prices(tmp_path):
+    p = tmp_path / "prices.toml"
+    p.write_text("[prices]\ncpu = 3.6\n")
+    return p
+
+
+@pytest.mark.slow
+def test_compare_and_report_read_a_training_run_directory(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "configs/quickstart.toml", "--out", str(run), "--no-progress", "--set", "train.steps=12",
+                 "--set", "train.val_every=12", "--set", "metrics.log_every=2"]) == 0
+    bench = make_results("quick", {}, [_w("quickstart", 500.0, version=None)])
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "results.json").write_text(json.dumps(bench))
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "bench"), str(run), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    summary = json.loads((run / "summary.json").read_text())
+    assert row["name"] == "quickstart" and row["b_median"] == pytest.approx(summary["samples_per_s"])
+    assert row["ratio"] == pytest.approx(summary["samples_per_s"] / 500.0)
+    assert main(["compare", str(run / "summary.json"), str(run), "--json"]) == 0  # summary.json names its run
+    assert json.loads(capsys.readouterr().out)[0]["verdict"] == "within noise"
+    assert main(["report", str(run)]) == 0
+    html = (run / "report.html").read_text()
+    assert "quickstart" in html and "1 run" in html and "training loss against wall time" in html

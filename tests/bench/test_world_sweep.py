@@ -206,13 +206,16 @@ def test_schema_v2_scaling_and_v1_reader(tmp_path) -> None:
 
 
 def test_report_draws_scaling_curves(tmp_path) -> None:
-    res = make_results("world-sweep", {"gpus": []}, [_workload("m+n1"), _workload("m+ddp-weak-n2")], _scaling())
+    entries = [_workload("m+n1") | {"world_size": 1}, _workload("m+ddp-weak-n2") | {"world_size": 2}]  # as written
+    res = make_results("world-sweep", {"gpus": []}, entries, _scaling())
     (tmp_path / "results.json").write_text(json.dumps(res))
     assert main(["report", str(tmp_path)]) == 0
     html = (tmp_path / "report.html").read_text()
-    # breakdown, loss, scaling efficiency, throughput against processes
-    assert html.count("<svg") == 4 and "scaling efficiency (1 = ideal)" in html
-    eff_svg = html[html.index("scaling efficiency (1 = ideal)"):].split("</svg>")[0]
+    # breakdown, scaling efficiency, throughput against world size: no "throughput against batch size" (the
+    # weak-scaling entries' batch grows with N: not a batch sweep)
+    assert html.count("<svg") == 3 and "scaling efficiency against world size (1 = ideal)" in html
+    assert "against batch size" not in html
+    eff_svg = html[html.index("scaling efficiency against world size (1 = ideal)"):].split("</svg>")[0]
     # one line per strategy x mode, each starting at the baseline: ddp weak has 3 points (1, 2, 4 ranks)
     assert eff_svg.count("<polyline") == 2 and eff_svg.count("<circle") == 3 + 2
     assert "m ddp weak: 4, 0.5" in eff_svg and "m fsdp strong: 2, 0.6" in eff_svg
@@ -256,5 +259,14 @@ def test_world_sweep_real_run(tmp_path, capsys) -> None:
         assert 0.0 <= pts[("ddp", "weak", 2)]["runqueue_wait_share"] < 1.0
     out = capsys.readouterr().out
     assert "scaling (efficiency 1.0 = ideal" in out
+    # rerun with the same --out: every run finished with the same config, so none is launched again
+    summary = tmp_path / "mlp_tiny+ddp-weak-n2" / "rep0" / "run" / "summary.json"
+    before = summary.stat().st_mtime_ns
+    assert main(["bench", "--sweep", "world", "--workloads", "mlp_tiny", "--world-sizes", "1,2", "--out",
+                 str(tmp_path), "--strategies", "ddp", "--scaling", "weak", "strong", *small, "--no-report"]) == 0
+    again = load_results(tmp_path / "results.json")
+    assert summary.stat().st_mtime_ns == before
+    assert [p["throughput"] for p in again["scaling"]["points"]] == [p["throughput"] for p in res["scaling"]["points"]]
+    capsys.readouterr()
     assert main(["report", str(tmp_path)]) == 0
-    assert "scaling efficiency (1 = ideal)" in (tmp_path / "report.html").read_text()
+    assert "scaling efficiency against world size (1 = ideal)" in (tmp_path / "report.html").read_text()
