@@ -117,6 +117,14 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
     from stride.train.trainer import Trainer
 
     run_dir = Path(run_dir)
+    if run_dir.is_file():
+        raise ConfigError(f"{run_dir}: a file; give the run directory that holds it ({run_dir.parent})"
+                          if run_dir.name in ("summary.json", "config.toml", "env.json")
+                          else f"{run_dir}: a file, not a run directory (config.toml, env.json, summary.json)")
+    if (run_dir / "results.json").is_file() and not (run_dir / "summary.json").is_file():
+        runs = sorted(p.parent.name for p in run_dir.glob("*/summary.json"))
+        raise ConfigError(f"{run_dir}: a `stride bench` directory; re-run one of its runs"
+                          + (f", e.g. `stride repro {run_dir / runs[0]}` ({', '.join(runs)})" if runs else ""))
     summary = _read_json(run_dir / "summary.json")
     env = _read_json(run_dir / "env.json")
     cfg_path = run_dir / "config.toml"

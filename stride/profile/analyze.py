@@ -22,9 +22,12 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 
 
 def find_traces(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given, directories expanded to their `*.json` / `*.json.gz` files (sorted, not recursive)."""
+    """Files as given, directories expanded to their `*.json` / `*.json.gz` files (sorted, not recursive);
+    a run directory (summary.json or config.toml beside a traces/ folder) stands for its traces/."""
     out: list[Path] = []
     for p in map(Path, paths):
+        if p.is_dir() and (p / "traces").is_dir() and ((p / "summary.json").is_file() or (p / "config.toml").is_file()):
+            p = p / "traces"  # a `stride profile` / `stride train` run directory: its traces
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
             if not found:
