@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -56,6 +57,19 @@ def workload_speeds(config: str, overrides: list[str], steps: int = 4, rounds: i
     return DtypeSpeeds({d: statistics.median(v) for d, v in runs.items()}, "workload")
 
 
+def wait_for_traces(folder: Path, world: int, timeout_s: float = 120.0) -> None:
+    """Rank 0 waits until every rank's trace is in `folder` (each is renamed into place when complete)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while len(list(folder.glob("trace_rank*.json"))) < world:
+        if time.monotonic() > deadline:
+            found = sorted(p.name for p in folder.glob("trace_rank*.json"))
+            raise SystemExit(f"stride profile: {len(found)} of {world} rank traces in {folder} after {timeout_s:.0f} s "
+                             f"({', '.join(found) or 'none'}); analyse what is there with `stride analyze {folder}`")
+        time.sleep(0.2)
+
+
 def run(args: argparse.Namespace) -> int:
     quiet_profiler()
     from stride.config import load_config
@@ -67,15 +81,24 @@ def run(args: argparse.Namespace) -> int:
     for name in ("steps", "wait", "warmup"):
         if getattr(args, name) < (1 if name == "steps" else 0):
             raise ConfigError(f"--{name} = {getattr(args, name)} is out of range")
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if world > 1 and not args.out:
+        raise ConfigError("under torchrun give --out DIR: every rank writes its trace to DIR/traces")
     n = steps_needed(args.wait, args.warmup, args.steps)
     cfg = load_config(args.config, [*args.overrides, f"train.steps={n}", "train.val_every=0",
                                     "train.target_val_loss=none", "metrics.progress=false"])
     trainer = Trainer(config=cfg, out=args.out)
-    cb = ProfilerCallback(wait=args.wait, warmup=args.warmup, active=args.steps)  # -> <run dir>/traces
+    # every rank into the same folder (only rank 0 has a run directory object to ask)
+    traces = Path(args.out) / "traces" if args.out else None  # None: <run dir>/traces
+    cb = ProfilerCallback(traces, wait=args.wait, warmup=args.warmup, active=args.steps)
     trainer.callbacks.append(cb)
     result = trainer.fit()
+    if rank != 0:
+        return 0  # rank 0 analyses every rank's trace
+    if world > 1:
+        wait_for_traces(cb.out_dir, world)
     speeds = None
-    if trainer.device.type == "cpu" and cfg.train.precision == "fp32" and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    if trainer.device.type == "cpu" and cfg.train.precision == "fp32" and world == 1:
         speeds = workload_speeds(args.config, args.overrides)
     report = analyze_traces([cb.out_dir], run_precision=cfg.train.precision,
                             dtype_speeds=(lambda t: speeds) if speeds else local_dtype_speeds)

@@ -68,3 +68,25 @@ def test_profile_is_quiet_and_advises_no_slower_precision(tmp_path: Path) -> Non
         for d, v in speeds["samples_per_s"].items():
             if d != "fp32" and v < speeds["samples_per_s"]["fp32"]:
                 assert f"use {d}" not in recs and f"{d} autocast" not in recs, (speeds, recs)
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_profile_under_torchrun_analyses_every_rank(tmp_path: Path) -> None:
+    """Before: rank 1 had no run directory and wrote its trace to ./traces in the working directory, and
+    every rank analysed only the traces present when it finished."""
+    import subprocess
+
+    out, cwd = tmp_path / "prof", tmp_path / "cwd"
+    cwd.mkdir()
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "stride", "profile",
+           str(root / "configs/quickstart.toml"), "--steps", "2", "--out", str(out), "--json",
+           "--set", "parallel.dp_replicate=2", "--set", "train.threads=1", "--set", "train.batch_size=16",
+           "--set", "data.n_steps=1024"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sorted(f.name for f in (out / "traces").iterdir()) == ["trace_rank0.json", "trace_rank1.json"]
+    assert not (cwd / "traces").exists()
+    rep = json.loads((out / "analysis.json").read_text())
+    assert sorted(rep["ranks"]) == ["0", "1"]
