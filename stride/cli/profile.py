@@ -36,7 +36,7 @@ def workload_speeds(config: str, overrides: list[str], steps: int = 4, rounds: i
     """This workload's training step in fp32 and in each lower precision whose matmul this host
     measured faster (alternating, `rounds` short runs each, median samples/s): the evidence precision
     advice needs, since a faster matmul is not a faster step (the quick-start transformer: bf16 matmul
-    2.6x, training step 0.64x fp32's speed on this project's AMD EPYC). None where no dtype qualifies."""
+    2.6x, training step 0.61x fp32's speed on this project's AMD EPYC). None where no dtype qualifies."""
     import statistics
 
     from stride.config import load_config

@@ -98,7 +98,7 @@ def precision_advice(device: str, current: str | None, speeds: DtypeSpeeds | Non
     (bf16 tensor cores run 2x or more fp32's rate); a CPU without one gets no precision advice, since
     a CPU's low-precision kernels can be hundreds of times slower. A faster matmul alone is not a
     faster step (autocast's casts can cost more on a small model: the quick-start transformer trained
-    at 0.64x fp32's speed in bf16 on a CPU whose bf16 matmul ran 2.6x fp32's), so the advice then says
+    at 0.61x fp32's speed in bf16 on a CPU whose bf16 matmul ran 2.6x fp32's), so the advice then says
     to measure the step."""
     if current in ("bf16", "fp16"):
         return None
