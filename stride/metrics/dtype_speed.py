@@ -2,13 +2,13 @@
 
 A lower precision is worth recommending only where it is faster. On GPUs the datasheets say so; on a
 CPU it depends on the instruction set and on the kernels torch ships: on this project's AMD EPYC
-(AVX512_BF16, no AVX512_FP16) a 512^3 matmul ran at about 2x fp32's rate in bf16 and at 1/300 in
-fp16, and the README's old first example (bf16 on another CPU) trained 7x slower than fp32. So the
+(AVX512_BF16, no AVX512_FP16) a 512^3 matmul ran at 2.3-2.6x fp32's rate in bf16 and at 1/50-1/90
+in fp16, and the README's old first example (bf16 on another CPU) trained 7x slower than fp32. So the
 advice asks the measurement: `measured_dtype_flops()` times one n x n matmul per dtype (a second or
 two on the first call, once per host, thread count and torch version; kept in
-~/.cache/stride/dtype_flops.json, see `cache_path`) and `precision_advice` recommends a dtype only where it
-measured faster than fp32 by a margin, and outright only where the workload's own step did (`stride
-profile` measures it; `stride bench` reads its precision variants).
+~/.cache/stride/dtype_flops.json, see `cache_path`) and `precision_advice` recommends a dtype only where
+it measured faster than fp32 by a margin, and outright only where the workload's own step did
+(`stride profile` measures it; `stride bench` reads its precision variants).
 """
 
 from __future__ import annotations
@@ -62,8 +62,12 @@ def measured_dtype_flops(threads: int | None = None, seconds: float = 0.15) -> d
     kept = _load(path)
     got = kept.get(key)
     if not (isinstance(got, dict) and set(got) == set(DTYPES)):
-        cpu = torch.device("cpu")
-        got = {name: measured_matmul_peak(cpu, dt, n=PROBE_N, seconds=seconds) for name, dt in DTYPES.items()}
+        cpu, before = torch.device("cpu"), torch.get_num_threads()
+        torch.set_num_threads(threads or before)  # measured at the thread count the key names
+        try:
+            got = {name: measured_matmul_peak(cpu, dt, n=PROBE_N, seconds=seconds) for name, dt in DTYPES.items()}
+        finally:
+            torch.set_num_threads(before)
         kept[key] = got
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
