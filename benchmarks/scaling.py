@@ -20,7 +20,7 @@ an upper bound on its exposed communication.
   ddp           DDP, 1 MB buckets (the headline configuration)
   ddp_25mb      one 25 MB bucket: the all-reduce starts after the whole backward (no overlap)
   ddp_static    1 MB buckets, static_graph=true
-  ddp_nobcast   1 MB buckets, broadcast_buffers=False: DDP by default broadcasts the module's buffers
+  ddp_nobcast   1 MB buckets, forward_sync_buffers=False: DDP by default broadcasts the module's buffers
                 from rank 0 at the start of every forward (the transformer's RoPE tables), a blocking
                 collective that makes forward a synchronisation point; the time spent in it is
                 measured in every DDP run (`buffer_sync_s`)
@@ -150,7 +150,7 @@ def diag_worker(out: str, variant: str, overrides: list[str]) -> None:
 
         class NoBufferBroadcastDDP(DistributedDataParallel):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, broadcast_buffers=False, **kwargs)
+                super().__init__(*args, **{**kwargs, "forward_sync_buffers": False})
 
         data_parallel.DDP = NoBufferBroadcastDDP  # apply_ddp constructs it by this module-level name
 

@@ -7,12 +7,15 @@ kernel module, whichever directory pytest collects first: hence here, in the roo
 
 import os
 import random
+import tempfile
 
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# stride's per-host dtype probe (stride.metrics.dtype_speed) keeps its figures here, not in ~/.cache
+os.environ.setdefault("STRIDE_CACHE_DIR", tempfile.mkdtemp(prefix="stride-test-cache-"))
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from stride.profile.analyze import analyze_traces
+from stride.profile.analyze import analyze_traces, local_dtype_speeds
 from stride.profile.errors import TraceError
 
 
@@ -28,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         report = analyze_traces(args.paths, hta_compatible=args.hta_compatible,
-                                include_last_step=args.include_last_step, top_k=args.top)
+                                include_last_step=args.include_last_step, top_k=args.top,
+                                dtype_speeds=local_dtype_speeds)
     except TraceError as exc:
         print(f"stride analyze: {exc}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from stride.comm.collectives import COLLECTIVES
 from stride.comm.sizes import parse_bytes, size_ladder
@@ -32,10 +33,19 @@ def _fail(msg: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stride.config.errors import suggest
+
     names = [c.strip() for c in args.collectives.split(",") if c.strip()]
     unknown = [c for c in names if c not in COLLECTIVES]
     if unknown or not names:
-        return _fail(f"unknown collective(s) {unknown or names}; known: {', '.join(COLLECTIVES)}")
+        hint = suggest(unknown[0].lower(), list(COLLECTIVES)) if unknown else ""
+        return _fail(f"--collectives: unknown collective(s) {unknown or names}{hint}; known: {', '.join(COLLECTIVES)}")
+    if args.profile_out:  # checked before minutes of measuring, not when writing the result
+        out = Path(args.profile_out)
+        if out.is_dir():
+            return _fail(f"--profile-out {out}: is a directory; give a file path, e.g. {out / 'hw.toml'}")
+        if not out.parent.is_dir():
+            return _fail(f"--profile-out {out}: the directory {out.parent} does not exist")
     try:
         sizes = size_ladder(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes), args.factor)
     except ValueError as exc:

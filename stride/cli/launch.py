@@ -35,7 +35,8 @@ def register(p: argparse.ArgumentParser) -> None:
     k = sub.add_parser("k8s", help="write a Kubeflow PyTorchJob manifest (with the config in a ConfigMap)")
     _common(k)
     k.add_argument("--name", default="stride", help="job name (DNS-1123 label)")
-    k.add_argument("--image", default="stride:latest", help="container image with stride installed")
+    k.add_argument("--image", default=None, help="container image with stride installed (default stride:<version>, "
+                   "what `docker build -t stride:<version> .` makes from the repository's Dockerfile)")
     k.add_argument("--namespace", default="default")
     k.add_argument("--cpu", default=None, help="CPU limit per pod, e.g. 8")
     k.add_argument("--memory", default=None, help="memory limit per pod, e.g. 32Gi")
@@ -83,10 +84,10 @@ def run_slurm(args: argparse.Namespace) -> int:
 
 
 def run_k8s(args: argparse.Namespace) -> int:
-    from stride.launch.k8s import K8sJob, build_manifests
+    from stride.launch.k8s import DEFAULT_IMAGE, K8sJob, build_manifests
     from stride.launch.yaml_writer import dump_yaml
 
-    job = K8sJob(config=args.config, name=args.name, image=args.image, nodes=args.nodes,
+    job = K8sJob(config=args.config, name=args.name, image=args.image or DEFAULT_IMAGE, nodes=args.nodes,
                  gpus_per_node=args.gpus_per_node, procs_per_node=args.procs_per_node, cpu=args.cpu,
                  memory=args.memory, namespace=args.namespace, pvc=args.pvc, backoff_limit=args.backoff_limit,
                  restart_policy=args.restart_policy, overrides=args.overrides)

@@ -28,11 +28,26 @@ COMMANDS: list[tuple[str, str, str]] = [
 ]
 
 
+def version_line() -> str:
+    """`stride 0.1.0 (torch 2.13.0+cpu, Python 3.11.7)`: read from package metadata, torch not imported."""
+    import importlib.metadata
+    import platform
+
+    def v(pkg: str) -> str:
+        try:
+            return importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"stride {v('stride')} (torch {v('torch')}, Python {platform.python_version()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stride",
         description="stride: train fast, know why, decide. A training-performance platform for quant ML.",
     )
+    parser.add_argument("-V", "--version", action="store_true", help="print stride's, torch's and Python's versions")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_text in COMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -45,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(version_line())
         return 0
     name = argv[0]
     entry = next((c for c in COMMANDS if c[0] == name), None)
@@ -62,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"stride {name}: config error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a path the user gave: missing, a file for a directory, no permission, disk full
+        from stride.cli.os_errors import describe_os_error
+
+        print(f"stride {name}: {describe_os_error(exc)}", file=sys.stderr)
+        return 1
     except Exception as exc:
         # A failed checkpoint save or load gets its message, not a traceback; the previous
         # checkpoint is intact (stride.checkpoint guarantees it).

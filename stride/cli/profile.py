@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from pathlib import Path
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -18,24 +20,90 @@ def register(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
+def quiet_profiler() -> None:
+    """Keep torch.profiler's C++ chatter off the terminal (a user may still set either variable).
+
+    Kineto prints `USDT: ... profiler_start` / `profiler_stop` at its USDT level (5) unless its log
+    level is above that (it reads KINETO_LOG_LEVEL when the profiler first starts); c10 warns "Memory
+    block of unknown size was allocated before the profiling started" for every tensor freed while
+    memory profiling that predates it (the model, the optimizer state): TORCH_CPP_LOG_LEVEL is read
+    when torch loads, so this runs before the first torch import of `stride profile`."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+
+def workload_speeds(config: str, overrides: list[str], steps: int = 4, rounds: int = 2):  # -> DtypeSpeeds | None
+    """This workload's training step in fp32 and in each lower precision whose matmul this host
+    measured faster (alternating, `rounds` short runs each, median samples/s): the evidence precision
+    advice needs, since a faster matmul is not a faster step (the quick-start transformer: bf16 matmul
+    2.6x, training step 0.61x fp32's speed on this project's AMD EPYC). None where no dtype qualifies."""
+    import statistics
+
+    from stride.config import load_config
+    from stride.metrics.dtype_speed import FASTER, DtypeSpeeds, measured_dtype_flops
+    from stride.train.trainer import Trainer
+
+    probe = measured_dtype_flops()
+    dtypes = [d for d in ("bf16", "fp16") if probe[d] >= FASTER * probe["fp32"]]
+    if not dtypes:
+        return None
+    runs: dict[str, list[float]] = {d: [] for d in ("fp32", *dtypes)}
+    for _ in range(rounds):
+        for d in runs:
+            cfg = load_config(config, [*overrides, f"train.precision={d}", f"train.steps={steps}", "train.val_every=0",
+                                       "train.target_val_loss=none", "metrics.progress=false", "metrics.skip_steps=1",
+                                       "metrics.flops=false", "checkpoint.enabled=false"])
+            runs[d].append(Trainer(config=cfg, write_run_dir=False).fit().summary["samples_per_s"] or 0.0)
+    return DtypeSpeeds({d: statistics.median(v) for d, v in runs.items()}, "workload")
+
+
+def wait_for_traces(folder: Path, world: int, timeout_s: float = 120.0) -> None:
+    """Rank 0 waits until every rank's trace is in `folder` (each is renamed into place when complete)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while len(list(folder.glob("trace_rank*.json"))) < world:
+        if time.monotonic() > deadline:
+            found = sorted(p.name for p in folder.glob("trace_rank*.json"))
+            raise SystemExit(f"stride profile: {len(found)} of {world} rank traces in {folder} after {timeout_s:.0f} s "
+                             f"({', '.join(found) or 'none'}); analyse what is there with `stride analyze {folder}`")
+        time.sleep(0.2)
+
+
 def run(args: argparse.Namespace) -> int:
+    quiet_profiler()
     from stride.config import load_config
     from stride.config.errors import ConfigError
-    from stride.profile.analyze import analyze_traces
+    from stride.profile.analyze import analyze_traces, local_dtype_speeds
     from stride.train.profiling import ProfilerCallback, steps_needed
     from stride.train.trainer import Trainer
 
     for name in ("steps", "wait", "warmup"):
         if getattr(args, name) < (1 if name == "steps" else 0):
             raise ConfigError(f"--{name} = {getattr(args, name)} is out of range")
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if world > 1 and not args.out:
+        raise ConfigError("under torchrun give --out DIR: every rank writes its trace to DIR/traces")
     n = steps_needed(args.wait, args.warmup, args.steps)
     cfg = load_config(args.config, [*args.overrides, f"train.steps={n}", "train.val_every=0",
                                     "train.target_val_loss=none", "metrics.progress=false"])
     trainer = Trainer(config=cfg, out=args.out)
-    cb = ProfilerCallback(wait=args.wait, warmup=args.warmup, active=args.steps)  # -> <run dir>/traces
+    # every rank into the same folder (only rank 0 has a run directory object to ask)
+    traces = Path(args.out) / "traces" if args.out else None  # None: <run dir>/traces
+    cb = ProfilerCallback(traces, wait=args.wait, warmup=args.warmup, active=args.steps)
     trainer.callbacks.append(cb)
     result = trainer.fit()
-    report = analyze_traces([cb.out_dir])
+    if rank != 0:
+        return 0  # rank 0 analyses every rank's trace
+    if world > 1:
+        wait_for_traces(cb.out_dir, world)
+    speeds = None
+    if trainer.device.type == "cpu" and cfg.train.precision == "fp32" and world == 1:
+        speeds = workload_speeds(args.config, args.overrides)
+    report = analyze_traces([cb.out_dir], run_precision=cfg.train.precision,
+                            dtype_speeds=(lambda t: speeds) if speeds else local_dtype_speeds)
+    if speeds:
+        report["dtype_speeds"] = {"basis": speeds.basis, "samples_per_s": speeds.per_dtype}  # the evidence
     if result.run_dir:
         (result.run_dir / "analysis.json").write_text(json.dumps(report, default=float, indent=1))
     if args.json:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 SPARK = "▁▂▃▄▅▆▇█"
+RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json")  # what `stride train` writes into a run directory
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -102,9 +104,19 @@ def run(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     if not args.run_dir.is_dir():
-        raise SystemExit(f"stride top: {args.run_dir} is not a directory")
+        what = "a file, not a run directory" if args.run_dir.is_file() else "no such directory"
+        raise SystemExit(f"stride top: {args.run_dir}: {what}")
     if args.interval <= 0:
         raise SystemExit(f"stride top: --interval = {args.interval} must be > 0")
+    if args.timeout is not None and args.timeout < 0:
+        raise SystemExit(f"stride top: --timeout = {args.timeout} must be >= 0")
+    if not any((args.run_dir / f).exists() for f in RUN_FILES):
+        runs = sorted(p.parent.name for p in args.run_dir.glob("*/metrics.jsonl"))
+        if args.once or runs:  # a bench directory, or nothing to show: say where the runs are
+            hint = f"; runs inside it: {', '.join(runs)} (e.g. stride top {args.run_dir / runs[0]})" if runs else ""
+            raise SystemExit(f"stride top: {args.run_dir} holds no run files ({', '.join(RUN_FILES)}){hint}")
+        print(f"stride top: no run files in {args.run_dir} yet: waiting for the run to start (Ctrl-C stops)",
+              file=sys.stderr)
     view = RunView(args.run_dir)
     view.refresh()
     console = Console()

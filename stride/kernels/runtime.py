@@ -11,7 +11,6 @@ import functools
 import importlib.util
 import logging
 import os
-import warnings
 
 import torch
 
@@ -49,12 +48,14 @@ _noticed: set[str] = set()
 
 
 def notice_once(key: str, message: str) -> None:
-    """Warn once per process (and log) about a fallback, so long runs are not flooded."""
+    """Say once per process, on one line, that a fallback is in use, so long runs are not flooded.
+
+    Through logging only (without a configured handler Python prints the bare message to stderr): a
+    `warnings.warn` beside it printed the notice a second time, with a file name and a source line."""
     if key in _noticed:
         return
     _noticed.add(key)
     log.warning(message)
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def next_pow2(n: int) -> int:

@@ -14,10 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stride import __version__
 from stride.config import ConfigError
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 CONFIG_MOUNT = "/etc/stride"
+# What the repository's Dockerfile builds (`docker build -t stride:<version> .`); a versioned tag, not
+# `latest`, so Kubernetes uses the image already on a node instead of always pulling one that may not exist.
+DEFAULT_IMAGE = f"stride:{__version__}"
 RUNS_MOUNT = "/runs"
 
 
@@ -25,7 +29,7 @@ RUNS_MOUNT = "/runs"
 class K8sJob:
     config: Path
     name: str = "stride"
-    image: str = "stride:latest"
+    image: str = DEFAULT_IMAGE
     nodes: int = 1  # pods: 1 Master + (nodes - 1) Workers
     gpus_per_node: int = 0
     procs_per_node: int | None = None

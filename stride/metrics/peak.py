@@ -1,14 +1,20 @@
-"""Device peak FLOP/s for MFU: datasheet for known GPUs, a measured matmul peak on CPU.
+"""Device peak FLOP/s for MFU: datasheet for known GPUs, the instruction set on CPU.
 
-Every value says where it came from (`source`), because MFU is only as meaningful as its peak.
+Every value says where it came from (`source`), because MFU is only as meaningful as its peak. A peak
+is a ceiling: when a run achieves more, the peak is wrong, and `mfu_fields` says so loudly and reports
+the achieved figure as a lower bound of the peak instead of an MFU above 100 %.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from stride.metrics.cpu_isa import isa_peak
 
 # Dense (no sparsity) peak TFLOP/s by dtype from vendor datasheets (SXM parts).
 GPU_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
@@ -24,7 +30,7 @@ GPU_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
 @dataclass
 class Peak:
     flops_per_s: float
-    source: str  # e.g. "datasheet:H100:bf16" or "measured:cpu-matmul:fp32:2threads"
+    source: str  # e.g. "datasheet:H100:bf16" or "isa:fp32:2cores x 2.60GHz x 64FLOP/cycle (avx512f; ...)"
 
 
 def _dtype_name(precision: str) -> str:
@@ -32,24 +38,29 @@ def _dtype_name(precision: str) -> str:
 
 
 def measured_matmul_peak(device: torch.device, dtype: torch.dtype, n: int = 1024, seconds: float = 0.3) -> float:
-    """Best observed FLOP/s of an n x n matmul, a practical ceiling for dense compute on this device."""
+    """Best observed FLOP/s of an n x n matmul: how fast this library's kernel for `dtype` is here.
+
+    Not a ceiling for MFU (a slow kernel gives a low figure; CPU fp16 without AVX512_FP16 runs at
+    well under 1 GFLOP/s): it is the fallback peak where no datasheet or clock is known, and what
+    `stride.metrics.dtype_speed` compares dtypes with. One matmul at a time, so a slow dtype costs
+    about one matmul past `seconds`."""
     # Its own generator: measuring the peak must not move the training RNG (a first run in a process
     # would otherwise draw different dropout masks from later ones).
     g = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
     b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    for _ in range(2):
-        a @ b
+    a @ b  # warm-up
     best = 0.0
     deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
+    while True:
         t0 = time.perf_counter()
-        for _ in range(4):
-            a @ b
+        a @ b
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        best = max(best, 4 * 2 * n**3 / (time.perf_counter() - t0))
-    return best
+        t1 = time.perf_counter()
+        best = max(best, 2 * n**3 / (t1 - t0))
+        if t1 >= deadline:
+            return best
 
 
 _CACHE: dict[tuple[str, str, int], Peak] = {}
@@ -69,7 +80,32 @@ def device_peak(device: torch.device, precision: str, override: float | None = N
                 return Peak(peaks[dt] * 1e12, f"datasheet:{key}:{dt}")
     key = (str(device), dt, torch.get_num_threads())
     if key not in _CACHE:
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
-        flops = measured_matmul_peak(device, dtype)
-        _CACHE[key] = Peak(flops, f"measured:{device.type}-matmul-1024:{dt}:{torch.get_num_threads()}threads")
+        isa = isa_peak(dt) if device.type == "cpu" else None
+        if isa is not None:
+            _CACHE[key] = Peak(*isa)
+        else:  # an unknown GPU, or a CPU whose clock the OS does not report
+            dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+            flops = measured_matmul_peak(device, dtype)
+            _CACHE[key] = Peak(flops, f"measured:{device.type}-matmul-1024:{dt}:{torch.get_num_threads()}threads")
     return _CACHE[key]
+
+
+class PeakBelowAchievedWarning(UserWarning):
+    """A run achieved more FLOP/s than the peak its MFU divides by: the peak is wrong."""
+
+
+def mfu_fields(achieved: float | None, peak: Peak) -> dict[str, Any]:
+    """The summary's MFU figures. MFU is achieved / peak, never above 1: where a run beats the peak,
+    the peak is wrong, so it warns (loudly, on stderr), reports the achieved FLOP/s as a lower bound of
+    the peak, leaves `mfu` null and says why in `mfu_error`."""
+    out: dict[str, Any] = {"peak_flops_per_s": peak.flops_per_s, "peak_flops_source": peak.source,
+                           "mfu": achieved / peak.flops_per_s if achieved else None, "mfu_error": None}
+    if achieved and achieved > peak.flops_per_s:
+        msg = (f"MFU would be {100 * achieved / peak.flops_per_s:.0f} %: this run achieved {achieved:.3e} FLOP/s, "
+               f"above the peak {peak.flops_per_s:.3e} ({peak.source}), so that peak is wrong; MFU is left out "
+               "and the achieved figure is recorded as a lower bound of the peak (set metrics.peak_flops to the "
+               "device's real peak)")
+        warnings.warn(msg, PeakBelowAchievedWarning, stacklevel=2)
+        out.update(peak_flops_per_s=achieved, peak_flops_source=f"lower-bound:achieved by this run (not {peak.source})",
+                   mfu=None, mfu_error=msg)
+    return out

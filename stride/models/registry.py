@@ -126,7 +126,8 @@ def load_factory(spec: str, key: str) -> Callable[..., Any]:
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as exc:
-        raise ConfigError(f"`{key}` = {spec!r}: cannot import module {mod_name!r}: {exc}") from exc
+        raise ConfigError(f"`{key}` = {spec!r}: cannot import module {mod_name!r}: {exc} (make its package importable: "
+                          "`pip install -e DIR` of its project, or PYTHONPATH=DIR holding the package)") from exc
     fn = getattr(mod, attr, None)
     if not callable(fn):
         raise ConfigError(f"`{key}` = {spec!r}: {mod_name!r} has no callable {attr!r}")

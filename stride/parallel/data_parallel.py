@@ -49,7 +49,7 @@ def apply_ddp(
         bucket_cap_mb=bucket_mb,
         gradient_as_bucket_view=p.gradient_as_bucket_view,
         static_graph=p.static_graph,
-        broadcast_buffers=bool(persistent_buffers(module)),
+        forward_sync_buffers=bool(persistent_buffers(module)),  # torch 2.13's name (broadcast_buffers warns)
     )
     timer = register_comm_hook(ddp, p, mesh.get_group())
     return ddp, timer

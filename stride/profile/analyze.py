@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import platform
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from stride.metrics.dtype_speed import DtypeSpeeds, host_speeds, precision_line
 from stride.profile.activity import build_activity
 from stride.profile.annotations import annotation_breakdown, data_spans
 from stride.profile.breakdown import Times, summarize, window_times
@@ -20,9 +22,12 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 
 
 def find_traces(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given, directories expanded to their `*.json` / `*.json.gz` files (sorted, not recursive)."""
+    """Files as given, directories expanded to their `*.json` / `*.json.gz` files (sorted, not recursive);
+    a run directory (summary.json or config.toml beside a traces/ folder) stands for its traces/."""
     out: list[Path] = []
     for p in map(Path, paths):
+        if p.is_dir() and (p / "traces").is_dir() and ((p / "summary.json").is_file() or (p / "config.toml").is_file()):
+            p = p / "traces"  # a `stride profile` / `stride train` run directory: its traces
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
             if not found:
@@ -35,8 +40,18 @@ def find_traces(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False) -> tuple[dict, object]:
-    """stride's own figures for one rank, per step and over all analysed steps."""
+def local_dtype_speeds(t: RankTrace) -> DtypeSpeeds | None:
+    """This host's measured matmul speed per dtype, for a CPU trace recorded on this host (same
+    `host_name`); None otherwise (a GPU, or another machine, whose speeds this host cannot measure)."""
+    if t.has_device or t.meta.get("host_name") != platform.node():
+        return None
+    return host_speeds()
+
+
+def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
+                 precision: str | None = None) -> tuple[dict, object]:
+    """stride's own figures for one rank, per step and over all analysed steps. `precision` is the
+    lower-precision recommendation the measurements allow for this rank's machine (None: none)."""
     act = build_activity(t)
     windows = step_windows(t, act)
     if drop_last_step and len(windows) >= 2:
@@ -49,7 +64,7 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False) ->
         total += times
         fig = summarize(times, act.on_gpu)
         fig["step"] = w.step
-        fig["verdict"] = step_verdict(fig)
+        fig["verdict"] = step_verdict(fig, tiny_kernels(act, [w]), precision)
         per_step.append(fig)
     fig = summarize(total, act.on_gpu)
     tiny = tiny_kernels(act, windows)
@@ -63,19 +78,23 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False) ->
         "tiny_kernels": tiny,
         "annotations": annotation_breakdown(t, windows),
         "per_step": per_step,
-        "verdict": rank_verdict(fig, per_step, tiny) if windows else None,
+        "verdict": rank_verdict(fig, per_step, tiny, precision) if windows else None,
     }
     host = t.meta.get("host_name") if isinstance(t.meta.get("host_name"), str) else None
     return result, rank_steps(t.rank, host, windows, t.steps, act, t.names)
 
 
 def analyze_traces(
-    paths: Iterable[str | Path], *, hta_compatible: bool = False, include_last_step: bool = False, top_k: int = 10
+    paths: Iterable[str | Path], *, hta_compatible: bool = False, include_last_step: bool = False, top_k: int = 10,
+    dtype_speeds: Callable[[RankTrace], DtypeSpeeds | None] | None = None, run_precision: str | None = None,
 ) -> dict:
     """Analyse the traces (files or directories; one trace per rank) and return the report dict.
 
     With `hta_compatible`, temporal breakdown, overlap and idle split follow HTA's definitions (last
     profiler step dropped unless `include_last_step`); the other figures are stride's over the same steps.
+    `dtype_speeds(trace)` gives the speed per dtype measured on the machine that recorded the trace,
+    or None where unknown; `run_precision` the traced run's precision. Lower precision is
+    recommended only where those measurements (or, for GPUs, the datasheets) say it is faster.
     """
     files = find_traces(paths)
     traces = [load_trace(f) for f in files]
@@ -89,7 +108,10 @@ def analyze_traces(
     straggler_input = []
     for rank in sorted(by_rank):
         t = by_rank[rank]
-        res, rs = analyze_rank(t, top_k, drop_last_step=hta_compatible and not include_last_step)
+        device = "gpu" if t.has_device else "cpu"
+        precision = precision_line(device, run_precision, dtype_speeds(t) if dtype_speeds else None)
+        res, rs = analyze_rank(t, top_k, drop_last_step=hta_compatible and not include_last_step,
+                               precision=precision)
         if hta_compatible:
             hta = hta_figures(t, include_last_step, n_step_names)
             keys = ("span_us", "temporal_breakdown", "comm_comp_overlap_pct", "idle_breakdown")

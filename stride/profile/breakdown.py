@@ -106,7 +106,8 @@ def pct(x: float, total: float) -> float | None:
 
 
 def summarize(t: Times, on_gpu: bool) -> dict:
-    """The JSON figures of a `Times` (percentages of the span; idle split as percentages of idle)."""
+    """The JSON figures of a `Times`: percentages of the span (data wait too), and the idle split as
+    percentages of idle (HTA's convention, kept so the split can be compared with it)."""
     idle = t.idle
     return {
         "span_us": t.span,
@@ -116,6 +117,7 @@ def summarize(t: Times, on_gpu: bool) -> dict:
             "non_compute_pct": pct(t.busy - t.compute, t.span),
             "exposed_comm_pct": pct(t.comm_exposed, t.span),
             "exposed_memory_pct": pct(t.memory_exposed, t.span) if on_gpu else None,
+            "data_wait_pct": pct(t.data_wait, t.span),  # idle while loading data, as a share of the step
         },
         "comm_comp_overlap_pct": pct(t.comm_overlapped, t.comm),
         "idle_breakdown": {

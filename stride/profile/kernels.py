@@ -1,4 +1,4 @@
-"""Top kernels (GPU) or operators (CPU) by time inside the analysed windows, and the tiny-kernel flag.
+"""Top kernels (GPU) or operators (CPU) by time inside the analysed windows, and the tiny-kernel figures.
 
 Time per name is the sum of event durations (inclusive); on CPU traces, where operators nest
 (`aten::linear` holds `aten::addmm`), the list is ranked by self time, the duration less that of the
@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from stride.profile.activity import Activity
-from stride.profile.classify import KIND_NAMES
+from stride.profile.classify import COMPUTE, KIND_NAMES
 from stride.profile.windows import Window
 
 TINY_US = 10.0  # a kernel shorter than this is dominated by launch cost on current GPUs
+TINY_TIME_BOUND_PCT = 25.0  # tiny kernels taking a quarter of the kernel time set the step's pace
 
 
 def _in_windows(act: Activity, windows: list[Window]) -> np.ndarray:
@@ -83,18 +84,31 @@ def top_kernels(act: Activity, names: list[str], windows: list[Window], k: int =
     return out
 
 
-def tiny_kernels(act: Activity, windows: list[Window]) -> dict | None:
-    """Share of kernels shorter than TINY_US; null on CPU traces."""
-    if not act.on_gpu:
-        return None
+def tiny_kernels(act: Activity, windows: list[Window]) -> dict:
+    """How much of the work runs in kernels shorter than TINY_US: GPU kernels by duration, or on a CPU
+    trace the compute operators by self time (an operator's own work and dispatch, without the
+    operators it calls: a step of many small ops spends it in per-op overhead).
+
+    `flagged`: more than half of >= 100 kernels are tiny. `dominant`: flagged, and the tiny ones take
+    >= TINY_TIME_BOUND_PCT of the kernel time: the work is spread over so many small launches that
+    their fixed cost (launch, dispatch, ramp-up), not arithmetic or bandwidth, sets the pace."""
     m = _in_windows(act, windows)
-    dur = act.ev_end[m] - act.ev_ts[m]
+    if act.on_gpu:
+        dur = act.ev_end[m] - act.ev_ts[m]
+    else:
+        dur = self_times(act.ev_ts[m], act.ev_end[m], act.ev_lane[m])[act.ev_kind[m] == COMPUTE]
     n = int(len(dur))
     tiny = dur < TINY_US
+    time_pct = 100.0 * float(dur[tiny].sum()) / float(dur.sum()) if n and dur.sum() > 0 else None
+    flagged = bool(n >= 100 and tiny.sum() / n > 0.5)
     return {
+        "unit": "kernels" if act.on_gpu else "CPU operators (self time)",
         "threshold_us": TINY_US,
+        "kernels": n,
         "count": int(tiny.sum()),
         "pct_of_kernels": 100.0 * float(tiny.sum()) / n if n else None,
-        "pct_of_kernel_time": 100.0 * float(dur[tiny].sum()) / float(dur.sum()) if n and dur.sum() > 0 else None,
-        "flagged": bool(n >= 100 and tiny.sum() / n > 0.5),
+        "pct_of_kernel_time": time_pct,
+        "median_us": float(np.median(dur)) if n else None,
+        "flagged": flagged,
+        "dominant": bool(flagged and time_pct is not None and time_pct >= TINY_TIME_BOUND_PCT),
     }

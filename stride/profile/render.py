@@ -12,16 +12,25 @@ def _f(x: float | None, unit: str = "%") -> str:
 
 def render_report(report: dict, console: Console | None = None) -> None:
     con = console or Console(width=160) if console is None and not Console().is_terminal else console or Console()
-    t = Table(title=f"Where the step time goes ({report['definitions']} definitions)")
+    hta = report["definitions"] == "hta"
+    t = Table(title=f"Where the step time goes ({report['definitions']} definitions; % of the step"
+                    + ("; host and kernel wait: % of HTA's per-stream idle split)" if hta else ")"))
     for col in ("rank", "device", "steps", "span ms", "compute", "non-compute", "idle", "comm overlap",
-                "host wait", "kernel wait", "data wait", "verdict"):
+                "host wait", "kernel wait", "data wait", "verdict"):  # waits: shares of the step
         t.add_column(col, justify="right" if col not in ("device", "verdict") else "left")
     for rank, r in report["ranks"].items():
         tb, ib = r["temporal_breakdown"], r["idle_breakdown"] or {}
+        idle = tb["idle_pct"]
+
+        def of_step(share_of_idle: float | None, idle: float | None = idle) -> float | None:
+            if hta or share_of_idle is None or idle is None:
+                return share_of_idle  # HTA sums gaps per stream: not a part of the step's idle time
+            return share_of_idle * idle / 100
+
         t.add_row(rank, r["device"], ",".join(str(s) for s in r["steps"]), f"{r['span_us'] / 1e3:.2f}",
-                  _f(tb["compute_pct"]), _f(tb["non_compute_pct"]), _f(tb["idle_pct"]), _f(r["comm_comp_overlap_pct"]),
-                  _f(ib.get("host_wait_pct")), _f(ib.get("kernel_wait_pct")), _f(ib.get("data_wait_pct")),
-                  (r["verdict"] or {}).get("bound", "-"))
+                  _f(tb["compute_pct"]), _f(tb["non_compute_pct"]), _f(idle), _f(r["comm_comp_overlap_pct"]),
+                  _f(of_step(ib.get("host_wait_pct"))), _f(of_step(ib.get("kernel_wait_pct"))),
+                  _f(tb.get("data_wait_pct")), (r["verdict"] or {}).get("bound", "-"))
     con.print(t)
     for rank, r in report["ranks"].items():
         k = Table(title=f"rank {rank}: top {'kernels' if r['device'] == 'gpu' else 'CPU operators (by self time)'}")

@@ -1,7 +1,11 @@
-"""A verdict per step (compute-, memory-, communication-, host- or data-bound) with recommendations.
+"""A verdict per step (data-, host-, communication-, memory-, launch- or compute-bound) with recommendations.
 
-The rules read the summarized figures of `breakdown.summarize` in a fixed order; each rule's
-threshold is a share of the step span, stated next to it, so a verdict can be traced to its figures.
+The rules read the summarized figures of `breakdown.summarize` and the tiny-kernel figures of
+`kernels.tiny_kernels` in a fixed order; each rule's threshold is stated next to it, so a verdict can
+be traced to its figures. A busy device is not compute-bound when its time goes to many tiny kernels
+(a GRU step of 2,290 `add_` kernels of 4 µs each, at 3-20 % MFU): their fixed cost sets the pace, and
+fusion, compile or CUDA graphs help where a faster matmul dtype does not. Lower precision is advised
+only where it measured faster (`stride.metrics.dtype_speed.precision_line`).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 IDLE_BOUND_PCT = 30.0  # the device idles for more than this share of the step
 COMM_BOUND_PCT = 25.0  # exposed (not overlapped) communication above this share
 MEMORY_BOUND_PCT = 25.0  # exposed copies/sets above this share
+TINY_NOTE_PCT = 5.0  # many tiny kernels worth a note once they take 5 % of the kernel time (25 %: launch-bound)
 
 RECOMMENDATIONS = {
     "data-bound": [
@@ -29,47 +34,67 @@ RECOMMENDATIONS = {
         "avoid host<->device copies in the step (keep data on device, pin memory, non_blocking=True)",
         "fuse elementwise chains (torch.compile) to cut memory traffic",
     ],
+    "launch-bound": [
+        "fuse the small kernels: torch.compile (train.compile=model+optimizer) merges elementwise chains "
+        "such as an RNN cell's per-timestep adds into one kernel",
+        "on a GPU, replay the step as CUDA graphs (torch.compile mode='reduce-overhead'): one launch for all",
+        "use fused library kernels (cuDNN GRU/LSTM over the whole sequence, fused/foreach optimizers) "
+        "instead of one small kernel per timestep or tensor",
+        "give each kernel more work: a larger batch or model width",
+    ],
     "compute-bound": [
-        "use bf16 autocast / TF32 and fused optimizers; profile the top kernels for better algorithms",
+        "profile the top kernels for better algorithms (fewer, larger matmuls); use fused optimizers",
     ],
 }
 
 
-def step_verdict(fig: dict) -> dict:
-    tb, ib = fig["temporal_breakdown"], fig["idle_breakdown"]
+def step_verdict(fig: dict, tiny: dict | None = None, precision: str | None = None) -> dict:
+    """`tiny`: `kernels.tiny_kernels` of the same span; `precision`: the lower-precision advice the
+    measurements allow (None: none)."""
+    tb = fig["temporal_breakdown"]
     idle = tb["idle_pct"] or 0.0
     comm = tb["exposed_comm_pct"] or 0.0
     mem = tb["exposed_memory_pct"] or 0.0
     reasons: list[str] = []
     if idle > IDLE_BOUND_PCT:
-        data = ib["data_wait_pct"] or 0.0
-        bound = "data-bound" if data >= 50.0 else "host-bound"
-        reasons.append(
-            f"device idle {idle:.1f}% of the step (> {IDLE_BOUND_PCT}%), {data:.1f}% of it while loading data"
-        )
+        data = tb.get("data_wait_pct") or 0.0
+        bound = "data-bound" if data >= idle / 2 else "host-bound"  # data wait is half the idle or more
+        reasons.append(f"device idle {idle:.1f}% of the step (> {IDLE_BOUND_PCT}%); waiting for data "
+                       f"{data:.1f}% of the step")
     elif comm > COMM_BOUND_PCT:
         bound = "communication-bound"
         reasons.append(f"exposed communication {comm:.1f}% of the step (> {COMM_BOUND_PCT}%)")
     elif mem > MEMORY_BOUND_PCT:
         bound = "memory-bound"
         reasons.append(f"exposed memory copies/sets {mem:.1f}% of the step (> {MEMORY_BOUND_PCT}%)")
+    elif tiny and tiny.get("dominant"):
+        bound = "launch-bound"
+        reasons.append(f"{tiny['count']:,} of {tiny['kernels']:,} {tiny['unit']} ({tiny['pct_of_kernels']:.0f}%) run "
+                       f"under {tiny['threshold_us']:.0f} µs (median {tiny['median_us']:.1f} µs) and take "
+                       f"{tiny['pct_of_kernel_time']:.0f}% of the kernel time: per-kernel overhead, not "
+                       "arithmetic, sets the pace")
     else:
         bound = "compute-bound"
         compute = tb["compute_pct"] or 0.0
         reasons.append(f"compute {compute:.1f}% of the step; idle {idle:.1f}%, exposed comm {comm:.1f}%")
-    return {"bound": bound, "reasons": reasons, "recommendations": list(RECOMMENDATIONS[bound])}
+    recs = list(RECOMMENDATIONS[bound])
+    if bound == "compute-bound" and precision:
+        recs.insert(0, precision)
+    return {"bound": bound, "reasons": reasons, "recommendations": recs}
 
 
-def rank_verdict(fig: dict, per_step: list[dict], tiny: dict | None) -> dict:
+def rank_verdict(fig: dict, per_step: list[dict], tiny: dict | None, precision: str | None = None) -> dict:
     """The rank's verdict: the rule applied to its whole analysed span, plus the per-step tally."""
-    v = step_verdict(fig)
+    v = step_verdict(fig, tiny, precision)
     tally: dict[str, int] = {}
     for s in per_step:
         tally[s["verdict"]["bound"]] = tally.get(s["verdict"]["bound"], 0) + 1
     v["steps_by_bound"] = tally
-    if tiny and tiny.get("flagged"):
+    if (tiny and tiny.get("flagged") and v["bound"] != "launch-bound"
+            and (tiny["pct_of_kernel_time"] or 0.0) >= TINY_NOTE_PCT):
         v["recommendations"].append(
-            f"{tiny['pct_of_kernels']:.0f}% of kernels run under {tiny['threshold_us']:.0f} µs: fuse small kernels "
-            "(torch.compile, foreach/fused optimizers)"
+            f"{tiny['pct_of_kernels']:.0f}% of {tiny['unit']} run under {tiny['threshold_us']:.0f} µs "
+            f"({tiny['pct_of_kernel_time']:.0f}% of their time): fuse small kernels (torch.compile, "
+            "foreach/fused optimizers)"
         )
     return v

@@ -10,9 +10,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from stride.metrics.dtype_speed import DtypeSpeeds, host_speeds, precision_line
+
 DATA_BOUND = 0.10  # data wait above 10 % of the step: the loader is on the critical path
 OPTIMIZER_BOUND = 0.25
 HOST_BOUND = 0.15  # unattributed time ("other"): Python, logging, launch overhead
+LOW_MFU = 0.2  # forward + backward at under 20 % MFU: kernel count or memory traffic, not FLOPs, set the pace
 
 
 def load_prices(path: str | Path) -> dict[str, float]:
@@ -38,7 +41,9 @@ def price_for(env: dict[str, Any], prices: dict[str, float]) -> tuple[float | No
     return None, "no price"
 
 
-def bottleneck(w: dict[str, Any]) -> tuple[str, str]:
+def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, str]:
+    """(kind, advice) of one workload entry; `precision` is the lower-precision advice that the
+    measurements allow (see `precision_evidence`), None where none measured faster."""
     b = w["step_time_breakdown_s"]
     total = sum(b.values()) or 1.0
     share = {k: v / total for k, v in b.items()}
@@ -55,21 +60,62 @@ def bottleneck(w: dict[str, Any]) -> tuple[str, str]:
         return "communication", ("exposed communication: larger DDP buckets, overlap, "
                                  "or FSDP reshard_after_forward=false")
     mfu = w.get("mfu")
-    if mfu is not None and mfu < 0.2:
-        return "compute (low MFU)", (f"compute-bound at {100 * mfu:.0f}% MFU: small matmuls; try bf16, "
-                                     "torch.compile, fused kernels, or a larger batch/model width")
-    return "compute", "compute-bound: already spending the step in forward and backward"
+    also = f"; {precision}" if precision else ""  # "use bf16 ..." / "keep fp32: ..." / "bf16 may help ..."
+    if mfu is not None and mfu < LOW_MFU:
+        # Forward and backward fill the step, yet the FLOPs run far below the peak: what limits it is
+        # the number of kernels (launch / dispatch overhead per small op) or memory traffic, not
+        # arithmetic, so fewer, fused kernels help and a faster matmul dtype alone does not.
+        return "overhead (low MFU)", (f"forward and backward fill the step at only {100 * mfu:.0f}% MFU (< "
+                                      f"{100 * LOW_MFU:.0f}%): many small kernels or memory traffic, not "
+                                      "arithmetic, set the pace; fuse them with torch.compile "
+                                      "(train.compile=model+optimizer; CUDA graphs on a GPU), raise the batch "
+                                      f"size or model width; `stride profile` shows the op mix{also}")
+    return "compute", f"compute-bound: already spending the step in forward and backward{also}"
 
 
-def recommend(results: dict[str, Any], prices: dict[str, float]) -> list[dict[str, Any]]:
-    price, price_key = price_for(results.get("environment", {}), prices)
+def precision_evidence(results: dict[str, Any], ws: list[dict[str, Any]], speeds: DtypeSpeeds | None) -> str | None:
+    """The precision line for one workload group. The group's own variants in another precision (the
+    tradeoff sweep's bf16/fp16) are the workload's measurement and decide; otherwise `speeds`, this
+    host's matmul probe when the results come from this host; a GPU without either, the datasheets."""
+    base = next((w for w in ws if "+" not in w["name"]), ws[0])
+    current = (base.get("config") or {}).get("train", {}).get("precision", "fp32")
+    measured = {current: base["throughput"]["median"] or 0.0}
+    for w in ws:
+        p = (w.get("config") or {}).get("train", {}).get("precision")
+        if p and p != current and w["throughput"]["median"] is not None:
+            measured[p] = max(measured.get(p, 0.0), w["throughput"]["median"])
+    if len(measured) > 1 and current == "fp32":
+        speeds = DtypeSpeeds(measured, "workload")
+    device = "gpu" if (results.get("environment") or {}).get("gpus") else "cpu"
+    return precision_line(device, current, speeds)
+
+
+def _host_speeds(env: dict[str, Any]) -> DtypeSpeeds | None:
+    """This host's dtype probe, if the results were measured here (same host and CPU) on a CPU."""
+    import platform
+
+    from stride.metrics.env import cpu_model
+
+    if env.get("gpus") or env.get("hostname") != platform.node() or env.get("cpu_model") != cpu_model():
+        return None
+    return host_speeds(env.get("torch_threads"))
+
+
+def recommend(results: dict[str, Any], prices: dict[str, float],
+              speeds: DtypeSpeeds | None | str = "host") -> list[dict[str, Any]]:
+    """One recommendation per workload group. `speeds`: the dtype speeds measured on the machine the
+    results come from; "host" (default) measures this host's when the results were made here."""
+    env = results.get("environment", {})
+    price, price_key = price_for(env, prices)
+    if speeds == "host":
+        speeds = _host_speeds(env)
     groups: dict[str, list[dict[str, Any]]] = {}
     for w in results["workloads"]:
         groups.setdefault(w["name"].split("+")[0], []).append(w)
     out = []
     for base, ws in groups.items():
         best = max(ws, key=lambda w: w["throughput"]["median"] or 0.0)
-        kind, advice = bottleneck(best)
+        kind, advice = bottleneck(best, precision_evidence(results, ws, speeds))
         tput = best["throughput"]["median"] or 0.0
         ttt = best.get("time_to_target_s")
         out.append({

@@ -34,7 +34,8 @@ def summary_table(s: dict[str, Any]) -> Table:
         ("timesteps/s", _fmt(s["timesteps_per_s"], ",.0f")),
         ("step time", _fmt(s["step_time_s"] * 1e3 if s["step_time_s"] else None, ".2f") + " ms"),
         ("achieved FLOP/s", _fmt(s["achieved_flops_per_s"], ".3e")),
-        ("MFU", _fmt(s["mfu"] * 100 if s["mfu"] is not None else None, ".2f") + " %"),
+        ("MFU", "[bold red]n/a: the peak is below what this run achieved (mfu_error)[/]" if s.get("mfu_error")
+         else _fmt(s["mfu"] * 100 if s["mfu"] is not None else None, ".2f") + " %"),
         ("peak FLOP/s (source)", f"{_fmt(s['peak_flops_per_s'], '.3e')} ({s['peak_flops_source']})"),
         (f"peak memory ({s['peak_mem_kind']})", _fmt_bytes(s["peak_mem_bytes"])),
         ("saved activations", _fmt_bytes(s.get("saved_activation_bytes"))),

@@ -19,7 +19,7 @@ from stride.config.schema import RunConfig
 from stride.metrics.flops import count_train_flops
 from stride.metrics.hashing import params_sha256
 from stride.metrics.memory import peak_memory, reset_peak
-from stride.metrics.peak import device_peak
+from stride.metrics.peak import device_peak, mfu_fields
 from stride.metrics.step_timer import StepTimer
 from stride.rl.market_env import MarketMakingEnv, MarketMakingSpec
 from stride.train.device import configure_process, resolve_device
@@ -151,8 +151,7 @@ def train_ppo(cfg: RunConfig, spec: MarketMakingSpec, s: PPOSettings) -> dict[st
         "step_time_s": b["total"],
         "step_time_breakdown_s": {k: v for k, v in b.items() if k != "total"},
         "flops_per_step": flops_per_update,
-        "mfu": achieved / peak.flops_per_s if achieved else None,
-        "peak_flops_source": peak.source,
+        **mfu_fields(achieved, peak),
         "peak_mem_bytes": mem,
         "peak_mem_kind": kind,
         "wall_time_s": wall,

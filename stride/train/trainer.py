@@ -26,7 +26,7 @@ from stride.metrics.env import fingerprint
 from stride.metrics.flops import count_train_flops
 from stride.metrics.hashing import params_sha256
 from stride.metrics.memory import SavedActivations, peak_memory, reset_peak
-from stride.metrics.peak import device_peak
+from stride.metrics.peak import device_peak, mfu_fields
 from stride.metrics.run_dir import RunDir
 from stride.metrics.step_timer import StepTimer
 from stride.models.losses import make_loss
@@ -350,9 +350,7 @@ class Trainer:
             "timed_steps": timer.steps,
             "flops_per_step": self.flops_per_step,
             "achieved_flops_per_s": achieved,
-            "peak_flops_per_s": self.peak.flops_per_s,
-            "peak_flops_source": self.peak.source,
-            "mfu": achieved / self.peak.flops_per_s if achieved else None,
+            **mfu_fields(achieved, self.peak),  # peak_flops_per_s, peak_flops_source, mfu, mfu_error
             "peak_mem_bytes": mem,
             "peak_mem_kind": mem_kind,
             "saved_activation_bytes": self.saved_activation_bytes,

@@ -46,7 +46,7 @@ def test_bottleneck_rules() -> None:
     assert bottleneck(data)[0] == "data" and "50%" in bottleneck(data)[1]
     host = _w("x", 1.0, step_time_breakdown_s={"forward": 0.4, "backward": 0.4, "other": 0.2})
     assert bottleneck(host)[0] == "host"
-    assert bottleneck(_w("x", 1.0, mfu=0.05))[0] == "compute (low MFU)"
+    assert bottleneck(_w("x", 1.0, mfu=0.05))[0] == "overhead (low MFU)"
 
 
 def test_cost_per_million_samples_by_hand() -> None:

@@ -98,7 +98,8 @@ def test_run_directory_contents(tmp_path) -> None:
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if "loss" in x] == [2, 4, 6]
     assert [x["step"] for x in lines if "val_loss" in x] == [3, 6]
-    assert summary["mfu"] > 0 and summary["flops_per_step"] > 0 and "measured" in summary["peak_flops_source"]
+    assert summary["mfu"] > 0 and summary["flops_per_step"] > 0
+    assert summary["peak_flops_source"].startswith(("isa:", "measured:"))
     env = json.loads((tmp_path / "run" / "env.json").read_text())
     assert env["packages"]["torch"] and env["cpu_count"] >= 1
     assert r.summary["params_sha256"] == summary["params_sha256"]

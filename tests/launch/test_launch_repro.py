@@ -58,6 +58,22 @@ def test_deterministic_mismatch_is_not_excused_by_tolerance(tmp_path: Path) -> N
     assert rep.loss_rel_diff == 0.0 and not rep.matches and "deterministic" in rep.verdict
 
 
+def test_deterministic_rerun_on_other_hardware_is_judged_by_its_loss(tmp_path: Path) -> None:
+    """A run recorded on another CPU family (its env.json names another CPU): the parameters differ in
+    the last bit there, so the verdict compares the final loss instead of calling it a mismatch."""
+    run = _record(tmp_path, "train.deterministic=true")
+    env = json.loads((run / "env.json").read_text())
+    env["cpu_model"] = "Intel(R) Xeon(R) Platinum 8480+"
+    (run / "env.json").write_text(json.dumps(env))
+    s = json.loads((run / "summary.json").read_text())
+    s["params_sha256"] = "e" * 64  # what another CPU family's last-bit differences do to the hash
+    s["final_train_loss"] *= 1 + 1e-7
+    (run / "summary.json").write_text(json.dumps(s))
+    rep = reproduce(run, tmp_path / "r", tolerance=1e-5)
+    assert "cpu_model" in rep.env_diff and rep.matches and "other hardware" in rep.verdict
+    assert not reproduce(run, tmp_path / "r2", tolerance=1e-9).matches  # the loss still has to agree
+
+
 def test_env_diff_names_code_and_packages() -> None:
     a = {"git_commit": "abc", "git_dirty": False, "packages": {"torch": "2.13.0", "numpy": "2.1"}, "cpu_count": 2}
     b = {"git_commit": "def", "git_dirty": True, "packages": {"torch": "2.14.0", "numpy": "2.1", "x": "1"},

@@ -32,6 +32,9 @@ def test_format1_state_dict_is_converted_on_load():
     big, small = (opt.state[p] for p in params)
     assert set(big) == {"step", *Q_KEYS} and set(small) == {"step", "exp_avg", "exp_avg_sq"}
     assert big["step"].item() == 3
+    # the small tensor's fp32 moments are loaded as saved (no arithmetic: bitwise on any machine)
+    for k in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(small[k], saved["optim"]["state"][1][k]), k
     # the moments it holds now decode to format 1's: sqrt(v) within the grid's resolution, m within
     # the int8 code's (half a step of the block's largest normalised update, times the denominator)
     old = saved["optim"]["state"][0]
@@ -47,7 +50,9 @@ def test_format1_state_dict_is_converted_on_load():
     before = [p.detach().clone() for p in params]
     opt.step()
     (p8, p32), (r8, r32) = params, saved["after_next_step"]
-    assert torch.equal(p32.detach(), r32)  # fp32 moments: unchanged by the conversion
+    # The fixture's step was computed on another CPU: vectorised fp32 kernels differ in the last bit
+    # across CPU families (torch.equal failed on AMD EPYC), so a tolerance of a few ulps, not equality.
+    torch.testing.assert_close(p32.detach(), r32, rtol=4e-7, atol=1e-8)
     assert ((p8.detach() - r8).norm() / (r8 - before[0]).norm()) < 0.02  # measured 0.4%
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -23,8 +25,10 @@ def test_ddp_broadcasts_only_models_with_persistent_buffers(tmp_path) -> None:
     try:
         mesh = init_device_mesh("cpu", (1,))
         cpu, p = torch.device("cpu"), ParallelConfig(comm_timing=False)
-        rope_model, _ = apply_ddp(TimeSeriesTransformer(7, 16, 3), mesh, p, cpu)
-        bn_model, _ = apply_ddp(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)), mesh, p, cpu)
-        assert not rope_model.broadcast_buffers and bn_model.broadcast_buffers
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)  # torch 2.13 deprecates `broadcast_buffers`
+            rope_model, _ = apply_ddp(TimeSeriesTransformer(7, 16, 3), mesh, p, cpu)
+            bn_model, _ = apply_ddp(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)), mesh, p, cpu)
+        assert not rope_model.forward_sync_buffers and bn_model.forward_sync_buffers
     finally:
         dist.destroy_process_group()

@@ -83,7 +83,9 @@ def test_cpu_only_breakdown(tmp_path: Path) -> None:
     assert ib["data_wait_pct"] == pytest.approx(25.0) and ib["other_pct"] == pytest.approx(75.0)
     ann = {a["name"]: a for a in r["annotations"]}
     assert ann["data_load"]["total_us"] == pytest.approx(10.0) and ann["data_load"]["pct_of_step"] == pytest.approx(10)
-    assert r["tiny_kernels"] is None
+    assert tb["data_wait_pct"] == pytest.approx(10.0)  # of the step (25 % of the idle time)
+    tiny = r["tiny_kernels"]  # compute operators by self time: mm 30 us, add 10 us (collectives are not compute)
+    assert tiny["unit"] == "CPU operators (self time)" and tiny["kernels"] == 2 and tiny["count"] == 0
     ops = {k["name"]: k for k in r["top_kernels"]}
     assert ops["aten::mm"]["total_us"] == pytest.approx(40.0) and ops["aten::mm"]["self_us"] == pytest.approx(30.0)
     assert ops["aten::add"]["self_us"] == pytest.approx(10.0)

@@ -1,0 +1,127 @@
+"""A CPU's peak FLOP/s per dtype from its instruction set: cores x clock x FLOPs per cycle per core.
+
+MFU needs a ceiling no run can pass. A measured matmul is not one: it measures how good the
+library's kernel for that dtype is (torch 2.13's CPU fp16 matmul on an AMD EPYC without AVX512_FP16
+runs at 0.3 GFLOP/s, 600x below fp32, and a run's MFU against it read 414 %). The instruction set
+bounds what the cores can do in any dtype, so the peak here comes from the flags in /proc/cpuinfo
+(or torch's detected CPU capability where that file is missing):
+
+- fp32: two vector FMA ports at the widest vector ISA (AVX-512F: 2 x 16 lanes x 2 FLOPs = 64 per
+  cycle; AVX2+FMA: 32; AVX: 16; SSE2: 8; aarch64 NEON/SVE: 4 pipes x 4 lanes x 2 = 32).
+- bf16: AMX-BF16 1024 per cycle (Intel's figure for one tile unit); AVX512_BF16 (VDPBF16PS, two
+  products per fp32 lane) 128; aarch64 `bf16` 64; otherwise the fp32 units do the arithmetic after a
+  conversion, so the fp32 figure.
+- fp16: AMX-FP16 1024; AVX512_FP16 128 (32 lanes); aarch64 `asimdhp` 64; otherwise fp32's.
+
+This is an upper bound by design: it assumes two full-width FMA ports, which Intel server parts
+have; AMD Zen 4 executes 512-bit operations as two 256-bit halves, so its real ceiling is about half.
+The clock is the highest the OS reports (cpufreq's maximum, else /proc/cpuinfo's `cpu MHz`, else the
+`@ x GHz` of the model name); under a hypervisor that is often the base clock, and boost can lift a
+run above it: `stride.metrics.peak.mfu_fields` then reports that loudly instead of an MFU over 100 %.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+CPUINFO = Path("/proc/cpuinfo")
+CPUFREQ_MAX = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")  # kHz
+
+# (flag, FLOPs per cycle per core), first match wins; "*" matches any CPU. The module docstring says why.
+_X86_FP32 = (("avx512f", 64), ("fma", 32), ("avx", 16), ("*", 8))
+_X86_BF16 = (("amx_bf16", 1024), ("avx512_bf16", 128))
+_X86_FP16 = (("amx_fp16", 1024), ("avx512_fp16", 128))
+_ARM_FP32 = (("*", 32),)
+_ARM_BF16 = (("bf16", 64),)
+_ARM_FP16 = (("asimdhp", 64),)
+# torch's capability names -> the flags they imply (where /proc/cpuinfo cannot be read).
+_CAPABILITY_FLAGS = {"AVX512": {"avx512f", "fma", "avx"}, "AVX2": {"fma", "avx"}}
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    model: str
+    arch: str
+    flags: frozenset[str]
+    flags_source: str  # "/proc/cpuinfo" or "torch-capability:AVX2"
+    mhz: float | None  # the highest clock the OS reports
+    mhz_source: str
+    physical_cores: int
+
+
+def _first(pattern: str, text: str) -> str | None:
+    m = re.search(pattern, text, re.MULTILINE)
+    return m.group(1).strip() if m else None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def read_cpu_info(cpuinfo: str | None = None, max_khz: str | None = None) -> CpuInfo:
+    """What this machine says about its CPU (texts may be given, for other machines' files)."""
+    text = _read(CPUINFO) if cpuinfo is None else cpuinfo
+    khz = _read(CPUFREQ_MAX) if max_khz is None else max_khz
+    arch = platform.machine()
+    model = (_first(r"^model name\s*:(.*)$", text or "") or platform.processor() or arch)
+    flags_line = _first(r"^(?:flags|Features)\s*:(.*)$", text or "")
+    if flags_line is not None:
+        flags, flags_source = frozenset(flags_line.split()), "/proc/cpuinfo"
+    else:
+        cap = torch.backends.cpu.get_cpu_capability()
+        flags, flags_source = frozenset(_CAPABILITY_FLAGS.get(cap, set())), f"torch-capability:{cap}"
+    mhz, mhz_source = None, "unknown"
+    if khz and khz.strip().isdigit():
+        mhz, mhz_source = int(khz.strip()) / 1e3, "clock: cpufreq max"
+    elif text and (vals := re.findall(r"^cpu MHz\s*:\s*([0-9.]+)", text, re.MULTILINE)):
+        mhz, mhz_source = max(float(v) for v in vals), "clock: cpuinfo MHz"
+    elif ghz := re.search(r"@\s*([0-9.]+)\s*GHz", model):
+        mhz, mhz_source = float(ghz.group(1)) * 1e3, "clock: model name"
+    cores = {(_first(r"^physical id\s*:(.*)$", b), _first(r"^core id\s*:(.*)$", b))
+             for b in (text or "").split("\n\n") if "core id" in b}
+    return CpuInfo(model, arch, flags, flags_source, mhz, mhz_source, len(cores) or (os.cpu_count() or 1))
+
+
+def flops_per_cycle(info: CpuInfo, dtype: str) -> tuple[int, str]:
+    """(FLOPs per cycle per core, the flag that gave it) for fp32, bf16 or fp16."""
+    arm = info.arch in ("aarch64", "arm64")
+    fp32_rules = _ARM_FP32 if arm else _X86_FP32
+    rules = {"fp32": fp32_rules,
+             "bf16": (_ARM_BF16 if arm else _X86_BF16) + fp32_rules,
+             "fp16": (_ARM_FP16 if arm else _X86_FP16) + fp32_rules}[dtype]
+    for flag, n in rules:
+        if flag == "*" or flag in info.flags:
+            name = flag if flag != "*" else ("neon" if arm else "sse2")
+            if dtype != "fp32" and (flag, n) in fp32_rules:
+                name = f"no {dtype} ISA, fp32 units: {name}"
+            return n, name
+    raise AssertionError("the last rule matches every CPU")
+
+
+def cores_in_use(info: CpuInfo, threads: int | None = None) -> int:
+    """Physical cores the run's threads can occupy (SMT siblings share the FMA ports)."""
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        allowed = os.cpu_count() or 1
+    return max(1, min(threads or torch.get_num_threads(), allowed, info.physical_cores))
+
+
+def isa_peak(dtype: str, threads: int | None = None, info: CpuInfo | None = None) -> tuple[float, str] | None:
+    """(peak FLOP/s, source) of `dtype` on the cores this process's threads use; None without a clock."""
+    info = info or read_cpu_info()
+    if info.mhz is None:
+        return None
+    per_cycle, why = flops_per_cycle(info, dtype)
+    cores = cores_in_use(info, threads)
+    source = f"isa:{dtype}:{cores}cores x {info.mhz / 1e3:.2f}GHz x {per_cycle}FLOP/cycle ({why}; {info.mhz_source})"
+    return cores * info.mhz * 1e6 * per_cycle, source

@@ -1,0 +1,91 @@
+"""What a user can get wrong on the command line ends in one line naming it (and a close match), not a
+traceback: paths that are files where a directory belongs and the reverse, a bench directory given for a
+run, a misspelt collective; `stride --version`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stride.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--set", "train.steps=2", "--set", "data.n_steps=512", "--set", "metrics.progress=false"]
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_version() -> None:
+    out = subprocess.run([sys.executable, "-m", "stride", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("stride 0.") and "torch 2." in out.stdout and "Python 3." in out.stdout
+
+
+def test_an_output_path_under_a_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: FileExistsError / NotADirectoryError tracebacks from mkdir."""
+    f = tmp_path / "results.json"
+    f.write_text("{}")
+    assert main(["train", str(ROOT / "configs/quickstart.toml"), "--out", str(f), *TINY]) == 1
+    assert one_line_error(capsys) == f"stride train: {f}: a file of that name exists where a directory is needed; " \
+                                     "give another path"
+    assert main(["train", str(ROOT / "configs/quickstart.toml"), "--out", str(f / "run"), *TINY]) == 1
+    assert one_line_error(capsys) == f"stride train: {f / 'run'}: {f} is a file, not a directory"
+
+
+def test_comm_names_the_mistake_before_measuring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["comm", "--collectives", "allreduce"]) == 2
+    assert "did you mean `all_reduce`?" in one_line_error(capsys)
+    # before: the benchmark ran, then os.replace raised IsADirectoryError on writing the profile
+    assert main(["comm", "--profile-out", str(tmp_path)]) == 2
+    assert "is a directory; give a file path" in one_line_error(capsys)
+    assert main(["comm", "--profile-out", str(tmp_path / "no" / "hw.toml")]) == 2
+    assert f"the directory {tmp_path / 'no'} does not exist" in one_line_error(capsys)
+
+
+def _bench_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "bench"
+    (d / "mlp_tiny").mkdir(parents=True)
+    (d / "results.json").write_text("{}")
+    for name in ("metrics.jsonl", "summary.json", "config.toml"):
+        (d / "mlp_tiny" / name).write_text("")
+    return d
+
+
+def test_repro_and_top_say_what_the_path_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench_dir(tmp_path)
+    assert main(["repro", str(bench)]) == 2
+    assert f"a `stride bench` directory; re-run one of its runs, e.g. `stride repro {bench / 'mlp_tiny'}`" in \
+        one_line_error(capsys)
+    assert main(["repro", str(bench / "results.json")]) == 2
+    assert "a file, not a run directory" in one_line_error(capsys)
+    assert main(["repro", str(bench / "mlp_tiny" / "summary.json")]) == 2
+    assert f"give the run directory that holds it ({bench / 'mlp_tiny'})" in one_line_error(capsys)
+    with pytest.raises(SystemExit, match=r"holds no run files .*runs inside it: mlp_tiny"):
+        main(["top", str(bench), "--once"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match=r"empty holds no run files \(config.toml, metrics.jsonl, summary.json\)$"):
+        main(["top", str(tmp_path / "empty"), "--once"])
+    with pytest.raises(SystemExit, match="a file, not a run directory"):
+        main(["top", str(bench / "results.json")])
+
+
+def test_analyze_takes_a_run_directory_for_its_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A `stride profile --out DIR` directory holds analysis.json beside traces/: before, `stride analyze DIR`
+    read analysis.json as a trace and failed ('no traceEvents list')."""
+    sys.path.insert(0, str(ROOT / "tests" / "profile"))
+    from synth import cpu_trace, write
+
+    run = tmp_path / "prof"
+    (run / "traces").mkdir(parents=True)
+    write(run / "traces" / "trace_rank0.json", cpu_trace())
+    (run / "analysis.json").write_text("{}")
+    (run / "summary.json").write_text("{}")
+    assert main(["analyze", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranks"]["0"]["device"] == "cpu"

@@ -1,0 +1,99 @@
+"""MFU is at most 100 % in every precision: the CPU peak comes from the instruction set (a ceiling),
+and a run that beats its peak gets a loud error and a lower bound, never an MFU above 1."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from helpers import small_config
+
+from stride.metrics.cpu_isa import flops_per_cycle, isa_peak, read_cpu_info
+from stride.metrics.peak import Peak, PeakBelowAchievedWarning, measured_matmul_peak, mfu_fields
+from stride.train.trainer import Trainer
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_mfu_is_at_most_one_in_every_precision(precision: str) -> None:
+    """Before: the peak of a CPU dtype was a 1024^3 matmul's speed; torch's CPU fp16 matmul runs at
+    ~0.3 GFLOP/s on this AMD EPYC (no AVX512_FP16), and an fp16 run read MFU 414 %."""
+    cfg = small_config(train__steps=4, train__precision=precision, metrics__flops=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PeakBelowAchievedWarning)
+        s = Trainer(config=cfg, write_run_dir=False).fit().summary
+    assert s["mfu"] is not None and 0 < s["mfu"] <= 1.0, s
+    assert s["mfu_error"] is None
+    if read_cpu_info().mhz is not None:  # a clock is known: the peak is the instruction set's
+        assert s["peak_flops_source"].startswith(f"isa:{precision}:1cores"), s["peak_flops_source"]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_isa_peak_is_above_what_the_library_reaches(dtype: str) -> None:
+    """The ceiling holds against the best kernel torch has for the dtype on this machine."""
+    peak = isa_peak(dtype, threads=torch.get_num_threads())
+    if peak is None:
+        pytest.skip("the OS reports no CPU clock here: the peak falls back to a measured matmul")
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    assert measured_matmul_peak(torch.device("cpu"), dt, n=512, seconds=0.2) < peak[0]
+
+
+def test_a_run_above_its_peak_is_an_error_not_an_mfu_over_one() -> None:
+    cfg = small_config(train__steps=4, metrics__flops=True, metrics__peak_flops=1e3)  # 1 kFLOP/s: wrong
+    with pytest.warns(PeakBelowAchievedWarning, match=r"MFU would be .* so that peak is wrong"):
+        s = Trainer(config=cfg, write_run_dir=False).fit().summary
+    assert s["mfu"] is None and "lower bound" in s["mfu_error"]
+    assert s["peak_flops_per_s"] == s["achieved_flops_per_s"] > 1e3
+    assert s["peak_flops_source"].startswith("lower-bound:achieved by this run (not config:metrics.peak_flops")
+
+
+def test_mfu_fields_by_hand() -> None:
+    assert mfu_fields(5.0, Peak(10.0, "x"))["mfu"] == 0.5
+    assert mfu_fields(None, Peak(10.0, "x"))["mfu"] is None
+    with pytest.warns(PeakBelowAchievedWarning):
+        f = mfu_fields(20.0, Peak(10.0, "x"))
+    assert f["mfu"] is None and f["peak_flops_per_s"] == 20.0
+
+
+# /proc/cpuinfo excerpts of other machines (one processor block each, flags trimmed to the vector ISA).
+SAPPHIRE_RAPIDS = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+cpu MHz\t\t: 2000.000
+physical id\t: 0
+core id\t\t: 0
+flags\t\t: fpu sse sse2 avx fma avx2 avx512f avx512bw avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8
+
+processor\t: 1
+physical id\t: 0
+core id\t\t: 1
+flags\t\t: fpu sse sse2 avx fma avx2 avx512f avx512bw avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8
+"""
+HASWELL = """processor\t: 0
+model name\t: Intel(R) Xeon(R) CPU E5-2680 v3 @ 2.50GHz
+physical id\t: 0
+core id\t\t: 0
+flags\t\t: fpu sse sse2 avx fma avx2 f16c
+"""
+GRAVITON3 = """processor\t: 0
+BogoMIPS\t: 2100.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid sve bf16 i8mm
+CPU implementer\t: 0x41
+"""
+
+
+def test_flops_per_cycle_follow_the_instruction_set(monkeypatch) -> None:
+    spr = read_cpu_info(SAPPHIRE_RAPIDS, "3800000")
+    assert spr.mhz == 3800.0 and spr.mhz_source == "clock: cpufreq max" and spr.physical_cores == 2
+    assert [flops_per_cycle(spr, d)[0] for d in ("fp32", "bf16", "fp16")] == [64, 1024, 128]
+    peak, source = isa_peak("bf16", threads=2, info=spr)
+    assert peak == 2 * 3.8e9 * 1024 and "amx_bf16" in source
+    hsw = read_cpu_info(HASWELL, "")
+    assert hsw.mhz == 2500.0 and hsw.mhz_source == "clock: model name"
+    # no bf16 or fp16 arithmetic: the fp32 units do it after a conversion, so fp32's ceiling
+    assert [flops_per_cycle(hsw, d)[0] for d in ("fp32", "bf16", "fp16")] == [32, 32, 32]
+    assert "no bf16 ISA" in flops_per_cycle(hsw, "bf16")[1]
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    arm = read_cpu_info(GRAVITON3, "")
+    assert arm.mhz is None and isa_peak("fp32", info=arm) is None  # no clock: the caller measures instead
+    assert [flops_per_cycle(arm, d)[0] for d in ("fp32", "bf16", "fp16")] == [32, 64, 64]
