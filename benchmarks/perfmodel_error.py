@@ -78,11 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         "interval_coverage_loho": ev.coverage(samples, loso, loho, lambda s: s.generation) if loho else None,
         "memory": {"n": len(mem), "median_abs_pct": ev.quantile(mem_errs, 0.5) if mem else None, "rows": mem},
         "fitted_on_all": all_fit.to_dict(), "loso_fits": loso_fits, "loho_fits": loho_fits,
+        "per_row": [{"row_id": s.inputs.row_id, "source": s.source, "hardware": s.inputs.hardware.name,
+                     "kind": list(s.kind), "measured_tokens_per_s": s.measured, "how": s.how,
+                     "loso_err_pct": (math.exp(loso[i]) - 1) * 100,
+                     "loho_err_pct": (math.exp(loho[i]) - 1) * 100 if loho else None}
+                    for i, s in enumerate(samples)],
         "seconds": round(time.perf_counter() - t0, 1),
     }
     if args.write:
         table = IntervalTable.from_residuals([(samples[i].kind, r) for i, r in loso.items()],
-                                             list((loho or {}).values()))
+                                             list((loho or {}).values()), [samples[i].source for i in loso])
         INTERVALS_FILE.write_text(json.dumps({"basis": "ln(predicted/measured tokens/s) of development rows, each "
                                               "from the fold that held its source out (LOSO); unseen_hardware: "
                                               "the LOHO residuals. Written by benchmarks/perfmodel_error.py --write",

@@ -9,6 +9,7 @@ any of its rows; nothing about its rows (not even the choice of factors) is fitt
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import math
 from collections.abc import Callable, Iterable
@@ -78,14 +79,36 @@ def _predict(s: Sample, eff: Efficiency) -> float:
     return predict_inputs(s.inputs, eff).tokens_per_s_per_device
 
 
-def fit(train: list[Sample], factors: Iterable[str] = FACTORS) -> Efficiency:
-    """Factors fitted on `train`, each source weighing 1."""
+def gemm_class(s: Sample) -> str:
+    """Which GEMM factor a row's device uses (kernels.gemm_factor): gemm_tpu, gemm_hopper or gemm."""
+    hw = s.inputs.hardware
+    if hw.vendor == "google":
+        return "gemm_tpu"
+    return "gemm_hopper" if hw.generation in ("hopper", "blackwell") else "gemm"
+
+
+def fit(train: list[Sample], factors: Iterable[str] = FACTORS, min_rows: int = 10) -> Efficiency:
+    """Factors fitted on `train`, each source weighing 1. A GPU class with fewer than `min_rows`
+    training rows shares the other GPU class's factor (and TPUs keep the prior without TPU rows):
+    a held-out generation is then predicted from the other generations, never from two odd rows."""
     count: dict[str, int] = {}
+    classes: dict[str, int] = {}
     for s in train:
         count[s.source] = count.get(s.source, 0) + 1
-    samples = [(lambda e, s=s: _predict(s, e), s.measured) for s in train]
+        classes[gemm_class(s)] = classes.get(gemm_class(s), 0) + 1
+    tie: dict[str, str] = {}
+    if classes.get("gemm", 0) < min_rows and classes.get("gemm_hopper", 0) >= min_rows:
+        tie["gemm"] = "gemm_hopper"
+    elif classes.get("gemm_hopper", 0) < min_rows:
+        tie["gemm_hopper"] = "gemm"
+    free = tuple(f for f in factors if f not in tie and not (f == "gemm_tpu" and classes.get(f, 0) < min_rows))
+
+    def tied(e: Efficiency) -> Efficiency:
+        return dataclasses.replace(e, **{dst: getattr(e, src) for dst, src in tie.items()}) if tie else e
+
+    samples = [(lambda e, s=s: _predict(s, tied(e)), s.measured) for s in train]
     weights = [1.0 / count[s.source] for s in train]
-    return fit_efficiency(samples, tuple(factors), sweeps=0, weights=weights, min_step=0.01)
+    return tied(fit_efficiency(samples, free, sweeps=0, weights=weights, min_step=0.01))
 
 
 def held_out(samples: list[Sample], group: Callable[[Sample], str],
@@ -145,7 +168,8 @@ def coverage(samples: list[Sample], loso: dict[int, float], loho: dict[int, floa
     for g in {group(s) for s in samples}:
         others = [i for i in loso if group(samples[i]) != g]
         table = IntervalTable.from_residuals([(samples[i].kind, loso[i]) for i in others],
-                                             [loho[i] for i in others if i in loho])
+                                             [loho[i] for i in others if i in loho],
+                                             [samples[i].source for i in others])
         for i, s in enumerate(samples):
             if group(s) != g or i not in loso:
                 continue

@@ -37,6 +37,32 @@ def quantile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def weighted_quantile(pts: list[tuple[float, float]], q: float) -> float:
+    """Quantile of (value, weight) points: the value where the cumulative weight first reaches q."""
+    s = sorted(pts)
+    total = sum(w for _, w in s)
+    if not s or total <= 0:
+        raise ValueError("quantile of an empty list")
+    acc = 0.0
+    for v, w in s:
+        acc += w
+        if acc >= q * total - 1e-12:
+            return v
+    return s[-1][0]
+
+
+# Student t 90th percentiles for 1..10 degrees of freedom; z for infinitely many
+_T90 = (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372)
+_Z90 = 1.2816
+
+
+def small_sample_widening(n_sources: int) -> float:
+    """How much wider a prediction interval must be when the spread is estimated from n sources
+    (t over z at 90%, n - 1 degrees of freedom): a new source's systematic error is one more draw."""
+    df = max(1, n_sources - 1)
+    return (_T90[df - 1] if df <= len(_T90) else _Z90 + (_Z90**3 + _Z90) / (4 * df)) / _Z90
+
+
 def key(gen: str, prec: str, fw: str) -> str:
     return f"{gen}|{prec}|{fw}"
 
@@ -48,15 +74,30 @@ class IntervalTable:
     generations: frozenset[str] = frozenset()
 
     @classmethod
-    def from_residuals(cls, rows: list[tuple[tuple[str, str, str], float]],
-                       unseen: list[float] | None = None) -> IntervalTable:
-        """Quantiles per kind and per coarser kind (`*` wildcards) of (kind, ln(pred/meas)) pairs."""
-        buckets: dict[str, list[float]] = {}
-        for (gen, prec, fw), r in rows:
+    def from_residuals(cls, rows: list[tuple[tuple[str, str, str], float]], unseen: list[float] | None = None,
+                       sources: list[str] | None = None) -> IntervalTable:
+        """Quantiles per kind and per coarser kind (`*` wildcards) of (kind, ln(pred/meas)) pairs.
+
+        With `sources` (one per row), every source weighs the same inside a kind (a source's error is
+        one draw of the systematic error a new source brings, however many rows it has), and the
+        10-90% range is widened around the median by t/z for the number of sources it rests on."""
+        buckets: dict[str, list[tuple[float, str]]] = {}
+        srcs = sources or [str(i) for i in range(len(rows))]
+        for ((gen, prec, fw), r), src in zip(rows, srcs, strict=True):
             for k in (key(gen, prec, fw), key(gen, prec, "*"), key(gen, "*", "*"), key("*", prec, fw),
                       key("*", prec, "*"), key("*", "*", "*")):
-                buckets.setdefault(k, []).append(r)
-        groups = {k: (quantile(v, 0.1), quantile(v, 0.9), len(v)) for k, v in buckets.items() if len(v) >= MIN_ROWS}
+                buckets.setdefault(k, []).append((r, src))
+        groups = {}
+        for k, v in buckets.items():
+            if len(v) < MIN_ROWS:
+                continue
+            per: dict[str, int] = {}
+            for _, src in v:
+                per[src] = per.get(src, 0) + 1
+            pts = [(r, 1.0 / per[src]) for r, src in v]
+            lo, mid, hi = (weighted_quantile(pts, q) for q in (0.1, 0.5, 0.9))
+            f = small_sample_widening(len(per)) if sources else 1.0
+            groups[k] = (mid - f * (mid - lo), mid + f * (hi - mid), len(v))
         un = (quantile(unseen, 0.1), quantile(unseen, 0.9), len(unseen)) if unseen and len(unseen) >= MIN_ROWS \
             else groups.get(key("*", "*", "*"), _FALLBACK)
         return cls(groups, un, frozenset(g for (g, _, _), _ in rows))

@@ -176,7 +176,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     prec, recipe, n = rt.precision(" ".join(str(row.get(k) or "") for k in ("precision", "framework")))
     notes += n
     everything = " ".join(str(v or "") for v in row.values()).lower()
-    materialized = bool(re.search(r"materiali[sz]ed|no flash", everything)) or (
+    materialized = bool(re.search(r"(?<!re)materiali[sz]ed|no flash", everything)) or (
         bool(_years(fw_text)) and max(_years(fw_text)) <= 2022 and "flash" not in fw_low)
     overlap_words = _words(fw_text, r"overlap", r"no[- ]overlap|overlap off")
     micro = _int(row, "micro_batch", 0)

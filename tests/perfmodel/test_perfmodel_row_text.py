@@ -162,3 +162,9 @@ def test_blank_optional_inputs_are_assumed_and_noted() -> None:
     for word in ("micro_batch", "heads", "ffn_hidden", "precision", "framework"):
         assert word in text
     assert inp.spec.heads == 2304 // 128 and inp.layout.framework == "megatron" and not math.isnan(inp.spec.ffn)
+
+
+def test_rematerialization_is_not_materialised_attention() -> None:
+    row = {**_base(), "source": "x 2024", "framework": "JAX", "recompute": "rematerialization (the MLP rematerialized)"}
+    assert row_inputs(row, CAT).layout.attention == "flash"
+    assert row_inputs({**row, "notes": "attention materialized (no flash)"}, CAT).layout.attention == "materialized"
