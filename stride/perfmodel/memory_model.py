@@ -37,6 +37,15 @@ class Memory:
     device: float
 
 
+def eager_saved_per_token(spec: TransformerSpec, f: int) -> float:
+    """16-bit values per token and block that eager PyTorch saves beyond fused kernels: each RMSNorm's
+    normalised output (LayerNorm's kernel keeps only its input and statistics), RoPE's rotated q and
+    k, the attention output's contiguous copy, an unfused gated product's activation output."""
+    rms = 2 * spec.hidden if not spec.bias else 0
+    rope = spec.q_dim + spec.kv_dim if not spec.learned_pos else 0
+    return rms + rope + spec.q_dim + (f if spec.gated else 0)
+
+
 def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
     """Weights, gradients and optimizer state bytes for `params` parameters on one device."""
     fw = FRAMEWORKS[lay.framework]
@@ -80,7 +89,7 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: f
         a_full += extra
         a_layer += extra if rc == "none" else 0.0
     if not (fused or lay.compile):
-        eager = 2 * tokens * (5 * spec.hidden + (f if spec.gated else 0)) / t
+        eager = 2 * tokens * eager_saved_per_token(spec, f) / t
         a_full += eager
         a_layer += eager if rc in ("none", "selective") else 0.0
     if lay.precision in ("fp8", "fp4") and rc in ("none", "selective"):

@@ -128,3 +128,18 @@ def test_fp8_saves_linear_inputs_in_one_byte() -> None:
     f8 = predict(SPEC, dataclasses.replace(lay, precision="fp8"), H100, 4).memory_bytes["activations"]
     tokens = 2048
     assert bf - f8 == pytest.approx(SPEC.layers * tokens * (2 * 1024 + 1024 + 4096), rel=1e-9)
+
+
+def test_eager_blocks_save_more_than_fused_ones_by_their_features() -> None:
+    """A llama block in eager PyTorch keeps two RMSNorm outputs, rotated q and k, the attention
+    output copy and the silu output beyond the fused count; a GPT block (LayerNorm, learned
+    positions, gelu) only the attention output copy (16-bit values per token)."""
+    from stride.perfmodel.memory_model import eager_saved_per_token
+
+    llama = TransformerSpec(2, 4096, 32, 8, 14336, "swiglu", 32000, 4096)
+    assert eager_saved_per_token(llama, llama.ffn) == 2 * 4096 + (4096 + 1024) + 4096 + 14336
+    gpt = TransformerSpec(2, 2048, 16, 16, 8192, "gelu", 50000, 2048, learned_pos=True, bias=True)
+    assert eager_saved_per_token(gpt, gpt.ffn) == 2048
+    fused = predict(llama, Layout(framework="megatron"), H100, 1).memory_bytes["activations"]
+    eager = predict(llama, Layout(framework="fsdp2"), H100, 1).memory_bytes["activations"]
+    assert eager - fused == pytest.approx(2 * 4096 * 2 * eager_saved_per_token(llama, llama.ffn), rel=1e-9)
