@@ -106,6 +106,9 @@ def test_overlap_per_framework_profile() -> None:
     ("megatron", 0, 2 + 4 + 12),  # bf16 weights, fp32 main grads, fp32 master + m + v
     ("megatron", 1, 2 + 4 + 12 / 8),  # distributed optimizer over dp 8
     ("fsdp2", 3, 16 / 8),  # fp32 sharded parameters (the master), gradients, m, v
+    ("fsdp1", 2, 16 / 8 + 2),  # SHARD_GRAD_OP keeps the bf16 unsharded weights after forward
+    ("maxtext", 3, 16 / 8),
+    ("ddp", 0, 16 + 4),  # fp32 weights, gradients, m, v + the bucket copies
     ("deepspeed", 2, 2 + 4 / 8 + 12 / 8),
 ])
 def test_model_state_bytes_per_framework(framework: str, zero: int, per_param: float) -> None:
