@@ -58,8 +58,9 @@ def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
         w, g, o = 4.0, 4.0, 8.0  # fp32 sharded parameters are the master copy
     else:
         w, g, o = 2.0, float(gbytes), (16.0 if lay.precision == "fp16" else 12.0)
+    fsdp = lay.framework in ("fsdp1", "fsdp2", "maxtext")
     states = {
-        "params": w * params / (dp if z == 3 else 1),
+        "params": w * params / (dp if z == 3 or (fsdp and z == 2) else 1),  # FSDP shards its fp32 weights
         "grads": g * params / (dp if z >= 2 else 1),
         "optimizer": o * params / (dp if z >= 1 else 1),
     }
