@@ -1,8 +1,17 @@
-"""Error of the performance model against published measurements (tokens/s per GPU, memory).
+"""Error of the performance model against published measurements it was not fitted to.
 
-Reports, on the rows of a published-results CSV: the error with the shipped default factors,
-a two-fold split (fit on one half, report the other, both ways), leave-one-out (fit on all rows
-but one, predict that one) and leave-one-source-out. The last line is JSON with the headline figures.
+Over every development source (data/perfmodel/*.csv, plus --csv FILE...), reports:
+- leave-one-source-out (LOSO): factors fitted on the other sources (each source weighing the same),
+  the held-out source predicted; the pooled median / p90 |error| of tokens/s per device, and the
+  same with every source weighing the same ("balanced");
+- leave-one-hardware-out (LOHO): the same with a hardware generation held out;
+- errors by source, hardware generation, precision and framework (LOSO);
+- the share of rows answered among those with a usable measurement, and the refusals' reasons;
+- 80% interval coverage: each held-out row's interval is built from residuals of rows outside its
+  group only; memory error where a row measures memory;
+- the factors fitted on all rows (what `stride plan` ships) and, with --write, the interval table
+  (data/perfmodel/intervals.json) and the factors (data/perfmodel/efficiency.json).
+The last line is the JSON. About 2-6 minutes on 2 cores.
 
 `--local [--rounds N]` instead checks local CPU predictions on this machine
 (stride.perfmodel.local_check): measure the machine, calibrate on a tiny transformer's measured
@@ -13,39 +22,25 @@ other models and layouts; N interleaved rounds, medians per run. About 2.5 min p
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
 
-from stride.perfmodel.efficiency import Efficiency
-from stride.perfmodel.fit import fit_efficiency
+from stride.perfmodel import evaluate as ev
+from stride.perfmodel.efficiency import EFFICIENCY_FILE
 from stride.perfmodel.hardware import load_catalog
-from stride.perfmodel.predict_rows import predict_inputs
-from stride.perfmodel.published import measured_tokens_per_s_per_gpu, read_rows, row_inputs
-
-DEFAULT_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "perfmodel" / "published_dev.csv"
-
-
-def _pctl(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def _summary(errs: list[float]) -> dict:
-    return {"n": len(errs), "median_abs_pct": _pctl(errs, 0.5), "p90_abs_pct": _pctl(errs, 0.9)}
+from stride.perfmodel.intervals import DEFAULT_PATH as INTERVALS_FILE
+from stride.perfmodel.intervals import IntervalTable
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--csv", default=str(DEFAULT_CSV))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", action="append", default=[], help="a further development CSV (repeatable)")
     ap.add_argument("--hardware-file", default=None)
-    ap.add_argument("--no-loo", action="store_true", help="skip leave-one-out (the slow part)")
+    ap.add_argument("--no-loho", action="store_true", help="skip leave-one-hardware-out")
+    ap.add_argument("--write", action="store_true", help="write data/perfmodel/intervals.json and efficiency.json")
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     ap.add_argument("--local", action="store_true", help="local CPU check instead of published rows")
     ap.add_argument("--rounds", type=int, default=3, help="--local: interleaved measurement rounds")
@@ -54,86 +49,98 @@ def main(argv: list[str] | None = None) -> int:
     if args.local:
         return _local(args)
     t0 = time.perf_counter()
+    say = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
     catalog = load_catalog(args.hardware_file)
-    rows = read_rows(args.csv)
-    samples, skipped, mem_pairs = [], [], []
-    for row in rows:
-        inp = row_inputs(row, catalog)
-        if inp.reason:
-            skipped.append({"row_id": inp.row_id, "reason": inp.reason})
-            continue
-        meas, how = measured_tokens_per_s_per_gpu(row, inp)
-        if meas is None:
-            skipped.append({"row_id": inp.row_id, "reason": how})
-            continue
-        samples.append((inp, meas, row))
-
-    def fn(inp):
-        return lambda e: predict_inputs(inp, e).tokens_per_s_per_device
-
-    def errors(eff: Efficiency, subset) -> list[float]:
-        return [abs(predict_inputs(inp, eff).tokens_per_s_per_device / meas - 1) * 100 for inp, meas, _ in subset]
-
-    default = Efficiency()
-    per_row = []
-    for inp, meas, row in samples:
-        pred = predict_inputs(inp, default)
-        per_row.append({"row_id": inp.row_id, "pred": pred.tokens_per_s_per_device, "meas": meas,
-                        "err_pct": (pred.tokens_per_s_per_device / meas - 1) * 100})
-        mem = row.get("meas_peak_mem_gib", "").strip()
-        if mem:
-            with contextlib.suppress(ValueError):
-                mem_pairs.append(abs(pred.peak_mem_gib / float(mem) - 1) * 100)
-    # two-fold split, alternating rows so each half spans every source group
-    half_a, half_b = samples[0::2], samples[1::2]
-    split_errs = []
-    fits = {}
-    for name, train, test in (("a", half_a, half_b), ("b", half_b, half_a)):
-        eff = fit_efficiency([(fn(i), m) for i, m, _ in train])
-        fits[f"fit_on_{name}"] = eff.to_dict()
-        split_errs += errors(eff, test)
-    # leave one source group out: fit on the other papers, predict this one (the harder test:
-    # a new source brings its own hardware, software generation and unstated settings)
-    group_errs: dict[str, dict] = {}
-    groups = sorted({row.get("group", "") for _, _, row in samples})
-    if len(groups) > 1:
-        for g in groups:
-            train = [x for x in samples if x[2].get("group", "") != g]
-            test = [x for x in samples if x[2].get("group", "") == g]
-            eff = fit_efficiency([(fn(i), m) for i, m, _ in train])
-            group_errs[g] = {**_summary(errors(eff, test)), "fit": eff.to_dict()}
-    loo_errs = []
-    if not args.no_loo:
-        for k in range(len(samples)):
-            train = samples[:k] + samples[k + 1:]
-            eff = fit_efficiency([(fn(i), m) for i, m, _ in train], sweeps=2, grid=9)
-            loo_errs += errors(eff, [samples[k]])
+    samples, skipped, n_rows, n_meas = ev.load_samples(ev.data_files(args.csv), catalog)
+    say(f"{len(samples)} rows answered of {n_meas} with a measurement ({n_rows} rows)")
+    say("leave one source out:")
+    loso, loso_fits = ev.held_out(samples, lambda s: s.source, say)
+    loho, loho_fits = ({}, {}) if args.no_loho else (None, None)
+    if loho is None:
+        say("leave one hardware generation out:")
+        loho, loho_fits = ev.held_out(samples, lambda s: s.generation, say)
+    all_fit = ev.fit(samples)
+    effs = {src: ev.Efficiency(**f) for src, f in loso_fits.items()}
+    mem = ev.memory_errors(samples, effs)
+    mem_errs = [abs(m["err_pct"]) for m in mem]
     result = {
-        "csv": str(args.csv), "rows": len(rows), "modelled": len(samples), "skipped": skipped,
-        "default_factors": default.to_dict(),
-        "default": _summary([abs(r["err_pct"]) for r in per_row]),
-        "split_holdout": _summary(split_errs),
-        "leave_one_out": _summary(loo_errs) if loo_errs else None,
-        "leave_group_out": group_errs or None,
-        "split_fits": fits,
-        "peak_mem": _summary(mem_pairs) if mem_pairs else None,
+        "rows": n_rows, "rows_with_measurement": n_meas, "answered": len(samples),
+        "answered_fraction": len(samples) / n_meas if n_meas else None,
+        "refused": [s for s in skipped if s["measured"]],
+        "loso": {**ev.summary(loso.values()), "balanced": ev.balanced(loso, samples)},
+        "loho": {**ev.summary(loho.values()), "balanced": ev.balanced(loho, samples)} if loho else None,
+        "loso_by_source": ev.by(loso, samples, lambda s: s.source),
+        "loso_by_hardware": ev.by(loso, samples, lambda s: s.inputs.hardware.name),
+        "loso_by_precision": ev.by(loso, samples, lambda s: s.kind[1]),
+        "loso_by_framework": ev.by(loso, samples, lambda s: s.kind[2]),
+        "loho_by_generation": ev.by(loho, samples, lambda s: s.generation) if loho else None,
+        "interval_coverage_loso": ev.coverage(samples, loso, loho or loso, lambda s: s.source),
+        "interval_coverage_loho": ev.coverage(samples, loso, loho, lambda s: s.generation) if loho else None,
+        "memory": {"n": len(mem), "median_abs_pct": ev.quantile(mem_errs, 0.5) if mem else None, "rows": mem},
+        "fitted_on_all": all_fit.to_dict(), "loso_fits": loso_fits, "loho_fits": loho_fits,
+        "per_row": [{"row_id": s.inputs.row_id, "source": s.source, "hardware": s.inputs.hardware.name,
+                     "kind": list(s.kind), "measured_tokens_per_s": s.measured, "how": s.how,
+                     "loso_err_pct": (math.exp(loso[i]) - 1) * 100,
+                     "loho_err_pct": (math.exp(loho[i]) - 1) * 100 if loho else None}
+                    for i, s in enumerate(samples)],
         "seconds": round(time.perf_counter() - t0, 1),
     }
+    if args.write:
+        table = IntervalTable.from_residuals([(samples[i].kind, r) for i, r in loso.items()],
+                                             list((loho or {}).values()), [samples[i].source for i in loso])
+        INTERVALS_FILE.write_text(json.dumps({"basis": "ln(predicted/measured tokens/s) of development rows, each "
+                                              "from the fold that held its source out (LOSO); unseen_hardware: "
+                                              "the LOHO residuals. Written by benchmarks/perfmodel_error.py --write",
+                                              **table.to_json()}, indent=1) + "\n")
+        EFFICIENCY_FILE.write_text(json.dumps({"basis": "fitted on every development row, each source weighing the "
+                                               "same (benchmarks/perfmodel_error.py --write); held-out errors are "
+                                               "in docs/perfmodel.md", "efficiency": all_fit.to_dict()}, indent=1)
+                                   + "\n")
     if not args.json:
-        print(f"{'row':12s} {'pred tok/s/gpu':>15s} {'measured':>10s} {'err %':>7s}")
-        for r in per_row:
-            print(f"{r['row_id']:12s} {r['pred']:15.1f} {r['meas']:10.1f} {r['err_pct']:+7.1f}")
-        for s in skipped:
-            print(f"{s['row_id']:12s} skipped: {s['reason']}")
-        for g, v in group_errs.items():
-            print(f"group {g} held out: n={v['n']} median |err| {v['median_abs_pct']:.1f}%"
-                  f"  p90 {v['p90_abs_pct']:.1f}%")
-        for key in ("default", "split_holdout", "leave_one_out", "peak_mem"):
-            if result[key]:
-                v = result[key]
-                print(f"{key:14s} n={v['n']:3d} median |err| {v['median_abs_pct']:.1f}%  p90 {v['p90_abs_pct']:.1f}%")
+        _print(result, samples, loso)
     print(json.dumps(result))
     return 0
+
+
+def _line(name: str, v: dict | None) -> str:
+    if not v or not v.get("n"):
+        return f"{name:34s} n=0"
+    return f"{name:34s} n={v['n']:4d}  median {v['median_abs_pct']:5.1f}%  p90 {v['p90_abs_pct']:5.1f}%" + (
+        f"  (signed median {v['median_signed_pct']:+.1f}%)" if "median_signed_pct" in v else "")
+
+
+def _print(res: dict, samples: list, loso: dict) -> None:
+    print(f"answered {res['answered']} of {res['rows_with_measurement']} rows with a measurement "
+          f"({res['answered_fraction'] * 100:.1f}%)")
+    for r in res["refused"]:
+        print(f"  refused {r['row_id']}: {r['reason']}")
+    for key in ("loso", "loho"):
+        if res[key]:
+            b = res[key]["balanced"]
+            print(_line(key.upper() + " (all rows pooled)", res[key]) +
+                  f"   balanced over {b['sources']} sources: median {b['median_abs_pct']:.1f}%"
+                  f" p90 {b['p90_abs_pct']:.1f}%")
+    for key in ("loso_by_source", "loso_by_hardware", "loso_by_precision", "loso_by_framework", "loho_by_generation"):
+        if res[key]:
+            print(key)
+            for g, v in res[key].items():
+                print("  " + _line(g, v))
+    for key in ("interval_coverage_loso", "interval_coverage_loho"):
+        if res[key]:
+            c = res[key]
+            print(f"{key}: {c['coverage'] * 100:.1f}% of {c['n']} (median hi/lo {c['median_width_ratio']:.2f})")
+    m = res["memory"]
+    if m["n"]:
+        print(f"memory: n={m['n']} median |error| {m['median_abs_pct']:.1f}%")
+        for r in m["rows"]:
+            print(f"  {r['row_id']:40s} {r['kind']:9s} measured {r['measured_gib']:6.1f} GiB  predicted "
+                  f"{r['predicted_gib']:6.1f}  {r['err_pct']:+6.1f}%")
+    print("worst LOSO rows:")
+    worst = sorted(loso.items(), key=lambda kv: -abs(kv[1]))[:12]
+    for i, r in worst:
+        s = samples[i]
+        print(f"  {s.inputs.row_id:42s} {(math.exp(r) - 1) * 100:+7.1f}%  {s.inputs.layout.short()}")
+    print(f"factors fitted on all rows: {res['fitted_on_all']}  ({res['seconds']} s)")
 
 
 def _local(args) -> int:

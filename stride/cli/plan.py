@@ -1,8 +1,9 @@
 """`stride plan`: predict step time, memory and cost; recommend a layout and hardware.
 
   stride plan --model llama3-8b --hardware h100 --devices 64 [--global-batch B] [--seq S] [--json]
-  stride plan --model llama3-70b --devices 512 --compare-hardware [--tokens 1e12]
-  stride plan --from-csv ../shared/perfmodel/published_dev.csv --json
+  stride plan --model llama3-70b --compare-hardware h100-sxm:64,h200:64,a100-80gb:128 --tokens 1e11 [--sort cost]
+  stride plan --from-csv data/perfmodel/published_dev.csv --json
+  stride plan --list-hardware | --list-models
   stride plan --workload ts_transformer_small|run.toml [--set key=value] --hardware local-cpu --devices 2
   stride plan probe --out local.toml [--threads 1] [--comm-profile gloo.toml]
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 
 from stride.config.errors import ConfigError
@@ -29,11 +31,21 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--devices", type=int, help="number of devices")
     parser.add_argument("--global-batch", type=int, help="sequences per step (default: ~4M tokens)")
     parser.add_argument("--seq", type=int, help="sequence length (overrides the model's)")
-    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8"])
+    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8", "fp4"])
+    parser.add_argument("--fp8-recipe", default="delayed",
+                        help="fp8: delayed | current | tensorwise | rowwise | rowwise_gw_hp | mxfp8 (fp4: nvfp4)")
+    parser.add_argument("--framework", default="megatron",
+                        help="framework profile: megatron, megatron-legacy, deepspeed, ddp, fsdp1, fsdp2, torchtune, "
+                             "maxtext")
     parser.add_argument("--efficiency", help="calibration JSON with efficiency factors")
     parser.add_argument("--top", type=int, default=8, help="rows of the ranked table")
-    parser.add_argument("--compare-hardware", action="store_true", help="rank every catalog device")
+    parser.add_argument("--compare-hardware", nargs="?", const="all", metavar="NAME:COUNT,...",
+                        help="rank device types by time/cost to --tokens: h100-sxm:64,h200:64 (bare: every "
+                             "catalog device at --devices)")
     parser.add_argument("--tokens", type=float, default=1e12, help="token budget for --compare-hardware")
+    parser.add_argument("--sort", choices=["time", "cost"], default="time", help="--compare-hardware ranking")
+    parser.add_argument("--list-hardware", action="store_true", help="print the hardware catalog")
+    parser.add_argument("--list-models", action="store_true", help="print the model presets")
     parser.add_argument("--from-csv", help="predict every row of a published-results CSV")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--out", help="probe: write the hardware TOML here")
@@ -44,9 +56,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _eff(args):
-    from stride.perfmodel.efficiency import Efficiency, load_efficiency
+    from stride.perfmodel.efficiency import load_efficiency, shipped_efficiency
 
-    return load_efficiency(args.efficiency) if args.efficiency else Efficiency()
+    return load_efficiency(args.efficiency) if args.efficiency else shipped_efficiency()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,48 +73,48 @@ def run(args: argparse.Namespace) -> int:
 
         return probe_cli(args)
     catalog = load_catalog(args.hardware_file)
+    if args.list_hardware or args.list_models:
+        from stride.cli.plan_tables import print_hardware, print_models
+
+        if args.list_hardware:
+            print_hardware(catalog, args.json)
+        if args.list_models:
+            print_models(args.json)
+        return 0
     eff = _eff(args)
     if args.from_csv:
+        from stride.cli.plan_tables import print_rows
         from stride.perfmodel.predict_rows import predict_csv
 
         rows = predict_csv(args.from_csv, catalog, eff)
         if args.json:
             print(json.dumps(rows))
         else:
-            for r in rows:
-                if r.get("reason"):
-                    print(f"{r['row_id']:12s} not modelled: {r['reason']}")
-                else:
-                    print(f"{r['row_id']:12s} {r['tokens_per_s_per_gpu']:10.1f} tok/s/gpu"
-                          f"  iter {r['iter_time_s']:8.3f}s  mfu {r['mfu'] * 100:5.1f}%"
-                          f"  mem {r['peak_mem_gib']:6.1f} GiB  fits {r['fits']}")
+            print_rows(rows)
         return 0
     if args.workload:
         if not args.devices:
             raise ConfigError("stride plan --workload needs --devices")
         return _plan_workload(args, catalog.get(args.hardware), eff)
-    if not args.model or not args.devices:
-        raise ConfigError("stride plan needs --model (or --workload) and --devices "
-                          "(or --from-csv FILE, or `calibrate RUNS...`)")
+    from stride.perfmodel.frameworks import get_framework
+
+    args.framework = get_framework(args.framework).name
+    if not args.model or not (args.devices or args.compare_hardware not in (None, "all")):
+        raise ConfigError("stride plan needs --model (or --workload) and --devices or --compare-hardware "
+                          "NAME:COUNT,... "
+                          "(or --from-csv FILE, --list-hardware, --list-models, or `calibrate RUNS...`)")
     from stride.perfmodel.model_spec import parse_model_spec
-    from stride.perfmodel.planner import compare_hardware, default_global_batch, distinct_alternatives, explain, search
+    from stride.perfmodel.planner import default_global_batch, distinct_alternatives, explain, search
 
     spec = parse_model_spec(args.model)
     if args.seq:
         spec = spec.with_seq(args.seq)
-    gb = args.global_batch or default_global_batch(spec, args.devices)
     if args.compare_hardware:
-        rows = compare_hardware(spec, list(catalog.devices.values()), args.devices, gb, eff, args.tokens,
-                                args.precision)
-        if args.json:
-            print(json.dumps({"model": spec.name, "devices": args.devices, "global_batch": gb, "tokens": args.tokens,
-                              "hardware": rows}))
-        else:
-            _print_compare(rows, spec.name, args.devices, gb, args.tokens)
-        return 0
+        return _compare(args, spec, catalog, eff)
+    gb = args.global_batch or default_global_batch(spec, args.devices)
     hw = catalog.get(args.hardware)
     t0 = time.perf_counter()
-    result = search(spec, hw, args.devices, gb, eff, args.precision)
+    result = search(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
     seconds = time.perf_counter() - t0
     alts = distinct_alternatives(result)
     if args.json:
@@ -215,18 +227,35 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top) -> None:
             con.print(f"  faster but out of memory: {fastest.layout.short()} needs {fastest.peak_mem_gib:.1f} GiB")
 
 
-def _print_compare(rows, name, devices, gb, tokens) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _compare(args, spec, catalog, eff) -> int:
+    from stride.cli.plan_tables import print_compare
+    from stride.perfmodel.intervals import load_intervals
+    from stride.perfmodel.planner import compare_hardware, parse_fleet
 
-    t = Table(title=f"{name} on {devices} devices, batch {gb}: time and cost to {tokens:.3g} tokens")
-    for col in ("hardware", "best layout", "tok/s/dev", "MFU", "days", "cost $"):
-        t.add_column(col, justify="left" if col in ("hardware", "best layout") else "right")
+    if args.compare_hardware == "all":
+        fleet = [(hw, args.devices) for hw in catalog.devices.values() if not hw.cpu]
+    else:
+        fleet = []
+        for name, count in parse_fleet(args.compare_hardware, catalog.names()):
+            if count is None and not args.devices:
+                raise ConfigError(f"--compare-hardware: `{name}` has no device count (name:count) "
+                                  "and --devices is unset")
+            fleet.append((catalog.get(name), count or args.devices))
+    t0 = time.perf_counter()
+    rows = compare_hardware(spec, fleet, args.global_batch, eff, args.tokens, args.precision, args.sort, args.framework)
+    table = load_intervals()
+    prec = args.precision if args.precision in ("fp8", "fp4", "fp32") else "16-bit"
     for r in rows:
-        if "reason" in r:
-            t.add_row(r["hardware"], f"[dim]{r['reason']}[/]", "", "", "", "")
-        else:
-            t.add_row(r["hardware"], r["layout"], f"{r['tokens_per_s_per_device']:,.0f}", f"{r['mfu'] * 100:.1f}%",
-                      f"{r['days_to_budget']:.1f}", f"{r['cost_to_budget_usd']:,.0f}")
-    Console().print(t)
-
+        if "reason" not in r:
+            q10, q90, basis = table.bounds((r["generation"], prec, args.framework))
+            lo, hi = min(q10, 0.0), max(q90, 0.0)
+            r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * math.exp(lo), \
+                r["hours_to_budget"] * math.exp(hi)
+            r["interval_basis"] = basis
+    seconds = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({"model": spec.name, "tokens": args.tokens, "sort": args.sort, "framework": args.framework,
+                          "precision": args.precision, "search_seconds": seconds, "hardware": rows}))
+    else:
+        print_compare(rows, spec.name, args.tokens, args.sort, seconds)
+    return 0 if any("reason" not in r for r in rows) else 1

@@ -32,9 +32,9 @@ def layer_activation_bytes(spec: TransformerSpec, micro_batch: int, tp: int = 1,
     mask = 1 if spec.dropout else 0
     # two norm inputs + the QKV and MLP-in matmul inputs (16-bit), two dropout masks (1 byte)
     replicated = ACT_BYTES * 4 * h + mask * 2 * h
-    # gelu: its input and the MLP-out input; swiglu: gate and up, and the MLP-out input
-    mlp = ACT_BYTES * (3 * f if spec.act == "swiglu" else 2 * f)
-    sharded = ACT_BYTES * (h + 2 * spec.kv_dim) + ACT_BYTES * h + mlp
+    # gelu/relu: its input and the MLP-out input; gated (swiglu, geglu): gate and up, and the MLP-out input
+    mlp = ACT_BYTES * (3 * f if spec.gated else 2 * f)
+    sharded = ACT_BYTES * (spec.q_dim + 2 * spec.kv_dim) + ACT_BYTES * spec.q_dim + mlp
     per_token = replicated / shard + sharded / tp
     heads_local = spec.heads / tp
     if flash:

@@ -1,10 +1,17 @@
 """The few efficiency factors the cost model multiplies datasheet peaks by.
 
 Each has one physical meaning, and nothing else in the model is fitted:
-- gemm: fraction of dense peak a large, well-shaped GEMM sustains (clock, tile and wave effects);
-  a hardware entry's measured `matmul_efficiency` replaces it for that device.
-- attention: fraction of dense peak a fused (flash) attention kernel sustains; these kernels
-  run softmax between their matmuls and reach less than a plain GEMM;
+- gemm: fraction of dense peak a large, well-shaped GEMM sustains on a GPU (clock under the power
+  limit, tile and wave effects); a hardware entry's measured `matmul_efficiency` replaces it.
+- gemm_hopper: the same on Hopper and Blackwell GPUs, whose datasheet peak assumes a boost clock
+  that dense tensor-core work under the board's power limit does not sustain (A100s run closer to
+  theirs); Blackwell, with no development rows, takes Hopper's (the same power-limited design).
+- gemm_tpu: the same for systolic-array TPUs, which run their MXUs at a fixed clock and reach a
+  larger fraction of peak (a separate hardware class, fitted apart from the GPUs').
+- attention: fraction of dense peak a fused (flash) attention kernel sustains on a device without
+  a published figure; these kernels run softmax between their matmuls and reach less than a plain
+  GEMM. A device's `attention_efficiency` (e.g. 0.35 for FlashAttention-2 on Hopper) is scaled by
+  attention / 0.5, so fitting moves every device together and keeps their published ratios;
 - memory: fraction of datasheet memory bandwidth elementwise kernels reach.
 - network: fraction of link bandwidth a collective reaches (NCCL bus bandwidth / line rate).
 - overlap: fraction of communication hidden when it runs under compute (the rest slows compute:
@@ -29,6 +36,8 @@ from stride.config.errors import ConfigError
 @dataclass(frozen=True)
 class Efficiency:
     gemm: float = 0.80
+    gemm_hopper: float = 0.80
+    gemm_tpu: float = 0.80
     attention: float = 0.50
     memory: float = 0.80
     network: float = 0.80
@@ -62,3 +71,17 @@ def load_efficiency(path: str | Path) -> Efficiency:
     if unknown:
         raise ConfigError(f"{path}: unknown efficiency factor(s) {unknown}; known: {sorted(names)}")
     return Efficiency(**{k: float(v) for k, v in factors.items()})
+
+
+EFFICIENCY_FILE = Path(__file__).resolve().parents[2] / "data" / "perfmodel" / "efficiency.json"
+
+
+def shipped_efficiency() -> Efficiency:
+    """The factors fitted on every development row (benchmarks/perfmodel_error.py --write), or
+    the unfitted priors where that file is absent; what `stride plan` uses unless --efficiency."""
+    if EFFICIENCY_FILE.is_file():
+        try:
+            return load_efficiency(EFFICIENCY_FILE)
+        except ConfigError:
+            return Efficiency()
+    return Efficiency()

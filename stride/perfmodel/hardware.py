@@ -37,6 +37,10 @@ class Hardware:
     scaleout_latency_us: float
     price_per_hour_usd: float
     aliases: tuple[str, ...] = ()
+    vendor: str = ""  # nvidia | amd | google | intel | cpu: groups the GEMM efficiency and the intervals
+    generation: str = ""  # hopper, ampere, tpu-v5p, ...: groups the error intervals
+    memory_type: str = ""
+    tdp_w: float = 0.0  # board power the peaks are quoted at (0: not stated); a lower cap lowers the clock
     matmul_efficiency: float | None = None  # measured fraction of peak for large GEMMs
     attention_efficiency: float | None = None  # published/measured fraction of peak for fused attention
     runtime_overhead_gib: float = 1.0  # context, allocator reserve, workspaces
@@ -54,6 +58,7 @@ class Hardware:
     collectives: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     assumed: tuple[str, ...] = ()
     source: str = ""
+    sources: dict[str, str] = field(default_factory=dict)  # per-field source where it differs from `source`
     notes: str = ""
 
     def peak_flops(self, dtype: str) -> float:
@@ -144,8 +149,12 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be a list of strings")
             values[key] = tuple(v)
-        elif key in ("source", "notes"):
+        elif key in ("source", "notes", "vendor", "generation", "memory_type"):
             values[key] = str(v)
+        elif key == "sources":
+            if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
+                raise ConfigError(f"{where}: hardware `{name}`.sources must be a table of strings")
+            values[key] = dict(v)
         elif key == "cpu":
             if not isinstance(v, bool):
                 raise ConfigError(f"{where}: hardware `{name}`.cpu must be true or false, got {v!r}")

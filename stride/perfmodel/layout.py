@@ -5,17 +5,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stride.config.errors import ConfigError
-from stride.perfmodel.flops import RECOMPUTE_MODES
+from stride.perfmodel.flops import RECOMPUTE_MODES as _BASE_RECOMPUTE
+from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.model_spec import TransformerSpec
+from stride.perfmodel.precision import RECIPES
 
 SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
 ATTENTION = ("flash", "materialized")
+# what recompute re-runs in backward: none; selective = the attention core; full = the block;
+# mlp = the MLP and the attention core (MaxText custom policies that offload q/k/v/out);
+# mlp-in = the MLP input projections (MaxText save_dot_except_mlpwi); full-except-qkv (qkv_proj_offloaded)
+RECOMPUTE_MODES = (*_BASE_RECOMPUTE, "mlp", "mlp-in", "full-except-qkv")
+RECOMPUTED_GEMMS = {
+    "none": (), "selective": ("attn_scores", "attn_values"),
+    "full": ("qkv", "attn_scores", "attn_values", "attn_out", "mlp_in", "mlp_out", "router", "expert_in", "expert_out"),
+    "mlp": ("attn_scores", "attn_values", "mlp_in", "mlp_out", "router", "expert_in", "expert_out"),
+    "mlp-in": ("mlp_in", "expert_in"),
+    "full-except-qkv": ("attn_scores", "attn_values", "attn_out", "mlp_in", "mlp_out", "router", "expert_in",
+                        "expert_out"),
+}
+STAGE_SPLITS = ("even", "uneven", "embedding-loss")
 
 
 @dataclass(frozen=True)
 class Layout:
-    """dp x tp x pp x cp devices. `zero` is the ZeRO stage over the dp group (3 = FSDP)."""
+    """dp x tp x pp x cp devices. `zero` is the ZeRO stage over the dp group (3 = FSDP); `ep`
+    experts-parallel ranks are carved out of dp (MoE models)."""
 
     dp: int = 1
     tp: int = 1
@@ -32,6 +48,15 @@ class Layout:
     dp_overlap: bool = True  # overlap gradient reduction with backward
     tp_overlap: bool = False  # overlap TP collectives with GEMMs (e.g. Transformer Engine userbuffers)
     algo: str = "ring"  # all-reduce algorithm: ring | tree | auto
+    ep: int = 1
+    framework: str = "megatron"
+    fp8_recipe: str = "delayed"
+    fp8_head: bool = False  # the LM head GEMM in FP8 too
+    fp8_gather: bool = False  # FSDP all-gathers FP8 weights (torchao tensorwise)
+    stage_split: str = "even"  # how blocks fall on pipeline stages when layers % (pp*vpp) != 0
+    compile: bool = False  # torch.compile: elementwise ops fused
+    fused_loss: bool = False  # chunked / fused cross-entropy: no fp32 logits
+    grad_reduce_fp32: bool | None = None  # None: the framework's default
 
     @property
     def devices(self) -> int:
@@ -43,27 +68,48 @@ class Layout:
             parts.append(self.schedule + (f"v{self.vpp}" if self.schedule == "interleaved" else ""))
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
-        parts += [f"zero{self.zero}", f"mb{self.micro_batch}", f"rc-{self.recompute}", self.precision]
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        prec = self.precision + (f"-{self.fp8_recipe}" if self.precision in ("fp8", "fp4") else "")
+        parts += [f"zero{self.zero}", f"mb{self.micro_batch}", f"rc-{self.recompute}", prec]
         return " ".join(parts)
+
+
+def stage_blocks(layers: int, pp: int, vpp: int = 1, split: str = "even") -> list[int]:
+    """Transformer blocks on each pipeline device (its virtual stages summed).
+
+    even: layers / (pp vpp) per virtual stage. embedding-loss (Megatron's
+    --account-for-embedding/loss-in-pipeline-split): the embedding and the loss count as one block
+    each, so the first and the last virtual stage hold one block fewer. uneven: as even as
+    possible, the first and last stages short (--decoder-first/last-pipeline-num-layers)."""
+    chunks = pp * vpp
+    if split == "embedding-loss":
+        per = [(layers + 2) // chunks] * chunks
+        per[0] -= 1
+        per[-1] -= 1
+    else:
+        base, rem = divmod(layers, chunks)
+        per = [base] * chunks
+        order = list(range(1, chunks - 1)) + [0, chunks - 1] if chunks > 2 else list(range(chunks))
+        for i in order[:rem]:
+            per[i] += 1
+    return [sum(per[d::pp]) for d in range(pp)]
 
 
 def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> int:
     """Raise ConfigError naming the first inconsistency; return the micro-batch count per step."""
     lay = layout
-    for name in ("dp", "tp", "pp", "cp", "vpp", "micro_batch"):
+    for name in ("dp", "tp", "pp", "cp", "vpp", "micro_batch", "ep"):
         v = getattr(lay, name)
         if not isinstance(v, int) or v < 1:
             raise ConfigError(f"layout: `{name}` must be an integer >= 1, got {v!r}")
     if lay.zero not in (0, 1, 2, 3):
         raise ConfigError(f"layout: `zero` must be 0, 1, 2 or 3, got {lay.zero!r}")
-    if lay.schedule not in SCHEDULES:
-        raise ConfigError(f"layout: schedule must be one of {SCHEDULES}, got {lay.schedule!r}")
-    if lay.recompute not in RECOMPUTE_MODES:
-        raise ConfigError(f"layout: recompute must be one of {RECOMPUTE_MODES}, got {lay.recompute!r}")
-    if lay.precision not in PRECISIONS:
-        raise ConfigError(f"layout: precision must be one of {PRECISIONS}, got {lay.precision!r}")
-    if lay.attention not in ATTENTION:
-        raise ConfigError(f"layout: attention must be one of {ATTENTION}, got {lay.attention!r}")
+    for name, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE_MODES), ("precision", PRECISIONS),
+                          ("attention", ATTENTION), ("stage_split", STAGE_SPLITS), ("fp8_recipe", RECIPES),
+                          ("framework", tuple(FRAMEWORKS))):
+        if getattr(lay, name) not in allowed:
+            raise ConfigError(f"layout: {name} must be one of {', '.join(allowed)}, got {getattr(lay, name)!r}")
     if lay.algo not in ("ring", "tree", "auto"):
         raise ConfigError(f"layout: algo must be ring, tree or auto, got {lay.algo!r}")
     if lay.pp > 1 and lay.schedule == "none":
@@ -74,12 +120,24 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
         raise ConfigError(f"layout: vpp={lay.vpp} needs the interleaved schedule")
     if spec.heads % lay.tp or spec.kv_heads % lay.tp and lay.tp % spec.kv_heads:
         raise ConfigError(f"layout: tp={lay.tp} does not divide heads={spec.heads} / kv_heads={spec.kv_heads}")
-    if spec.layers % (lay.pp * lay.vpp):
-        raise ConfigError(f"layout: layers={spec.layers} is not divisible by pp*vpp={lay.pp * lay.vpp}")
+    chunks = lay.pp * lay.vpp
+    if lay.stage_split == "even" and spec.layers % chunks:
+        raise ConfigError(f"layout: layers={spec.layers} is not divisible by pp*vpp={chunks} "
+                          "(uneven stages: stage_split='uneven' or 'embedding-loss')")
+    if spec.layers < chunks:
+        raise ConfigError(f"layout: layers={spec.layers} is fewer than pp*vpp={chunks} pipeline stages")
+    if lay.stage_split == "embedding-loss" and (spec.layers + 2) % chunks:
+        raise ConfigError(f"layout: layers+2={spec.layers + 2} (embedding and loss as stages) is not divisible "
+                          f"by pp*vpp={chunks}")
     if spec.seq % lay.cp:
         raise ConfigError(f"layout: seq={spec.seq} is not divisible by cp={lay.cp}")
     if lay.sp and lay.tp == 1:
         raise ConfigError("layout: sequence parallel needs tp > 1")
+    if lay.ep > 1 and (not spec.moe or spec.experts % lay.ep or (lay.dp * lay.cp * lay.tp) % lay.ep):
+        raise ConfigError(f"layout: ep={lay.ep} needs an MoE model whose experts ({spec.experts}) it divides, "
+                          f"inside dp*cp*tp={lay.dp * lay.cp * lay.tp}")
+    if lay.precision == "fp4" and lay.fp8_recipe != "nvfp4":
+        raise ConfigError("layout: fp4 training needs the nvfp4 recipe")
     per_dp = global_batch / lay.dp
     if global_batch % lay.dp or per_dp % lay.micro_batch:
         raise ConfigError(f"layout: global batch {global_batch} is not divisible by dp*micro_batch="

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from stride.config.errors import ConfigError
 from stride.perfmodel.costmodel import Prediction, predict
 from stride.perfmodel.efficiency import Efficiency
+from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.layout import Layout
 from stride.perfmodel.model_spec import TransformerSpec
@@ -38,21 +39,31 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+# ZeRO stages each framework runs: Megatron's distributed optimizer is ZeRO-1; FSDP is 2 or 3
+_ZERO = {"megatron": (0, 1), "megatron-legacy": (0,), "deepspeed": (0, 1, 2, 3), "ddp": (0,), "fsdp1": (2, 3),
+         "fsdp2": (2, 3), "torchtune": (0,), "maxtext": (3,)}
+
+
 def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
-                      precision: str = "bf16", max_pp: int = 64, attention: str = "flash") -> list[Layout]:
+                      precision: str = "bf16", max_pp: int = 64, attention: str = "flash",
+                      framework: str = "megatron", fp8_recipe: str = "delayed") -> list[Layout]:
     out = []
+    zeros = _ZERO.get(framework, (0, 1, 2, 3))
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= hw.scaleup_domain and spec.heads % t == 0
            and devices % t == 0]
     for tp in tps:
         for pp in _divisors(devices // tp):
-            if pp > max_pp or spec.layers % pp:
+            if pp > max_pp or pp > spec.layers:
                 continue
+            # layers that pp does not divide: the embedding and loss as stages, or short end stages
+            split = "even" if spec.layers % pp == 0 else (
+                "embedding-loss" if (spec.layers + 2) % pp == 0 else "uneven")
             dp = devices // (tp * pp)
             if global_batch % dp:
                 continue
             per_dp = global_batch // dp
             scheds = [("none", 1)] if pp == 1 else [("1f1b", 1)]
-            if pp > 1 and spec.layers % (2 * pp) == 0:
+            if pp > 1 and split == "even" and spec.layers % (2 * pp) == 0:
                 scheds.append(("interleaved", 2))
             for mb in (1, 2, 4, 8):
                 if per_dp % mb:
@@ -61,21 +72,26 @@ def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_
                 for sched, v in scheds:
                     if sched == "interleaved" and m % pp:
                         continue
-                    for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
+                    for zero in (zeros if dp > 1 else (0,)):
                         # flash attention already recomputes its core: selective == none there
                         for rc in ("none", "full") if attention == "flash" else ("none", "selective", "full"):
                             out.append(Layout(dp=dp, tp=tp, pp=pp, zero=zero, sp=tp > 1, schedule=sched, vpp=v,
                                               micro_batch=mb, recompute=rc, precision=precision,
-                                              attention=attention))
+                                              attention=attention, framework=framework, fp8_recipe=fp8_recipe,
+                                              tp_overlap=FRAMEWORKS[framework].tp_overlap, stage_split=split))
     return out
 
 
 def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
-           eff: Efficiency | None = None, precision: str = "bf16") -> PlanResult:
+           eff: Efficiency | None = None, precision: str = "bf16", framework: str = "megatron",
+           fp8_recipe: str = "delayed") -> PlanResult:
     if devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {devices}")
     eff = eff or Efficiency()
-    layouts = candidate_layouts(spec, hw, devices, global_batch, precision)
+    if precision == "fp4":
+        fp8_recipe = "nvfp4"
+    layouts = candidate_layouts(spec, hw, devices, global_batch, precision, framework=framework,
+                                fp8_recipe=fp8_recipe)
     if not layouts:
         raise ConfigError(f"no layout of {spec.name} on {devices} x {hw.name} divides global batch {global_batch}: "
                           f"pick a batch divisible by the data-parallel sizes (e.g. {devices})")
@@ -111,29 +127,52 @@ def distinct_alternatives(result: PlanResult, n: int = 5) -> list[Prediction]:
     return out
 
 
-def compare_hardware(spec: TransformerSpec, hws: list[Hardware], devices: int, global_batch: int,
-                     eff: Efficiency | None = None, token_budget: float = 1e12,
-                     precision: str = "bf16") -> list[dict]:
-    """Best fitting layout per device type, ranked by time to `token_budget` tokens, with its cost."""
+def parse_fleet(text: str, names: list[str]) -> list[tuple[str, int | None]]:
+    """`h100-sxm:64,h200:64,a100-80gb:128` -> [(name, devices)]; a bare name takes --devices."""
+    out: list[tuple[str, int | None]] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, count = part.partition(":")
+        if count:
+            try:
+                n = int(float(count))
+            except ValueError:
+                raise ConfigError(f"--compare-hardware: `{part}`: the device count must be a number") from None
+            if n < 1:
+                raise ConfigError(f"--compare-hardware: `{part}`: the device count must be >= 1")
+            out.append((name.strip(), n))
+        else:
+            out.append((name.strip(), None))
+    if not out:
+        raise ConfigError("--compare-hardware: give name:count pairs, e.g. h100-sxm:64,h200:64 "
+                          f"(known: {', '.join(names)})")
+    return out
+
+
+def compare_hardware(spec: TransformerSpec, fleet: list[tuple[Hardware, int]], global_batch: int | None,
+                     eff: Efficiency | None = None, token_budget: float = 1e12, precision: str = "bf16",
+                     sort: str = "time", framework: str = "megatron") -> list[dict]:
+    """Best fitting layout per (device type, count), with time (hours) and cost to `token_budget` tokens,
+    ranked by time or cost; a device type that cannot run it says why."""
     rows = []
-    for hw in hws:
+    for hw, devices in fleet:
+        gb = global_batch or default_global_batch(spec, devices)
         try:
-            res = search(spec, hw, devices, global_batch, eff, precision)
+            res = search(spec, hw, devices, gb, eff, precision, framework)
         except ConfigError as exc:
-            rows.append({"hardware": hw.name, "reason": str(exc)})
+            rows.append({"hardware": hw.name, "devices": devices, "reason": str(exc)})
             continue
         best = res.best
         if best is None:
-            rows.append({"hardware": hw.name, "reason": "no layout fits in memory"})
+            rows.append({"hardware": hw.name, "devices": devices, "reason": "no layout fits in memory"})
             continue
-        tokens_per_s = best.tokens_per_s_per_device * devices
-        seconds = token_budget / tokens_per_s
+        seconds = token_budget / (best.tokens_per_s_per_device * devices)
         rows.append({
-            "hardware": hw.name, "layout": best.layout.short(), "step_time_s": best.step_time_s,
-            "tokens_per_s_per_device": best.tokens_per_s_per_device, "mfu": best.mfu,
-            "peak_mem_gib": best.peak_mem_gib, "days_to_budget": seconds / 86400,
+            "hardware": hw.name, "devices": devices, "global_batch": gb, "layout": best.layout.short(),
+            "step_time_s": best.step_time_s, "tokens_per_s_per_device": best.tokens_per_s_per_device,
+            "mfu": best.mfu, "peak_mem_gib": best.peak_mem_gib, "hours_to_budget": seconds / 3600,
             "cost_to_budget_usd": seconds / 3600 * devices * hw.price_per_hour_usd,
+            "price_per_device_hour_usd": hw.price_per_hour_usd, "generation": hw.generation,
         })
-    ok = sorted((r for r in rows if "reason" not in r), key=lambda r: r["days_to_budget"])
+    key = "cost_to_budget_usd" if sort == "cost" else "hours_to_budget"
+    ok = sorted((r for r in rows if "reason" not in r), key=lambda r: r[key])
     return ok + [r for r in rows if "reason" in r]
-

@@ -1,18 +1,25 @@
-"""Predict every row of a published-results CSV: one JSON-ready dict per row, never an exception."""
+"""Predict every row of a published-results CSV: one JSON-ready dict per row, never an exception.
+
+Each answered row carries the contract's fields (`tokens_per_s_per_gpu`, `iter_time_s`, `mfu`,
+`peak_mem_gib`, `fits` and the 80% interval `_lo`/`_hi` of the first two); a refused row has the
+same keys as null and a `reason` naming the missing or unreadable input.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
-from stride.config.errors import ConfigError
-from stride.perfmodel.costmodel import Prediction, predict
+from stride.perfmodel.costmodel import GIB, Prediction, predict
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.hardware import Catalog
+from stride.perfmodel.intervals import IntervalTable, apply, load_intervals
 from stride.perfmodel.published import RowInputs, read_rows, row_inputs
 
-NULL_RESULT = {"iter_time_s": None, "tokens_per_s_per_gpu": None, "mfu": None, "peak_mem_gib": None,
-               "fits": None}
+NULL_RESULT = {"iter_time_s": None, "tokens_per_s_per_gpu": None, "mfu": None, "peak_mem_gib": None, "fits": None,
+               "tokens_per_s_per_gpu_lo": None, "tokens_per_s_per_gpu_hi": None, "iter_time_s_lo": None,
+               "iter_time_s_hi": None}
 
 
 def predict_inputs(inputs: RowInputs, eff: Efficiency) -> Prediction:
@@ -30,32 +37,58 @@ def predict_inputs(inputs: RowInputs, eff: Efficiency) -> Prediction:
     return best
 
 
-def predict_row(row: dict, catalog: Catalog, eff: Efficiency) -> dict:
+def memory_as_measured(pred: Prediction, kind: str) -> float:
+    """Predicted peak in GiB as the row's memory figure counts it (allocated, reserved or device)."""
+    b = {"allocated": pred.allocated_bytes, "reserved": pred.reserved_bytes}.get(kind, pred.peak_mem_bytes)
+    return b / GIB
+
+
+def predict_row(row: dict, catalog: Catalog, eff: Efficiency, table: IntervalTable | None = None) -> dict:
+    """One row's prediction, or its refusal; catches everything (a bad row never stops the file)."""
+    rid = str((row or {}).get("row_id") or "").strip() or "?"
+    try:
+        return _predict_row(row, catalog, eff, table or IntervalTable())
+    except Exception as exc:  # noqa: BLE001 - the contract: one object per row, never an exception
+        return {"row_id": rid, **NULL_RESULT, "reason": f"internal error on this row: {type(exc).__name__}: {exc}"}
+
+
+def _predict_row(row: dict, catalog: Catalog, eff: Efficiency, table: IntervalTable) -> dict:
     inputs = row_inputs(row, catalog)
     out: dict = {"row_id": inputs.row_id}
     if inputs.reason:
         return {**out, **NULL_RESULT, "reason": inputs.reason}
     try:
         pred = predict_inputs(inputs, eff)
-    except (ConfigError, ValueError, ZeroDivisionError) as exc:
+    except (ValueError, ZeroDivisionError, OverflowError, KeyError) as exc:
         return {**out, **NULL_RESULT, "reason": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - ConfigError and anything else: refused, named
+        return {**out, **NULL_RESULT, "reason": str(exc)}
+    if not (math.isfinite(pred.step_time_s) and pred.step_time_s > 0):
+        return {**out, **NULL_RESULT, "reason": "the inputs give no finite step time"}
+    q10, q90, basis = table.bounds(inputs.kind)
     out.update({
-        "iter_time_s": pred.step_time_s,
         "tokens_per_s_per_gpu": pred.tokens_per_s_per_device,
+        "iter_time_s": pred.step_time_s,
         "mfu": pred.mfu,
-        "peak_mem_gib": pred.peak_mem_gib,
+        "peak_mem_gib": memory_as_measured(pred, inputs.memory_kind),
         "fits": pred.fits,
+        **apply(pred.tokens_per_s_per_device, pred.step_time_s, q10, q90),
+        "interval_basis": basis,
+        "memory_kind": inputs.memory_kind,
+        "device_mem_gib": pred.peak_mem_gib,
         "layout": pred.layout.short(),
+        "framework": pred.layout.framework,
         "hardware": pred.hardware,
         "breakdown_s": pred.breakdown_s,
     })
-    if inputs.notes or inputs.recompute_auto:
-        notes = list(inputs.notes)
-        if inputs.recompute_auto:
-            notes.append(f"recompute not stated: chose {pred.layout.recompute} (cheapest that fits)")
+    notes = list(inputs.notes)
+    if inputs.recompute_auto:
+        notes.append(f"recompute not stated: chose {pred.layout.recompute} (cheapest that fits)")
+    if notes:
         out["notes"] = notes
     return out
 
 
-def predict_csv(path: str | Path, catalog: Catalog, eff: Efficiency) -> list[dict]:
-    return [predict_row(row, catalog, eff) for row in read_rows(path)]
+def predict_csv(path: str | Path, catalog: Catalog, eff: Efficiency, table: IntervalTable | None = None) -> list[dict]:
+    table = table or load_intervals()
+    return [predict_row(row, catalog, eff, table) for row in read_rows(path)]

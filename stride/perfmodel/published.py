@@ -1,27 +1,31 @@
-"""Rows of a published-results CSV (the ../shared/perfmodel/published_dev.csv format) as model inputs.
+"""Rows of a published-results CSV (data/perfmodel/*.csv columns) as model inputs.
 
-Sources write free text ("full (uniform, every layer)", "bf16 (inferred: ...)"); each field is
-read by a small rule, and a row whose inputs cannot be read gets a `reason` instead of inputs,
-never an exception. Rules that are assumptions, not readings (documented in docs/perfmodel.md):
-- blank micro_batch -> 1; blank kv_heads -> heads; blank ffn_hidden -> 4 * hidden; blank vpp -> 1;
-- recompute "not stated" -> the cheapest mode that fits (none, then selective, then full);
-- attention materialises the s x s scores when the source is from 2022 or earlier (pre
-  flash-attention Megatron), otherwise flash attention;
-- "DDP-impl=local" means gradient all-reduce after backward (not overlapped);
-  "comm overlap" in the framework means DP and TP communication overlap.
+Sources write free text ("full (uniform, every layer)", "H100-SXM 96GB HBM2e 2.4TB/s @500W",
+"rematerialization (HFU>MFU)"); each field is read by a rule in row_text.py / hw_text.py, and a
+row whose inputs cannot be read gets a `reason` naming the input instead of inputs, never an
+exception. Assumptions the rules make where a row is silent (each noted on the row):
+- micro_batch blank -> 1; kv_heads -> heads; heads -> hidden / 128; ffn -> 4h (gated: 8h/3 rounded
+  up to 256); vpp -> 1; precision -> bf16; framework -> the Megatron-Core profile;
+- recompute not stated -> the cheapest mode that fits (none, then selective, then full);
+- attention materialises the s x s scores in sources dated 2022 or earlier (pre flash-attention
+  Megatron) or where the row says so, otherwise flash attention;
+- layers not divisible by pp x vpp: the embedding and loss count as stages when that divides
+  (Megatron's account-for-embedding/loss split), else the first and last stages hold fewer blocks.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from stride.config.errors import ConfigError
+from stride.perfmodel import row_text as rt
+from stride.perfmodel.frameworks import FRAMEWORKS, compiled, framework_from_text, fused_loss
 from stride.perfmodel.hardware import Catalog, Hardware
+from stride.perfmodel.hw_text import link_gbytes_per_device, resolve
 from stride.perfmodel.layout import Layout
 from stride.perfmodel.model_spec import TransformerSpec
 
@@ -36,34 +40,27 @@ class RowInputs:
     recompute_auto: bool = False
     reason: str | None = None
     notes: tuple[str, ...] = ()
+    memory_kind: str = "device"
+
+    @property
+    def kind(self) -> tuple[str, str, str]:
+        """(hardware generation, precision, framework): what the error intervals are grouped by."""
+        if not (self.hardware and self.layout):
+            return ("?", "?", "?")
+        prec = self.layout.precision if self.layout.precision in ("fp8", "fp4", "fp32") else "16-bit"
+        return (self.hardware.generation or self.hardware.name, prec, self.layout.framework)
 
 
-def _clean(text: str | None) -> str:
-    return re.sub(r"\(.*?\)", "", text or "").strip().lower()
-
-
-def _int(row: dict, key: str, default: int | None = None) -> int:
-    raw = _clean(row.get(key))
-    if raw in ("", "n/a", "na", "-"):
+def _int(row: dict, key: str, default: int | None = None, what: str = "") -> int:
+    raw = row.get(key)
+    if rt.blank(raw):
         if default is None:
-            raise ValueError(f"`{key}` is blank")
+            raise ValueError(f"`{key}` is blank: {what or 'needed'}")
         return default
-    try:
-        val = float(raw)
-    except ValueError:
-        raise ValueError(f"`{key}` is not a number: {row.get(key)!r}") from None
-    if val != int(val) or val < 1:
-        raise ValueError(f"`{key}` must be a positive integer, got {row.get(key)!r}")
-    return int(val)
-
-
-def _float(row: dict, key: str) -> float | None:
-    raw = _clean(row.get(key))
-    try:
-        v = float(raw)
-    except ValueError:
-        return None
-    return v if math.isfinite(v) and v > 0 else None
+    v = rt.number(raw)
+    if v is None or v < 1 or abs(v - round(v)) > 1e-6 or v > 1e9:
+        raise ValueError(f"`{key}` must be a positive integer, got {raw!r}")
+    return int(round(v))
 
 
 def _years(text: str) -> list[int]:
@@ -72,103 +69,148 @@ def _years(text: str) -> list[int]:
     return years
 
 
-def _precision(text: str) -> str:
-    t = text.lower()
-    if "fp8" in t:
-        return "fp8"
-    if "bf16" in t or "bfloat16" in t:
-        return "bf16"
-    if "fp16" in t or "16-bit" in t or "float16" in t:
-        return "fp16"
-    raise ValueError(f"precision {text!r} is not modelled (bf16, fp16, fp8)")
-
-
-def _zero(text: str) -> int:
-    t = _clean(text) if "(" in text else text.strip().lower()
-    t = t.replace("-", "").replace("_", " ")
-    if t in ("", "none", "no", "n/a", "ddp"):
-        return 0
-    if "distributed optimizer" in t or "zero1" in t or "zero 1" in t:
-        return 1
-    if "zero2" in t or "zero 2" in t:
-        return 2
-    if "zero3" in t or "zero 3" in t or "fsdp" in t:
-        return 3
-    raise ValueError(f"zero_or_fsdp {text!r} is not understood")
-
-
-def _recompute(text: str) -> str | None:
-    t = _clean(text)
-    if t.startswith("full"):
-        return "full"
-    if t.startswith("selective"):
-        return "selective"
-    if t in ("none", "no", "off", "false"):
-        return "none"
-    if t in ("", "not stated", "n/a", "unknown"):
-        return None
-    raise ValueError(f"recompute {text!r} is not understood (full, selective, none)")
+def _words(text: str, yes: str, no: str) -> bool | None:
+    low = text.lower()
+    if re.search(no, low):
+        return False
+    return True if re.search(yes, low) else None
 
 
 def row_inputs(row: dict, catalog: Catalog) -> RowInputs:
-    """Read one CSV row into model inputs, or a `reason` it cannot be modelled."""
-    rid = (row.get("row_id") or "").strip() or "?"
+    """Read one CSV row into model inputs, or a `reason` it cannot be modelled. Never raises."""
+    rid = str(row.get("row_id") or "").strip() or "?"
     try:
         return _row_inputs(rid, row, catalog)
-    except (ValueError, ConfigError, KeyError, ZeroDivisionError) as exc:
+    except (ValueError, ConfigError, KeyError, ZeroDivisionError, OverflowError, TypeError) as exc:
         return RowInputs(rid, reason=str(exc))
+
+
+def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float]]:
+    arch = " ".join(str(row.get(k) or "") for k in ("arch", "model", "notes"))
+    act, n = rt.activation(row.get("ffn_act") or "", arch)
+    notes += n
+    hidden = _int(row, "hidden", what="the model width sets every GEMM")
+    hd = re.search(r"head[_ ]dim\s*[=:]?\s*(\d+)", arch.lower())
+    heads = _int(row, "heads", 0)
+    if not heads:
+        heads = max(1, hidden // (int(hd.group(1)) if hd else 128))
+        notes.append(f"heads not stated: {heads} (head dim 128)")
+    gated = act in ("swiglu", "geglu")
+    ffn = _int(row, "ffn_hidden", 0)
+    if not ffn:
+        ffn = 256 * -(-int(8 * hidden / 3) // 256) if gated else 4 * hidden
+        notes.append(f"ffn_hidden not stated: {ffn}")
+    vocab = _int(row, "vocab", 0)
+    if not vocab:
+        if hidden < 2048:
+            raise ValueError("`vocab` is blank: for a model this narrow the LM head moves the answer by more than 10%")
+        vocab = 32000
+        notes.append("vocab not stated: 32000 assumed")
+    low = arch.lower()
+    gpt_style = ("gpt" in low or "nlg" in low) and act == "gelu"
+    tied = _words(arch, r"\btied|logits_via_embedding", r"untied|not tied")
+    learned = _words(arch, r"learned pos|learned position|pos-emb", r"rotary|rope|alibi|no pos")
+    bias = _words(arch, r"\bbiases\b|\bbias\b", r"no bias")
+    dropout = _words(arch, r"dropout", r"no dropout|dropout 0\b")
+    moe = rt.moe(arch)
+    if re.search(r"\bmoe\b|mixture[- ]of[- ]experts|mixtral|experts", low) and "experts" not in moe:
+        raise ValueError("MoE model: the number of experts is not stated (write e.g. '8 experts, top-2')")
+    kv = _int(row, "kv_heads", heads)
+    if heads % kv:
+        notes.append(f"kv_heads {kv} does not divide heads {heads}: {heads} used")
+        kv = heads
+    spec = TransformerSpec(
+        layers=_int(row, "layers", what="the block count sets the step"), hidden=hidden, heads=heads,
+        kv_heads=kv, ffn=ffn, act=act, vocab=vocab,
+        seq=_int(row, "seq_len", what="the sequence length sets tokens and attention"),
+        tied_embeddings=gpt_style if tied is None else tied, learned_pos=gpt_style if learned is None else learned,
+        bias=gpt_style if bias is None else bias, dropout=gpt_style if dropout is None else dropout,
+        name=str(row.get("model") or "").strip() or "row", head_dim_override=int(hd.group(1)) if hd else 0,
+        experts=int(moe.get("experts", 0)), top_k=int(moe.get("top_k", 1)), moe_every=int(moe.get("moe_every", 1)),
+        capacity=float(moe.get("capacity", 1.0)),
+    )
+    return spec, moe
+
+
+def _hardware(row: dict, catalog: Catalog, notes: list[str]) -> Hardware:
+    hw, n = resolve(str(row.get("gpu") or ""), catalog)
+    notes += n
+    per_node = _int(row, "gpus_per_node", 0)
+    changes: dict[str, object] = {}
+    if per_node and 2 < hw.scaleup_domain <= 16 and per_node != hw.scaleup_domain and not hw.name.startswith("tpu"):
+        changes["scaleup_domain"] = per_node
+    if per_node and hw.name.startswith("tpu") and per_node != hw.scaleup_domain and per_node >= 4:
+        changes["scaleup_domain"] = per_node  # chips of one slice (ICI); slices meet over DCN
+    out_bw = link_gbytes_per_device(str(row.get("inter_node_link") or ""), per_node or hw.scaleup_domain)
+    if out_bw and 0.5 <= out_bw <= 400:
+        changes["scaleout_bw_gbps"] = out_bw
+        notes.append(f"scale-out {out_bw:.3g} GB/s per device from inter_node_link")
+    up_bw = link_gbytes_per_device(str(row.get("intra_node_link") or ""), 1)
+    if up_bw and up_bw >= 20:
+        changes["scaleup_bw_gbps"] = up_bw
+    return dataclasses.replace(hw, **changes) if changes else hw  # type: ignore[arg-type]
 
 
 def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     notes: list[str] = []
-    act_raw = _clean(row.get("ffn_act"))
-    act = {"gelu": "gelu", "swiglu": "swiglu", "silu": "swiglu", "geglu": "swiglu"}.get(act_raw)
-    if act is None:
-        raise ValueError(f"ffn_act {row.get('ffn_act')!r} is not modelled (gelu, swiglu)")
-    hidden, heads = _int(row, "hidden"), _int(row, "heads")
-    arch = f"{row.get('arch', '')} {row.get('model', '')}".lower()
-    gpt_style = ("gpt" in arch or "nlg" in arch) and act == "gelu"
-    spec = TransformerSpec(
-        layers=_int(row, "layers"), hidden=hidden, heads=heads, kv_heads=_int(row, "kv_heads", heads),
-        ffn=_int(row, "ffn_hidden", 4 * hidden), act=act, vocab=_int(row, "vocab"), seq=_int(row, "seq_len"),
-        tied_embeddings=gpt_style, learned_pos=gpt_style, bias=gpt_style, dropout=gpt_style,
-        name=(row.get("model") or rid).strip(),
-    )
-    if _clean(row.get("micro_batch")) == "":
-        notes.append("micro_batch blank: assumed 1")
-    n_gpus = _int(row, "num_gpus")
+    spec, moe = _spec(row, notes)
+    n_gpus = _int(row, "num_gpus", what="the device count sets tokens/s per device")
     tp, pp, cp = _int(row, "tp", 1), _int(row, "pp", 1), _int(row, "cp", 1)
     dp = _int(row, "dp", max(1, n_gpus // (tp * pp * cp)))
     if dp * tp * pp * cp != n_gpus:
         raise ValueError(f"dp*tp*pp*cp = {dp * tp * pp * cp} != num_gpus {n_gpus}")
     vpp = _int(row, "vpp", 1)
-    sched_raw = _clean(row.get("pp_schedule"))
-    if pp == 1:
-        schedule, vpp = "none", 1
-    elif vpp > 1:
-        schedule = "interleaved"
-    elif "gpipe" in sched_raw:
-        schedule = "gpipe"
-    else:
-        schedule = "1f1b"
-    text = f"{row.get('source', '')} {row.get('framework', '')}"
-    low = text.lower()
-    years = _years(text)
-    materialized = bool(years) and max(years) <= 2022 and "flash" not in low
-    recompute = _recompute(row.get("recompute", ""))
-    hw = catalog.get(row.get("gpu") or "")
-    per_node = _int(row, "gpus_per_node", hw.scaleup_domain)
-    if per_node != hw.scaleup_domain and hw.scaleup_domain <= 8:
-        hw = dataclasses.replace(hw, scaleup_domain=per_node)
+    schedule, vpp = rt.schedule(str(row.get("pp_schedule") or ""), pp, vpp)
+    split = "even"
+    if spec.layers % (pp * vpp):
+        split = "embedding-loss" if (spec.layers + 2) % (pp * vpp) == 0 else "uneven"
+        notes.append(f"layers {spec.layers} over pp*vpp={pp * vpp}: {split} stages")
+    hw = _hardware(row, catalog, notes)
+    fw_text = " ".join(str(row.get(k) or "") for k in ("framework", "source", "zero_or_fsdp"))
+    fw_low = fw_text.lower()
+    framework = framework_from_text(str(row.get("framework") or "")) or framework_from_text(fw_text)
+    if framework is None:
+        framework = "megatron"
+        notes.append("framework not stated: the Megatron-Core profile assumed")
+    zero, _ = rt.zero_stage(str(row.get("zero_or_fsdp") or ""))
+    prec, recipe, n = rt.precision(" ".join(str(row.get(k) or "") for k in ("precision", "framework")))
+    notes += n
+    everything = " ".join(str(v or "") for v in row.values()).lower()
+    materialized = bool(re.search(r"(?<!re)materiali[sz]ed|no flash", everything)) or (
+        bool(_years(fw_text)) and max(_years(fw_text)) <= 2022 and "flash" not in fw_low)
+    overlap_words = _words(fw_text, r"overlap", r"no[- ]overlap|overlap off")
+    micro = _int(row, "micro_batch", 0)
+    if not micro:
+        micro = 1
+        notes.append("micro_batch blank: assumed 1")
+    gb = _int(row, "global_batch_seqs", 0)
+    if not gb:
+        gb = micro * dp
+        notes.append("global_batch_seqs blank: micro_batch x dp (no gradient accumulation) assumed")
+    if gb % dp:
+        raise ValueError(f"global_batch_seqs {gb} is not divisible by dp {dp}")
+    if (gb // dp) % micro:  # uneven last micro-batch (e.g. Composer): the nearest divisor, same tokens
+        micro = max(d for d in range(1, micro + 1) if (gb // dp) % d == 0)
+        notes.append(f"micro_batch does not divide the batch per replica: {micro} used")
+    recompute = rt.recompute(str(row.get("recompute") or ""))
+    sp = rt.flag(str(row.get("sp") or "")) and tp > 1
+    ep = int(moe.get("ep", 1)) if spec.moe else 1
     layout = Layout(
-        dp=dp, tp=tp, pp=pp, cp=cp, zero=_zero(row.get("zero_or_fsdp", "")),
-        sp=_clean(row.get("sp")).startswith("true"), schedule=schedule, vpp=vpp,
-        micro_batch=_int(row, "micro_batch", 1), recompute=recompute or "none",
-        precision=_precision(row.get("precision", "")),
-        attention="materialized" if materialized else "flash",
-        dp_overlap="ddp-impl=local" not in low, tp_overlap="overlap" in low and "tp" in low,
+        dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=sp, schedule=schedule, vpp=vpp, micro_batch=micro,
+        recompute=recompute or "none", precision=prec, attention="materialized" if materialized else "flash",
+        dp_overlap=overlap_words if overlap_words is not None else True,
+        tp_overlap=FRAMEWORKS[framework].tp_overlap or bool(
+            re.search(r"tp[- _]comm[- _]overlap|async[- _]tp|tp.{0,20}overlap|overlap.{0,20}\btp\b", fw_low)),
+        ep=ep, framework=framework, fp8_recipe=recipe,
+        fp8_head=bool(re.search(r"fp8 (lm )?head|fp8 output", everything)),
+        fp8_gather=bool(re.search(r"(fp8|float8)[ _-]all[ _-]?gather|fsdp[ _]float8", everything)),
+        stage_split=split, compile=compiled(str(row.get("framework") or "")),
+        fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
     )
-    return RowInputs(rid, spec, layout, hw, _int(row, "global_batch_seqs"), recompute is None, None, tuple(notes))
+    if dp == 1 and layout.zero:
+        layout = dataclasses.replace(layout, zero=0)
+    return RowInputs(rid, spec, layout, hw, gb, recompute is None, None, tuple(notes),
+                     rt.memory_kind(" ".join(str(row.get(k) or "") for k in ("notes", "meas_peak_mem_gib"))))
 
 
 def read_rows(path: str | Path) -> list[dict]:
@@ -176,49 +218,11 @@ def read_rows(path: str | Path) -> list[dict]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--from-csv: file not found: {p}")
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        if not reader.fieldnames or "row_id" not in reader.fieldnames:
-            raise ConfigError(f"{p}: expected a CSV header with a `row_id` column")
-        return list(reader)
-
-
-# ---- measured values, recounted with each source's own FLOP convention ----------------------
-
-
-def convention_flops_per_iter(row: dict, spec: TransformerSpec, global_batch: int) -> float | None:
-    """FLOPs per iteration as the source counted them (from `tflops_metric`), or None if unknown."""
-    metric = (row.get("tflops_metric") or "").lower()
-    b, s, L, h, V = global_batch, spec.seq, spec.layers, spec.hidden, spec.vocab
-    if "eq.3" in metric or "96*b" in metric:
-        return 96 * b * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
-    if "72*b" in metric:
-        return 72 * b * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
-    if "num_floating_point_operations" in metric:
-        gated = 1.5 if spec.act == "swiglu" else 1.0
-        return 12 * b * s * L * h * h * (
-            (1 + spec.kv_heads / spec.heads + s / h) + spec.ffn / h * gated + V / (2 * L * h))
-    return None
-
-
-def measured_tokens_per_s_per_gpu(row: dict, inputs: RowInputs) -> tuple[float | None, str]:
-    """The row's measured tokens/s per GPU and how it was obtained (iteration time preferred)."""
-    direct = _float(row, "meas_tokens_per_s_per_gpu")
-    if direct:
-        return direct, "meas_tokens_per_s_per_gpu"
-    if inputs.spec is None:
-        return None, "inputs not readable"
-    n_gpus = inputs.layout.devices if inputs.layout else 1
-    tokens = inputs.global_batch * inputs.spec.seq
-    it = _float(row, "meas_iter_time_s")
-    if it:
-        return tokens / it / n_gpus, "meas_iter_time_s"
-    conv = convention_flops_per_iter(row, inputs.spec, inputs.global_batch)
-    tf = _float(row, "meas_tflops_per_gpu")
-    if conv and tf:
-        return tokens / (conv / (tf * 1e12 * n_gpus)) / n_gpus, "meas_tflops_per_gpu recounted by tflops_metric"
-    mfu = _float(row, "meas_mfu_pct")
-    if conv and mfu and inputs.hardware and inputs.layout:
-        peak = inputs.hardware.peak_flops(inputs.layout.precision)
-        return tokens / (conv / (mfu / 100 * peak * n_gpus)) / n_gpus, "meas_mfu_pct recounted by tflops_metric"
-    return None, "no measured throughput with a known FLOP convention"
+    try:
+        with p.open(newline="", encoding="utf-8-sig", errors="replace") as fh:
+            reader = csv.DictReader(fh)
+            if not reader.fieldnames or "row_id" not in reader.fieldnames:
+                raise ConfigError(f"{p}: expected a CSV header with a `row_id` column")
+            return [dict(r) for r in reader]
+    except csv.Error as exc:
+        raise ConfigError(f"{p}: not a readable CSV: {exc}") from None

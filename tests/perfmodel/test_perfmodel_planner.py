@@ -14,7 +14,7 @@ from stride.perfmodel.hardware import load_catalog
 from stride.perfmodel.model_spec import PRESETS, parse_model_spec
 from stride.perfmodel.planner import default_global_batch, explain, search
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "perfmodel"
+DATA = Path(__file__).resolve().parents[2] / "data" / "perfmodel"
 
 
 def test_thousand_gpu_search_is_fast_and_ranked() -> None:
@@ -22,7 +22,7 @@ def test_thousand_gpu_search_is_fast_and_ranked() -> None:
     t0 = time.perf_counter()
     res = search(spec, hw, 1000, default_global_batch(spec, 1000))
     elapsed = time.perf_counter() - t0
-    assert elapsed < 5.0, f"search took {elapsed:.2f} s"
+    assert elapsed < 5.0, f"search took {elapsed:.2f} s"  # the 1 s goal is measured in docs/perfmodel.md
     assert res.ranked and all(p.fits for p in res.ranked)
     times = [p.step_time_s for p in res.ranked]
     assert times == sorted(times)
@@ -49,35 +49,54 @@ def test_cli_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["best"]["step_time_s"] == pytest.approx(sum(out["best"]["breakdown_s"].values()), rel=1e-9)
 
 
-def test_cli_compare_hardware(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("sort", ["time", "cost"])
+def test_cli_compare_hardware_fleets(sort: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:16,h200:16,a100-80gb:32",
+                 "--tokens", "1e11", "--sort", sort, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["hardware"]
+    assert [(r["hardware"], r["devices"]) for r in rows] != [] and {r["devices"] for r in rows} == {16, 32}
+    key = "hours_to_budget" if sort == "time" else "cost_to_budget_usd"
+    assert [r[key] for r in rows] == sorted(r[key] for r in rows)
+    for r in rows:
+        assert r["hours_to_budget_lo"] <= r["hours_to_budget"] <= r["hours_to_budget_hi"]
+        hours = 1e11 / (r["tokens_per_s_per_device"] * r["devices"]) / 3600
+        assert r["hours_to_budget"] == pytest.approx(hours, rel=1e-9)
+        assert r["cost_to_budget_usd"] == pytest.approx(hours * r["devices"] * r["price_per_device_hour_usd"])
+
+
+def test_cli_compare_every_catalog_device(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--compare-hardware", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["hardware"]
     ok = [r for r in rows if "reason" not in r]
-    assert [r["days_to_budget"] for r in ok] == sorted(r["days_to_budget"] for r in ok)
-    assert {r["hardware"] for r in rows} == set(load_catalog().names())
+    assert [r["hours_to_budget"] for r in ok] == sorted(r["hours_to_budget"] for r in ok)
+    assert {r["hardware"] for r in rows} == {hw.name for hw in load_catalog().devices.values() if not hw.cpu}
 
 
-def test_cli_from_csv_never_crashes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    src = SHARED / "published_dev.csv"
-    if not src.exists():
-        pytest.skip(f"../shared/perfmodel/published_dev.csv not found: {src}")
-    lines = src.read_text().splitlines()
-    header = lines[0].split(",")
-    bad = dict.fromkeys(header, "")
-    bad.update(row_id="broken-1", gpu="Z9000", ffn_act="gelu", layers="2")
-    bad2 = dict(bad, row_id="broken-2", ffn_act="relu^2")
-    f = tmp_path / "rows.csv"
-    f.write_text("\n".join(lines + [",".join(r[k] for k in header) for r in (bad, bad2)]) + "\n")
-    assert main(["plan", "--from-csv", str(f), "--json"]) == 0
+def test_cli_lists_hardware_and_models(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--list-hardware", "--json"]) == 0
+    hw = json.loads(capsys.readouterr().out)
+    assert {"b300", "gb300", "tpu-v6e", "mi355x", "gaudi3"} <= {h["name"] for h in hw}
+    assert main(["plan", "--list-models", "--json"]) == 0
+    models = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
+    assert models["mixtral-8x7b"]["experts"] == 8 and models["llama3-8b"]["params_b"] == pytest.approx(8.03, abs=0.01)
+
+
+def test_model_error_lists_every_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "layers=2,hidden=64,heads=4,seqq=8", "--devices", "8"]) == 2
+    err = capsys.readouterr().err
+    for key in ("layers", "hidden", "heads", "kv", "ffn", "act", "vocab", "seq", "experts", "top_k", "head_dim"):
+        assert f" {key}" in err or f"{key}," in err, key
+    assert "squared-relu" in err and "did you mean `seq`" in err
+
+
+def test_cli_from_csv_predicts_the_development_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--from-csv", str(DATA / "published_dev.csv"), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == len(lines) + 1
-    keys = {"row_id", "iter_time_s", "tokens_per_s_per_gpu", "mfu", "peak_mem_gib", "fits"}
-    assert all(keys <= set(r) for r in rows)
-    good = [r for r in rows if not r.get("reason")]
-    assert len(good) == len(lines) - 1 and all(r["tokens_per_s_per_gpu"] > 0 for r in good)
-    broken = {r["row_id"]: r for r in rows if r.get("reason")}
-    assert set(broken) == {"broken-1", "broken-2"} and broken["broken-1"]["tokens_per_s_per_gpu"] is None
-    assert "relu^2" in broken["broken-2"]["reason"]
+    assert len(rows) == 27 and not any(r.get("reason") for r in rows)
+    assert all(r["tokens_per_s_per_gpu_lo"] <= r["tokens_per_s_per_gpu"] <= r["tokens_per_s_per_gpu_hi"] for r in rows)
+    assert main(["plan", "--from-csv", str(DATA / "published_dev.csv")]) == 0
+    assert "80% interval" in capsys.readouterr().out
 
 
 def test_cli_errors_are_clean(capsys: pytest.CaptureFixture[str]) -> None:

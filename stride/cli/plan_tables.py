@@ -1,0 +1,91 @@
+"""Human tables of `stride plan`: the catalog, the presets, predicted rows, a hardware comparison."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _console() -> Console:
+    """A terminal's own width; piped output gets 160 columns rather than rich's 80."""
+    con = Console()
+    return con if con.is_terminal else Console(width=160)
+
+
+def print_hardware(catalog, as_json: bool = False) -> None:
+    rows = []
+    for hw in catalog.devices.values():
+        rows.append({"name": hw.name, "display_name": hw.display_name, "vendor": hw.vendor, "generation": hw.generation,
+                     "peak_tflops": hw.peak_tflops, "memory_gib": hw.memory_gib, "memory_bw_tbps": hw.memory_bw_tbps,
+                     "scaleup_domain": hw.scaleup_domain, "scaleup_bw_gbps": hw.scaleup_bw_gbps,
+                     "scaleout_bw_gbps": hw.scaleout_bw_gbps, "tdp_w": hw.tdp_w,
+                     "price_per_hour_usd": hw.price_per_hour_usd, "aliases": list(hw.aliases),
+                     "assumed": list(hw.assumed), "source": hw.source})
+    if as_json:
+        print(json.dumps(rows))
+        return
+    t = Table(title="hardware catalog (configs/hardware.toml; dense peaks)")
+    for col in ("name", "part", "bf16 TF", "fp8 TF", "fp4 TF", "GiB", "TB/s", "scale-up", "$/h"):
+        t.add_column(col, justify="left" if col in ("name", "part") else "right")
+    for r in rows:
+        p = r["peak_tflops"]
+        lowp = [f"{p[k]:g}" if k in p else "-" for k in ("fp8", "fp4")]
+        t.add_row(r["name"], r["display_name"], f"{p.get('bf16', p.get('fp16', 0)):g}", *lowp, f"{r['memory_gib']:g}",
+                  f"{r['memory_bw_tbps']:g}", f"{r['scaleup_domain']} x {r['scaleup_bw_gbps']:g} GB/s",
+                  f"{r['price_per_hour_usd']:g}")
+    _console().print(t)
+    print("sources: stride plan --list-hardware --json (each entry's `source`; `assumed` fields are not vendor data)")
+
+
+def print_models(as_json: bool = False) -> None:
+    from stride.perfmodel.flops import active_params, total_params
+    from stride.perfmodel.model_spec import KEY_HELP, PRESETS
+
+    rows = [{"name": n, "layers": s.layers, "hidden": s.hidden, "heads": s.heads, "kv_heads": s.kv_heads, "ffn": s.ffn,
+             "act": s.act, "vocab": s.vocab, "seq": s.seq, "experts": s.experts, "top_k": s.top_k,
+             "params_b": total_params(s) / 1e9, "active_params_b": active_params(s) / 1e9} for n, s in PRESETS.items()]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    t = Table(title="model presets (--model NAME[,key=value...])")
+    for col in ("name", "params", "layers", "hidden", "heads/kv", "ffn", "act", "vocab", "seq", "MoE"):
+        t.add_column(col, justify="left" if col in ("name", "act") else "right")
+    for r in rows:
+        moe = f"{r['experts']}e top{r['top_k']} ({r['active_params_b']:.1f}B act.)" if r["experts"] else "-"
+        t.add_row(r["name"], f"{r['params_b']:.1f}B", str(r["layers"]), str(r["hidden"]),
+                  f"{r['heads']}/{r['kv_heads']}", str(r["ffn"]), r["act"], str(r["vocab"]), str(r["seq"]), moe)
+    _console().print(t)
+    print(f"or dimensions: --model layers=..,hidden=..,heads=..,vocab=..,seq=..  ({KEY_HELP})")
+
+
+def print_rows(rows: list[dict]) -> None:
+    t = Table(title="predicted rows (80% interval from held-out residuals of the same kind)")
+    for col in ("row", "tok/s/gpu", "80% interval", "iter s", "80% interval ", "MFU", "mem GiB", "fits"):
+        t.add_column(col, justify="left" if col == "row" else "right")
+    for r in rows:
+        if r.get("reason"):
+            t.add_row(r["row_id"], f"[dim]not modelled: {r['reason']}[/]", "", "", "", "", "", "")
+            continue
+        t.add_row(r["row_id"], f"{r['tokens_per_s_per_gpu']:,.0f}",
+                  f"{r['tokens_per_s_per_gpu_lo']:,.0f} - {r['tokens_per_s_per_gpu_hi']:,.0f}",
+                  f"{r['iter_time_s']:.3f}",
+                  f"{r['iter_time_s_lo']:.3f} - {r['iter_time_s_hi']:.3f}", f"{r['mfu'] * 100:.1f}%",
+                  f"{r['peak_mem_gib']:.1f}", str(r["fits"]))
+    _console().print(t)
+
+
+def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds: float) -> None:
+    t = Table(title=f"{name}: time and cost to {tokens:.3g} tokens, best layout per fleet, by {sort} ({seconds:.2f} s)")
+    for col in ("#", "hardware", "devices", "best layout", "tok/s/dev", "MFU", "hours", "80% interval", "cost $"):
+        t.add_column(col, justify="left" if col in ("hardware", "best layout") else "right")
+    for i, r in enumerate(rows, 1):
+        if "reason" in r:
+            t.add_row("-", r["hardware"], str(r["devices"]), f"[dim]{r['reason']}[/]", "", "", "", "", "")
+        else:
+            t.add_row(str(i), r["hardware"], str(r["devices"]), r["layout"], f"{r['tokens_per_s_per_device']:,.0f}",
+                      f"{r['mfu'] * 100:.1f}%", f"{r['hours_to_budget']:,.1f}",
+                      f"{r['hours_to_budget_lo']:,.1f} - {r['hours_to_budget_hi']:,.1f}",
+                      f"{r['cost_to_budget_usd']:,.0f}")
+    _console().print(t)

@@ -1,0 +1,138 @@
+"""Time of one transformer block for one micro-batch on one device, term by term.
+
+- GEMMs: the block's matmuls (kernels.Costs.gemm); backward = dgrad + wgrad; recompute re-runs
+  the forward GEMMs its mode names (layout.RECOMPUTED_GEMMS).
+- attention core: flash runs the causal half of the score square at the device's attention
+  efficiency and re-runs it in backward (2.5x forward); materialised attention (pre-2023
+  Megatron) runs it as batched GEMMs writing the s x s scores, plus softmax/dropout traffic.
+- elementwise: memory-bound passes (kernels.Costs.elementwise_per_token), 2x in backward.
+- casts: FP8/FP4 quantisation of GEMM inputs, weights (unless cached) and output gradients.
+- TP: 2 all-reduces (or all-gather + reduce-scatter with SP) forward and 2 backward, exposed
+  unless `tp_overlap`; CP: K/V all-gather / reduce-scatter hidden under attention; EP: the MoE
+  dispatch and combine all-to-alls (2 forward, 2 backward), exposed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stride.perfmodel import collectives as coll
+from stride.perfmodel.efficiency import Efficiency
+from stride.perfmodel.flops import ATTENTION_CORE, layer_gemms
+from stride.perfmodel.hardware import Hardware
+from stride.perfmodel.kernels import Costs
+from stride.perfmodel.layout import RECOMPUTED_GEMMS, Layout
+from stride.perfmodel.model_spec import TransformerSpec
+
+# TE recipes cache a weight's FP8 copy across micro-batches (Megatron passes is_first_microbatch)
+_TE_RECIPES = ("delayed", "current", "mxfp8", "nvfp4")
+
+
+def exposed(t_comm: float, window: float, eff: Efficiency) -> float:
+    """Communication left on the critical path when it runs under `window` seconds of compute."""
+    hidden = min(t_comm, max(window, 0.0))
+    return (t_comm - hidden) + (1.0 - eff.overlap) * hidden
+
+
+@dataclass
+class BlockTime:
+    terms: dict[str, float]  # seconds per micro-batch: forward + backward + recompute
+    backward: float  # seconds of the backward part (the window DP gradient reduction hides under)
+    comm_bytes: dict[str, float] = field(default_factory=dict)  # per micro-batch, by link level
+
+    @property
+    def total(self) -> float:
+        return sum(self.terms.values())
+
+    def scaled(self, k: float) -> BlockTime:
+        return BlockTime({n: v * k for n, v in self.terms.items()}, self.backward * k,
+                         {n: v * k for n, v in self.comm_bytes.items()})
+
+    def plus(self, other: BlockTime) -> BlockTime:
+        keys = set(self.terms) | set(other.terms)
+        links = set(self.comm_bytes) | set(other.comm_bytes)
+        return BlockTime({k: self.terms.get(k, 0.0) + other.terms.get(k, 0.0) for k in keys},
+                         self.backward + other.backward,
+                         {k: self.comm_bytes.get(k, 0.0) + other.comm_bytes.get(k, 0.0) for k in links})
+
+
+def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency, c: Costs, tokens: int,
+               moe: bool = False) -> BlockTime:
+    t, net = lay.tp, eff.network
+    flash = lay.attention == "flash"
+    rc = set(RECOMPUTED_GEMMS[lay.recompute])
+    gemms = layer_gemms(spec, tokens, t, lay.cp, moe, lay.ep)
+    lin = [g for g in gemms if g.name not in ATTENTION_CORE]
+    core = [g for g in gemms if g.name in ATTENTION_CORE]
+    cached = lay.fp8_gather or (lay.fp8_recipe in _TE_RECIPES and lay.framework in ("megatron", "deepspeed"))
+    gemm_f = sum(c.gemm(g) for g in lin)
+    gemm_b = sum(c.backward_gemms(g) for g in lin)
+    gemm_rc = sum(c.gemm(g) for g in lin if g.name in rc)
+    casts = [c.casts(g, cached) for g in lin]
+    cast_f, cast_b = sum(x[0] for x in casts), sum(x[1] for x in casts)
+    cast_rc = sum(x[0] for g, x in zip(lin, casts, strict=True) if g.name in rc)
+    if flash:
+        t_core_f = sum(g.flops for g in core) * 0.5 / (c.peak_high * c.attn_eff)
+        t_core_b = 2.5 * t_core_f
+        core_rc = t_core_f if lay.recompute in ("full", "mlp", "full-except-qkv") else 0.0
+    else:
+        t_core_f = sum(c.gemm(g, False) for g in core)
+        t_core_b = 2.0 * t_core_f
+        core_rc = t_core_f if "attn_scores" in rc else 0.0
+    shard = t if lay.sp else 1
+    rep, tp_part = c.elementwise_per_token(shard)
+    t_ew_f = c.memory(tokens * (rep + tp_part / t) * c.act)
+    mlp_share = tp_part / t / (rep + tp_part / t)
+    softmax_tok = 0.0 if flash else (4 + 5 * (1 if spec.dropout else 0)) * (spec.heads / t) * spec.seq
+    t_sm_f = c.memory(tokens * softmax_tok * c.act)
+    ew_rc = {"full": 1.0, "full-except-qkv": 1.0, "mlp": mlp_share, "mlp-in": 0.5 * mlp_share}.get(lay.recompute, 0.0)
+    tp_rc = {"full": 1.0, "full-except-qkv": 1.0, "mlp": 0.5}.get(lay.recompute, 0.0)
+
+    comm: dict[str, float] = {}
+
+    def add_comm(link: coll.Link, nbytes: float, times: float = 1.0) -> None:
+        if link.name != "local":
+            comm[link.name] = comm.get(link.name, 0.0) + nbytes * times
+
+    tp_link = coll.group_link(hw, t, 1, net)
+    msg = tokens * spec.hidden * 2 * c.act
+    if t > 1 and lay.sp:
+        t_tp_f = 2 * (coll.all_gather_time(msg, t, tp_link) + coll.reduce_scatter_time(msg, t, tp_link))
+        tp_bytes_f = 4 * (t - 1) / t * msg
+    elif t > 1:
+        t_tp_f = 2 * coll.all_reduce_time(msg, t, tp_link, "ring")
+        tp_bytes_f = 2 * coll.all_reduce_bytes_per_device(msg, t)
+    else:
+        t_tp_f, tp_bytes_f = 0.0, 0.0
+    t_tp = (2 + tp_rc) * t_tp_f
+    if lay.tp_overlap:
+        t_tp = exposed(t_tp, gemm_f + gemm_b + gemm_rc, eff)
+    add_comm(tp_link, tp_bytes_f, 2 + tp_rc)
+
+    t_cp = 0.0
+    if lay.cp > 1:
+        cp_link = coll.group_link(hw, lay.cp, t, net)
+        kv = tokens * lay.cp * 2 * spec.kv_dim * 2 / t
+        t_cp_raw = coll.all_gather_time(kv, lay.cp, cp_link) + coll.reduce_scatter_time(kv, lay.cp, cp_link)
+        t_cp = exposed(t_cp_raw, t_core_f + t_core_b, eff)
+        add_comm(cp_link, 2 * (lay.cp - 1) / lay.cp * kv)
+
+    t_ep = 0.0
+    if moe and lay.ep > 1:
+        ep_link = coll.group_link(hw, lay.ep, t * lay.cp, net)
+        a2a = tokens * spec.top_k * spec.capacity * spec.hidden * 2 * c.act / t * (lay.ep - 1) / lay.ep
+        n_a2a = 4 + (2 if lay.recompute in ("full", "mlp", "full-except-qkv") else 0)
+        t_ep = n_a2a * ((lay.ep - 1) * ep_link.alpha_s + a2a / ep_link.bw)
+        add_comm(ep_link, a2a, n_a2a)
+
+    terms = {
+        "gemm": gemm_f + gemm_b + gemm_rc,
+        "attention": t_core_f + t_core_b + core_rc,
+        "elementwise": (3 + ew_rc) * t_ew_f + (3 + (1 if "attn_scores" in rc else 0)) * t_sm_f,
+        "casts": cast_f + cast_b + cast_rc,
+        "tp_comm": t_tp,
+        "cp_comm": t_cp,
+        "ep_comm": t_ep,
+    }
+    backward = gemm_b + t_core_b + 2 * (t_ew_f + t_sm_f) + cast_b + t_tp_f + t_ep / 2
+    return BlockTime(terms, backward, comm)

@@ -1,0 +1,143 @@
+"""Free-text hardware as sources write it -> a catalog entry plus what the text changes.
+
+"H100-SXM 96GB HBM2e 2.4TB/s @500W", "B200-HGX-180GB", "GB200-NVL72 (B200 GPU)",
+"A100-SXM4 (80GB per ...)", "TPU v5p (v5p-128 slice)": the part family picks the catalog entry
+(most specific name first: GB300 before B300, GB200 before B200), then every number the text
+gives replaces the datasheet one: memory size, HBM bandwidth, a dense TFLOP/s figure, the
+scale-up domain (NVL72, HGX/DGX = 8, a TPU slice). A power cap below the part's board power
+lowers the tensor clock by (cap / board power)^(1/3): dynamic power goes as f V^2 and voltage
+tracks frequency in the DVFS range, so P ~ f^3. Checked on NVIDIA's own parts: the H100 NVL (the
+SXM die, 400 W) lists 835 dense bf16 TFLOP/s, and 989 x (400/700)^(1/3) = 824.
+Link text gives bandwidth too: "8x HDR InfiniBand 200 Gb/s per node", "NDR 400 Gb/s per GPU",
+"NVLink3 600 GB/s bidir per GPU". Every change is returned as a note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from stride.perfmodel.hardware import Catalog, Hardware
+
+# (pattern on lower-cased text, catalog name); first match wins, most specific first
+_FAMILIES: list[tuple[str, str]] = [
+    (r"gb300", "gb300"), (r"\bb300\b|blackwell ultra", "b300"), (r"gb200", "gb200"), (r"\bb200\b", "b200"),
+    (r"\bh200\b", "h200"), (r"\bh[18]00\b.*\bpcie\b|\bh[18]00-pcie", "h100-pcie"),
+    (r"\bh100[ -]?nvl\b(?!\d)", "h100-nvl"), (r"\bh[18]00\b", "h100-sxm"),
+    (r"\ba[18]00\b", "a100-80gb"), (r"\bv100\b", "v100"), (r"\bl40s\b", "l40s"),
+    (r"\bmi35[05]x\b", "mi355x"), (r"\bmi325x\b", "mi325x"), (r"\bmi300x\b", "mi300x"),
+    (r"gaudi[ -]?3|hl-325", "gaudi3"), (r"\bv6e\b|trillium", "tpu-v6e"), (r"\bv5p\b", "tpu-v5p"),
+    (r"\bv5e\b|v5 ?lite", "tpu-v5e"), (r"tpu[ -]?v4\b|\bv4-\d+\b", "tpu-v4"),
+]
+# parts users name that the catalog does not hold: refused with this name in the reason
+_KNOWN_MISSING = (r"\bb100\b", r"\bh20\b", r"\bmi250x?\b", r"\bmi210\b", r"gaudi[ -]?2\b", r"tpu[ -]?v[23]\b",
+                  r"\bt4\b", r"\bl4\b", r"\brtx\b", r"\bp100\b", r"\ba10g?\b", r"\ba40\b", r"\ba6000\b", r"trainium",
+                  r"\bmi100\b", r"\bcs-?[23]\b", r"\bipu\b")
+_TPU_CORES = {"tpu-v4": 2, "tpu-v5p": 2}  # `v4-N` / `v5p-N` slices count TensorCores, 2 per chip
+
+
+def _num(pattern: str, text: str) -> float | None:
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else None
+
+
+def resolve(text: str | None, catalog: Catalog) -> tuple[Hardware, list[str]]:
+    """The catalog device `text` names, modified by what the text says; ValueError naming the part."""
+    raw = (text or "").strip()
+    low = raw.lower().replace("_", " ")
+    if not low or low in ("n/a", "-", "not stated", "unknown"):
+        raise ValueError("gpu is blank: the device is needed (its peak and memory set the answer)")
+    notes: list[str] = []
+    try:
+        hw = catalog.get(raw)
+    except Exception:  # noqa: BLE001 - fall through to the family rules
+        name = next((n for pat, n in _FAMILIES if re.search(pat, low)), None)
+        if name is None or name not in catalog.devices:
+            miss = next((m.group(0) for p in _KNOWN_MISSING if (m := re.search(p, low))), None)
+            what = f"`{miss.upper()}` is not in the catalog" if miss else "is not a part the catalog knows"
+            raise ValueError(f"gpu {raw!r}: {what} (known: {', '.join(catalog.names())}); add it with "
+                             "--hardware-file or write its numbers (e.g. '989 TFLOPS 80GB 3.35TB/s')") from None
+        hw = catalog.devices[name]
+    return _modify(hw, raw, low, catalog, notes), notes
+
+
+def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]) -> Hardware:
+    changes: dict[str, object] = {}
+    mem = _num(r"(\d{2,3}(?:\.\d+)?)\s*gb\b(?!/| ?/s|ps)", low)
+    if hw.name.startswith("a100") and mem is not None and mem <= 40 and "a100-40gb" in catalog.devices:
+        hw = catalog.devices["a100-40gb"]
+    elif hw.name.startswith("a100") and mem is None:
+        notes.append("A100 memory size not stated: 80GB assumed")
+    if hw.name == "h100-sxm" and not re.search(r"sxm|hgx|dgx|nvl|pcie", low):
+        notes.append("H100 form factor not stated: SXM assumed")
+    if re.search(r"\bh800\b", low):
+        changes["scaleup_bw_gbps"] = 200.0  # H800: NVLink cut to 400 GB/s bidir
+        notes.append("H800: NVLink 400 GB/s bidir")
+    if mem is not None and 8 <= mem <= 1024 and abs(mem - hw.memory_gib) > 0.5:
+        changes["memory_gib"] = mem
+        notes.append(f"memory {mem:g} GB from the text (catalog {hw.memory_gib:g})")
+    bw = _num(r"(\d+(?:\.\d+)?)\s*tb/?s", low)
+    if bw is not None and 0.2 <= bw <= 30 and abs(bw - hw.memory_bw_tbps) > 0.01:
+        changes["memory_bw_tbps"] = bw
+        notes.append(f"memory bandwidth {bw:g} TB/s from the text")
+    elif "memory_gib" in changes and re.search(r"hbm", low):
+        notes.append("memory bandwidth of this variant not given: the catalog's is used")
+    tflops = _num(r"(\d{2,5}(?:\.\d+)?)\s*tflop", low)
+    peaks = dict(hw.peak_tflops)
+    if tflops is not None:
+        scale = tflops / peaks.get("bf16", tflops)
+        peaks = {k: v * scale for k, v in peaks.items()}
+        notes.append(f"dense bf16 peak {tflops:g} TFLOP/s from the text")
+    watts = _num(r"@\s*(\d{3,4})\s*w\b", low) or _num(r"\b(\d{3,4})\s*w\b", low)
+    if watts and hw.tdp_w and watts < hw.tdp_w * 0.98 and tflops is None:
+        clock = (watts / hw.tdp_w) ** (1 / 3)
+        peaks = {k: v * clock for k, v in peaks.items()}
+        notes.append(f"power cap {watts:g} W of {hw.tdp_w:g} W: tensor peaks x {clock:.3f} (clock ~ P^(1/3))")
+    if peaks != hw.peak_tflops:
+        changes["peak_tflops"] = peaks
+    nvl = _num(r"nvl(\d{2,3})\b", low)
+    if nvl and nvl >= 8:
+        domain = int(nvl) if not re.search(r"(?<!g)b300|hgx", low) else 8  # HGX B300 "NVL16" counts dies
+        if domain != hw.scaleup_domain:
+            changes["scaleup_domain"] = domain
+            notes.append(f"NVLink domain {domain} from the text")
+    elif re.search(r"\bhgx\b|\bdgx\b", low) and hw.scaleup_domain != 8 and hw.vendor == "nvidia" \
+            and not re.search(r"dgx-?2", low):
+        changes["scaleup_domain"] = 8
+        notes.append("HGX/DGX node: NVLink domain 8")
+    if re.search(r"dgx-?2", low):
+        changes["scaleup_domain"] = 16
+        notes.append("DGX-2: 16 GPUs on NVSwitch")
+    m = re.search(r"\bv(?:4|5p|5e|6e)-(\d+)\b", low)
+    if m and hw.name.startswith("tpu"):
+        chips = int(m.group(1)) // _TPU_CORES.get(hw.name, 1)
+        if chips >= 1 and chips != hw.scaleup_domain:
+            changes["scaleup_domain"] = chips
+            notes.append(f"TPU slice of {chips} chips (ICI); slices joined by DCN")
+    if changes:
+        hw = dataclasses.replace(hw, **changes, display_name=f"{hw.display_name} [{raw}]")  # type: ignore[arg-type]
+    return hw
+
+
+def link_gbytes_per_device(text: str | None, per_node: int) -> float | None:
+    """GB/s per device per direction that a link text states, or None. "Gb" (lower-case b, or
+    "Gbps") is bits, "GB" bytes; bidirectional figures are halved; per-node (VM, host) figures
+    divided over the node's devices; "8x ... 200 Gb/s" multiplies."""
+    raw = re.sub(r"\((?:[^()]*?)(?:assumed|not stated)(?:[^()]*?)\)", "", text or "")
+    low = raw.lower()
+    if not low.strip() or re.match(r"\s*(not stated|none|n/a)", low):
+        return None
+    m = re.search(r"(\d+(?:\.\d+)?)\s*([GT])(b|B)(?:it)?\s*(?:/\s*s|ps)\b", raw)
+    if not m:
+        return None
+    value = float(m.group(1)) * (1000 if m.group(2) == "T" else 1)
+    if m.group(3) == "b":
+        value /= 8
+    mult = re.search(r"(\d+)\s*x\s*(?:[A-Za-z0-9-]+\s+){0,3}?" + re.escape(m.group(1)), raw)
+    if mult and 1 < int(mult.group(1)) <= 64:
+        value *= int(mult.group(1))
+    if "bidir" in low:
+        value /= 2
+    if re.search(r"per (node|vm|host|server)", low):
+        value /= max(1, per_node)
+    return value if value > 0 else None

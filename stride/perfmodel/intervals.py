@@ -1,0 +1,145 @@
+"""80% intervals from held-out residuals of the same kind of run.
+
+The residual of a development row is r = ln(predicted / measured tokens/s), taken from the fold
+where the row's whole source was held out (leave-one-source-out, benchmarks/perfmodel_error.py
+--write-intervals). For a new prediction the residuals of its kind (hardware generation,
+precision, framework), or of the nearest coarser kind with enough rows, give the 10th and 90th
+percentiles q10, q90; since truth = predicted x e^-r:
+
+    tokens/s  in [pred x e^-q90, pred x e^-q10]        iteration time in [t x e^q10, t x e^q90]
+
+(widened to contain the prediction where q10 > 0 or q90 < 0).
+
+A generation no development row ran on gets the leave-one-hardware-out residuals (how wrong the
+model is on hardware it never saw), which are wider.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "perfmodel" / "intervals.json"
+MIN_ROWS = 10
+# used only when no residual table ships: +-35 % either way, a deliberately wide 80% interval
+_FALLBACK = (math.log(0.74), math.log(1.35), 0)
+
+
+def quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        raise ValueError("quantile of an empty list")
+    k = (len(s) - 1) * q
+    lo = int(math.floor(k))
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def weighted_quantile(pts: list[tuple[float, float]], q: float) -> float:
+    """Quantile of (value, weight) points: the value where the cumulative weight first reaches q."""
+    s = sorted(pts)
+    total = sum(w for _, w in s)
+    if not s or total <= 0:
+        raise ValueError("quantile of an empty list")
+    acc = 0.0
+    for v, w in s:
+        acc += w
+        if acc >= q * total - 1e-12:
+            return v
+    return s[-1][0]
+
+
+# Student t 90th percentiles for 1..10 degrees of freedom; z for infinitely many
+_T90 = (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372)
+_Z90 = 1.2816
+
+
+def small_sample_widening(n_sources: int) -> float:
+    """How much wider a prediction interval must be when the spread is estimated from n sources
+    (t over z at 90%, n - 1 degrees of freedom): a new source's systematic error is one more draw."""
+    df = max(1, n_sources - 1)
+    return (_T90[df - 1] if df <= len(_T90) else _Z90 + (_Z90**3 + _Z90) / (4 * df)) / _Z90
+
+
+def key(gen: str, prec: str, fw: str) -> str:
+    return f"{gen}|{prec}|{fw}"
+
+
+@dataclass
+class IntervalTable:
+    groups: dict[str, tuple[float, float, int]] = field(default_factory=dict)  # key -> (q10, q90, n)
+    unseen: tuple[float, float, int] = _FALLBACK
+    generations: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_residuals(cls, rows: list[tuple[tuple[str, str, str], float]], unseen: list[float] | None = None,
+                       sources: list[str] | None = None) -> IntervalTable:
+        """Quantiles per kind and per coarser kind (`*` wildcards) of (kind, ln(pred/meas)) pairs.
+
+        With `sources` (one per row), every source weighs the same inside a kind (a source's error is
+        one draw of the systematic error a new source brings, however many rows it has), and the
+        10-90% range is widened around the median by t/z for the number of sources it rests on."""
+        buckets: dict[str, list[tuple[float, str]]] = {}
+        srcs = sources or [str(i) for i in range(len(rows))]
+        for ((gen, prec, fw), r), src in zip(rows, srcs, strict=True):
+            for k in (key(gen, prec, fw), key(gen, prec, "*"), key(gen, "*", "*"), key("*", prec, fw),
+                      key("*", prec, "*"), key("*", "*", "*")):
+                buckets.setdefault(k, []).append((r, src))
+        groups = {}
+        for k, v in buckets.items():
+            if len(v) < MIN_ROWS:
+                continue
+            per: dict[str, int] = {}
+            for _, src in v:
+                per[src] = per.get(src, 0) + 1
+            pts = [(r, 1.0 / per[src]) for r, src in v]
+            lo, mid, hi = (weighted_quantile(pts, q) for q in (0.1, 0.5, 0.9))
+            f = small_sample_widening(len(per)) if sources else 1.0
+            groups[k] = (mid - f * (mid - lo), mid + f * (hi - mid), len(v))
+        un = (quantile(unseen, 0.1), quantile(unseen, 0.9), len(unseen)) if unseen and len(unseen) >= MIN_ROWS \
+            else groups.get(key("*", "*", "*"), _FALLBACK)
+        return cls(groups, un, frozenset(g for (g, _, _), _ in rows))
+
+    def bounds(self, kind: tuple[str, str, str]) -> tuple[float, float, str]:
+        """(q10, q90, which residuals) for a run of `kind`."""
+        gen, prec, fw = kind
+        if gen not in self.generations:
+            return self.unseen[0], self.unseen[1], f"unseen hardware generation ({self.unseen[2]} LOHO residuals)"
+        for k in (key(gen, prec, fw), key(gen, prec, "*"), key("*", prec, fw), key(gen, "*", "*"),
+                  key("*", prec, "*"), key("*", "*", "*")):
+            if k in self.groups:
+                q10, q90, n = self.groups[k]
+                return q10, q90, f"{k} ({n} LOSO residuals)"
+        return _FALLBACK[0], _FALLBACK[1], "no residual table: +-35% default"
+
+    def to_json(self) -> dict:
+        return {"groups": {k: list(v) for k, v in sorted(self.groups.items())}, "unseen_hardware": list(self.unseen),
+                "generations": sorted(self.generations)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> IntervalTable:
+        groups = {k: (float(v[0]), float(v[1]), int(v[2])) for k, v in data.get("groups", {}).items()}
+        un = data.get("unseen_hardware") or list(_FALLBACK)
+        return cls(groups, (float(un[0]), float(un[1]), int(un[2])), frozenset(data.get("generations", [])))
+
+
+def load_intervals(path: str | Path | None = None) -> IntervalTable:
+    """The shipped residual table, or a wide default where the file is missing or unreadable."""
+    p = Path(path) if path else DEFAULT_PATH
+    try:
+        return IntervalTable.from_json(json.loads(p.read_text()))
+    except (OSError, ValueError, TypeError, KeyError, IndexError):
+        return IntervalTable()
+
+
+def apply(tokens_per_s: float, iter_time_s: float, q10: float, q90: float) -> dict[str, float]:
+    """The 80% interval fields for one prediction; an interval always contains the prediction itself
+    (where the residuals of its kind all lean one way, the near end is the prediction)."""
+    lo, hi = min(q10, 0.0), max(q90, 0.0)
+    return {
+        "tokens_per_s_per_gpu_lo": tokens_per_s * math.exp(-hi),
+        "tokens_per_s_per_gpu_hi": tokens_per_s * math.exp(-lo),
+        "iter_time_s_lo": iter_time_s * math.exp(lo), "iter_time_s_hi": iter_time_s * math.exp(hi),
+    }

@@ -1,0 +1,102 @@
+"""Cost of single kernels on one device: GEMMs as a summed roofline, memory-bound elementwise
+passes, the loss, and the casts of low-precision training.
+
+A GEMM costs FLOPs / (peak x gemm efficiency) + bytes / (HBM bandwidth x memory efficiency), so
+skinny shapes lose throughput smoothly. Which peak: FP8/FP4 block GEMMs use the recipe's dtype
+(precision.py); the attention core, embedding and (unless said) the LM head run in 16-bit.
+"""
+
+from __future__ import annotations
+
+from stride.perfmodel.efficiency import Efficiency
+from stride.perfmodel.flops import Gemm
+from stride.perfmodel.frameworks import FRAMEWORKS
+from stride.perfmodel.hardware import Hardware
+from stride.perfmodel.layout import Layout
+from stride.perfmodel.model_spec import TransformerSpec
+from stride.perfmodel.precision import recipe
+
+LOW_PRECISION_GEMMS = ("qkv", "attn_out", "mlp_in", "mlp_out", "expert_in", "expert_out")
+
+
+def gemm_factor(hw: Hardware, eff: Efficiency) -> float:
+    """The efficiency factor of the device's class (efficiency.py): TPU, Hopper/Blackwell, other GPUs."""
+    if hw.vendor == "google":
+        return eff.gemm_tpu
+    if hw.generation in ("hopper", "blackwell"):
+        return eff.gemm_hopper
+    return eff.gemm
+
+
+class Costs:
+    """Per-kernel cost helpers bound to one device type, layout and efficiency set."""
+
+    def __init__(self, hw: Hardware, eff: Efficiency, lay: Layout, spec: TransformerSpec):
+        self.hw, self.eff, self.lay, self.spec = hw, eff, lay, spec
+        self.fw = FRAMEWORKS[lay.framework]
+        p = lay.precision
+        high = {"fp32": "fp32", "fp16": "fp16"}.get(p, "bf16")
+        self.peak_high = hw.peak_flops(high)
+        self.low = p in ("fp8", "fp4")
+        self.recipe = recipe(lay.fp8_recipe) if self.low else None
+        self.peak_low = hw.peak_flops(self.recipe.gemm_dtype) if self.recipe else self.peak_high
+        self.gemm_eff = hw.matmul_efficiency or gemm_factor(hw, eff)
+        # a device's published flash-attention utilisation, scaled by the fitted factor's ratio to its
+        # prior (0.5): the factor moves every device together, the catalog keeps their published ratios
+        self.attn_eff = (hw.attention_efficiency or 0.5) * eff.attention / 0.5
+        self.mem_bw = hw.memory_bw * eff.memory
+        self.act = 2 if p == "fp32" else 1  # fp32 activations: twice the 16-bit bytes
+        self.in16 = 4 if p == "fp32" else 2
+        self.fused = self.fw.fused_elementwise or lay.compile
+
+    def is_low(self, g: Gemm) -> bool:
+        return self.low and (g.name in LOW_PRECISION_GEMMS or (g.name == "logits" and self.lay.fp8_head))
+
+    def gemm(self, g: Gemm, low: bool | None = None) -> float:
+        low = self.is_low(g) if low is None else low
+        ib = (0.5 if self.recipe and self.recipe.gemm_dtype == "fp4" else 1) if low else self.in16
+        nbytes = g.batch * (ib * (g.m * g.k + g.k * g.n) + 2 * self.act * g.m * g.n)
+        return g.flops / ((self.peak_low if low else self.peak_high) * self.gemm_eff) + nbytes / self.mem_bw
+
+    def backward_gemms(self, g: Gemm) -> float:
+        """dgrad and wgrad of one forward GEMM; the wgrad stays 16-bit where the recipe says."""
+        low = self.is_low(g)
+        wgrad_low = low and self.recipe is not None and self.recipe.wgrad_low
+        return self.gemm(g, low) + self.gemm(g, wgrad_low)
+
+    def memory(self, nbytes: float) -> float:
+        return nbytes / self.mem_bw
+
+    def elementwise_per_token(self, shard: int) -> tuple[float, float]:
+        """Forward elementwise elements per token of one block: (replicated over TP unless SP, TP-sharded).
+
+        Fused kernels (Megatron/TE, XLA, torch.compile): two norms, two residual/bias-dropout-adds,
+        the activation (gelu/relu: read f write f; gated: read 2f write f). Eager PyTorch adds the
+        attention layout copies (q/k/v and output transposes), unfused RoPE and the gated product
+        as its own kernel."""
+        s, h = self.spec, self.spec.hidden
+        f = s.expert_ffn * s.top_k * s.capacity if s.moe else s.ffn
+        if self.fw.xla_fusion:  # XLA fuses activation, residual and casts into the dots: the norms remain
+            return 8 * h / shard, 4 * s.top_k * h if s.moe else 0.0
+        drop = 2 * h if s.dropout else 0
+        rep = 8 * h + 12 * h + drop
+        tp_part = (6 if s.gated else 4) * f
+        if not self.fused:
+            rope = 0 if s.learned_pos else 6 * (s.q_dim + s.kv_dim)
+            tp_part += 6 * (s.q_dim + s.kv_dim) + 2 * s.q_dim + rope + (2 * f if s.gated else 0)
+        if s.moe:
+            tp_part += 4 * s.top_k * h  # token permute and unpermute (read + write each)
+        return rep / shard, tp_part
+
+    def loss_bytes_per_logit(self) -> float:
+        if self.lay.fused_loss:
+            return 4.0
+        return self.fw.ce_bytes_per_logit
+
+    def casts(self, g: Gemm, weights_cached: bool) -> tuple[float, float]:
+        """Seconds of the FP8/FP4 casts around a low-precision GEMM: (forward, backward)."""
+        if not (self.recipe and self.is_low(g)):
+            return 0.0, 0.0
+        per = self.recipe.cast_read + self.recipe.cast_write + self.recipe.extra_pass
+        fwd = per * g.batch * g.m * g.k + (0.0 if weights_cached else per * g.batch * g.k * g.n)
+        return self.memory(fwd), self.memory(per * g.batch * g.m * g.n)

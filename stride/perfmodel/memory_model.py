@@ -1,0 +1,119 @@
+"""Peak memory per device, with the framework's state layout and allocator behaviour.
+
+Model and optimizer states per parameter on the device (Megatron/DeepSpeed: 16-bit weights, fp32
+main gradients or 16-bit ones, fp32 master + Adam moments sharded by the ZeRO stage; FSDP and
+MaxText: everything sharded in fp32, 16-bit copies only of the units in use; torchtune: pure bf16;
+DDP: fp32 weights and gradients plus its bucket copies), activations saved for backward
+(activations.py, Korthikanti et al. 2022, for fused kernels; eager PyTorch keeps more: RMSNorm's
+normalised output, RoPE's rotated q and k, the attention output's contiguous copy, an unfused gated
+product: 5h + f more 16-bit values per token), times the micro-batches in flight on the first
+pipeline stage, the logits (bf16 + fp32 softmax + its gradient unless the loss is fused/chunked),
+gathered units under ZeRO-3/FSDP (the current and the prefetched one), and a backward scratch.
+
+`allocated` is what the caching allocator hands out (torch.cuda.max_memory_allocated, "active");
+`reserved` adds its fragmentation slack (max_memory_reserved); `device` adds the device's runtime
+overhead (CUDA context, cuBLAS/NCCL workspaces: the catalog's runtime_overhead_gib; what nvidia-smi shows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stride.perfmodel.activations import layer_activation_bytes
+from stride.perfmodel.flops import layer_params
+from stride.perfmodel.frameworks import FRAMEWORKS
+from stride.perfmodel.hardware import Hardware
+from stride.perfmodel.layout import Layout
+from stride.perfmodel.model_spec import TransformerSpec
+
+GIB = 2**30
+
+
+@dataclass
+class Memory:
+    components: dict[str, float]  # allocated bytes by kind, on the worse stage
+    allocated: float
+    reserved: float
+    device: float
+
+
+def eager_saved_per_token(spec: TransformerSpec, f: int) -> float:
+    """16-bit values per token and block that eager PyTorch saves beyond fused kernels: each RMSNorm's
+    normalised output (LayerNorm's kernel keeps only its input and statistics), RoPE's rotated q and
+    k, the attention output's contiguous copy, an unfused gated product's activation output."""
+    rms = 2 * spec.hidden if not spec.bias else 0
+    rope = spec.q_dim + spec.kv_dim if not spec.learned_pos else 0
+    return rms + rope + spec.q_dim + (f if spec.gated else 0)
+
+
+def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
+    """Weights, gradients and optimizer state bytes for `params` parameters on one device."""
+    fw = FRAMEWORKS[lay.framework]
+    dp, z = lay.dp, lay.zero
+    if lay.precision == "fp32":
+        w, g, o = 4.0, 4.0, 8.0
+    elif not fw.master_weights:
+        w, g, o = 2.0, 2.0, 4.0  # bf16 weights, gradients, Adam moments
+    elif lay.framework in ("fsdp1", "fsdp2", "maxtext", "ddp"):
+        w, g, o = 4.0, 4.0, 8.0  # fp32 sharded parameters are the master copy
+    else:
+        w, g, o = 2.0, float(gbytes), (16.0 if lay.precision == "fp16" else 12.0)
+    fsdp = lay.framework in ("fsdp1", "fsdp2", "maxtext")
+    states = {
+        "params": w * params / (dp if z == 3 or (fsdp and z == 2) else 1),  # FSDP shards its fp32 weights
+        "grads": g * params / (dp if z >= 2 else 1),
+        "optimizer": o * params / (dp if z >= 1 else 1),
+    }
+    if lay.framework in ("fsdp1", "fsdp2") and z == 2:
+        states["params"] += 2.0 * params  # SHARD_GRAD_OP keeps the bf16 unsharded weights after forward
+    if lay.framework == "ddp" and z == 0 and dp > 1:
+        states["grads"] += 4.0 * params  # DDP buckets copy the gradients (gradient_as_bucket_view=False)
+    return states
+
+
+def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: float, blocks: tuple[int, int],
+                   params: tuple[float, float], gbytes: int, fused: bool) -> Memory:
+    """Peak of the first stage (most micro-batches in flight) and the last (the logits)."""
+    fw = FRAMEWORKS[lay.framework]
+    act = 2 if lay.precision == "fp32" else 1
+    tokens = lay.micro_batch * spec.seq / lay.cp
+    flash = lay.attention == "flash"
+    t = lay.tp
+    rc = "full" if lay.recompute in ("full", "mlp", "full-except-qkv") else lay.recompute
+    rc = "none" if rc == "mlp-in" else rc
+    a_layer = act * layer_activation_bytes(spec, lay.micro_batch, t, lay.sp, lay.cp, rc, flash)
+    a_full = act * layer_activation_bytes(spec, lay.micro_batch, t, lay.sp, lay.cp, "none", flash)
+    f = spec.expert_ffn if spec.moe else spec.ffn
+    mlp = 2 * tokens * (3 * f if spec.gated else 2 * f) / t
+    if spec.moe:  # routed copies of the MLP activations (top-k x capacity), on the MoE fraction
+        extra = (spec.top_k * spec.capacity - 1) * mlp * spec.moe_layers / spec.layers
+        a_full += extra
+        a_layer += extra if rc == "none" else 0.0
+    if not (fused or lay.compile):
+        eager = 2 * tokens * eager_saved_per_token(spec, f) / t
+        a_full += eager
+        a_layer += eager if rc in ("none", "selective") else 0.0
+    if lay.precision in ("fp8", "fp4") and rc in ("none", "selective"):
+        a_layer -= tokens * (2 * spec.hidden / (t if lay.sp else 1) + (spec.q_dim + f) / t)  # FP8 saved inputs
+    gated_in = 2 * f if spec.gated else f
+    scratch = 2 * tokens * gated_in / t * 2  # backward of the MLP: input-gradient and product buffers
+    per_logit = 4.0 if lay.fused_loss else (2.0 + 8.0 if fw.ce_bytes_per_logit > 8 else 4.0)
+    logits = tokens * spec.vocab / t * per_logit
+    gathered = 0.0
+    if lay.zero == 3:  # current and prefetched unit, bf16 weights and their unsharded gradients
+        wire = 1.0 if lay.fp8_gather else 2.0
+        gathered = 2 * layer_params(spec, spec.moe) / t / max(1, lay.ep if spec.moe else 1) * (wire + gbytes)
+
+    def stage(n_blocks: int, p: float, k: float, with_logits: bool) -> dict[str, float]:
+        acts = k * n_blocks * a_layer + (a_full if rc != "none" else 0.0)
+        return {**_states(lay, p, gbytes), "activations": acts,
+                "buffers": scratch + gathered + (logits if with_logits else 0.0)}
+
+    first = stage(blocks[0], params[0], inflight, lay.pp == 1)
+    worst = first
+    if lay.pp > 1:
+        last = stage(blocks[1], params[1], 1.0, True)
+        worst = first if sum(first.values()) >= sum(last.values()) else last
+    allocated = sum(worst.values())
+    reserved = allocated * fw.allocator_slack
+    return Memory(worst, allocated, reserved, reserved + hw.runtime_overhead_gib * GIB)
