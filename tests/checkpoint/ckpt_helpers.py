@@ -78,3 +78,10 @@ def summary_sha(out: Path) -> str:
     import json
 
     return json.loads((out / "summary.json").read_text())["params_sha256"]
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended (for a leftover 'written by a process that is gone')."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
