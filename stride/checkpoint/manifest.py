@@ -131,7 +131,7 @@ def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Ver
         return Verdict(False, f"manifest.json is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})")
     except (OSError, RecursionError, ValueError) as exc:
         return Verdict(False, f"manifest.json cannot be read ({type(exc).__name__})")
-    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
+    if not isinstance(manifest, dict) or str(manifest.get("format")) not in FORMATS:
         return Verdict(False, f"manifest.json is not a {' or '.join(FORMATS)} manifest")
     algo = FORMATS[manifest["format"]]
     files = manifest.get("files")

@@ -45,7 +45,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def read_manifest(folder: Path) -> dict[str, Any] | None:
     """The folder's manifest if it is a stride checkpoint manifest (not checked against the files)."""
     m = _read_json(folder / MANIFEST)
-    return m if m is not None and m.get("format") in FORMATS else None
+    return m if m is not None and isinstance(m.get("format"), str) and m["format"] in FORMATS else None
 
 
 def written_by(folder: Path) -> dict[str, Any] | None:

@@ -115,7 +115,7 @@ def _check_manifest(path: Path, m: Any) -> None:
     if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("version") != VERSION:
         got = (m.get("format"), m.get("version")) if isinstance(m, dict) else (type(m).__name__, None)
         raise bad(f"format {got[0]!r} v{got[1]} is not {FORMAT} v{VERSION}")
-    if m.get("dtype") not in DTYPES:
+    if not isinstance(m.get("dtype"), str) or m["dtype"] not in DTYPES:
         raise bad(f"dtype {m.get('dtype')!r} is not one of {', '.join(DTYPES)}")
     cols, n = m.get("columns"), m.get("n_rows")
     if not isinstance(cols, list) or not all(isinstance(c, str) and c for c in cols) or len(set(cols)) != len(cols):

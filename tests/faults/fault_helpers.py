@@ -20,6 +20,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
+# hypothesis settings for every generator here: the same examples on every run (a failure replays), no
+# example database in the tree, no per-example deadline (a loaded 2-core box).
+GEN = {"deadline": None, "derandomize": True, "database": None}
+
 
 @dataclass
 class Outcome:

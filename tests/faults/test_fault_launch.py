@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fault_helpers import one_line_error, stride_main
+from fault_helpers import GEN, one_line_error, stride_main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -157,7 +157,7 @@ def test_slurm_quotes_awkward_values_and_runs_nothing(config: Path, tmp_path: Pa
 printable = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=24)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(**GEN, max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=printable)
 def test_slurm_any_text_is_refused_or_stays_on_its_line(config: Path, tmp_path: Path, value: str) -> None:
     """Property: whatever the text, either a ConfigError or a script where it is one quoted argument."""
@@ -170,7 +170,7 @@ def test_slurm_any_text_is_refused_or_stays_on_its_line(config: Path, tmp_path: 
         assert any(not (c.isprintable() or c == " ") for c in value) or "\\" in value
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(**GEN, max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=printable)
 def test_k8s_any_override_is_refused_or_read_back_exactly(config: Path, value: str) -> None:
     try:
