@@ -35,9 +35,11 @@ from torch.distributed.checkpoint._traverse import set_element  # DCP's own sett
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
+    ChunkStorageMetadata,
     Metadata,
     MetadataIndex,
     StorageMeta,
+    TensorProperties,
     TensorStorageMetadata,
 )
 from torch.distributed.checkpoint.planner import ReadItem
@@ -103,12 +105,27 @@ def _restore(before: list[dict[str, Any]]) -> list[str]:
 
 def check_metadata(md: Any, folder: Path | None = None, listed: Iterable[str] | None = None) -> Metadata:
     """The loaded object is a DCP Metadata made of the expected types, naming only files inside `folder`."""
+    try:
+        return _check_metadata(md, folder, listed)
+    except (AttributeError, TypeError, ValueError) as exc:  # an object of the right class without its fields
+        raise pickle.UnpicklingError(f".metadata is not a well-formed DCP Metadata ({type(exc).__name__}: "
+                                     f"{exc})") from None
+
+
+def _check_metadata(md: Any, folder: Path | None, listed: Iterable[str] | None) -> Metadata:
     if not isinstance(md, Metadata):
         raise pickle.UnpicklingError(f".metadata holds a {type(md).__name__}, not a DCP Metadata")
     sdm = md.state_dict_metadata
     if not isinstance(sdm, dict) or not all(
             isinstance(k, str) and type(v) in (TensorStorageMetadata, BytesStorageMetadata) for k, v in sdm.items()):
         raise pickle.UnpicklingError(".metadata: state_dict_metadata is not a dict of DCP storage metadata")
+    for k, v in sdm.items():
+        if type(v) is TensorStorageMetadata and not (
+                type(v.properties) is TensorProperties and isinstance(v.properties.dtype, torch.dtype)
+                and type(v.size) is torch.Size and isinstance(v.chunks, list)
+                and all(type(c) is ChunkStorageMetadata and type(c.offsets) is torch.Size
+                        and type(c.sizes) is torch.Size for c in v.chunks)):
+            raise pickle.UnpicklingError(f".metadata: tensor entry {k!r} is not well formed")
     if md.storage_meta is not None and not isinstance(md.storage_meta, StorageMeta):
         raise pickle.UnpicklingError(".metadata: storage_meta is not a DCP StorageMeta")
     storage = md.storage_data if md.storage_data is not None else {}
