@@ -91,8 +91,8 @@ HEADER = ("row_id,group,model,params_b,layers,hidden,heads,kv_heads,ffn_hidden,v
 
 
 @pytest.mark.parametrize("text", ["", "a,b\n1,2\n", HEADER, HEADER + "x,g,m,1e999,nan,-5,abc,,,,,,,,,,,,,,\n",
-                                  HEADER + "x," + "9" * 5000 + "\n"], ids=["empty", "no-row_id", "header", "bad-numbers",
-                                                                           "long-number"])
+                                  HEADER + "x," + "9" * 5000 + "\n"],
+                         ids=["empty", "no-row_id", "header", "bad-numbers", "long-number"])
 def test_a_hostile_plan_csv_is_refused_or_predicted_without_a_traceback(tmp_path: Path, text: str) -> None:
     p = tmp_path / "rows.csv"
     p.write_text(text)
