@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ckpt_helpers import fit
+from ckpt_helpers import fit, reference_sha
 from fault_helpers import GEN, reseal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -85,10 +85,10 @@ def test_metadata_naming_a_shard_outside_the_folder_is_refused(ckpt: Path, tmp_p
 def test_resume_skips_an_outward_manifest_and_falls_back(run: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     shutil.copytree(run, out)
-    (out / "run.lock").unlink(missing_ok=True)
     _add_entry(out / "checkpoints" / "step_00000006", "../../../../../../../../etc/hostname", Path("/etc/hostname"))
     s = fit(out, "train.steps=6")
     assert s["checkpoint"]["resumed_from"] == "step_00000003"
+    assert s["params_sha256"] == reference_sha("train.steps=6")  # the fallback redid steps 4-6 exactly
     assert "skipped step_00000006: manifest.json names" in capsys.readouterr().err
 
 

@@ -19,7 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 from ckpt_helpers import dead_pid
 from data_fixtures import bars, write_parquet_dataset
-from fault_helpers import REPO, one_line_error, stride_main, tree_digest
+from fault_helpers import GEN, REPO, one_line_error, stride_main, tree_digest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from stride.data.ingest import ingest
 from stride.data.store import open_store
@@ -264,3 +266,49 @@ def test_a_killed_ingest_leaves_a_folder_the_next_ingest_removes_and_nothing_els
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+# -- generated text inputs ------------------------------------------------------------------------------------
+
+cell = st.one_of(st.integers(-(2**70), 2**70).map(str), st.floats().map(repr), st.just(""),
+                 st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters='\r\n,"'), max_size=6),
+                 st.sampled_from(["1e300", "-1e39", "3.4e38", "nan", "inf", "NULL", "1,5"]))
+SETTINGS = {**GEN, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
+
+
+@settings(**SETTINGS, max_examples=80)
+@given(rows=st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["A", "B", ""]), cell, cell), max_size=12),
+       policy=st.sampled_from(["error", "zero", "ffill"]))
+def test_generated_csv_sources_ingest_exactly_or_fail_in_one_line(tmp_path: Path, rows, policy) -> None:
+    work = tmp_path / f"w{len(list(tmp_path.iterdir()))}"
+    work.mkdir()
+    src = work / "in.csv"
+    src.write_text("timestamp,symbol,a,b\n" + "".join(f"{t},{s},{a},{b}\n" for t, s, a, b in rows))
+    before = tree_digest(work)
+    res = _ingest(src, "--out", work / "st", "--fill-policy", policy)
+    if res.code != 0:
+        one_line_error(res, codes=(2,))
+        assert tree_digest(work) == before  # nothing left behind
+        return
+    st_ = open_store(work / "st", verify=True)  # a store that was written checks out in full
+    assert np.isfinite(st_.values.numpy()).all()
+
+
+@settings(**SETTINGS, max_examples=80)
+@given(key=st.sampled_from(["format", "version", "dtype", "columns", "n_rows", "symbols", "files", "time_range"]),
+       value=st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.text(max_size=6),
+                          lambda i: st.lists(i, max_size=3) | st.dictionaries(st.text(max_size=6), i, max_size=3),
+                          max_leaves=8))
+def test_generated_store_manifests_open_or_fail_in_one_line(tmp_path: Path, key, value) -> None:
+    work = tmp_path / f"w{len(list(tmp_path.iterdir()))}"
+    src = work / "src"
+    if not src.exists():
+        (src).mkdir(parents=True)
+        pq.write_table(bars("AAA", per_day=20), src / "a.parquet")
+    store_path = ingest(src, work / "st")
+    m = json.loads((store_path / "manifest.json").read_text())
+    m[key] = value
+    (store_path / "manifest.json").write_text(json.dumps(m))
+    res = stride_main("data", "inspect", str(store_path), "--verify", "--json")
+    if res.code != 0:
+        one_line_error(res, codes=(2,))
