@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from ckpt_helpers import dead_pid
 from data_fixtures import bars, write_parquet_dataset
 from fault_helpers import GEN, REPO, one_line_error, stride_main, tree_digest
@@ -270,14 +271,14 @@ def test_a_killed_ingest_leaves_a_folder_the_next_ingest_removes_and_nothing_els
 
 # -- generated text inputs ------------------------------------------------------------------------------------
 
-cell = st.one_of(st.integers(-(2**70), 2**70).map(str), st.floats().map(repr), st.just(""),
+cell = st.one_of(st.integers(-(2**53), 2**53).map(str), st.floats().map(repr), st.just(""),
                  st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters='\r\n,"'), max_size=6),
                  st.sampled_from(["1e300", "-1e39", "3.4e38", "nan", "inf", "NULL", "1,5"]))
 SETTINGS = {**GEN, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
 
 
 @settings(**SETTINGS, max_examples=80)
-@given(rows=st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["A", "B", ""]), cell, cell), max_size=12),
+@given(rows=st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["A", "B"]), cell, cell), max_size=12),
        policy=st.sampled_from(["error", "zero", "ffill"]))
 def test_generated_csv_sources_ingest_exactly_or_fail_in_one_line(tmp_path: Path, rows, policy) -> None:
     work = tmp_path / f"w{len(list(tmp_path.iterdir()))}"
@@ -291,7 +292,17 @@ def test_generated_csv_sources_ingest_exactly_or_fail_in_one_line(tmp_path: Path
         assert tree_digest(work) == before  # nothing left behind
         return
     st_ = open_store(work / "st", verify=True)  # a store that was written checks out in full
-    assert np.isfinite(st_.values.numpy()).all()
+    got = st_.values.numpy()
+    assert np.isfinite(got).all()
+    ordered = sorted(rows, key=lambda r: r[1])  # the store: symbol by symbol, file order within (stable sort)
+    for k, (_, _, *cells) in enumerate(ordered):
+        for j, c in enumerate(cells):
+            try:
+                x = float(c)
+            except ValueError:
+                continue  # an empty cell (missing): filled by the policy
+            if np.isfinite(x):  # every finite source value is stored as float32 rounds it: nothing replaced
+                assert got[k, j] == np.float32(x), (c, got[k, j], policy)
 
 
 @settings(**SETTINGS, max_examples=80)
@@ -312,3 +323,25 @@ def test_generated_store_manifests_open_or_fail_in_one_line(tmp_path: Path, key,
     res = stride_main("data", "inspect", str(store_path), "--verify", "--json")
     if res.code != 0:
         one_line_error(res, codes=(2,))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "link"])
+def test_a_derived_cache_of_the_wrong_size_or_a_link_is_rebuilt(store: Path, tmp_path: Path, damage: str) -> None:
+    from stride.config import load_config
+    from stride.data.build import build_data
+
+    cfg = load_config(overrides=['data.source="store"', f'data.store="{store}"', 'data.normalize="expanding"',
+                                 "data.seq_len=8", "data.horizons=[1]"]).data
+    first = build_data(cfg, 8).train.source.gather(torch.arange(8))[0].clone()
+    (cache,) = (store / "derived").iterdir()
+    good = cache.read_bytes()
+    outside = tmp_path / "outside.f32"
+    outside.write_bytes(good[:-64])
+    cache.unlink()
+    if damage == "truncate":
+        cache.write_bytes(good[:-64])
+    else:
+        os.symlink(outside, cache)
+    again = build_data(cfg, 8).train.source.gather(torch.arange(8))[0]
+    assert torch.equal(first, again) and cache.read_bytes() == good and not cache.is_symlink()
+    assert outside.read_bytes() == good[:-64]  # the link's target was not written through

@@ -81,3 +81,15 @@ def test_a_disk_filling_up_before_the_summary_is_one_line_and_leaves_no_temporar
     torch.use_deterministic_algorithms(False)
     one_line_error(res, "summary.json", "the disk is full", codes=(1,))
     assert _leftovers(run) == [] and not (run / "summary.json").exists()
+
+
+def test_an_ingest_onto_a_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path, tiny_disk: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "data"))
+    from data_fixtures import write_parquet_dataset
+
+    write_parquet_dataset(tmp_path / "src", ("A", "B", "C", "D"), n_days=150)  # 30000 rows x 20 bytes > 256 KiB
+    res = stride_main("data", "ingest", str(tmp_path / "src"), "--out", str(tiny_disk / "st"))
+    one_line_error(res, str(tiny_disk / "st"), "the disk is full", codes=(2,))
+    assert sorted(p.name for p in tiny_disk.iterdir()) == []
