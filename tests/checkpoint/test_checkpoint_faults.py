@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ckpt_helpers import REPO, cli, fit, popen_cli, reference_sha, summary_sha, write_config
+from ckpt_helpers import REPO, cli, fit, mounted_tmpfs, popen_cli, reference_sha, summary_sha, write_config
 
 from stride.checkpoint import CheckpointError, verify
 
@@ -112,14 +112,8 @@ def test_sigterm_saves_exits_cleanly_and_resumes(tmp_path: Path, ref: str) -> No
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path):
-    mnt = tmp_path / "small-disk"
-    mnt.mkdir()
     # One checkpoint of the test model is about 1.4 MB: 2 MB holds one, not two.
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here (needs root/CAP_SYS_ADMIN): {r.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from mounted_tmpfs(tmp_path / "small-disk", "2m")
 
 
 def test_full_disk_fails_the_save_keeps_the_previous_and_resumes(tmp_path: Path, small_tmpfs: Path,

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from ckpt_helpers import write_config
+from ckpt_helpers import mounted_tmpfs, write_config
 from fault_helpers import one_line_error, stride_main
 
 from stride.train import trainer as tr
@@ -22,13 +21,7 @@ from stride.train import trainer as tr
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path):
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here (needs root/CAP_SYS_ADMIN): {r.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from mounted_tmpfs(tmp_path / "disk", "256k")
 
 
 def fill(folder: Path) -> None:

@@ -9,7 +9,6 @@ scripts are run here by bash with stub `srun`/`scontrol` binaries (nothing is su
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -98,12 +97,21 @@ def _slurm(config: Path, tmp: Path, **kw) -> str:
     ("--time", "04:00:00\ntouch CANARY"), ("--job-name", "x\ntouch CANARY"),
     ("--set", "train.name=a\ntouch CANARY"), ("--sbatch", "--comment=a\\b"),
 ])
-def test_slurm_refuses_a_control_character_in_any_option(config: Path, tmp_path: Path, flag: str, value: str) -> None:
-    os.chdir(tmp_path)
+def test_slurm_refuses_a_control_character_in_any_option(config: Path, tmp_path: Path, flag: str, value: str,
+                                                          monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a CANARY, if anything ran, lands here
     res = stride_main("launch", "slurm", str(config), "--dry-run", f"{flag}={value}" if flag == "--sbatch" else flag,
                       *([] if flag == "--sbatch" else [value]))
     one_line_error(res, flag, codes=(2,))
     assert not (tmp_path / "CANARY").exists() and "touch CANARY" not in res.out
+
+
+@pytest.mark.parametrize("char", CONTROL)
+def test_every_control_character_is_refused_in_a_slurm_value(config: Path, tmp_path: Path, char: str) -> None:
+    for kw in ({"partition": f"gpu{char}x"}, {"extra_sbatch": [f"--comment=a{char}b"]},
+               {"out_dir": tmp_path / f"runs{char}x"}, {"overrides": [f"train.name=a{char}b"]}):
+        with pytest.raises(ConfigError, match="control character"):
+            _slurm(config, tmp_path, **kw)
 
 
 @pytest.mark.parametrize("flag,value", [
@@ -149,8 +157,8 @@ def _check_slurm(config: Path, tmp: Path, out_dir: str, partition: str | None, e
 
 
 @pytest.mark.parametrize("value", AWKWARD)
-def test_slurm_quotes_awkward_values_and_runs_nothing(config: Path, tmp_path: Path, value: str) -> None:
-    os.chdir(tmp_path)
+def test_slurm_quotes_awkward_values_and_runs_nothing(config: Path, tmp_path: Path, value: str, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a CANARY, if anything ran, lands here
     _check_slurm(config, tmp_path, value.replace("/", "_"), None, f"--comment={value}", f"train.name={value}")
 
 
@@ -159,9 +167,10 @@ printable = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max
 
 @settings(**GEN, max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=printable)
-def test_slurm_any_text_is_refused_or_stays_on_its_line(config: Path, tmp_path: Path, value: str) -> None:
+def test_slurm_any_text_is_refused_or_stays_on_its_line(config: Path, tmp_path: Path, value: str,
+                                                        monkeypatch) -> None:
     """Property: whatever the text, either a ConfigError or a script where it is one quoted argument."""
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # a CANARY, if anything ran, lands here
     try:
         _check_slurm(config, tmp_path, "o" + value.replace("/", "_").replace("\x00", ""), None,
                      f"--comment={value}", f"train.name={value}")
