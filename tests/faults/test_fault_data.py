@@ -345,3 +345,12 @@ def test_a_derived_cache_of_the_wrong_size_or_a_link_is_rebuilt(store: Path, tmp
     again = build_data(cfg, 8).train.source.gather(torch.arange(8))[0]
     assert torch.equal(first, again) and cache.read_bytes() == good and not cache.is_symlink()
     assert outside.read_bytes() == good[:-64]  # the link's target was not written through
+
+
+def test_a_source_name_with_a_newline_is_still_one_line(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    d = bars("AAA").to_pydict()
+    d["f1"][3] = float("nan")
+    pq.write_table(pa.table(d), src / "bad\nname.parquet")
+    one_line_error(_ingest(src, "--out", tmp_path / "st"), "bad\\nname.parquet", "NaN")
