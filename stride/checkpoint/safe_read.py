@@ -132,13 +132,16 @@ def _check_metadata(md: Any, folder: Path | None, listed: Iterable[str] | None) 
     if not isinstance(storage, dict):
         raise pickle.UnpicklingError(".metadata: storage_data is not a dict")
     listed = set(listed) if listed is not None else None
+    files: dict[Any, str] = {}  # relative path -> an entry naming it (each distinct path is resolved once)
     for k, v in storage.items():
         if not isinstance(k, MetadataIndex) or not isinstance(v, _StorageInfo):
             raise pickle.UnpicklingError(".metadata: storage_data holds something other than DCP storage entries")
         if not all(isinstance(x, int) and x >= 0 for x in (v.offset, v.length)):
             raise pickle.UnpicklingError(f".metadata: storage entry {k.fqn!r} has a bad offset or length")
-        if folder is not None and (why := safe_relative_file(v.relative_path, folder, listed)):
-            raise pickle.UnpicklingError(f".metadata: storage entry {k.fqn!r}: {why}")
+        files.setdefault(v.relative_path if isinstance(v.relative_path, str) else repr(v.relative_path), k.fqn)
+    for rel, fqn in files.items():
+        if folder is not None and (why := safe_relative_file(rel, folder, listed)):
+            raise pickle.UnpicklingError(f".metadata: storage entry {fqn!r}: {why}")
     return md
 
 
