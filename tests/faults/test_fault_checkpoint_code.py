@@ -110,3 +110,29 @@ def test_resume_from_a_crafted_checkpoint_runs_no_code_and_falls_back(tmp_path: 
     assert "skipped step_00000012: .metadata" in res.stderr, res.stderr[-3000:]
     assert "resuming from step_00000009" in res.stderr
     assert summary_sha(out) == ref  # the run continued from step 9 exactly as an uninterrupted one
+
+
+def test_a_checkpoint_that_verifies_but_fails_to_load_falls_back(tmp_path: Path, capsys) -> None:
+    """A shard replaced (manifest resealed): every check before loading passes, DCP's load fails; resume takes
+    the next older checkpoint and ends where an uninterrupted run does. With none older: an error, not step 0."""
+    out = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(out, callbacks=[CrashAt(14)])  # step_00000009 and step_00000012
+    gc.collect()
+    newest = out / "checkpoints" / "step_00000012"
+    for shard in newest.glob("*.distcp"):
+        shard.write_bytes(pickle.dumps({"not": "tensors"}) * 50)
+    reseal(newest)
+    s = fit(out)
+    err = capsys.readouterr().err
+    assert "could not load step_00000012" in err and "falling back to step_00000009" in err, err[-2000:]
+    assert s["checkpoint"]["resumed_from"] == "step_00000009" and s["params_sha256"] == reference_sha()
+    gc.collect()
+    for folder in (out / "checkpoints").glob("step_*"):  # now every one fails to load
+        for shard in folder.glob("*.distcp"):
+            shard.write_bytes(b"\0" * 100)
+        reseal(folder)
+    from stride.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="no older valid checkpoint is left"):
+        fit(out)
