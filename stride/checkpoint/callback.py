@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from stride.checkpoint import train_state
 from stride.checkpoint.config_diff import config_diff
-from stride.checkpoint.errors import CheckpointError, ConfigMismatchError
+from stride.checkpoint.errors import CheckpointError, CheckpointLoadError, ConfigMismatchError
 from stride.checkpoint.guard import StepGuard
 from stride.checkpoint.signals import REPEAT_WINDOW_S, Preempted, PreemptionSignal
 from stride.checkpoint.store import CheckpointStore, Choice
@@ -148,14 +148,19 @@ class CheckpointCallback(Callback):
             self.staging, why = choose_staging(c.staging, trainer.device, _state_buffers(trainer.model))
             if why:
                 self.log(why)
-        for note in self.store.prepare():
+        for note in self.store.prepare(fresh=c.resume == "never"):  # never: refuses a folder with checkpoints
             self.log(f"removed {note}")
         if c.resume == "auto":
             t0 = time.perf_counter()
             choice = self.store.newest_valid()
-            if choice.folder is not None:
+            while choice.folder is not None:  # one that fails to load: the next older valid one (or an error)
                 self.resume_changes = self._check_config(trainer, choice)
-                self._load(trainer, choice)
+                try:
+                    self._load(trainer, choice)
+                    break
+                except CheckpointLoadError as exc:
+                    choice = self.store.fall_back(choice, exc)
+            if choice.folder is not None:
                 self.resumed = choice
                 self.last_saved = trainer.step
                 changed = ("; with another layout or execution settings (allowed: they do not change what is "

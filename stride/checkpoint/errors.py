@@ -14,3 +14,7 @@ class ConfigMismatchError(CheckpointError, ConfigError):
 
     Also a ConfigError, so `stride train` reports it as one (a message and exit status 2, no traceback).
     """
+
+
+class CheckpointLoadError(CheckpointError):
+    """A checkpoint that verified could not be loaded (on every rank alike); resume falls back past it."""

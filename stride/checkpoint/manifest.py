@@ -18,7 +18,7 @@ import json
 import mmap
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,11 +94,30 @@ def write_manifest(folder: Path, step: int, extra: dict[str, Any] | None = None,
     return manifest
 
 
+def safe_relative_file(rel: Any, folder: Path, listed: Iterable[str] | None = None) -> str:
+    """'' if `rel` names a file inside `folder` (no absolute path, no '..', no symlink out, listed when
+    a list is given); otherwise why not."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel:
+        return f"{rel!r} is not a file name"
+    p = Path(rel)
+    if p.is_absolute() or ".." in p.parts:
+        return f"{rel!r} points outside the folder"
+    if listed is not None and rel not in listed:
+        return f"{rel!r} is not listed in manifest.json"
+    root = folder.resolve()
+    target = (folder / rel).resolve()
+    if root not in target.parents:
+        return f"{rel!r} resolves outside the folder (a symbolic link?)"
+    return ""
+
+
+
 @dataclass
 class Verdict:
     ok: bool
     reason: str  # why it is not valid ("" when it is)
     manifest: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None  # meta.json, filled in by stride.checkpoint.safe_read.check_checkpoint
 
 
 def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Verdict:
@@ -110,7 +129,9 @@ def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Ver
         manifest = json.loads(mpath.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return Verdict(False, f"manifest.json is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})")
-    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
+    except (OSError, RecursionError, ValueError) as exc:
+        return Verdict(False, f"manifest.json cannot be read ({type(exc).__name__})")
+    if not isinstance(manifest, dict) or str(manifest.get("format")) not in FORMATS:
         return Verdict(False, f"manifest.json is not a {' or '.join(FORMATS)} manifest")
     algo = FORMATS[manifest["format"]]
     files = manifest.get("files")
@@ -119,6 +140,10 @@ def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Ver
     if step is not None and manifest.get("step") != step:
         return Verdict(False, f"manifest says step {manifest.get('step')!r} but the folder is step {step}")
     for rel, info in files.items():
+        if why := safe_relative_file(rel, folder):
+            return Verdict(False, f"manifest.json names {why}")
+        if not isinstance(info, dict) or type(info.get("bytes")) is not int:
+            return Verdict(False, f"manifest.json entry {rel!r} has no byte count")
         p = folder / rel
         if not p.is_file():
             return Verdict(False, f"{rel} is missing")

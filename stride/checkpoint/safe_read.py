@@ -1,66 +1,200 @@
-"""DCP reading that never unpickles arbitrary objects.
+"""DCP reading that never unpickles arbitrary objects and never reads outside the checkpoint.
 
 DCP stores tensors with `torch.save` and reads them back with `weights_only=True`, but it reads
 `.metadata` with plain `pickle.load` and non-tensor values with `torch.load(weights_only=False)`:
-a crafted checkpoint could run code on load. Here `.metadata` goes through an unpickler that only
-builds DCP's own metadata classes, and non-tensor values through `weights_only=True`.
+a crafted checkpoint could run code on load. Here `.metadata` goes through an unpickler that knows an
+exact list of (module, name) pairs, resolved once at import, never by following a name; non-tensor
+values go through `weights_only=True`.
+
+Why exact pairs: pickle protocol >= 4 lets a global be a dotted path that pickle resolves attribute by
+attribute. The previous unpickler trusted whole modules and accepted any type found there, and
+`torch.distributed.checkpoint.metadata` imports `torch`, from which `torch._strobelight.
+cli_function_profiler.subprocess.Popen` is reachable: a `.metadata` naming that path ran a shell
+command on resume (issue 19). The list below is every global DCP's `.metadata` holds in torch 2.13,
+read from real checkpoints (one process and FSDP/TP/PP, fp32/bf16/fp16, AdamW/8-bit/Adafactor/SGD):
+the metadata dataclasses, `_StorageInfo`, `torch.Size`, torch dtypes, `_get_layout` and `PosixPath`.
+A pickle can still call these (they are what it is made of), and it could set attributes on these
+classes themselves (BUILD with slot state on a class object): the classes are compared before and after
+each load, restored, and such a file is refused. The loaded object is then checked field by field, and
+every file it names must be a plain file name inside the checkpoint folder that the manifest lists.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
+import json
 import pickle
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint._traverse import set_element  # DCP's own setter, as its planner uses
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+)
 from torch.distributed.checkpoint.planner import ReadItem
 
-_METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
-_ALLOWED: set[tuple[str, str]] = {
+from stride.checkpoint.manifest import Verdict, safe_relative_file, verify
+
+META = "meta.json"
+
+_MD = "torch.distributed.checkpoint.metadata"
+ALLOWED: frozenset[tuple[str, str]] = frozenset({
+    (_MD, "Metadata"), (_MD, "MetadataIndex"), (_MD, "StorageMeta"), (_MD, "TensorProperties"),
+    (_MD, "TensorStorageMetadata"), (_MD, "BytesStorageMetadata"), (_MD, "ChunkStorageMetadata"),
+    (_MD, "_MEM_FORMAT_ENCODING"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
     ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),
-    ("pathlib", "PosixPath"),
-    ("pathlib", "WindowsPath"),
-    ("pathlib", "PurePosixPath"),
+    ("torch.serialization", "_get_layout"),  # maps a layout's name ("torch.strided") to the layout
+    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),  # StorageMeta.checkpoint_id
     ("collections", "OrderedDict"),
-}
+    *(("torch", n) for n in dir(torch) if isinstance(getattr(torch, n, None), torch.dtype)),
+})
+
+
+def _resolve(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(module), name)  # `name` has no dot: one attribute, never a path
+
+
+_OBJECTS: dict[tuple[str, str], Any] = {pair: _resolve(*pair) for pair in ALLOWED}
+# The allowed classes whose attributes Python code can change: watched across every load.
+_MUTABLE_CLASSES = [o for o in _OBJECTS.values() if isinstance(o, type)]
 
 
 class _MetadataUnpickler(pickle.Unpickler):
-    """Builds only DCP metadata dataclasses, torch dtypes/Size/layout and paths; refuses anything else."""
+    """Hands out only the objects of ALLOWED, looked up by exact (module, name); refuses anything else."""
 
     def find_class(self, module: str, name: str) -> Any:
-        if module in _METADATA_MODULES and not name.startswith("__"):
-            obj = super().find_class(module, name)
-            if isinstance(obj, type) or name == "_MEM_FORMAT_ENCODING":
-                return obj
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        if (module, name) in _ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(
-            f"checkpoint metadata refers to {module}.{name}, which is not a DCP metadata type: refused "
-            "(stride never unpickles arbitrary objects)"
-        )
+        obj = _OBJECTS.get((module, name))
+        if obj is None:
+            why = "a dotted name (never followed)" if "." in name else "not a DCP metadata type"
+            raise pickle.UnpicklingError(f".metadata refers to {module}:{name}, {why}: refused "
+                                         "(stride never unpickles arbitrary objects)")
+        return obj
 
 
-def load_metadata_safely(data: bytes) -> Metadata:
-    md = _MetadataUnpickler(io.BytesIO(data)).load()
+def _class_state() -> list[dict[str, Any]]:
+    return [dict(vars(c)) for c in _MUTABLE_CLASSES]
+
+
+def _restore(before: list[dict[str, Any]]) -> list[str]:
+    """Undo any change a pickle made to an allowed class; returns the classes it changed."""
+    changed = []
+    for cls, old in zip(_MUTABLE_CLASSES, before, strict=True):
+        now = dict(vars(cls))
+        if now == old:
+            continue
+        changed.append(cls.__name__)
+        for k in now.keys() - old.keys():
+            delattr(cls, k)
+        for k, v in old.items():
+            if now.get(k, object()) is not v:
+                setattr(cls, k, v)
+    return changed
+
+
+def check_metadata(md: Any, folder: Path | None = None, listed: Iterable[str] | None = None) -> Metadata:
+    """The loaded object is a DCP Metadata made of the expected types, naming only files inside `folder`."""
+    try:
+        return _check_metadata(md, folder, listed)
+    except (AttributeError, TypeError, ValueError) as exc:  # an object of the right class without its fields
+        raise pickle.UnpicklingError(f".metadata is not a well-formed DCP Metadata ({type(exc).__name__}: "
+                                     f"{exc})") from None
+
+
+def _check_metadata(md: Any, folder: Path | None, listed: Iterable[str] | None) -> Metadata:
     if not isinstance(md, Metadata):
-        raise pickle.UnpicklingError(f"checkpoint metadata is a {type(md).__name__}, not a DCP Metadata")
+        raise pickle.UnpicklingError(f".metadata holds a {type(md).__name__}, not a DCP Metadata")
+    sdm = md.state_dict_metadata
+    if not isinstance(sdm, dict) or not all(
+            isinstance(k, str) and type(v) in (TensorStorageMetadata, BytesStorageMetadata) for k, v in sdm.items()):
+        raise pickle.UnpicklingError(".metadata: state_dict_metadata is not a dict of DCP storage metadata")
+    for k, v in sdm.items():
+        if type(v) is TensorStorageMetadata and not (
+                type(v.properties) is TensorProperties and isinstance(v.properties.dtype, torch.dtype)
+                and type(v.size) is torch.Size and isinstance(v.chunks, list)
+                and all(type(c) is ChunkStorageMetadata and type(c.offsets) is torch.Size
+                        and type(c.sizes) is torch.Size for c in v.chunks)):
+            raise pickle.UnpicklingError(f".metadata: tensor entry {k!r} is not well formed")
+    if md.storage_meta is not None and not isinstance(md.storage_meta, StorageMeta):
+        raise pickle.UnpicklingError(".metadata: storage_meta is not a DCP StorageMeta")
+    storage = md.storage_data if md.storage_data is not None else {}
+    if not isinstance(storage, dict):
+        raise pickle.UnpicklingError(".metadata: storage_data is not a dict")
+    listed = set(listed) if listed is not None else None
+    files: dict[Any, str] = {}  # relative path -> an entry naming it (each distinct path is resolved once)
+    for k, v in storage.items():
+        if not isinstance(k, MetadataIndex) or not isinstance(v, _StorageInfo):
+            raise pickle.UnpicklingError(".metadata: storage_data holds something other than DCP storage entries")
+        if not all(isinstance(x, int) and x >= 0 for x in (v.offset, v.length)):
+            raise pickle.UnpicklingError(f".metadata: storage entry {k.fqn!r} has a bad offset or length")
+        files.setdefault(v.relative_path if isinstance(v.relative_path, str) else repr(v.relative_path), k.fqn)
+    for rel, fqn in files.items():
+        if folder is not None and (why := safe_relative_file(rel, folder, listed)):
+            raise pickle.UnpicklingError(f".metadata: storage entry {fqn!r}: {why}")
     return md
 
 
+def load_metadata_safely(data: bytes, folder: Path | None = None, listed: Iterable[str] | None = None) -> Metadata:
+    """Unpickle DCP metadata with the allow-list; refuses (UnpicklingError) anything else, nothing run."""
+    before = _class_state()
+    try:
+        md = _MetadataUnpickler(io.BytesIO(data)).load()
+    except pickle.UnpicklingError:
+        raise
+    except Exception as exc:  # a truncated or nonsensical stream: one error type for the caller
+        raise pickle.UnpicklingError(f".metadata does not unpickle: {type(exc).__name__}: {exc}") from None
+    finally:
+        changed = _restore(before)
+    if changed:
+        raise pickle.UnpicklingError(f".metadata sets attributes on the class(es) {', '.join(changed)}: refused")
+    return check_metadata(md, folder, listed)
+
+
+def check_checkpoint(folder: Path, step: int | None, checksums: bool = True) -> Verdict:
+    """Could a run resume from `folder`? Its manifest and files (`manifest.verify`), `meta.json` and a
+    `.metadata` that the allow-list unpickles, naming only files the manifest lists."""
+    verdict = verify(folder, step, checksums=checksums)
+    if not verdict.ok:
+        return verdict
+    try:
+        meta = json.loads((folder / META).read_text())
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError, RecursionError) as exc:
+        return Verdict(False, f"{META} unreadable ({exc})", verdict.manifest)
+    try:
+        load_metadata_safely((folder / ".metadata").read_bytes(), folder, (verdict.manifest or {}).get("files", {}))
+    except OSError as exc:
+        return Verdict(False, f".metadata unreadable ({exc.strerror or exc})", verdict.manifest)
+    except pickle.UnpicklingError as exc:
+        return Verdict(False, str(exc), verdict.manifest)
+    return Verdict(True, "", verdict.manifest, meta)
+
+
 class SafeFileSystemReader(FileSystemReader):
-    """FileSystemReader whose `.metadata` is read by the restricted unpickler."""
+    """FileSystemReader whose `.metadata` is read by the restricted unpickler and may name only files
+    inside the folder (those in `listed`, the manifest's, when given)."""
+
+    def __init__(self, path: str | Path, listed: Iterable[str] | None = None) -> None:
+        super().__init__(path)
+        self.folder = Path(path)
+        self.listed = set(listed) if listed is not None else None
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))
         with self.fs.create_stream(path, "rb") as f:
-            md = load_metadata_safely(f.read())
+            md = load_metadata_safely(f.read(), self.folder, self.listed)
         if getattr(md, "storage_meta", None) is None:
             md.storage_meta = StorageMeta()
         md.storage_meta.load_id = self.load_id

@@ -1,25 +1,24 @@
-"""A folder of checkpoints: atomic save (sync or async), commit, retention, and finding the newest valid one.
+"""Saving checkpoints: atomic save (sync or async), the ranks' vote, commit and retention.
 
 Layout: `<root>/step_00000040/` holds DCP shards (`__<rank>_<i>.distcp`), DCP's `.metadata`, `meta.json`
-(step, config) and `manifest.json` (sizes, XXH3-128 checksums). A save writes `<root>/.tmp-step_00000040/`;
-every rank checksums its own files and all ranks agree on the outcome before rank 0 writes the manifest
-and renames the folder into place, so a crash or a failure on any rank leaves either the complete folder
-or a `.tmp-*` one that is never loaded.
+(step, config) and `manifest.json` (sizes, XXH3-128 checksums, the run's lineage). A save writes
+`<root>/.tmp-stride-<host>-<pid>-step_00000040/` (rank 0's host and pid: stride.metrics.owner); every rank
+checksums its own files and all ranks agree on the outcome before rank 0 writes the manifest and renames
+the folder into place, so a crash or a failure on any rank leaves either the complete folder or a tagged
+temporary one that is never loaded and is removed at the next start. The folder itself (lock, clean-up,
+choosing and loading) is stride.checkpoint.folder's; what retention may delete, stride.checkpoint.retention's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
 import shutil
 import time
-import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,51 +29,22 @@ from torch.distributed.checkpoint.staging import StagingOptions
 
 from stride.checkpoint.dcp_io import TimedStager, shard_writer
 from stride.checkpoint.errors import CheckpointError
-from stride.checkpoint.manifest import MANIFEST, describe_files, fsync_path, verify, write_manifest
-from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner
-from stride.checkpoint.train_state import rank_and_world
-from stride.parallel.watchdog import backend_timeout, collective
+from stride.checkpoint.folder import STEP_RE, CheckpointFolder, Choice, step_name
+from stride.checkpoint.manifest import MANIFEST, describe_files, fsync_path, write_manifest
+from stride.checkpoint.retention import may_replace, remove_folder, retain
+from stride.checkpoint.safe_read import META
+from stride.parallel.watchdog import collective
 
-# One process without a process group is a supported case (no_dist=True), not something to warn about.
-warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-STEP_RE = re.compile(r"^step_(\d{8})$")
-META = "meta.json"
+__all__ = ["META", "STEP_RE", "CheckpointStore", "Choice", "step_name"]
 SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")  # DCP's FileSystemWriter: __<rank>_<file index>.distcp
 WRITE_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
-def step_name(step: int) -> str:
-    return f"step_{step:08d}"
-
-
-@dataclass
-class Choice:
-    """The outcome of looking for a checkpoint to resume from."""
-
-    step: int | None
-    folder: Path | None
-    meta: dict[str, Any] | None
-    skipped: list[str] = field(default_factory=list)  # "step_00000010: <reason>"
-
-    def describe(self) -> str:
-        head = f"resuming from {self.folder.name} (the newest valid one)" if self.folder else "no valid checkpoint"
-        return "; ".join([head, *(f"skipped {s}" for s in self.skipped)])
-
-
-def _is_space_error(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-class CheckpointStore:
+class CheckpointStore(CheckpointFolder):
     def __init__(self, root: Path, keep_last: int = 2, keep_every: int = 0, checksums: bool = True,
                  log: Callable[[str], None] = print) -> None:
-        self.root = Path(root)
-        self.keep_last, self.keep_every, self.checksums = keep_last, keep_every, checksums
-        self.log = log
-        self.rank, self.world = rank_and_world()
-        # own group: async saves on the default one corrupt gloo traffic (FACTS.md)
-        self.pg = dist.new_group(backend="gloo", timeout=backend_timeout()) if self.world > 1 else None
-        self.no_dist = not (dist.is_available() and dist.is_initialized())
+        super().__init__(root, checksums, log)
+        self.keep_last, self.keep_every = keep_last, keep_every
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stride-ckpt")
         self._inflight: Future | None = None
         self._retention: Future | None = None  # deleting old checkpoints after a sync save
@@ -87,79 +57,6 @@ class CheckpointStore:
         self.save_seconds: list[float] = []  # wall time of each save, staging to commit
         self.last_phases: dict[str, float] = {}  # the last save's DCP write and manifest+commit seconds
         self.last_stall_parts: dict[str, float] = {}  # what the last save's stall was made of (see save)
-
-    # -- layout -------------------------------------------------------------------------------
-    def folder(self, step: int) -> Path:
-        return self.root / step_name(step)
-
-    def tmp_folder(self, step: int) -> Path:
-        return self.root / f".tmp-{step_name(step)}"
-
-    def steps(self) -> list[int]:
-        """Committed-looking step folders, newest first (validity is checked separately)."""
-        if not self.root.is_dir():
-            return []
-        found = [int(m.group(1)) for p in self.root.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))]
-        return sorted(found, reverse=True)
-
-    def _barrier(self, label: str, step: int | None = None) -> None:
-        if self.pg is not None:
-            with collective(label, step):
-                dist.barrier(group=self.pg)
-
-    def prepare(self) -> list[str]:
-        """Create the folder, prove it is writable, remove uncommitted saves; returns what was removed."""
-        removed: list[str] = []
-        if self.rank == 0:
-            try:
-                self.root.mkdir(parents=True, exist_ok=True)
-                probe = self.root / f".write-probe-{os.getpid()}"
-                probe.write_bytes(b"stride")
-                probe.unlink()
-            except OSError as exc:
-                raise CheckpointError(f"checkpoint folder {self.root} is not writable: {exc.strerror or exc} "
-                                      "(set `checkpoint.dir` to a writable folder)") from exc
-            for p in sorted(self.root.iterdir()):
-                if p.name.startswith((".tmp-", ".trash-")):
-                    shutil.rmtree(p, ignore_errors=True)
-                    removed.append(f"{p.name} (a save that never committed)")
-        self._barrier("checkpoint barrier (prepare the folder)")
-        return removed
-
-    # -- choosing ----------------------------------------------------------------------------------
-    def newest_valid(self) -> Choice:
-        """The newest checkpoint whose manifest and files check out; rank 0 decides, every rank agrees."""
-        choice = Choice(None, None, None)
-        if self.rank == 0:
-            for step in self.steps():
-                folder = self.folder(step)
-                verdict = verify(folder, step, checksums=self.checksums)
-                meta = None
-                if verdict.ok:
-                    try:
-                        meta = json.loads((folder / META).read_text())
-                    except (OSError, json.JSONDecodeError) as exc:
-                        verdict.ok, verdict.reason = False, f"{META} unreadable ({exc})"
-                if verdict.ok:
-                    choice.step, choice.folder, choice.meta = step, folder, meta
-                    break
-                choice.skipped.append(f"{folder.name}: {verdict.reason}")
-        if self.pg is not None:
-            box = [choice]
-            with collective("checkpoint resume-choice broadcast (rank 0 verifies checksums)"):
-                dist.broadcast_object_list(box, src=0, group=self.pg)
-            choice = box[0]
-        return choice
-
-    def load(self, folder: Path, make_template: Callable[[set[str]], dict[str, Any]]) -> dict[str, Any]:
-        """DCP load into the template `make_template(saved keys)` builds; no arbitrary unpickling."""
-        reader = SafeFileSystemReader(folder)
-        keys = set(reader.read_metadata().state_dict_metadata)
-        state = make_template(keys)
-        with collective(f"checkpoint load (DCP) of {folder.name}"):
-            dcp.load(state, storage_reader=SafeFileSystemReader(folder), planner=SafeLoadPlanner(),
-                     process_group=self.pg, no_dist=self.no_dist)
-        return state
 
     # -- saving ------------------------------------------------------------------------------------
     def save(self, state: dict[str, Any], step: int, meta: dict[str, Any], *, asynchronous: bool = False,
@@ -238,7 +135,7 @@ class CheckpointStore:
         if not failures:
             try:
                 if self.rank == 0:
-                    (tmp / META).write_text(json.dumps({**meta, "step": step}, indent=1))
+                    (tmp / META).write_text(json.dumps({**meta, "step": step, "lineage": self.lineage.id}, indent=1))
                 files = describe_files(tmp, self._own_files(tmp))
             except Exception as exc:
                 failures = [(self.rank, self._why(exc))]
@@ -304,33 +201,6 @@ class CheckpointStore:
             causes = ": " + "; ".join(failed.values())
         raise CheckpointError(f"checkpoint save at step {step} into {self.root} failed{causes}; {intact}") from exc
 
-    def _why(self, exc: BaseException) -> str:
-        """The cause in words. torch's zip writer hides ENOSPC behind 'unexpected pos', so free space is checked."""
-        seen: list[BaseException] = []
-        todo: list[BaseException] = [exc]
-        while todo:
-            e = todo.pop()
-            if e in seen:
-                continue
-            seen.append(e)
-            todo += [c for c in (e.__cause__, e.__context__) if c is not None]
-            for f in (getattr(e, "failures", None) or {}).values():
-                inner = f[0] if isinstance(f, tuple) else getattr(f, "exc", f)
-                if isinstance(inner, BaseException):
-                    todo.append(inner)
-        if any(_is_space_error(e) for e in seen):
-            return "the disk is full"
-        prev = next(iter(self.steps()), None)
-        try:
-            free = shutil.disk_usage(self.root).free
-            need = sum(p.stat().st_size for p in self.folder(prev).rglob("*") if p.is_file()) if prev else 1 << 20
-        except OSError:
-            free, need = 1, 0
-        if free < need:
-            return f"the disk is full ({free / 1e6:.1f} MB free, a checkpoint needs about {need / 1e6:.1f} MB)"
-        last = seen[-1] if seen else exc
-        return f"{type(last).__name__}: {last}"
-
     def _commit(self, tmp: Path, step: int, meta: dict[str, Any], files: dict[str, dict[str, Any]]) -> str | None:
         """Rank 0: manifest (from every rank's checksums), rename into place, retention; the error in words."""
         try:
@@ -338,28 +208,23 @@ class CheckpointStore:
                        if p.is_file() and p.name != MANIFEST and not p.name.startswith(f".{MANIFEST}")}
             unclaimed = sorted(on_disk - set(files))  # a file no rank described (a DCP naming change): check it here
             files = {**files, **describe_files(tmp, [tmp / r for r in unclaimed])}
-            write_manifest(tmp, step, {"config_hash": meta.get("config_hash"), "world_size": self.world}, files=files)
             final = self.folder(step)
-            if final.exists():  # a re-save of a step (after a rollback or a corrupt copy): replace it
-                trash = self.root / f".trash-{final.name}-{os.getpid()}"
-                final.rename(trash)
-                shutil.rmtree(trash, ignore_errors=True)
+            if os.path.lexists(final) and (why := may_replace(final, step, self.lineage)):
+                return (f"{final} already exists and {why}: stride does not replace what this run did not "
+                        "write; move it away and run again to resume")
+            write_manifest(tmp, step, {"config_hash": meta.get("config_hash"), "world_size": self.world,
+                                       "lineage": self.lineage.id}, files=files)
+            if os.path.lexists(final):  # a re-save of a step (after a rollback, or over a corrupt copy)
+                remove_folder(self.root, final)
             tmp.rename(final)
             fsync_path(self.root)
+            self.lineage.mark_verified(final)  # every file was checksummed from what was just written
         except Exception as exc:
             return f"{self._why(exc)} (while committing)"
         return None
 
     def _retain(self) -> None:
-        steps = self.steps()
-        keep = set(steps[: self.keep_last])
-        if self.keep_every:
-            keep |= {s for s in steps if s % self.keep_every == 0}
-        for s in steps:
-            if s not in keep:
-                folder = self.folder(s)
-                (folder / "manifest.json").unlink(missing_ok=True)  # invalid at once, then removed
-                shutil.rmtree(folder, ignore_errors=True)
+        retain(self.root, self.steps(), self.folder, self.lineage, self.keep_last, self.keep_every)
 
     def wait(self) -> None:
         """Block until the in-flight save (if any) has committed; re-raise its error here."""
@@ -415,3 +280,4 @@ class CheckpointStore:
             for stager in self._stagers.values():
                 stager.close()
             self._stagers.clear()
+            self.release()

@@ -65,7 +65,9 @@ def run_ingest(args: argparse.Namespace) -> int:
                      symbol_col=args.symbol_col, columns=cols, fill_policy=args.fill_policy, dtype=args.dtype,
                      overwrite=args.overwrite)
     except (IngestError, StoreError) as exc:
-        print(f"stride data ingest: {exc}", file=sys.stderr)
+        from stride.errors import one_line
+
+        print(f"stride data ingest: {one_line(str(exc))}", file=sys.stderr)  # a file name may hold a newline
         return 2
     m = open_store(out).manifest
     print(f"store {out}: {m['n_rows']:,} rows x {len(m['columns'])} columns ({m['dtype']}), "
@@ -80,7 +82,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     try:
         st = open_store(args.store, verify=args.verify)
     except StoreError as exc:
-        print(f"stride data inspect: {exc}", file=sys.stderr)
+        from stride.errors import one_line
+
+        print(f"stride data inspect: {one_line(str(exc))}", file=sys.stderr)
         return 2
     m = st.manifest
     if args.json:

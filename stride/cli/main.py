@@ -98,6 +98,17 @@ def main(argv: list[str] | None = None) -> int:
             del exc
             release_process_groups()
             return 1
+        from stride.errors import StrideError, one_line
+
+        if isinstance(exc, StrideError):  # bad input or a folder/disk problem, explained in its message
+            print(f"stride {name}: {one_line(str(exc))}", file=sys.stderr)
+            code = exc.exit_code
+            from stride.cli.train import release_process_groups
+
+            _drop_tracebacks(exc)
+            del exc
+            release_process_groups()
+            return code
         raise
 
 

@@ -7,6 +7,7 @@ With `--nproc` (or `--nnodes` > 1) the command re-runs itself under torchrun; in
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -47,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
                                rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
                                node_rank=args.node_rank)  # bad launcher flags fail first
         check_before_launch(cfg, (args.nproc or 1) * args.nnodes)  # a bad layout fails here, once, before any rank
+        if args.out and args.nnodes == 1:  # the ranks of this job hold the run folder as one (stride.metrics.run_lock)
+            from stride.metrics import run_lock
+
+            with run_lock.held(Path(args.out)) as lock:
+                return run_torchrun(cmd, {**launcher_env(cfg.train.threads or 1), **run_lock.env_for_ranks(lock)})
         return run_torchrun(cmd, launcher_env(cfg.train.threads or 1))
     return _train(cfg, args)
 

@@ -3,11 +3,15 @@
 Input is a long table: a timestamp column, an optional symbol column, and numeric feature columns.
 Files are read in chunks (pyarrow streaming readers), so memory is bounded by one chunk. Anything
 wrong stops the ingestion with an error naming the file, column and first bad row, and removes the
-temporary directory: nothing half-written is left that looks like a store.
+temporary directory: nothing half-written is left that looks like a store. A file that cannot be read
+(not the format its name says, deleted midway, a `.npy` of Python objects: never unpickled) is one
+such error; so is a finite value beyond the store dtype's range (1e300 would become inf), which no
+fill policy replaces. `--out` may not be, hold or sit inside a source.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stride.data.store import StoreWriter
+from stride.data.store import StoreError, StoreWriter
+from stride.errors import StrideError, one_line
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
             ".csv": "csv", ".gz": "csv", ".npy": "numpy", ".npz": "numpy"}
@@ -24,8 +29,26 @@ FILL_POLICIES = ("error", "ffill", "zero")
 CHUNK_ROWS = 1 << 16
 
 
-class IngestError(ValueError):
+class IngestError(StrideError, ValueError):
     """Bad input data: names the file, column and row."""
+
+    exit_code = 2
+
+
+# |x| from which a value rounds to inf in the store's dtype (round to nearest even): float32 max + half an ulp
+# is 2^128 - 2^103; bfloat16's, 2^128 - 2^119.
+OVERFLOW = {"float32": 2.0**128 - 2.0**103, "bfloat16": 2.0**128 - 2.0**119}
+
+
+def check_out(src: Path, out: Path) -> None:
+    """`--out` must not be a source, contain one, or sit inside a source folder."""
+    s, o = src.resolve(), out.resolve()
+    if o == s:
+        raise IngestError(f"--out {out} is the source {src}: refused (the store would replace its own input)")
+    if o in s.parents:
+        raise IngestError(f"--out {out} contains the source {src}: refused (replacing it would delete the sources)")
+    if src.is_dir() and s in o.parents:
+        raise IngestError(f"--out {out} is inside the source folder {src}: refused (choose a folder outside it)")
 
 
 def find_sources(src: str | Path) -> list[Path]:
@@ -51,6 +74,41 @@ def _numpy_table(path: Path, time_col: str) -> pa.Table:
         raise IngestError(f"{path}: a .npy source must be 2-D [rows, columns], got shape {arr.shape}")
     cols = {f"c{i}": np.asarray(arr[:, i]) for i in range(arr.shape[1])}
     return pa.table({time_col: np.arange(arr.shape[0], dtype=np.int64), **cols})
+
+
+def _readable_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table]:
+    """read_chunks, with every way a file can fail to read turned into an IngestError naming it."""
+    try:
+        yield from read_chunks(path, time_col)
+    except FileNotFoundError:
+        raise IngestError(f"{path}: the file disappeared while it was being ingested") from None
+    except (OSError, EOFError, zlib.error, ValueError, pa.ArrowException) as exc:
+        if isinstance(exc, IngestError):
+            raise
+        what = "not a gzip file" if path.suffix == ".gz" and "zlib" in str(exc) else str(exc)
+        if "allow_pickle" in what or "Python objects" in what:
+            what = "it holds Python objects (dtype object); only numeric arrays are read, nothing is unpickled"
+        raise IngestError(one_line(f"{path}: cannot be read: {what}")) from None
+
+
+def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, dtype: str) -> tuple[np.ndarray, list]:
+    """[rows, columns] float32 of the feature columns, and where a finite source value leaves the store dtype's
+    range: [(row, column, value)] (the first of each column)."""
+    vals = np.empty((chunk.num_rows, len(schema)), np.float32)
+    over = []
+    for j, c in enumerate(schema):
+        col = chunk.column(c)
+        if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+            where = f" (numeric in {first})" if first is not None and first != path else ""
+            raise IngestError(f"{path}: column {c!r} has type {col.type}{where}; feature columns must be numeric")
+        src = col.to_numpy(zero_copy_only=False)
+        with np.errstate(over="ignore", invalid="ignore"):
+            vals[:, j] = np.asarray(src, dtype=np.float32)
+        if pa.types.is_floating(col.type):
+            big = np.flatnonzero(np.isfinite(src) & (np.abs(src) >= OVERFLOW[dtype]))
+            if len(big):
+                over.append((int(big[0]), j, float(src[big[0]])))
+    return vals, over
 
 
 def read_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table]:
@@ -132,6 +190,7 @@ def ingest(
     """Ingest every file under `src` into a new store at `out`; returns `out`."""
     if fill_policy not in FILL_POLICIES:
         raise IngestError(f"fill policy {fill_policy!r} is not one of {', '.join(FILL_POLICIES)}")
+    check_out(Path(src), Path(out))
     files = find_sources(src)
     writer: StoreWriter | None = None
     schema: list[str] | None = None
@@ -140,7 +199,7 @@ def ingest(
     try:
         for path in files:
             row0 = 0
-            for chunk in read_chunks(path, time_col):
+            for chunk in _readable_chunks(path, time_col):
                 names = [n for n in chunk.schema.names if n not in (time_col, symbol_col)]
                 if time_col not in chunk.schema.names:
                     have = ", ".join(chunk.schema.names)
@@ -167,13 +226,17 @@ def ingest(
                 assert writer is not None
                 n = chunk.num_rows
                 ts = _timestamps_ns(chunk.column(time_col), path, time_col, time_format)
-                vals = np.empty((n, len(schema)), np.float32)
-                for j, c in enumerate(schema):
-                    vals[:, j] = np.asarray(chunk.column(c).to_numpy(zero_copy_only=False), dtype=np.float32)
+                vals, over = _to_float32(chunk, schema, path, first_file, dtype)
                 if symbol_col in chunk.schema.names:
                     syms = np.asarray(chunk.column(symbol_col).cast(pa.string()).to_numpy(zero_copy_only=False))
                 else:
                     syms = np.full(n, path.name.split(".")[0], dtype=object)  # sp500.csv.gz -> sp500
+                if over:
+                    r, c, value = min(over)
+                    raise IngestError(f"{path}: column {schema[c]!r} has {value:g} at row {r + row0} (0-based data "
+                                      f"row; symbol {syms[r]}), beyond {dtype}'s range (largest "
+                                      f"{_largest(dtype):.4g}): the store cannot hold it; rescale the column (fill "
+                                      "policies never replace it)")
                 uniq, inv = np.unique(syms.astype(str), return_inverse=True)
                 order = np.argsort(inv, kind="stable")  # group by symbol, keep file order inside
                 bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
@@ -206,11 +269,21 @@ def ingest(
         if writer is not None:
             writer.abort()
         where = f"{path}: " if "path" in locals() else ""
-        raise IngestError(f"{where}cannot be read: {exc}") from exc
+        raise IngestError(one_line(f"{where}cannot be read: {exc}")) from exc
+    except OSError as exc:  # reading errors are IngestErrors by now: this is writing the store (a full disk)
+        if writer is None:
+            raise StoreError(f"cannot write the store {out}: {exc.strerror or exc}") from None
+        raise writer.disk_error(exc) from None
     except BaseException:
         if writer is not None:
             writer.abort()
         raise
+
+
+def _largest(dtype: str) -> float:
+    import torch
+
+    return float(torch.finfo(torch.bfloat16 if dtype == "bfloat16" else torch.float32).max)
 
 
 def _check_time(path: Path, time_col: str, sym: str, ts: np.ndarray, rows: np.ndarray, last: int | None) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -32,8 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from stride.metrics.owner import remove_abandoned, tagged_name
+
 CHUNK = 1 << 16  # rows per chunk for `expanding`, `select` and train statistics
 ROLLING_BLOCK = 1 << 12  # output rows per chunk for `rolling` (at least `window`)
+_LEFTOVER = re.compile(r"^derived-[0-9a-f]{8}-")  # the rest of a tagged temporary cache file's name
 GROUP_ELEMS = 1 << 22  # float64 elements per column group in a rolling chunk (32 MiB per temporary)
 EPS = 1e-8
 
@@ -165,9 +169,13 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
     out_dir = store_path / "derived"
     out = out_dir / f"{tag}-{key}.{suffix}"
     n = values.shape[0]
+    size = n * len(cols) * np.dtype(np_dtype).itemsize
+    if out.is_symlink() or (out.exists() and out.stat().st_size != size):
+        out.unlink()  # not the cache this code writes (a link, or a file cut short): rebuilt
     if not out.exists():
         out_dir.mkdir(exist_ok=True)
-        tmp = out_dir / f".tmp-{out.name}-{uuid.uuid4().hex[:8]}"
+        remove_abandoned(out_dir, rest=_LEFTOVER)  # a killed run's half-written cache
+        tmp = out_dir / tagged_name("tmp", f"derived-{uuid.uuid4().hex[:8]}-{out.name}")
         dst = np.memmap(tmp, dtype=np_dtype, mode="w+", shape=(n, len(cols)))
         idx = torch.tensor(cols)
         try:

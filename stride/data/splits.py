@@ -20,7 +20,7 @@ import torch
 from stride.config.errors import ConfigError
 from stride.config.schema import DataConfig
 from stride.data.normalize import derived_features, train_stats
-from stride.data.store import Store, open_store
+from stride.data.store import Store, StoreError, open_store
 from stride.data.windows import RowWindows
 
 DAY_NS = 86_400 * 10**9
@@ -98,10 +98,19 @@ def _count(r: np.ndarray) -> int:
     return int((r[:, 1] - r[:, 0]).sum()) if len(r) else 0
 
 
+def _named(key: str, fn, *args):
+    """fn(*args), a StoreError naming the config key that led to it (`data.store`, `data.columns`, ...)."""
+    try:
+        return fn(*args)
+    except StoreError as exc:
+        raise StoreError(f"`{key}`: {exc}") from None
+
+
 def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSources:
-    store = store or open_store(cfg.store)
-    cols = [store.column(c) for c in cfg.columns] if cfg.columns else list(range(len(store.columns)))
-    price = store.values[:, store.column(cfg.target_column)]
+    store = store or _named("data.store", open_store, cfg.store)
+    cols = [_named("data.columns", store.column, c) for c in cfg.columns] if cfg.columns else \
+        list(range(len(store.columns)))
+    price = store.values[:, _named("data.target_column", store.column, cfg.target_column)]
     ranges = split_ranges(store, cfg)
     warm = (f", normalize_window={cfg.normalize_window}: the first {cfg.normalize_window - 1} rows of each symbol "
             "are rolling warm-up" if cfg.normalize == "rolling" else "")

@@ -9,14 +9,23 @@ Why row-major and raw binary: a window is T consecutive rows, so a batch is one 
 windows from the memory map, and opening costs nothing (no decode, unlike Parquet). Why a
 manifest written last and a rename: a store is valid only once `manifest.json` exists, and the
 directory only gets its name when everything in it is complete, so an interrupted ingestion leaves
-at most a `.tmp-` directory that `open_store` refuses.
+at most a tagged `.tmp-stride-<host>-<pid>-store-...` directory that `open_store` refuses and the next
+ingestion into the same parent folder removes once its process is gone (stride.metrics.owner).
+
+A manifest is input like any file: `open_store` checks its shape (dtype, columns, row count, symbol runs
+that tile the rows exactly) before reading a byte, and that the data files are the store's own (no
+symbolic link out of the folder); `verify` also checks every symbol run against the timestamps and
+every value for NaN/inf. `--overwrite` replaces only a folder that is a stride store.
 """
 
 from __future__ import annotations
 
+import difflib
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -26,13 +35,34 @@ from typing import Any
 import numpy as np
 import torch
 
+from stride.errors import StrideError, one_line
+from stride.metrics.owner import remove_abandoned, tagged_name
+
 FORMAT = "stride-store"
 VERSION = 1
 DTYPES = {"float32": (np.float32, 4), "bfloat16": (np.uint16, 2)}
 
 
-class StoreError(ValueError):
-    """A store that is missing, incomplete or does not match its manifest."""
+class StoreError(StrideError, ValueError):
+    """A store that is missing, incomplete or does not match its manifest (or cannot be written)."""
+
+    exit_code = 2
+
+
+LEFTOVER = re.compile(r"^store-[0-9a-f]{8}-")  # the rest of a tagged temporary name of an ingestion
+
+
+def _disk_why(exc: OSError) -> str:
+    return "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else (exc.strerror or str(exc))
+
+
+def is_store(path: Path) -> bool:
+    """`path` is a directory holding a stride store manifest (complete or not, its format says it is a store)."""
+    try:
+        m = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return path.is_dir() and not path.is_symlink() and isinstance(m, dict) and m.get("format") == FORMAT
 
 
 def _sha256(path: Path, chunk: int = 1 << 24) -> str:
@@ -65,7 +95,10 @@ class Store:
         try:
             return self.columns.index(name)
         except ValueError:
-            raise StoreError(f"{self.path}: no column {name!r}; columns are {', '.join(self.columns)}") from None
+            folded = [c for c in self.columns if c.lower() == str(name).lower()]
+            close = folded or difflib.get_close_matches(str(name), self.columns, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise StoreError(f"{self.path}: no column {name!r}{hint}; columns are {', '.join(self.columns)}") from None
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
         """(starts, stops) row runs of each symbol."""
@@ -73,23 +106,85 @@ class Store:
         return np.array([r["start"] for r in runs], np.int64), np.array([r["stop"] for r in runs], np.int64)
 
 
+def _check_manifest(path: Path, m: Any) -> None:
+    """The manifest's shape: every field the reader uses has the type it needs, and the symbol runs tile
+    [0, n_rows) in order (a run outside the data would let windows read past it)."""
+    def bad(what: str) -> StoreError:
+        return StoreError(f"{path / 'manifest.json'}: {what}")
+
+    if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("version") != VERSION:
+        got = (m.get("format"), m.get("version")) if isinstance(m, dict) else (type(m).__name__, None)
+        raise bad(f"format {got[0]!r} v{got[1]} is not {FORMAT} v{VERSION}")
+    if not isinstance(m.get("dtype"), str) or m["dtype"] not in DTYPES:
+        raise bad(f"dtype {m.get('dtype')!r} is not one of {', '.join(DTYPES)}")
+    cols, n = m.get("columns"), m.get("n_rows")
+    if not isinstance(cols, list) or not all(isinstance(c, str) and c for c in cols) or len(set(cols)) != len(cols):
+        raise bad("columns must be a list of distinct names")
+    if type(n) is not int or n < 0:
+        raise bad(f"n_rows {n!r} is not a row count")
+    files = m.get("files")
+    for name in ("values.bin", "timestamps.bin"):
+        info = files.get(name) if isinstance(files, dict) else None
+        if not isinstance(info, dict) or type(info.get("bytes")) is not int or not isinstance(info.get("sha256"), str):
+            raise bad(f"files.{name} must give its bytes and sha256")
+    runs, at = m.get("symbols"), 0
+    if not isinstance(runs, list):
+        raise bad("symbols must be a list of row runs")
+    for k, r in enumerate(runs):
+        keys = ("start", "stop", "first_ts", "last_ts")
+        if not isinstance(r, dict) or not isinstance(r.get("symbol"), str) \
+                or any(type(r.get(x)) is not int for x in keys):
+            raise bad(f"symbol run {k} is not {{symbol, start, stop, first_ts, last_ts}}")
+        if r["start"] != at or r["stop"] <= r["start"] or r["stop"] > n:
+            raise bad(f"symbol run {k} ({r['symbol']!r}) covers rows [{r['start']}, {r['stop']}); the runs must tile "
+                      f"rows [0, {n}) in order (next expected start {at})")
+        at = r["stop"]
+    if at != n:
+        raise bad(f"the symbol runs end at row {at}, but the store has {n} rows")
+
+
+def _verify_contents(path: Path, m: dict[str, Any], vals: np.ndarray, ts: np.ndarray) -> None:
+    """`verify`: every run's first/last timestamp as the manifest says, strictly increasing inside, values finite."""
+    for r in m["symbols"]:
+        a, b = r["start"], r["stop"]
+        if int(ts[a]) != r["first_ts"] or int(ts[b - 1]) != r["last_ts"]:
+            raise StoreError(f"{path}: symbol {r['symbol']!r} rows [{a}, {b}): timestamps {int(ts[a])}.."
+                             f"{int(ts[b - 1])} differ from the manifest's {r['first_ts']}..{r['last_ts']}")
+        for lo in range(a, b, 1 << 22):
+            hi = min(b, lo + (1 << 22) + 1)
+            if (np.diff(ts[lo:hi]) <= 0).any():
+                raise StoreError(f"{path}: symbol {r['symbol']!r}: timestamps not strictly increasing near row {lo}")
+    for lo in range(0, len(vals), 1 << 18):
+        chunk = torch.from_numpy(np.ascontiguousarray(vals[lo:lo + (1 << 18)]))
+        x = chunk.view(torch.bfloat16).float() if m["dtype"] == "bfloat16" else chunk
+        if not torch.isfinite(x).all():
+            row = lo + int(torch.nonzero(~torch.isfinite(x))[0, 0])
+            raise StoreError(f"{path}: values.bin holds NaN or inf at row {row}")
+
+
 def open_store(path: str | Path, verify: bool = False) -> Store:
-    """Open a committed store; `verify` recomputes every checksum (reads every byte)."""
+    """Open a committed store; `verify` recomputes every checksum (reads every byte) and checks the contents."""
     path = Path(path)
     man_path = path / "manifest.json"
     if not man_path.is_file():
         hint = " (an interrupted ingestion leaves only a .tmp- directory)" if path.exists() else ""
         raise StoreError(f"{path}: not a stride store: no manifest.json{hint}")
-    manifest = json.loads(man_path.read_text())
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise StoreError(f"{path}: manifest format {manifest.get('format')!r} v{manifest.get('version')} "
-                         f"is not {FORMAT} v{VERSION}")
+    try:
+        manifest = json.loads(man_path.read_text())
+    except (ValueError, RecursionError) as exc:
+        raise StoreError(one_line(f"{man_path}: not valid JSON ({exc})")) from None
+    except OSError as exc:
+        raise StoreError(f"{man_path}: cannot be read ({exc.strerror or exc})") from None
+    _check_manifest(path, manifest)
     np_dtype, width = DTYPES[manifest["dtype"]]
     n, c = int(manifest["n_rows"]), len(manifest["columns"])
+    root = path.resolve()
     for name, want in (("values.bin", n * c * width), ("timestamps.bin", n * 8)):
         meta = manifest["files"][name]
         f = path / name
-        size = f.stat().st_size if f.exists() else -1
+        if f.exists() and f.resolve().parent != root:
+            raise StoreError(f"{f}: a link to {f.resolve()}, outside the store: refused")
+        size = f.stat().st_size if f.is_file() else -1
         if size != want or size != meta["bytes"]:
             raise StoreError(f"{f}: {size} bytes on disk, manifest expects {want}")
         if verify and _sha256(f) != meta["sha256"]:
@@ -100,6 +195,8 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
     if manifest["dtype"] == "bfloat16":
         t = t.view(torch.bfloat16)
     ts = np.memmap(path / "timestamps.bin", dtype=np.int64, mode="r", shape=(n,)) if n else np.zeros(0, np.int64)
+    if verify:
+        _verify_contents(path, manifest, vals, ts)
     return Store(path, manifest, t, ts, vals if isinstance(vals, np.memmap) else None)
 
 
@@ -116,11 +213,19 @@ class StoreWriter:
         if dtype not in DTYPES:
             raise StoreError(f"store dtype {dtype!r} is not one of {', '.join(DTYPES)}")
         self.out = Path(out)
-        if self.out.exists() and not overwrite:
+        if os.path.lexists(self.out) and not overwrite:
             raise StoreError(f"{self.out} already exists (pass --overwrite to replace it)")
+        if os.path.lexists(self.out) and not is_store(self.out):
+            raise StoreError(f"{self.out} exists and is not a stride store (no stride-store manifest.json): "
+                             "--overwrite replaces only a store; remove it yourself or choose another --out")
         self.columns, self.dtype, self.overwrite = list(columns), dtype, overwrite
-        self.tmp = self.out.parent / f".tmp-{self.out.name}-{uuid.uuid4().hex[:8]}"
-        (self.tmp / "spool").mkdir(parents=True)
+        self.tmp = self.out.parent / tagged_name("tmp", f"store-{uuid.uuid4().hex[:8]}-{self.out.name}")
+        try:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            remove_abandoned(self.out.parent, rest=LEFTOVER)  # killed ingestions' folders (their process is gone)
+            (self.tmp / "spool").mkdir(parents=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create {self.tmp}: {_disk_why(exc)}") from None
         self.symbols: dict[str, dict[str, Any]] = {}  # symbol -> {id, rows, first_ts, last_ts}
 
     def _encode(self, values: np.ndarray) -> bytes:
@@ -189,8 +294,11 @@ class StoreWriter:
         man_tmp = self.tmp / "manifest.json.part"
         man_tmp.write_text(json.dumps(manifest, indent=1))
         man_tmp.rename(self.tmp / "manifest.json")  # the store is complete only now
-        if self.out.exists() and self.overwrite:
-            old = self.out.parent / f".old-{self.out.name}-{uuid.uuid4().hex[:8]}"
+        if os.path.lexists(self.out) and self.overwrite:
+            if not is_store(self.out):  # checked at the start too; the folder may have changed since
+                self.abort()
+                raise StoreError(f"{self.out} is no longer a stride store: not replaced")
+            old = self.out.parent / tagged_name("trash", f"store-{uuid.uuid4().hex[:8]}-{self.out.name}")
             self.out.rename(old)
             self.tmp.rename(self.out)
             shutil.rmtree(old)
@@ -200,3 +308,8 @@ class StoreWriter:
 
     def abort(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def disk_error(self, exc: OSError) -> StoreError:
+        """An OSError while writing the store, in words; the temporary folder is removed."""
+        self.abort()
+        return StoreError(f"cannot write the store {self.out}: {_disk_why(exc)} (nothing was written)")

@@ -16,6 +16,7 @@ from typing import Any
 
 from stride import __version__
 from stride.config import ConfigError
+from stride.launch.script_values import DNS1123_SUBDOMAIN, K8S_QUANTITY, check_all, check_pattern, check_value
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 CONFIG_MOUNT = "/etc/stride"
@@ -42,7 +43,7 @@ class K8sJob:
     overrides: list[str] = field(default_factory=list)
 
     def check(self) -> None:
-        if not DNS1123.match(self.name) or len(self.name) > 50:
+        if not DNS1123.fullmatch(check_value(self.name, "--name")) or len(self.name) > 50:
             raise ConfigError(f"--name = {self.name!r} must be a DNS-1123 label (lower case, digits, '-'), <= 50 chars")
         if self.nodes < 1:
             raise ConfigError(f"--nodes = {self.nodes} must be >= 1")
@@ -53,8 +54,16 @@ class K8sJob:
         if self.restart_policy not in ("OnFailure", "Always", "Never", "ExitCode"):
             raise ConfigError(f"--restart-policy = {self.restart_policy!r} is not one of OnFailure, Always, Never, "
                               "ExitCode")
+        if not DNS1123.fullmatch(check_value(self.namespace, "--namespace")) or len(self.namespace) > 63:
+            raise ConfigError(f"--namespace = {self.namespace!r} must be a DNS-1123 label")
+        check_pattern(self.pvc, DNS1123_SUBDOMAIN, "--pvc", "a PersistentVolumeClaim name (DNS-1123 subdomain)")
+        check_pattern(self.cpu, K8S_QUANTITY, "--cpu", "a Kubernetes quantity (e.g. 8, 500m)")
+        check_pattern(self.memory, K8S_QUANTITY, "--memory", "a Kubernetes quantity (e.g. 32Gi)")
+        if not check_value(self.image, "--image") or any(c.isspace() for c in self.image):
+            raise ConfigError(f"--image = {self.image!r} must be an image reference without spaces")
+        check_all(self.overrides, "--set")
         if not self.config.is_file():
-            raise ConfigError(f"config file not found: {self.config}")
+            raise ConfigError(f"config file not found: {check_value(self.config, 'the config path')}")
 
     @property
     def nproc(self) -> int:

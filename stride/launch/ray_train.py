@@ -26,6 +26,7 @@ from typing import Any
 
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
+from stride.launch.script_values import check_value
 
 INSTALL_HINT = "pip install 'stride[ray]'  (or: pip install 'ray[train]>=2.40,<3')"
 
@@ -76,6 +77,10 @@ class RayLaunch:
             raise ConfigError(f"--max-failures {self.max_failures}: need >= 0 (or -1 for unlimited)")
         if self.use_gpu not in ("auto", "true", "false"):
             raise ConfigError(f"--use-gpu {self.use_gpu!r}: one of auto, true, false")
+        if self.address is not None:
+            check_value(self.address, "--address")
+        if self.out is not None:
+            check_value(self.out, "--out")
 
 
 def run_directory(cfg: RunConfig, out: Path | str | None) -> Path:

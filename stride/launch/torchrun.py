@@ -15,6 +15,7 @@ import threading
 from types import FrameType
 
 from stride.config.errors import ConfigError
+from stride.launch.script_values import HOST_PORT, check_all, check_pattern
 
 
 def inside_launcher() -> bool:
@@ -36,6 +37,8 @@ def torchrun_command(
         raise ConfigError(f"--nproc {nproc}, --nnodes {nnodes}, --max-restarts {max_restarts}: need >= 1, >= 1, >= 0")
     if nnodes > 1 and not rdzv_endpoint:
         raise ConfigError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on every node)")
+    check_pattern(rdzv_endpoint, HOST_PORT, "--rdzv-endpoint", "HOST:PORT")
+    check_all(train_args, "an argument of stride train")
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
            f"--max-restarts={max_restarts}"]
     if rdzv_endpoint:

@@ -1,7 +1,11 @@
-"""A tiny YAML writer for manifests: dicts, lists, strings, numbers, booleans, None (block style).
+r"""A tiny YAML writer for manifests: dicts, lists, strings, numbers, booleans, None (block style).
 
-String values are always double-quoted JSON strings, which YAML 1.2 reads back verbatim, so nothing
-like `on`, `1e3` or `08` changes type on the way to the cluster. No new dependency for one format.
+String values are always double-quoted, so nothing like `on`, `1e3` or `08` changes type on the way to
+the cluster. The escapes are YAML's own: JSON's were used before, and JSON writes a character beyond
+U+FFFF as a surrogate pair (`\ud83d\ude00`), which a YAML reader takes as two lone surrogates: an emoji in
+a config's comment reached the pod's ConfigMap as garbage. Here every character outside printable ASCII
+is `\uXXXX` or `\UXXXXXXXX` (YAML 1.1 and 1.2 both read them), so the text arrives exactly and the file
+stays ASCII. No new dependency for one format.
 """
 
 from __future__ import annotations
@@ -14,9 +18,24 @@ PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 YAML11_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
 
 
+def quoted(text: str) -> str:
+    """`text` as a YAML double-quoted scalar that every reader reads back exactly."""
+    out = ['"']
+    for c in text:
+        o = ord(c)
+        if c in '"\\':
+            out.append("\\" + c)
+        elif 0x20 <= o < 0x7F:
+            out.append(c)
+        else:
+            out.append(f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def _key(k: str) -> str:
     """Keys stay plain where no YAML 1.1 or 1.2 reader could take them for anything but a string."""
-    return k if PLAIN_KEY.match(k) and k.lower() not in YAML11_WORDS else json.dumps(k)
+    return k if PLAIN_KEY.fullmatch(k) and k.lower() not in YAML11_WORDS else quoted(k)
 
 
 def _scalar(v: Any) -> str:
@@ -27,7 +46,7 @@ def _scalar(v: Any) -> str:
     if isinstance(v, int | float):
         return json.dumps(v)
     if isinstance(v, str):
-        return json.dumps(v)
+        return quoted(v)
     raise TypeError(f"cannot write {type(v).__name__} {v!r} as YAML")
 
 

@@ -107,48 +107,64 @@ class _Buffer:
 
 
 def scan_trace(path: Path, on_events: Callable[[list[dict]], None]) -> dict[str, Any]:
-    """Stream `path`, calling `on_events(batch)` with the trace events in order; return the other top-level keys."""
-    meta: dict[str, Any] = {}
+    """Stream `path`, calling `on_events(batch)` with the trace events in order; return the other top-level keys.
+
+    Whatever the bytes, the only error is a TraceError naming the file: a number with more digits than
+    Python converts (ValueError), nesting deeper than the decoder recurses (RecursionError), and an event
+    whose fields have types `on_events` cannot use (TypeError, AttributeError) included."""
     with open_text(path) as fh:
         b = _Buffer(fh, path)
-        b.fill()
-        first = b.skip_ws()
-        if first == "":
-            raise TraceError(f"{path}: empty file, not a profiler trace")
-        if first == "[":  # Chrome's JSON Array Format: the file is the event list
-            for batch in _iter_array(b, "the top-level event array"):
-                _check_events(batch, path, b)
-                on_events(batch)
-        elif first == "{":
+        try:
+            return _scan(b, path, on_events)
+        except TraceError:
+            raise
+        except (ValueError, RecursionError, TypeError, AttributeError) as exc:
+            what = "nested too deeply" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, TypeError | AttributeError):
+                what = f"an event field has an unexpected type ({what})"
+            raise TraceError(f"{path}: unreadable trace near character {b.offset}: {what[:200]}") from None
+
+
+def _scan(b: _Buffer, path: Path, on_events: Callable[[list[dict]], None]) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    b.fill()
+    first = b.skip_ws()
+    if first == "":
+        raise TraceError(f"{path}: empty file, not a profiler trace")
+    if first == "[":  # Chrome's JSON Array Format: the file is the event list
+        for batch in _iter_array(b, "the top-level event array"):
+            _check_events(batch, path, b)
+            on_events(batch)
+    elif first == "{":
+        b.pos += 1
+        seen_events = False
+        if b.skip_ws() == "}":
             b.pos += 1
-            seen_events = False
-            if b.skip_ws() == "}":
-                b.pos += 1
-            else:
-                while True:
-                    key = b.value("a top-level key")
-                    if not isinstance(key, str):
-                        raise TraceError(
-                            f"{path}: malformed JSON: top-level key at character {b.offset} is not a string"
-                        )
-                    b.expect(":", f"top-level key {key!r}")
-                    if key == "traceEvents":
-                        if b.skip_ws() != "[":
-                            raise TraceError(f"{path}: 'traceEvents' is not a list (character {b.offset})")
-                        seen_events = True
-                        for batch in _iter_array(b, "'traceEvents'"):
-                            _check_events(batch, path, b)
-                            on_events(batch)
-                    else:
-                        meta[key] = b.value(f"top-level key {key!r}")
-                    if b.expect(",}", "the top-level object") == "}":
-                        break
-            if not seen_events:
-                raise TraceError(f"{path}: no 'traceEvents' list: not a PyTorch profiler / Chrome trace")
         else:
-            raise TraceError(f"{path}: not a JSON trace: starts with {first!r}")
-        if b.skip_ws() != "":
-            raise TraceError(f"{path}: unexpected data after the end of the trace at character {b.offset}")
+            while True:
+                key = b.value("a top-level key")
+                if not isinstance(key, str):
+                    raise TraceError(
+                        f"{path}: malformed JSON: top-level key at character {b.offset} is not a string"
+                    )
+                b.expect(":", f"top-level key {key!r}")
+                if key == "traceEvents":
+                    if b.skip_ws() != "[":
+                        raise TraceError(f"{path}: 'traceEvents' is not a list (character {b.offset})")
+                    seen_events = True
+                    for batch in _iter_array(b, "'traceEvents'"):
+                        _check_events(batch, path, b)
+                        on_events(batch)
+                else:
+                    meta[key] = b.value(f"top-level key {key!r}")
+                if b.expect(",}", "the top-level object") == "}":
+                    break
+        if not seen_events:
+            raise TraceError(f"{path}: no 'traceEvents' list: not a PyTorch profiler / Chrome trace")
+    else:
+        raise TraceError(f"{path}: not a JSON trace: starts with {first!r}")
+    if b.skip_ws() != "":
+        raise TraceError(f"{path}: unexpected data after the end of the trace at character {b.offset}")
     return meta
 
 

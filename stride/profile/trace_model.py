@@ -151,6 +151,19 @@ def _rank_of(path: Path, meta: dict[str, Any]) -> tuple[int, str]:
     return 0, "default"
 
 
+MAX_US = float(2**53)  # µs (285 years): beyond, a time is not a trace's and float64 no longer counts whole µs
+
+
+def _check_times(path: Path, what: str, rows: np.ndarray) -> None:
+    """Event times are finite, within MAX_US, and durations are not negative (NaN, 1e999, 1e300 are refused)."""
+    ts, dur = rows[:, 0], rows[:, 1]
+    bad = ~(np.abs(ts) <= MAX_US) | ~((dur >= 0) & (dur <= MAX_US))
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise TraceError(f"{path}: a {what} event has ts={ts[k]!r}, dur={dur[k]!r}: times must be finite numbers of "
+                         f"microseconds up to {MAX_US:.0f} and durations >= 0")
+
+
 def load_trace(path: str | Path) -> RankTrace:
     """Stream one trace file into a `RankTrace` (raises `TraceError` naming the file on bad input)."""
     p = Path(path)
@@ -166,6 +179,9 @@ def load_trace(path: str | Path) -> RankTrace:
 
     dev = np.frombuffer(c.dev, dtype=np.float64).reshape(-1, 6) if len(c.dev) else np.zeros((0, 6))
     host = np.frombuffer(c.host, dtype=np.float64).reshape(-1, 6) if len(c.host) else np.zeros((0, 6))
+
+    for what, rows in (("device", dev), ("host", host)):
+        _check_times(p, what, rows)
 
     def i(col: np.ndarray) -> np.ndarray:
         return col.astype(np.int64)

@@ -78,3 +78,23 @@ def summary_sha(out: Path) -> str:
     import json
 
     return json.loads((out / "summary.json").read_text())["params_sha256"]
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended (for a leftover 'written by a process that is gone')."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def mounted_tmpfs(mnt: Path, size: str):
+    """A size-limited tmpfs at `mnt` for the body of a fixture (a real full disk); skips where `mount` is refused."""
+    import pytest
+
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a size-limited tmpfs here (needs root/CAP_SYS_ADMIN): {r.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ckpt_helpers import REPO, cli, fit, popen_cli, reference_sha, summary_sha, write_config
+from ckpt_helpers import REPO, cli, fit, mounted_tmpfs, popen_cli, reference_sha, summary_sha, write_config
 
 from stride.checkpoint import CheckpointError, verify
 
@@ -83,10 +83,11 @@ def test_kill9_during_a_save_then_auto_resume(tmp_path: Path, ref: str) -> None:
     )
     assert env_run.returncode == -signal.SIGKILL, env_run.stderr[-2000:]
     ck = out / "checkpoints"
-    assert (ck / ".tmp-step_00000009").is_dir() and not (ck / "step_00000009").exists()
+    (tmp,) = [p.name for p in ck.iterdir() if p.name.startswith(".tmp-stride-")]  # tagged with the killed pid
+    assert tmp.endswith("-step_00000009") and (ck / tmp).is_dir() and not (ck / "step_00000009").exists()
     res = cli(cfg, out)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "removed .tmp-step_00000009 (a save that never committed)" in res.stderr
+    assert f"removed {tmp} (a save that never committed)" in res.stderr
     assert "resuming from step_00000006" in res.stderr
     assert summary_sha(out) == ref
 
@@ -111,14 +112,8 @@ def test_sigterm_saves_exits_cleanly_and_resumes(tmp_path: Path, ref: str) -> No
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path):
-    mnt = tmp_path / "small-disk"
-    mnt.mkdir()
     # One checkpoint of the test model is about 1.4 MB: 2 MB holds one, not two.
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here (needs root/CAP_SYS_ADMIN): {r.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from mounted_tmpfs(tmp_path / "small-disk", "2m")
 
 
 def test_full_disk_fails_the_save_keeps_the_previous_and_resumes(tmp_path: Path, small_tmpfs: Path,
@@ -130,7 +125,8 @@ def test_full_disk_fails_the_save_keeps_the_previous_and_resumes(tmp_path: Path,
     msg = str(err.value)
     assert "checkpoint save at step 6" in msg and "the disk is full" in msg
     assert "the previous checkpoint step_00000003 is intact" in msg
-    assert [p.name for p in ck.iterdir()] == ["step_00000003"] and verify(ck / "step_00000003").ok
+    names = [p.name for p in ck.iterdir() if p.name != ".stride-lock"]  # (an absolute checkpoint.dir is locked too)
+    assert names == ["step_00000003"] and verify(ck / "step_00000003").ok
     subprocess.run(["mount", "-o", "remount,size=8m", str(small_tmpfs)], check=True)  # space freed
     s = fit(out, *ov)
     assert s["checkpoint"]["resumed_from"] == "step_00000003" and s["params_sha256"] == ref

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from ckpt_helpers import Crash, CrashAt, ckpt_config, fit, reference_sha
+from ckpt_helpers import Crash, CrashAt, ckpt_config, dead_pid, fit, reference_sha
 
 from stride.checkpoint import CheckpointError, ConfigMismatchError, verify
 from stride.checkpoint.manifest import write_manifest
 from stride.checkpoint.store import CheckpointStore
+from stride.metrics.owner import tagged_name
 from stride.train.trainer import Callback, Trainer
 
 
@@ -122,11 +123,12 @@ def test_uncommitted_save_is_never_loaded(tmp_path: Path) -> None:
     with pytest.raises(Crash):
         fit(out, callbacks=[CrashAt(7)])
     ck = out / "checkpoints"
-    (ck / "step_00000006").rename(ck / ".tmp-step_00000006")  # as if killed before the rename
-    assert verify(ck / ".tmp-step_00000006").ok  # complete files, yet never committed by rename: not loaded
+    tmp = ck / tagged_name("tmp", "step_00000006", pid=dead_pid())
+    (ck / "step_00000006").rename(tmp)  # as if killed before the rename
+    assert verify(tmp).ok  # complete files, yet never committed by rename: not loaded
     s = fit(out)
     assert s["checkpoint"]["resumed_from"] == "step_00000003"
-    assert not (ck / ".tmp-step_00000006").exists()
+    assert not tmp.exists()
 
 
 def test_config_mismatch_is_refused_with_a_diff_unless_forced(tmp_path: Path) -> None:
@@ -148,7 +150,7 @@ class _Evil:
         return (Path("/tmp/stride-pwned").write_text, ("pwned",))
 
 
-def test_crafted_metadata_pickle_is_refused_without_running_it(tmp_path: Path) -> None:
+def test_crafted_metadata_pickle_is_refused_without_running_it(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     with pytest.raises(Crash):
         fit(out, callbacks=[CrashAt(4)])
@@ -157,8 +159,10 @@ def test_crafted_metadata_pickle_is_refused_without_running_it(tmp_path: Path) -
     write_manifest(folder, 3, {"config_hash": json.loads((folder / "manifest.json").read_text())["config_hash"]})
     marker = Path("/tmp/stride-pwned")
     marker.unlink(missing_ok=True)
-    with pytest.raises(pickle.UnpicklingError, match="pathlib.Path.write_text|not a DCP metadata type"):
-        fit(out)
+    s = fit(out)  # the crafted checkpoint is skipped with the reason, the run starts from step 0
+    err = capsys.readouterr().err
+    assert "skipped step_00000003: .metadata refers to builtins:getattr" in err and "refused" in err, err
+    assert s["checkpoint"]["resumed_from"] is None
     assert not marker.exists()
 
 

@@ -1,0 +1,235 @@
+"""A checkpoint folder: its layout, its lock and clean-up at start, and finding and loading the newest valid checkpoint.
+
+`CheckpointStore` (store.py) adds saving to it. Rank 0 looks, every rank agrees (one broadcast).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+
+from stride.checkpoint.errors import CheckpointError, CheckpointLoadError
+from stride.checkpoint.manifest import verify
+from stride.checkpoint.retention import Lineage, read_manifest
+from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner, check_checkpoint
+from stride.checkpoint.train_state import rank_and_world
+from stride.metrics import run_lock
+from stride.metrics.owner import parse, remove_abandoned, tagged_name, this_host
+from stride.parallel.watchdog import backend_timeout, collective
+
+# One process without a process group is a supported case (no_dist=True), not something to warn about.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+STEP_RE = re.compile(r"^step_(\d{8})$")
+_LEFTOVER = re.compile(r"^(step_\d{8}|write-probe)$")  # what a tagged temporary name in this folder ends with
+
+
+def step_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+@dataclass
+class Choice:
+    """The outcome of looking for a checkpoint to resume from."""
+
+    step: int | None
+    folder: Path | None
+    meta: dict[str, Any] | None
+    skipped: list[str] = field(default_factory=list)  # "step_00000010: <reason>"
+
+    def describe(self) -> str:
+        head = f"resuming from {self.folder.name} (the newest valid one)" if self.folder else "no valid checkpoint"
+        return "; ".join([head, *(f"skipped {s}" for s in self.skipped)])
+
+
+def _is_space_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class CheckpointFolder:
+    def __init__(self, root: Path, checksums: bool = True, log: Callable[[str], None] = print) -> None:
+        self.root = Path(root)
+        self.checksums = checksums
+        self.log = log
+        self.rank, self.world = rank_and_world()
+        # own group: async saves on the default one corrupt gloo traffic (FACTS.md)
+        self.pg = dist.new_group(backend="gloo", timeout=backend_timeout()) if self.world > 1 else None
+        self.no_dist = not (dist.is_available() and dist.is_initialized())
+        self.lineage = Lineage(checksums)  # which checkpoints are this run's (retention deletes only those)
+        self._lock: Path | None = None
+        owner = [this_host(), os.getpid()]  # rank 0's, in every temporary name of this run's saves
+        if self.pg is not None:
+            with collective("checkpoint owner broadcast"):
+                dist.broadcast_object_list(owner, src=0, group=self.pg)
+        self._owner_host, self._owner_pid = owner
+
+    # -- layout -------------------------------------------------------------------------------
+    def folder(self, step: int) -> Path:
+        return self.root / step_name(step)
+
+    def tmp_folder(self, step: int) -> Path:
+        return self.root / tagged_name("tmp", step_name(step), host=self._owner_host, pid=self._owner_pid)
+
+    def steps(self) -> list[int]:
+        """Committed-looking step folders, newest first (validity is checked separately)."""
+        if not self.root.is_dir():
+            return []
+        found = [int(m.group(1)) for p in self.root.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))]
+        return sorted(found, reverse=True)
+
+    def _barrier(self, label: str, step: int | None = None) -> None:
+        if self.pg is not None:
+            with collective(label, step):
+                dist.barrier(group=self.pg)
+
+    def prepare(self, fresh: bool = False) -> list[str]:
+        """Create and lock the folder, prove it is writable, remove this folder's uncommitted saves (tagged
+        temporary folders of processes that are gone); returns what was removed.
+
+        `fresh` (`checkpoint.resume = never`): refuse a folder that holds valid checkpoints, which the new
+        run's saves would replace or retention would mix with its own; nothing is deleted.
+        """
+        removed: list[str] = []
+        error = None
+        if self.rank == 0:
+            try:
+                error = self._prepare_rank0(fresh, removed)
+            except Exception as exc:
+                error = exc
+        if self.pg is not None:
+            box = [None if error is None else (type(error).__name__, str(error))]
+            with collective("checkpoint prepare-outcome broadcast"):
+                dist.broadcast_object_list(box, src=0, group=self.pg)
+            if box[0] is not None and error is None:
+                error = CheckpointError(f"on rank 0: {box[0][1]}")
+        if error is not None:
+            raise error
+        return removed
+
+    def _prepare_rank0(self, fresh: bool, removed: list[str]) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / tagged_name("tmp", "write-probe")
+            probe.write_bytes(b"stride")
+            probe.unlink()
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint folder {self.root} is not writable: {exc.strerror or exc} "
+                                  "(set `checkpoint.dir` to a writable folder)") from exc
+        if self._lock is None and not run_lock.covered(self.root):  # inside the run folder: its lock covers it
+            self._lock = run_lock.acquire(self.root, "checkpoint folder")
+        # We hold the folder: a tagged leftover of another host's process is abandoned too.
+        for name in remove_abandoned(self.root, other_hosts=True, own_pid=True, rest=_LEFTOVER):
+            tag = parse(name)
+            kind = "a save that never committed" if tag and tag.kind == "tmp" else "a deletion that never finished"
+            removed.append(f"{name} ({kind})")
+        if fresh:
+            valid = [self.folder(s).name for s in self.steps() if verify(self.folder(s), s, checksums=False).ok]
+            if valid:
+                raise CheckpointError(
+                    f"checkpoint.resume = never, but {self.root} holds checkpoints of an earlier run "
+                    f"({', '.join(valid[:3])}{', ...' if len(valid) > 3 else ''}): refusing to start over in it, "
+                    "which would replace or mix with them; use another --out (or checkpoint.dir), resume with "
+                    "checkpoint.resume = auto, or move them away yourself")
+
+    # -- choosing ----------------------------------------------------------------------------------
+    def newest_valid(self, below: int | None = None, skipped: list[str] | None = None) -> Choice:
+        """The newest checkpoint (older than `below`) whose manifest, files and `.metadata` check out;
+        rank 0 decides, every rank agrees. `.metadata` is unpickled here with the allow-list
+        (safe_read.check_checkpoint), so a crafted one is skipped with the reason like a corrupted file."""
+        choice = Choice(None, None, None, list(skipped or []))
+        if self.rank == 0:
+            for step in self.steps():
+                if below is not None and step >= below:
+                    continue
+                folder = self.folder(step)
+                verdict = check_checkpoint(folder, step, self.checksums)
+                if verdict.ok:
+                    choice.step, choice.folder, choice.meta = step, folder, verdict.meta
+                    break
+                choice.skipped.append(f"{folder.name}: {verdict.reason}")
+        if self.pg is not None:
+            box = [choice]
+            with collective("checkpoint resume-choice broadcast (rank 0 verifies checksums)"):
+                dist.broadcast_object_list(box, src=0, group=self.pg)
+            choice = box[0]
+        return choice
+
+    def load(self, folder: Path, make_template: Callable[[set[str]], dict[str, Any]]) -> dict[str, Any]:
+        """DCP load into the template `make_template(saved keys)` builds; no arbitrary unpickling, and only
+        the files the manifest lists. A failure is a CheckpointLoadError naming the folder and the cause
+        (on every rank: DCP's read is collective). Loading continues the checkpoint's lineage."""
+        manifest = read_manifest(folder)
+        listed = set((manifest or {}).get("files") or {})
+        try:
+            reader = SafeFileSystemReader(folder, listed)
+            keys = set(reader.read_metadata().state_dict_metadata)
+            state = make_template(keys)
+            with collective(f"checkpoint load (DCP) of {folder.name}"):
+                dcp.load(state, storage_reader=SafeFileSystemReader(folder, listed), planner=SafeLoadPlanner(),
+                         process_group=self.pg, no_dist=self.no_dist)
+        except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
+            raise CheckpointLoadError(f"{folder.name}: {self._why(exc)}") from exc
+        self.lineage.adopt(manifest)
+        self.lineage.mark_verified(folder)
+        return state
+
+    def fall_back(self, failed: Choice, exc: BaseException) -> Choice:
+        """After `failed` would not load: the next older valid checkpoint, with the reason among the skipped.
+
+        With none left the run must not start from step 0 over a partly loaded state: CheckpointError."""
+        assert failed.folder is not None and failed.step is not None
+        reason = str(exc).split(": ", 1)[-1]
+        choice = self.newest_valid(below=failed.step, skipped=[*failed.skipped, f"{failed.folder.name}: {reason}"])
+        if choice.folder is None:
+            raise CheckpointError(f"checkpoint {failed.folder} could not be loaded ({reason}) and no older valid "
+                                  f"checkpoint is left in {self.root}; move it away to start from step 0") from exc
+        self.log(f"could not load {failed.folder.name} ({reason}); falling back to {choice.folder.name}")
+        return choice
+
+    def _why(self, exc: BaseException) -> str:
+        """The cause in words. torch's zip writer hides ENOSPC behind 'unexpected pos', so free space is checked."""
+        seen: list[BaseException] = []
+        todo: list[BaseException] = [exc]
+        while todo:
+            e = todo.pop()
+            if e in seen:
+                continue
+            seen.append(e)
+            todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+            for f in (getattr(e, "failures", None) or {}).values():
+                inner = f[0] if isinstance(f, tuple) else getattr(f, "exc", f)
+                if isinstance(inner, BaseException):
+                    todo.append(inner)
+        if any(_is_space_error(e) for e in seen):
+            return "the disk is full"
+        prev = next(iter(self.steps()), None)
+        try:
+            free = shutil.disk_usage(self.root).free
+            need = sum(p.stat().st_size for p in self.folder(prev).rglob("*") if p.is_file()) if prev else 1 << 20
+        except OSError:
+            free, need = 1, 0
+        if free < need:
+            return f"the disk is full ({free / 1e6:.1f} MB free, a checkpoint needs about {need / 1e6:.1f} MB)"
+        last = seen[-1] if seen else exc
+        return f"{type(last).__name__}: {last}"
+
+    def release(self) -> None:
+        """Let go of the folder's lock (rank 0)."""
+        if self._lock is not None:
+            run_lock.release(self._lock)
+            self._lock = None
+
+    def __del__(self) -> None:  # a run that ended in an exception never closed its store: let the folder go
+        with contextlib.suppress(Exception):
+            self.release()

@@ -1,0 +1,129 @@
+"""One run per folder: an exclusive `fcntl.flock` on `<folder>/.stride-lock`, held while the run lives.
+
+Two runs started on one `--out` used to both exit 0 with one run's checkpoints gone, or with
+`metrics.jsonl` and `summary.json` interleaved. Now the run folder (and a checkpoint folder outside it)
+is locked by the process that writes it; a second run is refused with the holder's pid and host. The
+kernel releases a flock when its process dies, so a run killed with kill -9 leaves no stale lock (the
+lock file stays; its content only names the last holder). The descriptor is close-on-exec: a child
+process does not inherit it.
+
+Ranks of one job are one holder. `stride train --nproc N` (one node) takes the lock in the launching
+process and passes `STRIDE_RUN_LOCK=<folder>|<host>|<pid>` to torchrun's workers; rank 0, which writes the
+run folder, accepts that holder instead of locking again. Multi-node launches (every node runs the same
+command) and `torchrun -m stride train` by hand lock in rank 0. `stride launch ray` holds it in the
+driver the same way. A checkpoint folder outside the run folder (an absolute `checkpoint.dir`) is locked
+too; one inside it is covered by the run folder's lock. One process may open a folder it already holds
+again (an in-process restart after an exception): the holds are counted and the lock goes with the last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from stride.errors import StrideError
+from stride.metrics.owner import this_host
+
+LOCK_NAME = ".stride-lock"
+ENV_HOLDER = "STRIDE_RUN_LOCK"
+
+
+class FolderInUse(StrideError):
+    """Another live stride process holds the folder."""
+
+
+_held: dict[Path, list[int]] = {}  # resolved lock path -> [fd, holds] (fd -1: held by the launching parent)
+_guard = threading.Lock()
+
+
+def _holder_text(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["since"])))
+        return f"pid {int(info['pid'])} on {info['host']}, since {since}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that has not written its name yet"
+
+
+def _delegated(path: Path, fd: int) -> bool:
+    """The launching parent holds this lock for its ranks (STRIDE_RUN_LOCK names it and the lock file agrees)."""
+    value = os.environ.get(ENV_HOLDER, "")
+    parts = value.split("|")
+    if len(parts) != 3 or Path(parts[0]) != path.parent:
+        return False
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and [info.get("host"), str(info.get("pid"))] == parts[1:]
+
+
+def acquire(folder: Path, what: str = "run folder") -> Path:
+    """Lock `folder` (created if missing) for this process; FolderInUse if another live process holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = (folder / LOCK_NAME).resolve()
+    with _guard:
+        if path in _held:
+            _held[path][1] += 1
+            return path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if _delegated(path, fd):
+                os.close(fd)
+                _held[path] = [-1, 1]
+                return path
+            holder = _holder_text(fd)
+            os.close(fd)
+            raise FolderInUse(f"{what} {folder} is in use by another stride run ({holder}): two runs in one folder "
+                              "overwrite each other's checkpoints and metrics; wait for it to end, stop it, or "
+                              "use another --out") from None
+        except OSError:
+            os.close(fd)
+            raise
+        info = json.dumps({"pid": os.getpid(), "host": this_host(), "since": time.time()}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, info, 0)
+        _held[path] = [fd, 1]
+        return path
+
+
+def release(path: Path) -> None:
+    """Drop one hold taken by `acquire` (its return value); the last one unlocks."""
+    with _guard:
+        entry = _held.get(path)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _held[path]
+            if entry[0] >= 0:
+                os.close(entry[0])  # closing the descriptor releases the flock
+
+
+def covered(folder: Path) -> bool:
+    """This process already holds `folder` or a folder above it (a checkpoint folder inside the run folder)."""
+    target = folder.resolve()
+    with _guard:
+        return any(p.parent == target or p.parent in target.parents for p in _held)
+
+
+def env_for_ranks(path: Path) -> dict[str, str]:
+    """What the launching process passes to its ranks so rank 0 knows the lock is held for it."""
+    return {ENV_HOLDER: f"{path.parent}|{this_host()}|{os.getpid()}"}
+
+
+@contextlib.contextmanager
+def held(folder: Path, what: str = "run folder"):
+    """`with held(folder) as path:` the folder is locked inside the block."""
+    path = acquire(folder, what)
+    try:
+        yield path
+    finally:
+        release(path)
