@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stride {name}: config error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path the user gave: missing, a file for a directory, no permission, disk full
-        from stride.cli.os_errors import describe_os_error
+        from stride.errors import describe_os_error
 
         print(f"stride {name}: {describe_os_error(exc)}", file=sys.stderr)
         return 1

@@ -21,7 +21,6 @@ every value for NaN/inf. `--overwrite` replaces only a folder that is a stride s
 from __future__ import annotations
 
 import difflib
-import errno
 import hashlib
 import json
 import os
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stride.errors import StrideError, one_line
+from stride.errors import StrideError, one_line, os_reason
 from stride.metrics.owner import remove_abandoned, tagged_name
 
 FORMAT = "stride-store"
@@ -50,10 +49,6 @@ class StoreError(StrideError, ValueError):
 
 
 LEFTOVER = re.compile(r"^store-[0-9a-f]{8}-")  # the rest of a tagged temporary name of an ingestion
-
-
-def _disk_why(exc: OSError) -> str:
-    return "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else (exc.strerror or str(exc))
 
 
 def is_store(path: Path) -> bool:
@@ -225,7 +220,7 @@ class StoreWriter:
             remove_abandoned(self.out.parent, rest=LEFTOVER)  # killed ingestions' folders (their process is gone)
             (self.tmp / "spool").mkdir(parents=True)
         except OSError as exc:
-            raise StoreError(f"cannot create {self.tmp}: {_disk_why(exc)}") from None
+            raise StoreError(f"cannot create {self.tmp}: {os_reason(exc)}") from None
         self.symbols: dict[str, dict[str, Any]] = {}  # symbol -> {id, rows, first_ts, last_ts}
 
     def _encode(self, values: np.ndarray) -> bytes:
@@ -312,4 +307,4 @@ class StoreWriter:
     def disk_error(self, exc: OSError) -> StoreError:
         """An OSError while writing the store, in words; the temporary folder is removed."""
         self.abort()
-        return StoreError(f"cannot write the store {self.out}: {_disk_why(exc)} (nothing was written)")
+        return StoreError(f"cannot write the store {self.out}: {os_reason(exc)} (nothing was written)")

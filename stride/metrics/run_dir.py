@@ -10,7 +10,6 @@ run folder opened later removes those whose process is gone. The folder is locke
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from stride.errors import StrideError, one_line
+from stride.errors import StrideError, describe_os_error, one_line, os_reason
 from stride.metrics import run_lock
 from stride.metrics.owner import remove_abandoned, tagged_name
 
@@ -27,12 +26,6 @@ _FILE_TMP = re.compile(r"^[A-Za-z0-9_.-]+\.(json|toml|jsonl|html|md)$")  # the r
 
 class RunDirError(StrideError):
     """The run folder cannot be written (a full disk, no permission); the message names the file."""
-
-
-def _why(exc: OSError) -> str:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        return "the disk is full"
-    return exc.strerror or str(exc)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -47,7 +40,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise RunDirError(one_line(f"cannot write {path}: {_why(exc)}")) from None
+        raise RunDirError(one_line(f"cannot write {path}: {os_reason(exc)}")) from None
 
 
 def _json_default(o: Any) -> Any:
@@ -63,7 +56,7 @@ class RunDir:
             path.mkdir(parents=True, exist_ok=True)
             self._lock: Path | None = run_lock.acquire(path)
         except OSError as exc:
-            raise RunDirError(one_line(f"cannot create the run folder {path}: {_why(exc)}")) from None
+            raise RunDirError(one_line(describe_os_error(exc, path))) from None
         remove_abandoned(path, other_hosts=True, rest=_FILE_TMP)  # temporary files of killed runs (we hold the lock)
         self._metrics: TextIO | None = None
 
@@ -82,7 +75,7 @@ class RunDir:
             except FileExistsError:
                 path, i = Path(f"{base}-{i}"), i + 1
             except OSError as exc:
-                raise RunDirError(one_line(f"cannot create the run folder {path}: {_why(exc)}")) from None
+                raise RunDirError(one_line(describe_os_error(exc, path))) from None
         return cls(path)
 
     def write_json(self, name: str, obj: Any) -> None:
@@ -98,7 +91,7 @@ class RunDir:
                 self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (kept open)
             self._metrics.write(json.dumps(record, default=_json_default) + "\n")
         except OSError as exc:
-            raise RunDirError(one_line(f"cannot write {self.path / 'metrics.jsonl'}: {_why(exc)}")) from None
+            raise RunDirError(one_line(f"cannot write {self.path / 'metrics.jsonl'}: {os_reason(exc)}")) from None
 
     def close(self) -> None:
         if self._metrics is not None:
