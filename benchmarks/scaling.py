@@ -372,9 +372,9 @@ def main() -> None:
         micro_worker(a.micro[0], int(a.micro[1]))
         return
 
-    from stride.bench.pinning import available_cores
     from stride.bench.workloads import Workload
     from stride.bench.world import world_sweep
+    from stride.metrics.env import available_cores
 
     sizes = [int(x) for x in a.world_sizes.split(",")]
     cores = len(available_cores())

@@ -27,6 +27,7 @@ from stride.checkpoint.guard import StepGuard
 from stride.checkpoint.signals import REPEAT_WINDOW_S, Preempted, PreemptionSignal
 from stride.checkpoint.store import CheckpointStore, Choice
 from stride.config import config_hash, config_to_dict
+from stride.metrics.env import available_cores
 from stride.parallel.watchdog import collective
 from stride.train.trainer import Callback
 
@@ -288,19 +289,11 @@ def choose_staging(asked: str, device: torch.device, buffers: list[str]) -> tupl
                         f"async saves copy the state in the step loop (checkpoint.staging = {asked} not followed)")
     if asked == "background" or device.type == "cuda":
         return "background", ""
-    ranks, cores, threads = _local_ranks(), _cores(), torch.get_num_threads()
+    ranks, cores, threads = _local_ranks(), len(available_cores()), torch.get_num_threads()
     if ranks == 1 or cores > ranks * threads:
         return "background", ""
     return "loop", (f"checkpoint.staging = auto: {ranks} ranks x {threads} threads on {cores} cores leave no core for "
                     "a background copy, so async saves copy the state in the step loop (staging=background forces it)")
-
-
-def _cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _local_ranks() -> int:

@@ -403,10 +403,6 @@ class CheckpointStore:
                 use_non_blocking_copy=False))
         return self._stagers[in_background]
 
-    @property
-    def in_flight(self) -> bool:
-        return self._inflight is not None and not self._inflight.done()
-
     def close(self) -> None:
         try:
             self.wait()

@@ -140,7 +140,3 @@ def get_ops(kernels: str = "torch") -> KernelOps:
         return _torch_ops()
     return _triton_ops()
 
-
-def select(kind: str) -> KernelOps:
-    """Alias of `get_ops`, for call sites that read better as a selection."""
-    return get_ops(kind)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from stride.config.dtypes import PRECISION_DTYPES
+
 # Dense (no sparsity) peak TFLOP/s by dtype from vendor datasheets (SXM parts).
 GPU_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
     "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
@@ -69,7 +71,6 @@ def device_peak(device: torch.device, precision: str, override: float | None = N
                 return Peak(peaks[dt] * 1e12, f"datasheet:{key}:{dt}")
     key = (str(device), dt, torch.get_num_threads())
     if key not in _CACHE:
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
-        flops = measured_matmul_peak(device, dtype)
+        flops = measured_matmul_peak(device, PRECISION_DTYPES[dt])
         _CACHE[key] = Peak(flops, f"measured:{device.type}-matmul-1024:{dt}:{torch.get_num_threads()}threads")
     return _CACHE[key]

@@ -37,7 +37,7 @@ from stride.optim.adamw8bit_codes import (
 from stride.optim.dtensor import reject_dtensor
 from stride.optim.state import KeepStateDtypes
 
-STATE_FORMAT = 2  # 1: e4m3 exp_avg / sqrt(exp_avg_sq) (commit f841289 and before); 2: adamw8bit_codes
+STATE_FORMAT = 2  # 1: e4m3 exp_avg / sqrt(exp_avg_sq) (read and converted on load); 2: adamw8bit_codes
 IMPLS = ("auto", "triton", "torch")
 Q_KEYS = ("exp_avg_normed_codes", "exp_avg_normed_scale", "exp_avg_sqrt_grid_codes", "exp_avg_sqrt_grid_bounds")
 FORMAT1_KEYS = ("exp_avg_codes", "exp_avg_scale", "exp_avg_sqrt_codes", "exp_avg_sqrt_scale")

@@ -18,10 +18,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from stride.config.dtypes import PRECISION_DTYPES
 from stride.config.schema import ParallelConfig
 from stride.parallel.comm_hooks import CommTimer, register_comm_hook
-
-DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def persistent_buffers(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -61,7 +60,7 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, p: ParallelConfig) -> nn.Modu
     Per-block units let block i+1's all-gather overlap block i's compute; the root's
     reshard_after_forward is False because its parameters are needed first in backward anyway.
     """
-    dtype = DTYPES[p.mp_param_dtype]
+    dtype = None if p.mp_param_dtype == "none" else PRECISION_DTYPES[p.mp_param_dtype]
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
     blocks = getattr(model, "blocks", None)
     if isinstance(blocks, nn.ModuleList):

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from stride.metrics.env import available_cores
+
 BASE = ["train.threads=1", "metrics.progress=false", "metrics.log_every=1", "train.val_every=0",
         "metrics.skip_steps=3"]
 
@@ -39,7 +41,7 @@ def _local_bytes(t: torch.Tensor) -> int:
 def pin_core(local_rank: int = 0) -> None:
     """One core per process, as FACTS.md's scaling figures are measured."""
     if hasattr(os, "sched_setaffinity"):
-        cores = sorted(os.sched_getaffinity(0))
+        cores = available_cores()
         os.sched_setaffinity(0, {cores[local_rank % len(cores)]})
 
 

@@ -37,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+from stride.config.dtypes import PRECISION_DTYPES
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
 from stride.parallel.data_parallel import persistent_buffers
@@ -314,7 +315,7 @@ class TraceInputs:
 def _autocast(precision: str):
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[precision])
+    return torch.autocast("cpu", dtype=PRECISION_DTYPES[precision])
 
 
 def _make(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from stride.data.tensor_batches import Batch, TensorBatches
+from stride.data.loader import Batch
+from stride.data.tensor_batches import TensorBatches
 
 __all__ = ["Batch", "TensorBatches", "as_batches", "endless"]
 

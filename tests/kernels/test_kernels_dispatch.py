@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from stride.kernels import KERNEL_CHOICES, get_ops, runtime, select
+from stride.kernels import KERNEL_CHOICES, get_ops, runtime
 
 
 def test_unknown_choice_names_the_options():
@@ -15,8 +15,7 @@ def test_unknown_choice_names_the_options():
         get_ops("cuda")
 
 
-def test_select_is_get_ops():
-    assert select("torch") is get_ops("torch")
+def test_kernel_choices():
     assert KERNEL_CHOICES == ("torch", "triton", "compile")
 
 
