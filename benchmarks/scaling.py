@@ -155,7 +155,8 @@ def diag_worker(out: str, variant: str, overrides: list[str]) -> None:
         data_parallel.DDP = NoBufferBroadcastDDP  # apply_ddp constructs it by this module-level name
 
     from stride.config import load_config
-    from stride.train.trainer import Callback, Trainer
+    from stride.train.callbacks import Callback
+    from stride.train.trainer import Trainer
 
     cfg = load_config(overrides=WORKLOAD + overrides)
 

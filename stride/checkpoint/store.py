@@ -32,7 +32,7 @@ from stride.checkpoint.dcp_io import TimedStager, shard_writer
 from stride.checkpoint.errors import CheckpointError
 from stride.checkpoint.manifest import MANIFEST, describe_files, fsync_path, verify, write_manifest
 from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner
-from stride.checkpoint.train_state import rank_and_world
+from stride.parallel.ranks import rank_and_world
 from stride.parallel.watchdog import backend_timeout, collective
 
 # One process without a process group is a supported case (no_dist=True), not something to warn about.

@@ -31,10 +31,8 @@ def run(args: argparse.Namespace) -> int:
     n = steps_needed(args.wait, args.warmup, args.steps)
     cfg = load_config(args.config, [*args.overrides, f"train.steps={n}", "train.val_every=0",
                                     "train.target_val_loss=none", "metrics.progress=false"])
-    trainer = Trainer(config=cfg, out=args.out)
     cb = ProfilerCallback(wait=args.wait, warmup=args.warmup, active=args.steps)  # -> <run dir>/traces
-    trainer.callbacks.append(cb)
-    result = trainer.fit()
+    result = Trainer(config=cfg, out=args.out, callbacks=[cb]).fit()
     report = analyze_traces([cb.out_dir])
     if result.run_dir:
         (result.run_dir / "analysis.json").write_text(json.dumps(report, default=float, indent=1))

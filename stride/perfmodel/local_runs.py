@@ -76,7 +76,8 @@ def worker(out: Path, overrides: list[str]) -> None:
     import torch.distributed as dist
 
     from stride.config import load_config
-    from stride.train.trainer import Callback, Trainer
+    from stride.train.callbacks import Callback, TrainerView
+    from stride.train.trainer import Trainer
 
     grads: dict[str, int] = {"bytes": 0}
     cpu_times: list[float] = []
@@ -84,7 +85,7 @@ def worker(out: Path, overrides: list[str]) -> None:
     class GradBytes(Callback):
         """Gradient bytes held just before the first optimizer step (sharded under FSDP2)."""
 
-        def on_fit_start(self, trainer: Trainer) -> None:
+        def on_fit_start(self, trainer: TrainerView) -> None:
             params = [p for p in trainer.model.parameters() if p.requires_grad]
             seen: set[int] = set()
 
@@ -97,7 +98,7 @@ def worker(out: Path, overrides: list[str]) -> None:
                 p.register_post_accumulate_grad_hook(hook)
             cpu_times.append(time.process_time())
 
-        def on_step_end(self, trainer: Trainer) -> None:
+        def on_step_end(self, trainer: TrainerView) -> None:
             cpu_times.append(time.process_time())
 
     cfg = load_config(overrides=BASE + overrides)

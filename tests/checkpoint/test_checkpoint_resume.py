@@ -13,7 +13,8 @@ from ckpt_helpers import Crash, CrashAt, ckpt_config, fit, reference_sha
 from stride.checkpoint import CheckpointError, ConfigMismatchError, verify
 from stride.checkpoint.manifest import write_manifest
 from stride.checkpoint.store import CheckpointStore
-from stride.train.trainer import Callback, Trainer
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,8 @@ from stride.perfmodel.hardware import load_catalog
 from stride.perfmodel.layout import Layout
 from stride.perfmodel.trace import trace_workload
 from stride.perfmodel.workload_cost import activation_bytes, workload_memory
-from stride.train.trainer import Callback, Trainer
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 FAST = ["ts_transformer_tiny", "mlp_tiny", "lstm_small", "tcn_small", "deeplob_small"]
 SLOW = ["ts_transformer_small", "gpt_returns_small", "mlp_base"]
