@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import functools
 import importlib
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from stride.config.schema import Kernels
 from stride.kernels import linear_ce, reference
 from stride.kernels.runtime import notice_once, triton_available, triton_runs_on
 
-KERNEL_CHOICES = ("torch", "triton", "compile")
+KERNEL_CHOICES: tuple[str, ...] = typing.get_args(Kernels)  # `train.kernels`, declared in the config schema
 
 
 @dataclass(frozen=True)
