@@ -39,7 +39,7 @@ def test_choices_tables_are_the_schemas() -> None:
     from stride.optim.factory import OPTIMIZERS
     from stride.parallel.pipeline_plan import SCHEDULES
 
-    assert KERNEL_CHOICES == typing.get_args(Kernels)
+    assert typing.get_args(Kernels) == KERNEL_CHOICES
     assert set(OPTIMIZERS) == set(typing.get_args(OptimName))
     assert set(SCHEDULES) == set(typing.get_args(PipelineSchedule))
 
