@@ -146,6 +146,8 @@ def check_pipeline(layout: Layout, cfg: RunConfig, model: nn.Module) -> Pipeline
     if layout.pp == 1:
         return None
     blocks = blocks_of(model)
-    n_layers = len(blocks) if blocks is not None else None
+    if blocks is None:
+        raise ConfigError(f"`parallel.pp` = {layout.pp} needs the model's layers in `model.{plan_of(model).blocks}` "
+                          "(an nn.ModuleList; a model names it in its `parallel_plan`, see stride.models.plan)")
     t = cfg.train
-    return plan_pipeline(cfg.parallel, n_layers, t.batch_size // layout.dp, t.grad_accum, compile_mode=t.compile)
+    return plan_pipeline(cfg.parallel, len(blocks), t.batch_size // layout.dp, t.grad_accum, compile_mode=t.compile)

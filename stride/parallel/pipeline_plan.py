@@ -80,8 +80,7 @@ def plan_pipeline(
     micro = p.microbatches or p.pp * v
     n = micro * grad_accum
     if n_layers is None:
-        raise ConfigError(f"`parallel.pp` = {p.pp} needs the model's layers in one nn.ModuleList, declared by its "
-                          "`parallel_plan` (stride.models.plan; default: `model.blocks`)")
+        raise ConfigError(f"`parallel.pp` = {p.pp} needs the model's layers in `model.blocks` (an nn.ModuleList)")
     if n_layers < p.pp * v:
         raise ConfigError(
             f"`parallel.pp` = {p.pp} x `parallel.pp_stages_per_rank` = {v} makes {p.pp * v} pipeline stages, "
