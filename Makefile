@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stride-installed
 
-.PHONY: setup test test-fast bench lint clean
+.PHONY: setup test test-fast bench lint lint-imports clean
 
 setup: $(STAMP)
 
@@ -26,8 +26,12 @@ test-fast: setup
 bench: setup
 	$(VENV)/bin/stride bench
 
-lint: setup
+lint: lint-imports
 	$(VENV)/bin/ruff check stride tests benchmarks
+
+# The layering contracts in pyproject.toml ([tool.importlinter]; docs/architecture.md).
+lint-imports: setup
+	$(VENV)/bin/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -32,8 +32,8 @@ from torch import nn
 
 from stride.config import load_config
 from stride.data.build import build_data
-from stride.models.layers import Attention, apply_rope
 from stride.models.registry import build_model
+from stride.models.transformer.layers import Attention, apply_rope
 
 
 class FusedAttention(nn.Module):

@@ -83,7 +83,8 @@ def interleaved(run: object, x: torch.Tensor, calls: int) -> dict[str, list[floa
 def worker(rank: int, port: int, sizes: list[int], rounds: int, target_s: float, pin: bool, calls: int,
            out: str) -> None:
     if pin and hasattr(os, "sched_setaffinity"):
-        from stride.bench.pinning import available_cores, pin_threads
+        from stride.bench.pinning import pin_threads
+        from stride.metrics.env import available_cores
 
         cores = available_cores()
         pin_threads(cores[rank % len(cores)])

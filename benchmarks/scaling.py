@@ -155,7 +155,8 @@ def diag_worker(out: str, variant: str, overrides: list[str]) -> None:
         data_parallel.DDP = NoBufferBroadcastDDP  # apply_ddp constructs it by this module-level name
 
     from stride.config import load_config
-    from stride.train.trainer import Callback, Trainer
+    from stride.train.callbacks import Callback
+    from stride.train.trainer import Trainer
 
     cfg = load_config(overrides=WORKLOAD + overrides)
 
@@ -372,9 +373,9 @@ def main() -> None:
         micro_worker(a.micro[0], int(a.micro[1]))
         return
 
-    from stride.bench.pinning import available_cores
     from stride.bench.workloads import Workload
     from stride.bench.world import world_sweep
+    from stride.metrics.env import available_cores
 
     sizes = [int(x) for x in a.world_sizes.split(",")]
     cores = len(available_cores())

@@ -14,6 +14,8 @@ import contextlib
 import os
 from dataclasses import dataclass
 
+from stride.metrics.env import available_cores
+
 ENV = "STRIDE_PIN_CORES"  # comma-separated core ids, in rank order; absent: no pinning
 
 
@@ -50,13 +52,6 @@ class CorePlan:
 
     def env(self) -> dict[str, str]:
         return {ENV: ",".join(map(str, self.assignment))} if self.pinned else {}
-
-
-def available_cores() -> tuple[int, ...]:
-    """Cores this process may run on (its affinity mask; all CPUs where the OS has no affinity call)."""
-    if hasattr(os, "sched_getaffinity"):
-        return tuple(sorted(os.sched_getaffinity(0)))
-    return tuple(range(os.cpu_count() or 1))
 
 
 def core_plan(world_size: int, pin: bool = True, cores: tuple[int, ...] | None = None) -> CorePlan:

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from stride.train.trainer import Callback
+from stride.train.callbacks import Callback
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,11 +27,10 @@ from stride.checkpoint.guard import StepGuard
 from stride.checkpoint.signals import REPEAT_WINDOW_S, Preempted, PreemptionSignal
 from stride.checkpoint.store import CheckpointStore, Choice
 from stride.config import config_hash, config_to_dict
+from stride.metrics.env import available_cores
+from stride.parallel.ranks import rank_and_world
 from stride.parallel.watchdog import collective
-from stride.train.trainer import Callback
-
-if TYPE_CHECKING:
-    from stride.train.trainer import Trainer
+from stride.train.callbacks import Callback, TrainerView
 
 
 def _log(msg: str) -> None:
@@ -51,21 +50,21 @@ class CheckpointCallback(Callback):
         self.stall_parts: dict[str, float] = {}  # what the stalls were made of, summed over saves
         self._meta_cache: dict[str, Any] | None = None
         self.staging = "loop"  # where async saves copy the state ("loop" | "background"), in on_fit_start
-        self._trainer: Trainer | None = None
+        self._trainer: TrainerView | None = None
         self.resumed: Choice | None = None
         self.resume_changes: list[str] = []  # allowed config differences from the checkpoint resumed
         self.rollbacks = 0
         self.last_saved: int | None = None
 
     # -- helpers -------------------------------------------------------------------------------
-    def _root(self, trainer: Trainer) -> Path:
+    def _root(self, trainer: TrainerView) -> Path:
         if self.root_override is not None:
             return self.root_override
         d = Path(trainer.cfg.checkpoint.dir)
         if d.is_absolute():
             return d
         run_path = str(trainer.run_dir.path) if trainer.run_dir is not None else None
-        if train_state.rank_and_world()[1] > 1:  # only rank 0 creates the run directory: take its path
+        if rank_and_world()[1] > 1:  # only rank 0 creates the run directory: take its path
             box = [run_path]
             with collective("checkpoint run-directory broadcast"):
                 dist.broadcast_object_list(box, src=0)
@@ -75,13 +74,13 @@ class CheckpointCallback(Callback):
                                   "give an absolute `checkpoint.dir` or enable the run directory")
         return Path(run_path) / d
 
-    def _meta(self, trainer: Trainer) -> dict[str, Any]:
+    def _meta(self, trainer: TrainerView) -> dict[str, Any]:
         if self._meta_cache is None:  # the config does not change during a run: build it once
             self._meta_cache = {"config": config_to_dict(trainer.cfg), "config_hash": config_hash(trainer.cfg),
-                                "world_size": train_state.rank_and_world()[1]}
+                                "world_size": rank_and_world()[1]}
         return self._meta_cache
 
-    def save(self, trainer: Trainer, *, final: bool = False) -> float:
+    def save(self, trainer: TrainerView, *, final: bool = False) -> float:
         """Checkpoint the trainer's current step; returns (and books) the stall in seconds."""
         assert self.store is not None and self.guard is not None
         asynchronous = trainer.cfg.checkpoint.async_save and not final
@@ -100,7 +99,7 @@ class CheckpointCallback(Callback):
         self.last_saved = trainer.step
         return stall
 
-    def _load(self, trainer: Trainer, choice: Choice) -> None:
+    def _load(self, trainer: TrainerView, choice: Choice) -> None:
         assert self.store is not None and self.guard is not None and choice.folder is not None
         self.store.wait()
         loaded = self.store.load(choice.folder, lambda keys: train_state.load_template(trainer, keys))
@@ -109,7 +108,7 @@ class CheckpointCallback(Callback):
         for note in notes:
             self.log(note)
 
-    def _check_config(self, trainer: Trainer, choice: Choice) -> list[str]:
+    def _check_config(self, trainer: TrainerView, choice: Choice) -> list[str]:
         """Refuse a checkpoint of another experiment (unless forced); returns the allowed differences.
 
         Layout and execution keys (stride.checkpoint.config_diff.ALLOWED, e.g. `parallel.dp_shard`,
@@ -118,7 +117,7 @@ class CheckpointCallback(Callback):
         meta = choice.meta or {}
         diff = config_diff(meta.get("config", {}), config_to_dict(trainer.cfg))
         allowed = list(diff.allowed)
-        saved_world, world = meta.get("world_size"), train_state.rank_and_world()[1]
+        saved_world, world = meta.get("world_size"), rank_and_world()[1]
         if saved_world is not None and saved_world != world:
             allowed.insert(0, f"world size: {saved_world} (checkpoint) -> {world} (now)")
         if not diff.refused:
@@ -135,11 +134,10 @@ class CheckpointCallback(Callback):
         )
 
     # -- hooks ---------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         c = trainer.cfg.checkpoint
         self.store = CheckpointStore(self._root(trainer), c.keep_last, c.keep_every, c.verify == "checksum", self.log)
         self.guard = StepGuard(c.nan_rollback_after, c.spike_threshold, c.spike_window, c.spike_action, self.log)
-        trainer.step_guard = self.guard
         self.guard.stop_request = lambda: self.signal.received or 0
         self._trainer = trainer
         self.guard.before_update = self._fence
@@ -173,6 +171,11 @@ class CheckpointCallback(Callback):
         if c.save_on_signal:
             self.signal.install()
 
+    def before_optimizer_step(self, trainer: TrainerView, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
+        """The step guard's verdict, the same on every rank: a non-finite loss or norm, or a spike, skips it."""
+        assert self.guard is not None
+        return self.guard.allow(trainer, loss, grad_norm)
+
     def _fence(self) -> None:
         """Before the optimizer step: wait for the previous save's background copy (booked as a stall)."""
         if self.store is None or not self.store.staging or self._trainer is None:
@@ -184,7 +187,7 @@ class CheckpointCallback(Callback):
         self.stall_s += waited
         self.stall_parts["fence_wait_s"] = self.stall_parts.get("fence_wait_s", 0.0) + waited
 
-    def on_step_end(self, trainer: Trainer) -> None:
+    def on_step_end(self, trainer: TrainerView) -> None:
         assert self.store is not None and self.guard is not None
         c = trainer.cfg.checkpoint
         self.store.poll()
@@ -212,7 +215,7 @@ class CheckpointCallback(Callback):
         if c.every and trainer.step % c.every == 0 and trainer.step < trainer.cfg.train.steps:
             trainer.timer.add("checkpoint", self.save(trainer))
 
-    def _agreed_stop(self, trainer: Trainer) -> int:
+    def _agreed_stop(self, trainer: TrainerView) -> int:
         """The signal every rank stops on at the end of this step (0: none).
 
         One rank: its own flag. Several: what the step guard's vote said for this step; a signal that
@@ -223,7 +226,7 @@ class CheckpointCallback(Callback):
         if not trainer.cfg.checkpoint.save_on_signal:
             return 0
         local = self.signal.received or 0
-        if train_state.rank_and_world()[1] == 1:
+        if rank_and_world()[1] == 1:
             return local
         vote = self.guard.stop_vote
         if vote is not None and vote[0] == trainer.step:
@@ -233,7 +236,7 @@ class CheckpointCallback(Callback):
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return int(flag.item())
 
-    def _rollback(self, trainer: Trainer, reason: str) -> None:
+    def _rollback(self, trainer: TrainerView, reason: str) -> None:
         assert self.store is not None
         c = trainer.cfg.checkpoint
         self.store.wait()
@@ -249,7 +252,7 @@ class CheckpointCallback(Callback):
         self.log(f"{reason}: rolled back from step {at} to {choice.folder.name} "
                  f"(rollback {self.rollbacks} of at most {c.max_rollbacks})")
 
-    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+    def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         assert self.store is not None and self.guard is not None
         if trainer.cfg.checkpoint.save_at_end and self.last_saved != trainer.step:
             self.save(trainer, final=True)
@@ -293,19 +296,11 @@ def choose_staging(asked: str, device: torch.device, buffers: list[str]) -> tupl
                         f"async saves copy the state in the step loop (checkpoint.staging = {asked} not followed)")
     if asked == "background" or device.type == "cuda":
         return "background", ""
-    ranks, cores, threads = _local_ranks(), _cores(), torch.get_num_threads()
+    ranks, cores, threads = _local_ranks(), len(available_cores()), torch.get_num_threads()
     if ranks == 1 or cores > ranks * threads:
         return "background", ""
     return "loop", (f"checkpoint.staging = auto: {ranks} ranks x {threads} threads on {cores} cores leave no core for "
                     "a background copy, so async saves copy the state in the step loop (staging=background forces it)")
-
-
-def _cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _local_ranks() -> int:
@@ -313,7 +308,7 @@ def _local_ranks() -> int:
     return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
-def _state_buffers(model: Any) -> list[str]:
+def _state_buffers(model: torch.nn.Module) -> list[str]:
     """Names in the model's state dict that are not parameters (buffers, e.g. BatchNorm running stats)."""
     params = {name for name, _ in model.named_parameters()}
     return [k for k in model.state_dict() if k not in params]

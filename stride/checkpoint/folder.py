@@ -24,9 +24,9 @@ from stride.checkpoint.errors import CheckpointError, CheckpointLoadError
 from stride.checkpoint.manifest import verify
 from stride.checkpoint.retention import Lineage, read_manifest
 from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner, check_checkpoint
-from stride.checkpoint.train_state import rank_and_world
-from stride.metrics import run_lock
-from stride.metrics.owner import parse, remove_abandoned, tagged_name, this_host
+from stride.files import run_lock
+from stride.files.owner import parse, remove_abandoned, tagged_name, this_host
+from stride.parallel.ranks import rank_and_world
 from stride.parallel.watchdog import backend_timeout, collective
 
 # One process without a process group is a supported case (no_dist=True), not something to warn about.

@@ -1,6 +1,6 @@
 """Step guard: a non-finite loss or gradient norm skips the update; K in a row, or a loss spike, asks for a rollback.
 
-The trainer calls `allow()` after backward and before the optimizer step. Reading the loss and the
+The checkpoint callback asks `allow()` after backward and before the optimizer step. Reading the loss and the
 norm as Python floats synchronises with the device once per step; that is the price of never
 applying a NaN update (on CPU it costs nothing measurable).
 """
@@ -11,15 +11,14 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from stride.parallel.ranks import rank_and_world
 from stride.parallel.watchdog import collective
-
-if TYPE_CHECKING:
-    from stride.train.trainer import Trainer
+from stride.train.callbacks import TrainerView
 
 MIN_HISTORY = 8  # losses needed before the spike detector judges
 ROLLBACK = 256  # in the vote's second float: above every signal number (a stop request)
@@ -61,12 +60,12 @@ class StepGuard:
         self.stop_request: Callable[[], int] | None = None
         self.stop_vote: tuple[int, int] | None = None  # (step, the signal any rank asked to stop on; 0: none)
 
-    def allow(self, trainer: Trainer, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
+    def allow(self, trainer: TrainerView, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
         """Whether the optimizer may apply this step's gradients (the same answer on every rank)."""
         if self.before_update is not None:
             self.before_update()
         ok = self._judge(trainer, loss, grad_norm)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if rank_and_world()[1] > 1:
             # Each rank judges its own loss; one rank skipping alone would desynchronise the replicas.
             # A preemption signal reaches ranks at different moments: its flag rides on this vote, so all
             # ranks stop after the same step. It is encoded into the second float, not added as a third:
@@ -84,10 +83,10 @@ class StepGuard:
             self.stop_vote = (trainer.step + 1, stop)
         return ok
 
-    def _judge(self, trainer: Trainer, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
+    def _judge(self, trainer: TrainerView, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
         step = trainer.step + 1
         loss_v = float(loss)
-        scaled = trainer.precision.scaler is not None  # fp16: the GradScaler skips inf/NaN steps itself
+        scaled = trainer.loss_scaled  # fp16: the GradScaler skips inf/NaN steps itself
         if grad_norm is None and not scaled:
             grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
             grad_norm = torch.nn.utils.get_total_norm(grads) if grads else None

@@ -31,7 +31,7 @@ from typing import Any
 
 from stride.checkpoint.manifest import FORMATS, MANIFEST
 from stride.checkpoint.safe_read import META, check_checkpoint
-from stride.metrics.owner import tagged_name
+from stride.files.owner import tagged_name
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 Layout: `<root>/step_00000040/` holds DCP shards (`__<rank>_<i>.distcp`), DCP's `.metadata`, `meta.json`
 (step, config) and `manifest.json` (sizes, XXH3-128 checksums, the run's lineage). A save writes
-`<root>/.tmp-stride-<host>-<pid>-step_00000040/` (rank 0's host and pid: stride.metrics.owner); every rank
+`<root>/.tmp-stride-<host>-<pid>-step_00000040/` (rank 0's host and pid: stride.files.owner); every rank
 checksums its own files and all ranks agree on the outcome before rank 0 writes the manifest and renames
 the folder into place, so a crash or a failure on any rank leaves either the complete folder or a tagged
 temporary one that is never loaded and is removed at the next start. The folder itself (lock, clean-up,
@@ -267,10 +267,6 @@ class CheckpointStore(CheckpointFolder):
                 use_pinned_memory=False, use_shared_memory=False, use_async_staging=in_background,
                 use_non_blocking_copy=False))
         return self._stagers[in_background]
-
-    @property
-    def in_flight(self) -> bool:
-        return self._inflight is not None and not self._inflight.done()
 
     def close(self) -> None:
         try:

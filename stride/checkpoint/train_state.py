@@ -1,4 +1,4 @@
-"""What a checkpoint holds, gathered from a Trainer and put back into one.
+"""What a checkpoint holds, gathered from a trainer and put back into one (through `TrainerView`).
 
 Tensors (model, optimizer, RNG states) go through DCP, so each rank writes its own shards and a
 load may use another world size or layout (`get_state_dict`/`set_state_dict` handle FSDP and DDP).
@@ -8,19 +8,15 @@ travel as one JSON string per section: DCP stores a string as bytes, and JSON ne
 
 from __future__ import annotations
 
-import copy
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from stride.checkpoint.rng import capture_rng, restore_rng
-from stride.train.batches import endless
-
-if TYPE_CHECKING:
-    from stride.train.trainer import Trainer
+from stride.parallel.ranks import rank_and_world
+from stride.train.callbacks import TrainerView
 
 
 def _options(flat: bool) -> StateDictOptions:
@@ -29,12 +25,6 @@ def _options(flat: bool) -> StateDictOptions:
     `param_groups[0].params` list every rank saves would collide under one key. Flat keys also load
     into another layout (pp=2 -> pp=1). Other runs keep the nested form; a load follows the file."""
     return StateDictOptions(flatten_optimizer_state_dict=flat)
-
-
-def rank_and_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def _json(obj: Any) -> str:
@@ -50,35 +40,20 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, default=default)
 
 
-def data_state(trainer: Trainer) -> dict[str, Any]:
-    """The data position: the source's own state_dict, else the number of batches to replay."""
-    data = trainer.train_data
-    if hasattr(data, "state_dict") and hasattr(data, "load_state_dict"):
-        return {"kind": "state_dict", "state": copy.deepcopy(data.state_dict())}
-    return {"kind": "replay", "batches": trainer.step}
-
-
-def capture(trainer: Trainer, guard_state: dict[str, Any]) -> dict[str, Any]:
+def capture(trainer: TrainerView, guard_state: dict[str, Any]) -> dict[str, Any]:
     """The state dict handed to dcp.save / async_save (tensors are live references: DCP stages them)."""
     rank, _ = rank_and_world()
-    flat = bool(getattr(trainer.par, "pipelined", False))
-    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=_options(flat))
-    extras = {
-        "step": trainer.step,
-        "skipped_steps": trainer.skipped_steps,
-        "scheduler": trainer.scheduler.state_dict(),
-        "scaler": trainer.precision.state_dict(),
-        "guard": guard_state,
-    }
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=_options(trainer.pipelined))
+    extras = {**trainer.state_dict(), "guard": guard_state}  # step, skipped_steps, scheduler, scaler
     return {
         "model": model_sd,
         "optim": optim_sd,
         "train": _json(extras),
-        f"rank{rank}": {"rng": capture_rng(), "data": _json(data_state(trainer))},
+        f"rank{rank}": {"rng": capture_rng(), "data": _json(trainer.data_position())},
     }
 
 
-def load_template(trainer: Trainer, saved_keys: set[str]) -> dict[str, Any]:
+def load_template(trainer: TrainerView, saved_keys: set[str]) -> dict[str, Any]:
     """A state dict of the right structure for dcp.load; this rank's section only if it was saved."""
     rank, _ = rank_and_world()
     flat = "optim.param_groups.0.params" not in saved_keys  # nested form: a list of names per group
@@ -94,45 +69,20 @@ def load_template(trainer: Trainer, saved_keys: set[str]) -> dict[str, Any]:
     return out
 
 
-def apply(trainer: Trainer, loaded: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def apply(trainer: TrainerView, loaded: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Put a loaded state into the trainer; returns (guard state, notes on what could not be restored)."""
     rank, _ = rank_and_world()
     notes: list[str] = []
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=loaded["model"],
                    optim_state_dict=loaded["optim"], options=_options("param_groups" not in loaded["optim"]))
     extras = json.loads(loaded["train"])
-    trainer.step = int(extras["step"])
-    trainer.skipped_steps = int(extras["skipped_steps"])
-    trainer.scheduler.load_state_dict(extras["scheduler"])
-    trainer.precision.load_state_dict(extras["scaler"])
+    trainer.load_state_dict(extras)
     section = loaded.get(f"rank{rank}")
     if section is None:
         notes.append(f"the checkpoint has no RNG or data state for rank {rank} (saved with fewer ranks): "
                      "this rank keeps its seeded RNG and replays its data from the start")
-        _restore_data(trainer, {"kind": "replay", "batches": trainer.step})
+        trainer.resume_data({"kind": "replay", "batches": trainer.step})
     else:
-        _restore_data(trainer, json.loads(section["data"]))
+        trainer.resume_data(json.loads(section["data"]))
         notes += restore_rng(section["rng"])
     return extras.get("guard") or {}, notes
-
-
-def _restore_data(trainer: Trainer, state: dict[str, Any]) -> None:
-    """Rebuild the trainer's batch stream so the next batch is the one after the checkpointed step.
-
-    setup() already drew the first batch into the trainer's prefetch slot; it is dropped here, as
-    it belongs to step 0 of a fresh run. A position at the very end of an epoch moves to the start of
-    the next, which is where the uninterrupted iterator would go.
-    """
-    data = trainer.train_data
-    trainer._pending = None  # the prefetched first batch of a fresh start  # noqa: SLF001
-    if state["kind"] == "state_dict" and hasattr(data, "load_state_dict"):
-        data.load_state_dict(state["state"])
-        epoch = int(getattr(data, "epoch", 0))
-        if hasattr(data, "position") and hasattr(data, "__len__") and data.position >= len(data):
-            data.load_state_dict({**state["state"], "epoch": epoch + 1, "position": 0})
-            epoch += 1
-        trainer.stream = endless(data, start_epoch=epoch)
-        return
-    trainer.stream = endless(data)
-    for _ in range(int(state.get("batches", trainer.step))):
-        next(trainer.stream)

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from stride.profile.analyze import analyze_traces, local_dtype_speeds
+from stride.metrics.dtype_speed import speeds_of_trace
+from stride.profile.analyze import analyze_traces
 from stride.profile.errors import TraceError
 
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = analyze_traces(args.paths, hta_compatible=args.hta_compatible,
                                 include_last_step=args.include_last_step, top_k=args.top,
-                                dtype_speeds=local_dtype_speeds)
+                                dtype_speeds=lambda t: speeds_of_trace(t.has_device, t.meta.get("host_name")))
     except TraceError as exc:
         print(f"stride analyze: {exc}", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ import sys
 # (command name, module under stride.cli, one-line help). Add new commands here.
 COMMANDS: list[tuple[str, str, str]] = [
     ("train", "train", "train a workload from a TOML config"),
+    ("config", "config", "show every config key: its value, default, choices and what it does"),
     ("bench", "bench", "run the benchmark suite (default: quick) and print a table"),
     ("compare", "compare", "compare two results.json files against their run-to-run noise"),
     ("report", "report", "write report.html and summary.md from a bench results directory"),

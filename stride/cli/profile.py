@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     quiet_profiler()
     from stride.config import load_config
     from stride.config.errors import ConfigError
-    from stride.profile.analyze import analyze_traces, local_dtype_speeds
+    from stride.metrics.dtype_speed import speeds_of_trace
+    from stride.profile.analyze import analyze_traces
     from stride.train.profiling import ProfilerCallback, steps_needed
     from stride.train.trainer import Trainer
 
@@ -87,11 +88,10 @@ def run(args: argparse.Namespace) -> int:
     n = steps_needed(args.wait, args.warmup, args.steps)
     cfg = load_config(args.config, [*args.overrides, f"train.steps={n}", "train.val_every=0",
                                     "train.target_val_loss=none", "metrics.progress=false"])
-    trainer = Trainer(config=cfg, out=args.out)
     # every rank into the same folder (only rank 0 has a run directory object to ask)
     traces = Path(args.out) / "traces" if args.out else None  # None: <run dir>/traces
     cb = ProfilerCallback(traces, wait=args.wait, warmup=args.warmup, active=args.steps)
-    trainer.callbacks.append(cb)
+    trainer = Trainer(config=cfg, out=args.out, callbacks=[cb])
     result = trainer.fit()
     if rank != 0:
         return 0  # rank 0 analyses every rank's trace
@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if trainer.device.type == "cpu" and cfg.train.precision == "fp32" and world == 1:
         speeds = workload_speeds(args.config, args.overrides)
     report = analyze_traces([cb.out_dir], run_precision=cfg.train.precision,
-                            dtype_speeds=(lambda t: speeds) if speeds else local_dtype_speeds)
+                            dtype_speeds=(lambda t: speeds) if speeds
+                            else lambda t: speeds_of_trace(t.has_device, t.meta.get("host_name")))
     if speeds:
         report["dtype_speeds"] = {"basis": speeds.basis, "samples_per_s": speeds.per_dtype}  # the evidence
     if result.run_dir:

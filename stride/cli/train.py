@@ -48,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
                                rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
                                node_rank=args.node_rank)  # bad launcher flags fail first
         check_before_launch(cfg, (args.nproc or 1) * args.nnodes)  # a bad layout fails here, once, before any rank
-        if args.out and args.nnodes == 1:  # the ranks of this job hold the run folder as one (stride.metrics.run_lock)
-            from stride.metrics import run_lock
+        if args.out and args.nnodes == 1:  # the ranks of this job hold the run folder as one (stride.files.run_lock)
+            from stride.files import run_lock
 
             with run_lock.held(Path(args.out)) as lock:
                 return run_torchrun(cmd, {**launcher_env(cfg.train.threads or 1), **run_lock.env_for_ranks(lock)})

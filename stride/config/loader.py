@@ -1,75 +1,21 @@
 """Load a RunConfig from TOML files and dotted `--set key=value` overrides.
 
 Nothing is `eval`ed: override values are parsed as TOML literals (numbers, booleans, strings,
-arrays) and fall back to a bare string. Every key and type is checked against the dataclasses
-in `schema.py`, so an unknown key or wrong type is an error naming the key and where it came from.
+arrays) and fall back to a bare string. Every key, type, choice and range is checked against
+`schema.py`, so an unknown key or a wrong value is an error naming the key and where it came from.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import tomllib
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
 from stride.config.errors import ConfigError, suggest
+from stride.config.fields import coerce, fields_of
 from stride.config.schema import RunConfig
 from stride.config.validate import validate
-
-_NONE_WORDS = {"none", "null"}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
-    """Check `value` against annotation `tp`; return it converted (int -> float where allowed)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        is_none = value is None or (isinstance(value, str) and value.lower() in _NONE_WORDS)
-        if is_none and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key, where)
-            except ConfigError as exc:
-                errors.append(exc)
-        raise errors[0]
-    if origin is list:
-        (item_tp,) = typing.get_args(tp) or (Any,)
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: `{key}` expects a list, got {type(value).__name__} {value!r}")
-        return [_coerce(v, item_tp, f"{key}[{i}]", where) for i, v in enumerate(value)]
-    if tp is dict or origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: `{key}` expects a table, got {type(value).__name__} {value!r}")
-        return dict(value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: `{key}` expects true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: `{key}` expects an integer, got {type(value).__name__} {value!r}")
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{where}: `{key}` expects a number, got {type(value).__name__} {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{where}: `{key}` expects a string, got {type(value).__name__} {value!r}")
-    if tp is Any:
-        return value
-    raise ConfigError(f"{where}: `{key}` has an unsupported annotation {tp!r}")
 
 
 def _apply_table(cfg: RunConfig, table: dict[str, Any], where: str) -> None:
@@ -95,15 +41,14 @@ def set_key(cfg: RunConfig, dotted: str, value: Any, where: str = "--set") -> No
     sections = {f.name for f in dataclasses.fields(RunConfig)}
     if sec_name not in sections:
         raise ConfigError(f"{where}: unknown section `{sec_name}`{suggest(sec_name, sorted(sections))}")
-    section = getattr(cfg, sec_name)
-    hints = _hints(type(section))
-    if key not in hints:
-        full = [f"{sec_name}.{k}" for k in hints]
+    specs = fields_of(sec_name)
+    if key not in specs:
+        full = [f"{sec_name}.{k}" for k in specs]
         raise ConfigError(
             f"{where}: unknown key `{dotted}`{suggest(dotted, full)}; "
-            f"[{sec_name}] has {', '.join(hints)}"
+            f"[{sec_name}] has {', '.join(specs)}"
         )
-    setattr(section, key, _coerce(value, hints[key], dotted, where))
+    setattr(getattr(cfg, sec_name), key, coerce(value, specs[key].annotation, dotted, where))
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -119,6 +64,23 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def read_toml(p: Path) -> dict[str, Any]:
+    """A config file's table; a ConfigError naming the file when it is missing, unreadable, not text, or not TOML."""
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the config file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not a TOML config (not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset "
+                          f"{exc.start})") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
@@ -128,14 +90,7 @@ def load_config(
     """Defaults, then the TOML file (or an in-memory table), then the overrides; then validated."""
     cfg = RunConfig()
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            data = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
-        _apply_table(cfg, data, str(p))
+        _apply_table(cfg, read_toml(Path(path)), str(path))
     if table is not None:
         _apply_table(cfg, table, "config table")
     for text in overrides or []:

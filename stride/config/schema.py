@@ -1,166 +1,308 @@
-"""The typed run config: one object that flows through every stride command.
+"""The typed run config: one object that flows through every stride command, and the one place that
+says what each key is.
 
-Each section is a frozen-free dataclass so commands can read fields with attribute access and
-type checkers see every key. Validation of types and values lives in `loader.py`; the checks
-that relate several fields live in `validate.py`.
+Every field has a type (a `Literal` where the choices are a closed set), a default, the range or
+pattern the loader enforces (`Annotated[..., Range(...)]`), and a docstring below it: what it does,
+its unit, and when to change it. The loader (`loader.py`) checks types, choices and ranges from these
+annotations; `validate.py` checks what relates several fields; `stride config show` and
+docs/config.md are generated from this file. Code that needs a key's choices reads them here
+(`typing.get_args(Kernels)`), never from a copy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from stride.config.constraints import Length, Matches, Range
+
+Positive = Range(gt=0)
+NonNegative = Range(ge=0)
+Fraction = Range(ge=0, lt=1)
+
+Loss = Literal["mse", "huber", "quantile"]
+OptimName = Literal["adamw", "sgd", "adamw_triton", "adamw8bit", "adafactor"]
+OptimImpl = Literal["auto", "foreach", "fused", "for-loop"]
+Schedule = Literal["cosine", "constant"]
+Precision = Literal["fp32", "bf16", "fp16"]
+ActivationCheckpointing = Literal["none", "full", "every_k"]
+Compile = Literal["off", "model", "model+optimizer"]
+Kernels = Literal["torch", "triton", "compile"]
+Normalize = Literal["none", "train", "expanding", "rolling"]
+BatchDtype = Literal["float32", "bfloat16"]
+PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv"]
+Backend = Literal["auto", "gloo", "nccl"]
+LowPrecision = Literal["none", "bf16", "fp16"]
+CommHook = Literal["none", "fp16", "bf16", "powersgd"]
+Staging = Literal["auto", "loop", "background"]
+Resume = Literal["auto", "never"]
+Verify = Literal["checksum", "size"]
+SpikeAction = Literal["log", "skip", "rollback"]
 
 
 @dataclass
 class ModelConfig:
-    """What to train. `name` is a registered workload or a `module:factory` string."""
+    """What to train."""
 
     name: str = "ts_transformer"
+    """A registered workload (ts_transformer, token_lm, mlp, lstm, tcn, deeplob) or `module:factory`, which
+    imports `module` (its code runs, as any plugin's does) and calls factory(n_features=, seq_len=, n_horizons=,
+    **kwargs)."""
     size: str = "tiny"
-    # Optional overrides of the named size (None keeps the size's value).
-    d_model: int | None = None
-    n_layers: int | None = None
-    n_heads: int | None = None
-    ffn_mult: float | None = None
-    patch_len: int = 1  # 1: one token per timestep; >1: non-overlapping patches
+    """A row of the workload's size table (tiny, small, base, large), which its override keys below amend."""
+    d_model: Annotated[int, Positive] | None = None
+    """Width of the residual stream (transformers) or of the layers (mlp, lstm, tcn, deeplob); None: the size's."""
+    n_layers: Annotated[int, Positive] | None = None
+    """Blocks in `model.blocks` (the unit of pipeline stages and checkpointing); None: the size's."""
+    n_heads: Annotated[int, Positive] | None = None
+    """Attention heads (transformers): d_model / n_heads must be even, and n_heads a multiple of parallel.tp."""
+    ffn_mult: Annotated[float, Positive] | None = None
+    """SwiGLU hidden size as a multiple of d_model (rounded to a multiple of 8); None: 8/3 (as many parameters as a
+    4x GELU MLP)."""
+    patch_len: Annotated[int, Positive] = 1
+    """Timesteps per token (non-overlapping patches): 1 is one token per step; p divides attention cost by p^2."""
     causal: bool = True
-    dropout: float = 0.0
-    loss: str = "mse"  # mse | huber | quantile
-    huber_delta: float = 1.0
-    quantiles: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
-    kwargs: dict = field(default_factory=dict)  # passed to a `module:factory` model
+    """Causal attention (the forecast pools the last token); false: bidirectional over the window, mean-pooled."""
+    dropout: Annotated[float, Fraction] = 0.0
+    """Dropout probability in the blocks; 0 for the throughput benchmarks."""
+    loss: Loss = "mse"
+    """Multi-horizon loss: mse, huber (robust to fat tails; see huber_delta), quantile (pinball over `quantiles`)."""
+    huber_delta: Annotated[float, Positive] = 1.0
+    """Huber loss: errors below this (in target units, ~1 std after scaling) are squared, above it linear."""
+    quantiles: list[Annotated[float, Range(gt=0, lt=1)]] = field(default_factory=lambda: [0.1, 0.5, 0.9])
+    """Quantile levels predicted with `loss = "quantile"` (one output per horizon and level)."""
+    kwargs: dict = field(default_factory=dict)
+    """Keyword arguments passed to a `module:factory` model (a TOML table)."""
 
 
 @dataclass
 class DataConfig:
-    """Where batches come from. `source` is `synthetic` or a `module:factory` string."""
+    """Where batches come from (docs/data.md)."""
 
     source: str = "synthetic"
-    n_assets: int = 8
-    n_steps: int = 8192  # timesteps per asset
-    seq_len: int = 64
-    horizons: list[int] = field(default_factory=lambda: [1, 5, 20])
-    val_fraction: float = 0.1
+    """synthetic (an in-process market simulator), store (an ingested store, see `store`), or `module:factory`,
+    which imports `module` and calls factory(cfg=, batch_size=, **kwargs) for a stride.data.DataBundle."""
+    n_assets: Annotated[int, Positive] = 8
+    """Synthetic source: number of assets simulated."""
+    n_steps: Annotated[int, Positive] = 8192
+    """Synthetic source: timesteps per asset."""
+    seq_len: Annotated[int, Positive] = 64
+    """Timesteps of history in each window (the model's input length; tokens = seq_len / model.patch_len)."""
+    horizons: Annotated[list[Annotated[int, Positive]], Length(min=1)] = field(default_factory=lambda: [1, 5, 20])
+    """Forecast horizons in timesteps: one target (forward log return) per horizon."""
+    val_fraction: Annotated[float, Range(gt=0, lt=1)] = 0.1
+    """Share of time (the latest) held out for validation."""
     seed: int = 0
-    kwargs: dict = field(default_factory=dict)  # passed to a `module:factory` data source
-    # Ingested store (`source = "store"`, see docs/data.md).
-    store: str = ""  # directory made by `stride data ingest`
-    columns: list[str] = field(default_factory=list)  # feature columns; empty: every column
-    target_column: str = "close"  # price column; targets are its forward log returns
-    normalize: str = "train"  # none | train (fitted on the train split) | expanding | rolling (causal, per symbol)
-    normalize_window: int = 0  # rows in each rolling statistics window (normalize = "rolling" only; >= 2)
-    embargo: int = -1  # rows between the last train target and the first validation end; -1: max horizon
-    test_fraction: float = 0.0  # held out after validation (not used by the trainer)
-    cross_days: bool = False  # let windows span a day boundary
-    batch_dtype: str = "float32"  # float32 | bfloat16: feature windows handed out (store source; targets float32)
-    # Loader (both sources).
-    prefetch: int = 2  # batches built ahead in a background thread; 0: none
-    pin_memory: bool = True  # pin batches for non_blocking host-to-device copies (CUDA only)
-    resident_mb: float = 0.0  # unmap a store's pages once its mapped pages pass this many MiB (flat RSS); 0: never
-    gather_threads: int = 1  # threads gathering each batch of windows (store source); >1 for many-core hosts
+    """Seed of the synthetic market and of the batch order."""
+    kwargs: dict = field(default_factory=dict)
+    """Keyword arguments passed to a `module:factory` data source (a TOML table)."""
+    store: str = ""
+    """Store source: the directory `stride data ingest` wrote."""
+    columns: list[str] = field(default_factory=list)
+    """Store source: feature columns the model sees, in this order; empty: every column."""
+    target_column: str = "close"
+    """Store source: the price column; targets are its forward log returns over `horizons`."""
+    normalize: Normalize = "train"
+    """none; train (per-column mean/std of the training split); expanding or rolling (causal, per symbol)."""
+    normalize_window: Annotated[int, NonNegative] = 0
+    """Rows in each rolling window (>= 2), with `normalize = "rolling"` only."""
+    embargo: Annotated[int, Range(ge=-1)] = -1
+    """Rows between the last training target and the first validation window end; -1: the largest horizon."""
+    test_fraction: Annotated[float, Fraction] = 0.0
+    """Share of time held out after validation, for a final test (the trainer never reads it)."""
+    cross_days: bool = False
+    """Let windows span a day boundary (store source); false keeps history and target inside one UTC day."""
+    batch_dtype: BatchDtype = "float32"
+    """Dtype of the feature windows handed out (store source; targets stay float32): bfloat16 moves half the bytes."""
+    prefetch: Annotated[int, NonNegative] = 2
+    """Batches built ahead in a background thread; 0: built in the step (raise it if the breakdown shows data wait)."""
+    pin_memory: bool = True
+    """Pin batches in host memory for non-blocking copies to the GPU (CUDA only)."""
+    resident_mb: Annotated[float, NonNegative] = 0.0
+    """MiB of mapped store pages after which they are unmapped (RSS stays flat; pages stay cached); 0: never."""
+    gather_threads: Annotated[int, Positive] = 1
+    """Threads gathering each batch of windows (store source); more only on hosts with cores and bandwidth to spare."""
 
 
 @dataclass
 class OptimConfig:
-    name: str = "adamw"  # adamw | sgd | adamw_triton | adamw8bit | adafactor (stride.optim.factory)
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    eps: float = 1e-8
-    momentum: float = 0.9  # sgd only
-    impl: str = "auto"  # auto | foreach | fused | for-loop
-    warmup_steps: int = 20
-    schedule: str = "cosine"  # cosine | constant
-    min_lr_ratio: float = 0.1
+    """The optimizer and its learning-rate schedule."""
+
+    name: OptimName = "adamw"
+    """adamw (torch), sgd, adamw_triton (one fused launch on GPU), adamw8bit (~2 B of state per parameter
+    instead of 8), adafactor (factored second moments)."""
+    lr: Annotated[float, Positive] = 1e-3
+    """Peak learning rate, reached after the warm-up."""
+    weight_decay: Annotated[float, NonNegative] = 0.01
+    """Decoupled weight decay (AdamW); L2 for sgd."""
+    betas: Annotated[list[Annotated[float, Fraction]], Length(2, 2)] = field(default_factory=lambda: [0.9, 0.95])
+    """Adam's moment decay rates (beta1, beta2)."""
+    eps: Annotated[float, Positive] = 1e-8
+    """Adam's denominator term."""
+    momentum: Annotated[float, Fraction] = 0.9
+    """SGD momentum (sgd only)."""
+    impl: OptimImpl = "auto"
+    """torch's implementation: auto (fused for AdamW, ~5x foreach on CPU; foreach for SGD), foreach, fused, for-loop."""
+    warmup_steps: Annotated[int, NonNegative] = 20
+    """Steps of linear warm-up from lr / warmup_steps to lr."""
+    schedule: Schedule = "cosine"
+    """After the warm-up: cosine decay to min_lr_ratio x lr at the last step, or constant."""
+    min_lr_ratio: Annotated[float, Range(gt=0, le=1)] = 0.1
+    """Final learning rate as a fraction of lr (cosine schedule)."""
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 200
-    batch_size: int = 64  # global batch, split into grad_accum micro-batches
-    grad_accum: int = 1
-    precision: str = "fp32"  # fp32 | bf16 | fp16
-    grad_clip: float | None = 1.0
-    activation_checkpointing: str = "none"  # none | full | every_k
-    ac_every: int = 2  # with activation_checkpointing = every_k
-    compile: str = "off"  # off | model | model+optimizer
-    kernels: str = "torch"  # torch | triton | compile
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    """The loop and the efficiency switches applied to the model from outside."""
+
+    steps: Annotated[int, Positive] = 200
+    """Optimizer steps to run (a resumed run counts from its checkpoint's step)."""
+    batch_size: Annotated[int, Positive] = 64
+    """Global batch in samples (all ranks together), split into grad_accum micro-batches."""
+    grad_accum: Annotated[int, Positive] = 1
+    """Micro-batches per optimizer step: the same update in less activation memory, one gradient sync per step."""
+    precision: Precision = "fp32"
+    """Autocast dtype: bf16 (no loss scaling needed), fp16 (dynamic loss scaling); parameters stay fp32."""
+    grad_clip: Annotated[float, Positive] | None = 1.0
+    """Clip the global gradient L2 norm to this; None: no clipping (and no norm computed)."""
+    activation_checkpointing: ActivationCheckpointing = "none"
+    """Recompute blocks in backward instead of keeping their activations: full (every block) or every_k."""
+    ac_every: Annotated[int, Positive] = 2
+    """With activation_checkpointing = every_k: checkpoint every k-th block."""
+    compile: Compile = "off"
+    """torch.compile the model, or the model and the optimizer step (first steps pay the compile time)."""
+    kernels: Kernels = "torch"
+    """Norms, SwiGLU, RoPE and the loss as torch ops, fused Triton kernels (GPU), or torch.compile'd references."""
+    device: Annotated[str, Matches(r"auto|cpu|cuda(:\d+)?", "auto, cpu, cuda or cuda:N")] = "auto"
+    """auto (cuda if available), cpu, cuda or cuda:N; under a launcher each rank takes cuda:LOCAL_RANK."""
     seed: int = 0
+    """Seed of torch, NumPy and Python's RNGs (model initialisation, dropout)."""
     deterministic: bool = False
-    val_every: int = 50
-    val_batches: int = 8
+    """Deterministic algorithms only (torch.use_deterministic_algorithms): bitwise repeatable runs, maybe slower."""
+    val_every: Annotated[int, NonNegative] = 50
+    """Steps between validations (and at the last step); 0: never validate."""
+    val_batches: Annotated[int, Positive] = 8
+    """Validation batches per validation."""
     target_val_loss: float | None = None
-    threads: int | None = None  # torch intra-op threads; None keeps torch's default
+    """Stop when the validation loss reaches this (time to target in summary.json); None: run every step."""
+    threads: Annotated[int, Positive] | None = None
+    """torch intra-op threads per process; None keeps torch's default (all cores; 1 per rank under --nproc)."""
     name: str = "run"
+    """Name of the run: the run directory's suffix and the progress bar's label."""
 
 
 @dataclass
 class ParallelConfig:
-    """Degrees of each parallelism on one DeviceMesh (stride.parallel); their product is the world size.
+    """Degrees of each parallelism on one DeviceMesh (docs/parallel.md); their product is the world size.
 
     With every degree 1 under a launcher of N processes, dp_replicate becomes N (plain DDP).
     """
 
-    dp_replicate: int = 1  # DDP (or the replicate dim of HSDP when dp_shard > 1)
-    dp_shard: int = 1  # FSDP2 fully_shard
-    tp: int = 1  # tensor parallel (parallelize_module), sequence parallel for norms
-    pp: int = 1  # pipeline-parallel ranks (stride.parallel.pipeline): each runs a slice of model.blocks
-    pp_schedule: str = "1f1b"  # gpipe | 1f1b | interleaved_1f1b | zero_bubble | zbv (torch.distributed.pipelining)
-    microbatches: int = 0  # pipeline microbatches per accumulation step; 0 = one per stage (pp x stages per rank)
-    pp_stages_per_rank: int = 0  # model chunks per rank; 0 = 1 (gpipe, 1f1b) or 2 (interleaved_1f1b, zero_bubble, zbv)
-    backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | gloo | nccl
-    sequence_parallel: bool = True  # with tp > 1: norms and the residual stream sharded along time
-    reshard_after_forward: bool = True  # FSDP2: free gathered params after forward (ZeRO-3) or keep (ZeRO-2)
-    mp_param_dtype: str = "none"  # FSDP2 MixedPrecisionPolicy param dtype: none | bf16 | fp16 (reduce in fp32)
-    ddp_bucket_mb: float = 25.0  # DDP gradient bucket size
-    gradient_as_bucket_view: bool = True  # DDP: grads alias the buckets (no copy, less memory)
-    static_graph: bool = False  # DDP static_graph
-    comm_hook: str = "none"  # DDP: none | fp16 | bf16 | powersgd (one bucket on gloo)
-    powersgd_rank: int = 2  # DDP PowerSGD matrix rank
-    comm_timing: bool = True  # DDP: time each bucket's all-reduce to split exposed from hidden comm
-    collective_timeout_s: float = 600.0  # a rank blocked this long in a collective ends the job, naming it
+    dp_replicate: Annotated[int, Positive] = 1
+    """DDP replicas (or the replicate dimension of HSDP when dp_shard > 1)."""
+    dp_shard: Annotated[int, Positive] = 1
+    """FSDP2 shards: parameters, gradients and optimizer state split over this many ranks."""
+    tp: Annotated[int, Positive] = 1
+    """Tensor-parallel ranks: each block's attention heads and MLP split over them (the model declares its plan)."""
+    pp: Annotated[int, Positive] = 1
+    """Pipeline-parallel ranks: each runs a contiguous slice of the model's blocks."""
+    pp_schedule: PipelineSchedule = "1f1b"
+    """Pipeline schedule (torch.distributed.pipelining): more stages per rank and zero bubble shrink the idle time."""
+    microbatches: Annotated[int, NonNegative] = 0
+    """Pipeline microbatches per accumulation step; 0: one per stage (pp x stages per rank)."""
+    pp_stages_per_rank: Annotated[int, NonNegative] = 0
+    """Model chunks per pipeline rank; 0: 1 (gpipe, 1f1b) or 2 (interleaved_1f1b, zero_bubble, zbv)."""
+    backend: Backend = "auto"
+    """Process-group backend: auto is nccl on CUDA, gloo on CPU."""
+    sequence_parallel: bool = True
+    """With tp > 1: norms and the residual stream sharded along time (less activation memory, same bytes sent)."""
+    reshard_after_forward: bool = True
+    """FSDP2: free gathered parameters after forward (ZeRO-3, less memory) or keep them for backward (ZeRO-2)."""
+    mp_param_dtype: LowPrecision = "none"
+    """FSDP2 mixed precision: gather and compute parameters in bf16 or fp16 (gradients reduced in fp32)."""
+    ddp_bucket_mb: Annotated[float, Positive] = 25.0
+    """DDP gradient bucket size in MiB: larger buckets mean fewer all-reduces, later overlap."""
+    gradient_as_bucket_view: bool = True
+    """DDP: gradients alias the communication buckets (no copy, less memory)."""
+    static_graph: bool = False
+    """DDP static_graph: the same parameters are used every step (enables some optimisations)."""
+    comm_hook: CommHook = "none"
+    """DDP gradient compression: fp16 or bf16 casts, powersgd (low rank; one bucket on gloo). Changes the loss."""
+    powersgd_rank: Annotated[int, Positive] = 2
+    """PowerSGD matrix rank: higher is closer to the exact gradient and sends more."""
+    comm_timing: bool = True
+    """DDP: time each bucket's all-reduce to split exposed from hidden communication in summary.json."""
+    collective_timeout_s: Annotated[float, Positive] = 600.0
+    """Seconds a rank may wait in one collective before the job ends, naming the rank, the operation and the step."""
 
 
 @dataclass
 class CheckpointConfig:
-    """DCP checkpoints under `<run dir>/<dir>`, auto-resume, and what to do on faults (stride.checkpoint)."""
+    """DCP checkpoints under `<run dir>/<dir>`, auto-resume, and what to do on faults (docs/checkpoint.md)."""
 
     enabled: bool = False
-    every: int = 0  # steps between saves; 0 = only at the end
-    keep_last: int = 2
-    keep_every: int = 0  # also keep every checkpoint whose step is a multiple of this (0: none)
-    dir: str = "checkpoints"  # relative to the run directory (or an absolute path)
-    async_save: bool = False  # stage to CPU and write in the background (DCP async_save)
-    # async saves' CPU copy: "loop" (the step loop waits for it), "background" (a thread, until the next
-    # optimizer step; a model with buffers falls back to the loop), "auto": background, except on a CPU node
-    # whose ranks take every core (there the copy slowed DDP steps 6-7 %; docs/checkpoint.md, Async saves)
-    staging: str = "auto"
-    resume: str = "auto"  # auto: newest valid checkpoint in dir, if any | never
-    force_resume: bool = False  # resume even when the checkpoint's config differs
-    verify: str = "checksum"  # checksum: check every file's XXH3-128 before loading | size: sizes only
+    """Save checkpoints and resume from the newest valid one."""
+    every: Annotated[int, NonNegative] = 0
+    """Steps between saves; 0: only at the end (and on a stop signal)."""
+    keep_last: Annotated[int, Positive] = 2
+    """Newest checkpoints kept; older ones are deleted after a newer one is committed."""
+    keep_every: Annotated[int, NonNegative] = 0
+    """Also keep every checkpoint whose step is a multiple of this; 0: none."""
+    dir: Annotated[str, Matches(r"(?s).*\S.*", "a folder (relative to the run directory, or absolute)")] = "checkpoints"
+    """Where checkpoints go: relative to the run directory, or an absolute path."""
+    async_save: bool = False
+    """Stage the state to CPU and write it in the background (DCP async_save): the loop stalls for the copy only."""
+    staging: Staging = "auto"
+    """Async saves' CPU copy: loop (the step waits), background (a thread, until the next optimizer step), auto:
+    background, except on a CPU node whose ranks take every core (there it slowed DDP steps 6-7 %)."""
+    resume: Resume = "auto"
+    """auto: continue from the newest valid checkpoint in `dir`, if any; never: start fresh."""
+    force_resume: bool = False
+    """Resume even when the checkpoint was written with a config that differs in what is trained."""
+    verify: Verify = "checksum"
+    """Before loading: check every file's XXH3-128 checksum, or only its size (faster on huge checkpoints)."""
     save_at_end: bool = True
-    save_on_signal: bool = True  # SIGTERM / SIGUSR1: final checkpoint, then exit 0
-    nan_rollback_after: int = 3  # this many non-finite steps in a row roll back (0: never roll back)
-    max_rollbacks: int = 3  # then the run fails instead of looping
-    spike_threshold: float | None = None  # loss > threshold x running median counts as a spike
-    spike_window: int = 50  # steps in the running median
-    spike_action: str = "log"  # log | skip | rollback
+    """Save after the last step."""
+    save_on_signal: bool = True
+    """SIGTERM / SIGUSR1: every rank saves the same step, then exits 0 (run the same command to resume)."""
+    nan_rollback_after: Annotated[int, NonNegative] = 3
+    """Non-finite steps in a row (each skipped) after which the run rolls back to the last checkpoint; 0: never."""
+    max_rollbacks: Annotated[int, NonNegative] = 3
+    """Rollbacks after which the run fails instead of looping."""
+    spike_threshold: Annotated[float, Range(gt=1)] | None = None
+    """A loss above this multiple of the running median is a spike; None: no spike detection."""
+    spike_window: Annotated[int, Positive] = 50
+    """Steps in the running median of the loss."""
+    spike_action: SpikeAction = "log"
+    """On a spike: log it, skip the update, or roll back to the last checkpoint."""
 
 
 @dataclass
 class MetricsConfig:
-    log_every: int = 10
+    """What the run records beside training, and where."""
+
+    log_every: Annotated[int, Positive] = 10
+    """Steps between metrics.jsonl records (and progress lines); the last step is always logged."""
     progress: bool = True
+    """A progress bar on a terminal, log lines elsewhere."""
     out_dir: str = "runs"
-    flops: bool = True  # count FLOPs once with torch.utils.flop_counter for MFU
-    skip_steps: int = 3  # warm-up steps left out of throughput and breakdown (compile, allocator)
-    peak_flops: float | None = None  # override the device peak (FLOP/s) used for MFU
-    # Observers (stride.metrics.observe), beside metrics.jsonl.
-    tensorboard: bool = False  # TensorBoard scalars under <run dir>/tensorboard
-    prometheus: bool = False  # serve /metrics for a Prometheus scraper while training
-    prometheus_host: str = "127.0.0.1"  # localhost unless told otherwise
-    prometheus_port: int = 0  # 0: pick a free port (written to <run dir>/prometheus.json)
-    system_sample_s: float = 1.0  # CPU/RSS (and NVML where present) sampling period; 0: off
+    """Parent of run directories `<out_dir>/<stamp>-<train.name>` (`--out` names the run directory itself)."""
+    flops: bool = True
+    """Count FLOPs once (torch.utils.flop_counter) for MFU."""
+    skip_steps: Annotated[int, NonNegative] = 3
+    """Warm-up steps left out of throughput and the breakdown (compile, allocator)."""
+    peak_flops: Annotated[float, Positive] | None = None
+    """Peak FLOP/s used for MFU; None: the datasheet (GPUs) or a measured 1024^3 matmul (CPU)."""
+    tensorboard: bool = False
+    """TensorBoard scalars under <run dir>/tensorboard."""
+    prometheus: bool = False
+    """Serve /metrics for a Prometheus scraper while training."""
+    prometheus_host: Annotated[str, Matches(r"(?s).*\S.*", "an address to bind (127.0.0.1: localhost)")] = "127.0.0.1"
+    """Address the endpoint binds: localhost unless told otherwise."""
+    prometheus_port: Annotated[int, Range(ge=0, le=65535)] = 0
+    """Port of the endpoint; 0: a free one, written to <run dir>/prometheus.json."""
+    system_sample_s: Annotated[float, NonNegative] = 1.0
+    """Seconds between samples of CPU, RSS and NVML GPU health (<run dir>/system.jsonl); 0: off."""
 
 
 @dataclass

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from stride.config.errors import ConfigError
+from stride.config.plugins import call_factory
 from stride.config.schema import DataConfig
 from stride.data.loader import ShardedLoader
 from stride.data.synthetic import forward_targets, generate_market
@@ -66,10 +67,5 @@ def build_data(cfg: DataConfig, batch_size: int) -> DataBundle:
     if cfg.source == "store":
         return build_store(cfg, batch_size)
     if ":" in cfg.source:
-        from stride.models.registry import load_factory
-
-        out = load_factory(cfg.source, "data.source")(cfg=cfg, batch_size=batch_size, **cfg.kwargs)
-        if not isinstance(out, DataBundle):
-            raise ConfigError(f"`data.source` = {cfg.source!r} must return stride.data.DataBundle")
-        return out
+        return call_factory(cfg.source, "data.source", DataBundle, cfg=cfg, batch_size=batch_size, **cfg.kwargs)
     raise ConfigError(f"`data.source` = {cfg.source!r}: expected `synthetic`, `store` or `module:factory`")

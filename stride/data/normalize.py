@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stride.metrics.owner import remove_abandoned, tagged_name
+from stride.files.owner import remove_abandoned, tagged_name
 
 CHUNK = 1 << 16  # rows per chunk for `expanding`, `select` and train statistics
 ROLLING_BLOCK = 1 << 12  # output rows per chunk for `rolling` (at least `window`)

@@ -10,7 +10,7 @@ windows from the memory map, and opening costs nothing (no decode, unlike Parque
 manifest written last and a rename: a store is valid only once `manifest.json` exists, and the
 directory only gets its name when everything in it is complete, so an interrupted ingestion leaves
 at most a tagged `.tmp-stride-<host>-<pid>-store-...` directory that `open_store` refuses and the next
-ingestion into the same parent folder removes once its process is gone (stride.metrics.owner).
+ingestion into the same parent folder removes once its process is gone (stride.files.owner).
 
 A manifest is input like any file: `open_store` checks its shape (dtype, columns, row count, symbol runs
 that tile the rows exactly) before reading a byte, and that the data files are the store's own (no
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from stride.errors import StrideError, one_line, os_reason
-from stride.metrics.owner import remove_abandoned, tagged_name
+from stride.files.owner import remove_abandoned, tagged_name
 
 FORMAT = "stride-store"
 VERSION = 1

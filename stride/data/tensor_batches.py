@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import torch
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+from stride.data.loader import Batch
 
 
 class TensorBatches:

@@ -197,11 +197,3 @@ class RowWindows:
         p = np.log(self._prices(end[:, None] + self._horizons))  # [B, 1 + H]
         return torch.from_numpy((p[:, 1:] - p[:, :1]).astype(np.float32) * self.target_scale.numpy())
 
-
-def segment_ranges(
-    starts: np.ndarray, stops: np.ndarray, seq_len: int, max_h: int
-) -> np.ndarray:
-    """End-row ranges [K, 2] of windows with a full history and a full target inside each segment."""
-    lo = np.asarray(starts) + seq_len - 1
-    hi = np.asarray(stops) - max_h
-    return np.stack([lo, np.maximum(hi, lo)], axis=1)

@@ -6,7 +6,7 @@ chunked linear_cross_entropy. See docs/kernels.md for what each saves and how it
 
 from __future__ import annotations
 
-from stride.kernels.ops import KERNEL_CHOICES, KernelOps, get_ops, select
+from stride.kernels.ops import KERNEL_CHOICES, KernelOps, get_ops
 from stride.kernels.runtime import interpreter_enabled, triton_available
 
-__all__ = ["KERNEL_CHOICES", "KernelOps", "get_ops", "interpreter_enabled", "select", "triton_available"]
+__all__ = ["KERNEL_CHOICES", "KernelOps", "get_ops", "interpreter_enabled", "triton_available"]

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import functools
 import importlib
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from stride.config.schema import Kernels
 from stride.kernels import linear_ce, reference
 from stride.kernels.runtime import notice_once, triton_available, triton_runs_on
 
-KERNEL_CHOICES = ("torch", "triton", "compile")
+KERNEL_CHOICES: tuple[str, ...] = typing.get_args(Kernels)  # `train.kernels`, declared in the config schema
 
 
 @dataclass(frozen=True)
@@ -81,30 +83,27 @@ def _triton_chunk_ce(logits, target, n_valid, ignore_index, write_grad):
     return chunk_cross_entropy(logits, target, n_valid, ignore_index, write_grad)
 
 
+# Fused op -> (the module under stride.kernels with its Triton kernel, its torch reference). Adding an op:
+# its kernel file, its reference (reference.py), a line here and the field of the same name in KernelOps.
+FUSED: dict[str, tuple[str, Callable[..., torch.Tensor]]] = {
+    "rms_norm": ("triton_norms", reference.rms_norm),
+    "layer_norm": ("triton_norms", reference.layer_norm),
+    "swiglu": ("triton_swiglu", reference.swiglu),
+    "rope": ("triton_rope", reference.rope),
+    "ts_loss": ("triton_ts_loss", reference.ts_loss),
+}
+
+
 @functools.cache
 def _torch_ops() -> KernelOps:
-    return KernelOps(
-        name="torch",
-        rms_norm=reference.rms_norm,
-        layer_norm=reference.layer_norm,
-        swiglu=reference.swiglu,
-        rope=reference.rope,
-        ts_loss=reference.ts_loss,
-        linear_cross_entropy=_flat_linear_ce(linear_ce.torch_chunk_cross_entropy),
-    )
+    return KernelOps(name="torch", **{op: ref for op, (_, ref) in FUSED.items()},
+                     linear_cross_entropy=_flat_linear_ce(linear_ce.torch_chunk_cross_entropy))
 
 
 @functools.cache
 def _triton_ops() -> KernelOps:
-    return KernelOps(
-        name="triton",
-        rms_norm=_triton("triton_norms", "rms_norm", reference.rms_norm),
-        layer_norm=_triton("triton_norms", "layer_norm", reference.layer_norm),
-        swiglu=_triton("triton_swiglu", "swiglu", reference.swiglu),
-        rope=_triton("triton_rope", "rope", reference.rope),
-        ts_loss=_triton("triton_ts_loss", "ts_loss", reference.ts_loss),
-        linear_cross_entropy=_flat_linear_ce(_triton_chunk_ce),
-    )
+    return KernelOps(name="triton", **{op: _triton(module, op, ref) for op, (module, ref) in FUSED.items()},
+                     linear_cross_entropy=_flat_linear_ce(_triton_chunk_ce))
 
 
 @functools.cache
@@ -112,15 +111,8 @@ def _compiled_ops() -> KernelOps:
     """torch.compile (inductor) of the references; the chunked linear+CE stays eager (its chunk loop
     is already the memory saving, and compiling it would unroll one graph per chunk count)."""
     c = functools.partial(torch.compile, dynamic=None)
-    return KernelOps(
-        name="compile",
-        rms_norm=c(reference.rms_norm),
-        layer_norm=c(reference.layer_norm),
-        swiglu=c(reference.swiglu),
-        rope=c(reference.rope),
-        ts_loss=c(reference.ts_loss),
-        linear_cross_entropy=_flat_linear_ce(linear_ce.torch_chunk_cross_entropy),
-    )
+    return KernelOps(name="compile", **{op: c(ref) for op, (_, ref) in FUSED.items()},
+                     linear_cross_entropy=_flat_linear_ce(linear_ce.torch_chunk_cross_entropy))
 
 
 def get_ops(kernels: str = "torch") -> KernelOps:
@@ -140,7 +132,3 @@ def get_ops(kernels: str = "torch") -> KernelOps:
         return _torch_ops()
     return _triton_ops()
 
-
-def select(kind: str) -> KernelOps:
-    """Alias of `get_ops`, for call sites that read better as a selection."""
-    return get_ops(kind)

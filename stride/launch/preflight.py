@@ -1,8 +1,8 @@
 """The layout checks every rank would run, run once in the process that launches them.
 
-`stride train --nproc N` used to check only the degrees before starting torchrun; the checks that need
-the model (heads and hidden sizes vs `tp`, layers and microbatches vs `pp`) ran in every rank, so N
-processes started and each printed the same error. Here they run once, before anything is launched.
+The checks that need the model (heads and hidden sizes vs `tp`, layers and microbatches vs `pp`) would
+otherwise run in every rank, so N processes would start and each print the same error. Here they run
+once, before anything is launched.
 
 The model is built on the meta device: shapes and module structure, no memory and no initialisation,
 so the cost does not grow with the model. Measured (load 5-10): the whole check for tp=2 or pp=2 takes

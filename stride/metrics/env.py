@@ -1,4 +1,5 @@
-"""Environment fingerprint: what ran where, so a result can be reproduced or explained."""
+"""Environment fingerprint: what ran where, so a result can be reproduced or explained; and the cores this
+process may run on (the one affinity helper the benchmarks, pinning and checkpoint staging share)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ def _git(args: list[str], cwd: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+def available_cores() -> tuple[int, ...]:
+    """Cores this process may run on (its affinity mask; all CPUs where the OS has no affinity call)."""
+    if hasattr(os, "sched_getaffinity"):
+        return tuple(sorted(os.sched_getaffinity(0)))
+    return tuple(range(os.cpu_count() or 1))
 
 
 def cpu_model() -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from stride.config.dtypes import PRECISION_DTYPES
 from stride.metrics.cpu_isa import isa_peak
 
 # Dense (no sparsity) peak TFLOP/s by dtype from vendor datasheets (SXM parts).
@@ -84,8 +85,7 @@ def device_peak(device: torch.device, precision: str, override: float | None = N
         if isa is not None:
             _CACHE[key] = Peak(*isa)
         else:  # an unknown GPU, or a CPU whose clock the OS does not report
-            dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
-            flops = measured_matmul_peak(device, dtype)
+            flops = measured_matmul_peak(device, PRECISION_DTYPES[dt])
             _CACHE[key] = Peak(flops, f"measured:{device.type}-matmul-1024:{dt}:{torch.get_num_threads()}threads")
     return _CACHE[key]
 

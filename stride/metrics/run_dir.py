@@ -2,9 +2,9 @@
 
 Files that describe a finished state (config, env, summary) are written to a temporary name and
 renamed, so a crash never leaves a half-written file that parses as valid. The temporary name is
-tagged with this process (stride.metrics.owner): a write that fails (a full disk) removes it, and a
+tagged with this process (stride.files.owner): a write that fails (a full disk) removes it, and a
 run folder opened later removes those whose process is gone. The folder is locked for the run's life
-(stride.metrics.run_lock): a second run on it is refused, naming the holder.
+(stride.files.run_lock): a second run on it is refused, naming the holder.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from stride.errors import StrideError, describe_os_error, one_line, os_reason
-from stride.metrics import run_lock
-from stride.metrics.owner import remove_abandoned, tagged_name
+from stride.files import run_lock
+from stride.files.owner import remove_abandoned, tagged_name
 
 _FILE_TMP = re.compile(r"^[A-Za-z0-9_.-]+\.(json|toml|jsonl|html|md)$")  # the rest of a tagged file's name
 

@@ -1,4 +1,5 @@
-"""Models written for one device; parallelism and compilation are applied from outside."""
+"""Models written for one device, one folder per family; each declares how it may be split
+(`plan.py`); parallelism and compilation are applied from outside."""
 
 from stride.models.losses import make_loss
 from stride.models.mlp import TabularMLP

@@ -12,7 +12,8 @@ Triton launch on CUDA (`triton_adamw8bit_kernel`), or, on the torch path, are ga
 [blocks, 256] buffer so the block-wise math runs once per step instead of once per tensor; the small
 fp32-moment tensors are gathered the same way. State stays one set of tensors per parameter (the
 format `state_dict` saves and checkpoints store), and both paths give the same codes (tests). State
-dicts of format 1 (e4m3, before this format) are converted on load; other formats are refused.
+dicts of format 1 (e4m3, before this format) are converted on load (adamw8bit_format1.py); other
+formats are refused.
 """
 
 from __future__ import annotations
@@ -26,21 +27,20 @@ import torch
 from stride.kernels.runtime import notice_once, triton_runs_on
 from stride.optim.adamw8bit_codes import (
     BLOCK,
+    Q_KEYS,
+    STATE_FORMAT,
     Scratch,
-    decode_e4m3,
     decode_m,
     decode_sqrt_v,
     encode_sqrt_v,
     encode_update,
-    zero_bounds,
+    zero_q8_state,
 )
+from stride.optim.adamw8bit_format1 import checkpoint_template, upgrade_state_dict
 from stride.optim.dtensor import reject_dtensor
 from stride.optim.state import KeepStateDtypes
 
-STATE_FORMAT = 2  # 1: e4m3 exp_avg / sqrt(exp_avg_sq) (commit f841289 and before); 2: adamw8bit_codes
 IMPLS = ("auto", "triton", "torch")
-Q_KEYS = ("exp_avg_normed_codes", "exp_avg_normed_scale", "exp_avg_sqrt_grid_codes", "exp_avg_sqrt_grid_bounds")
-FORMAT1_KEYS = ("exp_avg_codes", "exp_avg_scale", "exp_avg_sqrt_codes", "exp_avg_sqrt_scale")
 
 
 @dataclass(frozen=True)
@@ -189,80 +189,6 @@ def torch_f32_step(params: list[torch.Tensor], grads: list[torch.Tensor], states
     _apply(params, _split_update(update, sizes, params), h)
 
 
-def zero_q8_state(blocks: int, device: torch.device | str) -> dict[str, torch.Tensor]:
-    return {
-        "exp_avg_normed_codes": torch.zeros(blocks, BLOCK, dtype=torch.int8, device=device),
-        "exp_avg_normed_scale": torch.zeros(blocks, dtype=torch.float32, device=device),
-        "exp_avg_sqrt_grid_codes": torch.zeros(blocks, BLOCK, dtype=torch.uint8, device=device),
-        "exp_avg_sqrt_grid_bounds": zero_bounds(blocks, device),
-    }
-
-
-def _state_format(group: dict[str, Any], states: list[dict[str, Any]]) -> int:
-    declared = group.get("state_format")
-    kinds = {1 if "exp_avg_codes" in s else 2 if "exp_avg_normed_codes" in s else 0 if "exp_avg" in s else -1
-             for s in states}
-    if -1 in kinds:
-        keys = sorted({k for s in states if not {"exp_avg_codes", "exp_avg_normed_codes", "exp_avg"} & set(s)
-                       for k in s})
-        raise ValueError(f"AdamW8bit: a parameter's state has keys {keys}, which are neither state format 1 "
-                         f"({', '.join(FORMAT1_KEYS)}) nor format {STATE_FORMAT} ({', '.join(Q_KEYS)})")
-    found = kinds - {0}
-    if declared is None:  # format 1 did not record its format
-        if found == {STATE_FORMAT}:
-            raise ValueError(f"AdamW8bit: the state dict has format-{STATE_FORMAT} keys but its param group has no "
-                             "'state_format'; it was assembled from parts of different formats")
-        return 1
-    if declared not in (1, STATE_FORMAT) or found - {declared}:
-        raise ValueError(f"AdamW8bit: the state dict says state format {declared!r} and holds keys of format(s) "
-                         f"{sorted(found)}; this version reads format 1 (converted on load) and format {STATE_FORMAT}")
-    return int(declared)
-
-
-def upgrade_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
-    """A state dict in format 2: returned as is, or converted from format 1 (a new dict, input untouched).
-
-    Format 1 stored e4m3 codes of m and sqrt(v) with an absmax / 448 scale per block. Conversion
-    decodes both, re-encodes sqrt(v) on the format-2 grid, and stores u = m / (sqrt(v_hat) + eps) with
-    the re-encoded sqrt(v), so the next step rebuilds m to within the int8 code's resolution."""
-    groups = state_dict["param_groups"]
-    out_state: dict[Any, Any] = {}
-    converted = False
-    for group in groups:
-        ids = [i for i in group["params"] if i in state_dict["state"]]
-        states = [state_dict["state"][i] for i in ids]
-        fmt = _state_format(group, states)
-        for i, s in zip(ids, states, strict=True):
-            if fmt == 1 and "exp_avg_codes" in s:
-                out_state[i] = _convert_format1(s, group)
-                converted = True
-            else:
-                out_state[i] = s
-    if not converted and all(g.get("state_format") == STATE_FORMAT for g in groups):
-        return state_dict
-    for i, s in state_dict["state"].items():  # states of parameters no group lists: passed on
-        out_state.setdefault(i, s)
-    return {"state": out_state, "param_groups": [{**g, "state_format": STATE_FORMAT} for g in groups]}
-
-
-@torch.no_grad()
-def _convert_format1(s: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
-    missing = [k for k in FORMAT1_KEYS if k not in s]
-    if missing:
-        raise ValueError(f"AdamW8bit: a state-format-1 parameter state lacks {missing}")
-    codes = s["exp_avg_codes"]
-    m = decode_e4m3(codes, s["exp_avg_scale"].float())
-    r = decode_e4m3(s["exp_avg_sqrt_codes"], s["exp_avg_sqrt_scale"].float())
-    new = zero_q8_state(codes.shape[0], codes.device)
-    encode_sqrt_v(r, new["exp_avg_sqrt_grid_codes"], new["exp_avg_sqrt_grid_bounds"])
-    r = decode_sqrt_v(new["exp_avg_sqrt_grid_codes"], new["exp_avg_sqrt_grid_bounds"])
-    step = int(float(s["step"]))
-    bc2_sqrt = (1.0 - group["betas"][1] ** step) ** 0.5 if step > 0 else 1.0
-    u = m.div_(r.div_(bc2_sqrt).add_(group["eps"]))
-    encode_update(u, 1.0, new["exp_avg_normed_codes"], new["exp_avg_normed_scale"])
-    return {"step": s["step"], **new}
-
-
 class AdamW8bit(KeepStateDtypes, torch.optim.Optimizer):
     """AdamW (decoupled weight decay, bias correction) with block-wise 8-bit moments (state format 2).
 
@@ -316,39 +242,9 @@ class AdamW8bit(KeepStateDtypes, torch.optim.Optimizer):
             group["state_format"] = STATE_FORMAT
 
     def checkpoint_template(self, optim_sd: dict[str, Any], saved_keys: set[str]) -> dict[str, Any]:
-        """For stride.checkpoint's DCP load: adapt the template (`get_state_dict`'s optimizer part, nested
-        or flat) to a checkpoint whose keys (`saved_keys`, without the "optim." prefix) hold state format
-        1, so DCP reads those tensors and `load_state_dict` converts them; refuse, naming what was found,
-        a checkpoint whose 8-bit state is in neither format (DCP would only report a missing key)."""
-        flat = "state" not in optim_sd
-        states = ({k[len("state."):-len(".exp_avg_normed_codes")]: None for k in optim_sd
-                   if k.startswith("state.") and k.endswith(".exp_avg_normed_codes")} if flat
-                  else {fqn: st for fqn, st in optim_sd["state"].items() if "exp_avg_normed_codes" in st})
-        for fqn in states:
-            if f"state.{fqn}.exp_avg_normed_codes" in saved_keys:
-                continue
-            if f"state.{fqn}.exp_avg_codes" not in saved_keys:
-                found = sorted(k.rsplit(".", 1)[1] for k in saved_keys if k.startswith(f"state.{fqn}."))
-                raise ValueError(f"AdamW8bit: the checkpoint's optimizer state for {fqn} has keys {found}: neither "
-                                 f"state format 1 ({', '.join(FORMAT1_KEYS)}) nor format {STATE_FORMAT} "
-                                 f"({', '.join(Q_KEYS)})")
-            codes = optim_sd[f"state.{fqn}.exp_avg_normed_codes"] if flat else states[fqn]["exp_avg_normed_codes"]
-            old = {k: torch.zeros(codes.shape if k.endswith("codes") else codes.shape[:1], device=codes.device,
-                                  dtype=torch.float8_e4m3fn if k.endswith("codes") else torch.float32)
-                   for k in FORMAT1_KEYS}
-            target = optim_sd if flat else states[fqn]
-            for k in Q_KEYS:
-                target.pop(f"state.{fqn}.{k}" if flat else k)
-            target.update({f"state.{fqn}.{k}": v for k, v in old.items()} if flat else old)
-        if flat:
-            for k in [k for k in optim_sd if k.startswith("param_groups.") and k.endswith(".state_format")]:
-                if k not in saved_keys:
-                    optim_sd.pop(k)
-        else:
-            for i, group in enumerate(optim_sd["param_groups"]):
-                if f"param_groups.{i}.state_format" not in saved_keys:
-                    group.pop("state_format", None)
-        return optim_sd
+        """For stride.checkpoint's DCP load: the template adapted to a checkpoint of state format 1
+        (adamw8bit_format1.checkpoint_template), which `load_state_dict` then converts."""
+        return checkpoint_template(optim_sd, saved_keys)
 
     def _use_triton(self, params: list[torch.Tensor]) -> bool:
         if self.impl == "torch":

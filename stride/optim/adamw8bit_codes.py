@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import torch
 
+STATE_FORMAT = 2  # the codes below; format 1 (e4m3) is read and converted by adamw8bit_format1.py
 BLOCK = 256
+# a quantised parameter's state in format 2 (beside "step")
+Q_KEYS = ("exp_avg_normed_codes", "exp_avg_normed_scale", "exp_avg_sqrt_grid_codes", "exp_avg_sqrt_grid_bounds")
 U_LEVELS = 127.0  # int8 codes -127..127 for u
 R_STEPS = 254.0  # uint8 codes: 0 is zero, 1..255 span [lo, hi] of sqrt(v)
 MASK31 = 0x7FFFFFFF
@@ -151,6 +154,10 @@ def encode_update(update: torch.Tensor, bc1: float, codes: torch.Tensor, scale: 
 # --- format 1 (e4m3 m and sqrt(v), one fp32 absmax / 448 scale per block), read for conversion ----------
 
 
-def decode_e4m3(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Format 1's codes.float() * scale (torch's float8 conversion: exact)."""
-    return codes.view(torch.float8_e4m3fn).to(torch.float32).mul_(scale[:, None])
+def zero_q8_state(blocks: int, device: torch.device | str) -> dict[str, torch.Tensor]:
+    return {
+        "exp_avg_normed_codes": torch.zeros(blocks, BLOCK, dtype=torch.int8, device=device),
+        "exp_avg_normed_scale": torch.zeros(blocks, dtype=torch.float32, device=device),
+        "exp_avg_sqrt_grid_codes": torch.zeros(blocks, BLOCK, dtype=torch.uint8, device=device),
+        "exp_avg_sqrt_grid_bounds": zero_bounds(blocks, device),
+    }

@@ -21,12 +21,13 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from stride.config.schema import OptimConfig, RunConfig
+from stride.models.losses import LossFn
 from stride.parallel import watchdog
 from stride.parallel.comm_hooks import CommTimer
 from stride.parallel.data_parallel import apply_ddp, apply_fsdp, grad_sync
 from stride.parallel.layout import Layout, check_layout, env_world_size
 from stride.parallel.mesh import Mesh, init_mesh, local_device
-from stride.parallel.pipeline import LossFn, Pipeline, SplitResult, split_for_rank
+from stride.parallel.pipeline import Pipeline, SplitResult, split_for_rank
 from stride.parallel.pipeline_plan import PipelinePlan
 from stride.parallel.tp import apply_tp
 

@@ -18,10 +18,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from stride.config.dtypes import PRECISION_DTYPES
 from stride.config.schema import ParallelConfig
+from stride.models.plan import blocks_of
 from stride.parallel.comm_hooks import CommTimer, register_comm_hook
-
-DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def persistent_buffers(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -61,10 +61,10 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, p: ParallelConfig) -> nn.Modu
     Per-block units let block i+1's all-gather overlap block i's compute; the root's
     reshard_after_forward is False because its parameters are needed first in backward anyway.
     """
-    dtype = DTYPES[p.mp_param_dtype]
+    dtype = None if p.mp_param_dtype == "none" else PRECISION_DTYPES[p.mp_param_dtype]
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
-    blocks = getattr(model, "blocks", None)
-    if isinstance(blocks, nn.ModuleList):
+    blocks = blocks_of(model)
+    if blocks is not None:
         for block in blocks:
             fully_shard(block, mesh=mesh, reshard_after_forward=p.reshard_after_forward, mp_policy=mp)
     fully_shard(model, mesh=mesh, reshard_after_forward=False, mp_policy=mp)

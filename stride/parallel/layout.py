@@ -14,8 +14,9 @@ from torch import nn
 
 from stride.config.errors import ConfigError
 from stride.config.schema import ParallelConfig, RunConfig
+from stride.models.plan import blocks_of, plan_of
 from stride.parallel.pipeline_plan import PipelinePlan, plan_pipeline
-from stride.parallel.tp import ATTN_IN, ENTRY_MODULES, entry_module
+from stride.parallel.tp import tp_plan
 
 
 @dataclass(frozen=True)
@@ -81,57 +82,40 @@ def resolve_layout(p: ParallelConfig, world_size: int) -> Layout:
 
 
 def check_model(layout: Layout, model: nn.Module, tokens: int | None, sequence_parallel: bool) -> None:
-    """Heads divisible by tp, hidden sizes divisible by tp, tokens for SP (pipeline: check_pipeline)."""
-    blocks = getattr(model, "blocks", None)
-    n_layers = len(blocks) if isinstance(blocks, nn.ModuleList) else None
+    """For tp > 1: the model declares a tensor-parallel plan and its own checks pass (heads, hidden sizes);
+    sequence parallel has tokens to split. Pipeline: check_pipeline."""
     if layout.tp == 1:
         return
-    if n_layers is None:
-        raise ConfigError(f"`parallel.tp` = {layout.tp} needs the model's blocks in `model.blocks` (nn.ModuleList)")
-    for i, block in enumerate(blocks):
-        attn, mlp = getattr(block, "attn", None), getattr(block, "mlp", None)
-        if attn is None or mlp is None or not all(hasattr(mlp, w) for w in ("w1", "w2", "w3")) \
-                or not all(isinstance(getattr(attn, w, None), nn.Linear) for w in (*ATTN_IN, "wo")):
-            raise ConfigError(
-                f"`parallel.tp` = {layout.tp}: block {i} ({type(block).__name__}) has no attn.wq,wk,wv,wo Linears / "
-                "mlp.w1,w2,w3; the TP plan in stride.parallel.tp addresses the names of stride.models.layers"
-            )
-        heads = getattr(attn, "n_heads", None)
-        if heads is not None and heads % layout.tp:
-            raise ConfigError(
-                f"`model.n_heads` = {heads} is not divisible by `parallel.tp` = {layout.tp}"
-            )
-        # a contiguous split of each projection's rows is whole heads only if each has n_heads x head_dim rows
-        head_dim = getattr(attn, "head_dim", None)
-        rows = {w: getattr(attn, w).out_features for w in ATTN_IN}
-        if heads is None or head_dim is None or set(rows.values()) != {heads * head_dim}:
-            raise ConfigError(
-                f"`parallel.tp` = {layout.tp}: block {i}'s attention projections have {rows} output rows, "
-                f"not n_heads ({heads}) x head_dim ({head_dim}) each, so a split by rows is not a split by heads"
-            )
-        hidden = mlp.w1.out_features
-        if hidden % layout.tp:
-            raise ConfigError(
-                f"the MLP hidden size {hidden} (block {i}) is not divisible by `parallel.tp` = {layout.tp}"
-            )
-    if sequence_parallel:
-        missing = [what for what, ok in (
-            (f"no input module named {' or '.join(ENTRY_MODULES)}", entry_module(model) is not None),
-            ("no final norm named `norm`", isinstance(getattr(model, "norm", None), nn.Module)),
-        ) if not ok]
-        if missing:  # the plan cuts the entry's output to each rank's tokens and gathers them at `norm`
-            raise ConfigError(
-                f"`parallel.sequence_parallel` with `parallel.tp` = {layout.tp}: {type(model).__name__} has "
-                f"{' and '.join(missing)}; set `parallel.sequence_parallel` = false"
-            )
-    d_model = model.blocks[0].mlp.w1.in_features
-    if d_model % layout.tp:
-        raise ConfigError(f"d_model = {d_model} is not divisible by `parallel.tp` = {layout.tp}")
+    if blocks_of(model) is None:
+        raise ConfigError(f"`parallel.tp` = {layout.tp} needs the model's blocks in `model.{plan_of(model).blocks}` "
+                          "(an nn.ModuleList)")
+    plan = tp_plan(model, sequence_parallel)  # declared, or a ConfigError
+    name = type(model).__name__
+    for i, block in enumerate(blocks_of(model) or ()):
+        missing = [m for m in plan.block if not _has(block, m)]
+        if missing:
+            raise ConfigError(f"`parallel.tp` = {layout.tp}: block {i} ({type(block).__name__}) has no "
+                              f"{', '.join(missing)}, which {name}'s tensor-parallel plan names")
+    missing = [m for m in plan.root if not _has(model, m)]
+    if missing:
+        raise ConfigError(f"`parallel.tp` = {layout.tp}: {name} has no {', '.join(missing)}, which its tensor-parallel "
+                          "plan names" + ("; set `parallel.sequence_parallel` = false" if sequence_parallel else ""))
+    check = plan_of(model).check_tp
+    if check is not None:
+        check(model, layout.tp)
     if sequence_parallel and tokens is not None and tokens % layout.tp:
         raise ConfigError(
             f"sequence parallel splits the {tokens} tokens of a window over `parallel.tp` = {layout.tp} ranks: "
             "make seq_len / patch_len divisible by tp, or set `parallel.sequence_parallel` = false"
         )
+
+
+def _has(module: nn.Module, name: str) -> bool:
+    try:
+        module.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
 
 
 def check_batch(layout: Layout, batch_size: int, grad_accum: int) -> None:
@@ -161,7 +145,9 @@ def check_pipeline(layout: Layout, cfg: RunConfig, model: nn.Module) -> Pipeline
     """The pipeline plan for `parallel.pp` > 1: stages vs layers, microbatches vs batch and schedule."""
     if layout.pp == 1:
         return None
-    blocks = getattr(model, "blocks", None)
-    n_layers = len(blocks) if isinstance(blocks, nn.ModuleList) else None
+    blocks = blocks_of(model)
+    if blocks is None:
+        raise ConfigError(f"`parallel.pp` = {layout.pp} needs the model's layers in `model.{plan_of(model).blocks}` "
+                          "(an nn.ModuleList; a model names it in its `parallel_plan`, see stride.models.plan)")
     t = cfg.train
-    return plan_pipeline(cfg.parallel, n_layers, t.batch_size // layout.dp, t.grad_accum, compile_mode=t.compile)
+    return plan_pipeline(cfg.parallel, len(blocks), t.batch_size // layout.dp, t.grad_accum, compile_mode=t.compile)

@@ -31,13 +31,13 @@ from torch.distributed.tensor import DTensor
 from stride.config.errors import ConfigError
 from stride.config.schema import ParallelConfig
 from stride.metrics.flops import count_train_flops
+from stride.models.losses import LossFn
+from stride.models.plan import blocks_of
 from stride.parallel.data_parallel import apply_ddp, apply_fsdp, mean_grads_over, sync_replicas
 from stride.parallel.mesh import Mesh
 from stride.parallel.pipeline_plan import SCHEDULES, SPLIT_BACKWARD, PipelinePlan
 from stride.parallel.stage_split import OuterParts, block_ranges, find_outer_parts, keep_stage_parts
 from stride.parallel.tp import boundary_shape
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _meta(t: torch.Tensor, grad: bool) -> torch.Tensor:
@@ -194,7 +194,7 @@ class Pipeline:
         if compile_mode != "off":
             # Per block, in place (module.compile keeps the class and the parameter names): the
             # stage's submodule must stay the FSDP/DDP module the schedule drives.
-            for block in model.blocks:
+            for block in blocks_of(model) or ():
                 block.compile()
         layout = mesh.layout
         submods: list[nn.Module] = []

@@ -1,6 +1,6 @@
 """Pipeline stages cut from the single-device model by module, keeping its parameter names.
 
-A stage is the model itself with only some parts left: a contiguous range of `model.blocks` (kept
+A stage is the model itself with only some parts left: a contiguous range of its blocks (kept
 under their indices in the full model, so `blocks.5.attn.wo.weight` is called that on whichever
 stage holds it), the modules that run before the blocks (the embedding) on the first stage and
 those that run after them (final norm, head) on the last. Because a stage is still an ordinary
@@ -8,7 +8,8 @@ module with the full model's FQNs, activation checkpointing, compile, FSDP2/DDP 
 unchanged, and a checkpoint written by two stages loads into one process.
 
 Which parts run before and which after the blocks is found by running the model once with hooks,
-not by a list of names, so any model that keeps its layers in `model.blocks` and skips a part that
+not by a list of names, so any model that keeps its layers in one ModuleList (as its `parallel_plan` declares,
+stride.models.plan; default `model.blocks`) and skips a part that
 is `None` (see TimeSeriesTransformer.forward) can be split. Chosen over the tracer frontend
 (`pipeline()` + `SplitPoint`), which hands back a traced graph module per stage: its
 submodule names differ from the model's, and AC/compile/FSDP would apply to generated code.
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 
 from stride.config.errors import ConfigError
+from stride.models.plan import blocks_of, plan_of
 
 
 class StageBlocks(nn.ModuleList):
@@ -74,11 +76,11 @@ class OuterParts:
 
 
 def _blocks(model: nn.Module) -> nn.ModuleList:
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
+    blocks = blocks_of(model)
+    if blocks is None or len(blocks) == 0:
         raise ConfigError(
-            f"`parallel.pp` > 1 needs the model's layers in `model.blocks` (a non-empty nn.ModuleList); "
-            f"{type(model).__name__} has none"
+            f"`parallel.pp` > 1 needs the model's layers in `model.{plan_of(model).blocks}` (a non-empty "
+            f"nn.ModuleList, see stride.models.plan); {type(model).__name__} has none"
         )
     return blocks
 
@@ -143,7 +145,7 @@ def keep_stage_parts(
     stage = model if in_place else _light_copy(model)
     blocks = _blocks(model)
     by_index = blocks.at if isinstance(blocks, StageBlocks) else blocks.__getitem__
-    stage.blocks = StageBlocks({i: by_index(i) for i in indices})
+    setattr(stage, plan_of(model).blocks, StageBlocks({i: by_index(i) for i in indices}))
     for name in parts.first if not first else ():
         setattr(stage, name, None)
     for name in parts.last if not last else ():

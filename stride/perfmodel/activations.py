@@ -45,8 +45,3 @@ def layer_activation_bytes(spec: TransformerSpec, micro_batch: int, tp: int = 1,
         core = (ACT_BYTES + (1 + ACT_BYTES) * mask) * heads_local * spec.seq  # per query: all keys
     return tokens * (per_token + core)
 
-
-def full_layer_activation_bytes(spec: TransformerSpec, micro_batch: int, tp: int = 1, sp: bool = False,
-                                cp: int = 1, flash: bool = True) -> float:
-    """Everything one block saves without recompute: what a recomputed block holds in backward."""
-    return layer_activation_bytes(spec, micro_batch, tp, sp, cp, "none", flash)

@@ -3,7 +3,7 @@
 Each run directory holds `config.toml` (the resolved run config) and `summary.json` (the
 trainer's: `step_time_s`, `world_size`); runs measured with `stride.perfmodel.local_runs` also
 hold `rank0.json`, whose median step time is used (robust to a busy machine's outliers). The
-run's model is traced (trace.py), so any stride workload calibrates; its layout comes from
+run's model is censused (census_step.py), so any stride workload calibrates; its layout comes from
 `[parallel]` and `[train]` and the world size. Single-process runs inform the compute factors
 (gemm, attention, memory, dispatch); runs with several processes also network and overlap.
 """
@@ -17,12 +17,13 @@ from pathlib import Path
 
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
+from stride.perfmodel.census import WorkloadCensus
+from stride.perfmodel.census_workload import workload_census
 from stride.perfmodel.costmodel import Prediction
 from stride.perfmodel.efficiency import Efficiency, load_efficiency
 from stride.perfmodel.fit import BOUNDS, fit_efficiency
 from stride.perfmodel.hardware import Hardware, load_catalog
 from stride.perfmodel.layout import Layout
-from stride.perfmodel.trace import WorkloadTrace, trace_workload
 from stride.perfmodel.workload_cost import predict_workload
 
 # On a CPU the factors mean: gemm/attention of the probe's matmul peak, memory of its copy
@@ -36,7 +37,7 @@ LOCAL_BOUNDS = {**BOUNDS, "gemm": (0.3, 1.0), "attention": (0.05, 1.0), "memory"
 class RunInputs:
     run_dir: Path
     config: RunConfig
-    trace: WorkloadTrace
+    trace: WorkloadCensus
     layout: Layout
     global_batch: int
     measured_step_s: float
@@ -77,7 +78,7 @@ def run_inputs(run_dir: Path) -> RunInputs:
     zero = 0 if par.dp_shard <= 1 else (3 if par.reshard_after_forward else 2)
     if t.activation_checkpointing not in ("none", "full"):
         raise ConfigError(f"{run_dir}: activation_checkpointing {t.activation_checkpointing!r} is not modelled")
-    trace = trace_workload(cfg, micro, run_dir.name)
+    trace = workload_census(cfg, micro, run_dir.name)
     layout = Layout(dp=world, zero=zero, micro_batch=micro, recompute=t.activation_checkpointing,
                     precision=trace.precision)
     step = None

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from stride.metrics.env import available_cores
+
 BASE = ["train.threads=1", "metrics.progress=false", "metrics.log_every=1", "train.val_every=0",
         "metrics.skip_steps=3"]
 
@@ -39,7 +41,7 @@ def _local_bytes(t: torch.Tensor) -> int:
 def pin_core(local_rank: int = 0) -> None:
     """One core per process, as FACTS.md's scaling figures are measured."""
     if hasattr(os, "sched_setaffinity"):
-        cores = sorted(os.sched_getaffinity(0))
+        cores = available_cores()
         os.sched_setaffinity(0, {cores[local_rank % len(cores)]})
 
 
@@ -74,7 +76,8 @@ def worker(out: Path, overrides: list[str]) -> None:
     import torch.distributed as dist
 
     from stride.config import load_config
-    from stride.train.trainer import Callback, Trainer
+    from stride.train.callbacks import Callback, TrainerView
+    from stride.train.trainer import Trainer
 
     grads: dict[str, int] = {"bytes": 0}
     cpu_times: list[float] = []
@@ -82,7 +85,7 @@ def worker(out: Path, overrides: list[str]) -> None:
     class GradBytes(Callback):
         """Gradient bytes held just before the first optimizer step (sharded under FSDP2)."""
 
-        def on_fit_start(self, trainer: Trainer) -> None:
+        def on_fit_start(self, trainer: TrainerView) -> None:
             params = [p for p in trainer.model.parameters() if p.requires_grad]
             seen: set[int] = set()
 
@@ -95,7 +98,7 @@ def worker(out: Path, overrides: list[str]) -> None:
                 p.register_post_accumulate_grad_hook(hook)
             cpu_times.append(time.process_time())
 
-        def on_step_end(self, trainer: Trainer) -> None:
+        def on_step_end(self, trainer: TrainerView) -> None:
             cpu_times.append(time.process_time())
 
     cfg = load_config(overrides=BASE + overrides)

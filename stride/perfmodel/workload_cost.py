@@ -1,6 +1,6 @@
 """Step time and memory of a traced stride workload under the layouts the stride trainer runs.
 
-Inputs: a `WorkloadTrace` (trace.py) of one micro-batch on one rank, a device, efficiency factors
+Inputs: a `WorkloadCensus` (census_step.py) of one micro-batch on one rank, a device, efficiency factors
 and a `Layout` restricted to what `stride train` can run on any model: data parallel over `dp`
 ranks as DDP (`zero=0`) or FSDP2 (`zero=3`: reshard after forward; `zero=2`: keep the gathered
 parameters until backward), `micro_batch` samples per forward (gradient accumulation makes up the
@@ -29,11 +29,11 @@ import dataclasses
 
 from stride.config.errors import ConfigError
 from stride.perfmodel import collectives as coll
+from stride.perfmodel.census import OUTSIDE, LayerCensus, PhaseCost, WorkloadCensus
 from stride.perfmodel.costmodel import GIB, Prediction, _exposed
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.layout import Layout
-from stride.perfmodel.trace import OUTSIDE, LayerTrace, PhaseCost, WorkloadTrace
 
 DDP_FIRST_BUCKET_BYTES = 1 * 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 WORKLOAD_ZERO = {0: "ddp", 2: "fsdp (no reshard)", 3: "fsdp"}
@@ -87,7 +87,7 @@ def _coll_time(hw: Hardware, name: str, nbytes: float, n: int, link: coll.Link, 
     return coll.reduce_scatter_time(nbytes, n, link)
 
 
-def ddp_buckets(trace: WorkloadTrace, bucket_mb: float) -> list[float]:
+def ddp_buckets(trace: WorkloadCensus, bucket_mb: float) -> list[float]:
     """Gradient bytes per DDP bucket, in the order they become ready (reverse registration)."""
     sizes, cur, cap = [], 0.0, float(DDP_FIRST_BUCKET_BYTES)
     for la in reversed(trace.layers):
@@ -102,14 +102,14 @@ def ddp_buckets(trace: WorkloadTrace, bucket_mb: float) -> list[float]:
     return sizes
 
 
-def fsdp_units(trace: WorkloadTrace) -> list[tuple[str, float]]:
+def fsdp_units(trace: WorkloadCensus) -> list[tuple[str, float]]:
     """(name, parameter bytes) of each FSDP2 unit as stride shards: each block, then the root."""
     blocks = [(la.name, float(la.param_bytes)) for la in trace.layers if la.is_block]
     root = float(sum(la.param_bytes for la in trace.layers if not la.is_block))
     return [*blocks, ("root", root)] if blocks else [("root", root)]
 
 
-def activation_bytes(trace: WorkloadTrace, recompute: str) -> float:
+def activation_bytes(trace: WorkloadCensus, recompute: str) -> float:
     """Peak saved-for-backward bytes of one micro-batch (true activations: resident parameter
     and buffer storages that autograd also references are not counted twice).
     Full recompute keeps each block's input and, in backward, one block's activations."""
@@ -120,7 +120,7 @@ def activation_bytes(trace: WorkloadTrace, recompute: str) -> float:
     return float(rest + sum(la.input_bytes for la in blocks) + max((la.saved_bytes for la in blocks), default=0))
 
 
-def predict_workload(trace: WorkloadTrace, lay: Layout, hw: Hardware, global_batch: int,
+def predict_workload(trace: WorkloadCensus, lay: Layout, hw: Hardware, global_batch: int,
                      eff: Efficiency | None = None, bucket_mb: float = 25.0,
                      fsdp_param_bytes: int = 4) -> Prediction:
     """Predict one optimizer step of `global_batch` samples (all ranks)."""
@@ -193,7 +193,7 @@ def predict_workload(trace: WorkloadTrace, lay: Layout, hw: Hardware, global_bat
     )
 
 
-def workload_memory(trace: WorkloadTrace, lay: Layout, hw: Hardware, fsdp_param_bytes: int = 4) -> dict[str, float]:
+def workload_memory(trace: WorkloadCensus, lay: Layout, hw: Hardware, fsdp_param_bytes: int = 4) -> dict[str, float]:
     """Bytes per rank at the step's peak (the end of forward / start of backward)."""
     dp, z = lay.dp, lay.zero
     sharded = z >= 2 and dp > 1
@@ -226,7 +226,7 @@ def _lerp_phase(a: PhaseCost, b: PhaseCost, w: float) -> PhaseCost:
     return PhaseCost(*(_lerp(getattr(a, f.name), getattr(b, f.name), w) for f in dataclasses.fields(PhaseCost)))
 
 
-def interpolate(a: WorkloadTrace, b: WorkloadTrace, micro_batch: int) -> WorkloadTrace:
+def interpolate(a: WorkloadCensus, b: WorkloadCensus, micro_batch: int) -> WorkloadCensus:
     """The trace at `micro_batch` from traces at two other sizes: every traced quantity is affine in
     the batch (FLOPs and activations grow with it; weights read and kernels do not), up to oneDNN's
     page-aligned RNN workspace (tested against a direct trace)."""
@@ -235,7 +235,7 @@ def interpolate(a: WorkloadTrace, b: WorkloadTrace, micro_batch: int) -> Workloa
     w = (micro_batch - a.micro_batch) / (b.micro_batch - a.micro_batch)
     layers = []
     for la, lb in zip(a.layers, b.layers, strict=True):
-        layers.append(LayerTrace(
+        layers.append(LayerCensus(
             la.name, la.params, la.param_bytes, la.is_block, _lerp_phase(la.fwd, lb.fwd, w),
             _lerp_phase(la.bwd, lb.bwd, w),
             *(round(_lerp(getattr(la, k), getattr(lb, k), w)) for k in

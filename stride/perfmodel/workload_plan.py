@@ -8,12 +8,13 @@ from pathlib import Path
 
 from stride.config.errors import ConfigError, suggest
 from stride.config.schema import RunConfig
+from stride.perfmodel.census import WorkloadCensus
+from stride.perfmodel.census_workload import workload_census
 from stride.perfmodel.costmodel import Prediction
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.layout import Layout
 from stride.perfmodel.planner import PlanResult
-from stride.perfmodel.trace import WorkloadTrace, trace_workload
 from stride.perfmodel.workload_cost import interpolate, predict_workload
 
 
@@ -49,17 +50,17 @@ def _sizes(per_rank: int) -> list[int]:
 class WorkloadPlan:
     name: str
     config: RunConfig
-    traces: dict[int, WorkloadTrace]
+    traces: dict[int, WorkloadCensus]
     result: PlanResult
     global_batch: int
 
 
-def traces_at(cfg: RunConfig, sizes: list[int], name: str) -> dict[int, WorkloadTrace]:
+def traces_at(cfg: RunConfig, sizes: list[int], name: str) -> dict[int, WorkloadCensus]:
     """Direct traces at the smallest and largest size, interpolated between (affine in batch)."""
     lo, hi = min(sizes), max(sizes)
-    ends = {lo: trace_workload(cfg, lo, name)}
+    ends = {lo: workload_census(cfg, lo, name)}
     if hi != lo:
-        ends[hi] = trace_workload(cfg, hi, name)
+        ends[hi] = workload_census(cfg, hi, name)
     return {s: ends[s] if s in ends else interpolate(ends[lo], ends[hi], s) for s in sizes}
 
 

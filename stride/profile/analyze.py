@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from stride.metrics.dtype_speed import DtypeSpeeds, host_speeds, precision_line
 from stride.profile.activity import build_activity
 from stride.profile.annotations import annotation_breakdown, data_spans
 from stride.profile.breakdown import Times, summarize, window_times
 from stride.profile.errors import TraceError
 from stride.profile.hta_compat import hta_figures
 from stride.profile.kernels import tiny_kernels, top_kernels
+from stride.profile.precision_advice import DtypeSpeeds, precision_line
 from stride.profile.stragglers import find_stragglers, rank_steps
 from stride.profile.trace_model import RankTrace, load_trace
 from stride.profile.verdict import rank_verdict, step_verdict
@@ -38,14 +37,6 @@ def find_traces(paths: Iterable[str | Path]) -> list[Path]:
         else:
             raise TraceError(f"{p}: no such file or directory")
     return out
-
-
-def local_dtype_speeds(t: RankTrace) -> DtypeSpeeds | None:
-    """This host's measured matmul speed per dtype, for a CPU trace recorded on this host (same
-    `host_name`); None otherwise (a GPU, or another machine, whose speeds this host cannot measure)."""
-    if t.has_device or t.meta.get("host_name") != platform.node():
-        return None
-    return host_speeds()
 
 
 def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,

@@ -17,6 +17,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 
 from stride.config.errors import ConfigError
+from stride.models.plan import blocks_of, plan_of
 
 # torch's wrapper (as torchtitan uses): non-reentrant checkpointing (kwargs, compile), and state-dict
 # hooks that drop its `_checkpoint_wrapped_module.` prefix, so a run with AC saves, loads and hashes
@@ -31,11 +32,11 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, every: int = 1) 
     """
     if mode == "none":
         return 0
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList):
+    blocks = blocks_of(model)
+    if blocks is None:
         raise ConfigError(
-            f"`train.activation_checkpointing` = {mode!r} needs the model to keep its blocks in "
-            f"`model.blocks` (an nn.ModuleList); {type(model).__name__} has none"
+            f"`train.activation_checkpointing` = {mode!r} needs the model's blocks in one nn.ModuleList "
+            f"(`model.{plan_of(model).blocks}`, see stride.models.plan); {type(model).__name__} has none"
         )
     k = 1 if mode == "full" else every
     wrapped = 0

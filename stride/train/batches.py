@@ -1,15 +1,18 @@
-"""Adapting what a user passes as data into an endless stream of global batches, epoch by epoch."""
+"""What a user passes as data, as an endless stream of global batches epoch by epoch, and the
+position in that stream a checkpoint records and a resumed run continues from."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import copy
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 
-from stride.data.tensor_batches import Batch, TensorBatches
+from stride.data.loader import Batch
+from stride.data.tensor_batches import TensorBatches
 
-__all__ = ["Batch", "TensorBatches", "as_batches", "endless"]
+__all__ = ["Batch", "TensorBatches", "as_batches", "data_position", "endless", "resumed_stream"]
 
 
 def as_batches(data: Any, batch_size: int, seed: int, shuffle: bool = True) -> Iterable[Batch]:
@@ -34,3 +37,29 @@ def endless(data: Iterable[Batch], start_epoch: int = 0) -> Iterator[tuple[int, 
         if empty:
             raise ValueError("the training data yielded no batch in an epoch")
         epoch += 1
+
+
+def data_position(data: Any, batches_taken: int) -> dict[str, Any]:
+    """The source's own state_dict where it has one, else the number of batches to replay."""
+    if hasattr(data, "state_dict") and hasattr(data, "load_state_dict"):
+        return {"kind": "state_dict", "state": copy.deepcopy(data.state_dict())}
+    return {"kind": "replay", "batches": batches_taken}
+
+
+def resumed_stream(data: Any, position: Mapping[str, Any], batches_taken: int) -> Iterator[tuple[int, Batch]]:
+    """The stream whose next batch is the one after `position` (from `data_position`).
+
+    A position at the very end of an epoch moves to the start of the next, which is where the
+    uninterrupted iterator would go. A replay position without a count replays `batches_taken`.
+    """
+    if position["kind"] == "state_dict" and hasattr(data, "load_state_dict"):
+        data.load_state_dict(position["state"])
+        epoch = int(getattr(data, "epoch", 0))
+        if hasattr(data, "position") and hasattr(data, "__len__") and data.position >= len(data):
+            data.load_state_dict({**position["state"], "epoch": epoch + 1, "position": 0})
+            epoch += 1
+        return endless(data, start_epoch=epoch)
+    stream = endless(data)
+    for _ in range(int(position.get("batches", batches_taken))):
+        next(stream)
+    return stream

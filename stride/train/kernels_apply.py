@@ -15,11 +15,18 @@ from torch import nn
 
 from stride.config.schema import ModelConfig
 from stride.kernels.ops import get_ops
-from stride.models.layers import Attention, RMSNorm, SwiGLU
+from stride.models.transformer.layers import Attention, RMSNorm, SwiGLU
+
+# model module -> (its attribute that takes a fused op, the KernelOps field that fills it)
+KERNEL_SLOTS: dict[type[nn.Module], tuple[str, str]] = {
+    RMSNorm: ("kernel", "rms_norm"),
+    SwiGLU: ("kernel", "swiglu"),
+    Attention: ("rope_kernel", "rope"),
+}
 
 
 def apply_kernels(model: nn.Module, kernels: str) -> tuple[str, int]:
-    """Set the fused ops on every RMSNorm, SwiGLU and Attention; returns (implementation, modules)."""
+    """Set the fused ops on every module of KERNEL_SLOTS; returns (implementation, modules set)."""
     if kernels == "torch":
         return "torch", 0
     ops = get_ops(kernels)
@@ -27,15 +34,10 @@ def apply_kernels(model: nn.Module, kernels: str) -> tuple[str, int]:
         return "torch", 0
     n = 0
     for m in model.modules():
-        if isinstance(m, RMSNorm):
-            m.kernel = ops.rms_norm
-        elif isinstance(m, SwiGLU):
-            m.kernel = ops.swiglu
-        elif isinstance(m, Attention):
-            m.rope_kernel = ops.rope
-        else:
-            continue
-        n += 1
+        slot = next((slot for cls, slot in KERNEL_SLOTS.items() if isinstance(m, cls)), None)
+        if slot is not None:
+            setattr(m, slot[0], getattr(ops, slot[1]))
+            n += 1
     return ops.name, n
 
 

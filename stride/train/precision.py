@@ -11,14 +11,14 @@ from collections.abc import Iterator
 
 import torch
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from stride.config.dtypes import PRECISION_DTYPES
 
 
 class Precision:
     def __init__(self, precision: str, device: torch.device) -> None:
         self.name = precision
         self.device = device
-        self.dtype = DTYPES[precision]
+        self.dtype = PRECISION_DTYPES[precision]
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
     @contextlib.contextmanager

@@ -11,13 +11,8 @@ from typing import Any
 
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from stride.train.trainer import Callback, Trainer
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+from stride.parallel.ranks import rank_and_world
+from stride.train.callbacks import Callback, TrainerView
 
 
 class ProfilerCallback(Callback):
@@ -33,13 +28,13 @@ class ProfilerCallback(Callback):
     def _export(self, prof: profile) -> None:
         assert self.out_dir is not None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        path = self.out_dir / f"trace_rank{_rank()}.json"
+        path = self.out_dir / f"trace_rank{rank_and_world()[0]}.json"
         tmp = path.with_name(path.name + ".tmp")
         prof.export_chrome_trace(str(tmp))
         tmp.replace(path)  # a half-written trace never carries the final name
         self.trace_path = path
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         if self.out_dir is None:
             self.out_dir = (trainer.run_dir.path if trainer.run_dir else Path(".")) / "traces"
         acts = [ProfilerActivity.CPU]
@@ -52,14 +47,14 @@ class ProfilerCallback(Callback):
         )
         self._prof.start()
 
-    def on_step_end(self, trainer: Trainer) -> None:
+    def on_step_end(self, trainer: TrainerView) -> None:
         assert self._prof is not None
         self._n += 1
         if self.wait + self.warmup < self._n <= self.wait + self.warmup + self.active:
             self.active_step_times.append(dict(trainer.timer.last))
         self._prof.step()
 
-    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+    def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if self._prof is not None:
             self._prof.stop()
             self._prof = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,42 +19,30 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
-from stride.config import RunConfig, config_hash, config_to_toml
+from stride.config import RunConfig, config_to_toml
 from stride.config.validate import validate
 from stride.data.build import build_data
 from stride.metrics.env import fingerprint
 from stride.metrics.flops import count_train_flops
-from stride.metrics.hashing import params_sha256
-from stride.metrics.memory import SavedActivations, peak_memory, reset_peak
-from stride.metrics.peak import device_peak, mfu_fields
+from stride.metrics.memory import SavedActivations, reset_peak
+from stride.metrics.peak import device_peak
 from stride.metrics.run_dir import RunDir
 from stride.metrics.step_timer import StepTimer
-from stride.models.losses import make_loss
+from stride.models.losses import LossFn
 from stride.models.registry import build_model
 from stride.optim.factory import build_optimizer, compiled_step
 from stride.parallel.context import Parallel
 from stride.train.apply import apply_activation_checkpointing, apply_compile
-from stride.train.batches import Batch, as_batches, endless
+from stride.train.batches import Batch, as_batches, data_position, endless, resumed_stream
+from stride.train.callback_set import callbacks_for
+from stride.train.callbacks import Callback, overrides
 from stride.train.device import configure_process, resolve_device
-from stride.train.kernels_apply import apply_kernels, kernel_loss
+from stride.train.kernels_apply import apply_kernels
+from stride.train.loss import resolve_loss
 from stride.train.precision import Precision
 from stride.train.progress import TrainProgress
 from stride.train.schedule import build_scheduler
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-class Callback:
-    """Hooks into fit(): checkpointing, fault handling and observers subclass this."""
-
-    def on_fit_start(self, trainer: Trainer) -> None:  # after setup(), before the first step
-        pass
-
-    def on_step_end(self, trainer: Trainer) -> None:  # after each optimizer step, logging and validation
-        pass
-
-    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:  # may add keys to summary
-        pass
+from stride.train.summary import LoopTally, run_summary
 
 
 @dataclass
@@ -75,8 +63,10 @@ class Trainer:
         loss_fn: LossFn | None = None,
         out: str | Path | None = None,
         write_run_dir: bool = True,
-        callbacks: list[Callback] | None = None,
+        callbacks: Sequence[Callback] | None = None,
     ) -> None:
+        """`callbacks` run first, in this order; then a checkpoint callback if `[checkpoint] enabled` and
+        the observers `[metrics]` switches on, each unless one of its kind is among `callbacks`."""
         self.cfg = config if config is not None else RunConfig()
         validate(self.cfg)
         t = self.cfg.train
@@ -92,14 +82,7 @@ class Trainer:
             model = build_model(self.cfg.model, bundle.n_features, bundle.seq_len, bundle.n_horizons)
         self.model = model.to(self.device)  # the raw module: hashing, FLOPs, state dicts
         self.kernels_impl, self.kernel_modules = apply_kernels(self.model, t.kernels)
-        if loss_fn is None and getattr(model, "loss", None) is None:
-            loss_fn = kernel_loss(t.kernels, self.cfg.model)
-        if loss_fn is None:
-            m = self.cfg.model
-            loss_fn = getattr(model, "loss", None) or make_loss(
-                m.loss, huber_delta=m.huber_delta, quantiles=m.quantiles
-            )
-        self.loss_fn = loss_fn
+        self.loss_fn = resolve_loss(model, self.cfg, loss_fn)
         # Layout checked before any process group; then mesh (N > 1 processes) and per-rank data.
         self.par = Parallel.create(self.cfg, self.model, self.device, self.cfg.data.seq_len // self.cfg.model.patch_len)
         self.train_data = self.par.shard_data(as_batches(train_data, t.batch_size, t.seed))
@@ -107,16 +90,11 @@ class Trainer:
         self.precision = Precision(t.precision, self.device)
         self.out = out
         self.write_run_dir = write_run_dir
-        self.callbacks: list[Callback] = list(callbacks or [])
-        self.step_guard: Any = None  # stride.checkpoint.StepGuard, set by the checkpoint callback
-        if self.cfg.checkpoint.enabled:
-            from stride.checkpoint import CheckpointCallback  # lazy: stride.checkpoint imports this module
-
-            if not any(isinstance(cb, CheckpointCallback) for cb in self.callbacks):
-                self.callbacks.append(CheckpointCallback())
-        from stride.metrics.observe import build_observers  # lazy: observers subclass Callback from here
-
-        self.callbacks += build_observers(self.cfg)
+        self.callbacks: tuple[Callback, ...] = callbacks_for(self.cfg, callbacks or ())
+        # per-step hooks go only to the callbacks that have them
+        self._gates = [cb for cb in self.callbacks if overrides(cb, "before_optimizer_step")]
+        self._loggers = [cb for cb in self.callbacks if overrides(cb, "on_log")]
+        self._step_enders = [cb for cb in self.callbacks if overrides(cb, "on_step_end")]
         self.step = 0  # optimizer steps taken; a resumed run starts from the loaded value
         self.skipped_steps = 0
         self.saved_activation_bytes: int | None = None
@@ -124,6 +102,32 @@ class Trainer:
         self.run_dir: RunDir | None = None
         self._pending: Batch | None = None
         self._is_setup = False
+
+    # -- what callbacks see beyond attributes (stride.train.callbacks.TrainerView) --------------
+    @property
+    def pipelined(self) -> bool:
+        return self.par.pipelined
+
+    @property
+    def loss_scaled(self) -> bool:
+        return self.precision.scaler is not None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "skipped_steps": self.skipped_steps,
+                "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.skipped_steps = int(state["skipped_steps"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.precision.load_state_dict(state["scaler"])
+
+    def data_position(self) -> dict[str, Any]:
+        return data_position(self.train_data, self.step)
+
+    def resume_data(self, position: Mapping[str, Any]) -> None:
+        self._pending = None  # setup()'s prefetched first batch belongs to step 0 of a fresh start
+        self._stream = resumed_stream(self.train_data, position, self.step)
 
     # -- the step -------------------------------------------------------------------------
     def _to_device(self, batch: Batch) -> Batch:
@@ -163,14 +167,14 @@ class Trainer:
     def setup(self) -> None:
         """Count FLOPs, apply techniques in order, build optimizer and schedule. Idempotent.
 
-        Split from fit() so a checkpoint callback can load state into `optimizer`, `scheduler`,
-        `train_data` and `step` after set-up and before the first step.
+        Split from fit() so a checkpoint callback can load state (`load_state_dict`, `resume_data`, the
+        model's and optimizer's tensors) after set-up and before the first step.
         """
         if self._is_setup:
             return
         cfg, t = self.cfg, self.cfg.train
-        self.stream = endless(self.train_data)
-        _, first = next(self.stream)
+        self._stream = endless(self.train_data)
+        _, first = next(self._stream)
         self._pending = self._to_device(self.par.local_batch(*first))
         micro = len(self._pending[0]) // t.grad_accum  # per rank
         x0, y0 = self._pending
@@ -209,7 +213,7 @@ class Trainer:
         if self._pending is not None:
             batch, self._pending = self._pending, None
             return batch
-        return self._to_device(self.par.local_batch(*next(self.stream)[1]))
+        return self._to_device(self.par.local_batch(*next(self._stream)[1]))
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One optimizer step over the global batch (x, y) in grad_accum micro-batches; returns the loss."""
@@ -251,8 +255,8 @@ class Trainer:
             if t.grad_clip is not None:
                 self.precision.unscale(self.optimizer)
                 grad_norm = self.par.clip_grad_norm(self._params, t.grad_clip)  # DTensor-aware
-            if self.step_guard is not None and not self.step_guard.allow(self, loss_sum, grad_norm):
-                self.skipped_steps += 1  # non-finite loss/grad norm or a loss spike: no update
+            if not self._allow_update(loss_sum, grad_norm):
+                self.skipped_steps += 1  # e.g. the checkpoint callback's guard: a non-finite loss or grad norm
             elif not self.precision.step(self.optimizer, self._opt_step):
                 self.skipped_steps += 1
             self.optimizer.zero_grad(set_to_none=True)
@@ -260,129 +264,108 @@ class Trainer:
         timer.mark("optimizer")
         return loss_sum
 
-    def _log(self, run: RunDir | None, rec: dict[str, Any]) -> None:
-        self.history.append(rec)
-        if run is not None:
-            run.log(rec)
+    def _allow_update(self, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
+        ok = True
+        for cb in self._gates:  # every gate is asked: one may take part in a vote all ranks must reach
+            ok = cb.before_optimizer_step(self, loss, grad_norm) and ok
+        return ok
 
+    # -- the loop -----------------------------------------------------------------------------
     def fit(self) -> TrainResult:
-        cfg, t = self.cfg, self.cfg.train
-        run = RunDir.create(cfg.metrics.out_dir, t.name, self.out) if self.write_run_dir and self.par.is_rank0 else None
-        self.run_dir = run
-        if run is not None:
-            run.write_text("config.toml", config_to_toml(cfg))
-            run.write_json("env.json", fingerprint())
+        t = self.cfg.train
+        run = self._open_run_dir()
         self.setup()
         for cb in self.callbacks:
             cb.on_fit_start(self)
-        timer = self.timer
-        progress = TrainProgress(t.steps, cfg.metrics.progress and self.par.is_rank0, t.name)
+        progress = TrainProgress(t.steps, self.cfg.metrics.progress and self.par.is_rank0, t.name)
         reset_peak(self.device)
         self.wrapped.train()
-        val_loss: float | None = None
-        time_to_target: float | None = None
-        val_time = 0.0
-        timed_samples = 0
-        comm_exposed = comm_hidden = 0.0  # DDP all-reduce seconds over timed steps (CPU)
         loss_sum = torch.full((), math.nan)
-        t_start = time.perf_counter()
+        tally = LoopTally(t_start=time.perf_counter())
         try:
             while self.step < t.steps:
-                timer.start_step()
+                self.timer.start_step()
                 self.par.begin_step(self.step + 1)  # named if a collective hangs (stride.parallel.watchdog)
                 with record_function("stride.data"):
                     x, y = self.next_batch()
-                timer.mark("data")
+                self.timer.mark("data")
                 loss_sum = self.train_step(x, y)
                 self.step += 1
-                step = self.step
-                record = step > cfg.metrics.skip_steps or t.steps <= cfg.metrics.skip_steps
-                parts = timer.end_step(record=record)
-                if record:
-                    timed_samples += t.batch_size  # global: every rank's samples
-                    if self.par.comm_timer is not None:
-                        exposed, hidden = self.par.comm_timer.split()
-                        comm_exposed, comm_hidden = comm_exposed + exposed, comm_hidden + hidden
-                progress.advance(step)
-                if step % cfg.metrics.log_every == 0 or step == t.steps:
-                    loss = float(self.par.mean(loss_sum))  # averaged over ranks
-                    rec = {
-                        "step": step,
-                        "loss": loss,
-                        "lr": float(self.optimizer.param_groups[0]["lr"]),
-                        "step_time_s": parts["total"],
-                        "breakdown_s": {k: v for k, v in parts.items() if k != "total"},
-                        "samples_per_s": t.batch_size / parts["total"] if parts["total"] else None,
-                        "time_s": time.perf_counter() - t_start,
-                    }
-                    self._log(run, rec)
-                    progress.log(step, loss, rec["samples_per_s"] or 0.0)
-                if self.val_data is not None and t.val_every and (step % t.val_every == 0 or step == t.steps):
-                    v0 = time.perf_counter()
-                    val_loss = self.evaluate(self.wrapped)
-                    val_time += time.perf_counter() - v0
-                    now = time.perf_counter() - t_start
-                    self._log(run, {"step": step, "val_loss": val_loss, "time_s": now})
-                    if t.target_val_loss is not None and time_to_target is None and val_loss <= t.target_val_loss:
-                        time_to_target = now
-                for cb in self.callbacks:
+                parts = self._end_step_timing(tally)
+                progress.advance(self.step)
+                self._log_step(loss_sum, parts, tally, progress)
+                self._validate(tally)
+                for cb in self._step_enders:
                     cb.on_step_end(self)
-                if time_to_target is not None:
+                if tally.time_to_target is not None:
                     break
         finally:
             progress.close()
-        wall = time.perf_counter() - t_start
-
-        breakdown = timer.mean()
-        step_s = breakdown["total"]
-        samples_per_s = timed_samples / timer.totals["total"] if timer.totals.get("total") else None
-        achieved = self.flops_per_step / step_s if self.flops_per_step and step_s else None
-        mem, mem_kind = peak_memory(self.device)
-        summary: dict[str, Any] = {
-            "name": t.name,
-            "steps": self.step,
-            "final_train_loss": float(self.par.mean(loss_sum)),  # last step, mean over ranks
-            "final_val_loss": val_loss,
-            "samples_per_s": samples_per_s,
-            "timesteps_per_s": samples_per_s * self.seq_len if samples_per_s else None,
-            "step_time_s": step_s,
-            "step_time_breakdown_s": {k: v for k, v in breakdown.items() if k != "total"},
-            "timed_steps": timer.steps,
-            "flops_per_step": self.flops_per_step,
-            "achieved_flops_per_s": achieved,
-            **mfu_fields(achieved, self.peak),  # peak_flops_per_s, peak_flops_source, mfu, mfu_error
-            "peak_mem_bytes": mem,
-            "peak_mem_kind": mem_kind,
-            "saved_activation_bytes": self.saved_activation_bytes,
-            "activation_checkpointed_blocks": self.n_ac,
-            "time_to_target_s": time_to_target,
-            "target_val_loss": t.target_val_loss,
-            "wall_time_s": wall,
-            "val_time_s": val_time,
-            "skipped_steps": self.skipped_steps,
-            "loss_scale": self.precision.scaler.get_scale() if self.precision.scaler else None,
-            "world_size": self.par.world_size,
-            "parallel": self.par.layout.strategy,
-            "per_rank_samples_per_s": samples_per_s / self.par.world_size if samples_per_s else None,
-            # Exposed: backward waited on the all-reduce (part of "backward"); hidden: overlapped compute.
-            "comm_exposed_s": comm_exposed / timer.steps if self.par.comm_timer and timer.steps else None,
-            "comm_hidden_s": comm_hidden / timer.steps if self.par.comm_timer and timer.steps else None,
-            "exposed_comm_fraction": comm_exposed / timer.totals["total"]
-            if self.par.comm_timer and timer.totals.get("total")
-            else None,
-            "device": str(self.device),
-            "precision": t.precision,
-            "kernels": self.kernels_impl,
-            "params": self.n_params,
-            "params_sha256": params_sha256(
-                self.par.pipeline.full_state(self.model) if self.par.pipeline else self.model
-            ),
-            "pipeline": self.par.plan_summary(),
-            "config_hash": config_hash(cfg),
-        }
+        tally.wall = time.perf_counter() - tally.t_start
+        summary = run_summary(self, tally, loss_sum)
         for cb in self.callbacks:
             cb.on_fit_end(self, summary)
         if run is not None:
             run.write_json("summary.json", summary)
             run.close()
         return TrainResult(summary, run.path if run else None, list(self.history))
+
+    def _open_run_dir(self) -> RunDir | None:
+        """Rank 0's run directory with the resolved config and the environment (None elsewhere, or when off)."""
+        run = None
+        if self.write_run_dir and self.par.is_rank0:
+            run = RunDir.create(self.cfg.metrics.out_dir, self.cfg.train.name, self.out)
+            run.write_text("config.toml", config_to_toml(self.cfg))
+            run.write_json("env.json", fingerprint())
+        self.run_dir = run
+        return run
+
+    def _end_step_timing(self, tally: LoopTally) -> dict[str, float]:
+        """Close the step's timer; steps after the warm-up count towards throughput and the breakdown."""
+        t, skip = self.cfg.train, self.cfg.metrics.skip_steps
+        record = self.step > skip or t.steps <= skip
+        parts = self.timer.end_step(record=record)
+        if record:
+            tally.timed_samples += t.batch_size  # global: every rank's samples
+            if self.par.comm_timer is not None:
+                exposed, hidden = self.par.comm_timer.split()
+                tally.comm_exposed, tally.comm_hidden = tally.comm_exposed + exposed, tally.comm_hidden + hidden
+        return parts
+
+    def _log_step(self, loss_sum: torch.Tensor, parts: dict[str, float], tally: LoopTally,
+                  progress: TrainProgress) -> None:
+        t, step = self.cfg.train, self.step
+        if step % self.cfg.metrics.log_every and step != t.steps:
+            return
+        loss = float(self.par.mean(loss_sum))  # averaged over ranks
+        rec = {
+            "step": step,
+            "loss": loss,
+            "lr": float(self.optimizer.param_groups[0]["lr"]),
+            "step_time_s": parts["total"],
+            "breakdown_s": {k: v for k, v in parts.items() if k != "total"},
+            "samples_per_s": t.batch_size / parts["total"] if parts["total"] else None,
+            "time_s": time.perf_counter() - tally.t_start,
+        }
+        self._log(rec)
+        progress.log(step, loss, rec["samples_per_s"] or 0.0)
+
+    def _validate(self, tally: LoopTally) -> None:
+        """Every `train.val_every` steps and at the last: validation loss, and the time the target was reached."""
+        t, step = self.cfg.train, self.step
+        if self.val_data is None or not t.val_every or (step % t.val_every and step != t.steps):
+            return
+        v0 = time.perf_counter()
+        tally.val_loss = self.evaluate(self.wrapped)
+        tally.val_time += time.perf_counter() - v0
+        now = time.perf_counter() - tally.t_start
+        self._log({"step": step, "val_loss": tally.val_loss, "time_s": now})
+        if t.target_val_loss is not None and tally.time_to_target is None and tally.val_loss <= t.target_val_loss:
+            tally.time_to_target = now
+
+    def _log(self, rec: dict[str, Any]) -> None:
+        self.history.append(rec)
+        if self.run_dir is not None:
+            self.run_dir.log(rec)
+        for cb in self._loggers:
+            cb.on_log(self, rec)

@@ -11,12 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+from stride.checkpoint import CheckpointCallback
 from stride.cli.main import main
 from stride.train import trainer as tr
+from stride.train.callbacks import Callback, TrainerView
 
 
-class FallAsleep(tr.Callback):
-    def on_step_end(self, trainer: tr.Trainer) -> None:
+class FallAsleep(Callback):
+    def on_step_end(self, trainer: TrainerView) -> None:
         if trainer.step == int(os.environ["SLEEP_AT"]) and os.environ.get("RANK") == "1":
             Path(os.environ["MARKER"]).write_text(repr(time.time()))
             time.sleep(600)
@@ -25,12 +27,12 @@ class FallAsleep(tr.Callback):
 _init = tr.Trainer.__init__
 
 
-def _init_with_sleeper(self: tr.Trainer, *args, **kwargs) -> None:
-    _init(self, *args, **kwargs)
+def _init_with_sleeper(self: tr.Trainer, *args, callbacks=(), **kwargs) -> None:
     if os.environ.get("SLEEP_BEFORE_CHECKPOINT") == "1":
-        self.callbacks.insert(0, FallAsleep())
+        callbacks = [FallAsleep(), *callbacks]  # the checkpoint callback the config asks for comes after
     else:
-        self.callbacks.append(FallAsleep())
+        callbacks = [*callbacks, CheckpointCallback(), FallAsleep()]
+    _init(self, *args, callbacks=callbacks, **kwargs)
 
 
 tr.Trainer.__init__ = _init_with_sleeper

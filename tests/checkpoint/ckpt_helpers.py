@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from stride.config import RunConfig, config_to_toml, load_config
-from stride.train.trainer import Callback, Trainer
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = [

@@ -14,14 +14,15 @@ import sys
 
 from stride.cli.main import main
 from stride.train import trainer as tr
+from stride.train.callbacks import Callback, TrainerView
 
 RANK = int(os.environ.get("RANK", "0"))
 PLAN = [tuple(item.split(":")) for item in os.environ.get("SELF_SIGNAL", "").split(",") if item]
 MINE = [(int(step), when, getattr(signal, f"SIG{name}")) for r, step, when, name in PLAN if int(r) == RANK]
 
 
-class SignalAtStepEnd(tr.Callback):
-    def on_step_end(self, trainer: tr.Trainer) -> None:
+class SignalAtStepEnd(Callback):
+    def on_step_end(self, trainer: TrainerView) -> None:
         for step, when, sig in MINE:
             if when == "end" and trainer.step == step:
                 os.kill(os.getpid(), sig)
@@ -39,9 +40,8 @@ def _arm_mid_step(trainer: tr.Trainer) -> None:
 _init = tr.Trainer.__init__
 
 
-def _init_with_signals(self: tr.Trainer, *args, **kwargs) -> None:
-    _init(self, *args, **kwargs)
-    self.callbacks.insert(0, SignalAtStepEnd())  # before the checkpoint callback
+def _init_with_signals(self: tr.Trainer, *args, callbacks=(), **kwargs) -> None:
+    _init(self, *args, callbacks=[SignalAtStepEnd(), *callbacks], **kwargs)  # before the checkpoint callback
     _arm_mid_step(self)
 
 

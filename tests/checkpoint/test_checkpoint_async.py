@@ -19,7 +19,8 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 import stride.checkpoint.callback as checkpoint_callback
 from stride.checkpoint import CheckpointStore, train_state
 from stride.checkpoint.dcp_io import TimedStager
-from stride.train.trainer import Callback, Trainer
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 SLOW_S = 0.3
 
@@ -77,7 +78,7 @@ def test_background_staging_snapshot_is_the_save_steps_state(tmp_path: Path, slo
 def test_where_the_staging_copy_runs(tmp_path: Path, slow_staging: None, monkeypatch: pytest.MonkeyPatch,
                                      staging: str, ranks: int, where: str) -> None:
     monkeypatch.setattr(checkpoint_callback, "_local_ranks", lambda: ranks)
-    monkeypatch.setattr(checkpoint_callback, "_cores", lambda: 2)
+    monkeypatch.setattr(checkpoint_callback, "available_cores", lambda: (0, 1))
     s = fit(tmp_path / "run", "checkpoint.async_save=true", "checkpoint.every=6", "train.steps=8",
             f"checkpoint.staging={staging}")
     parts = s["checkpoint"]["stall_parts_s"]

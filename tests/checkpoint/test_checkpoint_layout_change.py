@@ -16,7 +16,8 @@ from ckpt_helpers import Crash, CrashAt, fit, write_config
 from test_checkpoint_distributed_faults import HERE, _finish, _launch
 
 from stride.checkpoint import ConfigMismatchError
-from stride.train.trainer import Callback, Trainer
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 LAYOUT_ALLOWED = ("parallel.ddp_bucket_mb=1.0", "train.grad_accum=2", "data.prefetch=0")
 

@@ -21,20 +21,20 @@ from ckpt_helpers import ckpt_config
 
 from stride.cli import train as train_cli
 from stride.train import trainer as tr
+from stride.train.callbacks import Callback, TrainerView
 
 
 def test_a_signalled_run_returns_0_with_the_trainer_freed(tmp_path: Path, monkeypatch) -> None:
     refs: list[weakref.ref] = []
     init = tr.Trainer.__init__
 
-    class SignalAt(tr.Callback):
-        def on_step_end(self, trainer: tr.Trainer) -> None:
+    class SignalAt(Callback):
+        def on_step_end(self, trainer: TrainerView) -> None:
             if trainer.step == 4:
                 os.kill(os.getpid(), signal.SIGTERM)  # the handler only sets a flag; saved at this step's end
 
-    def tracked_init(self: tr.Trainer, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        self.callbacks.insert(0, SignalAt())
+    def tracked_init(self: tr.Trainer, *args, callbacks=(), **kwargs) -> None:
+        init(self, *args, callbacks=[SignalAt(), *callbacks], **kwargs)
         refs.append(weakref.ref(self))
 
     monkeypatch.setattr(tr.Trainer, "__init__", tracked_init)

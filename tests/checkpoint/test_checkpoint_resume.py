@@ -13,8 +13,9 @@ from ckpt_helpers import Crash, CrashAt, ckpt_config, dead_pid, fit, reference_s
 from stride.checkpoint import CheckpointError, ConfigMismatchError, verify
 from stride.checkpoint.manifest import write_manifest
 from stride.checkpoint.store import CheckpointStore
-from stride.metrics.owner import tagged_name
-from stride.train.trainer import Callback, Trainer
+from stride.files.owner import tagged_name
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 
 @pytest.fixture(scope="module")

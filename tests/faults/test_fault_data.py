@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from stride.data.ingest import ingest
 from stride.data.store import open_store
-from stride.metrics.owner import tagged_name
+from stride.files.owner import tagged_name
 
 
 def _ingest(*args: str):

@@ -17,6 +17,7 @@ from ckpt_helpers import mounted_tmpfs, write_config
 from fault_helpers import one_line_error, stride_main
 
 from stride.train import trainer as tr
+from stride.train.callbacks import Callback, TrainerView
 
 
 @pytest.fixture
@@ -58,16 +59,15 @@ def test_a_disk_filling_up_before_the_summary_is_one_line_and_leaves_no_temporar
     cfg = write_config(tmp_path / "run.toml", "checkpoint.enabled=false")
     run = tiny_disk / "run"
 
-    class FillAtEnd(tr.Callback):
-        def on_fit_end(self, trainer: tr.Trainer, summary: dict) -> None:
+    class FillAtEnd(Callback):
+        def on_fit_end(self, trainer: TrainerView, summary: dict) -> None:
             trainer.run_dir.close()  # metrics.jsonl flushed while there is room; then the disk fills
             fill(tiny_disk)
 
     init = tr.Trainer.__init__
 
-    def with_filler(self: tr.Trainer, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        self.callbacks.append(FillAtEnd())
+    def with_filler(self: tr.Trainer, *args, callbacks=None, **kwargs) -> None:
+        init(self, *args, callbacks=[*(callbacks or []), FillAtEnd()], **kwargs)
 
     monkeypatch.setattr(tr.Trainer, "__init__", with_filler)
     res = stride_main("train", str(cfg), "--out", str(run), "--no-progress")

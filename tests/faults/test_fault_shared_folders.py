@@ -19,7 +19,7 @@ from ckpt_helpers import Crash, CrashAt, dead_pid, fit, reference_sha, summary_s
 from fault_helpers import REPO, one_line_error, stride_cli, stride_main, tree_digest
 
 from stride.checkpoint import verify
-from stride.metrics.owner import tagged_name, this_host
+from stride.files.owner import tagged_name, this_host
 
 
 @pytest.fixture(scope="module")

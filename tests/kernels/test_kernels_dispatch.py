@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
 import torch
 
-from stride.kernels import KERNEL_CHOICES, get_ops, runtime, select
+from stride.kernels import KERNEL_CHOICES, KernelOps, get_ops, runtime
+from stride.kernels.ops import FUSED
 
 
 def test_unknown_choice_names_the_options():
@@ -15,9 +17,13 @@ def test_unknown_choice_names_the_options():
         get_ops("cuda")
 
 
-def test_select_is_get_ops():
-    assert select("torch") is get_ops("torch")
+def test_kernel_choices_and_the_op_table():
     assert KERNEL_CHOICES == ("torch", "triton", "compile")
+    fields = {f.name for f in dataclasses.fields(KernelOps)} - {"name", "linear_cross_entropy"}
+    assert set(FUSED) == fields  # one line of FUSED per fused op, and a KernelOps field of that name
+    for kind in KERNEL_CHOICES:
+        ops = get_ops(kind)
+        assert all(callable(getattr(ops, op)) for op in FUSED)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the fallback is for machines without a GPU")

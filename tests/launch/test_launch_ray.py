@@ -28,7 +28,8 @@ from stride.config.schema import ParallelConfig
 from stride.launch.ray_train import LAUNCH_DEFAULTS, RayLaunch, RayRunFailed, launch_ray, resolve_use_gpu
 from stride.parallel.layout import resolve_layout
 from stride.parallel.mesh import init_mesh
-from stride.train.trainer import Callback, Trainer
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_TOML = """[data]

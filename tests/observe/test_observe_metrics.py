@@ -13,7 +13,8 @@ from stride.metrics.observe import build_observers
 from stride.metrics.observe.prometheus import PrometheusCallback, parse_metrics
 from stride.metrics.observe.system import SystemCallback, SystemSampler
 from stride.metrics.observe.tensorboard import TensorBoardCallback
-from stride.train.trainer import Callback, Trainer
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 TINY = ["data.n_assets=4", "data.n_steps=1024", "data.seq_len=16", "train.batch_size=32", "train.steps=6",
         "train.val_every=0", "metrics.progress=false", "train.threads=1", "metrics.log_every=1",
@@ -92,10 +93,8 @@ class Scrape(Callback):
 def test_prometheus_endpoint_scraped_during_training(tmp_path: Path) -> None:
     cfg = tiny("metrics.prometheus=true", "metrics.system_sample_s=0.05")
     scrape = Scrape(at_step=4)
-    trainer = Trainer(config=cfg, out=tmp_path / "run", callbacks=[scrape])
-    # Observers are appended after the caller's callbacks: put the scraper last so it sees step 4's values.
-    trainer.callbacks.remove(scrape)
-    trainer.callbacks.append(scrape)
+    # The scraper after the observers (given, they replace the config's): it sees step 4's values.
+    trainer = Trainer(config=cfg, out=tmp_path / "run", callbacks=[*build_observers(cfg), scrape])
     result = trainer.fit()
     m = parse_metrics(scrape.text)
     assert m["stride_step"] == 4 and m["stride_steps_total"] == 4

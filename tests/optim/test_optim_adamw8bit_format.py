@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stride.optim.adamw8bit import FORMAT1_KEYS, Q_KEYS, STATE_FORMAT, AdamW8bit
-from stride.optim.adamw8bit_codes import BLOCK, decode_e4m3, decode_m, decode_sqrt_v
+from stride.optim.adamw8bit import AdamW8bit
+from stride.optim.adamw8bit_codes import BLOCK, Q_KEYS, STATE_FORMAT, decode_m, decode_sqrt_v
+from stride.optim.adamw8bit_format1 import FORMAT1_KEYS, decode_e4m3
 
 FIXTURE = Path(__file__).parent / "data" / "adamw8bit_state_format1.pt"
 HP = {"lr": 1e-2, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.01}

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import stride.optim.adamw8bit as adamw8bit
-from stride.optim.adamw8bit import Q_KEYS, AdamW8bit
-from stride.optim.adamw8bit_codes import BLOCK
+from stride.optim.adamw8bit import AdamW8bit
+from stride.optim.adamw8bit_codes import BLOCK, Q_KEYS
 
 SHAPES = [(300, 70), (9,), (5000,), (64, 65), (257, 16), (3, 4, 5), (300, 230), (256, 512)]
 # padded last blocks, small fp32 tensors, and two tensors above GATHER_BELOW (one a multiple of 256)

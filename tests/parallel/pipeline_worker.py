@@ -67,7 +67,7 @@ class _Crash(RuntimeError):
 
 
 def _crash_at(step: int):
-    from stride.train.trainer import Callback
+    from stride.train.callbacks import Callback
 
     class CrashAt(Callback):
         """Raises at the end of `step` on every rank (after the step-3 checkpoint, before the next)."""

@@ -9,8 +9,7 @@ import torch.distributed as dist
 from torch import nn
 
 from stride.config import ConfigError, load_config
-from stride.models.token_lm import TokenLM
-from stride.models.transformer import TimeSeriesTransformer
+from stride.models.transformer import TimeSeriesTransformer, TokenLM
 from stride.parallel.comm_hooks import CommTimer
 from stride.parallel.layout import Layout, check_model, resolve_layout
 from stride.train.trainer import Trainer
@@ -80,7 +79,7 @@ def test_tp_checks_that_attention_splits_by_heads():
     for blk in fused.blocks:  # a fused qkv projection, as stride had before head-parallel TP
         del blk.attn.wq, blk.attn.wk, blk.attn.wv
         blk.attn.wqkv = nn.Linear(32, 96, bias=False)
-    with pytest.raises(ConfigError, match=r"block 0 \(TransformerBlock\) has no attn.wq,wk,wv,wo"):
+    with pytest.raises(ConfigError, match=r"block 0 \(TransformerBlock\) has no attn.wq, attn.wk, attn.wv, which "):
         check_model(_tp_layout(), fused, 16, True)
     grouped = copy.deepcopy(model)
     grouped.blocks[1].attn.wk = nn.Linear(32, 16, bias=False)  # fewer k heads than q heads
@@ -92,6 +91,7 @@ def test_sequence_parallel_needs_the_models_entry_and_final_norm():
     model = TimeSeriesTransformer(3, 16, 2, d_model=32, n_layers=2, n_heads=4)
     model.inp = model.embed
     del model.embed
-    with pytest.raises(ConfigError, match="TimeSeriesTransformer has no input module named embed or tok"):
+    with pytest.raises(ConfigError, match="TimeSeriesTransformer has no embed, which its tensor-parallel plan names; "
+                                         "set `parallel.sequence_parallel` = false"):
         check_model(_tp_layout(), model, 16, True)
     check_model(_tp_layout(), model, 16, False)  # without SP only the blocks are addressed

@@ -23,8 +23,7 @@ from torch import nn
 from torchrun_workers import launch_workers
 
 from stride.config import ConfigError, load_config
-from stride.models.token_lm import TokenLM
-from stride.models.transformer import TimeSeriesTransformer
+from stride.models.transformer import TimeSeriesTransformer, TokenLM
 from stride.parallel.pipeline import split_for_rank
 from stride.parallel.pipeline_plan import PipelinePlan
 from stride.parallel.stage_split import StageBlocks, block_ranges, find_outer_parts, keep_stage_parts

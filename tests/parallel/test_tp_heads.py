@@ -15,10 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from stride.models.layers import Attention, apply_rope, rope_cache
-from stride.models.token_lm import TokenLM
-from stride.models.transformer import TimeSeriesTransformer
-from stride.parallel.tp import entry_module
+from stride.models.transformer import TimeSeriesTransformer, TokenLM
+from stride.models.transformer.layers import Attention, apply_rope, rope_cache
+from stride.parallel.tp import tp_plan
 
 
 def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -71,11 +70,18 @@ def test_a_contiguous_row_split_runs_whole_heads_unchanged(tp: int) -> None:
     assert err < 1e-5, f"sum of {tp} head-parallel partial outputs differs from one device by {err}"
 
 
-def test_both_transformers_have_what_the_tp_plan_addresses() -> None:
-    """The TS transformer and the token model share the blocks; the root plan finds each one's entry."""
+def test_both_transformers_have_what_their_tp_plan_addresses() -> None:
+    """The TS transformer and the token model share the blocks; each declares its own entry for the root plan."""
     ts = TimeSeriesTransformer(3, 8, 2, d_model=16, n_layers=1, n_heads=2)
     lm = TokenLM(11, 8, d_model=16, n_layers=1, n_heads=2)
-    assert entry_module(ts) == "embed" and entry_module(lm) == "tok"
+    for m, entry in ((ts, "embed"), (lm, "tok")):
+        for sp in (True, False):
+            plan = tp_plan(m, sp)
+            for name in plan.block:
+                m.blocks[0].get_submodule(name)  # raises if the plan names a module the block lacks
+            for name in plan.root:
+                m.get_submodule(name)
+        assert set(tp_plan(m, True).root) == {entry, "norm"} and not tp_plan(m, False).root
     for m in (ts, lm):
         attn = m.blocks[0].attn
         assert all(getattr(attn, w).weight.shape == (16, 16) for w in ("wq", "wk", "wv", "wo"))

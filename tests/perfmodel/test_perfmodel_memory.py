@@ -14,11 +14,12 @@ import torch
 
 from stride.bench.workloads import WORKLOADS
 from stride.config import load_config
+from stride.perfmodel.census_workload import workload_census
 from stride.perfmodel.hardware import load_catalog
 from stride.perfmodel.layout import Layout
-from stride.perfmodel.trace import trace_workload
 from stride.perfmodel.workload_cost import activation_bytes, workload_memory
-from stride.train.trainer import Callback, Trainer
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 FAST = ["ts_transformer_tiny", "mlp_tiny", "lstm_small", "tcn_small", "deeplob_small"]
 SLOW = ["ts_transformer_small", "gpt_returns_small", "mlp_base"]
@@ -47,7 +48,7 @@ def _check(name: str, tmp_path) -> None:
     grads = _GradBytes()
     trainer = Trainer(config=cfg, write_run_dir=False, callbacks=[grads])
     summary = trainer.fit().summary
-    trace = trace_workload(cfg, 8, name)
+    trace = workload_census(cfg, 8, name)
     mem = workload_memory(trace, Layout(micro_batch=8, precision=trace.precision), load_catalog().get("epyc-9654"))
     held = {
         "params": sum(p.numel() * p.element_size() for p in trainer.model.parameters()),
@@ -81,7 +82,7 @@ def test_full_recompute_keeps_block_inputs_and_one_block() -> None:
                                  "train.activation_checkpointing=full"])
     trainer = Trainer(config=cfg, write_run_dir=False)
     summary = trainer.fit().summary
-    trace = trace_workload(cfg, 8, "ts_transformer_tiny")
+    trace = workload_census(cfg, 8, "ts_transformer_tiny")
     outside = sum(la.saved_bytes + la.saved_param_bytes + la.saved_buffer_bytes
                   for la in trace.layers if not la.is_block)
     block_inputs = sum(la.input_bytes for la in trace.blocks())

@@ -18,7 +18,10 @@ from stride.config import load_config
 from stride.data.build import build_data
 from stride.models.losses import make_loss
 from stride.models.registry import build_model
-from stride.perfmodel.trace import OUTSIDE, flop_mapping, trace, workload_trace_inputs
+from stride.perfmodel.census import OUTSIDE
+from stride.perfmodel.census_ops import flop_mapping
+from stride.perfmodel.census_step import take_census
+from stride.perfmodel.census_workload import census_inputs
 from stride.perfmodel.workload_cost import interpolate
 from stride.train.precision import Precision
 
@@ -81,7 +84,7 @@ def _real_reference(cfg, micro: int):
 @pytest.mark.parametrize("name", SUPERVISED)
 def test_traced_flops_and_saved_bytes_match_real_tensors(name: str) -> None:
     cfg = _cfg(name)
-    tr = trace(workload_trace_inputs(cfg, MICRO, name))
+    tr = take_census(census_inputs(cfg, MICRO, name))
     total, per_layer, saved = _real_reference(cfg, MICRO)
     assert tr.flops == total > 0
     assert tr.flop_counter_total == total
@@ -97,7 +100,7 @@ def test_traced_flops_and_saved_bytes_match_real_tensors(name: str) -> None:
 def test_attention_flops_are_counted_on_cpu() -> None:
     """torch 2.13's counter has no entry for CPU flash attention; the trace adds torch's own formula."""
     cfg = _cfg("ts_transformer_tiny")
-    tr = trace(workload_trace_inputs(cfg, MICRO))
+    tr = take_census(census_inputs(cfg, MICRO))
     attn = sum(la.fwd.attn_flops for la in tr.blocks())
     b, s, d, layers = MICRO, 64, 64, 2
     assert attn == layers * 4 * b * s * s * d  # QK^T and AV, 2 FLOPs per multiply-add, full square
@@ -107,7 +110,7 @@ def test_attention_flops_are_counted_on_cpu() -> None:
 @pytest.mark.parametrize("name", ["ts_transformer_tiny", "lstm_small"])
 def test_interpolated_trace_matches_a_direct_trace(name: str) -> None:
     cfg = _cfg(name)
-    a, b, mid = (trace(workload_trace_inputs(cfg, n)) for n in (2, 8, 4))
+    a, b, mid = (take_census(census_inputs(cfg, n)) for n in (2, 8, 4))
     got = interpolate(a, b, 4)
     assert got.flops == pytest.approx(mid.flops, rel=1e-12)
     # oneDNN pads its RNN workspace to pages (and sizes it by the thread count): affine in batch to
@@ -126,7 +129,7 @@ def test_interpolated_trace_matches_a_direct_trace(name: str) -> None:
 
 def test_optimizer_trace_counts_state_and_kernels() -> None:
     cfg = load_config(overrides=[*WORKLOADS["mlp_tiny"].overrides, "data.n_steps=2048"])
-    tr = trace(workload_trace_inputs(cfg, MICRO))
+    tr = take_census(census_inputs(cfg, MICRO))
     n_tensors = 2 + 2 * 6 + 2 + 2  # inp, 2 blocks x (norm w, b, fc1 w, b, fc2 w, b), norm, head
     # AdamW: exp_avg and exp_avg_sq of every parameter, and a one-element fp32 step per tensor
     assert tr.optimizer_state_bytes == 2 * tr.param_bytes + 4 * n_tensors

@@ -11,10 +11,10 @@ import pytest
 from stride.cli.main import main
 from stride.config import load_config
 from stride.config.errors import ConfigError
+from stride.perfmodel.census_workload import workload_census
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.hardware import load_catalog
 from stride.perfmodel.layout import Layout
-from stride.perfmodel.trace import trace_workload
 from stride.perfmodel.workload_cost import ddp_buckets, fsdp_units, predict_workload
 from stride.perfmodel.workload_plan import workload_config
 
@@ -82,7 +82,7 @@ def test_measured_profile_prices_ddp_and_fsdp_collectives(hw) -> None:
     assert hw.collective_time("all_reduce", 1000, 2) == pytest.approx(500e-6 + 1e-6)
     assert hw.collective_time("all_reduce", 1000, 4) is None  # measured at 2 ranks only
     cfg = load_config(overrides=["model.name=mlp", "model.size=tiny", "data.seq_len=8", "data.n_steps=1024"])
-    tr = trace_workload(cfg, 32)
+    tr = workload_census(cfg, 32)
     eff = Efficiency(network=0.5)
     ddp = predict_workload(tr, Layout(dp=2, micro_batch=32, precision="fp32"), hw, 64, eff, bucket_mb=25.0)
     (bucket,) = ddp_buckets(tr, 25.0)  # 0.56 MB: one bucket, all-reduced after backward

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from stride.config import RunConfig
-    from stride.train.trainer import Callback
+from stride.config.schema import RunConfig
+from stride.metrics.observe.system import SystemCallback
+from stride.train.callbacks import Callback
 
 
 def build_observers(cfg: RunConfig) -> list[Callback]:
-    """System sampling first (the others read its latest sample), then TensorBoard, then Prometheus."""
-    from stride.metrics.observe.system import SystemCallback
+    """System sampling first (the others read its latest sample), then TensorBoard, then Prometheus.
 
+    TensorBoard and Prometheus are imported only when switched on: their client libraries are optional
+    (the `observe` extra) and heavy."""
     m = cfg.metrics
     out: list[Callback] = []
     system = SystemCallback(m.system_sample_s) if m.system_sample_s > 0 else None

@@ -7,15 +7,13 @@ scraper (or a test) can find it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from stride.train.trainer import Callback
-
-if TYPE_CHECKING:
-    from stride.metrics.observe.system import SystemCallback
-    from stride.train.trainer import Trainer
+from stride.metrics.observe.system import SystemCallback
+from stride.train.callbacks import Callback, TrainerView
 
 
 class PrometheusCallback(Callback):
@@ -38,14 +36,21 @@ class PrometheusCallback(Callback):
         self.server: Any = None
         self.url: str | None = None
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         self.server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
         host, port = self.server.server_address[:2]
         self.url = f"http://{host}:{port}/metrics"
         if trainer.run_dir is not None:
             trainer.run_dir.write_json("prometheus.json", {"url": self.url, "host": host, "port": port})
 
-    def on_step_end(self, trainer: Trainer) -> None:
+    def on_log(self, trainer: TrainerView, rec: Mapping[str, Any]) -> None:
+        if "loss" in rec:
+            self.loss.set(rec["loss"])
+            self.lr.set(rec["lr"])
+        if rec.get("val_loss") is not None:
+            self.val_loss.set(rec["val_loss"])
+
+    def on_step_end(self, trainer: TrainerView) -> None:
         self.steps.inc()
         self.step.set(trainer.step)
         parts = trainer.timer.last or {}
@@ -56,13 +61,6 @@ class PrometheusCallback(Callback):
         for phase, sec in parts.items():
             if phase != "total":
                 self.phase.labels(phase=phase).set(sec)
-        rec = trainer.history[-1] if trainer.history else {}
-        if rec.get("step") == trainer.step:
-            if "loss" in rec:
-                self.loss.set(rec["loss"])
-                self.lr.set(rec["lr"])
-            if rec.get("val_loss") is not None:
-                self.val_loss.set(rec["val_loss"])
         latest = self.system.sampler.latest if self.system is not None and self.system.sampler is not None else None
         if latest is not None:
             self.rss.set(latest["rss_bytes"])
@@ -72,7 +70,7 @@ class PrometheusCallback(Callback):
                     if key != "index" and isinstance(val, int | float):
                         self.gpu.labels(gpu=str(g["index"]), field=key).set(val)
 
-    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+    def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if summary.get("mfu") is not None:
             self.mfu.set(summary["mfu"])
         if self.server is not None:

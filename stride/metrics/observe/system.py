@@ -11,14 +11,11 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
-from stride.train.trainer import Callback
-
-if TYPE_CHECKING:
-    from stride.train.trainer import Trainer
+from stride.train.callbacks import Callback, TrainerView
 
 
 class Nvml:
@@ -156,11 +153,11 @@ class SystemCallback(Callback):
         self.period_s = period_s
         self.sampler: SystemSampler | None = None
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         out = trainer.run_dir.path / "system.jsonl" if trainer.run_dir is not None else None
         self.sampler = SystemSampler(self.period_s, out)
         self.sampler.start()
 
-    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+    def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if self.sampler is not None:
             summary["system"] = self.sampler.stop()

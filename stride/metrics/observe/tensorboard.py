@@ -1,21 +1,19 @@
 """TensorBoard scalars beside metrics.jsonl: loss, lr, throughput, step-time breakdown, memory, MFU.
 
-Writes every record the trainer logs (so TensorBoard and metrics.jsonl agree step for step) to
+Writes every record the trainer logs (`on_log`: TensorBoard and metrics.jsonl agree step for step) to
 `<run dir>/tensorboard`, plus the run's summary figures (MFU, peak memory) at the last step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from stride.train.trainer import Callback
-
-if TYPE_CHECKING:
-    from stride.metrics.observe.system import SystemCallback
-    from stride.train.trainer import Trainer
+from stride.metrics.observe.system import SystemCallback
+from stride.train.callbacks import Callback, TrainerView
 
 # summary.json key -> TensorBoard tag, written once at the end of the run.
 SUMMARY_TAGS = {
@@ -33,9 +31,9 @@ class TensorBoardCallback(Callback):
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.system = system
         self.writer: Any = None
-        self._seen = 0  # records of trainer.history already written
+        self._logged = False  # a record was written this step: memory and system scalars go beside it
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, trainer: TrainerView) -> None:
         from torch.utils.tensorboard import SummaryWriter  # heavy import: only when switched on
 
         log_dir = self.log_dir
@@ -45,9 +43,9 @@ class TensorBoardCallback(Callback):
             log_dir = trainer.run_dir.path / "tensorboard"
         self.log_dir = log_dir
         self.writer = SummaryWriter(log_dir=str(log_dir))
-        self._seen = len(trainer.history)
 
-    def _write_record(self, rec: dict[str, Any]) -> None:
+    def on_log(self, trainer: TrainerView, rec: Mapping[str, Any]) -> None:
+        self._logged = True
         step, w = rec["step"], self.writer
         for key, tag in (("loss", "train/loss"), ("val_loss", "val/loss"), ("lr", "train/lr"),
                          ("samples_per_s", "perf/samples_per_s"), ("step_time_s", "perf/step_time_s")):
@@ -56,13 +54,10 @@ class TensorBoardCallback(Callback):
         for phase, sec in (rec.get("breakdown_s") or {}).items():
             w.add_scalar(f"breakdown/{phase}_s", sec, step)
 
-    def on_step_end(self, trainer: Trainer) -> None:
-        new = trainer.history[self._seen:]
-        self._seen = len(trainer.history)
-        for rec in new:
-            self._write_record(rec)
-        if not new:
+    def on_step_end(self, trainer: TrainerView) -> None:
+        if not self._logged:
             return
+        self._logged = False
         step = trainer.step
         if trainer.device.type == "cuda":
             self.writer.add_scalar("memory/cuda_allocated_bytes", torch.cuda.memory_allocated(trainer.device), step)
@@ -76,7 +71,7 @@ class TensorBoardCallback(Callback):
                     if g.get(key) is not None:
                         self.writer.add_scalar(f"gpu{g['index']}/{key}", g[key], step)
 
-    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+    def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if self.writer is None:
             return
         for key, tag in SUMMARY_TAGS.items():

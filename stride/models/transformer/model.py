@@ -5,15 +5,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from stride.models.layers import RMSNorm, TransformerBlock, rope_cache
+from stride.models.transformer.layers import RMSNorm, TransformerBlock, rope_cache
+from stride.models.transformer.parallelize import transformer_plan
 
 
 class TimeSeriesTransformer(nn.Module):
     """Maps a window [B, T, F] of features to predictions [B, H] (or [B, H, Q] for quantiles).
 
     `blocks` is a ModuleList so activation checkpointing, FSDP and pipeline splits can address
-    each block from outside.
+    each block from outside; `parallel_plan` tells stride.parallel how to split it (parallelize.py).
     """
+
+    parallel_plan = transformer_plan(entry="embed")
 
     def __init__(
         self,

@@ -1,7 +1,8 @@
 """Building blocks of the sequence models, written for one device in plain PyTorch.
 
-Parallelism, compilation and activation checkpointing are applied from outside
-(`stride.train.apply`), so nothing here knows about them.
+Parallelism, compilation and activation checkpointing are applied from outside (`stride.train.apply`,
+`stride.parallel`, following `parallelize.py`'s plan of these modules' names), so nothing here knows
+about them.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from stride.models.plan import ParallelPlan
+
 
 class MLPBlock(nn.Module):
     def __init__(self, width: int, expansion: int, dropout: float) -> None:
@@ -22,6 +24,8 @@ class MLPBlock(nn.Module):
 
 class TabularMLP(nn.Module):
     """[B, T, F] (or [B, F]) -> [B, H] / [B, H, Q]. `blocks` is a ModuleList for checkpointing."""
+
+    parallel_plan = ParallelPlan(blocks="blocks")  # pipeline stages, checkpointing; no tensor parallel
 
     def __init__(
         self,

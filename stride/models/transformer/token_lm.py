@@ -10,10 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stride.models.layers import RMSNorm, TransformerBlock, rope_cache
+from stride.models.transformer.layers import RMSNorm, TransformerBlock, rope_cache
+from stride.models.transformer.parallelize import transformer_plan
 
 
 class TokenLM(nn.Module):
+    parallel_plan = transformer_plan(entry="tok")  # the blocks of layers.py, split as parallelize.py says
+
     def __init__(self, vocab: int, seq_len: int, *, d_model: int = 128, n_layers: int = 4, n_heads: int = 4,
                  ffn_mult: float = 8 / 3, dropout: float = 0.0) -> None:
         super().__init__()

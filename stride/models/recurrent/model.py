@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from stride.models.plan import ParallelPlan
+
 
 def _head(width: int, n_horizons: int, n_quantiles: int) -> nn.Linear:
     return nn.Linear(width, n_horizons * max(n_quantiles, 1))
@@ -21,6 +23,8 @@ class LSTMForecaster(nn.Module):
     `blocks` holds one single-layer LSTM per layer (rather than one multi-layer nn.LSTM) so that
     activation checkpointing and pipeline splits can address layers; cuDNN fuses each layer alike.
     """
+
+    parallel_plan = ParallelPlan(blocks="blocks")  # pipeline stages, checkpointing; no tensor parallel
 
     def __init__(self, n_features: int, n_horizons: int, *, hidden: int = 64, n_layers: int = 2,
                  dropout: float = 0.0, n_quantiles: int = 0) -> None:
@@ -66,6 +70,8 @@ class TCNBlock(nn.Module):
 class TCNForecaster(nn.Module):
     """Temporal convolutional network: dilations 1, 2, 4, ... give a receptive field of 2^L * (k - 1)."""
 
+    parallel_plan = ParallelPlan(blocks="blocks")  # pipeline stages, checkpointing; no tensor parallel
+
     def __init__(self, n_features: int, n_horizons: int, *, width: int = 64, n_layers: int = 4,
                  kernel: int = 3, dropout: float = 0.0, n_quantiles: int = 0) -> None:
         super().__init__()
@@ -102,6 +108,8 @@ class DeepLOBForecaster(nn.Module):
     run over time; an LSTM reads the resulting sequence. Works on any [B, T, F] input; it is meant
     for F = 4 x levels columns of an L2 book (ask price, ask size, bid price, bid size per level).
     """
+
+    parallel_plan = ParallelPlan(blocks="blocks")  # pipeline stages, checkpointing; no tensor parallel
 
     def __init__(self, n_features: int, n_horizons: int, *, channels: int = 16, hidden: int = 64,
                  n_quantiles: int = 0) -> None:

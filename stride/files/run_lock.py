@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from stride.errors import StrideError
-from stride.metrics.owner import this_host
+from stride.files.owner import this_host
 
 LOCK_NAME = ".stride-lock"
 ENV_HOLDER = "STRIDE_RUN_LOCK"

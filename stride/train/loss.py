@@ -1,0 +1,24 @@
+"""The loss a run trains with: the caller's, the model's own, or `[model] loss` (fused when kernels are)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from stride.config.schema import RunConfig
+from stride.models.losses import LossFn, make_loss
+from stride.train.kernels_apply import kernel_loss
+
+
+def resolve_loss(model: nn.Module, cfg: RunConfig, given: LossFn | None = None) -> LossFn:
+    """`given`, else `model.loss` (a model that defines its own, e.g. TokenLM), else the named loss of
+    `[model]`: the fused op when `train.kernels` selects fused kernels, the torch loss otherwise."""
+    if given is not None:
+        return given
+    own = getattr(model, "loss", None)
+    if own is not None:
+        return own
+    fused = kernel_loss(cfg.train.kernels, cfg.model)
+    if fused is not None:
+        return fused
+    m = cfg.model
+    return make_loss(m.loss, huber_delta=m.huber_delta, quantiles=m.quantiles)

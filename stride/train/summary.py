@@ -1,0 +1,102 @@
+"""summary.json: what a finished `fit()` measured, from the loop's tallies and the trainer's set-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from stride.config import config_hash
+from stride.config.schema import RunConfig
+from stride.metrics.hashing import params_sha256
+from stride.metrics.memory import peak_memory
+from stride.metrics.peak import Peak, mfu_fields
+from stride.metrics.step_timer import StepTimer
+from stride.parallel.context import Parallel
+from stride.train.precision import Precision
+
+
+@dataclass
+class LoopTally:
+    """What the step loop adds up besides the step timer."""
+
+    t_start: float
+    val_loss: float | None = None
+    time_to_target: float | None = None
+    val_time: float = 0.0
+    timed_samples: int = 0  # global: every rank's samples, over the timed (post warm-up) steps
+    comm_exposed: float = 0.0  # DDP all-reduce seconds over timed steps (CPU): backward waited on it
+    comm_hidden: float = 0.0  # ... and the seconds it overlapped compute
+    wall: float = 0.0
+
+
+class Summarised(Protocol):
+    """The parts of a trainer the summary reads (stride.train.trainer.Trainer)."""
+
+    cfg: RunConfig
+    step: int
+    par: Parallel
+    timer: StepTimer
+    device: torch.device
+    model: nn.Module
+    precision: Precision
+    peak: Peak
+    flops_per_step: int | None
+    seq_len: int
+    n_params: int
+    n_ac: int
+    kernels_impl: str
+    skipped_steps: int
+    saved_activation_bytes: int | None
+
+
+def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dict[str, Any]:
+    """The summary of a run. Every rank calls it: the loss mean and a pipeline's parameter gather are collectives."""
+    t, timer, par = tr.cfg.train, tr.timer, tr.par
+    breakdown = timer.mean()
+    step_s = breakdown["total"]
+    samples_per_s = tally.timed_samples / timer.totals["total"] if timer.totals.get("total") else None
+    achieved = tr.flops_per_step / step_s if tr.flops_per_step and step_s else None
+    mem, mem_kind = peak_memory(tr.device)
+    comm = par.comm_timer is not None
+    return {
+        "name": t.name,
+        "steps": tr.step,
+        "final_train_loss": float(par.mean(loss_sum)),  # last step, mean over ranks
+        "final_val_loss": tally.val_loss,
+        "samples_per_s": samples_per_s,
+        "timesteps_per_s": samples_per_s * tr.seq_len if samples_per_s else None,
+        "step_time_s": step_s,
+        "step_time_breakdown_s": {k: v for k, v in breakdown.items() if k != "total"},
+        "timed_steps": timer.steps,
+        "flops_per_step": tr.flops_per_step,
+        "achieved_flops_per_s": achieved,
+        **mfu_fields(achieved, tr.peak),  # peak_flops_per_s, peak_flops_source, mfu, mfu_error
+        "peak_mem_bytes": mem,
+        "peak_mem_kind": mem_kind,
+        "saved_activation_bytes": tr.saved_activation_bytes,
+        "activation_checkpointed_blocks": tr.n_ac,
+        "time_to_target_s": tally.time_to_target,
+        "target_val_loss": t.target_val_loss,
+        "wall_time_s": tally.wall,
+        "val_time_s": tally.val_time,
+        "skipped_steps": tr.skipped_steps,
+        "loss_scale": tr.precision.scaler.get_scale() if tr.precision.scaler else None,
+        "world_size": par.world_size,
+        "parallel": par.layout.strategy,
+        "per_rank_samples_per_s": samples_per_s / par.world_size if samples_per_s else None,
+        # Exposed: backward waited on the all-reduce (part of "backward"); hidden: overlapped compute.
+        "comm_exposed_s": tally.comm_exposed / timer.steps if comm and timer.steps else None,
+        "comm_hidden_s": tally.comm_hidden / timer.steps if comm and timer.steps else None,
+        "exposed_comm_fraction": tally.comm_exposed / timer.totals["total"]
+        if comm and timer.totals.get("total") else None,
+        "device": str(tr.device),
+        "precision": t.precision,
+        "kernels": tr.kernels_impl,
+        "params": tr.n_params,
+        "params_sha256": params_sha256(par.pipeline.full_state(tr.model) if par.pipeline else tr.model),
+        "pipeline": par.plan_summary(),
+        "config_hash": config_hash(tr.cfg),
+    }
