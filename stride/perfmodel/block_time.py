@@ -2,8 +2,9 @@
 
 - GEMMs: the block's matmuls (kernels.Costs.gemm); backward = dgrad + wgrad; recompute re-runs
   the forward GEMMs its mode names (layout.RECOMPUTED_GEMMS).
-- attention core: flash runs the causal half of the score square at the device's attention
-  efficiency and re-runs it in backward (2.5x forward); materialised attention (pre-2023
+- attention core: flash runs the causal half of the score square at the published throughput of
+  the run's kernel on this part (attention_kernels.py), backward at its own (2.5x forward FLOPs);
+  materialised attention (pre-2023
   Megatron) runs it as batched GEMMs writing the s x s scores, plus softmax/dropout traffic.
 - elementwise: memory-bound passes (kernels.Costs.elementwise_per_token), 2x in backward.
 - casts: FP8/FP4 quantisation of GEMM inputs, weights (unless cached) and output gradients.
@@ -72,8 +73,7 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     cast_f, cast_b = sum(x[0] for x in casts), sum(x[1] for x in casts)
     cast_rc = sum(x[0] for g, x in zip(lin, casts, strict=True) if g.name in rc)
     if flash:
-        t_core_f = sum(g.flops for g in core) * 0.5 / (c.peak_high * c.attn_eff)
-        t_core_b = 2.5 * t_core_f
+        t_core_f, t_core_b = c.flash_attention(sum(g.flops for g in core) * 0.5)
         core_rc = t_core_f if lay.recompute in ("full", "mlp", "full-except-qkv") else 0.0
     else:
         t_core_f = sum(c.gemm(g, False) for g in core)

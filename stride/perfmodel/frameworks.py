@@ -127,5 +127,5 @@ def fused_loss(text: str) -> bool:
     (torchtune's `compile=True` compiles the model and the loss; Inductor fuses the upcast,
     log-softmax and its backward into a few passes over the bf16 logits)."""
     low = (text or "").lower()
-    return bool(re.search(r"chunked[ -]?(cross|ce|loss)|fused[ -]?(cross|ce|loss)|linear[ -]?cross[ -]?entropy|"
+    return bool(re.search(r"chunked[ _-]?(cross|ce|loss)|fused[ _-]?(cross|ce|loss)|linear[ _-]?cross[ _-]?entropy|"
                           r"cross[- ]entropy[- ]loss[- ]fusion|liger|compile.{0,30}\bloss\b", low))

@@ -95,6 +95,9 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
         notes.append(f"power cap {watts:g} W of {hw.tdp_w:g} W: tensor peaks x {clock:.3f} (clock ~ P^(1/3))")
     if peaks != hw.peak_tflops:
         changes["peak_tflops"] = peaks
+        # the best achievable GEMM moves with the clock (a cap) or the part's stated peak alike
+        changes["mamf_tflops"] = {k: v * peaks[k] / hw.peak_tflops[k] for k, v in hw.mamf_tflops.items()
+                                  if k in peaks and hw.peak_tflops.get(k)}
     nvl = _num(r"nvl(\d{2,3})\b", low)
     if nvl and nvl >= 8:
         domain = int(nvl) if not re.search(r"(?<!g)b300|hgx", low) else 8  # HGX B300 "NVL16" counts dies

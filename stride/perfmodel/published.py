@@ -23,6 +23,7 @@ from pathlib import Path
 
 from stride.config.errors import ConfigError
 from stride.perfmodel import row_text as rt
+from stride.perfmodel.attention_kernels import kernel_from_text
 from stride.perfmodel.frameworks import FRAMEWORKS, compiled, framework_from_text, fused_loss
 from stride.perfmodel.hardware import Catalog, Hardware
 from stride.perfmodel.hw_text import link_gbytes_per_device, resolve
@@ -173,6 +174,9 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         framework = "megatron"
         notes.append("framework not stated: the Megatron-Core profile assumed")
     zero, _ = rt.zero_stage(str(row.get("zero_or_fsdp") or ""))
+    shard, n = rt.shard_group(str(row.get("zero_or_fsdp") or "") + " " + str(row.get("framework") or ""), dp,
+                              _int(row, "gpus_per_node", 0))
+    notes += n
     prec, recipe, n = rt.precision(" ".join(str(row.get(k) or "") for k in ("precision", "framework")))
     notes += n
     everything = " ".join(str(v or "") for v in row.values()).lower()
@@ -204,7 +208,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         ep=ep, framework=framework, fp8_recipe=recipe,
         fp8_head=bool(re.search(r"fp8 (lm )?head|fp8 output", everything)),
         fp8_gather=bool(re.search(r"(fp8|float8)[ _-]all[ _-]?gather|fsdp[ _]float8", everything)),
-        stage_split=split, compile=compiled(str(row.get("framework") or "")),
+        attn_kernel=kernel_from_text(fw_text + " " + str(row.get("notes") or "")) or "auto",
+        shard=shard if zero else 0, stage_split=split, compile=compiled(str(row.get("framework") or "")),
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
     )
     if dp == 1 and layout.zero:

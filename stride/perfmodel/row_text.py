@@ -67,6 +67,24 @@ def zero_stage(text: str) -> tuple[int, list[str]]:
     raise ValueError(f"zero_or_fsdp {text!r} is not understood (none, ZeRO-1/2/3, distributed optimizer, FSDP)")
 
 
+def shard_group(text: str, dp: int, per_node: int) -> tuple[int, list[str]]:
+    """Data-parallel ranks the ZeRO/FSDP states are sharded over when the text says the sharding is
+    hybrid (0: all of dp): MaxText "ici_fsdp_parallelism=K, dcn_data_parallelism=R" (FSDP inside a slice,
+    replicas across), torchtitan "dp_shard=K" / "data_parallel_shard_degree=K" /
+    "data_parallel_replicate_degree=R", PyTorch "HYBRID_SHARD" / "HSDP" (FSDP inside a node)."""
+    low = (text or "").lower().replace("-", "_")
+    num = r"\s*[=:]?\s*(\d+)"
+    m = re.search(r"(?:dcn_data_parallelism|dp_replicate|data_parallel_replicate_degree|replicas?)" + num, low)
+    if m and int(m.group(1)) > 1 and dp % int(m.group(1)) == 0:
+        return dp // int(m.group(1)), []
+    m = re.search(r"(?:dp_shard|data_parallel_shard_degree|shard[_ ]group(?:[_ ]size)?)" + num, low)
+    if m and 1 < int(m.group(1)) < dp and dp % int(m.group(1)) == 0:
+        return int(m.group(1)), []
+    if re.search(r"hybrid[_ ]?shard|\bhsdp\b", low) and per_node and 1 < per_node < dp and dp % per_node == 0:
+        return per_node, [f"hybrid sharding: shard group = the {per_node} devices of a node (assumed)"]
+    return 0, []
+
+
 _RECOMPUTE_WORDS = [
     (r"qkv_proj_offloaded", "full-except-qkv"),
     (r"save_dot_except_mlpwi", "mlp-in"),
