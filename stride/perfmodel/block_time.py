@@ -62,6 +62,9 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     t, net = lay.tp, eff.network
     flash = lay.attention == "flash"
     rc = set(RECOMPUTED_GEMMS[lay.recompute])
+    early = c.fw.ac_early_stop and lay.recompute in ("full", "mlp")  # the block's last GEMM is not re-run
+    if early:
+        rc -= {"mlp_out", "expert_out"}
     gemms = layer_gemms(spec, tokens, t, lay.cp, moe, lay.ep)
     lin = [g for g in gemms if g.name not in ATTENTION_CORE]
     core = [g for g in gemms if g.name in ATTENTION_CORE]
@@ -87,6 +90,9 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     t_sm_f = c.memory(tokens * softmax_tok * c.act)
     ew_rc = {"full": 1.0, "full-except-qkv": 1.0, "mlp": mlp_share, "mlp-in": 0.5 * mlp_share}.get(lay.recompute, 0.0)
     tp_rc = {"full": 1.0, "full-except-qkv": 1.0, "mlp": 0.5}.get(lay.recompute, 0.0)
+    if early:  # nor the residual add after it, nor its TP reduction
+        ew_rc = max(0.0, ew_rc - 6 * spec.hidden / shard / (rep + tp_part / t))
+        tp_rc = max(0.0, tp_rc - 0.5)
 
     comm: dict[str, float] = {}
 

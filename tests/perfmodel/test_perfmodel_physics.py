@@ -68,11 +68,14 @@ def test_a_users_measured_fraction_replaces_the_published_mamf(tmp_path: Path) -
     assert mine.matmul_fraction("bf16") == 0.71 and mine.matmul_fraction("fp8") == 0.71
 
 
-@pytest.mark.parametrize(("body", "msg"), [
-    ('[hardware.x]\nbase = "a100-80gb"\nmamf_tflops = { fp8 = 100 }\n', "mamf_tflops"),  # no fp8 peak
-    ('[hardware.x]\nbase = "a100-80gb"\nmamf_tflops = { bf16 = 400 }\n', "mamf_tflops"),  # above the peak
-    ('[hardware.x]\nbase = "a100-80gb"\nscaleup_busbw_fraction = 1.2\n', "scaleup_busbw_fraction"),
-])
+@pytest.mark.parametrize(
+    ("body", "msg"),
+    [
+        ('[hardware.x]\nbase = "a100-80gb"\nmamf_tflops = { fp8 = 100 }\n', "mamf_tflops"),  # no fp8 peak
+        ('[hardware.x]\nbase = "a100-80gb"\nmamf_tflops = { bf16 = 400 }\n', "mamf_tflops"),  # above the peak
+        ('[hardware.x]\nbase = "a100-80gb"\nscaleup_busbw_fraction = 1.2\n', "scaleup_busbw_fraction"),
+    ],
+)
 def test_bad_physics_fields_are_refused(tmp_path: Path, body: str, msg: str) -> None:
     f = tmp_path / "bad.toml"
     f.write_text(body)
@@ -113,7 +116,8 @@ def test_attention_on_parts_without_figures() -> None:
     assert ak.attention_tflops("fa2", pcie, 4096, 128)[0] == pytest.approx(319.0 * scale)
     b200 = CAT.get("b200")  # Blackwell: cuDNN on Hopper scaled by MAMF; FA3 does not run there
     assert ak.attention_tflops("fa3", b200, 4096, 128) == pytest.approx(
-        tuple(x * 1745.0 / 794.5 for x in ak.attention_tflops("cudnn", h100, 4096, 128)))
+        tuple(x * 1745.0 / 794.5 for x in ak.attention_tflops("cudnn", h100, 4096, 128))
+    )
     assert ak.attention_tflops("fa2", CAT.get("tpu-v5p"), 4096, 128) is None
     assert ak.attention_tflops("fa2", CAT.get("v100"), 4096, 128) is None  # no FA before sm80
 
@@ -134,16 +138,31 @@ def test_flash_core_time_uses_the_runs_kernel_and_the_flash_factor() -> None:
     assert Costs(own, EFF, Layout(), SPEC).flash_attention(flops)[1] == pytest.approx(2.5 * flops / (989.4e12 * 0.4))
 
 
-@pytest.mark.parametrize(("text", "kernel"), [
-    ("Composer / llm-foundry, attn_impl: triton", "triton"), ("attn_impl=triton", "triton"),
-    ("FlashAttention-2", "fa2"), ("flash-attn 2.4.2", "fa2"), ("flash_attn==2.5.8", "fa2"), ("FA2", "fa2"),
-    ("torch SDPA", "fa2"), ("F.scaled_dot_product_attention", "fa2"),
-    ("FlashAttention-3 (Hopper)", "fa3"), ("FA3", "fa3"), ("flash_attn_interface (hopper)", "fa3"),
-    ("TE fused attention (cuDNN)", "cudnn"), ("attention=cudnn_flash_te", "cudnn"),
-    ("NVTE_FUSED_ATTN=1 FusedAttention", "cudnn"),
-    ("xformers memory-efficient attention", "xformers"), ("flash-attn 1.0.9", "fa1"), ("FlashAttention v1", "fa1"),
-    ("flash attention", None), ("Megatron-Core", None), ("", None),
-])
+@pytest.mark.parametrize(
+    ("text", "kernel"),
+    [
+        ("Composer / llm-foundry, attn_impl: triton", "triton"),
+        ("attn_impl=triton", "triton"),
+        ("FlashAttention-2", "fa2"),
+        ("flash-attn 2.4.2", "fa2"),
+        ("flash_attn==2.5.8", "fa2"),
+        ("FA2", "fa2"),
+        ("torch SDPA", "fa2"),
+        ("F.scaled_dot_product_attention", "fa2"),
+        ("FlashAttention-3 (Hopper)", "fa3"),
+        ("FA3", "fa3"),
+        ("flash_attn_interface (hopper)", "fa3"),
+        ("TE fused attention (cuDNN)", "cudnn"),
+        ("attention=cudnn_flash_te", "cudnn"),
+        ("NVTE_FUSED_ATTN=1 FusedAttention", "cudnn"),
+        ("xformers memory-efficient attention", "xformers"),
+        ("flash-attn 1.0.9", "fa1"),
+        ("FlashAttention v1", "fa1"),
+        ("flash attention", None),
+        ("Megatron-Core", None),
+        ("", None),
+    ],
+)
 def test_kernel_from_text(text: str, kernel: str | None) -> None:
     assert ak.kernel_from_text(text) == kernel
 
@@ -159,6 +178,7 @@ def test_default_kernel_per_framework_and_part() -> None:
 
 def test_busbw_fraction_per_link_level() -> None:
     from stride.perfmodel import collectives as coll
+
     h100 = CAT.get("h100-sxm")
     assert coll.group_link(h100, 8, 1).bw == pytest.approx(450e9 * 0.81)
     assert coll.group_link(h100, 16, 8).bw == pytest.approx(50e9 * 0.94)
