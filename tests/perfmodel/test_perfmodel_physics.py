@@ -210,3 +210,22 @@ def test_xla_fuses_into_dots_on_tpus_only() -> None:
     megatron = Costs(CAT.get("h100-sxm"), EFF, Layout(), SPEC).elementwise_per_token(1)
     assert tpu == (8 * 2048, 0.0)
     assert gpu == megatron  # XLA:GPU runs its fused elementwise loops around cuBLAS like fused kernels
+
+
+def test_torch_checkpointing_stops_before_the_blocks_last_gemm() -> None:
+    """Non-reentrant torch checkpointing (FSDP, torchtitan, torchtune) and XLA re-run the block's forward only
+    up to the last tensor backward needs: the MLP down projection is not recomputed. Megatron re-runs it all."""
+    from stride.perfmodel.block_time import block_time
+    from stride.perfmodel.flops import layer_gemms
+
+    hw = CAT.get("h100-sxm")
+    tokens = 2048
+    down = next(g for g in layer_gemms(SPEC, tokens) if g.name == "mlp_out")
+    for fw, early in (("fsdp2", True), ("fsdp1", True), ("maxtext", True), ("megatron", False), ("deepspeed", False)):
+        full = Layout(framework=fw, recompute="full")
+        c = Costs(hw, EFF, full, SPEC)
+        rc = block_time(SPEC, full, hw, EFF, c, tokens).terms["gemm"]
+        none = block_time(SPEC, Layout(framework=fw), hw, EFF, c, tokens).terms["gemm"]
+        fwd = sum(c.gemm(g) for g in layer_gemms(SPEC, tokens) if g.name not in ("attn_scores", "attn_values"))
+        want = fwd - c.gemm(down) if early else fwd
+        assert rc - none == pytest.approx(want, rel=1e-9), fw
