@@ -77,7 +77,9 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     cast_rc = sum(x[0] for g, x in zip(lin, casts, strict=True) if g.name in rc)
     if flash:
         t_core_f, t_core_b = c.flash_attention(sum(g.flops for g in core) * 0.5)
-        core_rc = t_core_f if lay.recompute in ("full", "mlp", "full-except-qkv") else 0.0
+        # selective recompute of a flash core re-runs its forward too (Megatron checkpoints core attention;
+        # MaxText's minimal policies do not save the kernel's softmax statistics)
+        core_rc = t_core_f if lay.recompute in ("full", "mlp", "full-except-qkv", "selective") else 0.0
     else:
         t_core_f = sum(c.gemm(g, False) for g in core)
         t_core_b = 2.0 * t_core_f

@@ -126,7 +126,11 @@ _RECOMPUTE_WORDS = [
     (r"qkv_proj_offloaded", "full-except-qkv"),
     (r"save_dot_except_mlpwi", "mlp-in"),
     (r"remat_policy\s*=\s*custom", "mlp"),
-    (r"minimal|save_dot|dots_saveable|checkpoint_dots|nothing_saveable_except", "none"),
+    # MaxText `minimal` / `minimal_flash` (MaxText/layers/models.py:216-241 at efb6d9e4a) save only the dots
+    # without batch dims (the projections) and, for minimal_flash, the attention output: the attention core
+    # (batched dots, or the flash kernel whose softmax statistics are not saved) is recomputed
+    (r"minimal|no_batch_dims", "selective"),
+    (r"save_dot|dots_saveable|checkpoint_dots|nothing_saveable_except", "none"),
     # negations before the words they negate: "activation checkpointing disabled", "no AC", "AC: none"
     (r"(checkpoint\w*|recompute|remat\w*|\bac\b)\W{0,3}(disabled|off|false|none|no)\b|\b(no|without|disabled?)\W{0,3}"
      r"(activation |gradient )?(checkpoint|recompute|remat|ac\b)", "none"),

@@ -14,7 +14,7 @@ import pytest
 from stride.perfmodel import attention_kernels as ak
 from stride.perfmodel.costmodel import predict
 from stride.perfmodel.efficiency import Efficiency
-from stride.perfmodel.flops import Gemm, total_params
+from stride.perfmodel.flops import Gemm, layer_gemms, total_params
 from stride.perfmodel.hardware import load_catalog
 from stride.perfmodel.hw_text import resolve
 from stride.perfmodel.kernels import Costs
@@ -216,7 +216,6 @@ def test_torch_checkpointing_stops_before_the_blocks_last_gemm() -> None:
     """Non-reentrant torch checkpointing (FSDP, torchtitan, torchtune) and XLA re-run the block's forward only
     up to the last tensor backward needs: the MLP down projection is not recomputed. Megatron re-runs it all."""
     from stride.perfmodel.block_time import block_time
-    from stride.perfmodel.flops import layer_gemms
 
     hw = CAT.get("h100-sxm")
     tokens = 2048
@@ -229,3 +228,18 @@ def test_torch_checkpointing_stops_before_the_blocks_last_gemm() -> None:
         fwd = sum(c.gemm(g) for g in layer_gemms(SPEC, tokens) if g.name not in ("attn_scores", "attn_values"))
         want = fwd - c.gemm(down) if early else fwd
         assert rc - none == pytest.approx(want, rel=1e-9), fw
+
+
+def test_selective_recompute_of_a_flash_core_reruns_its_forward() -> None:
+    """Megatron's selective recompute checkpoints core attention and MaxText's minimal policies do not save a
+    flash kernel's softmax statistics: the core's forward runs again in backward (none: it does not)."""
+    from stride.perfmodel.block_time import block_time
+
+    hw = CAT.get("h100-sxm")
+    for fw in ("megatron", "maxtext"):
+        c = Costs(hw, EFF, Layout(framework=fw), SPEC)
+        t = {rc: block_time(SPEC, Layout(framework=fw, recompute=rc), hw, EFF, c, 2048).terms["attention"]
+             for rc in ("none", "selective")}
+        core = sum(g.flops for g in layer_gemms(SPEC, 2048) if g.name in ("attn_scores", "attn_values"))
+        fwd, _ = c.flash_attention(core * 0.5)
+        assert t["selective"] - t["none"] == pytest.approx(fwd, rel=1e-9), fw

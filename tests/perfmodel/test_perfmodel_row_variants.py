@@ -215,7 +215,7 @@ RECOMPUTE = [
     ("gradient checkpointing", "full"),
     ("remat", "full"),
     ("remat_policy=full", "full"),
-    ("remat_policy=minimal", "none"),
+    ("remat_policy=minimal", "selective"),
     ("nothing_saveable", "full"),
     ("checkpoint_dots", "none"),
     ("AC: none", "none"),
