@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 
 from stride.perfmodel.hardware import Hardware
 
@@ -79,6 +80,7 @@ def _at(table: dict[int, tuple[float, ...]], seq: int, head_dim: int) -> float:
     return _interp(tuple(float(d) for d in dims), tuple(by_dim), head_dim)
 
 
+@lru_cache(maxsize=4096)
 def _curve(kernel: str, ref: str, seq: int, head_dim: int) -> tuple[float, float] | None:
     """(forward, backward) TFLOP/s of `kernel` on reference part `ref`, or None without figures."""
     data = _CURVES.get((kernel, ref))
