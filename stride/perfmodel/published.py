@@ -226,7 +226,12 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         gb = micro * dp
         notes.append("global_batch_seqs blank: micro_batch x dp (no gradient accumulation) assumed")
     if gb % dp:
-        raise ValueError(f"global_batch_seqs {gb} is not divisible by dp {dp}")
+        rounded = gb // dp * dp  # tokens/s per device moves by about the share of the batch dropped
+        if rounded == 0 or (gb - rounded) / gb >= 0.1:
+            raise ValueError(f"global_batch_seqs {gb} is not divisible by dp {dp} (rounding it would move the "
+                             "answer by 10% or more)")
+        notes.append(f"global_batch_seqs {gb} is not divisible by dp {dp}: {rounded} used (assumed)")
+        gb = rounded
     if (gb // dp) % micro:  # uneven last micro-batch (e.g. Composer): the nearest divisor, same tokens
         micro = max(d for d in range(1, micro + 1) if (gb // dp) % d == 0)
         notes.append(f"micro_batch does not divide the batch per replica: {micro} used")

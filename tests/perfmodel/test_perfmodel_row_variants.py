@@ -328,6 +328,13 @@ def test_a_named_model_without_dimensions_takes_the_preset(model: str, hidden: i
     assert any("preset" in n for n in inp.notes)
 
 
+def test_a_batch_dp_does_not_divide_is_rounded_when_that_moves_little() -> None:
+    inp = _read(global_batch_seqs="1000")  # dp 64: 960 used, 4% of the batch dropped
+    assert inp.global_batch == 960 and any("960 used" in n for n in inp.notes)
+    refused = row_inputs({**BASE, "global_batch_seqs": "100"}, CAT)  # 64 of 100: a 36% change
+    assert refused.reason is not None and "global_batch_seqs 100 is not divisible by dp 64" in refused.reason
+
+
 def test_global_batch_in_tokens() -> None:
     assert _read(global_batch_seqs="4M tokens").global_batch == 512  # 4 x 2^20 / 8192
     assert _read(global_batch_seqs="4,194,304 tokens").global_batch == 512
