@@ -28,8 +28,10 @@ class PackedLoss:
         if self.kind not in KINDS:
             raise ValueError(f"unknown loss {self.kind!r}: expected {', '.join(KINDS)}")
         n = len(models)
-        self.delta = torch.tensor([m.huber_delta for m in models], device=device).view(n, 1, 1)
-        self.quantiles = (torch.tensor([m.quantiles for m in models], device=device).view(n, 1, 1, -1)
+        # kept in float64 and cast to the predictions' dtype, as the solo loss casts a Python float
+        wide = torch.float64
+        self.delta = torch.tensor([m.huber_delta for m in models], dtype=wide, device=device).view(n, 1, 1)
+        self.quantiles = (torch.tensor([m.quantiles for m in models], dtype=wide, device=device).view(n, 1, 1, -1)
                           if self.kind == "quantile" else None)
 
     def __call__(self, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
