@@ -86,3 +86,35 @@ def stacked_bars(bars: dict[str, dict[str, float]], title: str, ylabel: str) -> 
                    f"{escape(part)}</text>")
     out.append(f'<text x="{PAD - 4}" y="38" text-anchor="end">{top:.3g}</text>')
     return "\n".join([*out, "</svg>"])
+
+
+def spread_chart(series: dict[str, list[tuple[float, float, float, float]]], title: str, xlabel: str, ylabel: str,
+                 xticks: dict[float, str] | None = None) -> str:
+    """Mean lines with a whisker from low to high at each x: [(x, mean, low, high)] per series (seed spread).
+
+    `xticks` labels chosen x positions (categorical values, or 10^k on a log axis)."""
+    pts = [(x, y) for s in series.values() for x, _, lo, hi in s for y in (lo, hi)]
+    lines = {name: [(x, m) for x, m, _, _ in s] for name, s in series.items()}
+    svg = line_chart(lines, title, xlabel, ylabel, y_range=(min(p[1] for p in pts), max(p[1] for p in pts))
+                     if pts else None, markers=True).removesuffix("</svg>").split("\n")
+    if not pts:
+        return "\n".join([*svg, "</svg>"])
+    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+
+    def sx(x: float) -> float:  # the same scales as line_chart's
+        return PAD + (x - x0) / (x1 - x0) * (W - PAD - 20)
+
+    def sy(y: float) -> float:
+        return H - PAD - (y - y0) / (y1 - y0) * (H - PAD - 34)
+
+    for i, s in enumerate(series.values()):
+        c = PALETTE[i % len(PALETTE)]
+        svg += [f'<line x1="{sx(x):.1f}" y1="{sy(lo):.1f}" x2="{sx(x):.1f}" y2="{sy(hi):.1f}" stroke="{c}" '
+                f'stroke-width="1"><title>{lo:.4g} .. {hi:.4g}</title></line>' for x, _, lo, hi in s]
+    if xticks:
+        svg = [ln for ln in svg if f'y="{H - PAD + 14}"' not in ln]  # line_chart's numeric x labels
+        svg += [f'<text x="{sx(x):.1f}" y="{H - PAD + 14}" text-anchor="middle">{escape(t)}</text>'
+                for x, t in xticks.items()]
+    return "\n".join([*svg, "</svg>"])

@@ -12,6 +12,7 @@ last finite step), reported as diverged, and the others go on untouched (nothing
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,8 @@ class PackedTrainer:
         self.step_times: list[float] = []
         self.val_time = 0.0
         self._t_start: float | None = None
+        self._reported: set[int] = set()
+        self.wall = 0.0
 
     def _sample(self, model: torch.nn.Module) -> torch.Tensor:
         """A small input of the model's shape, for probing what its forward calls."""
@@ -145,8 +148,12 @@ class PackedTrainer:
         return [t / max(count, 1) for t in total]
 
     # -- the loop --------------------------------------------------------------------------------
-    def fit(self, until: int | None = None) -> list[ModelRecord]:
-        """Train until every model has stopped (or, for tests and exports, until step `until`)."""
+    def fit(self, until: int | None = None, on_stop: Callable[[int], None] | None = None) -> list[ModelRecord]:
+        """Train until every model has stopped (or, for tests and exports, until step `until`).
+
+        `on_stop(i)` is called as soon as model i has stopped, its summary in `records[i]` (a sweep writes
+        the point's result then, not when the whole pack ends).
+        """
         t0 = self.cfgs[0].train
         metrics = self.cfgs[0].metrics
         reset_peak(self.device)
@@ -189,10 +196,19 @@ class PackedTrainer:
                     target = self.cfgs[i].train.target_val_loss
                     if target is not None and self.time_to_target[i] is None and vals[i] <= target:
                         self.time_to_target[i], self.stopped[i] = now, "target"
-        self.wall = time.perf_counter() - self._t_start
-        for i in range(self.n):
-            self.records[i].summary = self.summary(i)
+            self._report(on_stop, final=False)
+        self._report(on_stop, final=True)
         return self.records
+
+    def _report(self, on_stop: Callable[[int], None] | None, final: bool) -> None:
+        self.wall = time.perf_counter() - (self._t_start or 0.0)
+        for i in range(self.n):
+            if (self.stopped[i] is not None or final) and i not in self._reported:
+                self.records[i].summary = self.summary(i)
+                if self.stopped[i] is not None:
+                    self._reported.add(i)
+                    if on_stop is not None:
+                        on_stop(i)
 
     def summary(self, i: int) -> dict[str, Any]:
         """Model i's summary: the solo run's keys where they mean the same, plus what the pack adds."""
@@ -213,7 +229,8 @@ class PackedTrainer:
             "samples_per_s": b / step_s if step_s else None,  # this model's, while packed with the others
             "pack_samples_per_s": self.n * b / step_s if step_s else None,
             "step_time_s": step_s,
-            "wall_time_s": getattr(self, "wall", None),
+            "train_time_s": sum(self.step_times),  # the pack's steps so far (data wait included, validation not)
+            "wall_time_s": self.wall,
             "val_time_s": self.val_time,
             "peak_mem_bytes": mem,
             "peak_mem_kind": mem_kind,
