@@ -49,11 +49,15 @@ class ModelOptim:
                 self.foreach, self.fused)
 
 
-def solo_settings(cfg: OptimConfig) -> ModelOptim:
-    """The settings `stride train` uses for `cfg`, or a ConfigError naming what packing does not support."""
+def check_supported(cfg: OptimConfig) -> None:
     if cfg.name not in SUPPORTED:
         raise ConfigError(f"`optim.name` = {cfg.name!r}: packed training supports {', '.join(SUPPORTED)}; "
                           "train these points one by one (stride sweep --pack 1)")
+
+
+def solo_settings(cfg: OptimConfig) -> ModelOptim:
+    """The settings `stride train` uses for `cfg`, or a ConfigError naming what packing does not support."""
+    check_supported(cfg)
     opt = build_optimizer([torch.zeros(1, requires_grad=True)], cfg)
     if type(opt) is not SUPPORTED[cfg.name]:
         raise ConfigError(f"`optim.name` = {cfg.name!r} built a {type(opt).__name__}, not the torch optimizer "

@@ -52,6 +52,9 @@ def split_keys(cfgs: list[RunConfig]) -> list[str]:
 
 def check_packable(cfg: RunConfig) -> None:
     """A ConfigError naming the first setting packed training does not reproduce (use --pack 1 for it)."""
+    from stride.sweep.packed_optim import check_supported
+
+    check_supported(cfg.optim)
     t, p = cfg.train, cfg.parallel
     refusals = [
         (t.precision == "fp16", "`train.precision` = 'fp16' (a loss scaler per model); use bf16 or fp32"),

@@ -131,7 +131,12 @@ def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int =
     result = Probe(1, solo, memory=mem)
     rates, prev, n = {1: solo}, 1, 2
     while n <= cap and time.perf_counter() - t0 < budget_s:
-        pt = PackedTrainer([_short(cfg, steps, cfg.train.seed + i) for i in range(n)])
+        try:
+            pt = PackedTrainer([_short(cfg, steps, cfg.train.seed + i) for i in range(n)])
+        except ConfigError as exc:  # found only when the models are built (a model with its own loss)
+            result.why = f"not packed: {exc}"
+            result.seconds = time.perf_counter() - t0
+            return result
         pt.fit()
         pt.close()
         times = pt.step_times[2:]
