@@ -76,7 +76,10 @@ def cell(spec: dict[str, Any]) -> dict[str, Any]:
     batch = _config(wl, device, threads, 1, 0).train.batch_size
     torch.set_num_threads(threads)
     if variant == "packed":
+        from stride.sweep.grouped_lstm import LSTM_MODE
         from stride.sweep.packed_train import PackedTrainer
+
+        LSTM_MODE["mode"] = spec.get("lstm_mode", "auto")
 
         pt = PackedTrainer([_config(wl, device, threads, warm + timed, s) for s in range(n)])
         pt.fit()
@@ -122,6 +125,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of the one-process variants (0: cores)")
     ap.add_argument("--seq-cap", type=int, default=16)
+    ap.add_argument("--lstm-mode", default="auto", choices=("auto", "grouped", "per_model"),
+                    help="packed LSTMs: grouped gates (GPU default) or one fused kernel call per model (CPU default)")
     ap.add_argument("--quick", action="store_true", help="smoke run: N=1,4, one repeat, 2 timed steps")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--cell", default=None, help=argparse.SUPPRESS)
@@ -144,7 +149,8 @@ def main() -> None:
             for n in ns:
                 for v in (variants if r % 2 == 0 else variants[::-1]):  # alternate the order between repeats
                     spec = {"workload": wl, "n": n, "variant": v, "device": a.device, "threads": threads,
-                            "warmup": a.warmup, "timed": timed, "seq_cap": a.seq_cap, "cores": cores}
+                            "warmup": a.warmup, "timed": timed, "seq_cap": a.seq_cap, "cores": cores,
+                            "lstm_mode": a.lstm_mode}
                     res = _run_cell(spec)
                     raw.setdefault((wl, n, v), []).append(res)
                     print(f"# repeat {r} {wl} N={n} {v}: {res}", file=sys.stderr, flush=True)
@@ -166,6 +172,7 @@ def main() -> None:
                            "packed_vs_sequential": p / get["sequential"] if p and get.get("sequential") else None,
                            "packed_vs_processes": p / get["processes"] if p and get.get("processes") else None})
     report = {"cpu": cpu_model(), "cores": cores, "threads": threads, "device": a.device, "repeats": repeats,
+              "lstm_mode": a.lstm_mode,
               "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "rows": rows, "ratios": ratios}
     if a.json:
         print(json.dumps(report, indent=1))
