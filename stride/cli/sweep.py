@@ -92,12 +92,30 @@ def _write_report(store, plan, points, price) -> None:
     results = store.results([p.id for p in points])
     if results:
         section = write_report(store.root, plan, results, load_pack_log(store.root), price)
+        _log_best(results)
         c = section["cost"]
         if c["train_speedup"]:
             _log(f"training steps: {c['sweep_train_s']:.1f} s packed against {c['one_by_one_s']:.1f} s one by one "
                  f"({c['train_speedup']:.2f}x; packs' wall time {c['sweep_device_s']:.1f} s with set-up and "
                  f"validation); {sum(p['significant'] for p in section['pairs'])} of {len(section['pairs'])} "
                  "configuration pairs differ beyond seed noise")
+
+
+def _log_best(results, top: int = 5) -> None:
+    """The configurations with the lowest mean final val loss over their seeds."""
+    import statistics
+
+    from stride.sweep.report import configurations
+
+    rows = []
+    for name, rs in configurations(results).items():
+        vals = [r["summary"]["final_val_loss"] for r in rs if r["summary"].get("final_val_loss") is not None
+                and r["summary"].get("status") != "diverged"]
+        if vals:
+            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            rows.append((statistics.fmean(vals), sd, len(vals), name or "(seeds only)"))
+    for mean, sd, n, name in sorted(rows)[:top]:
+        _log(f"  {mean:.4f} +- {sd:.4f} (sd over {n} seed{'s' if n > 1 else ''})  {name}")
 
 
 def _export(store, points, which: str, run_dir, config: str, overrides: list[str]) -> None:

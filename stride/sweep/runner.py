@@ -193,6 +193,9 @@ def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options) -> None:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise SweepError(f"cannot connect to a Ray cluster at {opts.ray_address}: {str(exc).splitlines()[0]}") from None
     failed: list[str] = []
+    for job in jobs:  # as `stride launch ray`: a task's torch threads are the CPUs Ray reserved for it
+        for c in job.configs:
+            c.train.threads = opts.cpus_per_pack if c.train.threads is None else c.train.threads
     try:
         task = ray.remote(num_cpus=opts.cpus_per_pack)(ray_job)
         pending = {task.remote(job): (job, time.perf_counter()) for job in jobs}
