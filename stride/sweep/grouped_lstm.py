@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from stride.sweep.vmap_ops import PackOnly, stacked
+
 
 def _forward(x: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor):
     """x [N, B, T, I]; returns (h [T+1, N, B, H] with h[0] = 0, activated gates [T, N, B, 4H], c, tanh c)."""
@@ -97,27 +99,13 @@ class GroupedLSTM(torch.autograd.Function):
         return dx, d_wih, d_whh, d_b, d_b.clone()
 
 
-class _PerModelLSTM(torch.autograd.Function):
+class _PerModelLSTM(PackOnly):
     """One model's LSTM call inside `vmap`: the vmap rule runs the whole pack through GroupedLSTM."""
-
-    generate_vmap_rule = False
-
-    @staticmethod
-    def forward(x, w_ih, w_hh, b_ih, b_hh):  # type: ignore[override]
-        raise RuntimeError("VmapLSTM runs only inside torch.func.vmap (stride.sweep packs models with it)")
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):  # type: ignore[override]
-        pass
 
     @staticmethod
     def vmap(info, in_dims, x, w_ih, w_hh, b_ih, b_hh):  # type: ignore[override]
-        n = info.batch_size
-
-        def stacked(t: torch.Tensor, d: int | None) -> torch.Tensor:
-            return t.movedim(d, 0) if d is not None else t.expand(n, *t.shape)
-
-        x, w_ih, w_hh, b_ih, b_hh = (stacked(t, d) for t, d in zip((x, w_ih, w_hh, b_ih, b_hh), in_dims, strict=True))
+        args = (x, w_ih, w_hh, b_ih, b_hh)
+        x, w_ih, w_hh, b_ih, b_hh = (stacked(t, d, info.batch_size) for t, d in zip(args, in_dims, strict=True))
         if lstm_mode(x.device) == "per_model":
             return torch.stack([_fused_lstm(*args) for args in zip(x, w_ih, w_hh, b_ih, b_hh, strict=True)]), 0
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32

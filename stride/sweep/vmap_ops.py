@@ -23,28 +23,33 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 
-class FoldedSDPA(torch.autograd.Function):
-    """`F.scaled_dot_product_attention` for one model inside vmap; the vmap rule runs the pack as one batch."""
+class PackOnly(torch.autograd.Function):
+    """An op that exists only inside `vmap`: its `vmap` rule gets the whole pack and runs it at once (the
+    ops it calls there are recorded by autograd as usual, so no backward of its own is needed)."""
 
     generate_vmap_rule = False
 
     @staticmethod
-    def forward(q, k, v, is_causal, scale):  # type: ignore[override]
-        raise RuntimeError("FoldedSDPA runs only inside torch.func.vmap (stride.sweep packs models with it)")
+    def forward(*args):  # type: ignore[override]
+        raise RuntimeError("this op runs only inside torch.func.vmap (stride.sweep packs models with it)")
 
     @staticmethod
     def setup_context(ctx, inputs, output):  # type: ignore[override]
         pass
 
+
+def stacked(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
+    """A vmap rule's input with the pack dimension first (an input shared by the pack is expanded, not copied)."""
+    return t.movedim(dim, 0) if dim is not None else t.expand(n, *t.shape)
+
+
+class FoldedSDPA(PackOnly):
+    """`F.scaled_dot_product_attention` for one model inside vmap; the vmap rule runs the pack as one batch."""
+
     @staticmethod
     def vmap(info, in_dims, q, k, v, is_causal, scale):  # type: ignore[override]
         n = info.batch_size
-
-        def fold(t: torch.Tensor, d: int | None) -> torch.Tensor:
-            t = t.movedim(d, 0) if d is not None else t.expand(n, *t.shape)
-            return t.reshape(n * t.shape[1], *t.shape[2:])
-
-        qf, kf, vf = (fold(t, d) for t, d in zip((q, k, v), in_dims[:3], strict=True))
+        qf, kf, vf = (stacked(t, d, n).flatten(0, 1) for t, d in zip((q, k, v), in_dims[:3], strict=True))
         out = F.scaled_dot_product_attention(qf, kf, vf, is_causal=is_causal, scale=scale)
         return out.reshape(n, -1, *out.shape[1:]), 0
 

@@ -25,6 +25,15 @@ BASE = [
 ]
 
 
+def mlp_toml(steps: int, val_every: int, *extra: str) -> str:
+    """A small MLP sweep config as a TOML file's text (4 assets, window of 8, batch 32, 1 thread)."""
+    return "\n".join([
+        "[model]", 'name = "mlp"', 'size = "tiny"',
+        "[data]", "n_assets = 4", "n_steps = 1024", "seq_len = 8", "horizons = [1, 5]",
+        "[train]", f"steps = {steps}", "batch_size = 32", f"val_every = {val_every}", "val_batches = 2", "threads = 1",
+        "[metrics]", "progress = false", "flops = false", *extra, ""])
+
+
 def config(workload: str, *overrides: str) -> RunConfig:
     return load_config(overrides=[*BASE, f"model.name={workload}", *overrides])
 

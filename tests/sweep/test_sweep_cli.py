@@ -12,35 +12,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from sweep_fixtures import mlp_toml
 
 from stride.bench.results import load_results
 from stride.cli.main import main
 from stride.sweep.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = """
-[model]
-name = "mlp"
-size = "tiny"
-[data]
-n_assets = 4
-n_steps = 1024
-seq_len = 8
-horizons = [1, 5]
-[optim]
-warmup_steps = 5
-[train]
-steps = 30
-batch_size = 32
-val_every = 15
-val_batches = 2
-threads = 1
-name = "sw"
-[metrics]
-progress = false
-flops = false
-skip_steps = 2
-"""
+CONFIG = mlp_toml(30, 15, "skip_steps = 2").replace("[train]", "[optim]\nwarmup_steps = 5\n[train]")
 GRID = ["--grid", "optim.lr=1e-3,3e-3", "--grid", "train.seed=0..2"]
 RESULT_COLUMNS = ["point", "optim.lr", "train.seed", "status", "steps", "final_train_loss", "final_val_loss",
                   "params_sha256"]

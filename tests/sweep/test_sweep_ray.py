@@ -12,28 +12,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from sweep_fixtures import mlp_toml
 
 from stride.cli.main import main
 
-CONFIG = """
-[model]
-name = "mlp"
-size = "tiny"
-[data]
-n_assets = 4
-n_steps = 1024
-seq_len = 8
-horizons = [1, 5]
-[train]
-steps = 12
-batch_size = 32
-val_every = 6
-val_batches = 2
-threads = 1
-[metrics]
-progress = false
-flops = false
-"""
+CONFIG = mlp_toml(12, 6)
 COLUMNS = ["point", "train.seed", "optim.lr", "status", "steps", "final_train_loss", "final_val_loss"]
 
 
