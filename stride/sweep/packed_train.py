@@ -12,6 +12,7 @@ last finite step), reported as diverged, and the others go on untouched (nothing
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +62,14 @@ class PackedTrainer:
         if t.deterministic:
             torch.use_deterministic_algorithms(True)
         self.precision = Precision(t.precision, self.device)
+        seed_everything(t.seed)
+        before = torch.get_rng_state()
         self.data = PackData(configs, train_data, val_data)
+        if not torch.equal(before, torch.get_rng_state()):
+            # `stride train` builds the data after seeding and before the model: a source that draws from the
+            # global generator moves where the model's initialisation starts, which the pack cannot repeat
+            warnings.warn("the data source draws from torch's global generator while it is built: packed models "
+                          "start from other initial weights than their solo runs", stacklevel=2)
         models = []
         for i, c in enumerate(configs):
             seed_everything(c.train.seed)  # as Trainer: seed, then build (the data sources draw nothing global)

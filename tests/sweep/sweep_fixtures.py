@@ -84,3 +84,13 @@ def solo_on_tensors(cfg: RunConfig, train, val, dtype: torch.dtype) -> Trainer:
 def max_param_diff(solo_state: dict[str, torch.Tensor], packed_state: dict[str, torch.Tensor]) -> float:
     assert solo_state.keys() == packed_state.keys()
     return max((solo_state[k].double() - packed_state[k].double()).abs().max().item() for k in solo_state)
+
+
+def drawing_source(cfg, batch_size):
+    """A `module:factory` data source that draws from torch's global generator while it builds."""
+    import dataclasses
+
+    from stride.data.build import build_synthetic
+
+    torch.rand(1)
+    return build_synthetic(dataclasses.replace(cfg, source="synthetic"), batch_size)

@@ -179,3 +179,8 @@ def test_unsupported_optimizers_are_refused_in_one_line(name):
 def test_shape_changing_keys_cannot_share_a_pack():
     with pytest.raises(ConfigError, match=r"differ in model\.d_model"):
         PackedTrainer([config("mlp"), config("mlp", "model.d_model=64")])
+
+
+def test_a_data_source_drawing_from_the_global_generator_is_reported():
+    with pytest.warns(UserWarning, match="draws from torch's global generator"):
+        PackedTrainer([config("mlp", "data.source=sweep_fixtures:drawing_source")])
