@@ -7,14 +7,16 @@ margin for allocator slack and the step's transients. A pack must fit in 70 % of
 now (CUDA: free device memory; CPU: available RAM).
 
 Throughput: the pack's model-samples/s (models x batch / step time) for N = 2, 4, 8, ... against one
-model trained alone by the ordinary Trainer. Doubling stops when it gains less than 10 %: that N is
-where the samples/s per model stops rising. If no pack beats the lone model by 5 %, the size is 1 and
-the points run one by one, so packing is never slower than not packing by more than the probe's noise.
+model trained alone by the ordinary Trainer, measured just before each pack. Doubling stops when the
+ratio gains less than 10 %: that N is where the samples/s per model stops rising. If no pack beats the
+lone model by 5 %, the size is 1 and the points run one by one, so packing is never slower than not
+packing by more than the probe's noise.
 """
 
 from __future__ import annotations
 
 import copy
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -98,6 +100,7 @@ class Probe:
     size: int
     solo_samples_per_s: float
     packed: dict[int, float] = field(default_factory=dict)  # N -> model-samples/s of a pack of N
+    ratios: dict[int, float] = field(default_factory=dict)  # N -> that over the lone model measured just before
     seconds: float = 0.0
     memory: MemoryModel | None = None
     why: str = ""
@@ -120,35 +123,42 @@ def solo_rate(cfg: RunConfig, timed_steps: int = 3) -> float:
 
 
 def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int = 3) -> Probe:
-    """Pick a pack size for points like `cfg`, at most `max_n` (the points there are)."""
+    """Pick a pack size for points like `cfg`, at most `max_n` (the points there are).
+
+    Each pack size is measured right after a lone model, and compared with that one: a busy machine's
+    drift then moves both sides of a ratio alike (the lone model's rate reported is the median of them).
+    """
     from stride.sweep.packed_train import PackedTrainer
 
     t0 = time.perf_counter()
     mem = memory_model(cfg)
     cap = min(max_n, mem.max_models)
     steps = 2 + timed_steps
-    solo = solo_rate(cfg, timed_steps)
-    result = Probe(1, solo, memory=mem)
-    rates, prev, n = {1: solo}, 1, 2
-    while n <= cap and time.perf_counter() - t0 < budget_s:
+    result = Probe(1, 0.0, memory=mem)
+    alone: list[float] = []
+    ratios, prev, n = result.ratios, 1, 2
+    ratios[1] = 1.0
+    while n <= cap and (n == 2 or time.perf_counter() - t0 < budget_s):
+        alone.append(solo_rate(cfg, timed_steps))
         try:
             pt = PackedTrainer([_short(cfg, steps, cfg.train.seed + i) for i in range(n)])
         except ConfigError as exc:  # found only when the models are built (a model with its own loss)
             result.why = f"not packed: {exc}"
-            result.seconds = time.perf_counter() - t0
-            return result
+            break
         pt.fit()
         pt.close()
         times = pt.step_times[2:]
-        rates[n] = result.packed[n] = n * cfg.train.batch_size * len(times) / sum(times)
-        if rates[n] < rates[prev] * GAIN:
+        result.packed[n] = n * cfg.train.batch_size * len(times) / sum(times)
+        ratios[n] = result.packed[n] / alone[-1]
+        if ratios[n] < ratios[prev] * GAIN:
             break  # the throughput stopped rising
         prev, n = n, n * 2
-    best = max(rates, key=rates.__getitem__)
-    if rates[best] < solo * BEAT_SOLO:
-        best = 1
-    result.size = best
+    best = max(ratios, key=ratios.__getitem__)
+    result.size = best if ratios[best] >= BEAT_SOLO else 1
+    result.solo_samples_per_s = statistics.median(alone) if alone else solo_rate(cfg, timed_steps)
     result.seconds = time.perf_counter() - t0
-    result.why = (f"probe: alone {solo:,.0f} samples/s; packed " + ", ".join(f"N={k}: {v:,.0f}" for k, v in
-                  result.packed.items()) + f" model-samples/s; memory allows {mem.max_models}; chose {best}")
+    if not result.why:
+        result.why = ("probe: packed/alone " + ", ".join(f"N={k}: {ratios[k]:.2f}x" for k in result.packed)
+                      + f" (alone {result.solo_samples_per_s:,.0f} samples/s); memory allows {mem.max_models}; "
+                      f"chose {result.size}")
     return result

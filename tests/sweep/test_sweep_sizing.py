@@ -37,6 +37,7 @@ def test_probe_measures_packs_and_picks_a_measured_size():
     pr = probe(cfg, max_n=4, budget_s=60, timed_steps=2)
     assert pr.solo_samples_per_s > 0 and 2 in pr.packed and all(v > 0 for v in pr.packed.values())
     assert pr.size == 1 or pr.size in pr.packed  # a size it measured, or none (alone) when no pack beat it
+    assert set(pr.ratios) == {1, *pr.packed} and pr.ratios[1] == 1.0
     if pr.size > 1:
-        assert pr.packed[pr.size] >= 1.05 * pr.solo_samples_per_s
+        assert pr.ratios[pr.size] >= 1.05 and pr.ratios[pr.size] == max(pr.ratios.values())
     assert "chose" in pr.why
