@@ -8,11 +8,14 @@ For each workload (mlp_tiny, lstm_small, ts_transformer_tiny: the suite's defini
 - processes: N `Trainer` runs in a pool of one process per core, one thread each (what Ray Tune does with
   one CPU per trial); at most 2 x cores of them are run, their concurrent step times stand for all N.
 Samples/s per model = (model-samples trained per second of the variant) / N, over the timed steps after
-`--warmup` steps; set-up (data, model build) is excluded from all three alike. Every cell runs in a fresh
-process, so its peak memory (RSS on CPU, the allocator's peak on CUDA) is its own; the variants of one
-(workload, N) alternate within each repeat, and medians over `--repeats` are reported with the load
-average before and after. Headline: `packed_vs_sequential` (goal on this 2-core CPU: >= 3 at N=16 for
-the launch-bound MLP and LSTM, >= 1 for compute-bound ones; GPU goal 10 at N=64).
+`--warmup` steps; set-up (data, model build) is excluded from all three alike. Beside wall time, the CPU
+seconds each model-step took (`cpu_s_per_model_step`, this process's or the worker's): on a machine that
+other jobs load, wall-time ratios swing with their load, CPU-time ratios much less
+(`cpu_packed_vs_sequential`). Every cell runs in a fresh process, so its peak memory (RSS on CPU, the
+allocator's peak on CUDA) is its own; the variants of one (workload, N) alternate within each repeat, and
+medians over `--repeats` are reported with the load average before and after. Headline:
+`packed_vs_sequential` (goal on this 2-core CPU: >= 3 at N=16 for the launch-bound MLP and LSTM, >= 1 for
+compute-bound ones; GPU goal 10 at N=64).
 
     python benchmarks/sweep_packing.py [--workloads mlp_tiny,lstm_small,ts_transformer_tiny] [--n 1,4,16,64]
         [--repeats 2] [--device cpu|cuda] [--threads T] [--json] [--quick]
@@ -47,16 +50,24 @@ def _config(workload: str, device: str, threads: int, steps: int, seed: int):
                                   "metrics.flops=false", "metrics.progress=false", f"train.seed={seed}"])
 
 
-def _solo(args: tuple[str, str, int, int, int, int]) -> float:
-    """One model alone by the Trainer: its mean step time over the timed steps."""
+def _solo(args: tuple[str, str, int, int, int, int]) -> tuple[float, float]:
+    """One model alone by the Trainer: (mean wall seconds, CPU seconds of this process) per timed step."""
     workload, device, threads, warm, timed, seed = args
-    from stride.train.trainer import Trainer
+    from stride.train.trainer import Callback, Trainer
+
+    class CpuClock(Callback):
+        def __init__(self) -> None:
+            self.marks: list[float] = []
+
+        def on_step_end(self, trainer: Trainer) -> None:
+            self.marks.append(time.process_time())
 
     cfg = _config(workload, device, threads, warm + timed, seed)
     cfg.metrics.skip_steps = warm
-    t = Trainer(config=cfg, write_run_dir=False)
+    clock = CpuClock()
+    t = Trainer(config=cfg, write_run_dir=False, callbacks=[clock])
     t.fit()
-    return statistics.fmean(t.timer.step_seconds[warm:])
+    return statistics.fmean(t.timer.step_seconds[warm:]), (clock.marks[-1] - clock.marks[warm - 1]) / timed
 
 
 def _peak(device: str) -> int:
@@ -82,23 +93,27 @@ def cell(spec: dict[str, Any]) -> dict[str, Any]:
         LSTM_MODE["mode"] = spec.get("lstm_mode", "auto")
 
         pt = PackedTrainer([_config(wl, device, threads, warm + timed, s) for s in range(n)])
+        pt.fit(until=warm)
+        c0 = time.process_time()
         pt.fit()
         step = statistics.fmean(pt.step_times[warm:])
-        return {"samples_per_s_per_model": batch / step, "measured_models": n, "peak_mem_bytes": _peak(device)}
+        return {"samples_per_s_per_model": batch / step, "measured_models": n, "peak_mem_bytes": _peak(device),
+                "cpu_s_per_model_step": (time.process_time() - c0) / (timed * n)}
     if variant == "sequential":
         m = min(n, spec["seq_cap"])
-        steps = [_solo((wl, device, threads, warm, timed, s)) for s in range(m)]
+        runs = [_solo((wl, device, threads, warm, timed, s)) for s in range(m)]
         # N models one after another: each trains B samples per step, one model at a time
-        return {"samples_per_s_per_model": batch / (n * statistics.fmean(steps)), "measured_models": m,
-                "peak_mem_bytes": _peak(device)}
+        return {"samples_per_s_per_model": batch / (n * statistics.fmean(r[0] for r in runs)), "measured_models": m,
+                "peak_mem_bytes": _peak(device), "cpu_s_per_model_step": statistics.fmean(r[1] for r in runs)}
     cores = spec["cores"]
     m = min(n, 2 * cores)
     with mp.get_context("spawn").Pool(min(m, cores)) as pool:
-        steps = pool.map(_solo, [(wl, device, 1, warm, timed, s) for s in range(m)])
+        runs = pool.map(_solo, [(wl, device, 1, warm, timed, s) for s in range(m)])
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     concurrent = min(n, cores)
-    return {"samples_per_s_per_model": concurrent * batch / (n * statistics.fmean(steps)), "measured_models": m,
-            "peak_mem_bytes": int(child * concurrent) if device == "cpu" else None}
+    return {"samples_per_s_per_model": concurrent * batch / (n * statistics.fmean(r[0] for r in runs)),
+            "measured_models": m, "peak_mem_bytes": int(child * concurrent) if device == "cpu" else None,
+            "cpu_s_per_model_step": statistics.fmean(r[1] for r in runs)}
 
 
 def _run_cell(spec: dict[str, Any]) -> dict[str, Any]:
@@ -162,15 +177,20 @@ def main() -> None:
                      else None, "runs": [x.get("samples_per_s_per_model") for x in results],
                      "peak_mem_bytes": max((x["peak_mem_bytes"] or 0 for x in ok), default=None) or None,
                      "measured_models": ok[0]["measured_models"] if ok else None,
+                     "cpu_s_per_model_step": statistics.median(x["cpu_s_per_model_step"] for x in ok) if ok else None,
                      "errors": [x["error"] for x in results if "error" in x]})
     ratios = []
     for wl in a.workloads.split(","):
         for n in ns:
             get = {r["variant"]: r["samples_per_s_per_model"] for r in rows if r["workload"] == wl and r["n"] == n}
-            p = get.get("packed")
+            cpu = {r["variant"]: r["cpu_s_per_model_step"] for r in rows if r["workload"] == wl and r["n"] == n}
+            p, pc = get.get("packed"), cpu.get("packed")
             ratios.append({"workload": wl, "n": n,
                            "packed_vs_sequential": p / get["sequential"] if p and get.get("sequential") else None,
-                           "packed_vs_processes": p / get["processes"] if p and get.get("processes") else None})
+                           "packed_vs_processes": p / get["processes"] if p and get.get("processes") else None,
+                           # CPU seconds per model-step, sequential over packed: less sensitive to other load
+                           "cpu_packed_vs_sequential": cpu["sequential"] / pc if pc and cpu.get("sequential")
+                           else None})
     report = {"cpu": cpu_model(), "cores": cores, "threads": threads, "device": a.device, "repeats": repeats,
               "lstm_mode": a.lstm_mode,
               "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "rows": rows, "ratios": ratios}
@@ -179,15 +199,16 @@ def main() -> None:
     print(f"{report['cpu']}, {cores} cores, {threads} threads, device {a.device}, {repeats} repeat(s), load "
           f"{load_before[0]:.2f} -> {report['loadavg_after'][0]:.2f}")
     print(f"{'workload':<22}{'N':>4}  {'packed':>10} {'sequential':>11} {'processes':>10}  {'pk/seq':>7} {'pk/proc':>8}"
-          f"  {'packed peak MiB':>15}")
+          f" {'cpu pk/seq':>10}  {'packed peak MiB':>15}")
     for q in ratios:
         cells = {r["variant"]: r for r in rows if r["workload"] == q["workload"] and r["n"] == q["n"]}
         sps = {v: cells.get(v, {}).get("samples_per_s_per_model") for v in ("packed", "sequential", "processes")}
         f = {v: f"{x:,.0f}" if x else "-" for v, x in sps.items()}
         mem = cells.get("packed", {}).get("peak_mem_bytes")
         print(f"{q['workload']:<22}{q['n']:>4}  {f['packed']:>10} {f['sequential']:>11} {f['processes']:>10}  "
-              + "  ".join(f"{q[k]:>7.2f}" if q[k] else f"{'-':>7}" for k in ("packed_vs_sequential",
-                                                                                "packed_vs_processes"))
+              + " ".join(f"{q[k]:>7.2f}" if q[k] else f"{'-':>7}" for k in ("packed_vs_sequential",
+                                                                               "packed_vs_processes"))
+              + (f" {q['cpu_packed_vs_sequential']:>10.2f}" if q["cpu_packed_vs_sequential"] else f" {'-':>10}")
               + f"  {mem / 2**20 if mem else 0:>15,.0f}")
 
 
