@@ -33,7 +33,7 @@ PACK = [
     ("train.seed=0", "optim.lr=3e-3", "optim.warmup_steps=3", "optim.weight_decay=0.1", "optim.betas=[0.8, 0.99]",
      "train.grad_clip=none"),
 ]
-FP64_TOL = 1e-11
+FP64_TOL = 1e-10  # measured up to 4.4e-12 (LSTM, this PACK, 8 steps)
 # The transformer's RMSNorm and RoPE compute in float32 by design (layers.py), so a float64 run of it still
 # rounds to float32 inside: one rounding flip from another summation order moves a parameter ~1e-9.
 FP64_TOL_WORKLOAD = {"ts_transformer": 1e-8}
