@@ -13,11 +13,12 @@ state. The recurrence runs in float32 (or float64 when the inputs are) even unde
 
 Where the grouped form loses: on a CPU the fused oneDNN LSTM kernel is compute-bound already at the
 workloads' sizes and runs the whole recurrence in C++, so the grouped form's per-step launches and its
-N-times larger working set (out of L2 at N=16) made it 2.5x slower per model (benchmarks/sweep_packing.py,
-AMD EPYC 2 cores: hidden 64, batch 64, 64 steps, forward+backward: 0.99-1.07 s grouped against 0.41 s for
-16 fused calls). `LSTM_MODE["mode"] = "auto"` therefore runs the pack's LSTMs as one fused kernel call per
+N-times larger working set (out of L2 at N=16) made it 2.5x slower per model (one layer, hidden 64, batch
+64, 64 steps, forward + backward, 1 thread, AMD EPYC: 0.99-1.07 s grouped against 0.41 s for 16 fused calls,
+two alternations). `LSTM_MODE["mode"] = "auto"` therefore runs the pack's LSTMs as one fused kernel call per
 model on CPU (the packed rest of the model stays packed) and the grouped form on GPUs, where a per-step
-launch of the whole pack is what removes the launch-bound time.
+launch of the whole pack is what removes the launch-bound time (not measured yet: benchmarks/sweep_packing.py
+--device cuda --lstm-mode grouped|per_model compares the two).
 """
 
 from __future__ import annotations
