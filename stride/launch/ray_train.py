@@ -171,6 +171,17 @@ def _init_ray(ray: Any, spec: RayLaunch) -> bool:
     return True
 
 
+def init_ray(ray: Any, address: str | None) -> bool:
+    """Connect to `address` (None: start a cluster on this machine) as `stride launch ray` does, for other Ray
+    work (`stride sweep --backend ray`); True if this call connected, so the caller shuts it down."""
+    return _init_ray(ray, RayLaunch(workers=1, address=address))
+
+
+def shutdown_ray(ray: Any) -> None:
+    ray.shutdown()
+    _drop_own_token()
+
+
 def _failure_text(exc: BaseException, spec: RayLaunch, out: Path) -> str:
     return (f"the Ray run failed ({spec.max_failures} restart(s) allowed by --max-failures): "
             f"{type(exc).__name__}: {exc}\nrun the same command with --out {out} to resume from its newest checkpoint")
