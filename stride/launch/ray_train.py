@@ -142,6 +142,9 @@ class RayOutcome:
 
 AUTH_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")
 _OWN_TOKEN: list[str | None] = [None]  # the token _init_ray put in the environment, removed at shutdown
+# One token for this process: Ray reads the token once per process, so a second cluster started here under a
+# new token could not reach its own GCS (InvalidAuthToken): a notebook running two launches would fail.
+_PROCESS_TOKEN = secrets.token_hex(32)
 
 
 def _drop_own_token() -> None:
@@ -159,7 +162,7 @@ def _init_ray(ray: Any, spec: RayLaunch) -> bool:
         # A cluster started for one launch needs no lasting secret: Ray (2.5x) would otherwise enable
         # token auth and write ~/.ray/auth_token. A token in the environment keeps auth on, writes nothing.
         if not any(k in os.environ for k in AUTH_ENV) and not (Path.home() / ".ray" / "auth_token").exists():
-            os.environ["RAY_AUTH_TOKEN"] = _OWN_TOKEN[0] = secrets.token_hex(32)
+            os.environ["RAY_AUTH_TOKEN"] = _OWN_TOKEN[0] = _PROCESS_TOKEN
         try:
             ray.init(num_cpus=max(os.cpu_count() or 1, spec.workers * spec.cpus_per_worker),
                      include_dashboard=False, log_to_driver=True)

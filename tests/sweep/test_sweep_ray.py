@@ -3,7 +3,6 @@ equals the one the same sweep writes in-process (the same packs on the same mach
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ COLUMNS = ["point", "train.seed", "optim.lr", "status", "steps", "final_train_lo
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory, ray_auth_token: str) -> Iterator[None]:
     """As tests/launch's: 2 CPUs, no dashboard or usage stats, a 100 MB object store, an auth token in the
     environment (so Ray writes no ~/.ray/auth_token), session files under a short temp path."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'stride[ray]')")
@@ -32,7 +31,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     temp = Path(tempfile.mkdtemp(prefix="stride-ray-"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        mp.setenv("RAY_AUTH_TOKEN", secrets.token_hex(16))
+        mp.setenv("RAY_AUTH_TOKEN", ray_auth_token)
         mp.delenv("RAY_ADDRESS", raising=False)
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, _temp_dir=str(temp))
         try:
