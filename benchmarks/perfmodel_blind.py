@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 from stride.perfmodel.evaluate import MEASURE_COLUMNS, quantile
 from stride.perfmodel.hardware import load_catalog
@@ -41,7 +41,7 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
     for p in csv_paths:
         rows += read_rows(p)
     for p in pred_paths:
-        for obj in json.loads(open(p, encoding="utf-8").read()):
+        for obj in json.loads(Path(p).read_text(encoding="utf-8")):
             preds[obj["row_id"]] = obj
     out_rows, refused, groups = [], [], defaultdict(list)
     n_meas = covered = n_cov = 0
@@ -57,7 +57,7 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
             continue
         inp = row_inputs(row, catalog)  # the measurement's conversion needs the row's model and batch
         if inp.reason:
-            refused.append({"row_id": rid, "reason": f"(answered, but the measurement could not be read: {inp.reason})"})
+            refused.append({"row_id": rid, "reason": f"(answered, but its measurement is unreadable: {inp.reason})"})
             continue
         prec = {"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "fp32"}.get(inp.layout.precision, "bf16")
         peak = inp.hardware.peak_tflops.get(prec, 0.0) * 1e12 or None
@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("  " + line(name, s))
         print("rows:")
         for r in sorted(res["rows"], key=lambda r: -abs(r["err_pct"])):
-            print(f"  {r['row_id']:42s} measured {r['measured_tokens_per_s']:9.1f}  predicted {r['predicted_tokens_per_s']:9.1f}"
+            print(f"  {r['row_id']:42s} measured {r['measured_tokens_per_s']:9.1f}"
+                  f"  predicted {r['predicted_tokens_per_s']:9.1f}"
                   f"  {r['err_pct']:+6.1f}%  {'in' if r['in_interval'] else 'OUT'}")
     print(json.dumps(res) if args.json else "", end="\n" if args.json else "")
     return 0

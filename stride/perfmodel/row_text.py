@@ -135,7 +135,8 @@ _RECOMPUTE_WORDS = [
     # negations before the words they negate: "activation checkpointing disabled", "no AC", "AC: none"; config
     # values as launch scripts print them: NeMo `activations_checkpoint_granularity: null`, `ACT_CKPT_GRANULARITY=null`,
     # Megatron `recompute_granularity: None`, MLPerf's `ACG=` (granularity) unset
-    (r"(checkpoint\w*|ckpt\w*|recompute\w*|remat\w*|\bac\b|\bacg\b)\W{0,3}(disabled|off|false|none|no|null|not set|unset)\b|"
+    (r"(checkpoint\w*|ckpt\w*|recompute\w*|remat\w*|\bac\b|\bacg\b)\W{0,3}"
+     r"(disabled|off|false|none|no|null|not set|unset)\b|"
      r"\b(no|without|disabled?)\W{0,3}(activation |gradient )?(checkpoint|recompute|remat|ac\b)", "none"),
     # Megatron's --recompute-modules naming only norms and activation functions (layernorm, moe_act): elementwise
     # kernels re-run, no GEMM: costed as no recompute (published.py notes it)
