@@ -132,6 +132,9 @@ _RECOMPUTE_WORDS = [
     # (batched dots, or the flash kernel whose softmax statistics are not saved) is recomputed
     (r"minimal|no_batch_dims", "selective"),
     (r"save_dot|dots_saveable|checkpoint_dots|nothing_saveable_except", "none"),
+    # a fused attention kernel's own backward recompute (Habana --use-fused-sdpa-with-recompute, FlashAttention's
+    # score recompute) is how flash attention runs, not activation checkpointing
+    (r"sdpa[-_ ]with[-_ ]recompute|flash[-_ ]?attention[-_ ]recompute", "none"),
     # negations before the words they negate: "activation checkpointing disabled", "no AC", "AC: none"; config
     # values as launch scripts print them: NeMo `activations_checkpoint_granularity: null`, `ACT_CKPT_GRANULARITY=null`,
     # Megatron `recompute_granularity: None`, MLPerf's `ACG=` (granularity) unset
