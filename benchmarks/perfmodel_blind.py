@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -33,6 +34,12 @@ def _summary(errs: list[float]) -> dict:
     return {"n": len(errs), "median_abs_pct": quantile(a, 0.5) * 100 if a else None,
             "p90_abs_pct": quantile(a, 0.9) * 100 if a else None,
             "median_signed_pct": quantile(errs, 0.5) * 100 if errs else None}
+
+
+def refusal_kind(reason: str) -> str:
+    """The input a refusal names, without the row's own text: "recompute '...' is not understood"."""
+    kind = re.sub(r"'[^']*'", "'...'", reason)
+    return re.sub(r"\s*\([^()]*\)", "", kind).strip()
 
 
 def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None = None) -> dict:
@@ -84,13 +91,17 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
         for key in ("group", "hardware", "precision", "framework"):
             groups[(key, rec[key])].append(err)
     errs = [r["err_pct"] / 100 for r in out_rows]
+    kinds: dict[str, int] = defaultdict(int)
+    for r in refused:
+        kinds[refusal_kind(r["reason"])] += 1
     by: dict[str, dict] = defaultdict(dict)
     for (key, name), e in sorted(groups.items()):
         by[key][name] = _summary(e)
     return {
         "rows_with_measurement": n_meas, "answered": len(out_rows),
         "answered_fraction": len(out_rows) / n_meas if n_meas else None,
-        "refused": refused, **_summary(errs),
+        "refused": refused, "refusal_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+        **_summary(errs),
         "interval_coverage": covered / n_cov if n_cov else None, "interval_n": n_cov,
         "memory": _summary(mem), "by": dict(by), "rows": out_rows,
     }
@@ -115,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({(res['answered_fraction'] or 0) * 100:.1f}%)")
         for r in res["refused"]:
             print(f"  refused {r['row_id']}: {r['reason']}")
+        for kind, n in res["refusal_kinds"].items():
+            print(f"  {n:3d} refused: {kind}")
         print(line("all answered rows", res))
         if res["interval_coverage"] is not None:
             print(f"80% interval coverage: {res['interval_coverage'] * 100:.1f}% of {res['interval_n']}")
