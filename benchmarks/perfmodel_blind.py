@@ -39,7 +39,7 @@ def _summary(errs: list[float]) -> dict:
 def refusal_kind(reason: str) -> str:
     """The input a refusal names, without the row's own text: "recompute '...' is not understood"."""
     kind = re.sub(r"'[^']*'", "'...'", reason)
-    return re.sub(r"\s*\([^()]*\)", "", kind).strip()
+    return re.sub(r"\s*\([^()]*\)", "", kind).split("; ")[0].strip()
 
 
 def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None = None) -> dict:
