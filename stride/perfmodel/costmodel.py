@@ -158,8 +158,9 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     fp32_reduce = fw.grad_reduce_fp32 if lay.grad_reduce_fp32 is None else lay.grad_reduce_fp32
     gbytes = 4 if lay.precision == "fp32" or (fp32_reduce and lay.precision != "fp16") else 2
     wire_w = 1 if lay.fp8_gather else (4 if lay.precision == "fp32" else 2)
-    dp, sd = lay.dp, lay.shard_dp
-    dp_link = coll.group_link(hw, sd, t * lay.cp, net)  # the (shard) group the ZeRO collectives run over
+    # gradients reduce over dp x cp: context-parallel ranks hold the same weights (Layout.state_shards)
+    dp, sd = lay.dp * lay.cp, lay.state_shards
+    dp_link = coll.group_link(hw, sd, t, net)  # the (shard) group the ZeRO collectives run over
     backward_window = blocks[slowest] * blk.backward
     t_dp_grad = t_dp_param = dp_exposed = 0.0
     comm = {k: val * m * blocks[slowest] for k, val in blk.comm_bytes.items()}
@@ -172,7 +173,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
         grad_bytes = (0.0 if lay.frozen else p_stage) * gbytes  # LoRA: the adapters' gradients only (~0)
         unit = max(1, blocks[slowest])
         if lay.zero == 0:
-            dp_link = coll.group_link(hw, dp, t * lay.cp, net)
+            dp_link = coll.group_link(hw, dp, t, net)
             algo = lay.algo
             if algo == "auto":
                 t_dp_grad, _ = coll.best_all_reduce_time(grad_bytes, dp, dp_link)
@@ -203,7 +204,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
             dp_exposed = t_dp_grad + t_dp_param
         if sd < dp and lay.zero >= 1:  # hybrid: the shard groups' replicas all-reduce their gradient shards
             rep = dp // sd
-            rep_link = coll.group_link(hw, rep, t * lay.cp * sd, net)
+            rep_link = coll.group_link(hw, rep, t * sd, net)
             t_rep = coll.all_reduce_time(grad_bytes / sd, rep, rep_link)
             add_comm(rep_link, coll.all_reduce_bytes_per_device(grad_bytes / sd, rep))
             rep_tail = t_rep / unit  # the last unit's shard is reduced after the backward ends

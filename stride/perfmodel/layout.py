@@ -76,6 +76,14 @@ class Layout:
         return self.shard if 0 < self.shard < self.dp else self.dp
 
     @property
+    def state_shards(self) -> int:
+        """Ranks the ZeRO/FSDP states shard over and the gradients reduce-scatter over: the shard group times cp,
+        since context-parallel ranks hold the same weights and each computes part of every gradient
+        (Megatron-Core's dp-cp group: parallel_state.get_data_parallel_group(with_context_parallel=True);
+        torchtitan's dp_shard_cp mesh)."""
+        return self.shard_dp * self.cp
+
+    @property
     def devices(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 

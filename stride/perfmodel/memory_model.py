@@ -52,8 +52,8 @@ def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
     fw = FRAMEWORKS[lay.framework]
     if lay.frozen:
         w = 4.0 if lay.precision == "fp32" else 2.0
-        return {"params": w * params / (lay.shard_dp if lay.zero == 3 else 1), "grads": 0.0, "optimizer": 0.0}
-    dp, z = lay.shard_dp, lay.zero  # hybrid sharding: states shard over the shard group only
+        return {"params": w * params / (lay.state_shards if lay.zero == 3 else 1), "grads": 0.0, "optimizer": 0.0}
+    dp, z = lay.state_shards, lay.zero  # hybrid sharding: states shard over the shard group (x cp) only
     if lay.precision == "fp32":
         w, g, o = 4.0, 4.0, 8.0
     elif not fw.master_weights:
