@@ -40,6 +40,7 @@ from stride.train.callbacks import Callback, overrides
 from stride.train.device import configure_process, resolve_device
 from stride.train.kernels_apply import apply_kernels
 from stride.train.loss import resolve_loss
+from stride.train.output_check import check_output
 from stride.train.precision import Precision
 from stride.train.progress import TrainProgress
 from stride.train.schedule import build_scheduler, sync_lr
@@ -184,6 +185,7 @@ class Trainer:
         self._pending = self._to_device(self.par.local_batch(*first))
         micro = len(self._pending[0]) // t.grad_accum  # per rank
         x0, y0 = self._pending
+        check_output(self.model, self.loss_fn, cfg, x0, y0, self.precision.autocast)  # stride.train.output_check
         # Timesteps per sample: T of a [B, T, F] window, or of a [B, T] token sequence.
         self.seq_len = x0.shape[1] if x0.dim() >= 3 or (x0.dim() == 2 and not x0.is_floating_point()) else 1
         self.n_params = sum(p.numel() for p in self.model.parameters())  # the full model's
