@@ -28,7 +28,7 @@ from stride.metrics.env import fingerprint
 _FILE_TMP = re.compile(r"^[A-Za-z0-9_.-]+\.(json|toml|jsonl|html|md)$")  # the rest of a tagged file's name
 # What a run writes in its folder (the trainer, the observers, `stride profile`): what --overwrite removes.
 RUN_FILES = ("config.toml", "env.json", "metrics.jsonl", "summary.json", "system.jsonl", "prometheus.json",
-             "analysis.json", "tensorboard", "mlflow", "wandb", "traces")
+             "analysis.json", "tensorboard", "mlflow", "wandb", "traces", "report.html", "summary.md")
 
 
 class RunDirError(StrideError):
@@ -54,6 +54,11 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def json_text(obj: Any) -> str:
+    """A JSON file's text as the run folder writes it (summary.json; the trackers log the same text)."""
+    return json.dumps(obj, indent=2, default=_json_default) + "\n"
 
 
 class RunDir:
@@ -96,7 +101,7 @@ class RunDir:
 
     def write_json(self, name: str, obj: Any) -> None:
         self.written = True
-        atomic_write_text(self.path / name, json.dumps(obj, indent=2, default=_json_default) + "\n")
+        atomic_write_text(self.path / name, json_text(obj))
 
     def write_text(self, name: str, text: str) -> None:
         self.written = True
