@@ -63,7 +63,8 @@ def test_mlflow_file_store_holds_the_config_every_metric_and_the_summary(tmp_pat
     assert run.info.status == "FINISHED" and run.info.run_name == load_config(overrides=SMALL).train.name
     sections = config_to_dict(load_config(out / "config.toml"))
     assert run.data.params == {f"{sec}.{k}": str(v) for sec, keys in sections.items() for k, v in keys.items()}
-    logged = {(m.key, m.step): m.value for key in run.data.metrics for m in client.get_metric_history(run.info.run_id, key)}
+    history = [m for key in run.data.metrics for m in client.get_metric_history(run.info.run_id, key)]
+    logged = {(m.key, m.step): m.value for m in history}
     want = expected_metrics(out)
     assert len(want) > 6 * 8 and logged == want  # every step's loss, lr, times, phases; the validation losses
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -117,7 +118,8 @@ def test_wandb_offline_run_holds_the_same(tmp_path: Path) -> None:
             items = {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in rec.history.item}
             step = items.pop("_step")
             history.update({(k, step): float(v) for k, v in items.items() if not k.startswith("_")})
-    assert {k: v for k, v in config.items() if not k.startswith("_")} == config_to_dict(load_config(out / "config.toml"))
+    resolved = config_to_dict(load_config(out / "config.toml"))
+    assert {k: v for k, v in config.items() if not k.startswith("_")} == resolved
     assert history == expected_metrics(out)
     files = runs[0] / "files"
     assert (files / "summary.json").read_text() == (out / "summary.json").read_text()
@@ -136,9 +138,9 @@ def test_under_two_ranks_only_rank_0_logs(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     out = tmp_path / "run"
     sets = [a for o in [*SMALL, "metrics.mlflow=true", "train.threads=1"] for a in ("--set", o)]
-    res = subprocess.run([sys.executable, "-m", "stride", "train", str(repo / "configs/quickstart.toml"), "--nproc", "2",
-                          "--out", str(out), "--no-progress", *sets], capture_output=True, text=True, cwd=repo,
-                         timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    res = subprocess.run([sys.executable, "-m", "stride", "train", str(repo / "configs/quickstart.toml"),
+                          "--nproc", "2", "--out", str(out), "--no-progress", *sets], capture_output=True, text=True,
+                         cwd=repo, timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert res.returncode == 0, res.stderr[-3000:]
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     client = MlflowClient(tracking_uri=(out / "mlflow").resolve().as_uri())
