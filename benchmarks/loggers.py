@@ -1,8 +1,9 @@
 """What each experiment tracker costs a training step: TensorBoard, MLflow (local file store), W&B (offline).
 
 The quick-start transformer trains `--steps` steps with one logger on, and with none, alternated
-`--repeats` times in one process so machine noise hits all alike; every step is logged
-(`metrics.log_every = 1`, the worst case: the default logs every 10th). Two figures per logger:
+`--repeats` times in one process (each variant starting a round in turn) so machine noise hits all
+alike; every step is logged (`metrics.log_every = 1`, the worst case: the default logs every 10th).
+Two figures per logger:
 - `on_log_us`: the median time of the logger's own `on_log` call per logged record, timed inside the
   real run (a subclass that times the call; the logger is otherwise the one `[metrics]` builds);
 - `loop_ms_per_step` and its ratio to no logger: the step loop's wall time per step (summary.json's
@@ -83,8 +84,8 @@ def main() -> None:
     for name in names:  # warm-up: imports, caches, the first tracking run
         run(name, 3)
     got: dict[str, list[dict[str, float]]] = {n: [] for n in names}
-    for _ in range(args.repeats):
-        for name in names:
+    for i in range(args.repeats):
+        for name in names[i % len(names):] + names[:i % len(names)]:  # each starts a round in turn
             got[name].append(run(name, args.steps))
     off = statistics.median(r["loop_ms"] for r in got["off"])
     out = {}

@@ -74,6 +74,27 @@ def test_mlflow_file_store_holds_the_config_every_metric_and_the_summary(tmp_pat
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
+def test_a_crashed_run_is_marked_failed_with_what_it_logged(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install 'stride[mlflow]')")
+    from mlflow import MlflowClient
+
+    from stride.train.callbacks import Callback
+
+    class Crash(Callback):
+        def on_step_end(self, trainer) -> None:
+            if trainer.step == 3:
+                raise RuntimeError("crash at step 3")
+
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="crash at step 3"):
+        Trainer(config=load_config(overrides=[*SMALL, "metrics.mlflow=true"]), out=out, callbacks=[Crash()]).fit()
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(out / "mlflow").resolve().as_uri())
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FAILED"  # not left RUNNING for ever
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2, 3]
+
+
 def _wandb_records(path: Path) -> list:
     """The protobuf records of a W&B run file: a 7-byte header (":W&B", magic, version), then LevelDB's log
     format (32 KiB blocks; each chunk: CRC32C 4, length 2, type 1 (full, first, middle, last), data)."""
