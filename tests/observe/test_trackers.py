@@ -95,6 +95,33 @@ def test_a_crashed_run_is_marked_failed_with_what_it_logged(tmp_path: Path) -> N
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2, 3]
 
 
+def test_a_run_resumed_or_extended_logs_into_its_mlflow_run(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install 'stride[mlflow]')")
+    from mlflow import MlflowClient
+
+    from stride.train.callbacks import Callback
+
+    class Crash(Callback):
+        def on_step_end(self, trainer) -> None:
+            if trainer.step == 5:
+                raise RuntimeError("crash at step 5")
+
+    out = tmp_path / "run"
+    ckpt = ["metrics.mlflow=true", "checkpoint.enabled=true", "checkpoint.every=2"]
+    with pytest.raises(RuntimeError):
+        Trainer(config=load_config(overrides=[*SMALL, *ckpt]), out=out, callbacks=[Crash()]).fit()
+    first = Trainer(config=load_config(overrides=[*SMALL, *ckpt]), out=out).fit().summary  # resumes at step 4
+    extended = Trainer(config=load_config(overrides=[*SMALL, *ckpt, "train.steps=8"]), out=out).fit().summary
+    assert first["mlflow_run_id"] == extended["mlflow_run_id"]
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(out / "mlflow").resolve().as_uri())
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.run_id == first["mlflow_run_id"] and run.info.status == "FINISHED"
+    assert run.data.params["train.steps"] == "6" and run.data.tags["stride.now.train.steps"] == "8"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+    assert sorted(set(steps)) == list(range(1, 9)) and steps.count(5) == 2  # step 5 was redone after the crash
+
+
 def _wandb_records(path: Path) -> list:
     """The protobuf records of a W&B run file: a 7-byte header (":W&B", magic, version), then LevelDB's log
     format (32 KiB blocks; each chunk: CRC32C 4, length 2, type 1 (full, first, middle, last), data)."""

@@ -16,7 +16,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from stride.metrics.observe.tracking import flat_config, flat_metrics, logs_here, missing, report_files
+from stride.metrics.observe.tracking import (
+    earlier_tracking,
+    flat_config,
+    flat_metrics,
+    logs_here,
+    missing,
+    remember_tracking,
+    report_files,
+)
 from stride.metrics.run_dir import json_text
 from stride.train.callbacks import Callback, TrainerView
 
@@ -50,11 +58,35 @@ class MLflowCallback(Callback):
         self.client = client = mlflow.MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(self.experiment)
         exp_id = exp.experiment_id if exp is not None else client.create_experiment(self.experiment)
-        tags = {"stride.run_dir": str(trainer.run_dir.path) if trainer.run_dir is not None else ""}
-        self.run_id = client.create_run(exp_id, run_name=trainer.cfg.train.name, tags=tags).info.run_id
-        params = [Param(k, str(v)) for k, v in flat_config(trainer.cfg).items()]
+        config = {k: str(v) for k, v in flat_config(trainer.cfg).items()}
+        logged = self._continue(trainer, uri)
+        if logged is None:
+            tags = {"stride.run_dir": str(trainer.run_dir.path) if trainer.run_dir is not None else ""}
+            self.run_id = client.create_run(exp_id, run_name=trainer.cfg.train.name, tags=tags).info.run_id
+            logged = {}
+        assert self.run_id is not None
+        # Params are set once: a continued run keeps them, and a value that changed since (an extension's
+        # train.steps) goes into a tag `stride.now.<key>`.
+        params = [Param(k, v) for k, v in config.items() if k not in logged]
         for i in range(0, len(params), PARAMS_PER_CALL):
             client.log_batch(self.run_id, params=params[i:i + PARAMS_PER_CALL])
+        for k, v in config.items():
+            if k in logged and logged[k] != v:
+                client.set_tag(self.run_id, f"stride.now.{k}", v)
+        remember_tracking(trainer, "mlflow", {"tracking_uri": uri, "run_id": self.run_id})
+
+    def _continue(self, trainer: TrainerView, uri: str) -> dict[str, str] | None:
+        """The params of the MLflow run this run logged to before it stopped (set RUNNING again), or None."""
+        earlier = earlier_tracking(trainer, "mlflow")
+        if earlier.get("tracking_uri") != uri or not earlier.get("run_id"):
+            return None
+        try:
+            run = self.client.get_run(earlier["run_id"])
+        except Exception:  # noqa: BLE001 (deleted, or another store: start a new run)
+            return None
+        self.run_id = run.info.run_id
+        self.client.update_run(self.run_id, status="RUNNING")
+        return dict(run.data.params)
 
     def on_log(self, trainer: TrainerView, rec: Mapping[str, Any]) -> None:
         if self.run_id is None:

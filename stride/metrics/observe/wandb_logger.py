@@ -4,7 +4,9 @@
 `<run dir>/wandb/offline-run-*/` and needs no account or network; `wandb sync <that folder>` uploads it
 later. `online` logs live (after `wandb login`). The config goes in as the run's config (nested as in
 config.toml), every logged record at its step, summary.json's text and a report (where there is one) into
-the run's files; the run id goes into summary.json (`wandb_run_id`). W&B's own console capture and system
+the run's files; the run id goes into summary.json (`wandb_run_id`). A run continued from a checkpoint
+resumes its W&B run (same id); W&B keeps steps increasing, so steps redone after a crash (those after the
+checkpoint that were logged before) are dropped by W&B the second time. W&B's own console capture and system
 sampling are off (stride samples the system itself: system.jsonl).
 """
 
@@ -16,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from stride.config.loader import config_to_dict
-from stride.metrics.observe.tracking import flat_metrics, logs_here, missing, report_files
+from stride.metrics.observe.tracking import (
+    earlier_tracking,
+    flat_metrics,
+    logs_here,
+    missing,
+    remember_tracking,
+    report_files,
+)
 from stride.metrics.run_dir import json_text
 from stride.train.callbacks import Callback, TrainerView
 
@@ -37,9 +46,12 @@ class WandbCallback(Callback):
             raise ValueError("metrics.wandb needs a run directory (the W&B run is written to <run dir>/wandb)")
         settings = wandb.Settings(console="off", x_disable_stats=True, disable_git=True, save_code=False,
                                   silent=True)
+        earlier = earlier_tracking(trainer, "wandb").get("id")  # a run continued from a checkpoint: its W&B run
         self.run = wandb.init(project=self.project, name=self.name or trainer.cfg.train.name, mode=self.mode,
                               dir=str(trainer.run_dir.path), config=config_to_dict(trainer.cfg), settings=settings,
-                              reinit="create_new")
+                              reinit="create_new", id=earlier, resume="allow" if earlier else None,
+                              allow_val_change=bool(earlier))
+        remember_tracking(trainer, "wandb", {"id": self.run.id})
 
     def on_log(self, trainer: TrainerView, rec: Mapping[str, Any]) -> None:
         if self.run is not None:
