@@ -149,6 +149,8 @@ def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: in
 def finished_message(run: Path | None, ended: int, steps: int, has_summary: bool) -> str:
     where = str(run) if run is not None else "the checkpoint folder"
     tail = "" if has_summary else " (it has no summary.json: it stopped while writing it)"
+    if not has_summary and run is not None and not (run / "metrics.jsonl").is_file():
+        tail = " (a checkpoint at its last step with no run beside it, as `stride sweep --export` writes one)"
     stopped = "" if ended == steps else f" (it stopped at step {ended}: the target was reached)"
     return (f"{where} holds this run, finished at step {ended}{stopped}{tail}: nothing trained, no file changed. "
             f"To train it further raise train.steps (it continues from step {ended}); to start over use another "
