@@ -28,7 +28,7 @@ from stride.metrics.env import fingerprint
 _FILE_TMP = re.compile(r"^[A-Za-z0-9_.-]+\.(json|toml|jsonl|html|md)$")  # the rest of a tagged file's name
 # What a run writes in its folder (the trainer, the observers, `stride profile`): what --overwrite removes.
 RUN_FILES = ("config.toml", "env.json", "metrics.jsonl", "summary.json", "system.jsonl", "prometheus.json",
-             "analysis.json", "tensorboard", "mlflow", "wandb", "traces", "report.html", "summary.md")
+             "analysis.json", "tensorboard", "mlflow", "wandb", "tracking.json", "traces", "report.html", "summary.md")
 
 
 class RunDirError(StrideError):

@@ -8,7 +8,9 @@ without checkpoints a rerun appended to metrics.jsonl and replaced summary.json.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -44,8 +46,26 @@ def run(out: Path, *overrides: str, **kw):
         torch.use_deterministic_algorithms(False)
 
 
+def cli_train(*args: str) -> tuple[int, str, str]:
+    """`stride train ARGS` in this process (a subprocess would add seconds of imports): exit status, stdout, stderr."""
+    import torch
+
+    from stride.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["train", *args, "--no-progress"])
+    finally:
+        torch.use_deterministic_algorithms(False)
+    return rc, out.getvalue(), err.getvalue()
+
+
 def test_a_finished_run_rerun_trains_nothing_and_changes_no_byte(tmp_path: Path) -> None:
-    out = tmp_path / "run"
+    """Rerun in the API, then as the issue's command line (`stride train CONFIG --out R` again): the run says it
+    is finished, exits 0, shows its own summary, and no byte in R changes (so `stride repro R` sees the run as
+    written: repro of a run folder is tested in test_an_extension_follows_its_new_schedule_and_repro_replays_it)."""
+    out = tmp_path / "R"
     first = run(out)
     before = folder_bytes(out)
     assert ".stride-lock" in before and "summary.json" in before
@@ -53,23 +73,11 @@ def test_a_finished_run_rerun_trains_nothing_and_changes_no_byte(tmp_path: Path)
     assert again.already_finished and "finished at step 24" in again.already_finished
     assert again.summary == first.summary and again.history == []
     assert folder_bytes(out) == before
-
-
-def test_the_issue_command_twice_then_repro_matches(tmp_path: Path) -> None:
-    """`stride train CONFIG --out R` twice: the second says the run is finished, exits 0; `stride repro R` matches."""
-    cfg, out = write_config(tmp_path / "run.toml"), tmp_path / "R"
-    cmd = [sys.executable, "-m", "stride", "train", str(cfg), "--out", str(out), "--no-progress"]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    first = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
-    assert first.returncode == 0, first.stderr[-3000:]
-    before = folder_bytes(out)
-    second = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "holds this run, finished at step 24" in second.stderr and "nothing trained" in second.stderr
-    assert "final train loss" in second.stdout and "nan" not in second.stdout.lower()  # the run's own summary
+    rc, stdout, stderr = cli_train(str(write_config(tmp_path / "run.toml")), "--out", str(out))
+    assert rc == 0, stderr[-3000:]
+    assert "holds this run, finished at step 24" in stderr and "nothing trained" in stderr
+    assert "final train loss" in stdout and "nan" not in stdout.lower()  # the run's own summary
     assert folder_bytes(out) == before
-    rep = reproduce(out, tmp_path / "R-repro")
-    assert rep.params_match and rep.matches, rep.verdict
 
 
 def test_a_refused_resume_writes_nothing(tmp_path: Path) -> None:
@@ -155,14 +163,12 @@ def test_without_checkpoints_a_rerun_is_refused_until_overwrite(tmp_path: Path) 
 
 
 def test_overwrite_through_the_cli_starts_over(tmp_path: Path) -> None:
-    cfg, out = write_config(tmp_path / "run.toml", "train.steps=6"), tmp_path / "R"
-    cmd = [sys.executable, "-m", "stride", "train", str(cfg), "--out", str(out), "--no-progress"]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    assert subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300).returncode == 0
-    old = json.loads((out / "summary.json").read_text())
-    res = subprocess.run([*cmd, "--overwrite"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "finished" not in res.stderr and "resuming" not in res.stderr  # trained from step 0
+    out = tmp_path / "R"
+    old = run(out, "train.steps=6").summary
+    rc, _, stderr = cli_train(str(write_config(tmp_path / "run.toml", "train.steps=6")), "--out", str(out),
+                              "--overwrite")
+    assert rc == 0, stderr[-3000:]
+    assert "finished" not in stderr and "resuming" not in stderr  # trained from step 0
     new = json.loads((out / "summary.json").read_text())
     assert new["start_step"] == 0 and new["checkpoint"]["resumed_from"] is None
     assert new["params_sha256"] == old["params_sha256"]  # deterministic: the same run again

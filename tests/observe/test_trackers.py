@@ -74,28 +74,7 @@ def test_mlflow_file_store_holds_the_config_every_metric_and_the_summary(tmp_pat
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
-def test_a_crashed_run_is_marked_failed_with_what_it_logged(tmp_path: Path) -> None:
-    pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install 'stride[mlflow]')")
-    from mlflow import MlflowClient
-
-    from stride.train.callbacks import Callback
-
-    class Crash(Callback):
-        def on_step_end(self, trainer) -> None:
-            if trainer.step == 3:
-                raise RuntimeError("crash at step 3")
-
-    out = tmp_path / "run"
-    with pytest.raises(RuntimeError, match="crash at step 3"):
-        Trainer(config=load_config(overrides=[*SMALL, "metrics.mlflow=true"]), out=out, callbacks=[Crash()]).fit()
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = MlflowClient(tracking_uri=(out / "mlflow").resolve().as_uri())
-    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert run.info.status == "FAILED"  # not left RUNNING for ever
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2, 3]
-
-
-def test_a_run_resumed_or_extended_logs_into_its_mlflow_run(tmp_path: Path) -> None:
+def test_a_crashed_run_is_failed_then_resumed_and_extended_into_the_same_mlflow_run(tmp_path: Path) -> None:
     pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install 'stride[mlflow]')")
     from mlflow import MlflowClient
 
@@ -108,15 +87,18 @@ def test_a_run_resumed_or_extended_logs_into_its_mlflow_run(tmp_path: Path) -> N
 
     out = tmp_path / "run"
     ckpt = ["metrics.mlflow=true", "checkpoint.enabled=true", "checkpoint.every=2"]
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="crash at step 5"):
         Trainer(config=load_config(overrides=[*SMALL, *ckpt]), out=out, callbacks=[Crash()]).fit()
-    first = Trainer(config=load_config(overrides=[*SMALL, *ckpt]), out=out).fit().summary  # resumes at step 4
-    extended = Trainer(config=load_config(overrides=[*SMALL, *ckpt, "train.steps=8"]), out=out).fit().summary
-    assert first["mlflow_run_id"] == extended["mlflow_run_id"]
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     client = MlflowClient(tracking_uri=(out / "mlflow").resolve().as_uri())
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert run.info.run_id == first["mlflow_run_id"] and run.info.status == "FINISHED"
+    assert run.info.status == "FAILED"  # not left RUNNING for ever
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2, 3, 4, 5]
+    first = Trainer(config=load_config(overrides=[*SMALL, *ckpt]), out=out).fit().summary  # resumes at step 4
+    extended = Trainer(config=load_config(overrides=[*SMALL, *ckpt, "train.steps=8"]), out=out).fit().summary
+    assert first["mlflow_run_id"] == extended["mlflow_run_id"] == run.info.run_id
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FINISHED"
     assert run.data.params["train.steps"] == "6" and run.data.tags["stride.now.train.steps"] == "8"
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
     assert sorted(set(steps)) == list(range(1, 9)) and steps.count(5) == 2  # step 5 was redone after the crash

@@ -5,9 +5,10 @@
 later. `online` logs live (after `wandb login`). The config goes in as the run's config (nested as in
 config.toml), every logged record at its step, summary.json's text and a report (where there is one) into
 the run's files; the run id goes into summary.json (`wandb_run_id`). A run continued from a checkpoint
-resumes its W&B run (same id); W&B keeps steps increasing, so steps redone after a crash (those after the
-checkpoint that were logged before) are dropped by W&B the second time. W&B's own console capture and system
-sampling are off (stride samples the system itself: system.jsonl).
+logs under its W&B run's id: online, W&B resumes that run (it keeps steps increasing, so steps redone after a
+crash are dropped the second time); offline, W&B 0.31 does not resume (wandb/wandb#2423): each continuation
+is its own `offline-run-*` folder under the same id. W&B's own console capture and system sampling are off
+(stride samples the system itself: system.jsonl).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class WandbCallback(Callback):
         earlier = earlier_tracking(trainer, "wandb").get("id")  # a run continued from a checkpoint: its W&B run
         self.run = wandb.init(project=self.project, name=self.name or trainer.cfg.train.name, mode=self.mode,
                               dir=str(trainer.run_dir.path), config=config_to_dict(trainer.cfg), settings=settings,
-                              reinit="create_new", id=earlier, resume="allow" if earlier else None,
+                              reinit="create_new", id=earlier,
+                              resume="allow" if earlier and self.mode == "online" else None,
                               allow_val_change=bool(earlier))
         remember_tracking(trainer, "wandb", {"id": self.run.id})
 
