@@ -50,15 +50,20 @@ def expected_metrics(out: Path) -> dict[tuple[str, int], float]:
     return got
 
 
+def mlflow_store(out: Path):
+    """MLflow's client on the run's local file store (MLflow 3 opens one only behind MLFLOW_ALLOW_FILE_STORE)."""
+    from mlflow import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return MlflowClient(tracking_uri=(out / "mlflow").resolve().as_uri())
+
+
 def test_mlflow_file_store_holds_the_config_every_metric_and_the_summary(tmp_path: Path) -> None:
     pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install 'stride[mlflow]'): "
                                          "the MLflow logger is not tested here")
-    from mlflow import MlflowClient
-
     out = tmp_path / "run"
     s = _train(out, "metrics.mlflow=true")
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = MlflowClient(tracking_uri=(out / "mlflow").resolve().as_uri())
+    client = mlflow_store(out)
     run = client.get_run(s["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.info.run_name == load_config(overrides=SMALL).train.name
     sections = config_to_dict(load_config(out / "config.toml"))
@@ -76,8 +81,6 @@ def test_mlflow_file_store_holds_the_config_every_metric_and_the_summary(tmp_pat
 
 def test_a_crashed_run_is_failed_then_resumed_and_extended_into_the_same_mlflow_run(tmp_path: Path) -> None:
     pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install 'stride[mlflow]')")
-    from mlflow import MlflowClient
-
     from stride.train.callbacks import Callback
 
     class Crash(Callback):
@@ -89,8 +92,7 @@ def test_a_crashed_run_is_failed_then_resumed_and_extended_into_the_same_mlflow_
     ckpt = ["metrics.mlflow=true", "checkpoint.enabled=true", "checkpoint.every=2"]
     with pytest.raises(RuntimeError, match="crash at step 5"):
         Trainer(config=load_config(overrides=[*SMALL, *ckpt]), out=out, callbacks=[Crash()]).fit()
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = MlflowClient(tracking_uri=(out / "mlflow").resolve().as_uri())
+    client = mlflow_store(out)
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.info.status == "FAILED"  # not left RUNNING for ever
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2, 3, 4, 5]
@@ -163,8 +165,6 @@ def test_under_two_ranks_only_rank_0_logs(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from mlflow import MlflowClient
-
     repo = Path(__file__).resolve().parents[2]
     out = tmp_path / "run"
     sets = [a for o in [*SMALL, "metrics.mlflow=true", "train.threads=1"] for a in ("--set", o)]
@@ -172,8 +172,7 @@ def test_under_two_ranks_only_rank_0_logs(tmp_path: Path) -> None:
                           "--nproc", "2", "--out", str(out), "--no-progress", *sets], capture_output=True, text=True,
                          cwd=repo, timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert res.returncode == 0, res.stderr[-3000:]
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = MlflowClient(tracking_uri=(out / "mlflow").resolve().as_uri())
+    client = mlflow_store(out)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1 and runs[0].info.run_id == json.loads((out / "summary.json").read_text())["mlflow_run_id"]
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "loss")]
