@@ -122,7 +122,9 @@ def test_export_a_point_and_stride_train_resumes_it(config, finished, tmp_path, 
     # the point finished its 30 steps: the printed command says so and trains and writes nothing (issue 16, item 1)
     assert main(["train", str(config), *sum((["--set", s] for s in sets), []), "--set", "checkpoint.enabled=true",
                  "--out", str(run), "--no-progress"]) == 0
-    assert "finished at step 30" in capsys.readouterr().err and not (run / "summary.json").exists()
+    err = capsys.readouterr().err
+    assert "finished at step 30" in err and "as `stride sweep --export` writes one" in err
+    assert not (run / "summary.json").exists()
     # raising train.steps extends it from the exported state: the parameters at the start are the pack's, exactly
     seen = {}
 
