@@ -9,8 +9,8 @@ number of parameter tensors. `params[name]` is the [N, *shape] view of one param
 The forward runs `vmap(functional_call(skeleton, params_i, x))` over a *chunk* of models (rows lo..hi-1):
 the skeleton is a parameter-free copy of the first model (meta device); a chunk's parameters are leaf views
 into the flat buffer whose `.grad` are views into the gradient buffer, so autograd accumulates every
-model's gradient in place, in its row. A pack trains chunk by chunk (stride.sweep.packed_train): on a CPU a
-chunk of a few models keeps its activations in cache where the whole pack's would stream through memory.
+model's gradient in place, in its row. A pack may train chunk by chunk (stride.sweep.packed_train), which
+bounds the activations autograd keeps to a chunk's.
 nn.LSTM is swapped for `VmapLSTM` in the skeleton (see grouped_lstm.py); attention and per-model dropout go
 through `PackOps` (vmap_ops.py).
 """
@@ -34,7 +34,7 @@ from stride.sweep.vmap_ops import PackOps, uses_attention
 # warns about such non-dense (but matching) strides once, though accumulation into them is exact and in place.
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
-ALIGN = 16  # elements; a parameter's segment starts 64 bytes aligned (fp32) for vectorised and compiled kernels
+ALIGN = 16  # elements: each parameter segment starts 64-byte aligned (fp32), as a separately allocated tensor would
 
 
 @dataclass

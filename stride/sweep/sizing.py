@@ -26,9 +26,9 @@ import torch
 from stride.config import RunConfig
 from stride.config.errors import ConfigError
 from stride.data.build import build_data
+from stride.metrics.memory import SavedActivations
 from stride.models.losses import make_loss
 from stride.models.registry import build_model
-from stride.sweep.chunking import footprint, optimizer_states
 from stride.train.device import resolve_device, seed_everything
 
 SAFETY = 1.5
@@ -74,9 +74,13 @@ def memory_model(cfg: RunConfig) -> MemoryModel:
     model = build_model(cfg.model, data.n_features, data.seq_len, data.n_horizons).to(device)
     x, y = next(iter(data.train))
     x, y = x.to(device), y.to(device)
+    n_state = 2 if cfg.optim.name.startswith("adam") else (1 if cfg.optim.momentum else 0)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
     loss_fn = make_loss(cfg.model.loss, huber_delta=cfg.model.huber_delta, quantiles=cfg.model.quantiles)
-    state, acts = footprint(model, loss_fn, x, y, optimizer_states(cfg))
-    return MemoryModel(state, acts, x.numel() * x.element_size() + y.numel() * y.element_size(),
+    with SavedActivations() as saved:
+        loss = loss_fn(model(x), y)
+    del loss
+    return MemoryModel(params * (2 + n_state), saved.bytes, x.numel() * x.element_size() + y.numel() * y.element_size(),
                        available_bytes(device))
 
 

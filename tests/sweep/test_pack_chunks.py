@@ -1,8 +1,8 @@
 """A pack trained chunk by chunk (a few of its models at a time) still equals each model's solo run.
 
-The chunked step is what a CPU runs by default for models whose activations exceed the cache
-(stride.sweep.chunking.default_chunk); these packs force small chunks on tiny models so that every path of
-it runs: chunks of unequal sizes, per-model data orders, a chunk whose models all stopped (skipped).
+Chunks bound a pack's activations to a chunk's (`PackedTrainer(chunk=K)`); these packs force small chunks
+on tiny models so that every path runs: chunks of unequal sizes, per-model data orders, a chunk whose
+models all stopped (skipped).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import pytest
 import torch
 from sweep_fixtures import config, max_param_diff, solo_on_tensors, tensor_data
 
-from stride.sweep.chunking import cache_bytes, default_chunk
 from stride.sweep.packed_model import chunk_bounds
 from stride.sweep.packed_train import PackedTrainer
 
@@ -53,14 +52,3 @@ def test_chunk_bounds_cover_the_pack_in_nearly_equal_chunks():
             assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
             sizes = [hi - lo for lo, hi in bounds]
             assert max(sizes) <= max(1, min(size, n)) and max(sizes) - min(sizes) <= 1
-
-
-def test_default_chunk_is_the_whole_pack_on_a_gpu_and_a_cache_s_worth_on_a_cpu():
-    assert default_chunk(64, torch.device("cuda"), 10 * 2**30) == 64
-    cache = cache_bytes()
-    if cache is None:
-        pytest.skip("this machine does not report its CPU caches in /sys/devices/system/cpu/cpu0/cache")
-    cpu = torch.device("cpu")
-    assert default_chunk(64, cpu, cache // 4) == 4
-    assert default_chunk(64, cpu, 2 * cache) == 1  # a model larger than the cache: one at a time
-    assert default_chunk(3, cpu, 1) == 3
