@@ -11,8 +11,8 @@ last finite step), reported as diverged, and the others go on untouched (nothing
 A step can run the pack chunk by chunk (`chunk` models at a time; default: the whole pack as one chunk):
 forward, backward, clipping, the masks and the optimizer update of one chunk before the next, so the
 activations autograd keeps are a chunk's, not the pack's (peak memory of 16 `lstm_small` or
-`ts_transformer_tiny` one at a time: 0.52-0.54 GiB against 1.3-1.6 GiB whole, AMD EPYC); on this CPU the
-whole pack is 6-14 % cheaper per model-step, so it is the default (docs/sweep.md). A chunk whose models have
+`ts_transformer_tiny` one at a time: 0.51-0.54 GiB against 1.3-1.6 GiB whole, AMD EPYC); on this CPU the
+whole pack costs 8-16 % less CPU per model-step, so it is the default (docs/sweep.md). A chunk whose models have
 all stopped is skipped. The masks live on the device (`alive`, `diverged_at`): the host reads them, and the
 per-model losses, only where it needs them (log steps, validation steps, a model's last step, the end), so
 a GPU step has no host synchronisation in between.
