@@ -144,7 +144,7 @@ def main() -> None:
     ap.add_argument("--lstm-mode", default="auto", choices=("auto", "grouped", "per_model"),
                     help="packed LSTMs: grouped gates (GPU default) or one fused kernel call per model (CPU default)")
     ap.add_argument("--chunk", type=int, default=0,
-                    help="models a packed step trains at once (0: the whole pack); smaller chunks bound memory")
+                    help="models a packed step trains at once (0: the whole pack on a GPU, <= 16 on a CPU)")
     ap.add_argument("--quick", action="store_true", help="smoke run: N=1,4, one repeat, 2 timed steps")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--cell", default=None, help=argparse.SUPPRESS)

@@ -8,11 +8,11 @@ stop at `train.target_val_loss`. A model stops when its own steps are done, when
 or when its loss or gradient norm is not finite: then it is masked (no update, its state kept as of its
 last finite step), reported as diverged, and the others go on untouched (nothing in a step mixes models).
 
-A step can run the pack chunk by chunk (`chunk` models at a time; default: the whole pack as one chunk):
-forward, backward, clipping, the masks and the optimizer update of one chunk before the next, so the
-activations autograd keeps are a chunk's, not the pack's (peak memory of 16 `lstm_small` or
-`ts_transformer_tiny` one at a time: 0.51-0.54 GiB against 1.3-1.6 GiB whole, AMD EPYC); on this CPU the
-whole pack costs 8-16 % less CPU per model-step, so it is the default (docs/sweep.md). A chunk whose models have
+A step runs the pack chunk by chunk (`chunk` models at a time; default: the whole pack on a GPU, at most 16
+models on a CPU, stride.sweep.packed_model.default_chunk): forward, backward, clipping, the masks and the
+optimizer update of one chunk before the next, so the activations autograd keeps are a chunk's, not the
+pack's (64 `ts_transformer_tiny` in chunks of 16: 1.6 GiB peak and 43 % less CPU per model-step than all 64
+at once, 3.6 GiB; at N = 16 smaller chunks cost 8-16 %, AMD EPYC; docs/sweep.md). A chunk whose models have
 all stopped is skipped. The masks live on the device (`alive`, `diverged_at`): the host reads them, and the
 per-model losses, only where it needs them (log steps, validation steps, a model's last step, the end), so
 a GPU step has no host synchronisation in between.
@@ -36,7 +36,7 @@ from stride.metrics.memory import peak_memory, reset_peak
 from stride.models.registry import build_model
 from stride.sweep.pack_data import PackData
 from stride.sweep.packed_loss import PackedLoss
-from stride.sweep.packed_model import Chunk, PackedModel, chunk_bounds
+from stride.sweep.packed_model import Chunk, PackedModel, chunk_bounds, default_chunk
 from stride.sweep.packed_optim import PackedOptimizer, max_norms
 from stride.sweep.packing import check_packable, pack_key, split_keys
 from stride.train.device import resolve_device, seed_everything
@@ -93,7 +93,7 @@ class PackedTrainer:
         self.loss = PackedLoss([c.model for c in configs], self.device)
         self.optimizer = PackedOptimizer(self.model.flat, self.model.grad, [c.optim for c in configs],
                                          [c.train.steps for c in configs])
-        self.chunk_size = min(chunk or self.n, self.n)
+        self.chunk_size = min(chunk or default_chunk(self.n, self.device), self.n)
         self.chunks = [self.model.chunk(lo, hi) for lo, hi in chunk_bounds(self.n, self.chunk_size)]
         self.max_norm = max_norms([c.train.grad_clip for c in configs], self.device)
         self.step = 0

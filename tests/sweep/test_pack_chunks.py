@@ -11,7 +11,7 @@ import pytest
 import torch
 from sweep_fixtures import config, max_param_diff, solo_on_tensors, tensor_data
 
-from stride.sweep.packed_model import chunk_bounds
+from stride.sweep.packed_model import CPU_CHUNK, chunk_bounds, default_chunk
 from stride.sweep.packed_train import PackedTrainer
 
 FP64_TOL = 1e-10
@@ -52,3 +52,11 @@ def test_chunk_bounds_cover_the_pack_in_nearly_equal_chunks():
             assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
             sizes = [hi - lo for lo, hi in bounds]
             assert max(sizes) <= max(1, min(size, n)) and max(sizes) - min(sizes) <= 1
+
+
+def test_the_default_chunk_is_the_whole_pack_on_a_gpu_and_at_most_16_models_on_a_cpu():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert CPU_CHUNK == 16
+    assert [default_chunk(n, cpu) for n in (1, 8, 16, 17, 64)] == [1, 8, 16, 16, 16]
+    assert default_chunk(64, gpu) == 64
+    assert [hi - lo for lo, hi in chunk_bounds(64, default_chunk(64, cpu))] == [16] * 4
