@@ -57,7 +57,7 @@ CPU_CHUNK = 16  # models a CPU step trains at once by default (measured: docs/sw
 
 def default_chunk(n: int, device: torch.device) -> int:
     """Models a step of a pack of n trains at once: all of them on a GPU (launches are what packing saves),
-    at most CPU_CHUNK on a CPU. On the 2-core AMD EPYC host 16 transformers at once cost 43 % less CPU per
+    at most CPU_CHUNK on a CPU. On the 2-core AMD EPYC host 16 transformers at once cost 47 % less CPU per
     model-step than 64 at once (whose activations stream through memory), and at N = 16 smaller chunks cost
     8-16 % more for the MLP, LSTM and transformer alike."""
     return n if device.type != "cpu" else min(n, CPU_CHUNK)

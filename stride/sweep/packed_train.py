@@ -11,7 +11,7 @@ last finite step), reported as diverged, and the others go on untouched (nothing
 A step runs the pack chunk by chunk (`chunk` models at a time; default: the whole pack on a GPU, at most 16
 models on a CPU, stride.sweep.packed_model.default_chunk): forward, backward, clipping, the masks and the
 optimizer update of one chunk before the next, so the activations autograd keeps are a chunk's, not the
-pack's (64 `ts_transformer_tiny` in chunks of 16: 1.6 GiB peak and 43 % less CPU per model-step than all 64
+pack's (64 `ts_transformer_tiny` in chunks of 16: 1.6 GiB peak and 47 % less CPU per model-step than all 64
 at once, 3.6 GiB; at N = 16 smaller chunks cost 8-16 %, AMD EPYC; docs/sweep.md). A chunk whose models have
 all stopped is skipped. The masks live on the device (`alive`, `diverged_at`): the host reads them, and the
 per-model losses, only where it needs them (log steps, validation steps, a model's last step, the end), so
