@@ -92,13 +92,14 @@ def cell(spec: dict[str, Any]) -> dict[str, Any]:
 
         LSTM_MODE["mode"] = spec.get("lstm_mode", "auto")
 
-        pt = PackedTrainer([_config(wl, device, threads, warm + timed, s) for s in range(n)])
+        pt = PackedTrainer([_config(wl, device, threads, warm + timed, s) for s in range(n)],
+                           chunk=spec.get("chunk") or None)
         pt.fit(until=warm)
         c0 = time.process_time()
         pt.fit()
         step = statistics.fmean(pt.step_times[warm:])
         return {"samples_per_s_per_model": batch / step, "measured_models": n, "peak_mem_bytes": _peak(device),
-                "cpu_s_per_model_step": (time.process_time() - c0) / (timed * n)}
+                "cpu_s_per_model_step": (time.process_time() - c0) / (timed * n), "chunk": pt.chunk_size}
     if variant == "sequential":
         m = min(n, spec["seq_cap"])
         runs = [_solo((wl, device, threads, warm, timed, s)) for s in range(m)]
@@ -142,6 +143,8 @@ def main() -> None:
     ap.add_argument("--seq-cap", type=int, default=16)
     ap.add_argument("--lstm-mode", default="auto", choices=("auto", "grouped", "per_model"),
                     help="packed LSTMs: grouped gates (GPU default) or one fused kernel call per model (CPU default)")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="models a packed step trains at once (0: the whole pack on a GPU, <= 16 on a CPU)")
     ap.add_argument("--quick", action="store_true", help="smoke run: N=1,4, one repeat, 2 timed steps")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--cell", default=None, help=argparse.SUPPRESS)
@@ -165,7 +168,7 @@ def main() -> None:
                 for v in (variants if r % 2 == 0 else variants[::-1]):  # alternate the order between repeats
                     spec = {"workload": wl, "n": n, "variant": v, "device": a.device, "threads": threads,
                             "warmup": a.warmup, "timed": timed, "seq_cap": a.seq_cap, "cores": cores,
-                            "lstm_mode": a.lstm_mode}
+                            "lstm_mode": a.lstm_mode, "chunk": a.chunk}
                     res = _run_cell(spec)
                     raw.setdefault((wl, n, v), []).append(res)
                     print(f"# repeat {r} {wl} N={n} {v}: {res}", file=sys.stderr, flush=True)
@@ -192,7 +195,7 @@ def main() -> None:
                            "cpu_packed_vs_sequential": cpu["sequential"] / pc if pc and cpu.get("sequential")
                            else None})
     report = {"cpu": cpu_model(), "cores": cores, "threads": threads, "device": a.device, "repeats": repeats,
-              "lstm_mode": a.lstm_mode,
+              "lstm_mode": a.lstm_mode, "chunk": a.chunk,
               "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "rows": rows, "ratios": ratios}
     if a.json:
         print(json.dumps(report, indent=1))

@@ -34,19 +34,19 @@ class PackedLoss:
         self.quantiles = (torch.tensor([m.quantiles for m in models], dtype=wide, device=device).view(n, 1, 1, -1)
                           if self.kind == "quantile" else None)
 
-    def __call__(self, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-model mean loss [N] of pred [N, B, ...] against y [B, ...] or [N, B, ...]."""
+    def __call__(self, pred: torch.Tensor, y: torch.Tensor, lo: int = 0, hi: int | None = None) -> torch.Tensor:
+        """Per-model mean loss [c] of models lo..hi-1: pred [c, B, ...] against y [B, ...] or [c, B, ...]."""
         pred = _wide(pred)
         y = _wide(y).to(pred.dtype)
         dims = tuple(range(1, pred.dim()))
         if self.kind == "quantile":
             assert self.quantiles is not None
             err = y.unsqueeze(-1) - pred
-            q = self.quantiles.to(pred.dtype)
+            q = self.quantiles[lo:hi].to(pred.dtype)
             return torch.maximum(q * err, (q - 1) * err).mean(dims)
         err = pred - y
         if self.kind == "mse":
             return (err * err).mean(dims)
-        d = self.delta.to(pred.dtype)
+        d = self.delta[lo:hi].to(pred.dtype)
         a = err.abs()
         return torch.where(a < d, 0.5 * err * err, d * (a - 0.5 * d)).mean(dims)

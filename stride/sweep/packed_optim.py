@@ -1,12 +1,19 @@
 """One optimizer step for a pack: per-model gradient clipping, masks, and AdamW / SGD with per-model settings.
 
-Each model's settings and implementation are read from the optimizer `stride train` would build for it
-(`stride.optim.factory.build_optimizer` on a probe parameter), so lr, betas, eps, weight decay, momentum
-and the foreach / fused choice are the solo run's. The update itself is torch's own functional AdamW / SGD
-(`torch.optim.adamw.adamw`, `torch.optim.sgd.sgd`, the code behind `torch.optim.AdamW.step`), called once
-per group of models whose settings at this step are equal, on per-model views of the stacked tensors:
-the fused CPU/CUDA AdamW kernel runs over the whole group's tensors in one call and computes each model's
-update exactly as its solo run's kernel does. A grid over the learning rate gives one group per rate.
+The pack's parameters, gradients and optimizer state are flat [N, P] buffers (stride.sweep.packed_model:
+each model's parameters side by side in one row), so every per-model operation is one operation on a row
+or on a block of rows (a chunk of models). Each model's settings and implementation are read from the
+optimizer `stride train` would build for it (`stride.optim.factory.build_optimizer` on a probe parameter):
+lr, betas, eps, weight decay, momentum, and the foreach / fused choice.
+
+The update: torch's own functional AdamW / SGD (`torch.optim.adamw.adamw`, `torch.optim.sgd.sgd`, the code
+behind `torch.optim.AdamW.step`) once per model on its row, with that model's settings: the fused kernel
+computes each model's update exactly as its solo run's kernel does, in one pass over the row. A model that
+is masked (diverged at this step) gets the fused kernel's `found_inf` flag, read on the device, so the step
+needs no host read; the foreach and for-loop implementations have no such flag and read the chunk's mask on
+the host once a step. (One stacked update of all the rows in one pass, compiled, was tried and dropped: on
+this project's 2-core AMD EPYC host the whole optimizer phase, clipping and masks included, is 6 % of a
+packed `mlp_tiny` step at N = 16 and less for the larger models, so it could not pay for a compilation.)
 
 Supported: `adamw` and `sgd`. Others (`adamw8bit`, `adafactor`, `adamw_triton`) keep per-parameter state
 in their own layouts and are refused with a clear message (train such points with `--pack 1`).
@@ -26,6 +33,7 @@ from stride.config.schema import OptimConfig
 from stride.optim.factory import build_optimizer
 from stride.train.schedule import lr_factor
 
+Layout = dict[str, tuple[int, int, tuple[int, ...]]]  # parameter name -> (offset, numel, shape) in a row
 SUPPORTED = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 
 
@@ -44,10 +52,6 @@ class ModelOptim:
     foreach: bool
     fused: bool
 
-    def key(self, lr: float) -> tuple:
-        return (lr, self.weight_decay, self.betas, self.eps, self.momentum, self.dampening, self.nesterov,
-                self.foreach, self.fused)
-
 
 def check_supported(cfg: OptimConfig) -> None:
     if cfg.name not in SUPPORTED:
@@ -65,109 +69,127 @@ def solo_settings(cfg: OptimConfig) -> ModelOptim:
     d = opt.defaults
     if d.get("amsgrad") or d.get("maximize") or d.get("differentiable") or d.get("capturable"):
         raise ConfigError(f"`optim.name` = {cfg.name!r} with amsgrad/maximize/capturable is not packed")
+    if d.get("dampening"):
+        raise ConfigError("packed SGD supports dampening = 0 (the stride default) only")
     return ModelOptim(cfg.name, float(d["lr"]), float(d["weight_decay"]), tuple(d.get("betas", (0.0, 0.0))),
                       float(d.get("eps", 0.0)), float(d.get("momentum", 0.0)), float(d.get("dampening", 0.0)),
                       bool(d.get("nesterov", False)), bool(d.get("foreach")), bool(d.get("fused")))
 
 
 class PackedOptimizer:
-    """AdamW or SGD over stacked parameters {name: [N, ...]} with each model's own settings and schedule."""
+    """AdamW or SGD over the flat parameters `flat` [N, P] and gradients `grad` [N, P] of a pack."""
 
-    def __init__(self, params: dict[str, torch.Tensor], cfgs: list[OptimConfig], total_steps: list[int]) -> None:
+    def __init__(self, flat: torch.Tensor, grad: torch.Tensor, cfgs: list[OptimConfig], total_steps: list[int]) -> None:
         self.settings = [solo_settings(c) for c in cfgs]
         kinds = {s.kind for s in self.settings}
         if len(kinds) != 1:
             raise ConfigError(f"a pack uses one optimizer; got {sorted(kinds)}")
         self.kind = kinds.pop()
-        self.cfgs, self.total = cfgs, total_steps
-        self.names = list(params)
-        self.params = [params[k] for k in self.names]
-        self.n = len(cfgs)
-        first = self.params[0]
-        # per-model, per-parameter step counters as the solo optimizer keeps them (float32 scalars)
-        self.steps = torch.zeros(len(self.params), self.n, dtype=torch.float32, device=first.device)
-        self.state: dict[str, list[torch.Tensor]] = {}
+        self.cfgs, self.total, self.n = cfgs, total_steps, len(cfgs)
+        self.flat, self.grad = flat, grad
+        dev = flat.device
+        # per-model step counts as the solo optimizer keeps them (float32; one per model, its parameters share it)
+        self.steps = torch.zeros(self.n, dtype=torch.float32, device=dev)
+        self.state: dict[str, torch.Tensor] = {}
         if self.kind == "adamw":
-            self.state["exp_avg"] = [torch.zeros_like(p) for p in self.params]
-            self.state["exp_avg_sq"] = [torch.zeros_like(p) for p in self.params]
+            self.state = {"exp_avg": torch.zeros_like(flat), "exp_avg_sq": torch.zeros_like(flat)}
         elif any(s.momentum for s in self.settings):
-            # torch's SGD starts the buffer as a copy of the first gradient; a zero buffer gives the same
-            # first update exactly (0 * momentum + (1 - dampening) * g with dampening 0)
-            if any(s.dampening for s in self.settings):
-                raise ConfigError("packed SGD supports dampening = 0 (the stride default) only")
-            self.state["momentum_buffer"] = [torch.zeros_like(p) for p in self.params]
-        self._views = {k: [t.unbind(0) for t in v] for k, v in self.state.items()}
-        self._pviews = [p.unbind(0) for p in self.params]
-        self._sviews = self.steps.unbind(0)
-        self._sviews = [s.unbind(0) for s in self._sviews]
+            # torch's SGD starts the buffer as a copy of the first gradient; a zero buffer gives the same first
+            # update exactly (0 * momentum + g with dampening 0)
+            self.state = {"momentum_buffer": torch.zeros_like(flat)}
+
+        # models whose lr schedule is the same function of the step share one lr_factor call a step
+        self._schedule_of = [_schedule_key(c, t) for c, t in zip(cfgs, total_steps, strict=True)]
+        self._lrs: tuple[int, list[float]] = (-1, [])
 
     def lr(self, i: int, step: int) -> float:
         """Model i's learning rate at 0-based step `step`, computed as its solo LambdaLR does."""
         return self.settings[i].lr * lr_factor(step, self.total[i], self.cfgs[i])
 
-    def clip_and_check(self, max_norm: torch.Tensor, loss: torch.Tensor) -> tuple[torch.Tensor, list[bool]]:
-        """Clip each model's gradients to its max norm (inf: no clipping); returns (norms [N], finite per model).
+    def lrs(self, step: int) -> list[float]:
+        """Every model's lr at `step` (computed once a step, shared by the chunks)."""
+        if self._lrs[0] == step:
+            return self._lrs[1]
+        factors: dict[tuple, float] = {}
+        out = []
+        for i, key in enumerate(self._schedule_of):
+            if key not in factors:
+                factors[key] = lr_factor(step, self.total[i], self.cfgs[i])
+            out.append(self.settings[i].lr * factors[key])
+        self._lrs = (step, out)
+        return out
 
-        Same arithmetic as `torch.nn.utils.clip_grad_norm_`: the norm of the per-parameter norms, then
-        grads x min(1, max_norm / (norm + 1e-6)).
+    def clip(self, lo: int, hi: int, max_norm: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+        """Clip models lo..hi-1 to their max norms (inf: no clipping); returns which are finite [c] (on device).
+
+        As `torch.nn.utils.clip_grad_norm_`: the model's gradient norm, then grads x min(1, max_norm / (norm +
+        1e-6)); the norm is over the model's row (the same number as the norm of its per-parameter norms).
         """
-        grads = [p.grad for p in self.params]
-        per_param = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])  # [P, N]
-        norm = torch.linalg.vector_norm(per_param, dim=0)
-        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-        for g in grads:
-            g.mul_(coef.view(-1, *([1] * (g.dim() - 1))))
-        finite = (torch.isfinite(norm) & torch.isfinite(loss)).tolist()
-        return norm, finite
+        g = self.grad[lo:hi]
+        norm = torch.linalg.vector_norm(g, dim=1)
+        coef = torch.clamp(max_norm[lo:hi] / (norm + 1e-6), max=1.0)
+        g.mul_(coef.to(g.dtype).unsqueeze(1))
+        return torch.isfinite(norm) & torch.isfinite(loss)
 
     @torch.no_grad()
-    def step(self, step: int, active: list[bool]) -> None:
-        """Update the models with active[i] at 0-based step `step`; the others keep params and state."""
-        groups: dict[tuple, list[int]] = {}
-        for i in range(self.n):
-            if active[i]:
-                groups.setdefault(self.settings[i].key(self.lr(i, step)), []).append(i)
-        gviews = [p.grad.unbind(0) for p in self.params]
-        for key, members in groups.items():
-            s = self.settings[members[0]]
-            lr = key[0]
-            pick = [(j, i) for j in range(len(self.params)) for i in members]
-            ps = [self._pviews[j][i] for j, i in pick]
-            gs = [gviews[j][i] for j, i in pick]
-            if self.kind == "adamw":
-                adamw_update(
-                    ps, gs, [self._views["exp_avg"][j][i] for j, i in pick],
-                    [self._views["exp_avg_sq"][j][i] for j, i in pick], [],
-                    [self._sviews[j][i] for j, i in pick], foreach=s.foreach, fused=s.fused,
-                    amsgrad=False, beta1=s.betas[0], beta2=s.betas[1], lr=lr, weight_decay=s.weight_decay,
-                    eps=s.eps, maximize=False,
-                )
-            else:
-                bufs = [self._views["momentum_buffer"][j][i] for j, i in pick] if s.momentum else [None] * len(ps)
-                sgd_update(ps, gs, bufs, foreach=s.foreach, fused=s.fused, weight_decay=s.weight_decay,
-                                    momentum=s.momentum, lr=lr, dampening=s.dampening, nesterov=s.nesterov,
-                                    maximize=False)
-                if s.momentum:
-                    for j, i in pick:
-                        self._sviews[j][i].add_(1)
+    def update(self, lo: int, hi: int, step: int, upd: torch.Tensor, host_active: list[bool]) -> None:
+        """Update models lo..hi-1 where `upd` [c] (device) is True, at 0-based step `step`.
 
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
+        `host_active` (what the host knows: not stopped) limits the per-model calls.
+        """
+        lrs = self.lrs(step)
+        if self.kind == "adamw" and all(s.fused for s in self.settings):
+            skip = (~upd).to(torch.float32)  # the fused kernel's found_inf: 1 skips that model's update
+            for j, i in enumerate(range(lo, hi)):
+                if host_active[i]:
+                    self._adamw_one(i, lrs[i], found_inf=skip[j])
+        else:
+            self._eager_unfused(lo, hi, lrs, upd.tolist(), host_active)
+
+    def _adamw_one(self, i: int, lr: float, found_inf: torch.Tensor | None = None) -> None:
+        s = self.settings[i]
+        adamw_update([self.flat[i]], [self.grad[i]], [self.state["exp_avg"][i]], [self.state["exp_avg_sq"][i]], [],
+                     [self.steps[i]], foreach=s.foreach, fused=s.fused, found_inf=found_inf, amsgrad=False,
+                     beta1=s.betas[0], beta2=s.betas[1], lr=lr, weight_decay=s.weight_decay, eps=s.eps,
+                     maximize=False)
+
+    def _eager_unfused(self, lo: int, hi: int, lrs: list[float], upd: list[bool], host_active: list[bool]) -> None:
+        for j, i in enumerate(range(lo, hi)):
+            if not (upd[j] and host_active[i]):
+                continue
+            if self.kind == "adamw":
+                self._adamw_one(i, lrs[i])
+                continue
+            s, buf = self.settings[i], self.state.get("momentum_buffer")
+            sgd_update([self.flat[i]], [self.grad[i]], [buf[i] if s.momentum else None], foreach=s.foreach,
+                       fused=s.fused, weight_decay=s.weight_decay, momentum=s.momentum, lr=lrs[i],
+                       dampening=s.dampening, nesterov=s.nesterov, maximize=False)
+            self.steps[i].add_(1)
+
+    def zero_grad(self, lo: int, hi: int) -> None:
+        self.grad[lo:hi].zero_()
 
     # -- one model's state, in torch's optimizer layout (for exporting a checkpoint) ------------------
-    def state_of(self, i: int) -> dict[str, dict[str, torch.Tensor]]:
+    def state_of(self, i: int, layout: Layout) -> dict[str, dict[str, torch.Tensor]]:
         """Model i's optimizer state per parameter name: {"step", "exp_avg", "exp_avg_sq"} or {"momentum_buffer"}."""
+        def piece(t: torch.Tensor, name: str) -> torch.Tensor:
+            off, numel, shape = layout[name]
+            return t[i, off : off + numel].view(shape).clone()
+
         out: dict[str, dict[str, torch.Tensor]] = {}
-        for j, name in enumerate(self.names):
+        for name in layout:
             if self.kind == "adamw":
-                out[name] = {"step": self.steps[j, i].clone(), "exp_avg": self.state["exp_avg"][j][i].clone(),
-                             "exp_avg_sq": self.state["exp_avg_sq"][j][i].clone()}
-            elif "momentum_buffer" in self.state and self.steps[j, i] > 0:
-                out[name] = {"momentum_buffer": self.state["momentum_buffer"][j][i].clone()}
+                out[name] = {"step": self.steps[i].clone(), "exp_avg": piece(self.state["exp_avg"], name),
+                             "exp_avg_sq": piece(self.state["exp_avg_sq"], name)}
+            elif self.settings[i].momentum and self.steps[i] > 0:
+                out[name] = {"momentum_buffer": piece(self.state["momentum_buffer"], name)}
         return out
+
+
+def _schedule_key(cfg: OptimConfig, total: int) -> tuple:
+    return (cfg.warmup_steps, cfg.schedule, cfg.min_lr_ratio, total)
 
 
 def max_norms(clips: list[float | None], device: torch.device) -> torch.Tensor:
     """Per-model clipping thresholds; None (no clipping) becomes inf, which never scales a gradient."""
-    return torch.tensor([math.inf if c is None else c for c in clips], dtype=torch.float32, device=device)
+    return torch.tensor([math.inf if c is None else c for c in clips], dtype=torch.float64, device=device)
