@@ -134,6 +134,17 @@ def _export(store, points, which: str, run_dir, config: str, overrides: list[str
     folder = export_checkpoint(p.config, store.load_state(p.id), run_dir, log=_log)
     sets = " ".join(f"--set {shlex.quote(o)}" for o in [*overrides, *(f"{k}={json.dumps(v)}" for k, v in
                                                                         p.values.items())])
-    _log(f"point {p.id} ({p.label}) exported to {folder}; resume it with:\n  stride train {config} {sets} "
-         f"--set checkpoint.enabled=true --out {run_dir}")
+    line = f"stride train {config} {sets} --set checkpoint.enabled=true --out {run_dir}"
+    step, steps = _exported_step(folder), p.config.train.steps
+    if step is not None and step >= steps:  # the point finished: the same command would say so and train nothing
+        _log(f"point {p.id} ({p.label}) exported to {folder}, finished at step {step}; train it further with:\n"
+             f"  {line} --set train.steps={2 * steps}  (any train.steps above {steps})")
+    else:
+        _log(f"point {p.id} ({p.label}) exported to {folder}; resume it with:\n  {line}")
+
+
+def _exported_step(folder) -> int | None:
+    """The step of a `step_NNNNNNNN` checkpoint folder (None for another name)."""
+    name = getattr(folder, "name", str(folder))
+    return int(name.removeprefix("step_")) if name.startswith("step_") and name[5:].isdigit() else None
 

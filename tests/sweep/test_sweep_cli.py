@@ -116,7 +116,8 @@ def test_export_a_point_and_stride_train_resumes_it(config, finished, tmp_path, 
     assert main(["sweep", str(config), *GRID, "--pack", "3", "--out", str(finished), "--export", point["id"],
                  "--export-to", str(run)]) == 0
     err = capsys.readouterr().err
-    assert f"point {point['id']}" in err and "stride train" in err
+    assert f"point {point['id']}" in err and "finished at step 30; train it further with:" in err
+    assert "--set train.steps=60" in err  # not the bare resume line, which would train nothing
     assert (run / "checkpoints" / "step_00000030" / "manifest.json").is_file()
     sets = [f"{k}={json.dumps(v)}" for k, v in point["values"].items()]
     # the point finished its 30 steps: the printed command says so and trains and writes nothing (issue 16, item 1)
