@@ -84,7 +84,7 @@ class Trainer:
         configure_process(t, self.device)
         bundle = None
         if model is None or train_data is None:
-            bundle = build_data(self.cfg.data, t.batch_size)
+            bundle = build_data(self.cfg.data, t.batch_size, self.device)
             train_data = train_data if train_data is not None else bundle.train
             val_data = val_data if val_data is not None else bundle.val
         if model is None:
@@ -95,6 +95,8 @@ class Trainer:
         self.loss_fn = resolve_loss(model, self.cfg, loss_fn)
         # Layout checked before any process group; then mesh (N > 1 processes) and per-rank data.
         self.par = Parallel.create(self.cfg, self.model, self.device, self.cfg.data.seq_len // self.cfg.model.patch_len)
+        # how the training loader was set up (the host probe's choice, or the split on the device)
+        self.data_loader = bundle.loader if bundle is not None and train_data is bundle.train else None
         self.train_data = self.par.shard_data(as_batches(train_data, t.batch_size, t.seed))
         self.val_data = as_batches(val_data, t.batch_size, t.seed, shuffle=False) if val_data is not None else None
         self.precision = Precision(t.precision, self.device)
