@@ -17,8 +17,10 @@
 #      (the loader's speedup over a plain DataLoader where memory bandwidth is higher), 45 s each.
 #   3. benchmarks/kernels.py --results benchmarks/RESULTS.md: every kernel against eager, compile and
 #      Liger, and the optimizers (stride fused / 8-bit Triton against torch fused, bitsandbytes, torchao);
-#      it gets what is left of the budget but 90 s (and stops starting cases after at most 420 s).
+#      it gets what is left of the budget but 190 s (and stops starting cases after at most 420 s).
 #   4. benchmarks/optimizers.py on the GPU (step time, state bytes, drift; no training runs).
+#   4b. benchmarks/sweep_packing.py: 64 packed models of mlp_tiny, lstm_small, ts_transformer_tiny against
+#      the same models one after another (goal: 10x at N=64), 100 s (reserved out of step 3's share).
 #   5. the optimizer and kernel tests on the GPU (they run the Triton kernels natively there).
 # Everything goes to DIR (default: $OUT if set, else ./gpu_check_out): one log per step and
 # summary.txt, whose last lines are the kernels table. --cpu-dry-run runs each step in its CPU form
@@ -161,8 +163,8 @@ fi
 # 3. kernels ----------------------------------------------------------------------------------------
 if [ "$DRY" -eq 0 ]; then
   # kernels.py stops starting kernel cases after --budget-s and gives the optimizer rows 60 s more;
-  # 90 s of the total stay for steps 4 and 5
-  KL=$(( $(left) - 90 )); KB=$(( KL - 60 )); [ "$KB" -gt 420 ] && KB=420; [ "$KB" -lt 60 ] && KB=60
+  # 190 s of the total stay for steps 4, 4b (100 s) and 5
+  KL=$(( $(left) - 190 )); KB=$(( KL - 60 )); [ "$KB" -gt 420 ] && KB=420; [ "$KB" -lt 60 ] && KB=60
   run_step kernels "$KL" "$PY" benchmarks/kernels.py --budget-s "$KB" --json --results benchmarks/RESULTS.md
   cp benchmarks/RESULTS.md "$OUTDIR/RESULTS.md" 2>/dev/null
 else
@@ -176,6 +178,14 @@ else
   run_step optimizers 120 "$PY" benchmarks/optimizers.py --quick --no-train --only stride_adamw8bit,torch_adamw_fused --json
 fi
 
+# 4b. many small models packed on the device (issue 18) --------------------------------------------------
+if [ "$DRY" -eq 0 ]; then
+  run_step sweep 100 "$PY" benchmarks/sweep_packing.py --device cuda --n 64 --repeats 1 --seq-cap 4 \
+    --variants packed,sequential --json
+else
+  run_step sweep 120 "$PY" benchmarks/sweep_packing.py --quick --workloads mlp_tiny --variants packed,sequential --json
+fi
+
 # 5. tests on the device (the Triton kernels natively) ----------------------------------------------------
 if [ "$DRY" -eq 0 ]; then
   run_step tests 150 "$PY" -m pytest -q --maxfail=5 -m "not slow" -p no:cacheprovider tests/optim tests/kernels
@@ -184,7 +194,7 @@ else
 fi
 
 say "total $(( $(date +%s) - START ))s of ${BUDGET}s"
-for step in setup trainer checkpoint data optimizers tests; do  # the kernels table comes last
+for step in setup trainer checkpoint data optimizers sweep tests; do  # the kernels table comes last
   [ -f "$OUTDIR/$step.log" ] || continue
   say ""
   say "== $step (last lines of $OUTDIR/$step.log) =="

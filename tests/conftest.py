@@ -7,6 +7,7 @@ kernel module, whichever directory pytest collects first: hence here, in the roo
 
 import os
 import random
+import secrets
 import tempfile
 
 import pytest
@@ -24,3 +25,16 @@ def seed() -> int:
     s = random.SystemRandom().randrange(2**31)
     torch.manual_seed(s)
     return s
+
+
+@pytest.fixture(scope="session")
+def ray_auth_token() -> str:
+    """One Ray auth token for the whole test process: Ray reads RAY_AUTH_TOKEN once per process, so a second
+    local cluster started under a new token fails to reach its own GCS (InvalidAuthToken). Given in the
+    environment, the token also keeps Ray from writing ~/.ray/auth_token. It is stride's own per-process token,
+    so a cluster that stride.launch.ray_train starts in this process later authenticates too."""
+    try:
+        from stride.launch.ray_train import _PROCESS_TOKEN
+    except ImportError:  # pragma: no cover - stride itself not importable: the Ray tests skip anyway
+        return secrets.token_hex(16)
+    return _PROCESS_TOKEN

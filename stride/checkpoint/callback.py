@@ -34,7 +34,10 @@ from stride.train.callbacks import Callback, TrainerView
 
 
 def _log(msg: str) -> None:
-    print(f"stride checkpoint: {msg}", file=sys.stderr, flush=True)
+    # one write per line: print() writes the text and its newline apart, and the lines of two ranks
+    # sharing a stderr then interleave ("...resume)stride checkpoint: ..." on one line)
+    sys.stderr.write(f"stride checkpoint: {msg}\n")
+    sys.stderr.flush()
 
 
 class CheckpointCallback(Callback):

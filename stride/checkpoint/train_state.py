@@ -27,7 +27,7 @@ def _options(flat: bool) -> StateDictOptions:
     return StateDictOptions(flatten_optimizer_state_dict=flat)
 
 
-def _json(obj: Any) -> str:
+def to_json(obj: Any) -> str:
     def default(o: Any) -> Any:
         if isinstance(o, torch.Tensor) and o.numel() == 1:
             return o.item()
@@ -48,8 +48,8 @@ def capture(trainer: TrainerView, guard_state: dict[str, Any]) -> dict[str, Any]
     return {
         "model": model_sd,
         "optim": optim_sd,
-        "train": _json(extras),
-        f"rank{rank}": {"rng": capture_rng(), "data": _json(trainer.data_position())},
+        "train": to_json(extras),
+        f"rank{rank}": {"rng": capture_rng(), "data": to_json(trainer.data_position())},
     }
 
 

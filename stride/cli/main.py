@@ -26,6 +26,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("launch", "launch", "submit to Slurm (requeue on preemption), write a Kubeflow PyTorchJob, or run on Ray Train"),
     ("top", "top", "live terminal view of a run directory's metrics"),
     ("plan", "plan", "predict step time, memory and cost; recommend a layout and hardware"),
+    ("sweep", "sweep", "train a grid of small models, packed onto each device, here or on Ray; report significance"),
 ]
 
 

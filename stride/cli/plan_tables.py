@@ -21,22 +21,29 @@ def print_hardware(catalog, as_json: bool = False) -> None:
                      "peak_tflops": hw.peak_tflops, "memory_gib": hw.memory_gib, "memory_bw_tbps": hw.memory_bw_tbps,
                      "scaleup_domain": hw.scaleup_domain, "scaleup_bw_gbps": hw.scaleup_bw_gbps,
                      "scaleout_bw_gbps": hw.scaleout_bw_gbps, "tdp_w": hw.tdp_w,
+                     "mamf_tflops": hw.mamf_tflops, "matmul_fraction_bf16": hw.matmul_fraction("bf16"),
+                     "scaleup_busbw_fraction": hw.scaleup_busbw_fraction,
+                     "scaleout_busbw_fraction": hw.scaleout_busbw_fraction,
                      "price_per_hour_usd": hw.price_per_hour_usd, "aliases": list(hw.aliases),
                      "assumed": list(hw.assumed), "source": hw.source})
     if as_json:
         print(json.dumps(rows))
         return
     t = Table(title="hardware catalog (configs/hardware.toml; dense peaks)")
-    for col in ("name", "part", "bf16 TF", "fp8 TF", "fp4 TF", "GiB", "TB/s", "scale-up", "$/h"):
+    for col in ("name", "part", "bf16 TF", "best GEMM", "fp8 TF", "fp4 TF", "GiB", "TB/s", "scale-up", "$/h"):
         t.add_column(col, justify="left" if col in ("name", "part") else "right")
     for r in rows:
         p = r["peak_tflops"]
         lowp = [f"{p[k]:g}" if k in p else "-" for k in ("fp8", "fp4")]
-        t.add_row(r["name"], r["display_name"], f"{p.get('bf16', p.get('fp16', 0)):g}", *lowp, f"{r['memory_gib']:g}",
-                  f"{r['memory_bw_tbps']:g}", f"{r['scaleup_domain']} x {r['scaleup_bw_gbps']:g} GB/s",
+        frac = r["matmul_fraction_bf16"]
+        best = f"{frac:.0%}" + ("" if "bf16" in r["mamf_tflops"] else "*") if frac else "-"
+        t.add_row(r["name"], r["display_name"], f"{p.get('bf16', p.get('fp16', 0)):g}", best, *lowp,
+                  f"{r['memory_gib']:g}", f"{r['memory_bw_tbps']:g}",
+                  f"{r['scaleup_domain']} x {r['scaleup_bw_gbps']:g} GB/s",
                   f"{r['price_per_hour_usd']:g}")
     _console().print(t)
-    print("sources: stride plan --list-hardware --json (each entry's `source`; `assumed` fields are not vendor data)")
+    print("best GEMM: the published Maximum Achievable Matmul TFLOP/s over the bf16 peak (* assumed: no figure); "
+          "sources: stride plan --list-hardware --json (each entry's `source`; `assumed` fields are not vendor data)")
 
 
 def print_models(as_json: bool = False) -> None:

@@ -142,6 +142,9 @@ class RayOutcome:
 
 AUTH_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")
 _OWN_TOKEN: list[str | None] = [None]  # the token _init_ray put in the environment, removed at shutdown
+# One token for this process: Ray reads the token once per process, so a second cluster started here under a
+# new token could not reach its own GCS (InvalidAuthToken): a notebook running two launches would fail.
+_PROCESS_TOKEN = secrets.token_hex(32)
 
 
 def _drop_own_token() -> None:
@@ -159,7 +162,7 @@ def _init_ray(ray: Any, spec: RayLaunch) -> bool:
         # A cluster started for one launch needs no lasting secret: Ray (2.5x) would otherwise enable
         # token auth and write ~/.ray/auth_token. A token in the environment keeps auth on, writes nothing.
         if not any(k in os.environ for k in AUTH_ENV) and not (Path.home() / ".ray" / "auth_token").exists():
-            os.environ["RAY_AUTH_TOKEN"] = _OWN_TOKEN[0] = secrets.token_hex(32)
+            os.environ["RAY_AUTH_TOKEN"] = _OWN_TOKEN[0] = _PROCESS_TOKEN
         try:
             ray.init(num_cpus=max(os.cpu_count() or 1, spec.workers * spec.cpus_per_worker),
                      include_dashboard=False, log_to_driver=True)
@@ -169,6 +172,17 @@ def _init_ray(ray: Any, spec: RayLaunch) -> bool:
     else:
         ray.init(address=spec.address, log_to_driver=True)
     return True
+
+
+def init_ray(ray: Any, address: str | None) -> bool:
+    """Connect to `address` (None: start a cluster on this machine) as `stride launch ray` does, for other Ray
+    work (`stride sweep --backend ray`); True if this call connected, so the caller shuts it down."""
+    return _init_ray(ray, RayLaunch(workers=1, address=address))
+
+
+def shutdown_ray(ray: Any) -> None:
+    ray.shutdown()
+    _drop_own_token()
 
 
 def _failure_text(exc: BaseException, spec: RayLaunch, out: Path) -> str:

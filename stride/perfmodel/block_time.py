@@ -2,8 +2,9 @@
 
 - GEMMs: the block's matmuls (kernels.Costs.gemm); backward = dgrad + wgrad; recompute re-runs
   the forward GEMMs its mode names (layout.RECOMPUTED_GEMMS).
-- attention core: flash runs the causal half of the score square at the device's attention
-  efficiency and re-runs it in backward (2.5x forward); materialised attention (pre-2023
+- attention core: flash runs the causal half of the score square at the published throughput of
+  the run's kernel on this part (attention_kernels.py), backward at its own (2.5x forward FLOPs);
+  materialised attention (pre-2023
   Megatron) runs it as batched GEMMs writing the s x s scores, plus softmax/dropout traffic.
 - elementwise: memory-bound passes (kernels.Costs.elementwise_per_token), 2x in backward.
 - casts: FP8/FP4 quantisation of GEMM inputs, weights (unless cached) and output gradients.
@@ -61,6 +62,9 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     t, net = lay.tp, eff.network
     flash = lay.attention == "flash"
     rc = set(RECOMPUTED_GEMMS[lay.recompute])
+    early = c.fw.ac_early_stop and lay.recompute in ("full", "mlp")  # the block's last GEMM is not re-run
+    if early:
+        rc -= {"mlp_out", "expert_out"}
     gemms = layer_gemms(spec, tokens, t, lay.cp, moe, lay.ep)
     lin = [g for g in gemms if g.name not in ATTENTION_CORE]
     core = [g for g in gemms if g.name in ATTENTION_CORE]
@@ -72,9 +76,10 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     cast_f, cast_b = sum(x[0] for x in casts), sum(x[1] for x in casts)
     cast_rc = sum(x[0] for g, x in zip(lin, casts, strict=True) if g.name in rc)
     if flash:
-        t_core_f = sum(g.flops for g in core) * 0.5 / (c.peak_high * c.attn_eff)
-        t_core_b = 2.5 * t_core_f
-        core_rc = t_core_f if lay.recompute in ("full", "mlp", "full-except-qkv") else 0.0
+        t_core_f, t_core_b = c.flash_attention(sum(g.flops for g in core) * 0.5)
+        # selective recompute of a flash core re-runs its forward too (Megatron checkpoints core attention;
+        # MaxText's minimal policies do not save the kernel's softmax statistics)
+        core_rc = t_core_f if lay.recompute in ("full", "mlp", "full-except-qkv", "selective") else 0.0
     else:
         t_core_f = sum(c.gemm(g, False) for g in core)
         t_core_b = 2.0 * t_core_f
@@ -87,6 +92,9 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     t_sm_f = c.memory(tokens * softmax_tok * c.act)
     ew_rc = {"full": 1.0, "full-except-qkv": 1.0, "mlp": mlp_share, "mlp-in": 0.5 * mlp_share}.get(lay.recompute, 0.0)
     tp_rc = {"full": 1.0, "full-except-qkv": 1.0, "mlp": 0.5}.get(lay.recompute, 0.0)
+    if early:  # nor the residual add after it, nor its TP reduction
+        ew_rc = max(0.0, ew_rc - 6 * spec.hidden / shard / (rep + tp_part / t))
+        tp_rc = max(0.0, tp_rc - 0.5)
 
     comm: dict[str, float] = {}
 

@@ -33,15 +33,17 @@ class Link:
 def group_link(hw: Hardware, size: int, stride: int = 1, net_efficiency: float = 1.0) -> Link:
     """Bottleneck link of a group of `size` ranks spaced `stride` apart in rank order.
 
-    Ranks are packed into scale-up domains of `hw.scaleup_domain` devices in order."""
+    Ranks are packed into scale-up domains of `hw.scaleup_domain` devices in order. Each level runs
+    at the bus bandwidth NCCL reaches on it (the catalog's `*_busbw_fraction` of line rate) times the
+    `network` efficiency factor (1.0 = as published)."""
     if size <= 1:
         return Link("local", math.inf, 0.0)
     domain = hw.scaleup_domain
     per_domain = max(1, min(size, domain // stride)) if stride < domain else 1
-    up_bw = hw.scaleup_bw_gbps * 1e9 * net_efficiency
+    up_bw = hw.scaleup_bw_gbps * 1e9 * hw.scaleup_busbw_fraction * net_efficiency
     if per_domain >= size:
         return Link("scale-up", up_bw, hw.scaleup_latency_us * 1e-6)
-    out_bw = min(up_bw, per_domain * hw.scaleout_bw_gbps * 1e9 * net_efficiency)
+    out_bw = min(up_bw, per_domain * hw.scaleout_bw_gbps * 1e9 * hw.scaleout_busbw_fraction * net_efficiency)
     return Link("scale-out", out_bw, hw.scaleout_latency_us * 1e-6)
 
 

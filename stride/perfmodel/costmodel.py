@@ -134,8 +134,8 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     fp32_reduce = fw.grad_reduce_fp32 if lay.grad_reduce_fp32 is None else lay.grad_reduce_fp32
     gbytes = 4 if lay.precision == "fp32" or (fp32_reduce and lay.precision != "fp16") else 2
     wire_w = 1 if lay.fp8_gather else (4 if lay.precision == "fp32" else 2)
-    dp = lay.dp
-    dp_link = coll.group_link(hw, dp, t * lay.cp, net)
+    dp, sd = lay.dp, lay.shard_dp
+    dp_link = coll.group_link(hw, sd, t * lay.cp, net)  # the (shard) group the ZeRO collectives run over
     backward_window = blocks[slowest] * blk.backward
     t_dp_grad = t_dp_param = dp_exposed = 0.0
     comm = {k: val * m * blocks[slowest] for k, val in blk.comm_bytes.items()}
@@ -146,7 +146,9 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
 
     if dp > 1:
         grad_bytes = p_stage * gbytes
+        unit = max(1, blocks[slowest])
         if lay.zero == 0:
+            dp_link = coll.group_link(hw, dp, t * lay.cp, net)
             algo = lay.algo
             if algo == "auto":
                 t_dp_grad, _ = coll.best_all_reduce_time(grad_bytes, dp, dp_link)
@@ -155,16 +157,15 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
             tail = coll.all_reduce_time(min(grad_bytes, fw.bucket_params * gbytes), dp, dp_link, "ring")
             add_comm(dp_link, coll.all_reduce_bytes_per_device(grad_bytes, dp))
         elif lay.zero in (1, 2):
-            t_dp_grad = coll.reduce_scatter_time(grad_bytes, dp, dp_link)
-            t_dp_param = coll.all_gather_time(p_stage * wire_w, dp, dp_link)
-            tail = coll.reduce_scatter_time(min(grad_bytes, fw.bucket_params * gbytes), dp, dp_link)
-            add_comm(dp_link, (dp - 1) / dp * p_stage * (gbytes + wire_w))
+            t_dp_grad = coll.reduce_scatter_time(grad_bytes, sd, dp_link)
+            t_dp_param = coll.all_gather_time(p_stage * wire_w, sd, dp_link)
+            tail = coll.reduce_scatter_time(min(grad_bytes, fw.bucket_params * gbytes), sd, dp_link)
+            add_comm(dp_link, (sd - 1) / sd * p_stage * (gbytes + wire_w))
         else:  # ZeRO-3 / FSDP: gather for forward and backward, reduce-scatter, every micro-batch
-            t_dp_grad = m * coll.reduce_scatter_time(grad_bytes, dp, dp_link)
-            t_dp_param = m * 2 * coll.all_gather_time(p_stage * wire_w, dp, dp_link)
-            unit = max(1, blocks[slowest])
+            t_dp_grad = m * coll.reduce_scatter_time(grad_bytes, sd, dp_link)
+            t_dp_param = m * 2 * coll.all_gather_time(p_stage * wire_w, sd, dp_link)
             tail = (t_dp_grad + t_dp_param) / (m * unit)  # the first unit's gather and the last one's reduce
-            add_comm(dp_link, (dp - 1) / dp * p_stage * (gbytes + 2 * wire_w) * m)
+            add_comm(dp_link, (sd - 1) / sd * p_stage * (gbytes + 2 * wire_w) * m)
         overlap_grad = lay.dp_overlap and (fw.grad_overlap or lay.zero == 3)
         tail = min(tail, t_dp_grad + t_dp_param)
         if lay.zero == 3:
@@ -175,7 +176,16 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
             dp_exposed = exposed(max(0.0, t_dp_grad - tail), backward_window, eff) + min(tail, t_dp_grad) + param
         else:
             dp_exposed = t_dp_grad + t_dp_param
-    opt_params = p_stage / (dp if lay.zero >= 1 else 1)
+        if sd < dp and lay.zero >= 1:  # hybrid: the shard groups' replicas all-reduce their gradient shards
+            rep = dp // sd
+            rep_link = coll.group_link(hw, rep, t * lay.cp * sd, net)
+            t_rep = coll.all_reduce_time(grad_bytes / sd, rep, rep_link)
+            add_comm(rep_link, coll.all_reduce_bytes_per_device(grad_bytes / sd, rep))
+            rep_tail = t_rep / unit  # the last unit's shard is reduced after the backward ends
+            dp_exposed += (exposed(t_rep - rep_tail, backward_window, eff) if overlap_grad else t_rep - rep_tail) \
+                + rep_tail
+            t_dp_grad += t_rep
+    opt_params = p_stage / (sd if lay.zero >= 1 else 1)
     opt_bytes = (26 + 2 * gbytes) if fw.master_weights or lay.precision == "fp32" else 14
     t_opt = c.memory(opt_params * opt_bytes)
 

@@ -1,26 +1,26 @@
-"""The few efficiency factors the cost model multiplies datasheet peaks by.
+"""The few efficiency factors the cost model multiplies published per-part figures by.
 
-Each has one physical meaning, and nothing else in the model is fitted:
-- gemm: fraction of dense peak a large, well-shaped GEMM sustains on a GPU (clock under the power
-  limit, tile and wave effects); a hardware entry's measured `matmul_efficiency` replaces it.
-- gemm_hopper: the same on Hopper and Blackwell GPUs, whose datasheet peak assumes a boost clock
-  that dense tensor-core work under the board's power limit does not sustain (A100s run closer to
-  theirs); Blackwell, with no development rows, takes Hopper's (the same power-limited design).
-- gemm_tpu: the same for systolic-array TPUs, which run their MXUs at a fixed clock and reach a
-  larger fraction of peak (a separate hardware class, fitted apart from the GPUs').
-- attention: fraction of dense peak a fused (flash) attention kernel sustains on a device without
-  a published figure; these kernels run softmax between their matmuls and reach less than a plain
-  GEMM. A device's `attention_efficiency` (e.g. 0.35 for FlashAttention-2 on Hopper) is scaled by
-  attention / 0.5, so fitting moves every device together and keeps their published ratios;
+Per-part physics lives in the hardware catalog and the kernel tables, each value cited there: the
+best large GEMM a part sustains at its power limit (MAMF, `mamf_tflops`), the published fused-
+attention curves (attention_kernels.py), the NCCL bus bandwidth a link reaches (`*_busbw_fraction`).
+What is left to fit is one number per kind of work, shared by every part, so a part no development
+row ran on is predicted from its own published figures, never from a factor fitted to its kind:
+- gemm: fraction of the part's MAMF the GEMMs of a training step reach (their shapes are smaller and
+  less regular than the best one); on a part without a MAMF figure, of its peak.
+- gemm_tpu: fraction of peak for TPUs, which have no published MAMF figure (a separate hardware
+  class: systolic arrays at a fixed clock, XLA's own tiling).
+- attention: fraction of dense peak a fused attention kernel reaches where no published curve
+  covers the part (TPUs, CPUs, traced stride workloads).
+- flash: multiplier on the published attention curves (1.0: as in the kernel authors' figures).
 - memory: fraction of datasheet memory bandwidth elementwise kernels reach.
-- network: fraction of link bandwidth a collective reaches (NCCL bus bandwidth / line rate).
+- network: multiplier on the catalog's achievable bus bandwidth (1.0: as nccl-tests publish it).
 - overlap: fraction of communication hidden when it runs under compute (the rest slows compute:
   shared SMs and memory bandwidth).
 - dispatch: a bare op's host overhead (the device's `kernel_overhead_us`) over a training kernel's
   (autograd, module hooks, Python around it): only traced workloads, which count their kernels.
-Defaults are round physical priors, NOT fitted to any data set (docs/perfmodel.md reports
-their error, and the error of factors fitted on half of the published rows and tested on the
-other half); `stride plan calibrate` writes a JSON file with the same keys.
+Defaults are round physical priors, NOT fitted to any data set; `data/perfmodel/efficiency.json`
+holds the ones fitted on every development row (benchmarks/perfmodel_error.py --write, whose
+held-out errors docs/perfmodel.md reports); `stride plan calibrate` writes a JSON with the same keys.
 """
 
 from __future__ import annotations
@@ -35,24 +35,28 @@ from stride.config.errors import ConfigError
 
 @dataclass(frozen=True)
 class Efficiency:
-    gemm: float = 0.80
-    gemm_hopper: float = 0.80
+    gemm: float = 0.90
     gemm_tpu: float = 0.80
     attention: float = 0.50
+    flash: float = 1.0
     memory: float = 0.80
-    network: float = 0.80
-    overlap: float = 0.80
+    network: float = 1.0
+    overlap: float = 0.85
     dispatch: float = 0.25
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            hi = 3.0 if f.name == "memory" else 1.0  # memory: on a CPU, of a DRAM probe; caches beat it
+            hi = {"memory": 3.0, "flash": 2.0, "network": 1.5}.get(f.name, 1.0)  # memory: a CPU's caches beat DRAM
             if not isinstance(v, int | float) or not 0 < v <= hi:
                 raise ConfigError(f"efficiency `{f.name}` must be in (0, {hi:g}], got {v!r}")
 
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
+
+
+# factors of earlier versions, now published per-part figures (hardware.toml mamf_tflops): ignored
+RETIRED = ("gemm_hopper",)
 
 
 def load_efficiency(path: str | Path) -> Efficiency:
@@ -67,6 +71,7 @@ def load_efficiency(path: str | Path) -> Efficiency:
     if not isinstance(factors, dict):
         raise ConfigError(f"{path}: expected a JSON object of efficiency factors")
     names = {f.name for f in dataclasses.fields(Efficiency)}
+    factors = {k: v for k, v in factors.items() if k not in RETIRED}
     unknown = sorted(set(factors) - names)
     if unknown:
         raise ConfigError(f"{path}: unknown efficiency factor(s) {unknown}; known: {sorted(names)}")

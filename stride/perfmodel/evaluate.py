@@ -9,7 +9,6 @@ any of its rows; nothing about its rows (not even the choice of factors) is fitt
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import math
 from collections.abc import Callable, Iterable
@@ -25,7 +24,7 @@ from stride.perfmodel.predict_rows import memory_as_measured, predict_inputs
 from stride.perfmodel.published import RowInputs, read_rows, row_inputs
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "perfmodel"
-FACTORS = ("gemm", "gemm_hopper", "gemm_tpu", "attention", "memory", "network", "overlap")
+FACTORS = ("gemm", "gemm_tpu", "attention", "memory")
 MEASURE_COLUMNS = ("meas_iter_time_s", "meas_tokens_per_s_per_gpu", "meas_tflops_per_gpu", "meas_mfu_pct")
 
 
@@ -79,36 +78,27 @@ def _predict(s: Sample, eff: Efficiency) -> float:
     return predict_inputs(s.inputs, eff).tokens_per_s_per_device
 
 
-def gemm_class(s: Sample) -> str:
-    """Which GEMM factor a row's device uses (kernels.gemm_factor): gemm_tpu, gemm_hopper or gemm."""
-    hw = s.inputs.hardware
-    if hw.vendor == "google":
-        return "gemm_tpu"
-    return "gemm_hopper" if hw.generation in ("hopper", "blackwell") else "gemm"
+def is_tpu(s: Sample) -> bool:
+    return s.inputs.hardware.vendor == "google"
 
 
 def fit(train: list[Sample], factors: Iterable[str] = FACTORS, min_rows: int = 10) -> Efficiency:
-    """Factors fitted on `train`, each source weighing 1. A GPU class with fewer than `min_rows`
-    training rows shares the other GPU class's factor (and TPUs keep the prior without TPU rows):
-    a held-out generation is then predicted from the other generations, never from two odd rows."""
+    """Factors fitted on `train`, each source weighing 1. The TPU-only factors (gemm_tpu, and
+    attention: TPUs have no published attention curve) keep their priors with fewer than `min_rows`
+    TPU rows; the GPU ones (gemm, flash) likewise without GPU rows."""
     count: dict[str, int] = {}
-    classes: dict[str, int] = {}
     for s in train:
         count[s.source] = count.get(s.source, 0) + 1
-        classes[gemm_class(s)] = classes.get(gemm_class(s), 0) + 1
-    tie: dict[str, str] = {}
-    if classes.get("gemm", 0) < min_rows and classes.get("gemm_hopper", 0) >= min_rows:
-        tie["gemm"] = "gemm_hopper"
-    elif classes.get("gemm_hopper", 0) < min_rows:
-        tie["gemm_hopper"] = "gemm"
-    free = tuple(f for f in factors if f not in tie and not (f == "gemm_tpu" and classes.get(f, 0) < min_rows))
-
-    def tied(e: Efficiency) -> Efficiency:
-        return dataclasses.replace(e, **{dst: getattr(e, src) for dst, src in tie.items()}) if tie else e
-
-    samples = [(lambda e, s=s: _predict(s, tied(e)), s.measured) for s in train]
+    n_tpu = sum(is_tpu(s) for s in train)
+    skip = set()
+    if n_tpu < min_rows:
+        skip |= {"gemm_tpu", "attention"}
+    if len(train) - n_tpu < min_rows:
+        skip |= {"gemm", "flash"}
+    free = tuple(f for f in factors if f not in skip)
+    samples = [(lambda e, s=s: _predict(s, e), s.measured) for s in train]
     weights = [1.0 / count[s.source] for s in train]
-    return tied(fit_efficiency(samples, free, sweeps=0, weights=weights, min_step=0.01))
+    return fit_efficiency(samples, free, sweeps=0, weights=weights, min_step=0.01)
 
 
 def held_out(samples: list[Sample], group: Callable[[Sample], str],

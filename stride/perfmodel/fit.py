@@ -12,20 +12,23 @@ from collections.abc import Callable, Sequence
 
 from stride.perfmodel.efficiency import Efficiency
 
-# Physical ranges: no kernel or collective reaches its datasheet line rate, and none is
-# slower than half of it on the shapes a planner considers; streaming kernels sustain 70-95% of
-# datasheet HBM bandwidth, NCCL's bus bandwidth 60-95% of line rate.
-BOUNDS = {"gemm": (0.5, 0.95), "gemm_hopper": (0.5, 0.95), "gemm_tpu": (0.5, 0.98), "attention": (0.2, 0.9),
-          "memory": (0.7, 0.95), "network": (0.6, 0.95), "overlap": (0.0, 1.0), "dispatch": (0.05, 1.0)}
+# Physical ranges: training GEMMs reach 60-100% of the best GEMM a part sustains (MAMF); published
+# attention curves are met within a factor 1.5 either way; streaming kernels sustain 70-95% of
+# datasheet HBM bandwidth; collectives 70-110% of the published bus bandwidth.
+BOUNDS = {"gemm": (0.6, 1.0), "gemm_tpu": (0.5, 0.98), "attention": (0.2, 0.9), "flash": (0.5, 1.5),
+          "memory": (0.7, 0.95), "network": (0.7, 1.1), "overlap": (0.0, 1.0), "dispatch": (0.05, 1.0)}
 
 
 def fit_efficiency(samples: Sequence[tuple[Callable[[Efficiency], float], float]],
                    factors: Sequence[str] = ("gemm", "attention", "memory", "network", "overlap"),
                    start: Efficiency | None = None, sweeps: int = 3, grid: int = 15,
                    bounds: dict[str, tuple[float, float]] | None = None,
-                   weights: Sequence[float] | None = None, min_step: float = 1e-3) -> Efficiency:
+                   weights: Sequence[float] | None = None, min_step: float = 1e-3,
+                   huber: float = 0.10) -> Efficiency:
     """`samples`: (predict(eff) -> tokens/s, measured tokens/s). Returns the best factors found.
 
+    The loss is Huber on ln(pred/meas): squared within `huber` (10%), linear beyond, so one odd row
+    (a source's unexplained outlier) cannot drag the factors every other row shares.
     `weights` (one per sample) let every source count equally however many rows it has;
     `sweeps=0` skips the grid and runs only the pattern search (faster, for large sets)."""
     eff = start or Efficiency()
@@ -34,7 +37,8 @@ def fit_efficiency(samples: Sequence[tuple[Callable[[Efficiency], float], float]
     def loss(e: Efficiency) -> float:
         total = 0.0
         for (fn, meas), wi in zip(samples, w, strict=True):
-            total += wi * math.log(fn(e) / meas) ** 2
+            r = abs(math.log(fn(e) / meas))
+            total += wi * (r * r if r < huber else huber * (2 * r - huber))
         return total
 
     best = loss(eff)

@@ -31,6 +31,12 @@ copies read, file:line):
   float8 all-gather of weights with torchao tensorwise (pytorch/ao 36027d82d
   torchao/float8/config.py:225 enable_fsdp_float8_all_gather); torch.compile fuses elementwise ops.
 - torchtune single device: weights, gradients and AdamW states in bf16, no fp32 master copy.
+- Activation checkpointing in PyTorch (FSDP1/Composer with activation_checkpointing_reentrant=False as
+  llm-foundry's submit_benchmarks.py sets it; torchtitan's and torchtune's checkpoint_wrapper) is the
+  non-reentrant torch.utils.checkpoint, which stops recomputing once every saved tensor is rebuilt
+  ("early stop", default since pytorch/pytorch#96866, torch 2.1; torch/utils/checkpoint.py:402-404 in
+  torch 2.13): the block's last GEMM is not re-run. XLA removes recomputation whose result backward does
+  not use. Megatron's and DeepSpeed's checkpointing re-runs the whole block (reentrant style).
 - JAX / MaxText (AI-Hypercomputer/maxtext MaxText/configs/v5p/*.sh): FSDP over ICI and data
   parallel over DCN; XLA's latency-hiding scheduler and async collective fusion overlap the weight
   gathers and gradient reduce-scatters with compute, and async collective fusion the TP
@@ -62,6 +68,10 @@ class Framework:
     allocator_slack: float  # reserved / allocated bytes of the caching allocator (fragmentation)
     tp_overlap: bool = False  # TP collectives hidden under GEMMs by default
     xla_fusion: bool = False  # XLA fuses elementwise producers/consumers into the dots
+    # full recompute stops once every tensor backward needs is rebuilt: the block's last GEMM (MLP down /
+    # expert out) and what follows it are not re-run (torch non-reentrant checkpoint's early stop; XLA drops
+    # the recomputation backward does not use); Megatron/DeepSpeed recompute the whole block
+    ac_early_stop: bool = False
 
 
 # Unfused fp32 cross-entropy over bf16 logits (Megatron's vocab_parallel_cross_entropy, PyTorch
@@ -79,12 +89,13 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               True, True, 1.10),
     Framework("ddp", "PyTorch DDP (eager)", True, True, False, 25 * 2**20 / 4, False, CE_TORCH, True, False, 1.10),
     Framework("fsdp1", "PyTorch FSDP1 (Composer / llm-foundry / accelerate)", True, True, True, 0.0, False, CE_TORCH,
-              True, False, 1.10),
-    Framework("fsdp2", "PyTorch FSDP2 / torchtitan", True, True, True, 0.0, False, CE_TORCH, True, False, 1.05),
+              True, False, 1.10, ac_early_stop=True),
+    Framework("fsdp2", "PyTorch FSDP2 / torchtitan", True, True, True, 0.0, False, CE_TORCH, True, False, 1.05,
+              ac_early_stop=True),
     Framework("torchtune", "torchtune (single device, pure bf16)", True, True, False, 0.0, False, CE_TORCH, False,
-              False, 1.0),
+              False, 1.0, ac_early_stop=True),
     Framework("maxtext", "JAX / MaxText (XLA)", True, True, True, 0.0, True, CE_FUSED, True, False, 1.0,
-              tp_overlap=True, xla_fusion=True),
+              tp_overlap=True, xla_fusion=True, ac_early_stop=True),
 )}
 DEFAULT = "megatron"
 
@@ -92,12 +103,12 @@ DEFAULT = "megatron"
 _TEXT = [
     (r"ddp-impl=local", "megatron-legacy"),
     (r"deepspeed|zero[- ]?[123]\b|zero stage", "deepspeed"),
-    (r"maxtext|\bjax\b|\bxla\b|\bpax\b|praxis", "maxtext"),
+    (r"maxtext|\bjax\b|\bxla\b|\bpax\b|praxis|\bt5x\b|levanter", "maxtext"),
     (r"torchtune", "torchtune"),
     (r"torchtitan|fsdp2|fully_shard", "fsdp2"),
     (r"composer|llm-foundry|foundry|fsdp1|\bfsdp\b|accelerate", "fsdp1"),
     (r"megatron|nemo|\bmcore\b", "megatron"),
-    (r"\bddp\b|pytorch|torch\b", "ddp"),
+    (r"\bddp\b|pytorch|torch\b|picotron", "ddp"),
 ]
 
 
@@ -127,5 +138,5 @@ def fused_loss(text: str) -> bool:
     (torchtune's `compile=True` compiles the model and the loss; Inductor fuses the upcast,
     log-softmax and its backward into a few passes over the bf16 logits)."""
     low = (text or "").lower()
-    return bool(re.search(r"chunked[ -]?(cross|ce|loss)|fused[ -]?(cross|ce|loss)|linear[ -]?cross[ -]?entropy|"
+    return bool(re.search(r"chunked[ _-]?(cross|ce|loss)|fused[ _-]?(cross|ce|loss)|linear[ _-]?cross[ _-]?entropy|"
                           r"cross[- ]entropy[- ]loss[- ]fusion|liger|compile.{0,30}\bloss\b", low))

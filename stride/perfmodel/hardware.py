@@ -36,12 +36,18 @@ class Hardware:
     scaleout_bw_gbps: float
     scaleout_latency_us: float
     price_per_hour_usd: float
+    # fraction of the link's line rate NCCL's bus bandwidth reaches (nccl-tests busbw / spec), per level
+    scaleup_busbw_fraction: float = 1.0
+    scaleout_busbw_fraction: float = 1.0
     aliases: tuple[str, ...] = ()
     vendor: str = ""  # nvidia | amd | google | intel | cpu: groups the GEMM efficiency and the intervals
     generation: str = ""  # hopper, ampere, tpu-v5p, ...: groups the error intervals
     memory_type: str = ""
     tdp_w: float = 0.0  # board power the peaks are quoted at (0: not stated); a lower cap lowers the clock
-    matmul_efficiency: float | None = None  # measured fraction of peak for large GEMMs
+    # Maximum Achievable Matmul TFLOP/s per dtype (the best large GEMM a part sustains at its power limit,
+    # e.g. stas00/ml-engineering's MAMF table); `matmul_fraction` turns it into a fraction of the peak
+    mamf_tflops: dict[str, float] = field(default_factory=dict)
+    matmul_efficiency: float | None = None  # measured fraction of peak for large GEMMs (bf16 MAMF / peak)
     attention_efficiency: float | None = None  # published/measured fraction of peak for fused attention
     runtime_overhead_gib: float = 1.0  # context, allocator reserve, workspaces
     # host time per eager kernel (Python, dispatcher, launch): traced workloads pay it per kernel;
@@ -67,6 +73,14 @@ class Hardware:
             have = ", ".join(sorted(self.peak_tflops))
             raise ConfigError(f"hardware `{self.name}` has no {dtype} peak (it lists: {have})")
         return self.peak_tflops[dtype] * 1e12
+
+    def matmul_fraction(self, dtype: str) -> float | None:
+        """Fraction of the `dtype` peak the best large GEMM reaches: the MAMF figure where the catalog has
+        one for that dtype, else `matmul_efficiency` (the bf16 one, assumed for other dtypes), else None."""
+        mamf, peak = self.mamf_tflops.get(dtype), self.peak_tflops.get(dtype)
+        if mamf and peak:
+            return min(1.0, mamf / peak)
+        return self.matmul_efficiency
 
     def collective_time(self, name: str, nbytes: float, n: int) -> float | None:
         """Measured alpha + beta * bytes for `name` on a group of `n`, if profiled at that size."""
@@ -145,6 +159,12 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
         v = entry[key]
         if key == "peak_tflops":
             values[key] = {k: float(x) for k, x in v.items()}
+        elif key == "mamf_tflops":
+            if not isinstance(v, dict) or any(k not in peaks or not isinstance(x, int | float) or isinstance(x, bool)
+                                              or not 0 < x <= peaks[k] for k, x in v.items()):
+                raise ConfigError(f"{where}: hardware `{name}`.mamf_tflops must be a table like {{ bf16 = 794.5 }} "
+                                  "with dtypes of peak_tflops and values in (0, peak]")
+            values[key] = {k: float(x) for k, x in v.items()}
         elif key in ("aliases", "assumed"):
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be a list of strings")
@@ -171,9 +191,12 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
         else:
             if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be a number >= 0, got {v!r}")
-            if key in ("matmul_efficiency", "attention_efficiency") and not 0 < v <= 1:
+            if key in ("matmul_efficiency", "attention_efficiency", "scaleup_busbw_fraction",
+                       "scaleout_busbw_fraction") and not 0 < v <= 1:
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be in (0, 1], got {v!r}")
             values[key] = float(v)
+    if "matmul_efficiency" not in values and "bf16" in values.get("mamf_tflops", {}):
+        values["matmul_efficiency"] = values["mamf_tflops"]["bf16"] / values["peak_tflops"]["bf16"]
     for key in ("memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "scaleout_bw_gbps"):
         if values[key] <= 0:
             raise ConfigError(f"{where}: hardware `{name}`.{key} must be > 0")
@@ -227,6 +250,8 @@ def load_catalog(extra: str | Path | None = None, default: Path = DEFAULT_CATALO
                     raise ConfigError(f"{extra}: [hardware.{name}] base `{base_name}` is not in the catalog"
                                       f"{suggest(str(base_name), list(raw))}")
                 merged = {k: v for k, v in raw[base_name].items() if k != "aliases" or name == base_name}
+                if "matmul_efficiency" in entry and "mamf_tflops" not in entry:
+                    merged.pop("mamf_tflops", None)  # the user's measured fraction replaces the published MAMF
                 if name != base_name:
                     merged["display_name"] = entry.get("display_name", name)
                 merged.update({k: v for k, v in entry.items() if k != "base"})

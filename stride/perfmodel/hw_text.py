@@ -35,6 +35,36 @@ _KNOWN_MISSING = (r"\bb100\b", r"\bh20\b", r"\bmi250x?\b", r"\bmi210\b", r"gaudi
                   r"\bmi100\b", r"\bcs-?[23]\b", r"\bipu\b")
 _TPU_CORES = {"tpu-v4": 2, "tpu-v5p": 2}  # `v4-N` / `v5p-N` slices count TensorCores, 2 per chip
 
+# Cloud instances and VM families users name instead of the part: (pattern, the part as text, scale-out GB/s
+# per GPU). Recalled from the providers' instance pages (AWS EC2 P4/P5/P6 accelerated-computing table, GCP
+# accelerator-optimized machine families, Azure ND-series); p6-b200 also in stas00/ml-engineering
+# network/README.md:1400 (8 x 50 GB/s EFA v4 per node).
+_INSTANCES: list[tuple[str, str, float]] = [
+    (r"p4d\.24xlarge|\bp4d\b", "A100 40GB SXM", 400 / 8 / 8),
+    (r"p4de\.24xlarge|\bp4de\b", "A100 80GB SXM", 400 / 8 / 8),
+    (r"p5en\.48xlarge|\bp5en\b", "H200 SXM", 3200 / 8 / 8),
+    (r"p5e\.48xlarge|\bp5e\b", "H200 SXM", 3200 / 8 / 8),
+    (r"p5\.48xlarge|\bp5\b(?!e)", "H100 SXM 80GB", 3200 / 8 / 8),
+    (r"p6-b200", "B200 HGX", 3200 / 8 / 8),
+    (r"a2-highgpu|\ba2 high\b", "A100 40GB SXM", 100 / 8 / 8),
+    (r"a2-ultragpu|\ba2 ultra\b", "A100 80GB SXM", 100 / 8 / 8),
+    (r"a3-megagpu|\ba3 mega\b", "H100 SXM 80GB", 8 * 200 / 8 / 8),
+    (r"a3-ultragpu|\ba3 ultra\b", "H200 SXM", 8 * 400 / 8 / 8),
+    (r"a3-highgpu|\ba3 high\b|\ba3\b(?! ?(mega|ultra))", "H100 SXM 80GB", 4 * 200 / 8 / 8),
+    (r"a4-highgpu|\ba4\b(?!0)", "B200 HGX", 8 * 400 / 8 / 8),
+    (r"nd ?96 ?amsr|nd ?a100 ?v4.*80|ndm ?a100", "A100 80GB SXM", 200 / 8),
+    (r"nd ?96 ?asr|nd ?a100 ?v4", "A100 40GB SXM", 200 / 8),
+    (r"nd ?96 ?isr ?h200|nd ?h200 ?v5", "H200 SXM", 400 / 8),
+    (r"nd ?96 ?isr ?h100|nd ?h100 ?v5", "H100 SXM 80GB", 400 / 8),
+    (r"nd ?mi300x", "MI300X", 400 / 8),
+]
+
+
+def _normalise(low: str) -> str:
+    """Drop counts written onto the part ("8x H100", "2x8 A100", "1x"), plurals ("H100s") and unicode."""
+    low = re.sub(r"(?<![a-z0-9.])\d+\s*[x×]\s*(?:\d+\s*(?:x|×)?\s*)?(?=[a-z])", " ", low)
+    return re.sub(r"\b([a-z]{1,2}\d{2,3}[a-z]?)s\b", r"\1", low)
+
 
 def _num(pattern: str, text: str) -> float | None:
     m = re.search(pattern, text)
@@ -48,6 +78,11 @@ def resolve(text: str | None, catalog: Catalog) -> tuple[Hardware, list[str]]:
     if not low or low in ("n/a", "-", "not stated", "unknown"):
         raise ValueError("gpu is blank: the device is needed (its peak and memory set the answer)")
     notes: list[str] = []
+    instance = next(((part, out) for pat, part, out in _INSTANCES if re.search(pat, low.replace("_", " "))), None)
+    if instance:
+        notes.append(f"{raw!r}: {instance[0]}, {instance[1]:g} GB/s scale-out per GPU (the provider's instance type)")
+        low = f"{instance[0].lower()} {low}"
+    low = _normalise(low)
     try:
         hw = catalog.get(raw)
     except Exception:  # noqa: BLE001 - fall through to the family rules
@@ -58,7 +93,10 @@ def resolve(text: str | None, catalog: Catalog) -> tuple[Hardware, list[str]]:
             raise ValueError(f"gpu {raw!r}: {what} (known: {', '.join(catalog.names())}); add it with "
                              "--hardware-file or write its numbers (e.g. '989 TFLOPS 80GB 3.35TB/s')") from None
         hw = catalog.devices[name]
-    return _modify(hw, raw, low, catalog, notes), notes
+    hw = _modify(hw, raw, low, catalog, notes)
+    if instance:
+        hw = dataclasses.replace(hw, scaleout_bw_gbps=instance[1])
+    return hw, notes
 
 
 def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]) -> Hardware:
@@ -95,6 +133,9 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
         notes.append(f"power cap {watts:g} W of {hw.tdp_w:g} W: tensor peaks x {clock:.3f} (clock ~ P^(1/3))")
     if peaks != hw.peak_tflops:
         changes["peak_tflops"] = peaks
+        # the best achievable GEMM moves with the clock (a cap) or the part's stated peak alike
+        changes["mamf_tflops"] = {k: v * peaks[k] / hw.peak_tflops[k] for k, v in hw.mamf_tflops.items()
+                                  if k in peaks and hw.peak_tflops.get(k)}
     nvl = _num(r"nvl(\d{2,3})\b", low)
     if nvl and nvl >= 8:
         domain = int(nvl) if not re.search(r"(?<!g)b300|hgx", low) else 8  # HGX B300 "NVL16" counts dies
@@ -108,7 +149,7 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
     if re.search(r"dgx-?2", low):
         changes["scaleup_domain"] = 16
         notes.append("DGX-2: 16 GPUs on NVSwitch")
-    m = re.search(r"\bv(?:4|5p|5e|6e)-(\d+)\b", low)
+    m = re.search(r"\b(?:v4|v5p|v5e|v6e|v5litepod)-(\d+)\b", low)
     if m and hw.name.startswith("tpu"):
         chips = int(m.group(1)) // _TPU_CORES.get(hw.name, 1)
         if chips >= 1 and chips != hw.scaleup_domain:

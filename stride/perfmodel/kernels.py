@@ -8,6 +8,7 @@ skinny shapes lose throughput smoothly. Which peak: FP8/FP4 block GEMMs use the 
 
 from __future__ import annotations
 
+from stride.perfmodel.attention_kernels import attention_tflops, default_kernel
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.flops import Gemm
 from stride.perfmodel.frameworks import FRAMEWORKS
@@ -19,13 +20,17 @@ from stride.perfmodel.precision import recipe
 LOW_PRECISION_GEMMS = ("qkv", "attn_out", "mlp_in", "mlp_out", "expert_in", "expert_out")
 
 
-def gemm_factor(hw: Hardware, eff: Efficiency) -> float:
-    """The efficiency factor of the device's class (efficiency.py): TPU, Hopper/Blackwell, other GPUs."""
-    if hw.vendor == "google":
+# parts with no matmul figure at all (a user's own entry): the median MAMF fraction of the catalog's GPUs
+DEFAULT_MATMUL_FRACTION = 0.80
+
+
+def gemm_efficiency(hw: Hardware, eff: Efficiency, dtype: str) -> float:
+    """Fraction of the `dtype` peak a training GEMM reaches: the part's published best (MAMF) times the
+    shared `gemm` factor; TPUs, which publish no MAMF figure, their class factor `gemm_tpu`."""
+    frac = hw.matmul_fraction(dtype)
+    if frac is None and hw.vendor == "google":
         return eff.gemm_tpu
-    if hw.generation in ("hopper", "blackwell"):
-        return eff.gemm_hopper
-    return eff.gemm
+    return (frac or DEFAULT_MATMUL_FRACTION) * eff.gemm
 
 
 class Costs:
@@ -40,14 +45,31 @@ class Costs:
         self.low = p in ("fp8", "fp4")
         self.recipe = recipe(lay.fp8_recipe) if self.low else None
         self.peak_low = hw.peak_flops(self.recipe.gemm_dtype) if self.recipe else self.peak_high
-        self.gemm_eff = hw.matmul_efficiency or gemm_factor(hw, eff)
-        # a device's published flash-attention utilisation, scaled by the fitted factor's ratio to its
-        # prior (0.5): the factor moves every device together, the catalog keeps their published ratios
-        self.attn_eff = (hw.attention_efficiency or 0.5) * eff.attention / 0.5
+        self.gemm_eff = gemm_efficiency(hw, eff, high)
+        self.gemm_eff_low = gemm_efficiency(hw, eff, self.recipe.gemm_dtype) if self.recipe else self.gemm_eff
         self.mem_bw = hw.memory_bw * eff.memory
         self.act = 2 if p == "fp32" else 1  # fp32 activations: twice the 16-bit bytes
         self.in16 = 4 if p == "fp32" else 2
         self.fused = self.fw.fused_elementwise or lay.compile
+
+    @property
+    def attention_kernel(self) -> str:
+        """The fused attention kernel this run uses: the layout's, else its framework's on this part."""
+        k = self.lay.attn_kernel
+        return default_kernel(self.lay.framework, self.hw.generation) if k == "auto" else k
+
+    def flash_attention(self, causal_flops: float) -> tuple[float, float]:
+        """Seconds of a fused attention core's forward and backward (2.5x the forward FLOPs) for
+        `causal_flops` forward FLOPs: the published curve of the run's kernel on this part at its
+        sequence length and head dim, else (TPUs, CPUs, a catalog `attention_efficiency`) a fraction
+        of the 16-bit peak."""
+        if self.hw.attention_efficiency is None:
+            rates = attention_tflops(self.attention_kernel, self.hw, self.spec.seq // self.lay.cp, self.spec.head_dim)
+            if rates is not None:
+                f, b = (r * 1e12 * self.eff.flash for r in rates)
+                return causal_flops / f, 2.5 * causal_flops / b
+        rate = self.peak_high * (self.hw.attention_efficiency or self.eff.attention)
+        return causal_flops / rate, 2.5 * causal_flops / rate
 
     def is_low(self, g: Gemm) -> bool:
         return self.low and (g.name in LOW_PRECISION_GEMMS or (g.name == "logits" and self.lay.fp8_head))
@@ -56,7 +78,8 @@ class Costs:
         low = self.is_low(g) if low is None else low
         ib = (0.5 if self.recipe and self.recipe.gemm_dtype == "fp4" else 1) if low else self.in16
         nbytes = g.batch * (ib * (g.m * g.k + g.k * g.n) + 2 * self.act * g.m * g.n)
-        return g.flops / ((self.peak_low if low else self.peak_high) * self.gemm_eff) + nbytes / self.mem_bw
+        rate = self.peak_low * self.gemm_eff_low if low else self.peak_high * self.gemm_eff
+        return g.flops / rate + nbytes / self.mem_bw
 
     def backward_gemms(self, g: Gemm) -> float:
         """dgrad and wgrad of one forward GEMM; the wgrad stays 16-bit where the recipe says."""
@@ -76,7 +99,10 @@ class Costs:
         as its own kernel."""
         s, h = self.spec, self.spec.hidden
         f = s.expert_ffn * s.top_k * s.capacity if s.moe else s.ffn
-        if self.fw.xla_fusion:  # XLA fuses activation, residual and casts into the dots: the norms remain
+        # XLA:TPU fuses activation, residual and casts into the dots (the norms remain); XLA:GPU calls
+        # cuBLAS for dots and fuses only bias/activation epilogues into them (xla/service/gpu
+        # gemm_rewriter), so its elementwise chains run as fused loops: the fused-kernel count below
+        if self.fw.xla_fusion and self.hw.vendor == "google":
             return 8 * h / shard, 4 * s.top_k * h if s.moe else 0.0
         drop = 2 * h if s.dropout else 0
         rep = 8 * h + 12 * h + drop

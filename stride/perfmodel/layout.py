@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stride.config.errors import ConfigError
+from stride.perfmodel.attention_kernels import KERNELS
 from stride.perfmodel.flops import RECOMPUTE_MODES as _BASE_RECOMPUTE
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.model_spec import TransformerSpec
@@ -45,6 +46,7 @@ class Layout:
     recompute: str = "none"
     precision: str = "bf16"
     attention: str = "flash"
+    attn_kernel: str = "auto"  # fused attention kernel (attention_kernels.KERNELS); auto: the framework's on the part
     dp_overlap: bool = True  # overlap gradient reduction with backward
     tp_overlap: bool = False  # overlap TP collectives with GEMMs (e.g. Transformer Engine userbuffers)
     algo: str = "ring"  # all-reduce algorithm: ring | tree | auto
@@ -57,6 +59,15 @@ class Layout:
     compile: bool = False  # torch.compile: elementwise ops fused
     fused_loss: bool = False  # chunked / fused cross-entropy: no fp32 logits
     grad_reduce_fp32: bool | None = None  # None: the framework's default
+    # hybrid sharding (HSDP, MaxText ici_fsdp x dcn_data_parallelism): ZeRO states sharded over groups of
+    # `shard` data-parallel ranks (0: all of dp), replicated over dp / shard groups whose gradients are
+    # all-reduced once per step
+    shard: int = 0
+
+    @property
+    def shard_dp(self) -> int:
+        """Data-parallel ranks the ZeRO/FSDP states are sharded over."""
+        return self.shard if 0 < self.shard < self.dp else self.dp
 
     @property
     def devices(self) -> int:
@@ -71,7 +82,8 @@ class Layout:
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         prec = self.precision + (f"-{self.fp8_recipe}" if self.precision in ("fp8", "fp4") else "")
-        parts += [f"zero{self.zero}", f"mb{self.micro_batch}", f"rc-{self.recompute}", prec]
+        zero = f"zero{self.zero}" + (f"/{self.shard_dp}" if self.shard_dp < self.dp else "")
+        parts += [zero, f"mb{self.micro_batch}", f"rc-{self.recompute}", prec]
         return " ".join(parts)
 
 
@@ -107,6 +119,7 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
         raise ConfigError(f"layout: `zero` must be 0, 1, 2 or 3, got {lay.zero!r}")
     for name, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE_MODES), ("precision", PRECISIONS),
                           ("attention", ATTENTION), ("stage_split", STAGE_SPLITS), ("fp8_recipe", RECIPES),
+                          ("attn_kernel", ("auto", *KERNELS)),
                           ("framework", tuple(FRAMEWORKS))):
         if getattr(lay, name) not in allowed:
             raise ConfigError(f"layout: {name} must be one of {', '.join(allowed)}, got {getattr(lay, name)!r}")
@@ -131,6 +144,8 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
                           f"by pp*vpp={chunks}")
     if spec.seq % lay.cp:
         raise ConfigError(f"layout: seq={spec.seq} is not divisible by cp={lay.cp}")
+    if lay.shard and (lay.shard < 0 or lay.dp % lay.shard):
+        raise ConfigError(f"layout: shard group {lay.shard} must divide dp={lay.dp}")
     if lay.sp and lay.tp == 1:
         raise ConfigError("layout: sequence parallel needs tp > 1")
     if lay.ep > 1 and (not spec.moe or spec.experts % lay.ep or (lay.dp * lay.cp * lay.tp) % lay.ep):

@@ -49,7 +49,7 @@ def eager_saved_per_token(spec: TransformerSpec, f: int) -> float:
 def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
     """Weights, gradients and optimizer state bytes for `params` parameters on one device."""
     fw = FRAMEWORKS[lay.framework]
-    dp, z = lay.dp, lay.zero
+    dp, z = lay.shard_dp, lay.zero  # hybrid sharding: states shard over the shard group only
     if lay.precision == "fp32":
         w, g, o = 4.0, 4.0, 8.0
     elif not fw.master_weights:

@@ -67,6 +67,8 @@ def recipe_from_text(text: str) -> tuple[str | None, str]:
         return "fp8", "mxfp8"
     if not re.search(r"fp8|float8|e4m3|transformer engine|\bte\b", t):
         return None, ""
+    if re.search(r"all[ _-]?gather", t):  # FP8 weight all-gather under FSDP: torchao's tensorwise recipe
+        return "fp8", "tensorwise"
     if "rowwise_with_gw_hp" in t or "gw_hp" in t or "rowwise gw" in t:
         return "fp8", "rowwise_gw_hp"
     if "rowwise" in t or "row-wise" in t:

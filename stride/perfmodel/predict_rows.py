@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 from stride.perfmodel.costmodel import GIB, Prediction, predict
@@ -16,6 +17,8 @@ from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.hardware import Catalog
 from stride.perfmodel.intervals import IntervalTable, apply, load_intervals
 from stride.perfmodel.published import RowInputs, read_rows, row_inputs
+
+_ASSUMPTION = re.compile(r"assumed|not stated|\bblank\b|\bused\b|\bchose\b|no profile|without a dtype")
 
 NULL_RESULT = {"iter_time_s": None, "tokens_per_s_per_gpu": None, "mfu": None, "peak_mem_gib": None, "fits": None,
                "tokens_per_s_per_gpu_lo": None, "tokens_per_s_per_gpu_hi": None, "iter_time_s_lo": None,
@@ -84,8 +87,12 @@ def _predict_row(row: dict, catalog: Catalog, eff: Efficiency, table: IntervalTa
     notes = list(inputs.notes)
     if inputs.recompute_auto:
         notes.append(f"recompute not stated: chose {pred.layout.recompute} (cheapest that fits)")
-    if notes:
-        out["notes"] = notes
+    # what the row did not say and the model filled in (each moves the answer by less than ~10%, else the row
+    # would be refused naming it), apart from what the row's text changed
+    out["assumed"] = [n for n in notes if _ASSUMPTION.search(n)]
+    rest = [n for n in notes if not _ASSUMPTION.search(n)]
+    if rest:
+        out["notes"] = rest
     return out
 
 

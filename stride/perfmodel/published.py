@@ -23,11 +23,12 @@ from pathlib import Path
 
 from stride.config.errors import ConfigError
 from stride.perfmodel import row_text as rt
+from stride.perfmodel.attention_kernels import kernel_from_text
 from stride.perfmodel.frameworks import FRAMEWORKS, compiled, framework_from_text, fused_loss
 from stride.perfmodel.hardware import Catalog, Hardware
 from stride.perfmodel.hw_text import link_gbytes_per_device, resolve
 from stride.perfmodel.layout import Layout
-from stride.perfmodel.model_spec import TransformerSpec
+from stride.perfmodel.model_spec import PRESETS, TransformerSpec
 
 
 @dataclass
@@ -57,7 +58,7 @@ def _int(row: dict, key: str, default: int | None = None, what: str = "") -> int
         if default is None:
             raise ValueError(f"`{key}` is blank: {what or 'needed'}")
         return default
-    v = rt.number(raw)
+    v = rt.count(raw, binary_k=key == "seq_len")
     if v is None or v < 1 or abs(v - round(v)) > 1e-6 or v > 1e9:
         raise ValueError(f"`{key}` must be a positive integer, got {raw!r}")
     return int(round(v))
@@ -85,7 +86,32 @@ def row_inputs(row: dict, catalog: Catalog) -> RowInputs:
         return RowInputs(rid, reason=str(exc))
 
 
+_PRESET_COLUMNS = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
+                   "ffn_hidden": "ffn", "vocab": "vocab", "seq_len": "seq"}
+
+
+def _fill_from_preset(row: dict, notes: list[str]) -> dict:
+    """A row that names a published model (Llama 3 8B, GPT-3 175B, Mixtral 8x7B) and leaves its dimensions
+    blank gets the preset's, noted; the row's own numbers always win."""
+    if not (rt.blank(row.get("hidden")) or rt.blank(row.get("layers"))):
+        return row
+    key = rt.preset_name(str(row.get("model") or "") + " " + str(row.get("arch") or ""))
+    if key is None or key not in PRESETS:
+        return row
+    p = PRESETS[key]
+    filled = {col: str(getattr(p, attr)) for col, attr in _PRESET_COLUMNS.items() if rt.blank(row.get(col))}
+    if rt.blank(row.get("ffn_act")):
+        filled["ffn_act"] = p.act
+    if p.moe and "expert" not in str(row.get("arch") or "").lower():
+        filled["arch"] = f"{row.get('arch') or ''} {p.experts} experts, top-{p.top_k}".strip()
+    if not p.learned_pos and not p.bias:
+        filled["arch"] = (filled.get("arch") or str(row.get("arch") or "")) + " rotary, no biases, untied"
+    notes.append(f"{', '.join(sorted(filled))} not stated: the {key} preset's (model {row.get('model')!r})")
+    return {**row, **filled}
+
+
 def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float]]:
+    row = _fill_from_preset(row, notes)
     arch = " ".join(str(row.get(k) or "") for k in ("arch", "model", "notes"))
     act, n = rt.activation(row.get("ffn_act") or "", arch)
     notes += n
@@ -139,8 +165,10 @@ def _hardware(row: dict, catalog: Catalog, notes: list[str]) -> Hardware:
     changes: dict[str, object] = {}
     if per_node and 2 < hw.scaleup_domain <= 16 and per_node != hw.scaleup_domain and not hw.name.startswith("tpu"):
         changes["scaleup_domain"] = per_node
-    if per_node and hw.name.startswith("tpu") and per_node != hw.scaleup_domain and per_node >= 4:
-        changes["scaleup_domain"] = per_node  # chips of one slice (ICI); slices meet over DCN
+    slice_named = bool(re.search(r"\b(?:v4|v5p|v5e|v6e|v5litepod)-\d+", str(row.get("gpu") or "").lower()))
+    if per_node and hw.name.startswith("tpu") and per_node != hw.scaleup_domain and per_node >= 16 \
+            and not slice_named:
+        changes["scaleup_domain"] = per_node  # chips of one slice (ICI); slices meet over DCN (a host holds 4-8)
     out_bw = link_gbytes_per_device(str(row.get("inter_node_link") or ""), per_node or hw.scaleup_domain)
     if out_bw and 0.5 <= out_bw <= 400:
         changes["scaleout_bw_gbps"] = out_bw
@@ -168,11 +196,18 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     hw = _hardware(row, catalog, notes)
     fw_text = " ".join(str(row.get(k) or "") for k in ("framework", "source", "zero_or_fsdp"))
     fw_low = fw_text.lower()
-    framework = framework_from_text(str(row.get("framework") or "")) or framework_from_text(fw_text)
+    named_fw = str(row.get("framework") or "")
+    # a framework the row names but no profile covers is assumed (noted), not guessed from other columns' words
+    framework = framework_from_text(named_fw) or (None if not rt.blank(named_fw) else framework_from_text(fw_text))
     if framework is None:
         framework = "megatron"
-        notes.append("framework not stated: the Megatron-Core profile assumed")
+        named = str(row.get("framework") or "").strip()
+        notes.append(f"framework {named!r} has no profile here: the Megatron-Core profile assumed" if named
+                     and not rt.blank(named) else "framework not stated: the Megatron-Core profile assumed")
     zero, _ = rt.zero_stage(str(row.get("zero_or_fsdp") or ""))
+    shard, n = rt.shard_group(str(row.get("zero_or_fsdp") or "") + " " + str(row.get("framework") or ""), dp,
+                              _int(row, "gpus_per_node", 0))
+    notes += n
     prec, recipe, n = rt.precision(" ".join(str(row.get(k) or "") for k in ("precision", "framework")))
     notes += n
     everything = " ".join(str(v or "") for v in row.values()).lower()
@@ -183,12 +218,20 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if not micro:
         micro = 1
         notes.append("micro_batch blank: assumed 1")
-    gb = _int(row, "global_batch_seqs", 0)
+    in_tokens = rt.tokens_to_sequences(str(row.get("global_batch_seqs") or ""), spec.seq)
+    gb = in_tokens or _int(row, "global_batch_seqs", 0)
+    if in_tokens:
+        notes.append(f"global batch {row.get('global_batch_seqs')!r} in tokens: {in_tokens} sequences of {spec.seq}")
     if not gb:
         gb = micro * dp
         notes.append("global_batch_seqs blank: micro_batch x dp (no gradient accumulation) assumed")
     if gb % dp:
-        raise ValueError(f"global_batch_seqs {gb} is not divisible by dp {dp}")
+        rounded = gb // dp * dp  # tokens/s per device moves by about the share of the batch dropped
+        if rounded == 0 or (gb - rounded) / gb >= 0.1:
+            raise ValueError(f"global_batch_seqs {gb} is not divisible by dp {dp} (rounding it would move the "
+                             "answer by 10% or more)")
+        notes.append(f"global_batch_seqs {gb} is not divisible by dp {dp}: {rounded} used (assumed)")
+        gb = rounded
     if (gb // dp) % micro:  # uneven last micro-batch (e.g. Composer): the nearest divisor, same tokens
         micro = max(d for d in range(1, micro + 1) if (gb // dp) % d == 0)
         notes.append(f"micro_batch does not divide the batch per replica: {micro} used")
@@ -204,7 +247,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         ep=ep, framework=framework, fp8_recipe=recipe,
         fp8_head=bool(re.search(r"fp8 (lm )?head|fp8 output", everything)),
         fp8_gather=bool(re.search(r"(fp8|float8)[ _-]all[ _-]?gather|fsdp[ _]float8", everything)),
-        stage_split=split, compile=compiled(str(row.get("framework") or "")),
+        attn_kernel=kernel_from_text(fw_text + " " + str(row.get("notes") or "")) or "auto",
+        shard=shard if zero else 0, stage_split=split, compile=compiled(str(row.get("framework") or "")),
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
     )
     if dp == 1 and layout.zero:

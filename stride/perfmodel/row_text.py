@@ -32,6 +32,34 @@ def number(text: str | None) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def count(text: str | None, binary_k: bool = False) -> float | None:
+    """A count as sources write it: "1,024", "4k" (x1024 where `binary_k`: sequence lengths are powers of
+    two, "8k context" is 8192), "8 nodes x 8 GPUs" / "16x8" (the product), else `number`."""
+    raw = (text or "").strip().lower().replace(",", "")
+    m = re.search(r"(\d+)\s*(?:nodes?|hosts?|vms?|servers?)?\s*[x×*]\s*(\d+)\b", raw)
+    if m:
+        return float(int(m.group(1)) * int(m.group(2)))
+    m = re.search(r"(\d+(?:\.\d+)?)\s*k\b", raw)
+    if m and binary_k and float(m.group(1)).is_integer():
+        return float(m.group(1)) * 1024
+    return number(text)
+
+
+def tokens_to_sequences(text: str | None, seq: int) -> int | None:
+    """A global batch written in tokens ("4M tokens", "2,097,152 tokens") as sequences of `seq`; the
+    decimal or the binary reading of k/M, whichever is a whole number of sequences; None if not tokens."""
+    raw = (text or "").strip().lower().replace(",", "")
+    m = re.search(r"(\d+(?:\.\d+)?)\s*([km]?)\s*(?:tokens?|tok)\b", raw)
+    if not m or seq <= 0:
+        return None
+    v, unit = float(m.group(1)), m.group(2)
+    for mult in ({"k": (1e3, 1024), "m": (1e6, 2**20)}.get(unit, (1,))):
+        n = v * mult / seq
+        if abs(n - round(n)) < 1e-6 and n >= 1:
+            return int(round(n))
+    return None
+
+
 def blank(text: str | None) -> bool:
     return clean(text) in ("", "n/a", "na", "-", "none", "not stated", "unknown", "?", "nan")
 
@@ -48,6 +76,8 @@ def precision(text: str) -> tuple[str, str, list[str]]:
         return "fp16", "delayed", []
     if re.search(r"fp32|float32|tf32|full precision", low):
         return "fp32", "delayed", []
+    if re.search(r"\bmixed\b|\bamp\b|automatic mixed", low):  # 16-bit; bf16 and fp16 share the peak
+        return "bf16", "delayed", ["precision 'mixed' without a dtype: bf16 assumed (fp16 runs at the same peak)"]
     if blank(text):
         return "bf16", "delayed", ["precision not stated: bf16 assumed"]
     raise ValueError(f"precision {text!r} is not understood (bf16, fp16, fp8 recipes, nvfp4, fp32)")
@@ -56,7 +86,11 @@ def precision(text: str) -> tuple[str, str, list[str]]:
 def zero_stage(text: str) -> tuple[int, list[str]]:
     """ZeRO stage: distributed optimizer = 1, SHARD_GRAD_OP = 2, FSDP / FULL_SHARD / ZeRO-3 = 3."""
     t = (text or "").lower().replace("_", " ").replace("-", " ")
-    if re.search(r"zero\s*(stage\s*)?3|full shard|fully shard|\bfsdp\b(?!.*shard grad op)|fsdp2|ici fsdp", t):
+    if re.search(r"offload|zero infinity|\bnvme\b", t) and not re.search(r"no offload|offload (false|off|none)", t):
+        raise ValueError(f"zero_or_fsdp {text!r}: CPU/NVMe offload of parameters or optimizer states is not "
+                         "modelled (host transfers can move the step by more than 10%)")
+    if re.search(r"zero\s*(stage\s*)?3|full shard|fully shard|\bfsdp\b(?!.*shard grad op)|fsdp2|ici fsdp|\bhsdp\b|"
+                 r"hybrid shard(?! zero2)|\bdp shard", t):
         return 3, []
     if re.search(r"zero\s*(stage\s*)?2|shard grad op|hybrid shard zero2", t):
         return 2, []
@@ -67,15 +101,45 @@ def zero_stage(text: str) -> tuple[int, list[str]]:
     raise ValueError(f"zero_or_fsdp {text!r} is not understood (none, ZeRO-1/2/3, distributed optimizer, FSDP)")
 
 
+def shard_group(text: str, dp: int, per_node: int) -> tuple[int, list[str]]:
+    """Data-parallel ranks the ZeRO/FSDP states are sharded over when the text says the sharding is
+    hybrid (0: all of dp): MaxText "ici_fsdp_parallelism=K, dcn_data_parallelism=R" (FSDP inside a slice,
+    replicas across), torchtitan "dp_shard=K" / "data_parallel_shard_degree=K" /
+    "data_parallel_replicate_degree=R", PyTorch "HYBRID_SHARD" / "HSDP" (FSDP inside a node)."""
+    low = (text or "").lower().replace("-", "_")
+    num = r"\s*[=:]?\s*(\d+)"
+    m = re.search(r"(?:dcn_data_parallelism|dp_replicate|data_parallel_replicate_degree|replicas?)" + num, low)
+    if m and int(m.group(1)) > 1 and dp % int(m.group(1)) == 0:
+        return dp // int(m.group(1)), []
+    m = re.search(r"(?:dp_shard|data_parallel_shard_degree|shard[_ ]group(?:[_ ]size)?)" + num, low)
+    if m and 1 < int(m.group(1)) < dp and dp % int(m.group(1)) == 0:
+        return int(m.group(1)), []
+    m = re.search(r"\bhsdp\b\D{0,12}(\d+)\s*[x×]\s*(\d+)", low)  # PyTorch's mesh order: (replicate, shard)
+    if m and int(m.group(1)) * int(m.group(2)) == dp:
+        return int(m.group(2)), []
+    if re.search(r"hybrid[_ ]?shard|\bhsdp\b", low) and per_node and 1 < per_node < dp and dp % per_node == 0:
+        return per_node, [f"hybrid sharding: shard group = the {per_node} devices of a node (assumed)"]
+    return 0, []
+
+
 _RECOMPUTE_WORDS = [
     (r"qkv_proj_offloaded", "full-except-qkv"),
     (r"save_dot_except_mlpwi", "mlp-in"),
     (r"remat_policy\s*=\s*custom", "mlp"),
-    (r"minimal|save_dot|dots_saveable|checkpoint_dots|nothing_saveable_except", "none"),
-    (r"selective|attention core|core attention", "selective"),
+    # MaxText `minimal` / `minimal_flash` (MaxText/layers/models.py:216-241 at efb6d9e4a) save only the dots
+    # without batch dims (the projections) and, for minimal_flash, the attention output: the attention core
+    # (batched dots, or the flash kernel whose softmax statistics are not saved) is recomputed
+    (r"minimal|no_batch_dims", "selective"),
+    (r"save_dot|dots_saveable|checkpoint_dots|nothing_saveable_except", "none"),
+    # negations before the words they negate: "activation checkpointing disabled", "no AC", "AC: none"
+    (r"(checkpoint\w*|recompute|remat\w*|\bac\b)\W{0,3}(disabled|off|false|none|no)\b|\b(no|without|disabled?)\W{0,3}"
+     r"(activation |gradient )?(checkpoint|recompute|remat|ac\b)", "none"),
+    # Megatron's --recompute-activations is selective (arguments.py: "recompute activation to allow for training
+    # with larger models ... selective"); torchtitan's SAC is selective activation checkpointing
+    (r"selective|attention core|core attention|\bsac\b|recompute[-_ ]activations\b", "selective"),
     (r"^\s*(none|no|off|false|disabled|0)\b|\bno (recompute|checkpoint|remat)|without", "none"),
     (r"\bfull\b|every layer|uniform|rematerializ|\bremat|hfu\s*>\s*mfu|\btrue\b|\byes\b|activation[ _-]checkpoint"
-     r"|recompute|\bon\b|nothing_saveable", "full"),
+     r"|gradient[ _-]checkpoint|checkpoint[-_ ]activations|recompute|\bon\b|nothing_saveable|\bac\b", "full"),
     (r"\bnone\b|\bno\b|\boff\b|false|disabled", "none"),
 ]
 
@@ -84,6 +148,8 @@ def recompute(text: str) -> str | None:
     """Recompute mode from words, or None where the row does not say (chosen later: cheapest that fits)."""
     if clean(text) in ("", "n/a", "na", "-", "not stated", "unknown", "?", "nan"):
         return None
+    if re.search(r"offload", (text or "").lower()) and not re.search(r"remat_policy|offloaded", (text or "").lower()):
+        raise ValueError(f"recompute {text!r}: activation offloading to the host is not modelled")
     for candidate in (clean(text), (text or "").lower()):
         for pat, mode in _RECOMPUTE_WORDS:
             if candidate and re.search(pat, candidate):
@@ -103,6 +169,10 @@ def schedule(text: str, pp: int, vpp: int) -> tuple[str, int]:
     if pp == 1:
         return "none", 1
     low = (text or "").lower()
+    m = re.search(r"(?:vpp|virtual[ _-]?pipeline(?:[ _-]?(?:size|stages?|chunks?|parallel(?:ism)?))?|virtual stages|"
+                  r"chunks per (?:rank|device|gpu))\D{0,4}(\d+)|(\d+)\s*(?:model )?chunks", low)
+    if m and vpp == 1:
+        vpp = int(m.group(1) or m.group(2))
     if vpp > 1 or "interleav" in low:
         return "interleaved", max(vpp, 2)
     if "gpipe" in low:
@@ -112,10 +182,13 @@ def schedule(text: str, pp: int, vpp: int) -> tuple[str, int]:
 
 def activation(text: str, arch: str) -> tuple[str, list[str]]:
     """gelu, relu, squared-relu, silu, swiglu, geglu from the cell, else from the architecture."""
-    low = (text or "").lower().replace("_", "-").replace(" ", "")
-    table = [("squared-relu", r"squared-?relu|relu\^?2|relusquared|sqrelu"), ("swiglu", r"swiglu|silu-?glu|"
-             r"silu,linear|silu.*gated|gated.*silu"), ("geglu", r"geglu|gelu-?glu|gated-?gelu"),
-             ("relu", r"^relu$|\brelu\b"), ("silu", r"^silu$|swish"), ("gelu", r"gelu")]
+    low = (text or "").lower().replace("_", "-").replace(" ", "").replace("²", "^2")
+    # ReGLU costs what SwiGLU does (three matrices, one gated product): read as swiglu
+    table = [("squared-relu", r"squared-?relu|relu\^?2|relusquared|sqrelu"),
+             ("swiglu", r"swiglu|silu-?glu|swish-?glu|silu,linear|silu.*gated|gated.*silu|silu-?and-?mul|silu-?mul|"
+                        r"\breglu"),
+             ("geglu", r"geglu|gelu-?glu|gated-?gelu"), ("relu", r"^relu$|\brelu\b"), ("silu", r"^silu$|swish"),
+             ("gelu", r"gelu")]
     for name, pat in table:
         if re.search(pat, low):
             return name, []
@@ -148,6 +221,23 @@ def moe(text: str) -> dict[str, float]:
     if m:
         out["ep"] = float(m.group(1))
     return out
+
+
+_PRESET_NAMES = [
+    (r"llama[- _]?3(?:\.[0-9])?[- _]?(8|70|405)\s*b", "llama3-{}b"), (r"llama[- _]?2[- _]?(7|13|70)\s*b", "llama2-{}b"),
+    (r"mixtral[- _]?8\s*x\s*(7|22)\s*b", "mixtral-8x{}b"), (r"gpt[- _]?3[- _]?(1\.3|2\.7|6\.7|13|175)\s*b", "gpt3-{}b"),
+]
+
+
+def preset_name(text: str) -> str | None:
+    """The `model_spec.PRESETS` key a model name matches ("Llama 3.1 8B", "Llama-3-70B", "Mixtral 8x7B",
+    "GPT-3 175B"), for rows that name a published model and leave its dimensions blank."""
+    low = (text or "").lower()
+    for pat, key in _PRESET_NAMES:
+        m = re.search(pat, low)
+        if m:
+            return key.format(m.group(1))
+    return None
 
 
 def memory_kind(text: str) -> str:

@@ -206,3 +206,39 @@ def _empty(title: str, xtitle: str, ytitle: str) -> str:
     f.out.append(f'<text x="{f.left + PLOT_W / 2:.1f}" y="{f.top + 24:.1f}" text-anchor="middle" fill="#777">'
                  "no data</text>")
     return f.close()
+
+
+def spread_chart(series: dict[str, list[tuple[float, float, float, float]]], title: str, xtitle: str, ytitle: str,
+                 xticks: dict[float, str] | None = None) -> str:
+    """Mean lines with a whisker from low to high at each x: [(x, mean, low, high)] per series (the seed
+    spread of a sweep). `xticks` labels chosen x positions (categorical values, or 10^k on a log axis)
+    instead of numeric ticks."""
+    pts = [p for s in series.values() for p in s]
+    if not pts:
+        return _empty(title, xtitle, ytitle)
+    ya = Axis.linear(min(p[2] for p in pts), max(p[3] for p in pts))
+    xs = sorted({p[0] for p in pts} | set(xticks or {}))
+    if xticks:
+        ordered = sorted(xticks)
+        xa = Axis(ordered, [xticks[x] for x in ordered])
+        if len(ordered) == 1:  # one value: centre it
+            xa = Axis([ordered[0] - 1, ordered[0], ordered[0] + 1], ["", xticks[ordered[0]], ""])
+    else:
+        xa = Axis.linear(xs[0], xs[-1])
+    colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
+    f = Frame(title, xtitle, ytitle, ya.labels, [(n, colours[n]) for n in series])
+    f.open()
+    f.ticks(ya, "y")
+    f.ticks(xa, "x")
+    for name, s in series.items():
+        c = colours[name]
+        path = " ".join(f"{f.sx(xa, x):.1f},{f.sy(ya, m):.1f}" for x, m, _, _ in s)
+        f.out.append(f'<polyline class="series" fill="none" stroke="{c}" stroke-width="2" points="{path}">'
+                     f"<title>{escape(name)}</title></polyline>")
+        for x, m, lo, hi in s:
+            px = f.sx(xa, x)
+            f.out.append(f'<line class="whisker" x1="{px:.1f}" y1="{f.sy(ya, lo):.1f}" x2="{px:.1f}" '
+                         f'y2="{f.sy(ya, hi):.1f}" stroke="{c}" stroke-width="1"><title>{lo:.4g} .. {hi:.4g}</title>'
+                         f'</line><circle cx="{px:.1f}" cy="{f.sy(ya, m):.1f}" r="3" fill="{c}"><title>'
+                         f"{escape(name)}: {m:.4g}</title></circle>")
+    return f.close()

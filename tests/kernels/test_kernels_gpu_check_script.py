@@ -46,7 +46,7 @@ def test_cpu_dry_run_runs_every_step(tmp_path):
     r = run("--cpu-dry-run", "--out", str(tmp_path), timeout=900)
     assert r.returncode == 0, r.stderr
     summary = (tmp_path / "summary.txt").read_text()
-    for step in ("trainer", "checkpoint", "data", "kernels", "optimizers"):
+    for step in ("trainer", "checkpoint", "data", "kernels", "optimizers", "sweep"):
         assert f"[{step}] rc=0" in summary, summary
     trainer = (tmp_path / "trainer.log").read_text()
     assert "fp32-torch-adamw {" in trainer and "bf16-triton-adamw8bit {" in trainer

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -108,7 +107,7 @@ def test_mesh_uses_a_process_group_the_launcher_initialised(tmp_path: Path) -> N
 
 # -- a real local Ray cluster ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory, ray_auth_token: str) -> Iterator[None]:
     """Ray on this machine, small: 2 CPUs, no dashboard, no usage stats, 100 MB object store.
 
     The auth token is given in the environment so Ray writes no ~/.ray/auth_token; the session files
@@ -127,7 +126,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        mp.setenv("RAY_AUTH_TOKEN", secrets.token_hex(16))
+        mp.setenv("RAY_AUTH_TOKEN", ray_auth_token)
         mp.delenv("RAY_ADDRESS", raising=False)
         mp.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")  # one actor fewer per launch: no spot nodes here
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, _temp_dir=str(temp),

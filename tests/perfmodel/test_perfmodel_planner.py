@@ -77,6 +77,8 @@ def test_cli_lists_hardware_and_models(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["plan", "--list-hardware", "--json"]) == 0
     hw = json.loads(capsys.readouterr().out)
     assert {"b300", "gb300", "tpu-v6e", "mi355x", "gaudi3"} <= {h["name"] for h in hw}
+    h100 = next(h for h in hw if h["name"] == "h100-sxm")  # the published best GEMM and link efficiencies
+    assert h100["mamf_tflops"] == {"bf16": 794.5, "fp8": 1402.6} and h100["scaleup_busbw_fraction"] == 0.81
     assert main(["plan", "--list-models", "--json"]) == 0
     models = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
     assert models["mixtral-8x7b"]["experts"] == 8 and models["llama3-8b"]["params_b"] == pytest.approx(8.03, abs=0.01)

@@ -74,7 +74,7 @@ def test_link_text_gives_bandwidth_per_device(text: str, per_node: int, gbytes: 
 @pytest.mark.parametrize(("text", "mode"), [
     ("full (uniform, every layer)", "full"), ("selective (attention core only)", "selective"),
     ("rematerialization (HFU>MFU)", "full"), ("none (activation_checkpointing=False)", "none"),
-    ("full (FSDP activation_checkpointing=True)", "full"), ("remat_policy=minimal", "none"),
+    ("full (FSDP activation_checkpointing=True)", "full"), ("remat_policy=minimal", "selective"),
     ("remat_policy=qkv_proj_offloaded (...)", "full-except-qkv"), ("remat_policy=save_dot_except_mlpwi", "mlp-in"),
     ("remat_policy=custom (q/k/v offloaded; the MLP rematerialized)", "mlp"), ("no recompute", "none"),
     ("activation checkpointing", "full"), ("not stated", None), ("", None),

@@ -1,0 +1,139 @@
+"""`stride sweep CONFIG --grid KEY=V1,V2 [--grid KEY=A..B ...] [--pack auto|N] [--backend local|ray] [--out DIR]`.
+
+Trains every point of the grid (packed where it can: docs/sweep.md), writes each finished point into DIR as
+it finishes, and the report (table.parquet, results.json, report.html, summary.md). Run the same command
+again to resume a killed sweep: finished points are not trained again. `--export POINT --export-to RUN_DIR`
+writes one point as a stride checkpoint that `stride train ... --out RUN_DIR` resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="TOML run config, e.g. configs/quickstart.toml")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=VALUES",
+                   help="an axis of the grid: KEY=v1,v2,... or KEY=a..b (integers, inclusive); repeatable")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value for every point (as stride train --set)")
+    p.add_argument("--pack", default="auto", help="models trained together: auto (memory model and a throughput "
+                   "probe pick it) or N (1: every point alone, as stride train)")
+    p.add_argument("--backend", default="local", choices=("local", "ray"),
+                   help="local: packs one after another in this process; ray: each pack a Ray task")
+    p.add_argument("--out", default=None, help="sweep directory (default: <metrics.out_dir>/<stamp>-sweep-<name>)")
+    p.add_argument("--ray-address", default=None, help="an existing Ray cluster (host:port, ray://host:port, auto); "
+                   "default: start one on this machine")
+    p.add_argument("--cpus-per-pack", type=int, default=1, help="CPUs Ray reserves for each pack's task")
+    p.add_argument("--probe-s", type=float, default=60.0, help="time limit of the throughput probe per class")
+    p.add_argument("--price-per-hour", type=float, default=None, help="USD per device-hour, for the cost lines")
+    p.add_argument("--export", default=None, metavar="POINT", help="point id (or index) to export as a checkpoint")
+    p.add_argument("--export-to", default=None, metavar="RUN_DIR", help="run directory the checkpoint goes into")
+    p.set_defaults(func=run)
+
+
+def _pack(text: str) -> str | int:
+    from stride.config.errors import ConfigError
+
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"--pack {text!r}: auto or a positive integer")
+    return n
+
+
+def _log(msg: str) -> None:
+    print(f"stride sweep: {msg}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from stride.config.errors import ConfigError
+    from stride.metrics.run_dir import RunDir
+    from stride.sweep.grid import expand
+    from stride.sweep.runner import Options, SweepError
+    from stride.sweep.runner import run as run_sweep
+    from stride.sweep.store import SweepStore
+
+    pack = _pack(args.pack)
+    if (args.export is None) != (args.export_to is None):
+        raise ConfigError("--export POINT and --export-to RUN_DIR go together")
+    base, axes, points = expand(args.config, args.overrides, args.grid)
+    out = Path(args.out) if args.out else RunDir.create(base.metrics.out_dir, f"sweep-{base.train.name}").path
+    store = SweepStore(out)
+    plan = store.plan(str(Path(args.config).resolve()), args.overrides, axes, points)
+    store.open(plan)
+    _log(f"{len(points)} points ({' x '.join(str(len(a.values)) for a in axes)}) in {out}")
+    opts = Options(pack=pack, backend=args.backend, ray_address=args.ray_address, cpus_per_pack=args.cpus_per_pack,
+                   probe_s=args.probe_s, log=_log)
+    try:
+        info = run_sweep(points, store, opts)
+    except SweepError as exc:
+        print(f"stride sweep: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        _write_report(store, plan, points, args.price_per_hour)
+    _log(f"trained {info['trained']} point(s) in {info['wall_s']:.1f} s; report: {out / 'report.html'}")
+    if args.export is not None:
+        _export(store, points, args.export, Path(args.export_to), args.config, args.overrides)
+    return 0
+
+
+def _write_report(store, plan, points, price) -> None:
+    from stride.sweep.report_files import write_report
+    from stride.sweep.runner import load_pack_log
+
+    results = store.results([p.id for p in points])
+    if results:
+        section = write_report(store.root, plan, results, load_pack_log(store.root), price)
+        _log_best(results)
+        c = section["cost"]
+        if c["train_speedup"]:
+            _log(f"training steps: {c['sweep_train_s']:.1f} s packed against {c['one_by_one_s']:.1f} s one by one "
+                 f"({c['train_speedup']:.2f}x; packs' wall time {c['sweep_device_s']:.1f} s with set-up and "
+                 f"validation); {sum(p['significant'] for p in section['pairs'])} of {len(section['pairs'])} "
+                 "configuration pairs differ beyond seed noise")
+
+
+def _log_best(results, top: int = 5) -> None:
+    """The configurations with the lowest mean final val loss over their seeds."""
+    import statistics
+
+    from stride.sweep.report import configurations
+
+    rows = []
+    for name, rs in configurations(results).items():
+        vals = [r["summary"]["final_val_loss"] for r in rs if r["summary"].get("final_val_loss") is not None
+                and r["summary"].get("status") != "diverged"]
+        if vals:
+            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            rows.append((statistics.fmean(vals), sd, len(vals), name or "(seeds only)"))
+    for mean, sd, n, name in sorted(rows)[:top]:
+        _log(f"  {mean:.4f} +- {sd:.4f} (sd over {n} seed{'s' if n > 1 else ''})  {name}")
+
+
+def _export(store, points, which: str, run_dir, config: str, overrides: list[str]) -> None:
+    import json
+    import shlex
+
+    from stride.config.errors import ConfigError
+    from stride.sweep.export import export_checkpoint
+
+    match = [p for p in points if p.id == which] or (
+        [points[int(which)]] if which.isdigit() and int(which) < len(points) else [])
+    if not match:
+        raise ConfigError(f"--export {which!r}: no such point (give a point id from {store.points_dir} or an index "
+                          f"0..{len(points) - 1})")
+    p = match[0]
+    folder = export_checkpoint(p.config, store.load_state(p.id), run_dir, log=_log)
+    sets = " ".join(f"--set {shlex.quote(o)}" for o in [*overrides, *(f"{k}={json.dumps(v)}" for k, v in
+                                                                        p.values.items())])
+    _log(f"point {p.id} ({p.label}) exported to {folder}; resume it with:\n  stride train {config} {sets} "
+         f"--set checkpoint.enabled=true --out {run_dir}")
+

@@ -1,0 +1,78 @@
+"""One pack's work, the same in this process and in a Ray task: train it, hand back each finished point.
+
+A pack of one point (or any pack when packing is off) is an ordinary `stride train` run of that point,
+with its own run directory; a larger pack is one `PackedTrainer`. Either way each point comes back as
+{"id", "mode", "summary", "history", "state"}, where `state` is what `stride sweep --export` turns into a
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stride.config import RunConfig
+
+LOG_KEYS = ("step", "loss", "val_loss", "lr", "time_s")
+
+
+@dataclass
+class PackJob:
+    index: int
+    ids: list[str]
+    configs: list[RunConfig]
+    solo: bool  # train the points one by one with the ordinary Trainer
+    out: str  # the sweep directory (solo points write their run directory under runs/<id>)
+
+
+def _quiet(cfg: RunConfig) -> RunConfig:
+    c = copy.deepcopy(cfg)
+    c.metrics.progress = False
+    return c
+
+
+def run_job(job: PackJob, on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Train `job`; each point is passed to `on_point` as soon as it is finished, and all are returned."""
+    done: list[dict[str, Any]] = []
+
+    def emit(item: dict[str, Any]) -> None:
+        item["history"] = [{k: v for k, v in h.items() if k in LOG_KEYS} for h in item["history"]]
+        item["pack"] = {"index": job.index, "size": len(job.ids), "members": list(job.ids)}
+        done.append(item)
+        if on_point is not None:
+            on_point(item)
+
+    if job.solo:
+        from stride.sweep.export import solo_state
+        from stride.train.trainer import Trainer
+
+        for pid, cfg in zip(job.ids, job.configs, strict=True):
+            trainer = Trainer(config=_quiet(cfg), out=Path(job.out) / "runs" / pid)
+            result = trainer.fit()
+            summary = dict(result.summary, status="target" if result.summary.get("time_to_target_s") else "done")
+            emit({"id": pid, "mode": "solo", "summary": summary, "history": result.history,
+                  "state": solo_state(trainer), "run_dir": str(result.run_dir)})
+        return done
+
+    from stride.sweep.packed_train import PackedTrainer
+
+    pt = PackedTrainer([_quiet(c) for c in job.configs])
+
+    def stopped(i: int) -> None:
+        rec = pt.records[i]
+        emit({"id": job.ids[i], "mode": "packed", "summary": rec.summary, "history": rec.history,
+              "state": pt.model_state(i), "run_dir": None})
+
+    try:
+        pt.fit(on_stop=stopped)
+    finally:
+        pt.close()
+    return done
+
+
+def ray_job(job: PackJob) -> list[dict[str, Any]]:
+    """The Ray task body: the results travel back to the driver, which writes them."""
+    return run_job(job)

@@ -1,0 +1,125 @@
+"""Write the sweep report's files: table.parquet, results.json, report.html, summary.md (see report.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from stride.bench.results import make_results
+from stride.metrics.env import fingerprint
+from stride.metrics.run_dir import atomic_write_text
+from stride.sweep.report import SEED_KEYS, pairwise, plots, table_rows, write_parquet
+
+
+def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_hour: float | None) -> dict[str, Any]:
+    """Device time of the sweep's packs against the points' training time one by one (and dollars with a price).
+
+    One by one: a point that ran alone is its measured wall time; a packed point is its steps at the solo
+    throughput measured for its class (training steps only). The sweep: the wall times of the packs that
+    finished (validation and set-up included; the probe and packs cut off by a kill are not counted), and
+    their training steps alone (`sweep_train_s`, the like-for-like figure: `train_speedup`).
+    """
+    done = [p for p in packs if not p.get("error")]
+    device_s = sum(p["wall_s"] for p in done)
+    estimates = [r.get("one_by_one_s") for r in results]
+    alone_s = sum(v for v in estimates if v is not None)
+    starts = [p["time"] - p["wall_s"] for p in done]
+    train_s = sum(p.get("train_s") or 0.0 for p in done)
+    out = {
+        "sweep_device_s": device_s,
+        "sweep_train_s": train_s,
+        "train_speedup": alone_s / train_s if train_s and alone_s else None,
+        "sweep_wall_clock_s": (max(p["time"] for p in done) - min(starts)) if done else 0.0,
+        "one_by_one_s": alone_s,
+        "points_without_estimate": sum(v is None for v in estimates),
+        "speedup": alone_s / device_s if device_s and alone_s else None,
+        "packs": len(done),
+        "price_per_hour_usd": price_per_hour,
+    }
+    if price_per_hour is not None:
+        out["sweep_usd"] = device_s / 3600 * price_per_hour
+        out["one_by_one_usd"] = alone_s / 3600 * price_per_hour
+    return out
+
+
+def _entry(r: dict[str, Any]) -> dict[str, Any]:
+    """A results.json workload entry for one point (the bench schema's required keys, then the sweep's)."""
+    s = r["summary"]
+    sps = s.get("samples_per_s")
+    tput = {"unit": "samples/s", "median": sps, "min": sps, "max": sps, "cv": 0.0 if sps else None,
+            "n": 1 if sps else 0}
+    keep = ("final_val_loss", "final_train_loss", "steps", "status", "params", "params_sha256", "config_hash",
+            "target_val_loss", "diverged_at_step", "step_time_s")
+    return {"name": f"sweep:{r['id']}", "label": r["label"], "values": r["values"], "throughput": tput,
+            "throughput_method": "packed: batch / mean step time of the pack (each model's own samples)"
+            if r["mode"] == "packed" else "alone: the Trainer's samples/s after its warm-up steps",
+            "mfu": None, "peak_mem_bytes": s.get("peak_mem_bytes"), "step_time_breakdown_s": {},
+            "time_to_target_s": s.get("time_to_target_s"), "mode": r["mode"], "pack": r["pack"],
+            **{k: s.get(k) for k in keep}, "one_by_one_s": r.get("one_by_one_s")}
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}" if math.isfinite(v) else str(v)
+    return str(v)
+
+
+def _md_table(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
+    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
+            *("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows)]
+
+
+def _html_table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+PAIR_COLS = ["a", "b", "n_a", "n_b", "diff", "t", "df", "p", "p_holm", "ci95", "significant"]
+
+
+def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]], packs: list[dict[str, Any]],
+                 price_per_hour: float | None = None) -> dict[str, Any]:
+    """Write every report file into `root`; returns the sweep section (axes, pairs, cost)."""
+    root = Path(root)
+    keys = [a["key"] for a in plan["axes"]]
+    order = {p["id"]: i for i, p in enumerate(plan["points"])}
+    results = sorted(results, key=lambda r: order.get(r["id"], len(order)))
+    rows = table_rows(results, keys)
+    write_parquet(rows, root / "table.parquet")
+    pairs = pairwise(results)
+    section = {"grid": plan["grid"], "axes": plan["axes"], "points": len(plan["points"]), "finished": len(results),
+               "seed_keys": [k for k in keys if k in SEED_KEYS], "pairs": pairs,
+               "cost": cost(results, packs, price_per_hour)}
+    obj = make_results("sweep", fingerprint(), [_entry(r) for r in results])
+    obj["sweep"] = section
+    atomic_write_text(root / "results.json", json.dumps(obj, indent=1, default=str) + "\n")
+    cols = ["point", *keys, "mode", "pack", "status", "steps", "final_val_loss", "time_to_target_s", "samples_per_s"]
+    c = section["cost"]
+    cost_line = (f"sweep: {c['sweep_device_s']:.1f} s of device time in {c['packs']} pack(s) (wall clock "
+                 f"{c['sweep_wall_clock_s']:.1f} s), of which {c['sweep_train_s']:.1f} s training steps; one by one: "
+                 f"{c['one_by_one_s']:.1f} s of training steps"
+                 + (f" ({c['train_speedup']:.2f}x on training steps)" if c["train_speedup"] else "")
+                 + (f"; ${c['sweep_usd']:.4f} against ${c['one_by_one_usd']:.4f}" if price_per_hour is not None
+                    else ""))
+    sig = [p for p in pairs if p["significant"]]
+    md = [f"# stride sweep: {len(results)} of {len(plan['points'])} points", "", f"grid: {' '.join(plan['grid'])}",
+          "", cost_line, "", *_md_table(rows, cols), "",
+          f"## Pairs of configurations ({len(sig)} of {len(pairs)} significant: Holm p < 0.05 and the bootstrap "
+          "95 % interval of the difference excludes 0)", "", *_md_table(pairs, PAIR_COLS)]
+    atomic_write_text(root / "summary.md", "\n".join(md) + "\n")
+    charts = "".join(f"<div>{c}</div>" for c in plots(results, keys))
+    html = ("<!doctype html><meta charset='utf-8'><title>stride sweep</title><style>body{font-family:sans-serif}"
+            "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
+            f"<h1>stride sweep: {len(results)} of {len(plan['points'])} points</h1><p>{escape(' '.join(plan['grid']))}"
+            f"</p><p>{escape(cost_line)}</p>{charts}<h2>Points</h2>{_html_table(rows, cols)}"
+            f"<h2>Pairs of configurations</h2><p>diff = mean final val loss of a minus b over seeds; Welch's t "
+            "and df, two-sided p (raw and Holm-adjusted over all pairs), percentile-bootstrap 95 % interval.</p>"
+            f"{_html_table(pairs, PAIR_COLS)}")
+    atomic_write_text(root / "report.html", html)
+    return section

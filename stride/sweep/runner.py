@@ -1,0 +1,258 @@
+"""Run a sweep: pack the points that are not finished, train the packs here or as Ray tasks, record each point.
+
+Packs are planned per compatibility class (stride.sweep.packing): `--pack N` packs N models (checked against
+the memory model), `--pack auto` asks the throughput probe (stride.sweep.sizing), and a class of points that
+packed training does not support runs one by one under `auto` (a clear error under `--pack N`). A class of
+M points with pack size N becomes ceil(M / N) packs of nearly equal size.
+
+On Ray each pack is one task (`ray.remote`, `--cpus-per-pack` CPUs): Ray places and runs them, we only wait
+for them; there is no scheduler here. Results come back to this process, which writes each point as its
+task returns (locally: as each model stops). Every pack's wall time is appended to DIR/packs.jsonl for the
+report's cost figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stride.config.errors import ConfigError
+from stride.sweep.grid import Point
+from stride.sweep.jobs import PackJob, ray_job, run_job
+from stride.sweep.packing import check_packable, pack_key, split_keys
+from stride.sweep.sizing import check_fits, probe, solo_rate
+from stride.sweep.store import SweepStore
+
+
+class SweepError(RuntimeError):
+    """A sweep that cannot go on (an unreachable Ray cluster, failed packs): one line, finished points kept."""
+
+
+@dataclass
+class Options:
+    pack: str | int = "auto"
+    backend: str = "local"  # local | ray
+    ray_address: str | None = None  # None: a Ray cluster on this machine, started for the sweep
+    cpus_per_pack: int = 1
+    probe_s: float = 60.0
+    log: Callable[[str], None] = field(default=lambda msg: print(f"stride sweep: {msg}", file=sys.stderr, flush=True))
+
+
+@dataclass
+class ClassPlan:
+    """How one compatibility class of points runs."""
+
+    size: int
+    solo_samples_per_s: float | None
+    why: str
+
+
+def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index: int = 0
+              ) -> tuple[list[PackJob], dict[str, ClassPlan]]:
+    """The packs for `points` (the unfinished ones) and, per class, its size and solo throughput."""
+    classes: dict[str, list[Point]] = {}
+    for p in points:
+        classes.setdefault(pack_key(p.config), []).append(p)
+    if len(classes) > 1:
+        keys = split_keys([c[0].config for c in classes.values()])
+        opts.log(f"{len(classes)} packing classes: the points differ in {', '.join(keys)} (keys that change shapes "
+                 "or the shared setup never share a pack)")
+    jobs: list[PackJob] = []
+    plans: dict[str, ClassPlan] = {}
+    for key, members in classes.items():
+        cfg = members[0].config
+        try:
+            check_packable(cfg)
+            packable = ""
+        except ConfigError as exc:
+            if isinstance(opts.pack, int) and opts.pack > 1:
+                raise
+            packable = str(exc)
+        if packable or len(members) == 1 or opts.pack == 1:
+            why = packable or ("one point" if len(members) == 1 else "--pack 1")
+            plan = ClassPlan(1, None, why)
+        elif opts.pack == "auto":
+            pr = probe(cfg, len(members), opts.probe_s)
+            plan = ClassPlan(pr.size, pr.solo_samples_per_s, pr.why)
+        else:
+            size = min(int(opts.pack), len(members))
+            check_fits(cfg, size)
+            plan = ClassPlan(size, None, f"--pack {opts.pack}")
+        plans[key] = plan
+        n_packs = math.ceil(len(members) / plan.size)
+        for k in range(n_packs):
+            part = members[k * len(members) // n_packs : (k + 1) * len(members) // n_packs]
+            jobs.append(PackJob(start_index + len(jobs), [p.id for p in part], [p.config for p in part],
+                                plan.size == 1, str(store.root)))
+        opts.log(f"{len(members)} point(s) of `{cfg.model.name}` in {n_packs} pack(s) of up to {plan.size} "
+                 f"({plan.why})")
+    return jobs, plans
+
+
+def one_by_one_rates(points: list[Point], plans: dict[str, ClassPlan]) -> dict[str, float]:
+    """Samples/s of each class's model trained alone (measured by the probe, or now, briefly)."""
+    out = {}
+    for key, plan in plans.items():
+        if plan.solo_samples_per_s is None and plan.size > 1:
+            cfg = next(p.config for p in points if pack_key(p.config) == key)
+            plan.solo_samples_per_s = solo_rate(cfg)
+        if plan.solo_samples_per_s:
+            out[key] = plan.solo_samples_per_s
+    return out
+
+
+class Recorder:
+    """Writes each finished point (and each pack's timing) into the sweep directory."""
+
+    def __init__(self, store: SweepStore, points: list[Point], rates: dict[str, float],
+                 log: Callable[[str], None]) -> None:
+        self.store, self.log, self.rates = store, log, rates
+        self.by_id = {p.id: p for p in points}
+        self.written = 0
+
+    def one_by_one_s(self, p: Point, item: dict[str, Any]) -> float | None:
+        """The point's training time alone: measured when it ran alone, else its steps at the class's solo
+        throughput (training steps only: validation, data set-up and start-up are not in the estimate)."""
+        s = item["summary"]
+        if item["mode"] == "solo":
+            return s.get("wall_time_s")
+        rate = self.rates.get(pack_key(p.config))
+        return s["steps"] * p.config.train.batch_size / rate if rate and s.get("steps") is not None else None
+
+    def point(self, item: dict[str, Any]) -> None:
+        p = self.by_id[item["id"]]
+        result = {"id": p.id, "label": p.label, "values": p.values, "mode": item["mode"], "pack": item["pack"],
+                  "summary": item["summary"], "history": item["history"], "run_dir": item.get("run_dir"),
+                  "one_by_one_s": self.one_by_one_s(p, item)}
+        self.store.write(p.id, result, item.get("state"))
+        self.written += 1
+        s = item["summary"]
+        val = s.get("final_val_loss")
+        self.log(f"point {p.id} ({p.label}): {s.get('status', 'done')} after {s.get('steps')} steps, val loss "
+                 f"{'-' if val is None else f'{val:.4f}'}")
+
+    def pack(self, job: PackJob, items: list[dict[str, Any]], wall_s: float, backend: str,
+             error: str | None = None) -> None:
+        """Append the pack's timing: its wall time (set-up and validation included) and its training steps' time."""
+        if job.solo:  # points one after another: their step times add up
+            train_s = sum(_train_s(it["summary"]) for it in items)
+        else:  # one pack: its steps are every member's
+            train_s = max((_train_s(it["summary"]) for it in items), default=0.0)
+        with open(self.store.root / "packs.jsonl", "a") as f:
+            f.write(json.dumps({"index": job.index, "ids": job.ids, "size": len(job.ids), "solo": job.solo,
+                                "wall_s": wall_s, "train_s": train_s, "backend": backend, "error": error,
+                                "time": time.time()}) + "\n")
+
+
+def _train_s(s: dict[str, Any]) -> float:
+    if s.get("train_time_s") is not None:
+        return float(s["train_time_s"])
+    return float((s.get("step_time_s") or 0.0) * (s.get("steps") or 0))
+
+
+def run_local(jobs: list[PackJob], rec: Recorder) -> None:
+    for job in jobs:
+        t0 = time.perf_counter()
+        items = run_job(job, on_point=rec.point)
+        rec.pack(job, items, time.perf_counter() - t0, "local")
+
+
+def _reachable(address: str, timeout: float = 5.0) -> None:
+    """A SweepError naming the address when nothing listens there (before Ray's own long retries)."""
+    host_port = address.split("://", 1)[-1]
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():
+        raise SweepError(f"--ray-address {address!r}: expected host:port, ray://host:port or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise SweepError(f"the Ray cluster at {address} is not reachable ({exc.strerror or exc}); start it "
+                         "(ray start --head) or leave out --ray-address to run one on this machine") from None
+
+
+def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options) -> None:
+    try:
+        import ray
+    except ImportError as exc:
+        from stride.launch.ray_train import INSTALL_HINT
+
+        raise SweepError(f"--backend ray needs Ray ({exc}); install it with: {INSTALL_HINT}") from None
+    from stride.launch.ray_train import init_ray, shutdown_ray
+
+    if opts.ray_address not in (None, "auto") and not ray.is_initialized():
+        _reachable(opts.ray_address)
+    try:
+        started = init_ray(ray, opts.ray_address)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise SweepError(f"cannot connect to a Ray cluster at {opts.ray_address}: {str(exc).splitlines()[0]}") from None
+    failed: list[str] = []
+    for job in jobs:  # as `stride launch ray`: a task's torch threads are the CPUs Ray reserved for it
+        for c in job.configs:
+            c.train.threads = opts.cpus_per_pack if c.train.threads is None else c.train.threads
+    try:
+        task = ray.remote(num_cpus=opts.cpus_per_pack)(ray_job)
+        pending = {task.remote(job): (job, time.perf_counter()) for job in jobs}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            job, t0 = pending.pop(ready[0])
+            try:
+                items = ray.get(ready[0])
+            except Exception as exc:  # a task's error (RayTaskError wraps the worker's exception)
+                msg = str(exc).strip().splitlines()[-1][:300]
+                failed.append(f"pack {job.index} ({len(job.ids)} points): {msg}")
+                rec.pack(job, [], time.perf_counter() - t0, "ray", msg)
+                continue
+            for item in items:
+                rec.point(item)
+            rec.pack(job, items, time.perf_counter() - t0, "ray")
+    finally:
+        if started:
+            shutdown_ray(ray)
+    if failed:
+        raise SweepError(f"{len(failed)} pack(s) failed on Ray ({'; '.join(failed)}); the finished points are kept: "
+                         "run the same command to train the rest")
+
+
+def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]:
+    """Train every unfinished point; returns what the report needs about this invocation."""
+    if opts.backend not in ("local", "ray"):
+        raise ConfigError(f"--backend {opts.backend!r}: one of local, ray")
+    todo = [p for p in points if not store.done(p.id)]
+    if len(todo) < len(points):
+        opts.log(f"resuming: {len(points) - len(todo)} of {len(points)} points already finished in {store.root}")
+    t0 = time.perf_counter()
+    jobs, plans = plan_jobs(todo, store, opts, start_index=_next_pack_index(store)) if todo else ([], {})
+    rates = one_by_one_rates(todo, plans) if todo else {}
+    rec = Recorder(store, points, rates, opts.log)
+    if jobs:
+        (run_ray(jobs, rec, opts) if opts.backend == "ray" else run_local(jobs, rec))
+    return {"wall_s": time.perf_counter() - t0, "trained": rec.written,
+            "classes": [{"size": v.size, "why": v.why} for v in plans.values()]}
+
+
+def _next_pack_index(store: SweepStore) -> int:
+    path = store.root / "packs.jsonl"
+    if not path.exists():
+        return 0
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return 1 + max((rec["index"] for rec in lines), default=-1)
+
+
+def load_pack_log(root: Path) -> list[dict[str, Any]]:
+    path = Path(root) / "packs.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill; the packs it would describe are re-run anyway
+    return out

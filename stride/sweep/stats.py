@@ -1,0 +1,124 @@
+"""Is configuration A better than B, or is the difference seed noise? Welch's t and a bootstrap interval.
+
+Each configuration's seeds are independent samples of its final validation loss. Welch's t-test compares
+their means without assuming equal variances (seed spread differs between, e.g., learning rates), with
+the Welch-Satterthwaite degrees of freedom; the two-sided p-value comes from Student's t distribution
+(scipy's when it is installed, else `t_sf` below). The percentile-bootstrap interval of the difference of
+means resamples each configuration's seeds with replacement (fixed seed: the same results give the same
+interval) and assumes no distribution at all. With many pairs some will look significant by chance:
+Holm's step-down adjustment of the p-values over all pairs of a sweep controls that.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function (modified Lentz, as in Numerical Recipes)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = tiny if abs(d) < tiny else d
+    d = 1.0 / d
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = tiny if abs(d) < tiny else d
+        c = 1.0 + aa / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = tiny if abs(d) < tiny else d
+        c = 1.0 + aa / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            return h
+    raise ArithmeticError(f"incomplete beta: no convergence for a={a}, b={b}, x={x}")
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"betainc: x = {x} is not in [0, 1]")
+    if x in (0.0, 1.0):
+        return x
+    ln_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    front = math.exp(ln_front)
+    if x < (a + 1.0) / (a + b + 2.0):  # the continued fraction converges fast on this side
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` > 0 degrees of freedom (df may be fractional, as Welch's is)."""
+    if df <= 0 or math.isnan(df):
+        raise ValueError(f"t distribution needs df > 0, got {df}")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))  # P(|T| > |t|) / 2
+    return tail if t >= 0 else 1.0 - tail
+
+
+def _two_sided_p(t: float, df: float) -> float:
+    try:
+        from scipy.stats import t as student_t
+    except ImportError:
+        return min(1.0, 2.0 * t_sf(abs(t), df))
+    return float(min(1.0, 2.0 * student_t.sf(abs(t), df)))
+
+
+@dataclass
+class Welch:
+    diff: float  # mean(a) - mean(b)
+    t: float
+    df: float
+    p: float  # two-sided
+
+
+def welch(a: list[float], b: list[float]) -> Welch | None:
+    """Welch's unequal-variance t-test of mean(a) = mean(b); None with fewer than 2 values on a side."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = ma - mb
+    se2 = va + vb
+    if se2 == 0:
+        return Welch(diff, math.copysign(math.inf, diff) if diff else 0.0, float(len(a) + len(b) - 2),
+                     0.0 if diff else 1.0)
+    t = diff / math.sqrt(se2)
+    df = se2 * se2 / ((va * va) / (len(a) - 1) + (vb * vb) / (len(b) - 1))  # Welch-Satterthwaite
+    return Welch(diff, t, df, _two_sided_p(t, df))
+
+
+def bootstrap_diff(a: list[float], b: list[float], level: float = 0.95, resamples: int = 4000,
+                   seed: int = 0) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of mean(a) - mean(b), each side resampled with replacement."""
+    if not a or not b:
+        return None
+    rng = random.Random(seed)
+    na, nb = len(a), len(b)
+    diffs = sorted(statistics.fmean(rng.choices(a, k=na)) - statistics.fmean(rng.choices(b, k=nb))
+                   for _ in range(resamples))
+    return diffs[int((1 - level) / 2 * (resamples - 1))], diffs[int((1 + level) / 2 * (resamples - 1))]
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (family-wise error over all the tests given)."""
+    idx = sorted((i for i, p in enumerate(pvalues) if p is not None), key=lambda i: pvalues[i])  # type: ignore[arg-type]
+    m, out, running = len(idx), list(pvalues), 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))  # type: ignore[operator]
+        out[i] = running
+    return out

@@ -1,0 +1,67 @@
+"""The pack's LSTM (grouped gates with a hand-written backward, or one fused call per model) and folded
+attention against torch's own nn.LSTM and scaled_dot_product_attention, model by model."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from stride.sweep.grouped_lstm import LSTM_MODE, VmapLSTM
+from stride.sweep.vmap_ops import FoldedSDPA
+
+
+@pytest.fixture(params=["grouped", "per_model"])
+def mode(request):
+    LSTM_MODE["mode"] = request.param
+    yield request.param
+    LSTM_MODE["mode"] = "auto"
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-13), (torch.float32, 5e-6)])
+def test_pack_lstm_equals_nn_lstm_forward_and_backward(mode, dtype, tol, seed):
+    n, b, t, i, h = 3, 5, 9, 4, 6
+    lstms = [nn.LSTM(i, h, batch_first=True).to(dtype) for _ in range(n)]
+    x = torch.randn(n, b, t, i, dtype=dtype, requires_grad=True)
+    params = {k: v.detach().requires_grad_() for k, v in stack_module_state(lstms)[0].items()}
+    skeleton = VmapLSTM(copy.deepcopy(lstms[0]).to("meta"))
+    out = vmap(lambda p, xx: functional_call(skeleton, p, (xx,))[0])(params, x)
+    ref = torch.stack([lstms[k](x[k])[0] for k in range(n)])
+    assert (out - ref).abs().max().item() < tol, seed
+    g = torch.randn_like(out)
+    names = list(params)
+    got = torch.autograd.grad(out, [x, *params.values()], g)
+    want = torch.autograd.grad(ref, [x, *(getattr(lstms[k], name) for name in names for k in range(n))], g)
+    assert (got[0] - want[0]).abs().max().item() < tol, seed
+    for j, _ in enumerate(names):
+        stacked_want = torch.stack(want[1 + j * n : 1 + (j + 1) * n])
+        assert (got[1 + j] - stacked_want).abs().max().item() < 10 * tol, (names[j], seed)
+
+
+def test_outside_vmap_it_says_where_it_runs():
+    with pytest.raises(RuntimeError, match="only inside torch.func.vmap"):
+        VmapLSTM(nn.LSTM(2, 3, batch_first=True))(torch.zeros(1, 4, 2))
+
+
+def test_only_single_layer_batch_first_lstms_are_grouped():
+    with pytest.raises(ValueError, match="num_layers=2"):
+        VmapLSTM(nn.LSTM(2, 3, num_layers=2, batch_first=True))
+
+
+@pytest.mark.parametrize("shared_k", [False, True])
+def test_folded_attention_equals_each_models_own_call(shared_k, seed):
+    n, b, heads, t, d = 3, 2, 4, 8, 16
+    q, v = (torch.randn(n, b, heads, t, d, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    k = torch.randn(*(() if shared_k else (n,)), b, heads, t, d, dtype=torch.float64, requires_grad=True)
+    dims = (0, None if shared_k else 0, 0)
+    out = vmap(lambda a, kk, c: FoldedSDPA.apply(a, kk, c, True, None), in_dims=dims)(q, k, v)
+    ref = torch.stack([F.scaled_dot_product_attention(q[i], k if shared_k else k[i], v[i], is_causal=True)
+                       for i in range(n)])
+    assert (out - ref).abs().max().item() < 1e-14, seed
+    g = torch.randn_like(out)
+    for a, r in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g), strict=True):
+        assert (a - r).abs().max().item() < 1e-13, seed

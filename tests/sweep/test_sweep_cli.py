@@ -1,0 +1,143 @@
+"""`stride sweep` end to end: the sweep directory, the report, kill and resume, export into `stride train`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from sweep_fixtures import mlp_toml
+
+from stride.bench.results import load_results
+from stride.cli.main import main
+from stride.sweep.store import SweepStore
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = mlp_toml(30, 15, "skip_steps = 2").replace("[train]", "[optim]\nwarmup_steps = 5\n[train]")
+GRID = ["--grid", "optim.lr=1e-3,3e-3", "--grid", "train.seed=0..2"]
+RESULT_COLUMNS = ["point", "optim.lr", "train.seed", "status", "steps", "final_train_loss", "final_val_loss",
+                  "params_sha256"]
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cfg") / "sweep.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture(scope="module")
+def finished(config, tmp_path_factory) -> Path:
+    """A finished sweep: 2 learning rates x 3 seeds in packs of 3."""
+    out = tmp_path_factory.mktemp("sweep") / "s"
+    assert main(["sweep", str(config), *GRID, "--pack", "3", "--out", str(out)]) == 0
+    return out
+
+
+def test_the_sweep_directory_and_report(finished):
+    plan = json.loads((finished / "sweep.json").read_text())
+    assert len(plan["points"]) == 6
+    packs = [json.loads(line) for line in (finished / "packs.jsonl").read_text().splitlines()]
+    assert [p["size"] for p in packs] == [3, 3] and not any(p["solo"] for p in packs)
+    table = pq.read_table(finished / "table.parquet").to_pylist()
+    assert [r["point"] for r in table] == [p["id"] for p in plan["points"]]
+    assert all(r["status"] == "done" and r["steps"] == 30 and r["final_val_loss"] > 0 for r in table)
+    results = load_results(finished / "results.json")  # the bench schema, validated
+    assert len(results["workloads"]) == 6 and results["suite"] == "sweep"
+    pairs = results["sweep"]["pairs"]
+    assert len(pairs) == 1 and pairs[0]["n_a"] == pairs[0]["n_b"] == 3  # two learning rates, three seeds each
+    assert set(pairs[0]) >= {"diff", "t", "df", "p", "p_holm", "ci95", "significant"}
+    assert results["sweep"]["cost"]["train_speedup"] is not None
+    html = (finished / "report.html").read_text()
+    assert html.count("<svg") == 1 and "optim.lr" in html  # one swept key besides the seed
+    assert "Pairs of configurations" in (finished / "summary.md").read_text()
+
+
+def test_running_again_trains_nothing(config, finished, capsys):
+    before = (finished / "packs.jsonl").read_text()
+    assert main(["sweep", str(config), *GRID, "--pack", "3", "--out", str(finished)]) == 0
+    assert "6 of 6 points already finished" in capsys.readouterr().err
+    assert (finished / "packs.jsonl").read_text() == before
+
+
+def test_another_grid_in_the_same_directory_is_refused(config, finished, capsys):
+    assert main(["sweep", str(config), "--grid", "train.seed=0..3", "--out", str(finished)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds another sweep" in err and len(err.splitlines()) == 1
+
+
+def _table(out: Path) -> list[dict]:
+    return pq.read_table(out / "table.parquet").select(RESULT_COLUMNS).to_pylist()
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_resumes_and_its_table_equals_an_uninterrupted_one(config, finished, tmp_path):
+    """SIGKILL while the second pack trains; the rerun trains only that pack; the table equals the one of
+    the uninterrupted sweep (`finished`, same machine: bitwise)."""
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "stride", "sweep", str(config), *GRID, "--pack", "3", "--out", str(out),
+           "--set", "train.steps=30"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    store = SweepStore(out)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if store.points_dir.exists() and len(list(store.points_dir.glob("*.json"))) >= 3:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = {p.stem for p in store.points_dir.glob("*.json")}
+    assert 3 <= len(done) < 6, f"the kill came at {len(done)} finished points; the test needs it inside the second pack"
+    log = out / "packs.jsonl"
+    logged = len(log.read_text().splitlines()) if log.exists() else 0
+    assert main(["sweep", str(config), *GRID, "--pack", "3", "--out", str(out), "--set", "train.steps=30"]) == 0
+    rerun = [json.loads(line) for line in log.read_text().splitlines()[logged:]]
+    plan = json.loads((out / "sweep.json").read_text())
+    assert sorted(i for p in rerun for i in p["ids"]) == sorted(p["id"] for p in plan["points"] if p["id"] not in done)
+    assert _table(out) == _table(finished)
+
+
+def test_export_a_point_and_stride_train_resumes_it(config, finished, tmp_path, capsys):
+    plan = json.loads((finished / "sweep.json").read_text())
+    point = plan["points"][4]
+    run = tmp_path / "run"
+    assert main(["sweep", str(config), *GRID, "--pack", "3", "--out", str(finished), "--export", point["id"],
+                 "--export-to", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert f"point {point['id']}" in err and "stride train" in err
+    assert (run / "checkpoints" / "step_00000030" / "manifest.json").is_file()
+    sets = [f"{k}={json.dumps(v)}" for k, v in point["values"].items()]
+    assert main(["train", str(config), *sum((["--set", s] for s in sets), []), "--set", "checkpoint.enabled=true",
+                 "--out", str(run), "--no-progress"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    packed = json.loads((finished / "points" / f"{point['id']}.json").read_text())["summary"]
+    assert summary["checkpoint"]["resumed_from"] == "step_00000030"
+    assert summary["params_sha256"] == packed["params_sha256"]  # the exported parameters, exactly
+
+
+def test_unpackable_points_run_alone_under_auto_and_are_refused_under_pack_n(config, tmp_path, capsys):
+    out = tmp_path / "solo"
+    args = ["sweep", str(config), "--grid", "train.seed=0,1", "--set", "optim.name=adafactor", "--set",
+            "train.steps=4", "--out", str(out)]
+    assert main([*args, "--pack", "2"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # progress lines, then the error: one line
+    assert last.startswith("stride sweep: config error: `optim.name` = 'adafactor': packed training supports adamw")
+    assert main([*args, "--pack", "auto"]) == 0
+    table = pq.read_table(out / "table.parquet").to_pylist()
+    assert [r["mode"] for r in table] == ["solo", "solo"]
+    assert all((out / "runs" / r["point"] / "summary.json").is_file() for r in table)
+
+
+def test_an_unreachable_ray_cluster_is_one_line(config, tmp_path, capsys):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'stride[ray]')")
+    rc = main(["sweep", str(config), "--grid", "train.seed=0,1", "--pack", "2", "--backend", "ray",
+               "--ray-address", "127.0.0.1:9", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and err[-1].startswith("stride sweep: the Ray cluster at 127.0.0.1:9 is not reachable"), err
