@@ -12,7 +12,8 @@ cache folder ($STRIDE_CACHE_DIR/native, else ~/.cache/stride/native), named by a
 the flags, the compiler and the CPU's feature flags, written under a tagged temporary name and
 renamed (a reader sees a whole library or none). Where there is no compiler, or STRIDE_NATIVE=0,
 `load()` returns None with the reason in `unavailable_reason()` and the gather uses numpy: the same
-bytes, slower.
+bytes, slower. A missing compiler or a failed build says so once a process (a RuntimeWarning naming
+the reason); STRIDE_NATIVE=0 is the user's choice and says nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 from stride.files.owner import tagged_name
@@ -99,6 +101,10 @@ def load() -> ctypes.CDLL | None:
         except (OSError, subprocess.SubprocessError, AttributeError) as exc:
             lib, reason = None, f"could not be built or loaded: {exc}"
     _state["lib"], _state["reason"] = lib, reason
+    if lib is None and not reason.startswith("switched off"):
+        warnings.warn(f"stride: the C window copy is unavailable ({reason}); the data loader copies with numpy "
+                      "instead (the same batches, slower). STRIDE_NATIVE=0 silences this.", RuntimeWarning,
+                      stacklevel=2)
     return lib
 
 

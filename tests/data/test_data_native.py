@@ -3,6 +3,8 @@ streaming stores, threads), its price pick the same targets, and without a compi
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -59,7 +61,9 @@ def test_native_price_pick_gives_the_same_targets(seed: int) -> None:
 def test_without_a_compiler_the_numpy_path_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("STRIDE_NATIVE", "0")
-    assert native.load() is None and native.unavailable_reason() == "switched off (STRIDE_NATIVE=0)"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # switched off on purpose: no notice
+        assert native.load() is None and native.unavailable_reason() == "switched off (STRIDE_NATIVE=0)"
     rows = torch.arange(2000.0).reshape(200, 10)
     g = WindowGather(rows, 8)
     assert not g.native
@@ -69,7 +73,10 @@ def test_without_a_compiler_the_numpy_path_runs(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("STRIDE_NATIVE", "1")
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("CC", raising=False)
-    assert native.load() is None and "no C compiler" in native.unavailable_reason()
+    with pytest.warns(RuntimeWarning, match=r"C window copy is unavailable \(no C compiler.*numpy") as seen:
+        assert native.load() is None and "no C compiler" in native.unavailable_reason()
+        assert native.load() is None and not WindowGather(rows, 8).native  # told once a process, not per gather
+    assert len(seen) == 1
     monkeypatch.setattr(native, "_state", {})  # the next user builds (or finds) the library again
 
 
@@ -83,4 +90,19 @@ def test_library_is_built_once_under_a_tagged_temporary_name(tmp_path, monkeypat
     stamp = built[0].stat().st_mtime_ns
     monkeypatch.setattr(native, "_state", {})
     assert native.load() is not None and built[0].stat().st_mtime_ns == stamp  # found, not rebuilt
+    monkeypatch.setattr(native, "_state", {})
+
+
+def test_a_failing_compiler_falls_back_with_one_notice_and_leaves_no_file(tmp_path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRIDE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("STRIDE_NATIVE", "1")
+    monkeypatch.setenv("CC", "false")  # found on PATH, exits 1 for any input
+    monkeypatch.setattr(native, "_state", {})
+    with pytest.warns(RuntimeWarning, match=r"could not be built or loaded: false failed") as seen:
+        assert native.load() is None and native.load() is None
+    assert len(seen) == 1
+    assert list((tmp_path / "native").iterdir()) == []  # no half-built library left to be loaded later
+    x = WindowGather(torch.arange(60.0).reshape(20, 3), 4)(np.array([16]))
+    assert torch.equal(x[0], torch.arange(48.0, 60.0).reshape(4, 3))
     monkeypatch.setattr(native, "_state", {})
