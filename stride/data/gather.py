@@ -3,8 +3,9 @@
 A window is T consecutive rows, one contiguous block of a row-major table, so a batch is B memcpy
 calls (`stride/data/copy_kernel.c`, built by `native.py`; each call releases the GIL). The kernel
 also makes float32 batches in the same pass: bf16 rows upcast, and the train normalisation
-(x - shift) * scale, rounded as numpy's two ops round them (bit for bit, tested). It reads ahead
-starts the page streams of the window that many ahead (chosen per host by `stride.data.probe`).
+(x - shift) * scale, rounded as numpy's two ops round them (bit for bit, tested). It reads
+`read_ahead` bytes ahead along the batch's stream of blocks, so the next window's page streams start
+before this window ends (the distance, and streaming stores, chosen per host by `stride.data.probe`).
 
 Where did the bandwidth go (AMD EPYC 2-core host, docs/data.md has the figures): the previous
 numpy gather (below, the fallback) copied at 0.66 of a numpy copy of the same bytes per CPU-second,
