@@ -14,7 +14,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev,observe,ray]"
+	$(PY) -m pip install -q -e ".[dev,observe,ray,mlflow,wandb]"
 	touch $(STAMP)
 
 test: setup

@@ -4,8 +4,9 @@ from stride.checkpoint.callback import CheckpointCallback
 from stride.checkpoint.errors import CheckpointError, ConfigMismatchError
 from stride.checkpoint.guard import StepGuard
 from stride.checkpoint.manifest import verify
+from stride.checkpoint.rerun import RunExistsError, RunFinished
 from stride.checkpoint.signals import Preempted
 from stride.checkpoint.store import CheckpointStore
 
 __all__ = ["CheckpointCallback", "CheckpointError", "CheckpointStore", "ConfigMismatchError", "Preempted",
-           "StepGuard", "verify"]
+           "RunExistsError", "RunFinished", "StepGuard", "verify"]

@@ -1,7 +1,8 @@
 """CheckpointCallback: auto-resume, periodic (async) saves, rollback on repeated faults, preemption.
 
 Wired into the Trainer when `[checkpoint] enabled = true`. It loads state in `on_fit_start` (after
-setup, before the first step), saves every `every` steps in `on_step_end`, and at the end; a
+setup, before the first step, and before the run folder is written: a run found finished, or a resume
+refused, changes no file: stride.checkpoint.rerun), saves every `every` steps in `on_step_end`, and at the end; a
 SIGTERM/SIGUSR1 makes the next step end save and exit 0. With several ranks a signal reaches them at
 different moments, so the ranks agree on the step first (each rank's flag rides on the step guard's
 all-reduce): all save the same step and exit 0. Every pause it causes is added to the step breakdown
@@ -10,6 +11,7 @@ as "checkpoint" and summed in summary.json.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -24,6 +26,7 @@ from stride.checkpoint import train_state
 from stride.checkpoint.config_diff import config_diff
 from stride.checkpoint.errors import CheckpointError, CheckpointLoadError, ConfigMismatchError
 from stride.checkpoint.guard import StepGuard
+from stride.checkpoint.rerun import RunExistsError, RunFinished, Verdict, decide, finished_message, read_summary
 from stride.checkpoint.signals import REPEAT_WINDOW_S, Preempted, PreemptionSignal
 from stride.checkpoint.store import CheckpointStore, Choice
 from stride.config import config_hash, config_to_dict
@@ -55,6 +58,7 @@ class CheckpointCallback(Callback):
         self.staging = "loop"  # where async saves copy the state ("loop" | "background"), in on_fit_start
         self._trainer: TrainerView | None = None
         self.resumed: Choice | None = None
+        self.verdict = Verdict("resume")  # what the rerun rules said about the checkpoint resumed (rerun.decide)
         self.resume_changes: list[str] = []  # allowed config differences from the checkpoint resumed
         self.rollbacks = 0
         self.last_saved: int | None = None
@@ -80,7 +84,7 @@ class CheckpointCallback(Callback):
     def _meta(self, trainer: TrainerView) -> dict[str, Any]:
         if self._meta_cache is None:  # the config does not change during a run: build it once
             self._meta_cache = {"config": config_to_dict(trainer.cfg), "config_hash": config_hash(trainer.cfg),
-                                "world_size": rank_and_world()[1]}
+                                "world_size": rank_and_world()[1], "extended_from": list(self.verdict.extended_from)}
         return self._meta_cache
 
     def save(self, trainer: TrainerView, *, final: bool = False) -> float:
@@ -149,30 +153,70 @@ class CheckpointCallback(Callback):
             self.staging, why = choose_staging(c.staging, trainer.device, _state_buffers(trainer.model))
             if why:
                 self.log(why)
-        for note in self.store.prepare(fresh=c.resume == "never"):  # never: refuses a folder with checkpoints
-            self.log(f"removed {note}")
-        if c.resume == "auto":
-            t0 = time.perf_counter()
-            choice = self.store.newest_valid()
-            while choice.folder is not None:  # one that fails to load: the next older valid one (or an error)
-                self.resume_changes = self._check_config(trainer, choice)
-                try:
-                    self._load(trainer, choice)
-                    break
-                except CheckpointLoadError as exc:
-                    choice = self.store.fall_back(choice, exc)
-            if choice.folder is not None:
-                self.resumed = choice
-                self.last_saved = trainer.step
-                changed = ("; with another layout or execution settings (allowed: they do not change what is "
-                           "trained; DCP reshards the state):\n  " + "\n  ".join(self.resume_changes)
-                           if self.resume_changes else "")
-                self.log(f"{choice.describe()} in {time.perf_counter() - t0:.2f} s: continuing at step {trainer.step}"
-                         + changed)
-            elif choice.skipped:
-                self.log(f"{choice.describe()}: starting from step 0")
+        try:
+            for note in self.store.prepare(fresh=c.resume == "never"):  # never: refuses a folder with checkpoints
+                self.log(f"removed {note}")
+            if c.resume == "auto":
+                self._resume(trainer)
+        except BaseException:
+            self.store.close(restore=True)  # a refused or finished run leaves the folder's lock file as it was
+            raise
         if c.save_on_signal:
             self.signal.install()
+
+    def _resume(self, trainer: TrainerView) -> None:
+        """Load the newest valid checkpoint, after the rerun rules (stride.checkpoint.rerun) allowed it."""
+        assert self.store is not None
+        t0 = time.perf_counter()
+        choice = self.store.newest_valid()
+        summary = self._earlier_summary(trainer)
+        ended = summary.get("steps") if summary is not None else None
+        while choice.folder is not None:  # one that fails to load: the next older valid one (or an error)
+            assert choice.step is not None
+            self.resume_changes = self._check_config(trainer, choice)
+            self.verdict = decide(choice.step, choice.meta or {}, ended if isinstance(ended, int) else None,
+                                  trainer.cfg.train.steps, choice.folder)
+            if self.verdict.kind == "finished":
+                assert self.verdict.ended_at is not None
+                run = trainer.run_dir.path if trainer.run_dir is not None else None
+                raise RunFinished(finished_message(run, self.verdict.ended_at, trainer.cfg.train.steps,
+                                                   summary is not None), summary or {})
+            try:
+                self._load(trainer, choice)
+                break
+            except CheckpointLoadError as exc:
+                choice = self.store.fall_back(choice, exc)
+        if choice.folder is None:
+            if summary is not None:
+                raise RunExistsError(
+                    f"{trainer.run_dir.path if trainer.run_dir else 'the run folder'} holds a finished run "
+                    f"(summary.json) and no valid checkpoint to continue it from ({choice.describe()}): a new run "
+                    "would overwrite it; use another --out, or --overwrite to replace it")
+            if choice.skipped:
+                self.log(f"{choice.describe()}: starting from step 0")
+            return
+        self.resumed = choice
+        self.last_saved = trainer.step
+        changed = ("; with another layout or execution settings (allowed: they do not change what is "
+                   "trained; DCP reshards the state):\n  " + "\n  ".join(self.resume_changes)
+                   if self.resume_changes else "")
+        if self.verdict.kind == "extend":
+            steps, lr = trainer.cfg.train.steps, float(trainer.optimizer.param_groups[0]["lr"])
+            changed += (f"; extending the finished run from {self.verdict.ended_at} to train.steps = {steps} (the "
+                        f"learning rate follows the {steps}-step schedule from here: lr {lr:.3g} at step "
+                        f"{trainer.step + 1})")
+        self.log(f"{choice.describe()} in {time.perf_counter() - t0:.2f} s: continuing at step {trainer.step}"
+                 + changed)
+
+    def _earlier_summary(self, trainer: TrainerView) -> dict[str, Any] | None:
+        """The run folder's summary.json (rank 0 reads it, every rank gets it), None without one."""
+        summary = read_summary(trainer.run_dir.path) if trainer.run_dir is not None else None
+        if rank_and_world()[1] > 1:
+            box = [summary]
+            with collective("checkpoint summary.json broadcast"):
+                dist.broadcast_object_list(box, src=0)
+            summary = box[0]
+        return summary
 
     def before_optimizer_step(self, trainer: TrainerView, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> bool:
         """The step guard's verdict, the same on every rank: a non-finite loss or norm, or a spike, skips it."""
@@ -274,10 +318,21 @@ class CheckpointCallback(Callback):
             "resumed_from": self.resumed.folder.name if self.resumed and self.resumed.folder else None,
             "skipped_on_resume": list(self.resumed.skipped) if self.resumed else [],
             "resume_changes": list(self.resume_changes),
+            "extended_from": list(self.verdict.extended_from),  # train.steps of the earlier segments of this run
             "rollbacks": self.rollbacks,
             "nonfinite_steps": self.guard.nonfinite_steps,
             "loss_spikes": self.guard.spikes,
         }
+
+
+    def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
+        """A crash in one process: the save in flight commits (or fails whole) before the folder is let go.
+
+        With several ranks the store is left as it was: its close waits on a vote the crashed job may never
+        hold. The stop signal's handler stays (see on_step_end)."""
+        if self.store is not None and rank_and_world()[1] == 1:
+            with contextlib.suppress(Exception):
+                self.store.close()
 
 
 def choose_staging(asked: str, device: torch.device, buffers: list[str]) -> tuple[str, str]:

@@ -1,13 +1,15 @@
 """Which settings differ between the run that wrote a checkpoint and the run loading it, and which may.
 
-Three kinds of keys:
+Four kinds of keys:
 - not compared: where logs and checkpoints go, and how often (`[metrics]`, `[checkpoint]`, `train.name`,
   `train.threads`);
 - allowed to differ, and reported: how the same computation is laid out and executed. DCP reshards model
   and optimizer state into any parallel layout, and the data position counts global batches, so a run
   saved at dp_shard=2 or pp=2 continues at one process on the same data with the same update (up to the
   rounding of another reduction order: bit-identical resume holds only for an unchanged layout);
-- everything else changes what is trained (model, data, optimizer, batch, steps and schedule, seed,
+- `train.steps`: a finished run may be extended to more steps; whether a change continues the run exactly
+  is decided by stride.checkpoint.rerun, which knows where the run stopped;
+- everything else changes what is trained (model, data, optimizer, batch, schedule, seed,
   precision, lossy gradient compression) and is refused with a diff unless `checkpoint.force_resume`.
 
 A key this module does not know (one added later) is compared strictly: a new layout key must be added
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NOT_COMPARED_SECTIONS = ("metrics", "checkpoint")
-NOT_COMPARED_KEYS = ("train.name", "train.threads")
+NOT_COMPARED_KEYS = ("train.name", "train.threads", "train.steps")  # train.steps: stride.checkpoint.rerun.decide
 
 # Layout and execution: the same global batch, the same loss and update, computed elsewhere or otherwise.
 ALLOWED = frozenset({

@@ -224,10 +224,10 @@ class CheckpointFolder:
         last = seen[-1] if seen else exc
         return f"{type(last).__name__}: {last}"
 
-    def release(self) -> None:
-        """Let go of the folder's lock (rank 0)."""
+    def release(self, restore: bool = False) -> None:
+        """Let go of the folder's lock (rank 0); `restore`: nothing was written here, leave the lock file as it was."""
         if self._lock is not None:
-            run_lock.release(self._lock)
+            run_lock.release(self._lock, restore=restore)
             self._lock = None
 
     def __del__(self) -> None:  # a run that ended in an exception never closed its store: let the folder go

@@ -268,7 +268,8 @@ class CheckpointStore(CheckpointFolder):
                 use_non_blocking_copy=False))
         return self._stagers[in_background]
 
-    def close(self) -> None:
+    def close(self, restore: bool = False) -> None:
+        """Wait for the save in flight, stop the writer, let go of the folder (`restore`: nothing was saved)."""
         try:
             self.wait()
         finally:
@@ -276,4 +277,4 @@ class CheckpointStore(CheckpointFolder):
             for stager in self._stagers.values():
                 stager.close()
             self._stagers.clear()
-            self.release()
+            self.release(restore=restore and not self.saved_steps)

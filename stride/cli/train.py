@@ -7,6 +7,7 @@ With `--nproc` (or `--nnodes` > 1) the command re-runs itself under torchrun; in
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -14,7 +15,10 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="TOML run config, e.g. configs/quickstart.toml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set optim.lr=3e-4 (repeatable)")
-    p.add_argument("--out", default=None, help="run directory (default: <metrics.out_dir>/<stamp>-<name>)")
+    p.add_argument("--out", default=None, help="run directory (default: <metrics.out_dir>/<stamp>-<name>); one that "
+                   "holds this run continues it from its checkpoint, or says it is finished (docs/checkpoint.md)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run in --out (its files and checkpoints) instead of continuing or refusing it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
     g = p.add_argument_group("distributed (runs torchrun underneath)")
     g.add_argument("--nproc", type=int, default=None, help="processes per node (one per GPU; on CPU one per core)")
@@ -33,6 +37,8 @@ def _train_args(args: argparse.Namespace) -> list[str]:
         out += ["--out", args.out]
     if args.no_progress:
         out.append("--no-progress")
+    if args.overwrite:
+        out.append("--overwrite")
     return out
 
 
@@ -64,7 +70,7 @@ def _train(cfg, args: argparse.Namespace) -> int:
 
     if args.no_progress:
         cfg.metrics.progress = False
-    trainer = Trainer(config=cfg, out=args.out)
+    trainer = Trainer(config=cfg, out=args.out, overwrite=getattr(args, "overwrite", False))
     try:
         result = trainer.fit()
     except Preempted as stop:
@@ -81,7 +87,10 @@ def _train(cfg, args: argparse.Namespace) -> int:
             from rich.console import Console
 
             term = Console()
-            print_summary(result.summary, term if term.is_terminal else Console(width=120))
+            if result.already_finished:  # nothing trained: say so, then show the run's own summary
+                print(f"stride train: {result.already_finished}", file=sys.stderr)
+            if result.summary:
+                print_summary(result.summary, term if term.is_terminal else Console(width=120))
             print(f"run directory: {result.run_dir}")
     del trainer
     release_process_groups()

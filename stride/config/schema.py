@@ -38,6 +38,7 @@ Staging = Literal["auto", "loop", "background"]
 Resume = Literal["auto", "never"]
 Verify = Literal["checksum", "size"]
 SpikeAction = Literal["log", "skip", "rollback"]
+WandbMode = Literal["offline", "online"]
 
 
 @dataclass
@@ -309,6 +310,20 @@ class MetricsConfig:
     """Port of the endpoint; 0: a free one, written to <run dir>/prometheus.json."""
     system_sample_s: Annotated[float, NonNegative] = 1.0
     """Seconds between samples of CPU, RSS and NVML GPU health (<run dir>/system.jsonl); 0: off."""
+    mlflow: bool = False
+    """Log to MLflow (the `mlflow` extra): the config as params, each metrics.jsonl record, summary.json; rank 0."""
+    mlflow_tracking_uri: Annotated[str, Matches(r"\S*", "a tracking URI without spaces, or empty")] = ""
+    """Where MLflow runs go: a server (http://host:5000), databricks, file:/path; empty: <run dir>/mlflow."""
+    mlflow_experiment: Annotated[str, Matches(r"(?s).*\S.*", "an experiment name")] = "stride"
+    """The MLflow experiment runs are logged under (made if missing)."""
+    wandb: bool = False
+    """Log to Weights & Biases (the `wandb` extra), the same content as MLflow, under <run dir>/wandb; rank 0."""
+    wandb_mode: WandbMode = "offline"
+    """offline: written to <run dir>/wandb only (`wandb sync` uploads it later); online: live (after `wandb login`)."""
+    wandb_project: Annotated[str, Matches(r"[^/\\#?%:\s]+", "a W&B project name (no spaces, /\\#?%:)")] = "stride"
+    """The W&B project runs are logged under."""
+    wandb_name: str = ""
+    """The W&B run's display name; empty: train.name."""
 
 
 @dataclass

@@ -14,6 +14,8 @@ command) and `torchrun -m stride train` by hand lock in rank 0. `stride launch r
 driver the same way. A checkpoint folder outside the run folder (an absolute `checkpoint.dir`) is locked
 too; one inside it is covered by the run folder's lock. One process may open a folder it already holds
 again (an in-process restart after an exception): the holds are counted and the lock goes with the last.
+A holder that wrote nothing in the folder (a refused resume) releases with `restore=True`: the lock file
+gets its previous content back (or goes, if this process made it), so the folder is byte for byte as it was.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ class FolderInUse(StrideError):
     """Another live stride process holds the folder."""
 
 
-_held: dict[Path, list[int]] = {}  # resolved lock path -> [fd, holds] (fd -1: held by the launching parent)
+# resolved lock path -> [fd, holds, the file's content before this process wrote its name (None: it made the file)]
+# (fd -1: held by the launching parent)
+_held: dict[Path, list] = {}
 _guard = threading.Lock()
 
 
@@ -71,13 +75,14 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
         if path in _held:
             _held[path][1] += 1
             return path
+        existed = path.exists()
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if _delegated(path, fd):
                 os.close(fd)
-                _held[path] = [-1, 1]
+                _held[path] = [-1, 1, None]
                 return path
             holder = _holder_text(fd)
             os.close(fd)
@@ -87,15 +92,22 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
         except OSError:
             os.close(fd)
             raise
+        before = _read_all(fd) if existed else None
         info = json.dumps({"pid": os.getpid(), "host": this_host(), "since": time.time()}).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, info, 0)
-        _held[path] = [fd, 1]
+        _held[path] = [fd, 1, before]
         return path
 
 
-def release(path: Path) -> None:
-    """Drop one hold taken by `acquire` (its return value); the last one unlocks."""
+def _read_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    return os.pread(fd, size, 0) if size else b""
+
+
+def release(path: Path, restore: bool = False) -> None:
+    """Drop one hold taken by `acquire` (its return value); the last one unlocks. `restore`: put back the lock
+    file as it was before this process took it (its content, or no file), while still holding the lock."""
     with _guard:
         entry = _held.get(path)
         if entry is None:
@@ -103,8 +115,20 @@ def release(path: Path) -> None:
         entry[1] -= 1
         if entry[1] <= 0:
             del _held[path]
-            if entry[0] >= 0:
-                os.close(entry[0])  # closing the descriptor releases the flock
+            fd, _, before = entry
+            if fd < 0:
+                return
+            if restore:
+                with contextlib.suppress(OSError):
+                    if before is None:
+                        # A process that opened the file before this unlink and locks it after the close below
+                        # would hold an unlinked file; the window is the few microseconds between its open and
+                        # its flock, and only for a folder that had no lock file before.
+                        path.unlink()
+                    else:
+                        os.ftruncate(fd, 0)
+                        os.pwrite(fd, before, 0)
+            os.close(fd)  # closing the descriptor releases the flock
 
 
 def covered(folder: Path) -> bool:
@@ -119,11 +143,25 @@ def env_for_ranks(path: Path) -> dict[str, str]:
     return {ENV_HOLDER: f"{path.parent}|{this_host()}|{os.getpid()}"}
 
 
+def _listing(folder: Path) -> dict[str, tuple[int, int]]:
+    with contextlib.suppress(OSError):
+        return {e.name: (e.stat().st_mtime_ns, e.stat().st_size) for e in os.scandir(folder) if e.name != LOCK_NAME}
+    return {}
+
+
 @contextlib.contextmanager
 def held(folder: Path, what: str = "run folder"):
-    """`with held(folder) as path:` the folder is locked inside the block."""
+    """`with held(folder) as path:` the folder is locked inside the block. When nothing in it changed inside
+    the block (the ranks refused a resume, or found the run finished), the folder is left as it was found."""
+    made = not folder.exists()
     path = acquire(folder, what)
+    before = _listing(folder)
+    unchanged = False
     try:
         yield path
+        unchanged = _listing(folder) == before
     finally:
-        release(path)
+        release(path, restore=unchanged)
+        if unchanged and made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()

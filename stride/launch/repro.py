@@ -9,6 +9,7 @@ verdict because they are the usual reason a match fails.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass, field
@@ -138,6 +139,12 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
     # The run directory's place is not part of the experiment: compare the hash as recorded.
     hash_match = config_hash(cfg) == summary["config_hash"]
     rerun = Path(out) if out is not None else default_rerun_dir(run_dir)
+    for steps in (summary.get("checkpoint") or {}).get("extended_from") or []:
+        # An extended run (docs/checkpoint.md): replay each earlier segment to its own train.steps first, as the
+        # original was trained (the learning-rate schedule of each segment ran over that segment's step count).
+        segment = copy.deepcopy(cfg)
+        segment.train.steps = int(steps)
+        Trainer(config=segment, out=rerun).fit()
     result = Trainer(config=cfg, out=rerun).fit()
     new_env = _read_json(rerun / "env.json")
     lo, ln = float(summary["final_train_loss"]), float(result.summary["final_train_loss"])

@@ -4,7 +4,9 @@ Files that describe a finished state (config, env, summary) are written to a tem
 renamed, so a crash never leaves a half-written file that parses as valid. The temporary name is
 tagged with this process (stride.files.owner): a write that fails (a full disk) removes it, and a
 run folder opened later removes those whose process is gone. The folder is locked for the run's life
-(stride.files.run_lock): a second run on it is refused, naming the holder.
+(stride.files.run_lock): a second run on it is refused, naming the holder. A run that ends before it
+wrote anything (a refused resume, a run found finished) leaves the folder as it found it: the lock
+file's previous content is put back, and a folder it made is removed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,8 +23,12 @@ from typing import Any, TextIO
 from stride.errors import StrideError, describe_os_error, one_line, os_reason
 from stride.files import run_lock
 from stride.files.owner import remove_abandoned, tagged_name
+from stride.metrics.env import fingerprint
 
 _FILE_TMP = re.compile(r"^[A-Za-z0-9_.-]+\.(json|toml|jsonl|html|md)$")  # the rest of a tagged file's name
+# What a run writes in its folder (the trainer, the observers, `stride profile`): what --overwrite removes.
+RUN_FILES = ("config.toml", "env.json", "metrics.jsonl", "summary.json", "system.jsonl", "prometheus.json",
+             "analysis.json", "tensorboard", "mlflow", "wandb", "tracking.json", "traces", "report.html", "summary.md")
 
 
 class RunDirError(StrideError):
@@ -49,9 +56,16 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def json_text(obj: Any) -> str:
+    """A JSON file's text as the run folder writes it (summary.json; the trackers log the same text)."""
+    return json.dumps(obj, indent=2, default=_json_default) + "\n"
+
+
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.written = False  # this process wrote something here (else close() leaves the folder as it was)
+        self._made = not path.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)
             self._lock: Path | None = run_lock.acquire(path)
@@ -76,16 +90,26 @@ class RunDir:
                 path, i = Path(f"{base}-{i}"), i + 1
             except OSError as exc:
                 raise RunDirError(one_line(describe_os_error(exc, path))) from None
-        return cls(path)
+        run = cls(path)
+        run._made = True
+        return run
+
+    def record(self, config_toml: str) -> None:
+        """The resolved config and the environment (written once the run is accepted: a refused resume writes none)."""
+        self.write_text("config.toml", config_toml)
+        self.write_json("env.json", fingerprint())
 
     def write_json(self, name: str, obj: Any) -> None:
-        atomic_write_text(self.path / name, json.dumps(obj, indent=2, default=_json_default) + "\n")
+        self.written = True
+        atomic_write_text(self.path / name, json_text(obj))
 
     def write_text(self, name: str, text: str) -> None:
+        self.written = True
         atomic_write_text(self.path / name, text)
 
     def log(self, record: dict[str, Any]) -> None:
         """Append one line to metrics.jsonl (line-buffered: a crash loses at most the last line)."""
+        self.written = True
         try:
             if self._metrics is None:
                 self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (kept open)
@@ -93,14 +117,31 @@ class RunDir:
         except OSError as exc:
             raise RunDirError(one_line(f"cannot write {self.path / 'metrics.jsonl'}: {os_reason(exc)}")) from None
 
+    def clear(self, names: tuple[str, ...]) -> None:
+        """Delete these entries of the folder (--overwrite: an earlier run's files); others are left alone."""
+        self.written = True
+        for name in names:
+            p = self.path / name
+            try:
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                elif p.exists() or p.is_symlink():
+                    p.unlink()
+            except OSError as exc:
+                raise RunDirError(one_line(f"cannot remove {p}: {os_reason(exc)}")) from None
+
     def close(self) -> None:
+        """Close metrics.jsonl and let the folder go; a run that wrote nothing leaves it as it was."""
         if self._metrics is not None:
             with contextlib.suppress(OSError):  # the last line could not be flushed: the disk is full
                 self._metrics.close()
             self._metrics = None
         if self._lock is not None:
-            run_lock.release(self._lock)
+            run_lock.release(self._lock, restore=not self.written)
             self._lock = None
+            if self._made and not self.written:
+                with contextlib.suppress(OSError):  # only if empty: something else may have written here
+                    self.path.rmdir()
 
     def __del__(self) -> None:  # a run that ended in an exception never called close(): let the folder go
         with contextlib.suppress(Exception):

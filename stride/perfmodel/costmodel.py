@@ -12,7 +12,7 @@ streams its states at memory bandwidth. Memory: memory_model.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stride.perfmodel import collectives as coll
 from stride.perfmodel.block_time import BlockTime, block_time, exposed
@@ -97,6 +97,33 @@ def _stage_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> tupl
     return (blocks[0] * per_block + emb) / lay.tp, (blocks[-1] * per_block + last_head) / lay.tp
 
 
+def _recompute_share(lay: Layout, blocks: list[int]) -> float:
+    """Share of a stage's blocks that recompute: all of them, or (Megatron's block method) the first
+    `recompute_layers` of each virtual stage."""
+    if lay.recompute == "none" or not lay.recompute_layers:
+        return 1.0
+    per_chunk = max(blocks) / lay.vpp
+    return min(1.0, lay.recompute_layers / per_chunk) if per_chunk else 1.0
+
+
+def _mean_block(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency, c: Costs, tokens: int,
+                rc_share: float) -> BlockTime:
+    """One block's micro-batch time averaged over the model's dense and MoE blocks and over the blocks that
+    recompute (`rc_share` of them) and those that do not."""
+    def mixed(moe: bool) -> BlockTime:
+        b = block_time(spec, lay, hw, eff, c, tokens, moe=moe)
+        if rc_share >= 1.0:
+            return b
+        plain = block_time(spec, replace(lay, recompute="none"), hw, eff, c, tokens, moe=moe)
+        return b.scaled(rc_share).plus(plain.scaled(1 - rc_share))
+
+    blk = mixed(False)
+    if spec.moe:
+        share = spec.moe_layers / spec.layers
+        blk = blk.scaled(1 - share).plus(mixed(True).scaled(share))
+    return blk
+
+
 def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
             eff: Efficiency | None = None) -> Prediction:
     """Predict one training step of `global_batch` sequences of `spec.seq` tokens."""
@@ -108,11 +135,8 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     tokens = lay.micro_batch * spec.seq // lay.cp
     h = spec.hidden
 
-    blk = block_time(spec, lay, hw, eff, c, tokens)
-    if spec.moe:
-        share = spec.moe_layers / spec.layers
-        blk = blk.scaled(1 - share).plus(block_time(spec, lay, hw, eff, c, tokens, moe=True).scaled(share))
     blocks = stage_blocks(spec.layers, p, v, lay.stage_split)
+    blk = _mean_block(spec, lay, hw, eff, c, tokens, _recompute_share(lay, blocks))
 
     # ---- stages, pipeline -----------------------------------------------------------------
     lg = logits_gemm(spec, tokens, t)
@@ -134,8 +158,9 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     fp32_reduce = fw.grad_reduce_fp32 if lay.grad_reduce_fp32 is None else lay.grad_reduce_fp32
     gbytes = 4 if lay.precision == "fp32" or (fp32_reduce and lay.precision != "fp16") else 2
     wire_w = 1 if lay.fp8_gather else (4 if lay.precision == "fp32" else 2)
-    dp, sd = lay.dp, lay.shard_dp
-    dp_link = coll.group_link(hw, sd, t * lay.cp, net)  # the (shard) group the ZeRO collectives run over
+    # gradients reduce over dp x cp: context-parallel ranks hold the same weights (Layout.state_shards)
+    dp, sd = lay.dp * lay.cp, lay.state_shards
+    dp_link = coll.group_link(hw, sd, t, net)  # the (shard) group the ZeRO collectives run over
     backward_window = blocks[slowest] * blk.backward
     t_dp_grad = t_dp_param = dp_exposed = 0.0
     comm = {k: val * m * blocks[slowest] for k, val in blk.comm_bytes.items()}
@@ -145,10 +170,10 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
             comm[link.name] = comm.get(link.name, 0.0) + nbytes
 
     if dp > 1:
-        grad_bytes = p_stage * gbytes
+        grad_bytes = (0.0 if lay.frozen else p_stage) * gbytes  # LoRA: the adapters' gradients only (~0)
         unit = max(1, blocks[slowest])
         if lay.zero == 0:
-            dp_link = coll.group_link(hw, dp, t * lay.cp, net)
+            dp_link = coll.group_link(hw, dp, t, net)
             algo = lay.algo
             if algo == "auto":
                 t_dp_grad, _ = coll.best_all_reduce_time(grad_bytes, dp, dp_link)
@@ -158,9 +183,10 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
             add_comm(dp_link, coll.all_reduce_bytes_per_device(grad_bytes, dp))
         elif lay.zero in (1, 2):
             t_dp_grad = coll.reduce_scatter_time(grad_bytes, sd, dp_link)
-            t_dp_param = coll.all_gather_time(p_stage * wire_w, sd, dp_link)
+            p_upd = 0.0 if lay.frozen else p_stage  # updated parameters gathered back after the optimizer
+            t_dp_param = coll.all_gather_time(p_upd * wire_w, sd, dp_link)
             tail = coll.reduce_scatter_time(min(grad_bytes, fw.bucket_params * gbytes), sd, dp_link)
-            add_comm(dp_link, (sd - 1) / sd * p_stage * (gbytes + wire_w))
+            add_comm(dp_link, (sd - 1) / sd * p_upd * (gbytes + wire_w))
         else:  # ZeRO-3 / FSDP: gather for forward and backward, reduce-scatter, every micro-batch
             t_dp_grad = m * coll.reduce_scatter_time(grad_bytes, sd, dp_link)
             t_dp_param = m * 2 * coll.all_gather_time(p_stage * wire_w, sd, dp_link)
@@ -178,14 +204,14 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
             dp_exposed = t_dp_grad + t_dp_param
         if sd < dp and lay.zero >= 1:  # hybrid: the shard groups' replicas all-reduce their gradient shards
             rep = dp // sd
-            rep_link = coll.group_link(hw, rep, t * lay.cp * sd, net)
+            rep_link = coll.group_link(hw, rep, t * sd, net)
             t_rep = coll.all_reduce_time(grad_bytes / sd, rep, rep_link)
             add_comm(rep_link, coll.all_reduce_bytes_per_device(grad_bytes / sd, rep))
             rep_tail = t_rep / unit  # the last unit's shard is reduced after the backward ends
             dp_exposed += (exposed(t_rep - rep_tail, backward_window, eff) if overlap_grad else t_rep - rep_tail) \
                 + rep_tail
             t_dp_grad += t_rep
-    opt_params = p_stage / (sd if lay.zero >= 1 else 1)
+    opt_params = 0.0 if lay.frozen else p_stage / (sd if lay.zero >= 1 else 1)
     opt_bytes = (26 + 2 * gbytes) if fw.master_weights or lay.precision == "fp32" else 14
     t_opt = c.memory(opt_params * opt_bytes)
 
@@ -200,7 +226,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     add_comm(pp_link, 2 * v * act_msg * m)
 
     mem = predict_memory(spec, lay, hw, _inflight(lay, m), (blocks[0], blocks[-1]), (p_first, p_last), gbytes,
-                         c.fused)
+                         c.fused, _recompute_share(lay, blocks))
     n_tok = global_batch * spec.seq
     mflops = model_flops(spec, n_tok)
     hflops = executed_flops(spec, n_tok, lay.recompute if lay.recompute in ("none", "selective", "full") else "full")

@@ -107,7 +107,7 @@ _TEXT = [
     (r"torchtune", "torchtune"),
     (r"torchtitan|fsdp2|fully_shard", "fsdp2"),
     (r"composer|llm-foundry|foundry|fsdp1|\bfsdp\b|accelerate", "fsdp1"),
-    (r"megatron|nemo|\bmcore\b", "megatron"),
+    (r"megatron|nemo|\bmcore|tp[_ ]comm[_ ]overlap|use[_ ]dist[_ ]optimizer", "megatron"),
     (r"\bddp\b|pytorch|torch\b|picotron", "ddp"),
 ]
 

@@ -25,12 +25,13 @@ _FAMILIES: list[tuple[str, str]] = [
     (r"\bh200\b", "h200"), (r"\bh[18]00\b.*\bpcie\b|\bh[18]00-pcie", "h100-pcie"),
     (r"\bh100[ -]?nvl\b(?!\d)", "h100-nvl"), (r"\bh[18]00\b", "h100-sxm"),
     (r"\ba[18]00\b", "a100-80gb"), (r"\bv100\b", "v100"), (r"\bl40s\b", "l40s"),
-    (r"\bmi35[05]x\b", "mi355x"), (r"\bmi325x\b", "mi325x"), (r"\bmi300x\b", "mi300x"),
-    (r"gaudi[ -]?3|hl-325", "gaudi3"), (r"\bv6e\b|trillium", "tpu-v6e"), (r"\bv5p\b", "tpu-v5p"),
+    (r"\bmi355x\b", "mi355x"), (r"\bmi350x\b", "mi350x"), (r"\bmi325x\b", "mi325x"), (r"\bmi300x\b", "mi300x"),
+    (r"gaudi[ -]?3|hl-325", "gaudi3"), (r"gaudi[ -]?2|hl-225", "gaudi2"),
+    (r"\bv6e\b|trillium", "tpu-v6e"), (r"\bv5p\b", "tpu-v5p"),
     (r"\bv5e\b|v5 ?lite", "tpu-v5e"), (r"tpu[ -]?v4\b|\bv4-\d+\b", "tpu-v4"),
 ]
 # parts users name that the catalog does not hold: refused with this name in the reason
-_KNOWN_MISSING = (r"\bb100\b", r"\bh20\b", r"\bmi250x?\b", r"\bmi210\b", r"gaudi[ -]?2\b", r"tpu[ -]?v[23]\b",
+_KNOWN_MISSING = (r"\bb100\b", r"\bh20\b", r"\bmi250x?\b", r"\bmi210\b", r"gaudi[ -]?1\b", r"tpu[ -]?v[23]\b",
                   r"\bt4\b", r"\bl4\b", r"\brtx\b", r"\bp100\b", r"\ba10g?\b", r"\ba40\b", r"\ba6000\b", r"trainium",
                   r"\bmi100\b", r"\bcs-?[23]\b", r"\bipu\b")
 _TPU_CORES = {"tpu-v4": 2, "tpu-v5p": 2}  # `v4-N` / `v5p-N` slices count TensorCores, 2 per chip
@@ -61,7 +62,9 @@ _INSTANCES: list[tuple[str, str, float]] = [
 
 
 def _normalise(low: str) -> str:
-    """Drop counts written onto the part ("8x H100", "2x8 A100", "1x"), plurals ("H100s") and unicode."""
+    """Drop trademark marks ("Intel(R) Gaudi(R) 2", "®", "™"), counts written onto the part ("8x H100", "2x8 A100",
+    "1x"), plurals ("H100s") and unicode."""
+    low = re.sub(r"\((?:r|tm)\)|[®™]", "", low)
     low = re.sub(r"(?<![a-z0-9.])\d+\s*[x×]\s*(?:\d+\s*(?:x|×)?\s*)?(?=[a-z])", " ", low)
     return re.sub(r"\b([a-z]{1,2}\d{2,3}[a-z]?)s\b", r"\1", low)
 
@@ -160,25 +163,43 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
     return hw
 
 
-def link_gbytes_per_device(text: str | None, per_node: int) -> float | None:
+_RATE = r"(\d+(?:\.\d+)?)\s*([GT])(b|B)(?:it)?\s*(?:/\s*[sS](?:ec|EC)?|ps)\b"
+
+
+def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = False) -> float | None:
     """GB/s per device per direction that a link text states, or None. "Gb" (lower-case b, or
-    "Gbps") is bits, "GB" bytes; bidirectional figures are halved; per-node (VM, host) figures
-    divided over the node's devices; "8x ... 200 Gb/s" multiplies."""
+    "Gbps") is bits, "GB" bytes; bidirectional figures are halved, and so are NVLink / NVSwitch / xGMI /
+    Infinity Fabric figures with no direction (the vendors quote those as bidirectional totals: NVLink 4's
+    "900 GB/s" is 450 each way); per-node (VM, host) and "aggregate" figures are divided over the node's
+    devices, and so are NIC counts ("8x ConnectX-7 IB NDR 400Gb/s": a node's NICs) unless the text says per
+    GPU. A system description listing several networks ("Storage: 2x ..., Compute: 8x ..., Management: ...")
+    is read at its compute network."""
     raw = re.sub(r"\((?:[^()]*?)(?:assumed|not stated)(?:[^()]*?)\)", "", text or "")
+    if not scale_up:  # the compute network of a multi-network description: named so, else the most NICs
+        parts = [p for p in re.split(r"[;,]|\+\s(?=\d)", raw) if re.search(_RATE, p)]
+        compute = [p for p in parts if re.search(r"\bcompute\b", p, re.I)]
+        other = [p for p in parts if not re.search(r"storage|management|mgmt|front[- ]?end", p, re.I)]
+        pick = compute or other or parts
+        if len(pick) > 1:
+            pick = sorted(pick, key=lambda p: -int((re.search(r"(\d+)\s*x\b", p) or re.search("()", "")).group(1) or 1))
+        raw = pick[0] if pick else raw
     low = raw.lower()
     if not low.strip() or re.match(r"\s*(not stated|none|n/a)", low):
         return None
-    m = re.search(r"(\d+(?:\.\d+)?)\s*([GT])(b|B)(?:it)?\s*(?:/\s*s|ps)\b", raw)
+    m = re.search(_RATE, raw)
     if not m:
         return None
     value = float(m.group(1)) * (1000 if m.group(2) == "T" else 1)
     if m.group(3) == "b":
         value /= 8
-    mult = re.search(r"(\d+)\s*x\s*(?:[A-Za-z0-9-]+\s+){0,3}?" + re.escape(m.group(1)), raw)
-    if mult and 1 < int(mult.group(1)) <= 64:
+    mult = re.search(r"(\d+)\s*x\s*(?:[A-Za-z0-9-]+\s+){0,5}?" + re.escape(m.group(1)), raw)
+    nics = bool(mult and 1 < int(mult.group(1)) <= 64)
+    if nics:
         value *= int(mult.group(1))
-    if "bidir" in low:
+    per_device = re.search(r"per (gpu|device|accelerator|card|chip)", low)
+    if "bidir" in low or (scale_up and re.search(r"nvlink|nvswitch|xgmi|infinity fabric", low)
+                          and not re.search(r"per direction|unidir|each way", low)):
         value /= 2
-    if re.search(r"per (node|vm|host|server)", low):
+    if re.search(r"per (node|vm|host|server)|aggregate", low) or (nics and not per_device and not scale_up):
         value /= max(1, per_node)
     return value if value > 0 else None

@@ -63,11 +63,25 @@ class Layout:
     # `shard` data-parallel ranks (0: all of dp), replicated over dp / shard groups whose gradients are
     # all-reduced once per step
     shard: int = 0
+    # Megatron/NeMo --recompute-method block --recompute-num-layers N: only the first N blocks of each (virtual)
+    # pipeline stage recompute (0: every block)
+    recompute_layers: int = 0
+    # LoRA / PEFT: base weights frozen, only small adapters train: no weight-gradient GEMMs, gradient reduction
+    # or optimizer step for the base parameters
+    frozen: bool = False
 
     @property
     def shard_dp(self) -> int:
         """Data-parallel ranks the ZeRO/FSDP states are sharded over."""
         return self.shard if 0 < self.shard < self.dp else self.dp
+
+    @property
+    def state_shards(self) -> int:
+        """Ranks the ZeRO/FSDP states shard over and the gradients reduce-scatter over: the shard group times cp,
+        since context-parallel ranks hold the same weights and each computes part of every gradient
+        (Megatron-Core's dp-cp group: parallel_state.get_data_parallel_group(with_context_parallel=True);
+        torchtitan's dp_shard_cp mesh)."""
+        return self.shard_dp * self.cp
 
     @property
     def devices(self) -> int:
@@ -83,7 +97,8 @@ class Layout:
             parts.append(f"ep{self.ep}")
         prec = self.precision + (f"-{self.fp8_recipe}" if self.precision in ("fp8", "fp4") else "")
         zero = f"zero{self.zero}" + (f"/{self.shard_dp}" if self.shard_dp < self.dp else "")
-        parts += [zero, f"mb{self.micro_batch}", f"rc-{self.recompute}", prec]
+        rc = f"rc-{self.recompute}" + (f"x{self.recompute_layers}" if self.recompute_layers else "")
+        parts += [zero, f"mb{self.micro_batch}", rc, prec] + (["frozen"] if self.frozen else [])
         return " ".join(parts)
 
 
@@ -115,6 +130,8 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
         v = getattr(lay, name)
         if not isinstance(v, int) or v < 1:
             raise ConfigError(f"layout: `{name}` must be an integer >= 1, got {v!r}")
+    if not isinstance(lay.recompute_layers, int) or lay.recompute_layers < 0:
+        raise ConfigError(f"layout: `recompute_layers` must be an integer >= 0, got {lay.recompute_layers!r}")
     if lay.zero not in (0, 1, 2, 3):
         raise ConfigError(f"layout: `zero` must be 0, 1, 2 or 3, got {lay.zero!r}")
     for name, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE_MODES), ("precision", PRECISIONS),
@@ -137,7 +154,7 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
     if lay.stage_split == "even" and spec.layers % chunks:
         raise ConfigError(f"layout: layers={spec.layers} is not divisible by pp*vpp={chunks} "
                           "(uneven stages: stage_split='uneven' or 'embedding-loss')")
-    if spec.layers < chunks:
+    if spec.layers + (2 if lay.stage_split == "embedding-loss" else 0) < chunks:
         raise ConfigError(f"layout: layers={spec.layers} is fewer than pp*vpp={chunks} pipeline stages")
     if lay.stage_split == "embedding-loss" and (spec.layers + 2) % chunks:
         raise ConfigError(f"layout: layers+2={spec.layers + 2} (embedding and loss as stages) is not divisible "

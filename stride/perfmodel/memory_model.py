@@ -47,9 +47,13 @@ def eager_saved_per_token(spec: TransformerSpec, f: int) -> float:
 
 
 def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
-    """Weights, gradients and optimizer state bytes for `params` parameters on one device."""
+    """Weights, gradients and optimizer state bytes for `params` parameters on one device; frozen (LoRA) weights
+    have neither gradients nor optimizer state (the adapters' are left out: < 0.1% of the weights)."""
     fw = FRAMEWORKS[lay.framework]
-    dp, z = lay.shard_dp, lay.zero  # hybrid sharding: states shard over the shard group only
+    if lay.frozen:
+        w = 4.0 if lay.precision == "fp32" else 2.0
+        return {"params": w * params / (lay.state_shards if lay.zero == 3 else 1), "grads": 0.0, "optimizer": 0.0}
+    dp, z = lay.state_shards, lay.zero  # hybrid sharding: states shard over the shard group (x cp) only
     if lay.precision == "fp32":
         w, g, o = 4.0, 4.0, 8.0
     elif not fw.master_weights:
@@ -72,8 +76,9 @@ def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
 
 
 def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: float, blocks: tuple[int, int],
-                   params: tuple[float, float], gbytes: int, fused: bool) -> Memory:
-    """Peak of the first stage (most micro-batches in flight) and the last (the logits)."""
+                   params: tuple[float, float], gbytes: int, fused: bool, rc_share: float = 1.0) -> Memory:
+    """Peak of the first stage (most micro-batches in flight) and the last (the logits). `rc_share`: the share
+    of blocks that recompute (Megatron's block method), the others keep all their activations."""
     fw = FRAMEWORKS[lay.framework]
     act = 2 if lay.precision == "fp32" else 1
     tokens = lay.micro_batch * spec.seq / lay.cp
@@ -104,8 +109,10 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: f
         wire = 1.0 if lay.fp8_gather else 2.0
         gathered = 2 * layer_params(spec, spec.moe) / t / max(1, lay.ep if spec.moe else 1) * (wire + gbytes)
 
+    a_mean = rc_share * a_layer + (1 - rc_share) * a_full
+
     def stage(n_blocks: int, p: float, k: float, with_logits: bool) -> dict[str, float]:
-        acts = k * n_blocks * a_layer + (a_full if rc != "none" else 0.0)
+        acts = k * n_blocks * a_mean + (a_full if rc != "none" else 0.0)
         return {**_states(lay, p, gbytes), "activations": acts,
                 "buffers": scratch + gathered + (logits if with_logits else 0.0)}
 

@@ -116,7 +116,8 @@ def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float
     act, n = rt.activation(row.get("ffn_act") or "", arch)
     notes += n
     hidden = _int(row, "hidden", what="the model width sets every GEMM")
-    hd = re.search(r"head[_ ]dim\s*[=:]?\s*(\d+)", arch.lower())
+    # head dim as MaxText/HF write it, or Megatron's --kv-channels (the per-head width of q, k and v)
+    hd = re.search(r"(?:head[_ ]dim|kv[-_ ]channels)\s*[=:]?\s*(\d+)", arch.lower())
     heads = _int(row, "heads", 0)
     if not heads:
         heads = max(1, hidden // (int(hd.group(1)) if hd else 128))
@@ -153,7 +154,7 @@ def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float
         bias=gpt_style if bias is None else bias, dropout=gpt_style if dropout is None else dropout,
         name=str(row.get("model") or "").strip() or "row", head_dim_override=int(hd.group(1)) if hd else 0,
         experts=int(moe.get("experts", 0)), top_k=int(moe.get("top_k", 1)), moe_every=int(moe.get("moe_every", 1)),
-        capacity=float(moe.get("capacity", 1.0)),
+        capacity=float(moe.get("capacity", 1.0)), moe_ffn=int(moe.get("moe_ffn", 0)),
     )
     return spec, moe
 
@@ -173,7 +174,7 @@ def _hardware(row: dict, catalog: Catalog, notes: list[str]) -> Hardware:
     if out_bw and 0.5 <= out_bw <= 400:
         changes["scaleout_bw_gbps"] = out_bw
         notes.append(f"scale-out {out_bw:.3g} GB/s per device from inter_node_link")
-    up_bw = link_gbytes_per_device(str(row.get("intra_node_link") or ""), 1)
+    up_bw = link_gbytes_per_device(str(row.get("intra_node_link") or ""), per_node or hw.scaleup_domain, scale_up=True)
     if up_bw and up_bw >= 20:
         changes["scaleup_bw_gbps"] = up_bw
     return dataclasses.replace(hw, **changes) if changes else hw  # type: ignore[arg-type]
@@ -235,7 +236,14 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if (gb // dp) % micro:  # uneven last micro-batch (e.g. Composer): the nearest divisor, same tokens
         micro = max(d for d in range(1, micro + 1) if (gb // dp) % d == 0)
         notes.append(f"micro_batch does not divide the batch per replica: {micro} used")
-    recompute = rt.recompute(str(row.get("recompute") or ""))
+    rc_text = str(row.get("recompute") or "")
+    recompute = rt.recompute(rc_text)
+    rc_layers = rt.recompute_layers(rc_text) if recompute not in (None, "none") else 0
+    if rt.elementwise_recompute(rc_text):
+        notes.append(f"recompute {rc_text!r} re-runs norms/activations only (elementwise): costed as none, assumed")
+    # LoRA / PEFT: the base weights are frozen, only adapters train (no weight gradients of the base GEMMs)
+    frozen = bool(re.search(r"\blora\b|\bpeft\b|adapter[_ ]dim", " ".join(
+        str(row.get(k) or "") for k in ("arch", "model", "framework", "notes")).lower()))
     sp = rt.flag(str(row.get("sp") or "")) and tp > 1
     ep = int(moe.get("ep", 1)) if spec.moe else 1
     layout = Layout(
@@ -246,10 +254,14 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
             re.search(r"tp[- _]comm[- _]overlap|async[- _]tp|tp.{0,20}overlap|overlap.{0,20}\btp\b", fw_low)),
         ep=ep, framework=framework, fp8_recipe=recipe,
         fp8_head=bool(re.search(r"fp8 (lm )?head|fp8 output", everything)),
-        fp8_gather=bool(re.search(r"(fp8|float8)[ _-]all[ _-]?gather|fsdp[ _]float8", everything)),
+        # FP8 weights all-gathered: torchao/FSDP float8 all-gather, Megatron --fp8-param-gather, NeMo fp8_params
+        fp8_gather=bool(re.search(r"(fp8|float8)[ _-](param[ _-])?all[ _-]?gather|fsdp[ _]float8|"
+                                  r"fp8[ _-]param[ _-]gather\W{0,3}(true|1)|fp8[ _-]params\W{0,3}(true|1)", everything))
+        and prec in ("fp8", "fp4"),
         attn_kernel=kernel_from_text(fw_text + " " + str(row.get("notes") or "")) or "auto",
         shard=shard if zero else 0, stage_split=split, compile=compiled(str(row.get("framework") or "")),
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
+        recompute_layers=rc_layers, frozen=frozen,
     )
     if dp == 1 and layout.zero:
         layout = dataclasses.replace(layout, zero=0)

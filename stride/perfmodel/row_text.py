@@ -89,6 +89,7 @@ def zero_stage(text: str) -> tuple[int, list[str]]:
     if re.search(r"offload|zero infinity|\bnvme\b", t) and not re.search(r"no offload|offload (false|off|none)", t):
         raise ValueError(f"zero_or_fsdp {text!r}: CPU/NVMe offload of parameters or optimizer states is not "
                          "modelled (host transfers can move the step by more than 10%)")
+    t = re.sub(r"\s*[=:]\s*(?=\d)", " ", t)  # ZERO_STAGE=0, zero_stage: 3
     if re.search(r"zero\s*(stage\s*)?3|full shard|fully shard|\bfsdp\b(?!.*shard grad op)|fsdp2|ici fsdp|\bhsdp\b|"
                  r"hybrid shard(?! zero2)|\bdp shard", t):
         return 3, []
@@ -131,9 +132,19 @@ _RECOMPUTE_WORDS = [
     # (batched dots, or the flash kernel whose softmax statistics are not saved) is recomputed
     (r"minimal|no_batch_dims", "selective"),
     (r"save_dot|dots_saveable|checkpoint_dots|nothing_saveable_except", "none"),
-    # negations before the words they negate: "activation checkpointing disabled", "no AC", "AC: none"
-    (r"(checkpoint\w*|recompute|remat\w*|\bac\b)\W{0,3}(disabled|off|false|none|no)\b|\b(no|without|disabled?)\W{0,3}"
-     r"(activation |gradient )?(checkpoint|recompute|remat|ac\b)", "none"),
+    # a fused attention kernel's own backward recompute (Habana --use-fused-sdpa-with-recompute, FlashAttention's
+    # score recompute) is how flash attention runs, not activation checkpointing
+    (r"sdpa[-_ ]with[-_ ]recompute|flash[-_ ]?attention[-_ ]recompute", "none"),
+    # negations before the words they negate: "activation checkpointing disabled", "no AC", "AC: none"; config
+    # values as launch scripts print them: NeMo `activations_checkpoint_granularity: null`, `ACT_CKPT_GRANULARITY=null`,
+    # Megatron `recompute_granularity: None`, MLPerf's `ACG=` (granularity) unset
+    (r"(checkpoint\w*|ckpt\w*|recompute\w*|remat\w*|\bac\b|\bacg\b)\W{0,3}"
+     r"(disabled|off|false|none|no|null|not set|unset)\b|"
+     r"\b(no|without|disabled?)\W{0,3}(activation |gradient )?(checkpoint|recompute|remat|ac\b)", "none"),
+    # Megatron's --recompute-modules naming only norms and activation functions (layernorm, moe_act): elementwise
+    # kernels re-run, no GEMM: costed as no recompute (published.py notes it)
+    (r"^\W*(--recompute-modules\W*)?((layer_?)?norm|(moe_)?act(ivation)?)"
+     r"(\W+((layer_?)?norm|(moe_)?act(ivation)?))*\W*$", "none"),
     # Megatron's --recompute-activations is selective (arguments.py: "recompute activation to allow for training
     # with larger models ... selective"); torchtitan's SAC is selective activation checkpointing
     (r"selective|attention core|core attention|\bsac\b|recompute[-_ ]activations\b", "selective"),
@@ -155,6 +166,23 @@ def recompute(text: str) -> str | None:
             if candidate and re.search(pat, candidate):
                 return mode
     raise ValueError(f"recompute {text!r} is not understood (none, selective, full, rematerialization words)")
+
+
+def recompute_layers(text: str) -> int:
+    """Blocks per pipeline stage that recompute when the text limits it (Megatron/NeMo `--recompute-method block
+    --recompute-num-layers N`, `activations_checkpoint_method: block`, `ACM=block ACL=N`); 0: every block."""
+    low = (text or "").lower().replace("-", "_")
+    if not re.search(r"(?:method|\bacm)\W{0,3}block\b", low):
+        return 0
+    m = re.search(r"(?:recompute_num_layers|activations_checkpoint_num_layers|num_layers|\bacl)\W{0,3}(\d+)", low)
+    return int(m.group(1)) if m else 0
+
+
+def elementwise_recompute(text: str) -> bool:
+    """True where the recompute text names only norms and activation functions (Megatron --recompute-modules
+    layernorm moe_act): those kernels are elementwise, re-running them moves the step by a few per cent."""
+    return (blank(text) is False and recompute(text) == "none" and bool(re.search(r"norm|\bact", (text or "").lower()))
+            and not re.search(r"null|none|false|disabled|\bno\b|off", (text or "").lower()))
 
 
 def flag(text: str | None) -> bool:
@@ -180,9 +208,12 @@ def schedule(text: str, pp: int, vpp: int) -> tuple[str, int]:
     return "1f1b", 1
 
 
+_GATED_FAMILIES = r"llama|mistral|mixtral|qwen|deepseek|granite|swiglu|gated"
+
+
 def activation(text: str, arch: str) -> tuple[str, list[str]]:
     """gelu, relu, squared-relu, silu, swiglu, geglu from the cell, else from the architecture."""
-    low = (text or "").lower().replace("_", "-").replace(" ", "").replace("²", "^2")
+    low = clean(text).replace("_", "-").replace(" ", "").replace("²", "^2")
     # ReGLU costs what SwiGLU does (three matrices, one gated product): read as swiglu
     table = [("squared-relu", r"squared-?relu|relu\^?2|relusquared|sqrelu"),
              ("swiglu", r"swiglu|silu-?glu|swish-?glu|silu,linear|silu.*gated|gated.*silu|silu-?and-?mul|silu-?mul|"
@@ -191,6 +222,10 @@ def activation(text: str, arch: str) -> tuple[str, list[str]]:
              ("gelu", r"gelu")]
     for name, pat in table:
         if re.search(pat, low):
+            # LLaMA-family configs name the MLP's nonlinearity (HF `hidden_act: silu`, fms `activation_fn="silu"`);
+            # their MLP is gated (w2(silu(w1 x) * w3 x)): SwiGLU
+            if name == "silu" and re.search(_GATED_FAMILIES, (arch or "").lower()):
+                return "swiglu", [f"ffn_act {text!r} in a LLaMA-family MLP: gated, swiglu"]
             return name, []
     if not blank(text):
         raise ValueError(f"ffn_act {text!r} is not modelled (gelu, relu, squared-relu, silu, swiglu, geglu)")
@@ -206,7 +241,7 @@ def moe(text: str) -> dict[str, float]:
     """Experts, top-k, MoE layer frequency, capacity factor and expert parallelism named in text."""
     low = (text or "").lower()
     out: dict[str, float] = {}
-    m = re.search(r"(\d+)\s*(?:routed\s+)?experts|experts\s*[=:]\s*(\d+)|moe[- ](\d+)\b|(\d+)x\d+b", low)
+    m = re.search(r"(\d+)\s*(?:routed\s+)?experts|experts\s*[=:]?\s*(\d+)|moe[- ](\d+)\b|(\d+)x\d+b", low)
     if m:
         out["experts"] = float(next(g for g in m.groups() if g))
     m = re.search(r"top[- _]?k?\s*[=:-]?\s*(\d+)|top[- ](\d+)", low)
@@ -217,9 +252,13 @@ def moe(text: str) -> dict[str, float]:
     m = re.search(r"capacity[ _]factor\s*[=:]?\s*(\d+(?:\.\d+)?)", low)
     if m:
         out["capacity"] = float(m.group(1))
-    m = re.search(r"(?:expert[ _]parallel(?:ism)?|\bep)\s*[=:]?\s*(\d+)", low)
+    m = re.search(r"(?:expert[-_ ](?:model[-_ ])?parallel(?:ism)?(?:[-_ ]size)?|\bep)\s*[=:]?\s*(\d+)", low)
     if m:
         out["ep"] = float(m.group(1))
+    m = re.search(r"(?:moe[-_ ]ffn[-_ ]hidden[-_ ]size|moe[-_ ]intermediate[-_ ]size|expert[-_ ]ffn(?:[-_ ]size)?)"
+                  r"\s*[=:]?\s*(\d+)", low)
+    if m:
+        out["moe_ffn"] = float(m.group(1))
     return out
 
 

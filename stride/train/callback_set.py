@@ -8,12 +8,14 @@ the order (e.g. a probe after the Prometheus observer) by passing both.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Iterable
 
 from stride.checkpoint import CheckpointCallback
 from stride.config.schema import RunConfig
 from stride.metrics.observe import build_observers
-from stride.train.callbacks import Callback
+from stride.train.callbacks import Callback, TrainerView
 
 
 def callbacks_for(cfg: RunConfig, given: Iterable[Callback] = ()) -> tuple[Callback, ...]:
@@ -23,3 +25,14 @@ def callbacks_for(cfg: RunConfig, given: Iterable[Callback] = ()) -> tuple[Callb
     have = {type(cb) for cb in out}
     out += [cb for cb in build_observers(cfg) if type(cb) not in have]
     return tuple(out)
+
+
+def abort_callbacks(trainer: TrainerView, started: Iterable[Callback], exc: BaseException) -> None:
+    """fit() ended early: each started callback lets go of what it took, newest first. A callback that fails
+    here is reported and skipped: the error that ended fit() is the one the caller sees."""
+    for cb in reversed(list(started)):
+        try:
+            cb.on_fit_abort(trainer, exc)
+        except Exception as err:  # noqa: BLE001 (a clean-up must not hide the cause)
+            with contextlib.suppress(Exception):
+                print(f"stride: {type(cb).__name__}.on_fit_abort failed: {type(err).__name__}: {err}", file=sys.stderr)

@@ -94,6 +94,10 @@ class Callback:
     def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         """After the last step; may add keys to `summary` (summary.json) before it is written."""
 
+    def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
+        """fit() ended without on_fit_end (an exception, a preemption stop, or a run found finished), after this
+        callback's on_fit_start: let go of what it took (threads, files, locks, a tracking run)."""
+
 
 def overrides(cb: Callback, hook: str) -> bool:
     """Whether `cb`'s class replaces `Callback.<hook>` (the trainer calls per-step hooks only on those)."""

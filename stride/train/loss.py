@@ -17,8 +17,7 @@ def resolve_loss(model: nn.Module, cfg: RunConfig, given: LossFn | None = None) 
     own = getattr(model, "loss", None)
     if own is not None:
         return own
-    fused = kernel_loss(cfg.train.kernels, cfg.model)
-    if fused is not None:
-        return fused
     m = cfg.model
-    return make_loss(m.loss, huber_delta=m.huber_delta, quantiles=m.quantiles)
+    loss = kernel_loss(cfg.train.kernels, m) or make_loss(m.loss, huber_delta=m.huber_delta, quantiles=m.quantiles)
+    loss.stride_loss = m.loss  # type: ignore[attr-defined]  # the output it needs is known (train/output_check.py)
+    return loss

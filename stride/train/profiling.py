@@ -61,6 +61,12 @@ class ProfilerCallback(Callback):
         summary["profile_trace"] = str(self.trace_path) if self.trace_path else None
 
 
+    def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
+        if self._prof is not None:  # a profiler left on would refuse the next one in this process
+            self._prof.stop()
+            self._prof = None
+
+
 def steps_needed(wait: int, warmup: int, active: int) -> int:
     """Steps for one full schedule cycle plus the step whose start closes the last active one."""
     return wait + warmup + active + 1

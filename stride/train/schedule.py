@@ -22,3 +22,20 @@ def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
 
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, cfg: OptimConfig) -> LambdaLR:
     return LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, cfg))
+
+
+def sync_lr(scheduler: LambdaLR) -> None:
+    """Set the optimizer's learning rate to what this schedule gives at its loaded step.
+
+    A checkpoint restores the lr its run's schedule set; a run extended to more steps (stride.checkpoint.rerun)
+    follows its new, longer schedule from the next step on. The same arithmetic as LambdaLR.step, so an
+    ordinary resume sets the very value it loaded."""
+    step = scheduler.last_epoch
+    values = [base * fn(step) for fn, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
+    for group, lr in zip(scheduler.optimizer.param_groups, values, strict=True):
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+    scheduler._last_lr = [g["lr"].clone() if isinstance(g["lr"], torch.Tensor) else g["lr"]  # get_last_lr()
+                          for g in scheduler.optimizer.param_groups]

@@ -23,6 +23,7 @@ class LoopTally:
     """What the step loop adds up besides the step timer."""
 
     t_start: float
+    start_step: int = 0  # the step this process started from (a resumed or extended run: its checkpoint's)
     val_loss: float | None = None
     time_to_target: float | None = None
     val_time: float = 0.0
@@ -65,6 +66,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
     return {
         "name": t.name,
         "steps": tr.step,
+        "start_step": tally.start_step,  # steps start_step+1..steps ran in this process: the figures below are theirs
         "final_train_loss": float(par.mean(loss_sum)),  # last step, mean over ranks
         "final_val_loss": tally.val_loss,
         "samples_per_s": samples_per_s,

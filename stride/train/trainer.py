@@ -20,10 +20,11 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
+from stride.checkpoint import RunFinished
+from stride.checkpoint.rerun import open_run_folder
 from stride.config import RunConfig, config_to_toml
 from stride.config.validate import validate
 from stride.data.build import build_data
-from stride.metrics.env import fingerprint
 from stride.metrics.flops import count_train_flops
 from stride.metrics.memory import SavedActivations, reset_peak
 from stride.metrics.peak import device_peak
@@ -35,14 +36,15 @@ from stride.optim.factory import build_optimizer, compiled_step
 from stride.parallel.context import Parallel
 from stride.train.apply import apply_activation_checkpointing, apply_compile
 from stride.train.batches import Batch, as_batches, data_position, endless, resumed_stream
-from stride.train.callback_set import callbacks_for
+from stride.train.callback_set import abort_callbacks, callbacks_for
 from stride.train.callbacks import Callback, overrides
 from stride.train.device import configure_process, resolve_device
 from stride.train.kernels_apply import apply_kernels
 from stride.train.loss import resolve_loss
+from stride.train.output_check import check_output
 from stride.train.precision import Precision
 from stride.train.progress import TrainProgress
-from stride.train.schedule import build_scheduler
+from stride.train.schedule import build_scheduler, sync_lr
 from stride.train.summary import LoopTally, run_summary
 
 _NULL = contextlib.nullcontext()
@@ -60,6 +62,7 @@ class TrainResult:
     summary: dict[str, Any]
     run_dir: Path | None
     history: list[dict[str, Any]] = field(default_factory=list)
+    already_finished: str | None = None  # the folder held this run, finished: why nothing was trained (its summary)
 
 
 class Trainer:
@@ -74,9 +77,11 @@ class Trainer:
         out: str | Path | None = None,
         write_run_dir: bool = True,
         callbacks: Sequence[Callback] | None = None,
+        overwrite: bool = False,
     ) -> None:
         """`callbacks` run first, in this order; then a checkpoint callback if `[checkpoint] enabled` and
-        the observers `[metrics]` switches on, each unless one of its kind is among `callbacks`."""
+        the observers `[metrics]` switches on, each unless one of its kind is among `callbacks`.
+        `overwrite`: replace an earlier run in `out` (else it is continued by checkpoints, or refused)."""
         self.cfg = config if config is not None else RunConfig()
         validate(self.cfg)
         t = self.cfg.train
@@ -102,6 +107,7 @@ class Trainer:
         self.precision = Precision(t.precision, self.device)
         self.out = out
         self.write_run_dir = write_run_dir
+        self.overwrite = overwrite
         self.callbacks: tuple[Callback, ...] = callbacks_for(self.cfg, callbacks or ())
         # per-step hooks go only to the callbacks that have them
         self._gates = [cb for cb in self.callbacks if overrides(cb, "before_optimizer_step")]
@@ -132,6 +138,7 @@ class Trainer:
         self.step = int(state["step"])
         self.skipped_steps = int(state["skipped_steps"])
         self.scheduler.load_state_dict(state["scheduler"])
+        sync_lr(self.scheduler)  # a run extended to more steps follows its new schedule (stride.checkpoint.rerun)
         self.precision.load_state_dict(state["scaler"])
 
     def data_position(self) -> dict[str, Any]:
@@ -190,6 +197,7 @@ class Trainer:
         self._pending = self._to_device(self.par.local_batch(*first))
         micro = len(self._pending[0]) // t.grad_accum  # per rank
         x0, y0 = self._pending
+        check_output(self.model, self.loss_fn, cfg, x0, y0, self.precision.autocast)  # stride.train.output_check
         # Timesteps per sample: T of a [B, T, F] window, or of a [B, T] token sequence.
         self.seq_len = x0.shape[1] if x0.dim() >= 3 or (x0.dim() == 2 and not x0.is_floating_point()) else 1
         self.n_params = sum(p.numel() for p in self.model.parameters())  # the full model's
@@ -292,16 +300,37 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------------------------
     def fit(self) -> TrainResult:
+        """Train to `train.steps`. The run folder is let go however fit() ends (no waiting for garbage collection)."""
+        # Rank 0's run folder, locked, nothing written yet; an earlier run that checkpoints will not continue is
+        # refused unless `overwrite` (stride.checkpoint.rerun).
+        run = self.run_dir = (open_run_folder(self.cfg, self.out, self.overwrite)
+                              if self.write_run_dir and self.par.is_rank0 else None)
+        started: list[Callback] = []
+        try:
+            return self._fit(run, started)
+        except RunFinished as done:  # the folder holds this run, finished: nothing trained, nothing written
+            abort_callbacks(self, started, done)
+            return TrainResult(done.summary, run.path if run else None, already_finished=str(done))
+        except BaseException as exc:
+            abort_callbacks(self, started, exc)
+            raise
+        finally:
+            if run is not None:
+                run.close()  # a run that wrote nothing (a refused resume) leaves the folder as it was
+
+    def _fit(self, run: RunDir | None, started: list[Callback]) -> TrainResult:
         t = self.cfg.train
-        run = self._open_run_dir()
         self.setup()
         for cb in self.callbacks:
-            cb.on_fit_start(self)
+            started.append(cb)
+            cb.on_fit_start(self)  # the checkpoint callback loads here, or finds the run finished or refused
+        if run is not None:
+            run.record(config_to_toml(self.cfg))  # config.toml and env.json once the run is accepted
         progress = TrainProgress(t.steps, self.cfg.metrics.progress and self.par.is_rank0, t.name)
         reset_peak(self.device)
         self.wrapped.train()
         loss_sum = torch.full((), math.nan)
-        tally = LoopTally(t_start=time.perf_counter())
+        tally = LoopTally(t_start=time.perf_counter(), start_step=self.step)  # a resumed run counts from its checkpoint
         try:
             while self.step < t.steps:
                 self.timer.start_step()
@@ -327,23 +356,12 @@ class Trainer:
             cb.on_fit_end(self, summary)
         if run is not None:
             run.write_json("summary.json", summary)
-            run.close()
         return TrainResult(summary, run.path if run else None, list(self.history))
-
-    def _open_run_dir(self) -> RunDir | None:
-        """Rank 0's run directory with the resolved config and the environment (None elsewhere, or when off)."""
-        run = None
-        if self.write_run_dir and self.par.is_rank0:
-            run = RunDir.create(self.cfg.metrics.out_dir, self.cfg.train.name, self.out)
-            run.write_text("config.toml", config_to_toml(self.cfg))
-            run.write_json("env.json", fingerprint())
-        self.run_dir = run
-        return run
 
     def _end_step_timing(self, tally: LoopTally) -> dict[str, float]:
         """Close the step's timer; steps after the warm-up count towards throughput and the breakdown."""
         t, skip = self.cfg.train, self.cfg.metrics.skip_steps
-        record = self.step > skip or t.steps <= skip
+        record = self.step - tally.start_step > skip or t.steps - tally.start_step <= skip  # warm-up of this process
         # CUDA: the step's events resolve (one host sync) only where their figures are read: log
         # steps, the last step, and steps a profiler traces (stride.metrics.step_timer)
         resolve = not self.step % self.cfg.metrics.log_every or self.step >= t.steps or _profiling()

@@ -85,6 +85,7 @@ def test_metadata_naming_a_shard_outside_the_folder_is_refused(ckpt: Path, tmp_p
 def test_resume_skips_an_outward_manifest_and_falls_back(run: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     shutil.copytree(run, out)
+    (out / "summary.json").unlink()  # a run that died before its summary: it resumes (a finished one is left alone)
     _add_entry(out / "checkpoints" / "step_00000006", "../../../../../../../../etc/hostname", Path("/etc/hostname"))
     s = fit(out, "train.steps=6")
     assert s["checkpoint"]["resumed_from"] == "step_00000003"

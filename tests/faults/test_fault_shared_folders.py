@@ -6,7 +6,6 @@ Retention used to count the newest `keep_last` step folders whatever they were, 
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import subprocess
@@ -53,9 +52,9 @@ def test_two_truncated_newest_checkpoints_do_not_make_retention_delete_new_saves
     fit(out)  # a finished run: step_00000021 and step_00000024
     for n in ("step_00000021", "step_00000024"):
         _truncate_a_shard(out / "checkpoints" / n)
+    (out / "summary.json").unlink()  # else the rerun refuses: nothing valid could continue the finished run
     with pytest.raises(Crash):  # nothing valid: starts from step 0; dies at step 10
         fit(out, callbacks=[CrashAt(10)])
-    gc.collect()
     ck = out / "checkpoints"
     assert verify(ck / "step_00000009").ok and verify(ck / "step_00000006").ok  # its saves were kept
     s = fit(out)  # resumes from 9; the saves at 21 and 24 replace the damaged copies
@@ -68,8 +67,7 @@ def test_resume_never_on_a_finished_run_refuses_and_deletes_nothing(tmp_path: Pa
     fit(out)
     before = tree_digest(out / "checkpoints")
     res = stride_main("train", str(cfg), "--out", str(out), "--no-progress")
-    line = one_line_error(res, "checkpoint.resume = never", "step_00000024")
-    assert "refusing" in line
+    one_line_error(res, "checkpoint.resume = never", "finished run", "--overwrite")
     assert tree_digest(out / "checkpoints") == before
 
 

@@ -163,3 +163,19 @@ def test_head_dim_apart_from_hidden() -> None:
 
     s = TransformerSpec(1, 1024, 8, 8, 4096, "relu", 100, 64, head_dim_override=256)
     assert s.q_dim == 2048 and layer_params(s) == 4 * 1024 * 2048 + 2 * 1024 * 4096 + 2 * 1024
+
+
+def test_context_parallel_ranks_reduce_gradients_and_shard_states() -> None:
+    """cp ranks hold the same weights: their gradients are summed and ZeRO shards over dp x cp (Megatron's
+    dp-cp group, torchtitan's dp_shard_cp). Before, a cp2 dp1 run had no gradient reduction at all."""
+    spec, hw = PRESETS["llama3-8b"], load_catalog().get("h100")
+    one = predict(spec, Layout(dp=1, cp=2, zero=0, dp_overlap=False), hw, 4)
+    n = one.memory_bytes["params"] / 2  # parameters on the device (2-byte copy)
+    s = n * 4  # Megatron reduces fp32 main gradients for bf16 runs
+    link_bw = hw.scaleup_bw_gbps * 1e9 * hw.scaleup_busbw_fraction  # both ranks in one NVLink domain
+    want = 2 * 1 * hw.scaleup_latency_us * 1e-6 + 2 * (1 / 2) * s / link_bw  # ring all-reduce over 2 ranks
+    assert one.breakdown_s["dp_comm"] == pytest.approx(want, rel=1e-9)
+    mem = {(dp, cp): predict(spec, Layout(dp=dp, cp=cp, zero=1), hw, 8).memory_bytes for dp, cp in
+           ((4, 1), (2, 2), (2, 1))}
+    assert mem[(2, 2)]["optimizer"] == pytest.approx(mem[(4, 1)]["optimizer"])
+    assert mem[(2, 2)]["optimizer"] == pytest.approx(mem[(2, 1)]["optimizer"] / 2)

@@ -28,13 +28,16 @@ from pathlib import Path
 
 import pytest
 
-from stride.perfmodel.local_check import local_check
+from stride.perfmodel.local_check import HELD_OUT, local_check
 
 pytestmark = pytest.mark.slow
 
 
 def test_local_predictions_within_tolerance(tmp_path: Path) -> None:
-    res = local_check(tmp_path, steps=12, rounds=1, log=print)
+    # the 1-process and FSDP2 held-out runs (the memory check needs both); the 2-rank DDP ones are the
+    # benchmark's (9 launches here instead of 11: make test stays under 15 min on a 2-core host)
+    held_out = tuple(r for r in HELD_OUT if "ddp2" not in r.name)
+    res = local_check(tmp_path, steps=12, rounds=1, held_out=held_out, log=print)
     for r in res["calibration"] + res["held_out"]:
         print(f"{Path(r['run']).name:22s} measured {r['measured_step_s'] * 1e3:7.1f} ms  predicted "
               f"{r['predicted_step_s'] * 1e3:7.1f} ms  {r['err_pct']:+6.1f}%")

@@ -15,8 +15,13 @@ import pytest
 from sweep_fixtures import mlp_toml
 
 from stride.bench.results import load_results
+from stride.checkpoint import CheckpointCallback
 from stride.cli.main import main
+from stride.config import load_config
+from stride.metrics.hashing import params_sha256
 from stride.sweep.store import SweepStore
+from stride.train.callbacks import Callback
+from stride.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = mlp_toml(30, 15, "skip_steps = 2").replace("[train]", "[optim]\nwarmup_steps = 5\n[train]")
@@ -114,12 +119,24 @@ def test_export_a_point_and_stride_train_resumes_it(config, finished, tmp_path, 
     assert f"point {point['id']}" in err and "stride train" in err
     assert (run / "checkpoints" / "step_00000030" / "manifest.json").is_file()
     sets = [f"{k}={json.dumps(v)}" for k, v in point["values"].items()]
+    # the point finished its 30 steps: the printed command says so and trains and writes nothing (issue 16, item 1)
     assert main(["train", str(config), *sum((["--set", s] for s in sets), []), "--set", "checkpoint.enabled=true",
                  "--out", str(run), "--no-progress"]) == 0
-    summary = json.loads((run / "summary.json").read_text())
+    err = capsys.readouterr().err
+    assert "finished at step 30" in err and "as `stride sweep --export` writes one" in err
+    assert not (run / "summary.json").exists()
+    # raising train.steps extends it from the exported state: the parameters at the start are the pack's, exactly
+    seen = {}
+
+    class AtStart(Callback):
+        def on_fit_start(self, trainer) -> None:
+            seen["step"], seen["params"] = trainer.step, params_sha256(trainer.model)
+
+    cfg = load_config(config, overrides=[*sets, "checkpoint.enabled=true", "train.steps=32", "metrics.progress=false"])
+    summary = Trainer(config=cfg, out=run, callbacks=[CheckpointCallback(), AtStart()]).fit().summary
     packed = json.loads((finished / "points" / f"{point['id']}.json").read_text())["summary"]
-    assert summary["checkpoint"]["resumed_from"] == "step_00000030"
-    assert summary["params_sha256"] == packed["params_sha256"]  # the exported parameters, exactly
+    assert summary["checkpoint"]["resumed_from"] == "step_00000030" and summary["steps"] == 32
+    assert seen == {"step": 30, "params": packed["params_sha256"]}  # the exported parameters, exactly
 
 
 def test_unpackable_points_run_alone_under_auto_and_are_refused_under_pack_n(config, tmp_path, capsys):

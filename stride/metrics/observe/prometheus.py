@@ -73,11 +73,17 @@ class PrometheusCallback(Callback):
     def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if summary.get("mfu") is not None:
             self.mfu.set(summary["mfu"])
+        self._stop()
+        summary["prometheus_url"] = self.url
+
+    def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
+        self._stop()  # the port is free again for the next run
+
+    def _stop(self) -> None:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
-        summary["prometheus_url"] = self.url
 
 
 def parse_metrics(text: str) -> dict[str, float]:

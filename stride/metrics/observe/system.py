@@ -161,3 +161,7 @@ class SystemCallback(Callback):
     def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if self.sampler is not None:
             summary["system"] = self.sampler.stop()
+
+    def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
+        if self.sampler is not None:  # the thread would go on writing system.jsonl into a folder let go
+            self.sampler.stop()

@@ -79,3 +79,7 @@ class TensorBoardCallback(Callback):
                 self.writer.add_scalar(tag, summary[key], trainer.step)
         self.writer.close()
         summary["tensorboard_dir"] = str(self.log_dir)
+
+    def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
+        if self.writer is not None:  # flush what was logged up to the failure
+            self.writer.close()

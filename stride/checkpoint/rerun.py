@@ -1,0 +1,158 @@
+"""A run started on a folder that already holds one: continue it, extend it, say it is finished, or refuse.
+
+Rerunning the command of a finished run used to "resume" at its last step, train nothing and write a
+summary of nothing over the real one (loss NaN, no throughput). A refused resume wrote its config first.
+The rules (docs/checkpoint.md, "Rerunning a run"):
+
+- An earlier run in the folder (summary.json or metrics.jsonl) that checkpoints will not continue
+  (`checkpoint.enabled = false` or `resume = never`) is refused, unless `--overwrite` (Trainer(overwrite=True))
+  removes its files first: `open_run_folder`, before anything is written.
+- With checkpoints, the newest valid one decides (`decide`), before it is loaded and before the run
+  folder is written: the run is finished (at its last step, or stopped at its target: summary.json says
+  so): nothing is trained and no file changes (`RunFinished`); `train.steps` grew past a finished run's
+  end: the run is extended from its last checkpoint to the new count; anything else that changed
+  `train.steps` (shortening, or changing it before the run finished) is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stride.checkpoint.errors import ConfigMismatchError
+from stride.checkpoint.folder import STEP_RE
+from stride.config.errors import ConfigError
+from stride.config.schema import RunConfig
+from stride.metrics.run_dir import RUN_FILES, RunDir
+
+
+class RunFinished(Exception):  # noqa: N818 (not an error: fit() returns the finished run's summary)
+    """Raised in a callback's on_fit_start: the folder holds this run, finished. `fit()` trains nothing, writes
+    nothing, and returns the stored summary."""
+
+    def __init__(self, message: str, summary: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+class RunExistsError(ConfigError):
+    """The run folder holds an earlier run that this one would overwrite (exit status 2, one line)."""
+
+
+@dataclass
+class Verdict:
+    kind: str  # "resume" | "extend" | "finished"
+    ended_at: int | None = None  # the step the earlier run ended at (finished or extended)
+    extended_from: list[int] = field(default_factory=list)  # train.steps of every segment before this one
+
+
+def earlier_run(path: Path) -> dict[str, Any] | None:
+    """What an earlier run left in `path`: {"steps": int | None (summary.json's), "finished": bool}, or None."""
+    summary = read_summary(path)
+    if summary is not None:
+        return {"steps": summary.get("steps"), "finished": True}
+    if (path / "metrics.jsonl").is_file() and (path / "metrics.jsonl").stat().st_size > 0:
+        return {"steps": None, "finished": False}
+    return None
+
+
+def read_summary(path: Path) -> dict[str, Any] | None:
+    """summary.json of the run in `path` (None if there is none; an unreadable one counts as present)."""
+    f = path / "summary.json"
+    if not f.is_file():
+        return None
+    try:
+        out = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def _checkpoint_root(cfg: RunConfig, run: Path) -> Path:
+    d = Path(cfg.checkpoint.dir)
+    return d if d.is_absolute() else run / d
+
+
+def open_run_folder(cfg: RunConfig, out: str | Path | None, overwrite: bool) -> RunDir:
+    """Rank 0's run folder, locked, with nothing written yet; an earlier run in it is refused or (`overwrite`) removed.
+
+    With checkpoints continuing the earlier run (`enabled`, `resume = auto`) the checkpoint callback
+    decides later (`decide`); here only what no checkpoint can continue is refused."""
+    run = RunDir.create(cfg.metrics.out_dir, cfg.train.name, out)
+    try:
+        found = earlier_run(run.path)
+        ckpt_root = _checkpoint_root(cfg, run.path)
+        if overwrite:
+            outside = ckpt_root if Path(cfg.checkpoint.dir).is_absolute() else None
+            if outside is not None and cfg.checkpoint.enabled and _has_steps(outside):
+                raise RunExistsError(f"--overwrite starts {run.path} over, but checkpoint.dir {outside} (outside the "
+                                     "run folder) holds checkpoints a new run would resume from; move them away")
+            run.clear(RUN_FILES + ((cfg.checkpoint.dir,) if outside is None else ()))
+        elif found is not None and not (cfg.checkpoint.enabled and cfg.checkpoint.resume == "auto"):
+            raise RunExistsError(f"{run.path} holds {describe(found)}{_why_not(cfg)}: a new run would overwrite it; "
+                                 "use another --out, or --overwrite to replace it")
+    except BaseException:
+        run.close()
+        raise
+    return run
+
+
+def _has_steps(root: Path) -> bool:
+    return root.is_dir() and any(STEP_RE.match(p.name) for p in root.iterdir())
+
+
+def describe(found: dict[str, Any]) -> str:
+    if found["finished"]:
+        steps = found.get("steps")
+        return f"a finished run (summary.json{f', {steps} steps' if steps is not None else ''})"
+    return "an earlier run's metrics.jsonl (a run that did not finish)"
+
+
+def _why_not(cfg: RunConfig) -> str:
+    if not cfg.checkpoint.enabled:
+        return " and checkpoints are off, so it cannot be continued"
+    return " and checkpoint.resume = never"
+
+
+def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: int, folder: Path) -> Verdict:
+    """What to do with the newest valid checkpoint `step` (its `meta`) when the run asks for `steps`.
+
+    `summary_steps`: the steps in the run folder's summary.json (the run ended there), None without one.
+    Raises ConfigMismatchError for a change of `train.steps` that cannot continue the run exactly."""
+    saved = int((meta.get("config") or {}).get("train", {}).get("steps", steps))
+    history = [int(s) for s in meta.get("extended_from") or []]
+    ended = summary_steps if summary_steps is not None and summary_steps >= step else None
+    if ended is None and step >= saved:
+        ended = step  # saved at its last step; the summary was not written (stopped while finishing)
+    if steps == saved:
+        return Verdict("finished", ended, history) if ended is not None else Verdict("resume", None, history)
+    where = f"the run whose newest checkpoint is {folder}"
+    if ended is None:
+        raise ConfigMismatchError(
+            f"train.steps changed from {saved} to {steps}, but {where} stopped at step {step} of {saved}: "
+            f"finish it first (train.steps = {saved}), then raise train.steps to extend it")
+    if ended != step:
+        raise ConfigMismatchError(
+            f"{where} ended at step {ended}, after that checkpoint (checkpoint.save_at_end = false): it cannot "
+            "be extended exactly; use another --out")
+    if steps < ended:
+        raise ConfigMismatchError(
+            f"train.steps = {steps} is below the {ended} steps {where} already trained: a finished run is not "
+            "shortened; use another --out")
+    if steps == ended:
+        return Verdict("finished", ended, history)
+    return Verdict("extend", ended, [*history, saved])
+
+
+def finished_message(run: Path | None, ended: int, steps: int, has_summary: bool) -> str:
+    where = str(run) if run is not None else "the checkpoint folder"
+    tail = "" if has_summary else " (it has no summary.json: it stopped while writing it)"
+    if not has_summary and run is not None and not (run / "metrics.jsonl").is_file():
+        tail = " (a checkpoint at its last step with no run beside it, as `stride sweep --export` writes one)"
+    stopped = "" if ended == steps else f" (it stopped at step {ended}: the target was reached)"
+    return (f"{where} holds this run, finished at step {ended}{stopped}{tail}: nothing trained, no file changed. "
+            f"To train it further raise train.steps (it continues from step {ended}); to start over use another "
+            "--out, or --overwrite")
+

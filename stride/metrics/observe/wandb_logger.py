@@ -1,0 +1,77 @@
+"""Weights & Biases, offline by default: the same content as the MLflow logger, in `<run dir>/wandb`.
+
+`metrics.wandb = true`. `metrics.wandb_mode = "offline"` (the default) writes the run under
+`<run dir>/wandb/offline-run-*/` and needs no account or network; `wandb sync <that folder>` uploads it
+later. `online` logs live (after `wandb login`). The config goes in as the run's config (nested as in
+config.toml), every logged record at its step, summary.json's text and a report (where there is one) into
+the run's files; the run id goes into summary.json (`wandb_run_id`). A run continued from a checkpoint
+logs under its W&B run's id: online, W&B resumes that run (it keeps steps increasing, so steps redone after a
+crash are dropped the second time); offline, W&B 0.31 does not resume (wandb/wandb#2423): each continuation
+is its own `offline-run-*` folder under the same id. W&B's own console capture and system sampling are off
+(stride samples the system itself: system.jsonl).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from stride.config.loader import config_to_dict
+from stride.metrics.observe.tracking import (
+    earlier_tracking,
+    flat_metrics,
+    logs_here,
+    missing,
+    remember_tracking,
+    report_files,
+)
+from stride.metrics.run_dir import json_text
+from stride.train.callbacks import Callback, TrainerView
+
+
+class WandbCallback(Callback):
+    def __init__(self, mode: str = "offline", project: str = "stride", name: str = "") -> None:
+        self.mode, self.project, self.name = mode, project, name
+        self.run: Any = None
+
+    def on_fit_start(self, trainer: TrainerView) -> None:
+        if not logs_here():
+            return
+        try:
+            import wandb
+        except ImportError:
+            raise missing("wandb", "wandb") from None
+        if trainer.run_dir is None:
+            raise ValueError("metrics.wandb needs a run directory (the W&B run is written to <run dir>/wandb)")
+        settings = wandb.Settings(console="off", x_disable_stats=True, disable_git=True, save_code=False,
+                                  silent=True)
+        earlier = earlier_tracking(trainer, "wandb").get("id")  # a run continued from a checkpoint: its W&B run
+        self.run = wandb.init(project=self.project, name=self.name or trainer.cfg.train.name, mode=self.mode,
+                              dir=str(trainer.run_dir.path), config=config_to_dict(trainer.cfg), settings=settings,
+                              reinit="create_new", id=earlier,
+                              resume="allow" if earlier and self.mode == "online" else None,
+                              allow_val_change=bool(earlier))
+        remember_tracking(trainer, "wandb", {"id": self.run.id})
+
+    def on_log(self, trainer: TrainerView, rec: Mapping[str, Any]) -> None:
+        if self.run is not None:
+            self.run.log(flat_metrics(rec), step=int(rec["step"]))
+
+    def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
+        if self.run is None:
+            return
+        files = Path(self.run.dir)
+        summary["wandb_run_id"] = self.run.id
+        summary["wandb_run_dir"] = str(files.parent)
+        (files / "summary.json").write_text(json_text(summary))
+        for path in report_files(trainer.run_dir.path if trainer.run_dir is not None else None):
+            shutil.copy2(path, files / path.name)
+        self.run.finish()
+        self.run = None
+
+    def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=1)
+            self.run = None

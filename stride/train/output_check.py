@@ -1,0 +1,102 @@
+"""Before training: does the model's output fit the targets the loss will compare it with?
+
+A model returning [B, 1] against targets [B, 3] trained with only torch's broadcast warning: the loss
+compared every horizon with one prediction. The trainer calls `check_output` once in set-up, on two
+samples of the first batch, before any layout is applied: every rank runs the whole model there (under
+pipeline parallelism only the last stage sees the output during training), so every rank reaches the
+same verdict and a bad model stops the run before its first step, on all ranks alike.
+
+What fits depends on the loss:
+- `[model] loss` (mse, huber; fused or not): the output has the targets' shape, [B, H];
+  quantile: [B, H, Q], one output per horizon and `model.quantiles` level.
+- a loss the caller gives (`Trainer(loss_fn=...)`) or the model's own (`model.loss`): its contract is
+  its own, so only what torch would silently broadcast is refused: an output of the targets' rank
+  with another shape ([B, 1] against [B, 3]).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from stride.config.errors import ConfigError
+from stride.config.schema import RunConfig
+
+SAMPLES = 2  # two, not one: a model that drops or reduces the batch dimension shows it
+
+
+class OutputShapeError(ConfigError):
+    """The model's output does not fit the targets (the message says what was expected, and why)."""
+
+
+def _shape(shape: Sequence[int], batch: int) -> str:
+    dims = ["B" if i == 0 and d == batch else str(d) for i, d in enumerate(shape)]
+    return "[" + ", ".join(dims) + "]"
+
+
+def _targets_why(cfg: RunConfig, y: torch.Tensor) -> str:
+    """Where the targets' last dimension comes from, when [data] says it."""
+    h = cfg.data.horizons
+    if y.dim() == 2 and y.shape[-1] == len(h):
+        return f" ({len(h)} horizons: data.horizons = {list(h)})"
+    return ""
+
+
+def expected_output(cfg: RunConfig, named: str | None, y: torch.Tensor) -> list[int] | None:
+    """The output shape `[model] loss` needs for targets `y`; None for a loss that is not stride's."""
+    if named is None:
+        return None
+    if named == "quantile":
+        return [*y.shape, len(cfg.model.quantiles)]
+    return list(y.shape)
+
+
+def check_output(model: nn.Module, loss_fn: Callable[..., Any], cfg: RunConfig, x: torch.Tensor, y: torch.Tensor,
+                 autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext) -> None:
+    """Run `model` on the first SAMPLES samples of (x, y) (eval mode, no grad, RNG untouched); OutputShapeError
+    if its output cannot be what the loss compares with y. `loss_fn.stride_loss` names a `[model] loss`."""
+    n = min(SAMPLES, len(x))
+    xs, ys = x[:n], y[:n]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []), torch.no_grad(), autocast():
+            out = model(xs)
+    finally:
+        model.train(was_training)
+    named = getattr(loss_fn, "stride_loss", None)
+    model_name = type(model).__name__
+    if not isinstance(out, torch.Tensor):
+        if named is not None:
+            raise OutputShapeError(f"{model_name} returned a {type(out).__name__}; model.loss = {named!r} needs a "
+                                   f"tensor of shape {_shape(expected_output(cfg, named, ys) or [], n)}")
+        return  # a loss of the caller's or the model's own reads whatever the model returns
+    got, want = list(out.shape), expected_output(cfg, named, ys)
+    targets = f"the targets are {_shape(ys.shape, n)}{_targets_why(cfg, ys)}"
+    if want is not None:
+        if got != want:
+            q = (f" (one output per horizon and quantile level, model.quantiles = {list(cfg.model.quantiles)})"
+                 if named == "quantile" else "")
+            silent = " (torch would broadcast the two and train on the wrong values)" if _broadcasts(got, want) else ""
+            raise OutputShapeError(
+                f"{model_name} returned {_shape(got, n)} for a batch of B samples, but model.loss = {named!r} needs "
+                f"{_shape(want, n)}{q}: {targets}{silent}; make the model's output layer return {_shape(want, n)} "
+                "(a `module:factory` model is called with n_horizons=)")
+        return
+    if out.dim() == ys.dim() and got != list(ys.shape) and _broadcasts(got, list(ys.shape)):
+        raise OutputShapeError(
+            f"{model_name} returned {_shape(got, n)} for a batch of B samples and the loss gets it with targets of "
+            f"another shape: {targets}. torch broadcasts the two silently, so the loss would compare the wrong "
+            f"values; return {_shape(ys.shape, n)} from the model (or reshape in the loss)")
+
+
+def _broadcasts(a: list[int], b: list[int]) -> bool:
+    try:
+        torch.broadcast_shapes(torch.Size(a), torch.Size(b))
+    except RuntimeError:
+        return False
+    return True
