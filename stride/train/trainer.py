@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.profiler import record_function
 
 from stride.checkpoint import RunFinished
 from stride.checkpoint.rerun import open_run_folder
@@ -43,18 +42,12 @@ from stride.train.kernels_apply import apply_kernels
 from stride.train.loss import resolve_loss
 from stride.train.output_check import check_output
 from stride.train.precision import Precision
+from stride.train.profiling import phase_range, profiling_active
 from stride.train.progress import TrainProgress
 from stride.train.schedule import build_scheduler, sync_lr
 from stride.train.summary import LoopTally, run_summary
 
 _NULL = contextlib.nullcontext()
-_profiling = torch._C._autograd._profiler_enabled
-
-
-def phase_range(name: str) -> contextlib.AbstractContextManager[Any]:
-    """A `record_function` range for a profiler trace, only while a profiler records (torch.profiler or
-    the autograd profiler): outside one it would cost ~6 us a range (4 a step), for nothing."""
-    return record_function(name) if _profiling() else _NULL
 
 
 @dataclass
@@ -364,7 +357,7 @@ class Trainer:
         record = self.step - tally.start_step > skip or t.steps - tally.start_step <= skip  # warm-up of this process
         # CUDA: the step's events resolve (one host sync) only where their figures are read: log
         # steps, the last step, and steps a profiler traces (stride.metrics.step_timer)
-        resolve = not self.step % self.cfg.metrics.log_every or self.step >= t.steps or _profiling()
+        resolve = not self.step % self.cfg.metrics.log_every or self.step >= t.steps or profiling_active()
         parts = self.timer.end_step(record=record, resolve=resolve)
         if record:
             tally.timed_samples += t.batch_size  # global: every rank's samples
