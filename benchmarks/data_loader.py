@@ -14,6 +14,9 @@
    in-process DataLoader, num_workers=0), steadier on a shared machine. `stride_gather{k}`: the same
    loader with `data.gather_threads = k` (each batch split over k threads), for every k of 2, 4, 8 up
    to this host's cores; `best_stride_loader` names the fastest stride row.
+   `stride_auto`: the loader as a run gets it (the plan of a fresh `stride.data.probe` measurement:
+   copy variant, gather threads, prefetch; `probe_plan` in the JSON); `fraction_of_copy_bound_cpu`
+   = its windows per CPU-second / the copy-bound ceiling (goal >= 0.9); `prefetch_over_no_prefetch_cpu`.
 2. Gather bandwidth (`gather_vs_copy`, float32): every way of gathering a batch that was tried, side
    by side, and plain copies of the same bytes on 1 and 2 threads. `gather_bw_fraction_of_copy` = the
    loader's whole gather over a numpy copy; `copy_bound_*`: windows/s if every byte moved at the
