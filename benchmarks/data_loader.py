@@ -14,6 +14,9 @@
    in-process DataLoader, num_workers=0), steadier on a shared machine. `stride_gather{k}`: the same
    loader with `data.gather_threads = k` (each batch split over k threads), for every k of 2, 4, 8 up
    to this host's cores; `best_stride_loader` names the fastest stride row.
+   `stride_auto`: the loader as a run gets it (the plan of a fresh `stride.data.probe` measurement:
+   copy variant, gather threads, prefetch; `probe_plan` in the JSON); `fraction_of_copy_bound_cpu`
+   = its windows per CPU-second / the copy-bound ceiling (goal >= 0.9); `prefetch_over_no_prefetch_cpu`.
 2. Gather bandwidth (`gather_vs_copy`, float32): every way of gathering a batch that was tried, side
    by side, and plain copies of the same bytes on 1 and 2 threads. `gather_bw_fraction_of_copy` = the
    loader's whole gather over a numpy copy; `copy_bound_*`: windows/s if every byte moved at the
@@ -51,6 +54,7 @@ import numpy as np
 import torch
 
 from stride.data.loader import ShardedLoader
+from stride.data.probe import cpu_name, plan_loader
 from stride.data.store import StoreWriter, open_store
 from stride.data.windows import RowWindows
 
@@ -367,7 +371,8 @@ def main() -> None:
     horizons = [1, 5, 20]
     work = Path(tempfile.mkdtemp(dir=args.workdir, prefix="stride-bench-data-"))
     out: dict[str, object] = {"dataset_mb": args.mb, "seq_len": args.seq_len, "batch": args.batch,
-                              "threads": torch.get_num_threads()}
+                              "threads": torch.get_num_threads(), "cpu": cpu_name(),
+                              "cores": len(os.sched_getaffinity(0)), "load_before": os.getloadavg()}
     try:
         store = make_store(work / "store", args.mb)
         srcs = {"float32": stride_source(store, args.seq_len, horizons)}
@@ -392,7 +397,14 @@ def main() -> None:
                                         gather_threads=k) for dt in srcs for k in ks}
         for (dt, _k), ks_src in ksrcs.items():
             same_batches(ks_src, dss[dt], args.batch)
-        names = ["stride", "stride_1thread", "stride_prefetch", *[f"stride_gather{k}" for k in ks],
+        # the loader as a run gets it: settings from a fresh probe of this host (`data.prefetch/gather_threads="auto"`)
+        asrcs = {dt: stride_source(store, args.seq_len, horizons, features=bf if dt == "bfloat16" else None)
+                 for dt in srcs}
+        plans = {dt: plan_loader(a, args.batch, torch.device("cpu"), "auto", "auto", fresh=True)
+                 for dt, a in asrcs.items()}
+        for dt, a in asrcs.items():
+            same_batches(a, dss[dt], args.batch)
+        names = ["stride", "stride_auto", "stride_1thread", "stride_prefetch", *[f"stride_gather{k}" for k in ks],
                  "torch_w0", "torch_w1", "torch_w2"]
         rates = {dt: {k: [] for k in names} for dt in srcs}
         cpu_rates = {dt: {k: [] for k in names} for dt in srcs}
@@ -409,6 +421,8 @@ def main() -> None:
         for _ in range(args.repeats):
             for dt, s in srcs.items():  # float32 and bf16 alternate: side by side
                 run(dt, "stride", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
+                run(dt, "stride_auto",
+                    lambda a=asrcs[dt], p=plans[dt].prefetch: ShardedLoader(a, args.batch, prefetch=p), nb)
                 torch.set_num_threads(1)
                 run(dt, "stride_1thread", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
                 for k in ks:  # one torch thread in each of the k gathering threads
@@ -428,7 +442,7 @@ def main() -> None:
         for dt in srcs:
             med = {k: statistics.median(v) for k, v in rates[dt].items()}
             cpu = {k: statistics.median(v) for k, v in cpu_rates[dt].items()
-                   if k in ("stride", "stride_prefetch", "torch_w0", "torch_w0_previous")}
+                   if k in ("stride", "stride_auto", "stride_prefetch", "torch_w0", "torch_w0_previous")}
             best_torch = max(med["torch_w0"], med["torch_w1"], med["torch_w2"])
             best_stride = max(v for k, v in med.items() if k.startswith("stride"))
             tag = "" if dt == "float32" else "_bf16"
@@ -442,6 +456,11 @@ def main() -> None:
             out[f"copy_bound_windows_per_cpu_s{tag}"] = round(bw["copy_numpy_per_cpu_s"] / window_bytes)
             out[f"copy_bound_speedup_vs_torch_dataloader_cpu{tag}"] = (
                 bw["copy_numpy_per_cpu_s"] / window_bytes / cpu["torch_w0"])
+            # what the host allows, reached: the loader as probed (goal >= 0.9), and prefetch against none
+            out[f"fraction_of_copy_bound_cpu{tag}"] = cpu["stride_auto"] / (bw["copy_numpy_per_cpu_s"] / window_bytes)
+            out[f"prefetch_over_no_prefetch_cpu{tag}"] = cpu["stride_prefetch"] / cpu["stride"]
+            out[f"probe_plan{tag}"] = {"prefetch": plans[dt].prefetch, "gather_threads": plans[dt].gather_threads,
+                                       "copy": plans[dt].figures.get("chosen_copy"), "reasons": plans[dt].reasons}
         out["headline"] = "float32 (the store's default dtype; bf16 halves the bytes by dropping precision)"
         out["gather_threads_tried"] = [1, *ks]
         out["gather_bw_fraction_of_copy"] = bw["gather_full"] / bw["copy_numpy"]
@@ -474,6 +493,7 @@ def main() -> None:
             out["rss_anon_growth_mb"] = rss[f"{hi}_hints"]["rss_anon_mb"] - rss[f"{lo}_hints"]["rss_anon_mb"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    out["load_after"] = os.getloadavg()
     if not args.json:
         for k, v in out.items():
             print(f"{k}: {v}")

@@ -37,7 +37,7 @@ ALLOWED = frozenset({
     "train.device", "train.deterministic",
     # evaluation and loading, not training
     "train.val_every", "train.val_batches", "data.prefetch", "data.pin_memory", "data.resident_mb",
-    "data.gather_threads",
+    "data.gather_threads", "data.device_resident",
     # Not here: train.compile. "model+optimizer" keeps the learning rate as a tensor in the optimizer state,
     # and a checkpoint written in another mode does not load into it cleanly (a float lr recompiles the
     # optimizer step at every step).

@@ -1,4 +1,5 @@
-"""`stride data synth|ingest|inspect`: make a market dataset, turn files into a store, look at a store."""
+"""`stride data synth|ingest|inspect|probe`: make a market dataset, turn files into a store, look at a store,
+measure the loader's settings on this host."""
 
 from __future__ import annotations
 
@@ -38,6 +39,13 @@ def register(p: argparse.ArgumentParser) -> None:
     n.add_argument("--verify", action="store_true", help="recompute every sha256 (reads every byte)")
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=run_inspect)
+
+    pr = sub.add_parser("probe", help="measure the loader's copy, gather threads and prefetch on this host (cached)")
+    pr.add_argument("config", nargs="?", default=None, help="a run config (default: the built-in defaults)")
+    pr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    pr.add_argument("--device", default=None, help="the device the run trains on (default: the config's)")
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(func=run_probe)
 
 
 def run_synth(args: argparse.Namespace) -> int:
@@ -108,3 +116,52 @@ def run_inspect(args: argparse.Namespace) -> int:
     print(f"{m['n_rows']:,} rows, {len(m['columns'])} columns ({m['dtype']}, {size:.1f} MiB): "
           f"{', '.join(m['columns'])}")
     return 0
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    """Measure afresh (the cached plan is replaced), as the training run with this config would use it."""
+    import dataclasses
+
+    import torch
+
+    from stride.config import ConfigError, load_config
+    from stride.data.build import build_data
+    from stride.data.probe import plan_loader
+    from stride.train.device import resolve_device
+
+    try:
+        cfg = load_config(args.config, args.set)
+        device = resolve_device(args.device or cfg.train.device)
+        if cfg.train.threads is not None:
+            torch.set_num_threads(cfg.train.threads)
+        data = dataclasses.replace(cfg.data, prefetch=0, gather_threads=1, device_resident=False)
+        bundle = build_data(data, cfg.train.batch_size, device)  # the source, without a probe of its own
+    except (ConfigError, OSError, ValueError) as exc:
+        from stride.errors import one_line
+
+        print(f"stride data probe: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    plan = plan_loader(bundle.train.source, cfg.train.batch_size, device, "auto", "auto",
+                       cfg.data.store if cfg.data.source == "store" else None, fresh=True)
+    out = plan.as_dict()
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    f = out["figures"]
+    print(f"host: {_host_line()}; device {device}")
+    for name, ms in f["batch_ms"].items():
+        print(f"  copy {name:22s} {ms:8.3f} ms a batch of {f['batch_windows']}")
+    print(f"gather {f['gather_GBps_per_cpu_s']:.2f} GB per CPU-second against a copy of the same bytes at "
+          f"{f['copy_GBps_per_cpu_s']:.2f} ({f['gather_fraction_of_copy']:.2f})")
+    for what, why in out["reasons"].items():
+        print(f"{what}: {why}")
+    print(f"kept in {f['cache']}")
+    return 0
+
+
+def _host_line() -> str:
+    import torch
+
+    from stride.data.probe import cpu_name, usable_cores
+
+    return f"{cpu_name()}, {usable_cores()} usable cores, torch {torch.get_num_threads()} threads"

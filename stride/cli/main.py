@@ -18,7 +18,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("bench", "bench", "run the benchmark suite (default: quick) and print a table"),
     ("compare", "compare", "compare two results.json files against their run-to-run noise"),
     ("report", "report", "write report.html and summary.md from a bench results directory"),
-    ("data", "data", "synthesize, ingest and inspect market data stores"),
+    ("data", "data", "synthesize, ingest and inspect market data stores; probe the loader on this host"),
     ("profile", "profile", "train under torch.profiler, write traces per rank, and analyze them"),
     ("analyze", "analyze", "where a step's time goes, from profiler traces"),
     ("comm", "comm", "collective benchmark in the manner of nccl-tests"),

@@ -141,8 +141,11 @@ def coerce(value: Any, tp: Any, key: str, where: str = "") -> Any:
                 try:
                     return coerce(value, arg, key, where)
                 except ConfigError as exc:
-                    errors.append(exc)
-        raise errors[0]
+                    errors.append((arg, exc))
+        # the error of the alternative the value looks like (a string: the choices; a number: its range),
+        # and the whole type where there are several
+        exc = next((e for a, e in errors if _same_kind(value, a)), errors[0][1])
+        raise exc if len(errors) == 1 else ConfigError(f"{exc}; expected {describe(tp)}")
     base, constraints = _split(tp)
     value = _coerce_base(value, base, key, where)
     at = f"{where}: " if where else ""
@@ -153,6 +156,13 @@ def coerce(value: Any, tp: Any, key: str, where: str = "") -> Any:
         if problem:
             raise ConfigError(f"{at}`{key}` = {value!r} {problem}")
     return value
+
+
+def _same_kind(value: Any, tp: Any) -> bool:
+    base = _split(tp)[0]
+    if typing.get_origin(base) is typing.Literal:
+        return isinstance(value, str)
+    return isinstance(value, bool) if base is bool else isinstance(value, base) if isinstance(base, type) else False
 
 
 def _coerce_base(value: Any, tp: Any, key: str, where: str) -> Any:

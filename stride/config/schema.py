@@ -115,14 +115,20 @@ class DataConfig:
     """Let windows span a day boundary (store source); false keeps history and target inside one UTC day."""
     batch_dtype: BatchDtype = "float32"
     """Dtype of the feature windows handed out (store source; targets stay float32): bfloat16 moves half the bytes."""
-    prefetch: Annotated[int, NonNegative] = 2
-    """Batches built ahead in a background thread; 0: built in the step (raise it if the breakdown shows data wait)."""
+    prefetch: Literal["auto"] | Annotated[int, NonNegative] = "auto"
+    """Batches built ahead in a background thread; 0: built in the step; auto: 2 where a measured probe finds a
+    free core and a batch that costs more to build than to hand over, else 0 (docs/data.md, `stride data probe`)."""
     pin_memory: bool = True
     """Pin batches in host memory for non-blocking copies to the GPU (CUDA only)."""
     resident_mb: Annotated[float, NonNegative] = 0.0
     """MiB of mapped store pages after which they are unmapped (RSS stays flat; pages stay cached); 0: never."""
-    gather_threads: Annotated[int, Positive] = 1
-    """Threads gathering each batch of windows (store source); more only on hosts with cores and bandwidth to spare."""
+    gather_threads: Literal["auto"] | Annotated[int, Positive] = "auto"
+    """Threads copying each batch of windows; auto: 1, or more where cores are free and the probe measured them
+    faster (a GPU host's spare cores)."""
+    device_resident: Literal["auto"] | bool = "auto"
+    """Keep the training split on the device and gather windows there (one index kernel a batch: no host copy,
+    no staging, no data wait); the same batches. auto: on for a CUDA device when the split fits in a quarter of
+    the free device memory."""
 
 
 @dataclass

@@ -1,8 +1,14 @@
-"""Build train/validation batch sources from `[data]`: synthetic market, an ingested store, or `module:factory`."""
+"""Build train/validation batch sources from `[data]`: synthetic market, an ingested store, or `module:factory`.
+
+The training loader's settings are chosen here for the device the run trains on: the split on the
+device (`data.device_resident`, stride.data.device_windows), or the host path with the prefetch,
+gather threads and copy kernel the host probe measured (`data.prefetch` / `data.gather_threads` =
+"auto", stride.data.probe). What was chosen and why is `DataBundle.loader` (summary.json's `data_loader`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -10,9 +16,11 @@ import torch
 from stride.config.errors import ConfigError
 from stride.config.plugins import call_factory
 from stride.config.schema import DataConfig
+from stride.data.device_windows import DeviceWindows, device_bytes, fits
 from stride.data.loader import ShardedLoader
+from stride.data.probe import plan_loader
 from stride.data.synthetic import forward_targets, generate_market
-from stride.data.windows import WindowBatches, window_ends
+from stride.data.windows import ArrayWindows, WindowBatches, window_ends
 
 
 @dataclass
@@ -22,9 +30,26 @@ class DataBundle:
     n_features: int
     seq_len: int
     n_horizons: int
+    loader: dict[str, Any] | None = field(default=None)  # how the training loader was set up, and why
 
 
-def build_synthetic(cfg: DataConfig, batch_size: int) -> DataBundle:
+def train_loader(cfg: DataConfig, source: Any, batch_size: int, device: torch.device,
+                 store: str | None = None) -> tuple[ShardedLoader, dict[str, Any]]:
+    """The training loader over `source` on `device`, and the record of how it was chosen."""
+    if cfg.device_resident is True or (cfg.device_resident == "auto" and fits(source, device)[0]):
+        why = "set in the config" if cfg.device_resident is True else fits(source, device)[1]
+        dev = DeviceWindows(source, device)
+        loader = ShardedLoader(dev, batch_size, seed=cfg.seed, prefetch=0, pin_memory=False)
+        return loader, {"device_resident": True, "device_resident_reason": why, "device_bytes": device_bytes(source),
+                        "prefetch": 0, "gather_threads": 0, "origin": "device",
+                        "reasons": {"prefetch": "0: batches are gathered on the device"}}
+    why = "set in the config" if cfg.device_resident is False else fits(source, device)[1]
+    plan = plan_loader(source, batch_size, device, cfg.prefetch, cfg.gather_threads, store)
+    loader = ShardedLoader(source, batch_size, seed=cfg.seed, prefetch=plan.prefetch, pin_memory=cfg.pin_memory)
+    return loader, {"device_resident": False, "device_resident_reason": why, **plan.as_dict()}
+
+
+def build_synthetic(cfg: DataConfig, batch_size: int, device: torch.device | None = None) -> DataBundle:
     series = generate_market(cfg.n_assets, cfg.n_steps, cfg.seed)
     targets = forward_targets(series.returns, cfg.horizons, series.vol)
     t, max_h = cfg.seq_len, max(cfg.horizons)
@@ -38,34 +63,36 @@ def build_synthetic(cfg: DataConfig, batch_size: int) -> DataBundle:
             f"val_fraction={cfg.val_fraction} leave too few windows for batch size {batch_size}; raise data.n_steps"
         )
     feats, tgt = torch.from_numpy(series.features), torch.from_numpy(targets)
-    pin = cfg.pin_memory
-    train = WindowBatches(feats, tgt, window_ends(cfg.n_assets, first, split), t, batch_size, seed=cfg.seed,
-                          prefetch=cfg.prefetch, pin_memory=pin)
+    source = ArrayWindows(feats, tgt, window_ends(cfg.n_assets, first, split), t)
+    train, info = train_loader(cfg, source, batch_size, device or torch.device("cpu"))
     val = WindowBatches(
         feats, tgt, window_ends(cfg.n_assets, val_lo, last), t, batch_size,
-        seed=cfg.seed + 1, drop_last=False, stateful=False, pin_memory=pin,
+        seed=cfg.seed + 1, drop_last=False, stateful=False, pin_memory=cfg.pin_memory,
     )
-    return DataBundle(train, val, feats.shape[-1], t, len(cfg.horizons))
+    return DataBundle(train, val, feats.shape[-1], t, len(cfg.horizons), info)
 
 
-def build_store(cfg: DataConfig, batch_size: int) -> DataBundle:
+def build_store(cfg: DataConfig, batch_size: int, device: torch.device | None = None) -> DataBundle:
     from stride.data.splits import build_store_sources
 
     src = build_store_sources(cfg)
     if len(src.train) < batch_size:
         raise ConfigError(f"[data]: the train split of {cfg.store} has {len(src.train)} windows, fewer than "
                           f"batch size {batch_size}")
-    train = ShardedLoader(src.train, batch_size, seed=cfg.seed, prefetch=cfg.prefetch, pin_memory=cfg.pin_memory)
+    train, info = train_loader(cfg, src.train, batch_size, device or torch.device("cpu"), cfg.store)
+    if not info["device_resident"]:  # validation copies as the probe chose for training
+        src.val.configure_gather(1, use_native=info["native"], read_ahead=info["read_ahead"], stream=info["stream"])
     val = ShardedLoader(src.val, batch_size, seed=cfg.seed + 1, drop_last=False, stateful=False,
                         pin_memory=cfg.pin_memory)
-    return DataBundle(train, val, src.n_features, cfg.seq_len, len(cfg.horizons))
+    return DataBundle(train, val, src.n_features, cfg.seq_len, len(cfg.horizons), info)
 
 
-def build_data(cfg: DataConfig, batch_size: int) -> DataBundle:
+def build_data(cfg: DataConfig, batch_size: int, device: torch.device | None = None) -> DataBundle:
+    """The run's data for training on `device` (default: the CPU)."""
     if cfg.source == "synthetic":
-        return build_synthetic(cfg, batch_size)
+        return build_synthetic(cfg, batch_size, device)
     if cfg.source == "store":
-        return build_store(cfg, batch_size)
+        return build_store(cfg, batch_size, device)
     if ":" in cfg.source:
         return call_factory(cfg.source, "data.source", DataBundle, cfg=cfg, batch_size=batch_size, **cfg.kwargs)
     raise ConfigError(f"`data.source` = {cfg.source!r}: expected `synthetic`, `store` or `module:factory`")

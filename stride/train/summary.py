@@ -51,6 +51,7 @@ class Summarised(Protocol):
     kernels_impl: str
     skipped_steps: int
     saved_activation_bytes: int | None
+    data_loader: dict[str, Any] | None
 
 
 def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dict[str, Any]:
@@ -101,4 +102,5 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "params_sha256": params_sha256(par.pipeline.full_state(tr.model) if par.pipeline else tr.model),
         "pipeline": par.plan_summary(),
         "config_hash": config_hash(tr.cfg),
+        "data_loader": tr.data_loader,  # the loader's settings, why, and the probe's figures (stride.data.probe)
     }

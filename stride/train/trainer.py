@@ -8,6 +8,7 @@ records config, environment, metrics.jsonl and summary.json.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.profiler import record_function
 
 from stride.checkpoint import RunFinished
 from stride.checkpoint.rerun import open_run_folder
@@ -42,9 +42,12 @@ from stride.train.kernels_apply import apply_kernels
 from stride.train.loss import resolve_loss
 from stride.train.output_check import check_output
 from stride.train.precision import Precision
+from stride.train.profiling import phase_range, profiling_active
 from stride.train.progress import TrainProgress
 from stride.train.schedule import build_scheduler, sync_lr
 from stride.train.summary import LoopTally, run_summary
+
+_NULL = contextlib.nullcontext()
 
 
 @dataclass
@@ -79,7 +82,7 @@ class Trainer:
         configure_process(t, self.device)
         bundle = None
         if model is None or train_data is None:
-            bundle = build_data(self.cfg.data, t.batch_size)
+            bundle = build_data(self.cfg.data, t.batch_size, self.device)
             train_data = train_data if train_data is not None else bundle.train
             val_data = val_data if val_data is not None else bundle.val
         if model is None:
@@ -90,6 +93,8 @@ class Trainer:
         self.loss_fn = resolve_loss(model, self.cfg, loss_fn)
         # Layout checked before any process group; then mesh (N > 1 processes) and per-rank data.
         self.par = Parallel.create(self.cfg, self.model, self.device, self.cfg.data.seq_len // self.cfg.model.patch_len)
+        # how the training loader was set up (the host probe's choice, or the split on the device)
+        self.data_loader = bundle.loader if bundle is not None and train_data is bundle.train else None
         self.train_data = self.par.shard_data(as_batches(train_data, t.batch_size, t.seed))
         self.val_data = as_batches(val_data, t.batch_size, t.seed, shuffle=False) if val_data is not None else None
         self.precision = Precision(t.precision, self.device)
@@ -227,38 +232,46 @@ class Trainer:
         """One optimizer step over the global batch (x, y) in grad_accum micro-batches; returns the loss."""
         t, timer, accum = self.cfg.train, self.timer, self.cfg.train.grad_accum
         micro = len(x) // accum
-        loss_sum = torch.zeros((), device=self.device)
+        # One micro-step: the loss is the step's loss as it is (no zeros, division or sum: 3 tensor ops
+        # and a DivBackward node a step, ~18 us, for the same bits); accumulation sums loss / accum.
+        loss_sum = torch.zeros((), device=self.device) if accum > 1 else None
         if self.par.comm_timer is not None:
             self.par.comm_timer.reset()
         if self.par.pipeline is not None:
             # One schedule over grad_accum x microbatches; forward and backward interleave, so the
             # phases are the stages' compute and the rest of the schedule's time ("pipeline_wait").
-            with record_function("stride.pipeline"), self.precision.autocast():
+            with phase_range("stride.pipeline"), self.precision.autocast():
                 loss_sum = self.par.pipeline.train_step(x, y)
             compute = self.par.pipeline.compute_seconds()
             timer.mark_split("pipeline_wait", compute if self.device.type == "cpu" else {})
             accum = 0  # no micro-step loop below
         for i in range(accum):
             # Gradients are communicated on the last micro-step only (DDP no_sync / FSDP2 sync off).
-            with self.par.grad_sync(i == accum - 1):
+            with self.par.grad_sync(i == accum - 1) if self.par.enabled else _NULL:
                 xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
                 # (not under TP: saved DTensors have no storage to measure)
                 measure = self.saved_activation_bytes is None and t.compile == "off" and not self.n_tp
                 saved = SavedActivations() if measure else None
-                with record_function("stride.forward"):
+                with phase_range("stride.forward"):
                     if saved is not None:
                         saved.__enter__()
                     with self.precision.autocast():
-                        loss = self.loss_fn(self.wrapped(xm), ym) / accum
+                        loss = self.loss_fn(self.wrapped(xm), ym)
+                        if accum > 1:
+                            loss = loss / accum
                     if saved is not None:
                         saved.__exit__(None, None, None)
                         self.saved_activation_bytes = saved.bytes
                 timer.mark("forward")
-                with record_function("stride.backward"):
+                with phase_range("stride.backward"):
                     self.precision.backward(loss)
-                loss_sum += loss.detach()
+                if loss_sum is None:
+                    loss_sum = loss.detach()
+                else:
+                    loss_sum += loss.detach()
                 timer.mark("backward")
-        with record_function("stride.optimizer"):
+        assert loss_sum is not None
+        with phase_range("stride.optimizer"):
             grad_norm = None
             if t.grad_clip is not None:
                 self.precision.unscale(self.optimizer)
@@ -315,7 +328,7 @@ class Trainer:
             while self.step < t.steps:
                 self.timer.start_step()
                 self.par.begin_step(self.step + 1)  # named if a collective hangs (stride.parallel.watchdog)
-                with record_function("stride.data"):
+                with phase_range("stride.data"):
                     x, y = self.next_batch()
                 self.timer.mark("data")
                 loss_sum = self.train_step(x, y)
@@ -342,7 +355,10 @@ class Trainer:
         """Close the step's timer; steps after the warm-up count towards throughput and the breakdown."""
         t, skip = self.cfg.train, self.cfg.metrics.skip_steps
         record = self.step - tally.start_step > skip or t.steps - tally.start_step <= skip  # warm-up of this process
-        parts = self.timer.end_step(record=record)
+        # CUDA: the step's events resolve (one host sync) only where their figures are read: log
+        # steps, the last step, and steps a profiler traces (stride.metrics.step_timer)
+        resolve = not self.step % self.cfg.metrics.log_every or self.step >= t.steps or profiling_active()
+        parts = self.timer.end_step(record=record, resolve=resolve)
         if record:
             tally.timed_samples += t.batch_size  # global: every rank's samples
             if self.par.comm_timer is not None:

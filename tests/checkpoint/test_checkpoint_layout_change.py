@@ -51,7 +51,7 @@ def test_layout_and_execution_changes_resume_and_are_reported(tmp_path: Path, ca
     s = fit(out, *LAYOUT_ALLOWED, callbacks=[rec])
     assert s["checkpoint"]["resumed_from"] == "step_00000003"
     assert s["checkpoint"]["resume_changes"] == [
-        "data.prefetch: 2 (checkpoint) -> 0 (now)",
+        "data.prefetch: 'auto' (checkpoint) -> 0 (now)",
         "parallel.ddp_bucket_mb: 25.0 (checkpoint) -> 1.0 (now)",
         "train.grad_accum: 1 (checkpoint) -> 2 (now)",
     ]

@@ -273,7 +273,7 @@ def test_step_timer_splits_a_phase_into_the_parts_timed_inside_it(monkeypatch):
     """Under pp the schedule's time is split into the stages' compute and the rest (pipeline_wait)."""
     import stride.metrics.step_timer as st
 
-    clock = iter([0.0, 0.0, 1.0, 11.0, 12.0, 12.5])  # start (t0, stamp), data, schedule, optimizer, end
+    clock = iter([0.0, 1.0, 11.0, 12.0, 12.5])  # start (one read on CPU), data, schedule, optimizer, end
     monkeypatch.setattr(st.time, "perf_counter", lambda: next(clock))
     timer = st.StepTimer(torch.device("cpu"))
     timer.start_step()

@@ -1,0 +1,261 @@
+"""The loader's settings chosen per host by measuring, not guessing: copy kernel, gather threads, prefetch.
+
+`plan_loader` answers, for one window source and batch size on this host and device:
+- **copy**: the C kernel's read-ahead (0: one memcpy a window; 2048 bytes along the batch) and, for
+  batches larger than the L2 cache, streaming stores, or the numpy fallback: each timed on the same
+  batches in alternation (CPU time of this thread), the fastest kept (all give the same bytes).
+- **gather threads**: 1, or k > 1 where k threads are free (the device is not the CPU, or the CPU
+  has cores torch's threads do not use) and k split batches ran at least 15% faster (wall time).
+- **prefetch** (a background thread building batches ahead): only where a core is free for it
+  while the step runs (a GPU step, or spare cores), and where the batch costs the main thread more
+  to build than to take from the thread (both measured). On a CPU whose cores all run torch's
+  threads the step and the gather share the same cores: prefetching moves no work off them and adds
+  the hand-off (measured on the AMD EPYC development host: the quick-start loader took 34 us of CPU a
+  batch in the step and 101 us with a prefetch thread).
+The probe takes a few tenths of a second; its result is kept per host (CPU model and flags, usable
+cores, torch version and threads, the kernel's source) and per source shape in a JSON file: the
+store's `derived/loader_probe.json` for a store (beside its other derived files; the host cache
+where that folder cannot be written), `$STRIDE_CACHE_DIR/loader_probe.json` (else
+~/.cache/stride/) otherwise. `stride data probe CONFIG` measures afresh. The plan and its figures go
+into the run's summary.json (`data_loader`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from stride.data import native
+from stride.data.gather import READ_AHEAD, l2_bytes
+from stride.data.loader import ShardedLoader
+
+PROBE_VERSION = 1
+BUDGET_S = 0.3  # measuring time, split among the variants
+FASTER = 1.15  # gather threads must beat one thread by this much (wall time) to be chosen
+
+
+@dataclass
+class LoaderPlan:
+    prefetch: int
+    gather_threads: int
+    read_ahead: int = READ_AHEAD
+    stream: bool | None = None
+    native: bool = True
+    origin: str = "config"  # probe | cache | config
+    figures: dict[str, Any] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def cpu_name() -> str:
+    """The CPU's model name ('AMD EPYC'), as /proc/cpuinfo gives it."""
+    lines = _cpuinfo()
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(("model name", "Model"))), "") \
+        or platform.processor() or platform.machine()
+
+
+def _cpu_signature() -> str:
+    flags = next((ln.split(":", 1)[1] for ln in _cpuinfo() if ln.startswith(("flags", "Features"))), "")
+    return f"{cpu_name()}|flags:{hashlib.sha256(' '.join(sorted(flags.split())).encode()).hexdigest()[:12]}"
+
+
+def plan_key(source: Any, batch: int, device: torch.device) -> str:
+    """What the plan depends on: host, cores, torch and its threads, the kernel, the batch's shape and dtypes."""
+    g = source._gather
+    kernel = hashlib.sha256(native.SOURCE.read_bytes()).hexdigest()[:12]
+    return (f"v{PROBE_VERSION}|{_cpu_signature()}|cores:{usable_cores()}|torch:{torch.__version__}|"
+            f"threads:{torch.get_num_threads()}|kernel:{kernel}|device:{device.type}|rows:{g.dtype}|"
+            f"T:{g.seq_len}|F:{g._f}|batch:{batch}|{source.batch_signature()}")
+
+
+def cache_path(store: str | None = None) -> Path:
+    if store:
+        derived = Path(store) / "derived"
+        if os.access(derived if derived.is_dir() else Path(store), os.W_OK):
+            return derived / "loader_probe.json"
+    if os.environ.get("STRIDE_CACHE_DIR"):
+        return Path(os.environ["STRIDE_CACHE_DIR"]) / "loader_probe.json"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stride" / "loader_probe.json"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or damaged: measure again
+    return obj if isinstance(obj, dict) else {}
+
+
+def _write(path: Path, key: str, plan: LoaderPlan) -> None:
+    kept = _read(path)
+    kept[key] = {k: v for k, v in plan.as_dict().items() if k != "origin"}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(kept, indent=1))
+        tmp.replace(path)  # a reader sees the old file or the new one
+    except OSError:
+        pass  # read-only: the plan still holds for this run
+
+
+def _timed(fn, idx: list[torch.Tensor], clock) -> float:  # noqa: ANN001
+    t0 = clock()
+    for i in idx:
+        fn(i)
+    return (clock() - t0) / len(idx)
+
+
+def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUDGET_S) -> LoaderPlan:
+    """Time the variants on this host (see the module docstring) and return the plan with its figures."""
+    n, rng = len(source), torch.Generator().manual_seed(0)
+    per = min(n, batch)
+    idx = [torch.randint(0, n, (per,), generator=rng) for _ in range(64)]
+    source.gather(idx[0])  # build the kernel, map pages
+    big = per * source._gather.seq_len * source._gather._f * source._gather._raw.element_size() > l2_bytes()
+    variants: dict[str, dict[str, Any]] = {"numpy": {"use_native": False}}
+    if native.load() is not None:
+        for ra in (0, READ_AHEAD):
+            for st in ((False, True) if big else (False,)):
+                variants[f"native_ra{ra}{'_stream' if st else ''}"] = {"read_ahead": ra, "stream": st}
+    source.configure_gather(1, **variants["numpy"])
+    one = _timed(source.gather, idx[:2], time.thread_time)
+    rounds = int(max(2, min(16, budget_s / 2 / max(one, 1e-5) / len(variants))))
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(rounds):
+        for name in (variants if r % 2 == 0 else reversed(list(variants))):
+            source.configure_gather(1, **variants[name])
+            times[name].append(_timed(source.gather, [idx[(r * 3 + j) % len(idx)] for j in range(2)],
+                                      time.thread_time))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    best = min(med, key=med.__getitem__)
+    copy_cfg = variants[best]
+    x0 = source.gather(idx[0])[0]
+    bytes_per = x0.numel() * x0.element_size()
+    figures: dict[str, Any] = {"batch_ms": {k: v * 1e3 for k, v in med.items()}, "chosen_copy": best,
+                               "window_bytes": bytes_per // per, "batch_windows": per,
+                               "gather_GBps_per_cpu_s": bytes_per / med[best] / 1e9,
+                               "copy_GBps_per_cpu_s": _copy_rate(source, bytes_per),
+                               "native": native.load() is not None,
+                               "native_unavailable": native.unavailable_reason() or None}
+    figures["gather_fraction_of_copy"] = figures["gather_GBps_per_cpu_s"] / figures["copy_GBps_per_cpu_s"]
+    reasons = {"copy": f"{best}: {med[best] * 1e3:.3f} ms a batch of {per} (fastest of {len(variants)} timed "
+                       f"in {rounds} alternated rounds)"}
+    cores, tthreads = usable_cores(), torch.get_num_threads()
+    free = cores if device.type != "cpu" else max(0, cores - tthreads)
+    threads = 1
+    if free >= 1:
+        ks = [k for k in (2, 4, 8) if k - 1 <= free and k <= cores]  # this thread and k - 1 helpers
+        walls = {1: _timed(source.gather, idx[:4], time.perf_counter)}
+        for k in ks:
+            source.configure_gather(k, **copy_cfg)
+            walls[k] = _timed(source.gather, idx[:4], time.perf_counter)
+        fastest = min(walls, key=walls.__getitem__)
+        threads = fastest if walls[1] / walls[fastest] >= FASTER else 1
+        figures["gather_threads_wall_ms"] = {str(k): v * 1e3 for k, v in walls.items()}
+        reasons["gather_threads"] = f"{threads}: wall ms a batch by threads {figures['gather_threads_wall_ms']}"
+    else:
+        reasons["gather_threads"] = f"1: torch's {tthreads} threads use all {cores} usable cores"
+    source.configure_gather(threads, **copy_cfg)
+    prefetch, reasons["prefetch"] = _choose_prefetch(source, batch, device, free, figures)
+    return LoaderPlan(prefetch, threads, int(copy_cfg.get("read_ahead", READ_AHEAD)), copy_cfg.get("stream"),
+                      best != "numpy", "probe", figures, reasons)
+
+
+def _copy_rate(source: Any, nbytes: int, reps: int = 5) -> float:
+    """GB per CPU-second of one contiguous copy of `nbytes` of the source's rows (numpy, the same buffer)."""
+    rows = source._gather._rows
+    flat = rows.reshape(-1).view(np.uint8)
+    nbytes = min(nbytes, flat.size // 2)
+    dst = np.empty(nbytes, np.uint8)
+    lo = np.random.default_rng(1).integers(0, flat.size - nbytes, reps)
+    out = []
+    for a in lo.tolist():
+        c0 = time.thread_time()
+        np.copyto(dst, flat[a : a + nbytes])
+        out.append(time.thread_time() - c0)
+    return nbytes / max(statistics.median(out), 1e-9) / 1e9
+
+
+def _choose_prefetch(source: Any, batch: int, device: torch.device, free: int, figures: dict) -> tuple[int, str]:
+    if free < 1:
+        return 0, (f"0: no core is free for a prefetch thread (torch uses {torch.get_num_threads()} threads on "
+                   f"{usable_cores()} usable cores; the step and the gather would share them)")
+    main: dict[int, list[float]] = {}
+    k = min(6, len(ShardedLoader(source, batch, drop_last=False)) - 1)
+    if k < 2:
+        return 0, "0: too few batches to measure a prefetch thread against"
+    for depth in (0, 2, 0, 2):  # the main thread's CPU a batch, building it or taking it from the thread
+        it = iter(ShardedLoader(source, batch, prefetch=depth, stateful=False, drop_last=False))
+        next(it)
+        t0 = time.thread_time()
+        for _ in range(k):
+            next(it)
+        main.setdefault(depth, []).append((time.thread_time() - t0) / k)
+        it.close()  # type: ignore[attr-defined]
+    build, take = min(main[0]), min(main[2])
+    figures["main_thread_ms_per_batch"] = {"build": build * 1e3, "take_from_prefetch": take * 1e3}
+    if take < build:
+        return 2, f"2: a free core builds batches; the main thread takes one in {take * 1e3:.3f} ms, builds it in " \
+                  f"{build * 1e3:.3f} ms"
+    return 0, f"0: taking a batch from the thread ({take * 1e3:.3f} ms) costs the main thread no less than " \
+              f"building it ({build * 1e3:.3f} ms)"
+
+
+def plan_loader(source: Any, batch: int, device: torch.device, prefetch: int | str, gather_threads: int | str,
+                store: str | None = None, fresh: bool = False) -> LoaderPlan:
+    """The settings for `source`: the config's where it names them, the probe's (cached per host) for "auto"."""
+    if prefetch != "auto" and gather_threads != "auto":
+        plan = LoaderPlan(int(prefetch), int(gather_threads), native=native.load() is not None,
+                          reasons={"prefetch": "set in the config", "gather_threads": "set in the config"})
+        source.configure_gather(plan.gather_threads)
+        return plan
+    key, path = plan_key(source, batch, device), cache_path(store)
+    plan = None if fresh else _cached(path, key)
+    if plan is None:
+        plan = measure(source, batch, device)
+        _write(path, key, plan)
+    else:
+        source.configure_gather(plan.gather_threads, use_native=plan.native, read_ahead=plan.read_ahead,
+                                stream=plan.stream)
+    plan.figures["cache"] = str(path)
+    if prefetch != "auto":
+        plan.prefetch, plan.reasons["prefetch"] = int(prefetch), "set in the config"
+    if gather_threads != "auto":
+        plan.gather_threads, plan.reasons["gather_threads"] = int(gather_threads), "set in the config"
+        source.configure_gather(plan.gather_threads, use_native=plan.native, read_ahead=plan.read_ahead,
+                                stream=plan.stream)
+    return plan
+
+
+def _cached(path: Path, key: str) -> LoaderPlan | None:
+    got = _read(path).get(key)
+    if not isinstance(got, dict):
+        return None
+    try:
+        return LoaderPlan(**{**got, "origin": "cache"})
+    except TypeError:
+        return None  # written by another layout: measure again

@@ -1,0 +1,117 @@
+"""Device-resident series (`data.device_resident`), run here with device = cpu: the same batches as the host
+path, bit for bit (synthetic and store sources, float32 with train normalisation, bf16, several runs), the
+same sampler state and an exact resume; "auto" stays off on a CPU device and the summary says so."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
+from data_fixtures import write_parquet_dataset  # noqa: E402
+from helpers import small_config  # noqa: E402
+
+from stride.config import load_config  # noqa: E402
+from stride.data.build import build_data, train_loader  # noqa: E402
+from stride.data.device_windows import DeviceWindows, device_bytes, fits  # noqa: E402
+from stride.data.ingest import ingest  # noqa: E402
+from stride.data.splits import build_store_sources  # noqa: E402
+from stride.train.trainer import Trainer  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("device")
+    write_parquet_dataset(root / "src", symbols=("AAA", "BBB", "CCC"), n_days=3, per_day=60)
+    return ingest(root / "src", root / "store")
+
+
+def _store_cfg(store: Path, *extra: str):  # noqa: ANN202
+    return load_config(overrides=['data.source="store"', f'data.store="{store}"', "data.seq_len=8",
+                                  "data.horizons=[1, 3]", "data.val_fraction=0.3", *extra]).data
+
+
+def _same(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> bool:
+    (xa, ya), (xb, yb) = a, b
+    bits = (lambda t: t.view(torch.int16)) if xa.dtype == torch.bfloat16 else (lambda t: t.view(torch.int32))
+    return xa.dtype == xb.dtype and xa.shape == xb.shape and torch.equal(bits(xa), bits(xb)) and \
+        torch.equal(ya.view(torch.int32), yb.view(torch.int32))
+
+
+@pytest.mark.parametrize("extra", [[], ['data.normalize="train"'], ['data.batch_dtype="bfloat16"'],
+                                   ['data.normalize="rolling"', "data.normalize_window=5"],
+                                   ["data.cross_days=true", 'data.columns=["f2", "close"]']])
+def test_store_windows_on_the_device_are_the_host_batches(store: Path, extra: list[str], seed: int) -> None:
+    src = build_store_sources(_store_cfg(store, *extra)).train
+    dev = DeviceWindows(src, CPU)
+    assert len(dev) == len(src)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(5):
+        ids = torch.randint(0, len(src), (37,), generator=g)
+        assert _same(dev.gather(ids), src.gather(ids)), (seed, extra)
+    every = torch.arange(len(src))  # every window once, the first and last of each run included
+    assert _same(dev.gather(every), src.gather(every))
+    assert dev.rows.shape[0] < src.features.shape[0]  # only the training split's rows
+
+
+def test_synthetic_windows_on_the_device_are_the_host_batches(seed: int) -> None:
+    cfg = small_config(data__seed=seed % 1000).data
+    host = build_data(cfg, 32).train
+    dev = DeviceWindows(host.source, CPU)
+    ids = torch.randint(0, len(dev), (64,), generator=torch.Generator().manual_seed(seed))
+    assert _same(dev.gather(ids), host.source.gather(ids)), seed
+
+
+def test_device_loader_order_state_and_exact_resume(store: Path) -> None:
+    cfg = _store_cfg(store, 'data.normalize="train"')
+    on, off = replace(cfg, device_resident=True), replace(cfg, device_resident=False, prefetch=0, gather_threads=1)
+    host, _ = train_loader(off, build_store_sources(cfg).train, 16, CPU)
+    dev, info = train_loader(on, build_store_sources(cfg).train, 16, CPU)
+    assert isinstance(dev.source, DeviceWindows) and info["device_resident"] and info["prefetch"] == 0
+    ref = []
+    for epoch in (0, 1):  # two epochs, uninterrupted, on the host path
+        host.set_epoch(epoch)
+        ref += list(host)
+    n = len(host)
+    dev.set_epoch(0)
+    it = iter(dev)
+    got = [next(it) for _ in range(n // 2)]
+    state = dev.state_dict()
+    assert state == {**host.state_dict(), "epoch": 0, "position": n // 2}
+    it.close()
+    again, _ = train_loader(on, build_store_sources(cfg).train, 16, CPU)
+    again.load_state_dict(state)  # a resumed run: the rest of epoch 0, then epoch 1
+    got += list(again)
+    again.set_epoch(1)
+    got += list(again)
+    assert len(got) == len(ref) and all(_same(a, b) for a, b in zip(got, ref, strict=True))
+
+
+def test_auto_is_off_on_a_cpu_device_and_the_summary_says_why(store: Path) -> None:
+    src = build_store_sources(_store_cfg(store)).train
+    ok, why = fits(src, CPU)
+    assert not ok and why.startswith("off: the device is cpu")
+    assert device_bytes(src) == src.device_row_count() * src.device_row_bytes() + len(src) * (8 + 2 * 4)
+    cfg = small_config(train__steps=4)
+    s = Trainer(config=cfg, write_run_dir=False).fit().summary
+    assert s["data_loader"]["device_resident"] is False and "cpu" in s["data_loader"]["device_resident_reason"]
+
+
+def test_training_on_device_resident_windows_gives_the_same_run() -> None:
+    """The same batches, so the same parameters after training (bit for bit on one machine)."""
+    runs = {}
+    for resident in ("false", "true"):
+        cfg = small_config(train__steps=6, data__device_resident=resident == "true", data__prefetch=0,
+                           data__gather_threads=1)
+        tr = Trainer(config=cfg, write_run_dir=False)
+        s = tr.fit().summary
+        runs[resident] = (s["params_sha256"], s["final_train_loss"], s["data_loader"])
+    assert runs["true"][:2] == runs["false"][:2]
+    assert runs["true"][2]["device_resident"] is True and runs["true"][2]["reasons"]["prefetch"].startswith("0:")

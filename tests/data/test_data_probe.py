@@ -1,0 +1,148 @@
+"""The loader's settings per host (`stride.data.probe`): measured once, kept per host in the store (or the host
+cache), reused, re-measured when asked or when the file is damaged; the config's numbers win; the choice and
+its figures reach the loader and summary.json; `stride data probe` measures afresh."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
+from data_fixtures import write_parquet_dataset  # noqa: E402
+from helpers import small_config  # noqa: E402
+
+from stride.cli.main import main  # noqa: E402
+from stride.config import load_config  # noqa: E402
+from stride.data import probe  # noqa: E402
+from stride.data.build import build_data  # noqa: E402
+from stride.data.ingest import ingest  # noqa: E402
+from stride.train.trainer import Trainer  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    write_parquet_dataset(tmp_path / "src", n_days=2, per_day=80)
+    return ingest(tmp_path / "src", tmp_path / "store")
+
+
+def _cfg(store: Path, *extra: str):  # noqa: ANN202
+    return load_config(overrides=['data.source="store"', f'data.store="{store}"', "data.seq_len=8",
+                                  "data.horizons=[1, 3]", "data.val_fraction=0.3", "train.batch_size=16", *extra])
+
+
+def test_plan_is_measured_once_kept_in_the_store_and_reused(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _cfg(store)
+    first = build_data(cfg.data, 16)
+    kept = store / "derived" / "loader_probe.json"
+    assert first.loader["origin"] == "probe" and kept.is_file()
+    assert first.loader["figures"]["cache"] == str(kept)
+    for key in ("batch_ms", "gather_GBps_per_cpu_s", "copy_GBps_per_cpu_s", "gather_fraction_of_copy"):
+        assert key in first.loader["figures"]
+    assert set(first.loader["reasons"]) >= {"copy", "gather_threads", "prefetch"}
+    (entry,) = json.loads(kept.read_text()).values()
+    assert entry["prefetch"] == first.loader["prefetch"]
+
+    def no_measuring(*a: object, **k: object) -> None:
+        raise AssertionError("measured again although the plan is kept")
+
+    monkeypatch.setattr(probe, "measure", no_measuring)
+    again = build_data(cfg.data, 16)
+    assert again.loader["origin"] == "cache"
+    for k in ("prefetch", "gather_threads", "read_ahead", "stream", "native"):
+        assert again.loader[k] == first.loader[k]
+    assert again.train.prefetch == first.loader["prefetch"]  # the choice reaches the loader
+    assert again.train.source._gather.read_ahead == first.loader["read_ahead"]
+
+
+def test_damaged_or_foreign_cache_is_measured_again(store: Path) -> None:
+    kept = store / "derived" / "loader_probe.json"
+    kept.parent.mkdir(exist_ok=True)
+    for junk in ("{not json", json.dumps({"x": 1}), json.dumps([1, 2])):
+        kept.write_text(junk)
+        assert build_data(_cfg(store).data, 16).loader["origin"] == "probe"
+    key = next(iter(json.loads(kept.read_text())))
+    kept.write_text(json.dumps({key: {"prefetch": 2, "unknown_field": 1}}))  # another layout
+    assert build_data(_cfg(store).data, 16).loader["origin"] == "probe"
+
+
+def test_read_only_store_keeps_the_plan_in_the_host_cache(store: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.geteuid() == 0:
+        monkeypatch.setattr(probe.os, "access", lambda path, mode: False)  # root writes anywhere
+    else:
+        store.chmod(0o555)
+    monkeypatch.setenv("STRIDE_CACHE_DIR", str(tmp_path / "cache"))
+    try:
+        got = build_data(_cfg(store).data, 16).loader
+    finally:
+        store.chmod(0o755)
+    assert got["figures"]["cache"] == str(tmp_path / "cache" / "loader_probe.json")
+    assert not (store / "derived" / "loader_probe.json").exists()
+
+
+def test_config_numbers_win_and_fresh_measures(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = build_data(_cfg(store, "data.prefetch=3", "data.gather_threads=2").data, 16)
+    assert got.loader["origin"] == "config" and got.train.prefetch == 3
+    assert got.train.source._gather.threads == 2
+    assert not (store / "derived" / "loader_probe.json").exists()  # nothing measured, nothing kept
+    half = build_data(_cfg(store, "data.prefetch=1").data, 16)  # one number set: the probe decides the other
+    assert half.loader["origin"] == "probe" and half.train.prefetch == 1
+    assert half.loader["reasons"]["prefetch"] == "set in the config"
+    calls = []
+    real = probe.measure
+    monkeypatch.setattr(probe, "measure", lambda *a, **k: calls.append(1) or real(*a, **k))
+    probe.plan_loader(half.train.source, 16, CPU, "auto", "auto", str(store), fresh=True)
+    assert calls == [1]
+
+
+def test_no_prefetch_thread_where_torch_uses_every_core(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "usable_cores", lambda: 2)
+    torch_threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        busy = probe.measure(build_data(replace(_cfg(store).data, prefetch=0, gather_threads=1), 16).train.source,
+                             16, CPU)
+        torch.set_num_threads(1)
+        spare = probe.measure(build_data(replace(_cfg(store).data, prefetch=0, gather_threads=1), 16).train.source,
+                              16, CPU)
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert busy.prefetch == 0 and busy.reasons["prefetch"].startswith("0: no core is free")
+    assert busy.gather_threads == 1 and "use all 2 usable cores" in busy.reasons["gather_threads"]
+    # a free core: the main thread's cost of building a batch and of taking one from the thread decide
+    ms = spare.figures["main_thread_ms_per_batch"]
+    assert spare.prefetch == (2 if ms["take_from_prefetch"] < ms["build"] else 0)
+    assert "gather_threads_wall_ms" in spare.figures
+
+
+def test_summary_json_records_the_loader_plan(tmp_path: Path) -> None:
+    cfg = small_config(train__steps=3)
+    Trainer(config=cfg, out=tmp_path / "run").fit()
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    dl = s["data_loader"]
+    assert dl["origin"] in ("probe", "cache") and dl["device_resident"] is False
+    assert dl["figures"]["gather_fraction_of_copy"] > 0 and dl["reasons"]["prefetch"]
+
+
+def test_data_probe_cli(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg_file = tmp_path / "run.toml"
+    cfg_file.write_text(f'[data]\nsource = "store"\nstore = "{store}"\nseq_len = 8\nhorizons = [1, 3]\n'
+                        f'val_fraction = 0.3\n[train]\nbatch_size = 16\n')
+    assert main(["data", "probe", str(cfg_file), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["origin"] == "probe" and out["figures"]["cache"] == str(store / "derived" / "loader_probe.json")
+    assert main(["data", "probe", str(cfg_file)]) == 0
+    text = capsys.readouterr().out
+    assert "copy native" in text or "copy numpy" in text
+    assert "prefetch:" in text and "kept in" in text
+    assert main(["data", "probe", str(cfg_file), "--set", "data.prefetch=-1"]) == 2
+    assert "`data.prefetch` = -1 must be >= 0" in capsys.readouterr().err
