@@ -135,9 +135,11 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
         if key not in summary:
             raise ConfigError(f"{run_dir / 'summary.json'} has no `{key}`: recorded by an older stride?")
     cfg = load_config(cfg_path, overrides or [])
-    cfg.metrics.progress = False
-    # The run directory's place is not part of the experiment: compare the hash as recorded.
+    # The run directory's place is not part of the experiment: compare the hash as recorded (before the
+    # rerun's own display setting below, which is part of the hash: a run recorded with its progress bar on
+    # was reported as a config mismatch).
     hash_match = config_hash(cfg) == summary["config_hash"]
+    cfg.metrics.progress = False
     rerun = Path(out) if out is not None else default_rerun_dir(run_dir)
     for steps in (summary.get("checkpoint") or {}).get("extended_from") or []:
         # An extended run (docs/checkpoint.md): replay each earlier segment to its own train.steps first, as the

@@ -35,6 +35,14 @@ def test_deterministic_repro_is_bitwise(tmp_path: Path, capsys: pytest.CaptureFi
     assert orig["params_sha256"] == new["params_sha256"]
 
 
+def test_a_run_recorded_with_its_progress_bar_hashes_as_recorded(tmp_path: Path) -> None:
+    """Before: repro turned the progress bar off and then hashed, so every run recorded with it on (the default)
+    was reported as a config_hash mismatch."""
+    run = _record(tmp_path, "metrics.progress=true")
+    rep = reproduce(run, tmp_path / "r", tolerance=1.0)
+    assert rep.config_hash_match
+
+
 def test_tampered_record_is_a_mismatch(tmp_path: Path) -> None:
     run = _record(tmp_path)
     s = json.loads((run / "summary.json").read_text())
