@@ -46,7 +46,8 @@ def register(p: argparse.ArgumentParser) -> None:
     k.add_argument("--format", choices=("yaml", "json"), default="yaml")
     k.add_argument("-o", "--output", type=Path, default=None, help="write here (default: print to stdout)")
     k.set_defaults(func=run_k8s)
-    r = sub.add_parser("ray", help="run the trainer inside Ray Train's TorchTrainer (needs: pip install 'stride[ray]')")
+    r = sub.add_parser("ray", help="run the trainer inside Ray Train's TorchTrainer "
+                       "(needs the ray extra: pip install -e '.[ray]')")
     r.add_argument("config", type=Path, help="TOML run config")
     r.add_argument("--workers", type=int, required=True, help="Ray Train workers, one stride rank each")
     r.add_argument("--address", default=None,

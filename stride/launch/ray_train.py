@@ -9,7 +9,7 @@ run directory, which every worker must reach: one machine or a shared filesystem
 a failure (`FailureConfig(max_failures)`) re-runs every worker's Trainer, which resumes from the
 newest valid stride checkpoint; Ray's own checkpoint mechanism is not used.
 
-Ray is an optional extra (`pip install 'stride[ray]'`); nothing here imports it at module import.
+Ray is an optional extra (`pip install -e '.[ray]'` in the stride clone); nothing here imports it at module import.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
 from stride.launch.script_values import check_value
 
-INSTALL_HINT = "pip install 'stride[ray]'  (or: pip install 'ray[train]>=2.40,<3')"
+INSTALL_HINT = "pip install -e '.[ray]' (in the stride clone)  (or: pip install 'ray[train]>=2.40,<3')"
 
 # Set on every launch unless the user's --set says otherwise: a restarted worker group must find
 # a checkpoint to resume from, and a progress bar has no terminal inside a Ray worker.

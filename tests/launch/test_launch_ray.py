@@ -63,7 +63,7 @@ def test_without_ray_the_command_says_how_to_install_it(config: Path, tmp_path: 
     rc = main(["launch", "ray", str(config), "--workers", "2", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert rc == 2
-    assert "Ray Train is not installed" in err and "pip install 'stride[ray]'" in err
+    assert "Ray Train is not installed" in err and "pip install -e '.[ray]' (in the stride clone)" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -81,7 +81,7 @@ def test_use_gpu_choice() -> None:
 
 
 def test_bad_layout_fails_before_ray_starts(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (pip install 'stride[ray]')")
+    pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (pip install -e '.[ray]')")
     import ray
 
     was_up = ray.is_initialized()
@@ -113,7 +113,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory, ray_auth_token: str) -
     The auth token is given in the environment so Ray writes no ~/.ray/auth_token; the session files
     go under the test's temp dir (or a short /tmp dir: Ray's socket paths must stay under 108 bytes).
     """
-    pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (pip install 'stride[ray]')")
+    pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (pip install -e '.[ray]')")
     import ray
     import ray.cloudpickle
 

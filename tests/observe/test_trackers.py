@@ -59,7 +59,7 @@ def mlflow_store(out: Path):
 
 
 def test_mlflow_file_store_holds_the_config_every_metric_and_the_summary(tmp_path: Path) -> None:
-    pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install 'stride[mlflow]'): "
+    pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install -e '.[mlflow]'): "
                                          "the MLflow logger is not tested here")
     out = tmp_path / "run"
     s = _train(out, "metrics.mlflow=true")
@@ -80,7 +80,7 @@ def test_mlflow_file_store_holds_the_config_every_metric_and_the_summary(tmp_pat
 
 
 def test_a_crashed_run_is_failed_then_resumed_and_extended_into_the_same_mlflow_run(tmp_path: Path) -> None:
-    pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install 'stride[mlflow]')")
+    pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install -e '.[mlflow]')")
     from stride.train.callbacks import Callback
 
     class Crash(Callback):
@@ -133,7 +133,7 @@ def _wandb_records(path: Path) -> list:
 
 
 def test_wandb_offline_run_holds_the_same(tmp_path: Path) -> None:
-    pytest.importorskip("wandb", reason="the `wandb` extra is not installed (pip install 'stride[wandb]'): "
+    pytest.importorskip("wandb", reason="the `wandb` extra is not installed (pip install -e '.[wandb]'): "
                                         "the W&B logger is not tested here")
     out = tmp_path / "run"
     s = _train(out, "metrics.wandb=true")
@@ -161,7 +161,7 @@ def test_wandb_offline_run_holds_the_same(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.dist
 def test_under_two_ranks_only_rank_0_logs(tmp_path: Path) -> None:
-    pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install 'stride[mlflow]')")
+    pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install -e '.[mlflow]')")
     import subprocess
     import sys
 

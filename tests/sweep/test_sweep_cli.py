@@ -154,7 +154,7 @@ def test_unpackable_points_run_alone_under_auto_and_are_refused_under_pack_n(con
 
 
 def test_an_unreachable_ray_cluster_is_one_line(config, tmp_path, capsys):
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'stride[ray]')")
+    pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
     rc = main(["sweep", str(config), "--grid", "train.seed=0,1", "--pack", "2", "--backend", "ray",
                "--ray-address", "127.0.0.1:9", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip().splitlines()

@@ -23,7 +23,7 @@ COLUMNS = ["point", "train.seed", "optim.lr", "status", "steps", "final_train_lo
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory, ray_auth_token: str) -> Iterator[None]:
     """As tests/launch's: 2 CPUs, no dashboard or usage stats, a 100 MB object store, an auth token in the
     environment (so Ray writes no ~/.ray/auth_token), session files under a short temp path."""
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'stride[ray]')")
+    pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
     import ray
 
     token_file = Path.home() / ".ray" / "auth_token"

@@ -55,8 +55,8 @@ def report_files(run_dir: Path | None) -> list[Path]:
 
 
 def missing(package: str, extra: str) -> ImportError:
-    return ImportError(f"metrics.{extra} = true needs the {package} package: pip install 'stride[{extra}]' "
-                       f"(or pip install {package})")
+    return ImportError(f"metrics.{extra} = true needs the {package} package: pip install -e '.[{extra}]' "
+                       f"in the stride clone (or pip install {package})")
 
 
 def earlier_tracking(trainer: TrainerView, tracker: str) -> dict[str, Any]:
