@@ -1,4 +1,4 @@
-"""`stride profile CONFIG [--steps N] [--set k=v] [--out DIR] [--json]`: train under torch.profiler,
+"""`stride profile CONFIG [--steps N] [--set k=v] [--out DIR] [--overwrite] [--json]`: train under torch.profiler,
 write one Chrome trace per rank, and print the bottleneck analysis of the traced steps."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default=None, help="run directory; traces go to DIR/traces/")
     p.add_argument("--json", action="store_true", help="print the analysis as one JSON object")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a run already in --out (as stride train --overwrite; refused otherwise)")
     p.set_defaults(func=run)
 
 
@@ -91,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     # every rank into the same folder (only rank 0 has a run directory object to ask)
     traces = Path(args.out) / "traces" if args.out else None  # None: <run dir>/traces
     cb = ProfilerCallback(traces, wait=args.wait, warmup=args.warmup, active=args.steps)
-    trainer = Trainer(config=cfg, out=args.out, callbacks=[cb])
+    trainer = Trainer(config=cfg, out=args.out, callbacks=[cb], overwrite=args.overwrite)
     result = trainer.fit()
     if rank != 0:
         return 0  # rank 0 analyses every rank's trace
