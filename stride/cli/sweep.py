@@ -94,7 +94,12 @@ def _write_report(store, plan, points, price) -> None:
         section = write_report(store.root, plan, results, load_pack_log(store.root), price)
         _log_best(results)
         c = section["cost"]
-        if c["train_speedup"]:
+        packs = load_pack_log(store.root)
+        if packs and all(q.get("solo") or q.get("size") == 1 for q in packs):  # nothing was packed
+            _log(f"every point trained alone (pack size 1): {c['sweep_device_s']:.1f} s of runs; "
+                 f"{sum(p['significant'] for p in section['pairs'])} of {len(section['pairs'])} "
+                 "configuration pairs differ beyond seed noise")
+        elif c["train_speedup"]:
             _log(f"training steps: {c['sweep_train_s']:.1f} s packed against {c['one_by_one_s']:.1f} s one by one "
                  f"({c['train_speedup']:.2f}x; packs' wall time {c['sweep_device_s']:.1f} s with set-up and "
                  f"validation); {sum(p['significant'] for p in section['pairs'])} of {len(section['pairs'])} "

@@ -148,6 +148,8 @@ def test_unpackable_points_run_alone_under_auto_and_are_refused_under_pack_n(con
     last = capsys.readouterr().err.strip().splitlines()[-1]  # progress lines, then the error: one line
     assert last.startswith("stride sweep: config error: `optim.name` = 'adafactor': packed training supports adamw")
     assert main([*args, "--pack", "auto"]) == 0
+    err = capsys.readouterr().err
+    assert "every point trained alone (pack size 1)" in err and "packed against" not in err  # no packing claimed
     table = pq.read_table(out / "table.parquet").to_pylist()
     assert [r["mode"] for r in table] == ["solo", "solo"]
     assert all((out / "runs" / r["point"] / "summary.json").is_file() for r in table)
