@@ -11,9 +11,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import time
+from pathlib import Path
 
 from stride.config.errors import ConfigError
 
@@ -55,10 +57,36 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def _eff(args):
+def _eff(args, catalog=None):
     from stride.perfmodel.efficiency import load_efficiency, shipped_efficiency
 
-    return load_efficiency(args.efficiency) if args.efficiency else shipped_efficiency()
+    if not args.efficiency:
+        return shipped_efficiency()
+    eff = load_efficiency(args.efficiency)
+    _warn_other_hardware(args, catalog)
+    return eff
+
+
+def _warn_other_hardware(args, catalog) -> None:
+    """Factors from `stride plan calibrate` hold for the part they were measured on: say so when a plan
+    applies them to another part (a local-cpu calibration on an H100 plan went by without a word)."""
+    import sys
+
+    try:
+        measured_on = json.loads(Path(args.efficiency).read_text()).get("hardware")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not measured_on:
+        return
+    target = args.hardware
+    if catalog is not None:
+        with contextlib.suppress(ConfigError):
+            target = catalog.get(args.hardware).name  # an alias ("h100") names the calibrated part too
+    targets = {target} if not (args.from_csv or args.compare_hardware) else set()
+    if targets != {measured_on}:
+        where = args.hardware if targets else "every row's own part"
+        print(f"stride plan: warning: {args.efficiency} was calibrated on {measured_on}; applied to {where}, its "
+              "factors are an assumption, not a measurement", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         if args.list_models:
             print_models(args.json)
         return 0
-    eff = _eff(args)
+    eff = _eff(args, catalog)
     if args.from_csv:
         from stride.cli.plan_tables import print_rows
         from stride.perfmodel.predict_rows import predict_csv
