@@ -259,8 +259,10 @@ def test_pp2_checkpoint_resumes_exactly_and_loads_at_pp1(runs, reference, tmp_pa
     shutil.copytree(runs / "ckpt_run", run_dir)
     loaded, params = run([*CKPT[1:], "checkpoint.force_resume=true"], run_dir)  # parallel.pp = 1
     assert loaded["losses"] == [] and loaded["params_sha256"] == resumed["params_sha256"]
-    # ... and resumes from the step-3 one (optimizer state included) to one process's step 6.
+    # ... and resumes from the step-3 one (optimizer state included) to one process's step 6. The run's
+    # summary.json goes too: with it the folder holds a finished run, which a rerun leaves as it is (issue 16).
     shutil.rmtree(run_dir / "checkpoints" / "step_00000006")
+    (run_dir / "summary.json").unlink()
     again, params = run([*CKPT[1:], "checkpoint.force_resume=true"], run_dir)
     assert len(again["losses"]) == 3
     diff = _param_diff(params, reference[1])
