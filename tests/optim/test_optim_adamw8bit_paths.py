@@ -173,7 +173,7 @@ def test_kernel_matches_torch_path(dtype, seed):
     """The kernel and the torch path differ only where torch's CPU sqrt is not correctly rounded (it
     differs from the IEEE sqrt the kernel uses in ~0.7% of values by one ulp, measured): a 1-ulp
     difference in sqrt(v) reaches the update, so a u scale may differ by an ulp or two and, rarely, a
-    code may cross a rounding boundary. Seen: all codes equal, a few scales one ulp apart (6 seeds).
+    code may cross a rounding boundary, after which that block's scales differ by a few ulps more. Seen: all codes equal, a few scales one ulp apart (6 seeds).
     The gradients include zero rows and an all-zero block, so the zero code and flag are exercised."""
     shapes = [(300, 70), (5000,), (4096,), (257, 16), (9,)]
     gen = torch.Generator().manual_seed(seed)
@@ -199,7 +199,9 @@ def test_kernel_matches_torch_path(dtype, seed):
             bounds_a, bounds_b = (s["exp_avg_sqrt_grid_bounds"].view(torch.int16).int() for s in (sa, sb))
             assert (bounds_a - bounds_b).abs().max() <= 1, f"seed={seed}"  # one bf16 step at most
             ua, ub = sa["exp_avg_normed_scale"], sb["exp_avg_normed_scale"]
-            assert ((ua - ub).abs() / ua).max() <= 4 * 2.0**-23, f"seed={seed}"
+            # 32 ulp: a code that crossed a rounding boundary at one step changes the stored m, and the next
+            # steps' scales follow it (seed 1963305260: 4.7 ulp after 3 steps); a wrong update is off by >1e-3
+            assert ((ua - ub).abs() / ua).max() <= 32 * 2.0**-23, f"seed={seed}"
         err = ((x.double() - y.double()).norm() / x.double().norm()).item()
         assert err <= p_limit, f"seed={seed} {tuple(x.shape)} rel error {err}"
 
