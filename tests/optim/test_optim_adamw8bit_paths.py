@@ -173,7 +173,8 @@ def test_kernel_matches_torch_path(dtype, seed):
     """The kernel and the torch path differ only where torch's CPU sqrt is not correctly rounded (it
     differs from the IEEE sqrt the kernel uses in ~0.7% of values by one ulp, measured): a 1-ulp
     difference in sqrt(v) reaches the update, so a u scale may differ by an ulp or two and, rarely, a
-    code may cross a rounding boundary, after which that block's scales differ by a few ulps more. Seen: all codes equal, a few scales one ulp apart (6 seeds).
+    code may cross a rounding boundary, after which that block's scales differ by a few ulps more.
+    Seen: all codes equal, a few scales one ulp apart (6 seeds).
     The gradients include zero rows and an all-zero block, so the zero code and flag are exercised."""
     shapes = [(300, 70), (5000,), (4096,), (257, 16), (9,)]
     gen = torch.Generator().manual_seed(seed)
