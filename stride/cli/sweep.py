@@ -91,19 +91,18 @@ def _write_report(store, plan, points, price) -> None:
 
     results = store.results([p.id for p in points])
     if results:
-        section = write_report(store.root, plan, results, load_pack_log(store.root), price)
+        packs = load_pack_log(store.root)
+        section = write_report(store.root, plan, results, packs, price)
         _log_best(results)
         c = section["cost"]
-        packs = load_pack_log(store.root)
-        if packs and all(q.get("solo") or q.get("size") == 1 for q in packs):  # nothing was packed
-            _log(f"every point trained alone (pack size 1): {c['sweep_device_s']:.1f} s of runs; "
-                 f"{sum(p['significant'] for p in section['pairs'])} of {len(section['pairs'])} "
+        pairs = (f"{sum(p['significant'] for p in section['pairs'])} of {len(section['pairs'])} "
                  "configuration pairs differ beyond seed noise")
+        if packs and all(q.get("solo") or q.get("size") == 1 for q in packs):  # nothing was packed
+            _log(f"every point trained alone (pack size 1): {c['sweep_device_s']:.1f} s of runs; {pairs}")
         elif c["train_speedup"]:
             _log(f"training steps: {c['sweep_train_s']:.1f} s packed against {c['one_by_one_s']:.1f} s one by one "
                  f"({c['train_speedup']:.2f}x; packs' wall time {c['sweep_device_s']:.1f} s with set-up and "
-                 f"validation); {sum(p['significant'] for p in section['pairs'])} of {len(section['pairs'])} "
-                 "configuration pairs differ beyond seed noise")
+                 f"validation); {pairs}")
 
 
 def _log_best(results, top: int = 5) -> None:
