@@ -149,6 +149,10 @@ def _export(store, points, which: str, run_dir, config: str, overrides: list[str
 
 def _exported_step(folder) -> int | None:
     """The step of a `step_NNNNNNNN` checkpoint folder (None for another name)."""
-    name = getattr(folder, "name", str(folder))
-    return int(name.removeprefix("step_")) if name.startswith("step_") and name[5:].isdigit() else None
+    from pathlib import Path
+
+    from stride.checkpoint.folder import STEP_RE
+
+    m = STEP_RE.match(Path(folder).name)
+    return int(m.group(1)) if m else None
 
