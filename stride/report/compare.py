@@ -12,6 +12,11 @@ def noise_band(a: dict[str, Any], b: dict[str, Any]) -> float:
     return max(2 * (a.get("cv") or 0.0), 2 * (b.get("cv") or 0.0), 0.02)
 
 
+def noise_measured(t: dict[str, Any]) -> bool:
+    """Whether a throughput carries its own spread: repeats with a CV, not one run (a run folder's one figure)."""
+    return t.get("cv") is not None and t.get("n", 2) != 1
+
+
 def judge(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, str]:
     """(ratio b/a of median throughput, verdict) where verdict is faster / slower / within noise."""
     if not a.get("median") or not b.get("median"):
@@ -20,9 +25,10 @@ def judge(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, str]:
     band = noise_band(a, b)
     overlap = (a.get("min") is not None and b.get("min") is not None
                and a["min"] <= b["max"] and b["min"] <= a["max"])
+    unmeasured = "" if noise_measured(a) or noise_measured(b) else " (noise not measured: 1 run each, 2 % assumed)"
     if abs(ratio - 1) <= band or overlap:
-        return ratio, "within noise"
-    return ratio, "faster" if ratio > 1 else "slower"
+        return ratio, "within noise" + unmeasured
+    return ratio, ("faster" if ratio > 1 else "slower") + unmeasured
 
 
 def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
@@ -34,7 +40,8 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
     mem = wb["peak_mem_bytes"] / wa["peak_mem_bytes"] if wa.get("peak_mem_bytes") and wb.get("peak_mem_bytes") else None
     return {"name": name, "ratio": ratio, "verdict": verdict, "mem_ratio": mem, "unit": wa["throughput"]["unit"],
             "a_median": wa["throughput"]["median"], "b_median": wb["throughput"]["median"],
-            "noise_band": noise_band(wa["throughput"], wb["throughput"])}
+            "noise_band": noise_band(wa["throughput"], wb["throughput"]),
+            "noise_measured": noise_measured(wa["throughput"]) or noise_measured(wb["throughput"])}
 
 
 def compare_results(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
@@ -72,6 +79,12 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
 
     for r in rows:
         table.add_row(r["name"], med(r, "a"), med(r, "b"), f"{r['ratio']:.3f}" if r["ratio"] else "-",
-                      f"±{100 * r['noise_band']:.1f}%" if r.get("noise_band") else "-",
+                      _band(r),
                       f"{r['mem_ratio']:.3f}" if r.get("mem_ratio") else "-", r["verdict"])
     return table
+
+
+def _band(r: dict[str, Any]) -> str:
+    if not r.get("noise_band"):
+        return "-"
+    return f"±{100 * r['noise_band']:.1f}%" + ("" if r.get("noise_measured") else " assumed")

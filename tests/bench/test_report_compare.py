@@ -152,7 +152,21 @@ def test_compare_and_report_read_a_training_run_directory(tmp_path, capsys) -> N
     assert row["name"] == "quickstart" and row["b_median"] == pytest.approx(summary["samples_per_s"])
     assert row["ratio"] == pytest.approx(summary["samples_per_s"] / 500.0)
     assert main(["compare", str(run / "summary.json"), str(run), "--json"]) == 0  # summary.json names its run
-    assert json.loads(capsys.readouterr().out)[0]["verdict"] == "within noise"
+    assert json.loads(capsys.readouterr().out)[0]["verdict"].startswith("within noise (noise not measured")
     assert main(["report", str(run)]) == 0
     html = (run / "report.html").read_text()
     assert "quickstart" in html and "1 run" in html and "training loss against wall time" in html
+
+
+def test_two_single_runs_say_their_noise_was_not_measured() -> None:
+    """A run folder gives one throughput (cv None, n 1): the 2 % band is an assumption, and the verdict says so."""
+    one = {"unit": "samples/s", "min": 100.0, "max": 100.0, "cv": None, "n": 1, "median": 100.0}
+    other = {**one, "median": 110.0, "min": 110.0, "max": 110.0}
+    assert judge(one, other) == (pytest.approx(1.1), "faster (noise not measured: 1 run each, 2 % assumed)")
+    assert judge(one, {**one, "median": 101.0})[1].startswith("within noise (noise not measured")
+    # one side with measured repeats: its CV is the band, no caveat
+    assert judge(_w("x", 100.0)["throughput"], other) == (pytest.approx(1.1), "faster")
+    ra = make_results("train run", {}, [_w("a", 100.0, throughput=one)])
+    rb = make_results("train run", {}, [_w("b", 110.0, throughput=other)])
+    (row,) = compare_results(ra, rb)
+    assert row["noise_measured"] is False and "assumed" in row["verdict"]
