@@ -9,7 +9,8 @@
 - elementwise: memory-bound passes (kernels.Costs.elementwise_per_token), 2x in backward.
 - casts: FP8/FP4 quantisation of GEMM inputs, weights (unless cached) and output gradients.
 - TP: 2 all-reduces (or all-gather + reduce-scatter with SP) forward and 2 backward, exposed
-  unless `tp_overlap`; CP: K/V all-gather / reduce-scatter hidden under attention; EP: the MoE
+  unless `tp_overlap`; CP: Transformer Engine's K/V ring, each transfer under one step of attention
+  (torchtitan / XLA: K/V all-gather + reduce-scatter under the whole core); EP: the MoE
   dispatch and combine all-to-alls (2 forward, 2 backward), exposed.
 """
 
@@ -33,6 +34,27 @@ def exposed(t_comm: float, window: float, eff: Efficiency) -> float:
     """Communication left on the critical path when it runs under `window` seconds of compute."""
     hidden = min(t_comm, max(window, 0.0))
     return (t_comm - hidden) + (1.0 - eff.overlap) * hidden
+
+
+# context parallelism by all-gathering K/V (torchtitan's default rotate method, XLA's context sharding); the
+# others run Transformer Engine's ring (cp_ring_time)
+CP_ALL_GATHER = ("fsdp2", "maxtext")
+
+
+def cp_ring_time(kv_chunk: float, cp: int, link: coll.Link, core_f: float, core_b: float, recompute: bool,
+                 eff: Efficiency) -> tuple[float, float]:
+    """Exposed seconds and bytes sent of Transformer Engine's ring attention over `cp` ranks
+    (AttnFuncWithCPAndKVP2P, NVIDIA/TransformerEngine d0067d0da
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py:1356-1360, forward loop
+    :1698-1716, backward :2460-2495): the core runs in cp steps, and step i's compute overlaps the send/recv of
+    the K/V chunk step i+1 needs, so each of the cp-1 transfers hides under ONE step of attention (core / cp),
+    not under the whole core. Backward passes K/V on and returns the dK/dV partial sums: two chunks per step.
+    A recomputed core repeats the forward ring."""
+    n = cp - 1
+    step = coll.p2p_time(kv_chunk, link)
+    fwd = n * exposed(step, core_f / cp, eff)
+    bwd = n * exposed(2 * step, core_b / cp, eff)
+    return fwd * (2 if recompute else 1) + bwd, n * kv_chunk * (4 if recompute else 3)
 
 
 @dataclass
@@ -120,10 +142,16 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     t_cp = 0.0
     if lay.cp > 1:
         cp_link = coll.group_link(hw, lay.cp, t, net)
-        kv = tokens * lay.cp * 2 * spec.kv_dim * 2 / t
-        t_cp_raw = coll.all_gather_time(kv, lay.cp, cp_link) + coll.reduce_scatter_time(kv, lay.cp, cp_link)
-        t_cp = exposed(t_cp_raw, t_core_f + t_core_b, eff)
-        add_comm(cp_link, 2 * (lay.cp - 1) / lay.cp * kv)
+        kv_chunk = tokens * 2 * spec.kv_dim * 2 * c.act / t  # this rank's K and V (its TP heads)
+        if lay.framework in CP_ALL_GATHER:
+            kv = kv_chunk * lay.cp
+            t_cp_raw = coll.all_gather_time(kv, lay.cp, cp_link) + coll.reduce_scatter_time(kv, lay.cp, cp_link)
+            t_cp = exposed(t_cp_raw, t_core_f + t_core_b, eff)
+            add_comm(cp_link, 2 * (lay.cp - 1) / lay.cp * kv)
+        else:
+            t_cp, cp_bytes = cp_ring_time(kv_chunk, lay.cp, coll.channel_capped(cp_link, hw, lay.cp_channels, net),
+                                          t_core_f, t_core_b, core_rc > 0, eff)
+            add_comm(cp_link, cp_bytes)
 
     t_ep = 0.0
     if moe and lay.ep > 1:

@@ -47,6 +47,27 @@ def group_link(hw: Hardware, size: int, stride: int = 1, net_efficiency: float =
     return Link("scale-out", out_bw, hw.scaleout_latency_us * 1e-6)
 
 
+# What one NCCL channel (one CTA) moves, GB/s per direction, for a communicator whose CTAs a run caps (NCCL's
+# per-communicator `max_ctas`, e.g. Megatron-Core's `nccl_communicator_config_path`; NCCL_MAX_CTAS globally).
+# NCCL (NVIDIA/nccl 5067397c) models one NVLink link's effective bandwidth as SM70/SM80 20.0, SM90 20.6, SM100
+# 40.1 GB/s (src/graph/topo.h:20-24) and sizes a send/recv to an NVLink peer in channels per link
+# (src/graph/paths.cc:935-937); one channel is taken to move one link's worth (assumed: no published single-CTA
+# figure was found). A send/recv over the network runs 14 GB/s per channel (NCCL_P2P_PER_CHANNEL_NET_BW default,
+# src/graph/paths.cc:918). Parts NCCL does not run on (RCCL, TPU, Gaudi) have no entry: no cap applied.
+NCCL_CHANNEL_GBPS = {"volta": 20.0, "ampere": 20.0, "ada": 20.0, "hopper": 20.6, "blackwell": 40.1}
+NCCL_NET_CHANNEL_GBPS = 14.0
+
+
+def channel_capped(link: Link, hw: Hardware, channels: int, net_efficiency: float = 1.0) -> Link:
+    """`link` as a communicator limited to `channels` NCCL channels sees it (0: no cap, NCCL's own count)."""
+    per = NCCL_CHANNEL_GBPS.get(hw.generation)
+    if channels <= 0 or per is None or link.name == "local":
+        return link
+    if link.name == "scale-out":
+        per = NCCL_NET_CHANNEL_GBPS
+    return Link(link.name, min(link.bw, channels * per * 1e9 * net_efficiency), link.alpha_s)
+
+
 def _check(n: int, nbytes: float) -> None:
     if n < 1:
         raise ValueError(f"group size must be >= 1, got {n}")

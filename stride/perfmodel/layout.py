@@ -69,6 +69,9 @@ class Layout:
     # LoRA / PEFT: base weights frozen, only small adapters train: no weight-gradient GEMMs, gradient reduction
     # or optimizer step for the base parameters
     frozen: bool = False
+    # NCCL channels (CTAs) the context-parallel communicator may use (0: NCCL's own choice, enough for the link's
+    # bus bandwidth); MLPerf's NeMo configs cap it at 1 (conf/nccl/custom_communicator_cta.yaml `cp: max_ctas: 1`)
+    cp_channels: int = 0
 
     @property
     def shard_dp(self) -> int:

@@ -261,7 +261,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         attn_kernel=kernel_from_text(fw_text + " " + str(row.get("notes") or "")) or "auto",
         shard=shard if zero else 0, stage_split=split, compile=compiled(str(row.get("framework") or "")),
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
-        recompute_layers=rc_layers, frozen=frozen,
+        recompute_layers=rc_layers, frozen=frozen, cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
     )
     if dp == 1 and layout.zero:
         layout = dataclasses.replace(layout, zero=0)

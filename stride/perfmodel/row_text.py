@@ -185,6 +185,16 @@ def elementwise_recompute(text: str) -> bool:
             and not re.search(r"null|none|false|disabled|\bno\b|off", (text or "").lower()))
 
 
+def cp_channels(text: str) -> int:
+    """NCCL channels the context-parallel communicator may use, where the text caps them: a per-communicator
+    `cp: max_ctas: N` (Megatron-Core's nccl_communicator_config_path YAML, as MLPerf's NeMo configs set it),
+    else a global NCCL_MAX_CTAS / NCCL_MAX_NCHANNELS; 0 where nothing caps them."""
+    low = (text or "").lower()
+    per_comm = r"(?<![\w-])cp\W{1,4}(?:(?:cga_cluster_size|min_ctas)\W{1,3}\d+\W{1,4}){0,2}max_ctas\W{1,3}(\d+)"
+    m = re.search(per_comm, low) or re.search(r"nccl_max_(?:ctas|nchannels)\s*=\s*(\d+)", low)
+    return int(m.group(1)) if m else 0
+
+
 def flag(text: str | None) -> bool:
     """True/yes/on, or a word like "sequence parallel" / "SP" in the cell."""
     low = (text or "").lower()
