@@ -52,7 +52,10 @@ def test_update_code_round_trip_error_is_bounded(seed):
     encode_update(u, 1.0, codes, scale)
     back = codes.float() * scale[:, None]
     err = ((back - u).abs().amax(1) / u.abs().amax(1)).max()
-    assert err <= (1 + 1e-6) / 254, f"seed={seed} {err}"
+    # half a step, plus float32 rounding: the scale (absmax / 127), the division and the product code * scale each
+    # round at 2**-24 relative, on a value up to absmax, so 3 * 2**-24 of absmax on top (seed 2024349034 exceeded
+    # the former 1e-6 slack, which was below one rounding of 1/254)
+    assert err <= 1 / 254 + 3 * 2**-24, f"seed={seed} {err}"
 
 
 def test_state_bytes_per_parameter():
