@@ -1,9 +1,10 @@
 """The loader's settings chosen per host by measuring, not guessing: copy kernel, gather threads, prefetch.
 
 `plan_loader` answers, for one window source and batch size on this host and device:
-- **copy**: the C kernel's read-ahead (0: one memcpy a window; 2048 bytes along the batch) and, for
-  batches larger than the L2 cache, streaming stores, or the numpy fallback: each timed on the same
-  batches in alternation (CPU time of this thread), the fastest kept (all give the same bytes).
+- **copy**: the C kernel with or without page-head hints `AHEAD` windows ahead (0: one memcpy a
+  window) and, for batches larger than the L2 cache, with or without streaming stores, or the numpy
+  fallback: each timed on the same batches in alternation (CPU time of this thread), the fastest
+  kept (all give the same bytes).
 - **gather threads**: 1, or k > 1 where k threads are free (the device is not the CPU, or the CPU
   has cores torch's threads do not use) and k split batches ran at least 15% faster (wall time).
 - **prefetch** (a background thread building batches ahead): only where a core is free for it
@@ -36,10 +37,10 @@ import numpy as np
 import torch
 
 from stride.data import native
-from stride.data.gather import READ_AHEAD, l2_bytes
+from stride.data.gather import AHEAD, l2_bytes
 from stride.data.loader import ShardedLoader
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes)
 BUDGET_S = 0.3  # measuring time, split among the variants
 FASTER = 1.15  # gather threads must beat one thread by this much (wall time) to be chosen
 
@@ -48,7 +49,7 @@ FASTER = 1.15  # gather threads must beat one thread by this much (wall time) to
 class LoaderPlan:
     prefetch: int
     gather_threads: int
-    read_ahead: int = READ_AHEAD
+    ahead: int = AHEAD
     stream: bool | None = None
     native: bool = True
     origin: str = "config"  # probe | cache | config
@@ -138,9 +139,9 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
     big = per * source._gather.seq_len * source._gather._f * source._gather._raw.element_size() > l2_bytes()
     variants: dict[str, dict[str, Any]] = {"numpy": {"use_native": False}}
     if native.load() is not None:
-        for ra in (0, READ_AHEAD):
+        for ahead in (0, AHEAD):
             for st in ((False, True) if big else (False,)):
-                variants[f"native_ra{ra}{'_stream' if st else ''}"] = {"read_ahead": ra, "stream": st}
+                variants[f"native_ahead{ahead}{'_stream' if st else ''}"] = {"ahead": ahead, "stream": st}
     source.configure_gather(1, **variants["numpy"])
     one = _timed(source.gather, idx[:2], time.thread_time)
     rounds = int(max(2, min(16, budget_s / 2 / max(one, 1e-5) / len(variants))))
@@ -181,7 +182,7 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
         reasons["gather_threads"] = f"1: torch's {tthreads} threads use all {cores} usable cores"
     source.configure_gather(threads, **copy_cfg)
     prefetch, reasons["prefetch"] = _choose_prefetch(source, batch, device, free, figures)
-    return LoaderPlan(prefetch, threads, int(copy_cfg.get("read_ahead", READ_AHEAD)), copy_cfg.get("stream"),
+    return LoaderPlan(prefetch, threads, int(copy_cfg.get("ahead", AHEAD)), copy_cfg.get("stream"),
                       best != "numpy", "probe", figures, reasons)
 
 
@@ -239,14 +240,14 @@ def plan_loader(source: Any, batch: int, device: torch.device, prefetch: int | s
         plan = measure(source, batch, device)
         _write(path, key, plan)
     else:
-        source.configure_gather(plan.gather_threads, use_native=plan.native, read_ahead=plan.read_ahead,
+        source.configure_gather(plan.gather_threads, use_native=plan.native, ahead=plan.ahead,
                                 stream=plan.stream)
     plan.figures["cache"] = str(path)
     if prefetch != "auto":
         plan.prefetch, plan.reasons["prefetch"] = int(prefetch), "set in the config"
     if gather_threads != "auto":
         plan.gather_threads, plan.reasons["gather_threads"] = int(gather_threads), "set in the config"
-        source.configure_gather(plan.gather_threads, use_native=plan.native, read_ahead=plan.read_ahead,
+        source.configure_gather(plan.gather_threads, use_native=plan.native, ahead=plan.ahead,
                                 stream=plan.stream)
     return plan
 

@@ -57,10 +57,10 @@ def test_plan_is_measured_once_kept_in_the_store_and_reused(store: Path, monkeyp
     monkeypatch.setattr(probe, "measure", no_measuring)
     again = build_data(cfg.data, 16)
     assert again.loader["origin"] == "cache"
-    for k in ("prefetch", "gather_threads", "read_ahead", "stream", "native"):
+    for k in ("prefetch", "gather_threads", "ahead", "stream", "native"):
         assert again.loader[k] == first.loader[k]
     assert again.train.prefetch == first.loader["prefetch"]  # the choice reaches the loader
-    assert again.train.source._gather.read_ahead == first.loader["read_ahead"]
+    assert again.train.source._gather.ahead == first.loader["ahead"]
 
 
 def test_damaged_or_foreign_cache_is_measured_again(store: Path) -> None:
