@@ -23,6 +23,31 @@
 #define PAGE 4096
 #define LINE 64
 
+static inline double value_f64(const char *p, int bf16) {
+    float v;
+    if (bf16) {
+        uint32_t bits = (uint32_t)(*(const uint16_t *)p) << 16;
+        memcpy(&v, &bits, 4);
+    } else {
+        memcpy(&v, p, 4);
+    }
+    return (double)v;
+}
+
+/* The price rows of a window's targets, read right after its copy (the window's last row is then in
+ * cache): picks[j] = the float32 or bf16 value at pbase + (start + offs[j]) * pstride, as float64, j < m */
+typedef struct {
+    const char *pbase;
+    int64_t pstride, m;
+    const int64_t *offs;
+    int bf16;
+} picks_t;
+
+static inline void pick(const picks_t *pk, int64_t start, double *out) {
+    if (pk == 0) return;
+    for (int64_t j = 0; j < pk->m; j++) out[j] = value_f64(pk->pbase + (start + pk->offs[j]) * pk->pstride, pk->bf16);
+}
+
 /* hint the first two lines of every 4 KiB page of the `block` bytes at p (read, into L2) */
 static inline void prefetch_heads(const char *p, int64_t block) {
     const char *e = p + block;
@@ -32,13 +57,21 @@ static inline void prefetch_heads(const char *p, int64_t block) {
     }
 }
 
-/* before window b: the heads of window b + ahead (and at the start, of the first `ahead` windows) */
+/* the page heads of window w and its price rows (pk may be 0) */
+static inline void prefetch_window(const char *base, int64_t row_bytes, int64_t start, int64_t block,
+                                   const picks_t *pk) {
+    prefetch_heads(base + start * row_bytes, block);
+    if (pk)
+        for (int64_t j = 0; j < pk->m; j++) __builtin_prefetch(pk->pbase + (start + pk->offs[j]) * pk->pstride, 0, 3);
+}
+
+/* before window b: window b + ahead (and at the start, the first `ahead` windows) */
 static inline void prefetch_ahead(const char *base, int64_t row_bytes, const int64_t *starts, int64_t n, int64_t b,
-                                  int64_t block, int64_t ahead) {
+                                  int64_t block, int64_t ahead, const picks_t *pk) {
     if (ahead <= 0) return;
     if (b == 0)
-        for (int64_t j = 0; j < ahead && j < n; j++) prefetch_heads(base + starts[j] * row_bytes, block);
-    if (b + ahead < n) prefetch_heads(base + starts[b + ahead] * row_bytes, block);
+        for (int64_t j = 0; j < ahead && j < n; j++) prefetch_window(base, row_bytes, starts[j], block, pk);
+    if (b + ahead < n) prefetch_window(base, row_bytes, starts[b + ahead], block, pk);
 }
 
 static inline void copy_block(char *d, const char *s, int64_t len, int nt) {
@@ -66,31 +99,6 @@ static inline void fence(int nt) {
     (void)nt;
 }
 
-static inline double value_f64(const char *p, int bf16) {
-    float v;
-    if (bf16) {
-        uint32_t bits = (uint32_t)(*(const uint16_t *)p) << 16;
-        memcpy(&v, &bits, 4);
-    } else {
-        memcpy(&v, p, 4);
-    }
-    return (double)v;
-}
-
-/* The price rows of a window's targets, read right after its copy (the window's last row is then in
- * cache): picks[j] = the float32 or bf16 value at pbase + (start + offs[j]) * pstride, as float64, j < m */
-typedef struct {
-    const char *pbase;
-    int64_t pstride, m;
-    const int64_t *offs;
-    int bf16;
-} picks_t;
-
-static inline void pick(const picks_t *pk, int64_t start, double *out) {
-    if (pk == 0) return;
-    for (int64_t j = 0; j < pk->m; j++) out[j] = value_f64(pk->pbase + (start + pk->offs[j]) * pk->pstride, pk->bf16);
-}
-
 /* the first b whose start is outside [0, max_start], or -1 */
 static inline int64_t outside(const int64_t *starts, int64_t n, int64_t max_start) {
     for (int64_t b = 0; b < n; b++)
@@ -107,7 +115,7 @@ int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
     for (int64_t b = 0; b < n; b++) {
-        prefetch_ahead(base, row_bytes, starts, n, b, block, ahead);
+        prefetch_ahead(base, row_bytes, starts, n, b, block, ahead, pk);
         copy_block(out + b * block, base + starts[b] * row_bytes, block, nt);
         if (pk) pick(pk, starts[b], picks + b * pk->m);
     }
@@ -125,7 +133,7 @@ int64_t stride_windows_f32(const void *base, int src_bf16, const int64_t *starts
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
     for (int64_t b = 0; b < n; b++) {
-        prefetch_ahead((const char *)base, row_bytes, starts, n, b, t * row_bytes, ahead);
+        prefetch_ahead((const char *)base, row_bytes, starts, n, b, t * row_bytes, ahead, pk);
         float *o = out + b * win;
         const char *s = (const char *)base + starts[b] * row_bytes;
         for (int64_t r = 0; r < t; r++) {
