@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -181,7 +182,10 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     `copy_memcpy_2threads` (two halves on two threads). `block_copy`: the batch's own random windows,
     one memcpy each (the C kernel without hints: what any window loader must move, from where it
     lies), and `blocks_{4,16,64,256}k`: 4 MiB as random blocks of that size (one memcpy each), the
-    per-block cost that no copy routine removes (see docs/data.md).
+    per-block cost that no copy routine removes (see docs/data.md). `_cold_dst`: the whole gather and
+    the numpy copy each into a new output while the last 16 outputs stay alive, so the destination is
+    not in cache (64 MiB > L3), as in training, where the model's step passes between two batches; the
+    other ways write into a buffer freed just before (cached), which flatters the contiguous copy most.
     """
     import ctypes
     import random
@@ -193,7 +197,7 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     t, f = src.seq_len, feats.shape[1]
     nbytes = batch * t * f * feats.element_size()
     g = torch.Generator().manual_seed(0)
-    n_ways = 17
+    n_ways = 19
     idx = [torch.randint(0, len(src), (batch,), generator=g) for _ in range(reps * n_ways)]
     starts = [src.end_rows(i).numpy() - (t - 1) for i in idx]
     block = batch * t
@@ -217,6 +221,16 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
 
     def random_blocks(kb: int, k: int) -> None:
         sized[kb](block_starts[kb][k])
+
+    alive: dict[str, deque] = {"gather": deque(maxlen=16), "copy": deque(maxlen=16)}
+
+    def cold(kind: str, k: int) -> None:  # a new output while the last 16 stay alive: not in cache
+        if kind == "gather":
+            alive[kind].append(src.gather(idx[k]))
+        else:
+            out = np.empty((block, f), mm.dtype)
+            np.copyto(out, mm[blocks[k] : blocks[k] + block])
+            alive[kind].append(out)
 
     def torch_half(k: int, lo: int, hi: int) -> None:
         torch.index_select(win, 0, torch.from_numpy(starts[k][lo:hi]), out=dst_t[lo:hi])
@@ -243,6 +257,8 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
         "block_copy": lambda k: gw_block(starts[k]),
         **{f"blocks_{kb}k": (lambda k, kb=kb: random_blocks(kb, k)) for kb in (4, 16, 64, 256)},
         "copy_numpy": lambda k: np.copyto(dst, mm[blocks[k] : blocks[k] + block]),
+        "gather_full_cold_dst": lambda k: cold("gather", k),
+        "copy_numpy_cold_dst": lambda k: cold("copy", k),
         "copy_memcpy": lambda k: memmove(k, 0, nbytes),
         "copy_memcpy_2threads": lambda k: two(memmove, k, nbytes),
     }
@@ -280,7 +296,8 @@ def bandwidth_fractions(bw: dict[str, float]) -> dict[str, float]:
             "gather_bw_fraction_of_memcpy": bw["gather_full"] / bw["copy_memcpy"],
             "gather_bw_fraction_of_block_copy": bw["gather_full"] / bw["block_copy"],
             "windows_bw_fraction_of_block_copy": bw["windows"] / bw["block_copy"],
-            "block_copy_fraction_of_copy": bw["block_copy"] / bw["copy_numpy"]}
+            "block_copy_fraction_of_copy": bw["block_copy"] / bw["copy_numpy"],
+            "gather_bw_fraction_of_copy_cold_dst": bw["gather_full_cold_dst"] / bw["copy_numpy_cold_dst"]}
 
 
 def same_batches(src: RowWindows, ds: SliceDataset, batch: int) -> None:
