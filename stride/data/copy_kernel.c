@@ -34,18 +34,29 @@ static inline double value_f64(const char *p, int bf16) {
     return (double)v;
 }
 
-/* The price rows of a window's targets, read right after its copy (the window's last row is then in
- * cache): picks[j] = the float32 or bf16 value at pbase + (start + offs[j]) * pstride, as float64, j < m */
+/* The targets' rows of a window, read right after its copy (its last row is then in cache): with logp,
+ * the targets themselves, y[j] = (float)(logp[start + offs[j + 1]] - logp[start + offs[0]]) * scale[j],
+ * j < m - 1 (logp: the price column's log, float64, made by numpy's log: the same bits as numpy's
+ * targets); without, the prices as float64, o[j] = the float32 or bf16 value at
+ * pbase + (start + offs[j]) * pstride, j < m, for numpy's log */
 typedef struct {
     const char *pbase;
     int64_t pstride, m;
     const int64_t *offs;
     int bf16;
+    const double *logp;
+    const float *scale;
 } picks_t;
 
-static inline void pick(const picks_t *pk, int64_t start, double *out) {
-    if (pk == 0) return;
-    for (int64_t j = 0; j < pk->m; j++) out[j] = value_f64(pk->pbase + (start + pk->offs[j]) * pk->pstride, pk->bf16);
+static inline void pick(const picks_t *pk, int64_t start, void *out, int64_t b) {
+    if (pk->logp) {
+        float *y = (float *)out + b * (pk->m - 1);
+        const double *l = pk->logp + start;
+        for (int64_t j = 0; j + 1 < pk->m; j++) y[j] = (float)(l[pk->offs[j + 1]] - l[pk->offs[0]]) * pk->scale[j];
+        return;
+    }
+    double *o = (double *)out + b * pk->m;
+    for (int64_t j = 0; j < pk->m; j++) o[j] = value_f64(pk->pbase + (start + pk->offs[j]) * pk->pstride, pk->bf16);
 }
 
 /* hint the first two lines of every 4 KiB page of the `block` bytes at p (read, into L2) */
@@ -61,7 +72,9 @@ static inline void prefetch_heads(const char *p, int64_t block) {
 static inline void prefetch_window(const char *base, int64_t row_bytes, int64_t start, int64_t block,
                                    const picks_t *pk) {
     prefetch_heads(base + start * row_bytes, block);
-    if (pk)
+    if (pk && pk->logp)
+        for (int64_t j = 0; j < pk->m; j++) __builtin_prefetch(pk->logp + start + pk->offs[j], 0, 3);
+    else if (pk)
         for (int64_t j = 0; j < pk->m; j++) __builtin_prefetch(pk->pbase + (start + pk->offs[j]) * pk->pstride, 0, 3);
 }
 
@@ -109,15 +122,15 @@ static inline int64_t outside(const int64_t *starts, int64_t n, int64_t max_star
 /* out[b] = the `block` bytes at base + starts[b] * row_bytes, for b < n, if every start is in
  * [0, max_start] (else nothing is copied: returns the first b outside, otherwise -1); ahead: windows
  * whose page heads are hinted ahead (0: none); nt: streaming stores; pk (may be 0): the targets'
- * price rows, m a window into picks */
+ * rows (picks_t), into picks */
 int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *starts, int64_t n, int64_t max_start,
-                            int64_t block, char *out, int64_t ahead, int nt, const picks_t *pk, double *picks) {
+                            int64_t block, char *out, int64_t ahead, int nt, const picks_t *pk, void *picks) {
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
     for (int64_t b = 0; b < n; b++) {
         prefetch_ahead(base, row_bytes, starts, n, b, block, ahead, pk);
         copy_block(out + b * block, base + starts[b] * row_bytes, block, nt);
-        if (pk) pick(pk, starts[b], picks + b * pk->m);
+        if (pk) pick(pk, starts[b], picks, b);
     }
     fence(nt);
     return -1;
@@ -128,7 +141,7 @@ int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *
  * x * scale[j] (if scale), each rounded to float32; max_start, ahead, pk, picks and the result as above */
 int64_t stride_windows_f32(const void *base, int src_bf16, const int64_t *starts, int64_t n, int64_t max_start,
                            int64_t t, int64_t f, const float *shift, const float *scale, float *out, int64_t ahead,
-                           const picks_t *pk, double *picks) {
+                           const picks_t *pk, void *picks) {
     const int64_t elem = src_bf16 ? 2 : 4, row_bytes = f * elem, win = t * f;
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
@@ -152,7 +165,7 @@ int64_t stride_windows_f32(const void *base, int src_bf16, const int64_t *starts
             if (scale != 0)
                 for (int64_t j = 0; j < f; j++) x[j] = x[j] * scale[j];
         }
-        if (pk) pick(pk, starts[b], picks + b * pk->m);
+        if (pk) pick(pk, starts[b], picks, b);
     }
     return -1;
 }

@@ -54,7 +54,7 @@ def l2_bytes() -> int:
 _L2 = l2_bytes()
 
 
-def column_f64(col: torch.Tensor, rows: np.ndarray) -> np.ndarray:
+def column_f64(col: torch.Tensor, rows: np.ndarray | slice) -> np.ndarray:
     """The float32 or bf16 column's values at `rows`, as float64 (numpy; the kernel's picks give the same)."""
     if col.dtype == torch.bfloat16:  # bf16 bits are the top half of a float32
         bits = col.view(torch.int16).numpy()[rows].astype(np.uint16).astype(np.uint32) << 16
@@ -63,15 +63,29 @@ def column_f64(col: torch.Tensor, rows: np.ndarray) -> np.ndarray:
 
 
 class ColumnPicks:
-    """A 1-D float32 or bf16 column (a view of one table column) read at `offsets` rows past each
-    window's start: the targets' price rows, read by the kernel right after each window's copy."""
+    """What the kernel reads for each window's targets right after its copy, at `offsets` rows past the
+    window's start of a 1-D float32 or bf16 column (a view of one table column): the values as float64
+    [B, m] or, with `log_column` (np.log of the column as float64) and a float32 `scale`, the targets
+    (log[offsets[1:]] - log[offsets[0]]) as float32 times scale, [B, m - 1]."""
 
-    def __init__(self, col: torch.Tensor, offsets: np.ndarray) -> None:
-        self.col, self.offsets = col, np.ascontiguousarray(offsets, dtype=np.int64)
+    def __init__(self, col: torch.Tensor, offsets: np.ndarray, log_column: torch.Tensor | None = None) -> None:
+        self.col, self.offsets, self.log_column = col, np.ascontiguousarray(offsets, dtype=np.int64), log_column
         self.m = len(self.offsets)
         self.struct = native.Picks(col.data_ptr(), col.stride(0) * col.element_size(), self.m,
-                                   self.offsets.ctypes.data, int(col.dtype == torch.bfloat16))
+                                   self.offsets.ctypes.data, int(col.dtype == torch.bfloat16),
+                                   log_column.data_ptr() if log_column is not None else None, None)
         self.ref = ctypes.byref(self.struct)
+        self.scale: torch.Tensor | None = None
+
+    def set_scale(self, scale: torch.Tensor) -> None:
+        """The targets' scale (float32, contiguous, m - 1 values), kept alive here while the kernel reads it."""
+        if scale is not self.scale:
+            self.scale, self.struct.scale = scale, scale.data_ptr()
+
+    def empty(self, b: int) -> torch.Tensor:
+        if self.log_column is not None:
+            return torch.empty((b, self.m - 1), dtype=torch.float32)
+        return torch.empty((b, self.m), dtype=torch.float64)
 
     def numpy(self, starts: np.ndarray) -> np.ndarray:
         return column_f64(self.col, starts[:, None] + self.offsets)
@@ -128,7 +142,7 @@ class WindowGather:
     def with_picks(self, starts: np.ndarray | torch.Tensor, picks: ColumnPicks | None, *, float32: bool = False,
                    shift: torch.Tensor | None = None, scale: torch.Tensor | None = None,
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The windows (as `__call__`) and, with `picks`, its column at those rows as float64 [B, m]."""
+        """The windows (as `__call__`) and, with `picks`, what it reads for each window (`ColumnPicks`)."""
         t = self.seq_len
         convert = float32 and (self.dtype != torch.float32 or shift is not None or scale is not None)
         if self._lib is None:
@@ -136,7 +150,7 @@ class WindowGather:
         if not (isinstance(starts, torch.Tensor) and starts.dtype == torch.int64 and starts.is_contiguous()):
             starts = torch.from_numpy(np.ascontiguousarray(starts, dtype=np.int64))  # pointers by data_ptr:
         b = len(starts)  # a numpy array's .ctypes.data costs 2.4 us (AMD EPYC), a tensor's data_ptr 0.14
-        p = torch.empty((b, picks.m), dtype=torch.float64) if picks is not None else None
+        p = picks.empty(b) if picks is not None else None
         out = torch.empty((b, t, self._f), dtype=torch.float32 if convert else self._raw.dtype)
         bad = [r for r in self._split(self._native_part(starts, out, convert, shift, scale, picks, p), b) if r >= 0]
         if bad:
@@ -150,6 +164,8 @@ class WindowGather:
         t = self.seq_len
         if len(starts) and (starts.min() < 0 or starts.max() > self._n - t):
             raise IndexError(f"window starts outside [0, {self._n - t}] for windows of {t} rows")
+        if picks is not None and picks.log_column is not None:
+            raise ValueError("log-price targets are read by the C kernel only")
         p = torch.from_numpy(picks.numpy(starts)) if picks is not None else None
         x = self._numpy_gather(starts)
         if not convert:
@@ -169,13 +185,14 @@ class WindowGather:
         lib, base, t, f = self._lib, self._base, self.seq_len, self._f
         win_bytes, last = t * f * out.element_size(), self._n - t
         sp, op, ahead = starts.data_ptr(), out.data_ptr(), self.ahead
-        pk, pp, m = (picks.ref, p.data_ptr(), picks.m) if picks is not None and p is not None else (None, 0, 0)
+        pk, pp, pstep = (None, 0, 0) if picks is None or p is None else \
+            (picks.ref, p.data_ptr(), p.shape[1] * p.element_size())
         if not convert:
             nt = int(self.stream if self.stream is not None else out.numel() * out.element_size() > _L2)
 
             def part(a: int, z: int) -> int:
                 r = lib.stride_copy_windows(base, self._row_bytes, sp + 8 * a, z - a, last, win_bytes,
-                                            op + a * win_bytes, ahead, nt, pk, pp + 8 * m * a if pk else None)
+                                            op + a * win_bytes, ahead, nt, pk, pp + pstep * a if pk else None)
                 return r + a if r >= 0 else -1
             return part
         bf16 = int(self.dtype == torch.bfloat16)
@@ -185,7 +202,7 @@ class WindowGather:
 
         def part_f32(a: int, z: int) -> int:
             r = lib.stride_windows_f32(base, bf16, sp + 8 * a, z - a, last, t, f, shp, scp, op + a * win_bytes,
-                                       ahead, pk, pp + 8 * m * a if pk else None)
+                                       ahead, pk, pp + pstep * a if pk else None)
             return r + a if r >= 0 else -1
         part_f32.keep = (sh, sc)  # type: ignore[attr-defined]  # alive while the copy runs
         return part_f32

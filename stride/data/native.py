@@ -36,9 +36,10 @@ _I64, _P = ctypes.c_int64, ctypes.c_void_p
 
 
 class Picks(ctypes.Structure):
-    """copy_kernel.c's picks_t: the price column read for each window's targets (m rows past its start)."""
+    """copy_kernel.c's picks_t: each window's targets from m rows past its start (prices, or log prices)."""
 
-    _fields_ = [("pbase", _P), ("pstride", _I64), ("m", _I64), ("offs", _P), ("bf16", ctypes.c_int)]
+    _fields_ = [("pbase", _P), ("pstride", _I64), ("m", _I64), ("offs", _P), ("bf16", ctypes.c_int), ("logp", _P),
+                ("scale", _P)]
 
 
 _PK = ctypes.POINTER(Picks)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from stride.data import native
+from stride.data import native, windows
 from stride.data.gather import WindowGather
 from stride.data.windows import RowWindows
 
@@ -125,10 +125,15 @@ def _reference_batch(rows: torch.Tensor, price: torch.Tensor, ranges: np.ndarray
 
 
 @needs_native
+@pytest.mark.parametrize("targets", ["log_column", "prices"])
 @pytest.mark.parametrize("case", ["float32", "float32+norm", "bf16_rows_float32_batch", "bf16"])
-def test_row_windows_give_the_reference_batch_bit_for_bit(case: str, seed: int) -> None:
-    """Window ids -> first rows, the copy with page-head hints on 1 and 3 threads, the targets' price rows read
-    in the copy and their log returns in C: the same bytes as slicing each window and numpy's targets."""
+def test_row_windows_give_the_reference_batch_bit_for_bit(case: str, targets: str, seed: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Window ids -> first rows, the copy with page-head hints on 1 and 3 threads, and the targets made in the
+    copy from the log-price column (or from the prices read in the copy, numpy's log and the rest in C, where
+    that column is too large): the same bytes as slicing each window and numpy's targets of its prices."""
+    if targets == "prices":
+        monkeypatch.setattr(windows, "LOG_PRICE_MAX_BYTES", 0)
     g = torch.Generator().manual_seed(seed)
     table = torch.rand(5000, 33, generator=g) * 40 + 1  # 33 features: rows not 64-byte multiples
     rows = table.to(torch.bfloat16) if case.startswith("bf16") else table
@@ -151,6 +156,11 @@ def test_row_windows_give_the_reference_batch_bit_for_bit(case: str, seed: int) 
                 x, y = src.gather(ids[part].int() if part == slice(0, 5) else ids[part])
                 assert x.dtype == xr.dtype and torch.equal(_bits(x), _bits(xr[part])), (case, threads, settings)
                 assert torch.equal(y, yr[part]), (case, threads, settings)
+            assert (src._log_picks is not None) == (targets == "log_column")
+    ts2 = torch.rand(3, generator=g) + 2  # a scale fitted after the source was made (as splits.py does)
+    src.target_scale = ts2
+    assert torch.equal(src.gather(ids)[1], _reference_batch(rows, rows[:, 2], ranges, t, hz, ids.numpy(), shift,
+                                                            scale, ts2)[1])
 
 
 @pytest.mark.parametrize("use_native", [True, False])
