@@ -42,6 +42,7 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -188,7 +189,6 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     other ways write into a buffer freed just before (cached), which flatters the contiguous copy most.
     """
     import ctypes
-    import random
     from concurrent.futures import ThreadPoolExecutor
 
     from stride.data.gather import WindowGather
@@ -463,24 +463,30 @@ def main() -> None:
             rates[dt][name].append(wall)
             cpu_rates[dt][name].append(cpu)
 
-        for _ in range(args.repeats):
-            for dt, s in srcs.items():  # float32 and bf16 alternate: side by side
-                run(dt, "stride", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
-                run(dt, "stride_auto",
-                    lambda a=asrcs[dt], p=plans[dt].prefetch: ShardedLoader(a, args.batch, prefetch=p), nb)
-                torch.set_num_threads(1)
-                run(dt, "stride_1thread", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
-                for k in ks:  # one torch thread in each of the k gathering threads
-                    run(dt, f"stride_gather{k}", lambda s=ksrcs[dt, k]: ShardedLoader(s, args.batch, prefetch=0), nb)
-                torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
-                run(dt, "stride_prefetch", lambda s=s: ShardedLoader(s, args.batch, prefetch=2), nb)
-                for w in (0, 1, 2):
-                    def make(w: int = w, ds: SliceDataset = dss[dt]) -> torch.utils.data.DataLoader:
-                        return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=w,
-                                                           pin_memory=False, persistent_workers=w > 0)
-                    run(dt, f"torch_w{w}", make, nb)
-            run("float32", "torch_w0_previous",
-                lambda: torch.utils.data.DataLoader(ds_prev, batch_size=args.batch, shuffle=True), nb)
+        runs: list[tuple[str, str, object, int]] = []  # (dtype, name, loader factory, torch threads)
+        for dt, s in srcs.items():
+            runs += [(dt, "stride", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), 0),
+                     (dt, "stride_auto", lambda a=asrcs[dt], p=plans[dt].prefetch: ShardedLoader(a, args.batch,
+                                                                                                  prefetch=p), 0),
+                     (dt, "stride_1thread", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), 1),
+                     (dt, "stride_prefetch", lambda s=s: ShardedLoader(s, args.batch, prefetch=2), 0)]
+            # one torch thread in each of the k gathering threads
+            runs += [(dt, f"stride_gather{k}", lambda s=ksrcs[dt, k]: ShardedLoader(s, args.batch, prefetch=0), 1)
+                     for k in ks]
+            for w in (0, 1, 2):
+                def make(w: int = w, ds: SliceDataset = dss[dt]) -> torch.utils.data.DataLoader:
+                    return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=w,
+                                                       pin_memory=False, persistent_workers=w > 0)
+                runs.append((dt, f"torch_w{w}", make, 0))
+        runs.append(("float32", "torch_w0_previous",
+                     lambda: torch.utils.data.DataLoader(ds_prev, batch_size=args.batch, shuffle=True), 0))
+        order = random.Random(0)
+        for _ in range(args.repeats):  # every loader of both dtypes in a new shuffled order each repeat
+            order.shuffle(runs)
+            for dt, name, make_loader, n_threads in runs:
+                torch.set_num_threads(n_threads or out["threads"])  # type: ignore[arg-type]
+                run(dt, name, make_loader, nb)
+        torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
         bw = gather_vs_copy(src, args.batch, max(50, 30 * args.repeats))
         out["bandwidth_GBps"] = {k: round(v / 1e9, 2) for k, v in bw.items()}
         out["windows_per_s"], out["windows_per_cpu_s"] = {}, {}
