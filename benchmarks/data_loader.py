@@ -39,6 +39,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -223,10 +224,12 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
         sized[kb](block_starts[kb][k])
 
     alive: dict[str, deque] = {"gather": deque(maxlen=16), "copy": deque(maxlen=16)}
+    cold_src = copy.copy(src)  # its own gather, so its own recycled batch buffers (cold ones stay there)
+    cold_src._gather = WindowGather(feats, t, ahead=src._gather.ahead, stream=src._gather.stream)
 
     def cold(kind: str, k: int) -> None:  # a new output while the last 16 stay alive: not in cache
         if kind == "gather":
-            alive[kind].append(src.gather(idx[k]))
+            alive[kind].append(cold_src.gather(idx[k]))
         else:
             out = np.empty((block, f), mm.dtype)
             np.copyto(out, mm[blocks[k] : blocks[k] + block])
