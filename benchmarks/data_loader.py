@@ -20,7 +20,10 @@
 2. Gather bandwidth (`gather_vs_copy`, float32): every way of gathering a batch that was tried, side
    by side, and plain copies of the same bytes on 1 and 2 threads. `gather_bw_fraction_of_copy` = the
    loader's whole gather over a numpy copy; `copy_bound_*`: windows/s if every byte moved at the
-   copy rate (the ceiling of any loader that materialises windows), per dtype.
+   copy rate (the ceiling of any loader that materialises windows), per dtype. Beside them, what
+   random windows allow: `block_copy_fraction_of_copy` (the batch's own blocks, one memcpy each),
+   `gather_bw_fraction_of_block_copy`, and `gather_bw_fraction_of_copy_cold_dst` (both into
+   outputs outside the cache, as in training).
 3. Sequential evaluation (float32): every window of the store in time order through
    `ShardedLoader(shuffle=False)` (one window gather a batch), `SequentialWindows` (one slab of n+T-1
    rows a batch, windows as an overlapping `unfold` view) and the plain `DataLoader(shuffle=False)`.
@@ -173,8 +176,8 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
 
     Every repetition runs the ways in a shuffled order, each on windows (or a block) of its own, so
     neither noise nor a warm cache favours one; medians. Gathers: `windows` (the loader's
-    `WindowGather`: numpy fancy index of overlapping window items, 2 sub-blocks each so numpy drops
-    the GIL), `windows_gil` (1 block per window: numpy keeps the GIL), `windows_sorted` (starts
+    `WindowGather`, the C kernel with its defaults, window copy only), `windows_gil` (the same; the numpy fallback
+    once kept the GIL here), `windows_sorted` (starts
     sorted first, for locality), `rows_take_fresh` (one `numpy.take` of B*T rows: the previous
     loader), `rows_take_reused` (into a reused buffer), `torch_windows_fresh` / `_reused` (torch
     `index_select` of window starts over a strided window view, one OpenMP thread),
@@ -187,7 +190,8 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     per-block cost that no copy routine removes (see docs/data.md). `_cold_dst`: the whole gather and
     the numpy copy each into a new output while the last 16 outputs stay alive, so the destination is
     not in cache (64 MiB > L3), as in training, where the model's step passes between two batches; the
-    other ways write into a buffer freed just before (cached), which flatters the contiguous copy most.
+    other ways write into a reused buffer (or their gather's recycled one), which flatters the
+    contiguous copy most.
     """
     import ctypes
     from concurrent.futures import ThreadPoolExecutor
