@@ -107,6 +107,7 @@ class BatchBuffers:
     """
 
     MIN_BYTES = 1 << 18  # smaller outputs come from malloc as before
+    MAX_FREE = 8  # free buffers kept a size (a prefetch depth of 2 and a consumer use 4); more go back
 
     def __init__(self) -> None:
         self._free: dict[int, deque[np.ndarray]] = {}
@@ -118,13 +119,17 @@ class BatchBuffers:
         if nbytes < self.MIN_BYTES:
             return torch.empty(shape, dtype=dtype)
         free = self._free.get(nbytes) or self._free.setdefault(nbytes, deque())
-        buf = free.pop() if free else np.empty(nbytes, np.uint8)
+        try:
+            buf = free.pop()  # atomic: the consumer's thread may be handing one back meanwhile
+        except IndexError:
+            buf = np.empty(nbytes, np.uint8)
         view = buf.view(np_dtype).reshape(shape)
-        watch = self._watch
+        watch, keep = self._watch, self.MAX_FREE
 
         def back(ref: weakref.ref, buf: np.ndarray = buf) -> None:  # the last holder of the batch let go
             watch.pop(id(ref), None)
-            free.append(buf)
+            if len(free) < keep:
+                free.append(buf)
         ref = weakref.ref(view, back)
         watch[id(ref)] = ref
         return torch.from_numpy(view)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from stride.data import native, windows
-from stride.data.gather import WindowGather
+from stride.data.gather import BatchBuffers, WindowGather
 from stride.data.windows import RowWindows
 
 needs_native = pytest.mark.skipif(native.load() is None,
@@ -231,6 +231,9 @@ def test_batch_buffers_are_reused_only_after_every_holder_let_go(seed: int) -> N
     again = [gather(s) for s in starts[:3]]
     assert len({x.data_ptr() for x in again}) == 3 and {x.data_ptr() for x in again} <= freed  # no new memory
     assert torch.equal(again[0], torch.stack([rows[a : a + 64] for a in starts[0].tolist()]))
+    many = [gather(starts[0]) for _ in range(3 * BatchBuffers.MAX_FREE)]  # a burst of live batches ...
+    del many, again
+    assert sum(len(f) for f in gather._buffers._free.values()) == BatchBuffers.MAX_FREE  # ... is not all kept
 
 
 @needs_native
