@@ -2,15 +2,15 @@
  *
  * A window of T rows x F features is one contiguous block of a row-major table, so a batch is B block
  * copies. Random 16 KiB blocks read from DRAM lose bandwidth at each block's start. Measured in C on
- * the AMD EPYC 2-core host (docs/data.md "Benchmark" has the table; load 3-4): 4 MiB as random blocks
- * of 4 / 16 / 64 / 256 KiB copies at 0.42 / 0.62 / 0.91 / 1.06 of one contiguous copy, a fixed cost
- * of about 0.7 us a block (one DRAM latency per 4 KiB page of it: the hardware prefetchers restart at
- * each page and the first lines of a page arrive one latency late). What recovers part of it: hint
- * the first two lines of every page of the window `ahead` windows on (prefetcht1, into L2), so the
- * pages' streams are running when the copy reaches them: +15-20% (0.49 -> 0.58 of the contiguous
- * copy). Not kept: prefetching whole windows ahead (every line: the misses queue behind each other,
- * 0.39-0.55), copying 2-4 windows interleaved (0.40-0.43), streaming stores into a destination in
- * cache (0.50 against 0.56), huge pages for the source (+5-8%, for a second copy of the table).
+ * the AMD EPYC 2-core host (benchmarks/data_gather_ab.c; docs/data.md has the table, three runs):
+ * 4 MiB as random blocks of 4 / 16 / 64 / 256 KiB copies at 0.34-0.44 / 0.51-0.66 / 0.80-0.87 /
+ * 1.04-1.07 of one contiguous copy, a fixed cost of about 0.7 us a block (about one DRAM latency per
+ * 4 KiB page: the prefetchers restart at each page and a random block's pages are cold). What
+ * recovers part of it: hint the first two lines of every page of the window `ahead` on (prefetcht1,
+ * into L2), so its pages stream when the copy reaches them: 0.60-0.77. Not kept: every line of the
+ * next window (T0 0.44-0.57, T1 0.58-0.83: worse in two runs of three), 4 windows copied interleaved
+ * (0.41-0.42), huge pages for the source (+8-11%, for a second copy of the table). Streaming stores
+ * (`nt`) are a probe choice: they help a destination outside the cache, not one in it.
  * Built by stride/data/native.py with -ffp-contract=off: the float32 form rounds (x - shift) and then
  * * scale separately, exactly as numpy's two in-place ops, bit for bit.
  */

@@ -9,9 +9,9 @@ of the window `ahead` on, so those pages stream when the copy reaches them (the 
 streaming stores, chosen per host by `stride.data.probe`).
 
 Where the bandwidth goes (AMD EPYC 2-core host; copy_kernel.c and docs/data.md have the figures):
-random 16 KiB blocks copy at about 0.5 of one contiguous copy of the same bytes, a fixed cost of
-about 0.7 us a block (a DRAM latency per 4 KiB page: 64 KiB blocks reach 0.9); the page-head hints
-recover 15-20%, huge pages 5-8% more; no copy order or store type measured reaches 0.8.
+random 16 KiB blocks copy at 0.51-0.66 of one contiguous copy of the same bytes, a fixed cost of
+about 0.7 us a block (about a DRAM latency per 4 KiB page: 64 KiB blocks reach 0.80-0.87); the
+page-head hints recover 13-26%, huge pages 8-11% (not kept: a second copy of the table).
 
 The fallback: the rows viewed as an overlapping array of N-T/k+1 items of T/k rows and one numpy
 fancy index of the windows' sub-block starts; k sub-blocks a window so that B*k > 500, because numpy
