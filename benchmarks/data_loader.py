@@ -20,7 +20,10 @@
 2. Gather bandwidth (`gather_vs_copy`, float32): every way of gathering a batch that was tried, side
    by side, and plain copies of the same bytes on 1 and 2 threads. `gather_bw_fraction_of_copy` = the
    loader's whole gather over a numpy copy; `copy_bound_*`: windows/s if every byte moved at the
-   copy rate (the ceiling of any loader that materialises windows), per dtype.
+   copy rate (the ceiling of any loader that materialises windows), per dtype. Beside them, what
+   random windows allow: `block_copy_fraction_of_copy` (the batch's own blocks, one memcpy each),
+   `gather_bw_fraction_of_block_copy`, and `gather_bw_fraction_of_copy_cold_dst` (both into
+   outputs outside the cache, as in training).
 3. Sequential evaluation (float32): every window of the store in time order through
    `ShardedLoader(shuffle=False)` (one window gather a batch), `SequentialWindows` (one slab of n+T-1
    rows a batch, windows as an overlapping `unfold` view) and the plain `DataLoader(shuffle=False)`.
@@ -39,15 +42,18 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -170,18 +176,24 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
 
     Every repetition runs the ways in a shuffled order, each on windows (or a block) of its own, so
     neither noise nor a warm cache favours one; medians. Gathers: `windows` (the loader's
-    `WindowGather`: numpy fancy index of overlapping window items, 2 sub-blocks each so numpy drops
-    the GIL), `windows_gil` (1 block per window: numpy keeps the GIL), `windows_sorted` (starts
+    `WindowGather`, the C kernel with its defaults, window copy only), `windows_gil` (the same; the numpy fallback
+    once kept the GIL here), `windows_sorted` (starts
     sorted first, for locality), `rows_take_fresh` (one `numpy.take` of B*T rows: the previous
     loader), `rows_take_reused` (into a reused buffer), `torch_windows_fresh` / `_reused` (torch
     `index_select` of window starts over a strided window view, one OpenMP thread),
     `torch_windows_reused_2threads` (each half of the batch on its own thread), `gather_full` (the
     loader's whole `gather`: ids to (x, y), targets included). Copies of one contiguous block of the
     same bytes: `copy_numpy` (`np.copyto` into a reused buffer), `copy_memcpy` (libc `memmove`),
-    `copy_memcpy_2threads` (two halves on two threads).
+    `copy_memcpy_2threads` (two halves on two threads). `block_copy`: the batch's own random windows,
+    one memcpy each (the C kernel without hints: what any window loader must move, from where it
+    lies), and `blocks_{4,16,64,256}k`: 4 MiB as random blocks of that size (one memcpy each), the
+    per-block cost that no copy routine removes (see docs/data.md). `_cold_dst`: the whole gather and
+    the numpy copy each into a new output while the last 16 outputs stay alive, so the destination is
+    not in cache (64 MiB > L3), as in training, where the model's step passes between two batches; the
+    other ways write into a reused buffer (or their gather's recycled one), which flatters the
+    contiguous copy most.
     """
     import ctypes
-    import random
     from concurrent.futures import ThreadPoolExecutor
 
     from stride.data.gather import WindowGather
@@ -190,7 +202,7 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     t, f = src.seq_len, feats.shape[1]
     nbytes = batch * t * f * feats.element_size()
     g = torch.Generator().manual_seed(0)
-    n_ways = 12
+    n_ways = 19
     idx = [torch.randint(0, len(src), (batch,), generator=g) for _ in range(reps * n_ways)]
     starts = [src.end_rows(i).numpy() - (t - 1) for i in idx]
     block = batch * t
@@ -204,6 +216,28 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     gw_gil._blocks = lambda b: 1  # type: ignore[method-assign]  # one block a window: numpy keeps the GIL
     offs = np.arange(t)
     ex = ThreadPoolExecutor(1)
+    gw_block = WindowGather(feats, t, ahead=0, stream=False)  # one memcpy a window, no hints
+    row_bytes = f * feats.element_size()
+    sized = {kb: WindowGather(feats, kb * 1024 // row_bytes, ahead=0, stream=False) for kb in (4, 16, 64, 256)}
+
+    rng_b = np.random.default_rng(1)
+    block_starts = {kb: [rng_b.integers(0, feats.shape[0] - kb * 1024 // row_bytes, nbytes // (kb * 1024))
+                         for _ in range(reps * n_ways)] for kb in sized}
+
+    def random_blocks(kb: int, k: int) -> None:
+        sized[kb](block_starts[kb][k])
+
+    alive: dict[str, deque] = {"gather": deque(maxlen=16), "copy": deque(maxlen=16)}
+    cold_src = copy.copy(src)  # its own gather, so its own recycled batch buffers (cold ones stay there)
+    cold_src._gather = WindowGather(feats, t, ahead=src._gather.ahead, stream=src._gather.stream)
+
+    def cold(kind: str, k: int) -> None:  # a new output while the last 16 stay alive: not in cache
+        if kind == "gather":
+            alive[kind].append(cold_src.gather(idx[k]))
+        else:
+            out = np.empty((block, f), mm.dtype)
+            np.copyto(out, mm[blocks[k] : blocks[k] + block])
+            alive[kind].append(out)
 
     def torch_half(k: int, lo: int, hi: int) -> None:
         torch.index_select(win, 0, torch.from_numpy(starts[k][lo:hi]), out=dst_t[lo:hi])
@@ -227,7 +261,11 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
         "torch_windows_reused": lambda k: torch_half(k, 0, batch),
         "torch_windows_reused_2threads": lambda k: two(torch_half, k, batch),
         "gather_full": lambda k: src.gather(idx[k]),
+        "block_copy": lambda k: gw_block(starts[k]),
+        **{f"blocks_{kb}k": (lambda k, kb=kb: random_blocks(kb, k)) for kb in (4, 16, 64, 256)},
         "copy_numpy": lambda k: np.copyto(dst, mm[blocks[k] : blocks[k] + block]),
+        "gather_full_cold_dst": lambda k: cold("gather", k),
+        "copy_numpy_cold_dst": lambda k: cold("copy", k),
         "copy_memcpy": lambda k: memmove(k, 0, nbytes),
         "copy_memcpy_2threads": lambda k: two(memmove, k, nbytes),
     }
@@ -255,6 +293,18 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     # takes the core away mid-copy does not count (meaningless for the 2-thread ways: left out)
     return {**{k: statistics.median(v) for k, v in res.items()},
             **{f"{k}_per_cpu_s": statistics.median(v) for k, v in cpu.items() if "2threads" not in k}}
+
+
+def bandwidth_fractions(bw: dict[str, float]) -> dict[str, float]:
+    """The whole gather (targets included) over a contiguous copy of the same bytes (the issue's yardstick),
+    and over the honest ceiling beside it: the batch's own random blocks, one memcpy each."""
+    return {"gather_bw_fraction_of_copy": bw["gather_full"] / bw["copy_numpy"],
+            "gather_bw_fraction_of_copy_per_cpu_s": bw["gather_full_per_cpu_s"] / bw["copy_numpy_per_cpu_s"],
+            "gather_bw_fraction_of_memcpy": bw["gather_full"] / bw["copy_memcpy"],
+            "gather_bw_fraction_of_block_copy": bw["gather_full"] / bw["block_copy"],
+            "windows_bw_fraction_of_block_copy": bw["windows"] / bw["block_copy"],
+            "block_copy_fraction_of_copy": bw["block_copy"] / bw["copy_numpy"],
+            "gather_bw_fraction_of_copy_cold_dst": bw["gather_full_cold_dst"] / bw["copy_numpy_cold_dst"]}
 
 
 def same_batches(src: RowWindows, ds: SliceDataset, batch: int) -> None:
@@ -388,6 +438,8 @@ def main() -> None:
         if args.gather_only:
             bw = gather_vs_copy(src, args.batch, max(50, 30 * args.repeats))
             out["bandwidth_GBps"] = {k: round(v / 1e9, 2) for k, v in bw.items()}
+            out.update(bandwidth_fractions(bw))
+            out["load_after"] = os.getloadavg()
             print(json.dumps(out))
             return
         # `data.gather_threads` = k on hosts with the cores for it (k <= cores): one batch split over k threads
@@ -418,24 +470,30 @@ def main() -> None:
             rates[dt][name].append(wall)
             cpu_rates[dt][name].append(cpu)
 
-        for _ in range(args.repeats):
-            for dt, s in srcs.items():  # float32 and bf16 alternate: side by side
-                run(dt, "stride", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
-                run(dt, "stride_auto",
-                    lambda a=asrcs[dt], p=plans[dt].prefetch: ShardedLoader(a, args.batch, prefetch=p), nb)
-                torch.set_num_threads(1)
-                run(dt, "stride_1thread", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), nb)
-                for k in ks:  # one torch thread in each of the k gathering threads
-                    run(dt, f"stride_gather{k}", lambda s=ksrcs[dt, k]: ShardedLoader(s, args.batch, prefetch=0), nb)
-                torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
-                run(dt, "stride_prefetch", lambda s=s: ShardedLoader(s, args.batch, prefetch=2), nb)
-                for w in (0, 1, 2):
-                    def make(w: int = w, ds: SliceDataset = dss[dt]) -> torch.utils.data.DataLoader:
-                        return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=w,
-                                                           pin_memory=False, persistent_workers=w > 0)
-                    run(dt, f"torch_w{w}", make, nb)
-            run("float32", "torch_w0_previous",
-                lambda: torch.utils.data.DataLoader(ds_prev, batch_size=args.batch, shuffle=True), nb)
+        runs: list[tuple[str, str, object, int]] = []  # (dtype, name, loader factory, torch threads)
+        for dt, s in srcs.items():
+            runs += [(dt, "stride", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), 0),
+                     (dt, "stride_auto", lambda a=asrcs[dt], p=plans[dt].prefetch: ShardedLoader(a, args.batch,
+                                                                                                  prefetch=p), 0),
+                     (dt, "stride_1thread", lambda s=s: ShardedLoader(s, args.batch, prefetch=0), 1),
+                     (dt, "stride_prefetch", lambda s=s: ShardedLoader(s, args.batch, prefetch=2), 0)]
+            # one torch thread in each of the k gathering threads
+            runs += [(dt, f"stride_gather{k}", lambda s=ksrcs[dt, k]: ShardedLoader(s, args.batch, prefetch=0), 1)
+                     for k in ks]
+            for w in (0, 1, 2):
+                def make(w: int = w, ds: SliceDataset = dss[dt]) -> torch.utils.data.DataLoader:
+                    return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=w,
+                                                       pin_memory=False, persistent_workers=w > 0)
+                runs.append((dt, f"torch_w{w}", make, 0))
+        runs.append(("float32", "torch_w0_previous",
+                     lambda: torch.utils.data.DataLoader(ds_prev, batch_size=args.batch, shuffle=True), 0))
+        order = random.Random(0)
+        for _ in range(args.repeats):  # every loader of both dtypes in a new shuffled order each repeat
+            order.shuffle(runs)
+            for dt, name, make_loader, n_threads in runs:
+                torch.set_num_threads(n_threads or out["threads"])  # type: ignore[arg-type]
+                run(dt, name, make_loader, nb)
+        torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
         bw = gather_vs_copy(src, args.batch, max(50, 30 * args.repeats))
         out["bandwidth_GBps"] = {k: round(v / 1e9, 2) for k, v in bw.items()}
         out["windows_per_s"], out["windows_per_cpu_s"] = {}, {}
@@ -463,9 +521,7 @@ def main() -> None:
                                        "copy": plans[dt].figures.get("chosen_copy"), "reasons": plans[dt].reasons}
         out["headline"] = "float32 (the store's default dtype; bf16 halves the bytes by dropping precision)"
         out["gather_threads_tried"] = [1, *ks]
-        out["gather_bw_fraction_of_copy"] = bw["gather_full"] / bw["copy_numpy"]
-        out["gather_bw_fraction_of_copy_per_cpu_s"] = bw["gather_full_per_cpu_s"] / bw["copy_numpy_per_cpu_s"]
-        out["gather_bw_fraction_of_memcpy"] = bw["gather_full"] / bw["copy_memcpy"]
+        out.update(bandwidth_fractions(bw))
         out["sequential"] = sequential(src, dss["float32"], args.batch, nb, args.repeats)
         waits = {p: data_wait(args.steps, p) for p in (2, 0)}
         out["data_wait"] = {f"prefetch_{p}": v for p, v in waits.items()}

@@ -1,15 +1,16 @@
-/* stride's window copy: a batch of windows as B block copies, and the price rows of their targets.
+/* stride's window copy: a batch of windows as B block copies, with the price rows of their targets.
  *
  * A window of T rows x F features is one contiguous block of a row-major table, so a batch is B block
- * copies. Random 16 KiB blocks read from DRAM lose bandwidth at each block's start: the hardware
- * prefetchers stop at 4 KiB pages and must see a few misses before they stream. Measured in C on the
- * AMD EPYC development host (256 blocks of 16 KiB at random rows of a 256 MiB table against one 4 MiB
- * copy, both into the same destination): libc memcpy per block 0.58-0.80 of the contiguous copy (the
- * host's memory was shared, so the ratio moved with the load); prefetching the whole page's lines
- * of the next block's first pages 0.65-0.70. What works is a copy that reads ahead along the batch's
- * stream of blocks, crossing into the next window's block before this one ends (`dist` bytes ahead,
- * 2-4 KiB: 0.79-0.87), and with streaming (non-temporal) stores for batches larger than the L2 cache
- * (`nt`: the writes do not first read the destination's lines, 0.85-0.92).
+ * copies. Random 16 KiB blocks read from DRAM lose bandwidth at each block's start. Measured in C on
+ * the AMD EPYC 2-core host (benchmarks/data_gather_ab.c; docs/data.md has the table, three runs):
+ * 4 MiB as random blocks of 4 / 16 / 64 / 256 KiB copies at 0.34-0.44 / 0.51-0.66 / 0.80-0.87 /
+ * 1.04-1.07 of one contiguous copy, a fixed cost of about 0.7 us a block (about one DRAM latency per
+ * 4 KiB page: the prefetchers restart at each page and a random block's pages are cold). What
+ * recovers part of it: hint the first two lines of every page of the window `ahead` on (prefetcht1,
+ * into L2), so its pages stream when the copy reaches them: 0.60-0.77. Not kept: every line of the
+ * next window (T0 0.44-0.57, T1 0.58-0.83: worse in two runs of three), 4 windows copied interleaved
+ * (0.41-0.42), huge pages for the source (+8-11%, for a second copy of the table). Streaming stores
+ * (`nt`) are a probe choice: they help a destination outside the cache, not one in it.
  * Built by stride/data/native.py with -ffp-contract=off: the float32 form rounds (x - shift) and then
  * * scale separately, exactly as numpy's two in-place ops, bit for bit.
  */
@@ -19,26 +20,74 @@
 #include <immintrin.h>
 #endif
 
-#define CHUNK 1024 /* bytes copied between read-ahead requests (16 cache lines) */
+#define PAGE 4096
 #define LINE 64
 
-/* the address `off` bytes past the start of block b of the batch, continuing into the next blocks;
- * 0 past the last */
-static inline const char *ahead(const char *base, int64_t row_bytes, const int64_t *starts, int64_t n, int64_t b,
-                                int64_t block, int64_t off) {
-    while (off >= block) {
-        if (++b >= n) return 0;
-        off -= block;
+static inline double value_f64(const char *p, int bf16) {
+    float v;
+    if (bf16) {
+        uint32_t bits = (uint32_t)(*(const uint16_t *)p) << 16;
+        memcpy(&v, &bits, 4);
+    } else {
+        memcpy(&v, p, 4);
     }
-    return base + starts[b] * row_bytes + off;
+    return (double)v;
 }
 
-static inline void read_ahead(const char *p) {
-    if (p)
-        for (int l = 0; l < CHUNK; l += LINE) __builtin_prefetch(p + l);
+/* The targets' rows of a window, read right after its copy (its last row is then in cache): with logp,
+ * the targets themselves, y[j] = (float)(logp[start + offs[j + 1]] - logp[start + offs[0]]) * scale[j],
+ * j < m - 1 (logp: the price column's log, float64, made by numpy's log: the same bits as numpy's
+ * targets); without, the prices as float64, o[j] = the float32 or bf16 value at
+ * pbase + (start + offs[j]) * pstride, j < m, for numpy's log */
+typedef struct {
+    const char *pbase;
+    int64_t pstride, m;
+    const int64_t *offs;
+    int bf16;
+    const double *logp;
+    const float *scale;
+} picks_t;
+
+static inline void pick(const picks_t *pk, int64_t start, void *out, int64_t b) {
+    if (pk->logp) {
+        float *y = (float *)out + b * (pk->m - 1);
+        const double *l = pk->logp + start;
+        for (int64_t j = 0; j + 1 < pk->m; j++) y[j] = (float)(l[pk->offs[j + 1]] - l[pk->offs[0]]) * pk->scale[j];
+        return;
+    }
+    double *o = (double *)out + b * pk->m;
+    for (int64_t j = 0; j < pk->m; j++) o[j] = value_f64(pk->pbase + (start + pk->offs[j]) * pk->pstride, pk->bf16);
 }
 
-static inline void copy_chunk(char *d, const char *s, int64_t len, int nt) {
+/* hint the first two lines of every 4 KiB page of the `block` bytes at p (read, into L2) */
+static inline void prefetch_heads(const char *p, int64_t block) {
+    const char *e = p + block;
+    for (const char *q = p; q < e; q = (const char *)(((uintptr_t)q + PAGE) & ~(uintptr_t)(PAGE - 1))) {
+        __builtin_prefetch(q, 0, 2);
+        if (q + LINE < e) __builtin_prefetch(q + LINE, 0, 2);
+    }
+}
+
+/* the page heads of window w and its price rows (pk may be 0) */
+static inline void prefetch_window(const char *base, int64_t row_bytes, int64_t start, int64_t block,
+                                   const picks_t *pk) {
+    prefetch_heads(base + start * row_bytes, block);
+    if (pk && pk->logp)
+        for (int64_t j = 0; j < pk->m; j++) __builtin_prefetch(pk->logp + start + pk->offs[j], 0, 3);
+    else if (pk)
+        for (int64_t j = 0; j < pk->m; j++) __builtin_prefetch(pk->pbase + (start + pk->offs[j]) * pk->pstride, 0, 3);
+}
+
+/* before window b: window b + ahead (and at the start, the first `ahead` windows) */
+static inline void prefetch_ahead(const char *base, int64_t row_bytes, const int64_t *starts, int64_t n, int64_t b,
+                                  int64_t block, int64_t ahead, const picks_t *pk) {
+    if (ahead <= 0) return;
+    if (b == 0)
+        for (int64_t j = 0; j < ahead && j < n; j++) prefetch_window(base, row_bytes, starts[j], block, pk);
+    if (b + ahead < n) prefetch_window(base, row_bytes, starts[b + ahead], block, pk);
+}
+
+static inline void copy_block(char *d, const char *s, int64_t len, int nt) {
 #if defined(__AVX512F__)
     if (nt && ((uintptr_t)d & 63) == 0 && (len & 63) == 0) {
         for (int64_t i = 0; i < len; i += 64)
@@ -63,37 +112,44 @@ static inline void fence(int nt) {
     (void)nt;
 }
 
-/* out[b] = the `block` bytes at base + starts[b] * row_bytes, for b < n; dist: bytes read ahead
- * along the batch (0: one memcpy a block); nt: streaming stores */
-void stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *starts, int64_t n, int64_t block,
-                         char *out, int64_t dist, int nt) {
+/* the first b whose start is outside [0, max_start], or -1 */
+static inline int64_t outside(const int64_t *starts, int64_t n, int64_t max_start) {
+    for (int64_t b = 0; b < n; b++)
+        if (starts[b] < 0 || starts[b] > max_start) return b;
+    return -1;
+}
+
+/* out[b] = the `block` bytes at base + starts[b] * row_bytes, for b < n, if every start is in
+ * [0, max_start] (else nothing is copied: returns the first b outside, otherwise -1); ahead: windows
+ * whose page heads are hinted ahead (0: none); nt: streaming stores; pk (may be 0): the targets'
+ * rows (picks_t), into picks */
+int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *starts, int64_t n, int64_t max_start,
+                            int64_t block, char *out, int64_t ahead, int nt, const picks_t *pk, void *picks) {
+    int64_t bad = outside(starts, n, max_start);
+    if (bad >= 0) return bad;
     for (int64_t b = 0; b < n; b++) {
-        const char *s = base + starts[b] * row_bytes;
-        char *d = out + b * block;
-        if (dist <= 0 && !nt) {
-            memcpy(d, s, (size_t)block);
-            continue;
-        }
-        for (int64_t i = 0; i < block; i += CHUNK) {
-            if (dist > 0) read_ahead(ahead(base, row_bytes, starts, n, b, block, i + dist));
-            copy_chunk(d + i, s + i, block - i < CHUNK ? block - i : CHUNK, nt);
-        }
+        prefetch_ahead(base, row_bytes, starts, n, b, block, ahead, pk);
+        copy_block(out + b * block, base + starts[b] * row_bytes, block, nt);
+        if (pk) pick(pk, starts[b], picks, b);
     }
     fence(nt);
+    return -1;
 }
 
 /* float32 windows [n, t, f] from float32 (src_bf16 = 0) or bfloat16 rows of f values: each value
  * upcast (bf16: its bits are the top half of a float32, exact), then x - shift[j] (if shift), then
- * x * scale[j] (if scale), each rounded to float32; dist as above */
-void stride_windows_f32(const void *base, int src_bf16, const int64_t *starts, int64_t n, int64_t t, int64_t f,
-                        const float *shift, const float *scale, float *out, int64_t dist) {
-    const int64_t elem = src_bf16 ? 2 : 4, row_bytes = f * elem, win = t * f, block = win * elem;
+ * x * scale[j] (if scale), each rounded to float32; max_start, ahead, pk, picks and the result as above */
+int64_t stride_windows_f32(const void *base, int src_bf16, const int64_t *starts, int64_t n, int64_t max_start,
+                           int64_t t, int64_t f, const float *shift, const float *scale, float *out, int64_t ahead,
+                           const picks_t *pk, void *picks) {
+    const int64_t elem = src_bf16 ? 2 : 4, row_bytes = f * elem, win = t * f;
+    int64_t bad = outside(starts, n, max_start);
+    if (bad >= 0) return bad;
     for (int64_t b = 0; b < n; b++) {
+        prefetch_ahead((const char *)base, row_bytes, starts, n, b, t * row_bytes, ahead, pk);
         float *o = out + b * win;
         const char *s = (const char *)base + starts[b] * row_bytes;
         for (int64_t r = 0; r < t; r++) {
-            if (dist > 0 && (r * row_bytes) % CHUNK < row_bytes)
-                read_ahead(ahead((const char *)base, row_bytes, starts, n, b, block, r * row_bytes + dist));
             float *x = o + r * f;
             if (src_bf16) {
                 const uint16_t *h = (const uint16_t *)(s + r * row_bytes);
@@ -109,21 +165,38 @@ void stride_windows_f32(const void *base, int src_bf16, const int64_t *starts, i
             if (scale != 0)
                 for (int64_t j = 0; j < f; j++) x[j] = x[j] * scale[j];
         }
+        if (pk) pick(pk, starts[b], picks, b);
     }
+    return -1;
+}
+
+/* y[i, j] = (float)(logp[i, j + 1] - logp[i, 0]) * scale[j] for i < n, j < m - 1: the targets from the
+ * log prices, rounded as numpy's (p[:, 1:] - p[:, :1]).astype(float32) * scale rounds them */
+void stride_log_returns(const double *logp, int64_t n, int64_t m, const float *scale, float *y) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j + 1 < m; j++) y[i * (m - 1) + j] = (float)(logp[i * m + j + 1] - logp[i * m]) * scale[j];
+}
+
+/* starts[i] = the first row of window ids[i] over k ranges of end rows (range r: ends lo[r] ..,
+ * window ids cum[r] .. cum[r + 1] - 1), i.e. lo[r] + ids[i] - cum[r] - (t - 1); returns the first
+ * i whose id is outside [0, cum[k]), or -1 */
+int64_t stride_window_starts(const int64_t *ids, int64_t n, const int64_t *lo, const int64_t *cum, int64_t k,
+                             int64_t t, int64_t *starts) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = ids[i];
+        if (id < 0 || id >= cum[k]) return i;
+        int64_t a = 0, z = k; /* the last r with cum[r] <= id (searchsorted(cum, id, 'right') - 1) */
+        while (z - a > 1) {
+            int64_t mid = (a + z) / 2;
+            if (cum[mid] <= id) a = mid; else z = mid;
+        }
+        starts[i] = lo[a] + (id - cum[a]) - (t - 1);
+    }
+    return -1;
 }
 
 /* out[i] = the float32 (src_bf16 = 0) or bfloat16 value at base + rows[i] * stride_bytes, as float64 */
 void stride_pick_f64(const char *base, int src_bf16, int64_t stride_bytes, const int64_t *rows, int64_t n,
                      double *out) {
-    for (int64_t i = 0; i < n; i++) {
-        const char *p = base + rows[i] * stride_bytes;
-        float v;
-        if (src_bf16) {
-            uint32_t bits = (uint32_t)(*(const uint16_t *)p) << 16;
-            memcpy(&v, &bits, 4);
-        } else {
-            memcpy(&v, p, 4);
-        }
-        out[i] = (double)v;
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = value_f64(base + rows[i] * stride_bytes, src_bf16);
 }

@@ -3,19 +3,15 @@
 A window is T consecutive rows, one contiguous block of a row-major table, so a batch is B memcpy
 calls (`stride/data/copy_kernel.c`, built by `native.py`; each call releases the GIL). The kernel
 also makes float32 batches in the same pass: bf16 rows upcast, and the train normalisation
-(x - shift) * scale, rounded as numpy's two ops round them (bit for bit, tested). It reads
-`read_ahead` bytes ahead along the batch's stream of blocks, so the next window's page streams start
-before this window ends (the distance, and streaming stores, chosen per host by `stride.data.probe`).
+(x - shift) * scale, rounded as numpy's two ops round them (bit for bit, tested), and reads the
+targets' price rows right after each window (`picks`). Before each window it hints the page heads
+of the window `ahead` on, so those pages stream when the copy reaches them (the distance, and
+streaming stores, chosen per host by `stride.data.probe`).
 
-Where did the bandwidth go (AMD EPYC 2-core host, docs/data.md has the figures): the previous
-numpy gather (below, the fallback) copied at 0.66 of a numpy copy of the same bytes per CPU-second,
-and the targets and index arithmetic around it took the whole gather to 0.45. Measured in C, random
-16 KiB blocks copy at 0.58-0.62 of one contiguous block into the same cached destination whatever the
-copy routine; software prefetch of each page's first lines of the next windows raises that to
-0.65-0.70, and into a destination outside the cache (a batch the model has not read yet) to
-0.84-0.89. Huge pages for the source (2 MiB, anonymous) did not change the ratio, and minor page
-faults were none once the store was mapped, so the loss is DRAM latency at each block start, which
-only overlapping the next blocks' reads recovers.
+Where the bandwidth goes (AMD EPYC 2-core host; copy_kernel.c and docs/data.md have the figures):
+random 16 KiB blocks copy at 0.51-0.66 of one contiguous copy of the same bytes, a fixed cost of
+about 0.7 us a block (about a DRAM latency per 4 KiB page: 64 KiB blocks reach 0.80-0.87); the
+page-head hints recover 13-26%, huge pages 8-11% (not kept: a second copy of the table).
 
 The fallback: the rows viewed as an overlapping array of N-T/k+1 items of T/k rows and one numpy
 fancy index of the windows' sub-block starts; k sub-blocks a window so that B*k > 500, because numpy
@@ -27,6 +23,10 @@ windows into its rows of one output (the kernel, or `torch.index_select` in the 
 
 from __future__ import annotations
 
+import ctypes
+import math
+import weakref
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -35,7 +35,7 @@ import torch
 from stride.data import native
 
 GIL_FREE_MIN_INDICES = 501  # numpy keeps the GIL for fancy indexes of <= 500 items
-READ_AHEAD = 2048  # bytes the kernel reads ahead along a batch's windows (the probe may choose another)
+AHEAD = 4  # windows on whose page heads the kernel hints (0: none; the probe may choose another)
 
 
 def l2_bytes() -> int:
@@ -57,21 +57,103 @@ def l2_bytes() -> int:
 _L2 = l2_bytes()
 
 
+def column_f64(col: torch.Tensor, rows: np.ndarray | slice) -> np.ndarray:
+    """The float32 or bf16 column's values at `rows`, as float64 (numpy; the kernel's picks give the same)."""
+    if col.dtype == torch.bfloat16:  # bf16 bits are the top half of a float32
+        bits = col.view(torch.int16).numpy()[rows].astype(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).astype(np.float64)
+    return col.numpy()[rows].astype(np.float64)
+
+
+class ColumnPicks:
+    """What the kernel reads for each window's targets right after its copy, at `offsets` rows past the
+    window's start of a 1-D float32 or bf16 column (a view of one table column): the values as float64
+    [B, m] or, with `log_column` (np.log of the column as float64) and a float32 `scale`, the targets
+    (log[offsets[1:]] - log[offsets[0]]) as float32 times scale, [B, m - 1]."""
+
+    def __init__(self, col: torch.Tensor, offsets: np.ndarray, log_column: torch.Tensor | None = None) -> None:
+        self.col, self.offsets, self.log_column = col, np.ascontiguousarray(offsets, dtype=np.int64), log_column
+        self.m = len(self.offsets)
+        self.struct = native.Picks(col.data_ptr(), col.stride(0) * col.element_size(), self.m,
+                                   self.offsets.ctypes.data, int(col.dtype == torch.bfloat16),
+                                   log_column.data_ptr() if log_column is not None else None, None)
+        self.ref = ctypes.byref(self.struct)
+        self.scale: torch.Tensor | None = None
+
+    def set_scale(self, scale: torch.Tensor) -> None:
+        """The targets' scale (float32, contiguous, m - 1 values), kept alive here while the kernel reads it."""
+        if scale is not self.scale:
+            self.scale, self.struct.scale = scale, scale.data_ptr()
+
+    def empty(self, b: int) -> torch.Tensor:
+        if self.log_column is not None:
+            return torch.empty((b, self.m - 1), dtype=torch.float32)
+        return torch.empty((b, self.m), dtype=torch.float64)
+
+    def numpy(self, starts: np.ndarray) -> np.ndarray:
+        return column_f64(self.col, starts[:, None] + self.offsets)
+
+
+class BatchBuffers:
+    """Batch outputs of one size recycled once nothing refers to them any more, so a batch does not cost
+    page faults for fresh memory.
+
+    Why: glibc hands a thread other than the main one its own arena, and gives a freed 4 MiB chunk there
+    back to the kernel, so every batch a prefetch thread allocates is new memory: 41-160 minor faults and
+    270-430 us more CPU a 4 MiB batch than the same allocation on the main thread (AMD EPYC, measured in
+    one process; prefetch cost 2x the CPU of no prefetch). A buffer here is handed out as a numpy view
+    that the batch tensor holds (torch.from_numpy); when the last tensor or view of it is gone, that
+    view dies and a weakref callback returns the buffer: reuse follows the batch's real lifetime.
+    """
+
+    MIN_BYTES = 1 << 18  # smaller outputs come from malloc as before
+    MAX_FREE = 8  # free buffers kept a size (a prefetch depth of 2 and a consumer use 4); more go back
+
+    def __init__(self) -> None:
+        self._free: dict[int, deque[np.ndarray]] = {}
+        self._watch: dict[int, weakref.ref] = {}  # a weakref must outlive its object for its callback to run
+
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        np_dtype, size = _NUMPY[dtype]
+        nbytes = math.prod(shape) * size
+        if nbytes < self.MIN_BYTES:
+            return torch.empty(shape, dtype=dtype)
+        free = self._free.get(nbytes) or self._free.setdefault(nbytes, deque())
+        try:
+            buf = free.pop()  # atomic: the consumer's thread may be handing one back meanwhile
+        except IndexError:
+            buf = np.empty(nbytes, np.uint8)
+        view = buf.view(np_dtype).reshape(shape)
+        watch, keep = self._watch, self.MAX_FREE
+
+        def back(ref: weakref.ref, buf: np.ndarray = buf) -> None:  # the last holder of the batch let go
+            watch.pop(id(ref), None)
+            if len(free) < keep:
+                free.append(buf)
+        ref = weakref.ref(view, back)
+        watch[id(ref)] = ref
+        return torch.from_numpy(view)
+
+
+_NUMPY = {torch.float32: (np.float32, 4), torch.int16: (np.int16, 2)}
+
+
 class WindowGather:
     """x[b] = rows[starts[b] : starts[b] + T] for a batch of window starts, as one [B, T, F] tensor.
 
     `use_native`: the C kernel where it can be built (False: the numpy path, for comparison);
-    `read_ahead`: bytes the kernel reads ahead along the batch; `stream`: streaming stores for
-    same-dtype batches (None: for batches larger than the L2 cache, which the consumer would read
-    from memory anyway).
+    `ahead`: windows ahead whose page heads the kernel hints (0: none); `stream`: streaming stores
+    for same-dtype batches (None: for batches larger than the L2 cache).
     """
 
     def __init__(self, rows: torch.Tensor, seq_len: int, threads: int = 1, *, use_native: bool = True,
-                 read_ahead: int = READ_AHEAD, stream: bool | None = None) -> None:
+                 ahead: int = AHEAD, stream: bool | None = None) -> None:
         if threads < 1:
             raise ValueError(f"gather threads = {threads} must be >= 1")
+        if ahead < 0:
+            raise ValueError(f"windows read ahead = {ahead} must be >= 0")
         self.dtype, self.seq_len, self.threads = rows.dtype, seq_len, threads
-        self.read_ahead, self.stream = read_ahead, stream
+        self.ahead, self.stream = ahead, stream
         raw = rows.view(torch.int16) if rows.dtype == torch.bfloat16 else rows  # numpy has no bfloat16
         self._raw = raw
         self._rows = raw.numpy()
@@ -79,6 +161,8 @@ class WindowGather:
         self._row_bytes = self._rows.strides[0]
         self._contiguous = self._rows.flags.c_contiguous
         self._lib = native.load() if use_native and self._contiguous else None
+        self._base = raw.data_ptr()
+        self._buffers = BatchBuffers()
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._pool: ThreadPoolExecutor | None = None
         if threads > 1 and self._contiguous:
@@ -97,64 +181,88 @@ class WindowGather:
         """Whether batches come from the C kernel."""
         return self._lib is not None
 
-    def __call__(self, starts: np.ndarray, *, float32: bool = False, shift: torch.Tensor | None = None,
-                 scale: torch.Tensor | None = None) -> torch.Tensor:
-        """The windows starting at rows `starts`; `float32`: as float32 (bf16 rows upcast) with
-        x - shift, then x * scale, per feature where given (float32 tensors of F values)."""
-        b, t = len(starts), self.seq_len
-        starts = np.ascontiguousarray(starts, dtype=np.int64)
-        if b and (starts.min() < 0 or starts.max() > self._n - t):
-            raise IndexError(f"window starts outside [0, {self._n - t}] for windows of {t} rows")
+    def __call__(self, starts: np.ndarray | torch.Tensor, *, float32: bool = False,
+                 shift: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
+        """The windows starting at rows `starts` (int64); `float32`: as float32 (bf16 rows upcast)
+        with x - shift, then x * scale, per feature where given (float32 tensors of F values)."""
+        return self.with_picks(starts, None, float32=float32, shift=shift, scale=scale)[0]
+
+    def with_picks(self, starts: np.ndarray | torch.Tensor, picks: ColumnPicks | None, *, float32: bool = False,
+                   shift: torch.Tensor | None = None, scale: torch.Tensor | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The windows (as `__call__`) and, with `picks`, what it reads for each window (`ColumnPicks`)."""
+        t = self.seq_len
         convert = float32 and (self.dtype != torch.float32 or shift is not None or scale is not None)
-        if self._lib is not None:
-            out = torch.empty((b, t, self._f), dtype=torch.float32 if convert else self._raw.dtype)
-            self._split(self._native_part(starts, out, convert, shift, scale), b)
-            return out.view(torch.bfloat16) if self.dtype == torch.bfloat16 and not convert else out
+        if self._lib is None:
+            return self._numpy_with_picks(np.asarray(starts, dtype=np.int64), picks, convert, shift, scale)
+        if not (isinstance(starts, torch.Tensor) and starts.dtype == torch.int64 and starts.is_contiguous()):
+            starts = torch.from_numpy(np.ascontiguousarray(starts, dtype=np.int64))  # pointers by data_ptr:
+        b = len(starts)  # a numpy array's .ctypes.data costs 2.4 us (AMD EPYC), a tensor's data_ptr 0.14
+        p = picks.empty(b) if picks is not None else None
+        out = self._buffers.empty((b, t, self._f), torch.float32 if convert else self._raw.dtype)
+        bad = [r for r in self._split(self._native_part(starts, out, convert, shift, scale, picks, p), b) if r >= 0]
+        if bad:
+            raise IndexError(f"window start {int(starts[bad[0]])} is outside [0, {self._n - t}] for windows "
+                             f"of {t} rows")
+        return (out.view(torch.bfloat16) if self.dtype == torch.bfloat16 and not convert else out), p
+
+    def _numpy_with_picks(self, starts: np.ndarray, picks: ColumnPicks | None, convert: bool,
+                          shift: torch.Tensor | None, scale: torch.Tensor | None,
+                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        t = self.seq_len
+        if len(starts) and (starts.min() < 0 or starts.max() > self._n - t):
+            raise IndexError(f"window starts outside [0, {self._n - t}] for windows of {t} rows")
+        if picks is not None and picks.log_column is not None:
+            raise ValueError("log-price targets are read by the C kernel only")
+        p = torch.from_numpy(picks.numpy(starts)) if picks is not None else None
         x = self._numpy_gather(starts)
         if not convert:
-            return x
+            return x, p
         x = x.float() if x.dtype != torch.float32 else x
         xn = x.numpy()  # in place, single-threaded, like the gather
         if shift is not None:
             np.subtract(xn, shift.numpy(), out=xn)
         if scale is not None:
             np.multiply(xn, scale.numpy(), out=xn)
-        return x
+        return x, p
 
-    def _native_part(self, starts: np.ndarray, out: torch.Tensor, convert: bool, shift: torch.Tensor | None,
-                     scale: torch.Tensor | None):  # noqa: ANN202
-        lib, base, t, f = self._lib, self._rows.ctypes.data, self.seq_len, self._f
-        win_bytes = t * f * out.element_size()
-        sp = starts.ctypes.data
-        op = out.data_ptr()
-        dist = self.read_ahead
+    def _native_part(self, starts: torch.Tensor, out: torch.Tensor, convert: bool, shift: torch.Tensor | None,
+                     scale: torch.Tensor | None, picks: ColumnPicks | None,
+                     p: torch.Tensor | None):  # noqa: ANN202
+        """part(a, z): windows a..z-1 into their rows of `out`; the first bad start's index, or -1."""
+        lib, base, t, f = self._lib, self._base, self.seq_len, self._f
+        win_bytes, last = t * f * out.element_size(), self._n - t
+        sp, op, ahead = starts.data_ptr(), out.data_ptr(), self.ahead
+        pk, pp, pstep = (None, 0, 0) if picks is None or p is None else \
+            (picks.ref, p.data_ptr(), p.shape[1] * p.element_size())
         if not convert:
             nt = int(self.stream if self.stream is not None else out.numel() * out.element_size() > _L2)
 
-            def part(a: int, z: int) -> None:
-                lib.stride_copy_windows(base, self._row_bytes, sp + 8 * a, z - a, win_bytes, op + a * win_bytes,
-                                        dist, nt)
+            def part(a: int, z: int) -> int:
+                r = lib.stride_copy_windows(base, self._row_bytes, sp + 8 * a, z - a, last, win_bytes,
+                                            op + a * win_bytes, ahead, nt, pk, pp + pstep * a if pk else None)
+                return r + a if r >= 0 else -1
             return part
         bf16 = int(self.dtype == torch.bfloat16)
         sh = shift.contiguous() if shift is not None else None
         sc = scale.contiguous() if scale is not None else None
         shp, scp = (sh.data_ptr() if sh is not None else None), (sc.data_ptr() if sc is not None else None)
 
-        def part_f32(a: int, z: int) -> None:
-            lib.stride_windows_f32(base, bf16, sp + 8 * a, z - a, t, f, shp, scp, op + a * win_bytes, dist)
-        part_f32.keep = (starts, sh, sc)  # type: ignore[attr-defined]  # alive while the copy runs
+        def part_f32(a: int, z: int) -> int:
+            r = lib.stride_windows_f32(base, bf16, sp + 8 * a, z - a, last, t, f, shp, scp, op + a * win_bytes,
+                                       ahead, pk, pp + pstep * a if pk else None)
+            return r + a if r >= 0 else -1
+        part_f32.keep = (sh, sc)  # type: ignore[attr-defined]  # alive while the copy runs
         return part_f32
 
-    def _split(self, part, b: int) -> None:  # noqa: ANN001
-        """part(a, z) over [0, b): on this thread, or in `threads` slices side by side."""
+    def _split(self, part, b: int) -> list:  # noqa: ANN001
+        """part(a, z) over [0, b): on this thread, or in `threads` slices side by side; their results."""
         if self._pool is None or b < 2 * self.threads:
-            part(0, b)
-            return
+            return [part(0, b)]
         edges = np.linspace(0, b, self.threads + 1).astype(np.int64).tolist()
         futures = [self._pool.submit(part, a, z) for a, z in zip(edges[1:-1], edges[2:], strict=True)]
-        part(edges[0], edges[1])
-        for fut in futures:
-            fut.result()
+        first = part(edges[0], edges[1])
+        return [first, *[fut.result() for fut in futures]]
 
     # -- the numpy fallback ------------------------------------------------------------------
     def _view(self, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -3,9 +3,11 @@
 Why C: a batch of windows is B block copies, and nothing in numpy or torch copies a list of blocks
 of an overlapping view into a buffer without per-item overhead: numpy's fancy index (the fallback)
 holds the GIL for indexes of <= 500 items and allocates its own output, `torch.index_select` of an
-overlapping view takes the element-wise TensorIterator path. The C loop is memcpy per window plus a
-look-ahead that starts the next windows' page streams (copy_kernel.c says what it measured), and
-it fuses the bf16 -> float32 upcast and the train normalisation into the copy (one pass, same bits).
+overlapping view takes the element-wise TensorIterator path. The C loop is memcpy per window plus hints
+for the page heads of the windows a few ahead (copy_kernel.c says what it measured); it fuses the
+bf16 -> float32 upcast and the train normalisation into the copy (one pass, same bits), reads the
+targets' price rows right after each window, and maps window ids to first rows (one call for
+what took five numpy operations).
 
 Built once per host and source: `cc -O3 -march=native -ffp-contract=off -shared` into the stride
 cache folder ($STRIDE_CACHE_DIR/native, else ~/.cache/stride/native), named by a hash of the source,
@@ -31,10 +33,22 @@ from stride.files.owner import tagged_name
 SOURCE = Path(__file__).with_name("copy_kernel.c")
 FLAGS = ["-O3", "-std=c11", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math"]
 _I64, _P = ctypes.c_int64, ctypes.c_void_p
+
+
+class Picks(ctypes.Structure):
+    """copy_kernel.c's picks_t: each window's targets from m rows past its start (prices, or log prices)."""
+
+    _fields_ = [("pbase", _P), ("pstride", _I64), ("m", _I64), ("offs", _P), ("bf16", ctypes.c_int), ("logp", _P),
+                ("scale", _P)]
+
+
+_PK = ctypes.POINTER(Picks)
 _SIGNATURES = {
-    "stride_copy_windows": [_P, _I64, _P, _I64, _I64, _P, _I64, ctypes.c_int],
-    "stride_windows_f32": [_P, ctypes.c_int, _P, _I64, _I64, _I64, _P, _P, _P, _I64],
-    "stride_pick_f64": [_P, ctypes.c_int, _I64, _P, _I64, _P],
+    "stride_copy_windows": ([_P, _I64, _P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _PK, _P], _I64),
+    "stride_windows_f32": ([_P, ctypes.c_int, _P, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _PK, _P], _I64),
+    "stride_log_returns": ([_P, _I64, _I64, _P, _P], None),
+    "stride_window_starts": ([_P, _I64, _P, _P, _I64, _I64, _P], _I64),
+    "stride_pick_f64": ([_P, ctypes.c_int, _I64, _P, _I64, _P], None),
 }
 _state: dict[str, object] = {}
 
@@ -95,9 +109,9 @@ def load() -> ctypes.CDLL | None:
     else:
         try:
             lib = ctypes.CDLL(str(_build(cc)))  # CDLL: each call releases the GIL
-            for name, args in _SIGNATURES.items():
+            for name, (args, ret) in _SIGNATURES.items():
                 fn = getattr(lib, name)
-                fn.argtypes, fn.restype = args, None
+                fn.argtypes, fn.restype = args, ret
         except (OSError, subprocess.SubprocessError, AttributeError) as exc:
             lib, reason = None, f"could not be built or loaded: {exc}"
     _state["lib"], _state["reason"] = lib, reason

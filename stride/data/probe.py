@@ -1,9 +1,10 @@
 """The loader's settings chosen per host by measuring, not guessing: copy kernel, gather threads, prefetch.
 
 `plan_loader` answers, for one window source and batch size on this host and device:
-- **copy**: the C kernel's read-ahead (0: one memcpy a window; 2048 bytes along the batch) and, for
-  batches larger than the L2 cache, streaming stores, or the numpy fallback: each timed on the same
-  batches in alternation (CPU time of this thread), the fastest kept (all give the same bytes).
+- **copy**: the C kernel with or without page-head hints `AHEAD` windows ahead (0: one memcpy a
+  window) and, for batches larger than the L2 cache, with or without streaming stores, or the numpy
+  fallback: each timed on the same batches in alternation (CPU time of this thread), the fastest
+  kept (all give the same bytes).
 - **gather threads**: 1, or k > 1 where k threads are free (the device is not the CPU, or the CPU
   has cores torch's threads do not use) and k split batches ran at least 15% faster (wall time).
 - **prefetch** (a background thread building batches ahead): only where a core is free for it
@@ -23,9 +24,11 @@ into the run's summary.json (`data_loader`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import platform
+import random
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -36,11 +39,12 @@ import numpy as np
 import torch
 
 from stride.data import native
-from stride.data.gather import READ_AHEAD, l2_bytes
+from stride.data.gather import AHEAD, l2_bytes
 from stride.data.loader import ShardedLoader
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes)
 BUDGET_S = 0.3  # measuring time, split among the variants
+FRESH_BATCHES = 256  # batches of window ids cycled through (1 GiB of 16 KiB windows at batch 256: past any L3)
 FASTER = 1.15  # gather threads must beat one thread by this much (wall time) to be chosen
 
 
@@ -48,7 +52,7 @@ FASTER = 1.15  # gather threads must beat one thread by this much (wall time) to
 class LoaderPlan:
     prefetch: int
     gather_threads: int
-    read_ahead: int = READ_AHEAD
+    ahead: int = AHEAD
     stream: bool | None = None
     native: bool = True
     origin: str = "config"  # probe | cache | config
@@ -133,27 +137,31 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
     """Time the variants on this host (see the module docstring) and return the plan with its figures."""
     n, rng = len(source), torch.Generator().manual_seed(0)
     per = min(n, batch)
-    idx = [torch.randint(0, n, (per,), generator=rng) for _ in range(64)]
-    source.gather(idx[0])  # build the kernel, map pages
+    idx = [torch.randint(0, n, (per,), generator=rng) for _ in range(FRESH_BATCHES)]
+    # every timing on batches of its own: a variant timed on the windows the previous one just read finds
+    # them in cache (the first probe timed all variants of a round on the same 2 batches, and so chose)
+    fresh = itertools.cycle(idx)
+    source.gather(next(fresh))  # build the kernel, map pages
     big = per * source._gather.seq_len * source._gather._f * source._gather._raw.element_size() > l2_bytes()
     variants: dict[str, dict[str, Any]] = {"numpy": {"use_native": False}}
     if native.load() is not None:
-        for ra in (0, READ_AHEAD):
+        for ahead in (0, AHEAD):
             for st in ((False, True) if big else (False,)):
-                variants[f"native_ra{ra}{'_stream' if st else ''}"] = {"read_ahead": ra, "stream": st}
+                variants[f"native_ahead{ahead}{'_stream' if st else ''}"] = {"ahead": ahead, "stream": st}
     source.configure_gather(1, **variants["numpy"])
-    one = _timed(source.gather, idx[:2], time.thread_time)
+    one = _timed(source.gather, [next(fresh) for _ in range(2)], time.thread_time)
     rounds = int(max(2, min(16, budget_s / 2 / max(one, 1e-5) / len(variants))))
     times: dict[str, list[float]] = {k: [] for k in variants}
-    for r in range(rounds):
-        for name in (variants if r % 2 == 0 else reversed(list(variants))):
+    order, shuffle = list(variants), random.Random(0).shuffle
+    for _ in range(rounds):
+        shuffle(order)
+        for name in order:
             source.configure_gather(1, **variants[name])
-            times[name].append(_timed(source.gather, [idx[(r * 3 + j) % len(idx)] for j in range(2)],
-                                      time.thread_time))
+            times[name].append(_timed(source.gather, [next(fresh) for _ in range(2)], time.thread_time))
     med = {k: statistics.median(v) for k, v in times.items()}
     best = min(med, key=med.__getitem__)
     copy_cfg = variants[best]
-    x0 = source.gather(idx[0])[0]
+    x0 = source.gather(next(fresh))[0]
     bytes_per = x0.numel() * x0.element_size()
     figures: dict[str, Any] = {"batch_ms": {k: v * 1e3 for k, v in med.items()}, "chosen_copy": best,
                                "window_bytes": bytes_per // per, "batch_windows": per,
@@ -163,16 +171,16 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
                                "native_unavailable": native.unavailable_reason() or None}
     figures["gather_fraction_of_copy"] = figures["gather_GBps_per_cpu_s"] / figures["copy_GBps_per_cpu_s"]
     reasons = {"copy": f"{best}: {med[best] * 1e3:.3f} ms a batch of {per} (fastest of {len(variants)} timed "
-                       f"in {rounds} alternated rounds)"}
+                       f"in {rounds} shuffled rounds, each on batches of its own)"}
     cores, tthreads = usable_cores(), torch.get_num_threads()
     free = cores if device.type != "cpu" else max(0, cores - tthreads)
     threads = 1
     if free >= 1:
         ks = [k for k in (2, 4, 8) if k - 1 <= free and k <= cores]  # this thread and k - 1 helpers
-        walls = {1: _timed(source.gather, idx[:4], time.perf_counter)}
+        walls = {1: _timed(source.gather, [next(fresh) for _ in range(4)], time.perf_counter)}
         for k in ks:
             source.configure_gather(k, **copy_cfg)
-            walls[k] = _timed(source.gather, idx[:4], time.perf_counter)
+            walls[k] = _timed(source.gather, [next(fresh) for _ in range(4)], time.perf_counter)
         fastest = min(walls, key=walls.__getitem__)
         threads = fastest if walls[1] / walls[fastest] >= FASTER else 1
         figures["gather_threads_wall_ms"] = {str(k): v * 1e3 for k, v in walls.items()}
@@ -181,7 +189,7 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
         reasons["gather_threads"] = f"1: torch's {tthreads} threads use all {cores} usable cores"
     source.configure_gather(threads, **copy_cfg)
     prefetch, reasons["prefetch"] = _choose_prefetch(source, batch, device, free, figures)
-    return LoaderPlan(prefetch, threads, int(copy_cfg.get("read_ahead", READ_AHEAD)), copy_cfg.get("stream"),
+    return LoaderPlan(prefetch, threads, int(copy_cfg.get("ahead", AHEAD)), copy_cfg.get("stream"),
                       best != "numpy", "probe", figures, reasons)
 
 
@@ -208,8 +216,9 @@ def _choose_prefetch(source: Any, batch: int, device: torch.device, free: int, f
     k = min(6, len(ShardedLoader(source, batch, drop_last=False)) - 1)
     if k < 2:
         return 0, "0: too few batches to measure a prefetch thread against"
-    for depth in (0, 2, 0, 2):  # the main thread's CPU a batch, building it or taking it from the thread
-        it = iter(ShardedLoader(source, batch, prefetch=depth, stateful=False, drop_last=False))
+    for run, depth in enumerate((0, 2, 0, 2)):  # the main thread's CPU a batch, building it or taking it
+        # from the thread; each run its own order (seed), so none reads windows the previous one left in cache
+        it = iter(ShardedLoader(source, batch, seed=run, prefetch=depth, stateful=False, drop_last=False))
         next(it)
         t0 = time.thread_time()
         for _ in range(k):
@@ -239,14 +248,14 @@ def plan_loader(source: Any, batch: int, device: torch.device, prefetch: int | s
         plan = measure(source, batch, device)
         _write(path, key, plan)
     else:
-        source.configure_gather(plan.gather_threads, use_native=plan.native, read_ahead=plan.read_ahead,
+        source.configure_gather(plan.gather_threads, use_native=plan.native, ahead=plan.ahead,
                                 stream=plan.stream)
     plan.figures["cache"] = str(path)
     if prefetch != "auto":
         plan.prefetch, plan.reasons["prefetch"] = int(prefetch), "set in the config"
     if gather_threads != "auto":
         plan.gather_threads, plan.reasons["gather_threads"] = int(gather_threads), "set in the config"
-        source.configure_gather(plan.gather_threads, use_native=plan.native, read_ahead=plan.read_ahead,
+        source.configure_gather(plan.gather_threads, use_native=plan.native, ahead=plan.ahead,
                                 stream=plan.stream)
     return plan
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from stride.data import native
-from stride.data.gather import WindowGather
+from stride.data import native, windows
+from stride.data.gather import BatchBuffers, WindowGather
 from stride.data.windows import RowWindows
 
 needs_native = pytest.mark.skipif(native.load() is None,
@@ -24,8 +24,8 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 @needs_native
 @pytest.mark.parametrize("rows_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("norm", ["none", "shift+scale", "scale"])
-@pytest.mark.parametrize("settings", [{"read_ahead": 0, "stream": False}, {"read_ahead": 2048, "stream": True},
-                                      {"read_ahead": 4096, "stream": False}])
+@pytest.mark.parametrize("settings", [{"ahead": 0, "stream": False}, {"ahead": 4, "stream": True},
+                                      {"ahead": 500, "stream": False}])
 def test_native_copy_equals_numpy(rows_dtype: torch.dtype, norm: str, settings: dict, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     rows = (torch.randn(3000, 37, generator=g) * 100).to(rows_dtype)  # 37 features: rows not 64-byte multiples
@@ -106,3 +106,157 @@ def test_a_failing_compiler_falls_back_with_one_notice_and_leaves_no_file(tmp_pa
     x = WindowGather(torch.arange(60.0).reshape(20, 3), 4)(np.array([16]))
     assert torch.equal(x[0], torch.arange(48.0, 60.0).reshape(4, 3))
     monkeypatch.setattr(native, "_state", {})
+
+
+def _reference_batch(rows: torch.Tensor, price: torch.Tensor, ranges: np.ndarray, t: int, horizons: list[int],
+                     ids: np.ndarray, shift, scale, ts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    """The batch by hand: each window sliced out of the rows, targets from float64 prices with numpy's log."""
+    ranges = ranges[ranges[:, 1] > ranges[:, 0]]
+    ends = np.concatenate([np.arange(a, z) for a, z in ranges])[ids]
+    x = torch.stack([rows[e - t + 1 : e + 1] for e in ends.tolist()])
+    if shift is not None or scale is not None:
+        x = x.float()
+        if shift is not None:
+            x = x - shift
+        if scale is not None:
+            x = x * scale
+    p = np.log(price.float().numpy()[ends[:, None] + np.array([0, *horizons])].astype(np.float64))
+    return x, torch.from_numpy((p[:, 1:] - p[:, :1]).astype(np.float32) * ts.numpy())
+
+
+@needs_native
+@pytest.mark.parametrize("targets", ["log_column", "prices"])
+@pytest.mark.parametrize("case", ["float32", "float32+norm", "bf16_rows_float32_batch", "bf16"])
+def test_row_windows_give_the_reference_batch_bit_for_bit(case: str, targets: str, seed: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Window ids -> first rows, the copy with page-head hints on 1 and 3 threads, and the targets made in the
+    copy from the log-price column (or from the prices read in the copy, numpy's log and the rest in C, where
+    that column is too large): the same bytes as slicing each window and numpy's targets of its prices."""
+    if targets == "prices":
+        monkeypatch.setattr(windows, "LOG_PRICE_MAX_BYTES", 0)
+    g = torch.Generator().manual_seed(seed)
+    table = torch.rand(5000, 33, generator=g) * 40 + 1  # 33 features: rows not 64-byte multiples
+    rows = table.to(torch.bfloat16) if case.startswith("bf16") else table
+    shift = torch.randn(33, generator=g) if case == "float32+norm" else None
+    scale = torch.rand(33, generator=g) + 0.5 if case == "float32+norm" else None
+    ts = torch.rand(3, generator=g) + 0.5
+    ranges = np.array([[100, 1900], [2300, 2300], [2500, 4970]])  # an empty range is dropped
+    t, hz = 48, [1, 5, 20]
+    dtype = torch.bfloat16 if case == "bf16" else torch.float32
+    ids = torch.randint(0, 1800 + 2470, (700,), generator=g)
+    xr, yr = _reference_batch(rows, rows[:, 2], ranges, t, hz, ids.numpy(), shift, scale, ts)
+    if case == "bf16_rows_float32_batch":
+        xr = xr.float()
+    for threads in (1, 3):
+        for settings in ({"ahead": 0, "stream": False}, {"ahead": 4, "stream": True}, {"ahead": 64}):
+            src = RowWindows(rows, rows[:, 2], ranges, t, hz, shift=shift, scale=scale, target_scale=ts,
+                             batch_dtype=dtype)
+            src.configure_gather(threads, **settings)
+            for part in (slice(None), slice(0, 5), slice(None, None, 2)):  # int32 and strided ids are taken too
+                x, y = src.gather(ids[part].int() if part == slice(0, 5) else ids[part])
+                assert x.dtype == xr.dtype and torch.equal(_bits(x), _bits(xr[part])), (case, threads, settings)
+                assert torch.equal(y, yr[part]), (case, threads, settings)
+            assert (src._log_picks is not None) == (targets == "log_column")
+    ts2 = torch.rand(3, generator=g) + 2  # a scale fitted after the source was made (as splits.py does)
+    src.target_scale = ts2
+    assert torch.equal(src.gather(ids)[1], _reference_batch(rows, rows[:, 2], ranges, t, hz, ids.numpy(), shift,
+                                                            scale, ts2)[1])
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_window_ids_outside_the_source_raise(use_native: bool) -> None:
+    if use_native and native.load() is None:
+        pytest.skip(f"the C copy kernel is unavailable here: {native.unavailable_reason()}")
+    rows = torch.rand(300, 4) + 1
+    src = RowWindows(rows, rows[:, 0], np.array([[20, 100], [150, 250]]), 16, [1, 5])
+    src.configure_gather(1, use_native=use_native)
+    n = len(src)
+    for bad in ([0, n], [-1, 3], [n + 50]):
+        with pytest.raises(IndexError, match="outside"):
+            src.gather(torch.tensor(bad))
+    with pytest.raises(IndexError, match="outside"):
+        WindowGather(rows, 16, use_native=use_native)(np.array([0, 285]))  # past the last full window
+    assert src.gather(torch.tensor([0, n - 1]))[0].shape == (2, 16, 4)
+
+
+@needs_native
+def test_resume_with_hinted_copy_continues_the_uninterrupted_order(seed: int) -> None:
+    """The copy settings change no batch and no loader state: 5 batches, a state dict, a new loader with other
+    settings resumed from it, give the batches of one uninterrupted run."""
+    from stride.data.loader import ShardedLoader
+
+    rows = torch.rand(4000, 8, generator=torch.Generator().manual_seed(seed)) + 1
+    ranges = np.array([[31, 3979]])
+
+    def loader(**settings: object) -> ShardedLoader:
+        src = RowWindows(rows, rows[:, 1], ranges, 32, [1, 20])
+        src.configure_gather(1, **settings)
+        return ShardedLoader(src, 64, seed=seed)
+
+    whole = [b for _, b in zip(range(12), loader(ahead=0, stream=False), strict=False)]
+    first = loader(ahead=4, stream=True)
+    it = iter(first)
+    head = [next(it) for _ in range(5)]
+    state = first.state_dict()
+    second = loader(ahead=16, stream=False)
+    second.load_state_dict(state)
+    tail = [b for _, b in zip(range(7), second, strict=False)]
+    assert state["position"] == 5
+    for (x, y), (xw, yw) in zip(head + tail, whole, strict=True):
+        assert torch.equal(x, xw) and torch.equal(y, yw)
+
+
+@needs_native
+def test_batch_buffers_are_reused_only_after_every_holder_let_go(seed: int) -> None:
+    """A prefetch thread's 4 MiB allocations are new memory each time (page faults), so batches come from
+    buffers recycled when their tensor dies: never while a view, slice or numpy array of a batch lives
+    (its values stay as gathered), and reused once nothing refers to it."""
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randn(4000, 32, generator=g)
+    gather = WindowGather(rows, 64)
+    starts = [torch.randint(0, 4000 - 64, (64,), generator=g).numpy() for _ in range(6)]
+    x0 = gather(starts[0])  # 512 KiB: from the buffers
+    kept = [x0[5], x0.numpy()[7:9], x0.view(64, -1)[:, 3]]
+    want = [k.clone() if isinstance(k, torch.Tensor) else k.copy() for k in kept]
+    first = x0.data_ptr()
+    del x0
+    later = [gather(s) for s in starts[1:]]
+    assert first not in {x.data_ptr() for x in later}  # views of batch 0 live: its buffer is not handed out
+    for x, s in zip(later, starts[1:], strict=True):
+        assert torch.equal(x, torch.stack([rows[a : a + 64] for a in s.tolist()]))
+    for k, w in zip(kept, want, strict=True):
+        assert (torch.equal(k, w) if isinstance(k, torch.Tensor) else np.array_equal(k, w))
+    freed = {x.data_ptr() for x in later} | {first}
+    del kept, later
+    again = [gather(s) for s in starts[:3]]
+    assert len({x.data_ptr() for x in again}) == 3 and {x.data_ptr() for x in again} <= freed  # no new memory
+    assert torch.equal(again[0], torch.stack([rows[a : a + 64] for a in starts[0].tolist()]))
+    many = [gather(starts[0]) for _ in range(3 * BatchBuffers.MAX_FREE)]  # a burst of live batches ...
+    del many, again
+    assert sum(len(f) for f in gather._buffers._free.values()) == BatchBuffers.MAX_FREE  # ... is not all kept
+
+
+@needs_native
+def test_a_gather_thread_takes_no_page_faults_once_its_buffers_exist(seed: int) -> None:
+    """What the recycling is for: 4 MiB batches built on a second thread (as the prefetch thread builds them)
+    and dropped by the consumer take no page faults after the first (a fresh 4 MiB buffer takes 1024)."""
+    import resource
+    import threading
+
+    rows = torch.randn(20000, 32, generator=torch.Generator().manual_seed(seed))
+    gather = WindowGather(rows, 128)
+    rng = np.random.default_rng(seed)
+    faults: list[int] = []
+
+    def work() -> None:
+        for i in range(10):
+            if i == 2:
+                faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt)
+            x = gather(rng.integers(0, 20000 - 128, 256))
+            del x  # dropped, as the consumer drops a batch after its step
+        faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert faults[1] - faults[0] < 64, faults  # 8 batches of 4 MiB: 8192 faults if each were new memory

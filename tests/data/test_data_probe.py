@@ -57,10 +57,10 @@ def test_plan_is_measured_once_kept_in_the_store_and_reused(store: Path, monkeyp
     monkeypatch.setattr(probe, "measure", no_measuring)
     again = build_data(cfg.data, 16)
     assert again.loader["origin"] == "cache"
-    for k in ("prefetch", "gather_threads", "read_ahead", "stream", "native"):
+    for k in ("prefetch", "gather_threads", "ahead", "stream", "native"):
         assert again.loader[k] == first.loader[k]
     assert again.train.prefetch == first.loader["prefetch"]  # the choice reaches the loader
-    assert again.train.source._gather.read_ahead == first.loader["read_ahead"]
+    assert again.train.source._gather.ahead == first.loader["ahead"]
 
 
 def test_damaged_or_foreign_cache_is_measured_again(store: Path) -> None:
@@ -146,3 +146,26 @@ def test_data_probe_cli(store: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "prefetch:" in text and "kept in" in text
     assert main(["data", "probe", str(cfg_file), "--set", "data.prefetch=-1"]) == 2
     assert "`data.prefetch` = -1 must be >= 0" in capsys.readouterr().err
+
+
+def test_each_variant_is_timed_on_batches_of_its_own() -> None:
+    """A copy variant timed on the windows the previous variant just read finds them in cache: the probe
+    must hand every timing batches not read by any other timing (here: no batch of ids read twice)."""
+    import numpy as np
+
+    from stride.data.windows import RowWindows
+
+    rows = torch.rand(20000, 8) + 1
+    src = RowWindows(rows, rows[:, 0], np.array([[63, 19970]]), 64, [1, 5])
+    seen: list[tuple[int, ...]] = []
+    real = src.gather
+
+    def recording(idx: torch.Tensor):  # noqa: ANN202  # the real gather, its ids noted
+        seen.append(tuple(idx.tolist()))
+        return real(idx)
+
+    src.gather = recording  # type: ignore[method-assign]
+    plan = probe.measure(src, 64, CPU, budget_s=0.05)
+    assert plan.figures["chosen_copy"] in plan.figures["batch_ms"]
+    timed = seen[: probe.FRESH_BATCHES]
+    assert len(timed) > 8 and len(set(timed)) == len(timed)

@@ -1,0 +1,133 @@
+/* Why random windows copy slower than one contiguous block: the A/B behind docs/data.md ("Where the
+ * gather's bandwidth goes") and stride/data/copy_kernel.c. Hardware counters are not readable in this
+ * project's KVM guests (perf stat: <not supported> for cycles, cache and TLB events), so each suspect is
+ * varied on its own, side by side: 4 MiB copied as one block or as random blocks (rows of 128 bytes, as
+ * the benchmark's store), from a file mapping (the store), anonymous 4 KiB pages or 2 MiB huge pages,
+ * into a destination in cache or one of 16 outside it, with memcpy, streaming stores, hints of the page
+ * heads of the block k ahead (the kernel's), whole next blocks prefetched, or 4 blocks interleaved.
+ * Variants run in a shuffled order every round; medians of GB/s per CPU-second of the thread.
+ *
+ *   cc -O3 -march=native -o /tmp/gather_ab benchmarks/data_gather_ab.c
+ *   head -c 128M /dev/urandom > /tmp/store.bin && /tmp/gather_ab /tmp/store.bin 128 60
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define ROW 128
+#define NB (4 << 20)
+enum { FILEMAP, ANON, HUGE };
+enum { CONTIG, MEMCPY, NT, HEADS, WHOLE_T0, WHOLE_T1, INTERLEAVE4 };
+typedef struct { const char *name; int src, mode, blk, k, fresh; } variant;
+static const variant V[] = {
+    {"contig_file", FILEMAP, CONTIG, NB, 0, 0},        {"contig_anon4k", ANON, CONTIG, NB, 0, 0},
+    {"contig_huge", HUGE, CONTIG, NB, 0, 0},           {"contig_file_fresh_dst", FILEMAP, CONTIG, NB, 0, 1},
+    {"rand16k_file", FILEMAP, MEMCPY, 16384, 0, 0},    {"rand16k_anon4k", ANON, MEMCPY, 16384, 0, 0},
+    {"rand16k_huge", HUGE, MEMCPY, 16384, 0, 0},       {"rand16k_file_fresh_dst", FILEMAP, MEMCPY, 16384, 0, 1},
+    {"rand16k_file_nt", FILEMAP, NT, 16384, 0, 0},     {"rand16k_file_nt_fresh", FILEMAP, NT, 16384, 0, 1},
+    {"rand4k_file", FILEMAP, MEMCPY, 4096, 0, 0},      {"rand64k_file", FILEMAP, MEMCPY, 65536, 0, 0},
+    {"rand256k_file", FILEMAP, MEMCPY, 262144, 0, 0},  {"heads_k2_file", FILEMAP, HEADS, 16384, 2, 0},
+    {"heads_k4_file", FILEMAP, HEADS, 16384, 4, 0},    {"heads_k8_file", FILEMAP, HEADS, 16384, 8, 0},
+    {"heads_k4_huge", HUGE, HEADS, 16384, 4, 0},       {"whole_next_T0_file", FILEMAP, WHOLE_T0, 16384, 1, 0},
+    {"whole_next_T1_file", FILEMAP, WHOLE_T1, 16384, 1, 0}, {"interleave4_file", FILEMAP, INTERLEAVE4, 16384, 4, 0},
+};
+#define NV ((int)(sizeof V / sizeof *V))
+
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+static uint64_t rs = 88172645463325252ull;
+static uint64_t rnd(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
+static int cmpd(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+
+static void copy_nt(char *d, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i += 64) _mm512_stream_si512((void *)(d + i), _mm512_loadu_si512((const void *)(s + i)));
+}
+static void heads(const char *p, int blk) { /* the kernel's hint: first two lines of every 4 KiB page */
+    for (const char *q = p; q < p + blk; q = (const char *)(((uintptr_t)q + 4096) & ~(uintptr_t)4095)) {
+        _mm_prefetch(q, _MM_HINT_T1);
+        _mm_prefetch(q + 64, _MM_HINT_T1);
+    }
+}
+
+static void run(const variant *v, char *dst, const char *src, const int64_t *st) {
+    int nb = NB / v->blk;
+    if (v->mode == CONTIG) { memcpy(dst, src + st[0] * ROW, NB); return; }
+    if (v->mode == INTERLEAVE4) { /* 4 windows copied 1 KiB at a time in turn: 4 streams for the prefetchers */
+        for (int b = 0; b < nb; b += 4)
+            for (int i = 0; i < v->blk; i += 1024)
+                for (int j = 0; j < 4; j++) memcpy(dst + (size_t)(b + j) * v->blk + i, src + st[b + j] * ROW + i, 1024);
+        return;
+    }
+    if (v->mode == HEADS) for (int j = 0; j < v->k; j++) heads(src + st[j] * ROW, v->blk);
+    for (int b = 0; b < nb; b++) {
+        const char *s = src + st[b] * ROW;
+        char *d = dst + (size_t)b * v->blk;
+        if (v->mode == HEADS && b + v->k < nb) heads(src + st[b + v->k] * ROW, v->blk);
+        if (v->mode == WHOLE_T0 || v->mode == WHOLE_T1) { /* every line of the next window, spread over this copy */
+            const char *p = b + 1 < nb ? src + st[b + 1] * ROW : 0;
+            for (int i = 0; i < v->blk; i += 1024) {
+                for (int l = 0; p && l < 1024; l += 64) {
+                    if (v->mode == WHOLE_T0) _mm_prefetch(p + i + l, _MM_HINT_T0); else _mm_prefetch(p + i + l, _MM_HINT_T1);
+                }
+                memcpy(d + i, s + i, 1024);
+            }
+            continue;
+        }
+        if (v->mode == NT) copy_nt(d, s, v->blk); else memcpy(d, s, v->blk);
+    }
+    if (v->mode == NT) _mm_sfence();
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: %s STORE_FILE [MiB=128] [rounds=60]\n", argv[0]); return 2; }
+    size_t sn = (size_t)(argc > 2 ? atoi(argv[2]) : 128) << 20;
+    int reps = argc > 3 ? atoi(argv[3]) : 60;
+    char *srcs[3];
+    int fd = open(argv[1], O_RDONLY);
+    srcs[FILEMAP] = mmap(0, sn, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (fd < 0 || srcs[FILEMAP] == MAP_FAILED) { perror(argv[1]); return 1; }
+    volatile char sink = 0;
+    for (size_t i = 0; i < sn; i += 4096) sink += srcs[FILEMAP][i];
+    srcs[ANON] = aligned_alloc(1 << 21, sn);
+    madvise(srcs[ANON], sn, MADV_NOHUGEPAGE);
+    srcs[HUGE] = aligned_alloc(1 << 21, sn);
+    madvise(srcs[HUGE], sn, MADV_HUGEPAGE);
+    memcpy(srcs[ANON], srcs[FILEMAP], sn);
+    memcpy(srcs[HUGE], srcs[FILEMAP], sn);
+    char *dst = aligned_alloc(4096, NB), *fresh = aligned_alloc(4096, (size_t)NB * 16);
+    memset(dst, 0, NB);
+    memset(fresh, 0, (size_t)NB * 16);
+    double *gbs = calloc((size_t)NV * reps, sizeof *gbs);
+    int order[NV];
+    for (int i = 0; i < NV; i++) order[i] = i;
+    int64_t st[NB / 4096];
+    for (int r = 0; r < reps; r++) {
+        for (int i = NV - 1; i > 0; i--) { int j = rnd() % (i + 1), t = order[i]; order[i] = order[j]; order[j] = t; }
+        for (int oi = 0; oi < NV; oi++) {
+            const variant *v = &V[order[oi]];
+            for (int b = 0; b < NB / v->blk; b++) st[b] = rnd() % (sn / ROW - v->blk / ROW);
+            char *d = v->fresh ? fresh + (size_t)NB * (r % 16) : dst;
+            double t0 = cpu_now();
+            run(v, d, srcs[v->src], st);
+            gbs[order[oi] * reps + r] = NB / (cpu_now() - t0) / 1e9;
+        }
+    }
+    double base = 0;
+    printf("%-24s %8s %8s\n", "variant", "GB/s", "of contig_file");
+    for (int i = 0; i < NV; i++) {
+        qsort(gbs + (size_t)i * reps, reps, sizeof *gbs, cmpd);
+        double m = gbs[(size_t)i * reps + reps / 2];
+        if (i == 0) base = m;
+        printf("%-24s %8.2f %8.2f\n", V[i].name, m, m / base);
+    }
+    return sink == 42;
+}
