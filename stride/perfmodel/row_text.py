@@ -297,3 +297,27 @@ def memory_kind(text: str) -> str:
     if "reserved" in low:
         return "reserved"
     return "device"
+
+
+# a LoRA adapter's rank when the text names none: the MLPerf llama2_70b_lora rank and NeMo's LoRA default (16)
+DEFAULT_LORA_RANK = 16
+
+
+def lora(text: str) -> tuple[int, str, float, list[str]]:
+    """LoRA adapters in a row's text: (rank, targets, dropout, notes). targets: "attention" (qkv and the attention
+    output projection, NeMo's default target_modules linear_qkv + linear_proj), "mlp" or "all"."""
+    low = text.lower()
+    notes: list[str] = []
+    m = re.search(r"(?:adapter[_ ]dim|lora[_ ](?:rank|dim|r)|\brank)\W{0,3}(\d+)", low)
+    rank = int(m.group(1)) if m else DEFAULT_LORA_RANK
+    if not m:
+        notes.append(f"LoRA rank not stated: {DEFAULT_LORA_RANK} assumed")
+    tm = re.search(r"target[_ ]modules[:= ]*(\[[^\]]*\]|[\w, .-]*)", low)
+    tgt = tm.group(1) if tm else ""
+    attn = re.search(r"attention|qkv|linear_proj|[qkvo]_proj", tgt)
+    mlp = re.search(r"mlp|fc1|fc2|gate_proj|up_proj|down_proj", tgt)
+    targets = "all" if re.search(r"\ball\b", tgt) or (attn and mlp) else "mlp" if mlp else "attention"
+    if not tm:
+        notes.append("LoRA target modules not stated: attention (qkv, output projection) assumed")
+    d = re.search(r"(?:lora|adapter)[_ ]dropout\W{0,3}(\d*\.?\d+)", low)
+    return rank, targets, float(d.group(1)) if d else 0.0, notes
