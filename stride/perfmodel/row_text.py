@@ -299,7 +299,7 @@ def memory_kind(text: str) -> str:
     return "device"
 
 
-# a LoRA adapter's rank when the text names none: the MLPerf llama2_70b_lora rank and NeMo's LoRA default (16)
+# a LoRA adapter's rank when the text names none: MLPerf llama2_70b_lora's (the adapters' cost barely depends on it)
 DEFAULT_LORA_RANK = 16
 
 
@@ -309,7 +309,7 @@ def lora(text: str) -> tuple[int, str, float, list[str]]:
     low = text.lower()
     notes: list[str] = []
     m = re.search(r"(?:adapter[_ ]dim|lora[_ ](?:rank|dim|r)|\brank)\W{0,3}(\d+)", low)
-    rank = int(m.group(1)) if m else DEFAULT_LORA_RANK
+    rank = (int(m.group(1)) if m else 0) or DEFAULT_LORA_RANK
     if not m:
         notes.append(f"LoRA rank not stated: {DEFAULT_LORA_RANK} assumed")
     tm = re.search(r"target[_ ]modules[:= ]*(\[[^\]]*\]|[\w, .-]*)", low)
