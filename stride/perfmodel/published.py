@@ -252,8 +252,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=sp, schedule=schedule, vpp=vpp, micro_batch=micro,
         recompute=recompute or "none", precision=prec, attention="materialized" if materialized else "flash",
         dp_overlap=overlap_words if overlap_words is not None else True,
-        tp_overlap=FRAMEWORKS[framework].tp_overlap or bool(
-            re.search(r"tp[- _]comm[- _]overlap|async[- _]tp|tp.{0,20}overlap|overlap.{0,20}\btp\b", fw_low)),
+        tp_overlap=rt.tp_overlap(fw_low, FRAMEWORKS[framework].tp_overlap),
         ep=ep, framework=framework, fp8_recipe=recipe,
         fp8_head=bool(re.search(r"fp8 (lm )?head|fp8 output", everything)),
         # FP8 weights all-gathered: torchao/FSDP float8 all-gather, Megatron --fp8-param-gather, NeMo fp8_params

@@ -195,6 +195,17 @@ def cp_channels(text: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def tp_overlap(text: str, default: bool) -> bool:
+    """Whether TP collectives hide under GEMMs: said off ("TP_COMM_OVERLAP=False", as MLPerf v5.1's NVFP4 configs set
+    it: "TP overlap not supported yet"), said on (TE userbuffers, async TP), else the framework's `default`."""
+    low = text.lower()
+    if re.search(r"(?:tp[- _]comm[- _]overlap|async[- _]tp)\W{0,3}(?:false|0|off|no|none|disabled)\b|"
+                 r"\bno (?:async[- _]tp|tp[- _]comm[- _]overlap)", low):
+        return False
+    said_on = re.search(r"tp[- _]comm[- _]overlap|async[- _]tp|tp.{0,20}overlap|overlap.{0,20}\btp\b", low)
+    return default or bool(said_on)
+
+
 def flag(text: str | None) -> bool:
     """True/yes/on, or a word like "sequence parallel" / "SP" in the cell."""
     low = (text or "").lower()
