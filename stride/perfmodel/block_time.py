@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from stride.perfmodel import collectives as coll
 from stride.perfmodel.efficiency import Efficiency
-from stride.perfmodel.flops import ATTENTION_CORE, layer_gemms
+from stride.perfmodel.flops import ATTENTION_CORE, Gemm, layer_gemms
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.kernels import Costs
 from stride.perfmodel.layout import RECOMPUTED_GEMMS, Layout
@@ -55,6 +55,33 @@ def cp_ring_time(kv_chunk: float, cp: int, link: coll.Link, core_f: float, core_
     fwd = n * exposed(step, core_f / cp, eff)
     bwd = n * exposed(2 * step, core_b / cp, eff)
     return fwd * (2 if recompute else 1) + bwd, n * kv_chunk * (4 if recompute else 3)
+
+
+LORA_TARGETS = {"attention": ("qkv", "attn_out"), "mlp": ("mlp_in", "mlp_out", "expert_in", "expert_out"),
+                "all": ("qkv", "attn_out", "mlp_in", "mlp_out", "expert_in", "expert_out")}
+
+
+def lora_adapter_time(c: Costs, lin: list[Gemm], lay: Layout) -> tuple[float, float]:
+    """Seconds (forward, backward) of the LoRA adapters beside the frozen linears `lin`, as NeMo runs them unfused
+    (NVIDIA/NeMo nemo/collections/llm/peft/lora.py LoRALinear.forward: `linear_output + adapter_output`;
+    nemo/collections/llm/peft/utils.py ParallelLinearAdapter.forward: dropout on the input ("pre"), linear_in,
+    linear_out, `x * (alpha / dim)`). For a base GEMM of a inputs and b outputs per token: two 16-bit rank-r GEMMs
+    forward, their dgrad and wgrad backward (the adapters train); elementwise passes at memory bandwidth: the
+    dropout (read a, write a, a 1-byte mask) forward and backward, the scale (read b, write b) forward and
+    backward, the add to the base output (read 2b, write b), and in backward the adapter's input gradient added to
+    the base's (read 2a, write a). The rank barely matters: a rank-16 GEMM streams its a- or b-wide operand."""
+    names = LORA_TARGETS.get(lay.lora_targets, ())
+    fwd = bwd = 0.0
+    e, r = c.in16, lay.lora_rank
+    for g in lin:
+        if g.name not in names:
+            continue
+        m, a, b = g.m * g.batch, g.k, g.n
+        t_in, t_out = c.gemm(Gemm("lora_in", m, r, a), False), c.gemm(Gemm("lora_out", m, b, r), False)
+        drop = (2 * e + 1) * a if lay.lora_dropout > 0 else 0.0
+        fwd += t_in + t_out + c.memory(m * (drop + 2 * e * b + 3 * e * b))
+        bwd += 2 * (t_in + t_out) + c.memory(m * (drop + 2 * e * b + 3 * e * a))
+    return fwd, bwd
 
 
 @dataclass
@@ -97,6 +124,8 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     casts = [c.casts(g, cached) for g in lin]
     cast_f, cast_b = sum(x[0] for x in casts), sum(x[1] for x in casts)
     cast_rc = sum(x[0] for g, x in zip(lin, casts, strict=True) if g.name in rc)
+    lora_f, lora_b = lora_adapter_time(c, lin, lay) if lay.frozen and lay.lora_rank else (0.0, 0.0)
+    lora_rc = lora_f if lay.recompute == "full" else 0.0  # the block re-run with its adapters
     if flash:
         t_core_f, t_core_b = c.flash_attention(sum(g.flops for g in core) * 0.5)
         # selective recompute of a flash core re-runs its forward too (Megatron checkpoints core attention;
@@ -169,6 +198,7 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
         "tp_comm": t_tp,
         "cp_comm": t_cp,
         "ep_comm": t_ep,
+        "lora": lora_f + lora_b + lora_rc,
     }
-    backward = gemm_b + t_core_b + 2 * (t_ew_f + t_sm_f) + cast_b + t_tp_f + t_ep / 2
+    backward = lora_b + gemm_b + t_core_b + 2 * (t_ew_f + t_sm_f) + cast_b + t_tp_f + t_ep / 2
     return BlockTime(terms, backward, comm)

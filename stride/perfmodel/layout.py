@@ -69,6 +69,11 @@ class Layout:
     # LoRA / PEFT: base weights frozen, only small adapters train: no weight-gradient GEMMs, gradient reduction
     # or optimizer step for the base parameters
     frozen: bool = False
+    # LoRA adapters on the frozen base (lora_rank 0: none costed): rank, which linears carry one ("attention": qkv
+    # and the attention output projection; "mlp"; "all") and the adapter-input dropout probability
+    lora_rank: int = 0
+    lora_targets: str = "attention"
+    lora_dropout: float = 0.0
     # NCCL channels (CTAs) the context-parallel communicator may use (0: NCCL's own choice, enough for the link's
     # bus bandwidth); MLPerf's NeMo configs cap it at 1 (conf/nccl/custom_communicator_cta.yaml `cp: max_ctas: 1`)
     cp_channels: int = 0
@@ -101,7 +106,8 @@ class Layout:
         prec = self.precision + (f"-{self.fp8_recipe}" if self.precision in ("fp8", "fp4") else "")
         zero = f"zero{self.zero}" + (f"/{self.shard_dp}" if self.shard_dp < self.dp else "")
         rc = f"rc-{self.recompute}" + (f"x{self.recompute_layers}" if self.recompute_layers else "")
-        parts += [zero, f"mb{self.micro_batch}", rc, prec] + (["frozen"] if self.frozen else [])
+        parts += [zero, f"mb{self.micro_batch}", rc, prec] + (["frozen"] if self.frozen else []) + (
+            [f"lora{self.lora_rank}"] if self.lora_rank else [])
         return " ".join(parts)
 
 

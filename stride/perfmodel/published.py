@@ -242,16 +242,17 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if rt.elementwise_recompute(rc_text):
         notes.append(f"recompute {rc_text!r} re-runs norms/activations only (elementwise): costed as none, assumed")
     # LoRA / PEFT: the base weights are frozen, only adapters train (no weight gradients of the base GEMMs)
-    frozen = bool(re.search(r"\blora\b|\bpeft\b|adapter[_ ]dim", " ".join(
-        str(row.get(k) or "") for k in ("arch", "model", "framework", "notes")).lower()))
+    peft_text = " ".join(str(row.get(k) or "") for k in ("arch", "model", "framework", "notes"))
+    frozen = bool(re.search(r"\blora\b|\bpeft\b|adapter[_ ]dim", peft_text.lower()))
+    lora_rank, lora_targets, lora_dropout, lora_notes = rt.lora(peft_text) if frozen else (0, "attention", 0.0, [])
+    notes.extend(lora_notes)
     sp = rt.flag(str(row.get("sp") or "")) and tp > 1
     ep = int(moe.get("ep", 1)) if spec.moe else 1
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=sp, schedule=schedule, vpp=vpp, micro_batch=micro,
         recompute=recompute or "none", precision=prec, attention="materialized" if materialized else "flash",
         dp_overlap=overlap_words if overlap_words is not None else True,
-        tp_overlap=FRAMEWORKS[framework].tp_overlap or bool(
-            re.search(r"tp[- _]comm[- _]overlap|async[- _]tp|tp.{0,20}overlap|overlap.{0,20}\btp\b", fw_low)),
+        tp_overlap=rt.tp_overlap(fw_low, FRAMEWORKS[framework].tp_overlap),
         ep=ep, framework=framework, fp8_recipe=recipe,
         fp8_head=bool(re.search(r"fp8 (lm )?head|fp8 output", everything)),
         # FP8 weights all-gathered: torchao/FSDP float8 all-gather, Megatron --fp8-param-gather, NeMo fp8_params
@@ -261,7 +262,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         attn_kernel=kernel_from_text(fw_text + " " + str(row.get("notes") or "")) or "auto",
         shard=shard if zero else 0, stage_split=split, compile=compiled(str(row.get("framework") or "")),
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
-        recompute_layers=rc_layers, frozen=frozen, cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
+        recompute_layers=rc_layers, frozen=frozen, lora_rank=lora_rank, lora_targets=lora_targets,
+        lora_dropout=lora_dropout, cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
     )
     if dp == 1 and layout.zero:
         layout = dataclasses.replace(layout, zero=0)

@@ -195,6 +195,17 @@ def cp_channels(text: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def tp_overlap(text: str, default: bool) -> bool:
+    """Whether TP collectives hide under GEMMs: said off ("TP_COMM_OVERLAP=False", as MLPerf v5.1's NVFP4 configs set
+    it: "TP overlap not supported yet"), said on (TE userbuffers, async TP), else the framework's `default`."""
+    low = text.lower()
+    if re.search(r"(?:tp[- _]comm[- _]overlap|async[- _]tp)\W{0,3}(?:false|0|off|no|none|disabled)\b|"
+                 r"\bno (?:async[- _]tp|tp[- _]comm[- _]overlap)", low):
+        return False
+    said_on = re.search(r"tp[- _]comm[- _]overlap|async[- _]tp|tp.{0,20}overlap|overlap.{0,20}\btp\b", low)
+    return default or bool(said_on)
+
+
 def flag(text: str | None) -> bool:
     """True/yes/on, or a word like "sequence parallel" / "SP" in the cell."""
     low = (text or "").lower()
@@ -297,3 +308,27 @@ def memory_kind(text: str) -> str:
     if "reserved" in low:
         return "reserved"
     return "device"
+
+
+# a LoRA adapter's rank when the text names none: MLPerf llama2_70b_lora's (the adapters' cost barely depends on it)
+DEFAULT_LORA_RANK = 16
+
+
+def lora(text: str) -> tuple[int, str, float, list[str]]:
+    """LoRA adapters in a row's text: (rank, targets, dropout, notes). targets: "attention" (qkv and the attention
+    output projection, NeMo's default target_modules linear_qkv + linear_proj), "mlp" or "all"."""
+    low = text.lower()
+    notes: list[str] = []
+    m = re.search(r"(?:adapter[_ ]dim|lora[_ ](?:rank|dim|r)|\brank)\W{0,3}(\d+)", low)
+    rank = (int(m.group(1)) if m else 0) or DEFAULT_LORA_RANK
+    if not m:
+        notes.append(f"LoRA rank not stated: {DEFAULT_LORA_RANK} assumed")
+    tm = re.search(r"target[_ ]modules[:= ]*(\[[^\]]*\]|[\w, .-]*)", low)
+    tgt = tm.group(1) if tm else ""
+    attn = re.search(r"attention|qkv|linear_proj|[qkvo]_proj", tgt)
+    mlp = re.search(r"mlp|fc1|fc2|gate_proj|up_proj|down_proj", tgt)
+    targets = "all" if re.search(r"\ball\b", tgt) or (attn and mlp) else "mlp" if mlp else "attention"
+    if not tm:
+        notes.append("LoRA target modules not stated: attention (qkv, output projection) assumed")
+    d = re.search(r"(?:lora|adapter)[_ ]dropout\W{0,3}(\d*\.?\d+)", low)
+    return rank, targets, float(d.group(1)) if d else 0.0, notes
