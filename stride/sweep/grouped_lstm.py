@@ -16,9 +16,10 @@ workloads' sizes and runs the whole recurrence in C++, so the grouped form's per
 N-times larger working set (out of L2 at N=16) made it 2.5x slower per model (one layer, hidden 64, batch
 64, 64 steps, forward + backward, 1 thread, AMD EPYC: 0.99-1.07 s grouped against 0.41 s for 16 fused calls,
 two alternations). `LSTM_MODE["mode"] = "auto"` therefore runs the pack's LSTMs as one fused kernel call per
-model on CPU (the packed rest of the model stays packed) and the grouped form on GPUs, where a per-step
-launch of the whole pack is what removes the launch-bound time (not measured yet: benchmarks/sweep_packing.py
---device cuda --lstm-mode grouped|per_model compares the two).
+model on CPU (`FusedPerModelLSTM`; the packed rest of the model stays packed), the calls spread over
+single-threaded lanes, one per intra-op thread (stride.sweep.model_lanes), and the grouped form on GPUs, where
+a per-step launch of the whole pack is what removes the launch-bound time (not measured yet:
+benchmarks/sweep_packing.py --device cuda --lstm-mode grouped|per_model compares the two).
 """
 
 from __future__ import annotations
