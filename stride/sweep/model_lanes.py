@@ -15,6 +15,7 @@ a pack's results are the same from run to run whatever the thread timing.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ import torch
 
 T = TypeVar("T")
 
-_HELPERS: dict[str, ThreadPoolExecutor | int] = {"pool": 0, "size": 0}
+_HELPERS: dict[str, ThreadPoolExecutor | int] = {"pool": 0, "size": 0, "pid": 0}
 _LOCAL = threading.local()
 
 
@@ -35,11 +36,12 @@ def lanes(n: int, device: torch.device) -> int:
 
 def _helpers(k: int) -> ThreadPoolExecutor:
     pool = _HELPERS["pool"]
-    if not isinstance(pool, ThreadPoolExecutor) or _HELPERS["size"] < k:
-        if isinstance(pool, ThreadPoolExecutor):
+    forked = _HELPERS["pid"] != os.getpid()  # a forked child has the pool object but none of its threads
+    if not isinstance(pool, ThreadPoolExecutor) or _HELPERS["size"] < k or forked:
+        if isinstance(pool, ThreadPoolExecutor) and not forked:
             pool.shutdown(wait=True)
         pool = ThreadPoolExecutor(k, thread_name_prefix="stride-pack-lane")
-        _HELPERS["pool"], _HELPERS["size"] = pool, k
+        _HELPERS["pool"], _HELPERS["size"], _HELPERS["pid"] = pool, k, os.getpid()
     return pool
 
 

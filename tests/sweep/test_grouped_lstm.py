@@ -4,6 +4,7 @@ attention against torch's own nn.LSTM and scaled_dot_product_attention, model by
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import threading
 import time
 
@@ -118,3 +119,21 @@ def test_per_model_lstms_on_two_lanes_equal_one_lane_bit_for_bit(two_threads):
         assert all(torch.equal(a, c) for a, c in zip(*runs, strict=True))  # each model single-threaded either way
     finally:
         LSTM_MODE["mode"] = "auto"
+
+
+def _lanes_in_child(q) -> None:
+    q.put(per_model(lambda i: i + 1, 4, torch.device("cpu")))
+
+
+def test_lanes_work_in_a_forked_child(two_threads):
+    """A forked process inherits the helper pool's object but none of its threads: it makes its own."""
+    assert per_model(lambda i: i, 4, torch.device("cpu")) == [0, 1, 2, 3]  # the pool exists in this process
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    child = ctx.Process(target=_lanes_in_child, args=(q,))
+    child.start()
+    child.join(60)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and child.exitcode == 0 and q.get(timeout=5) == [1, 2, 3, 4]
