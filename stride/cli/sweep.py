@@ -20,6 +20,8 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="override a config value for every point (as stride train --set)")
     p.add_argument("--pack", default="auto", help="models trained together: auto (memory model and a throughput "
                    "probe pick it) or N (1: every point alone, as stride train)")
+    p.add_argument("--chunk", default="auto", help="models a packed step trains at once: auto (all of a pack on a GPU, "
+                   "up to 16 on a CPU, fewer where the memory model says they do not fit) or N")
     p.add_argument("--backend", default="local", choices=("local", "ray"),
                    help="local: packs one after another in this process; ray: each pack a Ray task")
     p.add_argument("--out", default=None, help="sweep directory (default: <metrics.out_dir>/<stamp>-sweep-<name>)")
@@ -33,7 +35,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def _pack(text: str) -> str | int:
+def _pack(text: str, option: str = "--pack") -> str | int:
     from stride.config.errors import ConfigError
 
     if text == "auto":
@@ -43,7 +45,7 @@ def _pack(text: str) -> str | int:
     except ValueError:
         n = 0
     if n < 1:
-        raise ConfigError(f"--pack {text!r}: auto or a positive integer")
+        raise ConfigError(f"{option} {text!r}: auto or a positive integer")
     return n
 
 
@@ -62,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from stride.sweep.store import SweepStore
 
     pack = _pack(args.pack)
+    chunk = _pack(args.chunk, "--chunk")
     if (args.export is None) != (args.export_to is None):
         raise ConfigError("--export POINT and --export-to RUN_DIR go together")
     base, axes, points = expand(args.config, args.overrides, args.grid)
@@ -71,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     store.open(plan)
     _log(f"{len(points)} points ({' x '.join(str(len(a.values)) for a in axes)}) in {out}")
     opts = Options(pack=pack, backend=args.backend, ray_address=args.ray_address, cpus_per_pack=args.cpus_per_pack,
-                   probe_s=args.probe_s, log=_log)
+                   probe_s=args.probe_s, chunk=None if chunk == "auto" else int(chunk), log=_log)
     try:
         info = run_sweep(points, store, opts)
     except SweepError as exc:

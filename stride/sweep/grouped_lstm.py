@@ -16,16 +16,20 @@ workloads' sizes and runs the whole recurrence in C++, so the grouped form's per
 N-times larger working set (out of L2 at N=16) made it 2.5x slower per model (one layer, hidden 64, batch
 64, 64 steps, forward + backward, 1 thread, AMD EPYC: 0.99-1.07 s grouped against 0.41 s for 16 fused calls,
 two alternations). `LSTM_MODE["mode"] = "auto"` therefore runs the pack's LSTMs as one fused kernel call per
-model on CPU (the packed rest of the model stays packed) and the grouped form on GPUs, where a per-step
-launch of the whole pack is what removes the launch-bound time (not measured yet: benchmarks/sweep_packing.py
---device cuda --lstm-mode grouped|per_model compares the two).
+model on CPU (`FusedPerModelLSTM`; the packed rest of the model stays packed), the calls spread over
+single-threaded lanes, one per intra-op thread (stride.sweep.model_lanes), and the grouped form on GPUs, where
+a per-step launch of the whole pack is what removes the launch-bound time (not measured yet:
+benchmarks/sweep_packing.py --device cuda --lstm-mode grouped|per_model compares the two).
 """
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import nn
 
+from stride.sweep.model_lanes import per_model
 from stride.sweep.vmap_ops import PackOnly, stacked
 
 
@@ -108,7 +112,7 @@ class _PerModelLSTM(PackOnly):
         args = (x, w_ih, w_hh, b_ih, b_hh)
         x, w_ih, w_hh, b_ih, b_hh = (stacked(t, d, info.batch_size) for t, d in zip(args, in_dims, strict=True))
         if lstm_mode(x.device) == "per_model":
-            return torch.stack([_fused_lstm(*args) for args in zip(x, w_ih, w_hh, b_ih, b_hh, strict=True)]), 0
+            return FusedPerModelLSTM.apply(x, w_ih, w_hh, b_ih, b_hh), 0
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
         with torch.autocast(x.device.type, enabled=False):
             out = GroupedLSTM.apply(*(t.to(compute) for t in (x, w_ih, w_hh, b_ih, b_hh)))
@@ -116,7 +120,6 @@ class _PerModelLSTM(PackOnly):
 
 
 LSTM_MODE = {"mode": "auto"}  # auto | grouped | per_model (tests and the benchmark set it)
-_TEMPLATES: dict[tuple[int, int, torch.device], nn.LSTM] = {}
 
 
 def lstm_mode(device: torch.device) -> str:
@@ -127,14 +130,54 @@ def lstm_mode(device: torch.device) -> str:
 
 
 def _fused_lstm(x, w_ih, w_hh, b_ih, b_hh) -> torch.Tensor:
-    """One model's LSTM through torch's own fused kernel (oneDNN on CPU), on that model's weights."""
-    key = (w_ih.shape[1], w_hh.shape[1], x.device)
-    if key not in _TEMPLATES:  # a module only to carry the kernel call; its own weights are never used, and
-        # the forked RNG keeps their initialisation from drawing on the global generator (dropout's)
-        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-            _TEMPLATES[key] = nn.LSTM(key[0], key[1], batch_first=True, device=x.device)
-    weights = {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh, "bias_ih_l0": b_ih, "bias_hh_l0": b_hh}
-    return torch.func.functional_call(_TEMPLATES[key], weights, (x,))[0]
+    """One model's LSTM through torch's own fused kernel (oneDNN on CPU), as nn.LSTM calls it; no module, so
+    that threads can run models side by side."""
+    z = x.new_zeros(1, x.shape[0], w_hh.shape[1])  # nn.LSTM's zero state, in the input's dtype
+    return torch._VF.lstm(x, (z, z), [w_ih, w_hh, b_ih, b_hh], True, 1, 0.0, True, False, True)[0]
+
+
+class FusedPerModelLSTM(torch.autograd.Function):
+    """The pack's LSTMs as one fused-kernel call per model (x [N, B, T, I], weights [N, ...]), the models spread
+    over CPU threads that each run one model at a time single-threaded (stride.sweep.model_lanes: no OpenMP
+    barrier per time step). Each model's call is recorded by autograd on its own; backward runs each model's
+    recorded backward, spread the same way. Each lane also copies its model's output and gradients into the
+    pack's tensors (a stack after the lanes would copy them again, on every thread, at a barrier per op)."""
+
+    @staticmethod
+    def forward(ctx, *ins):  # type: ignore[override]
+        needs = ctx.needs_input_grad
+        n, dev = ins[0].shape[0], ins[0].device
+        cast = torch.get_autocast_dtype(dev.type) if torch.is_autocast_enabled(dev.type) else None
+        lock, out = threading.Lock(), []
+
+        def run(i: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+            leaves = [t[i].detach().requires_grad_(need) for t, need in zip(ins, needs, strict=True)]
+            with torch.enable_grad(), torch.autocast(dev.type, dtype=cast, enabled=cast is not None):
+                y = _fused_lstm(*leaves)
+            with lock:
+                if not out:
+                    out.append(y.new_empty((n, *y.shape)))
+            out[0][i].copy_(y.detach())
+            return leaves, y
+
+        ctx.graphs = per_model(run, n, dev)
+        return out[0]
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        needs = ctx.needs_input_grad
+        n = dy.shape[0]
+        firsts = ctx.graphs[0][0]
+        grads = [t.new_empty((n, *t.shape)) if need else None for t, need in zip(firsts, needs, strict=True)]
+
+        def run(i: int) -> None:
+            leaves, y = ctx.graphs[i]
+            wanted = [j for j, need in enumerate(needs) if need]
+            for j, g in zip(wanted, torch.autograd.grad(y, [leaves[j] for j in wanted], dy[i]), strict=True):
+                grads[j][i].copy_(g)
+
+        per_model(run, n, dy.device)
+        return tuple(grads)
 
 
 class VmapLSTM(nn.Module):

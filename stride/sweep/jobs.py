@@ -26,6 +26,7 @@ class PackJob:
     configs: list[RunConfig]
     solo: bool  # train the points one by one with the ordinary Trainer
     out: str  # the sweep directory (solo points write their run directory under runs/<id>)
+    chunk: int | None = None  # models a packed step trains at once (None: stride.sweep.packed_model.default_chunk)
 
 
 def _quiet(cfg: RunConfig) -> RunConfig:
@@ -59,7 +60,7 @@ def run_job(job: PackJob, on_point: Callable[[dict[str, Any]], None] | None = No
 
     from stride.sweep.packed_train import PackedTrainer
 
-    pt = PackedTrainer([_quiet(c) for c in job.configs])
+    pt = PackedTrainer([_quiet(c) for c in job.configs], chunk=job.chunk)
 
     def stopped(i: int) -> None:
         rec = pt.records[i]

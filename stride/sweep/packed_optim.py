@@ -31,6 +31,7 @@ from torch.optim.sgd import sgd as sgd_update
 from stride.config.errors import ConfigError
 from stride.config.schema import OptimConfig
 from stride.optim.factory import build_optimizer
+from stride.sweep.model_lanes import per_model
 from stride.train.schedule import lr_factor
 
 Layout = dict[str, tuple[int, int, tuple[int, ...]]]  # parameter name -> (offset, numel, shape) in a row
@@ -140,9 +141,13 @@ class PackedOptimizer:
         lrs = self.lrs(step)
         if self.kind == "adamw" and all(s.fused for s in self.settings):
             skip = (~upd).to(torch.float32)  # the fused kernel's found_inf: 1 skips that model's update
-            for j, i in enumerate(range(lo, hi)):
-                if host_active[i]:
-                    self._adamw_one(i, lrs[i], found_inf=skip[j])
+            rows = [i for i in range(lo, hi) if host_active[i]]
+
+            def one(k: int) -> None:  # rows are independent: on a CPU, side by side on single-threaded lanes
+                with torch.no_grad():
+                    self._adamw_one(rows[k], lrs[rows[k]], found_inf=skip[rows[k] - lo])
+
+            per_model(one, len(rows), self.flat.device)
         else:
             self._eager_unfused(lo, hi, lrs, upd.tolist(), host_active)
 

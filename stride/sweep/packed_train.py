@@ -304,6 +304,7 @@ class PackedTrainer:
             "params_sha256": params_sha256(self.model.state_dict_of(i)),
             "config_hash": config_hash(c),
             "pack_size": self.n,
+            "pack_chunk": self.chunk_size,  # models a step trained at once
             "pack_index": i,
             "device": str(self.device),
             "precision": c.train.precision,

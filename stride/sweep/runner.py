@@ -42,6 +42,7 @@ class Options:
     ray_address: str | None = None  # None: a Ray cluster on this machine, started for the sweep
     cpus_per_pack: int = 1
     probe_s: float = 60.0
+    chunk: int | None = None  # models a packed step trains at once; None: the device default, lowered to fit memory
     log: Callable[[str], None] = field(default=lambda msg: print(f"stride sweep: {msg}", file=sys.stderr, flush=True))
 
 
@@ -52,6 +53,7 @@ class ClassPlan:
     size: int
     solo_samples_per_s: float | None
     why: str
+    chunk: int | None = None  # models a step of its packs trains at once
 
 
 def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index: int = 0
@@ -75,23 +77,25 @@ def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index
             if isinstance(opts.pack, int) and opts.pack > 1:
                 raise
             packable = str(exc)
+        mem = None
         if packable or len(members) == 1 or opts.pack == 1:
             why = packable or ("one point" if len(members) == 1 else "--pack 1")
             plan = ClassPlan(1, None, why)
         elif opts.pack == "auto":
-            pr = probe(cfg, len(members), opts.probe_s)
-            plan = ClassPlan(pr.size, pr.solo_samples_per_s, pr.why)
+            pr = probe(cfg, len(members), opts.probe_s, chunk=opts.chunk)
+            plan, mem = ClassPlan(pr.size, pr.solo_samples_per_s, pr.why), pr.memory
         else:
-            size = min(int(opts.pack), len(members))
-            check_fits(cfg, size)
-            plan = ClassPlan(size, None, f"--pack {opts.pack}")
+            plan = ClassPlan(min(int(opts.pack), len(members)), None, f"--pack {opts.pack}")
+        if plan.size > 1:  # the chunk of its largest pack that fits (or one clear line why none does)
+            plan.chunk = check_fits(cfg, plan.size, mem, opts.chunk)[1]
         plans[key] = plan
         n_packs = math.ceil(len(members) / plan.size)
         for k in range(n_packs):
             part = members[k * len(members) // n_packs : (k + 1) * len(members) // n_packs]
             jobs.append(PackJob(start_index + len(jobs), [p.id for p in part], [p.config for p in part],
-                                plan.size == 1, str(store.root)))
-        opts.log(f"{len(members)} point(s) of `{cfg.model.name}` in {n_packs} pack(s) of up to {plan.size} "
+                                plan.size == 1, str(store.root), plan.chunk))
+        chunked = f", {plan.chunk} models a step" if plan.chunk and plan.chunk < plan.size else ""
+        opts.log(f"{len(members)} point(s) of `{cfg.model.name}` in {n_packs} pack(s) of up to {plan.size}{chunked} "
                  f"({plan.why})")
     return jobs, plans
 

@@ -1,10 +1,13 @@
 """How many models to pack: the memory model caps it, a short throughput probe picks it.
 
-Memory, per model of a pack: parameters, gradients and optimizer state (AdamW two moments, SGD one
-buffer) at the parameters' dtype, plus the activations autograd keeps for backward, measured on one real
-batch with `stride.metrics.memory.SavedActivations` (device-independent), plus the batch; times a 1.5
-margin for allocator slack and the step's transients. A pack must fit in 70 % of the memory available
-now (CUDA: free device memory; CPU: available RAM).
+Memory: every model of a pack keeps its parameters, gradients and optimizer state (AdamW two moments,
+SGD one buffer) at the parameters' dtype for the whole run; a step trains the pack chunk by chunk
+(stride.sweep.packed_model), so only one chunk's activations (what autograd keeps for backward, measured
+on one real batch with `stride.metrics.memory.SavedActivations`, device-independent) and batches are held
+at once. A pack of N in chunks of C needs 1.5 x (N x state + C x (activations + batch)), the 1.5 a margin
+for allocator slack and the step's transients, and must fit in 70 % of the memory available now (CUDA:
+free device memory; CPU: available RAM). A pack whose default chunk does not fit trains in smaller chunks
+that do (`check_fits`); one whose state alone does not fit is refused in one line.
 
 Throughput: the pack's model-samples/s (models x batch / step time) for N = 2, 4, 8, ... against one
 model trained alone by the ordinary Trainer, measured just before each pack. Doubling stops when the
@@ -46,17 +49,38 @@ class MemoryModel:
 
     @property
     def per_model(self) -> int:
-        return int(SAFETY * (self.state_bytes + self.activation_bytes + self.batch_bytes))
+        """One model trained alone (a pack of one, one chunk)."""
+        return self.need(1, 1)
 
     @property
-    def max_models(self) -> int:
-        return max(0, int(USABLE * self.available_bytes) // max(self.per_model, 1))
+    def usable(self) -> int:
+        return int(USABLE * self.available_bytes)
 
-    def describe(self, n: int) -> str:
+    def need(self, n: int, chunk: int) -> int:
+        """Bytes for a pack of n models trained `chunk` at a time: every model's state, one chunk's activations."""
+        return int(SAFETY * (n * self.state_bytes + min(chunk, n) * (self.activation_bytes + self.batch_bytes)))
+
+    def max_chunk(self, n: int) -> int:
+        """The largest chunk a pack of n fits in (0: the pack's state alone does not fit)."""
+        spare = self.usable / SAFETY - n * self.state_bytes
+        if spare < self.activation_bytes + self.batch_bytes:
+            return 0
+        return min(n, int(spare // max(self.activation_bytes + self.batch_bytes, 1)))
+
+    def max_models(self, chunk: int | None = None) -> int:
+        """The largest pack that fits when trained `chunk` models at a time (None: the whole pack at once)."""
+        room, act = self.usable / SAFETY, self.activation_bytes + self.batch_bytes
+        whole = max(0, int(room // max(self.state_bytes + act, 1)))  # n x (state + act) <= room
+        if chunk is None or whole < chunk:  # packs no larger than a chunk: their activations are all kept
+            return whole
+        return int((room - chunk * act) // max(self.state_bytes, 1))  # n x state + chunk x act <= room
+
+    def describe(self, n: int, chunk: int) -> str:
         gib, mib = 2**30, 2**20
-        return (f"a pack of {n} needs about {n * self.per_model / gib:.2f} GiB ({self.per_model / mib:.1f} MiB a "
-                f"model: state {self.state_bytes / mib:.1f}, activations {self.activation_bytes / mib:.1f}, batch "
-                f"{self.batch_bytes / mib:.1f}, x{SAFETY} margin); {self.available_bytes / gib:.2f} GiB is "
+        c = min(chunk, n)
+        return (f"a pack of {n} in chunks of {c} needs about {self.need(n, c) / gib:.2f} GiB ({n} x state "
+                f"{self.state_bytes / mib:.1f} MiB + {c} x (activations {self.activation_bytes / mib:.1f} MiB + batch "
+                f"{self.batch_bytes / mib:.1f} MiB), x{SAFETY} margin); {self.available_bytes / gib:.2f} GiB is "
                 f"available and a pack may use {int(USABLE * 100)} % of it")
 
 
@@ -84,15 +108,30 @@ def memory_model(cfg: RunConfig) -> MemoryModel:
                        available_bytes(device))
 
 
-def check_fits(cfg: RunConfig, n: int, mem: MemoryModel | None = None) -> MemoryModel:
-    """A ConfigError (one line) when a pack of `n` models of `cfg` does not fit the memory there is."""
+def check_fits(cfg: RunConfig, n: int, mem: MemoryModel | None = None, chunk: int | None = None
+               ) -> tuple[MemoryModel, int]:
+    """The chunk a pack of `n` models of `cfg` trains in, checked against the memory there is.
+
+    `chunk` None: the device's default (stride.sweep.packed_model.default_chunk), lowered to the largest
+    chunk that fits when it does not. A given `chunk` that does not fit, or a pack whose state alone does
+    not fit, is a ConfigError of one line naming the figures and what would fit.
+    """
+    from stride.sweep.packed_model import default_chunk
+
     mem = mem or memory_model(cfg)
-    if n > mem.max_models:
-        fits = mem.max_models
-        hint = (f"use --pack {fits} or --pack auto" if fits >= 1
-                else "even one model does not fit: lower train.batch_size")
-        raise ConfigError(f"--pack {n} does not fit in memory: {mem.describe(n)}; {hint}")
-    return mem
+    want = min(chunk or default_chunk(n, resolve_device(cfg.train.device)), n)
+    if mem.need(n, want) <= mem.usable:
+        return mem, want
+    fits = mem.max_chunk(n)
+    if fits >= 1 and chunk is None:
+        return mem, fits  # split into chunks that fit
+    if fits >= 1:
+        raise ConfigError(f"--pack {n} --chunk {chunk} does not fit in memory: {mem.describe(n, want)}; "
+                          f"use --chunk {fits} or --chunk auto")
+    most = mem.max_models(1)
+    hint = (f"use --pack {most} or --pack auto" if most >= 1
+            else "even one model does not fit: lower train.batch_size")
+    raise ConfigError(f"--pack {n} does not fit in memory even one model at a time: {mem.describe(n, 1)}; {hint}")
 
 
 @dataclass
@@ -122,7 +161,8 @@ def solo_rate(cfg: RunConfig, timed_steps: int = 3) -> float:
         "samples_per_s"] or 0.0
 
 
-def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int = 3) -> Probe:
+def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int = 3, chunk: int | None = None
+          ) -> Probe:
     """Pick a pack size for points like `cfg`, at most `max_n` (the points there are).
 
     Each pack size is measured right after a lone model, and compared with that one: a busy machine's
@@ -132,7 +172,7 @@ def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int =
 
     t0 = time.perf_counter()
     mem = memory_model(cfg)
-    cap = min(max_n, mem.max_models)
+    cap = min(max_n, mem.max_models(chunk or 1))  # packs up to this size fit (in small enough chunks)
     steps = 2 + timed_steps
     result = Probe(1, 0.0, memory=mem)
     alone: list[float] = []
@@ -140,8 +180,9 @@ def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int =
     ratios[1] = 1.0
     while n <= cap and (n == 2 or time.perf_counter() - t0 < budget_s):
         alone.append(solo_rate(cfg, timed_steps))
+        fits = check_fits(cfg, n, mem, chunk)[1]  # n <= cap: a chunk that fits exists
         try:
-            pt = PackedTrainer([_short(cfg, steps, cfg.train.seed + i) for i in range(n)])
+            pt = PackedTrainer([_short(cfg, steps, cfg.train.seed + i) for i in range(n)], chunk=fits)
         except ConfigError as exc:  # found only when the models are built (a model with its own loss)
             result.why = f"not packed: {exc}"
             break

@@ -69,6 +69,19 @@ def test_float64_packed_equals_solo(workload):
         _compare_history(ref.history, pt.records[i].history, tol)
 
 
+@pytest.mark.parametrize("workload", ["mlp", "lstm"])
+def test_float64_pack_on_two_lanes_equals_solo(workload):
+    """With 2 torch threads the pack's per-model LSTM calls and AdamW rows run on two single-threaded lanes
+    (stride.sweep.model_lanes); each model still equals its solo run."""
+    cfgs = [config(workload, *o, "train.threads=2") for o in PACK]
+    train, val = tensor_data(cfgs[0], 256, 0, torch.float64), tensor_data(cfgs[0], 64, 1, torch.float64)
+    pt = _packed(cfgs, train_data=train, val_data=val, dtype=torch.float64)
+    assert torch.get_num_threads() == 2
+    for i, c in enumerate(cfgs):
+        ref = solo_on_tensors(c, train, val, torch.float64)
+        assert max_param_diff(ref.model.state_dict(), pt.model.state_dict_of(i)) < FP64_TOL, (workload, i)
+
+
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_float32_packed_equals_solo_stride_train(workload):
     cfgs = [config(workload, *o) for o in PACK]

@@ -161,3 +161,25 @@ def test_an_unreachable_ray_cluster_is_one_line(config, tmp_path, capsys):
                "--ray-address", "127.0.0.1:9", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and err[-1].startswith("stride sweep: the Ray cluster at 127.0.0.1:9 is not reachable"), err
+
+
+def test_chunk_sets_the_models_a_packed_step_trains_at_once(config, tmp_path, capsys):
+    out = tmp_path / "chunked"
+    args = ["sweep", str(config), "--grid", "train.seed=0..3", "--set", "train.steps=4", "--pack", "4"]
+    assert main([*args, "--chunk", "0", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "stride sweep: config error: --chunk '0': auto or a positive integer")
+    assert main([*args, "--chunk", "3", "--out", str(out)]) == 0
+    assert "in 1 pack(s) of up to 4, 3 models a step (--pack 4)" in capsys.readouterr().err
+    chunked = _summaries(out)
+    assert [s["pack_chunk"] for s in chunked] == [3] * 4 and [s["pack_size"] for s in chunked] == [4] * 4
+    assert main([*args, "--out", str(tmp_path / "auto")]) == 0  # auto: the CPU default, all 4 at once
+    whole = _summaries(tmp_path / "auto")
+    assert [s["pack_chunk"] for s in whole] == [4] * 4
+    for a, b in zip(chunked, whole, strict=True):  # the same models trained (tests/sweep/test_pack_chunks.py: fp64)
+        assert a["final_train_loss"] == pytest.approx(b["final_train_loss"], rel=1e-5)
+
+
+def _summaries(out: Path) -> list[dict]:
+    """Each finished point's summary, in point-id order."""
+    return [json.loads(p.read_text())["summary"] for p in sorted((out / "points").glob("*.json"))]
