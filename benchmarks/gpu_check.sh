@@ -186,7 +186,8 @@ if [ "$DRY" -eq 0 ]; then
   run_step sweep 100 "$PY" benchmarks/sweep_packing.py --device cuda --n 64 --repeats 1 --seq-cap 4 \
     --variants packed,sequential --json
 else
-  run_step sweep 120 "$PY" benchmarks/sweep_packing.py --quick --workloads mlp_tiny --variants packed,sequential --json
+  run_step sweep 120 "$PY" benchmarks/sweep_packing.py --n 4 --repeats 1 --warmup 1 --timed 2 --seq-cap 4 --workloads mlp_tiny \
+    --variants packed,sequential --json
 fi
 
 # 5. tests on the device (the Triton kernels natively) ----------------------------------------------------
