@@ -37,6 +37,7 @@ from stride.config import load_config
 from stride.data import build_data
 from stride.models import build_model, make_loss
 from stride.optim.factory import build_optimizer
+from stride.train.batches import endless
 from stride.train.callbacks import Callback
 from stride.train.device import configure_process
 from stride.train.schedule import build_scheduler
@@ -82,7 +83,7 @@ class _Clock:
 def hand_written(model: str, steps: int, threads: int, skip: int) -> tuple[float, float, float]:
     cfg = _cfg(model, steps, threads)
     data, net, loss_fn, opt, sched = _setup(cfg)
-    clock, it = _Clock(skip), iter(data.train)
+    clock, it = _Clock(skip), (b for _, b in endless(data.train))
     clock.tick(0)
     for i in range(steps):
         x, y = next(it)
@@ -156,7 +157,7 @@ def with_accelerate(model: str, steps: int, threads: int, skip: int) -> tuple[fl
     data, net, loss_fn, opt, sched = _setup(cfg)
     acc = Accelerator(cpu=True)
     net, opt, sched = acc.prepare(net, opt, sched)
-    clock, it = _Clock(skip), iter(data.train)
+    clock, it = _Clock(skip), (b for _, b in endless(data.train))
     clock.tick(0)
     for i in range(steps):
         x, y = next(it)
