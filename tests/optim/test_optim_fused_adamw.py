@@ -38,7 +38,10 @@ def test_matches_torch_adamw_over_steps(impl, seed):
     opt = FusedAdamW(groups(ours), **KW, impl=impl)
     run(opt, ours, grads)
     err = rel(ours, ref_p)
-    limit = 1e-6 if impl == "triton" else 0.0  # the torch path is torch's own functional AdamW
+    # the torch path is torch's own functional AdamW; the Triton kernel orders its float32 arithmetic differently,
+    # a few ulps (2**-23 = 1.2e-7) of each update over 6 steps: seed 73124215 gave 1.44e-6 (12 ulps) against the
+    # former 1e-6, so the bound is 32 ulps
+    limit = 32 * 2**-23 if impl == "triton" else 0.0
     assert err <= limit, f"seed={seed} impl={impl} rel error {err}"
 
 
