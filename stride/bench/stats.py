@@ -15,9 +15,14 @@ def spread(values: list[float]) -> dict[str, float | int | None]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "cv": cv, "n": len(values)}
 
 
+def one_run(t: dict) -> bool:
+    """Whether a throughput is one measurement (n 1, or an older file's cv 0 with min = max): its cv says nothing."""
+    return t.get("n") == 1 or (t.get("n") is None and t.get("cv") == 0.0 and t.get("min") == t.get("max"))
+
+
 def spread_text(t: dict) -> str:
     """A throughput's cv for a table, or "1 run" where there is one measurement (its cv of 0 says nothing)."""
-    if t.get("n") == 1 or (t.get("n") is None and t.get("cv") == 0.0 and t.get("min") == t.get("max")):
+    if one_run(t):
         return "1 run"
     return "-" if t.get("cv") is None else f"{100 * t['cv']:.1f}%"
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
+from stride.bench.stats import one_run
+
 
 def noise_band(a: dict[str, Any], b: dict[str, Any]) -> float:
     """Relative change that run-to-run noise can explain: twice the larger CV, at least 2 %."""
@@ -14,7 +16,7 @@ def noise_band(a: dict[str, Any], b: dict[str, Any]) -> float:
 
 def noise_measured(t: dict[str, Any]) -> bool:
     """Whether a throughput carries its own spread: repeats with a CV, not one run (a run folder's one figure)."""
-    return t.get("cv") is not None and t.get("n", 2) != 1
+    return t.get("cv") is not None and not one_run(t)
 
 
 def judge(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, str]:
