@@ -3,8 +3,8 @@
 `plan_loader` answers, for one window source and batch size on this host and device:
 - **copy**: the C kernel with or without page-head hints `AHEAD` windows ahead (0: one memcpy a
   window) and, for batches larger than the L2 cache, with or without streaming stores, or the numpy
-  fallback: each timed on the same batches in alternation (CPU time of this thread), the fastest
-  kept (all give the same bytes).
+  fallback: timed in shuffled rounds (CPU time of this thread), each timing on batches no other
+  timing read, so none finds its windows in cache; the fastest kept (all give the same bytes).
 - **gather threads**: 1, or k > 1 where k threads are free (the device is not the CPU, or the CPU
   has cores torch's threads do not use) and k split batches ran at least 15% faster (wall time).
 - **prefetch** (a background thread building batches ahead): only where a core is free for it
