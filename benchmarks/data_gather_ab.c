@@ -4,11 +4,12 @@
  * varied on its own, side by side: 4 MiB copied as one block or as random blocks (rows of 128 bytes, as
  * the benchmark's store), from a file mapping (the store), anonymous 4 KiB pages or 2 MiB huge pages,
  * into a destination in cache or one of 16 outside it, with memcpy, streaming stores, hints of the page
- * heads of the block k ahead (the kernel's), whole next blocks prefetched, or 4 blocks interleaved.
+ * heads of the block k ahead (the kernel's), whole next blocks prefetched, 4 blocks interleaved, or a
+ * block's 4 pages copied as interleaved streams with the next block's lines hinted (the kernel's `lines`).
  * Variants run in a shuffled order every round; medians of GB/s per CPU-second of the thread.
  *
  *   cc -O3 -march=native -o /tmp/gather_ab benchmarks/data_gather_ab.c
- *   head -c 128M /dev/urandom > /tmp/store.bin && /tmp/gather_ab /tmp/store.bin 128 60
+ *   dd if=/dev/urandom of=/tmp/store.bin bs=4M count=64 && /tmp/gather_ab /tmp/store.bin 256 60
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -23,7 +24,7 @@
 #define ROW 128
 #define NB (4 << 20)
 enum { FILEMAP, ANON, HUGE };
-enum { CONTIG, MEMCPY, NT, HEADS, WHOLE_T0, WHOLE_T1, INTERLEAVE4 };
+enum { CONTIG, MEMCPY, NT, HEADS, WHOLE_T0, WHOLE_T1, INTERLEAVE4, LINES4, LINES8 };
 typedef struct { const char *name; int src, mode, blk, k, fresh; } variant;
 static const variant V[] = {
     {"contig_file", FILEMAP, CONTIG, NB, 0, 0},        {"contig_anon4k", ANON, CONTIG, NB, 0, 0},
@@ -36,6 +37,8 @@ static const variant V[] = {
     {"heads_k4_file", FILEMAP, HEADS, 16384, 4, 0},    {"heads_k8_file", FILEMAP, HEADS, 16384, 8, 0},
     {"heads_k4_huge", HUGE, HEADS, 16384, 4, 0},       {"whole_next_T0_file", FILEMAP, WHOLE_T0, 16384, 1, 0},
     {"whole_next_T1_file", FILEMAP, WHOLE_T1, 16384, 1, 0}, {"interleave4_file", FILEMAP, INTERLEAVE4, 16384, 4, 0},
+    {"lines4_k4_file", FILEMAP, LINES4, 16384, 4, 0},      {"lines4_k4_huge", HUGE, LINES4, 16384, 4, 0},
+    {"lines4_k4_file_fresh_dst", FILEMAP, LINES4, 16384, 4, 1}, {"lines8_k4_file", FILEMAP, LINES8, 16384, 4, 0},
 };
 #define NV ((int)(sizeof V / sizeof *V))
 
@@ -65,6 +68,24 @@ static void run(const variant *v, char *dst, const char *src, const int64_t *st)
         for (int b = 0; b < nb; b += 4)
             for (int i = 0; i < v->blk; i += 1024)
                 for (int j = 0; j < 4; j++) memcpy(dst + (size_t)(b + j) * v->blk + i, src + st[b + j] * ROW + i, 1024);
+        return;
+    }
+    if (v->mode == LINES4 || v->mode == LINES8) { /* the kernel's `lines`: a window's 4 pages as interleaved
+        streams, every line of the next window(s) hinted into L2; LINES8: two windows' 8 pages at once */
+        int w = v->mode == LINES8 ? 2 : 1;
+        for (int j = 0; j < v->k; j++) heads(src + st[j] * ROW, v->blk);
+        for (int b = 0; b < nb; b += w) {
+            for (int j = 0; j < w; j++) if (b + j + v->k < nb) heads(src + st[b + j + v->k] * ROW, v->blk);
+            for (int i = 0; i < 4096; i += 64)
+                for (int j = 0; j < w; j++) {
+                    const char *s = src + st[b + j] * ROW, *n = b + j + w < nb ? src + st[b + j + w] * ROW : 0;
+                    char *d = dst + (size_t)(b + j) * v->blk;
+                    for (int p = 0; p < v->blk; p += 4096) {
+                        if (n) _mm_prefetch(n + p + i, _MM_HINT_T1);
+                        _mm512_storeu_si512((void *)(d + p + i), _mm512_loadu_si512((const void *)(s + p + i)));
+                    }
+                }
+        }
         return;
     }
     if (v->mode == HEADS) for (int j = 0; j < v->k; j++) heads(src + st[j] * ROW, v->blk);

@@ -81,7 +81,8 @@ def build_store(cfg: DataConfig, batch_size: int, device: torch.device | None = 
                           f"batch size {batch_size}")
     train, info = train_loader(cfg, src.train, batch_size, device or torch.device("cpu"), cfg.store)
     if not info["device_resident"]:  # validation copies as the probe chose for training
-        src.val.configure_gather(1, use_native=info["native"], ahead=info["ahead"], stream=info["stream"])
+        src.val.configure_gather(1, use_native=info["native"], ahead=info["ahead"], stream=info["stream"],
+                                 lines=info["lines"])
     val = ShardedLoader(src.val, batch_size, seed=cfg.seed + 1, drop_last=False, stateful=False,
                         pin_memory=cfg.pin_memory)
     return DataBundle(train, val, src.n_features, cfg.seq_len, len(cfg.horizons), info)

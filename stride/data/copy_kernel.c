@@ -6,10 +6,17 @@
  * 4 MiB as random blocks of 4 / 16 / 64 / 256 KiB copies at 0.34-0.44 / 0.51-0.66 / 0.80-0.87 /
  * 1.04-1.07 of one contiguous copy, a fixed cost of about 0.7 us a block (about one DRAM latency per
  * 4 KiB page: the prefetchers restart at each page and a random block's pages are cold). What
- * recovers part of it: hint the first two lines of every page of the window `ahead` on (prefetcht1,
- * into L2), so its pages stream when the copy reaches them: 0.60-0.77. Not kept: every line of the
- * next window (T0 0.44-0.57, T1 0.58-0.83: worse in two runs of three), 4 windows copied interleaved
- * (0.41-0.42), huge pages for the source (+8-11%, for a second copy of the table). Streaming stores
+ * recovers it: (1) hint the first two lines of every page of the window `ahead` on (prefetcht1, into
+ * L2), so its pages stream when the copy reaches them: 0.60-0.77; (2) `lines`: copy a window's pages
+ * as 4 interleaved streams (a line of each in turn, as glibc's large memcpy does) while every line of
+ * the next window is hinted into L2: a further +25-35% over (1) alone (C, 2 runs of 150 shuffled
+ * rounds; from Python, hot destination, +33% twice: 8.4 -> 11.2 and 11.3 -> 15.1 GB/s), 0.69-0.85 of a
+ * contiguous copy. Not kept: every line of the next window with a T0 hint (0.44-0.57: it holds L1's
+ * miss slots), 4 whole windows copied interleaved 1 KiB at a time (0.41-0.42), 8 page streams of two
+ * windows (no better than 4), huge pages for the source (+8-11% over a store written in small pieces,
+ * nothing over one written in large writes as stride's are, probably because the page cache then holds
+ * it in large, physically contiguous folios whose TLB entries the core coalesces; and it costs a second
+ * copy of the table). Streaming stores
  * (`nt`) are a probe choice: they help a destination outside the cache, not one in it.
  * Built by stride/data/native.py with -ffp-contract=off: the float32 form rounds (x - shift) and then
  * * scale separately, exactly as numpy's two in-place ops, bit for bit.
@@ -87,6 +94,44 @@ static inline void prefetch_ahead(const char *base, int64_t row_bytes, const int
     if (b + ahead < n) prefetch_window(base, row_bytes, starts[b + ahead], block, pk);
 }
 
+/* one 64-byte line, with a streaming store where asked (and the destination is aligned) */
+static inline void line(char *d, const char *s, int nt) {
+#if defined(__AVX512F__)
+    if (nt) {
+        _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
+        return;
+    }
+#endif
+    (void)nt;
+    memcpy(d, s, LINE);
+}
+
+/* copy `len` bytes as up to 4 streams 4 KiB apart, a line of each in turn, while hinting the same
+ * lines of `next` (the next window; may be 0) into L2. Why: the hardware prefetchers stop at every
+ * 4 KiB page and a random window's pages are cold, so one page at a time waits at each page start;
+ * 4 pages in flight at once (as glibc's large memcpy interleaves 4 pages) with the next window's lines
+ * already requested keep the memory busy. prefetcht1: a T0 hint of every line held L1's miss slots and
+ * was slower (see the header) */
+static inline void copy_block_lines(char *d, const char *s, int64_t len, int nt, const char *next) {
+    const int64_t group = 4 * PAGE;
+    nt = nt && ((uintptr_t)d & 63) == 0;
+    int64_t g = 0;
+    for (; g + PAGE <= len; g += group) {
+        int64_t k = (len - g) / PAGE < 4 ? (len - g) / PAGE : 4; /* pages in this group */
+        for (int64_t i = 0; i < PAGE; i += LINE) {
+            if (next)
+                for (int64_t p = 0; p < k; p++) __builtin_prefetch(next + g + p * PAGE + i, 0, 2);
+            for (int64_t p = 0; p < k; p++) line(d + g + p * PAGE + i, s + g + p * PAGE + i, nt);
+        }
+        if (k < 4) { g += k * PAGE; break; }
+    }
+    if (g < len) { /* the last part of a page */
+        if (next)
+            for (int64_t i = g; i < len; i += LINE) __builtin_prefetch(next + i, 0, 2);
+        memcpy(d + g, s + g, (size_t)(len - g));
+    }
+}
+
 static inline void copy_block(char *d, const char *s, int64_t len, int nt) {
 #if defined(__AVX512F__)
     if (nt && ((uintptr_t)d & 63) == 0 && (len & 63) == 0) {
@@ -122,14 +167,19 @@ static inline int64_t outside(const int64_t *starts, int64_t n, int64_t max_star
 /* out[b] = the `block` bytes at base + starts[b] * row_bytes, for b < n, if every start is in
  * [0, max_start] (else nothing is copied: returns the first b outside, otherwise -1); ahead: windows
  * whose page heads are hinted ahead (0: none); nt: streaming stores; pk (may be 0): the targets'
- * rows (picks_t), into picks */
+ * rows (picks_t), into picks; lines: every line of the next window hinted into L2 during each copy */
 int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *starts, int64_t n, int64_t max_start,
-                            int64_t block, char *out, int64_t ahead, int nt, const picks_t *pk, void *picks) {
+                            int64_t block, char *out, int64_t ahead, int nt, const picks_t *pk, void *picks,
+                            int lines) {
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
     for (int64_t b = 0; b < n; b++) {
         prefetch_ahead(base, row_bytes, starts, n, b, block, ahead, pk);
-        copy_block(out + b * block, base + starts[b] * row_bytes, block, nt);
+        if (lines)
+            copy_block_lines(out + b * block, base + starts[b] * row_bytes, block, nt,
+                             b + 1 < n ? base + starts[b + 1] * row_bytes : 0);
+        else
+            copy_block(out + b * block, base + starts[b] * row_bytes, block, nt);
         if (pk) pick(pk, starts[b], picks, b);
     }
     fence(nt);
@@ -138,10 +188,10 @@ int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *
 
 /* float32 windows [n, t, f] from float32 (src_bf16 = 0) or bfloat16 rows of f values: each value
  * upcast (bf16: its bits are the top half of a float32, exact), then x - shift[j] (if shift), then
- * x * scale[j] (if scale), each rounded to float32; max_start, ahead, pk, picks and the result as above */
+ * x * scale[j] (if scale), each rounded to float32; max_start, ahead, pk, picks, lines and the result as above */
 int64_t stride_windows_f32(const void *base, int src_bf16, const int64_t *starts, int64_t n, int64_t max_start,
                            int64_t t, int64_t f, const float *shift, const float *scale, float *out, int64_t ahead,
-                           const picks_t *pk, void *picks) {
+                           const picks_t *pk, void *picks, int lines) {
     const int64_t elem = src_bf16 ? 2 : 4, row_bytes = f * elem, win = t * f;
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
@@ -149,8 +199,11 @@ int64_t stride_windows_f32(const void *base, int src_bf16, const int64_t *starts
         prefetch_ahead((const char *)base, row_bytes, starts, n, b, t * row_bytes, ahead, pk);
         float *o = out + b * win;
         const char *s = (const char *)base + starts[b] * row_bytes;
+        const char *next = lines && b + 1 < n ? (const char *)base + starts[b + 1] * row_bytes : 0;
         for (int64_t r = 0; r < t; r++) {
             float *x = o + r * f;
+            if (next) /* the next window's row r, into L2 (as copy_block_lines) */
+                for (int64_t l = 0; l < row_bytes; l += LINE) __builtin_prefetch(next + r * row_bytes + l, 0, 2);
             if (src_bf16) {
                 const uint16_t *h = (const uint16_t *)(s + r * row_bytes);
                 for (int64_t j = 0; j < f; j++) {

@@ -36,6 +36,7 @@ from stride.data import native
 
 GIL_FREE_MIN_INDICES = 501  # numpy keeps the GIL for fancy indexes of <= 500 items
 AHEAD = 4  # windows on whose page heads the kernel hints (0: none; the probe may choose another)
+LINES = True  # copy a window as interleaved page streams, the next window's lines hinted (the probe may not)
 
 
 def l2_bytes() -> int:
@@ -143,17 +144,18 @@ class WindowGather:
 
     `use_native`: the C kernel where it can be built (False: the numpy path, for comparison);
     `ahead`: windows ahead whose page heads the kernel hints (0: none); `stream`: streaming stores
-    for same-dtype batches (None: for batches larger than the L2 cache).
+    for same-dtype batches (None: for batches larger than the L2 cache); `lines`: every line of the
+    next window hinted into L2 while each window copies.
     """
 
     def __init__(self, rows: torch.Tensor, seq_len: int, threads: int = 1, *, use_native: bool = True,
-                 ahead: int = AHEAD, stream: bool | None = None) -> None:
+                 ahead: int = AHEAD, stream: bool | None = None, lines: bool = LINES) -> None:
         if threads < 1:
             raise ValueError(f"gather threads = {threads} must be >= 1")
         if ahead < 0:
             raise ValueError(f"windows read ahead = {ahead} must be >= 0")
         self.dtype, self.seq_len, self.threads = rows.dtype, seq_len, threads
-        self.ahead, self.stream = ahead, stream
+        self.ahead, self.stream, self.lines = ahead, stream, lines
         raw = rows.view(torch.int16) if rows.dtype == torch.bfloat16 else rows  # numpy has no bfloat16
         self._raw = raw
         self._rows = raw.numpy()
@@ -232,7 +234,7 @@ class WindowGather:
         """part(a, z): windows a..z-1 into their rows of `out`; the first bad start's index, or -1."""
         lib, base, t, f = self._lib, self._base, self.seq_len, self._f
         win_bytes, last = t * f * out.element_size(), self._n - t
-        sp, op, ahead = starts.data_ptr(), out.data_ptr(), self.ahead
+        sp, op, ahead, lines = starts.data_ptr(), out.data_ptr(), self.ahead, int(self.lines)
         pk, pp, pstep = (None, 0, 0) if picks is None or p is None else \
             (picks.ref, p.data_ptr(), p.shape[1] * p.element_size())
         if not convert:
@@ -240,7 +242,7 @@ class WindowGather:
 
             def part(a: int, z: int) -> int:
                 r = lib.stride_copy_windows(base, self._row_bytes, sp + 8 * a, z - a, last, win_bytes,
-                                            op + a * win_bytes, ahead, nt, pk, pp + pstep * a if pk else None)
+                                            op + a * win_bytes, ahead, nt, pk, pp + pstep * a if pk else None, lines)
                 return r + a if r >= 0 else -1
             return part
         bf16 = int(self.dtype == torch.bfloat16)
@@ -250,7 +252,7 @@ class WindowGather:
 
         def part_f32(a: int, z: int) -> int:
             r = lib.stride_windows_f32(base, bf16, sp + 8 * a, z - a, last, t, f, shp, scp, op + a * win_bytes,
-                                       ahead, pk, pp + pstep * a if pk else None)
+                                       ahead, pk, pp + pstep * a if pk else None, lines)
             return r + a if r >= 0 else -1
         part_f32.keep = (sh, sc)  # type: ignore[attr-defined]  # alive while the copy runs
         return part_f32

@@ -1,8 +1,9 @@
 """The loader's settings chosen per host by measuring, not guessing: copy kernel, gather threads, prefetch.
 
 `plan_loader` answers, for one window source and batch size on this host and device:
-- **copy**: the C kernel with or without page-head hints `AHEAD` windows ahead (0: one memcpy a
-  window) and, for batches larger than the L2 cache, with or without streaming stores, or the numpy
+- **copy**: the C kernel with or without page-head hints `AHEAD` windows ahead (0: none), with or
+  without the next window's lines hinted while a window copies as 4 interleaved page streams
+  (`lines`), and, for batches larger than the L2 cache, with or without streaming stores, or the numpy
   fallback: timed in shuffled rounds (CPU time of this thread), each timing on batches no other
   timing read, so none finds its windows in cache; the fastest kept (all give the same bytes).
 - **gather threads**: 1, or k > 1 where k threads are free (the device is not the CPU, or the CPU
@@ -39,10 +40,10 @@ import numpy as np
 import torch
 
 from stride.data import native
-from stride.data.gather import AHEAD, l2_bytes
+from stride.data.gather import AHEAD, LINES, l2_bytes
 from stride.data.loader import ShardedLoader
 
-PROBE_VERSION = 2  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes)
+PROBE_VERSION = 3  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`
 BUDGET_S = 0.3  # measuring time, split among the variants
 FRESH_BATCHES = 256  # batches of window ids cycled through (1 GiB of 16 KiB windows at batch 256: past any L3)
 FASTER = 1.15  # gather threads must beat one thread by this much (wall time) to be chosen
@@ -54,6 +55,7 @@ class LoaderPlan:
     gather_threads: int
     ahead: int = AHEAD
     stream: bool | None = None
+    lines: bool = LINES
     native: bool = True
     origin: str = "config"  # probe | cache | config
     figures: dict[str, Any] = field(default_factory=dict)
@@ -145,18 +147,23 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
     big = per * source._gather.seq_len * source._gather._f * source._gather._raw.element_size() > l2_bytes()
     variants: dict[str, dict[str, Any]] = {"numpy": {"use_native": False}}
     if native.load() is not None:
-        for ahead in (0, AHEAD):
+        for ahead, lines in itertools.product((0, AHEAD), (False, True)):
             for st in ((False, True) if big else (False,)):
-                variants[f"native_ahead{ahead}{'_stream' if st else ''}"] = {"ahead": ahead, "stream": st}
+                variants[f"native_ahead{ahead}{'_lines' if lines else ''}{'_stream' if st else ''}"] = \
+                    {"ahead": ahead, "stream": st, "lines": lines}
     source.configure_gather(1, **variants["numpy"])
     one = _timed(source.gather, [next(fresh) for _ in range(2)], time.thread_time)
-    rounds = int(max(2, min(16, budget_s / 2 / max(one, 1e-5) / len(variants))))
+    rounds = int(max(2, min(16, budget_s / 3 / max(one, 1e-5) / len(variants))))
     times: dict[str, list[float]] = {k: [] for k in variants}
     order, shuffle = list(variants), random.Random(0).shuffle
     for _ in range(rounds):
         shuffle(order)
         for name in order:
             source.configure_gather(1, **variants[name])
+            # one batch untimed: a new gather's first batch faults in its buffer, which a loader then reuses;
+            # timed from the first, streaming stores won (they skip the faulted buffer's cache lines) and
+            # the loader ran slower with them (bf16: 0.65 of the default's windows per CPU-second, AMD EPYC)
+            source.gather(next(fresh))
             times[name].append(_timed(source.gather, [next(fresh) for _ in range(2)], time.thread_time))
     med = {k: statistics.median(v) for k, v in times.items()}
     best = min(med, key=med.__getitem__)
@@ -190,7 +197,7 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
     source.configure_gather(threads, **copy_cfg)
     prefetch, reasons["prefetch"] = _choose_prefetch(source, batch, device, free, figures)
     return LoaderPlan(prefetch, threads, int(copy_cfg.get("ahead", AHEAD)), copy_cfg.get("stream"),
-                      best != "numpy", "probe", figures, reasons)
+                      bool(copy_cfg.get("lines", LINES)), best != "numpy", "probe", figures, reasons)
 
 
 def _copy_rate(source: Any, nbytes: int, reps: int = 5) -> float:
@@ -249,14 +256,14 @@ def plan_loader(source: Any, batch: int, device: torch.device, prefetch: int | s
         _write(path, key, plan)
     else:
         source.configure_gather(plan.gather_threads, use_native=plan.native, ahead=plan.ahead,
-                                stream=plan.stream)
+                                stream=plan.stream, lines=plan.lines)
     plan.figures["cache"] = str(path)
     if prefetch != "auto":
         plan.prefetch, plan.reasons["prefetch"] = int(prefetch), "set in the config"
     if gather_threads != "auto":
         plan.gather_threads, plan.reasons["gather_threads"] = int(gather_threads), "set in the config"
         source.configure_gather(plan.gather_threads, use_native=plan.native, ahead=plan.ahead,
-                                stream=plan.stream)
+                                stream=plan.stream, lines=plan.lines)
     return plan
 
 

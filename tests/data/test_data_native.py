@@ -25,12 +25,15 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("rows_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("norm", ["none", "shift+scale", "scale"])
 @pytest.mark.parametrize("settings", [{"ahead": 0, "stream": False}, {"ahead": 4, "stream": True},
-                                      {"ahead": 500, "stream": False}])
-def test_native_copy_equals_numpy(rows_dtype: torch.dtype, norm: str, settings: dict, seed: int) -> None:
+                                      {"ahead": 500, "stream": False}, {"ahead": 0, "stream": False, "lines": True},
+                                      {"ahead": 4, "stream": True, "lines": True}])
+# t = 24: a window under one 4 KiB page; t = 200: 7.2 pages (float32), so `lines` copies a group of 4
+# pages, one of 3 and a tail (bf16: 3.6 pages, one group and a tail)
+@pytest.mark.parametrize("t", [24, 200])
+def test_native_copy_equals_numpy(rows_dtype: torch.dtype, norm: str, settings: dict, t: int, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     rows = (torch.randn(3000, 37, generator=g) * 100).to(rows_dtype)  # 37 features: rows not 64-byte multiples
     rows[5, 3] = 1e-40  # a float32 subnormal survives the copy and the normalisation alike
-    t = 24
     starts = torch.randint(0, 3000 - t + 1, (300,), generator=g).numpy()
     shift = torch.randn(37, generator=g) if norm == "shift+scale" else None
     scale = torch.rand(37, generator=g) + 0.5 if norm != "none" else None

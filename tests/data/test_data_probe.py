@@ -57,10 +57,18 @@ def test_plan_is_measured_once_kept_in_the_store_and_reused(store: Path, monkeyp
     monkeypatch.setattr(probe, "measure", no_measuring)
     again = build_data(cfg.data, 16)
     assert again.loader["origin"] == "cache"
-    for k in ("prefetch", "gather_threads", "ahead", "stream", "native"):
+    for k in ("prefetch", "gather_threads", "ahead", "stream", "lines", "native"):
         assert again.loader[k] == first.loader[k]
     assert again.train.prefetch == first.loader["prefetch"]  # the choice reaches the loader
     assert again.train.source._gather.ahead == first.loader["ahead"]
+    assert again.train.source._gather.lines == first.loader["lines"]
+    assert again.val.source._gather.lines == first.loader["lines"]  # validation copies as training does
+    # a kept choice that differs from the defaults reaches both loaders' copies
+    key, entry = next(iter(json.loads(kept.read_text()).items()))
+    kept.write_text(json.dumps({key: {**entry, "lines": not entry["lines"], "ahead": 7}}))
+    third = build_data(cfg.data, 16)
+    for src in (third.train.source, third.val.source):
+        assert (src._gather.lines, src._gather.ahead) == (not entry["lines"], 7)
 
 
 def test_damaged_or_foreign_cache_is_measured_again(store: Path) -> None:
