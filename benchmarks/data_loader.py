@@ -20,10 +20,11 @@
 2. Gather bandwidth (`gather_vs_copy`, float32): every way of gathering a batch that was tried, side
    by side, and plain copies of the same bytes on 1 and 2 threads, each way into a destination of its
    own. `gather_bw_fraction_of_copy` = the loader's whole gather over a numpy copy; `_hot_dst`: both
-   into a destination each wrote just before (a loader's steady state), `_cold_dst`: both into
-   outputs outside the cache; `copy_bound_*`: windows/s if every byte moved at the fastest copy rate
-   measured (the ceiling of any loader that materialises windows), per dtype. Beside them, what
-   random windows allow: `block_copy_fraction_of_copy` (the batch's own blocks, one memcpy each),
+   into a destination each wrote just before (a loader's steady state; `_hot_dst_huge`: the copy into
+   2 MiB pages, as the loader's batch buffers are), `_cold_dst`: both into outputs outside the
+   cache; `copy_bound_*`: windows/s if every byte moved at the fastest copy rate measured (the
+   ceiling of any loader that materialises windows), per dtype. Beside them, what random windows
+   allow: `block_copy_fraction_of_copy` (the batch's own blocks, one memcpy each),
    `gather_bw_fraction_of_block_copy`, and `windows_lines_over_heads_only` (the kernel's interleaved
    page streams against page-head hints alone).
 3. Sequential evaluation (float32): every window of the store in time order through
@@ -198,13 +199,13 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     import ctypes
     from concurrent.futures import ThreadPoolExecutor
 
-    from stride.data.gather import WindowGather
+    from stride.data.gather import WindowGather, large_buffer
 
     feats = src.features
     t, f = src.seq_len, feats.shape[1]
     nbytes = batch * t * f * feats.element_size()
     g = torch.Generator().manual_seed(0)
-    n_ways = 23
+    n_ways = 24
     idx = [torch.randint(0, len(src), (batch,), generator=g) for _ in range(reps * n_ways)]
     starts = [src.end_rows(i).numpy() - (t - 1) for i in idx]
     block = batch * t
@@ -216,8 +217,9 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     dsts: dict[str, np.ndarray] = {}
 
     def dst(way: str) -> np.ndarray:
-        if way not in dsts:
-            dsts[way] = np.empty((block, f), mm.dtype)
+        if way not in dsts:  # `_huge`: in 2 MiB pages, as the loader's batch buffers (gather.large_buffer)
+            dsts[way] = (large_buffer(nbytes).view(mm.dtype).reshape(block, f) if way.endswith("_huge")
+                         else np.empty((block, f), mm.dtype))
         return dsts[way]
     win = feats.as_strided((feats.shape[0] - t + 1, t, f), (f, f, 1))
     gw, gw_sorted, gw_lines = WindowGather(feats, t), WindowGather(feats, t), WindowGather(feats, t, lines=True)
@@ -274,7 +276,7 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
         if kind == "gather":
             hot_src.gather(warm["gather"])
         else:
-            np.copyto(dst("copy_numpy_hot_dst"), mm[warm["copy"] : warm["copy"] + block])
+            np.copyto(dst(kind), mm[warm["copy"] : warm["copy"] + block])
 
     ways = {
         "windows": lambda k: gw(starts[k]),
@@ -296,6 +298,8 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
         "copy_numpy_cold_dst": lambda k: cold("copy", k),
         "gather_full_hot_dst": lambda k: hot_src.gather(idx[k]),
         "copy_numpy_hot_dst": lambda k: np.copyto(dst("copy_numpy_hot_dst"), mm[blocks[k] : blocks[k] + block]),
+        "copy_numpy_hot_dst_huge": lambda k: np.copyto(dst("copy_numpy_hot_dst_huge"),
+                                                       mm[blocks[k] : blocks[k] + block]),
         "copy_memcpy": lambda k: memmove("copy_memcpy", k, 0, nbytes),
         "copy_memcpy_2threads": lambda k: two(memmove, "copy_memcpy_2threads", k, nbytes),
     }
@@ -311,8 +315,8 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
             rng.shuffle(order)
             for w, name in enumerate(order):
                 k = r * n_ways + w
-                if name.endswith("_hot_dst"):  # its destination (and code) just used, on other windows
-                    hot(name.split("_")[0], k)
+                if "_hot_dst" in name:  # its destination (and code) just used, on other windows
+                    hot("gather" if name.startswith("gather") else name, k)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 ways[name](k)
                 c1, t1 = time.thread_time(), time.perf_counter()
@@ -339,13 +343,14 @@ def bandwidth_fractions(bw: dict[str, float]) -> dict[str, float]:
             "block_copy_fraction_of_copy": bw["block_copy"] / bw["copy_numpy"],
             "gather_bw_fraction_of_copy_cold_dst": bw["gather_full_cold_dst"] / bw["copy_numpy_cold_dst"],
             "gather_bw_fraction_of_copy_hot_dst": bw["gather_full_hot_dst"] / bw["copy_numpy_hot_dst"],
+            "gather_bw_fraction_of_copy_hot_dst_huge": bw["gather_full_hot_dst"] / bw["copy_numpy_hot_dst_huge"],
             "windows_lines_over_heads_only": bw["windows_lines"] / bw["windows_heads_only"]}
 
 
 def copy_ceiling_per_cpu_s(bw: dict[str, float]) -> float:
     """Bytes per CPU-second of the fastest plain copy measured (into its own buffer, or into one it just
     wrote): the most that any loader handing out materialised batches could reach on this host."""
-    return max(bw["copy_numpy_per_cpu_s"], bw["copy_numpy_hot_dst_per_cpu_s"])
+    return max(bw["copy_numpy_per_cpu_s"], bw["copy_numpy_hot_dst_per_cpu_s"], bw["copy_numpy_hot_dst_huge_per_cpu_s"])
 
 
 def same_batches(src: RowWindows, ds: SliceDataset, batch: int) -> None:
@@ -533,7 +538,9 @@ def main() -> None:
             order.shuffle(runs)
             for dt, name, make_loader, n_threads in runs:
                 torch.set_num_threads(n_threads or out["threads"])  # type: ignore[arg-type]
-                run(dt, name, make_loader, nb)
+                # stride's rows time 5x the batches: each takes a tenth of the plain loader's time, and 40
+                # of them (16 ms) moved with every scheduler tick (the same loader read 469k-683k a CPU-s)
+                run(dt, name, make_loader, nb * (5 if name.startswith("stride") else 1))
         torch.set_num_threads(out["threads"])  # type: ignore[arg-type]
         bw = gather_vs_copy(src, args.batch, max(50, 30 * args.repeats))
         out["bandwidth_GBps"] = {k: round(v / 1e9, 2) for k, v in bw.items()}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import mmap
 import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -95,9 +96,35 @@ class ColumnPicks:
         return column_f64(self.col, starts[:, None] + self.offsets)
 
 
+HUGE_PAGE = 2 << 20
+
+
+def large_buffer(nbytes: int) -> np.ndarray:
+    """`nbytes` of new memory (uint8), 2 MiB aligned and advised into transparent huge pages where the
+    kernel offers them (Linux; `madvise` mode included), else numpy's.
+
+    Why: a 4 MiB batch written into 4 KiB pages takes a TLB miss every 4 KiB of its destination. Into
+    huge pages the window copy ran +12% faster with the destination in cache and +30% with it outside
+    (AMD EPYC under KVM, 4 buffers of each kind alternated 200 rounds, load 0.4; every buffer of a kind
+    alike, so it is not placement luck). Memory: the mapping is 2 MiB larger than asked, never touched
+    beyond `nbytes`, so not resident.
+    """
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is None or nbytes < HUGE_PAGE:
+        return np.empty(nbytes, np.uint8)
+    try:
+        m = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        m.madvise(advice)
+    except (OSError, ValueError, AttributeError):
+        return np.empty(nbytes, np.uint8)
+    whole = np.frombuffer(m, np.uint8)  # holds the mapping: unmapped when the last view is gone
+    off = -whole.ctypes.data % HUGE_PAGE
+    return whole[off : off + nbytes]
+
+
 class BatchBuffers:
     """Batch outputs of one size recycled once nothing refers to them any more, so a batch does not cost
-    page faults for fresh memory.
+    page faults for fresh memory; those of 2 MiB or more in huge pages (`large_buffer`).
 
     Why: glibc hands a thread other than the main one its own arena, and gives a freed 4 MiB chunk there
     back to the kernel, so every batch a prefetch thread allocates is new memory: 41-160 minor faults and
@@ -123,7 +150,7 @@ class BatchBuffers:
         try:
             buf = free.pop()  # atomic: the consumer's thread may be handing one back meanwhile
         except IndexError:
-            buf = np.empty(nbytes, np.uint8)
+            buf = large_buffer(nbytes)
         view = buf.view(np_dtype).reshape(shape)
         watch, keep = self._watch, self.MAX_FREE
 

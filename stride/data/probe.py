@@ -1,8 +1,8 @@
 """The loader's settings chosen per host by measuring, not guessing: copy kernel, gather threads, prefetch.
 
 `plan_loader` answers, for one window source and batch size on this host and device:
-- **copy**: the C kernel with or without page-head hints `AHEAD` windows ahead (0: none), with or
-  without the next window's lines hinted while a window copies as 4 interleaved page streams
+- **copy**: the C kernel as one memcpy a window, or with page-head hints `AHEAD` windows ahead, with
+  or without the next window's lines hinted while a window copies as 4 interleaved page streams
   (`lines`), and, for batches larger than the L2 cache, with or without streaming stores, or the numpy
   fallback: timed in shuffled rounds (CPU time of this thread), each timing on batches no other
   timing read, so none finds its windows in cache; the fastest kept (all give the same bytes).
@@ -147,10 +147,11 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
     big = per * source._gather.seq_len * source._gather._f * source._gather._raw.element_size() > l2_bytes()
     variants: dict[str, dict[str, Any]] = {"numpy": {"use_native": False}}
     if native.load() is not None:
-        for ahead, lines in itertools.product((0, AHEAD), (False, True)):
+        variants["native_ahead0"] = {"ahead": 0, "stream": False, "lines": False}  # one memcpy a window
+        for lines in (False, True):  # page-head hints, with or without the interleaved page streams
             for st in ((False, True) if big else (False,)):
-                variants[f"native_ahead{ahead}{'_lines' if lines else ''}{'_stream' if st else ''}"] = \
-                    {"ahead": ahead, "stream": st, "lines": lines}
+                variants[f"native_ahead{AHEAD}{'_lines' if lines else ''}{'_stream' if st else ''}"] = \
+                    {"ahead": AHEAD, "stream": st, "lines": lines}
     source.configure_gather(1, **variants["numpy"])
     one = _timed(source.gather, [next(fresh) for _ in range(2)], time.thread_time)
     rounds = int(max(2, min(16, budget_s / 3 / max(one, 1e-5) / len(variants))))

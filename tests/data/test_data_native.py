@@ -263,3 +263,44 @@ def test_a_gather_thread_takes_no_page_faults_once_its_buffers_exist(seed: int) 
     t.start()
     t.join()
     assert faults[1] - faults[0] < 64, faults  # 8 batches of 4 MiB: 8192 faults if each were new memory
+
+
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
+    except OSError:
+        return "absent"
+    return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else "absent"
+
+
+def _anon_huge_kb(addr: int) -> int:
+    """AnonHugePages of the mapping holding `addr` (/proc/self/smaps)."""
+    hit = False
+    with open("/proc/self/smaps") as f:
+        for ln in f:
+            head = ln.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                hit = lo <= addr < hi
+            elif hit and ln.startswith("AnonHugePages:"):
+                return int(ln.split()[1])
+    return 0
+
+
+@needs_native
+def test_large_batches_are_written_into_huge_pages(seed: int) -> None:
+    """A 4 MiB batch buffer is 2 MiB aligned and, where the kernel offers transparent huge pages (here:
+    `madvise` mode), backed by them; the batch's values are the reference's all the same."""
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randn(20000, 32, generator=g)
+    gather = WindowGather(rows, 128)
+    starts = torch.randint(0, 20000 - 128, (256,), generator=g).numpy()
+    x = gather(starts)  # 256 x 128 x 32 float32 = 4 MiB
+    assert x.data_ptr() % (2 << 20) == 0
+    assert torch.equal(x, torch.stack([rows[a : a + 128] for a in starts.tolist()]))
+    small = gather(starts[:8])  # 128 KiB: numpy's memory, as before
+    assert torch.equal(small, x[:8])
+    if _thp_mode() not in ("always", "madvise"):
+        pytest.skip(f"transparent huge pages are {_thp_mode()!r} on this kernel")
+    assert _anon_huge_kb(x.data_ptr()) >= 4096, "the 4 MiB batch is not in huge pages"
