@@ -176,8 +176,8 @@ class ShardedLoader:
         return self._perm[1][lo:hi].long()
 
     def _rank_part(self, glob: torch.Tensor) -> torch.Tensor:
-        n, w, r = len(glob), self.world_size, self.rank
-        return glob[r * n // w : (r + 1) * n // w]
+        n, w, r = glob.shape[0], self.world_size, self.rank
+        return glob if w == 1 else glob[r * n // w : (r + 1) * n // w]
 
     def _batches(self, epoch: int, start: int) -> Iterator[Batch]:
         b = self.batch_size
