@@ -11,7 +11,8 @@ streaming stores, chosen per host by `stride.data.probe`).
 Where the bandwidth goes (AMD EPYC 2-core host; copy_kernel.c and docs/data.md have the figures):
 random 16 KiB blocks copy at 0.51-0.66 of one contiguous copy of the same bytes, a fixed cost of
 about 0.7 us a block (about a DRAM latency per 4 KiB page: 64 KiB blocks reach 0.80-0.87); the
-page-head hints recover 13-26%, huge pages 8-11% (not kept: a second copy of the table).
+page-head hints recover 13-26%, the interleaved page streams (`lines`) 25-35% more, and batch
+buffers in huge pages (`large_buffer`) 12-30%.
 
 The fallback: the rows viewed as an overlapping array of N-T/k+1 items of T/k rows and one numpy
 fancy index of the windows' sub-block starts; k sub-blocks a window so that B*k > 500, because numpy
