@@ -106,30 +106,43 @@ static inline void line(char *d, const char *s, int nt) {
     memcpy(d, s, LINE);
 }
 
-/* copy `len` bytes as up to 4 streams 4 KiB apart, a line of each in turn, while hinting the same
- * lines of `next` (the next window; may be 0) into L2. Why: the hardware prefetchers stop at every
- * 4 KiB page and a random window's pages are cold, so one page at a time waits at each page start;
- * 4 pages in flight at once (as glibc's large memcpy interleaves 4 pages) with the next window's lines
- * already requested keep the memory busy. prefetcht1: a T0 hint of every line held L1's miss slots and
- * was slower (see the header) */
-static inline void copy_block_lines(char *d, const char *s, int64_t len, int nt, const char *next) {
-    const int64_t group = 4 * PAGE;
-    nt = nt && ((uintptr_t)d & 63) == 0;
-    int64_t g = 0;
-    for (; g + PAGE <= len; g += group) {
-        int64_t k = (len - g) / PAGE < 4 ? (len - g) / PAGE : 4; /* pages in this group */
-        for (int64_t i = 0; i < PAGE; i += LINE) {
-            if (next)
-                for (int64_t p = 0; p < k; p++) __builtin_prefetch(next + g + p * PAGE + i, 0, 2);
-            for (int64_t p = 0; p < k; p++) line(d + g + p * PAGE + i, s + g + p * PAGE + i, nt);
+/* windows b .. b+g-1 (g <= 4) copied together as up to 4 streams 4 KiB apart, a line of each in turn,
+ * while the same lines of the next g windows (b+g ..; those past n skipped) are hinted into L2. Why: the
+ * hardware prefetchers stop at every 4 KiB page and a random window's pages are cold, so one page at a
+ * time waits at each page start; 4 pages in flight at once (as glibc's large memcpy interleaves 4
+ * pages) with the next windows' lines already requested keep the memory busy. A window of 4 pages or
+ * more is its own group (its pages 4 at a time); windows of 2 pages go in pairs and of 1 page in 4s
+ * (8 KiB windows: 0.58-0.60 of a contiguous copy alone, 0.66 in pairs; with streaming stores 0.64-0.65
+ * and 0.76; C, 200 rounds twice, load 3). The part of a window past its last whole 4 KiB (all of a
+ * window under 4 KiB) is one memcpy. prefetcht1: a T0 hint of every line held L1's miss slots and was
+ * slower (see the header). */
+static inline void copy_group_lines(char *out, const char *base, int64_t row_bytes, const int64_t *starts,
+                                    int64_t b, int64_t g, int64_t n, int64_t block, int nt) {
+    const char *s[4], *nx[4];
+    char *d[4];
+    const int64_t full = block / PAGE; /* whole pages a window */
+    for (int64_t j = 0; j < g; j++) {
+        s[j] = base + starts[b + j] * row_bytes;
+        nx[j] = b + g + j < n ? base + starts[b + g + j] * row_bytes : 0;
+        d[j] = out + (b + j) * block;
+        nt = nt && ((uintptr_t)d[j] & 63) == 0;
+    }
+    for (int64_t p0 = 0; p0 < full; p0 += 4) {
+        const int64_t k = full - p0 < 4 ? full - p0 : 4; /* pages of each window in this pass */
+        for (int64_t i = 0; i < PAGE; i += LINE)
+            for (int64_t j = 0; j < g; j++)
+                for (int64_t p = 0; p < k; p++) {
+                    const int64_t o = (p0 + p) * PAGE + i;
+                    if (nx[j]) __builtin_prefetch(nx[j] + o, 0, 2);
+                    line(d[j] + o, s[j] + o, nt);
+                }
+    }
+    for (int64_t j = 0; j < g; j++) /* the last part of a page */
+        if (full * PAGE < block) {
+            if (nx[j])
+                for (int64_t i = full * PAGE; i < block; i += LINE) __builtin_prefetch(nx[j] + i, 0, 2);
+            memcpy(d[j] + full * PAGE, s[j] + full * PAGE, (size_t)(block - full * PAGE));
         }
-        if (k < 4) { g += k * PAGE; break; }
-    }
-    if (g < len) { /* the last part of a page */
-        if (next)
-            for (int64_t i = g; i < len; i += LINE) __builtin_prefetch(next + i, 0, 2);
-        memcpy(d + g, s + g, (size_t)(len - g));
-    }
 }
 
 static inline void copy_block(char *d, const char *s, int64_t len, int nt) {
@@ -173,14 +186,16 @@ int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *
                             int lines) {
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
-    for (int64_t b = 0; b < n; b++) {
-        prefetch_ahead(base, row_bytes, starts, n, b, block, ahead, pk);
+    const int64_t full = block / PAGE, group = lines && full > 0 && full < 4 ? 4 / full : 1;
+    for (int64_t b = 0; b < n; b += group) {
+        const int64_t g = n - b < group ? n - b : group;
+        for (int64_t j = 0; j < g; j++) prefetch_ahead(base, row_bytes, starts, n, b + j, block, ahead, pk);
         if (lines)
-            copy_block_lines(out + b * block, base + starts[b] * row_bytes, block, nt,
-                             b + 1 < n ? base + starts[b + 1] * row_bytes : 0);
+            copy_group_lines(out, base, row_bytes, starts, b, g, n, block, nt);
         else
             copy_block(out + b * block, base + starts[b] * row_bytes, block, nt);
-        if (pk) pick(pk, starts[b], picks, b);
+        if (pk)
+            for (int64_t j = 0; j < g; j++) pick(pk, starts[b + j], picks, b + j);
     }
     fence(nt);
     return -1;
@@ -202,7 +217,7 @@ int64_t stride_windows_f32(const void *base, int src_bf16, const int64_t *starts
         const char *next = lines && b + 1 < n ? (const char *)base + starts[b + 1] * row_bytes : 0;
         for (int64_t r = 0; r < t; r++) {
             float *x = o + r * f;
-            if (next) /* the next window's row r, into L2 (as copy_block_lines) */
+            if (next) /* the next window's row r, into L2 (as copy_group_lines) */
                 for (int64_t l = 0; l < row_bytes; l += LINE) __builtin_prefetch(next + r * row_bytes + l, 0, 2);
             if (src_bf16) {
                 const uint16_t *h = (const uint16_t *)(s + r * row_bytes);

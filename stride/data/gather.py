@@ -173,7 +173,7 @@ class WindowGather:
 
     `use_native`: the C kernel where it can be built (False: the numpy path, for comparison);
     `ahead`: windows ahead whose page heads the kernel hints (0: none); `stream`: streaming stores
-    for same-dtype batches (None: for batches larger than the L2 cache); `lines`: every line of the
+    for same-dtype batches (None: for batches at least the size of the L2 cache); `lines`: every line of the
     next window hinted into L2 while each window copies.
     """
 
@@ -267,7 +267,7 @@ class WindowGather:
         pk, pp, pstep = (None, 0, 0) if picks is None or p is None else \
             (picks.ref, p.data_ptr(), p.shape[1] * p.element_size())
         if not convert:
-            nt = int(self.stream if self.stream is not None else out.numel() * out.element_size() > _L2)
+            nt = int(self.stream if self.stream is not None else out.numel() * out.element_size() >= _L2)
 
             def part(a: int, z: int) -> int:
                 r = lib.stride_copy_windows(base, self._row_bytes, sp + 8 * a, z - a, last, win_bytes,

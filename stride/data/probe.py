@@ -3,7 +3,7 @@
 `plan_loader` answers, for one window source and batch size on this host and device:
 - **copy**: the C kernel as one memcpy a window, or with page-head hints `AHEAD` windows ahead, with
   or without the next window's lines hinted while a window copies as 4 interleaved page streams
-  (`lines`), and, for batches larger than the L2 cache, with or without streaming stores, or the numpy
+  (`lines`), and, for batches at least the size of the L2 cache, with or without streaming stores, or the numpy
   fallback: timed in shuffled rounds (CPU time of this thread), each timing on batches no other
   timing read, so none finds its windows in cache; the fastest kept (all give the same bytes).
 - **gather threads**: 1, or k > 1 where k threads are free (the device is not the CPU, or the CPU
@@ -144,7 +144,7 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
     # them in cache (the first probe timed all variants of a round on the same 2 batches, and so chose)
     fresh = itertools.cycle(idx)
     source.gather(next(fresh))  # build the kernel, map pages
-    big = per * source._gather.seq_len * source._gather._f * source._gather._raw.element_size() > l2_bytes()
+    big = per * source._gather.seq_len * source._gather._f * source._gather._raw.element_size() >= l2_bytes()
     variants: dict[str, dict[str, Any]] = {"numpy": {"use_native": False}}
     if native.load() is not None:
         variants["native_ahead0"] = {"ahead": 0, "stream": False, "lines": False}  # one memcpy a window

@@ -27,14 +27,15 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("settings", [{"ahead": 0, "stream": False}, {"ahead": 4, "stream": True},
                                       {"ahead": 500, "stream": False}, {"ahead": 0, "stream": False, "lines": True},
                                       {"ahead": 4, "stream": True, "lines": True}])
-# t = 24: a window under one 4 KiB page; t = 200: 7.2 pages (float32), so `lines` copies a group of 4
-# pages, one of 3 and a tail (bf16: 3.6 pages, one group and a tail)
-@pytest.mark.parametrize("t", [24, 200])
+# t = 24: a window under one 4 KiB page; t = 60: 2.2 pages (float32), so `lines` copies windows in
+# pairs (bf16: 1.1 pages, in fours), each with a tail; t = 200: 7.2 pages (float32), a window's pages
+# 4 then 3 at a time and a tail (bf16: 3.6 pages). 302 windows: the last group of a thread's part is short
+@pytest.mark.parametrize("t", [24, 60, 200])
 def test_native_copy_equals_numpy(rows_dtype: torch.dtype, norm: str, settings: dict, t: int, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     rows = (torch.randn(3000, 37, generator=g) * 100).to(rows_dtype)  # 37 features: rows not 64-byte multiples
     rows[5, 3] = 1e-40  # a float32 subnormal survives the copy and the normalisation alike
-    starts = torch.randint(0, 3000 - t + 1, (300,), generator=g).numpy()
+    starts = torch.randint(0, 3000 - t + 1, (302,), generator=g).numpy()
     shift = torch.randn(37, generator=g) if norm == "shift+scale" else None
     scale = torch.rand(37, generator=g) + 0.5 if norm != "none" else None
     for threads in (1, 3):
@@ -43,7 +44,7 @@ def test_native_copy_equals_numpy(rows_dtype: torch.dtype, norm: str, settings: 
         assert fast.native and not slow.native
         for kw in ({}, {"float32": True, "shift": shift, "scale": scale}):
             a, b = fast(starts, **kw), slow(starts, **kw)
-            assert a.dtype == b.dtype and a.shape == b.shape == (300, t, 37)
+            assert a.dtype == b.dtype and a.shape == b.shape == (302, t, 37)
             assert torch.equal(_bits(a), _bits(b)), (seed, threads, kw.keys())
 
 
