@@ -16,8 +16,8 @@
  * windows (no better than 4), huge pages for the source (+8-11% over a store written in small pieces,
  * nothing over one written in large writes as stride's are, probably because the page cache then holds
  * it in large, physically contiguous folios whose TLB entries the core coalesces; and it costs a second
- * copy of the table). Streaming stores
- * (`nt`) are a probe choice: they help a destination outside the cache, not one in it.
+ * copy of the table). Streaming stores (`nt`) are a probe choice; into huge-page batch buffers they
+ * took 6% (bf16) and 13% (float32) off a loader's batch here, a destination in cache included.
  * Built by stride/data/native.py with -ffp-contract=off: the float32 form rounds (x - shift) and then
  * * scale separately, exactly as numpy's two in-place ops, bit for bit.
  */

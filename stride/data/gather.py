@@ -5,8 +5,9 @@ calls (`stride/data/copy_kernel.c`, built by `native.py`; each call releases the
 also makes float32 batches in the same pass: bf16 rows upcast, and the train normalisation
 (x - shift) * scale, rounded as numpy's two ops round them (bit for bit, tested), and reads the
 targets' price rows right after each window (`picks`). Before each window it hints the page heads
-of the window `ahead` on, so those pages stream when the copy reaches them (the distance, and
-streaming stores, chosen per host by `stride.data.probe`).
+of the window `ahead` on, so those pages stream when the copy reaches them, and with `lines` it
+copies 4 pages at once (a window's, or a few small windows') while the next windows' lines are
+hinted (the distance, `lines` and streaming stores chosen per host by `stride.data.probe`).
 
 Where the bandwidth goes (AMD EPYC 2-core host; copy_kernel.c and docs/data.md have the figures):
 random 16 KiB blocks copy at 0.51-0.66 of one contiguous copy of the same bytes, a fixed cost of
