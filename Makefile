@@ -17,11 +17,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev,observe,ray,mlflow,wandb]"
 	touch $(STAMP)
 
+# Two pytest workers (pytest-xdist): the suite is one core's work at a time except its multi-process
+# tests, which tests/conftest.py keeps on one worker, one after another, as in a serial run.
+PYTEST_WORKERS ?= 2
+PYTEST_PAR := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_PAR)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_PAR)
 
 bench: setup
 	$(VENV)/bin/stride bench

@@ -186,7 +186,9 @@ if [ "$DRY" -eq 0 ]; then
   run_step sweep 100 "$PY" benchmarks/sweep_packing.py --device cuda --n 64 --repeats 1 --seq-cap 4 \
     --variants packed,sequential --json
 else
-  run_step sweep 120 "$PY" benchmarks/sweep_packing.py --n 4 --repeats 1 --warmup 1 --timed 2 --seq-cap 4 --workloads mlp_tiny \
+  # 2 models are enough to run both code paths (a pack of several models, models one after another); each
+  # more model is one more Trainer in the sequential cell, seconds on CPU (tests/kernels runs this dry run)
+  run_step sweep 120 "$PY" benchmarks/sweep_packing.py --n 2 --repeats 1 --warmup 1 --timed 2 --seq-cap 2 --workloads mlp_tiny \
     --variants packed,sequential --json
 fi
 

@@ -38,3 +38,22 @@ def ray_auth_token() -> str:
     except ImportError:  # pragma: no cover - stride itself not importable: the Ray tests skip anyway
         return secrets.token_hex(16)
     return _PROCESS_TOKEN
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `pytest -n 2 --dist loadgroup` (`make test`): what runs beside what.
+
+    The suite is one core's work at a time except the multi-process tests, so `make test` runs two
+    workers. Every test marked `dist` (several processes on these 2 cores, some with collective
+    timeouts) goes to one group, run one after another on one worker as in a serial run; each other
+    module is a group of its own, so its module-scoped fixtures are built once. The dist group is put
+    first so that its long serial run starts at once and the other worker fills in beside it.
+    """
+    # xdist's workers see `loadgroup` (their own `dist` is set to "no"); the controller collects no items
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        group = "dist" if item.get_closest_marker("dist") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("dist") is None)  # stable: dist first

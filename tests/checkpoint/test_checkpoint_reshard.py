@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,18 +36,37 @@ def run_ranks(world: int, *args: str) -> None:
         assert p.returncode == 0, err[-3000:]
 
 
+@pytest.fixture(scope="module")
+def saves(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Path]:
+    """One save per saving world size, made on first use and shared: 2 -> 1 and 2 -> 4 load the same 2-rank
+    save (same seed, same two steps: it would be byte-for-byte the same checkpoint written twice), which
+    saves one 2-process launch. Each test loads a copy of it in its own folder."""
+    made: dict[int, Path] = {}
+
+    def save(world: int) -> Path:
+        if world not in made:
+            folder = tmp_path_factory.mktemp(f"saved_at_{world}")
+            run_ranks(world, "save", str(folder / "ckpt"), str(folder / "saved.json"))
+            made[world] = folder
+        return made[world]
+
+    return save
+
+
 @pytest.mark.dist
 @pytest.mark.slow
 @pytest.mark.parametrize(("save_world", "load_world"), [(2, 1), (2, 4), (1, 2)])
-def test_resharded_load_is_exact(tmp_path: Path, save_world: int, load_world: int) -> None:
+def test_resharded_load_is_exact(tmp_path: Path, saves: Callable[[int], Path], save_world: int,
+                                 load_world: int) -> None:
+    saved_dir = saves(save_world)
     ckpt = tmp_path / "ckpt"
-    run_ranks(save_world, "save", str(ckpt), str(tmp_path / "saved.json"))
+    shutil.copytree(saved_dir / "ckpt", ckpt)
     manifest = json.loads((ckpt / "step_00000002" / "manifest.json").read_text())
     assert manifest["world_size"] == save_world
     shard_ranks = {int(f[2:].split("_")[0]) for f in manifest["files"] if f.endswith(".distcp")}
     assert shard_ranks == set(range(save_world))  # every rank wrote its own shard files
     run_ranks(load_world, "load", str(ckpt), str(tmp_path / "loaded.json"))
-    saved = json.loads((tmp_path / "saved.json").read_text())
+    saved = json.loads((saved_dir / "saved.json").read_text())
     loaded = json.loads((tmp_path / "loaded.json").read_text())
     assert len(saved) == 6 + 6 * 3  # 3 Linear layers: 6 tensors, each with AdamW step, exp_avg, exp_avg_sq
     assert loaded == saved

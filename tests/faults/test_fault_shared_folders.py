@@ -6,13 +6,16 @@ Retention used to count the newest `keep_last` step folders whatever they were, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from ckpt_helpers import Crash, CrashAt, dead_pid, fit, reference_sha, summary_sha, write_config
 from fault_helpers import REPO, one_line_error, stride_cli, stride_main, tree_digest
@@ -125,13 +128,29 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
     raise AssertionError(f"{path} never appeared; the run ended with {proc.poll()}: {proc.stderr.read()[-2000:]}")
 
 
+@contextlib.contextmanager
+def _paused(pids: list[int]) -> Iterator[None]:
+    """SIGSTOP the processes that train while the block runs, SIGCONT after: a run under test cannot finish
+    while a second `stride train` is still starting (seconds on a loaded machine), so the second one really
+    meets a run in progress. A stopped process keeps its lock; both collective peers stop together."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
 @pytest.mark.slow
 def test_a_second_run_on_one_folder_is_refused_and_kill9_leaves_no_stale_lock(tmp_path: Path) -> None:
     cfg, out = write_config(tmp_path / "run.toml", "train.steps=400", "checkpoint.every=50"), tmp_path / "run"
     first = _popen_train(cfg, out)
     try:
         _wait_for(out / "metrics.jsonl", first)
-        second = stride_cli("train", str(cfg), "--out", str(out), "--no-progress")
+        with _paused([first.pid]):
+            second = stride_cli("train", str(cfg), "--out", str(out), "--no-progress")
         line = one_line_error(second, str(out), f"pid {first.pid} on {this_host()}")
         assert "in use by another stride run" in line
         assert first.poll() is None  # the first run goes on
@@ -154,7 +173,10 @@ def test_an_nproc_job_holds_its_folder_as_one_and_refuses_a_second_run(tmp_path:
     job = _popen_train(cfg, out, "--nproc", "2")
     try:
         _wait_for(out / "metrics.jsonl", job, timeout=180)  # rank 0 writes: it accepted the parent's lock
-        second = stride_cli("train", str(cfg), "--out", str(out), "--no-progress", "--set", "parallel.dp_replicate=1")
+        # the agent and both ranks wait while the second run starts; the parent, which holds the lock, runs on
+        with _paused([c.pid for c in psutil.Process(job.pid).children(recursive=True)]):
+            second = stride_cli("train", str(cfg), "--out", str(out), "--no-progress", "--set",
+                                "parallel.dp_replicate=1")
         one_line_error(second, f"pid {job.pid} on {this_host()}")  # the launching parent holds it for its ranks
         _, err = job.communicate(timeout=300)
         assert job.returncode == 0, err[-3000:]

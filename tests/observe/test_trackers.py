@@ -95,7 +95,9 @@ def test_a_crashed_run_is_failed_then_resumed_and_extended_into_the_same_mlflow_
     client = mlflow_store(out)
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.info.status == "FAILED"  # not left RUNNING for ever
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2, 3, 4, 5]
+    # every step once; not in order: the records go through MLflow's asynchronous log_batch, whose queue may
+    # store one batch before the one logged just earlier (seen under load: [2, 1, 3, 4, 5])
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss")) == [1, 2, 3, 4, 5]
     first = Trainer(config=load_config(overrides=[*SMALL, *ckpt]), out=out).fit().summary  # resumes at step 4
     extended = Trainer(config=load_config(overrides=[*SMALL, *ckpt, "train.steps=8"]), out=out).fit().summary
     assert first["mlflow_run_id"] == extended["mlflow_run_id"] == run.info.run_id
