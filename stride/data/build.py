@@ -18,7 +18,7 @@ from stride.config.plugins import call_factory
 from stride.config.schema import DataConfig
 from stride.data.device_windows import DeviceWindows, device_bytes, fits
 from stride.data.loader import ShardedLoader
-from stride.data.probe import plan_loader
+from stride.data.probe import copy_settings, plan_loader
 from stride.data.synthetic import forward_targets, generate_market
 from stride.data.windows import ArrayWindows, WindowBatches, window_ends
 
@@ -81,8 +81,7 @@ def build_store(cfg: DataConfig, batch_size: int, device: torch.device | None = 
                           f"batch size {batch_size}")
     train, info = train_loader(cfg, src.train, batch_size, device or torch.device("cpu"), cfg.store)
     if not info["device_resident"]:  # validation copies as the probe chose for training
-        src.val.configure_gather(1, use_native=info["native"], ahead=info["ahead"], stream=info["stream"],
-                                 lines=info["lines"])
+        src.val.configure_gather(1, **copy_settings(info))
     val = ShardedLoader(src.val, batch_size, seed=cfg.seed + 1, drop_last=False, stateful=False,
                         pin_memory=cfg.pin_memory)
     return DataBundle(train, val, src.n_features, cfg.seq_len, len(cfg.horizons), info)

@@ -65,6 +65,12 @@ class LoaderPlan:
         return asdict(self)
 
 
+def copy_settings(plan: dict[str, Any]) -> dict[str, Any]:
+    """`configure_gather`'s copy keywords from a plan (`LoaderPlan.as_dict()`, summary's `data_loader`): one
+    list, so a new copy choice reaches every loader the plan configures."""
+    return {"use_native": plan["native"], "ahead": plan["ahead"], "stream": plan["stream"], "lines": plan["lines"]}
+
+
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -256,15 +262,13 @@ def plan_loader(source: Any, batch: int, device: torch.device, prefetch: int | s
         plan = measure(source, batch, device)
         _write(path, key, plan)
     else:
-        source.configure_gather(plan.gather_threads, use_native=plan.native, ahead=plan.ahead,
-                                stream=plan.stream, lines=plan.lines)
+        source.configure_gather(plan.gather_threads, **copy_settings(plan.as_dict()))
     plan.figures["cache"] = str(path)
     if prefetch != "auto":
         plan.prefetch, plan.reasons["prefetch"] = int(prefetch), "set in the config"
     if gather_threads != "auto":
         plan.gather_threads, plan.reasons["gather_threads"] = int(gather_threads), "set in the config"
-        source.configure_gather(plan.gather_threads, use_native=plan.native, ahead=plan.ahead,
-                                stream=plan.stream, lines=plan.lines)
+        source.configure_gather(plan.gather_threads, **copy_settings(plan.as_dict()))
     return plan
 
 
