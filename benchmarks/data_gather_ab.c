@@ -5,7 +5,8 @@
  * the benchmark's store), from a file mapping (the store), anonymous 4 KiB pages or 2 MiB huge pages,
  * into a destination in cache or one of 16 outside it, with memcpy, streaming stores, hints of the page
  * heads of the block k ahead (the kernel's), whole next blocks prefetched, 4 blocks interleaved, or a
- * block's 4 pages copied as interleaved streams with the next block's lines hinted (the kernel's `lines`).
+ * block's 4 pages copied as interleaved streams with the next block's lines hinted (the kernel's `lines`, as 1, 2 or
+ * 3 blocks at once: 4, 8 or 12 page streams).
  * Variants run in a shuffled order every round; medians of GB/s per CPU-second of the thread.
  *
  *   cc -O3 -march=native -o /tmp/gather_ab benchmarks/data_gather_ab.c
@@ -24,7 +25,7 @@
 #define ROW 128
 #define NB (4 << 20)
 enum { FILEMAP, ANON, HUGE };
-enum { CONTIG, MEMCPY, NT, HEADS, WHOLE_T0, WHOLE_T1, INTERLEAVE4, LINES4, LINES8 };
+enum { CONTIG, MEMCPY, NT, HEADS, WHOLE_T0, WHOLE_T1, INTERLEAVE4, LINES4, LINES8, LINES12 };
 typedef struct { const char *name; int src, mode, blk, k, fresh; } variant;
 static const variant V[] = {
     {"contig_file", FILEMAP, CONTIG, NB, 0, 0},        {"contig_anon4k", ANON, CONTIG, NB, 0, 0},
@@ -39,6 +40,7 @@ static const variant V[] = {
     {"whole_next_T1_file", FILEMAP, WHOLE_T1, 16384, 1, 0}, {"interleave4_file", FILEMAP, INTERLEAVE4, 16384, 4, 0},
     {"lines4_k4_file", FILEMAP, LINES4, 16384, 4, 0},      {"lines4_k4_huge", HUGE, LINES4, 16384, 4, 0},
     {"lines4_k4_file_fresh_dst", FILEMAP, LINES4, 16384, 4, 1}, {"lines8_k4_file", FILEMAP, LINES8, 16384, 4, 0},
+    {"lines12_k4_file", FILEMAP, LINES12, 16384, 4, 0},
 };
 #define NV ((int)(sizeof V / sizeof *V))
 
@@ -70,14 +72,15 @@ static void run(const variant *v, char *dst, const char *src, const int64_t *st)
                 for (int j = 0; j < 4; j++) memcpy(dst + (size_t)(b + j) * v->blk + i, src + st[b + j] * ROW + i, 1024);
         return;
     }
-    if (v->mode == LINES4 || v->mode == LINES8) { /* the kernel's `lines`: a window's 4 pages as interleaved
-        streams, every line of the next window(s) hinted into L2; LINES8: two windows' 8 pages at once */
-        int w = v->mode == LINES8 ? 2 : 1;
+    if (v->mode == LINES4 || v->mode == LINES8 || v->mode == LINES12) { /* the kernel's `lines`: a window's 4
+        pages as interleaved streams, every line of the next window(s) hinted into L2; LINES8: two windows'
+        8 pages at once, LINES12: three windows' 12 (the kernel's STREAMS) */
+        int w = v->mode == LINES12 ? 3 : v->mode == LINES8 ? 2 : 1;
         for (int j = 0; j < v->k; j++) heads(src + st[j] * ROW, v->blk);
         for (int b = 0; b < nb; b += w) {
             for (int j = 0; j < w; j++) if (b + j + v->k < nb) heads(src + st[b + j + v->k] * ROW, v->blk);
             for (int i = 0; i < 4096; i += 64)
-                for (int j = 0; j < w; j++) {
+                for (int j = 0; j < w && b + j < nb; j++) {
                     const char *s = src + st[b + j] * ROW, *n = b + j + w < nb ? src + st[b + j + w] * ROW : 0;
                     char *d = dst + (size_t)(b + j) * v->blk;
                     for (int p = 0; p < v->blk; p += 4096) {

@@ -7,13 +7,15 @@
  * 1.04-1.07 of one contiguous copy, a fixed cost of about 0.7 us a block (about one DRAM latency per
  * 4 KiB page: the prefetchers restart at each page and a random block's pages are cold). What
  * recovers it: (1) hint the first two lines of every page of the window `ahead` on (prefetcht1, into
- * L2), so its pages stream when the copy reaches them: 0.60-0.77; (2) `lines`: copy a window's pages
- * as 4 interleaved streams (a line of each in turn, as glibc's large memcpy does) while every line of
- * the next window is hinted into L2: a further +25-35% over (1) alone (C, 2 runs of 150 shuffled
- * rounds; from Python, hot destination, +33% twice: 8.4 -> 11.2 and 11.3 -> 15.1 GB/s), 0.69-0.85 of a
- * contiguous copy. Not kept: every line of the next window with a T0 hint (0.44-0.57: it holds L1's
- * miss slots), 4 whole windows copied interleaved 1 KiB at a time (0.41-0.42), 8 page streams of two
- * windows (no better than 4), huge pages for the source (+8-11% over a store written in small pieces,
+ * L2), so its pages stream when the copy reaches them: 0.60-0.77; (2) `lines`: copy pages as 12
+ * interleaved streams (a line of each in turn, as glibc's large memcpy interleaves 4) while every line
+ * of the next windows is hinted into L2: with 4 streams +25-35% over (1) alone (C, 2 runs of 150
+ * shuffled rounds; from Python, hot destination, +33% twice: 8.4 -> 11.2 and 11.3 -> 15.1 GB/s), and
+ * 12 streams take a further 16-17% (16 KiB windows) and 11-12% (8 KiB) off a batch's gather against 4
+ * (from Python, 2 runs of 40 shuffled rounds, load 2-2.8; 8 and 16 streams close behind, 32 slower
+ * than 4). Not kept: every line of the next window with a T0 hint (0.44-0.57: it holds L1's
+ * miss slots), 4 whole windows copied interleaved 1 KiB at a time (0.41-0.42), huge pages for the
+ * source (+8-11% over a store written in small pieces,
  * nothing over one written in large writes as stride's are, probably because the page cache then holds
  * it in large, physically contiguous folios whose TLB entries the core coalesces; and it costs a second
  * copy of the table). Streaming stores (`nt`) are a probe choice; into huge-page batch buffers they
@@ -29,6 +31,9 @@
 
 #define PAGE 4096
 #define LINE 64
+#ifndef STREAMS
+#define STREAMS 12 /* pages copied at once, a line of each in turn (see copy_group_lines) */
+#endif
 
 static inline double value_f64(const char *p, int bf16) {
     float v;
@@ -106,20 +111,19 @@ static inline void line(char *d, const char *s, int nt) {
     memcpy(d, s, LINE);
 }
 
-/* windows b .. b+g-1 (g <= 4) copied together as up to 4 streams 4 KiB apart, a line of each in turn,
- * while the same lines of the next g windows (b+g ..; those past n skipped) are hinted into L2. Why: the
- * hardware prefetchers stop at every 4 KiB page and a random window's pages are cold, so one page at a
- * time waits at each page start; 4 pages in flight at once (as glibc's large memcpy interleaves 4
- * pages) with the next windows' lines already requested keep the memory busy. A window of 4 pages or
- * more is its own group (its pages 4 at a time); windows of 2 pages go in pairs and of 1 page in 4s
- * (8 KiB windows: 0.58-0.60 of a contiguous copy alone, 0.66 in pairs; with streaming stores 0.64-0.65
- * and 0.76; C, 200 rounds twice, load 3). The part of a window past its last whole 4 KiB (all of a
- * window under 4 KiB) is one memcpy. prefetcht1: a T0 hint of every line held L1's miss slots and was
- * slower (see the header). */
+/* windows b .. b+g-1 (g <= STREAMS) copied together as up to STREAMS page streams 4 KiB apart, a line
+ * of each in turn, while the same lines of the next g windows (b+g ..; those past n skipped) are hinted
+ * into L2. Why: the hardware prefetchers stop at every 4 KiB page and a random window's pages are cold,
+ * so one page at a time waits at each page start; many pages in flight at once with the next windows'
+ * lines already requested keep the memory busy. A window of STREAMS pages or more is its own group (its
+ * pages STREAMS at a time); shorter ones go in groups of STREAMS / pages (16 KiB windows in threes, 8 KiB
+ * in sixes). 4 streams, as glibc's large memcpy, left 16-17% (16 KiB) and 11-12% (8 KiB windows) on the
+ * table here against 12 (the header). The part of a window past its last whole 4 KiB (all of a window
+ * under 4 KiB) is one memcpy. prefetcht1: a T0 hint of every line held L1's miss slots and was slower. */
 static inline void copy_group_lines(char *out, const char *base, int64_t row_bytes, const int64_t *starts,
                                     int64_t b, int64_t g, int64_t n, int64_t block, int nt) {
-    const char *s[4], *nx[4];
-    char *d[4];
+    const char *s[STREAMS], *nx[STREAMS];
+    char *d[STREAMS];
     const int64_t full = block / PAGE; /* whole pages a window */
     for (int64_t j = 0; j < g; j++) {
         s[j] = base + starts[b + j] * row_bytes;
@@ -127,8 +131,9 @@ static inline void copy_group_lines(char *out, const char *base, int64_t row_byt
         d[j] = out + (b + j) * block;
         nt = nt && ((uintptr_t)d[j] & 63) == 0;
     }
-    for (int64_t p0 = 0; p0 < full; p0 += 4) {
-        const int64_t k = full - p0 < 4 ? full - p0 : 4; /* pages of each window in this pass */
+    const int64_t per = STREAMS / g; /* pages of each window in a pass */
+    for (int64_t p0 = 0; p0 < full; p0 += per) {
+        const int64_t k = full - p0 < per ? full - p0 : per; /* pages of each window in this pass */
         for (int64_t i = 0; i < PAGE; i += LINE)
             for (int64_t j = 0; j < g; j++)
                 for (int64_t p = 0; p < k; p++) {
@@ -186,7 +191,7 @@ int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *
                             int lines) {
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
-    const int64_t full = block / PAGE, group = lines && full > 0 && full < 4 ? 4 / full : 1;
+    const int64_t full = block / PAGE, group = lines && full > 0 && full < STREAMS ? STREAMS / full : 1;
     for (int64_t b = 0; b < n; b += group) {
         const int64_t g = n - b < group ? n - b : group;
         for (int64_t j = 0; j < g; j++) prefetch_ahead(base, row_bytes, starts, n, b + j, block, ahead, pk);

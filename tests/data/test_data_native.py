@@ -28,9 +28,10 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
                                       {"ahead": 500, "stream": False}, {"ahead": 0, "stream": False, "lines": True},
                                       {"ahead": 4, "stream": True, "lines": True}])
 # t = 24: a window under one 4 KiB page; t = 60: 2.2 pages (float32), so `lines` copies windows in
-# pairs (bf16: 1.1 pages, in fours), each with a tail; t = 200: 7.2 pages (float32), a window's pages
-# 4 then 3 at a time and a tail (bf16: 3.6 pages). 302 windows: the last group of a thread's part is short
-@pytest.mark.parametrize("t", [24, 60, 200])
+# groups of 6 (bf16: 1.1 pages, in twelves), each with a tail; t = 200: 7.2 pages (float32), 7 at once
+# (bf16: 3.6 pages, in fours); t = 800: 28.9 pages, a window's pages 12, 12 then 4 at a time and a tail
+# (bf16: 14.5 pages). 302 windows: the last group of a thread's part is short
+@pytest.mark.parametrize("t", [24, 60, 200, 800])
 def test_native_copy_equals_numpy(rows_dtype: torch.dtype, norm: str, settings: dict, t: int, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     rows = (torch.randn(3000, 37, generator=g) * 100).to(rows_dtype)  # 37 features: rows not 64-byte multiples
