@@ -25,8 +25,8 @@
    cache; `copy_bound_*`: windows/s if every byte moved at the fastest copy rate measured (the
    ceiling of any loader that materialises windows), per dtype. Beside them, what random windows
    allow: `block_copy_fraction_of_copy` (the batch's own blocks, one memcpy each),
-   `gather_bw_fraction_of_block_copy`, and `windows_lines_over_heads_only` (the kernel's interleaved
-   page streams against page-head hints alone).
+   `gather_bw_fraction_of_block_copy`, `windows_lines_over_heads_only` (the kernel's interleaved
+   page streams against page-head hints alone) and `windows_lines_over_lines4` (its 12 streams against 4).
 3. Sequential evaluation (float32): every window of the store in time order through
    `ShardedLoader(shuffle=False)` (one window gather a batch), `SequentialWindows` (one slab of n+T-1
    rows a batch, windows as an overlapping `unfold` view) and the plain `DataLoader(shuffle=False)`.
@@ -205,7 +205,7 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     t, f = src.seq_len, feats.shape[1]
     nbytes = batch * t * f * feats.element_size()
     g = torch.Generator().manual_seed(0)
-    n_ways = 24
+    n_ways = 25
     idx = [torch.randint(0, len(src), (batch,), generator=g) for _ in range(reps * n_ways)]
     starts = [src.end_rows(i).numpy() - (t - 1) for i in idx]
     block = batch * t
@@ -224,6 +224,7 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     win = feats.as_strided((feats.shape[0] - t + 1, t, f), (f, f, 1))
     gw, gw_sorted, gw_lines = WindowGather(feats, t), WindowGather(feats, t), WindowGather(feats, t, lines=True)
     gw_heads = WindowGather(feats, t, ahead=4, lines=False)  # the previous kernel: page heads only
+    gw_lines4 = WindowGather(feats, t, lines=4)  # 4 page streams (glibc's large memcpy), not the kernel's 12
     gw_gil = WindowGather(feats, t)
     gw_gil._blocks = lambda b: 1  # type: ignore[method-assign]  # one block a window: numpy keeps the GIL
     offs = np.arange(t)
@@ -282,6 +283,7 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
         "windows": lambda k: gw(starts[k]),
         "windows_heads_only": lambda k: gw_heads(starts[k]),
         "windows_lines": lambda k: gw_lines(starts[k]),
+        "windows_lines4": lambda k: gw_lines4(starts[k]),
         "windows_gil": lambda k: gw_gil(starts[k]),
         "windows_sorted": lambda k: gw_sorted(np.sort(starts[k])),
         "rows_take_fresh": lambda k: np.take(mm, (starts[k][:, None] + offs).reshape(-1), axis=0),
@@ -344,7 +346,8 @@ def bandwidth_fractions(bw: dict[str, float]) -> dict[str, float]:
             "gather_bw_fraction_of_copy_cold_dst": bw["gather_full_cold_dst"] / bw["copy_numpy_cold_dst"],
             "gather_bw_fraction_of_copy_hot_dst": bw["gather_full_hot_dst"] / bw["copy_numpy_hot_dst"],
             "gather_bw_fraction_of_copy_hot_dst_huge": bw["gather_full_hot_dst"] / bw["copy_numpy_hot_dst_huge"],
-            "windows_lines_over_heads_only": bw["windows_lines"] / bw["windows_heads_only"]}
+            "windows_lines_over_heads_only": bw["windows_lines"] / bw["windows_heads_only"],
+            "windows_lines_over_lines4": bw["windows_lines"] / bw["windows_lines4"]}
 
 
 def copy_ceiling_per_cpu_s(bw: dict[str, float]) -> float:

@@ -31,9 +31,7 @@
 
 #define PAGE 4096
 #define LINE 64
-#ifndef STREAMS
-#define STREAMS 12 /* pages copied at once, a line of each in turn (see copy_group_lines) */
-#endif
+#define MAX_STREAMS 16 /* the most page streams `lines` may ask for (see copy_group_lines) */
 
 static inline double value_f64(const char *p, int bf16) {
     float v;
@@ -111,19 +109,19 @@ static inline void line(char *d, const char *s, int nt) {
     memcpy(d, s, LINE);
 }
 
-/* windows b .. b+g-1 (g <= STREAMS) copied together as up to STREAMS page streams 4 KiB apart, a line
+/* windows b .. b+g-1 (g <= streams) copied together as up to `streams` pages 4 KiB apart, a line
  * of each in turn, while the same lines of the next g windows (b+g ..; those past n skipped) are hinted
  * into L2. Why: the hardware prefetchers stop at every 4 KiB page and a random window's pages are cold,
  * so one page at a time waits at each page start; many pages in flight at once with the next windows'
- * lines already requested keep the memory busy. A window of STREAMS pages or more is its own group (its
- * pages STREAMS at a time); shorter ones go in groups of STREAMS / pages (16 KiB windows in threes, 8 KiB
- * in sixes). 4 streams, as glibc's large memcpy, left 16-17% (16 KiB) and 11-12% (8 KiB windows) on the
+ * lines already requested keep the memory busy. A window of `streams` pages or more is its own group
+ * (its pages `streams` at a time); shorter ones go in groups of streams / pages (at 12 streams, 16 KiB
+ * windows in threes, 8 KiB in sixes). 4 streams, as glibc's large memcpy, left 16-17% (16 KiB) and 11-12% (8 KiB windows) on the
  * table here against 12 (the header). The part of a window past its last whole 4 KiB (all of a window
  * under 4 KiB) is one memcpy. prefetcht1: a T0 hint of every line held L1's miss slots and was slower. */
 static inline void copy_group_lines(char *out, const char *base, int64_t row_bytes, const int64_t *starts,
-                                    int64_t b, int64_t g, int64_t n, int64_t block, int nt) {
-    const char *s[STREAMS], *nx[STREAMS];
-    char *d[STREAMS];
+                                    int64_t b, int64_t g, int64_t n, int64_t block, int nt, int64_t streams) {
+    const char *s[MAX_STREAMS], *nx[MAX_STREAMS];
+    char *d[MAX_STREAMS];
     const int64_t full = block / PAGE; /* whole pages a window */
     for (int64_t j = 0; j < g; j++) {
         s[j] = base + starts[b + j] * row_bytes;
@@ -131,7 +129,7 @@ static inline void copy_group_lines(char *out, const char *base, int64_t row_byt
         d[j] = out + (b + j) * block;
         nt = nt && ((uintptr_t)d[j] & 63) == 0;
     }
-    const int64_t per = STREAMS / g; /* pages of each window in a pass */
+    const int64_t per = streams / g; /* pages of each window in a pass */
     for (int64_t p0 = 0; p0 < full; p0 += per) {
         const int64_t k = full - p0 < per ? full - p0 : per; /* pages of each window in this pass */
         for (int64_t i = 0; i < PAGE; i += LINE)
@@ -185,18 +183,20 @@ static inline int64_t outside(const int64_t *starts, int64_t n, int64_t max_star
 /* out[b] = the `block` bytes at base + starts[b] * row_bytes, for b < n, if every start is in
  * [0, max_start] (else nothing is copied: returns the first b outside, otherwise -1); ahead: windows
  * whose page heads are hinted ahead (0: none); nt: streaming stores; pk (may be 0): the targets'
- * rows (picks_t), into picks; lines: every line of the next window hinted into L2 during each copy */
+ * rows (picks_t), into picks; lines: pages copied at once as interleaved streams, every line of the next
+ * windows hinted into L2 meanwhile (0: one window after another; at most MAX_STREAMS) */
 int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *starts, int64_t n, int64_t max_start,
                             int64_t block, char *out, int64_t ahead, int nt, const picks_t *pk, void *picks,
                             int lines) {
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
-    const int64_t full = block / PAGE, group = lines && full > 0 && full < STREAMS ? STREAMS / full : 1;
+    const int64_t streams = lines < 0 ? 0 : lines < MAX_STREAMS ? lines : MAX_STREAMS, full = block / PAGE;
+    const int64_t group = streams > 0 && full > 0 && full < streams ? streams / full : 1;
     for (int64_t b = 0; b < n; b += group) {
         const int64_t g = n - b < group ? n - b : group;
         for (int64_t j = 0; j < g; j++) prefetch_ahead(base, row_bytes, starts, n, b + j, block, ahead, pk);
-        if (lines)
-            copy_group_lines(out, base, row_bytes, starts, b, g, n, block, nt);
+        if (streams > 0)
+            copy_group_lines(out, base, row_bytes, starts, b, g, n, block, nt, streams);
         else
             copy_block(out + b * block, base + starts[b] * row_bytes, block, nt);
         if (pk)
@@ -208,7 +208,8 @@ int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *
 
 /* float32 windows [n, t, f] from float32 (src_bf16 = 0) or bfloat16 rows of f values: each value
  * upcast (bf16: its bits are the top half of a float32, exact), then x - shift[j] (if shift), then
- * x * scale[j] (if scale), each rounded to float32; max_start, ahead, pk, picks, lines and the result as above */
+ * x * scale[j] (if scale), each rounded to float32; max_start, ahead, pk, picks and the result as above;
+ * lines (any > 0): the next window's rows hinted into L2 as each row copies */
 int64_t stride_windows_f32(const void *base, int src_bf16, const int64_t *starts, int64_t n, int64_t max_start,
                            int64_t t, int64_t f, const float *shift, const float *scale, float *out, int64_t ahead,
                            const picks_t *pk, void *picks, int lines) {

@@ -25,12 +25,13 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("rows_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("norm", ["none", "shift+scale", "scale"])
 @pytest.mark.parametrize("settings", [{"ahead": 0, "stream": False}, {"ahead": 4, "stream": True},
-                                      {"ahead": 500, "stream": False}, {"ahead": 0, "stream": False, "lines": True},
+                                      {"ahead": 500, "stream": False}, {"ahead": 0, "stream": False, "lines": 4},
                                       {"ahead": 4, "stream": True, "lines": True}])
-# t = 24: a window under one 4 KiB page; t = 60: 2.2 pages (float32), so `lines` copies windows in
-# groups of 6 (bf16: 1.1 pages, in twelves), each with a tail; t = 200: 7.2 pages (float32), 7 at once
-# (bf16: 3.6 pages, in fours); t = 800: 28.9 pages, a window's pages 12, 12 then 4 at a time and a tail
-# (bf16: 14.5 pages). 302 windows: the last group of a thread's part is short
+# t = 24: a window under one 4 KiB page; t = 60: 2.2 pages (float32), so 12 page streams copy windows
+# in groups of 6 (bf16: 1.1 pages, in twelves; 4 streams: pairs and fours), each with a tail; t = 200:
+# 7.2 pages (float32), 7 at once (bf16: 3.6 pages, in fours); t = 800: 28.9 pages, a window's pages 12,
+# 12 then 4 at a time and a tail (4 streams: 4 at a time; bf16: 14.5 pages). 302 windows: the last
+# group of a thread's part is short
 @pytest.mark.parametrize("t", [24, 60, 200, 800])
 def test_native_copy_equals_numpy(rows_dtype: torch.dtype, norm: str, settings: dict, t: int, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
@@ -47,6 +48,14 @@ def test_native_copy_equals_numpy(rows_dtype: torch.dtype, norm: str, settings: 
             a, b = fast(starts, **kw), slow(starts, **kw)
             assert a.dtype == b.dtype and a.shape == b.shape == (302, t, 37)
             assert torch.equal(_bits(a), _bits(b)), (seed, threads, kw.keys())
+
+
+def test_page_streams_outside_the_kernel_range_are_refused() -> None:
+    rows = torch.zeros(100, 8)
+    for bad in (-1, 17):
+        with pytest.raises(ValueError, match=r"page streams \(lines\) = .* must be in \[0, 16\]"):
+            WindowGather(rows, 4, lines=bad)
+    assert WindowGather(rows, 4, lines=True).lines == 12 and WindowGather(rows, 4, lines=False).lines == 0
 
 
 @needs_native

@@ -65,10 +65,11 @@ def test_plan_is_measured_once_kept_in_the_store_and_reused(store: Path, monkeyp
     assert again.val.source._gather.lines == first.loader["lines"]  # validation copies as training does
     # a kept choice that differs from the defaults reaches both loaders' copies
     key, entry = next(iter(json.loads(kept.read_text()).items()))
-    kept.write_text(json.dumps({key: {**entry, "lines": not entry["lines"], "ahead": 7}}))
+    other = 5 if entry["lines"] != 5 else 3  # a stream count no variant uses
+    kept.write_text(json.dumps({key: {**entry, "lines": other, "ahead": 7}}))
     third = build_data(cfg.data, 16)
     for src in (third.train.source, third.val.source):
-        assert (src._gather.lines, src._gather.ahead) == (not entry["lines"], 7)
+        assert (src._gather.lines, src._gather.ahead) == (other, 7)
 
 
 def test_damaged_or_foreign_cache_is_measured_again(store: Path) -> None:
