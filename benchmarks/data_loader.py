@@ -26,7 +26,8 @@
    ceiling of any loader that materialises windows), per dtype. Beside them, what random windows
    allow: `block_copy_fraction_of_copy` (the batch's own blocks, one memcpy each),
    `gather_bw_fraction_of_block_copy`, `windows_lines_over_heads_only` (the kernel's interleaved
-   page streams against page-head hints alone) and `windows_lines_over_lines4` (its 12 streams against 4).
+   page streams against page-head hints alone), `windows_lines_over_lines4` (its 12 streams against 4)
+   and `normalised_gather_over_gather` (the default float32 config, train normalisation in the copy).
 3. Sequential evaluation (float32): every window of the store in time order through
    `ShardedLoader(shuffle=False)` (one window gather a batch), `SequentialWindows` (one slab of n+T-1
    rows a batch, windows as an overlapping `unfold` view) and the plain `DataLoader(shuffle=False)`.
@@ -185,7 +186,8 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     loader), `rows_take_reused` (into a reused buffer), `torch_windows_fresh` / `_reused` (torch
     `index_select` of window starts over a strided window view, one OpenMP thread),
     `torch_windows_reused_2threads` (each half of the batch on its own thread), `gather_full` (the
-    loader's whole `gather`: ids to (x, y), targets included). Copies of one contiguous block of the
+    loader's whole `gather`: ids to (x, y), targets included), `gather_full_normalised` (the same with the
+    train normalisation of the default float32 config done in the copy). Copies of one contiguous block of the
     same bytes: `copy_numpy` (`np.copyto` into a reused buffer), `copy_memcpy` (libc `memmove`),
     `copy_memcpy_2threads` (two halves on two threads). `block_copy`: the batch's own random windows,
     one memcpy each (the C kernel without hints: what any window loader must move, from where it
@@ -205,7 +207,7 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     t, f = src.seq_len, feats.shape[1]
     nbytes = batch * t * f * feats.element_size()
     g = torch.Generator().manual_seed(0)
-    n_ways = 25
+    n_ways = 26
     idx = [torch.randint(0, len(src), (batch,), generator=g) for _ in range(reps * n_ways)]
     starts = [src.end_rows(i).numpy() - (t - 1) for i in idx]
     block = batch * t
@@ -245,6 +247,11 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
     cold_src = copy.copy(src)  # its own gather, so its own recycled batch buffers (cold ones stay there)
     cold_src._gather = WindowGather(feats, t, ahead=src._gather.ahead, stream=src._gather.stream,
                                     lines=src._gather.lines)
+    norm_src = copy.copy(src)  # the default float32 config's batches: train normalisation in the copy
+    norm_src._gather = WindowGather(feats, t, ahead=src._gather.ahead, stream=src._gather.stream,
+                                    lines=src._gather.lines)
+    sample = feats[:: max(1, feats.shape[0] // 4096)].double()
+    norm_src.shift, norm_src.scale = sample.mean(0).float(), (1 / sample.std(0).clamp_min(1e-12)).float()
     hot_src = copy.copy(src)
     hot_src._gather = WindowGather(feats, t, ahead=src._gather.ahead, stream=src._gather.stream,
                                    lines=src._gather.lines)
@@ -293,6 +300,7 @@ def gather_vs_copy(src: RowWindows, batch: int, reps: int) -> dict[str, float]:
         "torch_windows_reused": lambda k: torch_half("torch_windows_reused", k, 0, batch),
         "torch_windows_reused_2threads": lambda k: two(torch_half, "torch_windows_reused_2threads", k, batch),
         "gather_full": lambda k: src.gather(idx[k]),
+        "gather_full_normalised": lambda k: norm_src.gather(idx[k]),
         "block_copy": lambda k: gw_block(starts[k]),
         **{f"blocks_{kb}k": (lambda k, kb=kb: random_blocks(kb, k)) for kb in (4, 16, 64, 256)},
         "copy_numpy": lambda k: np.copyto(dst("copy_numpy"), mm[blocks[k] : blocks[k] + block]),
@@ -347,7 +355,8 @@ def bandwidth_fractions(bw: dict[str, float]) -> dict[str, float]:
             "gather_bw_fraction_of_copy_hot_dst": bw["gather_full_hot_dst"] / bw["copy_numpy_hot_dst"],
             "gather_bw_fraction_of_copy_hot_dst_huge": bw["gather_full_hot_dst"] / bw["copy_numpy_hot_dst_huge"],
             "windows_lines_over_heads_only": bw["windows_lines"] / bw["windows_heads_only"],
-            "windows_lines_over_lines4": bw["windows_lines"] / bw["windows_lines4"]}
+            "windows_lines_over_lines4": bw["windows_lines"] / bw["windows_lines4"],
+            "normalised_gather_over_gather": bw["gather_full_normalised"] / bw["gather_full"]}
 
 
 def copy_ceiling_per_cpu_s(bw: dict[str, float]) -> float:

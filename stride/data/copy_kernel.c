@@ -24,6 +24,7 @@
  * * scale separately, exactly as numpy's two in-place ops, bit for bit.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
@@ -109,6 +110,32 @@ static inline void line(char *d, const char *s, int nt) {
     memcpy(d, s, LINE);
 }
 
+/* the train normalisation in the copy: value k of a window (a float32 row-major block) is feature k % f;
+ * esh[i] = shift[i % f], esc[i] = scale[i % f] for i < f + 16 (0: not applied), so the 16 values of any
+ * 64-byte line whose first is feature j0 take esh[j0 .. j0 + 15] */
+typedef struct {
+    const float *esh, *esc;
+    int64_t f;
+} norm_t;
+
+/* 16 float32 values: (x - esh[j0 + k]) then * esc[j0 + k], each rounded to float32 (numpy's two ops) */
+static inline void line_norm(float *d, const float *s, const norm_t *nm, int64_t j0, int nt) {
+#if defined(__AVX512F__)
+    __m512 v = _mm512_loadu_ps(s);
+    if (nm->esh) v = _mm512_sub_ps(v, _mm512_loadu_ps(nm->esh + j0));
+    if (nm->esc) v = _mm512_mul_ps(v, _mm512_loadu_ps(nm->esc + j0));
+    if (nt) _mm512_stream_ps(d, v); else _mm512_storeu_ps(d, v);
+#else
+    (void)nt;
+    for (int k = 0; k < 16; k++) {
+        float x = s[k];
+        if (nm->esh) x = x - nm->esh[j0 + k];
+        if (nm->esc) x = x * nm->esc[j0 + k];
+        d[k] = x;
+    }
+#endif
+}
+
 /* windows b .. b+g-1 (g <= streams) copied together as up to `streams` pages 4 KiB apart, a line
  * of each in turn, while the same lines of the next g windows (b+g ..; those past n skipped) are hinted
  * into L2. Why: the hardware prefetchers stop at every 4 KiB page and a random window's pages are cold,
@@ -119,9 +146,11 @@ static inline void line(char *d, const char *s, int nt) {
  * table here against 12 (the header). The part of a window past its last whole 4 KiB (all of a window
  * under 4 KiB) is one memcpy. prefetcht1: a T0 hint of every line held L1's miss slots and was slower. */
 static inline void copy_group_lines(char *out, const char *base, int64_t row_bytes, const int64_t *starts,
-                                    int64_t b, int64_t g, int64_t n, int64_t block, int nt, int64_t streams) {
+                                    int64_t b, int64_t g, int64_t n, int64_t block, int nt, int64_t streams,
+                                    const norm_t *nm) {
     const char *s[MAX_STREAMS], *nx[MAX_STREAMS];
     char *d[MAX_STREAMS];
+    int64_t jj[MAX_STREAMS]; /* with nm: the feature of the next line's first value, per page of a pass */
     const int64_t full = block / PAGE; /* whole pages a window */
     for (int64_t j = 0; j < g; j++) {
         s[j] = base + starts[b + j] * row_bytes;
@@ -132,19 +161,36 @@ static inline void copy_group_lines(char *out, const char *base, int64_t row_byt
     const int64_t per = streams / g; /* pages of each window in a pass */
     for (int64_t p0 = 0; p0 < full; p0 += per) {
         const int64_t k = full - p0 < per ? full - p0 : per; /* pages of each window in this pass */
-        for (int64_t i = 0; i < PAGE; i += LINE)
+        if (nm)
+            for (int64_t p = 0; p < k; p++) jj[p] = (p0 + p) * (PAGE / 4) % nm->f;
+        for (int64_t i = 0; i < PAGE; i += LINE) {
             for (int64_t j = 0; j < g; j++)
                 for (int64_t p = 0; p < k; p++) {
                     const int64_t o = (p0 + p) * PAGE + i;
                     if (nx[j]) __builtin_prefetch(nx[j] + o, 0, 2);
-                    line(d[j] + o, s[j] + o, nt);
+                    if (nm)
+                        line_norm((float *)(d[j] + o), (const float *)(s[j] + o), nm, jj[p], nt);
+                    else
+                        line(d[j] + o, s[j] + o, nt);
                 }
+            if (nm)
+                for (int64_t p = 0; p < k; p++)
+                    for (jj[p] += LINE / 4; jj[p] >= nm->f;) jj[p] -= nm->f;
+        }
     }
     for (int64_t j = 0; j < g; j++) /* the last part of a page */
         if (full * PAGE < block) {
             if (nx[j])
                 for (int64_t i = full * PAGE; i < block; i += LINE) __builtin_prefetch(nx[j] + i, 0, 2);
             memcpy(d[j] + full * PAGE, s[j] + full * PAGE, (size_t)(block - full * PAGE));
+            if (nm) {
+                float *x = (float *)(d[j] + full * PAGE);
+                for (int64_t e = 0, c = full * (PAGE / 4) % nm->f; e < (block - full * PAGE) / 4; e++) {
+                    if (nm->esh) x[e] = x[e] - nm->esh[c];
+                    if (nm->esc) x[e] = x[e] * nm->esc[c];
+                    if (++c == nm->f) c = 0;
+                }
+            }
         }
 }
 
@@ -180,6 +226,26 @@ static inline int64_t outside(const int64_t *starts, int64_t n, int64_t max_star
     return -1;
 }
 
+/* the windows as stride_copy_windows (starts already checked), normalised in the copy where nm is given
+ * (float32 rows; lines > 0) */
+static void copy_windows(const char *base, int64_t row_bytes, const int64_t *starts, int64_t n, int64_t block,
+                         char *out, int64_t ahead, int nt, const picks_t *pk, void *picks, int lines,
+                         const norm_t *nm) {
+    const int64_t streams = lines < 0 ? 0 : lines < MAX_STREAMS ? lines : MAX_STREAMS, full = block / PAGE;
+    const int64_t group = streams > 0 && full > 0 && full < streams ? streams / full : 1;
+    for (int64_t b = 0; b < n; b += group) {
+        const int64_t g = n - b < group ? n - b : group;
+        for (int64_t j = 0; j < g; j++) prefetch_ahead(base, row_bytes, starts, n, b + j, block, ahead, pk);
+        if (streams > 0)
+            copy_group_lines(out, base, row_bytes, starts, b, g, n, block, nt, streams, nm);
+        else
+            copy_block(out + b * block, base + starts[b] * row_bytes, block, nt);
+        if (pk)
+            for (int64_t j = 0; j < g; j++) pick(pk, starts[b + j], picks, b + j);
+    }
+    fence(nt);
+}
+
 /* out[b] = the `block` bytes at base + starts[b] * row_bytes, for b < n, if every start is in
  * [0, max_start] (else nothing is copied: returns the first b outside, otherwise -1); ahead: windows
  * whose page heads are hinted ahead (0: none); nt: streaming stores; pk (may be 0): the targets'
@@ -190,32 +256,38 @@ int64_t stride_copy_windows(const char *base, int64_t row_bytes, const int64_t *
                             int lines) {
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
-    const int64_t streams = lines < 0 ? 0 : lines < MAX_STREAMS ? lines : MAX_STREAMS, full = block / PAGE;
-    const int64_t group = streams > 0 && full > 0 && full < streams ? streams / full : 1;
-    for (int64_t b = 0; b < n; b += group) {
-        const int64_t g = n - b < group ? n - b : group;
-        for (int64_t j = 0; j < g; j++) prefetch_ahead(base, row_bytes, starts, n, b + j, block, ahead, pk);
-        if (streams > 0)
-            copy_group_lines(out, base, row_bytes, starts, b, g, n, block, nt, streams);
-        else
-            copy_block(out + b * block, base + starts[b] * row_bytes, block, nt);
-        if (pk)
-            for (int64_t j = 0; j < g; j++) pick(pk, starts[b + j], picks, b + j);
-    }
-    fence(nt);
+    copy_windows(base, row_bytes, starts, n, block, out, ahead, nt, pk, picks, lines, 0);
     return -1;
 }
 
 /* float32 windows [n, t, f] from float32 (src_bf16 = 0) or bfloat16 rows of f values: each value
  * upcast (bf16: its bits are the top half of a float32, exact), then x - shift[j] (if shift), then
  * x * scale[j] (if scale), each rounded to float32; max_start, ahead, pk, picks and the result as above;
- * lines (any > 0): the next window's rows hinted into L2 as each row copies */
+ * lines: float32 rows are copied as stride_copy_windows copies them (page streams, nt: streaming stores)
+ * and normalised line by line in the copy; bf16 rows (or lines 0) row by row, the next window's rows
+ * hinted into L2 as each row copies (any lines > 0). Why: row by row with the next window's rows hinted
+ * the normalised float32 batch took 1.4x the CPU of the plain copy; in the page-stream copy with
+ * streaming stores it takes 12% less than row by row (from Python, 30 shuffled rounds, load 2.9) */
 int64_t stride_windows_f32(const void *base, int src_bf16, const int64_t *starts, int64_t n, int64_t max_start,
                            int64_t t, int64_t f, const float *shift, const float *scale, float *out, int64_t ahead,
-                           const picks_t *pk, void *picks, int lines) {
+                           const picks_t *pk, void *picks, int lines, int nt) {
     const int64_t elem = src_bf16 ? 2 : 4, row_bytes = f * elem, win = t * f;
     int64_t bad = outside(starts, n, max_start);
     if (bad >= 0) return bad;
+    if (!src_bf16 && lines > 0) { /* float32 rows: the page-stream copy, normalised line by line */
+        float *ext = malloc(sizeof(float) * 2 * (size_t)(f + 16));
+        if (ext) {
+            for (int64_t i = 0; i < f + 16; i++) {
+                ext[i] = shift ? shift[i % f] : 0.0f;
+                ext[f + 16 + i] = scale ? scale[i % f] : 1.0f;
+            }
+            const norm_t nm = {shift ? ext : 0, scale ? ext + f + 16 : 0, f};
+            copy_windows((const char *)base, row_bytes, starts, n, t * row_bytes, (char *)out, ahead, nt, pk,
+                         picks, lines, &nm);
+            free(ext);
+            return -1;
+        }
+    }
     for (int64_t b = 0; b < n; b++) {
         prefetch_ahead((const char *)base, row_bytes, starts, n, b, t * row_bytes, ahead, pk);
         float *o = out + b * win;

@@ -177,10 +177,10 @@ class WindowGather:
     """x[b] = rows[starts[b] : starts[b] + T] for a batch of window starts, as one [B, T, F] tensor.
 
     `use_native`: the C kernel where it can be built (False: the numpy path, for comparison);
-    `ahead`: windows ahead whose page heads the kernel hints (0: none); `stream`: streaming stores
-    for same-dtype batches (None: for batches at least the size of the L2 cache); `lines`: pages copied at once
-    as interleaved streams while every line of the next windows is hinted into L2 (True: `LINES`; 0 or False:
-    one window after another).
+    `ahead`: windows ahead whose page heads the kernel hints (0: none); `stream`: streaming stores for
+    same-dtype and normalised float32 batches (None: for batches at least the size of the L2 cache);
+    `lines`: pages copied at once as interleaved streams while every line of the next windows is hinted
+    into L2 (True: `LINES`; 0 or False: one window after another).
     """
 
     def __init__(self, rows: torch.Tensor, seq_len: int, threads: int = 1, *, use_native: bool = True,
@@ -275,9 +275,8 @@ class WindowGather:
         sp, op, ahead, lines = starts.data_ptr(), out.data_ptr(), self.ahead, int(self.lines)
         pk, pp, pstep = (None, 0, 0) if picks is None or p is None else \
             (picks.ref, p.data_ptr(), p.shape[1] * p.element_size())
+        nt = int(self.stream if self.stream is not None else out.numel() * out.element_size() >= _L2)
         if not convert:
-            nt = int(self.stream if self.stream is not None else out.numel() * out.element_size() >= _L2)
-
             def part(a: int, z: int) -> int:
                 r = lib.stride_copy_windows(base, self._row_bytes, sp + 8 * a, z - a, last, win_bytes,
                                             op + a * win_bytes, ahead, nt, pk, pp + pstep * a if pk else None, lines)
@@ -290,7 +289,7 @@ class WindowGather:
 
         def part_f32(a: int, z: int) -> int:
             r = lib.stride_windows_f32(base, bf16, sp + 8 * a, z - a, last, t, f, shp, scp, op + a * win_bytes,
-                                       ahead, pk, pp + pstep * a if pk else None, lines)
+                                       ahead, pk, pp + pstep * a if pk else None, lines, nt)
             return r + a if r >= 0 else -1
         part_f32.keep = (sh, sc)  # type: ignore[attr-defined]  # alive while the copy runs
         return part_f32

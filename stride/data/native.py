@@ -45,7 +45,8 @@ class Picks(ctypes.Structure):
 _PK = ctypes.POINTER(Picks)
 _SIGNATURES = {
     "stride_copy_windows": ([_P, _I64, _P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _PK, _P, ctypes.c_int], _I64),
-    "stride_windows_f32": ([_P, ctypes.c_int, _P, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _PK, _P, ctypes.c_int],
+    "stride_windows_f32": ([_P, ctypes.c_int, _P, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _PK, _P, ctypes.c_int,
+                            ctypes.c_int],
                            _I64),
     "stride_log_returns": ([_P, _I64, _I64, _P, _P], None),
     "stride_window_starts": ([_P, _I64, _P, _P, _I64, _I64, _P], _I64),
