@@ -9,6 +9,7 @@ device-independent count of what autograd keeps for backward.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import resource
 import sys
@@ -38,10 +39,8 @@ def _trim_heap() -> None:
     Without it the pages an earlier run freed stay resident and the next run's peak starts from them
     (stride bench, AMD EPYC: mlp_tiny after the tiny transformer started at 452 MiB, trimmed 390 MiB).
     """
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl): nothing to trim this way
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc (musl): nothing to trim this way
 
 
 def _vm_hwm() -> int | None:
