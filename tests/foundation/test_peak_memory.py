@@ -45,6 +45,18 @@ def test_reset_peak_starts_a_new_cpu_high_water_mark() -> None:
     assert again >= after + BIG // 4 - 16 * MIB  # and it still records what comes after the reset
 
 
+def test_reset_peak_gives_freed_heap_pages_back_first() -> None:
+    """Blocks below glibc's mmap threshold, freed under a live one, stay resident until the heap is trimmed."""
+    blocks = [bytearray(b"\1") * (64 * 1024) for _ in range(BIG // (64 * 1024))]
+    sentinel = bytearray(b"\1") * (64 * 1024)  # above them on the heap: free() alone cannot shrink it
+    held, _ = peak_memory(CPU)
+    del blocks
+    reset_peak(CPU)
+    after, _ = peak_memory(CPU)
+    assert after < held - BIG // 2, (held / MIB, after / MIB)  # without the trim the 400 MiB stayed the peak
+    assert sentinel[-1] == 1
+
+
 def test_a_runs_peak_memory_is_not_an_earlier_runs() -> None:
     _touch_and_free(BIG)
     lifetime, _ = peak_memory(CPU)
