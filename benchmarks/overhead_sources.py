@@ -226,12 +226,17 @@ def sources() -> dict[str, Any]:
     return {"tree": trmod.__file__, "sources_us": per_source(), **whole_step()}
 
 
-if __name__ == "__main__":
-    out = sources()
+def print_sources(out: dict[str, Any]) -> None:
+    """The per-source table (docs/overhead.md) and the one-Linear model's whole step."""
     for k, v in out["sources_us"].items():
         print(f"{k:60s} {v:9.2f} us")
     print(f"one-Linear model, CPU us a step: loop {out['one_linear_model_loop_cpu_us_per_step']:.1f}, stride "
           f"{out['one_linear_model_stride_cpu_us_per_step']:.1f} (+{out['one_linear_model_stride_minus_loop_us']:.1f})")
     print(f"tree {out['tree']}, load {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    out = sources()
+    print_sources(out)
     if "--json" in sys.argv:
         print(json.dumps(out))
