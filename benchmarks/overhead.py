@@ -244,9 +244,10 @@ def main() -> None:
 
     host = {"cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)), "load_before": os.getloadavg()}
     if args.sources:
-        from overhead_sources import sources  # noqa: PLC0415 (beside this file)
+        from overhead_sources import print_sources, sources  # noqa: PLC0415 (beside this file)
 
         out = {**sources(), **host}
+        print_sources(out)  # it printed nothing without --json
     else:
         steps = {k: int(v) for k, v in (kv.split("=") for kv in args.steps.split(",") if kv)}
         out = {**compare(args.models.split(","), args.rounds, args.threads,

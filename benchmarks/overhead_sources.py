@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from stride.checkpoint.rerun import open_run_folder
 from stride.config import load_config
 from stride.data.build import build_synthetic
 from stride.metrics.observe.system import SystemSampler
@@ -74,7 +75,7 @@ def per_source() -> dict[str, float]:
     c = _cfg()
     data = build_synthetic(c.data, 64)
     tr = trmod.Trainer(Tiny(), data.train, None, c, out=tempfile.mkdtemp())
-    tr._open_run_dir()
+    tr.run_dir = open_run_folder(tr.cfg, tr.out, tr.overwrite)  # what fit() opens first
     tr.setup()
     tally, res = LoopTally(t_start=time.perf_counter()), {}
     timer = StepTimer(torch.device("cpu"))
@@ -176,7 +177,7 @@ def whole_step(blocks: int = 40, per_block: int = 100) -> dict[str, float]:
     d = build_synthetic(c.data, 8)
     d.train.prefetch = 0
     tr = trmod.Trainer(Tiny(), d.train, None, c, out=tempfile.mkdtemp())
-    tr._open_run_dir()
+    tr.run_dir = open_run_folder(tr.cfg, tr.out, tr.overwrite)  # what fit() opens first
     tr.setup()
     tally, prog, rng = LoopTally(t_start=time.perf_counter()), TrainProgress(10**9, False), \
         (trmod.phase_range if NEW else trmod.record_function)
@@ -225,12 +226,17 @@ def sources() -> dict[str, Any]:
     return {"tree": trmod.__file__, "sources_us": per_source(), **whole_step()}
 
 
-if __name__ == "__main__":
-    out = sources()
+def print_sources(out: dict[str, Any]) -> None:
+    """The per-source table (docs/overhead.md) and the one-Linear model's whole step."""
     for k, v in out["sources_us"].items():
         print(f"{k:60s} {v:9.2f} us")
     print(f"one-Linear model, CPU us a step: loop {out['one_linear_model_loop_cpu_us_per_step']:.1f}, stride "
           f"{out['one_linear_model_stride_cpu_us_per_step']:.1f} (+{out['one_linear_model_stride_minus_loop_us']:.1f})")
     print(f"tree {out['tree']}, load {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    out = sources()
+    print_sources(out)
     if "--json" in sys.argv:
         print(json.dumps(out))

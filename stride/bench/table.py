@@ -82,3 +82,12 @@ def scaling_table(scaling: dict[str, Any]) -> Table:
               "rank's life): high = busy machine, the efficiency then measures the load"]
     table.caption = "\n".join(notes)
     return table
+
+
+def ttt_line(name: str, r: dict[str, Any]) -> str:
+    """One line for `--sweep ttt`: the seeds' time to the target loss (median, min, max) and how many missed."""
+    sec, runs, missed, target = r["seconds"], r["runs"], r["missed"], r["target_val_loss"]
+    reached = ("no run reached it" if sec["median"] is None
+               else f"median {sec['median']:.1f} s (min {sec['min']:.1f} s, max {sec['max']:.1f} s)")
+    goal = "?" if target is None else format(target, "g")
+    return f"  {name}: time to val loss {goal}: {reached}; missed {missed} of {runs}"

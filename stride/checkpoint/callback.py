@@ -158,6 +158,8 @@ class CheckpointCallback(Callback):
                 self.log(f"removed {note}")
             if c.resume == "auto":
                 self._resume(trainer)
+            if trainer.run_dir is not None:  # records past the step this run starts from: a killed segment's
+                trainer.run_dir.drop_records_after(trainer.step)
         except BaseException:
             self.store.close(restore=True)  # a refused or finished run leaves the folder's lock file as it was
             raise

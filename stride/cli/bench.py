@@ -85,6 +85,7 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
     from stride.bench.journal import ResultsJournal
     from stride.bench.progress import SweepProgress
     from stride.bench.sweeps import plan_sweep, run_sweep, sweep_sections
+    from stride.bench.table import ttt_line
     from stride.bench.workloads import WORKLOADS
     from stride.metrics.env import fingerprint
 
@@ -110,9 +111,7 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
     results = journal.write()
     if args.sweep == "ttt":
         for n, r in results["time_to_target"].items():
-            sec = r["seconds"]
-            console.print(f"  {n}: time to target {r['target_val_loss']}: median {sec['median']} s "
-                          f"(min {sec['min']}, max {sec['max']}), missed {r['missed']} of {r['runs']}")
+            console.print(ttt_line(n, r), highlight=False, soft_wrap=True)
     return results
 
 

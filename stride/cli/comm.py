@@ -87,6 +87,17 @@ def run(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def fit_line(name: str, fit: dict) -> str:
+    """One collective's alpha-beta line. A beta held at 0 (time did not grow with size) is no bandwidth to
+    quote: the profile stores 0.0 there, which printed as "bandwidth 0.000 GB/s", a link that moves nothing."""
+    if fit["beta_us_per_byte"] > 0:
+        bw = f"bandwidth {fit['algbw_GBps']:.3f} GB/s (busbw {fit['busbw_GBps']:.3f})"
+    else:
+        sizes = fit.get("sizes_bytes") or [0]
+        bw = f"bandwidth not resolved (time did not grow with size, {min(sizes):,}-{max(sizes):,} B)"
+    return f"{name}: alpha {fit['alpha_us']:.1f} us, {bw}, r2 {fit['fit_r2']:.3f}"
+
+
 def _table(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -102,7 +113,6 @@ def _table(report: dict) -> None:
     con.print(t)
     for key, fit in report.get("profile", {}).items():
         if key.startswith("collectives."):
-            con.print(f"{key[12:]}: alpha {fit['alpha_us']:.1f} us, bandwidth {fit['algbw_GBps']:.3f} GB/s "
-                      f"(busbw {fit['busbw_GBps']:.3f}), r2 {fit['fit_r2']:.3f}")
+            con.print(fit_line(key[12:], fit), highlight=False, soft_wrap=True)
     if "profile" in report:
         con.print(f"hardware profile written to {report['profile']['path']}")

@@ -61,6 +61,17 @@ def json_text(obj: Any) -> str:
     return json.dumps(obj, indent=2, default=_json_default) + "\n"
 
 
+def _record_step(line: str) -> int | None:
+    """The step of one whole metrics.jsonl line, None for a line cut short or not a record."""
+    if not line.endswith("\n"):
+        return None
+    try:
+        step = json.loads(line).get("step")
+    except (ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None
+
+
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -116,6 +127,22 @@ class RunDir:
             self._metrics.write(json.dumps(record, default=_json_default) + "\n")
         except OSError as exc:
             raise RunDirError(one_line(f"cannot write {self.path / 'metrics.jsonl'}: {os_reason(exc)}")) from None
+
+    def drop_records_after(self, step: int) -> int:
+        """Keep the metrics.jsonl records of steps up to `step` (where a resumed run continues); returns how
+        many went. The rest belong to a segment that was killed before its next checkpoint, which the resumed
+        run trains and logs again; a line cut short by the kill is dropped too (it would run into the next)."""
+        path = self.path / "metrics.jsonl"
+        try:
+            lines = path.read_text().splitlines(keepends=True)
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise RunDirError(one_line(f"cannot read {path}: {os_reason(exc)}")) from None
+        keep = [line for line in lines if (at := _record_step(line)) is not None and at <= step]
+        if len(keep) < len(lines):
+            self.write_text("metrics.jsonl", "".join(keep))
+        return len(lines) - len(keep)
 
     def clear(self, names: tuple[str, ...]) -> None:
         """Delete these entries of the folder (--overwrite: an earlier run's files); others are left alone."""

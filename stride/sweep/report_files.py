@@ -17,7 +17,7 @@ from stride.sweep.report import SEED_KEYS, pairwise, plots, table_rows, write_pa
 def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_hour: float | None) -> dict[str, Any]:
     """Device time of the sweep's packs against the points' training time one by one (and dollars with a price).
 
-    One by one: a point that ran alone is its measured wall time; a packed point is its steps at the solo
+    One by one: a point that ran alone is its measured training steps' time; a packed point is its steps at the solo
     throughput measured for its class (training steps only). The sweep: the wall times of the packs that
     finished (validation and set-up included; the probe and packs cut off by a kill are not counted), and
     their training steps alone (`sweep_train_s`, the like-for-like figure: `train_speedup`).

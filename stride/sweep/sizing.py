@@ -172,7 +172,8 @@ def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int =
 
     t0 = time.perf_counter()
     mem = memory_model(cfg)
-    cap = min(max_n, mem.max_models(chunk or 1))  # packs up to this size fit (in small enough chunks)
+    fit = mem.max_models(chunk or 1)  # packs up to this size fit (in small enough chunks)
+    cap = min(max_n, fit)
     steps = 2 + timed_steps
     result = Probe(1, 0.0, memory=mem)
     alone: list[float] = []
@@ -200,6 +201,6 @@ def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int =
     result.seconds = time.perf_counter() - t0
     if not result.why:
         result.why = ("probe: packed/alone " + ", ".join(f"N={k}: {ratios[k]:.2f}x" for k in result.packed)
-                      + f" (alone {result.solo_samples_per_s:,.0f} samples/s); memory allows {mem.max_models}; "
+                      + f" (alone {result.solo_samples_per_s:,.0f} samples/s); memory allows up to {fit:,} models; "
                       f"chose {result.size}")
     return result

@@ -101,3 +101,16 @@ def test_time_to_target_counts_misses() -> None:
     miss = time_to_target(w, "cpu", None, 2, [*small, "train.target_val_loss=1e-9"])
     assert miss["missed"] == 2 and miss["seconds"]["median"] is None
     assert [e["config"]["train"]["seed"] for e in miss["entries"]] == [0, 1]
+
+
+def test_time_to_target_line_is_rounded_and_says_when_no_seed_reached_it() -> None:
+    from stride.bench.sweeps import ttt_summary
+    from stride.bench.table import ttt_line
+
+    seeds = [{"time_to_target_s": t, "target_val_loss": 1.5} for t in (3.001146393999079, 1.1499623999989126,
+                                                                        4.852330387999245, None)]
+    line = ttt_line("w", ttt_summary(seeds))
+    # it printed the raw floats: "median 3.001146393999079 s (min 1.1499623999989126, ...)"
+    assert line == "  w: time to val loss 1.5: median 3.0 s (min 1.1 s, max 4.9 s); missed 1 of 4"
+    none = ttt_line("w", ttt_summary([{"time_to_target_s": None, "target_val_loss": 1e-9}] * 2))
+    assert none == "  w: time to val loss 1e-09: no run reached it; missed 2 of 2"  # was "median None s (...)"

@@ -88,3 +88,18 @@ def test_profile_toml_round_trip(tmp_path: Path) -> None:
     assert ar["algbw_GBps"] == pytest.approx(0.5) and ar["busbw_GBps"] == pytest.approx(0.5)  # n=2: factor 1
     assert ar["sizes_bytes"] == [8, 1024, 1 << 20]
     assert not list((tmp_path / "sub").glob("*.tmp"))
+
+
+def test_the_fit_line_quotes_no_bandwidth_where_time_did_not_grow_with_size() -> None:
+    from stride.cli.comm import fit_line
+    from stride.comm.hwprofile import profile_tables
+
+    # gloo send/recv on the loaded 2-core AMD EPYC: ~2.6-8 ms at every size from 8 B to 4 MiB
+    flat = [Row("send_recv", b, b // 4, t, 0.0, 0.0, True)
+            for b, t in ((8, 3387.7), (4096, 4837.9), (1 << 20, 3801.0), (4 << 20, 2605.4))]
+    growing = [Row("all_reduce", b, b // 4, 20.0 + b * 0.002, 0.0, 0.0, True) for b in (8, 1024, 1 << 20)]
+    tables = profile_tables(flat + growing, "gloo", 2)
+    line = fit_line("send_recv", tables["collectives.send_recv"])
+    assert "bandwidth not resolved (time did not grow with size, 8-4,194,304 B)" in line
+    assert "0.000 GB/s" not in line  # what it printed: a link that moves nothing
+    assert "bandwidth 0.500 GB/s (busbw 0.500)" in fit_line("all_reduce", tables["collectives.all_reduce"])

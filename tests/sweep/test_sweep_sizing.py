@@ -83,3 +83,5 @@ def test_probe_measures_packs_and_picks_a_measured_size():
     if pr.size > 1:
         assert pr.ratios[pr.size] >= 1.05 and pr.ratios[pr.size] == max(pr.ratios.values())
     assert "chose" in pr.why
+    # the figure the memory model allows, not a method's repr (it printed "<bound method ...>")
+    assert f"memory allows up to {pr.memory.max_models(1):,} models;" in pr.why and "<" not in pr.why
