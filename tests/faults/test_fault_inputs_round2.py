@@ -1,0 +1,67 @@
+"""Hostile inputs, second audit: cases the first (issue 19) did not reach.
+
+Each refusal is stride's one line naming the input (exit 1 or 2, no traceback), and nothing half-written
+is left that a later command takes as valid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fault_helpers import REPO, one_line_error, stride_main, tree_digest
+
+from stride.data.store import open_store
+
+QUICK = str(REPO / "configs" / "quickstart.toml")
+
+
+# -- config ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["../../escape", "a/b", "", "a\nb"])
+def test_a_run_name_that_is_not_one_folder_name_is_refused(tmp_path: Path, monkeypatch, name: str) -> None:
+    """train.name ends the run directory's name: `../../x` wrote the run two folders up, outside runs/."""
+    monkeypatch.chdir(tmp_path)
+    before = tree_digest(tmp_path)
+    res = stride_main("train", QUICK, "--set", f"train.name={name!r}".replace("'", '"'), "--set", "train.steps=1")
+    one_line_error(res, "train.name")
+    assert tree_digest(tmp_path) == before
+
+
+# -- ingestion -------------------------------------------------------------------------------------------
+
+def _csv(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+OK = "timestamp,symbol,close,vol\n2024-01-01T00:00:00,A,1.0,2\n2024-01-01T00:01:00,A,1.1,3\n"
+
+
+@pytest.mark.parametrize(("text", "args", "words"), [
+    # no feature column: a store of 0 columns was committed, then every reader failed on it (a traceback)
+    ("timestamp,symbol\n2024-01-01T00:00:00,A\n", [], ["no feature columns"]),
+    # the same column twice: committed a store whose manifest open_store then refused
+    (OK, ["--columns", "close,close"], ["'close'", "more than once"]),
+    # a row without its symbol: stored under the symbol "None"
+    ("timestamp,symbol,close\n2024-01-01T00:00:00,A,1\n2024-01-01T00:01:00,,2\n", [], ["symbol", "row 1"]),
+    (OK, ["--columns", "timestamp"], ["'timestamp'", "is the timestamp column"]),
+])
+def test_ingest_refuses_a_table_it_cannot_store_faithfully(tmp_path: Path, text: str, args: list[str],
+                                                           words: list[str]) -> None:
+    src = _csv(tmp_path / "in.csv", text)
+    out = tmp_path / "store"
+    one_line_error(stride_main("data", "ingest", str(src), "--out", str(out), *args), str(src), *words)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["in.csv"]  # no temporary folder either
+
+
+def test_a_manifest_with_no_columns_is_refused(tmp_path: Path) -> None:
+    src = _csv(tmp_path / "in.csv", OK)
+    store = tmp_path / "store"
+    assert stride_main("data", "ingest", str(src), "--out", str(store)).code == 0
+    man = (store / "manifest.json").read_text()
+    (store / "manifest.json").write_text(man.replace('"close",', "").replace('"vol"', ""))
+    with pytest.raises(ValueError, match="non-empty list"):
+        open_store(store)
+    one_line_error(stride_main("data", "inspect", str(store)), "manifest.json", "columns")
