@@ -65,3 +65,29 @@ def test_a_manifest_with_no_columns_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="non-empty list"):
         open_store(store)
     one_line_error(stride_main("data", "inspect", str(store)), "manifest.json", "columns")
+
+
+# -- run directories read by `stride top` ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("files", "words"), [
+    ({"summary.json": '{"steps": 3,'}, ["summary.json", "not valid JSON"]),  # was a JSONDecodeError traceback
+    ({"summary.json": "[]"}, ["summary.json", "not a run summary"]),
+    ({"metrics.jsonl": '{"step": 1, "loss": 1.0}\nnot json\n'}, ["metrics.jsonl", "not JSON"]),
+])
+def test_top_refuses_a_corrupt_run_file_in_one_line(tmp_path: Path, files: dict[str, str], words: list[str]) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    one_line_error(stride_main("top", str(tmp_path), "--once"), *words)
+
+
+@pytest.mark.parametrize("record", [
+    '{"step": 1, "loss": NaN, "lr": 0.001, "step_time_s": 0.1}',  # a run whose loss went NaN: was a ValueError
+    '{"step": 1, "loss": 1.0}',  # fields missing: was a KeyError
+    '{"step": 1, "loss": "x", "lr": null, "step_time_s": "y", "breakdown_s": [1]}',  # wrong types
+])
+def test_top_shows_a_run_whose_records_are_odd(tmp_path: Path, record: str) -> None:
+    (tmp_path / "metrics.jsonl").write_text(f'{record}\n{record}\n')
+    (tmp_path / "config.toml").write_text('[train]\nsteps = "many"\n')
+    res = stride_main("top", str(tmp_path), "--once")
+    assert res.code == 0, res.err
+    assert "step" in res.out and "/ ?" in res.out
