@@ -91,3 +91,28 @@ def test_top_shows_a_run_whose_records_are_odd(tmp_path: Path, record: str) -> N
     res = stride_main("top", str(tmp_path), "--once")
     assert res.code == 0, res.err
     assert "step" in res.out and "/ ?" in res.out
+
+
+# -- a store changed after ingestion -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra", [[], ["--set", "data.batch_dtype=bfloat16", "--set", 'data.columns=["f2","f1"]']])
+def test_a_nan_written_into_a_store_after_ingestion_is_named_before_training(tmp_path: Path, extra: list[str]) -> None:
+    """ingest never stores NaN; one written into values.bin later trained to a NaN loss with exit 0."""
+    import numpy as np
+    from data_fixtures import write_parquet_dataset
+
+    from stride.data.ingest import ingest
+
+    write_parquet_dataset(tmp_path / "src")
+    store = ingest(tmp_path / "src", tmp_path / "store")
+    n, c = open_store(store).values.shape
+    vals = np.memmap(store / "values.bin", dtype=np.float32, mode="r+", shape=(n, c))
+    vals[7, 2] = np.nan  # column 2 is f2 (timestamp and symbol are not features)
+    vals.flush()
+    del vals
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'[model]\nname = "mlp"\n[data]\nsource = "store"\nstore = "{store}"\nseq_len = 4\nhorizons = [1]\n'
+                   '[train]\nsteps = 2\nbatch_size = 4\nval_every = 0\n')
+    res = stride_main("train", str(cfg), "--out", str(tmp_path / "run"), "--no-progress", *extra)
+    one_line_error(res, str(store), "'f2'", "row 7", "--verify")
+    assert not (tmp_path / "run" / "summary.json").exists()
