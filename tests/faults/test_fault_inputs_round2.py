@@ -116,3 +116,63 @@ def test_a_nan_written_into_a_store_after_ingestion_is_named_before_training(tmp
     res = stride_main("train", str(cfg), "--out", str(tmp_path / "run"), "--no-progress", *extra)
     one_line_error(res, str(store), "'f2'", "row 7", "--verify")
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+# -- a checkpoint's meta.json ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ckpt_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ckpt_helpers import fit
+
+    out = tmp_path_factory.mktemp("ck") / "run"
+    fit(out, "train.steps=6")  # step_00000003 and step_00000006
+    (out / "summary.json").unlink()  # a run that died before its summary: it resumes
+    return out
+
+
+META_EDITS = {  # each was a traceback (AttributeError / TypeError) out of the resume
+    "config is a string": lambda m: m.update(config="x"),
+    "a section is a string": lambda m: m["config"].update(model="x"),
+    "extended_from is a number": lambda m: m.update(extended_from=5),
+    "world_size is a string": lambda m: m.update(world_size="x"),  # was accepted and printed as "world size: x"
+    "train.steps is a string": lambda m: m["config"]["train"].update(steps="x"),
+}
+
+
+def _edit_meta(run: Path, tmp_path: Path, edit: str) -> Path:
+    """A copy of the run whose newest checkpoint's meta.json has `edit`, its manifest resealed to match."""
+    import json
+    import shutil
+
+    from fault_helpers import reseal
+
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    folder = out / "checkpoints" / "step_00000006"
+    meta = json.loads((folder / "meta.json").read_text())
+    META_EDITS[edit](meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    reseal(folder)  # the manifest agrees: only the meta's shape is wrong
+    return out
+
+
+@pytest.mark.parametrize("edit", list(META_EDITS))
+def test_a_meta_json_of_the_wrong_shape_is_not_a_valid_checkpoint(ckpt_run: Path, tmp_path: Path, edit: str) -> None:
+    from stride.checkpoint.safe_read import check_checkpoint
+
+    verdict = check_checkpoint(_edit_meta(ckpt_run, tmp_path, edit) / "checkpoints" / "step_00000006", 6)
+    assert not verdict.ok and verdict.reason.startswith("meta.json: "), verdict.reason
+
+
+def test_resume_skips_a_meta_json_of_the_wrong_shape_and_falls_back(ckpt_run: Path, tmp_path: Path) -> None:
+    import json
+
+    from ckpt_helpers import write_config
+    from fault_helpers import stride_cli
+
+    out = _edit_meta(ckpt_run, tmp_path, "config is a string")
+    res = stride_cli("train", str(write_config(tmp_path / "c.toml", "train.steps=6")), "--out", str(out),
+                     "--no-progress")
+    assert res.code == 0 and "Traceback" not in res.err, res.err[-2000:]
+    assert "skipped step_00000006: meta.json: config is not a table" in res.err
+    assert json.loads((out / "summary.json").read_text())["checkpoint"]["resumed_from"] == "step_00000003"
