@@ -176,3 +176,95 @@ def test_resume_skips_a_meta_json_of_the_wrong_shape_and_falls_back(ckpt_run: Pa
     assert res.code == 0 and "Traceback" not in res.err, res.err[-2000:]
     assert "skipped step_00000006: meta.json: config is not a table" in res.err
     assert json.loads((out / "summary.json").read_text())["checkpoint"]["resumed_from"] == "step_00000003"
+
+
+# -- the training state inside a checkpoint (JSON strings DCP stores) ----------------------------------------
+
+def _rewrite_train_state(folder: Path, edit) -> None:
+    """Load every entry of the checkpoint in `folder`, apply `edit` to the dict, save it back with DCP and
+    reseal the manifest: a checkpoint crafted with stride's own tools."""
+    import json
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from fault_helpers import reseal
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner
+
+    md = SafeFileSystemReader(folder).read_metadata()
+    state = {k: torch.empty(v.size, dtype=v.properties.dtype) if hasattr(v, "size") else ""
+             for k, v in md.state_dict_metadata.items()}
+    dcp.load(state, storage_reader=SafeFileSystemReader(folder), planner=SafeLoadPlanner(), no_dist=True)
+    edit(state)
+    for p in [*folder.glob("__*.distcp"), folder / ".metadata"]:
+        p.unlink()
+    dcp.save(state, storage_writer=FileSystemWriter(folder), no_dist=True)
+    man = json.loads((folder / "manifest.json").read_text())
+    man["files"] = {p.name: {} for p in folder.iterdir() if p.name != "manifest.json"}
+    (folder / "manifest.json").write_text(json.dumps(man))
+    reseal(folder)
+
+
+def _train_json(**changes):
+    import json
+
+    return lambda st: st.update(train=json.dumps({**json.loads(st["train"]), **changes}))
+
+
+TRAIN_STATE_EDITS = {  # each was a traceback (JSONDecodeError, KeyError, ValueError, AttributeError) or accepted
+    "not JSON": lambda st: st.update(train="{not json"),
+    "step is a string": _train_json(step="x"),
+    "step is negative": _train_json(step=-100),  # was accepted: "continuing at step -100"
+    "scheduler is a number": _train_json(scheduler=5),
+    "scheduler sets an attribute": lambda st: _train_json(scheduler={"optimizer": 1})(st),
+    "data position of no kind": lambda st: st.update({"rank0.data": '{"kind": "zzz"}'}),  # was accepted
+}
+
+
+@pytest.mark.parametrize("edit", list(TRAIN_STATE_EDITS))
+def test_a_crafted_training_state_is_refused_before_it_is_applied(ckpt_run: Path, tmp_path: Path, edit: str) -> None:
+    import shutil
+
+    import torch.distributed.checkpoint as dcp
+
+    from stride.checkpoint import train_state
+    from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner
+    from stride.train.trainer import Trainer
+
+    folder = tmp_path / "step_00000006"
+    shutil.copytree(ckpt_run / "checkpoints" / "step_00000006", folder)
+    _rewrite_train_state(folder, TRAIN_STATE_EDITS[edit])
+    from ckpt_helpers import ckpt_config
+
+    trainer = Trainer(config=ckpt_config("train.steps=6"), write_run_dir=False)
+    trainer.setup()
+    keys = set(SafeFileSystemReader(folder).read_metadata().state_dict_metadata)
+    loaded = train_state.load_template(trainer, keys)
+    dcp.load(loaded, storage_reader=SafeFileSystemReader(folder), planner=SafeLoadPlanner(), no_dist=True)
+    assert train_state.problem(trainer, loaded, 6) is not None
+    untouched = Trainer(config=ckpt_config("train.steps=6"), write_run_dir=False)
+    untouched.setup()
+    loaded = train_state.load_template(untouched, keys)
+    dcp.load(loaded, storage_reader=SafeFileSystemReader(ckpt_run / "checkpoints" / "step_00000006"),
+             planner=SafeLoadPlanner(), no_dist=True)
+    assert train_state.problem(untouched, loaded, 6) is None  # what stride wrote passes
+
+
+def test_resume_falls_back_past_a_crafted_training_state(tmp_path: Path) -> None:
+    import json
+
+    from ckpt_helpers import Crash, CrashAt, fit, reference_sha, write_config
+    from fault_helpers import stride_cli
+
+    out = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(out, "train.steps=9", callbacks=[CrashAt(7)])  # stopped midway: step_00000003 and step_00000006
+    _rewrite_train_state(out / "checkpoints" / "step_00000006", _train_json(step=-100))
+    res = stride_cli("train", str(write_config(tmp_path / "c.toml", "train.steps=9")), "--out", str(out),
+                     "--no-progress")
+    assert res.code == 0 and "Traceback" not in res.err, res.err[-2000:]
+    assert "step_00000006 (its training state is at step -100, not the folder's step 6)" in res.err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["checkpoint"]["resumed_from"] == "step_00000003"
+    assert summary["params_sha256"] == reference_sha("train.steps=9")  # the fallback redid steps 4-9 exactly
