@@ -268,3 +268,56 @@ def test_resume_falls_back_past_a_crafted_training_state(tmp_path: Path) -> None
     summary = json.loads((out / "summary.json").read_text())
     assert summary["checkpoint"]["resumed_from"] == "step_00000003"
     assert summary["params_sha256"] == reference_sha("train.steps=9")  # the fallback redid steps 4-9 exactly
+
+
+# -- what `stride compare` and `stride report` read ------------------------------------------------------------
+
+def _summary_run(tmp_path: Path, **changes) -> Path:
+    """A run folder as `stride train` leaves it (summary.json, metrics.jsonl), with `changes` in its summary."""
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir(parents=True)
+    summary = {"name": "run", "steps": 3, "samples_per_s": 100.0, "mfu": 0.01, "peak_mem_bytes": 1000,
+               "step_time_breakdown_s": {"forward": 0.01, "backward": 0.02}, "time_to_target_s": None,
+               "final_train_loss": 1.0, "final_val_loss": None}
+    (run / "summary.json").write_text(json.dumps({**summary, **changes}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": 1.0 / i, "time_s": 0.1 * i}) + "\n"
+                                               for i in range(1, 4)))
+    return run
+
+
+@pytest.mark.parametrize(("changes", "words"), [  # each was a TypeError/AttributeError traceback
+    ({"samples_per_s": "fast"}, ["throughput.median", "'fast'"]),
+    ({"step_time_breakdown_s": [1, 2]}, ["step_time_breakdown_s"]),
+    ({"peak_mem_bytes": "x"}, ["peak_mem_bytes"]),
+    ({"name": 5}, ["name 5"]),
+    ({"final_val_loss": "x"}, ["final_val_loss"]),
+])
+def test_a_run_summary_of_the_wrong_types_is_one_line(tmp_path: Path, changes: dict, words: list[str]) -> None:
+    run = _summary_run(tmp_path, **changes)
+    other = _summary_run(tmp_path / "b")
+    prices = str(REPO / "configs" / "prices.toml")
+    one_line_error(stride_main("compare", str(run), str(other)), "summary.json", *words)
+    one_line_error(stride_main("report", str(run), "--prices", prices), "summary.json", *words)
+    assert not (run / "report.html").exists()
+
+
+def test_a_diverged_run_is_reported(tmp_path: Path) -> None:
+    """A run whose loss went NaN is a result to report: it was 'cannot convert float NaN to integer'."""
+    import json
+
+    run = _summary_run(tmp_path, final_train_loss=float("nan"))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": float("nan"), "time_s": 0.1 * i})
+                                               + "\n" for i in range(1, 4)))  # NaN from the first logged step
+    res = stride_main("report", str(run), "--prices", str(REPO / "configs" / "prices.toml"))
+    assert res.code == 0, res.err
+    assert (run / "report.html").is_file()
+
+
+@pytest.mark.parametrize("price", ["nan", "-5", "inf", "true"])
+def test_a_price_that_is_not_one_is_refused(tmp_path: Path, price: str) -> None:
+    """A negative or NaN price printed a negative or NaN cost."""
+    prices = tmp_path / "prices.toml"
+    prices.write_text(f"[prices]\ncpu = {price}\n")
+    one_line_error(stride_main("report", str(_summary_run(tmp_path)), "--prices", str(prices)), str(prices))
