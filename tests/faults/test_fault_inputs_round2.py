@@ -321,3 +321,14 @@ def test_a_price_that_is_not_one_is_refused(tmp_path: Path, price: str) -> None:
     prices = tmp_path / "prices.toml"
     prices.write_text(f"[prices]\ncpu = {price}\n")
     one_line_error(stride_main("report", str(_summary_run(tmp_path)), "--prices", str(prices)), str(prices))
+
+
+# -- perfmodel hardware files ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line", ["memory_gib = nan", "tdp_w = inf", "peak_tflops = { bf16 = inf }"])
+def test_a_hardware_file_with_nan_or_inf_is_refused(tmp_path: Path, line: str) -> None:
+    """memory_gib = nan passed the `v < 0` check: `stride plan` printed 'needs 79.3 GiB of nan'."""
+    hw = tmp_path / "hw.toml"
+    hw.write_text(f'[hardware.x]\nbase = "h100-sxm"\n{line}\n')
+    res = stride_main("plan", "--model", "llama3-8b", "--hardware-file", str(hw), "--hardware", "x", "--devices", "8")
+    one_line_error(res, str(hw), line.split()[0])
