@@ -332,3 +332,14 @@ def test_a_hardware_file_with_nan_or_inf_is_refused(tmp_path: Path, line: str) -
     hw.write_text(f'[hardware.x]\nbase = "h100-sxm"\n{line}\n')
     res = stride_main("plan", "--model", "llama3-8b", "--hardware-file", str(hw), "--hardware", "x", "--devices", "8")
     one_line_error(res, str(hw), line.split()[0])
+
+
+# -- sweep grids -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("grid", [["train.seed=0..100000000"], ["train.seed=0..1000", "data.seed=0..1000"]])
+def test_a_grid_too_large_to_list_is_refused_before_it_is_built(tmp_path: Path, grid: list[str]) -> None:
+    """train.seed=0..100000000 listed 10^8 configs in memory (the command never answered)."""
+    args = [a for g in grid for a in ("--grid", g)]
+    res = stride_main("sweep", QUICK, *args, "--out", str(tmp_path / "sweep"))
+    one_line_error(res, "--grid", "points")
+    assert not (tmp_path / "sweep").exists()
