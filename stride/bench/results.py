@@ -68,6 +68,35 @@ def validate_scaling(sc: Any, where: str) -> None:
                                f"{p['global_batch']}")
 
 
+FIGURES = ("mfu", "peak_mem_bytes", "time_to_target_s", "timesteps_per_s", "flops_per_step", "steps",
+           "skipped_steps", "saved_activation_bytes", "params")  # finite numbers or null where present
+LOSSES = ("final_val_loss", "final_train_loss", "target_val_loss")  # numbers or null; NaN/inf: a diverged run
+
+
+def workload_type_problem(w: dict[str, Any]) -> str | None:
+    """The type of each figure `stride compare` and `stride report` compute with (None: all as written)."""
+    if not isinstance(w["name"], str):
+        return f"name {w['name']!r} is not a string"
+    t = w["throughput"]
+    for key in ("median", "min", "max", "cv"):
+        if not _number_or_none(t[key]):
+            return f"throughput.{key} {t[key]!r} is not a finite number or null"
+    if not _number_or_none(t.get("n")):
+        return f"throughput.n {t.get('n')!r} is not a count"
+    for key in FIGURES:
+        if not _number_or_none(w.get(key)):
+            return f"{key} {w.get(key)!r} is not a finite number or null"
+    for key in LOSSES:
+        v = w.get(key)
+        if v is not None and not (isinstance(v, int | float) and not isinstance(v, bool)):
+            return f"{key} {v!r} is not a number or null"
+    b = w["step_time_breakdown_s"]
+    if not isinstance(b, dict) or not all(isinstance(k, str) and _number_or_none(v) and v is not None
+                                          for k, v in b.items()):
+        return "step_time_breakdown_s is not an object of finite seconds per phase"
+    return None
+
+
 def validate_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
     """Check `obj` and return it as the current version (a version-1 file gains schema_version 2)."""
     if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
@@ -79,13 +108,21 @@ def validate_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
     for key in ("suite", "environment", "workloads"):
         if key not in obj:
             raise ResultsError(f"{where}: missing key {key!r}")
+    if not isinstance(obj["workloads"], list) or not isinstance(obj["environment"], dict):
+        raise ResultsError(f"{where}: workloads must be a list and environment an object")
     for i, w in enumerate(obj["workloads"]):
+        if not isinstance(w, dict):
+            raise ResultsError(f"{where}: workloads[{i}] is not an object")
         for key in REQUIRED_WORKLOAD_KEYS:
             if key not in w:
                 raise ResultsError(f"{where}: workloads[{i}] ({w.get('name', '?')}) is missing {key!r}")
+        if not isinstance(w["throughput"], dict):
+            raise ResultsError(f"{where}: workloads[{i}].throughput is not an object")
         for key in REQUIRED_THROUGHPUT_KEYS:
             if key not in w["throughput"]:
                 raise ResultsError(f"{where}: workloads[{i}].throughput is missing {key!r}")
+        if why := workload_type_problem(w):
+            raise ResultsError(f"{where}: workloads[{i}] ({str(w.get('name'))[:40]}): {why}")
     if version == 1:
         if "scaling" in obj:
             raise ResultsError(f"{where}: a scaling section needs schema_version 2 (version 1 defined none)")
@@ -107,9 +144,9 @@ def load_results(path: str | Path) -> dict[str, Any]:
 
 
 def make_results(suite: str, environment: dict[str, Any], workloads: list[dict[str, Any]],
-                 scaling: dict[str, Any] | None = None) -> dict[str, Any]:
+                 scaling: dict[str, Any] | None = None, where: str = "results.json") -> dict[str, Any]:
     obj: dict[str, Any] = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "suite": suite,
                            "environment": environment, "workloads": workloads}
     if scaling is not None:
         obj["scaling"] = scaling
-    return validate_results(obj)
+    return validate_results(obj, where)

@@ -110,6 +110,14 @@ class CheckpointCallback(Callback):
         assert self.store is not None and self.guard is not None and choice.folder is not None
         self.store.wait()
         loaded = self.store.load(choice.folder, lambda keys: train_state.load_template(trainer, keys))
+        why = train_state.problem(trainer, loaded, choice.step)
+        if self.store.pg is not None:  # a rank's own data position may be the bad part: the ranks fall back together
+            flag = torch.tensor([float(why is not None)])
+            with collective("checkpoint training-state check"):
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.store.pg)
+            why = why or ("another rank's training state is not what stride writes" if flag.item() else None)
+        if why is not None:
+            raise CheckpointLoadError(f"{choice.folder.name}: {why}")
         guard_state, notes = train_state.apply(trainer, loaded)
         self.guard.load_state_dict(guard_state)
         for note in notes:

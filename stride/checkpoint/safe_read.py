@@ -161,6 +161,22 @@ def load_metadata_safely(data: bytes, folder: Path | None = None, listed: Iterab
     return check_metadata(md, folder, listed)
 
 
+def meta_problem(meta: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of a `meta.json` (None: nothing): the fields a resume reads, each of the
+    type stride writes, so an edited one is a reason to fall back, not a traceback in the resume."""
+    config = meta.get("config", {})
+    if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
+        return "config is not a table of config sections"
+    steps = config.get("train", {}).get("steps", 1)
+    if type(steps) is not int:
+        return f"config.train.steps {steps!r} is not an integer"
+    for key, ok in (("world_size", lambda v: type(v) is int and v > 0), ("step", lambda v: type(v) is int),
+                    ("extended_from", lambda v: isinstance(v, list) and all(type(s) is int for s in v))):
+        if key in meta and not ok(meta[key]):
+            return f"{key} {meta[key]!r} is not what stride writes there"
+    return None
+
+
 def check_checkpoint(folder: Path, step: int | None, checksums: bool = True) -> Verdict:
     """Could a run resume from `folder`? Its manifest and files (`manifest.verify`), `meta.json` and a
     `.metadata` that the allow-list unpickles, naming only files the manifest lists."""
@@ -173,6 +189,8 @@ def check_checkpoint(folder: Path, step: int | None, checksums: bool = True) -> 
             raise ValueError("not a JSON object")
     except (OSError, ValueError, RecursionError) as exc:
         return Verdict(False, f"{META} unreadable ({exc})", verdict.manifest)
+    if why := meta_problem(meta):
+        return Verdict(False, f"{META}: {why}", verdict.manifest)
     try:
         load_metadata_safely((folder / ".metadata").read_bytes(), folder, (verdict.manifest or {}).get("files", {}))
     except OSError as exc:

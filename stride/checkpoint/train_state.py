@@ -86,3 +86,65 @@ def apply(trainer: TrainerView, loaded: dict[str, Any]) -> tuple[dict[str, Any],
         trainer.resume_data(json.loads(section["data"]))
         notes += restore_rng(section["rng"])
     return extras.get("guard") or {}, notes
+
+
+def _shape_problem(saved: Any, template: Any, where: str) -> str | None:
+    """`saved` has the shape of `template` (what this trainer writes): the same keys (none unknown), list
+    lengths, kinds of number; None only where the template has None. JSON cannot carry code, but a scheduler
+    loads its dict into its attributes, so a foreign key or type would break the run steps later."""
+    if isinstance(template, dict):
+        if not isinstance(saved, dict):
+            return f"{where} is not a table"
+        for k, v in saved.items():
+            if k not in template:
+                return f"{where} has an unknown entry {k!r}"
+            if why := _shape_problem(v, template[k], f"{where}.{k}"):
+                return why
+        return None
+    if isinstance(template, list):
+        if not isinstance(saved, list) or len(saved) != len(template):
+            return f"{where} is not a list of {len(template)}"
+        return next((w for i, (a, b) in enumerate(zip(saved, template, strict=True))
+                     if (w := _shape_problem(a, b, f"{where}[{i}]"))), None)
+    kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,), type(None): (type(None),)}
+    ok = kinds.get(type(template), ())
+    if type(saved) not in ok:
+        return f"{where} is {saved!r}, not a {type(template).__name__}"
+    return None
+
+
+def problem(trainer: TrainerView, loaded: dict[str, Any], step: int) -> str | None:
+    """What is wrong with the JSON sections of a checkpoint loaded for `step` (None: nothing), before
+    any of it is applied: step and counters as saved at that step, a schedule and scaler of this
+    trainer's shape, a guard history of numbers, a data position stride writes."""
+    rank, _ = rank_and_world()
+    try:
+        extras = json.loads(loaded["train"])
+        position = json.loads(loaded[f"rank{rank}"]["data"]) if f"rank{rank}" in loaded else {"kind": "replay"}
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"its training state is not JSON ({exc})"
+    if not isinstance(extras, dict) or not isinstance(position, dict):
+        return "its training state is not a JSON object"
+    if type(extras.get("step")) is not int or extras["step"] != step:
+        return f"its training state is at step {extras.get('step')!r}, not the folder's step {step}"
+    if type(extras.get("skipped_steps")) is not int or not 0 <= extras["skipped_steps"] <= step:
+        return f"skipped_steps {extras.get('skipped_steps')!r} is not a count of steps up to {step}"
+    mine = trainer.state_dict()
+    for key in ("scheduler", "scaler"):
+        saved = extras.get(key)
+        if key == "scaler" and isinstance(saved, dict) and not (saved and mine[key]):
+            continue  # fp32 has no loss scaler ({}): between fp32 and fp16 nothing of it is loaded
+        if why := _shape_problem(saved, mine[key], key):
+            return why
+    guard = extras.get("guard") or {}
+    numbers = (int, float)
+    if not isinstance(guard, dict) or not all(type(v) in numbers for v in guard.get("window", [])) \
+            or not all(type(guard.get(k, 0)) is int for k in ("nonfinite_steps", "spikes")):
+        return "its step-guard history is not the numbers stride writes"
+    kind, state = position.get("kind"), position.get("state")
+    counters = ("epoch", "position", "seed")
+    if kind not in ("state_dict", "replay") or (kind == "state_dict" and not (
+            isinstance(state, dict) and all(type(state.get(k)) is int and state[k] >= 0 for k in counters))) \
+            or (kind == "replay" and not (type(position.get("batches", 0)) is int and position.get("batches", 0) >= 0)):
+        return f"rank {rank}'s data position {json.dumps(position)[:120]} is not one stride writes"
+    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -26,13 +27,23 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def sparkline(values: list[float], width: int = 40) -> str:
-    vals = values[-width:]
+    vals = [v for v in values if math.isfinite(v)][-width:]  # a NaN loss has no height
     if not vals:
         return ""
     lo, hi = min(vals), max(vals)
     if hi == lo:
         return SPARK[0] * len(vals)
     return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / (hi - lo) * len(SPARK)))] for v in vals)
+
+
+def number(rec: dict[str, Any], key: str) -> float | None:
+    """rec[key] where it is a number (a record written by another version, or edited, may lack it)."""
+    v = rec.get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def fmt(v: float | None, spec: str, scale: float = 1.0) -> str:
+    return "-" if v is None else format(v * scale, spec)
 
 
 class RunView:
@@ -52,19 +63,28 @@ class RunView:
 
     def refresh(self) -> None:
         for rec in self.metrics.read_new():
-            (self.train if "loss" in rec else self.val if "val_loss" in rec else []).append(rec)
+            if isinstance(rec, dict):
+                (self.train if "loss" in rec else self.val if "val_loss" in rec else []).append(rec)
         new_sys = self.system.read_new()
-        if new_sys:
+        if new_sys and isinstance(new_sys[-1], dict):
             self.sys_last = new_sys[-1]
         if self.total_steps is None and (self.run_dir / "config.toml").is_file():
             import tomllib
 
             try:
-                self.total_steps = tomllib.loads((self.run_dir / "config.toml").read_text())["train"]["steps"]
-            except (tomllib.TOMLDecodeError, KeyError):
+                steps = tomllib.loads((self.run_dir / "config.toml").read_text())["train"]["steps"]
+                self.total_steps = steps if type(steps) is int else None
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError, KeyError, TypeError):
                 self.total_steps = None
-        if (self.run_dir / "summary.json").is_file():
-            self.summary = json.loads((self.run_dir / "summary.json").read_text())
+        path = self.run_dir / "summary.json"
+        if path.is_file():  # written whole, by a rename: what is there is complete
+            try:
+                summary = json.loads(path.read_text())
+            except (ValueError, RecursionError) as exc:
+                raise ValueError(f"{path}: not valid JSON ({exc})") from None
+            if not isinstance(summary, dict):
+                raise ValueError(f"{path}: holds a JSON {type(summary).__name__}, not a run summary")
+            self.summary = summary
 
     def render(self) -> Any:
         from rich.console import Group
@@ -78,25 +98,29 @@ class RunView:
         t.add_row("step", f"{step if step is not None else '-'} / {self.total_steps or '?'}"
                   + ("  (finished)" if self.summary else ""))
         if last:
-            t.add_row("loss", f"{last['loss']:.4g}")
-            t.add_row("lr", f"{last['lr']:.3g}")
-            sps = last.get("samples_per_s")
-            t.add_row("samples/s", f"{sps:,.0f}" if sps else "-")
-            t.add_row("step time", f"{last['step_time_s'] * 1e3:.2f} ms")
-            total = last["step_time_s"] or 1.0
-            for phase, sec in (last.get("breakdown_s") or {}).items():
-                t.add_row(f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / total:.1f} %)")
+            t.add_row("loss", fmt(number(last, "loss"), ".4g"))
+            t.add_row("lr", fmt(number(last, "lr"), ".3g"))
+            t.add_row("samples/s", fmt(number(last, "samples_per_s") or None, ",.0f"))
+            step_s = number(last, "step_time_s")
+            t.add_row("step time", fmt(step_s, ".2f", 1e3) + " ms")
+            phases = last.get("breakdown_s")
+            for phase, sec in (phases.items() if isinstance(phases, dict) else ()):
+                if isinstance(sec, int | float):
+                    t.add_row(f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / (step_s or 1.0):.1f} %)")
         if self.val:
-            t.add_row("val loss", f"{self.val[-1]['val_loss']:.4g} (step {self.val[-1]['step']})")
+            t.add_row("val loss", f"{fmt(number(self.val[-1], 'val_loss'), '.4g')} (step {self.val[-1].get('step')})")
         if self.sys_last:
-            t.add_row("CPU (process)", f"{self.sys_last['cpu_percent']:.0f} %")
-            t.add_row("RSS", f"{self.sys_last['rss_bytes'] / 2**20:,.0f} MiB")
-            for g in self.sys_last.get("gpus", []):
-                t.add_row(f"gpu{g['index']}", f"{g.get('util_percent')} % util, {g.get('temperature_c')} C, "
-                          f"{g.get('power_w')} W")
-        if self.summary and self.summary.get("mfu") is not None:
-            t.add_row("MFU", f"{100 * self.summary['mfu']:.2f} %")
-        return Group(t, f"loss {sparkline([r['loss'] for r in self.train])}")
+            t.add_row("CPU (process)", fmt(number(self.sys_last, "cpu_percent"), ".0f") + " %")
+            t.add_row("RSS", fmt(number(self.sys_last, "rss_bytes"), ",.0f", 2**-20) + " MiB")
+            gpus = self.sys_last.get("gpus")
+            for g in gpus if isinstance(gpus, list) else ():
+                if isinstance(g, dict):
+                    t.add_row(f"gpu{g.get('index')}", f"{g.get('util_percent')} % util, {g.get('temperature_c')} C, "
+                              f"{g.get('power_w')} W")
+        if self.summary and number(self.summary, "mfu") is not None:
+            t.add_row("MFU", fmt(number(self.summary, "mfu"), ".2f", 100) + " %")
+        losses = [v for r in self.train if (v := number(r, "loss")) is not None]
+        return Group(t, f"loss {sparkline(losses)}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,15 +142,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"stride top: no run files in {args.run_dir} yet: waiting for the run to start (Ctrl-C stops)",
               file=sys.stderr)
     view = RunView(args.run_dir)
-    view.refresh()
-    console = Console()
-    if args.once:
-        console.print(view.render())
-        return 0
-    start = time.monotonic()
-    with Live(view.render(), console=console, refresh_per_second=4) as live:
-        while view.summary is None and (args.timeout is None or time.monotonic() - start < args.timeout):
-            time.sleep(args.interval)
-            view.refresh()
-            live.update(view.render())
+    try:
+        view.refresh()
+        console = Console()
+        if args.once:
+            console.print(view.render())
+            return 0
+        start = time.monotonic()
+        with Live(view.render(), console=console, refresh_per_second=4) as live:
+            while view.summary is None and (args.timeout is None or time.monotonic() - start < args.timeout):
+                time.sleep(args.interval)
+                view.refresh()
+                live.update(view.render())
+    except ValueError as exc:  # a file of the run that is not what stride writes (a complete line that is not JSON)
+        from stride.errors import StrideError
+
+        err = StrideError(str(exc))
+        err.exit_code = 2  # bad input: the main entry prints it as one line
+        raise err from None
     return 0

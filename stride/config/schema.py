@@ -194,7 +194,8 @@ class TrainConfig:
     """Stop when the validation loss reaches this (time to target in summary.json); None: run every step."""
     threads: Annotated[int, Positive] | None = None
     """torch intra-op threads per process; None keeps torch's default (all cores; 1 per rank under --nproc)."""
-    name: str = "run"
+    name: Annotated[str, Matches(r"[^/\x00-\x1f\x7f]+", "a name without / or control characters (it ends the "
+                                 "run directory's name)")] = "run"
     """Name of the run: the run directory's suffix and the progress bar's label."""
 
 

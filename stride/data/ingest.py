@@ -206,9 +206,7 @@ def ingest(
                     raise IngestError(f"{path}: no timestamp column {time_col!r} (columns: {have})")
                 if schema is None:
                     schema = list(columns) if columns else names  # in the order asked for
-                    missing = sorted(set(columns or []) - set(names))
-                    if missing:
-                        raise IngestError(f"{path}: requested columns {missing} are not in the file")
+                    _check_columns(path, columns, names, schema, time_col, symbol_col)
                     for c in schema:
                         t = chunk.schema.field(c).type
                         if not (pa.types.is_floating(t) or pa.types.is_integer(t)):
@@ -228,7 +226,12 @@ def ingest(
                 ts = _timestamps_ns(chunk.column(time_col), path, time_col, time_format)
                 vals, over = _to_float32(chunk, schema, path, first_file, dtype)
                 if symbol_col in chunk.schema.names:
-                    syms = np.asarray(chunk.column(symbol_col).cast(pa.string()).to_numpy(zero_copy_only=False))
+                    sym_col = chunk.column(symbol_col).cast(pa.string())
+                    blank = np.flatnonzero(pc.fill_null(pc.equal(sym_col, ""), True))  # else stored as "None", ""
+                    if len(blank):
+                        raise IngestError(f"{path}: symbol column {symbol_col!r} is empty at row {blank[0] + row0} "
+                                          "(0-based data row); every row needs its symbol")
+                    syms = np.asarray(sym_col.to_numpy(zero_copy_only=False))
                 else:
                     syms = np.full(n, path.name.split(".")[0], dtype=object)  # sp500.csv.gz -> sp500
                 if over:
@@ -278,6 +281,24 @@ def ingest(
         if writer is not None:
             writer.abort()
         raise
+
+
+def _check_columns(path: Path, asked: list[str] | None, names: list[str], schema: list[str], time_col: str,
+                   symbol_col: str) -> None:
+    """The feature columns: at least one, each once, each in the file and none the time or symbol column."""
+    for c in asked or []:
+        if c in (time_col, symbol_col):
+            role = "timestamp" if c == time_col else "symbol"
+            raise IngestError(f"{path}: requested column {c!r} is the {role} column, not a feature column")
+    missing = sorted(set(asked or []) - set(names))
+    if missing:
+        raise IngestError(f"{path}: requested columns {missing} are not in the file (columns: {', '.join(names)})")
+    twice = sorted({c for c in schema if schema.count(c) > 1})
+    if twice:
+        raise IngestError(f"{path}: requested columns {twice} are named more than once")
+    if not schema:
+        raise IngestError(f"{path}: no feature columns besides {time_col!r} and {symbol_col!r}; a store needs at "
+                          "least one numeric column")
 
 
 def _largest(dtype: str) -> float:

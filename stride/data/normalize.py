@@ -54,9 +54,20 @@ def _merge(a: tuple[int, np.ndarray, np.ndarray], b: tuple[int, np.ndarray, np.n
     return n, ma + delta * (nb / n), qa + qb + delta**2 * (na * nb / n)
 
 
+class NonFiniteFeature(ValueError):
+    """A NaN or inf among the rows statistics are fitted on: `row` of the features, `index` into the columns."""
+
+    def __init__(self, row: int, index: int) -> None:
+        super().__init__(f"NaN or inf at row {row}, column {index}")
+        self.row, self.index = row, index
+
+
 def train_stats(features: torch.Tensor, row_ranges: list[tuple[int, int]], cols: list[int] | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, 1/std) per column (of `cols`, default all) over the row ranges, in float64, chunk by chunk."""
+    """(mean, 1/std) per column (of `cols`, default all) over the row ranges, in float64, chunk by chunk.
+
+    A NaN or inf there (ingestion never writes one: a store changed since) raises NonFiniteFeature
+    rather than fitting NaN statistics that would train to a NaN loss."""
     idx = None if cols is None else torch.tensor(cols)
     f = features.shape[1] if idx is None else len(cols)
     acc: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(f), np.zeros(f))
@@ -64,6 +75,9 @@ def train_stats(features: torch.Tensor, row_ranges: list[tuple[int, int]], cols:
         for a in range(lo, hi, CHUNK):
             x = features[a : min(hi, a + CHUNK)]
             x = (x if idx is None else x.index_select(1, idx)).double().numpy()
+            if not np.isfinite(x).all():
+                r, c = np.argwhere(~np.isfinite(x))[0]
+                raise NonFiniteFeature(a + int(r), int(c))
             m = x.mean(0)
             acc = _merge(acc, (len(x), m, ((x - m) ** 2).sum(0)))
     n, mean, m2 = acc

@@ -19,7 +19,7 @@ import torch
 
 from stride.config.errors import ConfigError
 from stride.config.schema import DataConfig
-from stride.data.normalize import derived_features, train_stats
+from stride.data.normalize import NonFiniteFeature, derived_features, train_stats
 from stride.data.store import Store, StoreError, open_store
 from stride.data.windows import RowWindows
 
@@ -132,7 +132,7 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
         else:
             mode, stats = cfg.normalize if cfg.normalize != "none" else "select", {}
             if mode == "train":
-                shift, scale = train_stats(store.values, train_rows, cols)
+                shift, scale = _fitted(store, cols, store.values, train_rows, cols)
                 stats = {"shift": shift, "scale": scale}
             fmap = derived_features(store.values, Path(store.path), sha, cols, store.segments(), mode,
                                     cfg.normalize_window, dtype="bfloat16", **stats)
@@ -148,7 +148,7 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
     else:
         fmap, feats = store.values_map, store.values  # zero copy: windows index the store's own memory map
     if cfg.normalize == "train" and cfg.batch_dtype == "float32":
-        shift, scale = train_stats(feats, train_rows)
+        shift, scale = _fitted(store, cols, feats, train_rows)
     batch_dtype = torch.bfloat16 if cfg.batch_dtype == "bfloat16" else torch.float32
 
     def make(r: np.ndarray, tscale: torch.Tensor | None = None) -> RowWindows:
@@ -162,6 +162,16 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
     train.target_scale = tscale
     return StoreSources(train, make(ranges["val"], tscale),
                         make(ranges["test"], tscale) if cfg.test_fraction > 0 else None, len(cols), ranges)
+
+
+def _fitted(store: Store, cols: list[int], *args) -> tuple[torch.Tensor, torch.Tensor]:
+    """train_stats(*args); a NaN or inf in the training rows is a StoreError naming the column and row."""
+    try:
+        return train_stats(*args)
+    except NonFiniteFeature as exc:
+        raise StoreError(f"`data.store`: {store.path}: feature column {store.columns[cols[exc.index]]!r} is NaN or "
+                         f"inf at row {exc.row} (training split); ingestion never stores one, so the store changed "
+                         f"after it was written: `stride data inspect {store.path} --verify`") from None
 
 
 def target_scale(train: RowWindows, seed: int, where: str, column: str, n: int = 1 << 15) -> torch.Tensor:

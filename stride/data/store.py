@@ -113,8 +113,9 @@ def _check_manifest(path: Path, m: Any) -> None:
     if not isinstance(m.get("dtype"), str) or m["dtype"] not in DTYPES:
         raise bad(f"dtype {m.get('dtype')!r} is not one of {', '.join(DTYPES)}")
     cols, n = m.get("columns"), m.get("n_rows")
-    if not isinstance(cols, list) or not all(isinstance(c, str) and c for c in cols) or len(set(cols)) != len(cols):
-        raise bad("columns must be a list of distinct names")
+    if not isinstance(cols, list) or not cols or not all(isinstance(c, str) and c for c in cols) \
+            or len(set(cols)) != len(cols):
+        raise bad("columns must be a non-empty list of distinct names")
     if type(n) is not int or n < 0:
         raise bad(f"n_rows {n!r} is not a row count")
     files = m.get("files")

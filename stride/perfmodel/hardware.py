@@ -9,6 +9,7 @@ editing the shipped file.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -150,7 +151,7 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
         if dt not in DTYPES:
             raise ConfigError(f"{where}: hardware `{name}`.peak_tflops has unknown dtype `{dt}`"
                               f"{suggest(dt, list(DTYPES))}")
-        if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v < math.inf:  # NaN fails too
             raise ConfigError(f"{where}: hardware `{name}`.peak_tflops.{dt} must be a positive number, got {v!r}")
     values: dict[str, Any] = {"name": name, "display_name": entry.get("display_name", name)}
     for key in _FIELDS:
@@ -189,7 +190,7 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
                 raise ConfigError(f"{where}: hardware `{name}`.scaleup_domain must be an integer >= 1, got {v!r}")
             values[key] = v
         else:
-            if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
+            if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < math.inf:  # NaN fails too
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be a number >= 0, got {v!r}")
             if key in ("matmul_efficiency", "attention_efficiency", "scaleup_busbw_fraction",
                        "scaleout_busbw_fraction") and not 0 < v <= 1:

@@ -67,4 +67,4 @@ def results_from_run(run: Path) -> dict[str, Any]:
         "step_time_breakdown_s": s.get("step_time_breakdown_s") or {},
         "run_dir": str(run),
     }
-    return make_results("train run", env, [entry])
+    return make_results("train run", env, [entry], where=str(run / "summary.json"))

@@ -6,6 +6,7 @@ say where to look first, stated in every recommendation so a reader can judge th
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,13 @@ def load_prices(path: str | Path) -> dict[str, float]:
         prices = tomllib.loads(p.read_text()).get("prices")
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{p}: not valid TOML: {exc}") from exc
-    if not isinstance(prices, dict) or not all(isinstance(v, int | float) for v in prices.values()):
+    if not isinstance(prices, dict) or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                                               for v in prices.values()):
         raise ValueError(f"{p}: expected a [prices] table of numbers (USD per device-hour)")
+    bad = next((k for k, v in prices.items() if not (math.isfinite(v) and v >= 0)), None)
+    if bad is not None:  # a NaN or negative price printed "Cost: -6.99 USD per million samples"
+        raise ValueError(f"{p}: prices.{bad} = {prices[bad]} is not a price (a finite number >= 0, USD per "
+                         "device-hour)")
     return {k: float(v) for k, v in prices.items()}
 
 

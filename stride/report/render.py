@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from html import escape
@@ -29,8 +30,9 @@ def _loss_curves(results: dict[str, Any]) -> dict[str, list[tuple[float, float]]
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a crash can leave the last line cut; the rest is still good
-            if "loss" in rec and "time_s" in rec:
-                pts.append((rec["time_s"], rec["loss"]))
+            if isinstance(rec, dict) and all(isinstance(rec.get(k), int | float) and math.isfinite(rec[k])
+                                             for k in ("loss", "time_s")):
+                pts.append((rec["time_s"], rec["loss"]))  # a diverged run's NaN losses have no place on the axis
         if pts:
             curves[w["name"]] = pts
     return curves

@@ -13,6 +13,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,9 @@ def _split_top(text: str) -> list[str]:
     return [s.strip() for s in out]
 
 
+MAX_POINTS = 100_000  # far beyond what one sweep trains; 10^8 points took the memory of the machine to list
+
+
 def parse_axis(text: str) -> Axis:
     where = f"--grid {text}"
     if "=" not in text:
@@ -79,6 +83,9 @@ def parse_axis(text: str) -> Axis:
         lo, hi = int(m.group(1)), int(m.group(2))
         if hi < lo:
             raise ConfigError(f"{where}: the range {lo}..{hi} is empty (write the lower end first)")
+        if hi - lo + 1 > MAX_POINTS:
+            raise ConfigError(f"{where}: the range has {hi - lo + 1:,} values, more than a sweep's "
+                              f"{MAX_POINTS:,} points")
         values: list[Any] = list(range(lo, hi + 1))
     else:
         parts = _split_top(raw) if raw else []
@@ -107,6 +114,10 @@ def expand(config: str | Path | None, overrides: list[str],
         if a.key in seen:
             raise ConfigError(f"--grid {a.text}: `{a.key}` has two --grid axes; give its values in one")
         seen.add(a.key)
+    n = math.prod(len(a.values) for a in axes)
+    if n > MAX_POINTS:  # each point is a config in memory and a run to train: refused before any is built
+        raise ConfigError(f"--grid {' '.join(a.text for a in axes)}: {n:,} points, more than a sweep's "
+                          f"{MAX_POINTS:,}; split it into several sweeps")
     points = []
     for combo in itertools.product(*(a.values for a in axes)):
         cfg = copy.deepcopy(base)
