@@ -297,9 +297,8 @@ def _summary_run(tmp_path: Path, **changes) -> Path:
 def test_a_run_summary_of_the_wrong_types_is_one_line(tmp_path: Path, changes: dict, words: list[str]) -> None:
     run = _summary_run(tmp_path, **changes)
     other = _summary_run(tmp_path / "b")
-    prices = str(REPO / "configs" / "prices.toml")
     one_line_error(stride_main("compare", str(run), str(other)), "summary.json", *words)
-    one_line_error(stride_main("report", str(run), "--prices", prices), "summary.json", *words)
+    one_line_error(stride_main("report", str(run)), "summary.json", *words)
     assert not (run / "report.html").exists()
 
 
@@ -310,7 +309,7 @@ def test_a_diverged_run_is_reported(tmp_path: Path) -> None:
     run = _summary_run(tmp_path, final_train_loss=float("nan"))
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": float("nan"), "time_s": 0.1 * i})
                                                + "\n" for i in range(1, 4)))  # NaN from the first logged step
-    res = stride_main("report", str(run), "--prices", str(REPO / "configs" / "prices.toml"))
+    res = stride_main("report", str(run))
     assert res.code == 0, res.err
     assert (run / "report.html").is_file()
 
