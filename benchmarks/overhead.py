@@ -201,7 +201,8 @@ def compare(models: list[str], rounds: int, threads: int, skip: int = 5, log=pri
         for m, f in runs:
             res[m, f].append(FRAMEWORKS[f](m, steps[m], threads, skip))
         log(f"round {r}: " + ", ".join(f"{m}/{f} {res[m, f][-1][0]:.2f}s" for m, f in sorted(runs)))
-    out: dict[str, Any] = {"threads": threads, "rounds": rounds, "skipped": {k: v for k, v in have.items() if v}}
+    skipped = {f: have[f] or "not requested (--frameworks)" for f in FRAMEWORKS if f not in {f for _, f in runs}}
+    out: dict[str, Any] = {"threads": threads, "rounds": rounds, "skipped": skipped}
     for m in models:
         tag = "" if m == "quick" else f"_{m}"
         wall = {f: statistics.median(v[0] for v in res[m, f]) for f in FRAMEWORKS if (m, f) in res}
@@ -214,12 +215,10 @@ def compare(models: list[str], rounds: int, threads: int, skip: int = 5, log=pri
         # bootstrap interval: says whether the rounds can resolve the 2 % goal at all
         out[f"overhead_ratio{tag}_paired"] = statistics.median(per_round)
         out[f"overhead_ratio{tag}_paired_ci95"] = list(bootstrap_ci(per_round))
-        for f in ("lightning", "accelerate"):
-            if f in wall:
-                out[f"{f}_ratio{tag}"] = wall[f] / wall["loop"]
-                out[f"{f}_ratio{tag}_cpu"] = cpu[f] / cpu["loop"]
-        if "lightning" in wall:
-            out[f"ahead_of_lightning{tag}"] = wall["stride"] < wall["lightning"]
+        for f in ("lightning", "accelerate"):  # null where not run (`skipped` says why), never a ratio of 0
+            out[f"{f}_ratio{tag}"] = wall[f] / wall["loop"] if f in wall else None
+            out[f"{f}_ratio{tag}_cpu"] = cpu[f] / cpu["loop"] if f in wall else None
+        out[f"ahead_of_lightning{tag}"] = wall["stride"] < wall["lightning"] if "lightning" in wall else None
         out[f"steps{tag}"] = steps[m]
         out[f"ms_per_step{tag}"] = {f: w / (steps[m] - skip) * 1e3 for f, w in wall.items()}
         out[f"cpu_ms_per_step{tag}"] = {f: c / (steps[m] - skip) * 1e3 for f, c in cpu.items()}
@@ -227,6 +226,18 @@ def compare(models: list[str], rounds: int, threads: int, skip: int = 5, log=pri
         out[f"final_loss{tag}"] = losses
         out[f"same_final_loss{tag}"] = max(losses.values()) - min(losses.values()) <= 1e-6 * abs(losses["loop"])
     return out
+
+
+def summary_line(m: str, out: dict[str, Any]) -> str:
+    """One model's line; a framework that did not run says so and why (it printed `lightning/loop 0.000`)."""
+    tag = "" if m == "quick" else f"_{m}"
+    ms = {k: round(v, 2) for k, v in out[f"ms_per_step{tag}"].items()}
+    others = [f"{f}/loop {r:.3f}" if (r := out.get(f"{f}_ratio{tag}")) is not None
+              else f"{f}/loop not run ({out['skipped'].get(f, 'no result')})" for f in ("lightning", "accelerate")]
+    lo, hi = out[f"overhead_ratio{tag}_paired_ci95"]
+    return (f"{m}: stride/loop {out[f'overhead_ratio{tag}']:.3f} wall (goal <= 1.02), "
+            f"{out[f'overhead_ratio{tag}_cpu']:.3f} CPU; {'; '.join(others)}; ms a step {ms}; paired "
+            f"{out[f'overhead_ratio{tag}_paired']:.3f} (95% CI {lo:.3f}-{hi:.3f})")
 
 
 def main() -> None:
@@ -253,13 +264,7 @@ def main() -> None:
         out = {**compare(args.models.split(","), args.rounds, args.threads,
                          frameworks=tuple(args.frameworks.split(",")), steps=steps), **host}
         for m in args.models.split(","):
-            tag = "" if m == "quick" else f"_{m}"
-            ms = {k: round(v, 2) for k, v in out[f"ms_per_step{tag}"].items()}
-            print(f"{m}: stride/loop {out[f'overhead_ratio{tag}']:.3f} wall (goal <= 1.02), "
-                  f"{out[f'overhead_ratio{tag}_cpu']:.3f} CPU; lightning/loop {out.get(f'lightning_ratio{tag}', 0):.3f}"
-                  f"; accelerate/loop {out.get(f'accelerate_ratio{tag}', 0):.3f}; ms a step {ms}; paired "
-                  f"{out[f'overhead_ratio{tag}_paired']:.3f} (95% CI {out[f'overhead_ratio{tag}_paired_ci95'][0]:.3f}"
-                  f"-{out[f'overhead_ratio{tag}_paired_ci95'][1]:.3f})")
+            print(summary_line(m, out))
     out["load_after"] = os.getloadavg()
     if args.json:
         print(json.dumps(out))

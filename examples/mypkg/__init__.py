@@ -1,1 +1,1 @@
-"""An example of a user's own model package for stride (see README, "Your own model and data")."""
+"""An example of a user's own model and data package for stride (see README, "Your own model and data")."""

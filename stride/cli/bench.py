@@ -43,8 +43,8 @@ def register(p: argparse.ArgumentParser) -> None:
     g.add_argument("--repeats", type=int, default=1,
                    help="runs per point, in alternating rounds (3 or more on a shared machine)")
     p.add_argument("--json", action="store_true", help="print results.json's content as the last line")
-    p.add_argument("--prices", default="configs/prices.toml",
-                   help="USD per device-hour table for the report's cost figures (TOML [prices])")
+    p.add_argument("--prices", default=None, help="USD per device-hour table for the report's cost figures "
+                   "(TOML [prices]; default: the one shipped with stride, stride/report/prices.toml)")
     p.add_argument("--no-report", action="store_true", help="skip report.html and summary.md")
     p.set_defaults(func=run)
 
@@ -172,7 +172,7 @@ def _print_tables(results: dict[str, Any], args: argparse.Namespace) -> None:
             out_console.print("one run per point: no spread; on a shared machine use --repeats 3 or more")
 
 
-def _write_report(out: Path, prices_path: str) -> None:
+def _write_report(out: Path, prices_path: str | None) -> None:
     """report.html and summary.md beside results.json (what `stride report DIR` writes)."""
     from stride.report.recommend import load_prices
     from stride.report.render import render_report

@@ -101,7 +101,10 @@ def run_inspect(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{st.path} ({'checksums verified' if args.verify else 'sizes checked'})")
+    sampled = all("sample" in f for f in m["files"].values())  # stores committed before sampled digests: sizes
+    checked = "checksums verified" if args.verify else "sizes and sampled blocks checked" if sampled else \
+        "sizes checked"
+    t = Table(title=f"{st.path} ({checked})")
     for col in ("symbol", "rows", "first", "last"):
         t.add_column(col)
     import numpy as np

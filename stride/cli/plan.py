@@ -29,7 +29,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for --workload (repeatable)")
     parser.add_argument("--hardware", default="h100-sxm", help="device name from the catalog (default h100-sxm)")
-    parser.add_argument("--hardware-file", help="extra/override hardware TOML on top of configs/hardware.toml")
+    parser.add_argument("--hardware-file", help="extra/override hardware TOML on top of the shipped catalog "
+                        "(stride/perfmodel/hardware.toml)")
     parser.add_argument("--devices", type=int, help="number of devices")
     parser.add_argument("--global-batch", type=int, help="sequences per step (default: ~4M tokens)")
     parser.add_argument("--seq", type=int, help="sequence length (overrides the model's)")

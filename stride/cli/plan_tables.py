@@ -29,7 +29,7 @@ def print_hardware(catalog, as_json: bool = False) -> None:
     if as_json:
         print(json.dumps(rows))
         return
-    t = Table(title="hardware catalog (configs/hardware.toml; dense peaks)")
+    t = Table(title="hardware catalog (stride/perfmodel/hardware.toml; dense peaks)")
     for col in ("name", "part", "bf16 TF", "best GEMM", "fp8 TF", "fp4 TF", "GiB", "TB/s", "scale-up", "$/h"):
         t.add_column(col, justify="left" if col in ("name", "part") else "right")
     for r in rows:

@@ -8,7 +8,8 @@ import argparse
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="a results.json, a `stride bench` directory or a `stride train` run directory "
                    "(the report is written beside it)")
-    p.add_argument("--prices", default="configs/prices.toml", help="USD per device-hour table (TOML [prices])")
+    p.add_argument("--prices", default=None, help="USD per device-hour table (TOML [prices]; default: the one "
+                   "shipped with stride, stride/report/prices.toml)")
     p.set_defaults(func=run)
 
 

@@ -1,7 +1,8 @@
 """The on-disk store: one row-major memory-mapped matrix of named float columns, plus a manifest.
 
 Layout of a store directory:
-  manifest.json    columns, dtype, row count, time range, per-symbol row runs, sha256 of each file
+  manifest.json    columns, dtype, row count, time range, per-symbol row runs, sha256 of each file and
+                   digests of sampled blocks of it (checked at every open)
   values.bin       [rows, columns] float32 (or bfloat16), symbols one after another, time-ordered
   timestamps.bin   [rows] int64 nanoseconds since the epoch
 
@@ -58,6 +59,46 @@ def is_store(path: Path) -> bool:
     except (OSError, ValueError, RecursionError):
         return False
     return path.is_dir() and not path.is_symlink() and isinstance(m, dict) and m.get("format") == FORMAT
+
+
+# At every open, blocks of each data file are hashed against digests the manifest recorded at commit: a file
+# changed after ingestion (edited, overwritten, replaced by a same-size file) is an error before training,
+# where only `--verify` (reading every byte: ~1 s a GiB here) used to notice. Small files are hashed whole;
+# larger ones in 64 evenly spread 16 KiB blocks (first and last included), 1 MiB a file, so the cost does
+# not grow with the store. Measured on a 256 MiB store (8M rows x 8 float32 columns; AMD EPYC, 2 cores, load
+# 1.9; median of 15 alternated opens with and without the manifest's samples): the check adds 2.8 ms to an
+# open with the files in the page cache, 11.4 ms with both evicted (posix_fadvise DONTNEED), against 0.3 ms
+# for an open without it and 0.52 s for `--verify`. A sample, not a proof: an edit between the blocks passes
+# (the NaN/inf check of the rows a run reads still stands behind it). Not mtimes: a copy (cp, rsync, a
+# download) changes them and leaves the content whole.
+SAMPLE_BLOCK, SAMPLE_BLOCKS = 1 << 14, 64
+
+
+def _block_digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def sample_digests(path: Path, size: int) -> dict[str, Any]:
+    """The manifest's `sample` entry of a data file of `size` bytes: block offsets and their digests."""
+    if size <= SAMPLE_BLOCK * SAMPLE_BLOCKS:
+        offsets = list(range(0, size, SAMPLE_BLOCK))
+    else:
+        offsets = [i * (size - SAMPLE_BLOCK) // (SAMPLE_BLOCKS - 1) for i in range(SAMPLE_BLOCKS)]
+    with open(path, "rb") as f:
+        digests = [_block_digest(os.pread(f.fileno(), SAMPLE_BLOCK, o)) for o in offsets]
+    return {"block_bytes": SAMPLE_BLOCK, "offsets": offsets, "blake2b_64": digests}
+
+
+def _check_sample(path: Path, f: Path, sample: dict[str, Any], row_bytes: int) -> None:
+    """Compare the blocks `sample` names with the file; a difference names the rows it covers."""
+    block = sample["block_bytes"]
+    with open(f, "rb") as fh:
+        for o, want in zip(sample["offsets"], sample["blake2b_64"], strict=True):
+            if _block_digest(os.pread(fh.fileno(), block, o)) != want:
+                raise StoreError(f"{f}: changed after the store was committed (bytes {o}..{o + block - 1}, rows "
+                                 f"{o // row_bytes}..{(o + block - 1) // row_bytes}, differ from the manifest's "
+                                 f"digest); `stride data inspect {path} --verify` checks every byte; re-ingest "
+                                 "the store to repair it")
 
 
 def _sha256(path: Path, chunk: int = 1 << 24) -> str:
@@ -123,6 +164,16 @@ def _check_manifest(path: Path, m: Any) -> None:
         info = files.get(name) if isinstance(files, dict) else None
         if not isinstance(info, dict) or type(info.get("bytes")) is not int or not isinstance(info.get("sha256"), str):
             raise bad(f"files.{name} must give its bytes and sha256")
+        smp = info.get("sample")  # absent in stores committed before sampled digests: sizes only
+        if smp is not None and not (isinstance(smp, dict) and type(smp.get("block_bytes")) is int
+                                    and 0 < smp["block_bytes"] <= 1 << 24 and isinstance(smp.get("offsets"), list)
+                                    and len(smp["offsets"]) <= 4096
+                                    and isinstance(smp.get("blake2b_64"), list)
+                                    and len(smp["offsets"]) == len(smp["blake2b_64"])
+                                    and all(type(o) is int and o >= 0 for o in smp["offsets"])
+                                    and all(isinstance(d, str) for d in smp["blake2b_64"])):
+            raise bad(f"files.{name}.sample must give block_bytes (at most 16 MiB), offsets and blake2b_64 digests, "
+                      "one per offset (at most 4096)")
     runs, at = m.get("symbols"), 0
     if not isinstance(runs, list):
         raise bad("symbols must be a list of row runs")
@@ -182,7 +233,11 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
             raise StoreError(f"{f}: a link to {f.resolve()}, outside the store: refused")
         size = f.stat().st_size if f.is_file() else -1
         if size != want or size != meta["bytes"]:
-            raise StoreError(f"{f}: {size} bytes on disk, manifest expects {want}")
+            raise StoreError(f"{f}: {size} bytes on disk, manifest expects {want} (truncated, replaced or missing "
+                             f"since the store was committed; `stride data inspect {path} --verify` checks every "
+                             "file; re-ingest the store to repair it)")
+        if meta.get("sample") is not None:
+            _check_sample(path, f, meta["sample"], c * width if name == "values.bin" else 8)
         if verify and _sha256(f) != meta["sha256"]:
             raise StoreError(f"{f}: sha256 differs from the manifest (the file was changed or damaged)")
     # mode "c" (copy-on-write): writable for torch, never written back to the file.
@@ -278,9 +333,10 @@ class StoreWriter:
             "symbols": runs,
             "files": {
                 "values.bin": {"bytes": start * len(self.columns) * width, "sha256": hashes["values.bin"].hexdigest(),
-                               "shape": [start, len(self.columns)]},
+                               "shape": [start, len(self.columns)],
+                               "sample": sample_digests(self.tmp / "values.bin", start * len(self.columns) * width)},
                 "timestamps.bin": {"bytes": start * 8, "sha256": hashes["timestamps.bin"].hexdigest(),
-                                   "shape": [start]},
+                                   "shape": [start], "sample": sample_digests(self.tmp / "timestamps.bin", start * 8)},
             },
             **(extra or {}),
         }

@@ -11,7 +11,9 @@ run's model is censused (census_step.py), so any stride workload calibrates; its
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,12 @@ from stride.perfmodel.workload_cost import predict_workload
 # rank sharing its core with gloo and waiting on a straggler reaches less than the benchmark).
 LOCAL_BOUNDS = {**BOUNDS, "gemm": (0.3, 1.0), "attention": (0.05, 1.0), "memory": (0.3, 3.0),
                 "network": (0.2, 1.0)}
+# Runs the model cannot tell apart (the same predicted step whatever the factors) measured further apart than
+# this cannot both be fitted: on a busy 2-core host one configuration's throughput read up to 22 % apart
+# between rounds (benchmarks/data_loader.py, 3 rounds), so 1.5x is a disagreement, not noise. Between two
+# such runs the robust (Huber) loss is flat, and the fit silently kept its starting factors (0.46 vs 0.052
+# s/step for one layout).
+DISAGREE = 1.5
 
 
 @dataclass
@@ -120,6 +128,26 @@ def calibrate(runs: list[RunInputs], hw: Hardware, start: Efficiency | None = No
     return eff, [report(r, hw, eff) for r in runs]
 
 
+def disagreements(runs: list[RunInputs], hw: Hardware, eff: Efficiency) -> list[str]:
+    """Groups of runs that are one step to the model (equal predictions under two unrelated sets of
+    factors) whose measured step times are more than DISAGREE apart: one line each, naming the runs."""
+    other = Efficiency(gemm=0.7, attention=0.35, memory=0.6, network=0.8, overlap=0.5, dispatch=0.15)
+    groups: dict[tuple, list[RunInputs]] = {}
+    for r in runs:
+        key = (r.world_size, *(f"{r.predict(hw, e).step_time_s:.9e}" for e in (eff, other)))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for group in groups.values():
+        group = sorted(group, key=lambda r: r.measured_step_s)
+        spread = group[-1].measured_step_s / group[0].measured_step_s
+        if len(group) > 1 and spread > DISAGREE:
+            named = ", ".join(f"{r.run_dir} ({r.measured_step_s:.3g} s/step)" for r in group)
+            out.append(f"runs {named} are the same step to the model (layout {group[0].layout.short()}) but were "
+                       f"measured {spread:.1f}x apart: no factors fit both; rerun them on a quiet machine or leave "
+                       "the outlier out")
+    return out
+
+
 def report(r: RunInputs, hw: Hardware, eff: Efficiency) -> dict:
     pred = r.predict(hw, eff)
     return {"run": str(r.run_dir), "layout": pred.layout.short(), "world_size": r.world_size,
@@ -133,6 +161,15 @@ def calibrate_cli(args: argparse.Namespace) -> int:
         raise ConfigError("stride plan calibrate needs one or more run directories")
     hw = load_catalog(args.hardware_file).get(args.hardware)
     start = load_efficiency(args.efficiency) if args.efficiency else None
-    eff, rep = calibrate([run_inputs(Path(r)) for r in args.runs], hw, start)
-    print(json.dumps({"hardware": hw.name, "efficiency": eff.to_dict(), "runs": rep}))
+    runs = [run_inputs(Path(r)) for r in args.runs]
+    warnings = disagreements(runs, hw, start or Efficiency())
+    eff, rep = calibrate(runs, hw, start)
+    kept = all(abs(a - b) <= 1e-4 for a, b in zip(dataclasses.astuple(eff), dataclasses.astuple(start or Efficiency()),
+                                                   strict=True))
+    if warnings and kept:
+        warnings.append("the fit moved no factor: " + (f"the factors of {args.efficiency}" if start else
+                                                       "the default factors") + " were kept, not fitted")
+    for w in warnings:
+        print(f"stride plan calibrate: warning: {w}", file=sys.stderr)
+    print(json.dumps({"hardware": hw.name, "efficiency": eff.to_dict(), "runs": rep, "warnings": warnings}))
     return 0

@@ -1,6 +1,6 @@
 """Hardware catalog: typed device profiles loaded from TOML.
 
-The default catalog is `configs/hardware.toml` (datasheet values). A user file passed with
+The default catalog is `stride/perfmodel/hardware.toml` (datasheet values; package data). A user file passed with
 `--hardware-file` adds devices or overrides fields of existing ones (`base = "name"` inherits),
 so measured profiles (a matmul probe, `stride comm`) can replace datasheet numbers without
 editing the shipped file.
@@ -18,7 +18,9 @@ from typing import Any
 
 from stride.config.errors import ConfigError, suggest
 
-DEFAULT_CATALOG = Path(__file__).resolve().parents[2] / "configs" / "hardware.toml"
+# package data beside this file, so a pip-installed stride (and the Docker image, which installs it into
+# site-packages) finds it; it was configs/hardware.toml two folders up, which only a clone has
+DEFAULT_CATALOG = Path(__file__).with_name("hardware.toml")
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
 

@@ -17,10 +17,14 @@ DATA_BOUND = 0.10  # data wait above 10 % of the step: the loader is on the crit
 OPTIMIZER_BOUND = 0.25
 HOST_BOUND = 0.15  # unattributed time ("other"): Python, logging, launch overhead
 LOW_MFU = 0.2  # forward + backward at under 20 % MFU: kernel count or memory traffic, not FLOPs, set the pace
+# The default price table ships inside the package (package data), so `stride report` finds it from any
+# directory and in a pip-installed stride; it was `configs/prices.toml` relative to the current directory.
+DEFAULT_PRICES = Path(__file__).with_name("prices.toml")
 
 
-def load_prices(path: str | Path) -> dict[str, float]:
-    p = Path(path)
+def load_prices(path: str | Path | None = None) -> dict[str, float]:
+    """USD per device-hour from the TOML table at `path` (None: the table shipped with stride)."""
+    p = Path(path) if path is not None else DEFAULT_PRICES
     if not p.is_file():
         raise FileNotFoundError(f"price table not found: {p}")
     try:

@@ -92,12 +92,19 @@ def test_half_written_directory_is_refused(tmp_path: Path) -> None:
     (half / "values.bin").write_bytes((tmp_path / "st" / "values.bin").read_bytes())
     with pytest.raises(StoreError, match="no manifest.json"):
         open_store(half)
-    # A store whose data file was cut short does not open; one whose bytes changed fails verify.
+    # A store whose data file was cut short does not open, nor one whose bytes changed (its sampled blocks);
+    # without sampled digests in the manifest (a store committed before them), the change fails verify.
     data = (tmp_path / "st" / "values.bin").read_bytes()
     (tmp_path / "st" / "values.bin").write_bytes(data[:-4])
-    with pytest.raises(StoreError, match="bytes on disk"):
+    with pytest.raises(StoreError, match="bytes on disk.*--verify"):
         open_store(tmp_path / "st")
     (tmp_path / "st" / "values.bin").write_bytes(bytes([data[0] ^ 1]) + data[1:])
+    with pytest.raises(StoreError, match="values.bin: changed after the store was committed.*--verify"):
+        open_store(tmp_path / "st")
+    m = json.loads((tmp_path / "st" / "manifest.json").read_text())
+    for info in m["files"].values():
+        del info["sample"]
+    (tmp_path / "st" / "manifest.json").write_text(json.dumps(m))
     open_store(tmp_path / "st")
     with pytest.raises(StoreError, match="sha256"):
         open_store(tmp_path / "st", verify=True)
