@@ -65,6 +65,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
     comm = par.comm_timer is not None
     return {
         "name": t.name,
+        "status": "finished",  # "diverged" (with diverged_at_step) for a run stopped by a non-finite loss
         "steps": tr.step,
         "start_step": tally.start_step,  # steps start_step+1..steps ran in this process: the figures below are theirs
         "final_train_loss": float(par.mean(loss_sum)),  # last step, mean over ranks
