@@ -298,7 +298,8 @@ class MetricsConfig:
     flops: bool = True
     """Count FLOPs once (torch.utils.flop_counter) for MFU."""
     skip_steps: Annotated[int, NonNegative] = 3
-    """Warm-up steps left out of throughput and the breakdown (compile, allocator)."""
+    """Warm-up steps left out of throughput and the breakdown (compile, allocator); a run of no more steps times them
+    all, and its summary.json `timing_note` and console say so."""
     peak_flops: Annotated[float, Positive] | None = None
     """Peak FLOP/s used for MFU; None: the datasheet (GPUs) or a measured 1024^3 matmul (CPU)."""
     tensorboard: bool = False
