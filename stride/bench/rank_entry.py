@@ -13,12 +13,12 @@ sweep reports it beside every efficiency.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import sys
 import time
 
 from stride.bench.pinning import pin_from_env
+from stride.files import strict_json
 
 SCHED_ENV = "STRIDE_BENCH_SCHED_DIR"
 
@@ -35,7 +35,7 @@ def sched_report(out_dir: str, started: float) -> None:
            "runqueue_wait_s": int(wait_ns) / 1e9}
     tmp = os.path.join(out_dir, f".sched-rank{rank}.json.tmp")
     with open(tmp, "w") as f:
-        json.dump(rec, f)
+        f.write(strict_json.dumps(rec))
     os.replace(tmp, os.path.join(out_dir, f"sched-rank{rank}.json"))
 
 

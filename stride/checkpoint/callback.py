@@ -46,6 +46,8 @@ def _log(msg: str) -> None:
 class CheckpointCallback(Callback):
     """See the module docstring. `root` overrides where checkpoints live (default: run dir / checkpoint.dir)."""
 
+    guards_nonfinite = True  # the step guard skips non-finite steps and rolls back (stride.checkpoint.guard)
+
     def __init__(self, root: str | Path | None = None, log=_log) -> None:
         self.root_override = Path(root) if root is not None else None
         self.log = log

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from stride.files import strict_json
 from stride.metrics.dtype_speed import speeds_of_trace
 from stride.profile.analyze import analyze_traces
 from stride.profile.errors import TraceError
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"stride analyze: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(report, allow_nan=False, default=float))
+        print(strict_json.dumps(report, default=float))
         return 0
     from stride.profile.render import render_report
 

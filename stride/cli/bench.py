@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from stride.files import strict_json
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_report:
         _write_report(out, args.prices)
     if args.json:
-        print(json.dumps(results, default=str))
+        print(strict_json.dumps(results, default=str))
     return 0
 
 

@@ -13,12 +13,12 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     import sys
 
     from rich.console import Console
 
     from stride.bench.results import ResultsError
+    from stride.files import strict_json
     from stride.report.compare import compare_results, compare_table
     from stride.report.inputs import resolve
 
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"stride compare: {side} is a stopped sweep: {res['partial']['done']} of "
                   f"{res['partial']['planned']} runs measured", file=sys.stderr)
     if args.json:
-        print(json.dumps(rows))
+        print(strict_json.dumps(rows))
     else:
         Console(width=140).print(compare_table(rows, args.a, args.b))
     return 0

@@ -4,9 +4,10 @@ write one Chrome trace per rank, and print the bottleneck analysis of the traced
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
+
+from stride.files import strict_json
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -108,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
     if speeds:
         report["dtype_speeds"] = {"basis": speeds.basis, "samples_per_s": speeds.per_dtype}  # the evidence
     if result.run_dir:
-        (result.run_dir / "analysis.json").write_text(json.dumps(report, default=float, indent=1))
+        (result.run_dir / "analysis.json").write_text(strict_json.dumps(report, default=float, indent=1))
     if args.json:
-        print(json.dumps(report, default=float))
+        print(strict_json.dumps(report, default=float))
         return 0
     from stride.profile.render import render_report
 

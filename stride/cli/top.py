@@ -96,7 +96,9 @@ class RunView:
         last = self.train[-1] if self.train else {}
         step = last.get("step")
         t.add_row("step", f"{step if step is not None else '-'} / {self.total_steps or '?'}"
-                  + ("  (finished)" if self.summary else ""))
+                  + (f"  (diverged at step {self.summary.get('diverged_at_step')})"
+                     if self.summary and self.summary.get("status") == "diverged" else "  (finished)" if self.summary
+                     else ""))
         if last:
             t.add_row("loss", fmt(number(last, "loss"), ".4g"))
             t.add_row("lr", fmt(number(last, "lr"), ".3g"))

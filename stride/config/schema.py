@@ -73,7 +73,7 @@ class ModelConfig:
     quantiles: list[Annotated[float, Range(gt=0, lt=1)]] = field(default_factory=lambda: [0.1, 0.5, 0.9])
     """Quantile levels predicted with `loss = "quantile"` (one output per horizon and level)."""
     kwargs: dict = field(default_factory=dict)
-    """Keyword arguments passed to a `module:factory` model (a TOML table)."""
+    """Keyword arguments passed to a `module:factory` model (a TOML table); a built-in model takes none (an error)."""
 
 
 @dataclass
@@ -96,7 +96,7 @@ class DataConfig:
     seed: int = 0
     """Seed of the synthetic market and of the batch order."""
     kwargs: dict = field(default_factory=dict)
-    """Keyword arguments passed to a `module:factory` data source (a TOML table)."""
+    """Keyword arguments passed to a `module:factory` data source (a TOML table); synthetic and store take none."""
     store: str = ""
     """Store source: the directory `stride data ingest` wrote."""
     columns: list[str] = field(default_factory=list)
@@ -298,7 +298,8 @@ class MetricsConfig:
     flops: bool = True
     """Count FLOPs once (torch.utils.flop_counter) for MFU."""
     skip_steps: Annotated[int, NonNegative] = 3
-    """Warm-up steps left out of throughput and the breakdown (compile, allocator)."""
+    """Warm-up steps left out of throughput and the breakdown (compile, allocator); a run of no more steps times them
+    all, and its summary.json `timing_note` and console say so."""
     peak_flops: Annotated[float, Positive] | None = None
     """Peak FLOP/s used for MFU; None: the datasheet (GPUs) or a measured 1024^3 matmul (CPU)."""
     tensorboard: bool = False

@@ -5,7 +5,9 @@ A single key's type, choices and range belong to the schema; what is here needs 
 
 from __future__ import annotations
 
-from stride.config.errors import ConfigError
+from dataclasses import fields
+
+from stride.config.errors import ConfigError, suggest
 from stride.config.fields import check_fields
 from stride.config.schema import RunConfig
 
@@ -17,6 +19,7 @@ def validate(cfg: RunConfig) -> None:
     _validate_checkpoint(cfg)
     _validate_parallel(cfg)
     _validate_data(cfg)
+    _validate_kwargs(cfg)
 
 
 def _validate_train(cfg: RunConfig) -> None:
@@ -72,3 +75,18 @@ def _validate_data(cfg: RunConfig) -> None:
     if d.batch_dtype != "float32" and d.source != "store":
         raise ConfigError(f'`data.batch_dtype` = {d.batch_dtype!r} needs `data.source` = "store" '
                           f"(it is {d.source!r}; the synthetic and module:factory sources hand out float32)")
+
+
+def _validate_kwargs(cfg: RunConfig) -> None:
+    """`kwargs` go to a `module:factory` only: a built-in model or source takes none, and ignoring them hid typos."""
+    for section, key, built_in in (("model", "name", cfg.model), ("data", "source", cfg.data)):
+        kwargs, name = built_in.kwargs, getattr(built_in, key)
+        if not kwargs or ":" in name:
+            continue
+        own = [f.name for f in fields(built_in) if f.name != "kwargs"]
+        first = next(iter(kwargs))
+        hint = (f"; set `{section}.{first}` instead" if first in own else suggest(first, own).replace(
+            "`", f"`{section}.", 1)) if isinstance(first, str) else ""
+        raise ConfigError(
+            f"`{section}.kwargs` = {kwargs!r} is passed only to a `{section}.{key}` of the form `module:factory`; the "
+            f"built-in {name!r} takes no kwargs (its settings are the [{section}] keys){hint}")

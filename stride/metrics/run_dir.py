@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from stride.errors import StrideError, describe_os_error, one_line, os_reason
-from stride.files import run_lock
+from stride.files import run_lock, strict_json
 from stride.files.owner import remove_abandoned, tagged_name
 from stride.metrics.env import fingerprint
 
@@ -50,15 +50,10 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise RunDirError(one_line(f"cannot write {path}: {os_reason(exc)}")) from None
 
 
-def _json_default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
 def json_text(obj: Any) -> str:
-    """A JSON file's text as the run folder writes it (summary.json; the trackers log the same text)."""
-    return json.dumps(obj, indent=2, default=_json_default) + "\n"
+    """A JSON file's text as the run folder writes it (summary.json; the trackers log the same text): strict
+    JSON, a non-finite number written as null and named in `nonfinite_fields` (stride.files.strict_json)."""
+    return strict_json.dumps(obj, indent=2) + "\n"
 
 
 def _record_step(line: str) -> int | None:
@@ -124,7 +119,7 @@ class RunDir:
         try:
             if self._metrics is None:
                 self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (kept open)
-            self._metrics.write(json.dumps(record, default=_json_default) + "\n")
+            self._metrics.write(strict_json.dumps(record) + "\n")
         except OSError as exc:
             raise RunDirError(one_line(f"cannot write {self.path / 'metrics.jsonl'}: {os_reason(exc)}")) from None
 

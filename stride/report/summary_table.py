@@ -50,4 +50,8 @@ def summary_table(s: dict[str, Any]) -> Table:
 
 
 def print_summary(s: dict[str, Any], console: Console | None = None) -> None:
-    (console or Console()).print(summary_table(s))
+    console = console or Console()
+    console.print(summary_table(s))
+    note = s.get("timing_note")
+    if isinstance(note, str):  # warm-up steps only: the figures above are not steady-state (stride.train.summary)
+        console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)

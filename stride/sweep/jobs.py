@@ -48,14 +48,19 @@ def run_job(job: PackJob, on_point: Callable[[dict[str, Any]], None] | None = No
 
     if job.solo:
         from stride.sweep.export import solo_state
+        from stride.train.divergence import TrainingDiverged
         from stride.train.trainer import Trainer
 
         for pid, cfg in zip(job.ids, job.configs, strict=True):
-            trainer = Trainer(config=_quiet(cfg), out=Path(job.out) / "runs" / pid)
-            result = trainer.fit()
-            summary = dict(result.summary, status="target" if result.summary.get("time_to_target_s") else "done")
-            emit({"id": pid, "mode": "solo", "summary": summary, "history": result.history,
-                  "state": solo_state(trainer), "run_dir": str(result.run_dir)})
+            run_dir = Path(job.out) / "runs" / pid
+            trainer = Trainer(config=_quiet(cfg), out=run_dir)
+            try:
+                result = trainer.fit()
+                summary = dict(result.summary, status="target" if result.summary.get("time_to_target_s") else "done")
+            except TrainingDiverged as exc:  # a result like a packed model's divergence (its loss: none)
+                summary = dict(exc.summary, final_train_loss=None)
+            emit({"id": pid, "mode": "solo", "summary": summary, "history": list(trainer.history),
+                  "state": solo_state(trainer), "run_dir": str(run_dir)})
         return done
 
     from stride.sweep.packed_train import PackedTrainer

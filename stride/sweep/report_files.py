@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from stride.bench.results import make_results
+from stride.files import strict_json
 from stride.metrics.env import fingerprint
 from stride.metrics.run_dir import atomic_write_text
 from stride.sweep.report import SEED_KEYS, pairwise, plots, table_rows, write_parquet
@@ -98,7 +98,7 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
                "cost": cost(results, packs, price_per_hour)}
     obj = make_results("sweep", fingerprint(), [_entry(r) for r in results])
     obj["sweep"] = section
-    atomic_write_text(root / "results.json", json.dumps(obj, indent=1, default=str) + "\n")
+    atomic_write_text(root / "results.json", strict_json.dumps(obj, indent=1, default=str) + "\n")
     cols = ["point", *keys, "mode", "pack", "status", "steps", "final_val_loss", "time_to_target_s", "samples_per_s"]
     c = section["cost"]
     cost_line = (f"sweep: {c['sweep_device_s']:.1f} s of device time in {c['packs']} pack(s) (wall clock "

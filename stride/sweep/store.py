@@ -22,6 +22,7 @@ import torch
 
 from stride.config import config_hash
 from stride.config.errors import ConfigError
+from stride.files import strict_json
 from stride.metrics.run_dir import atomic_write_text
 from stride.sweep.grid import Axis, Point
 
@@ -54,7 +55,7 @@ class SweepStore:
                 raise ConfigError(f"{self.root} holds another sweep (other points or configs); resume it with its own "
                                   "config and --grid, or use another --out")
         self.points_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(plan, indent=2, default=str) + "\n")
+        atomic_write_text(path, strict_json.dumps(plan, indent=2, default=str) + "\n")
         return sum(self.done(p["id"]) for p in plan["points"])
 
     # -- points ---------------------------------------------------------------------------------
@@ -84,7 +85,7 @@ class SweepStore:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, self.state_path(pid))
-        atomic_write_text(self.result_path(pid), json.dumps(result, indent=1, default=_json_default) + "\n")
+        atomic_write_text(self.result_path(pid), strict_json.dumps(result, indent=1) + "\n")
 
     def load_state(self, pid: str) -> dict[str, Any]:
         path = self.state_path(pid)
@@ -94,9 +95,3 @@ class SweepStore:
 
     def results(self, ids: list[str]) -> list[dict[str, Any]]:
         return [r for r in (self.read(i) for i in ids) if r is not None]
-
-
-def _json_default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -75,6 +75,10 @@ class TrainerView(Protocol):
 class Callback:
     """Hooks into `Trainer.fit()`, in the order the trainer holds its callbacks. Override what you need."""
 
+    # True: this callback deals with non-finite losses itself (skips the update, rolls back), so the trainer
+    # does not stop the run at the first one (stride.train.divergence); the checkpoint callback is one.
+    guards_nonfinite = False
+
     def on_fit_start(self, trainer: TrainerView) -> None:
         """After set-up (model, optimizer, first batch), before the first step: load a checkpoint here."""
 

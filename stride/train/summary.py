@@ -54,6 +54,20 @@ class Summarised(Protocol):
     data_loader: dict[str, Any] | None
 
 
+def warmup_note(steps: int, start_step: int, skip: int) -> str | None:
+    """Why the figures are not steady-state where this process ran no step past the warm-up (None where it did).
+
+    The trainer then times every step (something, rather than nothing): compile, allocator and first-touch
+    costs are in the step time and throughput, and nothing else would say so (timed_steps alone)."""
+    ran = steps - start_step
+    if ran > skip:
+        return None
+    return (f"train.steps = {steps} is not above metrics.skip_steps = {skip}"
+            + (f" (this process ran steps {start_step + 1}..{steps})" if start_step else "")
+            + f": every step was timed, warm-up included, so step time and throughput are not steady-state; raise "
+            f"train.steps above {start_step + skip} or lower metrics.skip_steps")
+
+
 def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dict[str, Any]:
     """The summary of a run. Every rank calls it: the loss mean and a pipeline's parameter gather are collectives."""
     t, timer, par = tr.cfg.train, tr.timer, tr.par
@@ -65,6 +79,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
     comm = par.comm_timer is not None
     return {
         "name": t.name,
+        "status": "finished",  # "diverged" (with diverged_at_step) for a run stopped by a non-finite loss
         "steps": tr.step,
         "start_step": tally.start_step,  # steps start_step+1..steps ran in this process: the figures below are theirs
         "final_train_loss": float(par.mean(loss_sum)),  # last step, mean over ranks
@@ -74,6 +89,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "step_time_s": step_s,
         "step_time_breakdown_s": {k: v for k, v in breakdown.items() if k != "total"},
         "timed_steps": timer.steps,
+        "timing_note": warmup_note(t.steps, tally.start_step, tr.cfg.metrics.skip_steps),  # None: steady-state figures
         "flops_per_step": tr.flops_per_step,
         "achieved_flops_per_s": achieved,
         **mfu_fields(achieved, tr.peak),  # peak_flops_per_s, peak_flops_source, mfu, mfu_error

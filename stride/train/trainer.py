@@ -38,6 +38,8 @@ from stride.train.batches import Batch, as_batches, data_position, endless, resu
 from stride.train.callback_set import abort_callbacks, callbacks_for
 from stride.train.callbacks import Callback, overrides
 from stride.train.device import configure_process, resolve_device
+from stride.train.divergence import LossWatch, diverged
+from stride.train.evaluate import validation_loss
 from stride.train.kernels_apply import apply_kernels
 from stride.train.loss import resolve_loss
 from stride.train.output_check import check_output
@@ -106,6 +108,9 @@ class Trainer:
         self._gates = [cb for cb in self.callbacks if overrides(cb, "before_optimizer_step")]
         self._loggers = [cb for cb in self.callbacks if overrides(cb, "on_log")]
         self._step_enders = [cb for cb in self.callbacks if overrides(cb, "on_step_end")]
+        # a non-finite loss stops the run unless a callback skips and rolls back such steps (stride.train.divergence)
+        self._losses = LossWatch(active=not any(cb.guards_nonfinite for cb in self.callbacks))
+        self.diverged_at: int | None = None  # the first step whose loss was not finite (the run stops)
         self.step = 0  # optimizer steps taken; a resumed run starts from the loaded value
         self.skipped_steps = 0
         self.saved_activation_bytes: int | None = None
@@ -152,28 +157,7 @@ class Trainer:
 
     def evaluate(self, model: nn.Module | None = None) -> float:
         """Mean validation loss over the first `train.val_batches` batches."""
-        model = self.model if model is None else model
-        assert self.val_data is not None
-        model.eval()
-        total, n = 0.0, 0
-        with torch.no_grad():
-            for i, batch in enumerate(self.val_data):
-                if i >= self.cfg.train.val_batches:
-                    break
-                x, y = self._to_device(batch)
-                with self.precision.autocast():
-                    loss = self._val_loss(model, x, y)
-                total += float(loss) * len(x)
-                n += len(x)
-        model.train()
-        return total / max(n, 1)
-
-    def _val_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        pipe = self.par.pipeline
-        if pipe is None:
-            return self.loss_fn(model(x), y)
-        out = pipe.forward_only(x)  # the stages in order, forward only (stride.parallel.pipeline)
-        return pipe.share(self.loss_fn(out, y) if out is not None else torch.zeros((), device=self.device))
+        return validation_loss(self, self.model if model is None else model)
 
     # -- set-up: everything fit() needs, built once ------------------------------------------
     def setup(self) -> None:
@@ -333,18 +317,28 @@ class Trainer:
                 self.timer.mark("data")
                 loss_sum = self.train_step(x, y)
                 self.step += 1
+                self._losses.add(self.step, loss_sum)
                 parts = self._end_step_timing(tally)
                 progress.advance(self.step)
-                self._log_step(loss_sum, parts, tally, progress)
+                self._log_step(parts, tally, progress)
+                if self.diverged_at is not None:
+                    break
                 self._validate(tally)
                 for cb in self._step_enders:
                     cb.on_step_end(self)
                 if tally.time_to_target is not None:
                     break
+            if self._losses.active and self._losses.pending:  # stopped at its target between logged steps
+                self.diverged_at = self._losses.read(self.par)[1]
         finally:
             progress.close()
         tally.wall = time.perf_counter() - tally.t_start
         summary = run_summary(self, tally, loss_sum)
+        if self.diverged_at is not None:  # no on_fit_end: the callbacks are aborted (no final checkpoint)
+            error = diverged(summary, self.diverged_at, run.path if run else None)
+            if run is not None:
+                run.write_json("summary.json", summary)
+            raise error
         for cb in self.callbacks:
             cb.on_fit_end(self, summary)
         if run is not None:
@@ -366,12 +360,11 @@ class Trainer:
                 tally.comm_exposed, tally.comm_hidden = tally.comm_exposed + exposed, tally.comm_hidden + hidden
         return parts
 
-    def _log_step(self, loss_sum: torch.Tensor, parts: dict[str, float], tally: LoopTally,
-                  progress: TrainProgress) -> None:
+    def _log_step(self, parts: dict[str, float], tally: LoopTally, progress: TrainProgress) -> None:
         t, step = self.cfg.train, self.step
         if step % self.cfg.metrics.log_every and step != t.steps:
             return
-        loss = float(self.par.mean(loss_sum))  # averaged over ranks
+        loss, self.diverged_at = self._losses.read(self.par)  # averaged over ranks
         rec = {
             "step": step,
             "loss": loss,

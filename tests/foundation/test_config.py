@@ -62,11 +62,27 @@ def test_override_value_is_never_evaluated() -> None:
 
 
 def test_resolved_config_round_trips(tmp_path) -> None:
-    cfg = load_config(overrides=["optim.lr=2e-4", "model.kwargs={a = 1}", "train.name=x y"])
+    # kwargs belong to a module:factory model (the module is imported when the model is built, not here)
+    cfg = load_config(overrides=["optim.lr=2e-4", "model.name=my_models:build", "model.kwargs={a = 1}",
+                                 "train.name=x y"])
     path = tmp_path / "c.toml"
     path.write_text(config_to_toml(cfg))
     assert load_config(path) == cfg
     assert config_hash(load_config(path)) == config_hash(cfg)  # 0 vs 0.0 compare equal but hash apart
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("model.kwargs={hidden = 16}", ["`model.kwargs` = {'hidden': 16}", "'ts_transformer'", "[model] keys"]),
+    ("model.kwargs={d_modl = 16}", ["`model.kwargs`", "did you mean `model.d_model`"]),
+    ("data.kwargs={seq_len = 16}", ["`data.kwargs`", "'synthetic'", "set `data.seq_len` instead"]),
+])
+def test_kwargs_for_a_built_in_model_or_source_are_refused(capsys, override: str, words: list[str]) -> None:
+    """Built-ins take no kwargs: they were ignored, and `stride train` exited 0 having trained something else."""
+    assert main(["train", "configs/quickstart.toml", "--set", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("stride train: config error:"), err
+    for w in words:
+        assert w in err, (w, err)
 
 
 def test_cli_reports_config_error(capsys) -> None:

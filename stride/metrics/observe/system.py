@@ -7,7 +7,6 @@ Sampling in a thread keeps the step loop free of syscalls; samples go to `<run d
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import psutil
 
+from stride.files import strict_json
 from stride.train.callbacks import Callback, TrainerView
 
 
@@ -109,7 +109,7 @@ class SystemSampler:
 
     def _write(self, f: Any, rec: dict[str, Any]) -> None:
         if f is not None:
-            f.write(json.dumps(rec) + "\n")
+            f.write(strict_json.dumps(rec) + "\n")
 
     def _run(self, f: Any) -> None:
         try:
