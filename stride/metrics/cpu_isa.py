@@ -16,15 +16,22 @@ bounds what the cores can do in any dtype, so the peak here comes from the flags
 This is an upper bound by design: it assumes two full-width FMA ports, which Intel server parts
 have; AMD Zen 4 executes 512-bit operations as two 256-bit halves, so its real ceiling is about half.
 The clock is the highest the OS reports (cpufreq's maximum, else /proc/cpuinfo's `cpu MHz`, else the
-`@ x GHz` of the model name); under a hypervisor that is often the base clock, and boost can lift a
-run above it: `stride.metrics.peak.mfu_fields` then reports that loudly instead of an MFU over 100 %.
+`@ x GHz` of the model name). Only cpufreq's maximum is a boost clock: under a hypervisor `cpu MHz` is
+often the base clock (an Intel Xeon guest under KVM reports 2.60 GHz while one core's fp32 GEMM runs at
+220 GFLOP/s, 3.4 GHz x 64 FLOPs a cycle, so a peak at 2.60 GHz sat below what torch reaches). Where the
+clock is not cpufreq's maximum, the clock used is at least the one a measured fp32 GEMM implies: its
+FLOP/s on one core / the ISA's fp32 FLOPs a cycle / `GEMM_SHARE_BOUND` (`gemm_clock_mhz`, measured once
+a process, ~0.1 s). A run that still beats the peak gets `stride.metrics.peak.mfu_fields`'s loud error,
+never an MFU over 100 %.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +47,9 @@ _X86_FP16 = (("amx_fp16", 1024), ("avx512_fp16", 128))
 _ARM_FP32 = (("*", 32),)
 _ARM_BF16 = (("bf16", 64),)
 _ARM_FP16 = (("asimdhp", 64),)
+# The best GEMM kernels reach about 0.9 of the FMA ports' rate (oneDNN's AVX-512 SGEMM) and a ceiling should
+# err high, so a GEMM's measured FLOP/s / FLOPs a cycle / this share is a clock the core ran at, not above it.
+GEMM_SHARE_BOUND = 0.9
 # torch's capability names -> the flags they imply (where /proc/cpuinfo cannot be read).
 _CAPABILITY_FLAGS = {"AVX512": {"avx512f", "fma", "avx"}, "AVX2": {"fma", "avx"}}
 
@@ -116,12 +126,55 @@ def cores_in_use(info: CpuInfo, threads: int | None = None) -> int:
     return max(1, min(threads or torch.get_num_threads(), allowed, info.physical_cores))
 
 
+@functools.lru_cache(maxsize=4)
+def gemm_clock_mhz(fp32_per_cycle: int, n: int = 512, seconds: float = 0.08) -> float:
+    """The clock (MHz) one core ran at no lower than: torch's best fp32 n x n GEMM on one thread / FLOPs per cycle /
+    GEMM_SHARE_BOUND. One thread, so the other cores' load does not lower it (one busy core boosts highest: the
+    direction a ceiling wants). Its own generator: measuring must not move the training RNG."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+        a @ b  # warm-up
+        best, deadline = 0.0, time.perf_counter() + seconds
+        while True:
+            t0 = time.perf_counter()
+            a @ b
+            t1 = time.perf_counter()
+            best = max(best, 2 * n**3 / (t1 - t0))
+            if t1 >= deadline:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    return best / fp32_per_cycle / GEMM_SHARE_BOUND / 1e6
+
+
+def peak_clock(info: CpuInfo, measure: bool) -> tuple[float | None, str]:
+    """(MHz, where it came from) for the peak: cpufreq's maximum as is; any other clock (or none) raised to the
+    clock a measured fp32 GEMM implies where `measure` (this machine) and that is higher."""
+    if info.mhz_source == "clock: cpufreq max" or not measure:
+        return info.mhz, info.mhz_source
+    per_cycle, _ = flops_per_cycle(info, "fp32")
+    floor = gemm_clock_mhz(per_cycle)
+    if info.mhz is not None and info.mhz >= floor:
+        return info.mhz, info.mhz_source
+    os_said = (f"{info.mhz / 1e3:.2f} GHz from {info.mhz_source.removeprefix('clock: ')}" if info.mhz
+               else "no clock from the OS")
+    return floor, f"clock: a measured fp32 GEMM / {GEMM_SHARE_BOUND} ({os_said})"
+
+
 def isa_peak(dtype: str, threads: int | None = None, info: CpuInfo | None = None) -> tuple[float, str] | None:
-    """(peak FLOP/s, source) of `dtype` on the cores this process's threads use; None without a clock."""
+    """(peak FLOP/s, source) of `dtype` on the cores this process's threads use; None without a clock.
+
+    This machine's (no `info`): a clock other than cpufreq's maximum is raised to what a measured GEMM
+    implies (`peak_clock`); another machine's `info` is taken as it says."""
+    measure = info is None
     info = info or read_cpu_info()
-    if info.mhz is None:
+    mhz, mhz_source = peak_clock(info, measure)
+    if mhz is None:
         return None
     per_cycle, why = flops_per_cycle(info, dtype)
     cores = cores_in_use(info, threads)
-    source = f"isa:{dtype}:{cores}cores x {info.mhz / 1e3:.2f}GHz x {per_cycle}FLOP/cycle ({why}; {info.mhz_source})"
-    return cores * info.mhz * 1e6 * per_cycle, source
+    source = f"isa:{dtype}:{cores}cores x {mhz / 1e3:.2f}GHz x {per_cycle}FLOP/cycle ({why}; {mhz_source})"
+    return cores * mhz * 1e6 * per_cycle, source

@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import small_config
 
-from stride.metrics.cpu_isa import flops_per_cycle, isa_peak, read_cpu_info
+from stride.metrics.cpu_isa import flops_per_cycle, isa_peak, peak_clock, read_cpu_info
 from stride.metrics.peak import Peak, PeakBelowAchievedWarning, measured_matmul_peak, mfu_fields
 from stride.train.trainer import Trainer
 
@@ -97,3 +97,21 @@ def test_flops_per_cycle_follow_the_instruction_set(monkeypatch) -> None:
     arm = read_cpu_info(GRAVITON3, "")
     assert arm.mhz is None and isa_peak("fp32", info=arm) is None  # no clock: the caller measures instead
     assert [flops_per_cycle(arm, d)[0] for d in ("fp32", "bf16", "fp16")] == [32, 64, 64]
+
+
+def test_a_clock_below_what_a_gemm_implies_is_raised_to_it() -> None:
+    """Before: an Intel Xeon guest under KVM reports `cpu MHz` 2600 (its base clock) while one core's fp32 GEMM
+    runs at 220 GFLOP/s (3.4 GHz x 64 FLOPs a cycle): the ISA peak sat below what torch reaches, so MFU could
+    pass 100 %. A clock other than cpufreq's maximum is now raised to the one a measured GEMM implies."""
+    slow = read_cpu_info(SAPPHIRE_RAPIDS.replace("2000.000", "100.000"), "")  # a 100 MHz claim, no cpufreq
+    assert slow.mhz == 100.0 and slow.mhz_source == "clock: cpuinfo MHz"
+    mhz, source = peak_clock(slow, measure=True)
+    per_cycle = flops_per_cycle(slow, "fp32")[0]
+    gemm = measured_matmul_peak(torch.device("cpu"), torch.float32, n=256, seconds=0.05) / torch.get_num_threads()
+    assert mhz > 100.0 and mhz * 1e6 * per_cycle > 0.5 * gemm, (mhz, gemm)  # one thread's GEMM at 100 MHz: impossible
+    assert source.startswith("clock: a measured fp32 GEMM") and "0.10 GHz from cpuinfo MHz" in source
+    assert peak_clock(slow, measure=False) == (100.0, "clock: cpuinfo MHz")  # another machine's text: as it says
+    boxed = read_cpu_info(SAPPHIRE_RAPIDS, "100000")  # cpufreq's maximum is a boost clock: kept as is
+    assert peak_clock(boxed, measure=True) == (100.0, "clock: cpufreq max")
+    fast = read_cpu_info(SAPPHIRE_RAPIDS.replace("2000.000", "99000.000"), "")  # above the GEMM's clock: kept
+    assert peak_clock(fast, measure=True) == (99000.0, "clock: cpuinfo MHz")

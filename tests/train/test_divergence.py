@@ -101,7 +101,7 @@ def test_stride_train_exits_nonzero_and_readers_take_the_diverged_run(tmp_path: 
     s = strict_load((run / "summary.json").read_text())
     assert s["status"] == "diverged" and s["steps"] == 10
     for args in (["top", str(run), "--once"], ["compare", str(run), str(run), "--json"],
-                 ["report", str(run), "--prices", str(REPO / "configs" / "prices.toml")]):
+                 ["report", str(run)]):
         out = stride_main(*args)
         assert out.code == 0 and "Traceback" not in out.err, (args, out.err[-2000:])
     top = stride_main("top", str(run), "--once").out
