@@ -349,3 +349,43 @@ void stride_pick_f64(const char *base, int src_bf16, int64_t stride_bytes, const
                      double *out) {
     for (int64_t i = 0; i < n; i++) out[i] = value_f64(base + rows[i] * stride_bytes, src_bf16);
 }
+
+/* One batch in one call: what RowWindows.gather did in three (window ids -> first rows, the copy with the
+ * targets, and Python between them). Why: each Python step after a 2-4 MiB copy finds its code and data
+ * evicted from L2, so the few microseconds it takes warm become tens: the bf16 batch (256 x 128 x 32)
+ * spent 52 us of Python around a 182 us copy (Intel Xeon, KVM, 40 shuffled rounds). */
+typedef struct {
+    const char *base;       /* the table's rows */
+    int64_t row_bytes, max_start, t, f;
+    int64_t ahead, stream, lines, l2; /* stream < 0: streaming stores for batches of at least l2 bytes */
+    int64_t convert, src_bf16;        /* convert: float32 windows (stride_windows_f32) */
+    const float *shift, *scale;       /* with convert (0: not applied) */
+    const int64_t *lo, *cum;          /* k ranges of end rows and their first window ids (stride_window_starts) */
+    int64_t k;
+    const picks_t *pk;                /* the targets' rows (0: none) */
+} gather_t;
+
+/* windows ids[a .. z) of a batch of n into their rows of out (and of picks), as stride_copy_windows, or
+ * stride_windows_f32 with convert; returns the first i in [a, z) whose id is outside [0, cum[k]) or whose
+ * window leaves the table (nothing copied), -2 if memory ran out, or -1 */
+int64_t stride_gather_ids(const gather_t *g, const int64_t *ids, int64_t n, int64_t a, int64_t z, char *out,
+                          char *picks) {
+    const int64_t m = z - a, out_elem = g->convert ? 4 : (g->src_bf16 ? 2 : 4), win_out = g->t * g->f * out_elem;
+    int64_t stack[512];
+    int64_t *starts = m <= 512 ? stack : malloc(sizeof(int64_t) * (size_t)m);
+    if (!starts) return -2;
+    int64_t r = stride_window_starts(ids + a, m, g->lo, g->cum, g->k, g->t, starts);
+    if (r < 0) {
+        const int nt = g->stream >= 0 ? (int)g->stream : n * win_out >= g->l2;
+        char *o = out + a * win_out, *p = 0;
+        if (g->pk && picks)
+            p = picks + a * (g->pk->logp ? (g->pk->m - 1) * (int64_t)sizeof(float) : g->pk->m * (int64_t)sizeof(double));
+        const picks_t *pk = p ? g->pk : 0;
+        r = g->convert ? stride_windows_f32(g->base, (int)g->src_bf16, starts, m, g->max_start, g->t, g->f, g->shift,
+                                            g->scale, (float *)o, g->ahead, pk, p, (int)g->lines, nt)
+                       : stride_copy_windows(g->base, g->row_bytes, starts, m, g->max_start, g->t * g->row_bytes, o,
+                                             g->ahead, nt, pk, p, (int)g->lines);
+    }
+    if (starts != stack) free(starts);
+    return r >= 0 ? a + r : r;
+}

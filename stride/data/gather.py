@@ -30,6 +30,7 @@ import math
 import mmap
 import weakref
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -173,6 +174,16 @@ class BatchBuffers:
 _NUMPY = {torch.float32: (np.float32, 4), torch.int16: (np.int16, 2)}
 
 
+def _raise_bad(ids: torch.Tensor, code: int, lo: torch.Tensor, cum: torch.Tensor, t: int, n_rows: int) -> None:
+    """The error for stride_gather_ids' result `code` (-2: out of memory; else the batch index of the bad window)."""
+    if code == -2:
+        raise MemoryError("stride_gather_ids: no memory for a batch's window starts")
+    wid, n = int(ids[code]), int(cum[-1])
+    if not 0 <= wid < n:
+        raise IndexError(f"window id {wid} is outside [0, {n})")
+    raise IndexError(f"window id {wid} starts outside [0, {n_rows - t}] for windows of {t} rows")
+
+
 class WindowGather:
     """x[b] = rows[starts[b] : starts[b] + T] for a batch of window starts, as one [B, T, F] tensor.
 
@@ -245,6 +256,52 @@ class WindowGather:
             raise IndexError(f"window start {int(starts[bad[0]])} is outside [0, {self._n - t}] for windows "
                              f"of {t} rows")
         return (out.view(torch.bfloat16) if self.dtype == torch.bfloat16 and not convert else out), p
+
+    def id_batches(self, lo: torch.Tensor, cum: torch.Tensor, picks: ColumnPicks | None, *, float32: bool = False,
+                   shift: torch.Tensor | None = None, scale: torch.Tensor | None = None,
+                   ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]] | None:
+        """A function of a batch's window ids (int64, contiguous) -> (windows, picks), as `with_picks` of their
+        first rows, in one C call a batch (None without the kernel). Window ids map to end rows through k
+        ranges: `lo` [k] their first end rows, `cum` [k + 1] their first ids (`RowWindows`).
+
+        Why one call: every Python step after a 2-4 MiB copy finds its code and data evicted from L2. Around
+        a bf16 batch's 182 us copy, the ids-to-rows call and `with_picks`' Python took 44 us (5 us warm) on
+        an Intel Xeon (KVM, 40 shuffled rounds); this path keeps two allocations and one call."""
+        if self._lib is None:
+            return None
+        t, f = self.seq_len, self._f
+        convert = float32 and (self.dtype != torch.float32 or shift is not None or scale is not None)
+        sh = shift.contiguous() if convert and shift is not None else None
+        sc = scale.contiguous() if convert and scale is not None else None
+        lo, cum = lo.contiguous(), cum.contiguous()
+        ctx = native.Gather(self._base, self._row_bytes, self._n - t, t, f, self.ahead,
+                            -1 if self.stream is None else int(self.stream), int(self.lines), _L2, int(convert),
+                            int(self.dtype == torch.bfloat16), sh.data_ptr() if sh is not None else None,
+                            sc.data_ptr() if sc is not None else None, lo.data_ptr(), cum.data_ptr(),
+                            lo.shape[0], ctypes.pointer(picks.struct) if picks is not None else None)
+        ref, fn, empty, pick_empty = ctypes.byref(ctx), self._lib.stride_gather_ids, self._buffers.empty, None
+        if picks is not None:
+            pick_empty = picks.empty
+        out_dtype = torch.float32 if convert else self._raw.dtype
+        as_bf16 = self.dtype == torch.bfloat16 and not convert
+        pool, n_rows = self._pool, self._n
+
+        def batch(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            b = ids.shape[0]
+            p = pick_empty(b) if pick_empty is not None else None
+            out = empty((b, t, f), out_dtype)
+            ip, op, pp = ids.data_ptr(), out.data_ptr(), p.data_ptr() if p is not None else None
+            if pool is None or b < 2 * self.threads:
+                r = fn(ref, ip, b, 0, b, op, pp)
+                bad = [r] if r != -1 else ()
+            else:
+                bad = [r for r in self._split(lambda a, z: fn(ref, ip, b, a, z, op, pp), b) if r != -1]
+            if bad:
+                _raise_bad(ids, min(bad), lo, cum, t, n_rows)
+            return (out.view(torch.bfloat16) if as_bf16 else out), p
+
+        batch.keep = (ctx, sh, sc, lo, cum, picks)  # type: ignore[attr-defined]  # alive while batches are made
+        return batch
 
     def _numpy_with_picks(self, starts: np.ndarray, picks: ColumnPicks | None, convert: bool,
                           shift: torch.Tensor | None, scale: torch.Tensor | None,

@@ -43,6 +43,18 @@ class Picks(ctypes.Structure):
 
 
 _PK = ctypes.POINTER(Picks)
+
+
+class Gather(ctypes.Structure):
+    """copy_kernel.c's gather_t: everything stride_gather_ids needs but the batch's ids and outputs."""
+
+    _fields_ = [("base", _P), ("row_bytes", _I64), ("max_start", _I64), ("t", _I64), ("f", _I64),
+                ("ahead", _I64), ("stream", _I64), ("lines", _I64), ("l2", _I64), ("convert", _I64),
+                ("src_bf16", _I64), ("shift", _P), ("scale", _P), ("lo", _P), ("cum", _P), ("k", _I64),
+                ("pk", _PK)]
+
+
+_GP = ctypes.POINTER(Gather)
 _SIGNATURES = {
     "stride_copy_windows": ([_P, _I64, _P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _PK, _P, ctypes.c_int], _I64),
     "stride_windows_f32": ([_P, ctypes.c_int, _P, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _PK, _P, ctypes.c_int,
@@ -51,6 +63,7 @@ _SIGNATURES = {
     "stride_log_returns": ([_P, _I64, _I64, _P, _P], None),
     "stride_window_starts": ([_P, _I64, _P, _P, _I64, _I64, _P], _I64),
     "stride_pick_f64": ([_P, ctypes.c_int, _I64, _P, _I64, _P], None),
+    "stride_gather_ids": ([_GP, _P, _I64, _I64, _I64, _P, _P], _I64),
 }
 _state: dict[str, object] = {}
 

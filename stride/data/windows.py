@@ -135,9 +135,11 @@ class RowWindows:
         # the targets' price rows, counted from a window's start, read by the copy right after each window
         self._picks = ColumnPicks(price, self._horizons + (seq_len - 1))
         self._log_picks: ColumnPicks | None = None  # the same rows of the log-price column, made on first use
+        self._picks_for: tuple[torch.Tensor | None, ColumnPicks] = (None, self._picks)  # (target_scale, its picks)
         self.shift, self.scale = shift, scale
         self.target_scale = target_scale if target_scale is not None else torch.ones(len(horizons))
         self._gather = WindowGather(features, seq_len, gather_threads, ahead=ahead, stream=stream)
+        self._batch_key: tuple | None = None  # (gather, picks, shift, scale, its one-call batch function)
         # page hints for memory-mapped data (pages.py): (file, first row read relative to the end row, rows)
         max_h = int(self.horizons.max())
         if feature_map is not None and price_map is feature_map:  # one file: history and targets together
@@ -157,6 +159,7 @@ class RowWindows:
         """Rebuild the copy with these settings (`WindowGather`'s keywords; the probe's choice)."""
         self._gather.close()
         self._gather = WindowGather(self.features, self.seq_len, threads, **kwargs)
+        self._picks_for = (None, self._picks)  # log-price targets need the kernel: decide again
 
     def batch_signature(self) -> str:
         norm = "+".join(k for k, v in (("shift", self.shift), ("scale", self.scale)) if v is not None) or "none"
@@ -255,11 +258,26 @@ class RowWindows:
         # the one copy; float32 batches are upcast and normalised in it (bf16 batches: rows already
         # normalised, the copy is the whole batch); the targets' price rows read after each window
         picks = self._target_picks()
-        x, p = self._gather.with_picks(self._starts(idx), picks, float32=self.batch_dtype == torch.float32,
-                                       shift=self.shift, scale=self.scale)
+        batch = self._id_batches(picks)
+        if batch is not None and idx.dtype == torch.int64 and idx.is_contiguous():
+            x, p = batch(idx)  # ids to rows, the copy and the targets in one C call (WindowGather.id_batches)
+        else:
+            x, p = self._gather.with_picks(self._starts(idx), picks, float32=self.batch_dtype == torch.float32,
+                                           shift=self.shift, scale=self.scale)
         if self._resident and file_rss_bytes() - self._rss_base > self._resident:
             self.release_pages()  # unmap what was read (it stays in the page cache)
         return x, (p if picks is self._log_picks else self._log_returns(p))  # type: ignore[return-value,arg-type]
+
+    def _id_batches(self, picks: ColumnPicks):  # noqa: ANN202
+        """The gather's one-call batch function for these picks and this normalisation, made again when any
+        of them (or the gather, after `configure_gather`) is another object; None without the kernel."""
+        key = self._batch_key
+        if key is None or key[0] is not self._gather or key[1] is not picks or key[2] is not self.shift \
+                or key[3] is not self.scale:
+            fn = self._gather.id_batches(self.lo, self.cum, picks, float32=self.batch_dtype == torch.float32,
+                                         shift=self.shift, scale=self.scale)
+            self._batch_key = key = (self._gather, picks, self.shift, self.scale, fn)
+        return key[4]
 
     def _target_picks(self) -> ColumnPicks:
         """The targets made in the copy from the log-price column where the kernel is built and that column
@@ -270,14 +288,19 @@ class RowWindows:
         (AMD EPYC), 13% of the gather. np.log of the whole column gives each row's log with the same bits
         as np.log of a batch's rows (its SIMD log is elementwise), so the targets are unchanged."""
         ts = self.target_scale
+        if ts is self._picks_for[0]:  # decided for this scale already (a few torch calls less a batch)
+            return self._picks_for[1]
         if self._gather._lib is None or ts.dtype != torch.float32 or not ts.is_contiguous() \
                 or self.price.shape[0] * 8 > LOG_PRICE_MAX_BYTES or self._resident:
-            return self._picks
-        if self._log_picks is None:
-            log = torch.from_numpy(np.log(column_f64(self.price, slice(None))))
-            self._log_picks = ColumnPicks(self.price, self._picks.offsets, log)
-        self._log_picks.set_scale(ts)
-        return self._log_picks
+            picks = self._picks
+        else:
+            if self._log_picks is None:
+                log = torch.from_numpy(np.log(column_f64(self.price, slice(None))))
+                self._log_picks = ColumnPicks(self.price, self._picks.offsets, log)
+            self._log_picks.set_scale(ts)
+            picks = self._log_picks
+        self._picks_for = (ts, picks)
+        return picks
 
     def runs(self) -> np.ndarray:
         """The half-open end-row ranges [K, 2] of the windows, in window-id order."""

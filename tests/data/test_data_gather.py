@@ -128,6 +128,7 @@ def test_loader_reads_ahead_only_while_faults_hit(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(loader_mod, "thread_major_faults", lambda: next(faults))
     monkeypatch.setattr(loader_mod, "READAHEAD", 3)
     monkeypatch.setattr(loader_mod, "ADVISE_FOR", 2)
+    monkeypatch.setattr(loader_mod, "FAULT_CHECK_EVERY", 1)  # the count read after every gather
     src = _Recording(120)
     batches = [x for x, _ in ShardedLoader(src, 10, seed=3).shard(1, 2)]
     plain = [x for x, _ in ShardedLoader(_Recording(120), 10, seed=3).shard(1, 2)]
@@ -137,3 +138,29 @@ def test_loader_reads_ahead_only_while_faults_hit(monkeypatch: pytest.MonkeyPatc
     assert len(src.advised) == 4
     for adv, want in zip(src.advised, [4, 5, 6, 7], strict=True):
         assert torch.equal(adv, batches[want])
+
+
+def test_loader_reads_the_fault_count_every_few_batches_until_faults_hit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count (a system call) is read every FAULT_CHECK_EVERY batches while no hints run, so a fault is seen
+    at most that many batches late; then after every gather while hints run."""
+    gathered, reads = [0], []
+    src = _Recording(120)
+    real = src.gather
+
+    def gather(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gathered[0] += 1
+        return real(idx)
+
+    def count() -> int:
+        reads.append(gathered[0])
+        return 5 if gathered[0] >= 3 else 0  # the 3rd gather (batch 2) takes a major fault
+
+    src.gather = gather  # type: ignore[method-assign]
+    monkeypatch.setattr(loader_mod, "thread_major_faults", count)
+    monkeypatch.setattr(loader_mod, "READAHEAD", 3)
+    monkeypatch.setattr(loader_mod, "ADVISE_FOR", 2)
+    batches = [x for x, _ in ShardedLoader(src, 10, seed=3)]
+    assert reads[:3] == [0, 1, 5]  # at the start, after batch 0, after batch 4 (FAULT_CHECK_EVERY = 4)
+    assert reads[3:6] == [6, 7, 9]  # hints run to batch 6 (4 + ADVISE_FOR): read after 5 and 6; then at 8
+    # batch 4's read saw the fault: batches 6..8 asked for before gathering 5, then 9 before 6
+    assert [int(a[0]) for a in src.advised] == [int(batches[j][0]) for j in (6, 7, 8, 9)]

@@ -162,7 +162,8 @@ def test_row_windows_give_the_reference_batch_bit_for_bit(case: str, targets: st
     if case == "bf16_rows_float32_batch":
         xr = xr.float()
     for threads in (1, 3):
-        for settings in ({"ahead": 0, "stream": False}, {"ahead": 4, "stream": True}, {"ahead": 64}):
+        for settings in ({"ahead": 0, "stream": False}, {"ahead": 4, "stream": True}, {"ahead": 64},
+                         {"ahead": 4, "lines": 4, "stream": True}, {"ahead": 2, "lines": 0}):
             src = RowWindows(rows, rows[:, 2], ranges, t, hz, shift=shift, scale=scale, target_scale=ts,
                              batch_dtype=dtype)
             src.configure_gather(threads, **settings)
@@ -170,6 +171,8 @@ def test_row_windows_give_the_reference_batch_bit_for_bit(case: str, targets: st
                 x, y = src.gather(ids[part].int() if part == slice(0, 5) else ids[part])
                 assert x.dtype == xr.dtype and torch.equal(_bits(x), _bits(xr[part])), (case, threads, settings)
                 assert torch.equal(y, yr[part]), (case, threads, settings)
+                if part == slice(None):  # contiguous int64 ids: one C call a batch (WindowGather.id_batches)
+                    assert src._batch_key is not None and src._batch_key[4] is not None
             assert (src._log_picks is not None) == (targets == "log_column")
     ts2 = torch.rand(3, generator=g) + 2  # a scale fitted after the source was made (as splits.py does)
     src.target_scale = ts2
