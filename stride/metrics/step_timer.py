@@ -54,7 +54,7 @@ class StepTimer:
 
     def mark(self, phase: str) -> None:
         """The phase `phase` ended now (it began at the previous mark)."""
-        self._marks.append((phase, self._stamp()))
+        self._marks.append((phase, self._stamp() if self.cuda else time.perf_counter()))
 
     def mark_split(self, rest: str, inner: dict[str, float]) -> None:
         """A phase ended now whose parts were timed inside it (e.g. a pipeline schedule's compute
@@ -66,6 +66,11 @@ class StepTimer:
         """Close the step. Resolving (always, unless deferring): wait for the step's last event, book
         every pending step and return their mean phase seconds (with 'total' and 'other'; this step's
         alone when nothing was pending). Not resolving: keep the step pending and return `last`."""
+        if not self.cuda and not self.defer and not self._pending:  # CPU stamps are final: book it now
+            wall = time.perf_counter() - self._t0
+            self.step_seconds.append(wall)
+            self.last = self._book(self._marks, self._inner, wall, record)
+            return self.last
         resolve = resolve or not self.defer or len(self._pending) >= MAX_PENDING
         if resolve and self.cuda:
             self._marks[-1][1].synchronize()  # type: ignore[attr-defined]

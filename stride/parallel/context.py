@@ -84,6 +84,8 @@ class Parallel:
 
     def local_batch(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's slice of a global batch; a batch already of the per-rank size passes as it is."""
+        if not self.enabled:
+            return x, y
         dp = self.layout.dp
         n = self.cfg.train.batch_size
         if not self.enabled or dp == 1 or len(x) != n:
@@ -196,6 +198,8 @@ class Parallel:
 
     def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
         """Global L2 grad norm and clipping over this layout (see `clip_grad_norm`)."""
+        if not self.enabled:  # one process, plain tensors: torch's own, without the per-step DTensor scan
+            return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
         group = self.pipeline.group if self.pipeline is not None else None
         return clip_grad_norm(params, max_norm, self.device, pipeline_group=group)
 

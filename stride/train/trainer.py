@@ -81,6 +81,7 @@ class Trainer:
         validate(self.cfg)
         t = self.cfg.train
         self.device = Parallel.device_for(resolve_device(t.device))  # cuda:LOCAL_RANK under a launcher
+        self._on_host = self.device.type == "cpu"
         configure_process(t, self.device)
         bundle = None
         if model is None or train_data is None:
@@ -149,6 +150,8 @@ class Trainer:
     # -- the step -------------------------------------------------------------------------
     def _to_device(self, batch: Batch) -> Batch:
         x, y = batch
+        if self._on_host and x.is_cpu and y.is_cpu:  # a CPU run's CPU batch: no .to a step
+            return (x.float(), y) if x.dtype == torch.bfloat16 and self.precision.name == "fp32" else (x, y)
         nb = self.device.type == "cuda"
         x = x.to(self.device, non_blocking=nb)
         if x.dtype == torch.bfloat16 and self.precision.name == "fp32":
@@ -215,7 +218,7 @@ class Trainer:
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One optimizer step over the global batch (x, y) in grad_accum micro-batches; returns the loss."""
         t, timer, accum = self.cfg.train, self.timer, self.cfg.train.grad_accum
-        micro = len(x) // accum
+        micro = x.shape[0] // accum  # not len(): a tensor's __len__ is a slower call, every step
         # One micro-step: the loss is the step's loss as it is (no zeros, division or sum: 3 tensor ops
         # and a DivBackward node a step, ~18 us, for the same bits); accumulation sums loss / accum.
         loss_sum = torch.zeros((), device=self.device) if accum > 1 else None
@@ -260,7 +263,7 @@ class Trainer:
             if t.grad_clip is not None:
                 self.precision.unscale(self.optimizer)
                 grad_norm = self.par.clip_grad_norm(self._params, t.grad_clip)  # DTensor-aware
-            if not self._allow_update(loss_sum, grad_norm):
+            if self._gates and not self._allow_update(loss_sum, grad_norm):
                 self.skipped_steps += 1  # e.g. the checkpoint callback's guard: a non-finite loss or grad norm
             elif not self.precision.step(self.optimizer, self._opt_step):
                 self.skipped_steps += 1
