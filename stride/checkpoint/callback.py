@@ -92,6 +92,8 @@ class CheckpointCallback(Callback):
     def save(self, trainer: TrainerView, *, final: bool = False) -> float:
         """Checkpoint the trainer's current step; returns (and books) the stall in seconds."""
         assert self.store is not None and self.guard is not None
+        if trainer.run_dir is not None:
+            trainer.run_dir.flush()  # every step this checkpoint holds is in metrics.jsonl before it exists
         asynchronous = trainer.cfg.checkpoint.async_save and not final
         t0 = time.perf_counter()
         state = train_state.capture(trainer, self.guard.state_dict())

@@ -50,6 +50,10 @@ def finite_json(obj: Any, default: Callable[[Any], Any] | None = scalar_value) -
 
 def dumps(obj: Any, *, indent: int | None = None, default: Callable[[Any], Any] | None = scalar_value) -> str:
     """Strict JSON text of `obj`; a dict with non-finite values gets `nonfinite_fields` (merged with one it has)."""
+    try:  # the common case, every value finite: json's encoder alone (a metrics.jsonl line: 4.5 us, not 8.5 us)
+        return json.dumps(obj, indent=indent, allow_nan=False, default=default)
+    except ValueError:
+        pass  # a non-finite value somewhere: clean it and list where below
     clean, found = finite_json(obj, default)
     if found and isinstance(clean, dict):
         before = clean.get(NONFINITE_KEY)

@@ -25,6 +25,8 @@ from stride.files import run_lock, strict_json
 from stride.files.owner import remove_abandoned, tagged_name
 from stride.metrics.env import fingerprint
 
+FLUSH_S = 0.1  # seconds a metrics.jsonl line may wait in the buffer (RunDir.log says why)
+
 _FILE_TMP = re.compile(r"^[A-Za-z0-9_.-]+\.(json|toml|jsonl|html|md)$")  # the rest of a tagged file's name
 # What a run writes in its folder (the trainer, the observers, `stride profile`): what --overwrite removes.
 RUN_FILES = ("config.toml", "env.json", "metrics.jsonl", "summary.json", "system.jsonl", "prometheus.json",
@@ -79,6 +81,7 @@ class RunDir:
             raise RunDirError(one_line(describe_os_error(exc, path))) from None
         remove_abandoned(path, other_hosts=True, rest=_FILE_TMP)  # temporary files of killed runs (we hold the lock)
         self._metrics: TextIO | None = None
+        self._flushed = 0.0  # time.monotonic() of the last flush of metrics.jsonl
 
     @classmethod
     def create(cls, out_dir: str | Path, name: str, explicit: str | Path | None = None) -> RunDir:
@@ -114,20 +117,40 @@ class RunDir:
         atomic_write_text(self.path / name, text)
 
     def log(self, record: dict[str, Any]) -> None:
-        """Append one line to metrics.jsonl (line-buffered: a crash loses at most the last line)."""
+        """Append one line to metrics.jsonl; lines reach the file at least every FLUSH_S seconds, at every
+        checkpoint (`flush`) and at `close`, so a crash loses at most FLUSH_S seconds of lines and never one
+        of a step a checkpoint holds.
+
+        Why not line-buffered (it was): a write system call for every logged line cost the trainer 7-10 us a
+        step at log_every 10 (70-100 us a line in place, where the steps after it run with cold caches; a few
+        us timed alone), against a buffer flushed at most every FLUSH_S: the fit loop's body on a one-Linear
+        model, 20 alternated blocks of 200 steps, twice (Intel Xeon, KVM, one thread)."""
         self.written = True
         try:
             if self._metrics is None:
-                self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (kept open)
+                self._metrics = open(self.path / "metrics.jsonl", "a")  # noqa: SIM115 (kept open)
+                self._flushed = time.monotonic()
             self._metrics.write(strict_json.dumps(record) + "\n")
+            if time.monotonic() - self._flushed >= FLUSH_S:
+                self.flush()
         except OSError as exc:
             raise RunDirError(one_line(f"cannot write {self.path / 'metrics.jsonl'}: {os_reason(exc)}")) from None
+
+    def flush(self) -> None:
+        """Write the metrics.jsonl lines logged so far to the file (a checkpoint calls this before it saves)."""
+        if self._metrics is not None:
+            try:
+                self._metrics.flush()
+            except OSError as exc:
+                raise RunDirError(one_line(f"cannot write {self.path / 'metrics.jsonl'}: {os_reason(exc)}")) from None
+            self._flushed = time.monotonic()
 
     def drop_records_after(self, step: int) -> int:
         """Keep the metrics.jsonl records of steps up to `step` (where a resumed run continues); returns how
         many went. The rest belong to a segment that was killed before its next checkpoint, which the resumed
         run trains and logs again; a line cut short by the kill is dropped too (it would run into the next)."""
         path = self.path / "metrics.jsonl"
+        self.flush()
         try:
             lines = path.read_text().splitlines(keepends=True)
         except FileNotFoundError:

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -50,6 +51,10 @@ def test_strict_json_writes_null_and_names_the_fields() -> None:
     assert back["nonfinite_fields"] == ["a", "b.c[1]", "b.c[2]"]  # merged with the one it had, no repeat
     assert strict_load(strict_json.dumps([float("nan"), 1])) == [None, 1]
     assert "nonfinite_fields" not in strict_load(strict_json.dumps({"x": 1.0}))
+    # a finite record takes json's encoder alone: the same text as cleaning it first
+    rec = {"step": 3, "loss": np.float32(1.25), "t": torch.tensor(2.0), "n": np.int64(7), "b": {"f": 0.5}, 4: (1, 2)}
+    for indent in (None, 1):
+        assert strict_json.dumps(rec, indent=indent) == json.dumps(strict_json.finite_json(rec)[0], indent=indent)
 
 
 def test_a_run_without_checkpointing_stops_at_a_nan_loss(tmp_path: Path) -> None:
