@@ -61,7 +61,6 @@ _SIGNATURES = {
                             ctypes.c_int],
                            _I64),
     "stride_log_returns": ([_P, _I64, _I64, _P, _P], None),
-    "stride_window_starts": ([_P, _I64, _P, _P, _I64, _I64, _P], _I64),
     "stride_pick_f64": ([_P, ctypes.c_int, _I64, _P, _I64, _P], None),
     "stride_gather_ids": ([_GP, _P, _I64, _I64, _I64, _P, _P], _I64),
 }

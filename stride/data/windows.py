@@ -131,7 +131,6 @@ class RowWindows:
         self.cum = torch.from_numpy(np.concatenate([[0], np.cumsum(ranges[:, 1] - ranges[:, 0])]))
         self.horizons = torch.tensor([0, *horizons], dtype=torch.long)
         self._lo, self._cum, self._horizons = self.lo.numpy(), self.cum.numpy(), self.horizons.numpy()
-        self._range_ptrs = (self.lo.data_ptr(), self.cum.data_ptr())  # int64, contiguous, kept alive by self
         # the targets' price rows, counted from a window's start, read by the copy right after each window
         self._picks = ColumnPicks(price, self._horizons + (seq_len - 1))
         self._log_picks: ColumnPicks | None = None  # the same rows of the log-price column, made on first use
@@ -211,23 +210,12 @@ class RowWindows:
         k = np.searchsorted(self._cum, idx, side="right") - 1
         return self._lo[k] + (idx - self._cum[k])
 
-    def _starts(self, idx: torch.Tensor) -> np.ndarray | torch.Tensor:
-        """Window id -> its first row (one C call where the kernel is built); ids outside [0, len) raise."""
-        lib = self._gather._lib
-        if lib is None:
-            ids = idx.numpy().astype(np.int64, copy=False)
-            if len(ids) and (ids.min() < 0 or ids.max() >= len(self)):
-                raise IndexError(f"window ids outside [0, {len(self)})")
-            return self._end_rows(ids) - (self.seq_len - 1)
-        if idx.dtype != torch.int64 or not idx.is_contiguous():
-            idx = torch.from_numpy(np.ascontiguousarray(idx.numpy(), dtype=np.int64))  # no torch op (see gather)
-        n = idx.shape[0]  # not len(): a tensor's __len__ costs 0.3 us more, and this runs every batch
-        out = torch.from_numpy(np.empty(n, np.int64))
-        bad = lib.stride_window_starts(idx.data_ptr(), n, self._range_ptrs[0], self._range_ptrs[1],
-                                       self._lo.shape[0], self.seq_len, out.data_ptr())
-        if bad >= 0:
-            raise IndexError(f"window id {int(idx[bad])} is outside [0, {len(self)})")
-        return out
+    def _starts(self, idx: torch.Tensor) -> np.ndarray:
+        """Window id -> its first row, for the numpy gather (the kernel maps ids itself); ids outside [0, len) raise."""
+        ids = idx.numpy().astype(np.int64, copy=False)
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(self)):
+            raise IndexError(f"window ids outside [0, {len(self)})")
+        return self._end_rows(ids) - (self.seq_len - 1)
 
     def _prices(self, rows: np.ndarray) -> np.ndarray:
         lib = self._gather._lib
@@ -259,8 +247,10 @@ class RowWindows:
         # normalised, the copy is the whole batch); the targets' price rows read after each window
         picks = self._target_picks()
         batch = self._id_batches(picks)
-        if batch is not None and idx.dtype == torch.int64 and idx.is_contiguous():
-            x, p = batch(idx)  # ids to rows, the copy and the targets in one C call (WindowGather.id_batches)
+        if batch is not None:  # ids to rows, the copy and the targets in one C call (WindowGather.id_batches)
+            if idx.dtype != torch.int64 or not idx.is_contiguous():
+                idx = torch.from_numpy(np.ascontiguousarray(idx.numpy(), dtype=np.int64))  # no torch op (above)
+            x, p = batch(idx)
         else:
             x, p = self._gather.with_picks(self._starts(idx), picks, float32=self.batch_dtype == torch.float32,
                                            shift=self.shift, scale=self.scale)
