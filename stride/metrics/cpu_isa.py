@@ -31,11 +31,12 @@ import functools
 import os
 import platform
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from stride.metrics.matmul_rate import measured_matmul_peak
 
 CPUINFO = Path("/proc/cpuinfo")
 CPUFREQ_MAX = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")  # kHz
@@ -130,21 +131,11 @@ def cores_in_use(info: CpuInfo, threads: int | None = None) -> int:
 def gemm_clock_mhz(fp32_per_cycle: int, n: int = 512, seconds: float = 0.08) -> float:
     """The clock (MHz) one core ran at no lower than: torch's best fp32 n x n GEMM on one thread / FLOPs per cycle /
     GEMM_SHARE_BOUND. One thread, so the other cores' load does not lower it (one busy core boosts highest: the
-    direction a ceiling wants). Its own generator: measuring must not move the training RNG."""
+    direction a ceiling wants); `measured_matmul_peak` draws from its own generator, so the training RNG stays."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        g = torch.Generator().manual_seed(0)
-        a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
-        a @ b  # warm-up
-        best, deadline = 0.0, time.perf_counter() + seconds
-        while True:
-            t0 = time.perf_counter()
-            a @ b
-            t1 = time.perf_counter()
-            best = max(best, 2 * n**3 / (t1 - t0))
-            if t1 >= deadline:
-                break
+        best = measured_matmul_peak(torch.device("cpu"), torch.float32, n=n, seconds=seconds)
     finally:
         torch.set_num_threads(threads)
     return best / fp32_per_cycle / GEMM_SHARE_BOUND / 1e6

@@ -7,7 +7,6 @@ the achieved figure as a lower bound of the peak instead of an MFU above 100 %.
 
 from __future__ import annotations
 
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ import torch
 
 from stride.config.dtypes import PRECISION_DTYPES
 from stride.metrics.cpu_isa import isa_peak
+from stride.metrics.matmul_rate import measured_matmul_peak
 
 # Dense (no sparsity) peak TFLOP/s by dtype from vendor datasheets (SXM parts).
 GPU_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
@@ -36,32 +36,6 @@ class Peak:
 
 def _dtype_name(precision: str) -> str:
     return {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}[precision]
-
-
-def measured_matmul_peak(device: torch.device, dtype: torch.dtype, n: int = 1024, seconds: float = 0.3) -> float:
-    """Best observed FLOP/s of an n x n matmul: how fast this library's kernel for `dtype` is here.
-
-    Not a ceiling for MFU (a slow kernel gives a low figure; CPU fp16 without AVX512_FP16 runs at
-    well under 1 GFLOP/s): it is the fallback peak where no datasheet or clock is known, and what
-    `stride.metrics.dtype_speed` compares dtypes with. One matmul at a time, so a slow dtype costs
-    about one matmul past `seconds`."""
-    # Its own generator: measuring the peak must not move the training RNG (a first run in a process
-    # would otherwise draw different dropout masks from later ones).
-    g = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    a @ b  # warm-up
-    best = 0.0
-    deadline = time.perf_counter() + seconds
-    while True:
-        t0 = time.perf_counter()
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t1 = time.perf_counter()
-        best = max(best, 2 * n**3 / (t1 - t0))
-        if t1 >= deadline:
-            return best
 
 
 _CACHE: dict[tuple[str, str, int], Peak] = {}
