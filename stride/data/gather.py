@@ -28,8 +28,6 @@ from __future__ import annotations
 import ctypes
 import math
 import mmap
-import weakref
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -88,17 +86,14 @@ class ColumnPicks:
                                    log_column.data_ptr() if log_column is not None else None, None)
         self.ref = ctypes.byref(self.struct)
         self.scale: torch.Tensor | None = None
+        # what the kernel writes a window: [m - 1] float32 targets, or [m] float64 values
+        self.width, self.dtype = (self.m - 1, torch.float32) if log_column is not None else (self.m, torch.float64)
 
     def set_scale(self, scale: torch.Tensor) -> None:
         """The targets' scale (float32, contiguous, m - 1 values), kept alive here while the kernel reads it."""
         if scale is not self.scale:
             self.scale, self.struct.scale = scale, scale.data_ptr()
 
-    def empty(self, b: int) -> torch.Tensor:
-        # numpy's allocation: torch.empty of a 2-D shape took 1.6 us more (a few % of a bf16 batch)
-        if self.log_column is not None:
-            return torch.from_numpy(np.empty((b, self.m - 1), np.float32))
-        return torch.from_numpy(np.empty((b, self.m), np.float64))
 
     def numpy(self, starts: np.ndarray) -> np.ndarray:
         return column_f64(self.col, starts[:, None] + self.offsets)
@@ -131,47 +126,67 @@ def large_buffer(nbytes: int) -> np.ndarray:
 
 
 class BatchBuffers:
-    """Batch outputs of one size recycled once nothing refers to them any more, so a batch does not cost
+    """Batch outputs of each shape recycled once nothing refers to them any more, so a batch does not cost
     page faults for fresh memory; those of 2 MiB or more in huge pages (`large_buffer`).
 
     Why: glibc hands a thread other than the main one its own arena, and gives a freed 4 MiB chunk there
     back to the kernel, so every batch a prefetch thread allocates is new memory: 41-160 minor faults and
     270-430 us more CPU a 4 MiB batch than the same allocation on the main thread (AMD EPYC, measured in
-    one process; prefetch cost 2x the CPU of no prefetch). A buffer here is handed out as a numpy view
-    that the batch tensor holds (torch.from_numpy); when the last tensor or view of it is gone, that
-    view dies and a weakref callback returns the buffer: reuse follows the batch's real lifetime.
+    one process; prefetch cost 2x the CPU of no prefetch).
+
+    How: each shape keeps base tensors, and a batch is an alias of one (`detach`: a new tensor on the
+    same storage). The storage's use count (one per tensor, view, numpy array or saved autograd tensor
+    holding it) says whether anything but the base still refers to it; a base is handed out again only
+    at its idle count, so a batch's values stay as gathered while anything lives that can read them.
+    Claimed lock-free: the alias is made first and the base taken only if the count is then idle + 1,
+    so two threads never take one base. The bases are looked at oldest first (the likeliest let go).
+    While every base is held, a new one is made and kept, up to MAX_RING a shape (a consumer holding 16
+    batches, as the benchmark's cold-destination way does, then takes no new memory); beyond, new
+    memory that is not kept. Idle bases beyond MAX_KEPT go at the next batch of their shape.
+
+    Why not a weakref on a numpy view (the previous way): the view, its weakref and callback,
+    `torch.from_numpy` and the bf16 view made and freed around every batch cost 22 us of Python a 2 MiB
+    bf16 batch (Intel Xeon, KVM; code and data evicted by the copy before each), 11% of the batch;
+    checking a count and `detach` cost under 3.
     """
 
-    MIN_BYTES = 1 << 18  # smaller outputs come from malloc as before
-    MAX_FREE = 8  # free buffers kept a size (a prefetch depth of 2 and a consumer use 4); more go back
+    MAX_KEPT = 8  # idle bases kept a shape (a prefetch depth of 2 and a consumer use 4)
+    MAX_RING = 32  # bases kept a shape, held or idle
 
     def __init__(self) -> None:
-        self._free: dict[int, deque[np.ndarray]] = {}
-        self._watch: dict[int, weakref.ref] = {}  # a weakref must outlive its object for its callback to run
+        self._rings: dict[tuple[tuple[int, ...], torch.dtype], list[tuple[torch.Tensor, int, int]]] = {}
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        np_dtype, size = _NUMPY[dtype]
-        nbytes = math.prod(shape) * size
-        if nbytes < self.MIN_BYTES:
-            return torch.empty(shape, dtype=dtype)
-        free = self._free.get(nbytes) or self._free.setdefault(nbytes, deque())
-        try:
-            buf = free.pop()  # atomic: the consumer's thread may be handing one back meanwhile
-        except IndexError:
-            buf = large_buffer(nbytes)
-        view = buf.view(np_dtype).reshape(shape)
-        watch, keep = self._watch, self.MAX_FREE
+        if _use_count is None:  # torch without the count: new memory a batch (correct, not recycled)
+            return _new(shape, dtype)
+        ring = self._rings.get((shape, dtype))
+        if ring is None:
+            ring = self._rings.setdefault((shape, dtype), [])
+        for k, (base, cdata, idle) in enumerate(ring):
+            out = base.detach()
+            if _use_count(cdata) == idle + 1:
+                ring.append(ring.pop(k))  # last to be looked at: a batch just handed out is the likeliest held
+                while len(ring) > self.MAX_KEPT and _use_count(ring[0][1]) == ring[0][2]:
+                    del ring[0]  # idle since a burst of live batches: its memory goes back
+                return out
+        if len(ring) >= self.MAX_RING:
+            return _new(shape, dtype)
+        base = _new(shape, dtype)
+        cdata = base.untyped_storage()._cdata
+        ring.append((base, cdata, _use_count(cdata)))
+        return base.detach()
 
-        def back(ref: weakref.ref, buf: np.ndarray = buf) -> None:  # the last holder of the batch let go
-            watch.pop(id(ref), None)
-            if len(free) < keep:
-                free.append(buf)
-        ref = weakref.ref(view, back)
-        watch[id(ref)] = ref
-        return torch.from_numpy(view)
+
+# torch's count of the holders of a storage (as torch._inductor's cudagraph trees read it); None: not in this torch
+_use_count: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
 
 
-_NUMPY = {torch.float32: (np.float32, 4), torch.int16: (np.int16, 2)}
+def _new(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor in new memory from `large_buffer` (huge pages from 2 MiB)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if not nbytes:
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_numpy(large_buffer(nbytes)).view(dtype).view(shape)
 
 
 def _raise_bad(ids: torch.Tensor, code: int, lo: torch.Tensor, cum: torch.Tensor, t: int, n_rows: int) -> None:
@@ -249,13 +264,13 @@ class WindowGather:
         if not (isinstance(starts, torch.Tensor) and starts.dtype == torch.int64 and starts.is_contiguous()):
             starts = torch.from_numpy(np.ascontiguousarray(starts, dtype=np.int64))  # pointers by data_ptr:
         b = starts.shape[0]  # a numpy array's .ctypes.data costs 2.4 us (AMD EPYC), a tensor's data_ptr 0.14
-        p = picks.empty(b) if picks is not None else None
-        out = self._buffers.empty((b, t, self._f), torch.float32 if convert else self._raw.dtype)
+        p = self._buffers.empty((b, picks.width), picks.dtype) if picks is not None else None
+        out = self._buffers.empty((b, t, self._f), torch.float32 if convert else self.dtype)
         bad = [r for r in self._split(self._native_part(starts, out, convert, shift, scale, picks, p), b) if r >= 0]
         if bad:
             raise IndexError(f"window start {int(starts[bad[0]])} is outside [0, {self._n - t}] for windows "
                              f"of {t} rows")
-        return (out.view(torch.bfloat16) if self.dtype == torch.bfloat16 and not convert else out), p
+        return out, p
 
     def id_batches(self, lo: torch.Tensor, cum: torch.Tensor, picks: ColumnPicks | None, *, float32: bool = False,
                    shift: torch.Tensor | None = None, scale: torch.Tensor | None = None,
@@ -279,16 +294,14 @@ class WindowGather:
                             int(self.dtype == torch.bfloat16), sh.data_ptr() if sh is not None else None,
                             sc.data_ptr() if sc is not None else None, lo.data_ptr(), cum.data_ptr(),
                             lo.shape[0], ctypes.pointer(picks.struct) if picks is not None else None)
-        ref, fn, empty, pick_empty = ctypes.byref(ctx), self._lib.stride_gather_ids, self._buffers.empty, None
-        if picks is not None:
-            pick_empty = picks.empty
-        out_dtype = torch.float32 if convert else self._raw.dtype
-        as_bf16 = self.dtype == torch.bfloat16 and not convert
+        ref, fn, empty = ctypes.byref(ctx), self._lib.stride_gather_ids, self._buffers.empty
+        out_dtype = torch.float32 if convert else self.dtype
+        p_width, p_dtype = (picks.width, picks.dtype) if picks is not None else (0, None)
         pool, n_rows = self._pool, self._n
 
         def batch(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
             b = ids.shape[0]
-            p = pick_empty(b) if pick_empty is not None else None
+            p = empty((b, p_width), p_dtype) if p_dtype is not None else None
             out = empty((b, t, f), out_dtype)
             ip, op, pp = ids.data_ptr(), out.data_ptr(), p.data_ptr() if p is not None else None
             if pool is None or b < 2 * self.threads:
@@ -298,7 +311,7 @@ class WindowGather:
                 bad = [r for r in self._split(lambda a, z: fn(ref, ip, b, a, z, op, pp), b) if r != -1]
             if bad:
                 _raise_bad(ids, min(bad), lo, cum, t, n_rows)
-            return (out.view(torch.bfloat16) if as_bf16 else out), p
+            return out, p
 
         batch.keep = (ctx, sh, sc, lo, cum, picks)  # type: ignore[attr-defined]  # alive while batches are made
         return batch

@@ -232,7 +232,7 @@ def test_batch_buffers_are_reused_only_after_every_holder_let_go(seed: int) -> N
     rows = torch.randn(4000, 32, generator=g)
     gather = WindowGather(rows, 64)
     starts = [torch.randint(0, 4000 - 64, (64,), generator=g).numpy() for _ in range(6)]
-    x0 = gather(starts[0])  # 512 KiB: from the buffers
+    x0 = gather(starts[0])
     kept = [x0[5], x0.numpy()[7:9], x0.view(64, -1)[:, 3]]
     want = [k.clone() if isinstance(k, torch.Tensor) else k.copy() for k in kept]
     first = x0.data_ptr()
@@ -244,13 +244,85 @@ def test_batch_buffers_are_reused_only_after_every_holder_let_go(seed: int) -> N
     for k, w in zip(kept, want, strict=True):
         assert (torch.equal(k, w) if isinstance(k, torch.Tensor) else np.array_equal(k, w))
     freed = {x.data_ptr() for x in later} | {first}
-    del kept, later
+    del kept, later, x, k  # the loops' last items too: any one reference keeps a buffer taken
     again = [gather(s) for s in starts[:3]]
     assert len({x.data_ptr() for x in again}) == 3 and {x.data_ptr() for x in again} <= freed  # no new memory
     assert torch.equal(again[0], torch.stack([rows[a : a + 64] for a in starts[0].tolist()]))
-    many = [gather(starts[0]) for _ in range(3 * BatchBuffers.MAX_FREE)]  # a burst of live batches ...
+    many = [gather(starts[0]) for _ in range(3 * BatchBuffers.MAX_KEPT)]  # a burst of live batches:
+    assert len({x.data_ptr() for x in many}) == len(many)  # each its own memory ...
+    assert all(torch.equal(x, again[0]) for x in many)
+
+    def ring() -> list:
+        (r,) = gather._buffers._rings.values()
+        return r
+    assert len(ring()) == 3 + 3 * BatchBuffers.MAX_KEPT  # ... kept for reuse while held
     del many, again
-    assert sum(len(f) for f in gather._buffers._free.values()) == BatchBuffers.MAX_FREE  # ... is not all kept
+    after = [gather(starts[k % 6]) for k in range(BatchBuffers.MAX_KEPT)]  # idle ones beyond MAX_KEPT go ...
+    kept = {base.data_ptr() for base, _, _ in ring()}
+    assert len(kept) == BatchBuffers.MAX_KEPT and {x.data_ptr() for x in after} == kept  # ... the rest is reused
+    del after
+    flood = [gather(starts[0]) for _ in range(BatchBuffers.MAX_RING + 8)]
+    assert len(ring()) == BatchBuffers.MAX_RING and len({x.data_ptr() for x in flood}) == len(flood)
+
+
+@needs_native
+def test_batch_buffers_stay_taken_while_autograd_or_another_thread_holds_them(seed: int) -> None:
+    """A batch saved for backward (the model's first matmul keeps its input) is not overwritten before the
+    backward reads it; a batch's tensor flags (requires_grad) do not carry over to the next use of its
+    memory; two threads taking buffers at once never get the same one while both live."""
+    import threading
+
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randn(3000, 8, generator=g)
+    gather = WindowGather(rows, 16)
+    starts = [torch.randint(0, 3000 - 16, (32,), generator=g).numpy() for _ in range(12)]
+    w = torch.randn(8, 1, dtype=torch.float32, requires_grad=True)
+    x0 = gather(starts[0])
+    x0.requires_grad_()
+    loss = (x0 @ w).square().sum()  # saves x0 for the gradient of w
+    want = 2 * torch.einsum("btf,bt->f", x0.detach(), (x0.detach() @ w.detach()).squeeze(-1))
+    ptr = x0.data_ptr()
+    del x0
+    others = [gather(s) for s in starts[1:4]]  # would take batch 0's memory if the graph did not hold it
+    assert ptr not in {x.data_ptr() for x in others}
+    loss.backward()
+    torch.testing.assert_close(w.grad.squeeze(-1), want)
+    del loss, others
+    again = [gather(s) for s in starts[:4]]
+    assert ptr in {x.data_ptr() for x in again} and not any(x.requires_grad for x in again)
+    del again
+
+    live: list[list[torch.Tensor]] = [[], []]
+
+    def take(k: int) -> None:
+        for s in starts * 4:
+            live[k].append(gather(s))
+
+    threads = [threading.Thread(target=take, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    both = live[0] + live[1]
+    assert len({x.data_ptr() for x in both}) == len(both)
+    for k in range(2):
+        for x, s in zip(live[k], starts * 4, strict=True):
+            assert torch.equal(x, torch.stack([rows[a : a + 16] for a in s.tolist()]))
+
+
+@needs_native
+def test_batches_are_right_without_torchs_storage_use_count(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where torch lacks the private use count, every batch is new memory: slower, the same values."""
+    from stride.data import gather as gather_mod
+
+    monkeypatch.setattr(gather_mod, "_use_count", None)
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randn(2000, 4, generator=g).to(torch.bfloat16)
+    gather = WindowGather(rows, 8)
+    starts = torch.randint(0, 2000 - 8, (16,), generator=g).numpy()
+    xs = [gather(starts) for _ in range(3)]
+    assert len({x.data_ptr() for x in xs}) == 3 and xs[0].dtype == torch.bfloat16
+    assert all(torch.equal(x, torch.stack([rows[a : a + 8] for a in starts.tolist()])) for x in xs)
 
 
 @needs_native
