@@ -22,10 +22,12 @@ microseconds, one thread), and the whole of it: stride minus the loop on a model
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 from typing import Any
@@ -258,13 +260,15 @@ def main() -> None:
         from overhead_sources import print_sources, sources  # noqa: PLC0415 (beside this file)
 
         out = {**sources(), **host}
-        print_sources(out)  # it printed nothing without --json
+        print_sources(out, sys.stderr if args.json else None)  # with --json, stdout is the JSON alone
     else:
         steps = {k: int(v) for k, v in (kv.split("=") for kv in args.steps.split(",") if kv)}
+        # with --json, stdout is the JSON alone (progress and summaries to stderr), so it can be piped
+        say = functools.partial(print, file=sys.stderr if args.json else sys.stdout)
         out = {**compare(args.models.split(","), args.rounds, args.threads,
-                         frameworks=tuple(args.frameworks.split(",")), steps=steps), **host}
+                         frameworks=tuple(args.frameworks.split(",")), steps=steps, log=say), **host}
         for m in args.models.split(","):
-            print(summary_line(m, out))
+            say(summary_line(m, out))
     out["load_after"] = os.getloadavg()
     if args.json:
         print(json.dumps(out))

@@ -238,17 +238,18 @@ def sources() -> dict[str, Any]:
     return {"tree": trmod.__file__, "sources_us": per_source(), **whole_step()}
 
 
-def print_sources(out: dict[str, Any]) -> None:
-    """The per-source table (docs/overhead.md) and the one-Linear model's whole step."""
+def print_sources(out: dict[str, Any], file: Any = None) -> None:
+    """The per-source table (docs/overhead.md) and the one-Linear model's whole step (to `file`, else stdout)."""
     for k, v in out["sources_us"].items():
-        print(f"{k:60s} {v:9.2f} us")
+        print(f"{k:60s} {v:9.2f} us", file=file)
     print(f"one-Linear model, CPU us a step: loop {out['one_linear_model_loop_cpu_us_per_step']:.1f}, stride "
-          f"{out['one_linear_model_stride_cpu_us_per_step']:.1f} (+{out['one_linear_model_stride_minus_loop_us']:.1f})")
-    print(f"tree {out['tree']}, load {os.getloadavg()}")
+          f"{out['one_linear_model_stride_cpu_us_per_step']:.1f} (+{out['one_linear_model_stride_minus_loop_us']:.1f})",
+          file=file)
+    print(f"tree {out['tree']}, load {os.getloadavg()}", file=file)
 
 
 if __name__ == "__main__":
     out = sources()
-    print_sources(out)
+    print_sources(out, sys.stderr if "--json" in sys.argv else None)  # with --json, stdout is the JSON alone
     if "--json" in sys.argv:
         print(json.dumps(out))

@@ -22,12 +22,12 @@ def test_overhead_sources_prints_every_source_and_the_whole_step() -> None:
     out = subprocess.run([sys.executable, "benchmarks/overhead.py", "--sources", "--json"], capture_output=True,
                          text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = json.loads(out.stdout)  # stdout is the JSON alone, the table goes to stderr
     sources = report["sources_us"]
     assert len(sources) == 11 and all(v >= 0 for v in sources.values())
     assert sources["step timer (start, 4 marks, end)"] > 0
     assert report["one_linear_model_loop_cpu_us_per_step"] > 0 and report["one_linear_model_stride_cpu_us_per_step"] > 0
-    table = out.stdout.strip().splitlines()[:-1]  # the table above the JSON line
+    table = out.stderr.strip().splitlines()
     assert all(any(line.startswith(k) and line.endswith(" us") for line in table) for k in sources)
     assert any(line.startswith("one-Linear model, CPU us a step: loop ") for line in table)
     assert report["cpu"] and report["cores"] >= 1

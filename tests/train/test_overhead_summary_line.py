@@ -35,3 +35,18 @@ def test_a_framework_that_ran_prints_its_ratio() -> None:
            "lightning_ratio": 1.5, "accelerate_ratio": None, "skipped": {"accelerate": "not requested (--frameworks)"}}
     line = overhead.summary_line("quick", out)
     assert "lightning/loop 1.500" in line and "accelerate/loop not run (not requested (--frameworks))" in line
+
+
+def test_json_stdout_is_the_json_alone() -> None:
+    """`overhead.py --json | jq` works: the rounds and summary lines go to stderr (they were on stdout, above
+    the JSON, so `json.load` of the output failed)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "benchmarks/overhead.py", "--models", "mlp_tiny", "--rounds", "1",
+                          "--frameworks", "none", "--steps", "mlp_tiny=8", "--json"],
+                         capture_output=True, text=True, cwd=root, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["overhead_ratio_mlp_tiny"] > 0 and report["cpu"]
+    assert "round 0: mlp_tiny/loop" in out.stderr and "mlp_tiny: stride/loop" in out.stderr
