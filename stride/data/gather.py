@@ -94,7 +94,6 @@ class ColumnPicks:
         if scale is not self.scale:
             self.scale, self.struct.scale = scale, scale.data_ptr()
 
-
     def numpy(self, starts: np.ndarray) -> np.ndarray:
         return column_f64(self.col, starts[:, None] + self.offsets)
 
