@@ -14,7 +14,9 @@
 #   2. the trainer's CUDA timing path and MFU on tiny runs (fp32 torch ops + AdamW; bf16 Triton ops +
 #      8-bit AdamW): step time, its breakdown, MFU, losses. Then benchmarks/checkpoint.py with the model
 #      on the GPU (staging is a device-to-host copy) and benchmarks/data_loader.py on this host's cores
-#      (the loader's speedup over a plain DataLoader where memory bandwidth is higher), 45 s each.
+#      (the loader's speedup over a plain DataLoader where memory bandwidth is higher), 45 s each; then
+#      benchmarks/data_device.py: an 800 MiB store's windows gathered on the GPU (`data.device_resident`)
+#      against its own device-to-device copy (goal >= 0.5), 40 s.
 #   3. benchmarks/kernels.py --results benchmarks/RESULTS.md: every kernel against eager, compile and
 #      Liger, and the optimizers (stride fused / 8-bit Triton against torch fused, bitsandbytes, torchao);
 #      it gets what is left of the budget but 190 s (and stops starting cases after at most 420 s).
@@ -153,14 +155,18 @@ for name, extra in runs.items():
     print(name, json.dumps(row))
 EOF
 
-# 2b. checkpoint staging from the device (issue 5) and the window loader on this many-core host (issue 3) ---
+# 2b. checkpoint staging from the device (issue 5), the window loader on this many-core host (issue 3), and
+# the device-resident gather (issue 20) --------------------------------------------------------------------
 if [ "$DRY" -eq 0 ]; then
   run_step checkpoint 45 "$PY" benchmarks/checkpoint.py --mb 400 --repeats 3 --device cuda --json
   run_step data 45 env OMP_NUM_THREADS=1 "$PY" benchmarks/data_loader.py --mb 256 --repeats 2 --json
+  # device-resident windows (issue 20): the gather on the GPU against its own copy; 800 MiB, the quant case
+  run_step data_device 40 "$PY" benchmarks/data_device.py --device cuda --mb 800 --json
 else
   run_step checkpoint 60 env OMP_NUM_THREADS=1 "$PY" benchmarks/checkpoint.py --mb 40 --repeats 1 --json
   run_step data 90 env OMP_NUM_THREADS=1 "$PY" benchmarks/data_loader.py --mb 16 --repeats 1 --batches 5 \
     --steps 5 --json
+  run_step data_device 60 "$PY" benchmarks/data_device.py --device cpu --mb 8 --batches 64 --iters 3 --json
 fi
 
 # 3. kernels ----------------------------------------------------------------------------------------

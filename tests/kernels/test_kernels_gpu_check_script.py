@@ -3,6 +3,7 @@ without a GPU, and its CPU dry run runs every step it has a CPU form for."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,12 +47,14 @@ def test_cpu_dry_run_runs_every_step(tmp_path):
     r = run("--cpu-dry-run", "--out", str(tmp_path), timeout=900)
     assert r.returncode == 0, r.stderr
     summary = (tmp_path / "summary.txt").read_text()
-    for step in ("trainer", "checkpoint", "data", "kernels", "optimizers", "sweep"):
+    for step in ("trainer", "checkpoint", "data", "data_device", "kernels", "optimizers", "sweep"):
         assert f"[{step}] rc=0" in summary, summary
     trainer = (tmp_path / "trainer.log").read_text()
     assert "fp32-torch-adamw {" in trainer and "bf16-triton-adamw8bit {" in trainer
     assert '"async_stall_fraction"' in (tmp_path / "checkpoint.log").read_text()
     assert '"speedup_vs_torch_dataloader"' in (tmp_path / "data.log").read_text()
+    device = json.loads((tmp_path / "data_device.log").read_text().strip().splitlines()[-1])
+    assert device["device_type"] == "cpu" and device["by_batch"]["64"]["gather_fraction_of_copy_large"] > 0
     # the kernels table is printed last, with the 8-bit kernel's rows
     tail = r.stdout.strip().splitlines()[-12:]
     assert any("stride-8bit " in line for line in tail) and any("stride-8bit-torch" in line for line in tail)

@@ -1,0 +1,147 @@
+"""Device-resident windows (`data.device_resident`): a batch gathered on the device, against that device's own
+copy bandwidth (issue 20's goal: the gather at >= 0.5 of a device-to-device copy on an H200).
+
+    python benchmarks/data_device.py --device cuda --json      # on the GPU machine (benchmarks/gpu_check.sh)
+    python benchmarks/data_device.py --device cpu --mb 8        # the same code on the CPU: a smoke run
+
+A store of `--mb` MiB (float32, 32 features; the common quant case of 64 assets x 250 days x 390 minutes
+x 32 features is 800 MiB) goes to the device as `DeviceWindows` (the loader's device path). For each
+batch size, medians over `--iters` timed batches after warm-up (CUDA events on a GPU, the wall clock on
+the CPU), each on window ids of its own:
+- `gather`: `DeviceWindows.gather`, the loader's path (ids to the device, their first rows looked up, one
+  `index_select` over the overlapping [M - T + 1, T, F] window view, the targets' rows);
+- `gather_rows`: the same batch as one `index_select` of the B*T rows of the contiguous [M, F] table
+  (row ids = first rows + arange(T)): the other kernel the device path could use, timed so that a GPU run
+  says which to keep; the script checks both give the same batch;
+- `copy`: one contiguous device-to-device copy of the batch's bytes (`copy_` from a random offset of the
+  rows into a buffer of its own); `copy_large`: one 256 MiB copy, the device's bandwidth.
+Rates count bytes read + written (2 x the batch's bytes), as benchmarks/kernels.py does, so
+`gather_fraction_of_copy_large` is the goal's figure and `gather_fraction_of_copy` the same-size one (a
+4 MiB copy on an H200 takes a few microseconds, where launch cost weighs as much as bandwidth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from data_loader import make_store, stride_source  # noqa: E402  (beside this file)
+
+from stride.data.device_windows import DeviceWindows  # noqa: E402
+from stride.data.probe import cpu_name  # noqa: E402
+
+
+def timer(device: torch.device, iters: int, warmup: int = 3) -> Callable[[Callable[[int], object]], float]:
+    """Median milliseconds of fn(k) over `iters` calls (k = 0, 1, ...: each call's own inputs) after warm-up."""
+    def run(fn: Callable[[int], object]) -> float:
+        for k in range(warmup):
+            fn(iters + k)
+        times = []
+        if device.type == "cuda":
+            for k in range(iters):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn(k)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+        else:
+            for k in range(iters):
+                t0 = time.perf_counter()
+                fn(k)
+                times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+    return run
+
+
+def one_size(dev: DeviceWindows, b: int, iters: int, g: torch.Generator,
+             timed: Callable[[Callable[[int], object]], float], copy_large_gbps: float) -> dict[str, object]:
+    """The three batch timings at batch size b (module docstring), rates and fractions."""
+    device, t, f = dev.device, dev.seq_len, dev.rows.shape[1]
+    offs = torch.arange(t, device=device)
+    flat_rows = dev.rows.reshape(-1)
+    ids = [torch.randint(0, len(dev), (b,), generator=g) for _ in range(iters + 3)]
+
+    def rows_gather(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        i = ids[k].to(device, non_blocking=True)
+        first = dev.starts.index_select(0, i)
+        return dev.rows.index_select(0, (first[:, None] + offs).reshape(-1)).view(b, t, f), \
+            dev.targets.index_select(0, i)
+
+    x0, y0 = dev.gather(ids[0])
+    x1, y1 = rows_gather(0)
+    if not (torch.equal(x0, x1) and torch.equal(y0, y1)):
+        raise SystemExit("data_device: the row gather and the window gather gave different batches")
+    n_elems = b * t * f
+    nbytes = n_elems * dev.rows.element_size()
+    dst = torch.empty(n_elems, dtype=dev.rows.dtype, device=device)
+    lo = torch.randint(0, max(1, flat_rows.numel() - n_elems), (iters + 3,), generator=g).tolist()
+    ms = {"gather": timed(lambda k: dev.gather(ids[k])), "gather_rows": timed(rows_gather),
+          "copy": timed(lambda k: dst.copy_(flat_rows[lo[k] : lo[k] + n_elems]))}
+    rate = {k: 2 * nbytes / (v * 1e-3) / 1e9 for k, v in ms.items()}
+    return {"batch_bytes": nbytes, "ms": ms, "GBps": rate,
+            "gather_fraction_of_copy": rate["gather"] / rate["copy"],
+            "gather_fraction_of_copy_large": rate["gather"] / copy_large_gbps,
+            "gather_rows_fraction_of_copy_large": rate["gather_rows"] / copy_large_gbps,
+            "gather_rows_over_gather": ms["gather"] / ms["gather_rows"]}
+
+
+def measure(dev: DeviceWindows, batches: list[int], iters: int, seed: int = 0) -> dict[str, object]:
+    """The device's 256 MiB copy, then `one_size` at each batch size."""
+    timed = timer(dev.device, iters)
+    pair = [torch.empty(256 * 2**20, dtype=torch.uint8, device=dev.device) for _ in range(2)]
+    copy_large = 2 * pair[0].numel() / (timed(lambda k: pair[1].copy_(pair[0])) * 1e-3) / 1e9
+    pair.clear()  # 512 MiB back before the batches
+    g = torch.Generator().manual_seed(seed)
+    return {"copy_large_GBps": copy_large,
+            "by_batch": {str(b): one_size(dev, b, iters, g, timed, copy_large) for b in batches}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--mb", type=float, default=256, help="store size (float32); 800 is the issue's quant case")
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batches", default="256,4096", help="comma-separated batch sizes")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("data_device: --device cuda but torch sees no CUDA device")
+    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="stride-bench-device-") as work:
+        t0 = time.perf_counter()
+        store = make_store(Path(work) / "store", args.mb)
+        src = stride_source(store, args.seq_len, [1, 5, 20])
+        made = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        dev = DeviceWindows(src, device)
+        to_device = time.perf_counter() - t0
+        res = measure(dev, [int(b) for b in args.batches.split(",") if b], args.iters)
+    out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+           "device_type": device.type, "dataset_mb": args.mb, "seq_len": args.seq_len,
+           "windows": len(dev), "store_s": made, "to_device_s": to_device, **res}
+    if args.json:
+        print(json.dumps(out))
+        return
+    print(f"{out['device']}: {len(dev)} windows of {args.seq_len} x 32 float32; device copy, 256 MiB: "
+          f"{res['copy_large_GBps']:.0f} GB/s (read + write)")
+    for b, r in res["by_batch"].items():  # type: ignore[union-attr]
+        print(f"  batch {b:>5}: gather {r['ms']['gather']:.3f} ms ({r['GBps']['gather']:.0f} GB/s, "
+              f"{r['gather_fraction_of_copy_large']:.2f} of the device copy, {r['gather_fraction_of_copy']:.2f} of "
+              f"a copy of its bytes); row gather {r['ms']['gather_rows']:.3f} ms "
+              f"({r['gather_rows_fraction_of_copy_large']:.2f})")
+
+
+if __name__ == "__main__":
+    main()
