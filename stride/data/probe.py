@@ -10,9 +10,10 @@
 - **gather threads**: 1, or k > 1 where k threads are free (the device is not the CPU, or the CPU
   has cores torch's threads do not use) and k split batches ran at least 15% faster (wall time).
 - **prefetch** (a background thread building batches ahead): only where a core is free for it
-  while the step runs (a GPU step, or spare cores), and where the batch costs the main thread more
-  to build than to take from the thread (both measured). On a CPU whose cores all run torch's
-  threads the step and the gather share the same cores: prefetching moves no work off them and adds
+  while the step runs (a GPU step, or spare cores), and where taking a batch from the thread costs the
+  main thread at most half of building it (both measured; `PREFETCH_TAKE_SHARE` says why half). On a
+  CPU whose cores all run torch's threads the step and the gather share the same cores: prefetching
+  moves no work off them and adds
   the hand-off (measured on the AMD EPYC development host: the quick-start loader took 34 us of CPU a
   batch in the step and 101 us with a prefetch thread).
 The probe takes a few tenths of a second; its result is kept per host (CPU model and flags, usable
@@ -44,12 +45,21 @@ from stride.data import native
 from stride.data.gather import AHEAD, LINES, l2_bytes
 from stride.data.loader import ShardedLoader
 
-PROBE_VERSION = 5  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
-# 4: `lines` is the number of page streams (0, 4 or LINES), no longer on/off; 5: the fewest streams within TIE
+PROBE_VERSION = 6  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
+# 4: `lines` is the number of page streams (0, 4 or LINES), no longer on/off; 5: the fewest streams within TIE;
+# 6: prefetch only where it takes at least half of a batch's cost off the main thread (PREFETCH_TAKE_SHARE)
 BUDGET_S = 0.3  # measuring time, split among the variants
 FRESH_BATCHES = 256  # batches of window ids cycled through (1 GiB of 16 KiB windows at batch 256: past any L3)
 TIE = 0.05  # copy variants this close to the fastest count as level (choose_copy)
 FASTER = 1.15  # gather threads must beat one thread by this much (wall time) to be chosen
+# Prefetch is chosen only where taking a batch from the thread costs the main thread at most this share of
+# building it. Why not any saving: a thread handing batches over costs the step too (GIL hand-offs, wake-ups),
+# which the probe's per-batch figures do not see. On the quick-start model with a core free (Intel Xeon,
+# KVM, 1 torch thread) the probe read 23-25 us to build a batch and 17-22 us to take one, so it turned
+# prefetch on for a few microseconds a 45 ms step; trained both ways, 16 alternated pairs, the run with
+# prefetch was 1.2 % slower (paired median; 0.93-1.08). Where it pays, taking is a small share of building:
+# 4 MiB float32 windows 0.40-0.49 ms against 0.02-0.03 ms, bf16 0.21-0.24 against 0.02-0.03.
+PREFETCH_TAKE_SHARE = 0.5
 
 
 @dataclass
@@ -263,11 +273,17 @@ def _choose_prefetch(source: Any, batch: int, device: torch.device, free: int, f
         it.close()  # type: ignore[attr-defined]
     build, take = min(main[0]), min(main[2])
     figures["main_thread_ms_per_batch"] = {"build": build * 1e3, "take_from_prefetch": take * 1e3}
-    if take < build:
+    if prefetch_pays(build, take):
         return 2, f"2: a free core builds batches; the main thread takes one in {take * 1e3:.3f} ms, builds it in " \
                   f"{build * 1e3:.3f} ms"
-    return 0, f"0: taking a batch from the thread ({take * 1e3:.3f} ms) costs the main thread no less than " \
-              f"building it ({build * 1e3:.3f} ms)"
+    return 0, f"0: taking a batch from the thread ({take * 1e3:.3f} ms) costs the main thread more than " \
+              f"{PREFETCH_TAKE_SHARE:.0%} of building it ({build * 1e3:.3f} ms): too little to pay for a thread"
+
+
+def prefetch_pays(build: float, take: float) -> bool:
+    """Whether a prefetch thread takes enough off the main thread: taking a batch costs it at most
+    PREFETCH_TAKE_SHARE of building one (seconds a batch, both measured on the main thread)."""
+    return take <= PREFETCH_TAKE_SHARE * build
 
 
 def plan_loader(source: Any, batch: int, device: torch.device, prefetch: int | str, gather_threads: int | str,
