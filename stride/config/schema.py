@@ -117,7 +117,8 @@ class DataConfig:
     """Dtype of the feature windows handed out (store source; targets stay float32): bfloat16 moves half the bytes."""
     prefetch: Literal["auto"] | Annotated[int, NonNegative] = "auto"
     """Batches built ahead in a background thread; 0: built in the step; auto: 2 where a measured probe finds a
-    free core and a batch that costs more to build than to hand over, else 0 (docs/data.md, `stride data probe`)."""
+    free core and a batch that costs the main thread at least twice as much to build as to take from the thread,
+    else 0 (docs/data.md, `stride data probe`)."""
     pin_memory: bool = True
     """Pin batches in host memory for non-blocking copies to the GPU (CUDA only)."""
     resident_mb: Annotated[float, NonNegative] = 0.0
