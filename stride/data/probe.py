@@ -56,9 +56,10 @@ FASTER = 1.15  # gather threads must beat one thread by this much (wall time) to
 # building it. Why not any saving: a thread handing batches over costs the step too (GIL hand-offs, wake-ups),
 # which the probe's per-batch figures do not see. On the quick-start model with a core free (Intel Xeon,
 # KVM, 1 torch thread) the probe read 23-25 us to build a batch and 17-22 us to take one, so it turned
-# prefetch on for a few microseconds a 45 ms step; trained both ways, 16 alternated pairs, the run with
-# prefetch was 1.2 % slower (paired median; 0.93-1.08). Where it pays, taking is a small share of building:
-# 4 MiB float32 windows 0.40-0.49 ms against 0.02-0.03 ms, bf16 0.21-0.24 against 0.02-0.03.
+# prefetch on for a few microseconds a 45 ms step; trained both ways (benchmarks/prefetch_ab.py), the run with
+# prefetch was no faster: paired medians 1.022, 1.012 and 1.004 in three runs of 8-16 alternated pairs. Where
+# it pays, taking is a small share of building: 4 MiB float32 windows 0.40-0.49 ms against 0.02-0.03 ms (bf16
+# 0.21-0.27 against 0.02-0.03), and such a run trained 5-9 % faster with prefetch (paired 0.914 and 0.952).
 PREFETCH_TAKE_SHARE = 0.5
 
 
