@@ -16,7 +16,10 @@
    to this host's cores; `best_stride_loader` names the fastest stride row.
    `stride_auto`: the loader as a run gets it (the plan of a fresh `stride.data.probe` measurement:
    copy variant, gather threads, prefetch; `probe_plan` in the JSON); `fraction_of_copy_bound_cpu`
-   = its windows per CPU-second / the copy-bound ceiling (goal >= 0.9); `prefetch_over_no_prefetch_cpu`.
+   = its windows per CPU-second / the copy-bound ceiling (goal >= 0.9), each round against the ceiling
+   taken in that round among the loader runs (`ceiling_now`, `copy_ceiling_GBps_by_round`), the median;
+   `_table_ceiling`: against the gather table's ceiling (part 2), timed after every loader run;
+   `prefetch_over_no_prefetch_cpu`.
 2. Gather bandwidth (`gather_vs_copy`, float32): every way of gathering a batch that was tried, side
    by side, and plain copies of the same bytes on 1 and 2 threads, each way into a destination of its
    own. `gather_bw_fraction_of_copy` = the loader's whole gather over a numpy copy; `_hot_dst`: both
@@ -365,6 +368,37 @@ def copy_ceiling_per_cpu_s(bw: dict[str, float]) -> float:
     return max(bw["copy_numpy_per_cpu_s"], bw["copy_numpy_hot_dst_per_cpu_s"], bw["copy_numpy_hot_dst_huge_per_cpu_s"])
 
 
+def ceiling_now(src: RowWindows, batch: int, copies: int = 8, seed: int = 0) -> float:
+    """Bytes per CPU-second of the fastest plain copy of one float32 batch's bytes, measured now: the ways of
+    `copy_ceiling_per_cpu_s` (a numpy copy into its own buffer, into one it has just written, and into one in
+    2 MiB pages just written), `copies` timed copies each from random blocks of the store, the best way's
+    median. Taken once a round of the loader runs, among them, so each round's fraction divides a loader's
+    rate by the host's copy rate of the same minutes (the gather table's ceiling is timed after every loader
+    run, and this host's copy rate moved by a fifth within the hour)."""
+    from stride.data.gather import large_buffer
+
+    mm = src.features.numpy()
+    f, t = mm.shape[1], src.seq_len
+    block = batch * t
+    nbytes = block * f * mm.dtype.itemsize
+    rng = np.random.default_rng(seed)
+    own, hot = np.empty((block, f), mm.dtype), np.empty((block, f), mm.dtype)
+    huge = large_buffer(nbytes).view(mm.dtype).reshape(block, f)
+    best = 0.0
+    for dst, warm in ((own, False), (hot, True), (huge, True)):
+        rates = []
+        for _ in range(copies):
+            lo = int(rng.integers(0, mm.shape[0] - block))
+            if warm:  # the destination just written, as a loader's reused buffer is
+                w = int(rng.integers(0, mm.shape[0] - block))
+                np.copyto(dst, mm[w : w + block])
+            c0 = time.thread_time()
+            np.copyto(dst, mm[lo : lo + block])
+            rates.append(nbytes / max(time.thread_time() - c0, 1e-9))
+        best = max(best, statistics.median(rates))
+    return best
+
+
 def same_batches(src: RowWindows, ds: SliceDataset, batch: int) -> None:
     """Both loaders hand out the same (x, y) for the same window ids (the same work), or the benchmark stops."""
     ids = torch.randint(0, len(src), (batch,), generator=torch.Generator().manual_seed(1))
@@ -546,10 +580,15 @@ def main() -> None:
                 runs.append((dt, f"torch_w{w}", make, 0))
         runs.append(("float32", "torch_w0_previous",
                      lambda: torch.utils.data.DataLoader(ds_prev, batch_size=args.batch, shuffle=True), 0))
+        runs.append(("", "copy_ceiling", None, 1))  # the host's copy rate, taken among the loaders each round
+        ceilings: list[float] = []
         order = random.Random(0)
-        for _ in range(args.repeats):  # every loader of both dtypes in a new shuffled order each repeat
+        for r in range(args.repeats):  # every loader of both dtypes in a new shuffled order each repeat
             order.shuffle(runs)
             for dt, name, make_loader, n_threads in runs:
+                if name == "copy_ceiling":
+                    ceilings.append(ceiling_now(src, args.batch, seed=r))
+                    continue
                 torch.set_num_threads(n_threads or out["threads"])  # type: ignore[arg-type]
                 # stride's rows time 5x the batches: each takes a tenth of the plain loader's time, and 40
                 # of them (16 ms) moved with every scheduler tick (the same loader read 469k-683k a CPU-s)
@@ -570,18 +609,24 @@ def main() -> None:
             out["windows_per_cpu_s"][dt] = {k: round(v) for k, v in cpu.items()}  # type: ignore[index]
             out[f"speedup_vs_torch_dataloader{tag}"] = best_stride / best_torch
             out[f"speedup_vs_torch_dataloader_cpu{tag}"] = max(cpu["stride"], cpu["stride_prefetch"]) / cpu["torch_w0"]
-            # the ceiling of a loader that materialises every window: the copy rate per CPU-second
+            # the ceiling of a loader that materialises every window: the copy rate per CPU-second, taken in
+            # each round among the loader runs (`ceiling_now`); the gather table's, timed after them, beside it
             window_bytes = args.seq_len * srcs[dt].features.shape[1] * srcs[dt].features.element_size()
-            ceiling = copy_ceiling_per_cpu_s(bw)
+            ceiling = statistics.median(ceilings)
             out[f"copy_bound_windows_per_cpu_s{tag}"] = round(ceiling / window_bytes)
             out[f"copy_bound_speedup_vs_torch_dataloader_cpu{tag}"] = (
                 ceiling / window_bytes / cpu["torch_w0"])
-            # what the host allows, reached: the loader as probed (goal >= 0.9), and prefetch against none
-            out[f"fraction_of_copy_bound_cpu{tag}"] = cpu["stride_auto"] / (ceiling / window_bytes)
+            # what the host allows, reached: the loader as probed (goal >= 0.9), each round against that round's
+            # ceiling, the median; and prefetch against none
+            out[f"fraction_of_copy_bound_cpu{tag}"] = statistics.median(
+                w * window_bytes / c for w, c in zip(cpu_rates[dt]["stride_auto"], ceilings, strict=True))
+            out[f"fraction_of_copy_bound_cpu_table_ceiling{tag}"] = cpu["stride_auto"] / (
+                copy_ceiling_per_cpu_s(bw) / window_bytes)
             out[f"prefetch_over_no_prefetch_cpu{tag}"] = cpu["stride_prefetch"] / cpu["stride"]
             out[f"probe_plan{tag}"] = {"prefetch": plans[dt].prefetch, "gather_threads": plans[dt].gather_threads,
                                        "copy": plans[dt].figures.get("chosen_copy"), "reasons": plans[dt].reasons}
         out["headline"] = "float32 (the store's default dtype; bf16 halves the bytes by dropping precision)"
+        out["copy_ceiling_GBps_by_round"] = [round(c / 1e9, 2) for c in ceilings]
         out["gather_threads_tried"] = [1, *ks]
         out.update(bandwidth_fractions(bw))
         out["sequential"] = sequential(src, dss["float32"], args.batch, nb, args.repeats)
