@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import math
 import mmap
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -136,12 +137,15 @@ class BatchBuffers:
     How: each shape keeps base tensors, and a batch is an alias of one (`detach`: a new tensor on the
     same storage). The storage's use count (one per tensor, view, numpy array or saved autograd tensor
     holding it) says whether anything but the base still refers to it; a base is handed out again only
-    at its idle count, so a batch's values stay as gathered while anything lives that can read them.
-    Claimed lock-free: the alias is made first and the base taken only if the count is then idle + 1,
-    so two threads never take one base. The bases are looked at oldest first (the likeliest let go).
-    While every base is held, a new one is made and kept, up to MAX_RING a shape (a consumer holding 16
-    batches, as the benchmark's cold-destination way does, then takes no new memory); beyond, new
-    memory that is not kept. Idle bases beyond MAX_KEPT go at the next batch of their shape.
+    at its idle count, so a batch's values stay as gathered while anything lives that can read them. A
+    base whose memory moved (`share_memory_`, when a batch is sent to another process) is dropped, never
+    written again; bases are made outside inference mode (an inference-mode base would make every later
+    batch an inference tensor, which training refuses). One lock around the look-up: the consumer's
+    thread only lets go (counts fall), the building thread takes. The bases are looked at oldest first
+    (the likeliest let go). While every base is held, a new one is made and kept, up to MAX_RING a shape
+    (a consumer holding 16 batches, as the benchmark's cold-destination way does, then takes no new
+    memory); beyond, new memory that is not kept. Idle bases beyond MAX_KEPT go at the next batch of
+    their shape.
 
     Why not a weakref on a numpy view (the previous way): the view, its weakref and callback,
     `torch.from_numpy` and the bf16 view made and freed around every batch cost 22 us of Python a 2 MiB
@@ -153,27 +157,40 @@ class BatchBuffers:
     MAX_RING = 32  # bases kept a shape, held or idle
 
     def __init__(self) -> None:
-        self._rings: dict[tuple[tuple[int, ...], torch.dtype], list[tuple[torch.Tensor, int, int]]] = {}
+        # per (shape, dtype): [base, its storage's address for the count, its idle count, its data address]
+        self._rings: dict[tuple[tuple[int, ...], torch.dtype], list[tuple[torch.Tensor, int, int, int]]] = {}
+        self._lock = threading.Lock()  # uncontended where one thread builds the batches (0.15 us)
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         if _use_count is None:  # torch without the count: new memory a batch (correct, not recycled)
             return _new(shape, dtype)
-        ring = self._rings.get((shape, dtype))
-        if ring is None:
-            ring = self._rings.setdefault((shape, dtype), [])
-        for k, (base, cdata, idle) in enumerate(ring):
-            out = base.detach()
-            if _use_count(cdata) == idle + 1:
+        with self._lock:
+            ring = self._rings.get((shape, dtype))
+            if ring is None:
+                ring = self._rings.setdefault((shape, dtype), [])
+            for k, (base, cdata, idle, ptr) in enumerate(ring):
+                if _use_count(cdata) != idle:
+                    continue  # held: nothing but its holders can add a reference, so idle stays idle
+                if base.data_ptr() != ptr:  # moved (share_memory_ when a batch went to another process): the
+                    del ring[k]  # receiver may still read it, so it is never written again
+                    break
                 ring.append(ring.pop(k))  # last to be looked at: a batch just handed out is the likeliest held
-                while len(ring) > self.MAX_KEPT and _use_count(ring[0][1]) == ring[0][2]:
-                    del ring[0]  # idle since a burst of live batches: its memory goes back
-                return out
-        if len(ring) >= self.MAX_RING:
-            return _new(shape, dtype)
-        base = _new(shape, dtype)
-        cdata = base.untyped_storage()._cdata
-        ring.append((base, cdata, _use_count(cdata)))
-        return base.detach()
+                if len(ring) > self.MAX_KEPT:  # idle since a burst of live batches: their memory goes back
+                    extra, kept = len(ring) - self.MAX_KEPT, []
+                    for e in ring[:-1]:
+                        if extra and _use_count(e[1]) == e[2]:
+                            extra -= 1
+                        else:
+                            kept.append(e)
+                    ring[:-1] = kept
+                return base.detach()
+            if len(ring) >= self.MAX_RING:
+                return _new(shape, dtype)
+            with torch.inference_mode(False):  # a base made in inference mode would make every alias one
+                base = _new(shape, dtype)
+            cdata = base.untyped_storage()._cdata
+            ring.append((base, cdata, _use_count(cdata), base.data_ptr()))
+            return base.detach()
 
 
 # torch's count of the holders of a storage (as torch._inductor's cudagraph trees read it); None: not in this torch
