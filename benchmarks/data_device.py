@@ -6,8 +6,8 @@ copy bandwidth (issue 20's goal: the gather at >= 0.5 of a device-to-device copy
 
 A store of `--mb` MiB (float32, 32 features; the common quant case of 64 assets x 250 days x 390 minutes
 x 32 features is 800 MiB) goes to the device as `DeviceWindows` (the loader's device path). For each
-batch size, medians over `--iters` timed batches after warm-up (CUDA events on a GPU, the wall clock on
-the CPU), each on window ids of its own:
+batch size, medians over `--iters` timed batches after warm-up (benchmarks/kernels.py's `Timer`: CUDA
+events on a GPU, the wall clock on the CPU), each on window ids of its own:
 - `gather`: `DeviceWindows.gather`, the loader's path (ids to the device, their first rows looked up, one
   `index_select` over the overlapping [M - T + 1, T, F] window view, the targets' rows);
 - `gather_rows`: the same batch as one `index_select` of the B*T rows of the contiguous [M, F] table
@@ -17,14 +17,15 @@ the CPU), each on window ids of its own:
   rows into a buffer of its own); `copy_large`: one 256 MiB copy, the device's bandwidth.
 Rates count bytes read + written (2 x the batch's bytes), as benchmarks/kernels.py does, so
 `gather_fraction_of_copy_large` is the goal's figure and `gather_fraction_of_copy` the same-size one (a
-4 MiB copy on an H200 takes a few microseconds, where launch cost weighs as much as bandwidth).
+4 MiB copy on an H200 takes a few microseconds, where launch cost weighs as much as bandwidth). On the CPU
+smoke run a small store sits in cache while the 256 MiB copy does not, so its fractions can pass 1: they say
+nothing there (the GPU's 800 MiB store is 16x its L2).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -35,41 +36,20 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from data_loader import make_store, stride_source  # noqa: E402  (beside this file)
+from kernels import Timer, copy_bandwidth_gbps  # noqa: E402  (the kernels table's timer and device copy)
 
 from stride.data.device_windows import DeviceWindows  # noqa: E402
 from stride.data.probe import cpu_name  # noqa: E402
 
 
-def timer(device: torch.device, iters: int, warmup: int = 3) -> Callable[[Callable[[int], object]], float]:
-    """Median milliseconds of fn(k) over `iters` calls (k = 0, 1, ...: each call's own inputs) after warm-up."""
-    def run(fn: Callable[[int], object]) -> float:
-        for k in range(warmup):
-            fn(iters + k)
-        times = []
-        if device.type == "cuda":
-            for k in range(iters):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn(k)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-        else:
-            for k in range(iters):
-                t0 = time.perf_counter()
-                fn(k)
-                times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
-    return run
-
-
-def one_size(dev: DeviceWindows, b: int, iters: int, g: torch.Generator,
-             timed: Callable[[Callable[[int], object]], float], copy_large_gbps: float) -> dict[str, object]:
+def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_large_gbps: float,
+             ) -> dict[str, object]:
     """The three batch timings at batch size b (module docstring), rates and fractions."""
     device, t, f = dev.device, dev.seq_len, dev.rows.shape[1]
     offs = torch.arange(t, device=device)
     flat_rows = dev.rows.reshape(-1)
-    ids = [torch.randint(0, len(dev), (b,), generator=g) for _ in range(iters + 3)]
+    calls = timer.warmup + timer.reps  # each call of a timing on ids (or a block) of its own
+    ids = [torch.randint(0, len(dev), (b,), generator=g) for _ in range(calls)]
 
     def rows_gather(k: int) -> tuple[torch.Tensor, torch.Tensor]:
         i = ids[k].to(device, non_blocking=True)
@@ -84,9 +64,14 @@ def one_size(dev: DeviceWindows, b: int, iters: int, g: torch.Generator,
     n_elems = b * t * f
     nbytes = n_elems * dev.rows.element_size()
     dst = torch.empty(n_elems, dtype=dev.rows.dtype, device=device)
-    lo = torch.randint(0, max(1, flat_rows.numel() - n_elems), (iters + 3,), generator=g).tolist()
-    ms = {"gather": timed(lambda k: dev.gather(ids[k])), "gather_rows": timed(rows_gather),
-          "copy": timed(lambda k: dst.copy_(flat_rows[lo[k] : lo[k] + n_elems]))}
+    lo = torch.randint(0, max(1, flat_rows.numel() - n_elems), (calls,), generator=g).tolist()
+
+    def each(fn: Callable[[int], object]) -> float:  # fn(k) on the k-th inputs, one k a call
+        ks = iter(range(calls))
+        return timer(lambda: fn(next(ks)))
+
+    ms = {"gather": each(lambda k: dev.gather(ids[k])), "gather_rows": each(rows_gather),
+          "copy": each(lambda k: dst.copy_(flat_rows[lo[k] : lo[k] + n_elems]))}
     rate = {k: 2 * nbytes / (v * 1e-3) / 1e9 for k, v in ms.items()}
     return {"batch_bytes": nbytes, "ms": ms, "GBps": rate,
             "gather_fraction_of_copy": rate["gather"] / rate["copy"],
@@ -96,14 +81,13 @@ def one_size(dev: DeviceWindows, b: int, iters: int, g: torch.Generator,
 
 
 def measure(dev: DeviceWindows, batches: list[int], iters: int, seed: int = 0) -> dict[str, object]:
-    """The device's 256 MiB copy, then `one_size` at each batch size."""
-    timed = timer(dev.device, iters)
-    pair = [torch.empty(256 * 2**20, dtype=torch.uint8, device=dev.device) for _ in range(2)]
-    copy_large = 2 * pair[0].numel() / (timed(lambda k: pair[1].copy_(pair[0])) * 1e-3) / 1e9
-    pair.clear()  # 512 MiB back before the batches
+    """The device's 256 MiB copy (benchmarks/kernels.py's, as its table divides by), then `one_size` at each
+    batch size."""
+    timer = Timer(dev.device.type == "cuda", iters, 3)
+    copy_large = copy_bandwidth_gbps(timer, str(dev.device), 256)
     g = torch.Generator().manual_seed(seed)
     return {"copy_large_GBps": copy_large,
-            "by_batch": {str(b): one_size(dev, b, iters, g, timed, copy_large) for b in batches}}
+            "by_batch": {str(b): one_size(dev, b, timer, g, copy_large) for b in batches}}
 
 
 def main() -> None:

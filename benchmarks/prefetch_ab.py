@@ -18,41 +18,25 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import MODELS  # noqa: E402  (beside this file)
+from overhead import MODELS, _cfg, _Clock, _StrideClock  # noqa: E402  (beside this file)
 
-from stride.config import load_config  # noqa: E402
 from stride.data.probe import cpu_name  # noqa: E402
-from stride.train.callbacks import Callback  # noqa: E402
 from stride.train.trainer import Trainer  # noqa: E402
-
-
-class _Wall(Callback):
-    """Wall time from the end of step `skip` to the end of the last step."""
-
-    def __init__(self, skip: int) -> None:
-        self.skip, self.t0, self.t1 = skip, 0.0, 0.0
-
-    def on_step_end(self, trainer) -> None:  # noqa: ANN001
-        if trainer.step == self.skip:
-            self.t0 = time.perf_counter()
-        self.t1 = time.perf_counter()
 
 
 def train(args: argparse.Namespace, prefetch: str) -> dict[str, object]:
     extra = ['data.source="store"', f'data.store="{args.store}"'] if args.store else []
     extra += [f"data.seq_len={args.seq_len}"] if args.seq_len else []
     extra += [f"train.batch_size={args.batch}"] if args.batch else []
-    cfg = load_config("configs/quickstart.toml", [*MODELS[args.model], f"train.steps={args.steps}", "train.val_every=0",
-                                                   "metrics.progress=false", f"train.threads={args.threads}",
-                                                   *extra, f"data.prefetch={prefetch}"])
-    wall = _Wall(args.skip)
+    clock = _Clock(args.skip)  # overhead.py's: wall time from the end of step `skip` to the last
     with tempfile.TemporaryDirectory() as d:
-        s = Trainer(config=cfg, out=d, callbacks=[wall]).fit().summary
-    return {"ms_per_step": (wall.t1 - wall.t0) / (args.steps - args.skip) * 1e3,
+        s = Trainer(config=_cfg(args.model, args.steps, args.threads, (*extra, f"data.prefetch={prefetch}")),
+                    out=d, callbacks=[_StrideClock(clock)]).fit().summary
+    wall = clock.result(0.0)[0]
+    return {"ms_per_step": wall / (args.steps - args.skip) * 1e3,
             "data_ms_per_step": s["step_time_breakdown_s"]["data"] * 1e3, "loader": s["data_loader"]}
 
 

@@ -13,9 +13,8 @@
   while the step runs (a GPU step, or spare cores), and where taking a batch from the thread costs the
   main thread at most half of building it (both measured; `PREFETCH_TAKE_SHARE` says why half). On a
   CPU whose cores all run torch's threads the step and the gather share the same cores: prefetching
-  moves no work off them and adds
-  the hand-off (measured on the AMD EPYC development host: the quick-start loader took 34 us of CPU a
-  batch in the step and 101 us with a prefetch thread).
+  moves no work off them and adds the hand-off (measured on the AMD EPYC development host: the
+  quick-start loader took 34 us of CPU a batch in the step and 101 us with a prefetch thread).
 The probe takes a few tenths of a second; its result is kept per host (CPU model and flags, usable
 cores, torch version and threads, the kernel's source) and per source shape in a JSON file: the
 store's `derived/loader_probe.json` for a store (beside its other derived files; the host cache
