@@ -13,6 +13,9 @@ events on a GPU, the wall clock on the CPU), each on window ids of its own:
 - `gather_rows`: the same batch as one `index_select` of the B*T rows of the contiguous [M, F] table
   (row ids = first rows + arange(T)): the other kernel the device path could use, timed so that a GPU run
   says which to keep; the script checks both give the same batch;
+- `gather_ids_on_device`: `gather` on ids already on the device: the kernels alone, without the ids' copy
+  (the loader's ids come from the host sampler, so `gather` is the figure; `ids_copy_share_of_gather` says
+  what the copy of the ids costs);
 - `copy`: one contiguous device-to-device copy of the batch's bytes (`copy_` from a random offset of the
   rows into a buffer of its own); `copy_large`: one 256 MiB copy, the device's bandwidth.
 Rates count bytes read + written (2 x the batch's bytes), as benchmarks/kernels.py does, so
@@ -51,8 +54,10 @@ def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_
     calls = timer.warmup + timer.reps  # each call of a timing on ids (or a block) of its own
     ids = [torch.randint(0, len(dev), (b,), generator=g) for _ in range(calls)]
 
+    ids_on_device = [i.to(device) for i in ids]
+
     def rows_gather(k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        i = ids[k].to(device, non_blocking=True)
+        i = (ids[k].pin_memory() if device.type == "cuda" else ids[k]).to(device, non_blocking=True)  # as gather
         first = dev.starts.index_select(0, i)
         return dev.rows.index_select(0, (first[:, None] + offs).reshape(-1)).view(b, t, f), \
             dev.targets.index_select(0, i)
@@ -71,13 +76,15 @@ def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_
         return timer(lambda: fn(next(ks)))
 
     ms = {"gather": each(lambda k: dev.gather(ids[k])), "gather_rows": each(rows_gather),
+          "gather_ids_on_device": each(lambda k: dev.gather(ids_on_device[k])),
           "copy": each(lambda k: dst.copy_(flat_rows[lo[k] : lo[k] + n_elems]))}
     rate = {k: 2 * nbytes / (v * 1e-3) / 1e9 for k, v in ms.items()}
     return {"batch_bytes": nbytes, "ms": ms, "GBps": rate,
             "gather_fraction_of_copy": rate["gather"] / rate["copy"],
             "gather_fraction_of_copy_large": rate["gather"] / copy_large_gbps,
             "gather_rows_fraction_of_copy_large": rate["gather_rows"] / copy_large_gbps,
-            "gather_rows_over_gather": ms["gather"] / ms["gather_rows"]}
+            "gather_rows_over_gather": ms["gather"] / ms["gather_rows"],
+            "ids_copy_share_of_gather": 1.0 - ms["gather_ids_on_device"] / ms["gather"]}
 
 
 def measure(dev: DeviceWindows, batches: list[int], iters: int, seed: int = 0) -> dict[str, object]:

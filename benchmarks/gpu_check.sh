@@ -2,7 +2,7 @@
 # The one prepared GPU check for stride's kernels and optimizers: run it, unchanged, on a machine
 # with an NVIDIA GPU, from the repository root, and keep what it writes.
 #
-#   bash benchmarks/gpu_check.sh [--budget-s 560] [--out DIR] [--cpu-dry-run]
+#   bash benchmarks/gpu_check.sh [--budget-s 560] [--out DIR] [--cpu-dry-run] [--skip STEP,...]
 #   bash benchmarks/gpu_check.sh --fetch-wheels   # here, before: the comparison packages into .whl/
 #
 # Steps, each under its share of one total time budget (a step that would overrun is cut off by
@@ -23,7 +23,10 @@
 #   4. benchmarks/optimizers.py on the GPU (step time, state bytes, drift; no training runs).
 #   4b. benchmarks/sweep_packing.py: 64 packed models of mlp_tiny, lstm_small, ts_transformer_tiny against
 #      the same models one after another (goal: 10x at N=64), 100 s (reserved out of step 3's share).
-#   5. the optimizer and kernel tests on the GPU (they run the Triton kernels natively there).
+#   5. the optimizer and kernel tests on the GPU (they run the Triton kernels natively there), the
+#      device-resident windows' tests (identical batches, exact resume on the device) and the device choice.
+# --skip names steps not to run (trainer, checkpoint, data, data_device, kernels, optimizers, sweep, tests), for
+# a second call in one lease that repeats only what the first could not measure; their shares go to the kernels.
 # Everything goes to DIR (default: $OUT if set, else ./gpu_check_out): one log per step and
 # summary.txt, whose last lines are the kernels table. --cpu-dry-run runs each step in its CPU form
 # (smoke shapes, interpreter, a few training steps) so the script itself can be tested without a GPU.
@@ -33,6 +36,7 @@ BUDGET=560
 OUTDIR="${OUT:-./gpu_check_out}"
 DRY=0
 FETCH=0
+SKIP=","
 # The comparison packages, for an offline GPU machine whose python is 3.12 (the H200 image's); none
 # of them pulls torch (--no-deps), so the machine's CUDA torch stays. About 47 MB together.
 WHEELS=("liger-kernel==0.8.5" "torchao==0.18.0" "bitsandbytes==0.50.2")
@@ -41,8 +45,9 @@ while [ $# -gt 0 ]; do
     --budget-s) BUDGET="$2"; shift 2 ;;
     --out) OUTDIR="$2"; shift 2 ;;
     --cpu-dry-run) DRY=1; shift ;;
+    --skip) SKIP=",$2,"; shift 2 ;;
     --fetch-wheels) FETCH=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -76,6 +81,7 @@ left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 # run_step NAME SHARE_S CMD...: at most SHARE_S seconds and never past the total budget
 run_step() {
   local name="$1" share="$2"; shift 2
+  if [[ "$SKIP" == *",$name,"* ]]; then say "[$name] skipped: --skip"; return 0; fi
   local rest; rest=$(left)
   local limit=$(( share < rest ? share : rest ))
   if [ "$limit" -lt 10 ]; then say "[$name] skipped: $rest s of the budget left"; return 0; fi
@@ -159,7 +165,7 @@ EOF
 # the device-resident gather (issue 20) --------------------------------------------------------------------
 if [ "$DRY" -eq 0 ]; then
   run_step checkpoint 45 "$PY" benchmarks/checkpoint.py --mb 400 --repeats 3 --device cuda --json
-  run_step data 45 env OMP_NUM_THREADS=1 "$PY" benchmarks/data_loader.py --mb 256 --repeats 2 --json
+  run_step data 60 env OMP_NUM_THREADS=1 "$PY" benchmarks/data_loader.py --mb 256 --repeats 2 --json
   # device-resident windows (issue 20): the gather on the GPU against its own copy; 800 MiB, the quant case
   run_step data_device 40 "$PY" benchmarks/data_device.py --device cuda --mb 800 --json
 else
@@ -173,7 +179,8 @@ fi
 if [ "$DRY" -eq 0 ]; then
   # kernels.py stops starting kernel cases after --budget-s and gives the optimizer rows 60 s more;
   # 190 s of the total stay for steps 4, 4b (100 s) and 5
-  KL=$(( $(left) - 190 )); KB=$(( KL - 60 )); [ "$KB" -gt 420 ] && KB=420; [ "$KB" -lt 60 ] && KB=60
+  RESERVE=190; [[ "$SKIP" == *",optimizers,"* ]] && RESERVE=130
+  KL=$(( $(left) - RESERVE )); KB=$(( KL - 60 )); [ "$KB" -gt 420 ] && KB=420; [ "$KB" -lt 60 ] && KB=60
   run_step kernels "$KL" "$PY" benchmarks/kernels.py --budget-s "$KB" --json --results benchmarks/RESULTS.md
   cp benchmarks/RESULTS.md "$OUTDIR/RESULTS.md" 2>/dev/null
 else
@@ -200,13 +207,14 @@ fi
 
 # 5. tests on the device (the Triton kernels natively) ----------------------------------------------------
 if [ "$DRY" -eq 0 ]; then
-  run_step tests 150 "$PY" -m pytest -q --maxfail=5 -m "not slow" -p no:cacheprovider tests/optim tests/kernels
+  run_step tests 150 "$PY" -m pytest -q --maxfail=20 -m "not slow" -p no:cacheprovider tests/optim tests/kernels \
+    tests/data/test_data_device.py tests/train/test_device_choice.py
 else
   say "[tests] dry run: not run (the CPU suite covers them)"
 fi
 
 say "total $(( $(date +%s) - START ))s of ${BUDGET}s"
-for step in setup trainer checkpoint data optimizers sweep tests; do  # the kernels table comes last
+for step in setup trainer checkpoint data data_device optimizers sweep tests; do  # the kernels table comes last
   [ -f "$OUTDIR/$step.log" ] || continue
   say ""
   say "== $step (last lines of $OUTDIR/$step.log) =="

@@ -5,7 +5,10 @@ One command on one GPU (about 3-6 minutes on an H200, mostly torch.compile warm-
     .venv/bin/python benchmarks/kernels.py [--json] [--results benchmarks/RESULTS.md]
 
 Each op runs forward + backward (optimizers: one step) at several sizes; times are medians of CUDA
-event intervals after warm-up. Memory-bound ops report achieved GB/s from a byte model (bytes each
+event intervals after warm-up, around replays of the step captured as a CUDA graph (what the device takes;
+`launchms` is the same step launched from Python, which is what small fused kernels mostly cost there).
+The inputs are restored before each implementation (one of Liger's writes into them).
+Memory-bound ops report achieved GB/s from a byte model (bytes each
 implementation must at least move) and its fraction of the measured device-to-device copy bandwidth;
 the chunked linear + cross-entropy is compute-bound and reports TFLOP/s and peak memory instead.
 Without a CUDA GPU it prints a message and exits 0 (`--cpu-smoke` runs every code path on tiny CPU
@@ -50,6 +53,7 @@ class Row:
     peak_mib: float | None = None
     max_rel_err: float | None = None
     note: str = ""
+    launch_ms: float | None = None  # the same step launched from Python each time (on a GPU; `ms` is its graph)
 
 
 @dataclass
@@ -202,10 +206,39 @@ def _bind_loss(fn: Callable, kind: str, kw: dict) -> Callable:
     return lambda p, y: fn(p, y, kind, **kw)
 
 
+def graph_ms(step: Callable[[], object], timer: Timer) -> float:
+    """`step` captured once into a CUDA graph, its replays timed: what the device takes, without the host's
+    launches. The first GPU run (H200, 2026-12-04) timed each fused kernel's forward and backward as launched
+    from Python at 0.5-0.7 ms at every size, where eager's time grew with the size: the launches, not the
+    kernels, were timed. Warm-up on a side stream first, as torch's graph capture asks."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    try:
+        return timer(graph.replay)
+    finally:
+        del graph
+        torch.cuda.empty_cache()
+
+
 def run_case(case: Case, timer: Timer, cuda: bool) -> list[Row]:
+    """Every implementation of one case on the same inputs. The inputs are restored before each one and
+    checked after it: Liger's SwiGLU backward writes its gradients into its inputs (seen on an H200, where
+    every implementation after it was compared on those gradients and read a relative error of 1.0)."""
     rows: list[Row] = []
     ref_out = None
+    inputs = [a for a in case.args if isinstance(a, torch.Tensor)]
+    pristine = [a.detach().clone() for a in inputs]
     for name, fn in case.impls.items():
+        with torch.no_grad():
+            for a, p in zip(inputs, pristine, strict=True):
+                a.copy_(p)
         def step(fn=fn):
             out = fn(*case.args)
             grad = torch.ones_like(out) if out.dim() == 0 else torch.randn_like(out)
@@ -223,7 +256,15 @@ def run_case(case: Case, timer: Timer, cuda: bool) -> list[Row]:
         except Exception as exc:  # noqa: BLE001 - one failing implementation must not end the run
             rows.append(Row(case.op, case.size, name, None, note=f"{type(exc).__name__}: {str(exc)[:60]}"))
             continue
-        row = Row(case.op, case.size, name, ms, max_rel_err=err, peak_mib=peak)
+        launch_ms, note = None, ""
+        if cuda:
+            try:
+                ms, launch_ms = graph_ms(step, timer), ms
+            except Exception as exc:  # noqa: BLE001 - an op that syncs cannot be captured: keep the launch time
+                note = f"launch-timed (graph capture failed: {type(exc).__name__})"
+        row = Row(case.op, case.size, name, ms, max_rel_err=err, peak_mib=peak, launch_ms=launch_ms, note=note)
+        if any(not torch.equal(a, p) for a, p in zip(inputs, pristine, strict=True)):
+            row.note = "; ".join(filter(None, [row.note, "writes into its inputs (restored for the next one)"]))
         if case.bytes_moved:
             row.gbps = case.bytes_moved / (ms * 1e-3) / 1e9
         if case.flops:
@@ -326,7 +367,7 @@ def optimizer_rows(device: str, timer: Timer, smoke: bool, deadline: float) -> l
 def format_table(rows: list[Row], copy_gbps: float) -> str:
     head = (
         f"{'op':<11} {'size':<18} {'impl':<16} {'ms':>9} {'GB/s':>8} {'%copy':>6} {'TFLOP/s':>8} "
-        f"{'peakMiB':>8} {'relerr':>8}  note"
+        f"{'peakMiB':>8} {'relerr':>8} {'launchms':>9}  note"
     )
     lines = [f"device-to-device copy bandwidth: {copy_gbps:.0f} GB/s", head, "-" * len(head)]
     for r in rows:
@@ -335,7 +376,7 @@ def format_table(rows: list[Row], copy_gbps: float) -> str:
         lines.append(
             f"{r.op:<11} {r.size:<18} {r.impl:<16} {f(r.ms, '9.3f'):>9} {f(r.gbps, '8.0f'):>8} "
             f"{f(r.copy_frac and 100 * r.copy_frac, '5.0f'):>6} {f(r.tflops, '8.1f'):>8} {f(r.peak_mib, '8.0f'):>8} "
-            f"{f(r.max_rel_err, '8.1e'):>8}  {r.note}"
+            f"{f(r.max_rel_err, '8.1e'):>8} {f(r.launch_ms, '9.3f'):>9}  {r.note}"
         )
     return "\n".join(lines)
 

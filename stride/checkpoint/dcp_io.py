@@ -72,6 +72,15 @@ class GilFreeStateDictStager(StateDictStager):
         copy_storage(cached, storage, non_blocking)
         return cached
 
+    def close(self) -> None:
+        """Kept open: torch 2.11's DefaultStager closes its stager at the end of every staging copy, which
+        empties the cached buffers and the copy dispatch, so the store's second async save failed (KeyError
+        on `type`, seen on an H200 with torch 2.11). The store keeps one stager for its life and `release`s
+        it when the store closes."""
+
+    def release(self) -> None:
+        super().close()
+
 
 class TimedStager(DefaultStager):
     """DCP's stager (CPU buffers allocated once, reused by every save) with GIL-free copies, timing each
@@ -87,6 +96,10 @@ class TimedStager(DefaultStager):
                                "stride.checkpoint.dcp_io.TimedStager needs updating for this torch version")
         self._state_dict_stager = GilFreeStateDictStager(pin_memory=config.use_pinned_memory,
                                                          share_memory=config.use_shared_memory)
+
+    def close(self) -> None:
+        super().close()
+        self._state_dict_stager.release()
 
     def stage(self, state_dict: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()

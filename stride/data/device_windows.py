@@ -74,6 +74,12 @@ class DeviceWindows:
         return f"device:{self.rows.dtype}"
 
     def gather(self, idx: torch.Tensor) -> Batch:
+        # Pinned first: from pageable memory the ids' copy to a GPU blocks the host until the device has caught
+        # up, and the device then waits for the host to launch the gather (0.057 ms a 256-window batch on an
+        # H200, 3x a copy of its bytes). The pinned block comes from torch's caching host allocator, which
+        # keeps it until the copy that reads it is done.
+        if self.device.type == "cuda" and idx.device.type == "cpu" and not idx.is_pinned():
+            idx = idx.pin_memory()
         i = idx.to(self.device, non_blocking=True)
         x = self.windows.index_select(0, self.starts.index_select(0, i))  # the one copy
         return x, self.targets.index_select(0, i)

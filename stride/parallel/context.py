@@ -56,7 +56,9 @@ class Parallel:
 
     @staticmethod
     def device_for(device: torch.device) -> torch.device:
-        return local_device(device) if env_world_size() > 1 else device
+        # a bare "cuda" gets its index here (cuda:LOCAL_RANK, 0 without a launcher): torch.cuda.set_device and
+        # NCCL's device_id refuse a device without one (seen on an H200 with torch 2.11)
+        return local_device(device)
 
     # -- who am I -----------------------------------------------------------------------------
     @property

@@ -37,6 +37,7 @@ def configure_process(cfg: TrainConfig, device: torch.device) -> None:
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        # set_device refuses a bare "cuda" (no index); that is the current device already
+        torch.cuda.set_device(device if device.index is not None else torch.cuda.current_device())
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

@@ -130,6 +130,30 @@ def test_staging_reuses_its_buffers_and_copies_the_current_values() -> None:
         stager.close()
 
 
+def test_staging_survives_a_torch_that_closes_the_stager_after_each_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.11's DefaultStager closes its state-dict stager at the end of every staging copy (emptying
+    its cached buffers and its copy dispatch); the store's second async save then failed on an H200 with
+    KeyError: <class 'type'>. stride's stager stays open until the stager itself is closed."""
+    original = DefaultStager._stage
+
+    def stage_then_close(self: DefaultStager, state_dict: dict, **kwargs: object) -> dict:
+        out = original(self, state_dict, **kwargs)
+        self._state_dict_stager.close()  # what torch 2.11 does here
+        return out
+
+    monkeypatch.setattr(DefaultStager, "_stage", stage_then_close)
+    state = {"w": torch.randn(4, 3), "meta": {"lr": 0.1}}
+    stager = _stager()
+    first = stager.stage(state)
+    with torch.no_grad():
+        state["w"].mul_(3.0)
+    second = stager.stage(state)
+    assert torch.equal(second["w"], state["w"]) and second["meta"] == {"lr": 0.1}
+    assert second["w"].untyped_storage().data_ptr() == first["w"].untyped_storage().data_ptr()  # buffers kept
+    stager.close()  # closing the stager does release them
+    assert not stager._state_dict_stager._cached_storage_mapping and not stager._state_dict_stager._deepcopy_dispatch
+
+
 def test_background_staging_copy_lets_the_training_thread_run() -> None:
     """DCP's own storage copy holds the GIL for a whole storage; stride's must not (the copy overlaps the
     next forward and backward). The main thread samples the clock while one 256 MB storage is staged in a

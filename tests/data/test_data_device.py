@@ -1,6 +1,7 @@
-"""Device-resident series (`data.device_resident`), run here with device = cpu: the same batches as the host
-path, bit for bit (synthetic and store sources, float32 with train normalisation, bf16, several runs), the
-same sampler state and an exact resume; "auto" stays off on a CPU device and the summary says so."""
+"""Device-resident series (`data.device_resident`), run with device = cpu here and on the GPU where there is
+one (benchmarks/gpu_check.sh runs this file there): the same batches as the host path, bit for bit (synthetic
+and store sources, float32 with train normalisation, bf16, several runs), the same sampler state and an exact
+resume; "auto" stays off on a CPU device and the summary says so."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from stride.data.splits import build_store_sources  # noqa: E402
 from stride.train.trainer import Trainer  # noqa: E402
 
 CPU = torch.device("cpu")
+DEV = torch.device("cuda", 0) if torch.cuda.is_available() else CPU  # where the device path is checked
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,7 @@ def _store_cfg(store: Path, *extra: str):  # noqa: ANN202
 def _same(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> bool:
     (xa, ya), (xb, yb) = a, b
     bits = (lambda t: t.view(torch.int16)) if xa.dtype == torch.bfloat16 else (lambda t: t.view(torch.int32))
+    (xa, ya), (xb, yb) = (xa.cpu(), ya.cpu()), (xb.cpu(), yb.cpu())
     return xa.dtype == xb.dtype and xa.shape == xb.shape and torch.equal(bits(xa), bits(xb)) and \
         torch.equal(ya.view(torch.int32), yb.view(torch.int32))
 
@@ -50,7 +53,7 @@ def _same(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Ten
                                    ["data.cross_days=true", 'data.columns=["f2", "close"]']])
 def test_store_windows_on_the_device_are_the_host_batches(store: Path, extra: list[str], seed: int) -> None:
     src = build_store_sources(_store_cfg(store, *extra)).train
-    dev = DeviceWindows(src, CPU)
+    dev = DeviceWindows(src, DEV)
     assert len(dev) == len(src)
     g = torch.Generator().manual_seed(seed)
     for _ in range(5):
@@ -64,7 +67,7 @@ def test_store_windows_on_the_device_are_the_host_batches(store: Path, extra: li
 def test_synthetic_windows_on_the_device_are_the_host_batches(seed: int) -> None:
     cfg = small_config(data__seed=seed % 1000).data
     host = build_data(cfg, 32).train
-    dev = DeviceWindows(host.source, CPU)
+    dev = DeviceWindows(host.source, DEV)
     ids = torch.randint(0, len(dev), (64,), generator=torch.Generator().manual_seed(seed))
     assert _same(dev.gather(ids), host.source.gather(ids)), seed
 
@@ -73,7 +76,7 @@ def test_device_loader_order_state_and_exact_resume(store: Path) -> None:
     cfg = _store_cfg(store, 'data.normalize="train"')
     on, off = replace(cfg, device_resident=True), replace(cfg, device_resident=False, prefetch=0, gather_threads=1)
     host, _ = train_loader(off, build_store_sources(cfg).train, 16, CPU)
-    dev, info = train_loader(on, build_store_sources(cfg).train, 16, CPU)
+    dev, info = train_loader(on, build_store_sources(cfg).train, 16, DEV)
     assert isinstance(dev.source, DeviceWindows) and info["device_resident"] and info["prefetch"] == 0
     ref = []
     for epoch in (0, 1):  # two epochs, uninterrupted, on the host path
@@ -86,7 +89,7 @@ def test_device_loader_order_state_and_exact_resume(store: Path) -> None:
     state = dev.state_dict()
     assert state == {**host.state_dict(), "epoch": 0, "position": n // 2}
     it.close()
-    again, _ = train_loader(on, build_store_sources(cfg).train, 16, CPU)
+    again, _ = train_loader(on, build_store_sources(cfg).train, 16, DEV)
     again.load_state_dict(state)  # a resumed run: the rest of epoch 0, then epoch 1
     got += list(again)
     again.set_epoch(1)
@@ -99,7 +102,7 @@ def test_auto_is_off_on_a_cpu_device_and_the_summary_says_why(store: Path) -> No
     ok, why = fits(src, CPU)
     assert not ok and why.startswith("off: the device is cpu")
     assert device_bytes(src) == src.device_row_count() * src.device_row_bytes() + len(src) * (8 + 2 * 4)
-    cfg = small_config(train__steps=4)
+    cfg = small_config(train__steps=4, train__device="cpu")
     s = Trainer(config=cfg, write_run_dir=False).fit().summary
     assert s["data_loader"]["device_resident"] is False and "cpu" in s["data_loader"]["device_resident_reason"]
 
@@ -109,7 +112,7 @@ def test_training_on_device_resident_windows_gives_the_same_run() -> None:
     runs = {}
     for resident in ("false", "true"):
         cfg = small_config(train__steps=6, data__device_resident=resident == "true", data__prefetch=0,
-                           data__gather_threads=1)
+                           data__gather_threads=1, train__device="cpu")
         tr = Trainer(config=cfg, write_run_dir=False)
         s = tr.fit().summary
         runs[resident] = (s["params_sha256"], s["final_train_loss"], s["data_loader"])

@@ -33,6 +33,15 @@ def test_unknown_argument_is_named():
     assert r.returncode == 2 and "unknown argument '--budget'" in r.stderr
 
 
+def test_skip_leaves_the_named_steps_out(tmp_path):
+    every = "trainer,checkpoint,data,data_device,kernels,optimizers,sweep"
+    r = run("--cpu-dry-run", "--skip", every, "--out", str(tmp_path), timeout=120)
+    assert r.returncode == 0, r.stderr
+    summary = (tmp_path / "summary.txt").read_text()
+    for step in every.split(","):
+        assert f"[{step}] skipped: --skip" in summary and not (tmp_path / f"{step}.log").exists(), step
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU exit")
 def test_without_gpu_it_says_so_and_exits_0(tmp_path):
     r = run("--out", str(tmp_path))
