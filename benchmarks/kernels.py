@@ -127,6 +127,13 @@ def eager_linear_ce(x, w, b, t):
     return F.cross_entropy(F.linear(x, w, b).float(), t)
 
 
+def triton_rope_strided(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """stride's RoPE through its strided pair kernel (the one before the row kernel), timed beside it."""
+    from stride.kernels import triton_rope
+
+    return triton_rope.rope(x, cos, sin, rows=False)
+
+
 def triton_impls() -> dict[str, Callable]:
     from stride.kernels import triton_norms, triton_rope, triton_swiglu, triton_ts_loss
     from stride.kernels.triton_cross_entropy import chunk_cross_entropy
@@ -164,6 +171,8 @@ def build_cases(device: str, dtype: torch.dtype, smoke: bool, with_triton: bool,
             d["liger"] = lig[op]
         if op in tri:
             d["stride-triton"] = tri[op]
+        if op == "rope" and tri:
+            d["stride-strided"] = triton_rope_strided
         return d
 
     def rnd(*shape, grad=True, dt=dtype):

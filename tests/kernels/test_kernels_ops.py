@@ -6,6 +6,8 @@ Inputs are fresh random each run (the seed is in every assert message). Errors a
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -128,13 +130,28 @@ def rope_tables(t: int, d: int):
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 1, 1, 2), (2, 3, 7, 12), (1, 2, 5, 72)])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 2), (2, 3, 7, 12), (1, 2, 5, 72), (2, 3, 7, 16)])
 def test_rope(impl, dtype, shape, seed):
     ops = get_ops(impl)
     cos, sin = rope_tables(shape[-2] + 3, shape[-1])  # longer table than T: sliced
     x = leaf(torch.randn(shape, device=DEV), dtype)
     ref = lambda x: rope_ref(x, cos.double(), sin.double())
     check(lambda x: ops.rope(x, cos, sin), ref, [x], dtype, seed)
+
+
+@pytest.mark.parametrize("rows", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_row_and_strided_kernels(rows, dtype, seed):
+    """Both Triton RoPE kernels (whole rows, split in registers; stride-2 pairs) against float64, on a power-of-two
+    head dim (where the row kernel is the default) and 130 rows (not a multiple of the 64-row block)."""
+    if not (DEV == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
+        pytest.skip("the Triton kernels need a GPU or the interpreter")
+    from stride.kernels.triton_rope import rope
+
+    cos, sin = rope_tables(13, 16)
+    x = leaf(torch.randn(2, 5, 13, 16, device=DEV), dtype)
+    ref = lambda x: rope_ref(x, cos.double(), sin.double())
+    check(lambda x: rope(x, cos, sin, rows=rows), ref, [x], dtype, seed)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
