@@ -24,7 +24,8 @@
 #   4b. benchmarks/sweep_packing.py: 64 packed models of mlp_tiny, lstm_small, ts_transformer_tiny against
 #      the same models one after another (goal: 10x at N=64), 100 s (reserved out of step 3's share).
 #   5. the optimizer and kernel tests on the GPU (they run the Triton kernels natively there), the
-#      device-resident windows' tests (identical batches, exact resume on the device) and the device choice.
+#      device-resident windows' tests (identical batches, exact resume on the device), the device choice, and
+#      async saves and exact resume with the model on the GPU.
 # --skip names steps not to run (trainer, checkpoint, data, data_device, kernels, optimizers, sweep, tests), for
 # a second call in one lease that repeats only what the first could not measure; their shares go to the kernels.
 # Everything goes to DIR (default: $OUT if set, else ./gpu_check_out): one log per step and
@@ -208,7 +209,8 @@ fi
 # 5. tests on the device (the Triton kernels natively) ----------------------------------------------------
 if [ "$DRY" -eq 0 ]; then
   run_step tests 150 "$PY" -m pytest -q --maxfail=20 -m "not slow" -p no:cacheprovider tests/optim tests/kernels \
-    tests/data/test_data_device.py tests/train/test_device_choice.py
+    tests/data/test_data_device.py tests/train/test_device_choice.py tests/checkpoint/test_checkpoint_async.py \
+    tests/checkpoint/test_checkpoint_resume.py
 else
   say "[tests] dry run: not run (the CPU suite covers them)"
 fi
