@@ -71,6 +71,29 @@ def test_chunks_never_hold_more_than_chunk_rows_of_logits():
     assert abs(loss.item() - ref.item()) < 1e-5
 
 
+def test_default_chunk_holds_16m_logits_but_at_least_a_quarter_of_d_rows():
+    """Few chunks at a large vocabulary: each chunk rewrites the whole fp32 weight gradient (docs/gpu.md)."""
+    from stride.kernels.linear_ce import default_chunk_rows
+
+    assert default_chunk_rows(8192, 32000, 2048) == (1 << 24) // 32000  # 524 rows: the 16M-logit rule
+    assert default_chunk_rows(4096, 128256, 4096) == 1024  # not 130: 4 chunks instead of 32
+    assert default_chunk_rows(100, 128256, 4096) == 100 and default_chunk_rows(5, 10, 2) == 5
+    seen: list[int] = []
+
+    def spy(logits, target, n_valid, ignore_index, write_grad):
+        seen.append(logits.shape[0])
+        return torch_chunk_cross_entropy(logits, target, n_valid, ignore_index, write_grad)
+
+    x = torch.randn(40, 64, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(30, 64, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 30, (40,))
+    loss = linear_cross_entropy(x, w, None, t, chunk_ce=spy)  # the default chunk: 40 rows in one
+    (gw,) = torch.autograd.grad(loss, w)
+    ref = F.cross_entropy(x @ w.t(), t)
+    (gw64,) = torch.autograd.grad(ref, w)
+    assert seen == [40] and rel(loss, ref) < 1e-6 and rel(gw, gw64) < 1e-6  # the loss and grad_w sum in fp32
+
+
 def test_all_ignored_gives_nan_like_torch():
     x, w = torch.randn(4, 3), torch.randn(6, 3)
     t = torch.full((4,), -100)
