@@ -9,6 +9,7 @@ time. Both skip gradient communication on accumulation micro-steps (`no_sync` /
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 
 import torch
@@ -35,6 +36,14 @@ def persistent_buffers(module: nn.Module) -> dict[str, torch.Tensor]:
     return {n: b for n, b in module.named_buffers() if n in saved}
 
 
+def buffer_sync_kwargs(ddp_class: type, sync: bool) -> dict[str, bool]:
+    """DDP's switch for the per-forward buffer broadcast, by this torch's name for it: `forward_sync_buffers`
+    in torch 2.13 (where `broadcast_buffers` warns), `broadcast_buffers` before (torch 2.11, the H200
+    image's, refuses the new name: every DDP run failed there)."""
+    names = inspect.signature(ddp_class.__init__).parameters
+    return {"forward_sync_buffers": sync} if "forward_sync_buffers" in names else {"broadcast_buffers": sync}
+
+
 def apply_ddp(
     module: nn.Module, mesh: DeviceMesh, p: ParallelConfig, device: torch.device
 ) -> tuple[DDP, CommTimer | None]:
@@ -49,7 +58,7 @@ def apply_ddp(
         bucket_cap_mb=bucket_mb,
         gradient_as_bucket_view=p.gradient_as_bucket_view,
         static_graph=p.static_graph,
-        forward_sync_buffers=bool(persistent_buffers(module)),  # torch 2.13's name (broadcast_buffers warns)
+        **buffer_sync_kwargs(DDP, bool(persistent_buffers(module))),
     )
     timer = register_comm_hook(ddp, p, mesh.get_group())
     return ddp, timer

@@ -11,7 +11,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from stride.config.schema import ParallelConfig
 from stride.models.transformer import TimeSeriesTransformer
-from stride.parallel.data_parallel import apply_ddp, persistent_buffers
+from stride.parallel.data_parallel import apply_ddp, buffer_sync_kwargs, persistent_buffers
 
 
 def test_persistent_buffers_are_the_state_dict_ones() -> None:
@@ -29,6 +29,25 @@ def test_ddp_broadcasts_only_models_with_persistent_buffers(tmp_path) -> None:
             warnings.simplefilter("error", FutureWarning)  # torch 2.13 deprecates `broadcast_buffers`
             rope_model, _ = apply_ddp(TimeSeriesTransformer(7, 16, 3), mesh, p, cpu)
             bn_model, _ = apply_ddp(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)), mesh, p, cpu)
-        assert not rope_model.forward_sync_buffers and bn_model.forward_sync_buffers
+        def syncs(m: nn.Module) -> bool:  # torch 2.13's attribute, or the older one (torch 2.11)
+            return m.forward_sync_buffers if hasattr(m, "forward_sync_buffers") else m.broadcast_buffers
+
+        assert not syncs(rope_model) and syncs(bn_model)
     finally:
         dist.destroy_process_group()
+
+
+def test_the_buffer_switch_goes_by_this_torchs_name_for_it() -> None:
+    """torch 2.13 calls it forward_sync_buffers; torch 2.11 (the H200 image's) knows only broadcast_buffers and
+    refused the new name, which failed every DDP run there."""
+
+    class New:
+        def __init__(self, module: object, forward_sync_buffers: bool = True, broadcast_buffers: bool = True) -> None:
+            pass
+
+    class Old:
+        def __init__(self, module: object, broadcast_buffers: bool = True) -> None:
+            pass
+
+    assert buffer_sync_kwargs(New, False) == {"forward_sync_buffers": False}
+    assert buffer_sync_kwargs(Old, True) == {"broadcast_buffers": True}
