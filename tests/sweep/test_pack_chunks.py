@@ -28,8 +28,10 @@ def test_a_pack_in_chunks_of_unequal_size_equals_solo_float64():
     for i, c in enumerate(cfgs):
         ref = solo_on_tensors(c, train, val, torch.float64)
         assert max_param_diff(ref.model.state_dict(), pt.model.state_dict_of(i)) < FP64_TOL, i
-        assert [h.get("val_loss") for h in pt.records[i].history] == pytest.approx(
-            [h.get("val_loss") for h in ref.history], rel=1e-10)
+        got, want = ([h.get("val_loss") for h in hist] for hist in (pt.records[i].history, ref.history))
+        # the steps without validation hold None: compared as such (pytest 9.2's approx refuses None)
+        assert [v is None for v in got] == [v is None for v in want], i
+        assert [v for v in got if v is not None] == pytest.approx([v for v in want if v is not None], rel=1e-10)
 
 
 def test_a_chunk_whose_models_stopped_is_skipped_and_the_others_go_on():
