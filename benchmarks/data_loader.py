@@ -19,7 +19,9 @@
    = its windows per CPU-second / the copy-bound ceiling (goal >= 0.9), each round against the ceiling
    taken in that round among the loader runs (`ceiling_now`, `copy_ceiling_GBps_by_round`), the median;
    `_table_ceiling`: against the gather table's ceiling (part 2), timed after every loader run;
-   `prefetch_over_no_prefetch_cpu`.
+   `fraction_of_stream_copy_cpu`: against the stricter ceiling of the window kernel's own contiguous copy
+   (streaming stores; `stream_ceiling_now`, `stream_copy_ceiling_GBps_by_round`), which a plain copy
+   does not reach on hosts where the loader reads above 1 of the plain one; `prefetch_over_no_prefetch_cpu`.
 2. Gather bandwidth (`gather_vs_copy`, float32): every way of gathering a batch that was tried, side
    by side, and plain copies of the same bytes on 1 and 2 threads, each way into a destination of its
    own. `gather_bw_fraction_of_copy` = the loader's whole gather over a numpy copy; `_hot_dst`: both
@@ -399,6 +401,29 @@ def ceiling_now(src: RowWindows, batch: int, copies: int = 8, seed: int = 0) -> 
     return best
 
 
+def stream_ceiling_now(src: RowWindows, batch: int, copies: int = 8, seed: int = 0) -> float:
+    """Bytes per CPU-second of the window kernel's own copy of one contiguous block of a batch's bytes (one
+    window B*T rows long, with the loader's hints: streaming stores, page streams): the stricter ceiling.
+    The plain copies of `ceiling_now` write through the cache, and the kernel beats them on this kind of
+    host (`fraction_of_copy_bound_cpu` above 1), so they bound loaders built on a plain copy, not the
+    memory system. Medians of `copies` blocks from random places of the store, timed beside `ceiling_now`."""
+    from stride.data.gather import WindowGather
+
+    feats, g = src.features, src._gather
+    block = batch * src.seq_len
+    nbytes = block * feats.shape[1] * feats.element_size()
+    kernel = WindowGather(feats, block, ahead=g.ahead, stream=g.stream, lines=g.lines)
+    rng = np.random.default_rng(seed + 1000)
+    kernel(np.array([int(rng.integers(0, feats.shape[0] - block))]))  # its buffers made once, as the loader's
+    rates = []
+    for _ in range(copies):
+        lo = np.array([int(rng.integers(0, feats.shape[0] - block))])
+        c0 = time.thread_time()
+        kernel(lo)
+        rates.append(nbytes / max(time.thread_time() - c0, 1e-9))
+    return statistics.median(rates)
+
+
 def same_batches(src: RowWindows, ds: SliceDataset, batch: int) -> None:
     """Both loaders hand out the same (x, y) for the same window ids (the same work), or the benchmark stops."""
     ids = torch.randint(0, len(src), (batch,), generator=torch.Generator().manual_seed(1))
@@ -582,12 +607,14 @@ def main() -> None:
                      lambda: torch.utils.data.DataLoader(ds_prev, batch_size=args.batch, shuffle=True), 0))
         runs.append(("", "copy_ceiling", None, 1))  # the host's copy rate, taken among the loaders each round
         ceilings: list[float] = []
+        stream_ceilings: list[float] = []  # the kernel's own contiguous copy, the same minutes
         order = random.Random(0)
         for r in range(args.repeats):  # every loader of both dtypes in a new shuffled order each repeat
             order.shuffle(runs)
             for dt, name, make_loader, n_threads in runs:
                 if name == "copy_ceiling":
                     ceilings.append(ceiling_now(src, args.batch, seed=r))
+                    stream_ceilings.append(stream_ceiling_now(src, args.batch, seed=r))
                     continue
                 torch.set_num_threads(n_threads or out["threads"])  # type: ignore[arg-type]
                 # stride's rows time 5x the batches: each takes a tenth of the plain loader's time, and 40
@@ -620,6 +647,8 @@ def main() -> None:
             # ceiling, the median; and prefetch against none
             out[f"fraction_of_copy_bound_cpu{tag}"] = statistics.median(
                 w * window_bytes / c for w, c in zip(cpu_rates[dt]["stride_auto"], ceilings, strict=True))
+            out[f"fraction_of_stream_copy_cpu{tag}"] = statistics.median(
+                w * window_bytes / c for w, c in zip(cpu_rates[dt]["stride_auto"], stream_ceilings, strict=True))
             out[f"fraction_of_copy_bound_cpu_table_ceiling{tag}"] = cpu["stride_auto"] / (
                 copy_ceiling_per_cpu_s(bw) / window_bytes)
             out[f"prefetch_over_no_prefetch_cpu{tag}"] = cpu["stride_prefetch"] / cpu["stride"]
@@ -627,6 +656,9 @@ def main() -> None:
                                        "copy": plans[dt].figures.get("chosen_copy"), "reasons": plans[dt].reasons}
         out["headline"] = "float32 (the store's default dtype; bf16 halves the bytes by dropping precision)"
         out["copy_ceiling_GBps_by_round"] = [round(c / 1e9, 2) for c in ceilings]
+        out["stream_copy_ceiling_GBps_by_round"] = [round(c / 1e9, 2) for c in stream_ceilings]
+        out["stream_copy_over_plain_copy"] = statistics.median(
+            k / c for k, c in zip(stream_ceilings, ceilings, strict=True))
         out["gather_threads_tried"] = [1, *ks]
         out.update(bandwidth_fractions(bw))
         out["sequential"] = sequential(src, dss["float32"], args.batch, nb, args.repeats)
