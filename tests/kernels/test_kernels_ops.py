@@ -98,7 +98,12 @@ def test_layer_norm_without_bias_and_3d_noncontiguous(impl, seed):
 @pytest.mark.parametrize("shape", [(1,), (3, 7, 45), (2, 1500)])
 def test_swiglu(impl, dtype, shape, seed):
     ops = get_ops(impl)
-    a = leaf(2 * torch.randn(shape, device=DEV), dtype)
+    a = 2 * torch.randn(shape, device=DEV)
+    # silu'(a) = sig(a) (1 + a (1 - sig(a))) is 0 at a = -1.2785: there float32 rounding of its two terms
+    # leaves a gradient with no correct digits, and a one-element case's relative error is that element's
+    # (seed 1982708117: 3.2e-5 against 1e-5, torch's own silu as well as the kernel). Keep clear of the zero.
+    a = torch.where((a + 1.2785).abs() < 0.05, a + 0.1, a)
+    a = leaf(a, dtype)
     b = leaf(torch.randn(shape, device=DEV), dtype)
     check(ops.swiglu, lambda a, b: F.silu(a) * b, [a, b], dtype, seed)
 
