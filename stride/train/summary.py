@@ -12,7 +12,7 @@ from stride.config import config_hash
 from stride.config.schema import RunConfig
 from stride.metrics.hashing import params_sha256
 from stride.metrics.memory import peak_memory
-from stride.metrics.peak import Peak, mfu_fields
+from stride.metrics.peak import Peak, device_peak, mfu_fields
 from stride.metrics.step_timer import StepTimer
 from stride.parallel.context import Parallel
 from stride.train.precision import Precision
@@ -92,7 +92,9 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "timing_note": warmup_note(t.steps, tally.start_step, tr.cfg.metrics.skip_steps),  # None: steady-state figures
         "flops_per_step": tr.flops_per_step,
         "achieved_flops_per_s": achieved,
-        **mfu_fields(achieved, tr.peak),  # peak_flops_per_s, peak_flops_source, mfu, mfu_error
+        # peak_flops_per_s, peak_flops_source, mfu, mfu_error
+        **mfu_fields(achieved, tr.peak, lambda: device_peak(tr.device, t.precision, tr.cfg.metrics.peak_flops,
+                                                            fresh=True)),
         "peak_mem_bytes": mem,
         "peak_mem_kind": mem_kind,
         "saved_activation_bytes": tr.saved_activation_bytes,

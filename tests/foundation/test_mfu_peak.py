@@ -35,7 +35,10 @@ def test_isa_peak_is_above_what_the_library_reaches(dtype: str) -> None:
     if peak is None:
         pytest.skip("the OS reports no CPU clock here: the peak falls back to a measured matmul")
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    assert measured_matmul_peak(torch.device("cpu"), dt, n=512, seconds=0.2) < peak[0]
+    reached = measured_matmul_peak(torch.device("cpu"), dt, n=512, seconds=0.2)
+    if reached >= peak[0]:  # as a run does (mfu_fields' recheck): the clock measured again, the highest kept
+        peak = isa_peak(dtype, threads=torch.get_num_threads(), fresh=True)
+    assert reached < peak[0], (reached, peak)
 
 
 def test_a_run_above_its_peak_is_an_error_not_an_mfu_over_one() -> None:
@@ -115,3 +118,29 @@ def test_a_clock_below_what_a_gemm_implies_is_raised_to_it() -> None:
     assert peak_clock(boxed, measure=True) == (100.0, "clock: cpufreq max")
     fast = read_cpu_info(SAPPHIRE_RAPIDS.replace("2000.000", "99000.000"), "")  # above the GEMM's clock: kept
     assert peak_clock(fast, measure=True) == (99000.0, "clock: cpuinfo MHz")
+
+
+def test_a_run_above_a_gemm_clocked_peak_measures_the_clock_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GEMM that sets a KVM guest's clock ran while the other core was busy: 3.12 GHz implied, and a later
+    GEMM ran at 216.7 GFLOP/s, above that peak (`make test`, Intel Xeon model 167). A run above its peak now
+    measures the clock again and keeps the highest; only a run above that too is an error."""
+    import stride.metrics.cpu_isa as cpu_isa
+
+    rates = iter([100e9, 300e9, 50e9])  # one core's GEMM: slow at start, fast on the recheck, slow after
+    monkeypatch.setattr(cpu_isa, "measured_matmul_peak", lambda *a, **k: next(rates))
+    monkeypatch.setattr(cpu_isa, "_GEMM_MHZ", {})
+    slow = read_cpu_info(SAPPHIRE_RAPIDS.replace("2000.000", "100.000"), "")
+    mhz0, _ = peak_clock(slow, measure=True)
+    mhz1, _ = peak_clock(slow, measure=True, fresh=True)
+    mhz2, _ = peak_clock(slow, measure=True, fresh=True)
+    per = flops_per_cycle(slow, "fp32")[0]
+    assert mhz0 == pytest.approx(100e9 / per / 0.9 / 1e6) and mhz1 == pytest.approx(300e9 / per / 0.9 / 1e6)
+    assert mhz2 == mhz1  # a slower measurement never lowers the clock
+    low, high = Peak(1e11, "isa:fp32"), Peak(3e11, "isa:fp32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PeakBelowAchievedWarning)
+        f = mfu_fields(2e11, low, recheck=lambda: high)
+    assert f["mfu"] == pytest.approx(2 / 3) and f["mfu_error"] is None and f["peak_flops_per_s"] == 3e11
+    with pytest.warns(PeakBelowAchievedWarning):
+        f = mfu_fields(4e11, low, recheck=lambda: high)
+    assert f["mfu"] is None and f["peak_flops_per_s"] == 4e11
