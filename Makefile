@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stride-installed
 
-.PHONY: setup test test-fast bench lint lint-imports clean
+.PHONY: setup test test-fast test-torch bench lint lint-imports clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,19 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_PAR)
+
+# The suite under another torch, on CPU, in a venv of its own (.venv-torch-X): `make test-torch TORCH=2.11.0`.
+# GPU machines keep the torch they have (the H200 image: 2.11.0, whose DDP refused a 2.13 keyword); PyPI's CUDA
+# wheel of torch imports and runs here without a GPU. Triton stays CI's 3.9 (--no-deps): older interpreters
+# (3.6) cannot run the kernels' loops over runtime bounds, which the GPU compiles fine (docs/gpu.md).
+TORCH ?= 2.11.0
+TRITON_CPU ?= 3.9.0
+test-torch:
+	test -x .venv-torch-$(TORCH)/bin/python || $(PYTHON) -m venv .venv-torch-$(TORCH)
+	.venv-torch-$(TORCH)/bin/python -m pip install -q "torch==$(TORCH)"
+	.venv-torch-$(TORCH)/bin/python -m pip install -q --no-deps "triton==$(TRITON_CPU)"
+	.venv-torch-$(TORCH)/bin/python -m pip install -q -e ".[dev,observe]"
+	.venv-torch-$(TORCH)/bin/python -m pytest -q $(PYTEST_PAR)
 
 bench: setup
 	$(VENV)/bin/stride bench
