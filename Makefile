@@ -37,8 +37,8 @@ TRITON_CPU ?= 3.9.0
 test-torch:
 	test -x .venv-torch-$(TORCH)/bin/python || $(PYTHON) -m venv .venv-torch-$(TORCH)
 	.venv-torch-$(TORCH)/bin/python -m pip install -q "torch==$(TORCH)"
-	.venv-torch-$(TORCH)/bin/python -m pip install -q --no-deps "triton==$(TRITON_CPU)"
-	.venv-torch-$(TORCH)/bin/python -m pip install -q -e ".[dev,observe]"
+	.venv-torch-$(TORCH)/bin/python -m pip install -q -e ".[dev,observe,ray,mlflow,wandb]"  # as setup
+	.venv-torch-$(TORCH)/bin/python -m pip install -q --no-deps "triton==$(TRITON_CPU)"  # last: torch pins its own
 	.venv-torch-$(TORCH)/bin/python -m pytest -q $(PYTEST_PAR)
 
 bench: setup

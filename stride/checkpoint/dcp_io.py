@@ -8,7 +8,8 @@ The manifest's own checksum (XXH3-128, verified before every load) covers the sa
 writer turns the zip CRC off while it writes a shard. torch keeps that setting per thread
 (`torch.serialization.set_crc32_options` is a thread-local override), so it is set in each of DCP's
 writer threads as it opens a file and restored when the file is closed: nothing else in the process
-(another `torch.save`) is affected.
+(another `torch.save`) is affected. Where torch keeps that setting for the whole process (torch 2.11),
+the writer leaves it alone and the shards carry the CRC (`crc_setting_is_per_thread`).
 
 DCP's stager copies each storage with `UntypedStorage.copy_`, which holds the GIL for the whole copy
 (`Tensor.copy_` releases it). With `checkpoint.staging = "background"` the copy runs in DCP's staging
@@ -22,6 +23,8 @@ instead of 9 ms (`docs/checkpoint.md`, Async saves, has the figures).
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -35,9 +38,34 @@ from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 
+@functools.cache
+def crc_setting_is_per_thread() -> bool:
+    """Whether `torch.serialization.set_crc32_options` in one thread leaves the others' setting alone. It does
+    in torch 2.13; in torch 2.11 (the H200 image's) it is one process-wide flag, so DCP's writer threads
+    turning it off and back on raced, and a save could leave the zip CRC off for every later `torch.save` of
+    the process (found running the suite under torch 2.11). Asked once, by setting it in a thread."""
+    before = torch.serialization.get_crc32_options()
+    seen: list[bool] = []
+
+    def flip() -> None:
+        torch.serialization.set_crc32_options(not before)
+        seen.append(torch.serialization.get_crc32_options())
+
+    t = threading.Thread(target=flip)
+    t.start()
+    t.join()
+    here = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(before)  # a process-wide flag: put it back
+    return seen == [not before] and here == before
+
+
 class _NoZipCrcFileSystem(FileSystem):
     @contextlib.contextmanager
     def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
+        if not crc_setting_is_per_thread():  # a process-wide flag: keep torch's CRC, as any torch.save has
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
         before = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(False)  # this thread only, while this file is written
         try:

@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 import torch
 import xxhash
 from torch import nn
@@ -63,3 +64,23 @@ def test_shards_written_without_the_zip_crc_load_exactly_and_the_setting_is_rest
         store.close()
         for k, v in model.state_dict().items():
             assert torch.equal(loaded["model"][k], v)
+
+
+def test_where_the_crc_setting_is_process_wide_the_writer_leaves_it_alone(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.11's set_crc32_options is one flag for the whole process: DCP's writer threads turning it off and
+    back on raced and could leave it off for every later torch.save. There the writer keeps torch's CRC."""
+    import stride.checkpoint.dcp_io as dcp_io
+
+    assert isinstance(dcp_io.crc_setting_is_per_thread(), bool)  # True under torch 2.13, False under 2.11 (seen)
+    assert torch.serialization.get_crc32_options() is True  # asking put the flag back
+    monkeypatch.setattr(dcp_io, "crc_setting_is_per_thread", lambda: False)
+    calls: list[bool] = []
+    real = torch.serialization.set_crc32_options
+    monkeypatch.setattr(torch.serialization, "set_crc32_options", lambda v: (calls.append(v), real(v))[1])
+    store, folder, model = _saved(tmp_path, True)
+    assert calls == [] and torch.serialization.get_crc32_options() is True
+    template = {"model": {k: torch.zeros_like(v) for k, v in model.state_dict().items()}}
+    loaded = store.load(folder, lambda keys, t=template: t)
+    store.close()
+    assert all(torch.equal(loaded["model"][k], v) for k, v in model.state_dict().items())
