@@ -173,11 +173,21 @@ def _launch(nproc: int, names: list[str], out: Path) -> None:
     launch_workers(WORKER, nproc, names, out, timeout=480)
 
 
+# torch 2.11's gloo refuses the send from a stage to the next stage on the same rank that `zbv`'s set-up makes
+# ("Pair is not connected"; docs/parallel.md); torch 2.13 runs it. Under older torch those runs are left out
+# and their tests skip, so `make test-torch TORCH=2.11.0` still checks every other schedule.
+ZBV_ON_GLOO = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
+
+def _runnable(name: str) -> bool:
+    return ZBV_ON_GLOO or "parallel.pp_schedule='zbv'" not in RUNS.get(name, [])
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("pipeline_runs")
     for nproc, names in BY_WORLD.items():
-        _launch(nproc, names, out)
+        _launch(nproc, [n for n in names if _runnable(n)], out)
     return out
 
 
@@ -201,6 +211,8 @@ def _param_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(RUNS))
 def test_pipeline_matches_one_process(runs, reference, name, record_property):
+    if not _runnable(name):
+        pytest.skip(f"zbv on gloo fails in torch {torch.__version__} (its stage set-up sends to the same rank)")
     ref, ref_params = reference
     got = json.loads((runs / f"{name}.json").read_text())
     params = torch.load(runs / f"{name}.pt")
