@@ -45,7 +45,7 @@ def choose_backend(requested: str, device: torch.device) -> str:
 
 
 def local_device(device: torch.device) -> torch.device:
-    """Under a launcher, CUDA rank r uses cuda:LOCAL_RANK."""
+    """A CUDA device without an index is cuda:LOCAL_RANK (rank r under a launcher, 0 without one)."""
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return device
