@@ -8,8 +8,10 @@ A store of `--mb` MiB (float32, 32 features; the common quant case of 64 assets 
 x 32 features is 800 MiB) goes to the device as `DeviceWindows` (the loader's device path). For each
 batch size, medians over `--iters` timed batches after warm-up (benchmarks/kernels.py's `Timer`: CUDA
 events on a GPU, the wall clock on the CPU), each on window ids of its own:
-- `gather`: `DeviceWindows.gather`, the loader's path (ids to the device, their first rows looked up, one
-  `index_select` over the overlapping [M - T + 1, T, F] window view, the targets' rows);
+- `gather`: `DeviceWindows.gather`, the loader's path (ids to the device, then on CUDA one Triton kernel that
+  looks up each window's first row and copies its T x F block and its targets);
+- `gather_index_select`: the same with `impl="torch"`, the path without Triton (the first rows looked up, one
+  `index_select` over the overlapping [M - T + 1, T, F] window view, the targets' rows), checked equal;
 - `gather_rows`: the same batch as one `index_select` of the B*T rows of the contiguous [M, F] table
   (row ids = first rows + arange(T)): the other kernel the device path could use, timed so that a GPU run
   says which to keep; the script checks both give the same batch;
@@ -62,10 +64,19 @@ def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_
         return dev.rows.index_select(0, (first[:, None] + offs).reshape(-1)).view(b, t, f), \
             dev.targets.index_select(0, i)
 
+    impl = dev.impl
+
+    def index_select_gather(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        dev.impl = "torch"
+        try:
+            return dev.gather(ids[k])
+        finally:
+            dev.impl = impl
+
     x0, y0 = dev.gather(ids[0])
-    x1, y1 = rows_gather(0)
-    if not (torch.equal(x0, x1) and torch.equal(y0, y1)):
-        raise SystemExit("data_device: the row gather and the window gather gave different batches")
+    for name, (x1, y1) in (("row", rows_gather(0)), ("index_select", index_select_gather(0))):
+        if not (torch.equal(x0, x1) and torch.equal(y0, y1)):
+            raise SystemExit(f"data_device: the {name} gather and the loader's gather ({impl}) gave different batches")
     n_elems = b * t * f
     nbytes = n_elems * dev.rows.element_size()
     dst = torch.empty(n_elems, dtype=dev.rows.dtype, device=device)
@@ -75,14 +86,17 @@ def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_
         ks = iter(range(calls))
         return timer(lambda: fn(next(ks)))
 
-    ms = {"gather": each(lambda k: dev.gather(ids[k])), "gather_rows": each(rows_gather),
+    ms = {"gather": each(lambda k: dev.gather(ids[k])), "gather_index_select": each(index_select_gather),
+          "gather_rows": each(rows_gather),
           "gather_ids_on_device": each(lambda k: dev.gather(ids_on_device[k])),
           "copy": each(lambda k: dst.copy_(flat_rows[lo[k] : lo[k] + n_elems]))}
     rate = {k: 2 * nbytes / (v * 1e-3) / 1e9 for k, v in ms.items()}
-    return {"batch_bytes": nbytes, "ms": ms, "GBps": rate,
+    return {"batch_bytes": nbytes, "impl": impl, "ms": ms, "GBps": rate,
             "gather_fraction_of_copy": rate["gather"] / rate["copy"],
             "gather_fraction_of_copy_large": rate["gather"] / copy_large_gbps,
+            "gather_index_select_fraction_of_copy_large": rate["gather_index_select"] / copy_large_gbps,
             "gather_rows_fraction_of_copy_large": rate["gather_rows"] / copy_large_gbps,
+            "index_select_over_gather": ms["gather_index_select"] / ms["gather"],
             "gather_rows_over_gather": ms["gather"] / ms["gather_rows"],
             "ids_copy_share_of_gather": 1.0 - ms["gather_ids_on_device"] / ms["gather"]}
 
@@ -130,7 +144,8 @@ def main() -> None:
     for b, r in res["by_batch"].items():  # type: ignore[union-attr]
         print(f"  batch {b:>5}: gather {r['ms']['gather']:.3f} ms ({r['GBps']['gather']:.0f} GB/s, "
               f"{r['gather_fraction_of_copy_large']:.2f} of the device copy, {r['gather_fraction_of_copy']:.2f} of "
-              f"a copy of its bytes); row gather {r['ms']['gather_rows']:.3f} ms "
+              f"a copy of its bytes; {r['impl']}); index_select {r['ms']['gather_index_select']:.3f} ms "
+              f"({r['gather_index_select_fraction_of_copy_large']:.2f}); row gather {r['ms']['gather_rows']:.3f} ms "
               f"({r['gather_rows_fraction_of_copy_large']:.2f})")
 
 

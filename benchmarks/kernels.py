@@ -270,7 +270,8 @@ def run_case(case: Case, timer: Timer, cuda: bool) -> list[Row]:
             try:
                 ms, launch_ms = graph_ms(step, timer), ms
             except Exception as exc:  # noqa: BLE001 - an op that syncs cannot be captured: keep the launch time
-                note = f"launch-timed (graph capture failed: {type(exc).__name__})"
+                first = (str(exc).strip().splitlines() or [""])[0][:90]
+                note = f"launch-timed (graph capture failed: {type(exc).__name__}: {first})"
         row = Row(case.op, case.size, name, ms, max_rel_err=err, peak_mib=peak, launch_ms=launch_ms, note=note)
         if any(not torch.equal(a, p) for a, p in zip(inputs, pristine, strict=True)):
             row.note = "; ".join(filter(None, [row.note, "writes into its inputs (restored for the next one)"]))

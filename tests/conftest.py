@@ -27,6 +27,16 @@ def seed() -> int:
     return s
 
 
+@pytest.fixture(autouse=True)
+def _keep_tf32_settings():
+    """Put torch's TF32 switches back after each test. A Trainer on CUDA turns TF32 on for its process
+    (stride.train.device.configure_process), and a float64-referenced kernel test that ran after it in the
+    same worker then read TF32's 3e-4 errors (the H200 run of 2026-12-04)."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
 @pytest.fixture(scope="session")
 def ray_auth_token() -> str:
     """One Ray auth token for the whole test process: Ray reads RAY_AUTH_TOKEN once per process, so a second

@@ -5,9 +5,10 @@ under 1% of an H200. `DeviceWindows(source, device)` copies what the split's win
 rows each run of windows reads, history included, concatenated; already upcast and normalised as the
 host path makes a batch, by the same float32 operations, so the same bits), a table of each window's
 first row, and a table of each window's targets computed by the host path's own function. A batch
-is then the window ids moved to the device (8 bytes a window), their first rows looked up, and one
-`index_select` over an overlapping [M - T + 1, T, F] view of the rows: no host copy, no pinned
-staging, no prefetch thread, no data wait. The loader around it (`ShardedLoader`) is the host
+is then the window ids moved to the device (8 bytes a window) and one kernel that looks up each window's
+first row and copies its T x F block and its targets (stride.kernels.triton_window_gather, on CUDA), or,
+without Triton, `index_select`s over an overlapping [M - T + 1, T, F] view of the rows: no host copy,
+no pinned staging, no prefetch thread, no data wait. The loader around it (`ShardedLoader`) is the host
 path's: the same order, sharding and resumable state, so a run resumes exactly on either path.
 `fits()` says whether it takes at most `DEVICE_FRACTION` of the device's free memory.
 """
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from stride.data.loader import Batch
+from stride.kernels.runtime import triton_importable, triton_runs_on
 
 # Share of the free device memory the split may take under "auto": the model, its optimizer state
 # (AdamW: three copies of the parameters), its activations and the allocator's cache need the rest,
@@ -47,10 +49,19 @@ def fits(source: Any, device: torch.device) -> tuple[bool, str]:
 
 
 class DeviceWindows:
-    """The windows of `source` (a RowWindows or ArrayWindows), gathered on `device`."""
+    """The windows of `source` (a RowWindows or ArrayWindows), gathered on `device`.
 
-    def __init__(self, source: Any, device: torch.device | str) -> None:
+    `impl`: "triton" (one kernel a batch; the default on CUDA where Triton imports, and on the CPU only when
+    asked, under Triton's interpreter) or "torch" (`index_select`s; the default elsewhere). Both give the same
+    bits: the gather copies, it computes nothing."""
+
+    def __init__(self, source: Any, device: torch.device | str, impl: str = "auto") -> None:
         self.device = torch.device(device)
+        if impl == "auto":
+            impl = "triton" if self.device.type == "cuda" and triton_importable() else "torch"
+        if impl not in ("triton", "torch"):
+            raise ValueError(f"DeviceWindows: impl must be 'auto', 'triton' or 'torch', got {impl!r}")
+        self.impl = impl
         self.seq_len = source.seq_len
         rows = source.device_rows(self.device, CHUNK_ROWS)  # [M, F] on the device, as batches hold them
         m, f = rows.shape
@@ -66,6 +77,9 @@ class DeviceWindows:
         self.starts = torch.from_numpy(starts).to(self.device)
         self.targets = targets.to(self.device)
         self._n = n
+        if self.impl == "triton" and not triton_runs_on(self.rows):
+            raise RuntimeError(f"DeviceWindows: impl='triton' on {self.device} needs CUDA, or Triton's interpreter "
+                               "(TRITON_INTERPRET=1) on the CPU")
 
     def __len__(self) -> int:
         return self._n
@@ -81,5 +95,9 @@ class DeviceWindows:
         if self.device.type == "cuda" and idx.device.type == "cpu" and not idx.is_pinned():
             idx = idx.pin_memory()
         i = idx.to(self.device, non_blocking=True)
+        if self.impl == "triton":
+            from stride.kernels.triton_window_gather import gather_windows  # imports triton: only when used
+
+            return gather_windows(self.rows, self.starts, self.targets, i.long(), self.seq_len)
         x = self.windows.index_select(0, self.starts.index_select(0, i))  # the one copy
         return x, self.targets.index_select(0, i)

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from stride.kernels.runtime import device_constant
+
 LOSS_KINDS = ("mse", "huber", "quantile")
 
 
@@ -101,7 +103,10 @@ def ts_loss(
     elif kind == "huber":
         el = F.huber_loss(p, y, delta=delta, reduction="none")
     else:
-        q = torch.tensor(list(quantiles), dtype=torch.float32, device=p.device)
+        # a constant made once: torch.tensor(..., device="cuda") waits for the stream every call (runtime.py);
+        # under torch.compile it is folded into the graph, so compiled code makes it there
+        q = (torch.tensor(list(quantiles), dtype=torch.float32, device=p.device) if torch.compiler.is_compiling()
+             else device_constant(tuple(quantiles), torch.float32, p.device))
         err = y.unsqueeze(-1) - p
         el = torch.maximum(q * err, (q - 1) * err).mean(-1)
     if reduction == "mean":

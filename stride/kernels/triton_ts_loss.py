@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from stride.kernels.reference import check_ts_loss
-from stride.kernels.runtime import check_float, next_pow2, reduction_programs
+from stride.kernels.runtime import check_float, device_constant, next_pow2, reduction_programs
 
 KIND_CODE = {"mse": 0, "huber": 1, "quantile": 2}
 
@@ -78,7 +78,7 @@ class TSLossFunction(torch.autograd.Function):
         t2 = target.contiguous().view(-1, n_h)
         n_rows = p2.shape[0]
         taus = list(quantiles) if kind == "quantile" else [0.5]
-        tau = torch.tensor(taus, dtype=torch.float32, device=p2.device)
+        tau = device_constant(tuple(taus), torch.float32, p2.device)
         block_k = next_pow2(n_cols)
         block_m = max(1, min(128, 4096 // block_k))
         n_tiles = triton.cdiv(n_rows, block_m)

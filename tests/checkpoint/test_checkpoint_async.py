@@ -79,8 +79,9 @@ def test_where_the_staging_copy_runs(tmp_path: Path, slow_staging: None, monkeyp
                                      staging: str, ranks: int, where: str) -> None:
     monkeypatch.setattr(checkpoint_callback, "_local_ranks", lambda: ranks)
     monkeypatch.setattr(checkpoint_callback, "available_cores", lambda: (0, 1))
+    # the rule under test is the CPU one (on CUDA "auto" is always background): the model stays on the CPU
     s = fit(tmp_path / "run", "checkpoint.async_save=true", "checkpoint.every=6", "train.steps=8",
-            f"checkpoint.staging={staging}")
+            f"checkpoint.staging={staging}", "train.device=cpu")
     parts = s["checkpoint"]["stall_parts_s"]
     assert s["checkpoint"]["staging"] == where
     if where == "loop":  # one save: the copy blocked the loop

@@ -22,6 +22,7 @@ from stride.data.build import build_data, train_loader  # noqa: E402
 from stride.data.device_windows import DeviceWindows, device_bytes, fits  # noqa: E402
 from stride.data.ingest import ingest  # noqa: E402
 from stride.data.splits import build_store_sources  # noqa: E402
+from stride.kernels.runtime import triton_runs_on  # noqa: E402
 from stride.train.trainer import Trainer  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -48,17 +49,26 @@ def _same(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Ten
         torch.equal(ya.view(torch.int32), yb.view(torch.int32))
 
 
+def _impl_or_skip(impl: str) -> str:
+    if impl == "triton" and not triton_runs_on(torch.empty(0, device=DEV)):
+        pytest.skip("the Triton gather needs CUDA or Triton's interpreter (TRITON_INTERPRET=1, set by conftest)")
+    return impl
+
+
+@pytest.mark.parametrize("impl", ["auto", "torch", "triton"])
 @pytest.mark.parametrize("extra", [[], ['data.normalize="train"'], ['data.batch_dtype="bfloat16"'],
                                    ['data.normalize="rolling"', "data.normalize_window=5"],
                                    ["data.cross_days=true", 'data.columns=["f2", "close"]']])
-def test_store_windows_on_the_device_are_the_host_batches(store: Path, extra: list[str], seed: int) -> None:
+def test_store_windows_on_the_device_are_the_host_batches(store: Path, extra: list[str], impl: str,
+                                                           seed: int) -> None:
     src = build_store_sources(_store_cfg(store, *extra)).train
-    dev = DeviceWindows(src, DEV)
+    dev = DeviceWindows(src, DEV, impl=_impl_or_skip(impl))
+    assert dev.impl == ("triton" if DEV.type == "cuda" else "torch") if impl == "auto" else impl
     assert len(dev) == len(src)
     g = torch.Generator().manual_seed(seed)
     for _ in range(5):
         ids = torch.randint(0, len(src), (37,), generator=g)
-        assert _same(dev.gather(ids), src.gather(ids)), (seed, extra)
+        assert _same(dev.gather(ids), src.gather(ids)), (seed, extra, impl)
     every = torch.arange(len(src))  # every window once, the first and last of each run included
     assert _same(dev.gather(every), src.gather(every))
     assert dev.rows.shape[0] < src.features.shape[0]  # only the training split's rows

@@ -63,3 +63,13 @@ def test_compiled_ops_match_float64():
     y = ops.rms_norm(x.float(), w.float())
     ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
     assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-6
+
+
+def test_device_constant_is_made_once_and_holds_the_values() -> None:
+    """ts_loss's quantiles: made on the device once, not copied (and the stream waited for) every call."""
+    from stride.kernels.runtime import device_constant
+
+    a = device_constant((0.1, 0.5, 0.9), torch.float32, torch.device("cpu"))
+    assert a is device_constant([0.1, 0.5, 0.9], torch.float32, torch.device("cpu"))  # type: ignore[arg-type]
+    assert a.tolist() == torch.tensor([0.1, 0.5, 0.9]).tolist() and a.dtype == torch.float32
+    assert device_constant((0.2,), torch.float32, torch.device("cpu")) is not a
