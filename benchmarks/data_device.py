@@ -15,9 +15,11 @@ events on a GPU, the wall clock on the CPU), each on window ids of its own:
 - `gather_rows`: the same batch as one `index_select` of the B*T rows of the contiguous [M, F] table
   (row ids = first rows + arange(T)): the other kernel the device path could use, timed so that a GPU run
   says which to keep; the script checks both give the same batch;
-- `gather_ids_on_device`: `gather` on ids already on the device: the kernels alone, without the ids' copy
-  (the loader's ids come from the host sampler, so `gather` is the figure; `ids_copy_share_of_gather` says
-  what the copy of the ids costs);
+- `gather_ids_on_device`: `gather` on ids already on the device: the kernel alone, without the ids' copy
+  (`ids_copy_share_of_gather` says what a copy of the ids a batch costs);
+- `loader`: batches taken from the loader itself (`ShardedLoader` over the `DeviceWindows`), timed over blocks of
+  64 batches (one block = one copy of 64 batches' ids to the device, `stage_ids`, then 64 gathers), per batch:
+  the path a training run takes, and the goal's figure (`loader_fraction_of_copy_large`);
 - `copy`: one contiguous device-to-device copy of the batch's bytes (`copy_` from a random offset of the
   rows into a buffer of its own); `copy_large`: one 256 MiB copy, the device's bandwidth.
 Rates count bytes read + written (2 x the batch's bytes), as benchmarks/kernels.py does, so
@@ -34,7 +36,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -44,6 +46,7 @@ from data_loader import make_store, stride_source  # noqa: E402  (beside this fi
 from kernels import Timer, copy_bandwidth_gbps  # noqa: E402  (the kernels table's timer and device copy)
 
 from stride.data.device_windows import DeviceWindows  # noqa: E402
+from stride.data.loader import IDS_CHUNK, ShardedLoader  # noqa: E402
 from stride.data.probe import cpu_name  # noqa: E402
 
 
@@ -86,13 +89,27 @@ def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_
         ks = iter(range(calls))
         return timer(lambda: fn(next(ks)))
 
-    ms = {"gather": each(lambda k: dev.gather(ids[k])), "gather_index_select": each(index_select_gather),
+    loader = ShardedLoader(dev, b, seed=int(torch.randint(0, 2**31, (1,), generator=g)))
+
+    def batches() -> Iterator[object]:  # epoch after epoch, as a long run takes them
+        while True:
+            yield from loader
+
+    it = batches()
+
+    def block() -> None:
+        for _ in range(IDS_CHUNK):
+            next(it)
+
+    ms = {"loader": timer(block) / IDS_CHUNK,
+          "gather": each(lambda k: dev.gather(ids[k])), "gather_index_select": each(index_select_gather),
           "gather_rows": each(rows_gather),
           "gather_ids_on_device": each(lambda k: dev.gather(ids_on_device[k])),
           "copy": each(lambda k: dst.copy_(flat_rows[lo[k] : lo[k] + n_elems]))}
     rate = {k: 2 * nbytes / (v * 1e-3) / 1e9 for k, v in ms.items()}
     return {"batch_bytes": nbytes, "impl": impl, "ms": ms, "GBps": rate,
             "gather_fraction_of_copy": rate["gather"] / rate["copy"],
+            "loader_fraction_of_copy_large": rate["loader"] / copy_large_gbps,
             "gather_fraction_of_copy_large": rate["gather"] / copy_large_gbps,
             "gather_index_select_fraction_of_copy_large": rate["gather_index_select"] / copy_large_gbps,
             "gather_rows_fraction_of_copy_large": rate["gather_rows"] / copy_large_gbps,
@@ -142,7 +159,8 @@ def main() -> None:
     print(f"{out['device']}: {len(dev)} windows of {args.seq_len} x 32 float32; device copy, 256 MiB: "
           f"{res['copy_large_GBps']:.0f} GB/s (read + write)")
     for b, r in res["by_batch"].items():  # type: ignore[union-attr]
-        print(f"  batch {b:>5}: gather {r['ms']['gather']:.3f} ms ({r['GBps']['gather']:.0f} GB/s, "
+        print(f"  batch {b:>5}: loader {r['ms']['loader']:.3f} ms a batch ({r['loader_fraction_of_copy_large']:.2f} "
+              f"of the device copy); gather {r['ms']['gather']:.3f} ms ({r['GBps']['gather']:.0f} GB/s, "
               f"{r['gather_fraction_of_copy_large']:.2f} of the device copy, {r['gather_fraction_of_copy']:.2f} of "
               f"a copy of its bytes; {r['impl']}); index_select {r['ms']['gather_index_select']:.3f} ms "
               f"({r['gather_index_select_fraction_of_copy_large']:.2f}); row gather {r['ms']['gather_rows']:.3f} ms "

@@ -5,7 +5,7 @@ under 1% of an H200. `DeviceWindows(source, device)` copies what the split's win
 rows each run of windows reads, history included, concatenated; already upcast and normalised as the
 host path makes a batch, by the same float32 operations, so the same bits), a table of each window's
 first row, and a table of each window's targets computed by the host path's own function. A batch
-is then the window ids moved to the device (8 bytes a window) and one kernel that looks up each window's
+is then the window ids (moved to the device by the loader 64 batches at a time, `stage_ids`) and one kernel that looks up each window's
 first row and copies its T x F block and its targets (stride.kernels.triton_window_gather, on CUDA), or,
 without Triton, `index_select`s over an overlapping [M - T + 1, T, F] view of the rows: no host copy,
 no pinned staging, no prefetch thread, no data wait. The loader around it (`ShardedLoader`) is the host
@@ -86,6 +86,12 @@ class DeviceWindows:
 
     def batch_signature(self) -> str:
         return f"device:{self.rows.dtype}"
+
+    def stage_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Window ids (a chunk of batches' worth, from the loader's host sampler) on the device, in one copy."""
+        if self.device.type == "cuda" and not ids.is_pinned():
+            ids = ids.pin_memory()
+        return ids.to(self.device, non_blocking=True)
 
     def gather(self, idx: torch.Tensor) -> Batch:
         # Pinned first: from pageable memory the ids' copy to a GPU blocks the host until the device has caught

@@ -187,6 +187,9 @@ class ShardedLoader:
         # batch; the chunk split once and the count read every FAULT_CHECK_EVERY batches while no hints run).
         b = self.batch_size
         chunks: dict[int, list[torch.Tensor]] = {}  # this rank's window ids of IDS_CHUNK global batches
+        # a source that gathers elsewhere (DeviceWindows) takes each chunk's ids there in one copy, not a
+        # copy a batch: on an H200 the per-batch copy of the ids was a third of a 4096-window gather
+        stage = getattr(self.source, "stage_ids", None)
 
         def ids(i: int) -> torch.Tensor:
             c = i // IDS_CHUNK
@@ -195,6 +198,8 @@ class ShardedLoader:
                 for old in [k for k in chunks if k < c - 1]:
                     del chunks[old]
                 glob = self._positions(epoch, c * IDS_CHUNK * b, min(len(self.source), (c + 1) * IDS_CHUNK * b))
+                if stage is not None:
+                    glob = stage(glob)
                 views = chunks[c] = [self._rank_part(v) for v in glob.split(b)]
             return views[i - c * IDS_CHUNK]
 

@@ -128,3 +128,36 @@ def test_training_on_device_resident_windows_gives_the_same_run() -> None:
         runs[resident] = (s["params_sha256"], s["final_train_loss"], s["data_loader"])
     assert runs["true"][:2] == runs["false"][:2]
     assert runs["true"][2]["device_resident"] is True and runs["true"][2]["reasons"]["prefetch"].startswith("0:")
+
+
+def test_the_loader_stages_ids_once_a_chunk_and_yields_the_same_batches() -> None:
+    """A source with `stage_ids` (DeviceWindows) gets the window ids of IDS_CHUNK batches in one call, not a
+    copy a batch, and the batches, the order and a mid-chunk resume are those of a source without it."""
+    from stride.data.loader import IDS_CHUNK, ShardedLoader
+
+    class Plain:
+        def __len__(self) -> int:
+            return 5 * IDS_CHUNK + 3
+
+        def gather(self, idx: torch.Tensor):  # noqa: ANN202
+            return idx.float()[:, None], idx.float()[:, None]
+
+    class Staging(Plain):
+        def __init__(self) -> None:
+            self.staged: list[int] = []
+
+        def stage_ids(self, ids: torch.Tensor) -> torch.Tensor:
+            self.staged.append(len(ids))
+            return ids.clone()
+
+    staging = Staging()
+    ref = [x for x, _ in ShardedLoader(Plain(), 2, seed=3)]
+    got = [x for x, _ in ShardedLoader(staging, 2, seed=3)]
+    n = len(ref)
+    assert n == len(got) == (5 * IDS_CHUNK + 3) // 2 and all(torch.equal(x, y) for x, y in zip(got, ref, strict=True))
+    assert len(staging.staged) == -(-n // IDS_CHUNK) and max(staging.staged) == 2 * IDS_CHUNK
+    resumed = ShardedLoader(staging, 2, seed=3)
+    resumed.load_state_dict({**resumed.state_dict(), "position": IDS_CHUNK + 5})  # inside the second chunk
+    rest = [x for x, _ in resumed]
+    assert len(rest) == n - IDS_CHUNK - 5
+    assert all(torch.equal(x, y) for x, y in zip(rest, ref[IDS_CHUNK + 5 :], strict=True))
