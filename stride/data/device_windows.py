@@ -5,8 +5,9 @@ under 1% of an H200. `DeviceWindows(source, device)` copies what the split's win
 rows each run of windows reads, history included, concatenated; already upcast and normalised as the
 host path makes a batch, by the same float32 operations, so the same bits), a table of each window's
 first row, and a table of each window's targets computed by the host path's own function. A batch
-is then the window ids (moved to the device by the loader 64 batches at a time, `stage_ids`) and one kernel that looks up each window's
-first row and copies its T x F block and its targets (stride.kernels.triton_window_gather, on CUDA), or,
+is then the window ids (moved to the device by the loader 64 batches at a time, `stage_ids`) and one
+kernel that looks up each window's first row and copies its T x F block and its targets
+(stride.kernels.triton_window_gather, on CUDA), or,
 without Triton, `index_select`s over an overlapping [M - T + 1, T, F] view of the rows: no host copy,
 no pinned staging, no prefetch thread, no data wait. The loader around it (`ShardedLoader`) is the host
 path's: the same order, sharding and resumable state, so a run resumes exactly on either path.
