@@ -19,7 +19,8 @@ events on a GPU, the wall clock on the CPU), each on window ids of its own:
   (`ids_copy_share_of_gather` says what a copy of the ids a batch costs);
 - `loader`: batches taken from the loader itself (`ShardedLoader` over the `DeviceWindows`), timed over blocks of
   64 batches (one block = one copy of 64 batches' ids to the device, `stage_ids`, then 64 gathers), per batch:
-  the path a training run takes, and the goal's figure (`loader_fraction_of_copy_large`);
+  the path a training run takes, and the goal's figure (`loader_fraction_of_copy_large`); `loader_index_select`
+  the same with `impl="torch"`;
 - `copy`: one contiguous device-to-device copy of the batch's bytes (`copy_` from a random offset of the
   rows into a buffer of its own); `copy_large`: one 256 MiB copy, the device's bandwidth.
 Rates count bytes read + written (2 x the batch's bytes), as benchmarks/kernels.py does, so
@@ -101,7 +102,14 @@ def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_
         for _ in range(IDS_CHUNK):
             next(it)
 
-    ms = {"loader": timer(block) / IDS_CHUNK,
+    def block_index_select() -> None:
+        dev.impl = "torch"
+        try:
+            block()
+        finally:
+            dev.impl = impl
+
+    ms = {"loader": timer(block) / IDS_CHUNK, "loader_index_select": timer(block_index_select) / IDS_CHUNK,
           "gather": each(lambda k: dev.gather(ids[k])), "gather_index_select": each(index_select_gather),
           "gather_rows": each(rows_gather),
           "gather_ids_on_device": each(lambda k: dev.gather(ids_on_device[k])),
@@ -110,6 +118,7 @@ def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_
     return {"batch_bytes": nbytes, "impl": impl, "ms": ms, "GBps": rate,
             "gather_fraction_of_copy": rate["gather"] / rate["copy"],
             "loader_fraction_of_copy_large": rate["loader"] / copy_large_gbps,
+            "loader_index_select_fraction_of_copy_large": rate["loader_index_select"] / copy_large_gbps,
             "gather_fraction_of_copy_large": rate["gather"] / copy_large_gbps,
             "gather_index_select_fraction_of_copy_large": rate["gather_index_select"] / copy_large_gbps,
             "gather_rows_fraction_of_copy_large": rate["gather_rows"] / copy_large_gbps,
