@@ -30,6 +30,23 @@ def default_chunk_rows(n: int, v: int, d: int) -> int:
     return max(1, min(n, max(CHUNK_ELEMENTS // max(v, 1), d // 4)))
 
 
+ACC_BLOCKS = 8  # a low-precision chunk's weight-gradient product is made in this many row blocks of [V, D]
+
+
+def accumulate_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """acc += a @ b, acc [V, D] in fp32, without a temporary of acc's size.
+
+    Same dtype: one in-place addmm. Otherwise (bf16 / fp16 inputs) the product is made in ACC_BLOCKS row
+    blocks, so the temporary is 1/ACC_BLOCKS of a [V, D] product in the input dtype. Before, a 128k x 4096
+    bf16 head held a whole product (1 GB) on top of the 2 GB fp32 gradient (docs/gpu.md, run 2)."""
+    if a.dtype == acc.dtype:
+        acc.addmm_(a, b)
+        return
+    step = max(1, -(-acc.shape[0] // ACC_BLOCKS))
+    for lo in range(0, acc.shape[0], step):
+        acc[lo : lo + step].add_(a[lo : lo + step] @ b)
+
+
 def torch_chunk_cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, n_valid: torch.Tensor, ignore_index: int, write_grad: bool
 ) -> torch.Tensor:
@@ -77,7 +94,9 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         n_valid = (target != ignore_index).sum()
         loss_sum = torch.zeros((), dtype=torch.float32, device=x.device)
         grad_x = torch.empty_like(x) if need_x else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_w else None
+        one_chunk = chunk >= n  # one product: no fp32 accumulator, the matmul accumulates in fp32 itself
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_w and not one_chunk \
+            else None
         grad_b = torch.zeros(v, dtype=torch.float32, device=x.device) if need_b else None
         for start in range(0, n, chunk):
             xc, tc = x[start : start + chunk], target[start : start + chunk]
@@ -88,9 +107,15 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             if need_x:
                 grad_x[start : start + chunk] = logits @ weight
             if need_w:
-                grad_w.add_(logits.t() @ xc)  # fp32 += the product in the input dtype, no fp32 copy of it
+                if one_chunk:
+                    grad_w = logits.t() @ xc
+                else:
+                    accumulate_product(grad_w, logits.t(), xc)
             if need_b:
                 grad_b += logits.float().sum(0)
+        if grad_w is not None:
+            # held until backward in the weight's dtype: half the fp32 accumulator's bytes for bf16 heads
+            grad_w = grad_w.to(weight.dtype)
         ctx.save_for_backward(
             *(t if t is not None else torch.empty(0) for t in (grad_x, grad_w, grad_b))
         )
@@ -103,7 +128,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         wd, bd = ctx.dtypes
         gx = (grad_x * grad.to(grad_x.dtype)) if need_x else None
-        gw = (grad_w * grad).to(wd) if need_w else None
+        gw = (grad_w * grad).to(wd) if need_w else None  # in wd already: the product stays in wd
         gb = (grad_b * grad).to(bd) if need_b else None
         return gx, gw, gb, None, None, None, None
 

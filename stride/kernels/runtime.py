@@ -85,12 +85,12 @@ def row_tile(n_cols: int) -> tuple[int, int, int]:
     return block_m, block_n, num_warps
 
 
-def reduction_programs(n_tiles: int, device: torch.device) -> int:
-    """Programs for kernels that also reduce over rows (weight grads): one per SM (each loops over row
+def reduction_programs(n_tiles: int, device: torch.device, per_sm: int = 1) -> int:
+    """Programs for kernels that also reduce over rows (weight grads): `per_sm` per SM (each loops over row
     tiles, keeping the [programs, D] partial-sum buffer small next to x), few under the interpreter."""
     if device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        return max(1, min(n_tiles, sms))
+        return max(1, min(n_tiles, per_sm * sms))
     return max(1, min(n_tiles, 4))
 
 

@@ -107,3 +107,58 @@ def test_linear_cross_entropy_rejects_bad_shapes():
         ops.linear_cross_entropy(torch.randn(4, 3), torch.randn(6, 5), None, torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="target shape"):
         ops.linear_cross_entropy(torch.randn(4, 3), torch.randn(6, 3), None, torch.zeros(5, dtype=torch.long))
+
+
+class _LiveBytes:
+    """Peak bytes of the tensors an op creates, alive at once: a dispatch mode counts each new storage when
+    it is made and a finalizer on its tensor uncounts it (views of a counted storage are not counted)."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+                out = func(*args, **(kwargs or {}))
+                for t in tree_flatten(out)[0]:
+                    if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
+                        outer.count(t)
+                return out
+
+        self.mode, self.now, self.peak, self.live = Mode(), 0, 0, set()
+
+    def count(self, t: torch.Tensor) -> None:
+        import weakref
+
+        key, n = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
+        if key in self.live:
+            return
+        self.live.add(key)
+        self.now += n
+        self.peak = max(self.peak, self.now)
+
+        def gone(key: int = key, n: int = n) -> None:
+            self.now -= n
+            self.live.discard(key)
+
+        weakref.finalize(t, gone)
+
+
+def test_a_low_precision_head_holds_its_weight_gradient_once(seed) -> None:  # noqa: ANN001
+    """bf16 head, 4 chunks: the fp32 accumulator (2 W), its bf16 result (W) and small blocks, never a whole
+    [V, D] product beside the accumulator, nor an fp32 copy of the gradient in backward. The earlier form
+    peaked at 5 W (an fp32 product in backward, a bf16 product a chunk in forward)."""
+    v, d, n = 8192, 256, 64
+    x = torch.randn(n, d, dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(v, d) / d**0.5).to(torch.bfloat16).requires_grad_()
+    t = torch.randint(0, v, (n,))
+    live = _LiveBytes()
+    with live.mode:
+        loss = linear_cross_entropy(x, w, None, t, chunk_rows=16)
+        gx, gw = torch.autograd.grad(loss, [x, w])
+    wb = w.numel() * w.element_size()
+    ref = F.cross_entropy(F.linear(x.double(), w.double()), t)
+    assert rel(loss, ref) < 1e-2 and gw.dtype == torch.bfloat16, seed
+    assert live.peak < 3.6 * wb, f"peak {live.peak / wb:.2f} x the weight's bytes"
