@@ -4,9 +4,9 @@
 - **copy**: the C kernel as one memcpy a window, or with page-head hints `AHEAD` windows ahead, with
   or without the next windows' lines hinted while pages copy as 4 or `LINES` (12) interleaved streams
   (`lines`), and, for batches at least the size of the L2 cache, with or without streaming stores, or the numpy
-  fallback: timed in shuffled rounds (CPU time of this thread), each timing on batches no other
-  timing read, so none finds its windows in cache; of the variants within 5% of the fastest, the one with
-  the fewest page streams kept (all give the same bytes; `choose_copy` says why).
+  fallback: timed in shuffled rounds (CPU time of this thread, `BURST` batches back to back), each timing on
+  batches no other timing read, so none finds its windows in cache; of the variants within `TIE` of the
+  fastest, the one with the fewest page streams kept (all give the same bytes; `choose_copy` says why).
 - **gather threads**: 1, or k > 1 where k threads are free (the device is not the CPU, or the CPU
   has cores torch's threads do not use) and k split batches ran at least 15% faster (wall time).
 - **prefetch** (a background thread building batches ahead): only where a core is free for it
@@ -44,12 +44,19 @@ from stride.data import native
 from stride.data.gather import AHEAD, LINES, l2_bytes
 from stride.data.loader import ShardedLoader
 
-PROBE_VERSION = 6  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
+PROBE_VERSION = 7  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
 # 4: `lines` is the number of page streams (0, 4 or LINES), no longer on/off; 5: the fewest streams within TIE;
-# 6: prefetch only where it takes at least half of a batch's cost off the main thread (PREFETCH_TAKE_SHARE)
+# 6: prefetch only where it takes at least half of a batch's cost off the main thread (PREFETCH_TAKE_SHARE);
+# 7: copy variants timed over BURST batches, not 2, and TIE 2 %, not 5 %
 BUDGET_S = 0.3  # measuring time, split among the variants
 FRESH_BATCHES = 256  # batches of window ids cycled through (1 GiB of 16 KiB windows at batch 256: past any L3)
-TIE = 0.05  # copy variants this close to the fastest count as level (choose_copy)
+TIE = 0.02  # copy variants this close to the fastest count as level (choose_copy)
+# Batches a copy timing runs back to back. Timed over 2 batches (after an untimed one), 12 page streams read
+# level with 4 (0.408 against 0.408 ms a 4 MiB batch), while over 4, 8 or 16 batches they read 1.20-1.27x
+# slower, as in the loader itself (1.22x): Intel Xeon, KVM, 10 alternated rounds (2026-12-04). So 1 benchmark
+# run in 3-5 chose 12 streams and its loader ran at 0.79 of the copy ceiling instead of 0.96-0.97.
+BURST = 8
+MIN_ROUNDS, MAX_ROUNDS = 6, 16  # rounds of every copy variant, whatever the budget
 FASTER = 1.15  # gather threads must beat one thread by this much (wall time) to be chosen
 # Prefetch is chosen only where taking a batch from the thread costs the main thread at most this share of
 # building it. Why not any saving: a thread handing batches over costs the step too (GIL hand-offs, wake-ups),
@@ -158,11 +165,13 @@ def choose_copy(med: dict[str, float], variants: dict[str, dict[str, Any]]) -> s
     """The copy variant to keep: of the native ones within TIE of the fastest, the one with the fewest page
     streams (then the fastest); numpy only where it is the fastest.
 
-    Why not simply the fastest: the probe times variants on a few batches, a few % apart from run to run, and
-    more streams can cost a loader more than the probe sees. On an Intel Xeon (KVM) the probe timed 12 streams
-    2-4 % from 4, and one benchmark run in five chose 12: its loader ran 17 % slower (12 streams 3-22 %
-    slower than 4 in the loader, alternated). Where more streams really pay (AMD EPYC: 12 streams 11-17 %
-    faster than 4) they are still chosen."""
+    Why not simply the fastest: variants truly level read a % or two apart from run to run, and fewer streams
+    are the smaller bet. The band was 5 % while the probe timed 2 batches a variant, which could not see what 12
+    streams cost a loader (level with 4 over 2 batches, 1.2-1.27x slower over 4-16 and in the loader; Intel
+    Xeon, KVM). Timed over BURST batches the probe sees it, and a 5 % band then handed the choice to slower
+    variants: in 10 fresh probes of a bf16 store the fastest variant (4 streams, 0.212 ms a batch against
+    0.221-0.230 for the others, medians) was the fastest 8 times but kept 5 times. Where more streams really
+    pay (AMD EPYC: 12 streams 11-17 % faster than 4) they are chosen either way."""
     fastest = min(med, key=med.__getitem__)
     level = [k for k in med if k != "numpy" and med[k] <= med[fastest] * (1 + TIE)]
     if fastest == "numpy" or not level:
@@ -191,9 +200,11 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
                     {"ahead": AHEAD, "stream": st, "lines": lines}
     source.configure_gather(1, **variants["numpy"])
     one = _timed(source.gather, [next(fresh) for _ in range(2)], time.thread_time)
-    rounds = int(max(2, min(16, budget_s / 3 / max(one, 1e-5) / len(variants))))
+    # at least MIN_ROUNDS: with 2-4 rounds (a cold first timing made `one` look slow) the medians were noisy
+    # enough to keep 12 streams in 2 benchmark runs of 5, whose loaders then ran at 0.76-0.83 of the copy
+    rounds = int(max(MIN_ROUNDS, min(MAX_ROUNDS, budget_s / (BURST + 1) / max(one, 1e-5) / len(variants))))
     times: dict[str, list[float]] = {k: [] for k in variants}
-    order, shuffle = list(variants), random.Random(0).shuffle
+    order, shuffle = list(variants), random.Random().shuffle  # a fresh order each probe: none always follows one
     for _ in range(rounds):
         shuffle(order)
         for name in order:
@@ -202,22 +213,23 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
             # timed from the first, streaming stores won (they skip the faulted buffer's cache lines) and
             # the loader ran slower with them (bf16: 0.65 of the default's windows per CPU-second, AMD EPYC)
             source.gather(next(fresh))
-            times[name].append(_timed(source.gather, [next(fresh) for _ in range(2)], time.thread_time))
+            times[name].append(_timed(source.gather, [next(fresh) for _ in range(BURST)], time.thread_time))
     med = {k: statistics.median(v) for k, v in times.items()}
     best = choose_copy(med, variants)
+    best_s = med[best]
     copy_cfg = variants[best]
     x0 = source.gather(next(fresh))[0]
     bytes_per = x0.numel() * x0.element_size()
     figures: dict[str, Any] = {"batch_ms": {k: v * 1e3 for k, v in med.items()}, "chosen_copy": best,
                                "window_bytes": bytes_per // per, "batch_windows": per,
-                               "gather_GBps_per_cpu_s": bytes_per / med[best] / 1e9,
+                               "gather_GBps_per_cpu_s": bytes_per / best_s / 1e9,
                                "copy_GBps_per_cpu_s": _copy_rate(source, bytes_per),
                                "native": native.load() is not None,
                                "native_unavailable": native.unavailable_reason() or None}
     figures["gather_fraction_of_copy"] = figures["gather_GBps_per_cpu_s"] / figures["copy_GBps_per_cpu_s"]
-    reasons = {"copy": f"{best}: {med[best] * 1e3:.3f} ms a batch of {per} (of {len(variants)} timed in {rounds} "
-                       f"shuffled rounds, each on batches of its own, the fewest page streams within {TIE:.0%} of "
-                       f"the fastest, {min(med, key=med.__getitem__)})"}
+    reasons = {"copy": f"{best}: {best_s * 1e3:.3f} ms a batch of {per} ({len(variants)} variants timed in {rounds} "
+                       f"shuffled rounds of {BURST} batches, the fastest {min(med, key=med.__getitem__)}; the "
+                       f"fewest page streams within {TIE:.0%} of the fastest)"}
     cores, tthreads = usable_cores(), torch.get_num_threads()
     free = cores if device.type != "cpu" else max(0, cores - tthreads)
     threads = 1
