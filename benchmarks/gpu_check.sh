@@ -168,7 +168,7 @@ if [ "$DRY" -eq 0 ]; then
   run_step checkpoint 45 "$PY" benchmarks/checkpoint.py --mb 400 --repeats 3 --device cuda --json
   run_step data 60 env OMP_NUM_THREADS=1 "$PY" benchmarks/data_loader.py --mb 256 --repeats 2 --json
   # device-resident windows (issue 20): the gather on the GPU against its own copy; 800 MiB, the quant case
-  run_step data_device 40 "$PY" benchmarks/data_device.py --device cuda --mb 800 --json
+  run_step data_device 40 "$PY" benchmarks/data_device.py --device cuda --mb 800 --batches 256,1024,4096 --json
 else
   run_step checkpoint 60 env OMP_NUM_THREADS=1 "$PY" benchmarks/checkpoint.py --mb 40 --repeats 1 --json
   run_step data 90 env OMP_NUM_THREADS=1 "$PY" benchmarks/data_loader.py --mb 16 --repeats 1 --batches 5 \
