@@ -39,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -49,6 +50,8 @@ from kernels import Timer, copy_bandwidth_gbps  # noqa: E402  (the kernels table
 from stride.data.device_windows import DeviceWindows  # noqa: E402
 from stride.data.loader import IDS_CHUNK, ShardedLoader  # noqa: E402
 from stride.data.probe import cpu_name  # noqa: E402
+
+T = TypeVar("T")
 
 
 def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_large_gbps: float,
@@ -70,12 +73,15 @@ def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_
 
     impl = dev.impl
 
-    def index_select_gather(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def on_index_select(fn: Callable[[], T]) -> T:  # fn() with the device path's index_select kernel
         dev.impl = "torch"
         try:
-            return dev.gather(ids[k])
+            return fn()
         finally:
             dev.impl = impl
+
+    def index_select_gather(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return on_index_select(lambda: dev.gather(ids[k]))
 
     x0, y0 = dev.gather(ids[0])
     for name, (x1, y1) in (("row", rows_gather(0)), ("index_select", index_select_gather(0))):
@@ -102,14 +108,7 @@ def one_size(dev: DeviceWindows, b: int, timer: Timer, g: torch.Generator, copy_
         for _ in range(IDS_CHUNK):
             next(it)
 
-    def block_index_select() -> None:
-        dev.impl = "torch"
-        try:
-            block()
-        finally:
-            dev.impl = impl
-
-    ms = {"loader": timer(block) / IDS_CHUNK, "loader_index_select": timer(block_index_select) / IDS_CHUNK,
+    ms = {"loader": timer(block) / IDS_CHUNK, "loader_index_select": timer(lambda: on_index_select(block)) / IDS_CHUNK,
           "gather": each(lambda k: dev.gather(ids[k])), "gather_index_select": each(index_select_gather),
           "gather_rows": each(rows_gather),
           "gather_ids_on_device": each(lambda k: dev.gather(ids_on_device[k])),

@@ -89,19 +89,18 @@ class DeviceWindows:
         return f"device:{self.rows.dtype}"
 
     def stage_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        """Window ids (a chunk of batches' worth, from the loader's host sampler) on the device, in one copy."""
-        if self.device.type == "cuda" and not ids.is_pinned():
+        """Window ids (a chunk of batches' worth, from the loader's host sampler) on the device, in one copy.
+
+        Pinned first: from pageable memory the ids' copy to a GPU blocks the host until the device has caught
+        up, and the device then waits for the host to launch the gather (0.057 ms a 256-window batch on an
+        H200, 3x a copy of its bytes). The pinned block comes from torch's caching host allocator, which
+        keeps it until the copy that reads it is done."""
+        if self.device.type == "cuda" and ids.device.type == "cpu" and not ids.is_pinned():
             ids = ids.pin_memory()
         return ids.to(self.device, non_blocking=True)
 
     def gather(self, idx: torch.Tensor) -> Batch:
-        # Pinned first: from pageable memory the ids' copy to a GPU blocks the host until the device has caught
-        # up, and the device then waits for the host to launch the gather (0.057 ms a 256-window batch on an
-        # H200, 3x a copy of its bytes). The pinned block comes from torch's caching host allocator, which
-        # keeps it until the copy that reads it is done.
-        if self.device.type == "cuda" and idx.device.type == "cpu" and not idx.is_pinned():
-            idx = idx.pin_memory()
-        i = idx.to(self.device, non_blocking=True)
+        i = self.stage_ids(idx)  # a no-op for ids the loader staged already
         if self.impl == "triton":
             from stride.kernels.triton_window_gather import gather_windows  # imports triton: only when used
 
