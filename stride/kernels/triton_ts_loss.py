@@ -82,8 +82,8 @@ class TSLossFunction(torch.autograd.Function):
         block_k = next_pow2(n_cols)
         block_m = max(1, min(128, 4096 // block_k))
         n_tiles = triton.cdiv(n_rows, block_m)
-        # 8 programs an SM: at one (4 warps an SM) the H200 read 1.3 TB/s, a third of its copy rate, and
-        # compile's loss 4x faster (2026-12-04); the partial sums are only [programs, horizons] here
+        # 8 programs an SM: at one (4 warps an SM) a 1M x 16 bf16 loss took 0.178 ms on an H200, 4x compile's
+        # 0.045 (2026-12-04); the partial sums are only [programs, horizons] here
         n_prog = reduction_programs(n_tiles, p2.device, per_sm=8)
         part = torch.zeros(n_prog, n_cols, dtype=torch.float32, device=p2.device)
         need_grad = pred.requires_grad
