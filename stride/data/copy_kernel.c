@@ -79,12 +79,18 @@ static inline void prefetch_heads(const char *p, int64_t block) {
     }
 }
 
-/* the page heads of window w and its price rows (pk may be 0) */
+/* the page heads of window w and its price rows (pk may be 0). The log-price column: one T1 hint, of its
+ * last pick's line. Why not a T0 hint of each pick's line, as before: from a store past L3 (bf16, 1 GiB,
+ * Intel Xeon KVM) that cost the loader 1.4x at 3 or 4 windows ahead (366-391 us a batch against 257-281
+ * at 2 or 6; 0.59-0.60 of the copy ceiling), in every run, and moved to 2 ahead when the hints were T1;
+ * with none it did not happen at any distance. One T1 hint: level with the old hints where they did no
+ * harm (2 ahead, 0.998x; 256 MiB, 0.96-0.99x), and no distance slow (benchmarks/data_loader.py's store,
+ * old and new kernels alternated in one process, 8-12 rounds of 100 batches). */
 static inline void prefetch_window(const char *base, int64_t row_bytes, int64_t start, int64_t block,
                                    const picks_t *pk) {
     prefetch_heads(base + start * row_bytes, block);
     if (pk && pk->logp)
-        for (int64_t j = 0; j < pk->m; j++) __builtin_prefetch(pk->logp + start + pk->offs[j], 0, 3);
+        __builtin_prefetch(pk->logp + start + pk->offs[pk->m - 1], 0, 2);
     else if (pk)
         for (int64_t j = 0; j < pk->m; j++) __builtin_prefetch(pk->pbase + (start + pk->offs[j]) * pk->pstride, 0, 3);
 }

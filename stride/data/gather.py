@@ -38,7 +38,11 @@ import torch
 from stride.data import native
 
 GIL_FREE_MIN_INDICES = 501  # numpy keeps the GIL for fancy indexes of <= 500 items
-AHEAD = 4  # windows on whose page heads the kernel hints (0: none; the probe may choose another)
+# windows on whose page heads the kernel hints (0: none; the probe times 0 and this). 2, not 4: the loader's CPU a
+# batch fell 3-4 % (float32) and 0-3 % (bf16) with 2, from a store in L3 (256 MiB) and past it (1 GiB), and 2 was
+# the fastest of 0-8 there (Intel Xeon KVM, 8-16 alternated rounds of 100 batches, 2026-12-04); on the AMD EPYC
+# host 2 was 3-11 % ahead of 4 in C and level in the loader (docs/data.md)
+AHEAD = 2
 # pages copied at once as interleaved streams, the next windows' lines hinted (0: one window after another; the
 # probe may choose 0 or 4). 12, not glibc's 4: 16-17% less CPU a float32 batch with streaming stores, 11-12% bf16
 # (AMD EPYC; copy_kernel.c); at most 16 (MAX_STREAMS there)

@@ -44,10 +44,11 @@ from stride.data import native
 from stride.data.gather import AHEAD, LINES, l2_bytes
 from stride.data.loader import ShardedLoader
 
-PROBE_VERSION = 7  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
+PROBE_VERSION = 8  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
 # 4: `lines` is the number of page streams (0, 4 or LINES), no longer on/off; 5: the fewest streams within TIE;
 # 6: prefetch only where it takes at least half of a batch's cost off the main thread (PREFETCH_TAKE_SHARE);
-# 7: copy variants timed over BURST batches, not 2, and TIE 2 %, not 5 %
+# 7: copy variants timed over BURST batches, not 2, and TIE 2 %, not 5 %; 8: page heads hinted 2 windows ahead
+# (gather.AHEAD), not 4, and the log-price picks hinted once a window (copy_kernel.c)
 BUDGET_S = 0.3  # measuring time, split among the variants
 FRESH_BATCHES = 256  # batches of window ids cycled through (1 GiB of 16 KiB windows at batch 256: past any L3)
 TIE = 0.02  # copy variants this close to the fastest count as level (choose_copy)
