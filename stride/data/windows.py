@@ -152,7 +152,9 @@ class RowWindows:
             m.plan()  # read a small table whole in the background; a large one page by page (pages.py)
 
     def __len__(self) -> int:
-        return int(self.cum[-1])
+        # numpy, not `self.cum[-1]`: that torch index took 80-90 us where the loader asks (once every
+        # IDS_CHUNK batches, after a copy evicted torch's code), against ~1 us
+        return int(self._cum[-1])
 
     def configure_gather(self, threads: int = 1, **kwargs: Any) -> None:
         """Rebuild the copy with these settings (`WindowGather`'s keywords; the probe's choice)."""
