@@ -37,13 +37,23 @@ from torch.distributed.checkpoint._state_dict_stager import StateDictStager
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
+_CRC_PROBE = threading.Lock()
 
-@functools.cache
+
 def crc_setting_is_per_thread() -> bool:
     """Whether `torch.serialization.set_crc32_options` in one thread leaves the others' setting alone. It does
     in torch 2.13; in torch 2.11 (the H200 image's) it is one process-wide flag, so DCP's writer threads
     turning it off and back on raced, and a save could leave the zip CRC off for every later `torch.save` of
-    the process (found running the suite under torch 2.11). Asked once, by setting it in a thread."""
+    the process (found running the suite under torch 2.11). Asked once, by setting it in a thread, under a
+    lock: DCP's writer threads ask at the same moment, and under 2.11 two probes at once each restored what
+    the other had flipped, which left the CRC off for the process (tested with a slow flag; the likely cause of
+    2 tests finding it off in a run of the suite under torch 2.11). `shard_writer` asks first, in its caller."""
+    with _CRC_PROBE:
+        return _crc_per_thread()
+
+
+@functools.cache
+def _crc_per_thread() -> bool:
     before = torch.serialization.get_crc32_options()
     seen: list[bool] = []
 
@@ -77,6 +87,7 @@ class _NoZipCrcFileSystem(FileSystem):
 
 def shard_writer(folder: Path, thread_count: int) -> FileSystemWriter:
     """DCP's FileSystemWriter (fsynced files, `thread_count` files per rank) without the zip CRC32."""
+    crc_setting_is_per_thread()  # asked here, before DCP's threads ask it
     writer = FileSystemWriter(folder, sync_files=True, thread_count=thread_count)
     writer.fs = _NoZipCrcFileSystem()
     return writer

@@ -84,3 +84,42 @@ def test_where_the_crc_setting_is_process_wide_the_writer_leaves_it_alone(tmp_pa
     loaded = store.load(folder, lambda keys, t=template: t)
     store.close()
     assert all(torch.equal(loaded["model"][k], v) for k, v in model.state_dict().items())
+
+
+def test_threads_asking_at_once_whether_the_crc_setting_is_per_thread_leave_it_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """DCP's writer threads ask at the same moment. With a process-wide flag (torch 2.11, simulated here with a
+    slow one so that the probes overlap) two probes at once each put back what the other had flipped and left
+    the zip CRC off; asked under a lock, the first probe answers for all and the flag ends as it began."""
+    import threading
+    import time
+
+    import stride.checkpoint.dcp_io as dcp_io
+
+    flag = [True]
+
+    def set_flag(v: bool) -> None:
+        flag[0] = v
+        time.sleep(0.02)  # a slow setter: the next thread's probe starts while this one's flip stands
+
+    monkeypatch.setattr(torch.serialization, "get_crc32_options", lambda: flag[0])
+    monkeypatch.setattr(torch.serialization, "set_crc32_options", set_flag)
+    dcp_io._crc_per_thread.cache_clear()
+    try:
+        start = threading.Barrier(4)
+        answers: list[bool] = []
+
+        def ask(i: int) -> None:
+            start.wait()
+            time.sleep(0.005 * i)
+            answers.append(dcp_io.crc_setting_is_per_thread())
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert answers == [False] * 4  # one flag for the process: not per thread
+        assert flag[0] is True
+    finally:
+        dcp_io._crc_per_thread.cache_clear()  # the real torch's answer is asked again by the next test
