@@ -39,7 +39,7 @@ from stride.data import native
 
 GIL_FREE_MIN_INDICES = 501  # numpy keeps the GIL for fancy indexes of <= 500 items
 # windows on whose page heads the kernel hints (0: none; the probe times 0 and this). 2, not 4: the loader's CPU a
-# batch fell 3-4 % (float32) and 0-3 % (bf16) with 2, from a store in L3 (256 MiB) and past it (1 GiB), and 2 was
+# batch fell 2-4 % (float32) and 0-4 % (bf16) with 2, from a store in L3 (256 MiB) and past it (1 GiB), and 2 was
 # the fastest of 0-8 there (Intel Xeon KVM, 8-16 alternated rounds of 100 batches, 2026-12-04); on the AMD EPYC
 # host 2 was 3-11 % ahead of 4 in C and level in the loader (docs/data.md)
 AHEAD = 2
