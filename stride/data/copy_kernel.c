@@ -81,7 +81,7 @@ static inline void prefetch_heads(const char *p, int64_t block) {
 
 /* the page heads of window w and its price rows (pk may be 0). The log-price column: one T1 hint, of its
  * last pick's line. Why not a T0 hint of each pick's line, as before: from a store past L3 (bf16, 1 GiB,
- * Intel Xeon KVM) that cost the loader 1.4x at 3 or 4 windows ahead (366-391 us a batch against 257-281
+ * Intel Xeon KVM) that cost the loader 1.4x at 3 or 4 windows ahead (360-391 us a batch against 257-288
  * at 2 or 6; 0.59-0.60 of the copy ceiling), in every run, and moved to 2 ahead when the hints were T1;
  * with none it did not happen at any distance. One T1 hint: level with the old hints where they did no
  * harm (2 ahead, 0.998x; 256 MiB, 0.96-0.99x), and no distance slow (benchmarks/data_loader.py's store,
