@@ -245,7 +245,8 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
     figures["gather_fraction_of_copy"] = figures["gather_GBps_per_cpu_s"] / figures["copy_GBps_per_cpu_s"]
     reasons = {"copy": f"{best}: {best_s * 1e3:.3f} ms a batch of {per} ({len(variants)} variants timed in {rounds} "
                        f"shuffled rounds of {BURST} batches, the fastest {min(med, key=med.__getitem__)}; the "
-                       f"fewest page streams within {TIE:.0%} of the fastest)"}
+                       f"fewest page streams within {TIE:.0%} of the fastest, more than {FEW_STREAMS} only "
+                       f"{MANY_STREAMS_MARGIN:.0%} ahead of {FEW_STREAMS} or fewer)"}
     cores, tthreads = usable_cores(), torch.get_num_threads()
     free = cores if device.type != "cpu" else max(0, cores - tthreads)
     threads = 1
