@@ -8,7 +8,10 @@ the run's files; the run id goes into summary.json (`wandb_run_id`). A run conti
 logs under its W&B run's id: online, W&B resumes that run (it keeps steps increasing, so steps redone after a
 crash are dropped the second time); offline, W&B 0.31 does not resume (wandb/wandb#2423): each continuation
 is its own `offline-run-*` folder under the same id. W&B's own console capture and system sampling are off
-(stride samples the system itself: system.jsonl).
+(stride samples the system itself: system.jsonl). The offline file is complete only once W&B's service has
+closed the run's stream, shortly after `fit()` returns and at the latest at the process's exit: a script that
+reads or syncs it in the same process calls `wandb.teardown()` first (measured: until then the file held only
+its 7-byte header).
 """
 
 from __future__ import annotations
