@@ -159,8 +159,8 @@ class ShardedLoader:
         if epoch != self.epoch:
             self.epoch, self.position = epoch, 0
 
-    def _positions(self, epoch: int, lo: int, hi: int) -> np.ndarray:
-        """Window ids at positions lo..hi of the epoch's order (int64, numpy).
+    def _positions(self, epoch: int, lo: int, hi: int, n: int) -> np.ndarray:
+        """Window ids at positions lo..hi of the epoch's order over the source's n windows (int64, numpy).
 
         Up to RANDPERM_MAX windows the order is a `torch.randperm` (4 bytes a window, kept for the
         epoch); beyond, a Feistel permutation evaluated on demand, so memory stays flat as data grows.
@@ -169,7 +169,6 @@ class ShardedLoader:
         `len(RowWindows)` 80-90 us and torch's `split` of the chunk 70 us against 57 for numpy slices, each
         after a copy had evicted the code; the chunk's step now costs 190-230 us.
         """
-        n = len(self.source)
         if not self.shuffle:
             return np.arange(lo, hi, dtype=np.int64)
         seed = self.seed * 1_000_003 + epoch
@@ -203,7 +202,7 @@ class ShardedLoader:
             if views is None:
                 for old in [k for k in chunks if k < c - 1]:
                     del chunks[old]
-                glob = self._positions(epoch, c * IDS_CHUNK * b, min(n_src, (c + 1) * IDS_CHUNK * b))
+                glob = self._positions(epoch, c * IDS_CHUNK * b, min(n_src, (c + 1) * IDS_CHUNK * b), n_src)
                 if stage is not None:
                     views = [self._rank_part(v) for v in stage(torch.from_numpy(glob)).split(b)]
                 else:
