@@ -189,7 +189,7 @@ class CheckpointCallback(Callback):
             assert choice.step is not None
             self.resume_changes = self._check_config(trainer, choice)
             self.verdict = decide(choice.step, choice.meta or {}, ended if isinstance(ended, int) else None,
-                                  trainer.cfg.train.steps, choice.folder)
+                                  trainer.cfg.train.steps, choice.folder, choice.skipped)
             if self.verdict.kind == "finished":
                 assert self.verdict.ended_at is not None
                 run = trainer.run_dir.path if trainer.run_dir is not None else None

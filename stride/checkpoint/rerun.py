@@ -116,10 +116,12 @@ def _why_not(cfg: RunConfig) -> str:
     return " and checkpoint.resume = never"
 
 
-def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: int, folder: Path) -> Verdict:
+def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: int, folder: Path,
+           skipped: list[str] | None = None) -> Verdict:
     """What to do with the newest valid checkpoint `step` (its `meta`) when the run asks for `steps`.
 
-    `summary_steps`: the steps in the run folder's summary.json (the run ended there), None without one.
+    `summary_steps`: the steps in the run folder's summary.json (the run ended there), None without one;
+    `skipped`: the newer checkpoints passed over and why ("step_00000030: <reason>"), for the message.
     Raises ConfigMismatchError for a change of `train.steps` that cannot continue the run exactly."""
     saved = int((meta.get("config") or {}).get("train", {}).get("steps", steps))
     history = [int(s) for s in meta.get("extended_from") or []]
@@ -128,15 +130,14 @@ def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: in
         ended = step  # saved at its last step; the summary was not written (stopped while finishing)
     if steps == saved:
         return Verdict("finished", ended, history) if ended is not None else Verdict("resume", None, history)
-    where = f"the run whose newest checkpoint is {folder}"
+    where = f"the run whose newest valid checkpoint is {folder}"
     if ended is None:
         raise ConfigMismatchError(
             f"train.steps changed from {saved} to {steps}, but {where} stopped at step {step} of {saved}: "
             f"finish it first (train.steps = {saved}), then raise train.steps to extend it")
     if ended != step:
-        raise ConfigMismatchError(
-            f"{where} ended at step {ended}, after that checkpoint (checkpoint.save_at_end = false): it cannot "
-            "be extended exactly; use another --out")
+        raise ConfigMismatchError(f"{where} ended at step {ended}, after that checkpoint "
+                                  f"({_why_no_last(meta, skipped)}): it cannot be extended exactly; use another --out")
     if steps < ended:
         raise ConfigMismatchError(
             f"train.steps = {steps} is below the {ended} steps {where} already trained: a finished run is not "
@@ -144,6 +145,16 @@ def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: in
     if steps == ended:
         return Verdict("finished", ended, history)
     return Verdict("extend", ended, [*history, saved])
+
+
+def _why_no_last(meta: dict[str, Any], skipped: list[str] | None) -> str:
+    """Why the run's last step has no usable checkpoint: newer ones were skipped (named, with the reason), or
+    the run did not save one at its end."""
+    if skipped:
+        return "the newer ones were skipped: " + "; ".join(skipped) + "; put back a valid one to extend the run"
+    if (meta.get("config") or {}).get("checkpoint", {}).get("save_at_end") is False:
+        return "checkpoint.save_at_end = false"
+    return "no checkpoint of its last step is in the folder"
 
 
 def finished_message(run: Path | None, ended: int, steps: int, has_summary: bool) -> str:

@@ -147,6 +147,28 @@ def test_steps_changes_that_cannot_continue_exactly_are_refused_and_write_nothin
     assert folder_bytes(out) == before
 
 
+def test_an_extension_past_a_skipped_last_checkpoint_names_the_skipped_one(tmp_path: Path) -> None:
+    """A finished run whose last checkpoint is corrupted cannot be extended exactly from the one before: the
+    refusal names the skipped checkpoint and why, not `save_at_end = false` (which the run had on: the audit's
+    case, where the message blamed a setting the run never used)."""
+    out = tmp_path / "run"
+    run(out)  # checkpoints at 21 and 24
+    shard = next((out / "checkpoints" / "step_00000024").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    before = folder_bytes(out)
+    with pytest.raises(ConfigMismatchError) as info:
+        run(out, "train.steps=36")
+    msg = str(info.value)
+    assert "ended at step 24" in msg and "the newer ones were skipped: step_00000024" in msg
+    assert shard.name in msg and "save_at_end" not in msg
+    assert folder_bytes(out) == before
+    out2 = tmp_path / "no_last"
+    run(out2, "checkpoint.save_at_end=false", "train.steps=23")  # newest checkpoint at 21, ended at 23
+    with pytest.raises(ConfigMismatchError, match="ended at step 23, after that checkpoint \\(checkpoint.save_at_end"
+                                                  " = false\\)"):
+        run(out2, "checkpoint.save_at_end=false", "train.steps=30")
+
+
 def test_without_checkpoints_a_rerun_is_refused_until_overwrite(tmp_path: Path) -> None:
     out = tmp_path / "run"
     run(out, "checkpoint.enabled=false", "train.steps=6")
