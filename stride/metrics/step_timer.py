@@ -39,6 +39,7 @@ class StepTimer:
         self._inner: list[tuple[str, dict[str, float]]] = []
         self._pending: list[tuple[list[tuple[str, object]], list[tuple[str, dict[str, float]]], float, bool]] = []
         self._t0 = 0.0
+        self._last_recorded = False  # whether the last ended step is booked (an `add` after it is, too)
 
     def _stamp(self) -> object:
         if self.cuda:
@@ -66,6 +67,7 @@ class StepTimer:
         """Close the step. Resolving (always, unless deferring): wait for the step's last event, book
         every pending step and return their mean phase seconds (with 'total' and 'other'; this step's
         alone when nothing was pending). Not resolving: keep the step pending and return `last`."""
+        self._last_recorded = record
         if not self.cuda and not self.defer and not self._pending:  # CPU stamps are final: book it now
             wall = time.perf_counter() - self._t0
             self.step_seconds.append(wall)
@@ -120,8 +122,13 @@ class StepTimer:
             self._book_pending()
 
     def add(self, phase: str, seconds: float) -> None:
-        """Time spent outside a step (e.g. a checkpoint stall), attributed to `phase`."""
-        self.totals[phase] += seconds
+        """Time spent outside a step (e.g. a checkpoint stall after it), attributed to `phase` and to the
+        step's total, so the breakdown's parts sum to the step time and throughput counts the stall (before,
+        a checkpointing run's parts summed to 107 % of the step time). After a warm-up step, whose own time
+        is not booked, nothing is booked either."""
+        if self._last_recorded:
+            self.totals[phase] += seconds
+            self.totals["total"] += seconds
 
     def mean(self) -> dict[str, float]:
         """Mean seconds per timed step for each phase, in a stable order."""

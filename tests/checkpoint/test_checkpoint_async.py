@@ -68,6 +68,7 @@ def test_background_staging_snapshot_is_the_save_steps_state(tmp_path: Path, slo
     assert parts["fence_wait_s"] >= 2 * (SLOW_S - 0.1)
     assert s["checkpoint_stall_s"] >= parts["fence_wait_s"]
     assert s["step_time_breakdown_s"]["checkpoint"] > 0
+    assert sum(s["step_time_breakdown_s"].values()) == pytest.approx(s["step_time_s"], rel=1e-9)  # stalls in it
 
 
 @pytest.mark.parametrize(("staging", "ranks", "where"), [

@@ -75,6 +75,22 @@ def test_deferred_timer_books_the_same_seconds(monkeypatch) -> None:
     assert lasts[10] == lasts[9]  # not resolving: the last resolved figures
 
 
+def test_time_added_after_a_step_is_in_its_total(monkeypatch) -> None:
+    """A checkpoint stall after a step (`add`) counts in the step total, so the parts sum to it; after a warm-up
+    step (not booked) it is not booked either."""
+    timer = StepTimer(torch.device("cpu"))
+    _drive(timer, 4, 1, monkeypatch)  # steps 3 and 4 booked: 10.5 ms each
+    timer.add("checkpoint", 0.02)
+    mean = timer.mean()
+    assert mean["total"] == pytest.approx((2 * 10.5e-3 + 0.02) / 2, rel=1e-12)
+    assert mean["checkpoint"] == pytest.approx(0.01, rel=1e-12)
+    assert sum(v for k, v in mean.items() if k != "total") == pytest.approx(mean["total"], rel=1e-12)
+    warm = StepTimer(torch.device("cpu"))
+    _drive(warm, 2, 1, monkeypatch)  # both warm-up steps
+    warm.add("checkpoint", 0.02)
+    assert warm.totals.get("checkpoint", 0.0) == 0.0 and warm.totals.get("total", 0.0) == 0.0
+
+
 def test_deferred_timer_is_bounded(monkeypatch) -> None:
     timer = StepTimer(torch.device("cpu"), defer=True)
     _drive(timer, MAX_PENDING + 5, 10**9, monkeypatch)
