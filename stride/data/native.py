@@ -29,6 +29,7 @@ import warnings
 from pathlib import Path
 
 from stride.files.owner import tagged_name
+from stride.files.user_cache import user_cache_dir
 
 SOURCE = Path(__file__).with_name("copy_kernel.c")
 FLAGS = ["-O3", "-std=c11", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math"]
@@ -68,9 +69,7 @@ _state: dict[str, object] = {}
 
 
 def cache_dir() -> Path:
-    if os.environ.get("STRIDE_CACHE_DIR"):
-        return Path(os.environ["STRIDE_CACHE_DIR"]) / "native"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stride" / "native"
+    return user_cache_dir() / "native"
 
 
 def _compiler() -> str | None:

@@ -43,6 +43,7 @@ import torch
 from stride.data import native
 from stride.data.gather import AHEAD, LINES, l2_bytes
 from stride.data.loader import ShardedLoader
+from stride.files.user_cache import user_cache_dir
 
 PROBE_VERSION = 8  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
 # 4: `lines` is the number of page streams (0, 4 or LINES), no longer on/off; 5: the fewest streams within TIE;
@@ -132,9 +133,7 @@ def cache_path(store: str | None = None) -> Path:
         derived = Path(store) / "derived"
         if os.access(derived if derived.is_dir() else Path(store), os.W_OK):
             return derived / "loader_probe.json"
-    if os.environ.get("STRIDE_CACHE_DIR"):
-        return Path(os.environ["STRIDE_CACHE_DIR"]) / "loader_probe.json"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stride" / "loader_probe.json"
+    return user_cache_dir() / "loader_probe.json"
 
 
 def _read(path: Path) -> dict[str, Any]:

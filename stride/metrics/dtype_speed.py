@@ -14,12 +14,11 @@ it measured faster than fp32 by a margin, and outright only where the workload's
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from pathlib import Path
 
 import torch
 
+from stride.files.user_cache import read_json_cache, user_cache_dir, write_json_cache
 from stride.metrics.cpu_isa import read_cpu_info
 from stride.metrics.peak import measured_matmul_peak
 from stride.profile.precision_advice import FASTER, DtypeSpeeds, precision_line
@@ -32,11 +31,8 @@ _MEMO: dict[str, dict[str, float]] = {}
 
 
 def cache_path() -> Path:
-    """$STRIDE_CACHE_DIR/dtype_flops.json, else under $XDG_CACHE_HOME/stride or ~/.cache/stride."""
-    if os.environ.get("STRIDE_CACHE_DIR"):
-        return Path(os.environ["STRIDE_CACHE_DIR"]) / "dtype_flops.json"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stride" / "dtype_flops.json"
+    """dtype_flops.json in stride's cache folder (`stride.files.user_cache`)."""
+    return user_cache_dir() / "dtype_flops.json"
 
 
 def host_key(threads: int | None = None) -> str:
@@ -46,21 +42,13 @@ def host_key(threads: int | None = None) -> str:
     return f"{info.model}|flags:{flags}|threads:{threads or torch.get_num_threads()}|torch:{torch.__version__}"
 
 
-def _load(path: Path) -> dict[str, dict[str, float]]:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}  # no cache yet, or a damaged one: measure again
-    return obj if isinstance(obj, dict) else {}
-
-
 def measured_dtype_flops(threads: int | None = None, seconds: float = 0.15) -> dict[str, float]:
     """{dtype: matmul FLOP/s} on this CPU, measured once per host key and kept on disk."""
     key = host_key(threads)
     if key in _MEMO:
         return _MEMO[key]
     path = cache_path()
-    kept = _load(path)
+    kept = read_json_cache(path)
     got = kept.get(key)
     if not (isinstance(got, dict) and set(got) == set(DTYPES)):
         cpu, before = torch.device("cpu"), torch.get_num_threads()
@@ -70,13 +58,7 @@ def measured_dtype_flops(threads: int | None = None, seconds: float = 0.15) -> d
         finally:
             torch.set_num_threads(before)
         kept[key] = got
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(kept, indent=1))
-            tmp.replace(path)  # atomic: a reader sees the old file or the new one
-        except OSError:
-            pass  # a read-only home: the figures still hold for this process
+        write_json_cache(path, kept)
     _MEMO[key] = got
     return got
 

@@ -1,0 +1,40 @@
+"""stride's per-user cache folder: figures measured once per host (the loader probe, dtype matmul speeds, a
+CPU's clock) and the built C kernel, kept between processes so each run does not measure them again.
+
+$STRIDE_CACHE_DIR where set (the test suite points it at a temporary folder), else $XDG_CACHE_HOME/stride,
+else ~/.cache/stride.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def user_cache_dir() -> Path:
+    if os.environ.get("STRIDE_CACHE_DIR"):
+        return Path(os.environ["STRIDE_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stride"
+
+
+def read_json_cache(path: Path) -> dict[str, Any]:
+    """The cache file's object; {} where there is none yet or it is damaged (then it is measured again)."""
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def write_json_cache(path: Path, obj: dict[str, Any]) -> None:
+    """Replace the cache file atomically (a reader sees the old file or the new one); a folder that cannot be
+    written (a read-only home) leaves the figures to this process alone."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(obj, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass
