@@ -22,39 +22,50 @@ from stride.config.errors import ConfigError
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=["calibrate", "probe"],
-                        help="calibrate: fit factors from runs; probe: measure this machine into a hardware TOML")
-    parser.add_argument("runs", nargs="*", help="run directories (with summary.json) for `calibrate`")
-    parser.add_argument("--model", help="preset (llama3-8b, gpt3-175b, ...) or layers=..,hidden=..,heads=..,...")
-    parser.add_argument("--workload", help="a stride workload to trace: bench workload name or run config TOML")
+                        help="calibrate: fit factors from runs; probe: measure this machine into a hardware TOML "
+                             "(default: none, plan)")
+    parser.add_argument("runs", nargs="*", help="run directories (with summary.json) for `calibrate` (default: none)")
+    parser.add_argument("--model", help="preset (llama3-8b, gpt3-175b, ...) or layers=..,hidden=..,heads=..,... "
+                        "(no default: a plan needs --model or --workload)")
+    parser.add_argument("--workload", help="a stride workload to trace: bench workload name or run config TOML "
+                        "(default: none)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override for --workload (repeatable)")
-    parser.add_argument("--hardware", default="h100-sxm", help="device name from the catalog (default h100-sxm)")
+                        help="config override for --workload (repeatable; default: none)")
+    parser.add_argument("--hardware", default="h100-sxm", help="device name from the catalog (default: %(default)s)")
     parser.add_argument("--hardware-file", help="extra/override hardware TOML on top of the shipped catalog "
-                        "(stride/perfmodel/hardware.toml)")
-    parser.add_argument("--devices", type=int, help="number of devices")
-    parser.add_argument("--global-batch", type=int, help="sequences per step (default: ~4M tokens)")
-    parser.add_argument("--seq", type=int, help="sequence length (overrides the model's)")
-    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8", "fp4"])
+                        "(default: none, only stride/perfmodel/hardware.toml)")
+    parser.add_argument("--devices", type=int, help="number of devices, >= 1 (no default: a --model or --workload "
+                        "plan needs it, --compare-hardware unless every NAME has its :COUNT)")
+    parser.add_argument("--global-batch", type=int, help="sequences per step, >= 1 (default: about 4M tokens, a "
+                        "multiple of --devices; --workload: the config's train.batch_size)")
+    parser.add_argument("--seq", type=int, help="sequence length, >= 1 (default: the model's)")
+    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8", "fp4"],
+                        help="training precision (default: %(default)s)")
     parser.add_argument("--fp8-recipe", default="delayed",
-                        help="fp8: delayed | current | tensorwise | rowwise | rowwise_gw_hp | mxfp8 (fp4: nvfp4)")
+                        help="fp8: delayed | current | tensorwise | rowwise | rowwise_gw_hp | mxfp8 (fp4: nvfp4) "
+                             "(default: %(default)s)")
     parser.add_argument("--framework", default="megatron",
                         help="framework profile: megatron, megatron-legacy, deepspeed, ddp, fsdp1, fsdp2, torchtune, "
-                             "maxtext")
-    parser.add_argument("--efficiency", help="calibration JSON with efficiency factors")
-    parser.add_argument("--top", type=int, default=8, help="rows of the ranked table")
+                             "maxtext (default: %(default)s)")
+    parser.add_argument("--efficiency", help="calibration JSON with efficiency factors (default: the shipped "
+                        "data/perfmodel/efficiency.json)")
+    parser.add_argument("--top", type=int, default=8, help="rows of the ranked table, >= 1 (default: %(default)s)")
     parser.add_argument("--compare-hardware", nargs="?", const="all", metavar="NAME:COUNT,...",
                         help="rank device types by time/cost to --tokens: h100-sxm:64,h200:64 (bare: every "
-                             "catalog device at --devices)")
-    parser.add_argument("--tokens", type=float, default=1e12, help="token budget for --compare-hardware")
-    parser.add_argument("--sort", choices=["time", "cost"], default="time", help="--compare-hardware ranking")
-    parser.add_argument("--list-hardware", action="store_true", help="print the hardware catalog")
-    parser.add_argument("--list-models", action="store_true", help="print the model presets")
-    parser.add_argument("--from-csv", help="predict every row of a published-results CSV")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--out", help="probe: write the hardware TOML here")
-    parser.add_argument("--threads", type=int, default=1, help="probe: intra-op threads (default 1)")
-    parser.add_argument("--name", default="local-cpu", help="probe: catalog name of the entry")
-    parser.add_argument("--comm-profile", help="probe: a `stride comm --profile-out` TOML to reference")
+                             "catalog device at --devices; default: off)")
+    parser.add_argument("--tokens", type=float, default=1e12,
+                        help="token budget for --compare-hardware, > 0 (default: %(default)g)")
+    parser.add_argument("--sort", choices=["time", "cost"], default="time",
+                        help="--compare-hardware ranking (default: %(default)s)")
+    parser.add_argument("--list-hardware", action="store_true", help="print the hardware catalog (default: off)")
+    parser.add_argument("--list-models", action="store_true", help="print the model presets (default: off)")
+    parser.add_argument("--from-csv", help="predict every row of a published-results CSV (default: none)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output (default: off, tables)")
+    parser.add_argument("--out", help="probe: write the hardware TOML here (default: none, printed only)")
+    parser.add_argument("--threads", type=int, default=1, help="probe: intra-op threads, >= 1 (default: %(default)s)")
+    parser.add_argument("--name", default="local-cpu", help="probe: catalog name of the entry (default: %(default)s)")
+    parser.add_argument("--comm-profile", help="probe: a `stride comm --profile-out` TOML to reference "
+                        "(default: none)")
     parser.set_defaults(func=run)
 
 
@@ -90,9 +101,37 @@ def _warn_other_hardware(args, catalog) -> None:
               "factors are an assumption, not a measurement", file=sys.stderr)
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """A number outside its range is an error naming the option: 0 is a value, not "not given" (`--global-batch 0`
+    became the default batch, `--tokens -1` printed negative hours)."""
+    for dest in ("devices", "global_batch", "seq", "top", "threads"):
+        value = getattr(args, dest)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{dest.replace('_', '-')} must be >= 1, got {value}")
+    if args.tokens is not None and not (math.isfinite(args.tokens) and args.tokens > 0):
+        raise ConfigError(f"--tokens must be a finite number > 0, got {args.tokens:g}")
+
+
+def _interval(hw, args: argparse.Namespace) -> tuple[float, float, str]:
+    """(lo, hi) multipliers of a predicted time on `hw` and which residuals they come from: the 80% interval of
+    the run's kind, as `--from-csv` rows get it (stride/perfmodel/intervals.py)."""
+    from stride.perfmodel.intervals import load_intervals, run_kind, time_factors
+
+    q10, q90, basis = load_intervals().bounds(run_kind(hw.generation or hw.name, args.precision, args.framework))
+    return (*time_factors(q10, q90), basis)
+
+
+def _with_interval(pred: dict, lo: float, hi: float) -> dict:
+    """A prediction's dict with the 80% interval of its step time and throughput (`_lo`/`_hi`)."""
+    return {**pred, "step_time_s_lo": pred["step_time_s"] * lo, "step_time_s_hi": pred["step_time_s"] * hi,
+            "tokens_per_s_per_device_lo": pred["tokens_per_s_per_device"] / hi,
+            "tokens_per_s_per_device_hi": pred["tokens_per_s_per_device"] / lo}
+
+
 def run(args: argparse.Namespace) -> int:
     from stride.perfmodel.hardware import load_catalog
 
+    _check_numbers(args)
     if args.action == "calibrate":
         from stride.perfmodel.calibrate import calibrate_cli
 
@@ -122,13 +161,13 @@ def run(args: argparse.Namespace) -> int:
             print_rows(rows)
         return 0
     if args.workload:
-        if not args.devices:
+        if args.devices is None:
             raise ConfigError("stride plan --workload needs --devices")
         return _plan_workload(args, catalog.get(args.hardware), eff)
     from stride.perfmodel.frameworks import get_framework
 
     args.framework = get_framework(args.framework).name
-    if not args.model or not (args.devices or args.compare_hardware not in (None, "all")):
+    if not args.model or (args.devices is None and args.compare_hardware in (None, "all")):
         raise ConfigError("stride plan needs --model (or --workload) and --devices or --compare-hardware "
                           "NAME:COUNT,... "
                           "(or --from-csv FILE, --list-hardware, --list-models, or `calibrate RUNS...`)")
@@ -136,28 +175,34 @@ def run(args: argparse.Namespace) -> int:
     from stride.perfmodel.planner import default_global_batch, distinct_alternatives, explain, search
 
     spec = parse_model_spec(args.model)
-    if args.seq:
+    if args.seq is not None:
         spec = spec.with_seq(args.seq)
     if args.compare_hardware:
         return _compare(args, spec, catalog, eff)
-    gb = args.global_batch or default_global_batch(spec, args.devices)
+    gb = args.global_batch if args.global_batch is not None else default_global_batch(spec, args.devices)
     hw = catalog.get(args.hardware)
     t0 = time.perf_counter()
     result = search(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
     seconds = time.perf_counter() - t0
     alts = distinct_alternatives(result)
+    lo, hi, basis = _interval(hw, args)
     if args.json:
         best = result.best
+
+        def out(p) -> dict:
+            return _with_interval(p.to_dict(), lo, hi)
+
         print(json.dumps({
             "model": spec.name, "hardware": hw.name, "devices": args.devices, "global_batch": gb, "seq": spec.seq,
             "considered": result.considered, "fit": len(result.ranked), "search_seconds": seconds,
-            "best": best.to_dict() if best else None,
-            "ranked": [p.to_dict() for p in result.ranked[: args.top]],
-            "alternatives": [{**p.to_dict(), "why_slower": explain(p, best)} for p in alts] if best else [],
-            "fastest_not_fitting": [p.to_dict() for p in result.rejected_memory[:3]],
+            "interval_basis": basis,
+            "best": out(best) if best else None,
+            "ranked": [out(p) for p in result.ranked[: args.top]],
+            "alternatives": [{**out(p), "why_slower": explain(p, best)} for p in alts] if best else [],
+            "fastest_not_fitting": [out(p) for p in result.rejected_memory[:3]],
         }))
         return 0
-    _print_plan(result, alts, spec, hw, args.devices, gb, seconds, args.top)
+    _print_plan(result, alts, spec, hw, args.devices, gb, seconds, args.top, (lo, hi, basis))
     return 0 if result.best else 1
 
 
@@ -214,13 +259,13 @@ def _plan_workload(args, hw, eff) -> int:
     return 0
 
 
-def _print_plan(result, alts, spec, hw, devices, gb, seconds, top) -> None:
-    from rich.console import Console
+def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tuple[float, float, str]) -> None:
     from rich.table import Table
 
+    from stride.cli.plan_tables import _console
     from stride.perfmodel.planner import explain
 
-    con = Console()
+    con = _console()
     con.print(f"[bold]{spec.name}[/] on {devices} x {hw.display_name}, global batch {gb} x {spec.seq} tokens: "
               f"{result.considered} layouts, {len(result.ranked)} fit ({seconds:.2f} s)")
     if not result.best:
@@ -228,13 +273,17 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top) -> None:
         for p in result.rejected_memory[:3]:
             con.print(f"  {p.layout.short()}: needs {p.peak_mem_gib:.1f} GiB of {hw.memory_gib:g}")
         return
-    t = Table(title="fitting layouts, fastest first")
-    for col in ("#", "layout", "step s", "tok/s/dev", "MFU", "mem GiB", "$/step"):
+    lo, hi, basis = interval
+    t = Table(title="fitting layouts, fastest first (80% interval from held-out residuals of the same kind)")
+    for col in ("#", "layout", "step s", "80% interval", "tok/s/dev", "80% interval ", "MFU", "mem GiB", "$/step"):
         t.add_column(col, justify="left" if col == "layout" else "right")
     for i, p in enumerate(result.ranked[:top], 1):
-        t.add_row(str(i), p.layout.short(), f"{p.step_time_s:.3f}", f"{p.tokens_per_s_per_device:,.0f}",
+        t.add_row(str(i), p.layout.short(), f"{p.step_time_s:.3f}",
+                  f"{p.step_time_s * lo:.3f} - {p.step_time_s * hi:.3f}", f"{p.tokens_per_s_per_device:,.0f}",
+                  f"{p.tokens_per_s_per_device / hi:,.0f} - {p.tokens_per_s_per_device / lo:,.0f}",
                   f"{p.mfu * 100:.1f}%", f"{p.peak_mem_gib:.1f}", f"{p.cost_per_step_usd:.3f}")
     con.print(t)
+    con.print(f"80% interval: {basis}")
     best = result.best
     b = Table(title=f"breakdown of the best: {best.layout.short()}")
     b.add_column("term")
@@ -258,7 +307,6 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top) -> None:
 
 def _compare(args, spec, catalog, eff) -> int:
     from stride.cli.plan_tables import print_compare
-    from stride.perfmodel.intervals import load_intervals
     from stride.perfmodel.planner import compare_hardware, parse_fleet
 
     if args.compare_hardware == "all":
@@ -266,21 +314,17 @@ def _compare(args, spec, catalog, eff) -> int:
     else:
         fleet = []
         for name, count in parse_fleet(args.compare_hardware, catalog.names()):
-            if count is None and not args.devices:
+            if count is None and args.devices is None:
                 raise ConfigError(f"--compare-hardware: `{name}` has no device count (name:count) "
                                   "and --devices is unset")
-            fleet.append((catalog.get(name), count or args.devices))
+            fleet.append((catalog.get(name), count if count is not None else args.devices))
     t0 = time.perf_counter()
     rows = compare_hardware(spec, fleet, args.global_batch, eff, args.tokens, args.precision, args.sort, args.framework)
-    table = load_intervals()
-    prec = args.precision if args.precision in ("fp8", "fp4", "fp32") else "16-bit"
+    parts = {hw.name: hw for hw, _ in fleet}
     for r in rows:
         if "reason" not in r:
-            q10, q90, basis = table.bounds((r["generation"], prec, args.framework))
-            lo, hi = min(q10, 0.0), max(q90, 0.0)
-            r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * math.exp(lo), \
-                r["hours_to_budget"] * math.exp(hi)
-            r["interval_basis"] = basis
+            lo, hi, r["interval_basis"] = _interval(parts[r["hardware"]], args)
+            r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * lo, r["hours_to_budget"] * hi
     seconds = time.perf_counter() - t0
     if args.json:
         print(json.dumps({"model": spec.name, "tokens": args.tokens, "sort": args.sort, "framework": args.framework,

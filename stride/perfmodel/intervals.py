@@ -134,12 +134,22 @@ def load_intervals(path: str | Path | None = None) -> IntervalTable:
         return IntervalTable()
 
 
+def run_kind(generation: str, precision: str, framework: str) -> tuple[str, str, str]:
+    """The kind a run's residuals are grouped by: (generation, precision, framework), bf16 and fp16 as one."""
+    return generation, precision if precision in ("fp8", "fp4", "fp32") else "16-bit", framework
+
+
+def time_factors(q10: float, q90: float) -> tuple[float, float]:
+    """(lo, hi) multipliers of a predicted time (step, hours) for its 80% interval; they bracket 1, so an
+    interval always contains the prediction itself (where the residuals of its kind all lean one way, the near
+    end is the prediction). A rate (tokens/s) divides by them: its lo is rate / hi."""
+    return math.exp(min(q10, 0.0)), math.exp(max(q90, 0.0))
+
+
 def apply(tokens_per_s: float, iter_time_s: float, q10: float, q90: float) -> dict[str, float]:
-    """The 80% interval fields for one prediction; an interval always contains the prediction itself
-    (where the residuals of its kind all lean one way, the near end is the prediction)."""
-    lo, hi = min(q10, 0.0), max(q90, 0.0)
+    """The 80% interval fields for one prediction (see `time_factors`)."""
+    lo, hi = time_factors(q10, q90)
     return {
-        "tokens_per_s_per_gpu_lo": tokens_per_s * math.exp(-hi),
-        "tokens_per_s_per_gpu_hi": tokens_per_s * math.exp(-lo),
-        "iter_time_s_lo": iter_time_s * math.exp(lo), "iter_time_s_hi": iter_time_s * math.exp(hi),
+        "tokens_per_s_per_gpu_lo": tokens_per_s / hi, "tokens_per_s_per_gpu_hi": tokens_per_s / lo,
+        "iter_time_s_lo": iter_time_s * lo, "iter_time_s_hi": iter_time_s * hi,
     }

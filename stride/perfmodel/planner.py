@@ -155,7 +155,7 @@ def compare_hardware(spec: TransformerSpec, fleet: list[tuple[Hardware, int]], g
     ranked by time or cost; a device type that cannot run it says why."""
     rows = []
     for hw, devices in fleet:
-        gb = global_batch or default_global_batch(spec, devices)
+        gb = global_batch if global_batch is not None else default_global_batch(spec, devices)
         try:
             res = search(spec, hw, devices, gb, eff, precision, framework)
         except ConfigError as exc:

@@ -27,6 +27,7 @@ from stride.perfmodel.attention_kernels import kernel_from_text
 from stride.perfmodel.frameworks import FRAMEWORKS, compiled, framework_from_text, fused_loss
 from stride.perfmodel.hardware import Catalog, Hardware
 from stride.perfmodel.hw_text import link_gbytes_per_device, resolve
+from stride.perfmodel.intervals import run_kind
 from stride.perfmodel.layout import Layout
 from stride.perfmodel.model_spec import PRESETS, TransformerSpec
 
@@ -48,8 +49,7 @@ class RowInputs:
         """(hardware generation, precision, framework): what the error intervals are grouped by."""
         if not (self.hardware and self.layout):
             return ("?", "?", "?")
-        prec = self.layout.precision if self.layout.precision in ("fp8", "fp4", "fp32") else "16-bit"
-        return (self.hardware.generation or self.hardware.name, prec, self.layout.framework)
+        return run_kind(self.hardware.generation or self.hardware.name, self.layout.precision, self.layout.framework)
 
 
 def _int(row: dict, key: str, default: int | None = None, what: str = "") -> int:
@@ -80,6 +80,8 @@ def _words(text: str, yes: str, no: str) -> bool | None:
 def row_inputs(row: dict, catalog: Catalog) -> RowInputs:
     """Read one CSV row into model inputs, or a `reason` it cannot be modelled. Never raises."""
     rid = str(row.get("row_id") or "").strip() or "?"
+    if row.get(WIDTH_ERROR):
+        return RowInputs(rid, reason=row[WIDTH_ERROR])
     try:
         return _row_inputs(rid, row, catalog)
     except (ValueError, ConfigError, KeyError, ZeroDivisionError, OverflowError, TypeError) as exc:
@@ -271,8 +273,15 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
                      rt.memory_kind(" ".join(str(row.get(k) or "") for k in ("notes", "meas_peak_mem_gib"))))
 
 
+# The key under which `read_rows` puts why a row's field count differs from the header's (`row_inputs` refuses it).
+WIDTH_ERROR = "\0width"
+
+
 def read_rows(path: str | Path) -> list[dict]:
-    """CSV rows as dicts; a missing file or header is a ConfigError naming the file."""
+    """CSV rows as dicts; a missing file or header is a ConfigError naming the file. A row with more or fewer
+    fields than the header carries why (under WIDTH_ERROR) and is refused alone, naming its line and the columns
+    it lacks: a truncated row would otherwise read its lost columns as blank and be predicted on assumed values,
+    and one bad row never stops the file. An empty cell that is present is blank, as the format allows."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--from-csv: file not found: {p}")
@@ -281,6 +290,27 @@ def read_rows(path: str | Path) -> list[dict]:
             reader = csv.DictReader(fh)
             if not reader.fieldnames or "row_id" not in reader.fieldnames:
                 raise ConfigError(f"{p}: expected a CSV header with a `row_id` column")
-            return [dict(r) for r in reader]
+            rows = []
+            for r in reader:
+                row, why = dict(r), _width_error(p, reader, r)
+                if why:
+                    row.pop(None, None)  # type: ignore[call-overload]
+                    row[WIDTH_ERROR] = why
+                rows.append(row)
+            return rows
     except csv.Error as exc:
         raise ConfigError(f"{p}: not a readable CSV: {exc}") from None
+
+
+def _width_error(p: Path, reader: csv.DictReader, row: dict) -> str | None:
+    """Why a row's field count differs from the header's (DictReader fills missing cells with None and puts
+    extra ones under the key None), naming its line and the columns it lacks; None where it does not."""
+    header = list(reader.fieldnames or ())
+    missing = [c for c in header if row.get(c) is None]
+    extra = row.get(None) or []
+    if not (missing or extra):
+        return None
+    n = len(header) - len(missing) + len(extra)
+    what = (f"missing {', '.join(missing)} (truncated?)" if missing
+            else f"{len(extra)} value(s) after the last column `{header[-1]}` (an unquoted comma?)")
+    return f"{p}: line {reader.line_num} has {n} fields, the header {len(header)}: {what}"

@@ -69,7 +69,7 @@ def search_workload(spec: str, hw: Hardware, devices: int, global_batch: int | N
     if devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {devices}")
     name, cfg = workload_config(spec, overrides)
-    gb = global_batch or cfg.train.batch_size
+    gb = global_batch if global_batch is not None else cfg.train.batch_size
     if gb % devices:
         raise ConfigError(f"global batch {gb} is not divisible by {devices} devices: pick --global-batch")
     per_rank = gb // devices
