@@ -7,37 +7,44 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 
 def register(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
     s = sub.add_parser("synth", help="simulate a market: Parquet partitioned by date and symbol")
     s.add_argument("--out", required=True, help="output directory")
-    s.add_argument("--assets", type=int, default=64)
-    s.add_argument("--days", type=int, default=250)
+    s.add_argument("--assets", type=int, default=64, help="symbols to simulate, >= 1 (default: %(default)s)")
+    s.add_argument("--days", type=int, default=250, help="trading days (weekdays), >= 1 (default: %(default)s)")
     s.add_argument("--freq", default="1min", help="bar length: 1min, 5min, 30s, 1h (must divide 6.5 h)")
-    s.add_argument("--levels", type=int, default=5, help="order-book levels per side")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--overwrite", action="store_true")
+    s.add_argument("--levels", type=int, default=5,
+                   help="order-book levels per side, >= 0; 0 writes bars only (default: %(default)s)")
+    s.add_argument("--seed", type=int, default=0,
+                   help="random seed, >= 0; the same seed writes the same data (default: %(default)s)")
+    s.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --out (default: refuse it)")
     s.set_defaults(func=run_synth)
 
     i = sub.add_parser("ingest", help="ingest Parquet / Arrow IPC / CSV / NumPy files into a memory-mapped store")
     i.add_argument("src", help="a file, or a directory searched recursively")
     i.add_argument("--out", required=True, help="store directory (created by an atomic rename)")
-    i.add_argument("--time-col", default="timestamp")
+    i.add_argument("--time-col", default="timestamp", help="the timestamp column (default: %(default)s)")
     i.add_argument("--time-format", default=None, help="strptime format for string timestamps, e.g. %%m/%%d/%%Y")
     i.add_argument("--symbol-col", default="symbol", help="absent in the files: one symbol per file (its name)")
     i.add_argument("--columns", default=None, help="comma-separated feature columns (default: every other column)")
     i.add_argument("--fill-policy", default="error", choices=["error", "ffill", "zero"],
                    help="what to do with NaN/inf/missing values (default: stop with an error)")
-    i.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    i.add_argument("--overwrite", action="store_true")
+    i.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="how the store keeps feature values; bfloat16 halves the bytes (default: %(default)s)")
+    i.add_argument("--overwrite", action="store_true",
+                   help="replace an existing store at --out (default: refuse it)")
     i.set_defaults(func=run_ingest)
 
     n = sub.add_parser("inspect", help="print a store's manifest summary (and verify checksums)")
-    n.add_argument("store")
+    n.add_argument("store", help="a store directory (what `stride data ingest` writes)")
     n.add_argument("--verify", action="store_true", help="recompute every sha256 (reads every byte)")
-    n.add_argument("--json", action="store_true")
+    n.add_argument("--json", action="store_true",
+                   help="print the manifest (without the per-symbol rows) as one JSON line (default: a table)")
     n.set_defaults(func=run_inspect)
 
     pr = sub.add_parser("probe", help="measure the loader's copy, gather threads and prefetch on this host (cached)")
@@ -48,9 +55,32 @@ def register(p: argparse.ArgumentParser) -> None:
     pr.set_defaults(func=run_probe)
 
 
+# `data synth`'s numeric options and their least values: checked here, where the message can name the option
+# (the simulator's own errors, e.g. numpy's "negative dimensions are not allowed" for --levels -1, cannot).
+SYNTH_MINIMA = {"assets": 1, "days": 1, "levels": 0, "seed": 0}
+
+
+def synth_input_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with `data synth`'s options (naming the option and its allowed range), or None."""
+    for name, low in SYNTH_MINIMA.items():
+        value = getattr(args, name)
+        if value < low:
+            return f"--{name} {value}: must be >= {low}"
+    out = Path(args.out)
+    blocker = next((q for q in [out, *out.parents] if q.exists() and not q.is_dir()), None)
+    if blocker is not None:  # bad input (exit 2), not a state of the machine: say which path is in the way
+        return f"--out {out}: {blocker} is a file, not a directory; give a directory path"
+    return None
+
+
 def run_synth(args: argparse.Namespace) -> int:
     from stride.data.simulator import synthesize
+    from stride.errors import one_line
 
+    problem = synth_input_error(args)
+    if problem is not None:
+        print(f"stride data synth: {one_line(problem)}", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     try:
         info = synthesize(args.out, args.assets, args.days, args.freq, args.seed, args.levels, args.overwrite)

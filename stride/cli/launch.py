@@ -10,7 +10,7 @@ from pathlib import Path
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", type=Path, help="TOML run config")
-    p.add_argument("--nodes", type=int, default=1, help="nodes (Slurm) or pods (k8s)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes (Slurm) or pods (k8s) (default: %(default)s)")
     p.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node; 0 runs on CPU")
     p.add_argument("--procs-per-node", type=int, default=None,
                    help="torchrun processes per node (default: --gpus-per-node, or 1 on CPU)")
@@ -22,28 +22,35 @@ def register(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="scheduler", metavar="SCHEDULER", required=True)
     s = sub.add_parser("slurm", help="write and sbatch a job script (srun + torchrun, requeue on preemption)")
     _common(s)
-    s.add_argument("--partition", default=None)
+    s.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's default partition)")
     s.add_argument("--time", default=None, help="Slurm time limit, e.g. 04:00:00")
-    s.add_argument("--job-name", default="stride")
-    s.add_argument("--cpus-per-task", type=int, default=None)
-    s.add_argument("--signal-lead", type=int, default=120, help="seconds before the limit to get SIGUSR1")
-    s.add_argument("--out-dir", type=Path, default=Path("runs"), help="run directories and Slurm logs")
+    s.add_argument("--job-name", default="stride",
+                   help="Slurm job name; also names the script and the run directory (default: %(default)s)")
+    s.add_argument("--cpus-per-task", type=int, default=None,
+                   help="CPUs per node for its torchrun task and workers (default: Slurm's default)")
+    s.add_argument("--signal-lead", type=int, default=120,
+                   help="seconds before the limit to get SIGUSR1 (default: %(default)s)")
+    s.add_argument("--out-dir", type=Path, default=Path("runs"),
+                   help="run directories and Slurm logs (default: %(default)s)")
     s.add_argument("--sbatch", dest="extra_sbatch", action="append", default=[], metavar="OPTION",
                    help="extra #SBATCH option, e.g. --sbatch=--account=abc (repeatable)")
     s.add_argument("--dry-run", action="store_true", help="print the script instead of submitting it")
     s.set_defaults(func=run_slurm)
     k = sub.add_parser("k8s", help="write a Kubeflow PyTorchJob manifest (with the config in a ConfigMap)")
     _common(k)
-    k.add_argument("--name", default="stride", help="job name (DNS-1123 label)")
+    k.add_argument("--name", default="stride", help="job name (DNS-1123 label) (default: %(default)s)")
     k.add_argument("--image", default=None, help="container image with stride installed (default stride:<version>, "
                    "what `docker build -t stride:<version> .` makes from the repository's Dockerfile)")
-    k.add_argument("--namespace", default="default")
+    k.add_argument("--namespace", default="default", help="Kubernetes namespace of the job (default: %(default)s)")
     k.add_argument("--cpu", default=None, help="CPU limit per pod, e.g. 8")
     k.add_argument("--memory", default=None, help="memory limit per pod, e.g. 32Gi")
     k.add_argument("--pvc", default=None, help="PersistentVolumeClaim for run directories (resume after restarts)")
-    k.add_argument("--backoff-limit", type=int, default=3)
-    k.add_argument("--restart-policy", default="OnFailure")
-    k.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    k.add_argument("--backoff-limit", type=int, default=3,
+                   help="pod restarts before the job is marked failed (default: %(default)s)")
+    k.add_argument("--restart-policy", default="OnFailure",
+                   help="when a pod restarts: OnFailure, Always, Never or ExitCode (default: %(default)s)")
+    k.add_argument("--format", choices=("yaml", "json"), default="yaml",
+                   help="manifest format; json writes a v1 List (default: %(default)s)")
     k.add_argument("-o", "--output", type=Path, default=None, help="write here (default: print to stdout)")
     k.set_defaults(func=run_k8s)
     r = sub.add_parser("ray", help="run the trainer inside Ray Train's TorchTrainer "
@@ -67,6 +74,23 @@ def register(p: argparse.ArgumentParser) -> None:
     r.set_defaults(func=run_ray)
 
 
+def _check_config(config: Path, overrides: list[str], world_size: int, *, in_pod: bool = False) -> None:
+    """Load the config as every rank of the job will (the launcher's --set first, then the user's) and check its
+    [parallel] layout against the job's `world_size` processes, as `stride train --nproc` does: a typo or a layout
+    that does not fit fails here, in one line, before a script is written or a job waits in a queue.
+
+    `in_pod`: the job runs in a container image, which may hold a data store or a `module:factory` this machine
+    lacks; the model is then built for its checks only when it is a built-in one on synthetic data.
+    """
+    from stride.config import load_config
+    from stride.launch.preflight import check_before_launch
+    from stride.launch.script_values import RESUME_SETS
+
+    cfg = load_config(config, [*RESUME_SETS, *overrides])
+    here = not in_pod or (cfg.data.source == "synthetic" and ":" not in cfg.model.name)
+    check_before_launch(cfg, world_size, model_here=here)
+
+
 def run_slurm(args: argparse.Namespace) -> int:
     from stride.launch.slurm import SlurmJob, render_sbatch, submit
 
@@ -74,7 +98,8 @@ def run_slurm(args: argparse.Namespace) -> int:
                    procs_per_node=args.procs_per_node, partition=args.partition, time=args.time,
                    job_name=args.job_name, cpus_per_task=args.cpus_per_task, out_dir=args.out_dir,
                    signal_lead_s=args.signal_lead, overrides=args.overrides, extra_sbatch=args.extra_sbatch)
-    script = render_sbatch(job)
+    script = render_sbatch(job)  # bad options fail first, naming the flag
+    _check_config(args.config, args.overrides, job.nodes * job.nproc)
     if args.dry_run:
         sys.stdout.write(script)
         return 0
@@ -92,7 +117,8 @@ def run_k8s(args: argparse.Namespace) -> int:
                  gpus_per_node=args.gpus_per_node, procs_per_node=args.procs_per_node, cpu=args.cpu,
                  memory=args.memory, namespace=args.namespace, pvc=args.pvc, backoff_limit=args.backoff_limit,
                  restart_policy=args.restart_policy, overrides=args.overrides)
-    docs = build_manifests(job)
+    docs = build_manifests(job)  # bad options fail first, naming the flag
+    _check_config(args.config, args.overrides, job.nodes * job.nproc, in_pod=True)
     text = dump_yaml(docs) if args.format == "yaml" else json.dumps({"apiVersion": "v1", "kind": "List",
                                                                        "items": docs}, indent=2) + "\n"
     if args.output is None:

@@ -47,13 +47,15 @@ def run(args: argparse.Namespace) -> int:
     from stride.launch.torchrun import inside_launcher, launcher_env, run_torchrun, torchrun_command
 
     cfg = load_config(args.config, args.overrides)
-    if (args.nproc or args.nnodes > 1) and not inside_launcher():
+    # `is not None`, `!= 1`: --nproc 0 or --nnodes 0 used to run one process here; torchrun_command refuses them
+    if (args.nproc is not None or args.nnodes != 1) and not inside_launcher():
         from stride.launch.preflight import check_before_launch
 
-        cmd = torchrun_command(_train_args(args), nproc=args.nproc or 1, nnodes=args.nnodes,
+        nproc = 1 if args.nproc is None else args.nproc
+        cmd = torchrun_command(_train_args(args), nproc=nproc, nnodes=args.nnodes,
                                rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
                                node_rank=args.node_rank)  # bad launcher flags fail first
-        check_before_launch(cfg, (args.nproc or 1) * args.nnodes)  # a bad layout fails here, once, before any rank
+        check_before_launch(cfg, nproc * args.nnodes)  # a bad layout fails here, once, before any rank
         if args.out and args.nnodes == 1:  # the ranks of this job hold the run folder as one (stride.files.run_lock)
             from stride.files import run_lock
 

@@ -16,7 +16,14 @@ from typing import Any
 
 from stride import __version__
 from stride.config import ConfigError
-from stride.launch.script_values import DNS1123_SUBDOMAIN, K8S_QUANTITY, check_all, check_pattern, check_value
+from stride.launch.script_values import (
+    DNS1123_SUBDOMAIN,
+    K8S_QUANTITY,
+    RESUME_SETS,
+    check_all,
+    check_pattern,
+    check_value,
+)
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 CONFIG_MOUNT = "/etc/stride"
@@ -49,6 +56,8 @@ class K8sJob:
             raise ConfigError(f"--nodes = {self.nodes} must be >= 1")
         if self.gpus_per_node < 0:
             raise ConfigError(f"--gpus-per-node = {self.gpus_per_node} must be >= 0")
+        if self.procs_per_node is not None and self.procs_per_node < 1:
+            raise ConfigError(f"--procs-per-node = {self.procs_per_node} must be >= 1")
         if self.backoff_limit < 0:
             raise ConfigError(f"--backoff-limit = {self.backoff_limit} must be >= 0")
         if self.restart_policy not in ("OnFailure", "Always", "Never", "ExitCode"):
@@ -82,8 +91,8 @@ def _container(job: K8sJob) -> dict[str, Any]:
     # the operator sets on every pod; only the per-pod process count is given here.
     args = [f"--nproc-per-node={job.nproc}", "-m",
             "stride.cli.main", "train", f"{CONFIG_MOUNT}/config.toml", "--out", f"{RUNS_MOUNT}/{job.name}",
-            "--no-progress", "--set", "checkpoint.enabled=true", "--set", "checkpoint.resume=auto"]
-    for o in job.overrides:
+            "--no-progress"]
+    for o in [*RESUME_SETS, *job.overrides]:
         args += ["--set", o]
     return {
         "name": "pytorch",  # the training operator looks for the container of this name

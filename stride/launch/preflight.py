@@ -20,7 +20,7 @@ from torch import nn
 
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
-from stride.parallel.layout import Layout, check_layout, resolve_layout
+from stride.parallel.layout import Layout, check_batch, check_layout, resolve_layout
 
 
 def model_for_checks(cfg: RunConfig) -> nn.Module:
@@ -39,9 +39,16 @@ def model_for_checks(cfg: RunConfig) -> nn.Module:
         return build_model(*args)
 
 
-def check_before_launch(cfg: RunConfig, world_size: int) -> Layout:
-    """Raise the ConfigError a rank would raise for this layout at `world_size` processes, or return the layout."""
+def check_before_launch(cfg: RunConfig, world_size: int, *, model_here: bool = True) -> Layout:
+    """Raise the ConfigError a rank would raise for this layout at `world_size` processes, or return the layout.
+
+    `model_here=False`: the data or the model exist only where the job runs (a store or a `module:factory` inside
+    a Kubernetes pod's image), so the checks that read the model are left to the ranks; degrees and batch still run.
+    """
     layout = resolve_layout(cfg.parallel, world_size)
+    if not model_here and (layout.tp > 1 or layout.pp > 1):
+        check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
+        return layout
     # check_model and check_pipeline read the model only for tp > 1 / pp > 1: otherwise an empty module stands in
     model = model_for_checks(cfg) if layout.tp > 1 or layout.pp > 1 else nn.Module()
     return check_layout(cfg, model, world_size, cfg.data.seq_len // cfg.model.patch_len)[0]

@@ -18,6 +18,9 @@ from stride.config.errors import ConfigError
 K8S_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 HOST_PORT = re.compile(r"[A-Za-z0-9._\-\[\]:]+:[0-9]{1,5}")
+# The --set every scheduler job's `stride train` gets before the user's: a requeued or restarted job resumes
+# from its newest checkpoint (the launchers check the config with them, as the ranks will load it).
+RESUME_SETS = ("checkpoint.enabled=true", "checkpoint.resume=auto")
 
 
 def check_value(value: object, option: str) -> str:

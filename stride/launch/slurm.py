@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stride.config import ConfigError
-from stride.launch.script_values import check_all, check_value, sbatch_directive
+from stride.launch.script_values import RESUME_SETS, check_all, check_value, sbatch_directive
 
 TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # Slurm's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
 
@@ -51,6 +51,8 @@ class SlurmJob:
             raise ConfigError(f"--gpus-per-node = {self.gpus_per_node} must be >= 0")
         if self.procs_per_node is not None and self.procs_per_node < 1:
             raise ConfigError(f"--procs-per-node = {self.procs_per_node} must be >= 1")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise ConfigError(f"--cpus-per-task = {self.cpus_per_task} must be >= 1")
         if self.time is not None and not TIME_RE.fullmatch(check_value(self.time, "--time")):
             raise ConfigError(f"--time = {self.time!r} is not a Slurm time (minutes, H:M:S or D-H:M:S)")
         if self.signal_lead_s < 1:
@@ -92,7 +94,7 @@ def render_sbatch(job: SlurmJob) -> str:
         sb.append(f"--time={job.time}")
     sb += [f"--output={out_dir}/slurm-%x-%j.out", "--open-mode=append",
            f"--signal=B:USR1@{job.signal_lead_s}", "--requeue", *job.extra_sbatch]
-    sets = ["checkpoint.enabled=true", "checkpoint.resume=auto", *job.overrides]
+    sets = [*RESUME_SETS, *job.overrides]
     torchrun = [
         f"{q(job.python)} -m torch.distributed.run",
         f'--nnodes="$SLURM_NNODES" --nproc-per-node={job.nproc}',

@@ -33,8 +33,10 @@ def torchrun_command(
     node_rank: int | None = None,
 ) -> list[str]:
     """The torchrun command line that runs `stride train <train_args>` on `nproc` ranks per node."""
-    if nproc < 1 or nnodes < 1 or max_restarts < 0:
-        raise ConfigError(f"--nproc {nproc}, --nnodes {nnodes}, --max-restarts {max_restarts}: need >= 1, >= 1, >= 0")
+    bad = [f"{flag} {value} must be >= {low}" for flag, value, low in
+           (("--nproc", nproc, 1), ("--nnodes", nnodes, 1), ("--max-restarts", max_restarts, 0)) if value < low]
+    if bad:
+        raise ConfigError("; ".join(bad))
     if nnodes > 1 and not rdzv_endpoint:
         raise ConfigError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on every node)")
     check_pattern(rdzv_endpoint, HOST_PORT, "--rdzv-endpoint", "HOST:PORT")
