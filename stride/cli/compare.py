@@ -8,7 +8,8 @@ import argparse
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="baseline: a results.json, a `stride bench` directory or a `stride train` run directory")
     p.add_argument("b", help="candidate: the same kinds as A")
-    p.add_argument("--json", action="store_true", help="print only the comparison rows as JSON (nothing else)")
+    p.add_argument("--json", action="store_true",
+                   help="print only the comparison rows as JSON (nothing else; default: a table)")
     p.set_defaults(func=run)
 
 
@@ -19,15 +20,18 @@ def run(args: argparse.Namespace) -> int:
 
     from stride.bench.results import ResultsError
     from stride.files import strict_json
-    from stride.report.compare import compare_results, compare_table
+    from stride.report.compare import WorkloadMismatch, compare_results, compare_table
     from stride.report.inputs import resolve
 
     try:
         (a, _), (b, _) = resolve(args.a), resolve(args.b)
+        rows = compare_results(a, b)
+    except WorkloadMismatch as exc:  # a ratio of two different workloads is no verdict on a change: refused
+        print(f"stride compare: A = {args.a}, B = {args.b}: {exc}", file=sys.stderr)
+        return 2
     except ResultsError as exc:
         print(f"stride compare: {exc}", file=sys.stderr)
         return 2
-    rows = compare_results(a, b)
     for side, res in (("A", a), ("B", b)):
         if res.get("partial"):
             print(f"stride compare: {side} is a stopped sweep: {res['partial']['done']} of "

@@ -11,13 +11,16 @@ from stride.files import strict_json
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="TOML run config")
+    p.add_argument("config", help="TOML run config, e.g. configs/quickstart.toml")
     p.add_argument("--steps", type=int, default=3, help="active (traced) steps (default 3)")
     p.add_argument("--wait", type=int, default=1, help="steps before warm-up (default 1)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up steps traced but discarded (default 1)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--out", default=None, help="run directory; traces go to DIR/traces/")
-    p.add_argument("--json", action="store_true", help="print the analysis as one JSON object")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set train.batch_size=16 (repeatable; default: none); "
+                   "train.steps, val_every, target_val_loss and metrics.progress are set from the options here")
+    p.add_argument("--out", default=None, help="run directory; traces go to DIR/traces/ "
+                   "(default: <metrics.out_dir>/<stamp>-<name>)")
+    p.add_argument("--json", action="store_true", help="print the analysis as one JSON object (default: tables)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a run already in --out (as stride train --overwrite; refused otherwise)")
     p.set_defaults(func=run)

@@ -14,15 +14,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stride.errors import StrideError
+
 SPARK = "▁▂▃▄▅▆▇█"
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json")  # what `stride train` writes into a run directory
+
+
+class TopInputError(StrideError):
+    """A path, option or run file the user gave that `stride top` cannot show: bad input (exit 2)."""
+
+    exit_code = 2
 
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path, help="a run directory (being written, or finished)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
-    p.add_argument("--once", action="store_true", help="print one frame and exit")
-    p.add_argument("--timeout", type=float, default=None, help="stop following after this many seconds")
+    p.add_argument("--once", action="store_true", help="print one frame and exit (default: follow the run)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="stop following after this many seconds (default: when the run writes summary.json)")
     p.set_defaults(func=run)
 
 
@@ -84,6 +93,10 @@ class RunView:
                 raise ValueError(f"{path}: not valid JSON ({exc})") from None
             if not isinstance(summary, dict):
                 raise ValueError(f"{path}: holds a JSON {type(summary).__name__}, not a run summary")
+            from stride.report.inputs import range_problem
+
+            if why := range_problem(summary):  # a corrupted or hand-edited figure is not shown as measured
+                raise ValueError(f"{path}: {why}")
             self.summary = summary
 
     def render(self) -> Any:
@@ -131,16 +144,16 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.run_dir.is_dir():
         what = "a file, not a run directory" if args.run_dir.is_file() else "no such directory"
-        raise SystemExit(f"stride top: {args.run_dir}: {what}")
+        raise TopInputError(f"{args.run_dir}: {what}")
     if args.interval <= 0:
-        raise SystemExit(f"stride top: --interval = {args.interval} must be > 0")
+        raise TopInputError(f"--interval = {args.interval} must be > 0")
     if args.timeout is not None and args.timeout < 0:
-        raise SystemExit(f"stride top: --timeout = {args.timeout} must be >= 0")
+        raise TopInputError(f"--timeout = {args.timeout} must be >= 0")
     if not any((args.run_dir / f).exists() for f in RUN_FILES):
         runs = sorted(p.parent.name for p in args.run_dir.glob("*/metrics.jsonl"))
         if args.once or runs:  # a bench directory, or nothing to show: say where the runs are
             hint = f"; runs inside it: {', '.join(runs)} (e.g. stride top {args.run_dir / runs[0]})" if runs else ""
-            raise SystemExit(f"stride top: {args.run_dir} holds no run files ({', '.join(RUN_FILES)}){hint}")
+            raise TopInputError(f"{args.run_dir} holds no run files ({', '.join(RUN_FILES)}){hint}")
         print(f"stride top: no run files in {args.run_dir} yet: waiting for the run to start (Ctrl-C stops)",
               file=sys.stderr)
     view = RunView(args.run_dir)
@@ -157,9 +170,5 @@ def run(args: argparse.Namespace) -> int:
                 view.refresh()
                 live.update(view.render())
     except ValueError as exc:  # a file of the run that is not what stride writes (a complete line that is not JSON)
-        from stride.errors import StrideError
-
-        err = StrideError(str(exc))
-        err.exit_code = 2  # bad input: the main entry prints it as one line
-        raise err from None
+        raise TopInputError(str(exc)) from None  # the main entry prints it as one line
     return 0

@@ -15,7 +15,7 @@ from stride.profile.precision_advice import DtypeSpeeds, precision_line
 from stride.profile.stragglers import find_stragglers, rank_steps
 from stride.profile.trace_model import RankTrace, load_trace
 from stride.profile.verdict import rank_verdict, step_verdict
-from stride.profile.windows import step_windows
+from stride.profile.windows import analysed_windows
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -44,9 +44,7 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
     """stride's own figures for one rank, per step and over all analysed steps. `precision` is the
     lower-precision recommendation the measurements allow for this rank's machine (None: none)."""
     act = build_activity(t)
-    windows = step_windows(t, act)
-    if drop_last_step and len(windows) >= 2:
-        windows = windows[:-1]
+    windows = analysed_windows(t, act, drop_last_step)
     data = data_spans(t)
     total = Times()
     per_step = []

@@ -9,7 +9,8 @@ rest, so communication overlapping compute counts as compute; overlap = |comm �
 idle gaps are split per stream between consecutive kernels (host wait when the next kernel's launch
 began after the previous kernel ended, kernel wait when the gap is under 30 µs).
 
-HTA cannot analyse CPU-only traces; here they get the same rules over host operators (see `activity`).
+HTA cannot analyse CPU-only traces; here they get the same rules over host operators (see `activity`),
+cut to the steps the report lists (the last dropped as above), so span and operator table agree.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from stride.profile import intervals as iv
 from stride.profile.activity import build_activity
 from stride.profile.classify import COMM, COMPUTE, HOST_CATS, device_kind
 from stride.profile.trace_model import RankTrace
+from stride.profile.windows import analysed_windows
 
 KERNEL_CATS = frozenset({"kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events"})
 CONSECUTIVE_KERNEL_DELAY_US = 30
@@ -73,7 +75,7 @@ def hta_figures(t: RankTrace, include_last_step: bool = False, n_step_names: int
     if n_step_names is None:
         n_step_names = len(t.steps)
     if not t.has_device:
-        return _cpu_figures(t)
+        return _cpu_figures(t, include_last_step)
     ev = hta_device_events(t, include_last_step, n_step_names)
     if len(ev["ts"]) == 0:
         return _empty("no device events left after HTA's last-step filter")
@@ -126,13 +128,21 @@ def _idle_split(t: RankTrace, ev: dict) -> dict:
     return out
 
 
-def _cpu_figures(t: RankTrace) -> dict:
+def _cpu_figures(t: RankTrace, include_last_step: bool) -> dict:
+    """HTA's rules over the CPU operators inside the steps the report lists (the last one dropped unless
+    `include_last_step`, as for the operator table), each cut at the first step's start and the last one's end."""
     act = build_activity(t)
-    if len(act.ev_ts) == 0:
+    windows = analysed_windows(t, act, drop_last_step=not include_last_step)
+    if len(act.ev_ts) == 0 or not windows:
         return _empty("no CPU operators or device events in the trace")
-    ts, end = _round(act.ev_ts, act.ev_end - act.ev_ts, t.fractional_ts)
+    lo, hi = windows[0].start, windows[-1].end
+    ts, end = np.maximum(act.ev_ts, lo), np.minimum(act.ev_end, hi)
+    inside = end > ts
+    if not inside.any():
+        return _empty(f"no CPU operators inside the analysed steps ({', '.join(str(w.step) for w in windows)})")
+    ts, end = _round(ts[inside], (end - ts)[inside], t.fractional_ts)
     end = np.maximum(end, ts)  # sub-µs host ops would round to negative length
-    fig = _figures(ts, end, act.ev_kind, None)
+    fig = _figures(ts, end, act.ev_kind[inside], None)
     fig["note"] = "CPU-only trace: HTA itself cannot analyse it; HTA's rules applied to CPU operators"
     return fig
 

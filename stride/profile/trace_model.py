@@ -70,7 +70,8 @@ class _Collector:
     name id, category id, thread id, correlation). Ids and correlations are exact in float64.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.name_ids: dict[str, int] = {}
         self.cat_ids: dict[str, int] = {}
         self.tid_ids: dict[Any, int] = {}
@@ -81,26 +82,27 @@ class _Collector:
         self.n = 0
 
     def __call__(self, batch: list[dict]) -> None:
+        first = self.n
         self.n += len(batch)
         names, cats, tids = self.name_ids, self.cat_ids, self.tid_ids
         dev_ext, host_ext = self.dev.extend, self.host.extend
         frac = self.fractional_ts
-        for ev in batch:
+        for k, ev in enumerate(batch):
             ts = ev.get("ts")
             if not frac and type(ts) is not int:
                 frac = True
-            cat = ev.get("cat")  # category first: it drops flows and Python frames fastest
+            if ev.get("ph") != "X":
+                continue
+            dur = ev.get("dur", 0)
+            if type(ts) not in (int, float) or type(dur) not in (int, float):
+                self.bad_times(first + k, ev)
+            cat = ev.get("cat")
             if cat in DEVICE_CATS:
                 is_dev = True
             elif cat in HOST_CATS:
                 is_dev = False
             else:
                 continue
-            if ev.get("ph") != "X":
-                continue
-            dur = ev.get("dur", 0)
-            if not isinstance(ts, int | float) or not isinstance(dur, int | float):
-                continue  # an `X` event without numeric times carries no interval
             name = ev.get("name", "")
             nid = names.get(name)
             if nid is None:
@@ -126,6 +128,14 @@ class _Collector:
                     if num is not None and num not in self.steps:
                         self.steps[num] = Step(num, float(ts), float(ts) + float(dur))
         self.fractional_ts = frac
+
+    def bad_times(self, index: int, ev: dict) -> None:
+        """A complete event whose ts or dur is not a number has no interval: refused (not dropped), as a
+        negative dur is, so that a trace of such events is not analysed as an empty one."""
+        field = "ts" if type(ev.get("ts")) not in (int, float) else "dur"
+        what = f"is {ev[field]!r}"[:60] + ", not a number of microseconds" if field in ev else "is missing"
+        raise TraceError(f"{self.path}: traceEvents[{index}] (name {str(ev.get('name', '?'))[:60]!r}): "
+                         f"{field} {what}")
 
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -154,20 +164,21 @@ def _rank_of(path: Path, meta: dict[str, Any]) -> tuple[int, str]:
 MAX_US = float(2**53)  # µs (285 years): beyond, a time is not a trace's and float64 no longer counts whole µs
 
 
-def _check_times(path: Path, what: str, rows: np.ndarray) -> None:
+def _check_times(path: Path, what: str, rows: np.ndarray, names: list[str]) -> None:
     """Event times are finite, within MAX_US, and durations are not negative (NaN, 1e999, 1e300 are refused)."""
     ts, dur = rows[:, 0], rows[:, 1]
     bad = ~(np.abs(ts) <= MAX_US) | ~((dur >= 0) & (dur <= MAX_US))
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        raise TraceError(f"{path}: a {what} event has ts={ts[k]!r}, dur={dur[k]!r}: times must be finite numbers of "
-                         f"microseconds up to {MAX_US:.0f} and durations >= 0")
+        raise TraceError(f"{path}: a {what} event (name {names[int(rows[k, 2])][:60]!r}) has ts={float(ts[k])!r}, "
+                         f"dur={float(dur[k])!r}: times must be finite numbers of microseconds up to {MAX_US:.0f} "
+                         "and durations >= 0")
 
 
 def load_trace(path: str | Path) -> RankTrace:
     """Stream one trace file into a `RankTrace` (raises `TraceError` naming the file on bad input)."""
     p = Path(path)
-    c = _Collector()
+    c = _Collector(p)
     meta = scan_trace(p, c)
     rank, source = _rank_of(p, meta)
     names = [""] * len(c.name_ids)
@@ -180,8 +191,11 @@ def load_trace(path: str | Path) -> RankTrace:
     dev = np.frombuffer(c.dev, dtype=np.float64).reshape(-1, 6) if len(c.dev) else np.zeros((0, 6))
     host = np.frombuffer(c.host, dtype=np.float64).reshape(-1, 6) if len(c.host) else np.zeros((0, 6))
 
+    if len(dev) + len(host) == 0:
+        raise TraceError(f"{p}: no complete events (ph 'X') of the categories stride reads (CPU operators, "
+                         f"annotations, runtime calls, kernels) among its {c.n} events: nothing to analyse")
     for what, rows in (("device", dev), ("host", host)):
-        _check_times(p, what, rows)
+        _check_times(p, what, rows, names)
 
     def i(col: np.ndarray) -> np.ndarray:
         return col.astype(np.int64)

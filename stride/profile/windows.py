@@ -53,3 +53,10 @@ def step_windows(t: RankTrace, act: Activity) -> list[Window]:
         out.append(Window(s.number, start, end))
         prev_end = end
     return out
+
+
+def analysed_windows(t: RankTrace, act: Activity, drop_last_step: bool) -> list[Window]:
+    """The step windows a report covers: all of them, or (HTA's default) all but the last of two or more.
+    Every figure of a rank is taken over these, so the steps it lists are the steps its numbers cover."""
+    windows = step_windows(t, act)
+    return windows[:-1] if drop_last_step and len(windows) >= 2 else windows

@@ -6,7 +6,21 @@ from typing import Any
 
 from rich.table import Table
 
+from stride.bench.results import ResultsError
 from stride.bench.stats import one_run
+
+# What defines a workload (`section.key` of the config; `model.*`: the whole model table), with `world_size`
+# (processes): the model, what one sample holds, the global batch. What is not listed is what compare is for:
+# precision, compile, kernels, activation checkpointing, grad_accum, the optimizer and its implementation
+# (bench's tradeoff variants), the parallel layout at one process count, the loader's settings, the device and
+# machine, and what does not change a step's work (steps, seeds, a synthetic market's length and asset count).
+WORKLOAD_KEYS = ("model.*", "data.source", "data.store", "data.kwargs", "data.columns", "data.seq_len",
+                 "data.horizons", "train.batch_size")
+UNDER_TEST = "precision, compile, kernels, activation checkpointing, grad_accum, optimizer, parallel layout, machine"
+
+
+class WorkloadMismatch(ResultsError):
+    """A and B measured different workloads: a throughput ratio between them says nothing about the change."""
 
 
 def noise_band(a: dict[str, Any], b: dict[str, Any]) -> float:
@@ -33,11 +47,42 @@ def judge(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, str]:
     return ratio, ("faster" if ratio > 1 else "slower") + unmeasured
 
 
+def workload_differences(wa: dict[str, Any], wb: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, A's value, B's value) for each WORKLOAD_KEYS setting and process count the two entries differ in.
+    A key a config leaves out has its default (config.toml omits None values); an entry without a config
+    (a results file written by hand) or a process count is not checked on that account."""
+    from stride.config import RunConfig, config_to_dict
+
+    defaults = config_to_dict(RunConfig())
+    configs = [w.get("config") for w in (wa, wb)]
+    diffs: list[tuple[str, Any, Any]] = []
+    if all(isinstance(c, dict) and c for c in configs):
+        for dotted in WORKLOAD_KEYS:
+            sec, key = dotted.split(".")
+            for k in defaults[sec] if key == "*" else [key]:
+                va, vb = (_setting(c, sec, k, defaults) for c in configs)
+                if va != vb:
+                    diffs.append((f"{sec}.{k}", va, vb))
+    na, nb = wa.get("world_size"), wb.get("world_size")
+    if na is not None and nb is not None and na != nb:
+        diffs.append(("world_size", na, nb))
+    return diffs
+
+
+def _setting(cfg: dict[str, Any], sec: str, key: str, defaults: dict[str, Any]) -> Any:
+    table = cfg.get(sec)
+    return table.get(key, defaults[sec][key]) if isinstance(table, dict) else defaults[sec][key]
+
+
 def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
     if wa.get("version") != wb.get("version"):
         return {"name": name, "ratio": None, "a_median": wa["throughput"]["median"],
                 "b_median": wb["throughput"]["median"],
                 "verdict": f"versions differ ({wa.get('version')} vs {wb.get('version')}): not comparable"}
+    if diffs := workload_differences(wa, wb):
+        raise WorkloadMismatch(f"{name}: A and B are different workloads, so no verdict: "
+                               + ", ".join(f"{k} {a!r} vs {b!r}" for k, a, b in diffs)
+                               + f"; compare runs of one workload that differ in what is under test ({UNDER_TEST})")
     ratio, verdict = judge(wa["throughput"], wb["throughput"])
     mem = wb["peak_mem_bytes"] / wa["peak_mem_bytes"] if wa.get("peak_mem_bytes") and wb.get("peak_mem_bytes") else None
     return {"name": name, "ratio": ratio, "verdict": verdict, "mem_ratio": mem, "unit": wa["throughput"]["unit"],
@@ -48,7 +93,8 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
 
 def compare_results(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per workload name in A or B; a workload measured on one side only says so (no median for
-    the other side). Two single-workload inputs (e.g. two training runs) are compared whatever their names."""
+    the other side). Two single-workload inputs (e.g. two training runs) are compared whatever their names.
+    Raises WorkloadMismatch where a pair differs in what defines the workload (WORKLOAD_KEYS)."""
     wa_all, wb_all = a["workloads"], b["workloads"]
     if len(wa_all) == 1 and len(wb_all) == 1 and wa_all[0]["name"] != wb_all[0]["name"]:
         return [_row(wa_all[0], wb_all[0], f"{wa_all[0]['name']} vs {wb_all[0]['name']}")]

@@ -8,6 +8,7 @@ measurement, so no spread: `n` = 1), the other figures are the summary's.
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,26 @@ from typing import Any
 from stride.bench.results import ResultsError, load_results, make_results
 
 KINDS = "a results.json, a `stride bench` directory or a `stride train` run directory"
+# Figures that cannot be negative (rates, times, sizes, counts), as a summary.json or a results entry names
+# them; MFU is achieved over peak FLOP/s, which stride leaves null rather than write above 1.
+NON_NEGATIVE = ("samples_per_s", "timesteps_per_s", "step_time_s", "wall_time_s", "flops_per_step", "peak_mem_bytes",
+                "time_to_target_s", "steps", "skipped_steps", "saved_activation_bytes", "params", "world_size")
+
+
+def range_problem(figures: dict[str, Any]) -> str | None:
+    """The first figure of a summary.json or results entry outside its possible range (a negative rate or
+    time, an MFU above 1, NaN), which would otherwise be shown and judged as measured; None: all possible.
+    A value that is not a number is left to the type checks of whoever reads it."""
+    nested = [(f"{sec}.{k}", v) for sec in ("throughput", "step_time_breakdown_s")
+              if isinstance(figures.get(sec), dict) for k, v in figures[sec].items() if k not in ("unit", "n")]
+    for key, v in [(k, figures.get(k)) for k in ("mfu", *NON_NEGATIVE)] + nested:
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            continue
+        if not math.isfinite(v):
+            return f"{key} = {v!r} is not a finite number"
+        if v < 0 or (key == "mfu" and v > 1):
+            return f"{key} = {v!r} is impossible ({'MFU is a fraction from 0 to 1' if key == 'mfu' else 'below 0'})"
+    return None
 
 
 def resolve(path: str | Path) -> tuple[dict[str, Any], Path]:
@@ -22,7 +43,7 @@ def resolve(path: str | Path) -> tuple[dict[str, Any], Path]:
     p = Path(path)
     if p.is_dir():
         if (p / "results.json").is_file():
-            return load_results(p / "results.json"), p
+            return _load_checked(p / "results.json"), p
         if (p / "summary.json").is_file():
             return results_from_run(p), p
         raise ResultsError(f"{p}: holds neither results.json nor summary.json; expected {KINDS}")
@@ -30,7 +51,16 @@ def resolve(path: str | Path) -> tuple[dict[str, Any], Path]:
         raise ResultsError(f"{p}: no such file or directory; expected {KINDS}")
     if p.name == "summary.json":
         return results_from_run(p.parent), p.parent
-    return load_results(p), p.parent
+    return _load_checked(p), p.parent
+
+
+def _load_checked(p: Path) -> dict[str, Any]:
+    """A results file whose every figure is possible (the schema checks types, not ranges)."""
+    res = load_results(p)
+    for i, w in enumerate(res["workloads"]):
+        if why := range_problem(w):
+            raise ResultsError(f"{p}: workloads[{i}] ({str(w['name'])[:40]}): {why}")
+    return res
 
 
 def _read_json(p: Path) -> dict[str, Any]:
@@ -46,6 +76,8 @@ def _read_json(p: Path) -> dict[str, Any]:
 def results_from_run(run: Path) -> dict[str, Any]:
     """A one-workload results object from a `stride train` run directory."""
     s = _read_json(run / "summary.json")
+    if why := range_problem(s):
+        raise ResultsError(f"{run / 'summary.json'}: {why}")
     env = _read_json(run / "env.json") if (run / "env.json").is_file() else {}
     cfg: dict[str, Any] = {}
     if (run / "config.toml").is_file():
@@ -63,6 +95,7 @@ def results_from_run(run: Path) -> dict[str, Any]:
         **{k: s.get(k) for k in ("timesteps_per_s", "mfu", "flops_per_step", "peak_mem_kind", "time_to_target_s",
                                  "target_val_loss", "final_val_loss", "final_train_loss", "steps",
                                  "skipped_steps", "saved_activation_bytes", "params", "params_sha256")},
+        "world_size": s.get("world_size"),  # processes: part of what a run measured (stride compare checks it)
         "peak_mem_bytes": s.get("peak_mem_bytes") or 0,
         "step_time_breakdown_s": s.get("step_time_breakdown_s") or {},
         "run_dir": str(run),

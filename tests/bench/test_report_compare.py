@@ -170,3 +170,58 @@ def test_two_single_runs_say_their_noise_was_not_measured() -> None:
     rb = make_results("train run", {}, [_w("b", 110.0, throughput=other)])
     (row,) = compare_results(ra, rb)
     assert row["noise_measured"] is False and "assumed" in row["verdict"]
+
+
+def _run_folder(path, config: str, samples_per_s: float = 100.0, world_size: int = 1):
+    """A `stride train` run folder: summary.json and the resolved config.toml (None values left out, as written)."""
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text(json.dumps({
+        "name": "quickstart", "steps": 5, "samples_per_s": samples_per_s, "mfu": 0.01, "peak_mem_bytes": 2**20,
+        "step_time_breakdown_s": {"forward": 0.1}, "time_to_target_s": None, "world_size": world_size}))
+    (path / "config.toml").write_text(config)
+    return path
+
+
+QUICK = ('[model]\nname = "ts_transformer"\nsize = "tiny"\n[data]\nsource = "synthetic"\nseq_len = 64\n'
+         '[train]\nbatch_size = 64\nprecision = "fp32"\n[optim]\nname = "adamw"\n')
+
+
+def test_compare_refuses_run_folders_of_different_workloads(tmp_path, capsys) -> None:
+    """r1 (batch 64, seq 64, synthetic) against st1 (batch 16, seq 8, a store) was judged "faster" (ratio 2.089):
+    bench.md's workloads are fixed definitions and compare refuses different ones; it now says which keys differ."""
+    r1 = _run_folder(tmp_path / "r1", QUICK, 1704.0)
+    st1 = _run_folder(tmp_path / "st1", QUICK.replace("64", "8", 1).replace("batch_size = 64", "batch_size = 16")
+                      .replace('"synthetic"', '"store"\nstore = "data/st"'), 3560.0)
+    for extra in ([], ["--json"]):
+        assert main(["compare", str(r1), str(st1), *extra]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and "faster" not in out.err
+        assert f"A = {r1}, B = {st1}" in out.err and "different workloads" in out.err
+        for words in ("data.source 'synthetic' vs 'store'", "data.store '' vs 'data/st'", "data.seq_len 64 vs 8",
+                      "train.batch_size 64 vs 16"):
+            assert words in out.err
+    # the model's size, or the number of processes, also make another workload
+    tiny_d = _run_folder(tmp_path / "d128", QUICK.replace('size = "tiny"', 'size = "tiny"\nd_model = 128'))
+    assert main(["compare", str(r1), str(tiny_d)]) == 2
+    assert "model.d_model None vs 128" in capsys.readouterr().err
+    two = _run_folder(tmp_path / "n2", QUICK, world_size=2)
+    assert main(["compare", str(r1), str(two)]) == 2
+    assert "world_size 1 vs 2" in capsys.readouterr().err
+
+
+def test_compare_judges_what_is_under_test(tmp_path, capsys) -> None:
+    """Precision, compile, kernels, checkpointing, grad_accum, the optimizer and loader settings are what compare is
+    for (bench's tradeoff variants): those runs still get a verdict."""
+    base = _run_folder(tmp_path / "fp32", QUICK, 100.0)
+    variant = (QUICK.replace('"fp32"', '"bf16"\ncompile = "model"\nkernels = "triton"\ngrad_accum = 4\nsteps = 7'
+                             '\nactivation_checkpointing = "full"\ndevice = "cuda"')
+               .replace('"adamw"', '"adafactor"\nimpl = "foreach"')
+               .replace("seq_len = 64", "seq_len = 64\nprefetch = 2"))
+    cand = _run_folder(tmp_path / "bf16", variant, 150.0)
+    assert main(["compare", str(base), str(cand), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["ratio"] == pytest.approx(1.5) and row["verdict"].startswith("faster")
+    # a results entry without a config (written by hand) is not refused on that account
+    a = make_results("quick", {}, [_w("p", 100.0)])
+    b = make_results("quick", {}, [_w("p", 150.0, config={"train": {"batch_size": 8}})])
+    assert compare_results(a, b)[0]["verdict"] == "faster"

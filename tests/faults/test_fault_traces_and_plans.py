@@ -49,7 +49,7 @@ def test_a_hostile_trace_is_one_line(tmp_path: Path, name: str, text: str | None
     else:
         p.write_text(text)
     assert "aten::mm" in GOOD and '"ts": 10' in GOOD and '"dur": 40' in GOOD and '"args": {}' in GOOD
-    one_line_error(_analyze(p), p.name, codes=(1,))
+    one_line_error(_analyze(p), p.name, codes=(2,))
 
 
 json_leaf = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8)
@@ -68,7 +68,7 @@ def test_any_value_in_any_event_field_is_analyzed_or_refused_in_one_line(tmp_pat
     p.write_text(json.dumps(trace))  # NaN / Infinity written as JSON's extensions, as some writers do
     res = _analyze(p)
     if res.code != 0:
-        one_line_error(res, "gen.json", codes=(1,))
+        one_line_error(res, "gen.json", codes=(2,))
     else:
         json.loads(res.out)  # a result is a valid JSON document (no NaN)
 
@@ -81,7 +81,7 @@ def test_any_bytes_or_prefix_of_a_trace_is_one_line(tmp_path: Path, data: bytes,
     p.write_bytes(GOOD.encode()[:cut] if cut is not None else data)
     res = _analyze(p)
     if res.code != 0:
-        one_line_error(res, "gen.json", codes=(1,))
+        one_line_error(res, "gen.json", codes=(2,))
 
 
 # -- plan CSVs (light touch) -------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ and a run that beats its peak gets a loud error and a lower bound, never an MFU 
 from __future__ import annotations
 
 import warnings
-
 from pathlib import Path
 
 import pytest

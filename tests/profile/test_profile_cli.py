@@ -39,13 +39,51 @@ def test_table_and_hta_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_bad_input_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace that cannot be read is bad input: exit 2, as every other command's (it was 1)."""
     p = tmp_path / "broken.json"
     p.write_text('{"traceEvents": [{"ph": "X", "ts": 1')
-    assert main(["analyze", str(p), "--json"]) == 1
+    assert main(["analyze", str(p), "--json"]) == 2
     err = capsys.readouterr().err
     assert "broken.json" in err and "truncated" in err
-    assert main(["analyze", str(tmp_path / "missing")]) == 1
+    assert main(["analyze", str(tmp_path / "missing")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["[]", '{"traceEvents": []}', '{"traceEvents": [{"ph": "M", "name": "x"}]}',
+                                  '{"traceEvents": [{"name": "x", "ph": "X", "ts": 1, "dur": 5}]}'])
+def test_a_trace_without_complete_events_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     text: str) -> None:
+    """Was an empty report (span 0.00 ms, "no stragglers") with exit 0."""
+    p = tmp_path / "empty.json"
+    p.write_text(text)
+    assert main(["analyze", str(p)]) == 2
+    out = capsys.readouterr()
+    assert "empty.json" in out.err and "no complete events" in out.err and "stragglers" not in out.out
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("ts", "abc", "ts is 'abc', not a number"), ("ts", None, "ts is None"), ("dur", "5", "dur is '5'"),
+    ("ts", True, "ts is True"), ("ts", ..., "ts is missing"),
+])
+def test_an_event_time_that_is_not_a_number_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      field: str, value: object, words: str) -> None:
+    """A complete event with a non-numeric ts was dropped silently (a negative dur was refused); now refused,
+    naming the event by index and name and the field, even for a category stride does not read."""
+    trace = cpu_trace()
+    ev = trace["traceEvents"][2]  # aten::mm
+    if value is ...:
+        del ev[field]
+    else:
+        ev[field] = value
+    trace["traceEvents"].append({"name": "x", "ph": "X", "ts": "abc", "dur": 5})  # no category: also refused
+    p = write(tmp_path / "t.json", trace)
+    assert main(["analyze", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "t.json" in err and "traceEvents[2] (name 'aten::mm')" in err and words in err
+    trace["traceEvents"][2] = cpu_trace()["traceEvents"][2]
+    write(p, trace)
+    assert main(["analyze", str(p)]) == 2
+    assert "traceEvents[6] (name 'x'): ts is 'abc'" in capsys.readouterr().err
 
 
 @pytest.mark.slow

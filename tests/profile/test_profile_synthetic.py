@@ -124,3 +124,24 @@ def test_duplicate_rank_is_an_error(tmp_path: Path) -> None:
     write(tmp_path / "b.json", cpu_trace(0))
     with pytest.raises(TraceError, match="rank 0"):
         analyze_traces([tmp_path])
+
+
+def test_hta_cpu_figures_cover_the_listed_steps(tmp_path: Path) -> None:
+    """Three CPU steps of 100 us, aten::mm [10,50) in each, a collective [180,220) across steps 2 and 3. HTA's
+    default drops step 3: span, breakdown and operator table all cover steps 1-2 ([10,200): 190 us, the
+    collective cut at 200). Before, the CPU figures ignored the drop: span [10,250) = 240 us, while the
+    steps said 1,2 and the operator table counted 2 aten::mm."""
+    ev = [host(f"ProfilerStep#{k}", 100 * (k - 1), 100, cat="user_annotation") for k in (1, 2, 3)]
+    ev += [host("aten::mm", 100 * k + 10, 40) for k in range(3)]
+    ev.append(host("gloo:all_reduce", 180, 40, cat="user_annotation", tid=9))
+    p = write(tmp_path / "t.json", {"traceEvents": ev})
+    r = analyze_traces([p], hta_compatible=True)["ranks"]["0"]
+    tb = r["temporal_breakdown"]
+    assert r["steps"] == [1, 2]
+    assert r["span_us"] == pytest.approx(190.0)
+    assert (tb["compute_us"], tb["non_compute_us"], tb["idle_us"]) == pytest.approx((80.0, 20.0, 90.0))
+    assert {k["name"]: k["count"] for k in r["top_kernels"]}["aten::mm"] == 2
+    both = analyze_traces([p], hta_compatible=True, include_last_step=True)["ranks"]["0"]
+    assert both["steps"] == [1, 2, 3] and both["span_us"] == pytest.approx(250.0 - 10.0)
+    assert both["temporal_breakdown"]["compute_us"] == pytest.approx(120.0)
+    assert {k["name"]: k["count"] for k in both["top_kernels"]}["aten::mm"] == 3
