@@ -11,7 +11,8 @@ def spread(values: list[float]) -> dict[str, float | int | None]:
     if not values:
         return {"median": None, "min": None, "max": None, "cv": None, "n": 0}
     mean = statistics.fmean(values)
-    cv = statistics.pstdev(values) / mean if len(values) > 1 and mean else 0.0
+    # one value has no spread: its cv is null, not 0 (which would read as a perfectly steady measurement)
+    cv = statistics.pstdev(values) / mean if len(values) > 1 and mean else None
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "cv": cv, "n": len(values)}
 
 

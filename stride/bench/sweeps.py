@@ -21,20 +21,8 @@ from stride.bench.journal import ResultsJournal
 from stride.bench.progress import StepReporter, SweepProgress
 from stride.bench.runner import run_workload, workload_config
 from stride.bench.stats import spread
-from stride.bench.workloads import Workload
+from stride.bench.workloads import TRADEOFFS, Workload, check_variants
 from stride.config import config_hash, config_to_dict
-
-TRADEOFFS: dict[str, tuple[str, ...]] = {
-    "baseline": (),
-    "bf16": ("train.precision=bf16",),
-    "fp16": ("train.precision=fp16",),
-    "compile": ("train.compile=model+optimizer",),
-    "ac_full": ("train.activation_checkpointing=full",),
-    "grad_accum4": ("train.grad_accum=4",),
-    "kernels_triton": ("train.kernels=triton",),
-    "adamw8bit": ("optim.name=adamw8bit",),
-    "adafactor": ("optim.name=adafactor",),
-}
 
 
 @dataclass(frozen=True)
@@ -69,9 +57,7 @@ def batch_variants(w: Workload, sizes: list[int], extra: list[str] | None = None
 
 def tradeoff_variants(w: Workload, variants: list[str] | None = None, extra: list[str] | None = None) -> list[Variant]:
     names = variants or list(TRADEOFFS)
-    unknown = [v for v in names if v not in TRADEOFFS]
-    if unknown:
-        raise ValueError(f"unknown tradeoff variant(s) {unknown}; variants are {', '.join(TRADEOFFS)}")
+    check_variants(names)
     return [Variant(w, f"+{v}", (*(extra or []), *TRADEOFFS[v], "train.deterministic=true"), runs=2) for v in names]
 
 

@@ -90,3 +90,28 @@ SUITES: dict[str, tuple[str, ...]] = {
                  "tcn_small", "deeplob_small", "gpt_returns_small", "ppo_market_making"),
     "full": tuple(WORKLOADS),
 }
+
+# `--sweep tradeoffs`: each technique as overrides on a workload (here, not in stride.bench.sweeps, so the
+# command line checks names and lists them in --help without importing torch)
+TRADEOFFS: dict[str, tuple[str, ...]] = {
+    "baseline": (),
+    "bf16": ("train.precision=bf16",),
+    "fp16": ("train.precision=fp16",),
+    "compile": ("train.compile=model+optimizer",),
+    "ac_full": ("train.activation_checkpointing=full",),
+    "grad_accum4": ("train.grad_accum=4",),
+    "kernels_triton": ("train.kernels=triton",),
+    "adamw8bit": ("optim.name=adamw8bit",),
+    "adafactor": ("optim.name=adafactor",),
+}
+
+
+def check_variants(names: list[str]) -> None:
+    """A ConfigError (one line, exit 2) naming every unknown tradeoff variant and the valid ones."""
+    from stride.config.errors import ConfigError, suggest
+
+    unknown = [v for v in names if v not in TRADEOFFS]
+    if unknown:
+        hint = suggest(unknown[0], list(TRADEOFFS)) if len(unknown) == 1 else ""
+        raise ConfigError(f"--variants: unknown tradeoff variant(s) {', '.join(map(repr, unknown))}{hint}; "
+                          f"variants are {', '.join(TRADEOFFS)}")

@@ -15,34 +15,38 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from stride.bench.workloads import TRADEOFFS
 from stride.files import strict_json
 
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", default="quick", help="quick (default; make bench: ~25 s on 2 CPU cores at load "
                    "average 2.6, docs/bench.md), standard, full")
-    p.add_argument("--workloads", nargs="+", default=None, help="run these workloads instead of a suite's")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--workloads", nargs="+", default=None, help="run these workloads instead of a suite's "
+                   "(default: the suite's)")
+    p.add_argument("--device", default="auto", help="auto (default: a GPU when there is one), cpu, cuda, cuda:N")
     p.add_argument("--out", default=None, help="results directory (default runs/bench-<stamp>); results.json is "
                    "rewritten after every run, and the same command with the same --out resumes a stopped sweep")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value in every workload (changes what is measured)")
+                   help="override a config value in every workload (changes what is measured; default: none)")
     p.add_argument("--sweep", choices=("batch", "tradeoffs", "ttt", "world"), default=None,
                    help="batch: throughput and memory against batch size; tradeoffs: each technique on/off; "
                    "ttt: time to the workload's target validation loss over --seeds seeds; "
-                   "world: weak and strong scaling over process counts (torchrun, one core per rank)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds for --sweep ttt")
+                   "world: weak and strong scaling over process counts (torchrun, one core per rank); "
+                   "default: none (the suite)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds for --sweep ttt (default 3)")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32, 64, 128, 256],
-                   help="batch sizes for --sweep batch")
-    p.add_argument("--variants", nargs="+", default=None, help="tradeoff variants (default: all)")
+                   help="batch sizes for --sweep batch (default 16 32 64 128 256)")
+    p.add_argument("--variants", nargs="+", default=None,
+                   help=f"tradeoff variants for --sweep tradeoffs: {', '.join(TRADEOFFS)} (default: all)")
     g = p.add_argument_group("--sweep world")
     g.add_argument("--world-sizes", nargs="+", default=["1,2,4"], metavar="N",
-                   help="process counts, e.g. 1,2,4 or 1 2 4 (the 1-rank baseline always runs)")
+                   help="process counts, e.g. 1,2,4 or 1 2 4 (default 1,2,4; the 1-rank baseline always runs)")
     g.add_argument("--strategies", nargs="+", default=["ddp,fsdp"], metavar="S", help="ddp, fsdp (default both)")
     g.add_argument("--scaling", nargs="+", default=["weak,strong"], metavar="MODE",
                    help="weak (per-rank batch fixed), strong (global batch fixed); default both")
     g.add_argument("--repeats", type=int, default=1,
-                   help="runs per point, in alternating rounds (3 or more on a shared machine)")
+                   help="runs per point, in alternating rounds (default 1; 3 or more on a shared machine)")
     p.add_argument("--json", action="store_true", help="print results.json's content as the last line")
     p.add_argument("--prices", default=None, help="USD per device-hour table for the report's cost figures "
                    "(TOML [prices]; default: the one shipped with stride, stride/report/prices.toml)")
@@ -64,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         if n not in WORKLOADS:
             raise ConfigError(f"--workloads: {n!r} is not a workload{suggest(n, list(WORKLOADS))}; "
                               f"workloads are {', '.join(WORKLOADS)}")
+    _check_args(args)
+    prices = None if args.no_report else _load_prices(args.prices)
     out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     console = Console(stderr=True)
     if args.sweep == "world":
@@ -74,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
             return 130  # stopped (Ctrl-C, SIGTERM): what finished is in results.json, the rerun resumes
     _print_tables(results, args)
     print(f"results: {out / 'results.json'}")
-    if not args.no_report:
-        _write_report(out, args.prices)
+    if prices is not None:
+        _write_report(out, prices)
     if args.json:
         print(strict_json.dumps(results, default=str))
     return 0
@@ -173,16 +179,42 @@ def _print_tables(results: dict[str, Any], args: argparse.Namespace) -> None:
             out_console.print("one run per point: no spread; on a shared machine use --repeats 3 or more")
 
 
-def _write_report(out: Path, prices_path: str | None) -> None:
-    """report.html and summary.md beside results.json (what `stride report DIR` writes)."""
+def _check_args(args: argparse.Namespace) -> None:
+    """Every count and name of the command line checked before anything runs: `--seeds 0` measured nothing and
+    wrote an empty results.json, an unknown variant was a traceback after the plan."""
+    from stride.bench.workloads import check_variants
+    from stride.config.errors import ConfigError
+
+    for option, values, what in (("--seeds", [args.seeds], "seed"), ("--repeats", [args.repeats], "run per point"),
+                                 ("--batch-sizes", args.batch_sizes, "sample per batch")):
+        bad = next((v for v in values if v < 1), None)
+        if bad is not None:
+            raise ConfigError(f"{option} {bad}: need at least 1 {what}; nothing would be measured")
+    if args.variants is not None:
+        check_variants(args.variants)
+
+
+def _load_prices(path: str | None) -> dict[str, float]:
+    """The price table, read before the sweep: one the user named must exist and parse (else exit 2, before an
+    hour of runs); stride's own table missing only leaves the costs out."""
+    from stride.config.errors import ConfigError
     from stride.report.recommend import load_prices
-    from stride.report.render import render_report
 
     try:
-        prices = load_prices(prices_path)
-    except FileNotFoundError:
-        print(f"no price table at {prices_path}: the report leaves costs out (--prices FILE)")
-        prices = {}
+        return load_prices(path)
+    except FileNotFoundError as exc:
+        if path is not None:
+            raise ConfigError(f"--prices {path}: no such file (a TOML [prices] table, USD per device-hour)") from None
+        print(f"{exc}: the report leaves costs out (--prices FILE)")
+        return {}
+    except ValueError as exc:
+        raise ConfigError(f"--prices {exc}") from None
+
+
+def _write_report(out: Path, prices: dict[str, float]) -> None:
+    """report.html and summary.md beside results.json (what `stride report DIR` writes)."""
+    from stride.report.render import render_report
+
     html, md = render_report(out, prices)
     print(f"report: {html} and {md}")
 

@@ -9,29 +9,38 @@ writes one point as a stride checkpoint that `stride train ... --out RUN_DIR` re
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+
+from stride.sweep.stats import MORE_SEEDS
 
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="TOML run config, e.g. configs/quickstart.toml")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=VALUES",
-                   help="an axis of the grid: KEY=v1,v2,... or KEY=a..b (integers, inclusive); repeatable")
+                   help="an axis of the grid: KEY=v1,v2,... or KEY=a..b (integers, inclusive); repeatable (no "
+                   f"default: a sweep needs one); seeds are an axis too ({MORE_SEEDS}: 2 or more per configuration "
+                   "to test differences)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value for every point (as stride train --set)")
-    p.add_argument("--pack", default="auto", help="models trained together: auto (memory model and a throughput "
-                   "probe pick it) or N (1: every point alone, as stride train)")
-    p.add_argument("--chunk", default="auto", help="models a packed step trains at once: auto (all of a pack on a GPU, "
-                   "up to 16 on a CPU, fewer where the memory model says they do not fit) or N")
+                   help="override a config value for every point (as stride train --set; default: none)")
+    p.add_argument("--pack", default="auto", help="models trained together: auto (default: memory model and a "
+                   "throughput probe pick it) or N (1: every point alone, as stride train)")
+    p.add_argument("--chunk", default="auto", help="models a packed step trains at once: auto (default: all of a "
+                   "pack on a GPU, up to 16 on a CPU, fewer where the memory model says they do not fit) or N")
     p.add_argument("--backend", default="local", choices=("local", "ray"),
-                   help="local: packs one after another in this process; ray: each pack a Ray task")
+                   help="local (default): packs one after another in this process; ray: each pack a Ray task")
     p.add_argument("--out", default=None, help="sweep directory (default: <metrics.out_dir>/<stamp>-sweep-<name>)")
     p.add_argument("--ray-address", default=None, help="an existing Ray cluster (host:port, ray://host:port, auto); "
                    "default: start one on this machine")
-    p.add_argument("--cpus-per-pack", type=int, default=1, help="CPUs Ray reserves for each pack's task")
-    p.add_argument("--probe-s", type=float, default=60.0, help="time limit of the throughput probe per class")
-    p.add_argument("--price-per-hour", type=float, default=None, help="USD per device-hour, for the cost lines")
-    p.add_argument("--export", default=None, metavar="POINT", help="point id (or index) to export as a checkpoint")
-    p.add_argument("--export-to", default=None, metavar="RUN_DIR", help="run directory the checkpoint goes into")
+    p.add_argument("--cpus-per-pack", type=int, default=1, help="CPUs Ray reserves for each pack's task (default 1)")
+    p.add_argument("--probe-s", type=float, default=60.0,
+                   help="time limit of the throughput probe per class, seconds (default 60)")
+    p.add_argument("--price-per-hour", type=float, default=None,
+                   help="USD per device-hour, for the cost lines (default: none, costs in device time only)")
+    p.add_argument("--export", default=None, metavar="POINT",
+                   help="point id (or index) to export as a checkpoint (default: none); checked before training")
+    p.add_argument("--export-to", default=None, metavar="RUN_DIR",
+                   help="run directory the checkpoint goes into (default: none; needed with --export)")
     p.set_defaults(func=run)
 
 
@@ -67,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
     chunk = _pack(args.chunk, "--chunk")
     if (args.export is None) != (args.export_to is None):
         raise ConfigError("--export POINT and --export-to RUN_DIR go together")
+    _check_numbers(args)
     base, axes, points = expand(args.config, args.overrides, args.grid)
+    exported = _export_point(points, args.export) if args.export is not None else None  # before any training
     out = Path(args.out) if args.out else RunDir.create(base.metrics.out_dir, f"sweep-{base.train.name}").path
     store = SweepStore(out)
     plan = store.plan(str(Path(args.config).resolve()), args.overrides, axes, points)
@@ -83,12 +94,25 @@ def run(args: argparse.Namespace) -> int:
     finally:
         _write_report(store, plan, points, args.price_per_hour)
     _log(f"trained {info['trained']} point(s) in {info['wall_s']:.1f} s; report: {out / 'report.html'}")
-    if args.export is not None:
-        _export(store, points, args.export, Path(args.export_to), args.config, args.overrides)
+    if exported is not None:
+        _export(store, exported, Path(args.export_to), args.config, args.overrides)
     return 0
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric options in range, before the grid is built or anything trains."""
+    from stride.config.errors import ConfigError
+
+    if args.cpus_per_pack < 1:
+        raise ConfigError(f"--cpus-per-pack {args.cpus_per_pack}: need at least 1 CPU per pack")
+    if not (math.isfinite(args.probe_s) and args.probe_s > 0):
+        raise ConfigError(f"--probe-s {args.probe_s}: need a time limit in seconds > 0")
+    if args.price_per_hour is not None and not (math.isfinite(args.price_per_hour) and args.price_per_hour >= 0):
+        raise ConfigError(f"--price-per-hour {args.price_per_hour}: need a price >= 0 (USD per device-hour)")
+
+
 def _write_report(store, plan, points, price) -> None:
+    from stride.sweep.report import significance_line
     from stride.sweep.report_files import write_report
     from stride.sweep.runner import load_pack_log
 
@@ -98,8 +122,7 @@ def _write_report(store, plan, points, price) -> None:
         section = write_report(store.root, plan, results, packs, price)
         _log_best(results)
         c = section["cost"]
-        pairs = (f"{sum(p['significant'] for p in section['pairs'])} of {len(section['pairs'])} "
-                 "configuration pairs differ beyond seed noise")
+        pairs = significance_line(section["pairs"])
         if packs and all(q.get("solo") or q.get("size") == 1 for q in packs):  # nothing was packed
             _log(f"every point trained alone (pack size 1): {c['sweep_device_s']:.1f} s of runs; {pairs}")
         elif c["train_speedup"]:
@@ -109,7 +132,8 @@ def _write_report(store, plan, points, price) -> None:
 
 
 def _log_best(results, top: int = 5) -> None:
-    """The configurations with the lowest mean final val loss over their seeds."""
+    """The configurations with the lowest mean final val loss over their seeds; the sd only where there are 2 or
+    more seeds (one seed's "+- 0.0000" claimed a noise-free value)."""
     import statistics
 
     from stride.sweep.report import configurations
@@ -119,25 +143,32 @@ def _log_best(results, top: int = 5) -> None:
         vals = [r["summary"]["final_val_loss"] for r in rs if r["summary"].get("final_val_loss") is not None
                 and r["summary"].get("status") != "diverged"]
         if vals:
-            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-            rows.append((statistics.fmean(vals), sd, len(vals), name or "(seeds only)"))
-    for mean, sd, n, name in sorted(rows)[:top]:
-        _log(f"  {mean:.4f} +- {sd:.4f} (sd over {n} seed{'s' if n > 1 else ''})  {name}")
+            rows.append((statistics.fmean(vals), len(vals), name or "(seeds only)", vals))
+    for mean, n, name, vals in sorted(rows, key=lambda row: row[:3])[:top]:
+        spread = (f"+- {statistics.stdev(vals):.4f} (sd over {n} seeds)" if n > 1
+                  else f"(1 seed: seed noise unknown; add seeds with {MORE_SEEDS})")
+        _log(f"  {mean:.4f} {spread}  {name}")
 
 
-def _export(store, points, which: str, run_dir, config: str, overrides: list[str]) -> None:
-    import json
-    import shlex
-
+def _export_point(points, which: str):
+    """The grid's point that --export names (its id, or its index in the grid), checked before the sweep trains."""
     from stride.config.errors import ConfigError
-    from stride.sweep.export import export_checkpoint
 
     match = [p for p in points if p.id == which] or (
         [points[int(which)]] if which.isdigit() and int(which) < len(points) else [])
     if not match:
-        raise ConfigError(f"--export {which!r}: no such point (give a point id from {store.points_dir} or an index "
-                          f"0..{len(points) - 1})")
-    p = match[0]
+        shown = ", ".join(f"{p.id} ({p.label})" for p in points[:3]) + (", ..." if len(points) > 3 else "")
+        raise ConfigError(f"--export {which!r}: no such point in this grid; give a point id ({shown}; all in the "
+                          f"sweep directory's sweep.json) or an index 0..{len(points) - 1}")
+    return match[0]
+
+
+def _export(store, p, run_dir, config: str, overrides: list[str]) -> None:
+    import json
+    import shlex
+
+    from stride.sweep.export import export_checkpoint
+
     folder = export_checkpoint(p.config, store.load_state(p.id), run_dir, log=_log)
     sets = " ".join(f"--set {shlex.quote(o)}" for o in [*overrides, *(f"{k}={json.dumps(v)}" for k, v in
                                                                         p.values.items())])

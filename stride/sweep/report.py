@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stride.report.svg import spread_chart
-from stride.sweep.stats import bootstrap_diff, holm, welch
+from stride.sweep.stats import MORE_SEEDS, bootstrap_diff, holm, welch
 
 SEED_KEYS = ("train.seed", "data.seed")
 SUMMARY_COLUMNS = ("status", "steps", "final_train_loss", "final_val_loss", "time_to_target_s", "diverged_at_step",
@@ -73,7 +73,7 @@ def _val(r: dict[str, Any]) -> float | None:
 def pairwise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For every pair of configurations: mean difference of final val loss, Welch's t, df, p (raw and Holm),
     and the bootstrap 95 % interval of the difference; `significant` when Holm's p < 0.05 and the interval
-    excludes 0."""
+    excludes 0, None (no test, no claim either way) with fewer than 2 seeds on a side."""
     confs = {k: [v for v in map(_val, rs) if v is not None] for k, rs in configurations(results).items()}
     pairs = []
     for a, b in combinations(sorted(confs), 2):
@@ -85,9 +85,23 @@ def pairwise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                       "p": w.p if w else None, "ci95": list(ci) if ci else None})
     for pair, adj in zip(pairs, holm([p["p"] for p in pairs]), strict=True):
         pair["p_holm"] = adj
-        pair["significant"] = bool(adj is not None and adj < 0.05 and pair["ci95"] and
-                                   (pair["ci95"][0] > 0 or pair["ci95"][1] < 0))
+        pair["significant"] = None if adj is None else bool(adj < 0.05 and pair["ci95"] and
+                                                            (pair["ci95"][0] > 0 or pair["ci95"][1] < 0))
     return pairs
+
+
+def significance_line(pairs: list[dict[str, Any]]) -> str:
+    """How many pairs differ beyond seed noise, claimed only of the pairs whose seed noise is known: with one
+    seed a configuration's noise cannot be estimated, and "0 of 1 pairs differ" would read as a tested result."""
+    tested = [p for p in pairs if p["significant"] is not None]
+    if not pairs:
+        return "one configuration: no pairs to compare"
+    untested = len(pairs) - len(tested)
+    unknown = f"seed noise unknown with fewer than 2 seeds per configuration; add seeds with {MORE_SEEDS}"
+    if not tested:
+        return f"no claim on which configurations differ: {unknown}"
+    line = f"{sum(p['significant'] for p in tested)} of {len(tested)} configuration pairs differ beyond seed noise"
+    return line + (f"; {untested} pair(s) not tested: {unknown}" if untested else "")
 
 
 def _numeric(values: list[Any]) -> bool:

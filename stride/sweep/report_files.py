@@ -11,7 +11,7 @@ from stride.bench.results import make_results
 from stride.files import strict_json
 from stride.metrics.env import fingerprint
 from stride.metrics.run_dir import atomic_write_text
-from stride.sweep.report import SEED_KEYS, pairwise, plots, table_rows, write_parquet
+from stride.sweep.report import SEED_KEYS, pairwise, plots, significance_line, table_rows, write_parquet
 
 
 def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_hour: float | None) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def _entry(r: dict[str, Any]) -> dict[str, Any]:
     """A results.json workload entry for one point (the bench schema's required keys, then the sweep's)."""
     s = r["summary"]
     sps = s.get("samples_per_s")
-    tput = {"unit": "samples/s", "median": sps, "min": sps, "max": sps, "cv": 0.0 if sps else None,
+    tput = {"unit": "samples/s", "median": sps, "min": sps, "max": sps, "cv": None,  # one measurement: no spread
             "n": 1 if sps else 0}
     keep = ("final_val_loss", "final_train_loss", "steps", "status", "params", "params_sha256", "config_hash",
             "target_val_loss", "diverged_at_step", "step_time_s")
@@ -61,22 +61,23 @@ def _entry(r: dict[str, Any]) -> dict[str, Any]:
             **{k: s.get(k) for k in keep}, "one_by_one_s": r.get("one_by_one_s")}
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: Any, none: str = "-") -> str:
     if v is None:
-        return "-"
+        return none
     if isinstance(v, float):
         return f"{v:.4g}" if math.isfinite(v) else str(v)
     return str(v)
 
 
-def _md_table(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
+def _md_table(rows: list[dict[str, Any]], cols: list[str], none: str = "-") -> list[str]:
     return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
-            *("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows)]
+            *("| " + " | ".join(_fmt(r.get(c), none) for c in cols) + " |" for r in rows)]
 
 
-def _html_table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+def _html_table(rows: list[dict[str, Any]], cols: list[str], none: str = "-") -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{escape(_fmt(r.get(c), none))}</td>" for c in cols) + "</tr>"
+                   for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -107,19 +108,20 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
                  + (f" ({c['train_speedup']:.2f}x on training steps)" if c["train_speedup"] else "")
                  + (f"; ${c['sweep_usd']:.4f} against ${c['one_by_one_usd']:.4f}" if price_per_hour is not None
                     else ""))
-    sig = [p for p in pairs if p["significant"]]
     md = [f"# stride sweep: {len(results)} of {len(plan['points'])} points", "", f"grid: {' '.join(plan['grid'])}",
           "", cost_line, "", *_md_table(rows, cols), "",
-          f"## Pairs of configurations ({len(sig)} of {len(pairs)} significant: Holm p < 0.05 and the bootstrap "
-          "95 % interval of the difference excludes 0)", "", *_md_table(pairs, PAIR_COLS)]
+          "## Pairs of configurations", "", f"{significance_line(pairs)}. A pair differs when Holm p < 0.05 and the "
+          "bootstrap 95 % interval of the difference excludes 0; n/a: fewer than 2 seeds on a side, no test.", "",
+          *_md_table(pairs, PAIR_COLS, "n/a")]
     atomic_write_text(root / "summary.md", "\n".join(md) + "\n")
     charts = "".join(f"<div>{c}</div>" for c in plots(results, keys))
     html = ("<!doctype html><meta charset='utf-8'><title>stride sweep</title><style>body{font-family:sans-serif}"
             "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
             f"<h1>stride sweep: {len(results)} of {len(plan['points'])} points</h1><p>{escape(' '.join(plan['grid']))}"
             f"</p><p>{escape(cost_line)}</p>{charts}<h2>Points</h2>{_html_table(rows, cols)}"
-            f"<h2>Pairs of configurations</h2><p>diff = mean final val loss of a minus b over seeds; Welch's t "
-            "and df, two-sided p (raw and Holm-adjusted over all pairs), percentile-bootstrap 95 % interval.</p>"
-            f"{_html_table(pairs, PAIR_COLS)}")
+            f"<h2>Pairs of configurations</h2><p>{escape(significance_line(pairs))}.</p><p>diff = mean final val "
+            "loss of a minus b over seeds; Welch's t and df, two-sided p (raw and Holm-adjusted over all pairs), "
+            "percentile-bootstrap 95 % interval; n/a: fewer than 2 seeds on a side, no test.</p>"
+            f"{_html_table(pairs, PAIR_COLS, 'n/a')}")
     atomic_write_text(root / "report.html", html)
     return section

@@ -16,6 +16,9 @@ import random
 import statistics
 from dataclasses import dataclass
 
+# how a sweep gets seed replicates: each configuration needs 2 or more seeds for its seed noise to be estimated
+MORE_SEEDS = "--grid train.seed=0..2"
+
 
 def _betacf(a: float, b: float, x: float) -> float:
     """Continued fraction of the regularised incomplete beta function (modified Lentz, as in Numerical Recipes)."""
@@ -104,8 +107,9 @@ def welch(a: list[float], b: list[float]) -> Welch | None:
 
 def bootstrap_diff(a: list[float], b: list[float], level: float = 0.95, resamples: int = 4000,
                    seed: int = 0) -> tuple[float, float] | None:
-    """Percentile-bootstrap interval of mean(a) - mean(b), each side resampled with replacement."""
-    if not a or not b:
+    """Percentile-bootstrap interval of mean(a) - mean(b), each side resampled with replacement; None with fewer
+    than 2 values on a side (one value resamples to itself: a zero-width interval that claims no noise)."""
+    if len(a) < 2 or len(b) < 2:
         return None
     rng = random.Random(seed)
     na, nb = len(a), len(b)

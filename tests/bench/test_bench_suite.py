@@ -20,6 +20,8 @@ def test_spread_by_hand() -> None:
     # population std of [1, 2, 3, 6] is sqrt(3.5) around mean 3
     assert s["cv"] == pytest.approx(3.5**0.5 / 3.0)
     assert spread([])["median"] is None
+    # one value has no spread: null, not a cv of 0 that reads as a perfectly steady measurement
+    assert spread([5.0]) == {"median": 5.0, "min": 5.0, "max": 5.0, "cv": None, "n": 1}
 
 
 def test_bootstrap_ci_of_the_median() -> None:

@@ -183,3 +183,38 @@ def test_chunk_sets_the_models_a_packed_step_trains_at_once(config, tmp_path, ca
 def _summaries(out: Path) -> list[dict]:
     """Each finished point's summary, in point-id order."""
     return [json.loads(p.read_text())["summary"] for p in sorted((out / "points").glob("*.json"))]
+
+
+def test_one_seed_per_configuration_makes_no_claim_about_seed_noise(config, tmp_path, capsys):
+    """It printed "1.6569 +- 0.0000 (sd over 1 seed)" and "0 of 1 configuration pairs differ beyond seed noise",
+    and summary.md a zero-width interval [0.0791, 0.0791] beside a diff of "-"."""
+    out = tmp_path / "one_seed"
+    assert main(["sweep", str(config), "--grid", "optim.lr=1e-3,3e-3", "--set", "train.steps=4", "--set",
+                 "train.val_every=4", "--pack", "2", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    best = [line for line in err.splitlines() if "optim.lr=" in line and "point " not in line]
+    assert len(best) == 2 and all("(1 seed: seed noise unknown; add seeds with --grid train.seed=0..2)" in line
+                                  for line in best), best
+    assert "+-" not in err and "sd over" not in err and "differ beyond seed noise" not in err
+    assert "no claim on which configurations differ: seed noise unknown with fewer than 2 seeds" in err
+    summary = (out / "summary.md").read_text()
+    assert "no claim on which configurations differ" in summary and "significant:" not in summary
+    row = next(line for line in summary.splitlines() if line.startswith('| optim.lr='))
+    assert row.endswith("| 1 | 1 | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"), row  # no [x, x] interval
+    results = load_results(out / "results.json")
+    (pair,) = results["sweep"]["pairs"]
+    assert pair["ci95"] is None and pair["significant"] is None and pair["p"] is None  # null: no test, no claim
+    assert all(w["throughput"]["cv"] is None for w in results["workloads"])  # one measurement: no spread, not 0
+
+
+def test_export_of_a_point_not_in_the_grid_is_refused_before_training(config, tmp_path, capsys):
+    """It trained the whole sweep, then said `--export 'nonexist': no such point` (exit 2)."""
+    out = tmp_path / "never"
+    for which in ("nonexist", "2"):  # an id not in the grid, an index past its end
+        rc = main(["sweep", str(config), "--grid", "train.seed=0..1", "--set", "train.steps=4", "--out", str(out),
+                   "--export", which, "--export-to", str(tmp_path / "exp")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1, err  # the refusal alone: no "2 points ..." line, no training
+        assert err[0].startswith(f"stride sweep: config error: --export {which!r}: no such point in this grid")
+        assert "(train.seed=0)" in err[0] and "an index 0..1" in err[0]
+        assert not out.exists() and not (tmp_path / "exp").exists()

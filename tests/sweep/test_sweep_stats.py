@@ -72,3 +72,26 @@ def test_bootstrap_interval_is_reproducible_and_brackets_the_difference():
     assert lo < diff < hi < 0  # 2 sd apart with 16 seeds each: clearly negative
     same = bootstrap_diff(a, [v + 1e-9 for v in a])
     assert same[0] < 0 < same[1]
+
+
+def test_one_seed_a_side_gives_no_interval_and_no_claim():
+    """One seed resampled to itself: a zero-width interval [x, x] that summary.md printed as if measured."""
+    from stride.sweep.report import pairwise, significance_line
+
+    assert bootstrap_diff([1.0], [2.0, 3.0]) is None and bootstrap_diff([1.0, 1.5], [2.0]) is None
+
+    def point(lr: float, seed: int, loss: float) -> dict:
+        return {"values": {"optim.lr": lr, "train.seed": seed}, "summary": {"final_val_loss": loss, "status": "done"}}
+
+    (pair,) = pairwise([point(1e-3, 0, 1.0), point(3e-3, 0, 2.0)])
+    assert pair["ci95"] is None and pair["p"] is None and pair["significant"] is None
+    line = significance_line([pair])
+    assert "no claim" in line and "fewer than 2 seeds" in line and "--grid train.seed=0..2" in line
+    assert "differ beyond" not in line
+    tested = pairwise([point(1e-3, s, 1.0 + s / 100) for s in range(3)] + [point(3e-3, s, 2.0 + s / 100)
+                                                                             for s in range(3)])
+    assert tested[0]["significant"] is True
+    assert significance_line([*tested, pair]) == (
+        "1 of 1 configuration pairs differ beyond seed noise; 1 pair(s) not tested: seed noise unknown with fewer "
+        "than 2 seeds per configuration; add seeds with --grid train.seed=0..2")
+    assert significance_line([]) == "one configuration: no pairs to compare"
