@@ -276,6 +276,10 @@ class StoreWriter:
             remove_abandoned(self.out.parent, rest=LEFTOVER)  # killed ingestions' folders (their process is gone)
             (self.tmp / "spool").mkdir(parents=True)
         except OSError as exc:
+            blocker = next((q for q in [self.out.parent, *self.out.parent.parents] if q.exists() and not q.is_dir()),
+                           None)
+            if blocker is not None:  # mkdir's "File exists" did not say which part of the path is a file
+                raise StoreError(f"{self.out}: {blocker} is a file, not a directory; give a directory path") from None
             raise StoreError(f"cannot create {self.tmp}: {os_reason(exc)}") from None
         self.symbols: dict[str, dict[str, Any]] = {}  # symbol -> {id, rows, first_ts, last_ts}
 

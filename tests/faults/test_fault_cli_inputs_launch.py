@@ -155,6 +155,17 @@ def test_synth_out_naming_a_file_is_bad_input(tmp_path: Path, under: str) -> Non
     assert blocker.read_text() == "x"
 
 
+def test_ingest_out_under_a_file_names_the_file(tmp_path: Path) -> None:
+    """Before: `cannot create afile/.tmp-...-sub: File exists`, which did not say that afile is a file."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    csv_path = tmp_path / "d.csv"
+    csv_path.write_text("timestamp,symbol,close\n2024-01-01T00:00:00,A,1.0\n")
+    res = stride_main("data", "ingest", str(csv_path), "--out", str(blocker / "sub"))
+    one_line_error(res, "stride data ingest", f"{blocker} is a file, not a directory", codes=(2,))
+    assert blocker.read_text() == "x"
+
+
 # -- help texts ------------------------------------------------------------------------------------------------------
 
 def _subparser(command: str, sub: str) -> argparse.ArgumentParser:
