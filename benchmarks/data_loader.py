@@ -646,8 +646,11 @@ def main() -> None:
                 ceiling / window_bytes / cpu["torch_w0"])
             # what the host allows, reached: the loader as probed (goal >= 0.9), each round against that round's
             # ceiling, the median; and prefetch against none
-            out[f"fraction_of_copy_bound_cpu{tag}"] = statistics.median(
-                w * window_bytes / c for w, c in zip(cpu_rates[dt]["stride_auto"], ceilings, strict=True))
+            by_round = [w * window_bytes / c for w, c in zip(cpu_rates[dt]["stride_auto"], ceilings, strict=True)]
+            out[f"fraction_of_copy_bound_cpu{tag}"] = statistics.median(by_round)
+            # each round's, to show the spread: a run right after a plain DataLoader run (whose fresh batches and
+            # randperm evict the store's lines) reads 8-10 % slower over its first 150 batches (docs/data.md)
+            out[f"fraction_of_copy_bound_cpu_by_round{tag}"] = [round(f, 3) for f in by_round]
             out[f"fraction_of_stream_copy_cpu{tag}"] = statistics.median(
                 w * window_bytes / c for w, c in zip(cpu_rates[dt]["stride_auto"], stream_ceilings, strict=True))
             out[f"fraction_of_copy_bound_cpu_table_ceiling{tag}"] = cpu["stride_auto"] / (
