@@ -134,6 +134,12 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
     for key in ("params_sha256", "config_hash", "final_train_loss"):
         if key not in summary:
             raise ConfigError(f"{run_dir / 'summary.json'} has no `{key}`: recorded by an older stride?")
+    from_caller = [w for k, w in (("model", "a model"), ("data", "data"))
+                   if (summary.get("inputs_from") or {}).get(k) == "caller"]
+    if from_caller:
+        raise ConfigError(f"{run_dir} trained on {' and '.join(from_caller)} passed to Trainer(...) in Python, which "
+                          "config.toml does not describe: stride repro re-runs only runs whose config builds them; "
+                          "re-run the script that made it")
     cfg = load_config(cfg_path, overrides or [])
     # The run directory's place is not part of the experiment: compare the hash as recorded (before the
     # rerun's own display setting below, which is part of the hash: a run recorded with its progress bar on

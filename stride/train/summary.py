@@ -52,6 +52,7 @@ class Summarised(Protocol):
     skipped_steps: int
     saved_activation_bytes: int | None
     data_loader: dict[str, Any] | None
+    inputs_from: dict[str, str]
 
 
 def warmup_note(steps: int, start_step: int, skip: int) -> str | None:
@@ -120,5 +121,8 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "params_sha256": params_sha256(par.pipeline.full_state(tr.model) if par.pipeline else tr.model),
         "pipeline": par.plan_summary(),
         "config_hash": config_hash(tr.cfg),
+        # "caller": the model or the training data came from the Python call, not from config.toml's [model] /
+        # [data] (whose seq_len, for one, then says nothing of the data)
+        "inputs_from": dict(tr.inputs_from),
         "data_loader": tr.data_loader,  # the loader's settings, why, and the probe's figures (stride.data.probe)
     }

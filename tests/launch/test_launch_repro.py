@@ -97,3 +97,24 @@ def test_unfinished_run_dir_is_a_clear_error(tmp_path: Path) -> None:
         reproduce(tmp_path / "half")
     with pytest.raises(ConfigError, match="summary.json not found"):
         reproduce(tmp_path / "nothing")
+
+
+def test_a_run_on_the_callers_data_says_so_and_repro_refuses_it(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Data passed to Trainer(train_data=...) is not what config.toml's [data] describes (a window of 32 steps
+    where the config says 16): summary.json says where model and data came from, and `stride repro`, which
+    would have re-run the config's synthetic data and reported a mismatch, refuses in one line."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    data = (torch.randn(256, 32, 7, generator=g), torch.randn(256, 2, generator=g))
+    run = tmp_path / "own"
+    cfg = load_config(overrides=[*TINY, "data.horizons=[1, 5]", "model.name=lstm"])  # any window length
+    s = Trainer(train_data=data, config=cfg, out=run).fit().summary
+    assert s["inputs_from"] == {"model": "config", "data": "caller"}
+    assert s["timesteps_per_s"] == pytest.approx(s["samples_per_s"] * 32)  # the data's 32 steps, not the config's 16
+    assert main(["repro", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "trained on data passed to Trainer(...)" in err and "config.toml does not describe" in err
+    assert not (tmp_path / "own-repro").exists()
+    assert _record(tmp_path, "train.steps=2").joinpath("summary.json").read_text().count('"caller"') == 0
