@@ -20,15 +20,12 @@ def run(args: argparse.Namespace) -> int:
 
     from stride.bench.results import ResultsError
     from stride.files import strict_json
-    from stride.report.compare import WorkloadMismatch, compare_results, compare_table
+    from stride.report.compare import compare_results, compare_table, mismatch_message
     from stride.report.inputs import resolve
 
     try:
         (a, _), (b, _) = resolve(args.a), resolve(args.b)
         rows = compare_results(a, b)
-    except WorkloadMismatch as exc:  # a ratio of two different workloads is no verdict on a change: refused
-        print(f"stride compare: A = {args.a}, B = {args.b}: {exc}", file=sys.stderr)
-        return 2
     except ResultsError as exc:
         print(f"stride compare: {exc}", file=sys.stderr)
         return 2
@@ -36,8 +33,15 @@ def run(args: argparse.Namespace) -> int:
         if res.get("partial"):
             print(f"stride compare: {side} is a stopped sweep: {res['partial']['done']} of "
                   f"{res['partial']['planned']} runs measured", file=sys.stderr)
+    refused = mismatch_message(rows)  # a ratio of two different workloads is no verdict on a change
+    if refused and len(rows) == 1:  # nothing else to show: the refusal alone
+        print(f"stride compare: A = {args.a}, B = {args.b}: {refused}", file=sys.stderr)
+        return 2
     if args.json:
         print(strict_json.dumps(rows))
     else:
         Console(width=140).print(compare_table(rows, args.a, args.b))
+    if refused:  # the other rows have their verdicts; these had none
+        print(f"stride compare: A = {args.a}, B = {args.b}: {refused}", file=sys.stderr)
+        return 2
     return 0

@@ -6,7 +6,6 @@ from typing import Any
 
 from rich.table import Table
 
-from stride.bench.results import ResultsError
 from stride.bench.stats import one_run
 
 # What defines a workload (`section.key` of the config; `model.*`: the whole model table), with `world_size`
@@ -14,13 +13,18 @@ from stride.bench.stats import one_run
 # precision, compile, kernels, activation checkpointing, grad_accum, the optimizer and its implementation
 # (bench's tradeoff variants), the parallel layout at one process count, the loader's settings, the device and
 # machine, and what does not change a step's work (steps, seeds, a synthetic market's length and asset count).
-WORKLOAD_KEYS = ("model.*", "data.source", "data.store", "data.kwargs", "data.columns", "data.seq_len",
-                 "data.horizons", "train.batch_size")
+# `data.store` is not among them: a store is named by its path, which is not what it holds (a relative path in one
+# run and an absolute one in the other, or the same data on another machine, would refuse one workload); what a
+# sample holds is `data.columns`, `seq_len` and `horizons`.
+WORKLOAD_KEYS = ("model.*", "data.source", "data.kwargs", "data.columns", "data.seq_len", "data.horizons",
+                 "train.batch_size")
 UNDER_TEST = "precision, compile, kernels, activation checkpointing, grad_accum, optimizer, parallel layout, machine"
 
 
-class WorkloadMismatch(ResultsError):
-    """A and B measured different workloads: a throughput ratio between them says nothing about the change."""
+def mismatch_message(rows: list[dict[str, Any]]) -> str | None:
+    """The refusal of every row whose two sides are different workloads (None where there is none)."""
+    bad = [r["workload_mismatch"] for r in rows if r.get("workload_mismatch")]
+    return "; ".join(bad) if bad else None
 
 
 def noise_band(a: dict[str, Any], b: dict[str, Any]) -> float:
@@ -79,10 +83,13 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
         return {"name": name, "ratio": None, "a_median": wa["throughput"]["median"],
                 "b_median": wb["throughput"]["median"],
                 "verdict": f"versions differ ({wa.get('version')} vs {wb.get('version')}): not comparable"}
-    if diffs := workload_differences(wa, wb):
-        raise WorkloadMismatch(f"{name}: A and B are different workloads, so no verdict: "
-                               + ", ".join(f"{k} {a!r} vs {b!r}" for k, a, b in diffs)
-                               + f"; compare runs of one workload that differ in what is under test ({UNDER_TEST})")
+    if diffs := workload_differences(wa, wb):  # this row gets no verdict; the others still do (the CLI exits 2)
+        why = (f"{name}: A and B are different workloads, so no verdict: "
+               + ", ".join(f"{k} {a!r} vs {b!r}" for k, a, b in diffs)
+               + f"; compare runs of one workload that differ in what is under test ({UNDER_TEST})")
+        return {"name": name, "ratio": None, "a_median": wa["throughput"]["median"],
+                "b_median": wb["throughput"]["median"], "verdict": "different workloads: not comparable",
+                "workload_mismatch": why}
     ratio, verdict = judge(wa["throughput"], wb["throughput"])
     mem = wb["peak_mem_bytes"] / wa["peak_mem_bytes"] if wa.get("peak_mem_bytes") and wb.get("peak_mem_bytes") else None
     return {"name": name, "ratio": ratio, "verdict": verdict, "mem_ratio": mem, "unit": wa["throughput"]["unit"],
@@ -94,7 +101,8 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
 def compare_results(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per workload name in A or B; a workload measured on one side only says so (no median for
     the other side). Two single-workload inputs (e.g. two training runs) are compared whatever their names.
-    Raises WorkloadMismatch where a pair differs in what defines the workload (WORKLOAD_KEYS)."""
+    A pair that differs in what defines the workload (WORKLOAD_KEYS) gets no verdict: its row says why
+    (`workload_mismatch`), and `mismatch_message` gathers those."""
     wa_all, wb_all = a["workloads"], b["workloads"]
     if len(wa_all) == 1 and len(wb_all) == 1 and wa_all[0]["name"] != wb_all[0]["name"]:
         return [_row(wa_all[0], wb_all[0], f"{wa_all[0]['name']} vs {wb_all[0]['name']}")]
