@@ -279,9 +279,10 @@ WIDTH_ERROR = "\0width"
 
 def read_rows(path: str | Path) -> list[dict]:
     """CSV rows as dicts; a missing file or header is a ConfigError naming the file. A row with more or fewer
-    fields than the header carries why (under WIDTH_ERROR) and is refused alone, naming its line and the columns
-    it lacks: a truncated row would otherwise read its lost columns as blank and be predicted on assumed values,
-    and one bad row never stops the file. An empty cell that is present is blank, as the format allows."""
+    fields than the header (empty cells past the last column aside) carries why (under WIDTH_ERROR) and is
+    refused alone, naming its line and the columns it lacks: a truncated row would otherwise read its lost
+    columns as blank and be predicted on assumed values, and one bad row never stops the file. An empty cell
+    that is present is blank, as the format allows."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--from-csv: file not found: {p}")
@@ -307,7 +308,8 @@ def _width_error(p: Path, reader: csv.DictReader, row: dict) -> str | None:
     extra ones under the key None), naming its line and the columns it lacks; None where it does not."""
     header = list(reader.fieldnames or ())
     missing = [c for c in header if row.get(c) is None]
-    extra = row.get(None) or []
+    # empty cells past the last column (a trailing comma, as many exporters and hand edits leave) hold nothing
+    extra = [v for v in row.get(None) or [] if str(v).strip()]
     if not (missing or extra):
         return None
     n = len(header) - len(missing) + len(extra)

@@ -73,6 +73,15 @@ def test_a_row_with_an_extra_field_is_refused(tmp_path: Path, capsys: pytest.Cap
     assert "1 value(s) after the last column `notes`" in row["reason"]
 
 
+def test_a_trailing_comma_is_not_an_extra_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Empty cells past the last column (a trailing comma) hold nothing: the row is predicted as before."""
+    p, lines = _csv(tmp_path, [ROW])
+    p.write_text("\n".join([lines[0], lines[1] + ",,"]) + "\n")
+    code, out, _ = _plan(capsys, "--from-csv", str(p), "--json")
+    (row,) = json.loads(out)
+    assert code == 0 and row.get("reason") is None and row["iter_time_s"] > 0
+
+
 def test_present_empty_cells_are_still_blank_not_truncated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An empty cell is the format's "not stated": assumed and noted, as before (only a lost cell is an error)."""
     p, _ = _csv(tmp_path, [{**ROW, "tp": "", "pp": "", "precision": "", "framework": "", "notes": ""}])
