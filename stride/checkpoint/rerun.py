@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from stride.checkpoint.errors import ConfigMismatchError
-from stride.checkpoint.folder import STEP_RE
+from stride.checkpoint.folder import STEP_RE, step_name
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
 from stride.metrics.run_dir import RUN_FILES, RunDir
@@ -137,7 +137,8 @@ def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: in
             f"finish it first (train.steps = {saved}), then raise train.steps to extend it")
     if ended != step:
         raise ConfigMismatchError(f"{where} ended at step {ended}, after that checkpoint "
-                                  f"({_why_no_last(meta, skipped)}): it cannot be extended exactly; use another --out")
+                                  f"({_why_no_last(meta, skipped, ended)}): it cannot be extended exactly; use "
+                                  "another --out")
     if steps < ended:
         raise ConfigMismatchError(
             f"train.steps = {steps} is below the {ended} steps {where} already trained: a finished run is not "
@@ -147,14 +148,20 @@ def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: in
     return Verdict("extend", ended, [*history, saved])
 
 
-def _why_no_last(meta: dict[str, Any], skipped: list[str] | None) -> str:
-    """Why the run's last step has no usable checkpoint: newer ones were skipped (named, with the reason), or
-    the run did not save one at its end."""
-    if skipped:
-        return "the newer ones were skipped: " + "; ".join(skipped) + "; put back a valid one to extend the run"
+def _why_no_last(meta: dict[str, Any], skipped: list[str] | None, ended: int) -> str:
+    """Why the run's last step has no usable checkpoint: the one of that step was skipped (named, with the reason:
+    a valid copy put back would extend the run), the run did not save one at its end, or none is there. Newer
+    checkpoints skipped short of the end are named too (restoring them would not help)."""
+    skipped = skipped or []
+    last = step_name(ended)
+    at_end = [s for s in skipped if s.startswith(f"{last}:")]
+    if at_end:
+        return f"{at_end[0]} was skipped; put back a valid {last} to extend the run"
     if (meta.get("config") or {}).get("checkpoint", {}).get("save_at_end") is False:
-        return "checkpoint.save_at_end = false"
-    return "no checkpoint of its last step is in the folder"
+        why = "checkpoint.save_at_end = false"
+    else:
+        why = "no checkpoint of its last step is in the folder"
+    return why + ("; newer ones were skipped too: " + "; ".join(skipped) if skipped else "")
 
 
 def finished_message(run: Path | None, ended: int, steps: int, has_summary: bool) -> str:

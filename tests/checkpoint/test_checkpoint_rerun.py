@@ -159,7 +159,8 @@ def test_an_extension_past_a_skipped_last_checkpoint_names_the_skipped_one(tmp_p
     with pytest.raises(ConfigMismatchError) as info:
         run(out, "train.steps=36")
     msg = str(info.value)
-    assert "ended at step 24" in msg and "the newer ones were skipped: step_00000024" in msg
+    assert "ended at step 24" in msg and "step_00000024: " in msg
+    assert "was skipped; put back a valid step_00000024" in msg
     assert shard.name in msg and "save_at_end" not in msg
     assert folder_bytes(out) == before
     out2 = tmp_path / "no_last"
@@ -167,6 +168,15 @@ def test_an_extension_past_a_skipped_last_checkpoint_names_the_skipped_one(tmp_p
     with pytest.raises(ConfigMismatchError, match="ended at step 23, after that checkpoint \\(checkpoint.save_at_end"
                                                   " = false\\)"):
         run(out2, "checkpoint.save_at_end=false", "train.steps=30")
+    # the review's case: no checkpoint at the end (save_at_end off) and a corrupted one short of it; putting that
+    # one back would not extend the run, so the message does not advise it
+    shard = next((out2 / "checkpoints" / "step_00000021").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(ConfigMismatchError) as info:
+        run(out2, "checkpoint.save_at_end=false", "train.steps=30")
+    msg = str(info.value)
+    assert "checkpoint.save_at_end = false; newer ones were skipped too: step_00000021" in msg
+    assert "put back" not in msg
 
 
 def test_without_checkpoints_a_rerun_is_refused_until_overwrite(tmp_path: Path) -> None:
