@@ -6,6 +6,10 @@ hold `rank0.json`, whose median step time is used (robust to a busy machine's ou
 run's model is censused (census_step.py), so any stride workload calibrates; its layout comes from
 `[parallel]` and `[train]` and the world size. Single-process runs inform the compute factors
 (gemm, attention, memory, dispatch); runs with several processes also network and overlap.
+
+The hardware must be the one the runs ran on: runs whose summary.json says `device = "cpu"` are refused
+against a GPU entry (the default `--hardware h100-sxm` fitted CPU runs without a word), and a run whose
+thread count differs from the one a `stride plan probe` entry was measured at is named in a warning.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +44,13 @@ LOCAL_BOUNDS = {**BOUNDS, "gemm": (0.3, 1.0), "attention": (0.05, 1.0), "memory"
 # such runs the robust (Huber) loss is flat, and the fit silently kept its starting factors (0.46 vs 0.052
 # s/step for one layout).
 DISAGREE = 1.5
+# `stride plan probe` records its thread count only in the entry's display_name (probe.hardware_toml:
+# "this machine, 1 thread(s) per process (measured)"); a hardware entry has no field for it
+PROBED_THREADS = re.compile(r"(\d+) thread\(s\) per process")
+# what a factor above 1 multiplies past: the fit bounds allow it (a CPU's caches beat its DRAM copy rate; a
+# run can beat nccl-tests' published bus bandwidth a little), so it is reported, not clipped to 1
+ABOVE_ONE = {"memory": "memory_bw_tbps (on a CPU: tensors held in cache)", "network": "bus bandwidth",
+             "flash": "the published attention curves"}
 
 
 @dataclass
@@ -50,6 +62,9 @@ class RunInputs:
     global_batch: int
     measured_step_s: float
     world_size: int
+    device: str | None = None  # summary.json's device type ("cpu", "cuda"); None in runs that lack it
+    threads: int | None = None  # intra-op threads per process: train.threads, else env.json torch_threads
+    threads_from: str = ""
 
     def predict(self, hw: Hardware, eff: Efficiency) -> Prediction:
         p = self.config.parallel
@@ -93,13 +108,72 @@ def run_inputs(run_dir: Path) -> RunInputs:
     rank0 = run_dir / "rank0.json"
     if rank0.is_file():
         step = _read_json(rank0, run_dir).get("median_step_time_s")
-    step = step or summary.get("step_time_s")
+    if not step and summary.get("step_time_s"):
+        # a checkpoint stall counts in the trainer's step time (stride.metrics.step_timer.StepTimer.add); the
+        # model predicts the training step alone, so the stall is taken out
+        stall = (summary.get("step_time_breakdown_s") or {}).get("checkpoint") or 0.0
+        step = summary["step_time_s"] - stall if isinstance(stall, int | float) else summary["step_time_s"]
     if not step and summary.get("samples_per_s"):
         step = t.batch_size / summary["samples_per_s"]
     if not step or step <= 0:
         raise ConfigError(f"{run_dir}: no measured step time (rank0.json median_step_time_s, or "
                           "summary.json step_time_s / samples_per_s)")
-    return RunInputs(run_dir, cfg, trace, layout, t.batch_size, float(step), world)
+    env_p = run_dir / "env.json"
+    env = _read_json(env_p, run_dir) if env_p.is_file() else {}
+    threads, threads_from = ((t.threads, "config.toml train.threads") if t.threads else
+                             (env.get("torch_threads"), "env.json torch_threads"))
+    device = str(summary["device"]).split(":")[0] if summary.get("device") else None
+    return RunInputs(run_dir, cfg, trace, layout, t.batch_size, float(step), world, device,
+                     int(threads) if threads else None, threads_from)
+
+
+def check_hardware(runs: list[RunInputs], hw: Hardware) -> None:
+    """Refuse runs of mixed devices, or of another kind of device than `hw`: factors fitted to a CPU run
+    against a GPU's peaks (or the reverse) describe neither."""
+    kinds = {r.device for r in runs if r.device}
+    if len(kinds) > 1:
+        named = ", ".join(f"{r.run_dir} ({r.device})" for r in runs if r.device)
+        raise ConfigError(f"runs of different devices cannot be calibrated together: {named}; calibrate each "
+                          "device's runs on their own")
+    if kinds == {"cpu"} and not hw.cpu:
+        raise ConfigError(f"{runs[0].run_dir}: ran on cpu (summary.json device) but --hardware {hw.name} is not a "
+                          "CPU entry; measure this machine with `stride plan probe --out local.toml` and pass "
+                          "--hardware local-cpu --hardware-file local.toml")
+    if kinds and kinds != {"cpu"} and hw.cpu:
+        raise ConfigError(f"{runs[0].run_dir}: ran on {kinds.pop()} (summary.json device) but --hardware {hw.name} "
+                          "is a CPU entry; pass --hardware with the part the runs ran on")
+
+
+def thread_warnings(runs: list[RunInputs], hw: Hardware) -> list[str]:
+    """Runs at another thread count than `hw` was probed at: the probe's peaks and bandwidth are per that
+    count, so the fit absorbs the difference into the factors (a 2-thread run against a 1-thread probe fitted
+    memory 2.15, and the 1-thread-per-rank runs came out 52 % too fast)."""
+    m = PROBED_THREADS.search(hw.display_name)
+    probed = int(m.group(1)) if m else None
+    return [f"{r.run_dir} ran {r.threads} thread(s) per process ({r.threads_from}) but hardware `{hw.name}` was "
+            f"probed with {probed}: rerun it with --set train.threads={probed}, or probe with --threads {r.threads}"
+            for r in runs if probed and r.threads and r.threads != probed]
+
+
+def factor_warnings(eff: Efficiency, fitted: tuple[str, ...], hw: Hardware) -> list[str]:
+    """Fitted factors above 1: the runs went faster than `hw`'s own figure allows, which its bounds permit
+    (ABOVE_ONE) but which also is what runs on other hardware, or at more threads, look like."""
+    return [f"fitted {name} = {getattr(eff, name):g} is above 1: the runs beat hardware `{hw.name}`'s "
+            f"{ABOVE_ONE.get(name, name)}; check that the runs ran on it, at the threads it was measured with"
+            for name in fitted if getattr(eff, name) > 1]
+
+
+def stages(runs: list[RunInputs], factors: tuple[str, ...] | None = None) -> list[tuple[list[RunInputs],
+                                                                                        tuple[str, ...]]]:
+    """(runs, factors) of each fit stage: compute factors on single-process runs, then network on the rest;
+    `factors` fits those on every run in one stage."""
+    if factors is not None:
+        return [(runs, factors)]
+    single = [r for r in runs if r.world_size == 1] or runs
+    multi = [r for r in runs if r.world_size > 1]
+    attn = any(la.fwd.attn_flops for r in single for la in r.trace.layers)
+    compute = ("gemm", "memory", "dispatch") + (("attention",) if attn else ())
+    return [(single, compute)] + ([(multi, ("network",))] if multi else [])
 
 
 def calibrate(runs: list[RunInputs], hw: Hardware, start: Efficiency | None = None,
@@ -115,16 +189,8 @@ def calibrate(runs: list[RunInputs], hw: Hardware, start: Efficiency | None = No
         return [((lambda e, r=r: 1.0 / r.predict(hw, e).step_time_s), 1.0 / r.measured_step_s) for r in rs]
 
     eff = start or Efficiency()
-    if factors is not None:
-        eff = fit_efficiency(samples(runs), factors, eff, sweeps=8, bounds=bounds)
-    else:
-        single = [r for r in runs if r.world_size == 1] or runs
-        multi = [r for r in runs if r.world_size > 1]
-        attn = any(la.fwd.attn_flops for r in single for la in r.trace.layers)
-        compute = ("gemm", "memory", "dispatch") + (("attention",) if attn else ())
-        eff = fit_efficiency(samples(single), compute, eff, sweeps=8, bounds=bounds)
-        if multi:
-            eff = fit_efficiency(samples(multi), ("network",), eff, sweeps=8, bounds=bounds)
+    for rs, names in stages(runs, factors):
+        eff = fit_efficiency(samples(rs), names, eff, sweeps=8, bounds=bounds)
     return eff, [report(r, hw, eff) for r in runs]
 
 
@@ -162,13 +228,16 @@ def calibrate_cli(args: argparse.Namespace) -> int:
     hw = load_catalog(args.hardware_file).get(args.hardware)
     start = load_efficiency(args.efficiency) if args.efficiency else None
     runs = [run_inputs(Path(r)) for r in args.runs]
-    warnings = disagreements(runs, hw, start or Efficiency())
+    check_hardware(runs, hw)
+    disagree = disagreements(runs, hw, start or Efficiency())
     eff, rep = calibrate(runs, hw, start)
     kept = all(abs(a - b) <= 1e-4 for a, b in zip(dataclasses.astuple(eff), dataclasses.astuple(start or Efficiency()),
                                                    strict=True))
-    if warnings and kept:
-        warnings.append("the fit moved no factor: " + (f"the factors of {args.efficiency}" if start else
+    if disagree and kept:
+        disagree.append("the fit moved no factor: " + (f"the factors of {args.efficiency}" if start else
                                                        "the default factors") + " were kept, not fitted")
+    warnings = [*thread_warnings(runs, hw), *disagree,
+                *factor_warnings(eff, tuple(n for _, names in stages(runs) for n in names), hw)]
     for w in warnings:
         print(f"stride plan calibrate: warning: {w}", file=sys.stderr)
     print(json.dumps({"hardware": hw.name, "efficiency": eff.to_dict(), "runs": rep, "warnings": warnings}))
