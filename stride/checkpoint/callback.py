@@ -66,6 +66,13 @@ class CheckpointCallback(Callback):
         self.last_saved: int | None = None
 
     # -- helpers -------------------------------------------------------------------------------
+    def _notice(self, msg: str) -> None:
+        """Log what every rank would say alike (the resume, the staging choice) once: on rank 0.
+
+        What a rank says of itself (its RNG and data state, its loss, a signal it received) stays `log`."""
+        if rank_and_world()[0] == 0:
+            self.log(msg)
+
     def _root(self, trainer: TrainerView) -> Path:
         if self.root_override is not None:
             return self.root_override
@@ -143,7 +150,7 @@ class CheckpointCallback(Callback):
             return allowed
         text = "\n  ".join(diff.refused)
         if trainer.cfg.checkpoint.force_resume:
-            self.log(f"{choice.folder} was written with another config (forced: resuming anyway):\n  {text}")
+            self._notice(f"{choice.folder} was written with another config (forced: resuming anyway):\n  {text}")
             return allowed
         also = ("\nthese differences alone would be allowed (layout and execution, not what is trained):\n  "
                 + "\n  ".join(allowed)) if allowed else ""
@@ -164,7 +171,7 @@ class CheckpointCallback(Callback):
         if c.async_save:
             self.staging, why = choose_staging(c.staging, trainer.device, _state_buffers(trainer.model))
             if why:
-                self.log(why)
+                self._notice(why)
         try:
             for note in self.store.prepare(fresh=c.resume == "never"):  # never: refuses a folder with checkpoints
                 self.log(f"removed {note}")
@@ -207,7 +214,7 @@ class CheckpointCallback(Callback):
                     f"(summary.json) and no valid checkpoint to continue it from ({choice.describe()}): a new run "
                     "would overwrite it; use another --out, or --overwrite to replace it")
             if choice.skipped:
-                self.log(f"{choice.describe()}: starting from step 0")
+                self._notice(f"{choice.describe()}: starting from step 0")
             return
         self.resumed = choice
         self.last_saved = trainer.step
@@ -219,8 +226,8 @@ class CheckpointCallback(Callback):
             changed += (f"; extending the finished run from {self.verdict.ended_at} to train.steps = {steps} (the "
                         f"learning rate follows the {steps}-step schedule from here: lr {lr:.3g} at step "
                         f"{trainer.step + 1})")
-        self.log(f"{choice.describe()} in {time.perf_counter() - t0:.2f} s: continuing at step {trainer.step}"
-                 + changed)
+        self._notice(f"{choice.describe()} in {time.perf_counter() - t0:.2f} s: continuing at step {trainer.step}"
+                     + changed)
 
     def _earlier_summary(self, trainer: TrainerView) -> dict[str, Any] | None:
         """The run folder's summary.json (rank 0 reads it, every rank gets it), None without one."""

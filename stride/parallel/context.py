@@ -156,7 +156,8 @@ class Parallel:
     ) -> int | None:
         """Prune `model` in place to this rank's stages (x, y: this rank's batch of one step).
 
-        Returns the FLOPs per step of the mean rank of the pipeline (if counted)."""
+        Returns the FLOPs per step of the mean rank of the pipeline (if counted), counted before TP: its TP
+        group's (see `rank_flops`)."""
         assert self.plan is not None and self.mesh is not None
         self.split = split_for_rank(model, self.plan, self.mesh.pp_rank, x, y, loss_fn,
                                     count_flops=count_flops, autocast=autocast)
@@ -167,6 +168,15 @@ class Parallel:
         total = torch.tensor([float(self.split.flops)], dtype=torch.float64, device=self.device)
         dist.all_reduce(total, group=self.mesh.pp_mesh.get_group())
         return int(total.item()) // self.plan.pp
+
+    def rank_flops(self, counted: int | None) -> int | None:
+        """One rank's FLOPs per step from those counted on the model before TP: 1/tp of them.
+
+        The ranks of a TP group read the same batch, so a count on the unsharded model is the whole group's
+        work (DDP / FSDP ranks count their own batch already). MFU counts model FLOPs, so the group's are
+        shared equally: parts TP leaves replicated (the embedding, final norm and head) count once, not once a rank.
+        """
+        return None if counted is None else counted // self.layout.tp
 
     def build_pipeline(self, model: nn.Module, loss_fn: LossFn) -> Pipeline:
         """Stages (compiled per block, then FSDP2 / DDP) and the schedule; after TP and AC."""

@@ -91,6 +91,8 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "step_time_breakdown_s": {k: v for k, v in breakdown.items() if k != "total"},
         "timed_steps": timer.steps,
         "timing_note": warmup_note(t.steps, tally.start_step, tr.cfg.metrics.skip_steps),  # None: steady-state figures
+        # per rank under every layout (MFU is against one device's peak): the model FLOPs of this rank's batch,
+        # under TP its group's / tp, under pp the mean stage's (docs/parallel.md); their sum over ranks is the step's
         "flops_per_step": tr.flops_per_step,
         "achieved_flops_per_s": achieved,
         # peak_flops_per_s, peak_flops_source, mfu, mfu_error

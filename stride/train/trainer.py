@@ -185,15 +185,16 @@ class Trainer:
         # Timesteps per sample: T of a [B, T, F] window, or of a [B, T] token sequence.
         self.seq_len = x0.shape[1] if x0.dim() >= 3 or (x0.dim() == 2 and not x0.is_floating_point()) else 1
         self.n_params = sum(p.numel() for p in self.model.parameters())  # the full model's
-        # FLOPs and the peak, once, on the raw model (before AC and compile).
-        self.flops_per_step = None
+        # FLOPs and the peak, once, on the raw model (before TP, AC and compile).
+        flops = None
         if self.par.pipelined:
             # Cut into pipeline stages first (this rank keeps its stages' parts): FLOPs are counted per
             # stage, and TP / AC / compile / FSDP below apply to the stages.
-            self.flops_per_step = self.par.split_pipeline(self.model, x0, y0, self.loss_fn, cfg.metrics.flops,
-                                                          self.precision.autocast)
+            flops = self.par.split_pipeline(self.model, x0, y0, self.loss_fn, cfg.metrics.flops,
+                                            self.precision.autocast)
         elif cfg.metrics.flops:
-            self.flops_per_step = count_train_flops(self.model, self.loss_fn, x0[:micro], y0[:micro]) * t.grad_accum
+            flops = count_train_flops(self.model, self.loss_fn, x0[:micro], y0[:micro]) * t.grad_accum
+        self.flops_per_step = self.par.rank_flops(flops)  # counted before TP: the TP group's, shared by its ranks
         self.peak = device_peak(self.device, t.precision, cfg.metrics.peak_flops)
         # Techniques applied from outside, in the documented order (see stride.train.apply).
         self.n_tp = self.par.apply_tp(self.model)

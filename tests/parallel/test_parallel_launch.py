@@ -99,3 +99,27 @@ def test_stride_train_nproc_2_writes_one_run_dir(tmp_path):
     assert proc.stdout.count("run directory:") == 1  # rank 0 only
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert sum('"loss"' in line for line in lines) == 3  # one writer: no duplicated records
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_notices_every_rank_shares_are_printed_once(tmp_path):
+    """A 1-process run resumed at --nproc 2: the resume block (and the staging choice, where 2 ranks take every
+    core) is rank 0's to print; what a rank says of itself (rank 1 has no RNG state in the checkpoint) stays."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[checkpoint]\nenabled = true\nevery = 2\nasync_save = true\n')
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "LOCAL_RANK", "RANK")}
+
+    def train(*extra: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), "--out", str(out), "--no-progress",
+                               *TINY, *extra], env=env, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stderr
+
+    train()
+    err = train("--nproc", "2", "--set", "train.steps=5")
+    assert err.count("resuming from step_00000003") == 1, err[-3000:]
+    assert err.count("world size: 1 (checkpoint) -> 2 (now)") == 1
+    assert err.count("checkpoint.staging = auto") <= 1  # printed only on a node whose 2 ranks take every core
+    assert err.count("no RNG or data state for rank 1") == 1

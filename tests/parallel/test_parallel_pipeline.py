@@ -240,8 +240,8 @@ def test_pipeline_matches_one_process(runs, reference, name, record_property):
     assert pipe["boundary_shape"] == [8 // dp // pipe["microbatches"], 16 // (tp if sp else 1), 32]
     assert ("tp" in got["parallel"]) == (tp > 1)
     # FLOPs per step are the mean rank's: the model's per-replica FLOPs over the pipeline's ranks
-    # (under TP, like TP alone, each TP rank reports its replica's)
-    assert got["flops_per_step"] == pytest.approx(ref["flops_per_step"] / 2 / dp, rel=1e-6)
+    # (under TP, like TP alone, over its TP ranks too)
+    assert got["flops_per_step"] == pytest.approx(ref["flops_per_step"] / 2 / dp / tp, rel=1e-6)
     assert got["per_rank_samples_per_s"] == pytest.approx(got["samples_per_s"] / world)
     parts = got["step_time_breakdown_s"]
     assert parts["forward"] > 0 and parts["backward"] > 0 and parts["pipeline_wait"] >= 0
