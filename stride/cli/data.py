@@ -157,14 +157,16 @@ def run_probe(args: argparse.Namespace) -> int:
 
     import torch
 
-    from stride.config import ConfigError, load_config
+    from stride.config import ConfigError, load_config, set_key
     from stride.data.build import build_data
     from stride.data.probe import plan_loader
     from stride.train.device import resolve_device
 
     try:
         cfg = load_config(args.config, args.set)
-        device = resolve_device(args.device or cfg.train.device)
+        if args.device is not None:  # checked as train.device is (auto, cpu, cuda, cuda:N), naming --device
+            set_key(cfg, "train.device", args.device, "--device")
+        device = resolve_device(cfg.train.device)
         if cfg.train.threads is not None:
             torch.set_num_threads(cfg.train.threads)
         data = dataclasses.replace(cfg.data, prefetch=0, gather_threads=1, device_resident=False)

@@ -1,4 +1,4 @@
-"""`stride repro RUN_DIR [--out DIR] [--tolerance R] [--json]`: re-run a recorded run and compare."""
+"""`stride repro RUN_DIR [--out DIR] [--tolerance R] [--nproc N] [--json]`: re-run a recorded run and compare."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="relative final-loss tolerance for non-deterministic runs (default 1e-5)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="change a recorded value for the re-run, e.g. --set train.threads=1")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="processes for the re-run (default: the recorded world_size; more than 1 runs "
+                        "`stride train --nproc N`)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(func=run)
 
@@ -22,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tolerance < 0:
         raise SystemExit(f"stride repro: --tolerance = {args.tolerance} must be >= 0")
-    rep = reproduce(args.run_dir, args.out, args.tolerance, args.overrides)
+    rep = reproduce(args.run_dir, args.out, args.tolerance, args.overrides, args.nproc)
     if args.json:
         print(json.dumps(rep.to_dict()))
         return 0 if rep.matches else 1
@@ -32,10 +35,16 @@ def run(args: argparse.Namespace) -> int:
     if not rep.config_hash_match:
         print("warning: the recorded config.toml does not hash to the recorded config_hash "
               "(a None-valued field is not written to TOML, or the schema changed)")
+    was = "not recorded" if rep.world_size_original is None else f"{rep.world_size_original} ({rep.parallel_original})"
+    print(f"world size: {was} -> {rep.world_size_rerun} ({rep.parallel_rerun}) in the re-run")
+    if rep.layout_note:  # a layout change mid-run: the environment line alone would make the runs look alike
+        print(f"layout history: {rep.layout_note}")
     if rep.env_diff:
         print("environment differs:")
         for key, (a, b) in rep.env_diff.items():
             print(f"  {key}: {a} -> {b}")
+    elif rep.layout_differs:
+        print("environment: same code version, packages and hardware, but not the same layout (above)")
     else:
         print("environment: same code version, packages and hardware")
     print(rep.verdict)

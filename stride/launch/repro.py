@@ -5,20 +5,34 @@ versions, hardware) and `summary.json` (params_sha256, config_hash, final loss).
 mode the re-run must reproduce the parameters bit for bit; otherwise the final loss must agree
 within a relative tolerance. Differences in code version and packages are reported beside the
 verdict because they are the usual reason a match fails.
+
+The re-run uses the recorded world size: more than one process runs `stride train --nproc N` (torchrun), as the
+command line would, since DDP's reduction order changes the last bits. A run whose layout changed mid-run (resumed
+under another world size or [parallel] layout; summary.json keeps its last resume's changes) cannot be replayed by
+one launch: the report says so and names it as the likely cause of a mismatch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
+import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stride.config import ConfigError, config_hash, load_config
+from stride.errors import StrideError
 
 HARDWARE_KEYS = ("cpu_model", "gpus")
+
+
+class ReproError(StrideError):
+    """The re-run itself failed (its own messages say why)."""
 
 
 @dataclass
@@ -33,6 +47,25 @@ class ReproReport:
     tolerance: float
     config_hash_match: bool
     env_diff: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    world_size_original: int | None = None  # None: not recorded (an older stride)
+    world_size_rerun: int = 1
+    parallel_original: str | None = None  # summary.json's `parallel` (single, ddp, fsdp, ...)
+    parallel_rerun: str | None = None
+    layout_changes: list[str] = field(default_factory=list)  # the recorded run's last resume: layout changes
+    layout_note: str | None = None  # why one launch cannot replay the recorded layout history, if it cannot
+
+    @property
+    def layout_differs(self) -> str | None:
+        """What differs between the recorded run's layout and the re-run's, in words (None: the same)."""
+        if self.layout_note:
+            return self.layout_note
+        wo, wr = self.world_size_original, self.world_size_rerun
+        if wo is not None and wo != wr:
+            return f"the re-run ran on {wr} process(es), the recorded run on {wo}"
+        po, pr = self.parallel_original, self.parallel_rerun
+        if po is not None and pr is not None and po != pr:
+            return f"the re-run's layout is {pr}, the recorded run's {po}"
+        return None
 
     @property
     def other_hardware(self) -> bool:
@@ -60,8 +93,13 @@ class ReproReport:
             return (f"match within tolerance (final loss rel. diff {self.loss_rel_diff:.2e} <= {self.tolerance:.0e})"
                     + why)
         if self.deterministic:
-            return "MISMATCH: deterministic run, but params_sha256 differs"
-        return f"MISMATCH: final loss rel. diff {self.loss_rel_diff:.2e} > {self.tolerance:.0e}"
+            return "MISMATCH: deterministic run, but params_sha256 differs" + self._likely_cause()
+        return f"MISMATCH: final loss rel. diff {self.loss_rel_diff:.2e} > {self.tolerance:.0e}" + self._likely_cause()
+
+    def _likely_cause(self) -> str:
+        """Another layout reduces gradients in another order (and a mid-run change is not replayed at all)."""
+        cause = self.layout_differs
+        return f" (likely cause: {cause})" if cause else ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +109,9 @@ class ReproReport:
             "loss_rel_diff": self.loss_rel_diff, "tolerance": self.tolerance,
             "config_hash_match": self.config_hash_match,
             "env_diff": {k: list(v) for k, v in self.env_diff.items()},
+            "world_size_original": self.world_size_original, "world_size_rerun": self.world_size_rerun,
+            "parallel_original": self.parallel_original, "parallel_rerun": self.parallel_rerun,
+            "layout_changes": list(self.layout_changes), "layout_note": self.layout_note,
         }
 
 
@@ -104,6 +145,46 @@ def _rel_diff(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), abs(b), 1e-30)
 
 
+def layout_history(summary: dict[str, Any]) -> tuple[list[str], str | None]:
+    """The recorded run's layout changes at its last resume (`checkpoint.resume_changes`: world size, [parallel]
+    and execution keys) and, when there are any, the line saying one launch cannot replay them."""
+    ck = summary.get("checkpoint") or {}
+    changes = [str(c) for c in ck.get("resume_changes") or []]
+    if not changes:
+        return [], None
+    note = (f"the recorded run changed layout when it resumed at step {summary.get('start_step')} "
+            f"({'; '.join(changes)}); one launch cannot replay that")
+    return changes, note
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Child processes write to stderr meanwhile: stdout carries the report alone (one JSON object with --json)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _launch(cfg_path: Path, overrides: list[str], rerun: Path, nproc: int) -> None:
+    """Train `cfg_path` into `rerun` on `nproc` processes through `stride train --nproc` (torchrun, the layout
+    check and the run folder's lock, as on the command line)."""
+    from stride.launch.torchrun import run_torchrun
+
+    sets = [a for o in [*overrides, "metrics.progress=false"] for a in ("--set", o)]
+    cmd = [sys.executable, "-m", "stride", "train", str(cfg_path), *sets, "--out", str(rerun), "--nproc", str(nproc)]
+    with _stdout_to_stderr():
+        code = run_torchrun(cmd, dict(os.environ))
+    if code != 0:
+        raise ReproError(f"the re-run into {rerun} on {nproc} processes (`stride train ... --nproc {nproc}`) failed "
+                         f"with exit code {code} (its messages are above); `stride repro --nproc 1` re-runs it in "
+                         "one process")
+
+
 def default_rerun_dir(run_dir: Path) -> Path:
     base = run_dir.parent / f"{run_dir.name}-repro"
     path, i = base, 1
@@ -113,10 +194,13 @@ def default_rerun_dir(run_dir: Path) -> Path:
 
 
 def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: float = 1e-5,
-              overrides: list[str] | None = None) -> ReproReport:
-    """Re-run `run_dir`'s recorded config into `out` (default `<run_dir>-repro`) and compare."""
+              overrides: list[str] | None = None, nproc: int | None = None) -> ReproReport:
+    """Re-run `run_dir`'s recorded config into `out` (default `<run_dir>-repro`) on `nproc` processes (default:
+    the recorded world size) and compare."""
     from stride.train.trainer import Trainer
 
+    if nproc is not None and nproc < 1:
+        raise ConfigError(f"--nproc {nproc} must be >= 1")
     run_dir = Path(run_dir)
     if run_dir.is_file():
         raise ConfigError(f"{run_dir}: a file; give the run directory that holds it ({run_dir.parent})"
@@ -147,18 +231,30 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
     hash_match = config_hash(cfg) == summary["config_hash"]
     cfg.metrics.progress = False
     rerun = Path(out) if out is not None else default_rerun_dir(run_dir)
-    for steps in (summary.get("checkpoint") or {}).get("extended_from") or []:
-        # An extended run (docs/checkpoint.md): replay each earlier segment to its own train.steps first, as the
-        # original was trained (the learning-rate schedule of each segment ran over that segment's step count).
+    recorded_world = summary.get("world_size")
+    world = nproc or (recorded_world if isinstance(recorded_world, int) and recorded_world > 0 else 1)
+    # An extended run (docs/checkpoint.md): replay each earlier segment to its own train.steps first, as the
+    # original was trained (the learning-rate schedule of each segment ran over that segment's step count).
+    segments = [int(s) for s in (summary.get("checkpoint") or {}).get("extended_from") or []]
+    for steps in [*segments, None]:
+        if world > 1:
+            _launch(cfg_path, [*(overrides or []), *([f"train.steps={steps}"] if steps is not None else [])],
+                    rerun, world)
+            continue
         segment = copy.deepcopy(cfg)
-        segment.train.steps = int(steps)
+        if steps is not None:
+            segment.train.steps = steps
         Trainer(config=segment, out=rerun).fit()
-    result = Trainer(config=cfg, out=rerun).fit()
-    new_env = _read_json(rerun / "env.json")
-    lo, ln = float(summary["final_train_loss"]), float(result.summary["final_train_loss"])
+    new_summary, new_env = _read_json(rerun / "summary.json"), _read_json(rerun / "env.json")
+    changes, note = layout_history(summary)
+    lo, ln = float(summary["final_train_loss"]), float(new_summary["final_train_loss"])
     return ReproReport(
         original=run_dir, rerun=rerun, deterministic=bool(cfg.train.deterministic),
-        params_match=result.summary["params_sha256"] == summary["params_sha256"],
+        params_match=new_summary["params_sha256"] == summary["params_sha256"],
         loss_original=lo, loss_rerun=ln, loss_rel_diff=_rel_diff(lo, ln), tolerance=tolerance,
         config_hash_match=hash_match, env_diff=env_diff(env, new_env),
+        world_size_original=recorded_world if isinstance(recorded_world, int) else None,
+        world_size_rerun=int(new_summary.get("world_size") or world),
+        parallel_original=summary.get("parallel"), parallel_rerun=new_summary.get("parallel"),
+        layout_changes=changes, layout_note=note,
     )

@@ -212,3 +212,13 @@ def test_the_fewest_page_streams_within_tie_of_the_fastest_are_kept() -> None:
     assert probe.choose_copy({"numpy": 0.7, "a0": 0.48, "l4s": 0.452, "l12s": 0.41}, v) == "l12s"
     # the margin is against the best of 4 or fewer streams, whichever that is
     assert probe.choose_copy({"numpy": 0.7, "a0": 0.44, "l4s": 0.47, "l12s": 0.42}, v) == "a0"
+
+
+@pytest.mark.parametrize("device", ["bogus", "cuda:x"])
+def test_data_probe_refuses_a_malformed_device_as_train_device_does(device: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `--device bogus` ended in torch's RuntimeError traceback (exit 1) and `--device cuda:x` said no
+    CUDA device is available; now both get train.device's one-line check, naming --device, exit 2."""
+    assert main(["data", "probe", "--device", device]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"stride data probe: --device: `train.device` = {device!r} must be auto, cpu, cuda or cuda:N"

@@ -118,3 +118,66 @@ def test_a_run_on_the_callers_data_says_so_and_repro_refuses_it(tmp_path: Path,
     assert "trained on data passed to Trainer(...)" in err and "config.toml does not describe" in err
     assert not (tmp_path / "own-repro").exists()
     assert _record(tmp_path, "train.steps=2").joinpath("summary.json").read_text().count('"caller"') == 0
+
+
+def _edit_summary(run: Path, **changes: object) -> None:
+    s = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**s, **changes}))
+
+
+def test_a_layout_change_mid_run_is_reported_and_named_in_the_verdict(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: a run resumed under another world size (killed at 1 process, continued at --nproc 2) re-ran as one
+    launch, and the report said only "environment: same code version, packages and hardware" beside the
+    mismatch. Now it states the recorded layout history, that one launch cannot replay it, and names it."""
+    run = _record(tmp_path)
+    s = json.loads((run / "summary.json").read_text())
+    _edit_summary(run, start_step=3, final_train_loss=s["final_train_loss"] * 1.1, params_sha256="0" * 64,
+                  checkpoint={"resumed_from": "step_00000003", "extended_from": [],
+                              "resume_changes": ["world size: 2 (checkpoint) -> 1 (now)"]})
+    assert main(["repro", str(run), "--out", str(tmp_path / "r1")]) == 1
+    text = capsys.readouterr().out
+    note = ("the recorded run changed layout when it resumed at step 3 (world size: 2 (checkpoint) -> 1 (now)); "
+            "one launch cannot replay that")
+    assert f"layout history: {note}\n" in text
+    assert "environment: same code version, packages and hardware\n" not in text
+    assert f"MISMATCH: final loss rel. diff 9.09e-02 > 1e-05 (likely cause: {note})" in text
+    assert main(["repro", str(run), "--out", str(tmp_path / "r2"), "--json"]) == 1
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["layout_changes"] == ["world size: 2 (checkpoint) -> 1 (now)"] and rep["layout_note"] == note
+    assert rep["world_size_original"] == rep["world_size_rerun"] == 1
+    assert rep["parallel_original"] == rep["parallel_rerun"] == s["parallel"]
+
+
+def test_a_rerun_on_another_world_size_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--nproc 1` for a run recorded on 2 processes: the re-run is one process, and a mismatch says so."""
+    run = _record(tmp_path)
+    s = json.loads((run / "summary.json").read_text())
+    _edit_summary(run, world_size=2, parallel="ddp", params_sha256="0" * 64,
+                  final_train_loss=s["final_train_loss"] * 1.1)
+    rep = reproduce(run, tmp_path / "r", nproc=1)
+    assert (rep.world_size_original, rep.world_size_rerun, rep.layout_note) == (2, 1, None)
+    assert rep.verdict.endswith("(likely cause: the re-run ran on 1 process(es), the recorded run on 2)")
+    assert main(["repro", str(run), "--nproc", "0"]) == 2
+    assert "--nproc 0 must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_a_multi_rank_run_is_re_run_on_its_world_size(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a 2-rank DDP run was re-run as one process, silently. Now `stride train --nproc 2` re-runs it (the
+    ranks' output on stderr: stdout holds the report alone)."""
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    cfg, run = tmp_path / "c.toml", tmp_path / "orig"
+    cfg.write_text('[train]\nname = "repro"\n')
+    sets = [a for o in TINY for a in ("--set", o)]
+    assert main(["train", str(cfg), *sets, "--set", "parallel.dp_replicate=2", "--out", str(run), "--nproc", "2"]) == 0
+    capfd.readouterr()
+    assert main(["repro", str(run), "--json"]) == 0
+    out = capfd.readouterr().out
+    rep = json.loads(out)  # one JSON object, nothing else
+    assert rep["world_size_original"] == rep["world_size_rerun"] == 2 and rep["layout_note"] is None
+    assert rep["parallel_original"] == rep["parallel_rerun"] == "ddp" and rep["matches"]
+    assert json.loads((tmp_path / "orig-repro" / "summary.json").read_text())["world_size"] == 2
