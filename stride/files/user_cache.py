@@ -7,8 +7,11 @@ else ~/.cache/stride.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +41,20 @@ def write_json_cache(path: Path, obj: dict[str, Any]) -> None:
         tmp.replace(path)
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock (flock on `path`.lock) around a read-modify-write of a cache file shared by processes;
+    where the folder cannot be written, no lock (the write then fails quietly too)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_suffix(path.suffix + ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -32,12 +32,13 @@ import math
 import os
 import platform
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from stride.files.user_cache import read_json_cache, user_cache_dir, write_json_cache
+from stride.files.user_cache import cache_lock, read_json_cache, user_cache_dir, write_json_cache
 from stride.metrics.matmul_rate import measured_matmul_peak
 
 CPUINFO = Path("/proc/cpuinfo")
@@ -137,10 +138,14 @@ def clock_cache_path() -> Path:
     return user_cache_dir() / "cpu_clock.json"
 
 
+def flags_digest(info: CpuInfo) -> str:
+    """A short digest of a CPU's instruction-set flags: part of the keys of what is measured per host."""
+    return hashlib.sha256(" ".join(sorted(info.flags)).encode()).hexdigest()[:12]
+
+
 def _host_clock_key(fp32_per_cycle: int) -> str:
     info = read_cpu_info()
-    flags = hashlib.sha256(" ".join(sorted(info.flags)).encode()).hexdigest()[:12]
-    return f"{platform.node()}|{info.model}|flags:{flags}|{fp32_per_cycle}FLOP/cycle"
+    return f"{platform.node()}|{info.model}|flags:{flags_digest(info)}|{fp32_per_cycle}FLOP/cycle"
 
 
 def gemm_clock_mhz(fp32_per_cycle: int, n: int = 512, seconds: float = 0.08, fresh: bool = False) -> float:
@@ -165,14 +170,28 @@ def gemm_clock_mhz(fp32_per_cycle: int, n: int = 512, seconds: float = 0.08, fre
             torch.set_num_threads(threads)
         mhz = best / fp32_per_cycle / GEMM_SHARE_BOUND / 1e6
         path, key = clock_cache_path(), _host_clock_key(fp32_per_cycle)
-        kept = read_json_cache(path)
-        seen = kept.get(key)
-        earlier = float(seen) if isinstance(seen, int | float) and math.isfinite(seen) and seen > 0 else 0.0
-        _GEMM_MHZ[fp32_per_cycle] = max(mhz, earlier, _GEMM_MHZ.get(fp32_per_cycle, 0.0))
-        if _GEMM_MHZ[fp32_per_cycle] > earlier:
-            kept[key] = _GEMM_MHZ[fp32_per_cycle]
-            write_json_cache(path, kept)
+        _GEMM_MHZ[fp32_per_cycle] = max(mhz, _kept_clock(path, key), _GEMM_MHZ.get(fp32_per_cycle, 0.0))
+        # several threads or processes (ranks, test workers) may write it at once: read again under the lock,
+        # so the highest clock stays
+        with _CLOCK_FILE_LOCK, cache_lock(path):
+            kept = read_json_cache(path)
+            if _GEMM_MHZ[fp32_per_cycle] > _clock_of(kept.get(key)):
+                kept[key] = _GEMM_MHZ[fp32_per_cycle]
+                write_json_cache(path, kept)
     return _GEMM_MHZ[fp32_per_cycle]
+
+
+_CLOCK_FILE_LOCK = threading.Lock()
+
+
+def _clock_of(seen: object) -> float:
+    return float(seen) if isinstance(seen, int | float) and math.isfinite(seen) and seen > 0 else 0.0
+
+
+def _kept_clock(path: Path, key: str) -> float:
+    return _clock_of(read_json_cache(path).get(key))
+
+
 
 
 def peak_clock(info: CpuInfo, measure: bool, fresh: bool = False) -> tuple[float | None, str]:

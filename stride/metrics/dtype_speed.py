@@ -13,13 +13,12 @@ it measured faster than fp32 by a margin, and outright only where the workload's
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 
 from stride.files.user_cache import read_json_cache, user_cache_dir, write_json_cache
-from stride.metrics.cpu_isa import read_cpu_info
+from stride.metrics.cpu_isa import flags_digest, read_cpu_info
 from stride.metrics.peak import measured_matmul_peak
 from stride.profile.precision_advice import FASTER, DtypeSpeeds, precision_line
 
@@ -38,8 +37,8 @@ def cache_path() -> Path:
 def host_key(threads: int | None = None) -> str:
     """The host as far as dtype speed goes: CPU model and flags, threads, torch version."""
     info = read_cpu_info()
-    flags = hashlib.sha256(" ".join(sorted(info.flags)).encode()).hexdigest()[:12]
-    return f"{info.model}|flags:{flags}|threads:{threads or torch.get_num_threads()}|torch:{torch.__version__}"
+    threads = threads or torch.get_num_threads()
+    return f"{info.model}|flags:{flags_digest(info)}|threads:{threads}|torch:{torch.__version__}"
 
 
 def measured_dtype_flops(threads: int | None = None, seconds: float = 0.15) -> dict[str, float]:

@@ -126,6 +126,8 @@ class StepTimer:
         step's total, so the breakdown's parts sum to the step time and throughput counts the stall (before,
         a checkpointing run's parts summed to 107 % of the step time). After a warm-up step, whose own time
         is not booked, nothing is booked either."""
+        if self.step_seconds:  # the throughput windows read these walls: the stall is the step's, there too
+            self.step_seconds[-1] += seconds
         if self._last_recorded:
             self.totals[phase] += seconds
             self.totals["total"] += seconds

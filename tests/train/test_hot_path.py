@@ -85,6 +85,7 @@ def test_time_added_after_a_step_is_in_its_total(monkeypatch) -> None:
     assert mean["total"] == pytest.approx((2 * 10.5e-3 + 0.02) / 2, rel=1e-12)
     assert mean["checkpoint"] == pytest.approx(0.01, rel=1e-12)
     assert sum(v for k, v in mean.items() if k != "total") == pytest.approx(mean["total"], rel=1e-12)
+    assert timer.step_seconds[-1] == pytest.approx(10.5e-3 + 0.02, rel=1e-12)  # the throughput windows' wall too
     warm = StepTimer(torch.device("cpu"))
     _drive(warm, 2, 1, monkeypatch)  # both warm-up steps
     warm.add("checkpoint", 0.02)
