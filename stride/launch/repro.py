@@ -218,7 +218,7 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
     for key in ("params_sha256", "config_hash", "final_train_loss"):
         if key not in summary:
             raise ConfigError(f"{run_dir / 'summary.json'} has no `{key}`: recorded by an older stride?")
-    from_caller = [w for k, w in (("model", "a model"), ("data", "data"))
+    from_caller = [w for k, w in (("model", "a model"), ("data", "data"), ("loss", "a loss"))
                    if (summary.get("inputs_from") or {}).get(k) == "caller"]
     if from_caller:
         raise ConfigError(f"{run_dir} trained on {' and '.join(from_caller)} passed to Trainer(...) in Python, which "

@@ -83,10 +83,11 @@ class Trainer:
         self.device = Parallel.device_for(resolve_device(t.device))  # cuda:LOCAL_RANK under a launcher
         self._on_host = self.device.type == "cpu"
         configure_process(t, self.device)
-        # what config.toml does not describe: a model or data passed in here (summary.json `inputs_from`; `stride
+        # what config.toml does not describe: a model, data or loss passed in here (summary.json `inputs_from`; `stride
         # repro` re-runs only what the config builds)
         self.inputs_from = {"model": "config" if model is None else "caller",
-                            "data": "config" if train_data is None else "caller"}
+                            "data": "config" if train_data is None else "caller",
+                            "loss": "config" if loss_fn is None else "caller"}
         bundle = None
         if model is None or train_data is None:
             bundle = build_data(self.cfg.data, t.batch_size, self.device)

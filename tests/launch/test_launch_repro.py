@@ -111,13 +111,17 @@ def test_a_run_on_the_callers_data_says_so_and_repro_refuses_it(tmp_path: Path,
     run = tmp_path / "own"
     cfg = load_config(overrides=[*TINY, "data.horizons=[1, 5]", "model.name=lstm"])  # any window length
     s = Trainer(train_data=data, config=cfg, out=run).fit().summary
-    assert s["inputs_from"] == {"model": "config", "data": "caller"}
+    assert s["inputs_from"] == {"model": "config", "data": "caller", "loss": "config"}
     assert s["timesteps_per_s"] == pytest.approx(s["samples_per_s"] * 32)  # the data's 32 steps, not the config's 16
     assert main(["repro", str(run)]) == 2
     err = capsys.readouterr().err
     assert "trained on data passed to Trainer(...)" in err and "config.toml does not describe" in err
     assert not (tmp_path / "own-repro").exists()
     assert _record(tmp_path, "train.steps=2").joinpath("summary.json").read_text().count('"caller"') == 0
+    own_loss = tmp_path / "own_loss"
+    Trainer(config=load_config(overrides=[*TINY, "train.steps=2"]), out=own_loss,
+            loss_fn=lambda pred, y: torch.nn.functional.l1_loss(pred, y)).fit()
+    assert main(["repro", str(own_loss)]) == 2 and "trained on a loss passed to Trainer" in capsys.readouterr().err
 
 
 def _edit_summary(run: Path, **changes: object) -> None:
