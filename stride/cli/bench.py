@@ -202,9 +202,10 @@ def _load_prices(path: str | None) -> dict[str, float]:
 
     try:
         return load_prices(path)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, IsADirectoryError) as exc:
         if path is not None:
-            raise ConfigError(f"--prices {path}: no such file (a TOML [prices] table, USD per device-hour)") from None
+            what = "is a directory, not a file" if Path(path).is_dir() else "no such file"
+            raise ConfigError(f"--prices {path}: {what} (a TOML [prices] table, USD per device-hour)") from None
         print(f"{exc}: the report leaves costs out (--prices FILE)")
         return {}
     except ValueError as exc:

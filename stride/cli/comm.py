@@ -12,7 +12,8 @@ from stride.comm.sizes import parse_bytes, size_ladder
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nproc", type=int, default=2, help="local processes to spawn (ignored under torchrun)")
+    parser.add_argument("--nproc", type=int, default=2,
+                        help="local processes to spawn (ignored under torchrun; default: %(default)s)")
     parser.add_argument("--collectives", default=",".join(COLLECTIVES),
                         help=f"comma-separated subset of: {', '.join(COLLECTIVES)} (default: all)")
     parser.add_argument("--min-bytes", default="8", help="smallest message, e.g. 8, 1K (default 8)")

@@ -16,7 +16,8 @@ def register(p: argparse.ArgumentParser) -> None:
     s.add_argument("--out", required=True, help="output directory")
     s.add_argument("--assets", type=int, default=64, help="symbols to simulate, >= 1 (default: %(default)s)")
     s.add_argument("--days", type=int, default=250, help="trading days (weekdays), >= 1 (default: %(default)s)")
-    s.add_argument("--freq", default="1min", help="bar length: 1min, 5min, 30s, 1h (must divide 6.5 h)")
+    s.add_argument("--freq", default="1min",
+                   help="bar length: 1min, 5min, 30s, 1h (must divide 6.5 h; default: %(default)s)")
     s.add_argument("--levels", type=int, default=5,
                    help="order-book levels per side, >= 0; 0 writes bars only (default: %(default)s)")
     s.add_argument("--seed", type=int, default=0,
@@ -30,7 +31,9 @@ def register(p: argparse.ArgumentParser) -> None:
     i.add_argument("--out", required=True, help="store directory (created by an atomic rename)")
     i.add_argument("--time-col", default="timestamp", help="the timestamp column (default: %(default)s)")
     i.add_argument("--time-format", default=None, help="strptime format for string timestamps, e.g. %%m/%%d/%%Y")
-    i.add_argument("--symbol-col", default="symbol", help="absent in the files: one symbol per file (its name)")
+    i.add_argument("--symbol-col", default="symbol",
+                   help="the symbol column (default: %(default)s); absent in the files: one symbol per file "
+                        "(its name)")
     i.add_argument("--columns", default=None, help="comma-separated feature columns (default: every other column)")
     i.add_argument("--fill-policy", default="error", choices=["error", "ffill", "zero"],
                    help="what to do with NaN/inf/missing values (default: stop with an error)")

@@ -11,7 +11,7 @@ from pathlib import Path
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", type=Path, help="TOML run config")
     p.add_argument("--nodes", type=int, default=1, help="nodes (Slurm) or pods (k8s) (default: %(default)s)")
-    p.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node; 0 runs on CPU")
+    p.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node; 0 runs on CPU (default: %(default)s)")
     p.add_argument("--procs-per-node", type=int, default=None,
                    help="torchrun processes per node (default: --gpus-per-node, or 1 on CPU)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -60,8 +60,10 @@ def register(p: argparse.ArgumentParser) -> None:
     r.add_argument("--address", default=None,
                    help="an existing Ray cluster (auto, HOST:PORT, ray://HOST:10001); default: start one here")
     r.add_argument("--use-gpu", choices=("auto", "true", "false"), default="auto",
-                   help="one GPU per worker; auto: when the cluster has enough and train.device allows")
-    r.add_argument("--cpus-per-worker", type=int, default=1, help="CPUs Ray reserves per worker (and its threads)")
+                   help="one GPU per worker; auto: when the cluster has enough and train.device allows "
+                        "(default: %(default)s)")
+    r.add_argument("--cpus-per-worker", type=int, default=1,
+                   help="CPUs Ray reserves per worker (and its threads; default: %(default)s)")
     r.add_argument("--max-failures", type=int, default=0,
                    help="times Ray restarts the workers after a failure; each restart resumes from the newest "
                         "checkpoint (-1: unlimited)")

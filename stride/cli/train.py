@@ -22,10 +22,12 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
     g = p.add_argument_group("distributed (runs torchrun underneath)")
     g.add_argument("--nproc", type=int, default=None, help="processes per node (one per GPU; on CPU one per core)")
-    g.add_argument("--nnodes", type=int, default=1, help="nodes taking part (each runs the same command)")
+    g.add_argument("--nnodes", type=int, default=1,
+                   help="nodes taking part (each runs the same command; default: %(default)s)")
     g.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the rendezvous, the same on every node")
     g.add_argument("--node-rank", type=int, default=None, help="this node's rank (optional with c10d rendezvous)")
-    g.add_argument("--max-restarts", type=int, default=0, help="times torchrun restarts all workers after a failure")
+    g.add_argument("--max-restarts", type=int, default=0,
+                   help="times torchrun restarts all workers after a failure (default: %(default)s)")
     p.set_defaults(func=run)
 
 
