@@ -22,6 +22,10 @@ Fraction = Range(ge=0, lt=1)
 
 Loss = Literal["mse", "huber", "quantile"]
 OptimName = Literal["adamw", "sgd", "adamw_triton", "adamw8bit", "adafactor"]
+SHARDED_PARAM_OPTIMIZERS: tuple[str, ...] = ("adamw", "adamw_triton", "sgd")
+"""The `optim.name`s that take DTensor parameters (`parallel.dp_shard` > 1 or `parallel.tp` > 1): their update is
+elementwise, so each rank updates its own shard. adamw8bit's 8-bit blocks and adafactor's row/column moments need
+whole tensors and refuse DTensors (stride.optim.dtensor); tests/optim checks this list against the classes."""
 OptimImpl = Literal["auto", "foreach", "fused", "for-loop"]
 Schedule = Literal["cosine", "constant"]
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -138,7 +142,8 @@ class OptimConfig:
 
     name: OptimName = "adamw"
     """adamw (torch), sgd, adamw_triton (one fused launch on GPU), adamw8bit (~2 B of state per parameter
-    instead of 8), adafactor (factored second moments)."""
+    instead of 8), adafactor (factored second moments). adamw8bit and adafactor need whole parameters: not with
+    parallel.dp_shard or parallel.tp > 1."""
     lr: Annotated[float, Positive] = 1e-3
     """Peak learning rate, reached after the warm-up."""
     weight_decay: Annotated[float, NonNegative] = 0.01
@@ -206,7 +211,8 @@ class TrainConfig:
 class ParallelConfig:
     """Degrees of each parallelism on one DeviceMesh (docs/parallel.md); their product is the world size.
 
-    With every degree 1 under a launcher of N processes, dp_replicate becomes N (plain DDP).
+    With every degree 1 under a launcher of N processes, dp_replicate becomes N (plain DDP). A key set for a
+    parallelism the layout does not use (mp_param_dtype without FSDP2, comm_hook without DDP) is named in a notice.
     """
 
     dp_replicate: Annotated[int, Positive] = 1

@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from stride.config.errors import ConfigError, suggest
 from stride.config.fields import check_fields
-from stride.config.schema import RunConfig
+from stride.config.schema import SHARDED_PARAM_OPTIMIZERS, RunConfig
 
 
 def validate(cfg: RunConfig) -> None:
@@ -51,6 +51,15 @@ def _validate_parallel(cfg: RunConfig) -> None:
         raise ConfigError(
             f"`parallel.comm_hook` = {p.comm_hook!r} is a DDP hook but `parallel.dp_shard` = {p.dp_shard} "
             "selects FSDP2: use `parallel.mp_param_dtype` to communicate in low precision there"
+        )
+    sharded = [f"`parallel.{k}` = {v}" for k, v in (("dp_shard", p.dp_shard), ("tp", p.tp)) if v > 1]
+    if sharded and cfg.optim.name not in SHARDED_PARAM_OPTIMIZERS:
+        # refused here, before any rank starts: each rank's optimizer would raise the same TypeError at set-up
+        ddp = "" if p.tp > 1 else f", or `parallel.dp_replicate` (DDP: whole parameters) to keep {cfg.optim.name}"
+        raise ConfigError(
+            f"`optim.name` = {cfg.optim.name!r} cannot update the sharded (DTensor) parameters of "
+            f"{' and '.join(sharded)}: its state needs each parameter whole, not a rank's shard; use `optim.name` = "
+            f"one of {', '.join(repr(n) for n in SHARDED_PARAM_OPTIMIZERS)} there{ddp}"
         )
     if p.pp > 1 and cfg.train.precision == "fp16":
         raise ConfigError(

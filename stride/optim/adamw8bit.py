@@ -38,7 +38,7 @@ from stride.optim.adamw8bit_codes import (
 )
 from stride.optim.adamw8bit_format1 import checkpoint_template, upgrade_state_dict
 from stride.optim.dtensor import reject_dtensor
-from stride.optim.state import KeepStateDtypes
+from stride.optim.state import KeepStateDtypes, RecordsPath
 
 IMPLS = ("auto", "triton", "torch")
 
@@ -189,7 +189,7 @@ def torch_f32_step(params: list[torch.Tensor], grads: list[torch.Tensor], states
     _apply(params, _split_update(update, sizes, params), h)
 
 
-class AdamW8bit(KeepStateDtypes, torch.optim.Optimizer):
+class AdamW8bit(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
     """AdamW (decoupled weight decay, bias correction) with block-wise 8-bit moments (state format 2).
 
     impl: "auto" (the Triton kernel for CUDA tensors, torch elsewhere: a CPU run never goes through
@@ -286,12 +286,15 @@ class AdamW8bit(KeepStateDtypes, torch.optim.Optimizer):
                 bp, bs = [ps[i] for i in idx], [states[i] for i in idx]
                 bg = [p.grad for p in bp]
                 if small:
+                    self._record("torch")
                     torch_f32_step(bp, bg, bs, h)
                 elif self._use_triton(bp) and all(x.is_contiguous() for x in bp + bg):
                     from stride.optim.triton_adamw8bit_kernel import adamw8bit_multi_tensor
 
+                    self._record("triton")
                     adamw8bit_multi_tensor(bp, bg, bs, lr=h.lr, beta1=beta1, beta2=beta2, eps=h.eps,
                                            weight_decay=h.weight_decay, step=t)
                 else:
+                    self._record("torch")
                     torch_q8_step(bp, bg, bs, h, self._scratch if bp[0].device.type == "cpu" else None)
         return loss

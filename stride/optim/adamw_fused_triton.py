@@ -18,7 +18,7 @@ from torch.optim.adam import adam as torch_adam
 
 from stride.kernels.runtime import notice_once, triton_runs_on
 from stride.optim.dtensor import is_dtensor
-from stride.optim.state import KeepStateDtypes
+from stride.optim.state import KeepStateDtypes, RecordsPath
 
 IMPLS = ("auto", "triton", "torch")
 
@@ -27,7 +27,7 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if is_dtensor(t) else t
 
 
-class FusedAdamW(KeepStateDtypes, torch.optim.Optimizer):
+class FusedAdamW(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
     """AdamW (decoupled weight decay, Adam bias correction), fp32 moments, one launch per group.
 
     impl: "auto" (Triton where the tensors allow, else torch), "triton" (Triton; torch with a notice
@@ -90,8 +90,14 @@ class FusedAdamW(KeepStateDtypes, torch.optim.Optimizer):
         steps = [self.state[p]["step"] for p in ps]
         use_triton = self.impl != "torch" and triton_runs_on(*p_l[:1])
         if self.impl == "triton" and not use_triton:
-            notice_once("fused-adamw-torch", "FusedAdamW: Triton cannot run on these tensors; using torch")
-        if use_triton and all(t.is_contiguous() for t in p_l + g_l + m_l + v_l):
+            notice_once(
+                "fused-adamw-torch",
+                f"stride.optim: optim.name='adamw_triton' (FusedAdamW) needs CUDA tensors (or TRITON_INTERPRET=1) "
+                f"for its Triton step, these are on {p_l[0].device.type}; using the torch AdamW path instead",
+            )
+        use_triton = use_triton and all(t.is_contiguous() for t in p_l + g_l + m_l + v_l)
+        self._record("triton" if use_triton else "torch")
+        if use_triton:
             for s in steps:
                 s += 1
             from stride.optim.triton_adamw_kernel import adamw_multi_tensor

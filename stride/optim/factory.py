@@ -43,8 +43,10 @@ def _sgd(params, cfg: OptimConfig, lr):
 def _adamw_triton(params, cfg: OptimConfig, lr):
     from stride.optim.adamw_fused_triton import FusedAdamW
 
-    # One Triton launch over all parameters on GPU; the exact torch path elsewhere.
-    return FusedAdamW(params, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    # One Triton launch over all parameters on GPU; the exact torch path elsewhere. impl="triton": the name asks
+    # for Triton, so a fallback says so once, as `train.kernels = "triton"` does.
+    return FusedAdamW(params, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
+                      impl="triton")
 
 
 def _adamw8bit(params, cfg: OptimConfig, lr):
@@ -77,6 +79,18 @@ def build_optimizer(
         )
     lr: float | torch.Tensor = torch.tensor(cfg.lr) if tensor_lr else cfg.lr
     return OPTIMIZERS[cfg.name](params, cfg, lr)
+
+
+def optimizer_impl(optimizer: torch.optim.Optimizer) -> str | None:
+    """Which implementation the steps ran (summary.json `optimizer_impl`): a Triton optimizer's path ("triton",
+    "torch"; None before a step), else torch's "fused", "foreach" or "for-loop". Why: a name or `optim.impl`
+    is a request that can fall back (adamw_triton without a GPU, `auto`), and a result should say what ran."""
+    if hasattr(optimizer, "impl_used"):  # stride.optim.state.RecordsPath
+        return optimizer.impl_used
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    if group.get("fused"):
+        return "fused"
+    return "foreach" if group.get("foreach") else "for-loop"
 
 
 def compiled_step(optimizer: torch.optim.Optimizer) -> Callable[[], None]:

@@ -56,3 +56,24 @@ class KeepStateDtypes:
                 # copies: torch's loader would share the saved `step` tensor with the state dict
                 device = value.device if key == "step" else p.device
                 self.state[p][key] = value.to(device=device, copy=True)  # type: ignore[attr-defined]
+
+
+class RecordsPath:
+    """Mixin for optimizers whose step picks its path per call (Triton where the tensors allow, else torch).
+
+    Why: `impl` is a request ("auto", or "triton" that falls back without a GPU), so a run's summary reports
+    what the steps actually ran, read from `impl_used` (stride.optim.factory.optimizer_impl)."""
+
+    _ran: frozenset[str] = frozenset()
+
+    # Not traced: under `compile = "model+optimizer"` dynamo dropped this store (impl_used stayed None); eager, it
+    # is one graph break in a step that already breaks at each `.item()`.
+    @torch.compiler.disable
+    def _record(self, path: str) -> None:
+        if path not in self._ran:
+            self._ran = self._ran | {path}
+
+    @property
+    def impl_used(self) -> str | None:
+        """The paths the steps ran, "triton", "torch" or "torch+triton" (both); None before the first step."""
+        return "+".join(sorted(self._ran)) or None

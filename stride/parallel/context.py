@@ -30,6 +30,7 @@ from stride.parallel.mesh import Mesh, init_mesh, local_device
 from stride.parallel.pipeline import Pipeline, SplitResult, split_for_rank
 from stride.parallel.pipeline_plan import PipelinePlan
 from stride.parallel.tp import apply_tp
+from stride.parallel.unused_keys import notice_unused_parallel_keys
 
 
 class Parallel:
@@ -48,6 +49,8 @@ class Parallel:
     def create(cls, cfg: RunConfig, model: nn.Module, device: torch.device, tokens: int | None) -> Parallel:
         """Check the layout against world size, model and batch, then (N > 1) build the mesh."""
         layout, plan = check_layout(cfg, model, env_world_size(), tokens)
+        # a [parallel] key this layout does not use (FSDP's mp_param_dtype on one process, say): said once, by rank 0
+        notice_unused_parallel_keys(cfg.parallel, layout, rank=int(os.environ.get("RANK", "0")))
         if layout.world_size == 1:
             return cls(cfg, layout, None, device)
         watchdog.install(cfg.parallel.collective_timeout_s, int(os.environ.get("RANK", "0")))

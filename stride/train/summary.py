@@ -14,6 +14,7 @@ from stride.metrics.hashing import params_sha256
 from stride.metrics.memory import peak_memory
 from stride.metrics.peak import Peak, device_peak, mfu_fields
 from stride.metrics.step_timer import StepTimer
+from stride.optim.factory import optimizer_impl
 from stride.parallel.context import Parallel
 from stride.train.precision import Precision
 
@@ -53,6 +54,7 @@ class Summarised(Protocol):
     saved_activation_bytes: int | None
     data_loader: dict[str, Any] | None
     inputs_from: dict[str, str]
+    optimizer: torch.optim.Optimizer
 
 
 def warmup_note(steps: int, start_step: int, skip: int) -> str | None:
@@ -119,6 +121,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "device": str(tr.device),
         "precision": t.precision,
         "kernels": tr.kernels_impl,
+        "optimizer_impl": optimizer_impl(tr.optimizer),  # the implementation that ran (a fallback says so)
         "params": tr.n_params,
         "params_sha256": params_sha256(par.pipeline.full_state(tr.model) if par.pipeline else tr.model),
         "pipeline": par.plan_summary(),

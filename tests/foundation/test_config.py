@@ -94,3 +94,64 @@ def test_cli_help_lists_commands(capsys) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "train" in out and "bench" in out
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    (["parallel.dp_shard=2", "optim.name=adamw8bit"], ["`parallel.dp_shard` = 2", "`parallel.dp_replicate` (DDP"]),
+    (["parallel.tp=2", "optim.name=adafactor"], ["`parallel.tp` = 2"]),
+    (["parallel.dp_shard=2", "parallel.tp=2", "optim.name=adafactor"], ["`parallel.dp_shard` = 2 and `parallel.tp`"]),
+])
+def test_optimizers_that_need_whole_parameters_are_refused_with_sharding(override: list[str], words: list[str]) -> None:
+    """adamw8bit / adafactor refuse DTensors: each rank used to start and fail at set-up, suggesting a name that
+    does not exist ('fused_adamw'). The config says so first, with names that exist and take DTensors."""
+    from stride.config.schema import SHARDED_PARAM_OPTIMIZERS
+
+    with pytest.raises(ConfigError) as info:
+        load_config("configs/quickstart.toml", override)
+    msg = str(info.value)
+    name = override[-1].split("=")[1]
+    assert f"`optim.name` = {name!r}" in msg and "fused_adamw" not in msg, msg
+    assert "one of " + ", ".join(repr(n) for n in SHARDED_PARAM_OPTIMIZERS) in msg, msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+@pytest.mark.parametrize("override", [
+    ["parallel.dp_shard=2", "optim.name=adamw"], ["parallel.tp=2", "optim.name=adamw_triton"],
+    ["parallel.dp_shard=2", "optim.name=sgd"], ["parallel.dp_replicate=2", "optim.name=adamw8bit"],
+    ["parallel.pp=2", "optim.name=adafactor"],
+])
+def test_optimizers_sharded_layouts_can_use_are_accepted(override: list[str]) -> None:
+    load_config("configs/quickstart.toml", override)
+
+
+def _unused(override: list[str], world_size: int) -> list[str]:
+    from stride.parallel.layout import resolve_layout
+    from stride.parallel.unused_keys import unused_parallel_keys
+
+    cfg = load_config("configs/quickstart.toml", override)
+    return unused_parallel_keys(cfg.parallel, resolve_layout(cfg.parallel, world_size))
+
+
+def test_parallel_keys_without_effect_on_one_process_are_named() -> None:
+    """mp_param_dtype and comm_hook on one process trained plain fp32 with no word: the notice names each key."""
+    unused = _unused(["parallel.mp_param_dtype=bf16", "parallel.comm_hook=powersgd", "parallel.backend=gloo",
+                      "parallel.sequence_parallel=false", "parallel.pp_schedule=gpipe"], 1)
+    assert [u.split(" acts on ")[0] for u in unused] == [
+        '`parallel.mp_param_dtype` = "bf16"', '`parallel.comm_hook` = "powersgd"',
+        "`parallel.sequence_parallel` = false", '`parallel.pp_schedule` = "gpipe"', '`parallel.backend` = "gloo"']
+    assert "FSDP2's sharded parameters" in unused[0] and "DDP's gradient all-reduce" in unused[1]
+
+
+@pytest.mark.parametrize(("override", "world_size", "expected"), [
+    ([], 1, []),  # defaults: nothing to say
+    (["parallel.mp_param_dtype=bf16", "parallel.dp_shard=2"], 2, []),  # FSDP uses it
+    (["parallel.comm_hook=bf16", "parallel.ddp_bucket_mb=5"], 2, []),  # DDP over 2 (degrees 1) uses them
+    (["parallel.mp_param_dtype=bf16"], 2, ["mp_param_dtype"]),  # ... but not FSDP's key
+    (["parallel.dp_shard=2", "parallel.static_graph=true"], 2, ["static_graph"]),
+    (["parallel.comm_hook=fp16", "parallel.powersgd_rank=4"], 2, ["powersgd_rank"]),  # not the PowerSGD hook
+    (["parallel.collective_timeout_s=60"], 1, ["collective_timeout_s"]),
+])
+def test_parallel_keys_without_effect_depend_on_the_layout(override: list[str], world_size: int,
+                                                           expected: list[str]) -> None:
+    assert [u.split("`")[1].removeprefix("parallel.") for u in _unused(override, world_size)] == expected
