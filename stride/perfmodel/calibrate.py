@@ -148,8 +148,8 @@ def thread_warnings(runs: list[RunInputs], hw: Hardware) -> list[str]:
     """Runs at another thread count than `hw` was probed at: the probe's peaks and bandwidth are per that
     count, so the fit absorbs the difference into the factors (a 2-thread run against a 1-thread probe fitted
     memory 2.15, and the 1-thread-per-rank runs came out 52 % too fast)."""
-    m = PROBED_THREADS.search(hw.display_name)
-    probed = int(m.group(1)) if m else None
+    m = PROBED_THREADS.search(hw.display_name)  # an entry a probe wrote before `probed_threads` existed
+    probed = hw.probed_threads or (int(m.group(1)) if m else None)
     return [f"{r.run_dir} ran {r.threads} thread(s) per process ({r.threads_from}) but hardware `{hw.name}` was "
             f"probed with {probed}: rerun it with --set train.threads={probed}, or probe with --threads {r.threads}"
             for r in runs if probed and r.threads and r.threads != probed]

@@ -62,6 +62,8 @@ class Hardware:
     # hosts: shared memory system and caches); measured by `stride plan probe`
     contention_slowdown: float = 1.0
     cpu: bool = False
+    # threads per process the entry's figures were measured at (`stride plan probe`); 0: not measured here
+    probed_threads: int = 0
     # measured collectives (`stride comm --profile-out`, file named by `comm_profile`):
     # name -> (alpha seconds, seconds per byte, world size it was measured at)
     collectives: dict[str, tuple[float, float, int]] = field(default_factory=dict)
@@ -187,9 +189,9 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
         elif key == "collectives":
             raise ConfigError(f"{where}: hardware `{name}`: give measured collectives as "
                               "comm_profile = \"<stride comm --profile-out file>\"")
-        elif key == "scaleup_domain":
+        elif key in ("scaleup_domain", "probed_threads"):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"{where}: hardware `{name}`.scaleup_domain must be an integer >= 1, got {v!r}")
+                raise ConfigError(f"{where}: hardware `{name}`.{key} must be an integer >= 1, got {v!r}")
             values[key] = v
         else:
             if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < math.inf:  # NaN fails too

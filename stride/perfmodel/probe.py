@@ -168,6 +168,7 @@ def hardware_toml(name: str, m: dict[str, float], comm_profile: str | None = Non
         f"fsdp_unit_overhead_us = {m['fsdp_unit_overhead_us']:.4g}",
         f"contention_slowdown = {m['contention_slowdown']:.4g}",
         "cpu = true",
+        f"probed_threads = {int(m['threads'])}",
         f"scaleup_domain = {cores or os.cpu_count() or 1}",
         'assumed = ["memory_gib", "scaleup_bw_gbps", "scaleup_latency_us", "scaleout_latency_us", '
         '"price_per_hour_usd"]',

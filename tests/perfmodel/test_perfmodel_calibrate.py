@@ -134,6 +134,19 @@ def test_a_run_at_another_thread_count_than_the_probe_is_named(tmp_path: Path,
     (line,) = [w for w in out["warnings"] if "thread" in w]
     assert line.startswith(f"{two} ran 2 thread(s) per process (env.json torch_threads)")
     assert "`local-cpu` was probed with 1" in line and one not in line
+    # the count is a field of the entry (`probed_threads`), not only words of its display name
+    text = hardware_toml("local-cpu", PROBED, cores=2)
+    assert "probed_threads = 1" in text
+    renamed = "\n".join('display_name = "my box"' if ln.startswith("display_name") else ln
+                         for ln in text.splitlines())
+    (tmp_path / "renamed.toml").write_text(renamed + "\n")
+    assert main(["plan", "calibrate", two, "--hardware", "local-cpu",
+                 "--hardware-file", str(tmp_path / "renamed.toml")]) == 0
+    assert any("was probed with 1" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+    (tmp_path / "bad.toml").write_text(text.replace("probed_threads = 1", "probed_threads = 0"))
+    assert main(["plan", "calibrate", two, "--hardware", "local-cpu", "--hardware-file",
+                 str(tmp_path / "bad.toml")]) == 2
+    assert "probed_threads must be an integer >= 1" in capsys.readouterr().err
 
 
 def test_a_checkpoint_stall_is_taken_out_of_the_measured_step(tmp_path: Path) -> None:
