@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stride.report.svg import spread_chart
-from stride.sweep.stats import MORE_SEEDS, bootstrap_diff, holm, welch
+from stride.sweep.stats import MORE_SEEDS, diff_interval, holm, welch
 
 SEED_KEYS = ("train.seed", "data.seed")
 SUMMARY_COLUMNS = ("status", "steps", "final_train_loss", "final_val_loss", "time_to_target_s", "diverged_at_step",
@@ -72,17 +72,20 @@ def _val(r: dict[str, Any]) -> float | None:
 
 def pairwise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For every pair of configurations: mean difference of final val loss, Welch's t, df, p (raw and Holm),
-    and the bootstrap 95 % interval of the difference; `significant` when Holm's p < 0.05 and the interval
-    excludes 0, None (no test, no claim either way) with fewer than 2 seeds on a side."""
+    and the 95 % interval of the difference (`ci95`; `ci95_method`: Welch's t interval below
+    BOOTSTRAP_MIN_SEEDS seeds a side, whose percentile bootstrap covers far less than 95 %, else the bootstrap);
+    `significant` when Holm's p < 0.05 and the interval excludes 0, None (no test, no claim either way) with
+    fewer than 2 seeds on a side."""
     confs = {k: [v for v in map(_val, rs) if v is not None] for k, rs in configurations(results).items()}
     pairs = []
     for a, b in combinations(sorted(confs), 2):
-        w, ci = welch(confs[a], confs[b]), bootstrap_diff(confs[a], confs[b])
+        w, ci = welch(confs[a], confs[b]), diff_interval(confs[a], confs[b])
         pairs.append({"a": a, "b": b, "n_a": len(confs[a]), "n_b": len(confs[b]),
                       "mean_a": statistics.fmean(confs[a]) if confs[a] else None,
                       "mean_b": statistics.fmean(confs[b]) if confs[b] else None,
                       "diff": w.diff if w else None, "t": w.t if w else None, "df": w.df if w else None,
-                      "p": w.p if w else None, "ci95": list(ci) if ci else None})
+                      "p": w.p if w else None, "ci95": list(ci[0]) if ci else None,
+                      "ci95_method": ci[1] if ci else None})
     for pair, adj in zip(pairs, holm([p["p"] for p in pairs]), strict=True):
         pair["p_holm"] = adj
         pair["significant"] = None if adj is None else bool(adj < 0.05 and pair["ci95"] and

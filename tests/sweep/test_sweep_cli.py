@@ -57,11 +57,16 @@ def test_the_sweep_directory_and_report(finished):
     assert len(results["workloads"]) == 6 and results["suite"] == "sweep"
     pairs = results["sweep"]["pairs"]
     assert len(pairs) == 1 and pairs[0]["n_a"] == pairs[0]["n_b"] == 3  # two learning rates, three seeds each
-    assert set(pairs[0]) >= {"diff", "t", "df", "p", "p_holm", "ci95", "significant"}
+    assert set(pairs[0]) >= {"diff", "t", "df", "p", "p_holm", "ci95", "ci95_method", "significant"}
+    lo, hi = pairs[0]["ci95"]  # 3 seeds a side: Welch's t interval, excluding 0 exactly when the raw p < 0.05
+    assert pairs[0]["ci95_method"] == "welch_t" and lo < pairs[0]["diff"] < hi
+    assert (lo > 0 or hi < 0) == (pairs[0]["p"] < 0.05)
     assert results["sweep"]["cost"]["train_speedup"] is not None
     html = (finished / "report.html").read_text()
     assert html.count("<svg") == 1 and "optim.lr" in html  # one swept key besides the seed
-    assert "Pairs of configurations" in (finished / "summary.md").read_text()
+    summary = (finished / "summary.md").read_text()
+    assert "Pairs of configurations" in summary and "ci95_method welch_t (fewer than 25 seeds on a side)" in summary
+    assert "| welch_t |" in summary and "ci95_method" in html
 
 
 def test_running_again_trains_nothing(config, finished, capsys):
@@ -200,10 +205,11 @@ def test_one_seed_per_configuration_makes_no_claim_about_seed_noise(config, tmp_
     summary = (out / "summary.md").read_text()
     assert "no claim on which configurations differ" in summary and "significant:" not in summary
     row = next(line for line in summary.splitlines() if line.startswith('| optim.lr='))
-    assert row.endswith("| 1 | 1 | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"), row  # no [x, x] interval
+    assert row.endswith("| 1 | 1 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"), row  # no [x, x] interval
     results = load_results(out / "results.json")
     (pair,) = results["sweep"]["pairs"]
     assert pair["ci95"] is None and pair["significant"] is None and pair["p"] is None  # null: no test, no claim
+    assert pair["ci95_method"] is None
     assert all(w["throughput"]["cv"] is None for w in results["workloads"])  # one measurement: no spread, not 0
 
 
