@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -57,9 +58,15 @@ def run(args: argparse.Namespace) -> int:
 
     from stride.comm.launch import CommJob, run_spawned, run_torchrun, under_torchrun
 
-    backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    backend = (args.backend or ("nccl" if torch.cuda.is_available() else "gloo")).lower()
     if backend == "nccl":
         return _fail("the nccl backend needs CUDA buffers; this version benchmarks CPU tensors: use --backend gloo")
+    if msg := _backend_problem(backend):
+        return _fail(msg)
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else args.nproc
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if under_torchrun() else args.nproc
+    if msg := _size_problem(names, sizes, world) or _memory_problem(names, sizes[-1], world, local):
+        return _fail(msg)
     job = CommJob(names, sizes, args.iters, args.warmup, backend)
     if under_torchrun():
         rows, rank, world = run_torchrun(job)
@@ -70,14 +77,24 @@ def run(args: argparse.Namespace) -> int:
             rows = run_spawned(job, args.nproc)
         except ValueError as exc:
             return _fail(str(exc))
-        world = args.nproc
     report = {"backend": backend, "world_size": world, "dtype": "float32", "rows": [r.to_dict() for r in rows]}
+    no_profile = None
     if args.profile_out:
-        from stride.comm.hwprofile import profile_tables, write_profile
+        from stride.comm.hwprofile import profile_tables, writable, write_profile
 
-        path = write_profile(args.profile_out, rows, backend, world)
-        report["profile"] = {"path": str(path), **{k: v for k, v in profile_tables(rows, backend, world).items()
-                                                   if k.startswith("collectives.")}}
+        tables = profile_tables(rows, backend, world)
+        keep, left_out = writable(tables)
+        report["profile"] = {"path": None, **{k: v for k, v in tables.items() if k.startswith("collectives.")},
+                             "left_out": left_out}
+        if len(keep) > 1:  # meta and at least one collective
+            from stride.perfmodel.hardware import read_comm_profile
+
+            path = write_profile(args.profile_out, tables, lambda tmp: read_comm_profile(tmp, "stride comm"))
+            report["profile"]["path"] = str(path)
+        else:
+            why = "; ".join(f"{k}: {v}" for k, v in left_out.items()) or "no collective had 2 correct sizes"
+            no_profile = (f"--profile-out {args.profile_out}: not written: no collective's bandwidth was resolved "
+                          f"({why}); {_MORE}")
     if args.json:
         print(json.dumps(report))
     else:
@@ -85,17 +102,69 @@ def run(args: argparse.Namespace) -> int:
     bad = [r for r in rows if not r.correct]
     for r in bad:
         print(f"stride comm: WRONG RESULT {r.collective} {r.bytes} B: {r.error}", file=sys.stderr)
-    return 1 if bad else 0
+    if no_profile:
+        _fail(no_profile)
+    return 1 if bad else 2 if no_profile else 0
+
+
+_MORE = "measure larger messages (--max-bytes) or more --iters"
+
+
+def _backend_problem(backend: str) -> str | None:
+    """A backend this torch lacks fails deep in init_process_group with a traceback; say so up front."""
+    import torch.distributed as dist
+
+    if backend not in ("undefined", "fake") and dist.is_backend_available(backend):
+        return None
+    here = [b for b in dist.Backend.backend_list if b not in ("undefined", "fake") and dist.is_backend_available(b)]
+    return f"--backend {backend}: not available in this torch build; available here: {', '.join(here) or 'none'}"
+
+
+def _size_problem(names: list[str], sizes: list[int], world: int) -> str | None:
+    """Sizes too small to give every rank one element are skipped by the benchmark: an error when that leaves a
+    collective with none (a table without rows said nothing), else a note naming the skipped sizes."""
+    from stride.comm.collectives import COLLECTIVES
+
+    empty, skipped = [], {}
+    for name in names:
+        least = COLLECTIVES[name].min_bytes(world)
+        small = [s for s in sizes if s < least]
+        if len(small) == len(sizes):
+            empty.append(f"{name} {least} B")
+        elif small:
+            skipped.setdefault((least, tuple(small)), []).append(name)
+    if empty:
+        span = f"{sizes[0]}-{sizes[-1]}" if len(sizes) > 1 else f"{sizes[0]}"
+        return (f"every size ({span} B) is below the smallest that gives each of {world} ranks one float32: "
+                f"{', '.join(empty)}; use --max-bytes (and --min-bytes) at least that")
+    for (least, small), which in skipped.items():
+        print(f"stride comm: note: {', '.join(map(str, small))} B skipped for {', '.join(which)} "
+              f"(below {least} B, one float32 per rank at {world} ranks)", file=sys.stderr)
+    return None
+
+
+def _memory_problem(names: list[str], max_bytes: int, world: int, local: int) -> str | None:
+    """Refuse a --max-bytes this host cannot hold (16G would allocate several 16 GiB buffers per rank)."""
+    import psutil
+
+    from stride.comm.collectives import peak_bytes
+
+    need = local * max(peak_bytes(n, max_bytes, world) for n in names)
+    have = psutil.virtual_memory().available
+    if need <= have:
+        return None
+    return (f"--max-bytes {max_bytes / 2**30:.3g} GiB: about {need / 2**30:.1f} GiB needed ({local} ranks here, "
+            f"buffers and result check of the largest size), {have / 2**30:.1f} GiB available; lower --max-bytes")
 
 
 def fit_line(name: str, fit: dict) -> str:
     """One collective's alpha-beta line. A beta held at 0 (time did not grow with size) is no bandwidth to
-    quote: the profile stores 0.0 there, which printed as "bandwidth 0.000 GB/s", a link that moves nothing."""
-    if fit["beta_us_per_byte"] > 0:
-        bw = f"bandwidth {fit['algbw_GBps']:.3f} GB/s (busbw {fit['busbw_GBps']:.3f})"
-    else:
-        sizes = fit.get("sizes_bytes") or [0]
-        bw = f"bandwidth not resolved (time did not grow with size, {min(sizes):,}-{max(sizes):,} B)"
+    quote: it printed as "bandwidth 0.000 GB/s", a link that moves nothing; such a fit is left out of the file."""
+    from stride.comm.hwprofile import unresolved
+
+    if why := unresolved(fit):
+        return f"{name}: alpha {fit['alpha_us']:.1f} us, {why}, r2 {fit['fit_r2']:.3f}"
+    bw = f"bandwidth {fit['algbw_GBps']:.3f} GB/s (busbw {fit['busbw_GBps']:.3f})"
     return f"{name}: alpha {fit['alpha_us']:.1f} us, {bw}, r2 {fit['fit_r2']:.3f}"
 
 
@@ -115,5 +184,9 @@ def _table(report: dict) -> None:
     for key, fit in report.get("profile", {}).items():
         if key.startswith("collectives."):
             con.print(fit_line(key[12:], fit), highlight=False, soft_wrap=True)
-    if "profile" in report:
-        con.print(f"hardware profile written to {report['profile']['path']}")
+    prof = report.get("profile")
+    if prof and prof["left_out"]:
+        con.print(f"left out of the profile: {', '.join(prof['left_out'])} (bandwidth not resolved); {_MORE}",
+                  highlight=False, soft_wrap=True)
+    if prof and prof["path"]:
+        con.print(f"hardware profile written to {prof['path']}")

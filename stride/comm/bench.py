@@ -39,9 +39,9 @@ def run_benchmark(collectives: list[str], sizes: list[int], iters: int, warmup: 
     for name in collectives:
         coll = COLLECTIVES[name]
         for nbytes in sizes:
+            if nbytes < coll.min_bytes(world):
+                continue  # too small to split over the ranks (the CLI names these sizes)
             count = coll.count_for(nbytes, world)
-            if count < world:
-                continue  # too small to split over the ranks
             real_bytes = count * ELEM
             p = Prepared(name, count, rank, world)
             err = p.check()

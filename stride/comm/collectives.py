@@ -47,6 +47,18 @@ class Collective:
     bus_factor: Callable[[int], float]
     # count_for(nbytes, world) -> elements per rank of the send buffer (0 if the size is too small)
     count_for: Callable[[int, int], int]
+    # per-rank buffers as a multiple of nbytes (an upper bound: a shard of 1/n counted whole)
+    buffers: int = 1
+
+    def min_bytes(self, world: int) -> int:
+        """Smallest size that gives each rank one element; the benchmark skips smaller ones."""
+        return ELEM * world
+
+
+def peak_bytes(name: str, nbytes: int, world: int) -> int:
+    """Per-rank peak memory of one size, an upper bound to refuse a size the host cannot hold: the buffers plus
+    the check's int64 pattern temporaries and expected result (peak RSS measured 4-7.5x nbytes at 256 MiB)."""
+    return (COLLECTIVES[name].buffers + 6) * nbytes
 
 
 def _per_rank(nbytes: int, world: int) -> int:
@@ -59,11 +71,11 @@ def _split(nbytes: int, world: int) -> int:
 
 COLLECTIVES: dict[str, Collective] = {
     "all_reduce": Collective("all_reduce", lambda n: 2 * (n - 1) / n, _per_rank),
-    "all_gather": Collective("all_gather", lambda n: (n - 1) / n, _split),
-    "reduce_scatter": Collective("reduce_scatter", lambda n: (n - 1) / n, _split),
-    "all_to_all": Collective("all_to_all", lambda n: (n - 1) / n, _split),
+    "all_gather": Collective("all_gather", lambda n: (n - 1) / n, _split, 2),
+    "reduce_scatter": Collective("reduce_scatter", lambda n: (n - 1) / n, _split, 2),
+    "all_to_all": Collective("all_to_all", lambda n: (n - 1) / n, _split, 2),
     "broadcast": Collective("broadcast", lambda n: 1.0, _per_rank),
-    "send_recv": Collective("send_recv", lambda n: 1.0, _per_rank),
+    "send_recv": Collective("send_recv", lambda n: 1.0, _per_rank, 2),
 }
 
 

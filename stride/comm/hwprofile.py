@@ -10,6 +10,7 @@ import math
 import os
 import platform
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -61,18 +62,48 @@ def profile_tables(rows: list[Row], backend: str, world: int) -> dict[str, dict]
     return tables
 
 
-def write_profile(path: str | Path, rows: list[Row], backend: str, world: int) -> Path:
-    """Write atomically (temp file + rename), so a half-written profile is never read as valid."""
+def unresolved(fit: dict) -> str | None:
+    """Why a fit cannot go into a profile, or None if it can. The planner refuses a profile with beta = 0
+    (a link that moves bytes in no time), and the fit holds beta at 0 where time did not grow with size."""
+    if fit["beta_us_per_byte"] > 0:
+        return None
+    sizes = fit.get("sizes_bytes") or [0]
+    return f"bandwidth not resolved (time did not grow with size, {min(sizes):,}-{max(sizes):,} B)"
+
+
+def writable(tables: dict[str, dict]) -> tuple[dict[str, dict], dict[str, str]]:
+    """(the tables a profile may hold, {collective: why left out}): one noisy collective must not make
+    the whole profile unreadable."""
+    keep, left_out = {}, {}
+    for key, kv in tables.items():
+        why = unresolved(kv) if key.startswith("collectives.") else None
+        if why:
+            left_out[key.removeprefix("collectives.")] = why
+        else:
+            keep[key] = kv
+    return keep, left_out
+
+
+def write_profile(path: str | Path, tables: dict[str, dict],
+                  validate: Callable[[Path], object] | None = None) -> Path:
+    """Write the `writable` part of `tables` atomically (temp file + rename), so a half-written profile is never
+    read as valid. `validate` reads the temp file before the rename (the CLI passes the planner's reader, which
+    this layer may not import), so a profile the planner would refuse is never written: it raises, no file."""
     p = Path(path)
     lines = ["# stride hardware profile: collective latency (alpha) and inverse bandwidth (beta) from `stride comm`",
              "# time(bytes) = alpha_us + beta_us_per_byte * bytes; bytes as nccl-tests counts them", ""]
-    for table, kv in profile_tables(rows, backend, world).items():
+    for table, kv in writable(tables)[0].items():
         lines.append(f"[{table}]")
         lines.extend(f"{k} = {_val(v)}" for k, v in kv.items())
         lines.append("")
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name + ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write("\n".join(lines))
-    os.replace(tmp, p)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write("\n".join(lines))
+        if validate:
+            validate(Path(tmp))
+        os.replace(tmp, p)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return p

@@ -197,6 +197,10 @@ def probe_niced(threads: int = 1) -> dict[str, float]:
 def probe_cli(args: argparse.Namespace) -> int:
     import json
 
+    if args.comm_profile:  # read as the planner will, before minutes of probing: a bad profile fails here
+        from stride.perfmodel.hardware import read_comm_profile
+
+        read_comm_profile(Path(args.comm_profile), "stride plan probe --comm-profile")
     m = probe_niced(args.threads or 1)
     text = hardware_toml(args.name or "local-cpu", m, args.comm_profile)
     if args.out:

@@ -23,7 +23,7 @@ def test_stride_comm_two_processes(tmp_path: Path) -> None:
            "--factor", "8", "--iters", "3", "--warmup", "1", "--json", "--profile-out", str(prof)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode in (0, 2), res.stderr[-2000:]  # 2: no collective's bandwidth resolved (noisy box)
     rep = json.loads(res.stdout.strip().splitlines()[-1])
     rows = rep["rows"]
     assert rep["world_size"] == 2
@@ -39,9 +39,14 @@ def test_stride_comm_two_processes(tmp_path: Path) -> None:
         assert r["time_us"] > 0
         assert r["algbw_GBps"] == pytest.approx(r["bytes"] / (r["time_us"] * 1e-6) / 1e9, rel=1e-9)
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * factor[r["collective"]], rel=1e-12)
+    left_out = rep["profile"]["left_out"]
+    if res.returncode == 2:
+        assert set(left_out) == set(factor) and not prof.exists() and "not written" in res.stderr
+        return
     doc = tomllib.loads(prof.read_text())
-    assert set(doc["collectives"]) == set(factor)
-    assert all(v["alpha_us"] >= 0 and v["beta_us_per_byte"] >= 0 for v in doc["collectives"].values())
+    assert set(doc["collectives"]) | set(left_out) == set(factor) and not set(doc["collectives"]) & set(left_out)
+    # what the planner's reader demands: an unresolved bandwidth (beta 0) is left out, not written
+    assert all(v["alpha_us"] >= 0 and v["beta_us_per_byte"] > 0 for v in doc["collectives"].values())
 
 
 CHECKER = r'''

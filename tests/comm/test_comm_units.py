@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from stride.comm.bench import Row, iters_for
 from stride.comm.collectives import COLLECTIVES
 from stride.comm.fit import fit_alpha_beta
-from stride.comm.hwprofile import FORMAT, write_profile
+from stride.comm.hwprofile import FORMAT, profile_tables, write_profile
 from stride.comm.sizes import parse_bytes, size_ladder
 
 
@@ -79,7 +80,7 @@ def test_profile_toml_round_trip(tmp_path: Path) -> None:
     rows = [Row("all_reduce", b, b // 4, 20.0 + b * 0.002, 0.0, 0.0, True) for b in (8, 1024, 1 << 20)]
     rows.append(Row("broadcast", 8, 2, 5.0, 0.0, 0.0, True))  # one size only: no fit, no table
     rows.append(Row("all_gather", 8, 2, 5.0, 0.0, 0.0, False, "wrong"))
-    p = write_profile(tmp_path / "sub" / "hw.toml", rows, "gloo", 2)
+    p = write_profile(tmp_path / "sub" / "hw.toml", profile_tables(rows, "gloo", 2))
     doc = tomllib.loads(p.read_text())
     assert doc["meta"]["format"] == FORMAT and doc["meta"]["world_size"] == 2 and doc["meta"]["backend"] == "gloo"
     assert set(doc["collectives"]) == {"all_reduce"}
@@ -92,7 +93,6 @@ def test_profile_toml_round_trip(tmp_path: Path) -> None:
 
 def test_the_fit_line_quotes_no_bandwidth_where_time_did_not_grow_with_size() -> None:
     from stride.cli.comm import fit_line
-    from stride.comm.hwprofile import profile_tables
 
     # gloo send/recv on the loaded 2-core AMD EPYC: ~2.6-8 ms at every size from 8 B to 4 MiB
     flat = [Row("send_recv", b, b // 4, t, 0.0, 0.0, True)
@@ -103,3 +103,116 @@ def test_the_fit_line_quotes_no_bandwidth_where_time_did_not_grow_with_size() ->
     assert "bandwidth not resolved (time did not grow with size, 8-4,194,304 B)" in line
     assert "0.000 GB/s" not in line  # what it printed: a link that moves nothing
     assert "bandwidth 0.500 GB/s (busbw 0.500)" in fit_line("all_reduce", tables["collectives.all_reduce"])
+
+
+# --- `stride comm` in this process: the benchmark itself replaced by synthetic rows (no processes) ---
+
+FLAT = [(8, 3387.7), (4096, 4837.9), (1 << 20, 3801.0)]  # time did not grow with size: beta held at 0
+
+
+def _rows(name: str, points: list[tuple[int, float]]) -> list[Row]:
+    return [Row(name, b, b // 4, t, 0.0, 0.0, True) for b, t in points]
+
+
+def _comm(argv: list[str], monkeypatch: pytest.MonkeyPatch, rows: list[Row] | None = None) -> int:
+    """Run `stride comm` with `run_spawned` returning `rows` (or failing the test if it is reached)."""
+    import stride.comm.launch
+    from stride.cli.main import main
+
+    def fake(job: object, nproc: int) -> list[Row]:
+        assert rows is not None, "the benchmark ran; the arguments should have been refused first"
+        return rows
+
+    monkeypatch.setattr(stride.comm.launch, "run_spawned", fake)
+    return main(["comm", *argv])
+
+
+def test_profile_leaves_out_unresolved_collectives_and_the_planner_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from stride.perfmodel.hardware import read_comm_profile
+
+    rows = _rows("all_reduce", FLAT) + _rows("all_to_all", [(b, 20.0 + b * 0.002) for b in (8, 1024, 1 << 20)])
+    out = tmp_path / "hw.toml"
+    assert _comm(["--profile-out", str(out)], monkeypatch, rows) == 0
+    console = capsys.readouterr().out
+    assert "left out of the profile: all_reduce (bandwidth not resolved)" in console and "--max-bytes" in console
+    assert set(tomllib.loads(out.read_text())["collectives"]) == {"all_to_all"}
+    assert set(read_comm_profile(out, "test")) == {"all_to_all"}  # it wrote beta = 0.0 and the planner refused it
+
+
+def test_no_profile_written_when_no_bandwidth_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "hw.toml"
+    assert _comm(["--profile-out", str(out), "--json"], monkeypatch, _rows("all_reduce", FLAT)) == 2
+    cap = capsys.readouterr()
+    assert "not written: no collective's bandwidth was resolved (all_reduce: bandwidth not resolved" in cap.err
+    assert "--max-bytes" in cap.err and "--iters" in cap.err
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert json.loads(cap.out)["profile"]["left_out"] == {"all_reduce": "bandwidth not resolved (time did not grow "
+                                                                         "with size, 8-1,048,576 B)"}
+
+
+def test_write_profile_validates_before_the_rename(tmp_path: Path) -> None:
+    def refuse(tmp: Path) -> None:
+        raise ValueError(f"refused {tmp.name}")
+
+    rows = _rows("all_reduce", [(b, 20.0 + b * 0.002) for b in (8, 1024)])
+    with pytest.raises(ValueError, match="refused"):
+        write_profile(tmp_path / "hw.toml", profile_tables(rows, "gloo", 2), refuse)
+    assert not list(tmp_path.iterdir())  # neither the profile nor its temp file
+
+
+def test_sizes_all_too_small_is_an_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _comm(["--collectives", "all_gather", "--min-bytes", "5", "--max-bytes", "7"], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert "every size (5 B) is below" in err and "all_gather 8 B" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sizes_partly_too_small_get_a_note(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _rows("all_gather", [(8, 5.0), (16, 6.0)])
+    assert _comm(["--collectives", "all_gather", "--min-bytes", "4", "--max-bytes", "16", "--nproc", "2"],
+                 monkeypatch, rows) == 0
+    assert "note: 4 B skipped for all_gather (below 8 B" in capsys.readouterr().err
+
+
+def test_unavailable_backend_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import torch.distributed as dist
+
+    if dist.is_backend_available("mpi"):
+        pytest.skip("this torch has MPI")
+    assert _comm(["--backend", "mpi"], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stride comm: --backend mpi: not available") and "available here: gloo" in err
+
+
+def test_max_bytes_beyond_available_memory_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import collections
+
+    import psutil
+
+    mem = collections.namedtuple("mem", "available")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: mem(4 << 30))
+    assert _comm(["--collectives", "all_reduce", "--min-bytes", "1G", "--max-bytes", "1G"], monkeypatch) == 2
+    err = capsys.readouterr().err  # all_reduce: (1 buffer + 6) x 1 GiB x 2 ranks
+    assert "about 14.0 GiB needed (2 ranks here" in err and "4.0 GiB available" in err
+
+
+def test_probe_reads_the_comm_profile_before_probing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import stride.perfmodel.probe
+    from stride.cli.main import main
+
+    bad = tmp_path / "hw.toml"
+    bad.write_text('[meta]\nformat = "stride-hwprofile-1"\nworld_size = 2\n'
+                   "[collectives.all_reduce]\nalpha_us = 2037.5\nbeta_us_per_byte = 0.0\n")
+
+    def no_probe(threads: int) -> dict:
+        raise AssertionError("probed before reading the comm profile")
+
+    monkeypatch.setattr(stride.perfmodel.probe, "probe_niced", no_probe)
+    out = tmp_path / "local.toml"
+    assert main(["plan", "probe", "--out", str(out), "--comm-profile", str(bad)]) == 2
+    assert "alpha must be >= 0 and beta > 0" in capsys.readouterr().err and not out.exists()
