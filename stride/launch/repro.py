@@ -149,12 +149,25 @@ def layout_history(summary: dict[str, Any]) -> tuple[list[str], str | None]:
     """The recorded run's layout changes at its last resume (`checkpoint.resume_changes`: world size, [parallel]
     and execution keys) and, when there are any, the line saying one launch cannot replay them."""
     ck = summary.get("checkpoint") or {}
-    changes = [str(c) for c in ck.get("resume_changes") or []]
+    changes = [str(c) for c in ck.get("resume_changes") or [] if _changes_numbers(str(c))]
     if not changes:
         return [], None
-    note = (f"the recorded run changed layout when it resumed at step {summary.get('start_step')} "
+    note = (f"the recorded run changed layout or execution when it resumed at step {summary.get('start_step')} "
             f"({'; '.join(changes)}); one launch cannot replay that")
     return changes, note
+
+
+# resume changes that leave the numbers as they were: loading, validation, timeouts and timing (a review found
+# `data.prefetch` reported as a layout change a launch "cannot replay", beside a bitwise match)
+_SAME_NUMBERS = ("data.", "train.val_every", "train.val_batches", "parallel.backend", "parallel.collective_timeout_s",
+                 "parallel.comm_timing")
+
+
+def _changes_numbers(change: str) -> bool:
+    """Whether a `checkpoint.resume_changes` line ("key: a (checkpoint) -> b (now)") is one that can change what
+    a run computes: the world size, a [parallel] degree or schedule, grad_accum, kernels, optim.impl, device..."""
+    key = change.split(":", 1)[0].strip()
+    return not key.startswith(_SAME_NUMBERS)
 
 
 @contextlib.contextmanager

@@ -141,8 +141,8 @@ def test_a_layout_change_mid_run_is_reported_and_named_in_the_verdict(tmp_path: 
                               "resume_changes": ["world size: 2 (checkpoint) -> 1 (now)"]})
     assert main(["repro", str(run), "--out", str(tmp_path / "r1")]) == 1
     text = capsys.readouterr().out
-    note = ("the recorded run changed layout when it resumed at step 3 (world size: 2 (checkpoint) -> 1 (now)); "
-            "one launch cannot replay that")
+    note = ("the recorded run changed layout or execution when it resumed at step 3 (world size: 2 (checkpoint) -> "
+            "1 (now)); one launch cannot replay that")
     assert f"layout history: {note}\n" in text
     assert "environment: same code version, packages and hardware\n" not in text
     assert f"MISMATCH: final loss rel. diff 9.09e-02 > 1e-05 (likely cause: {note})" in text
@@ -151,6 +151,12 @@ def test_a_layout_change_mid_run_is_reported_and_named_in_the_verdict(tmp_path: 
     assert rep["layout_changes"] == ["world size: 2 (checkpoint) -> 1 (now)"] and rep["layout_note"] == note
     assert rep["world_size_original"] == rep["world_size_rerun"] == 1
     assert rep["parallel_original"] == rep["parallel_rerun"] == s["parallel"]
+    # a resume that changed only how batches were loaded or validated changes nothing a re-run cannot replay
+    _edit_summary(run, checkpoint={"resumed_from": "step_00000003", "extended_from": [],
+                                   "resume_changes": ["data.prefetch: 'auto' (checkpoint) -> 4 (now)",
+                                                      "train.val_every: 0 (checkpoint) -> 2 (now)"]})
+    rep = reproduce(run, tmp_path / "r3")
+    assert rep.layout_note is None and "likely cause" not in rep.verdict
 
 
 def test_a_rerun_on_another_world_size_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
