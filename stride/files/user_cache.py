@@ -49,12 +49,13 @@ def cache_lock(path: Path) -> Iterator[None]:
     where the folder cannot be written, no lock (the write then fails quietly too)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path.with_suffix(path.suffix + ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+        fd = os.open(path.with_suffix(path.suffix + ".lock"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
     except OSError:
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):  # a file system without flock (Lustre without -o flock): no lock
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

@@ -192,8 +192,6 @@ def _kept_clock(path: Path, key: str) -> float:
     return _clock_of(read_json_cache(path).get(key))
 
 
-
-
 def peak_clock(info: CpuInfo, measure: bool, fresh: bool = False) -> tuple[float | None, str]:
     """(MHz, where it came from) for the peak: cpufreq's maximum as is; any other clock (or none) raised to the
     clock a measured fp32 GEMM implies where `measure` (this machine) and that is higher (`fresh`: measured

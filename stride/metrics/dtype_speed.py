@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from stride.files.user_cache import read_json_cache, user_cache_dir, write_json_cache
+from stride.files.user_cache import cache_lock, read_json_cache, user_cache_dir, write_json_cache
 from stride.metrics.cpu_isa import flags_digest, read_cpu_info
 from stride.metrics.peak import measured_matmul_peak
 from stride.profile.precision_advice import FASTER, DtypeSpeeds, precision_line
@@ -56,8 +56,10 @@ def measured_dtype_flops(threads: int | None = None, seconds: float = 0.15) -> d
             got = {name: measured_matmul_peak(cpu, dt, n=PROBE_N, seconds=seconds) for name, dt in DTYPES.items()}
         finally:
             torch.set_num_threads(before)
-        kept[key] = got
-        write_json_cache(path, kept)
+        with cache_lock(path):  # other processes may add their hosts' figures meanwhile: read again, then write
+            kept = read_json_cache(path)
+            kept[key] = got
+            write_json_cache(path, kept)
     _MEMO[key] = got
     return got
 

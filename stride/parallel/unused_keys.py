@@ -50,5 +50,5 @@ def notice_unused_parallel_keys(p: ParallelConfig, layout: Layout, rank: int = 0
     unused = unused_parallel_keys(p, layout) if rank == 0 else []
     if unused:
         procs = f"{layout.world_size} process{'es' if layout.world_size > 1 else ''}"
-        notice_once("parallel-unused-keys",
+        notice_once("parallel-unused-keys:" + ";".join(unused),
                     f"stride.parallel: no effect on this layout ({layout.strategy}, {procs}): " + "; ".join(unused))

@@ -111,8 +111,12 @@ def run_inputs(run_dir: Path) -> RunInputs:
     if not step and summary.get("step_time_s"):
         # a checkpoint stall counts in the trainer's step time (stride.metrics.step_timer.StepTimer.add); the
         # model predicts the training step alone, so the stall is taken out
-        stall = (summary.get("step_time_breakdown_s") or {}).get("checkpoint") or 0.0
-        step = summary["step_time_s"] - stall if isinstance(stall, int | float) else summary["step_time_s"]
+        parts = summary.get("step_time_breakdown_s") or {}
+        stall = parts.get("checkpoint") or 0.0
+        nums = [v for v in parts.values() if isinstance(v, int | float)]
+        # only where the parts sum to the step time: a run recorded before stalls counted in it kept them apart
+        counted = abs(sum(nums) - summary["step_time_s"]) <= 0.01 * summary["step_time_s"]
+        step = summary["step_time_s"] - (stall if isinstance(stall, int | float) and counted else 0.0)
     if not step and summary.get("samples_per_s"):
         step = t.batch_size / summary["samples_per_s"]
     if not step or step <= 0:

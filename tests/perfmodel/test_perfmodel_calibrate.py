@@ -156,5 +156,16 @@ def test_a_checkpoint_stall_is_taken_out_of_the_measured_step(tmp_path: Path) ->
     d.mkdir()
     (d / "config.toml").write_text(config_to_toml(load_config(overrides=["data.n_steps=1024"])))
     (d / "summary.json").write_text(json.dumps({"step_time_s": 1.25, "world_size": 1,
-                                                "step_time_breakdown_s": {"forward": 0.5, "checkpoint": 0.25}}))
+                                                "step_time_breakdown_s": {"forward": 1.0, "checkpoint": 0.25}}))
+    assert run_inputs(d).measured_step_s == pytest.approx(1.0)
+
+
+def test_an_older_run_whose_stall_was_outside_its_step_time_keeps_it(tmp_path: Path) -> None:
+    """Runs recorded before stalls counted in the step time kept `checkpoint` apart (the parts sum past
+    `step_time_s`): nothing is taken out of those."""
+    d = tmp_path / "old"
+    d.mkdir()
+    (d / "config.toml").write_text(config_to_toml(load_config(overrides=["data.n_steps=1024"])))
+    (d / "summary.json").write_text(json.dumps({"step_time_s": 1.0, "world_size": 1,
+                                                "step_time_breakdown_s": {"forward": 1.0, "checkpoint": 0.25}}))
     assert run_inputs(d).measured_step_s == pytest.approx(1.0)
