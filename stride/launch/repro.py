@@ -193,9 +193,11 @@ def _launch(cfg_path: Path, overrides: list[str], rerun: Path, nproc: int) -> No
     with _stdout_to_stderr():
         code = run_torchrun(cmd, dict(os.environ))
     if code != 0:
-        raise ReproError(f"the re-run into {rerun} on {nproc} processes (`stride train ... --nproc {nproc}`) failed "
+        err = ReproError(f"the re-run into {rerun} on {nproc} processes (`stride train ... --nproc {nproc}`) failed "
                          f"with exit code {code} (its messages are above); `stride repro --nproc 1` re-runs it in "
                          "one process")
+        err.exit_code = 2 if code == 2 else 1  # the child refused its input: bad input here too, not a mismatch
+        raise err
 
 
 def default_rerun_dir(run_dir: Path) -> Path:
@@ -249,6 +251,10 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
     # An extended run (docs/checkpoint.md): replay each earlier segment to its own train.steps first, as the
     # original was trained (the learning-rate schedule of each segment ran over that segment's step count).
     segments = [int(s) for s in (summary.get("checkpoint") or {}).get("extended_from") or []]
+    if world > 1:  # a layout that does not fit this count is a one-line config error (exit 2) before any launch
+        from stride.launch.preflight import check_before_launch
+
+        check_before_launch(cfg, world)
     for steps in [*segments, None]:
         if world > 1:
             _launch(cfg_path, [*(overrides or []), *([f"train.steps={steps}"] if steps is not None else [])],

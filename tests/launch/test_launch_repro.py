@@ -170,6 +170,11 @@ def test_a_rerun_on_another_world_size_names_it(tmp_path: Path, capsys: pytest.C
     assert rep.verdict.endswith("(likely cause: the re-run ran on 1 process(es), the recorded run on 2)")
     assert main(["repro", str(run), "--nproc", "0"]) == 2
     assert "--nproc 0 must be >= 1" in capsys.readouterr().err
+    # a count the recorded layout does not fit (a batch of 32 over 3 ranks): one config error, exit 2, nothing
+    # launched (before: the launched ranks refused it and repro exited 1, as for a mismatch)
+    assert main(["repro", str(run), "--nproc", "3", "--out", str(tmp_path / "r3")]) == 2
+    err = capsys.readouterr().err
+    assert "config error" in err and "batch" in err and not (tmp_path / "r3").exists()
 
 
 @pytest.mark.dist
