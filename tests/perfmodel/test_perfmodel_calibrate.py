@@ -149,23 +149,15 @@ def test_a_run_at_another_thread_count_than_the_probe_is_named(tmp_path: Path,
     assert "probed_threads must be an integer >= 1" in capsys.readouterr().err
 
 
-def test_a_checkpoint_stall_is_taken_out_of_the_measured_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("step", "parts"), [
+    (1.25, {"forward": 1.0, "checkpoint": 0.25}),  # the stall counted in the step time: taken out
+    (1.0, {"forward": 1.0, "checkpoint": 0.25}),  # a run recorded before it counted (parts past the step): kept
+])
+def test_a_checkpoint_stall_is_taken_out_of_the_measured_step(tmp_path: Path, step: float, parts: dict) -> None:
     """The trainer's step time counts checkpoint stalls (its breakdown's `checkpoint`); the model predicts the
-    training step, so calibration reads the step time less the stall."""
+    training step, so calibration reads the step time less the stall, where the stall is in it."""
     d = tmp_path / "ck"
     d.mkdir()
     (d / "config.toml").write_text(config_to_toml(load_config(overrides=["data.n_steps=1024"])))
-    (d / "summary.json").write_text(json.dumps({"step_time_s": 1.25, "world_size": 1,
-                                                "step_time_breakdown_s": {"forward": 1.0, "checkpoint": 0.25}}))
-    assert run_inputs(d).measured_step_s == pytest.approx(1.0)
-
-
-def test_an_older_run_whose_stall_was_outside_its_step_time_keeps_it(tmp_path: Path) -> None:
-    """Runs recorded before stalls counted in the step time kept `checkpoint` apart (the parts sum past
-    `step_time_s`): nothing is taken out of those."""
-    d = tmp_path / "old"
-    d.mkdir()
-    (d / "config.toml").write_text(config_to_toml(load_config(overrides=["data.n_steps=1024"])))
-    (d / "summary.json").write_text(json.dumps({"step_time_s": 1.0, "world_size": 1,
-                                                "step_time_breakdown_s": {"forward": 1.0, "checkpoint": 0.25}}))
+    (d / "summary.json").write_text(json.dumps({"step_time_s": step, "world_size": 1, "step_time_breakdown_s": parts}))
     assert run_inputs(d).measured_step_s == pytest.approx(1.0)
