@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=4", "data.n_assets=4", "data.n_steps=600",
-        "data.seq_len=16", "train.batch_size=8", "train.steps=5", "train.val_every=0", "train.threads=1",
-        "metrics.progress=false", "metrics.flops=false", "parallel.tp=2"]
+DRIVER = Path(__file__).with_name("tp_optim_driver.py")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _port() -> int:
@@ -26,35 +26,21 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, port: int, opt: str, out: str) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    import torch.distributed as dist
-
-    from stride.config import load_config
-    from stride.train.trainer import Trainer
-
-    tr = Trainer(config=load_config(overrides=[*TINY, f"optim.name={opt}"]), write_run_dir=False)
-    tr.fit()
-    w = dict(tr.model.named_parameters())["blocks.0.attn_norm.weight"].to_local().detach().clone()
-    both = [torch.empty_like(w) for _ in range(2)]
-    dist.all_gather(both, w)
-    if rank == 0:
-        torch.save(torch.stack(both), out)
-    dist.destroy_process_group()
-
-
-def _norm_replicas(tmp_path: Path, opt: str) -> torch.Tensor:
-    out = str(tmp_path / f"{opt}.pt")
-    port = _port()
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank, args=(r, port, opt, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=240)
-        assert p.exitcode == 0, f"a rank exited with {p.exitcode}"
-    return torch.load(out)
+def _norm_replicas(tmp_path: Path, opt: str) -> list[torch.Tensor]:
+    """Each rank's copy of the replicated weight after 5 steps (2 gloo ranks, one process each, as the
+    checkpoint tests launch them)."""
+    out, port = tmp_path / opt, str(_port())
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": port, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+               "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        procs.append(subprocess.Popen([sys.executable, str(DRIVER), opt, str(out)], env=env, cwd=REPO,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    errs = [p.communicate(timeout=240)[1] for p in procs]
+    for rank, (p, err) in enumerate(zip(procs, errs, strict=True)):
+        assert p.returncode == 0, f"rank {rank} exited with {p.returncode}:\n{err[-3000:]}"
+    return [torch.load(f"{out}.{rank}") for rank in range(2)]
 
 
 @pytest.mark.dist

@@ -1,0 +1,23 @@
+"""One rank of test_parallel_tp_optim: train a tiny model at tp = 2 with `optim.name` = argv[1], then save this
+rank's copy of a replicated weight (a norm's) to argv[2] with the rank appended."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from stride.config import load_config
+from stride.train.trainer import Trainer
+
+TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=4", "data.n_assets=4", "data.n_steps=600",
+        "data.seq_len=16", "train.batch_size=8", "train.steps=5", "train.val_every=0", "train.threads=1",
+        "metrics.progress=false", "metrics.flops=false", "parallel.tp=2"]
+
+if __name__ == "__main__":
+    opt, out = sys.argv[1], sys.argv[2]
+    tr = Trainer(config=load_config(overrides=[*TINY, f"optim.name={opt}"]), write_run_dir=False)
+    tr.fit()
+    w = dict(tr.model.named_parameters())["blocks.0.attn_norm.weight"].to_local().detach().clone()
+    torch.save(w, f"{out}.{os.environ['RANK']}")
