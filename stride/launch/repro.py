@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stride.config import ConfigError, config_hash, load_config
+from stride.config import ConfigError, RunConfig, config_hash, load_config
 from stride.errors import StrideError
 
 HARDWARE_KEYS = ("cpu_model", "gpus")
@@ -183,7 +183,14 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _launch(cfg_path: Path, overrides: list[str], rerun: Path, nproc: int) -> None:
+def one_process_advice(cfg: RunConfig) -> str:
+    """How to re-run in one process: `--nproc 1`, and each [parallel] degree the config sets above 1 set to 1
+    (a layout of tp = 2 does not fit one process: `--nproc 1` alone was refused)."""
+    sets = [f" --set parallel.{k}=1" for k in ("dp_replicate", "dp_shard", "tp", "pp") if getattr(cfg.parallel, k) > 1]
+    return f"`stride repro --nproc 1{''.join(sets)}` re-runs it in one process"
+
+
+def _launch(cfg_path: Path, overrides: list[str], rerun: Path, nproc: int, advice: str) -> None:
     """Train `cfg_path` into `rerun` on `nproc` processes through `stride train --nproc` (torchrun, the layout
     check and the run folder's lock, as on the command line)."""
     from stride.launch.torchrun import run_torchrun
@@ -194,8 +201,7 @@ def _launch(cfg_path: Path, overrides: list[str], rerun: Path, nproc: int) -> No
         code = run_torchrun(cmd, dict(os.environ))
     if code != 0:
         err = ReproError(f"the re-run into {rerun} on {nproc} processes (`stride train ... --nproc {nproc}`) failed "
-                         f"with exit code {code} (its messages are above); `stride repro --nproc 1` re-runs it in "
-                         "one process")
+                         f"with exit code {code} (its messages are above); {advice}")
         err.exit_code = 2 if code == 2 else 1  # the child refused its input: bad input here too, not a mismatch
         raise err
 
@@ -258,7 +264,7 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
     for steps in [*segments, None]:
         if world > 1:
             _launch(cfg_path, [*(overrides or []), *([f"train.steps={steps}"] if steps is not None else [])],
-                    rerun, world)
+                    rerun, world, one_process_advice(cfg))
             continue
         segment = copy.deepcopy(cfg)
         if steps is not None:

@@ -196,3 +196,12 @@ def test_a_multi_rank_run_is_re_run_on_its_world_size(tmp_path: Path, capfd: pyt
     assert rep["world_size_original"] == rep["world_size_rerun"] == 2 and rep["layout_note"] is None
     assert rep["parallel_original"] == rep["parallel_rerun"] == "ddp" and rep["matches"]
     assert json.loads((tmp_path / "orig-repro" / "summary.json").read_text())["world_size"] == 2
+
+
+def test_the_one_process_advice_names_the_degrees_to_set() -> None:
+    """`--nproc 1` alone is refused for a config that sets tp = 2: the advice names what to set with it."""
+    from stride.launch.repro import one_process_advice
+
+    assert one_process_advice(load_config(overrides=["parallel.tp=2", "parallel.dp_shard=2"])) == \
+        "`stride repro --nproc 1 --set parallel.dp_shard=1 --set parallel.tp=1` re-runs it in one process"
+    assert one_process_advice(load_config()) == "`stride repro --nproc 1` re-runs it in one process"
