@@ -23,10 +23,13 @@ _PP: _Acts = (lambda p, lay: lay.pp > 1, "the pipeline (`parallel.pp` > 1)")
 _GROUP: _Acts = (lambda p, lay: lay.world_size > 1, "the process group of a multi-process run (--nproc)")
 _POWERSGD: _Acts = (lambda p, lay: _DDP[0](p, lay) and p.comm_hook == "powersgd",
                     "DDP's PowerSGD hook (`parallel.comm_hook` = 'powersgd')")
+# the pipeline applies DDP without the timing hook (stride.parallel.pipeline), so DDP's timing acts outside it only
+_DDP_TIMED: _Acts = (lambda p, lay: _DDP[0](p, lay) and lay.pp == 1,
+                     "DDP's gradient all-reduce outside a pipeline (`parallel.pp` = 1)")
 _ACTS_ON: dict[str, _Acts] = {
     "mp_param_dtype": _FSDP, "reshard_after_forward": _FSDP,
     "ddp_bucket_mb": _DDP, "gradient_as_bucket_view": _DDP, "static_graph": _DDP, "comm_hook": _DDP,
-    "comm_timing": _DDP, "powersgd_rank": _POWERSGD,
+    "comm_timing": _DDP_TIMED, "powersgd_rank": _POWERSGD,
     "sequence_parallel": _TP,
     "pp_schedule": _PP, "microbatches": _PP, "pp_stages_per_rank": _PP,
     "backend": _GROUP, "collective_timeout_s": _GROUP,

@@ -151,6 +151,9 @@ def test_parallel_keys_without_effect_on_one_process_are_named() -> None:
     (["parallel.dp_shard=2", "parallel.static_graph=true"], 2, ["static_graph"]),
     (["parallel.comm_hook=fp16", "parallel.powersgd_rank=4"], 2, ["powersgd_rank"]),  # not the PowerSGD hook
     (["parallel.collective_timeout_s=60"], 1, ["collective_timeout_s"]),
+    (["parallel.comm_timing=true"], 2, []),  # the default: nothing to say
+    (["parallel.comm_timing=false"], 2, []),  # DDP over 2 would time its all-reduce: switching it off acts
+    (["parallel.comm_timing=false", "parallel.pp=2", "parallel.dp_replicate=2"], 4, ["comm_timing"]),  # a pipeline
 ])
 def test_parallel_keys_without_effect_depend_on_the_layout(override: list[str], world_size: int,
                                                            expected: list[str]) -> None:
