@@ -28,6 +28,12 @@ def os_reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def file_in_path(p: Path) -> Path | None:
+    """The first of `p` and its parents that exists and is not a directory (what makes `p` unusable as a
+    directory path); None where there is none."""
+    return next((q for q in [p, *p.parents] if q.exists() and not q.is_dir()), None)
+
+
 def describe_os_error(exc: OSError, path: str | Path | None = None) -> str:
     """One line for an operating-system error on a path the user gave (missing, a file where a directory
     belongs, no permission, a full disk): which path, and what is wrong with it, instead of a traceback."""
@@ -46,7 +52,7 @@ def describe_os_error(exc: OSError, path: str | Path | None = None) -> str:
     if isinstance(exc, IsADirectoryError):
         return f"{p}: is a directory; give a file path"
     if isinstance(exc, NotADirectoryError):
-        blocker = next((q for q in [p, *p.parents] if q.exists() and not q.is_dir()), None)
+        blocker = file_in_path(p)
         return f"{p}: {blocker} is a file, not a directory" if blocker else f"{p}: not a directory"
     if isinstance(exc, PermissionError):
         return f"{p}: permission denied"

@@ -69,8 +69,10 @@ def synth_input_error(args: argparse.Namespace) -> str | None:
         value = getattr(args, name)
         if value < low:
             return f"--{name} {value}: must be >= {low}"
+    from stride.errors import file_in_path
+
     out = Path(args.out)
-    blocker = next((q for q in [out, *out.parents] if q.exists() and not q.is_dir()), None)
+    blocker = file_in_path(out)
     if blocker is not None:  # bad input (exit 2), not a state of the machine: say which path is in the way
         return f"--out {out}: {blocker} is a file, not a directory; give a directory path"
     return None

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stride.errors import StrideError, one_line, os_reason
+from stride.errors import StrideError, file_in_path, one_line, os_reason
 from stride.files.owner import remove_abandoned, tagged_name
 
 FORMAT = "stride-store"
@@ -276,8 +276,7 @@ class StoreWriter:
             remove_abandoned(self.out.parent, rest=LEFTOVER)  # killed ingestions' folders (their process is gone)
             (self.tmp / "spool").mkdir(parents=True)
         except OSError as exc:
-            blocker = next((q for q in [self.out.parent, *self.out.parent.parents] if q.exists() and not q.is_dir()),
-                           None)
+            blocker = file_in_path(self.out.parent)
             if blocker is not None:  # mkdir's "File exists" did not say which part of the path is a file
                 raise StoreError(f"{self.out}: {blocker} is a file, not a directory; give a directory path") from None
             raise StoreError(f"cannot create {self.tmp}: {os_reason(exc)}") from None
