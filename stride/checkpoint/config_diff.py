@@ -24,8 +24,16 @@ from typing import Any
 NOT_COMPARED_SECTIONS = ("metrics", "checkpoint")
 NOT_COMPARED_KEYS = ("train.name", "train.threads", "train.steps")  # train.steps: stride.checkpoint.rerun.decide
 
+# Allowed changes that leave every number as it was: evaluation, loading, timeouts, timing (`stride repro` does
+# not count them as a layout history it cannot replay).
+SAME_NUMBERS = frozenset({
+    "train.val_every", "train.val_batches", "data.prefetch", "data.pin_memory", "data.resident_mb",
+    "data.gather_threads", "data.device_resident", "parallel.backend", "parallel.collective_timeout_s",
+    "parallel.comm_timing",
+})
+
 # Layout and execution: the same global batch, the same loss and update, computed elsewhere or otherwise.
-ALLOWED = frozenset({
+ALLOWED = SAME_NUMBERS | frozenset({
     # [parallel]: degrees and how ranks communicate. Not here: mp_param_dtype (FSDP computes in bf16/fp16,
     # like train.precision), comm_hook and powersgd_rank (lossy gradient compression).
     "parallel.dp_replicate", "parallel.dp_shard", "parallel.tp", "parallel.pp", "parallel.pp_schedule",
@@ -35,9 +43,7 @@ ALLOWED = frozenset({
     # the global batch in more or fewer micro-batches (memory at another layout), recomputation, kernels
     "train.grad_accum", "train.activation_checkpointing", "train.ac_every", "train.kernels", "optim.impl",
     "train.device", "train.deterministic",
-    # evaluation and loading, not training
-    "train.val_every", "train.val_batches", "data.prefetch", "data.pin_memory", "data.resident_mb",
-    "data.gather_threads", "data.device_resident",
+    # (and SAME_NUMBERS: evaluation and loading, not training; the backend, timeouts and timing)
     # Not here: train.compile. "model+optimizer" keeps the learning rate as a tensor in the optimizer state,
     # and a checkpoint written in another mode does not load into it cleanly (a float lr recompiles the
     # optimizer step at every step).

@@ -157,17 +157,16 @@ def layout_history(summary: dict[str, Any]) -> tuple[list[str], str | None]:
     return changes, note
 
 
-# resume changes that leave the numbers as they were: loading, validation, timeouts and timing (a review found
-# `data.prefetch` reported as a layout change a launch "cannot replay", beside a bitwise match)
-_SAME_NUMBERS = ("data.", "train.val_every", "train.val_batches", "parallel.backend", "parallel.collective_timeout_s",
-                 "parallel.comm_timing")
 
 
 def _changes_numbers(change: str) -> bool:
     """Whether a `checkpoint.resume_changes` line ("key: a (checkpoint) -> b (now)") is one that can change what
     a run computes: the world size, a [parallel] degree or schedule, grad_accum, kernels, optim.impl, device..."""
-    key = change.split(":", 1)[0].strip()
-    return not key.startswith(_SAME_NUMBERS)
+    from stride.checkpoint.config_diff import SAME_NUMBERS
+
+    # those that leave the numbers as they were do not count (a review found `data.prefetch` reported as a layout
+    # change a launch "cannot replay", beside a bitwise match)
+    return change.split(":", 1)[0].strip() not in SAME_NUMBERS
 
 
 @contextlib.contextmanager
