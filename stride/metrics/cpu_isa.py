@@ -170,12 +170,13 @@ def gemm_clock_mhz(fp32_per_cycle: int, n: int = 512, seconds: float = 0.08, fre
             torch.set_num_threads(threads)
         mhz = best / fp32_per_cycle / GEMM_SHARE_BOUND / 1e6
         path, key = clock_cache_path(), _host_clock_key(fp32_per_cycle)
-        _GEMM_MHZ[fp32_per_cycle] = max(mhz, _kept_clock(path, key), _GEMM_MHZ.get(fp32_per_cycle, 0.0))
-        # several threads or processes (ranks, test workers) may write it at once: read again under the lock,
+        # several threads or processes (ranks, test workers) may write it at once: read and write under the lock,
         # so the highest clock stays
         with _CLOCK_FILE_LOCK, cache_lock(path):
             kept = read_json_cache(path)
-            if _GEMM_MHZ[fp32_per_cycle] > _clock_of(kept.get(key)):
+            earlier = _clock_of(kept.get(key))
+            _GEMM_MHZ[fp32_per_cycle] = max(mhz, earlier, _GEMM_MHZ.get(fp32_per_cycle, 0.0))
+            if _GEMM_MHZ[fp32_per_cycle] > earlier:
                 kept[key] = _GEMM_MHZ[fp32_per_cycle]
                 write_json_cache(path, kept)
     return _GEMM_MHZ[fp32_per_cycle]
@@ -186,10 +187,6 @@ _CLOCK_FILE_LOCK = threading.Lock()
 
 def _clock_of(seen: object) -> float:
     return float(seen) if isinstance(seen, int | float) and math.isfinite(seen) and seen > 0 else 0.0
-
-
-def _kept_clock(path: Path, key: str) -> float:
-    return _clock_of(read_json_cache(path).get(key))
 
 
 def peak_clock(info: CpuInfo, measure: bool, fresh: bool = False) -> tuple[float | None, str]:
