@@ -106,6 +106,23 @@ class BlockTime:
                          {k: self.comm_bytes.get(k, 0.0) + other.comm_bytes.get(k, 0.0) for k in links})
 
 
+def op_sac_share(spec: TransformerSpec, name: str) -> float:
+    """Share of a GEMM that torchtitan's per-op selective checkpointing re-runs. Its policy saves the outputs of
+    matmuls, attention and reduce-scatters but only every other matmul of a block (torchtitan
+    models/llama3/infra/parallelize.py `_get_custom_policy`: "Only save every other mm"); the rest of the block
+    is re-run. In a block's order wq, wk, wv, wo, w1, w3, w2 (gated) that re-runs wk, wo and w3: the K share of
+    the fused QKV, the output projection, half the fused gate/up; ungated (w1, w2) it re-runs w2."""
+    if name == "qkv":
+        return spec.kv_dim / (spec.q_dim + 2 * spec.kv_dim)
+    if name == "attn_out":
+        return 1.0
+    if name in ("mlp_in", "expert_in"):
+        return 0.5 if spec.gated else 0.0
+    if name in ("mlp_out", "expert_out"):
+        return 0.0 if spec.gated else 1.0
+    return 0.0
+
+
 def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency, c: Costs, tokens: int,
                moe: bool = False) -> BlockTime:
     t, net = lay.tp, eff.network
@@ -120,10 +137,12 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     cached = lay.fp8_gather or (lay.fp8_recipe in _TE_RECIPES and lay.framework in ("megatron", "deepspeed"))
     gemm_f = sum(c.gemm(g) for g in lin)
     gemm_b = sum(c.backward_gemms(g) for g in lin)
-    gemm_rc = sum(c.gemm(g) for g in lin if g.name in rc)
+    share = {g.name: (op_sac_share(spec, g.name) if lay.recompute == "op-sac" else 1.0) if g.name in rc else 0.0
+             for g in lin}
+    gemm_rc = sum(c.gemm(g) * share[g.name] for g in lin)
     casts = [c.casts(g, cached) for g in lin]
     cast_f, cast_b = sum(x[0] for x in casts), sum(x[1] for x in casts)
-    cast_rc = sum(x[0] for g, x in zip(lin, casts, strict=True) if g.name in rc)
+    cast_rc = sum(x[0] * share[g.name] for g, x in zip(lin, casts, strict=True))
     lora_f, lora_b = lora_adapter_time(c, lin, lay) if lay.frozen and lay.lora_rank else (0.0, 0.0)
     lora_rc = lora_f if lay.recompute == "full" else 0.0  # the block re-run with its adapters
     if flash:
@@ -141,8 +160,11 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     mlp_share = tp_part / t / (rep + tp_part / t)
     softmax_tok = 0.0 if flash else (4 + 5 * (1 if spec.dropout else 0)) * (spec.heads / t) * spec.seq
     t_sm_f = c.memory(tokens * softmax_tok * c.act)
-    ew_rc = {"full": 1.0, "full-except-qkv": 1.0, "mlp": mlp_share, "mlp-in": 0.5 * mlp_share}.get(lay.recompute, 0.0)
-    tp_rc = {"full": 1.0, "full-except-qkv": 1.0, "mlp": 0.5}.get(lay.recompute, 0.0)
+    # op-sac re-runs the block's forward with saved ops replayed: every elementwise kernel runs again, and the
+    # TP all-gathers (not in its save list) but not the reduce-scatters
+    ew_rc = {"full": 1.0, "full-except-qkv": 1.0, "op-sac": 1.0, "mlp": mlp_share,
+             "mlp-in": 0.5 * mlp_share}.get(lay.recompute, 0.0)
+    tp_rc = {"full": 1.0, "full-except-qkv": 1.0, "mlp": 0.5, "op-sac": 0.5}.get(lay.recompute, 0.0)
     if early:  # nor the residual add after it, nor its TP reduction
         ew_rc = max(0.0, ew_rc - 6 * spec.hidden / shard / (rep + tp_part / t))
         tp_rc = max(0.0, tp_rc - 0.5)
@@ -186,7 +208,7 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     if moe and lay.ep > 1:
         ep_link = coll.group_link(hw, lay.ep, t * lay.cp, net)
         a2a = tokens * spec.top_k * spec.capacity * spec.hidden * 2 * c.act / t * (lay.ep - 1) / lay.ep
-        n_a2a = 4 + (2 if lay.recompute in ("full", "mlp", "full-except-qkv") else 0)
+        n_a2a = 4 + (2 if lay.recompute in ("full", "mlp", "full-except-qkv", "op-sac") else 0)
         t_ep = n_a2a * ((lay.ep - 1) * ep_link.alpha_s + a2a / ep_link.bw)
         add_comm(ep_link, a2a, n_a2a)
 

@@ -229,7 +229,8 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
                          c.fused, _recompute_share(lay, blocks))
     n_tok = global_batch * spec.seq
     mflops = model_flops(spec, n_tok)
-    hflops = executed_flops(spec, n_tok, lay.recompute if lay.recompute in ("none", "selective", "full") else "full")
+    hflops = executed_flops(spec, n_tok, lay.recompute if lay.recompute in ("none", "selective", "full")
+                            else "selective" if lay.recompute == "op-sac" else "full")
     devices = lay.devices
     peak = c.peak_low
     return Prediction(

@@ -129,8 +129,12 @@ def framework_from_text(text: str) -> str | None:
 
 
 def compiled(text: str) -> bool:
-    """torch.compile / XLA fusion named in the text."""
-    return bool(re.search(r"torch\.compile|\bcompile[d]?\b|inductor", (text or "").lower()))
+    """torch.compile / XLA fusion named in the text, and not negated ("torch.compile: no", "compile=False",
+    "without torch.compile")."""
+    low = (text or "").lower()
+    low = re.sub(r"(torch\.compile|\bcompiled?)\s*[:=]?\s*(no|false|off|disabled|none|0)\b|"
+                 r"\b(no|without|not|disabled)\W{0,3}(torch\.)?compiled?\b", " ", low)
+    return bool(re.search(r"torch\.compile|\bcompile[d]?\b|inductor", low))
 
 
 def fused_loss(text: str) -> bool:

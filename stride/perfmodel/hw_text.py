@@ -130,6 +130,9 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
         peaks = {k: v * scale for k, v in peaks.items()}
         notes.append(f"dense bf16 peak {tflops:g} TFLOP/s from the text")
     watts = _num(r"@\s*(\d{3,4})\s*w\b", low) or _num(r"\b(\d{3,4})\s*w\b", low)
+    if not watts and tflops is None and re.search(r"power[ -]?(limit|cap|capped)", low):
+        raise ValueError(f"gpu {raw!r}: a power limit without its value (the clock it sets can move the answer by "
+                         "more than 10%; write it, e.g. '@ 700 W')")
     if watts and hw.tdp_w and watts < hw.tdp_w * 0.98 and tflops is None:
         clock = (watts / hw.tdp_w) ** (1 / 3)
         peaks = {k: v * clock for k, v in peaks.items()}

@@ -16,8 +16,9 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
 ATTENTION = ("flash", "materialized")
 # what recompute re-runs in backward: none; selective = the attention core; full = the block;
 # mlp = the MLP and the attention core (MaxText custom policies that offload q/k/v/out);
-# mlp-in = the MLP input projections (MaxText save_dot_except_mlpwi); full-except-qkv (qkv_proj_offloaded)
-RECOMPUTE_MODES = (*_BASE_RECOMPUTE, "mlp", "mlp-in", "full-except-qkv")
+# mlp-in = the MLP input projections (MaxText save_dot_except_mlpwi); full-except-qkv (qkv_proj_offloaded);
+# op-sac = torchtitan's per-op selective checkpointing: every other matmul of a block (block_time.op_sac_share)
+RECOMPUTE_MODES = (*_BASE_RECOMPUTE, "mlp", "mlp-in", "full-except-qkv", "op-sac")
 RECOMPUTED_GEMMS = {
     "none": (), "selective": ("attn_scores", "attn_values"),
     "full": ("qkv", "attn_scores", "attn_values", "attn_out", "mlp_in", "mlp_out", "router", "expert_in", "expert_out"),
@@ -25,6 +26,7 @@ RECOMPUTED_GEMMS = {
     "mlp-in": ("mlp_in", "expert_in"),
     "full-except-qkv": ("attn_scores", "attn_values", "attn_out", "mlp_in", "mlp_out", "router", "expert_in",
                         "expert_out"),
+    "op-sac": ("qkv", "attn_out", "mlp_in", "mlp_out", "expert_in", "expert_out"),  # in part: op_sac_share
 }
 STAGE_SPLITS = ("even", "uneven", "embedding-loss")
 

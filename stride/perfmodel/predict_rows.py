@@ -26,16 +26,22 @@ NULL_RESULT = {"iter_time_s": None, "tokens_per_s_per_gpu": None, "mfu": None, "
 
 
 def predict_inputs(inputs: RowInputs, eff: Efficiency) -> Prediction:
-    """Predict one readable row; `recompute` not stated -> the cheapest mode that fits."""
+    """Predict one readable row. What the row does not state is resolved as the run must have been set up,
+    since it ran: `recompute` -> the cheapest mode that fits (none, selective, full; no selective in runs
+    dated before it was published, published.SELECTIVE_SINCE); `zero_or_fsdp` -> no
+    sharding, else the distributed optimizer where only that fits (it costs next to no time, so it comes before
+    any recompute). Where nothing fits, the last, most frugal choice is predicted (`fits` false)."""
     assert inputs.spec and inputs.layout and inputs.hardware
-    if not inputs.recompute_auto:
-        return predict(inputs.spec, inputs.layout, inputs.hardware, inputs.global_batch, eff)
+    modes = (("none", "selective", "full") if inputs.selective_known else ("none", "full")) \
+        if inputs.recompute_auto else (inputs.layout.recompute,)
+    stages = (0, 1) if inputs.zero_auto else (inputs.layout.zero,)
     best = None
-    for mode in ("none", "selective", "full"):
-        lay = dataclasses.replace(inputs.layout, recompute=mode)
-        best = predict(inputs.spec, lay, inputs.hardware, inputs.global_batch, eff)
-        if best.fits:
-            break
+    for mode in modes:
+        for zero in stages:
+            lay = dataclasses.replace(inputs.layout, recompute=mode, zero=zero)
+            best = predict(inputs.spec, lay, inputs.hardware, inputs.global_batch, eff)
+            if best.fits:
+                return best
     assert best is not None
     return best
 
@@ -87,6 +93,10 @@ def _predict_row(row: dict, catalog: Catalog, eff: Efficiency, table: IntervalTa
     notes = list(inputs.notes)
     if inputs.recompute_auto:
         notes.append(f"recompute not stated: chose {pred.layout.recompute} (cheapest that fits)")
+    if inputs.zero_auto:
+        notes.append("zero_or_fsdp not stated: chose " + ("the distributed optimizer (ZeRO-1: plain data parallelism "
+                                                          "does not fit)" if pred.layout.zero else
+                                                          "plain data parallelism (it fits)"))
     # what the row did not say and the model filled in (each moves the answer by less than ~10%, else the row
     # would be refused naming it), apart from what the row's text changed
     out["assumed"] = [n for n in notes if _ASSUMPTION.search(n)]

@@ -7,6 +7,9 @@ exception. Assumptions the rules make where a row is silent (each noted on the r
 - micro_batch blank -> 1; kv_heads -> heads; heads -> hidden / 128; ffn -> 4h (gated: 8h/3 rounded
   up to 256); vpp -> 1; precision -> bf16; framework -> the Megatron-Core profile;
 - recompute not stated -> the cheapest mode that fits (none, then selective, then full);
+- zero_or_fsdp not stated -> plain data parallelism, or the distributed optimizer (ZeRO-1) where only that
+  fits: the run did fit, and sharding the optimizer states costs next to no time (a reduce-scatter and an
+  all-gather in place of the all-reduce);
 - attention materialises the s x s scores in sources dated 2022 or earlier (pre flash-attention
   Megatron) or where the row says so, otherwise flash attention;
 - layers not divisible by pp x vpp: the embedding and loss count as stages when that divides
@@ -43,6 +46,8 @@ class RowInputs:
     reason: str | None = None
     notes: tuple[str, ...] = ()
     memory_kind: str = "device"
+    zero_auto: bool = False  # zero_or_fsdp not stated: no sharding, else the distributed optimizer if that fits
+    selective_known: bool = True  # selective recompute existed when the run was made (a choice for `recompute_auto`)
 
     @property
     def kind(self) -> tuple[str, str, str]:
@@ -68,6 +73,20 @@ def _years(text: str) -> list[int]:
     years = [int(y) for y in re.findall(r"\b(20\d\d)\b", text)]
     years += [2000 + int(y) for y in re.findall(r"arxiv:(\d\d)\d\d\.", text.lower())]
     return years
+
+
+# Selective activation recompute was published in May 2022 (Korthikanti et al., arXiv:2205.05198) and shipped in
+# Megatron-LM after it; a run dated before could recompute all of a block or none of it.
+SELECTIVE_SINCE = (2022, 5)
+
+
+def _run_date(text: str) -> tuple[int, int] | None:
+    """The latest date the row's text gives: an arXiv id (year and month) where there is one, else a year
+    (taken as its last month: a year alone cannot place a run before a month of it)."""
+    arxiv = [(2000 + int(y), int(m)) for y, m in re.findall(r"arxiv\W{0,2}(\d\d)(\d\d)\.\d{4,5}", text.lower())]
+    later = max((y for y, _ in arxiv), default=0)
+    dates = arxiv + [(y, 12) for y in map(int, re.findall(r"\b(20\d\d)\b", text)) if y > later]
+    return max(dates) if dates else None
 
 
 def _words(text: str, yes: str, no: str) -> bool | None:
@@ -241,6 +260,10 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     rc_text = str(row.get("recompute") or "")
     recompute = rt.recompute(rc_text)
     rc_layers = rt.recompute_layers(rc_text) if recompute not in (None, "none") else 0
+    every = rt.recompute_every(rc_text)
+    if every > 1:  # one block in `every` recomputes: that share of each (virtual) stage's blocks
+        rc_layers = max(1, round(spec.layers / (pp * vpp) / every))
+        notes.append(f"recompute {rc_text!r}: one block in {every} fully recomputed")
     if rt.elementwise_recompute(rc_text):
         notes.append(f"recompute {rc_text!r} re-runs norms/activations only (elementwise): costed as none, assumed")
     # LoRA / PEFT: the base weights are frozen, only adapters train (no weight gradients of the base GEMMs)
@@ -270,7 +293,9 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if dp == 1 and layout.zero:
         layout = dataclasses.replace(layout, zero=0)
     return RowInputs(rid, spec, layout, hw, gb, recompute is None, None, tuple(notes),
-                     rt.memory_kind(" ".join(str(row.get(k) or "") for k in ("notes", "meas_peak_mem_gib"))))
+                     rt.memory_kind(" ".join(str(row.get(k) or "") for k in ("notes", "meas_peak_mem_gib"))),
+                     zero_auto=rt.unstated(str(row.get("zero_or_fsdp") or "")) and dp > 1,
+                     selective_known=(_run_date(fw_text) or SELECTIVE_SINCE) >= SELECTIVE_SINCE)
 
 
 # The key under which `read_rows` puts why a row's field count differs from the header's (`row_inputs` refuses it).

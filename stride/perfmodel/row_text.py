@@ -64,6 +64,11 @@ def blank(text: str | None) -> bool:
     return clean(text) in ("", "n/a", "na", "-", "none", "not stated", "unknown", "?", "nan")
 
 
+def unstated(text: str | None) -> bool:
+    """The row does not say (unlike `blank`, "none" is a statement: none of it)."""
+    return clean(text) in ("", "n/a", "na", "-", "not stated", "unknown", "?", "nan")
+
+
 def precision(text: str) -> tuple[str, str, list[str]]:
     """(precision, fp8 recipe, notes) from "bf16 (inferred...)", "amp_fp8 (TE delayed)", "MXFP8"..."""
     low = (text or "").lower()
@@ -90,8 +95,21 @@ def zero_stage(text: str) -> tuple[int, list[str]]:
         raise ValueError(f"zero_or_fsdp {text!r}: CPU/NVMe offload of parameters or optimizer states is not "
                          "modelled (host transfers can move the step by more than 10%)")
     t = re.sub(r"\s*[=:]\s*(?=\d)", " ", t)  # ZERO_STAGE=0, zero_stage: 3
+    # Megatron-Core's own FSDP names what it shards (data_parallel_sharding_strategy)
+    for word, stage in (("optim grads params", 3), ("optim grads", 2), ("optim", 1), ("no shard", 0)):
+        if re.search(r"sharding strategy\W{0,3}" + word + r"\b", t):
+            return stage, []
+    # FSDP that keeps the gathered weights from forward to backward (FSDP2 reshard_after_forward=False, FSDP1
+    # SHARD_GRAD_OP, Llama 3's "model shards not resharded after forward") gathers once and shards gradients and
+    # optimizer states: ZeRO-2's traffic and weights
+    if re.search(r"reshard after forward\W{0,3}(false|0|no|never)\b|(not|no|never|without) resharde?d? after forward"
+                 r"|do not reshard", t):
+        return 2, []
+    # a negated or zero-sized FSDP ("FSDP 0", "FSDP: off", "no FSDP", NeMo tables' FSDP column of 0) is not FSDP
+    t = re.sub(r"\b(fsdp|hsdp)(\s+[01]|\s*[:=]?\s*(false|off|no|none|disabled))\b|"
+               r"\b(no|without|disabled)\s+(fsdp|hsdp)\b", " ", t)
     if re.search(r"zero\s*(stage\s*)?3|full shard|fully shard|\bfsdp\b(?!.*shard grad op)|fsdp2|ici fsdp|\bhsdp\b|"
-                 r"hybrid shard(?! zero2)|\bdp shard", t):
+                 r"hybrid shard(?! zero2)|\bdp shard|\bfsdp1\b", t):
         return 3, []
     if re.search(r"zero\s*(stage\s*)?2|shard grad op|hybrid shard zero2", t):
         return 2, []
@@ -155,12 +173,33 @@ _RECOMPUTE_WORDS = [
 ]
 
 
+_OP_SAC = r"per[-_ ]op\b|selective[-_ ]op\b|selective_ac_option\W{0,3}op\b|\bop\W{0,3}sac\b"
+
+
+def recompute_every(text: str) -> int:
+    """N where a block in every N is fully recomputed: torchtitan's per-layer SAC ("selective layer",
+    `selective_ac_option = "2"`, its default: every second block); 0 where the text does not say so."""
+    low = (text or "").lower()
+    m = re.search(r"selective_ac_option\W{0,5}(\d+)\b", low)
+    if m:
+        return int(m.group(1))
+    if re.search(r"selective[-_ ]layer|layer[-_ ]sac|per[-_ ]layer sac", low):
+        m = re.search(r"every\s+(\d+)(?:nd|rd|th)?\s+(?:layers?|blocks?)", low)
+        return int(m.group(1)) if m else 2
+    return 0
+
+
 def recompute(text: str) -> str | None:
     """Recompute mode from words, or None where the row does not say (chosen later: cheapest that fits)."""
-    if clean(text) in ("", "n/a", "na", "-", "not stated", "unknown", "?", "nan"):
+    if unstated(text):
         return None
     if re.search(r"offload", (text or "").lower()) and not re.search(r"remat_policy|offloaded", (text or "").lower()):
         raise ValueError(f"recompute {text!r}: activation offloading to the host is not modelled")
+    # torchtitan's per-op SAC (selective_ac_option "op") re-runs every other matmul, unlike Megatron's selective
+    if re.search(_OP_SAC, (text or "").lower()):
+        return "op-sac"
+    if recompute_every(text):
+        return "full"
     for candidate in (clean(text), (text or "").lower()):
         for pat, mode in _RECOMPUTE_WORDS:
             if candidate and re.search(pat, candidate):
@@ -172,9 +211,10 @@ def recompute_layers(text: str) -> int:
     """Blocks per pipeline stage that recompute when the text limits it (Megatron/NeMo `--recompute-method block
     --recompute-num-layers N`, `activations_checkpoint_method: block`, `ACM=block ACL=N`); 0: every block."""
     low = (text or "").lower().replace("-", "_")
-    if not re.search(r"(?:method|\bacm)\W{0,3}block\b", low):
+    if not re.search(r"(?:method|\bacm)\W{0,3}block\b|\bblock\W{1,3}\d+\s*layers?\b", low):
         return 0
-    m = re.search(r"(?:recompute_num_layers|activations_checkpoint_num_layers|num_layers|\bacl)\W{0,3}(\d+)", low)
+    m = re.search(r"(?:recompute_num_layers|activations_checkpoint_num_layers|num_layers|\bacl)\W{0,3}(\d+)", low) \
+        or re.search(r"\bblock\W{1,3}(\d+)\s*layers?\b", low)  # "full, block, 5 layers"
     return int(m.group(1)) if m else 0
 
 
@@ -218,6 +258,9 @@ def schedule(text: str, pp: int, vpp: int) -> tuple[str, int]:
     if pp == 1:
         return "none", 1
     low = (text or "").lower()
+    # "interleaving not stated", "non-interleaved", "no interleaving" do not name the interleaved schedule
+    low = re.sub(r"\b(non|no|not|without)[- ]?interleav\w*|interleav\w*\W{0,3}(not stated|off|false|disabled|no)\b",
+                 " ", low)
     m = re.search(r"(?:vpp|virtual[ _-]?pipeline(?:[ _-]?(?:size|stages?|chunks?|parallel(?:ism)?))?|virtual stages|"
                   r"chunks per (?:rank|device|gpu))\D{0,4}(\d+)|(\d+)\s*(?:model )?chunks", low)
     if m and vpp == 1:
