@@ -29,6 +29,12 @@ def layer_activation_bytes(spec: TransformerSpec, micro_batch: int, tp: int = 1,
     shard = tp if sp else 1
     if recompute == "full":
         return ACT_BYTES * tokens * h / shard
+    if recompute == "op-sac":
+        # torchtitan's per-op SAC keeps the block's input and every other matmul's output (wq, wv, w1 and, gated,
+        # w2; block_time.op_sac_share), attention's output and log-sum-exp; the rest is re-run in backward
+        saved_mm = spec.q_dim + spec.kv_dim + f  # column-parallel outputs: sharded by tp
+        out = h / shard if spec.gated else 0.0  # w2's output, reduce-scattered under SP
+        return ACT_BYTES * tokens * (h / shard + (saved_mm + spec.q_dim) / tp + out) + tokens * 4.0 * spec.heads / tp
     mask = 1 if spec.dropout else 0
     # two norm inputs + the QKV and MLP-in matmul inputs (16-bit), two dropout masks (1 byte)
     replicated = ACT_BYTES * 4 * h + mask * 2 * h

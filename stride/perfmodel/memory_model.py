@@ -86,7 +86,6 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: f
     t = lay.tp
     rc = "full" if lay.recompute in ("full", "mlp", "full-except-qkv") else lay.recompute
     rc = "none" if rc == "mlp-in" else rc
-    rc = "selective" if rc == "op-sac" else rc  # saves about half the matmul outputs: between none and full
     a_layer = act * layer_activation_bytes(spec, lay.micro_batch, t, lay.sp, lay.cp, rc, flash)
     a_full = act * layer_activation_bytes(spec, lay.micro_batch, t, lay.sp, lay.cp, "none", flash)
     f = spec.expert_ffn if spec.moe else spec.ffn

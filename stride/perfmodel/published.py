@@ -230,7 +230,11 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     shard, n = rt.shard_group(str(row.get("zero_or_fsdp") or "") + " " + str(row.get("framework") or ""), dp,
                               _int(row, "gpus_per_node", 0))
     notes += n
-    prec, recipe, n = rt.precision(" ".join(str(row.get(k) or "") for k in ("precision", "framework")))
+    # the precision column decides where it names a dtype; the framework's words only fill in for a silent one
+    # (a framework cell can name a recipe the row did not run: torchtitan's "nvfp4 recipe" beside a bf16 run)
+    prec, recipe, n = rt.precision(str(row.get("precision") or ""))
+    if n:
+        prec, recipe, n = rt.precision(" ".join(str(row.get(k) or "") for k in ("precision", "framework")))
     notes += n
     everything = " ".join(str(v or "") for v in row.values()).lower()
     materialized = bool(re.search(r"(?<!re)materiali[sz]ed|no flash", everything)) or (
@@ -290,7 +294,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         recompute_layers=rc_layers, frozen=frozen, lora_rank=lora_rank, lora_targets=lora_targets,
         lora_dropout=lora_dropout, cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
     )
-    if dp == 1 and layout.zero:
+    if dp * cp == 1 and layout.zero:  # ZeRO/FSDP shards over dp x cp (Layout.state_shards): nothing to shard
         layout = dataclasses.replace(layout, zero=0)
     return RowInputs(rid, spec, layout, hw, gb, recompute is None, None, tuple(notes),
                      rt.memory_kind(" ".join(str(row.get(k) or "") for k in ("notes", "meas_peak_mem_gib"))),

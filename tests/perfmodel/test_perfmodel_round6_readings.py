@@ -167,3 +167,31 @@ def test_holdout_rows_are_never_fitted() -> None:
     for path in holdout:
         for out in predict_csv(path, load_catalog(), Efficiency()):
             assert out["tokens_per_s_per_gpu"] or out["reason"], out
+
+
+def test_precision_column_decides_over_framework_words() -> None:
+    """A framework cell naming a recipe ("spmd_types (nvfp4 recipe)") does not turn a bf16 run into NVFP4; where
+    the precision column is silent the framework's words still fill it in."""
+    catalog = load_catalog()
+    fw = "torchtitan, torch.compile: yes, spmd_backend spmd_types (nvfp4 recipe)"
+    assert row_inputs(_llama8b_row(precision="bf16 mixed", framework=fw), catalog).layout.precision == "bf16"
+    assert row_inputs(_llama8b_row(precision="", framework=fw), catalog).layout.precision == "fp4"
+
+
+def test_op_sac_memory_between_full_and_none() -> None:
+    """Per-op SAC keeps the block input and every other matmul's output: less than Megatron's selective (all
+    projections' inputs and outputs), more than full recompute (the block input)."""
+    from stride.perfmodel.activations import layer_activation_bytes
+
+    spec = row_inputs(_llama8b_row(), load_catalog()).spec
+    by = {m: layer_activation_bytes(spec, 2, recompute=m) for m in ("full", "op-sac", "selective", "none")}
+    assert by["full"] < by["op-sac"] < by["selective"] <= by["none"]
+    tokens, h = 2 * spec.seq, spec.hidden
+    kept = 2 * tokens * (h + spec.q_dim + spec.kv_dim + spec.ffn + spec.q_dim + h) + 4 * tokens * spec.heads
+    assert by["op-sac"] == pytest.approx(kept)
+
+
+def test_context_parallel_ranks_shard_fsdp_states() -> None:
+    """FSDP over dp_shard 1 x cp 8 still shards the states over the 8 ranks (torchtitan's dp_shard_cp mesh)."""
+    inp = row_inputs(_llama8b_row(dp="1", cp="8", zero_or_fsdp="FSDP2"), load_catalog())
+    assert inp.layout.zero == 3 and inp.layout.state_shards == 8
