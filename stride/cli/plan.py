@@ -31,7 +31,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "(default: none)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for --workload (repeatable; default: none)")
-    parser.add_argument("--hardware", default="h100-sxm", help="device name from the catalog (default: %(default)s)")
+    parser.add_argument("--hardware", default="h100-sxm",
+                        help="device name from the catalog, or a part as a published row describes it, read the "
+                        "way --from-csv reads its gpu column: 'H100 SXM 96GB @ 500 W' (default: %(default)s)")
     parser.add_argument("--hardware-file", help="extra/override hardware TOML on top of the shipped catalog "
                         "(default: none, only stride/perfmodel/hardware.toml)")
     parser.add_argument("--devices", type=int, help="number of devices, >= 1 (no default: a --model or --workload "
@@ -101,6 +103,30 @@ def _warn_other_hardware(args, catalog) -> None:
               "factors are an assumption, not a measurement", file=sys.stderr)
 
 
+def _device(catalog, text: str):
+    """The part `--hardware` names: a catalog name or alias, or a description the way published rows write one
+    (memory, bandwidth, a power cap, a TFLOP/s figure modify the catalog part; hw_text.resolve, the reader of
+    --from-csv's gpu column). What the text changed is printed; text that cannot be read is an error naming it,
+    never a silent catalog part ("B200 (power limited)" without the limit's value)."""
+    import sys
+
+    from stride.perfmodel.hw_text import resolve
+
+    try:
+        hw, notes = resolve(text, catalog)
+    except ValueError as exc:
+        if "not a part the catalog knows" in str(exc):  # a part it knows to be missing (B100) says so itself
+            from stride.config.errors import suggest
+
+            raise ConfigError(f"--hardware: unknown hardware `{text}`{suggest(text, catalog.names())}; known: "
+                              f"{', '.join(catalog.names())}; add it with --hardware-file, or describe it "
+                              "(e.g. '989 TFLOPS 80GB 3.35TB/s')") from None
+        raise ConfigError(f"--hardware: {exc}") from None
+    for note in notes:
+        print(f"stride plan: note: --hardware {text!r}: {note}", file=sys.stderr)
+    return hw
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
     """A number outside its range is an error naming the option: 0 is a value, not "not given" (`--global-batch 0`
     became the default batch, `--tokens -1` printed negative hours)."""
@@ -163,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workload:
         if args.devices is None:
             raise ConfigError("stride plan --workload needs --devices")
-        return _plan_workload(args, catalog.get(args.hardware), eff)
+        return _plan_workload(args, _device(catalog, args.hardware), eff)
     from stride.perfmodel.frameworks import get_framework
 
     args.framework = get_framework(args.framework).name
@@ -180,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_hardware:
         return _compare(args, spec, catalog, eff)
     gb = args.global_batch if args.global_batch is not None else default_global_batch(spec, args.devices)
-    hw = catalog.get(args.hardware)
+    hw = _device(catalog, args.hardware)
     t0 = time.perf_counter()
     result = search(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
     seconds = time.perf_counter() - t0

@@ -195,3 +195,22 @@ def test_context_parallel_ranks_shard_fsdp_states() -> None:
     """FSDP over dp_shard 1 x cp 8 still shards the states over the 8 ranks (torchtitan's dp_shard_cp mesh)."""
     inp = row_inputs(_llama8b_row(dp="1", cp="8", zero_or_fsdp="FSDP2"), load_catalog())
     assert inp.layout.zero == 3 and inp.layout.state_shards == 8
+
+
+def test_plan_hardware_reads_a_described_part(capsys: pytest.CaptureFixture[str]) -> None:
+    """`stride plan --hardware` reads a part the way --from-csv reads the gpu column: a stated power cap and
+    memory modify the catalog part (and are printed), a limit without its value is an error, not plain B200."""
+    import json
+
+    from stride.cli.main import main
+
+    args = ["plan", "--model", "llama3-8b", "--devices", "8", "--global-batch", "64", "--json"]
+    assert main([*args, "--hardware", "h100-sxm"]) == 0
+    plain = json.loads(capsys.readouterr().out)["best"]
+    assert main([*args, "--hardware", "H100 SXM 96GB @ 500 W"]) == 0
+    captured = capsys.readouterr()
+    capped = json.loads(captured.out)["best"]
+    assert "power cap 500 W" in captured.err and "memory 96 GB" in captured.err
+    assert capped["step_time_s"] > plain["step_time_s"]
+    assert main([*args, "--hardware", "B200 (power limited)"]) == 2
+    assert "power limit without its value" in capsys.readouterr().err
