@@ -16,7 +16,7 @@ from stride.perfmodel.costmodel import GIB, Prediction, predict
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.hardware import Catalog
 from stride.perfmodel.intervals import IntervalTable, apply, load_intervals
-from stride.perfmodel.published import RowInputs, read_rows, row_inputs
+from stride.perfmodel.published import RowInputs, read_rows, row_inputs, stage_split
 
 _ASSUMPTION = re.compile(r"assumed|not stated|\bblank\b|\bused\b|\bchose\b|no profile|without a dtype")
 
@@ -39,11 +39,23 @@ def predict_inputs(inputs: RowInputs, eff: Efficiency) -> Prediction:
     for mode in modes:
         for zero in stages:
             lay = dataclasses.replace(inputs.layout, recompute=mode, zero=zero)
-            best = predict(inputs.spec, lay, inputs.hardware, inputs.global_batch, eff)
+            best = _fastest_chunks(inputs, lay, eff)
             if best.fits:
                 return best
     assert best is not None
     return best
+
+
+def _fastest_chunks(inputs: RowInputs, lay, eff: Efficiency) -> Prediction:
+    """`lay` predicted; where the row names an interleaved schedule without its chunk count, with the count that
+    is fastest among those that fit (a published run was tuned), else the fastest."""
+    if not inputs.vpp_choices:
+        return predict(inputs.spec, lay, inputs.hardware, inputs.global_batch, eff)
+    preds = [predict(inputs.spec, dataclasses.replace(lay, vpp=v, stage_split=stage_split(inputs.spec.layers,
+                                                                                          lay.pp, v)),
+                     inputs.hardware, inputs.global_batch, eff) for v in inputs.vpp_choices]
+    fitting = [p for p in preds if p.fits]
+    return min(fitting or preds, key=lambda p: p.step_time_s)
 
 
 def memory_as_measured(pred: Prediction, kind: str) -> float:
@@ -93,6 +105,9 @@ def _predict_row(row: dict, catalog: Catalog, eff: Efficiency, table: IntervalTa
     notes = list(inputs.notes)
     if inputs.recompute_auto:
         notes.append(f"recompute not stated: chose {pred.layout.recompute} (cheapest that fits)")
+    if inputs.vpp_choices:
+        notes.append(f"interleaved schedule without its chunk count: chose {pred.layout.vpp} chunks a rank (the "
+                     f"fastest{' that fits' if pred.fits else ''} of {', '.join(map(str, inputs.vpp_choices))})")
     if inputs.zero_auto:
         notes.append("zero_or_fsdp not stated: chose " + ("the distributed optimizer (ZeRO-1: plain data parallelism "
                                                           "does not fit)" if pred.layout.zero else

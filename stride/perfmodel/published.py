@@ -48,6 +48,7 @@ class RowInputs:
     memory_kind: str = "device"
     zero_auto: bool = False  # zero_or_fsdp not stated: no sharding, else the distributed optimizer if that fits
     selective_known: bool = True  # selective recompute existed when the run was made (a choice for `recompute_auto`)
+    vpp_choices: tuple[int, ...] = ()  # interleaved schedule without its chunk count: the counts to choose from
 
     @property
     def kind(self) -> tuple[str, str, str]:
@@ -87,6 +88,14 @@ def _run_date(text: str) -> tuple[int, int] | None:
     later = max((y for y, _ in arxiv), default=0)
     dates = arxiv + [(y, 12) for y in map(int, re.findall(r"\b(20\d\d)\b", text)) if y > later]
     return max(dates) if dates else None
+
+
+def stage_split(layers: int, pp: int, vpp: int) -> str:
+    """How `layers` blocks fall on pp x vpp stages: evenly; with the embedding and the loss counted as a stage
+    each where that divides (Megatron's account-for-embedding/loss split); else unevenly."""
+    if layers % (pp * vpp) == 0:
+        return "even"
+    return "embedding-loss" if (layers + 2) % (pp * vpp) == 0 else "uneven"
 
 
 def _words(text: str, yes: str, no: str) -> bool | None:
@@ -209,11 +218,17 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     dp = _int(row, "dp", max(1, n_gpus // (tp * pp * cp)))
     if dp * tp * pp * cp != n_gpus:
         raise ValueError(f"dp*tp*pp*cp = {dp * tp * pp * cp} != num_gpus {n_gpus}")
+    vpp_stated = not rt.unstated(str(row.get("vpp") or "")) and _int(row, "vpp", 1) > 1
     vpp = _int(row, "vpp", 1)
-    schedule, vpp = rt.schedule(str(row.get("pp_schedule") or ""), pp, vpp)
-    split = "even"
-    if spec.layers % (pp * vpp):
-        split = "embedding-loss" if (spec.layers + 2) % (pp * vpp) == 0 else "uneven"
+    sched_text = str(row.get("pp_schedule") or "")
+    schedule, vpp = rt.schedule(sched_text, pp, vpp)
+    # an interleaved schedule whose chunk count the row does not give: every count that splits the blocks
+    # evenly is tried, and the fastest that fits is kept (predict_rows.predict_inputs), as for recompute
+    vpp_choices: tuple[int, ...] = ()
+    if schedule == "interleaved" and not vpp_stated and not rt.schedule_names_chunks(sched_text):
+        vpp_choices = tuple(v for v in range(2, 17) if stage_split(spec.layers, pp, v) != "uneven") or (vpp,)
+    split = stage_split(spec.layers, pp, vpp)
+    if split != "even" and not vpp_choices:
         notes.append(f"layers {spec.layers} over pp*vpp={pp * vpp}: {split} stages")
     hw = _hardware(row, catalog, notes)
     fw_text = " ".join(str(row.get(k) or "") for k in ("framework", "source", "zero_or_fsdp"))
@@ -299,7 +314,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     return RowInputs(rid, spec, layout, hw, gb, recompute is None, None, tuple(notes),
                      rt.memory_kind(" ".join(str(row.get(k) or "") for k in ("notes", "meas_peak_mem_gib"))),
                      zero_auto=rt.unstated(str(row.get("zero_or_fsdp") or "")) and dp > 1,
-                     selective_known=(_run_date(fw_text) or SELECTIVE_SINCE) >= SELECTIVE_SINCE)
+                     selective_known=(_run_date(fw_text) or SELECTIVE_SINCE) >= SELECTIVE_SINCE,
+                     vpp_choices=vpp_choices)
 
 
 # The key under which `read_rows` puts why a row's field count differs from the header's (`row_inputs` refuses it).

@@ -254,6 +254,15 @@ def flag(text: str | None) -> bool:
     return bool(re.search(r"\btrue\b|\byes\b|\bon\b|^\s*1\s*$|sequence[- ]parallel|\bsp\b|enabled", low))
 
 
+_CHUNKS = (r"(?:vpp|virtual[ _-]?pipeline(?:[ _-]?(?:size|stages?|chunks?|parallel(?:ism)?))?|virtual stages|"
+           r"chunks per (?:rank|device|gpu))\D{0,4}(\d+)|(\d+)\s*(?:model )?chunks")
+
+
+def schedule_names_chunks(text: str) -> bool:
+    """The schedule text gives the interleaved schedule's chunk count ("VPP=2", "virtual pipeline 4")."""
+    return bool(re.search(_CHUNKS, (text or "").lower()))
+
+
 def schedule(text: str, pp: int, vpp: int) -> tuple[str, int]:
     if pp == 1:
         return "none", 1
@@ -261,8 +270,7 @@ def schedule(text: str, pp: int, vpp: int) -> tuple[str, int]:
     # "interleaving not stated", "non-interleaved", "no interleaving" do not name the interleaved schedule
     low = re.sub(r"\b(non|no|not|without)[- ]?interleav\w*|interleav\w*\W{0,3}(not stated|off|false|disabled|no)\b",
                  " ", low)
-    m = re.search(r"(?:vpp|virtual[ _-]?pipeline(?:[ _-]?(?:size|stages?|chunks?|parallel(?:ism)?))?|virtual stages|"
-                  r"chunks per (?:rank|device|gpu))\D{0,4}(\d+)|(\d+)\s*(?:model )?chunks", low)
+    m = re.search(_CHUNKS, low)
     if m and vpp == 1:
         vpp = int(m.group(1) or m.group(2))
     if vpp > 1 or "interleav" in low:

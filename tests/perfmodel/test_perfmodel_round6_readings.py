@@ -214,3 +214,24 @@ def test_plan_hardware_reads_a_described_part(capsys: pytest.CaptureFixture[str]
     assert capped["step_time_s"] > plain["step_time_s"]
     assert main([*args, "--hardware", "B200 (power limited)"]) == 2
     assert "power limit without its value" in capsys.readouterr().err
+
+
+def test_interleaved_schedule_without_chunk_count_takes_the_fastest() -> None:
+    """'interleaved' with no chunk count: each count that splits the blocks evenly (or with the embedding and
+    loss as stages) is tried and the fastest kept, as a tuned run would be; a stated count is kept as stated."""
+    catalog, eff = load_catalog(), Efficiency()
+    row = _llama8b_row(num_gpus="64", dp="4", tp="4", pp="4", global_batch_seqs="64", micro_batch="1",
+                       zero_or_fsdp="distributed optimizer", recompute="none", pp_schedule="interleaved 1F1B",
+                       framework="Megatron-LM")
+    inp = row_inputs(row, catalog)
+    assert inp.vpp_choices == (2, 4, 8)  # 32 blocks over 4 stages: 2, 4 or 8 chunks a rank
+    out = predict_row(row, catalog, eff)
+    chosen = int(out["layout"].split("interleavedv")[1].split()[0])
+    times = {v: predict(inp.spec, dataclasses.replace(inp.layout, vpp=v), inp.hardware, inp.global_batch, eff)
+             for v in inp.vpp_choices}
+    assert out["iter_time_s"] == pytest.approx(min(p.step_time_s for p in times.values() if p.fits))
+    assert any(f"chose {chosen} chunks" in a for a in out["assumed"])
+    stated = row_inputs({**row, "vpp": "2"}, catalog)
+    assert not stated.vpp_choices and stated.layout.vpp == 2
+    named = row_inputs({**row, "pp_schedule": "interleaved, VPP=4"}, catalog)
+    assert not named.vpp_choices and named.layout.vpp == 4
