@@ -60,6 +60,17 @@ def tokens_to_sequences(text: str | None, seq: int) -> int | None:
     return None
 
 
+# offloading said to be off: "no CPU offloading", "cpu_offloading_num_layers=None", "offload_optimizer: false"
+_NO_OFFLOAD = (r"\b(no|without|disabled?|not)\W{1,3}((cpu|activation|optimizer|param(eter)?s?)\W{1,3}){0,2}"
+               r"offload\w*|offload\w*(?:\W{1,3}[a-z_]+\b){0,3}?\W{0,3}\b(false|off|none|no|disabled|0)\b")
+
+
+def offloads(text: str | None) -> bool:
+    """The text says something is offloaded to the host (not only that offloading is off)."""
+    low = re.sub(_NO_OFFLOAD, " ", (text or "").lower().replace("-", "_"))
+    return bool(re.search(r"offload", low))
+
+
 def blank(text: str | None) -> bool:
     return clean(text) in ("", "n/a", "na", "-", "none", "not stated", "unknown", "?", "nan")
 
@@ -91,7 +102,7 @@ def precision(text: str) -> tuple[str, str, list[str]]:
 def zero_stage(text: str) -> tuple[int, list[str]]:
     """ZeRO stage: distributed optimizer = 1, SHARD_GRAD_OP = 2, FSDP / FULL_SHARD / ZeRO-3 = 3."""
     t = (text or "").lower().replace("_", " ").replace("-", " ")
-    if re.search(r"offload|zero infinity|\bnvme\b", t) and not re.search(r"no offload|offload (false|off|none)", t):
+    if offloads(t) or re.search(r"zero infinity|\bnvme\b", t):
         raise ValueError(f"zero_or_fsdp {text!r}: CPU/NVMe offload of parameters or optimizer states is not "
                          "modelled (host transfers can move the step by more than 10%)")
     t = re.sub(r"\s*[=:]\s*(?=\d)", " ", t)  # ZERO_STAGE=0, zero_stage: 3
@@ -116,6 +127,9 @@ def zero_stage(text: str) -> tuple[int, list[str]]:
     if re.search(r"zero\s*(stage\s*)?1|distributed optimizer|dist(ributed)? opt", t):
         return 1, []
     if re.search(r"zero\s*(stage\s*)?0|\bnone\b|\bno\b|^\s*$|n/a|\bddp\b|stage 0|zero_stage=0", t) or blank(text):
+        return 0, []
+    # an optimizer named with no word of sharding ("fused_adam", "AdamW"): its states are not sharded
+    if re.search(r"adam|\bsgd\b|\blamb\b|\blion\b|adafactor|\bmuon\b", t) and not re.search(r"shard|partition", t):
         return 0, []
     raise ValueError(f"zero_or_fsdp {text!r} is not understood (none, ZeRO-1/2/3, distributed optimizer, FSDP)")
 
@@ -193,7 +207,7 @@ def recompute(text: str) -> str | None:
     """Recompute mode from words, or None where the row does not say (chosen later: cheapest that fits)."""
     if unstated(text):
         return None
-    if re.search(r"offload", (text or "").lower()) and not re.search(r"remat_policy|offloaded", (text or "").lower()):
+    if offloads(text) and not re.search(r"remat_policy|offloaded", (text or "").lower()):
         raise ValueError(f"recompute {text!r}: activation offloading to the host is not modelled")
     # torchtitan's per-op SAC (selective_ac_option "op") re-runs every other matmul, unlike Megatron's selective
     if re.search(_OP_SAC, (text or "").lower()):

@@ -235,3 +235,23 @@ def test_interleaved_schedule_without_chunk_count_takes_the_fastest() -> None:
     assert not stated.vpp_choices and stated.layout.vpp == 2
     named = row_inputs({**row, "pp_schedule": "interleaved, VPP=4"}, catalog)
     assert not named.vpp_choices and named.layout.vpp == 4
+
+
+@pytest.mark.parametrize(("text", "offloaded"), [
+    ("none (V2 preset sets no recompute and no CPU offloading; cpu_offloading_num_layers=None)", False),
+    ("ZeRO-2, offload none", False),
+    ("full, no offload", False),
+    ("none; activation CPU offloading of 20 layers (preset cpu_offloading_num_layers=20)", True),
+    ("no recompute; activation CPU offloading cpu_offloading_num_layers=40 (cpu_offloading_weights False)", True),
+    ("ZeRO-3, offload_param: cpu", True),
+])
+def test_offloading_said_off_is_not_offloading(text: str, offloaded: bool) -> None:
+    """Round 8's blind rows: a preset that says offloading is off was refused as offloading (7 of 60 rows)."""
+    assert rt.offloads(text) is offloaded
+
+
+def test_an_optimizer_name_alone_is_no_sharding() -> None:
+    assert rt.zero_stage("fused_adam (script: peft.model.optim.name=fused_adam; adapters only)")[0] == 0
+    assert rt.zero_stage("AdamW")[0] == 0
+    with pytest.raises(ValueError):
+        rt.zero_stage("optimizer states sharded somehow")  # sharding words it cannot place stay refused
