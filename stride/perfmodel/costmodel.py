@@ -21,7 +21,7 @@ from stride.perfmodel.flops import embedding_params, executed_flops, head_params
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.kernels import Costs
-from stride.perfmodel.layout import Layout, check_layout, stage_blocks
+from stride.perfmodel.layout import FP32_STORAGE, Layout, check_layout, stage_blocks
 from stride.perfmodel.memory_model import predict_memory
 from stride.perfmodel.model_spec import TransformerSpec
 
@@ -97,6 +97,18 @@ def _stage_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> tupl
     return (blocks[0] * per_block + emb) / lay.tp, (blocks[-1] * per_block + last_head) / lay.tp
 
 
+# Kernels one block launches per micro-batch, forward and backward (about twice the forward): fused
+# frameworks (Megatron/TE, compiled) ~13 forward (2 norms, 4 GEMMs, attention, activation, 2 residual adds,
+# RoPE, casts); eager PyTorch ~33 (each norm, RoPE and the gated product several kernels). Full recompute
+# runs the forward again. An order of magnitude, for the launch floor only.
+KERNELS_FUSED, KERNELS_EAGER = 13, 33
+
+
+def kernels_per_block(lay: Layout, fused: bool) -> int:
+    fwd = KERNELS_FUSED if fused else KERNELS_EAGER
+    return fwd * (4 if lay.recompute == "full" else 3)
+
+
 def _recompute_share(lay: Layout, blocks: list[int]) -> float:
     """Share of a stage's blocks that recompute: all of them, or (Megatron's block method) the first
     `recompute_layers` of each virtual stage."""
@@ -156,8 +168,8 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     p_first, p_last = _stage_params(spec, lay, blocks)
     p_stage = max(p_first, p_last)
     fp32_reduce = fw.grad_reduce_fp32 if lay.grad_reduce_fp32 is None else lay.grad_reduce_fp32
-    gbytes = 4 if lay.precision == "fp32" or (fp32_reduce and lay.precision != "fp16") else 2
-    wire_w = 1 if lay.fp8_gather else (4 if lay.precision == "fp32" else 2)
+    gbytes = 4 if lay.precision in FP32_STORAGE or (fp32_reduce and lay.precision != "fp16") else 2
+    wire_w = 1 if lay.fp8_gather else (4 if lay.precision in FP32_STORAGE else 2)
     # gradients reduce over dp x cp: context-parallel ranks hold the same weights (Layout.state_shards)
     dp, sd = lay.dp * lay.cp, lay.state_shards
     dp_link = coll.group_link(hw, sd, t, net)  # the (shard) group the ZeRO collectives run over
@@ -212,7 +224,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
                 + rep_tail
             t_dp_grad += t_rep
     opt_params = 0.0 if lay.frozen else p_stage / (sd if lay.zero >= 1 else 1)
-    opt_bytes = (26 + 2 * gbytes) if fw.master_weights or lay.precision == "fp32" else 14
+    opt_bytes = (26 + 2 * gbytes) if fw.master_weights or lay.precision in FP32_STORAGE else 14
     t_opt = c.memory(opt_params * opt_bytes)
 
     breakdown = {k: m * blocks[slowest] * val for k, val in blk.terms.items()}
@@ -223,6 +235,11 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     breakdown["dp_comm"] = dp_exposed
     breakdown["optimizer"] = t_opt
     step = m * t_mb + bubble + dp_exposed + t_opt
+    # the host launches every kernel: a step is never shorter than its kernels' launches (tiny models, tiny
+    # micro-batches); on a GPU that time hides under kernels longer than it, so it is a floor, not a term
+    host = m * blocks[slowest] * kernels_per_block(lay, c.fused) * hw.kernel_overhead_us * 1e-6
+    breakdown["host_bound"] = max(0.0, host - step)
+    step = max(step, host)
     add_comm(pp_link, 2 * v * act_msg * m)
 
     mem = predict_memory(spec, lay, hw, _inflight(lay, m), (blocks[0], blocks[-1]), (p_first, p_last), gbytes,

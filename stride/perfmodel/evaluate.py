@@ -64,7 +64,7 @@ def load_samples(paths: Iterable[Path], catalog: Catalog) -> tuple[list[Sample],
             if inp.reason:
                 skipped.append({"row_id": inp.row_id, "file": path.name, "reason": inp.reason, "measured": has_meas})
                 continue
-            prec = {"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "fp32"}.get(inp.layout.precision, "bf16")
+            prec = inp.layout.precision if inp.layout.precision in ("fp8", "fp4", "fp16", "fp32", "tf32") else "bf16"
             peak = inp.hardware.peak_tflops.get(prec, 0.0) * 1e12 or None
             meas, how = measured_tokens_per_s(row, inp.spec, inp.global_batch, inp.layout.devices, peak)
             if meas is None:

@@ -136,6 +136,7 @@ def load_intervals(path: str | Path | None = None) -> IntervalTable:
 
 def run_kind(generation: str, precision: str, framework: str) -> tuple[str, str, str]:
     """The kind a run's residuals are grouped by: (generation, precision, framework), bf16 and fp16 as one."""
+    precision = "fp32" if precision == "tf32" else precision  # fp32 storage either way
     return generation, precision if precision in ("fp8", "fp4", "fp32") else "16-bit", framework
 
 

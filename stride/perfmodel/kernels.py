@@ -40,7 +40,7 @@ class Costs:
         self.hw, self.eff, self.lay, self.spec = hw, eff, lay, spec
         self.fw = FRAMEWORKS[lay.framework]
         p = lay.precision
-        high = {"fp32": "fp32", "fp16": "fp16"}.get(p, "bf16")
+        high = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16"}.get(p, "bf16")
         self.peak_high = hw.peak_flops(high)
         self.low = p in ("fp8", "fp4")
         self.recipe = recipe(lay.fp8_recipe) if self.low else None
@@ -48,8 +48,8 @@ class Costs:
         self.gemm_eff = gemm_efficiency(hw, eff, high)
         self.gemm_eff_low = gemm_efficiency(hw, eff, self.recipe.gemm_dtype) if self.recipe else self.gemm_eff
         self.mem_bw = hw.memory_bw * eff.memory
-        self.act = 2 if p == "fp32" else 1  # fp32 activations: twice the 16-bit bytes
-        self.in16 = 4 if p == "fp32" else 2
+        self.act = 2 if p in ("fp32", "tf32") else 1  # fp32 activations: twice the 16-bit bytes
+        self.in16 = 4 if p in ("fp32", "tf32") else 2
         self.fused = self.fw.fused_elementwise or lay.compile
 
     @property

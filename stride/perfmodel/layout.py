@@ -12,7 +12,8 @@ from stride.perfmodel.model_spec import TransformerSpec
 from stride.perfmodel.precision import RECIPES
 
 SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
-PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32", "tf32")  # tf32: fp32 storage, GEMMs on TF32 tensor cores
+FP32_STORAGE = ("fp32", "tf32")
 ATTENTION = ("flash", "materialized")
 # what recompute re-runs in backward: none; selective = the attention core; full = the block;
 # mlp = the MLP and the attention core (MaxText custom policies that offload q/k/v/out);

@@ -51,10 +51,10 @@ def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
     have neither gradients nor optimizer state (the adapters' are left out: < 0.1% of the weights)."""
     fw = FRAMEWORKS[lay.framework]
     if lay.frozen:
-        w = 4.0 if lay.precision == "fp32" else 2.0
+        w = 4.0 if lay.precision in ("fp32", "tf32") else 2.0
         return {"params": w * params / (lay.state_shards if lay.zero == 3 else 1), "grads": 0.0, "optimizer": 0.0}
     dp, z = lay.state_shards, lay.zero  # hybrid sharding: states shard over the shard group (x cp) only
-    if lay.precision == "fp32":
+    if lay.precision in ("fp32", "tf32"):
         w, g, o = 4.0, 4.0, 8.0
     elif not fw.master_weights:
         w, g, o = 2.0, 2.0, 4.0  # bf16 weights, gradients, Adam moments
@@ -80,7 +80,7 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: f
     """Peak of the first stage (most micro-batches in flight) and the last (the logits). `rc_share`: the share
     of blocks that recompute (Megatron's block method), the others keep all their activations."""
     fw = FRAMEWORKS[lay.framework]
-    act = 2 if lay.precision == "fp32" else 1
+    act = 2 if lay.precision in ("fp32", "tf32") else 1
     tokens = lay.micro_batch * spec.seq / lay.cp
     flash = lay.attention == "flash"
     t = lay.tp

@@ -90,7 +90,9 @@ def precision(text: str) -> tuple[str, str, list[str]]:
         return "bf16", "delayed", []
     if re.search(r"fp16|16-bit|float16|half", low):
         return "fp16", "delayed", []
-    if re.search(r"fp32|float32|tf32|full precision", low):
+    if re.search(r"tf32|tensorfloat", low):  # fp32 storage, GEMMs on the TF32 tensor cores (7-8x fp32's peak)
+        return "tf32", "delayed", []
+    if re.search(r"fp32|float32|full precision", low):
         return "fp32", "delayed", []
     if re.search(r"\bmixed\b|\bamp\b|automatic mixed", low):  # 16-bit; bf16 and fp16 share the peak
         return "bf16", "delayed", ["precision 'mixed' without a dtype: bf16 assumed (fp16 runs at the same peak)"]
@@ -106,6 +108,10 @@ def zero_stage(text: str) -> tuple[int, list[str]]:
         raise ValueError(f"zero_or_fsdp {text!r}: CPU/NVMe offload of parameters or optimizer states is not "
                          "modelled (host transfers can move the step by more than 10%)")
     t = re.sub(r"\s*[=:]\s*(?=\d)", " ", t)  # ZERO_STAGE=0, zero_stage: 3
+    if t.strip() in ("0", "1", "2", "3"):  # the column holds the stage alone
+        return int(t.strip()), []
+    if t.strip() in ("false", "off", "disabled"):
+        return 0, []
     # Megatron-Core's own FSDP names what it shards (data_parallel_sharding_strategy)
     for word, stage in (("optim grads params", 3), ("optim grads", 2), ("optim", 1), ("no shard", 0)):
         if re.search(r"sharding strategy\W{0,3}" + word + r"\b", t):

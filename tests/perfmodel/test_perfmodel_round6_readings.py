@@ -255,3 +255,38 @@ def test_an_optimizer_name_alone_is_no_sharding() -> None:
     assert rt.zero_stage("AdamW")[0] == 0
     with pytest.raises(ValueError):
         rt.zero_stage("optimizer states sharded somehow")  # sharding words it cannot place stay refused
+
+
+def test_tf32_runs_on_tensor_cores_with_fp32_storage() -> None:
+    """'tf32' was read as fp32 on CUDA cores: ~7x too slow on an H100 (TF32 dense 494.5 against fp32 66.9)."""
+    catalog, eff = load_catalog(), Efficiency()
+    rows = {p: predict_row(_llama8b_row(precision=p, num_gpus="64", dp="64", global_batch_seqs="64",
+                                        micro_batch="1", recompute="full"), catalog, eff)
+            for p in ("bf16", "tf32", "fp32")}
+    assert "tf32" in rows["tf32"]["layout"] and "fp32" in rows["fp32"]["layout"]
+    assert rows["fp32"]["iter_time_s"] > 3 * rows["tf32"]["iter_time_s"] > 3 * rows["bf16"]["iter_time_s"]
+    # fp32 storage: weights, gradients and activations as large as fp32's
+    assert rows["tf32"]["device_mem_gib"] == pytest.approx(rows["fp32"]["device_mem_gib"], rel=0.01)
+
+
+def test_launch_floor_only_for_tiny_kernels() -> None:
+    """A step is never shorter than launching its kernels (kernel_overhead_us each): a 1-layer, 8-wide model
+    with 1-token sequences is launch-bound; Llama 3 8B is not."""
+    catalog, eff = load_catalog(), Efficiency()
+    from stride.perfmodel.costmodel import kernels_per_block
+    from stride.perfmodel.model_spec import parse_model_spec
+
+    tiny = parse_model_spec("layers=1,hidden=8,heads=1,vocab=10,seq=1")
+    hw = catalog.get("h100-sxm")
+    lay = row_inputs(_llama8b_row(), catalog).layout
+    lay = dataclasses.replace(lay, zero=0, recompute="none", micro_batch=8, compile=True)
+    pred = predict(tiny, lay, hw, 8 * 8 * 1000, eff)  # 1000 micro-batches a rank
+    floor = 1000 * kernels_per_block(lay, True) * hw.kernel_overhead_us * 1e-6
+    assert pred.step_time_s == pytest.approx(floor) and pred.breakdown_s["host_bound"] > 0
+    big = row_inputs(_llama8b_row(), catalog)
+    assert predict(big.spec, big.layout, big.hardware, big.global_batch, eff).breakdown_s["host_bound"] == 0
+
+
+@pytest.mark.parametrize(("text", "stage"), [("0", 0), ("1", 1), ("2", 2), ("3", 3), ("False", 0), ("off", 0)])
+def test_bare_zero_stage(text: str, stage: int) -> None:
+    assert rt.zero_stage(text)[0] == stage
