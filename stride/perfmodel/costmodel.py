@@ -256,7 +256,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
         mfu=mflops / (step * devices * peak), hfu=hflops / (step * devices * peak),
         peak_mem_bytes=mem.device, memory_bytes={**mem.components, "runtime": mem.device - mem.reserved,
                                                  "allocator_slack": mem.reserved - mem.allocated},
-        fits=mem.device <= hw.memory_bytes, comm_bytes_per_device=comm,
+        fits=hw.fits(mem.device, lay.devices), comm_bytes_per_device=comm,
         cost_per_step_usd=step / 3600 * devices * hw.price_per_hour_usd,
         allocated_bytes=mem.allocated, reserved_bytes=mem.reserved,
     )

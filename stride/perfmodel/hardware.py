@@ -79,6 +79,12 @@ class Hardware:
             raise ConfigError(f"hardware `{self.name}` has no {dtype} peak (it lists: {have})")
         return self.peak_tflops[dtype] * 1e12
 
+    def fits(self, per_rank_bytes: float, ranks: int) -> bool:
+        """Whether `ranks` ranks of `per_rank_bytes` each fit: each accelerator has its own memory; the ranks of
+        a CPU host (up to `scaleup_domain` of them) share the host's."""
+        sharing = max(1, min(ranks, self.scaleup_domain)) if self.cpu else 1
+        return per_rank_bytes * sharing <= self.memory_bytes
+
     def matmul_fraction(self, dtype: str) -> float | None:
         """Fraction of the `dtype` peak the best large GEMM reaches: the MAMF figure where the catalog has
         one for that dtype, else `matmul_efficiency` (the bf16 one, assumed for other dtypes), else None."""

@@ -188,7 +188,7 @@ def predict_workload(trace: WorkloadCensus, lay: Layout, hw: Hardware, global_ba
         layout=lay, hardware=hw.name, global_batch=global_batch, microbatches=m, step_time_s=step,
         breakdown_s=breakdown, tokens_per_s_per_device=tokens / step / dp,
         mfu=mflops / (step * dp * r.peak), hfu=hflops / (step * dp * r.peak), peak_mem_bytes=peak,
-        memory_bytes=memory, fits=peak <= hw.memory_bytes, comm_bytes_per_device=comm_bytes,
+        memory_bytes=memory, fits=hw.fits(peak, lay.devices), comm_bytes_per_device=comm_bytes,
         cost_per_step_usd=step / 3600 * dp * hw.price_per_hour_usd,
     )
 

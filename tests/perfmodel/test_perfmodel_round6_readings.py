@@ -290,3 +290,13 @@ def test_launch_floor_only_for_tiny_kernels() -> None:
 @pytest.mark.parametrize(("text", "stage"), [("0", 0), ("1", 1), ("2", 2), ("3", 3), ("False", 0), ("off", 0)])
 def test_bare_zero_stage(text: str, stage: int) -> None:
     assert rt.zero_stage(text)[0] == stage
+
+
+def test_cpu_ranks_share_the_host_memory() -> None:
+    """Two ranks of 15 GiB fit two 16 GiB accelerators but not one 24 GiB CPU host, whose ranks share its RAM."""
+    catalog = load_catalog()
+    gib = 2**30
+    gpu = dataclasses.replace(catalog.get("h100-sxm"), memory_gib=16.0)
+    cpu = dataclasses.replace(catalog.get("epyc-9654"), memory_gib=24.0, scaleup_domain=2)
+    assert gpu.fits(15 * gib, 2) and cpu.fits(15 * gib, 1)
+    assert not cpu.fits(15 * gib, 2)
