@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import json
 import math
+import re
 import time
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def _eff(args, catalog=None):
 
     if not args.efficiency:
         return shipped_efficiency()
-    eff = load_efficiency(args.efficiency)
+    eff = load_efficiency(args.efficiency, note="stride plan")  # factors it does not set: the shipped fit's
     _warn_other_hardware(args, catalog)
     return eff
 
@@ -103,14 +104,58 @@ def _warn_other_hardware(args, catalog) -> None:
               "factors are an assumption, not a measurement", file=sys.stderr)
 
 
-def _device(catalog, text: str):
-    """The part `--hardware` names: a catalog name or alias, or a description the way published rows write one
-    (memory, bandwidth, a power cap, a TFLOP/s figure modify the catalog part; hw_text.resolve, the reader of
-    --from-csv's gpu column). What the text changed is printed; text that cannot be read is an error naming it,
-    never a silent catalog part ("B200 (power limited)" without the limit's value)."""
+# words that say the text describes the network between nodes (its scale-out), not the part: read for its bandwidth.
+# "8 GPUs per node" counts devices, not a link
+_LINK_WORDS = re.compile(r"infiniband|\bib\b|roce|ethernet|\d*\s*gbe\b|\befa\b|scale-?out|\bnics?\b|"
+                         r"(?<!gpus )(?<!gpu )(?<!devices )(?<!chips )(?<!accelerators )per node", re.I)
+
+
+def _link_text(text: str) -> str:
+    """The part of a --hardware text that describes its network, as hw_text.link_gbytes_per_device reads it: the
+    comma/semicolon-separated pieces with link words, without the part's memory bandwidth ("3.35TB/s") or
+    scale-up link figures ("NVLink 900 GB/s"), with "25GbE" written as its rate (25 Gb/s Ethernet)."""
+    pieces = [p for p in re.split(r"[;,]", text) if _LINK_WORDS.search(p)]
+    out = ", ".join(pieces) if pieces else text
+    out = re.sub(r"\d+(?:\.\d+)?\s*TB(?:/\s*s|ps)\b", " ", out)  # bytes per second in T: the memory, not a NIC
+    out = re.sub(r"(?i)(?:nvlink|nvswitch|xgmi|infinity fabric)\S*(?:\s+\S+){0,3}?\s*\d+(?:\.\d+)?\s*[GT]B"
+                 r"(?:/\s*s|ps)\b", " ", out)
+    return re.sub(r"(?i)(\d+(?:\.\d+)?)\s*([GT])bE\b", r"\1 \2b/s Ethernet", out)
+
+
+def _scaleout(hw, text: str, notes: list[str]):
+    """`hw` with the scale-out bandwidth a --hardware text states ("8x HDR InfiniBand 200 Gb/s per node",
+    "1x 25GbE per node", "scale-out 1 GB/s"); the text naming a network whose rate cannot be read is an error,
+    never the catalog's network planned as if the text had not been written."""
+    import dataclasses
+
+    from stride.perfmodel.hw_text import link_gbytes_per_device
+
+    word = _LINK_WORDS.search(text)
+    if not word:
+        return hw
+    gbytes = link_gbytes_per_device(_link_text(text), hw.scaleup_domain)
+    if not gbytes or gbytes <= 0 or not math.isfinite(gbytes):
+        if any("scale-out" in n for n in notes):  # an instance type already set it (hw_text.resolve)
+            return hw
+        raise ConfigError(f"--hardware {text!r}: names a network ({word.group(0).strip()!r}) but states no "
+                          "bandwidth stride can read; write its rate, e.g. '8x NDR InfiniBand 400 Gb/s per node', "
+                          "'1x 25GbE per node' or 'scale-out 50 GB/s per GPU' (GB: bytes, Gb: bits)")
+    notes.append(f"scale-out {gbytes:.4g} GB/s per device per direction from the text (catalog "
+                 f"{hw.scaleout_bw_gbps:g}; {hw.scaleup_domain} devices a node)")
+    name = hw.display_name if text in hw.display_name else f"{hw.display_name} [{text}]"
+    return dataclasses.replace(hw, scaleout_bw_gbps=gbytes, display_name=name)
+
+
+def _device(catalog, text: str, quiet: bool = False):
+    """(part, notes): the part `--hardware` names: a catalog name or alias, or a description the way published
+    rows write one (memory, bandwidth, a power cap, a TFLOP/s figure modify the catalog part; hw_text.resolve,
+    the reader of --from-csv's gpu column), and its network ("8x HDR InfiniBand 200 Gb/s per node": the scale-out
+    bandwidth). What the text changed is returned as notes (printed to stderr unless `quiet`: a table prints
+    them under its header); text that cannot be read is an error naming it, never a silent catalog part ("B200
+    (power limited)" without the limit's value)."""
     import sys
 
-    from stride.perfmodel.hw_text import resolve
+    from stride.perfmodel.hw_text import DESCRIBE_EXAMPLE, resolve
 
     try:
         hw, notes = resolve(text, catalog)
@@ -119,12 +164,155 @@ def _device(catalog, text: str):
             from stride.config.errors import suggest
 
             raise ConfigError(f"--hardware: unknown hardware `{text}`{suggest(text, catalog.names())}; known: "
-                              f"{', '.join(catalog.names())}; add it with --hardware-file, or describe it "
-                              "(e.g. '989 TFLOPS 80GB 3.35TB/s')") from None
+                              f"{', '.join(catalog.names())}; add it with --hardware-file, or describe it from a "
+                              f"catalog part ({DESCRIBE_EXAMPLE})") from None
         raise ConfigError(f"--hardware: {exc}") from None
-    for note in notes:
-        print(f"stride plan: note: --hardware {text!r}: {note}", file=sys.stderr)
-    return hw
+    hw = _scaleout(hw, text, notes)
+    hw = _display_memory(hw, catalog)
+    if not quiet:
+        for note in notes:
+            print(f"stride plan: note: --hardware {text!r}: {note}", file=sys.stderr)
+    return hw, notes
+
+
+def _display_memory(hw, catalog):
+    """A part whose memory the text changed is named with that memory: "NVIDIA H100 SXM5 80GB [H100 SXM 96GB @ 500
+    W]" said 80GB of a 96 GB plan."""
+    import dataclasses
+
+    base = catalog.devices.get(hw.name)
+    if base is None or abs(base.memory_gib - hw.memory_gib) < 0.5:
+        return hw
+    head, sep, tail = hw.display_name.partition(" [")
+    new = re.sub(rf"\b{base.memory_gib:g}\s*GB\b", f"{hw.memory_gib:g}GB", head)
+    if new == head:
+        new = f"{head} {hw.memory_gib:g}GB"
+    return dataclasses.replace(hw, display_name=new + sep + tail)
+
+
+def _hardware_lines(text: str, notes: list[str]) -> list[str]:
+    """What a --hardware text changed, for a table's header: the text, then one line each."""
+    return [f"  --hardware {text!r} read as:", *(f"    {n}" for n in notes)] if notes else []
+
+
+# --- options given that the chosen mode does not read -----------------------------------------------------------
+
+_MODE_WORDS = {"calibrate": "`stride plan calibrate`", "probe": "`stride plan probe`",
+               "list": "--list-hardware/--list-models", "csv": "--from-csv (each row states its own)",
+               "workload": "--workload (the run config sets it; change it with --set)",
+               "compare": "--compare-hardware", "plan": "a --model plan"}
+# every dest a mode may read; json is read by all (calibrate always prints JSON) and so never noted
+_OPTIONS = ("model", "workload", "overrides", "hardware", "hardware_file", "devices", "global_batch", "seq",
+            "precision", "fp8_recipe", "framework", "efficiency", "top", "compare_hardware", "tokens", "sort",
+            "list_hardware", "list_models", "from_csv", "out", "threads", "name", "comm_profile", "runs")
+
+
+def _mode(args: argparse.Namespace) -> str:
+    """Which of run()'s branches these arguments take, in run()'s order."""
+    if args.action:
+        return args.action
+    if args.list_hardware or args.list_models:
+        return "list"
+    if args.from_csv:
+        return "csv"
+    if args.workload:
+        return "workload"
+    return "compare" if args.compare_hardware else "plan"
+
+
+def _used(args: argparse.Namespace, mode: str) -> set[str]:
+    """The options `mode` reads with these arguments."""
+    plan_common = {"hardware_file", "efficiency"}
+    if mode == "calibrate":
+        return {"runs", "hardware", "hardware_file", "efficiency"}
+    if mode == "probe":
+        return {"out", "threads", "name", "comm_profile"}
+    if mode == "list":
+        return {"list_hardware", "list_models"} | ({"hardware_file"} if args.list_hardware else set())
+    if mode == "csv":
+        return {"from_csv"} | plan_common
+    if mode == "workload":
+        return {"workload", "overrides", "hardware", "devices", "global_batch", "top"} | plan_common
+    model = {"model", "global_batch", "seq", "precision", "framework"} | plan_common
+    if mode == "compare":  # the fleet names the parts; every row is listed; compare_hardware takes no recipe
+        used = model | {"compare_hardware", "tokens", "sort"}
+        if args.compare_hardware == "all" or _fleet_needs_devices(args):
+            used.add("devices")
+        return used
+    return model | {"hardware", "devices", "top"} | ({"fp8_recipe"} if args.precision == "fp8" else set())
+
+
+def _fleet_needs_devices(args: argparse.Namespace) -> bool:
+    from stride.perfmodel.planner import parse_fleet
+
+    try:
+        return any(count is None for _, count in parse_fleet(args.compare_hardware, []))
+    except ConfigError:
+        return True  # refused later, naming the entry
+
+
+def _why(dest: str, args: argparse.Namespace, mode: str) -> str:
+    if dest == "fp8_recipe" and mode == "plan":
+        return f"only --precision fp8 reads it (this plan is {args.precision}; fp4 uses nvfp4)"
+    if dest == "fp8_recipe" and mode == "compare":
+        return "--compare-hardware plans each part with the default recipe"
+    if dest == "devices" and mode == "compare":
+        return "every --compare-hardware entry has its :COUNT"
+    if dest == "hardware" and mode == "compare":
+        return "--compare-hardware names the parts"
+    if dest == "top" and mode == "compare":
+        return "--compare-hardware lists every fleet"
+    if dest in ("out", "threads", "name", "comm_profile"):
+        return "only `stride plan probe` reads it"
+    if dest in ("tokens", "sort"):
+        return "only --compare-hardware reads it"
+    if dest == "runs":
+        return "only `stride plan calibrate` reads run directories"
+    return f"not used by {_MODE_WORDS[mode]}"
+
+
+def _flag(dest: str) -> str:
+    return {"overrides": "--set", "runs": "RUNS"}.get(dest, "--" + dest.replace("_", "-"))
+
+
+def unused_options(args: argparse.Namespace) -> list[str]:
+    """One line for each option the user gave (its value differs from the parser's default) that the mode these
+    arguments take does not read: `--fp8-recipe rowwise` on a bf16 plan, `--tokens` without --compare-hardware,
+    `--model` beside --workload went by without a word."""
+    parser = argparse.ArgumentParser(add_help=False)
+    register(parser)
+    defaults = vars(parser.parse_args([]))
+    mode = _mode(args)
+    used = _used(args, mode)
+    lines = []
+    for dest in _OPTIONS:
+        value = getattr(args, dest, defaults.get(dest))
+        if dest in used or value == defaults.get(dest) or value in (None, [], False):
+            continue
+        shown = ("" if value is True else " " + " ".join(map(str, value)) if isinstance(value, list)
+                 else f" {value:g}" if isinstance(value, float) else f" {value}")
+        lines.append(f"{_flag(dest)}{shown} is ignored: {_why(dest, args, mode)}")
+    return lines
+
+
+# --- a precision the part has no peak for ---------------------------------------------------------------------
+
+_NO_PEAK = re.compile(r"has no (\w+) peak \(it lists: ([^)]*)\)")
+
+
+def _precision_hint(message: str, workload: bool = False) -> str:
+    """`message` with the precision to pass where it says a part has no peak for the one asked ("hardware `v100`
+    has no bf16 peak (it lists: fp16, fp32, fp64)" -> "...; pass --precision fp16")."""
+    m = _NO_PEAK.search(message)
+    if not m or "--precision" in message or "train.precision" in message:
+        return message
+    have = {d.strip() for d in m.group(2).split(",")}
+    order = ("bf16", "fp16", "fp32") if workload else ("bf16", "fp16", "fp8", "fp4")
+    pick = next((d for d in order if d in have and d != m.group(1)), None)
+    if pick is None:
+        return message
+    how = f"--set train.precision={pick}" if workload else f"--precision {pick}"
+    return f"{message}; pass {how}"
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -155,9 +343,23 @@ def _with_interval(pred: dict, lo: float, hi: float) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stride.perfmodel.hardware import load_catalog
+    import sys
 
     _check_numbers(args)
+    for line in unused_options(args):
+        print(f"stride plan: note: {line}", file=sys.stderr)
+    try:
+        return _run(args)
+    except ConfigError as exc:
+        hinted = _precision_hint(str(exc), workload=_mode(args) == "workload")
+        if hinted == str(exc):
+            raise
+        raise ConfigError(hinted) from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from stride.perfmodel.hardware import load_catalog
+
     if args.action == "calibrate":
         from stride.perfmodel.calibrate import calibrate_cli
 
@@ -189,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workload:
         if args.devices is None:
             raise ConfigError("stride plan --workload needs --devices")
-        return _plan_workload(args, _device(catalog, args.hardware), eff)
+        return _plan_workload(args, *_device(catalog, args.hardware, quiet=not args.json), eff)
     from stride.perfmodel.frameworks import get_framework
 
     args.framework = get_framework(args.framework).name
@@ -206,7 +408,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_hardware:
         return _compare(args, spec, catalog, eff)
     gb = args.global_batch if args.global_batch is not None else default_global_batch(spec, args.devices)
-    hw = _device(catalog, args.hardware)
+    hw, notes = _device(catalog, args.hardware, quiet=not args.json)
     t0 = time.perf_counter()
     result = search(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
     seconds = time.perf_counter() - t0
@@ -219,20 +421,21 @@ def run(args: argparse.Namespace) -> int:
             return _with_interval(p.to_dict(), lo, hi)
 
         print(json.dumps({
-            "model": spec.name, "hardware": hw.name, "devices": args.devices, "global_batch": gb, "seq": spec.seq,
-            "considered": result.considered, "fit": len(result.ranked), "search_seconds": seconds,
-            "interval_basis": basis,
+            "model": spec.name, "hardware": hw.name, "hardware_text": args.hardware, "hardware_notes": notes,
+            "devices": args.devices, "global_batch": gb, "seq": spec.seq, "considered": result.considered,
+            "fit": len(result.ranked), "search_seconds": seconds, "interval_basis": basis,
             "best": out(best) if best else None,
             "ranked": [out(p) for p in result.ranked[: args.top]],
             "alternatives": [{**out(p), "why_slower": explain(p, best)} for p in alts] if best else [],
             "fastest_not_fitting": [out(p) for p in result.rejected_memory[:3]],
         }))
-        return 0
-    _print_plan(result, alts, spec, hw, args.devices, gb, seconds, args.top, (lo, hi, basis))
+        return 0 if best else 1  # as the table: no layout fits is a failure, whichever the output
+    _print_plan(result, alts, spec, hw, args.devices, gb, seconds, args.top, (lo, hi, basis),
+                _hardware_lines(args.hardware, notes))
     return 0 if result.best else 1
 
 
-def _plan_workload(args, hw, eff) -> int:
+def _plan_workload(args, hw, notes: list[str], eff) -> int:
     from stride.perfmodel.planner import explain
     from stride.perfmodel.workload_plan import describe, search_workload, settings
 
@@ -243,7 +446,8 @@ def _plan_workload(args, hw, eff) -> int:
     tr = next(iter(plan.traces.values()))
     if args.json:
         print(json.dumps({
-            "workload": plan.name, "hardware": hw.name, "devices": args.devices, "global_batch": plan.global_batch,
+            "workload": plan.name, "hardware": hw.name, "hardware_text": args.hardware, "hardware_notes": notes,
+            "devices": args.devices, "global_batch": plan.global_batch,
             "considered": res.considered, "fit": len(res.ranked), "search_seconds": seconds,
             "trace": {mb: t.to_dict() for mb, t in plan.traces.items()},
             "best": {**best.to_dict(), "settings": settings(best.layout, plan.global_batch)} if best else None,
@@ -259,6 +463,8 @@ def _plan_workload(args, hw, eff) -> int:
     con.print(f"[bold]{plan.name}[/] ({tr.param_count:,} parameters, {tr.precision}, traced at micro-batch "
               f"{', '.join(map(str, sorted(plan.traces)))}) on {args.devices} x {hw.display_name}, "
               f"global batch {plan.global_batch}: {res.considered} layouts, {len(res.ranked)} fit ({seconds:.2f} s)")
+    for line in _hardware_lines(args.hardware, notes):
+        con.print(line, markup=False, highlight=False)
     lt = Table(title=f"per layer, one micro-batch of {tr.micro_batch}")
     for col in ("layer", "params", "fwd+bwd GFLOP", "MB moved", "kernels", "saved MB"):
         lt.add_column(col, justify="left" if col == "layer" else "right")
@@ -285,7 +491,8 @@ def _plan_workload(args, hw, eff) -> int:
     return 0
 
 
-def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tuple[float, float, str]) -> None:
+def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tuple[float, float, str],
+                hardware_lines: list[str] = ()) -> None:
     from rich.table import Table
 
     from stride.cli.plan_tables import _console
@@ -294,6 +501,8 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
     con = _console()
     con.print(f"[bold]{spec.name}[/] on {devices} x {hw.display_name}, global batch {gb} x {spec.seq} tokens: "
               f"{result.considered} layouts, {len(result.ranked)} fit ({seconds:.2f} s)")
+    for line in hardware_lines:
+        con.print(line, markup=False, highlight=False)
     if not result.best:
         con.print("[red]no layout fits in memory[/]")
         for p in result.rejected_memory[:3]:
@@ -343,12 +552,20 @@ def _compare(args, spec, catalog, eff) -> int:
             if count is None and args.devices is None:
                 raise ConfigError(f"--compare-hardware: `{name}` has no device count (name:count) "
                                   "and --devices is unset")
-            fleet.append((catalog.get(name), count if count is not None else args.devices))
+            try:
+                part = catalog.get(name)
+            except ConfigError as exc:
+                raise ConfigError(f"--compare-hardware: {exc}; --compare-hardware takes catalog names only (see "
+                                  "--list-hardware, or an entry of a --hardware-file); a described part ('H100 SXM "
+                                  "96GB @ 500 W') is planned with --hardware TEXT --devices N") from None
+            fleet.append((part, count if count is not None else args.devices))
     t0 = time.perf_counter()
     rows = compare_hardware(spec, fleet, args.global_batch, eff, args.tokens, args.precision, args.sort, args.framework)
     parts = {hw.name: hw for hw, _ in fleet}
     for r in rows:
-        if "reason" not in r:
+        if "reason" in r:
+            r["reason"] = _precision_hint(r["reason"])
+        else:
             lo, hi, r["interval_basis"] = _interval(parts[r["hardware"]], args)
             r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * lo, r["hours_to_budget"] * hi
     seconds = time.perf_counter() - t0

@@ -167,6 +167,22 @@ def factor_warnings(eff: Efficiency, fitted: tuple[str, ...], hw: Hardware) -> l
             for name in fitted if getattr(eff, name) > 1]
 
 
+def underdetermined_warnings(runs: list[RunInputs], hw: Hardware, factors: tuple[str, ...] | None = None) -> list[str]:
+    """Fit stages with fewer runs than factors: such a fit meets its runs almost exactly (one run, four factors
+    reported an error of 0.00005 % and no word), so its near-zero error says nothing and the factors are one of
+    many sets that fit, not measurements. Runs the model cannot tell apart (`_same_step`) count once."""
+    out = []
+    for rs, names in stages(runs, factors):
+        distinct = len({_same_step(r, hw) for r in rs})
+        if distinct < len(names):
+            same = f" ({distinct} distinct to the model)" if distinct != len(rs) else ""
+            out.append(f"{len(rs)} run(s){same} fit {len(names)} factor(s) ({', '.join(names)}): the fit is "
+                       "underdetermined, so its near-zero error says nothing and the fitted factors are not "
+                       f"measurements; calibrate on at least {len(names)} runs of different shapes (batch size, "
+                       "model size, sequence length)")
+    return out
+
+
 def stages(runs: list[RunInputs], factors: tuple[str, ...] | None = None) -> list[tuple[list[RunInputs],
                                                                                         tuple[str, ...]]]:
     """(runs, factors) of each fit stage: compute factors on single-process runs, then network on the rest;
@@ -198,14 +214,19 @@ def calibrate(runs: list[RunInputs], hw: Hardware, start: Efficiency | None = No
     return eff, [report(r, hw, eff) for r in runs]
 
 
+def _same_step(r: RunInputs, hw: Hardware, eff: Efficiency | None = None) -> tuple:
+    """What the model sees of a run: its world size and its predicted step under two unrelated sets of factors
+    (equal keys: runs no factors can tell apart)."""
+    other = Efficiency(gemm=0.7, attention=0.35, memory=0.6, network=0.8, overlap=0.5, dispatch=0.15)
+    return (r.world_size, *(f"{r.predict(hw, e).step_time_s:.9e}" for e in (eff or Efficiency(), other)))
+
+
 def disagreements(runs: list[RunInputs], hw: Hardware, eff: Efficiency) -> list[str]:
     """Groups of runs that are one step to the model (equal predictions under two unrelated sets of
     factors) whose measured step times are more than DISAGREE apart: one line each, naming the runs."""
-    other = Efficiency(gemm=0.7, attention=0.35, memory=0.6, network=0.8, overlap=0.5, dispatch=0.15)
     groups: dict[tuple, list[RunInputs]] = {}
     for r in runs:
-        key = (r.world_size, *(f"{r.predict(hw, e).step_time_s:.9e}" for e in (eff, other)))
-        groups.setdefault(key, []).append(r)
+        groups.setdefault(_same_step(r, hw, eff), []).append(r)
     out = []
     for group in groups.values():
         group = sorted(group, key=lambda r: r.measured_step_s)
@@ -230,7 +251,7 @@ def calibrate_cli(args: argparse.Namespace) -> int:
     if not args.runs:
         raise ConfigError("stride plan calibrate needs one or more run directories")
     hw = load_catalog(args.hardware_file).get(args.hardware)
-    start = load_efficiency(args.efficiency) if args.efficiency else None
+    start = load_efficiency(args.efficiency, note="stride plan calibrate") if args.efficiency else None
     runs = [run_inputs(Path(r)) for r in args.runs]
     check_hardware(runs, hw)
     disagree = disagreements(runs, hw, start or Efficiency())
@@ -240,7 +261,9 @@ def calibrate_cli(args: argparse.Namespace) -> int:
     if disagree and kept:
         disagree.append("the fit moved no factor: " + (f"the factors of {args.efficiency}" if start else
                                                        "the default factors") + " were kept, not fitted")
-    warnings = [*thread_warnings(runs, hw), *disagree,
+    # factors the fit kept are already said not to be fitted; factors it moved on too few runs are said here
+    under = [] if disagree and kept else underdetermined_warnings(runs, hw)
+    warnings = [*thread_warnings(runs, hw), *disagree, *under,
                 *factor_warnings(eff, tuple(n for _, names in stages(runs) for n in names), hw)]
     for w in warnings:
         print(f"stride plan calibrate: warning: {w}", file=sys.stderr)

@@ -21,6 +21,7 @@ row ran on is predicted from its own published figures, never from a factor fitt
 Defaults are round physical priors, NOT fitted to any data set; `data/perfmodel/efficiency.json`
 holds the ones fitted on every development row (benchmarks/perfmodel_error.py --write, whose
 held-out errors docs/perfmodel.md reports); `stride plan calibrate` writes a JSON with the same keys.
+A JSON that states only some factors takes the rest from that shipped fit, not from these priors.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ class Efficiency:
 RETIRED = ("gemm_hopper",)
 
 
-def load_efficiency(path: str | Path) -> Efficiency:
-    """Read a calibration JSON ({"gemm": .., "memory": .., ...}; missing keys keep defaults)."""
+def read_factors(path: str | Path) -> dict[str, float]:
+    """The factors a calibration JSON states ({"gemm": .., ...} or {"efficiency": {...}}), by name; unknown names
+    are an error naming the known ones, retired ones are dropped."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -75,7 +77,30 @@ def load_efficiency(path: str | Path) -> Efficiency:
     unknown = sorted(set(factors) - names)
     if unknown:
         raise ConfigError(f"{path}: unknown efficiency factor(s) {unknown}; known: {sorted(names)}")
-    return Efficiency(**{k: float(v) for k, v in factors.items()})
+    out: dict[str, float] = {}
+    for k, v in factors.items():
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path}: efficiency `{k}` must be a number, got {v!r}") from None
+    return out
+
+
+def load_efficiency(path: str | Path, base: Efficiency | None = None, note: str | None = None) -> Efficiency:
+    """Read a calibration JSON; the factors it does not state come from `base`, by default the shipped fit
+    (shipped_efficiency), not the unfitted priors: '{"gemm": 0.8}' changes gemm alone. With `note` (a
+    command's name), which factors were taken from the base is said once on stderr."""
+    factors = read_factors(path)
+    if base is None:
+        base = shipped_efficiency()
+    missing = [f.name for f in dataclasses.fields(Efficiency) if f.name not in factors]
+    if missing and note:
+        import sys
+
+        fitted = "the shipped fit (data/perfmodel/efficiency.json)" if EFFICIENCY_FILE.is_file() else \
+            "the unfitted priors (no data/perfmodel/efficiency.json)"
+        print(f"{note}: note: {path} does not set {', '.join(missing)}: taken from {fitted}", file=sys.stderr)
+    return dataclasses.replace(base, **factors)
 
 
 EFFICIENCY_FILE = Path(__file__).resolve().parents[2] / "data" / "perfmodel" / "efficiency.json"
@@ -86,7 +111,7 @@ def shipped_efficiency() -> Efficiency:
     the unfitted priors where that file is absent; what `stride plan` uses unless --efficiency."""
     if EFFICIENCY_FILE.is_file():
         try:
-            return load_efficiency(EFFICIENCY_FILE)
+            return load_efficiency(EFFICIENCY_FILE, base=Efficiency())
         except ConfigError:
             return Efficiency()
     return Efficiency()

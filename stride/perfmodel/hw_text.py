@@ -34,6 +34,15 @@ _FAMILIES: list[tuple[str, str]] = [
 _KNOWN_MISSING = (r"\bb100\b", r"\bh20\b", r"\bmi250x?\b", r"\bmi210\b", r"gaudi[ -]?1\b", r"tpu[ -]?v[23]\b",
                   r"\bt4\b", r"\bl4\b", r"\brtx\b", r"\bp100\b", r"\ba10g?\b", r"\ba40\b", r"\ba6000\b", r"trainium",
                   r"\bmi100\b", r"\bcs-?[23]\b", r"\bipu\b")
+# card forms a part also comes in, with other clocks, power, memory and no NVSwitch ("A100 PCIe", "H200 NVL"):
+# read as the catalog's entry of that form, or refused by name (an SXM entry would be the wrong part)
+_FORMS = {"pcie": r"\bpci-?e\b|-pcie", "nvl": r"\bnvl\b(?!\d)|-nvl\b(?!\d)"}
+# what a part's own text may look like when it is described from a catalog part (the refusals quote it)
+DESCRIBE_EXAMPLE = "e.g. 'H100 SXM 96GB 3.35TB/s @ 500 W' or 'H100 SXM 835 TFLOPS 94GB'"
+# words of a link, not of the memory, in a clause that gives a GB/s figure
+_LINK_CLAUSE = (r"nvlink|nvswitch|pci-?e|infiniband|\bib\b|roce|ethernet|\bgbe\b|xgmi|infinity fabric|\bici\b|"
+                r"\blinks?\b|interconnect|network|\bnics?\b|bidir|per direction|each way|scale-?(?:up|out)|fabric|"
+                r"connectx|\bdcn\b|\befa\b")
 _TPU_CORES = {"tpu-v4": 2, "tpu-v5p": 2}  # `v4-N` / `v5p-N` slices count TensorCores, 2 per chip
 
 # Cloud instances and VM families users name instead of the part: (pattern, the part as text, scale-out GB/s
@@ -66,12 +75,37 @@ def _normalise(low: str) -> str:
     "1x"), plurals ("H100s") and unicode."""
     low = re.sub(r"\((?:r|tm)\)|[®™]", "", low)
     low = re.sub(r"(?<![a-z0-9.])\d+\s*[x×]\s*(?:\d+\s*(?:x|×)?\s*)?(?=[a-z])", " ", low)
-    return re.sub(r"\b([a-z]{1,2}\d{2,3}[a-z]?)s\b", r"\1", low)
+    return re.sub(r"\b(?!l40s\b)([a-z]{1,2}\d{2,3}[a-z]?)s\b", r"\1", low)  # the L40S is a part, not L40s
 
 
 def _num(pattern: str, text: str) -> float | None:
     m = re.search(pattern, text)
     return float(m.group(1)) if m else None
+
+
+def _forms(hw: Hardware) -> str:
+    """The names a catalog entry goes by, lower-cased and joined (an NVL card is a PCIe card too)."""
+    words = " ".join((hw.name, hw.display_name, *hw.aliases)).lower()
+    return words + (" pcie" if re.search(_FORMS["nvl"], words) else "")
+
+
+def _form_factor(hw: Hardware, said: str, raw: str, low: str, catalog: Catalog) -> Hardware:
+    """The entry of the card form the text names ("A100 PCIe", "H200 NVL") where the family rule picked another
+    form of the part; the catalog's entry of that form if it holds one, else a ValueError naming the part."""
+    for form, pattern in _FORMS.items():
+        if not re.search(pattern, low) or re.search(pattern, _forms(hw)):
+            continue
+        part = hw.name.split("-")[0]
+        match = next((d for d in catalog.devices.values()
+                      if part in re.split(r"[^a-z0-9]+", _forms(d)) and re.search(pattern, _forms(d))), None)
+        if match is None:
+            named = f"{said.upper()} {'PCIe' if form == 'pcie' else 'NVL'}"
+            raise ValueError(f"gpu {raw!r}: `{named}` is not in the catalog (its entry `{hw.name}` is the "
+                             f"{hw.display_name}: another card, with other clocks, power and memory; known: "
+                             f"{', '.join(catalog.names())}); add it with --hardware-file or describe it from a "
+                             f"catalog part ({DESCRIBE_EXAMPLE})")
+        hw = match
+    return hw
 
 
 def resolve(text: str | None, catalog: Catalog) -> tuple[Hardware, list[str]]:
@@ -89,13 +123,13 @@ def resolve(text: str | None, catalog: Catalog) -> tuple[Hardware, list[str]]:
     try:
         hw = catalog.get(raw)
     except Exception:  # noqa: BLE001 - fall through to the family rules
-        name = next((n for pat, n in _FAMILIES if re.search(pat, low)), None)
+        name, said = next(((n, m.group(0)) for pat, n in _FAMILIES if (m := re.search(pat, low))), (None, ""))
         if name is None or name not in catalog.devices:
             miss = next((m.group(0) for p in _KNOWN_MISSING if (m := re.search(p, low))), None)
             what = f"`{miss.upper()}` is not in the catalog" if miss else "is not a part the catalog knows"
             raise ValueError(f"gpu {raw!r}: {what} (known: {', '.join(catalog.names())}); add it with "
-                             "--hardware-file or write its numbers (e.g. '989 TFLOPS 80GB 3.35TB/s')") from None
-        hw = catalog.devices[name]
+                             f"--hardware-file or describe it from a catalog part ({DESCRIBE_EXAMPLE})") from None
+        hw = _form_factor(catalog.devices[name], re.split(r"[ -]", said)[0], raw, low, catalog)
     hw = _modify(hw, raw, low, catalog, notes)
     if instance:
         hw = dataclasses.replace(hw, scaleout_bw_gbps=instance[1])
@@ -104,36 +138,64 @@ def resolve(text: str | None, catalog: Catalog) -> tuple[Hardware, list[str]]:
 
 def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]) -> Hardware:
     changes: dict[str, object] = {}
-    mem = _num(r"(\d{2,3}(?:\.\d+)?)\s*gb\b(?!/| ?/s|ps)", low)
-    if hw.name.startswith("a100") and mem is not None and mem <= 40 and "a100-40gb" in catalog.devices:
+    # memory as vendors write it ("80GB") or as tools report it ("184.3 GiB"): the catalog's memory_gib holds
+    # the vendor's GB figure, so both are read as that number
+    mem = _num(r"(?<![\w.])(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*gi?b\b(?!/| ?/s|ps)", low)
+    if mem is not None and not 1 <= mem <= 10000:
+        raise ValueError(f"gpu {raw!r}: memory {mem:g} GB is not a device's memory (1-10000 GB per device); write "
+                         "the per-device size, e.g. '80GB'")
+    if hw.name == "a100-80gb" and mem is not None and mem <= 40 and "a100-40gb" in catalog.devices:
         hw = catalog.devices["a100-40gb"]
-    elif hw.name.startswith("a100") and mem is None:
+    elif hw.name == "a100-80gb" and mem is None:
         notes.append("A100 memory size not stated: 80GB assumed")
     if hw.name == "h100-sxm" and not re.search(r"sxm|hgx|dgx|nvl|pcie", low):
         notes.append("H100 form factor not stated: SXM assumed")
     if re.search(r"\bh800\b", low):
         changes["scaleup_bw_gbps"] = 200.0  # H800: NVLink cut to 400 GB/s bidir
         notes.append("H800: NVLink 400 GB/s bidir")
-    if mem is not None and 8 <= mem <= 1024 and abs(mem - hw.memory_gib) > 0.5:
+    if mem is not None and abs(mem - hw.memory_gib) > 0.5:
         changes["memory_gib"] = mem
         notes.append(f"memory {mem:g} GB from the text (catalog {hw.memory_gib:g})")
-    bw = _num(r"(\d+(?:\.\d+)?)\s*tb/?s", low)
-    if bw is not None and 0.2 <= bw <= 30 and abs(bw - hw.memory_bw_tbps) > 0.01:
+    bw = _memory_bw(raw, low)
+    if bw is not None and abs(bw - hw.memory_bw_tbps) > 0.01:
         changes["memory_bw_tbps"] = bw
         notes.append(f"memory bandwidth {bw:g} TB/s from the text")
     elif "memory_gib" in changes and re.search(r"hbm", low):
         notes.append("memory bandwidth of this variant not given: the catalog's is used")
-    tflops = _num(r"(\d{2,5}(?:\.\d+)?)\s*tflop", low)
+    tflops = _num(r"(?<![\w.])(\d+(?:\.\d+)?)\s*tflop", low)
     peaks = dict(hw.peak_tflops)
+    dense = hw.peak_tflops.get("bf16")
+    if tflops is not None and tflops <= 0:
+        raise ValueError(f"gpu {raw!r}: {tflops:g} TFLOP/s is not a peak; write the dense bf16 figure")
+    if tflops is not None and dense and abs(tflops / (2 * dense) - 1) <= 0.03:
+        raise ValueError(f"gpu {raw!r}: {tflops:g} TFLOP/s is twice the {hw.display_name}'s dense bf16 peak "
+                         f"({dense:g}): most likely the sparse (2:4) or fp8 figure, which would double the answer; "
+                         "write the dense bf16 figure")
     if tflops is not None:
         scale = tflops / peaks.get("bf16", tflops)
         peaks = {k: v * scale for k, v in peaks.items()}
         notes.append(f"dense bf16 peak {tflops:g} TFLOP/s from the text")
-    watts = _num(r"@\s*(\d{3,4})\s*w\b", low) or _num(r"\b(\d{3,4})\s*w\b", low)
-    if not watts and tflops is None and re.search(r"power[ -]?(limit|cap|capped)", low):
+    # a cap as written ("@ 500 W", "500W power limit"), any size and sign: the checks below refuse what no cap is
+    signed, watt = low.replace("\u2212", "-"), r"(-?\d+(?:\.\d+)?)\s*w(?:atts?)?\b"
+    watts = _num(r"@\s*" + watt, signed)
+    watts = _num(r"(?<![\w.])" + watt, signed) if watts is None else watts
+    if watts is None and tflops is None and re.search(r"power[ -]?(limit|cap|capped)", low):
         raise ValueError(f"gpu {raw!r}: a power limit without its value (the clock it sets can move the answer by "
                          "more than 10%; write it, e.g. '@ 700 W')")
-    if watts and hw.tdp_w and watts < hw.tdp_w * 0.98 and tflops is None:
+    if watts is not None and watts <= 0:
+        raise ValueError(f"gpu {raw!r}: power cap {watts:g} W is not a power; write the cap in watts, e.g. '@ 500 W'")
+    if watts is not None and hw.tdp_w and watts < 0.2 * hw.tdp_w:
+        raise ValueError(f"gpu {raw!r}: power cap {watts:g} W is under 20% of the {hw.display_name}'s board power "
+                         f"({hw.tdp_w:g} W): not a cap a training run holds; write the cap in watts per device")
+    if watts is not None and tflops is not None:
+        notes.append(f"power cap {watts:g} W not applied on top of the stated {tflops:g} TFLOP/s (taken as the "
+                     "peak at that cap)")
+    elif watts is not None and not hw.tdp_w:
+        notes.append(f"power cap {watts:g} W not applied: the catalog has no board power for {hw.display_name}")
+    elif watts is not None and watts > hw.tdp_w * 1.005:
+        notes.append(f"power cap {watts:g} W is above the {hw.display_name}'s board power ({hw.tdp_w:g} W): it "
+                     "changes nothing")
+    elif watts is not None and watts < hw.tdp_w * 0.98:
         clock = (watts / hw.tdp_w) ** (1 / 3)
         peaks = {k: v * clock for k, v in peaks.items()}
         notes.append(f"power cap {watts:g} W of {hw.tdp_w:g} W: tensor peaks x {clock:.3f} (clock ~ P^(1/3))")
@@ -166,7 +228,49 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
     return hw
 
 
+def _memory_bw(raw: str, low: str) -> float | None:
+    """HBM bandwidth in TB/s that a part's text states: "3.35TB/s", or "3350 GB/s" in a clause that does not
+    name a link (NVLink, PCIe, a NIC: those figures are the links'); a figure no memory gives is refused."""
+    tb = _num(r"(?<![\w.])(\d+(?:\.\d+)?)\s*tb/?s", low)
+    if tb is not None:
+        if not 0.2 <= tb <= 30:
+            raise ValueError(f"gpu {raw!r}: memory bandwidth {tb:g} TB/s is not a device's (0.2-30 TB/s); write "
+                             "the HBM bandwidth per device, e.g. '3.35TB/s'")
+        return tb
+    for clause in re.split(r"[,;()+]", raw):
+        m = re.search(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:[Gg]B|GiB)\s*(?:/\s*s(?:ec)?\b|ps\b)", clause)
+        if not m or re.search(_LINK_CLAUSE, clause.lower()):
+            continue
+        gb = float(m.group(1))
+        if not 200 <= gb <= 30000:
+            raise ValueError(f"gpu {raw!r}: memory bandwidth {gb:g} GB/s is not a device's (200-30000 GB/s); write "
+                             "the HBM bandwidth per device (e.g. '3350 GB/s'), or name the link it belongs to")
+        return gb / 1000
+    return None
+
+
 _RATE = r"(\d+(?:\.\d+)?)\s*([GT])(b|B)(?:it)?\s*(?:/\s*[sS](?:ec|EC)?|ps)\b"
+# a port speed as NICs and switches are sold: "25GbE", "2x 100GbE", "RoCE 100G", "400G InfiniBand" (always bits;
+# read where the text names a network or says per what, so a bare "80G" is not taken for a link); not one speed
+# of a list a NIC supports ("10Gb/25Gb/.../200Gb"), nor a PHY name ("10GBASE-T")
+_PORT = r"(?<![\w./])(\d+(?:\.\d+)?)\s*([GT])(?:b|bit)?(?:e\b|(?![\w/]))"
+_NETWORK = (r"infiniband|\bib\b|roce|ethernet|\befa\b|gbe\b|\b[nhxe]dr\b|connectx|\bnics?\b|\bopa\b|omni-?path|"
+            r"slingshot|rdma")
+# a host bus's figures beside a network in a description of the node ("ROCE2; GPU-PCIe: 504 GB/s")
+_HOST_BUS = r"pci-?e"
+
+
+def _rate(text: str) -> tuple[float, re.Match[str]] | None:
+    """The first rate a link text states, in GB/s, with its match (group 1 the number as written)."""
+    m = re.search(_RATE, text)
+    if m:
+        value = float(m.group(1)) * (1000 if m.group(2) == "T" else 1)
+        return (value / 8 if m.group(3) == "b" else value), m
+    m = re.search(_PORT, text, re.I) if re.search(_NETWORK + r"|per (?:node|gpu|vm|host|server|device)",
+                                                  text, re.I) else None
+    if m:
+        return float(m.group(1)) * (1000 if m.group(2).upper() == "T" else 1) / 8, m
+    return None
 
 
 def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = False) -> float | None:
@@ -179,7 +283,11 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     is read at its compute network."""
     raw = re.sub(r"\((?:[^()]*?)(?:assumed|not stated)(?:[^()]*?)\)", "", text or "")
     if not scale_up:  # the compute network of a multi-network description: named so, else the most NICs
-        parts = [p for p in re.split(r"[;,]|\+\s(?=\d)", raw) if re.search(_RATE, p)]
+        split = re.split(r"[;,]|\+\s(?=\d)", raw)
+        stated = [p for p in split if _rate(p)]
+        parts = [p for p in stated if len(split) == 1 or not re.search(_HOST_BUS, p, re.I)]
+        if stated and not parts:
+            return None
         compute = [p for p in parts if re.search(r"\bcompute\b", p, re.I)]
         other = [p for p in parts if not re.search(r"storage|management|mgmt|front[- ]?end", p, re.I)]
         pick = compute or other or parts
@@ -189,12 +297,10 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     low = raw.lower()
     if not low.strip() or re.match(r"\s*(not stated|none|n/a)", low):
         return None
-    m = re.search(_RATE, raw)
-    if not m:
+    rate = _rate(raw)
+    if not rate:
         return None
-    value = float(m.group(1)) * (1000 if m.group(2) == "T" else 1)
-    if m.group(3) == "b":
-        value /= 8
+    value, m = rate
     mult = re.search(r"(\d+)\s*x\s*(?:[A-Za-z0-9-]+\s+){0,5}?" + re.escape(m.group(1)), raw)
     nics = bool(mult and 1 < int(mult.group(1)) <= 64)
     if nics:

@@ -6,6 +6,9 @@ host overhead, at a given thread count; write a hardware TOML entry the planner 
 datasheet values with measured ones. The matmul figure is the best of a 1024^3 fp32/bf16 matmul
 (stride.metrics.peak); copy bandwidth is read + write bytes of a 64 MiB copy; kernel overhead is
 the median time of a tiny elementwise op (the cost every eager kernel pays before any work).
+Memory is the host's RAM (physical pages x page size, or /proc/meminfo MemTotal), capped by the
+cgroup's limit when the process runs under one: the base part's 768 GiB let a plan "fit" 71 GiB a
+rank on a 23 GiB machine.
 """
 
 from __future__ import annotations
@@ -130,6 +133,42 @@ def contention_slowdown(nproc: int = 2, steps: int = 30) -> float:
     return max(1.0, statistics.median(ratios))
 
 
+def _cgroup_limit_bytes() -> int | None:
+    """The memory limit of this process's cgroup (v2 memory.max, v1 memory.limit_in_bytes), or None."""
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(f).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < 2**60:  # "max" or v1's 2^63-ish sentinel: no limit
+            return int(text)
+    return None
+
+
+def host_memory_gib() -> float:
+    """GiB of RAM this host gives a process: physical pages x page size (else /proc/meminfo MemTotal), or
+    the cgroup's memory limit where that is lower (a container sees the host's RAM in both)."""
+    total: int | None = None
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        if pages > 0 and size > 0:
+            total = pages * size
+    except (AttributeError, ValueError, OSError):
+        pass
+    if total is None:
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024  # kB
+                    break
+        except (OSError, ValueError, IndexError):
+            pass
+    if total is None:
+        raise RuntimeError("cannot read this host's memory (os.sysconf SC_PHYS_PAGES, /proc/meminfo)")
+    limit = _cgroup_limit_bytes()
+    return min(total, limit) / 2**30 if limit else total / 2**30
+
+
 def probe(threads: int | None = None) -> dict[str, float]:
     """Measure at `threads` threads in this process (pinned to one core when 1 thread, after the
     contention check, whose processes must spread over the cores)."""
@@ -150,10 +189,15 @@ def probe(threads: int | None = None) -> dict[str, float]:
         "fsdp_unit_overhead_us": fsdp_unit_overhead_s() * 1e6,
         "contention_slowdown": contention,
         "threads": torch.get_num_threads(),
+        "memory_gib": host_memory_gib(),
     }
 
 
 def hardware_toml(name: str, m: dict[str, float], comm_profile: str | None = None, cores: int | None = None) -> str:
+    # memory measured (host_memory_gib) replaces the base part's 768 GiB; without it, the base's stays, assumed
+    measured_mem = m.get("memory_gib")
+    assumed = [*([] if measured_mem else ["memory_gib"]), "scaleup_bw_gbps", "scaleup_latency_us",
+               "scaleout_latency_us", "price_per_hour_usd"]
     lines = [
         f"# measured by `stride plan probe` ({int(m['threads'])} thread(s)): replace the datasheet values",
         f"[hardware.{name}]",
@@ -163,6 +207,7 @@ def hardware_toml(name: str, m: dict[str, float], comm_profile: str | None = Non
         # datasheet's fp64 (3.7 TFLOP/s) beside this machine's measured fp32 and bf16
         "peak_tflops = { " + ", ".join(f"{d} = {m[f'{d}_tflops']:.6g}" for d in ("fp64", "fp32", "bf16")
                                         if f"{d}_tflops" in m) + " }",
+        *([f"memory_gib = {measured_mem:.4g}  # this host's RAM (all its ranks share it)"] if measured_mem else []),
         f"memory_bw_tbps = {m['memory_bw_tbps']:.6g}",
         f"kernel_overhead_us = {m['kernel_overhead_us']:.4g}",
         f"fsdp_unit_overhead_us = {m['fsdp_unit_overhead_us']:.4g}",
@@ -170,8 +215,7 @@ def hardware_toml(name: str, m: dict[str, float], comm_profile: str | None = Non
         "cpu = true",
         f"probed_threads = {int(m['threads'])}",
         f"scaleup_domain = {cores or os.cpu_count() or 1}",
-        'assumed = ["memory_gib", "scaleup_bw_gbps", "scaleup_latency_us", "scaleout_latency_us", '
-        '"price_per_hour_usd"]',
+        "assumed = [" + ", ".join(f'"{a}"' for a in assumed) + "]",
     ]
     if comm_profile:
         lines.append(f'comm_profile = "{Path(comm_profile).resolve()}"')

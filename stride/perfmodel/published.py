@@ -200,8 +200,13 @@ def _hardware(row: dict, catalog: Catalog, notes: list[str]) -> Hardware:
     if per_node and hw.name.startswith("tpu") and per_node != hw.scaleup_domain and per_node >= 16 \
             and not slice_named:
         changes["scaleup_domain"] = per_node  # chips of one slice (ICI); slices meet over DCN (a host holds 4-8)
-    out_bw = link_gbytes_per_device(str(row.get("inter_node_link") or ""), per_node or hw.scaleup_domain)
-    if out_bw and 0.5 <= out_bw <= 400:
+    out_text = str(row.get("inter_node_link") or "")
+    out_bw = link_gbytes_per_device(out_text, per_node or hw.scaleup_domain)
+    if out_bw is not None and not 0.05 <= out_bw <= 400:  # 0.05: a 1 GbE port per 2-GPU host; 400: 3.2 Tb/s a GPU
+        raise ValueError(f"inter_node_link {out_text!r}: read as {out_bw:.3g} GB/s per device, outside what a "
+                         "scale-out network gives (0.05-400 GB/s per device); write its rate and whether it is per "
+                         "node or per GPU, e.g. '8x 400 Gb/s per node'")
+    if out_bw is not None:
         changes["scaleout_bw_gbps"] = out_bw
         notes.append(f"scale-out {out_bw:.3g} GB/s per device from inter_node_link")
     up_bw = link_gbytes_per_device(str(row.get("intra_node_link") or ""), per_node or hw.scaleup_domain, scale_up=True)

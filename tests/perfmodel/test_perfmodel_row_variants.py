@@ -99,7 +99,6 @@ HARDWARE = [
     ("8 x A100 80GB SXM", "a100-80gb", {}),
     ("A100s (80GB)", "a100-80gb", {}),
     ("2x8 A100-80G", "a100-80gb", {}),
-    ("NVIDIA A100 80GB PCIe", "a100-80gb", {}),
     ("V100-SXM2-32GB", "v100", {}),
     ("Tesla V100 16GB", "v100", {"memory_gib": 16}),
     ("H200 141GB", "h200", {}),
@@ -353,6 +352,7 @@ def test_global_batch_in_tokens() -> None:
         ({"gpu": "MI250X"}, "MI250X"),
         ({"gpu": "A10G"}, "A10G"),
         ({"gpu": "Trainium2"}, "TRAINIUM"),
+        ({"gpu": "NVIDIA A100 80GB PCIe"}, "A100 PCIe"),  # no PCIe A100 in the catalog: not the SXM part's NVLink
         ({"model": "some 9B model", **NO_DIMS}, "`hidden` is blank"),
         ({"arch": "MoE"}, "number of experts"),
         ({"ffn_act": "tanh"}, "ffn_act 'tanh'"),
