@@ -70,6 +70,11 @@ def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
     }
     if lay.framework in ("fsdp1", "fsdp2") and z == 2:
         states["params"] += 2.0 * params  # SHARD_GRAD_OP keeps the bf16 unsharded weights after forward
+        if lay.pp > 1 and lay.framework == "fsdp2":
+            # under a pipeline schedule FSDP2 reduces gradients on the last micro-batch only
+            # (torch.distributed.pipelining: gradient sync off until then): the unsharded 16-bit gradients of
+            # the whole stage are held across the step
+            states["grads"] += 2.0 * params
     if lay.framework == "ddp" and z == 0 and dp > 1:
         states["grads"] += 4.0 * params  # DDP buckets copy the gradients (gradient_as_bucket_view=False)
     return states

@@ -300,3 +300,19 @@ def test_cpu_ranks_share_the_host_memory() -> None:
     cpu = dataclasses.replace(catalog.get("epyc-9654"), memory_gib=24.0, scaleup_domain=2)
     assert gpu.fits(15 * gib, 2) and cpu.fits(15 * gib, 1)
     assert not cpu.fits(15 * gib, 2)
+
+
+def test_fsdp2_under_a_pipeline_holds_unsharded_gradients() -> None:
+    """torch.distributed.pipelining turns FSDP2's gradient sync off until the last micro-batch: a stage's 16-bit
+    gradients stay unsharded across the step (2 bytes a parameter more than ZeRO-2 without a pipeline)."""
+    from stride.perfmodel.memory_model import _states
+
+    catalog = load_catalog()
+    lay = row_inputs(_llama8b_row(num_gpus="16", dp="8", pp="2", zero_or_fsdp="FSDP2, reshard_after_forward=False",
+                                  pp_schedule="1F1B"), catalog).layout
+    assert lay.zero == 2 and lay.pp == 2
+    params = 1e9
+    piped, flat = _states(lay, params, 4), _states(dataclasses.replace(lay, pp=1), params, 4)
+    assert piped["grads"] - flat["grads"] == pytest.approx(2.0 * params)
+    other = dataclasses.replace(lay, framework="fsdp1")  # not torch's pipelining: unchanged
+    assert _states(other, params, 4)["grads"] == _states(dataclasses.replace(other, pp=1), params, 4)["grads"]
