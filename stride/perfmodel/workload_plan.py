@@ -83,7 +83,9 @@ def search_workload(spec: str, hw: Hardware, devices: int, global_batch: int | N
         tr = traces[mb]
         for zero in ((0, 3, 2) if devices > 1 else (0,)):
             for rc in (("none", "full") if has_blocks else ("none",)):
-                lay = Layout(dp=devices, zero=zero, micro_batch=mb, recompute=rc, precision=tr.precision)
+                # stride's own trainer: DDP without sharding, FSDP2 with it (the label `--json` reports)
+                lay = Layout(dp=devices, zero=zero, micro_batch=mb, recompute=rc, precision=tr.precision,
+                             framework="fsdp2" if zero else "ddp")
                 preds.append(predict_workload(tr, lay, hw, gb, eff, p.ddp_bucket_mb, fsdp_bytes))
     fits = sorted((x for x in preds if x.fits), key=lambda x: x.step_time_s)
     over = sorted((x for x in preds if not x.fits), key=lambda x: x.step_time_s)

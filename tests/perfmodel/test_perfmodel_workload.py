@@ -59,6 +59,8 @@ def test_plan_workload_json(capsys: pytest.CaptureFixture[str]) -> None:
     best = out["best"]
     assert best["dp"] == 2 and best["zero"] in (0, 2, 3) and best["step_time_s"] > 0
     assert "train.batch_size=256" in best["settings"]
+    # stride's trainer runs DDP without sharding and FSDP2 with it: the label says which (not "megatron")
+    assert all(r["framework"] == ("ddp" if r["zero"] == 0 else "fsdp2") for r in out["ranked"])
     times = [r["step_time_s"] for r in out["ranked"]]
     assert times == sorted(times)
     assert {"blocks.0", "blocks.1", "inp", "head"} <= {la["name"] for t in out["trace"].values() for la in t["layers"]}
