@@ -69,17 +69,26 @@ def print_models(as_json: bool = False) -> None:
 
 def print_rows(rows: list[dict]) -> None:
     t = Table(title="predicted rows (80% interval from held-out residuals of the same kind)")
-    for col in ("row", "tok/s/gpu", "80% interval", "iter s", "80% interval ", "MFU", "mem GiB", "fits"):
+    measured = any("measured_tokens_per_s_per_gpu" in r for r in rows)
+    cols = ["row", "tok/s/gpu", "80% interval", "iter s", "80% interval ", "MFU", "mem GiB", "fits"]
+    cols += ["measured tok/s", "error"] if measured else []
+    for col in cols:
         t.add_column(col, justify="left" if col == "row" else "right")
     for r in rows:
         if r.get("reason"):
-            t.add_row(r["row_id"], f"[dim]not modelled: {r['reason']}[/]", "", "", "", "", "", "")
+            t.add_row(r["row_id"], f"[dim]not modelled: {r['reason']}[/]", *[""] * (len(cols) - 2))
             continue
-        t.add_row(r["row_id"], f"{r['tokens_per_s_per_gpu']:,.0f}",
-                  f"{r['tokens_per_s_per_gpu_lo']:,.0f} - {r['tokens_per_s_per_gpu_hi']:,.0f}",
-                  f"{r['iter_time_s']:.3f}",
-                  f"{r['iter_time_s_lo']:.3f} - {r['iter_time_s_hi']:.3f}", f"{r['mfu'] * 100:.1f}%",
-                  f"{r['peak_mem_gib']:.1f}", str(r["fits"]))
+        cells = [r["row_id"], f"{r['tokens_per_s_per_gpu']:,.0f}",
+                 f"{r['tokens_per_s_per_gpu_lo']:,.0f} - {r['tokens_per_s_per_gpu_hi']:,.0f}",
+                 f"{r['iter_time_s']:.3f}",
+                 f"{r['iter_time_s_lo']:.3f} - {r['iter_time_s_hi']:.3f}", f"{r['mfu'] * 100:.1f}%",
+                 f"{r['peak_mem_gib']:.1f}", str(r["fits"])]
+        if measured:
+            m = r.get("measured_tokens_per_s_per_gpu")
+            cells += [f"{m:,.0f}", f"{r['error_pct']:+.1f}%"] if m else ["", ""]
+        t.add_row(*cells)
+    if not rows:
+        t.caption = "0 rows"
     _console().print(t)
 
 

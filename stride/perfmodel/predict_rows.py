@@ -114,11 +114,33 @@ def _predict_row(row: dict, catalog: Catalog, eff: Efficiency, table: IntervalTa
                                                           "plain data parallelism (it fits)"))
     # what the row did not say and the model filled in (each moves the answer by less than ~10%, else the row
     # would be refused naming it), apart from what the row's text changed
+    out.update(_against_measured(row, inputs, pred))
     out["assumed"] = [n for n in notes if _ASSUMPTION.search(n)]
     rest = [n for n in notes if not _ASSUMPTION.search(n)]
     if rest:
         out["notes"] = rest
     return out
+
+
+_MEASURED = ("meas_iter_time_s", "meas_tokens_per_s_per_gpu", "meas_tflops_per_gpu", "meas_mfu_pct")
+
+
+def _against_measured(row: dict, inputs: RowInputs, pred: Prediction) -> dict:
+    """Where the row carries a measurement: its tokens/s per device (by the row's FLOP convention, as the
+    held-out judge reads it) and the prediction's error against it, so a user's own runs show how far off the
+    model is; {} where the row has none or it cannot be converted."""
+    if not any(str(row.get(c) or "").strip() for c in _MEASURED):
+        return {}
+    from stride.perfmodel.measured import measured_tokens_per_s
+
+    lay = inputs.layout
+    prec = lay.precision if lay.precision in ("fp8", "fp4", "fp16", "fp32", "tf32") else "bf16"
+    peak = inputs.hardware.peak_tflops.get(prec, 0.0) * 1e12 or None
+    meas, how = measured_tokens_per_s(row, inputs.spec, inputs.global_batch, lay.devices, peak)
+    if not meas:
+        return {"measured_note": how}
+    return {"measured_tokens_per_s_per_gpu": meas, "error_pct": (pred.tokens_per_s_per_device / meas - 1) * 100,
+            "measured_from": how}
 
 
 def predict_csv(path: str | Path, catalog: Catalog, eff: Efficiency, table: IntervalTable | None = None) -> list[dict]:

@@ -316,3 +316,15 @@ def test_fsdp2_under_a_pipeline_holds_unsharded_gradients() -> None:
     assert piped["grads"] - flat["grads"] == pytest.approx(2.0 * params)
     other = dataclasses.replace(lay, framework="fsdp1")  # not torch's pipelining: unchanged
     assert _states(other, params, 4)["grads"] == _states(dataclasses.replace(other, pp=1), params, 4)["grads"]
+
+
+def test_from_csv_rows_with_a_measurement_show_their_error() -> None:
+    """A user's own measured runs come back with the measurement (by the row's FLOP convention) and the
+    prediction's error against it; a row without a measurement gets neither."""
+    catalog, eff = load_catalog(), Efficiency()
+    row = _llama8b_row(meas_tokens_per_s_per_gpu="5762")
+    out = predict_row(row, catalog, eff)
+    assert out["measured_tokens_per_s_per_gpu"] == pytest.approx(5762.0)
+    assert out["error_pct"] == pytest.approx((out["tokens_per_s_per_gpu"] / 5762.0 - 1) * 100)
+    bare = predict_row(_llama8b_row(), catalog, eff)
+    assert "measured_tokens_per_s_per_gpu" not in bare and "error_pct" not in bare
