@@ -23,9 +23,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from stride.perfmodel.evaluate import MEASURE_COLUMNS, quantile
+from stride.perfmodel.evaluate import quantile
 from stride.perfmodel.hardware import load_catalog
-from stride.perfmodel.measured import measured_memory_gib, measured_tokens_per_s
+from stride.perfmodel.measured import has_measurement, measured_memory_gib
 from stride.perfmodel.published import read_rows, row_inputs
 
 
@@ -54,7 +54,7 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
     n_meas = covered = n_cov = 0
     mem = []
     for row in rows:
-        if not any(str(row.get(c) or "").strip() for c in MEASURE_COLUMNS):
+        if not has_measurement(row):
             continue
         n_meas += 1
         rid = str(row.get("row_id") or "").strip()
@@ -66,9 +66,7 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
         if inp.reason:
             refused.append({"row_id": rid, "reason": f"(answered, but its measurement is unreadable: {inp.reason})"})
             continue
-        prec = {"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "fp32"}.get(inp.layout.precision, "bf16")
-        peak = inp.hardware.peak_tflops.get(prec, 0.0) * 1e12 or None
-        meas, how = measured_tokens_per_s(row, inp.spec, inp.global_batch, inp.layout.devices, peak)
+        meas, how = inp.measured(row)
         if not meas:
             refused.append({"row_id": rid, "reason": f"(answered, no readable measurement: {how})"})
             continue

@@ -113,13 +113,12 @@ _LINK_WORDS = re.compile(r"infiniband|\bib\b|roce|ethernet|\d*\s*gbe\b|\befa\b|s
 def _link_text(text: str) -> str:
     """The part of a --hardware text that describes its network, as hw_text.link_gbytes_per_device reads it: the
     comma/semicolon-separated pieces with link words, without the part's memory bandwidth ("3.35TB/s") or
-    scale-up link figures ("NVLink 900 GB/s"), with "25GbE" written as its rate (25 Gb/s Ethernet)."""
+    scale-up link figures ("NVLink 900 GB/s"). Port speeds ("25GbE") the link reader reads itself."""
     pieces = [p for p in re.split(r"[;,]", text) if _LINK_WORDS.search(p)]
     out = ", ".join(pieces) if pieces else text
     out = re.sub(r"\d+(?:\.\d+)?\s*TB(?:/\s*s|ps)\b", " ", out)  # bytes per second in T: the memory, not a NIC
-    out = re.sub(r"(?i)(?:nvlink|nvswitch|xgmi|infinity fabric)\S*(?:\s+\S+){0,3}?\s*\d+(?:\.\d+)?\s*[GT]B"
-                 r"(?:/\s*s|ps)\b", " ", out)
-    return re.sub(r"(?i)(\d+(?:\.\d+)?)\s*([GT])bE\b", r"\1 \2b/s Ethernet", out)
+    return re.sub(r"(?i)(?:nvlink|nvswitch|xgmi|infinity fabric)\S*(?:\s+\S+){0,3}?\s*\d+(?:\.\d+)?\s*[GT]B"
+                  r"(?:/\s*s|ps)\b", " ", out)
 
 
 def _scaleout(hw, text: str, notes: list[str]):

@@ -19,13 +19,12 @@ from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.fit import fit_efficiency
 from stride.perfmodel.hardware import Catalog
 from stride.perfmodel.intervals import IntervalTable, apply, quantile
-from stride.perfmodel.measured import measured_memory_gib, measured_tokens_per_s
+from stride.perfmodel.measured import has_measurement, measured_memory_gib
 from stride.perfmodel.predict_rows import memory_as_measured, predict_inputs
 from stride.perfmodel.published import RowInputs, read_rows, row_inputs
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "perfmodel"
 FACTORS = ("gemm", "gemm_tpu", "attention", "memory")
-MEASURE_COLUMNS = ("meas_iter_time_s", "meas_tokens_per_s_per_gpu", "meas_tflops_per_gpu", "meas_mfu_pct")
 
 
 @dataclass
@@ -58,15 +57,13 @@ def load_samples(paths: Iterable[Path], catalog: Catalog) -> tuple[list[Sample],
     for path in paths:
         for row in read_rows(path):
             n_rows += 1
-            has_meas = any(str(row.get(c) or "").strip() for c in MEASURE_COLUMNS)
+            has_meas = has_measurement(row)
             n_meas += has_meas
             inp = row_inputs(row, catalog)
             if inp.reason:
                 skipped.append({"row_id": inp.row_id, "file": path.name, "reason": inp.reason, "measured": has_meas})
                 continue
-            prec = inp.layout.precision if inp.layout.precision in ("fp8", "fp4", "fp16", "fp32", "tf32") else "bf16"
-            peak = inp.hardware.peak_tflops.get(prec, 0.0) * 1e12 or None
-            meas, how = measured_tokens_per_s(row, inp.spec, inp.global_batch, inp.layout.devices, peak)
+            meas, how = inp.measured(row)
             if meas is None:
                 skipped.append({"row_id": inp.row_id, "file": path.name, "reason": how, "measured": has_meas})
                 continue

@@ -48,6 +48,14 @@ def _peak_in_text(metric: str) -> float | None:
     return float(m.group(1) or m.group(2)) * 1e12
 
 
+MEASURE_COLUMNS = ("meas_iter_time_s", "meas_tokens_per_s_per_gpu", "meas_tflops_per_gpu", "meas_mfu_pct")
+
+
+def has_measurement(row: dict) -> bool:
+    """The row states a throughput (iteration time, tokens/s, TFLOP/s or MFU), readable or not."""
+    return any(str(row.get(c) or "").strip() for c in MEASURE_COLUMNS)
+
+
 def measured_tokens_per_s(row: dict, spec: TransformerSpec | None, global_batch: int, devices: int,
                           peak_flops: float | None) -> tuple[float | None, str]:
     """The row's measured tokens/s per device and how it was obtained."""

@@ -16,6 +16,7 @@ from stride.perfmodel.costmodel import GIB, Prediction, predict
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.hardware import Catalog
 from stride.perfmodel.intervals import IntervalTable, apply, load_intervals
+from stride.perfmodel.measured import has_measurement
 from stride.perfmodel.published import RowInputs, read_rows, row_inputs, stage_split
 
 _ASSUMPTION = re.compile(r"assumed|not stated|\bblank\b|\bused\b|\bchose\b|no profile|without a dtype")
@@ -122,21 +123,13 @@ def _predict_row(row: dict, catalog: Catalog, eff: Efficiency, table: IntervalTa
     return out
 
 
-_MEASURED = ("meas_iter_time_s", "meas_tokens_per_s_per_gpu", "meas_tflops_per_gpu", "meas_mfu_pct")
-
-
 def _against_measured(row: dict, inputs: RowInputs, pred: Prediction) -> dict:
     """Where the row carries a measurement: its tokens/s per device (by the row's FLOP convention, as the
     held-out judge reads it) and the prediction's error against it, so a user's own runs show how far off the
     model is; {} where the row has none or it cannot be converted."""
-    if not any(str(row.get(c) or "").strip() for c in _MEASURED):
+    if not has_measurement(row):
         return {}
-    from stride.perfmodel.measured import measured_tokens_per_s
-
-    lay = inputs.layout
-    prec = lay.precision if lay.precision in ("fp8", "fp4", "fp16", "fp32", "tf32") else "bf16"
-    peak = inputs.hardware.peak_tflops.get(prec, 0.0) * 1e12 or None
-    meas, how = measured_tokens_per_s(row, inputs.spec, inputs.global_batch, lay.devices, peak)
+    meas, how = inputs.measured(row)
     if not meas:
         return {"measured_note": how}
     return {"measured_tokens_per_s_per_gpu": meas, "error_pct": (pred.tokens_per_s_per_device / meas - 1) * 100,

@@ -32,6 +32,7 @@ from stride.perfmodel.hardware import Catalog, Hardware
 from stride.perfmodel.hw_text import link_gbytes_per_device, resolve
 from stride.perfmodel.intervals import run_kind
 from stride.perfmodel.layout import Layout
+from stride.perfmodel.measured import measured_tokens_per_s
 from stride.perfmodel.model_spec import PRESETS, TransformerSpec
 
 
@@ -49,6 +50,16 @@ class RowInputs:
     zero_auto: bool = False  # zero_or_fsdp not stated: no sharding, else the distributed optimizer if that fits
     selective_known: bool = True  # selective recompute existed when the run was made (a choice for `recompute_auto`)
     vpp_choices: tuple[int, ...] = ()  # interleaved schedule without its chunk count: the counts to choose from
+
+    def measured(self, row: dict) -> tuple[float | None, str]:
+        """The row's measured tokens/s per device (by its FLOP convention; an MFU against the peak of the
+        row's precision) and how it was read: the one reading of a measurement the judge, the blind scorer and
+        `--from-csv` share."""
+        assert self.spec and self.layout and self.hardware
+        p = self.layout.precision
+        prec = p if p in ("fp8", "fp4", "fp16", "fp32", "tf32") else "bf16"
+        peak = self.hardware.peak_tflops.get(prec, 0.0) * 1e12 or None
+        return measured_tokens_per_s(row, self.spec, self.global_batch, self.layout.devices, peak)
 
     @property
     def kind(self) -> tuple[str, str, str]:
@@ -223,8 +234,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     dp = _int(row, "dp", max(1, n_gpus // (tp * pp * cp)))
     if dp * tp * pp * cp != n_gpus:
         raise ValueError(f"dp*tp*pp*cp = {dp * tp * pp * cp} != num_gpus {n_gpus}")
-    vpp_stated = not rt.unstated(str(row.get("vpp") or "")) and _int(row, "vpp", 1) > 1
     vpp = _int(row, "vpp", 1)
+    vpp_stated = vpp > 1
     sched_text = str(row.get("pp_schedule") or "")
     schedule, vpp = rt.schedule(sched_text, pp, vpp)
     # an interleaved schedule whose chunk count the row does not give: every count that splits the blocks
