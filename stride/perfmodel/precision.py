@@ -58,14 +58,21 @@ def recipe(name: str) -> Recipe:
     return _RECIPES[name]
 
 
+_FORMATS = r"(?:nv|mx)?fp[48]\w*|float8\w*|\bmxfp\w*"
+_OFF = (rf"(?:{_FORMATS})(?:\s*[=:]?\s*\(?\s*(?:none|null|false|off|disabled|no)\b|\s*[=:]\s*0(?![.\d]))|"
+        rf"\b(?:no|without|not|disabled?)\W{{1,3}}(?:{_FORMATS})")
+
+
 def recipe_from_text(text: str) -> tuple[str | None, str]:
     """(precision, recipe) named by free text: ("fp8", "delayed"), ("fp4", "nvfp4"), or (None, "")."""
-    t = (text or "").lower()
+    # a low-precision format said to be off is not run: "bf16 (fp8 None)", "fp8=false", "no FP8", "without float8"
+    t = re.sub(_OFF, " ", (text or "").lower())
     if re.search(r"nvfp4|\bfp4\b|mxfp4", t):
         return "fp4", "nvfp4"
     if "mxfp8" in t:
         return "fp8", "mxfp8"
-    if not re.search(r"fp8|float8|e4m3|transformer engine|\bte\b", t):
+    # Transformer Engine alone is not FP8: it runs bf16 GEMMs too (its FP8 recipes are named by fp8 words)
+    if not re.search(r"fp8|float8|e4m3", t):
         return None, ""
     if re.search(r"all[ _-]?gather", t):  # FP8 weight all-gather under FSDP: torchao's tensorwise recipe
         return "fp8", "tensorwise"

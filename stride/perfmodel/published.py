@@ -109,6 +109,11 @@ def stage_split(layers: int, pp: int, vpp: int) -> str:
     return "embedding-loss" if (layers + 2) % (pp * vpp) == 0 else "uneven"
 
 
+# a fused attention kernel said to be off: "USE_FLASH_ATTN=0", "flash attention: disabled", "flash-attn not installed"
+_FLASH_OFF = (r"(?:flash[-_ ]?(?:attn|attention)\w*|use[-_]flash[-_]attn\w*)(?:\s*[=:]\s*|\s+)"
+              r"(?:0|false|off|none|disabled|not installed|not used|unavailable)(?![.\w])")
+
+
 def _words(text: str, yes: str, no: str) -> bool | None:
     low = text.lower()
     if re.search(no, low):
@@ -268,7 +273,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         prec, recipe, n = rt.precision(" ".join(str(row.get(k) or "") for k in ("precision", "framework")))
     notes += n
     everything = " ".join(str(v or "") for v in row.values()).lower()
-    materialized = bool(re.search(r"(?<!re)materiali[sz]ed|no flash", everything)) or (
+    materialized = bool(re.search(r"(?<!re)materiali[sz]ed|\b(?:no|without)\s+flash|" + _FLASH_OFF, everything)) or (
         bool(_years(fw_text)) and max(_years(fw_text)) <= 2022 and "flash" not in fw_low)
     overlap_words = _words(fw_text, r"overlap", r"no[- ]overlap|overlap off")
     micro = _int(row, "micro_batch", 0)

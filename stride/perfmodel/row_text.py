@@ -220,11 +220,40 @@ def recompute(text: str) -> str | None:
         return "op-sac"
     if recompute_every(text):
         return "full"
-    for candidate in (clean(text), (text or "").lower()):
+    # clauses that disagree: one mechanism said on, another said off ("HF gradient checkpointing
+    # (--gradient_checkpointing); fsdp_activation_checkpointing false") -> the one that is on. A config's granularity
+    # key decides alone ("recompute_granularity None; recompute_method uniform": the method is unused)
+    clauses = _top_level_clauses(text or "")
+    if len(clauses) > 1 and not re.search(r"granularity|\bacg\b", (text or "").lower()):
+        modes = {_recompute_words(c) for c in clauses} - {None}
+        if len(modes - {"none"}) == 1:
+            return (modes - {"none"}).pop()
+    mode = _recompute_words(text or "")
+    if mode is None:
+        raise ValueError(f"recompute {text!r} is not understood (none, selective, full, rematerialization words)")
+    return mode
+
+
+def _recompute_words(text: str) -> str | None:
+    for candidate in (clean(text), text.lower()):
         for pat, mode in _RECOMPUTE_WORDS:
             if candidate and re.search(pat, candidate):
                 return mode
-    raise ValueError(f"recompute {text!r} is not understood (none, selective, full, rematerialization words)")
+    return None
+
+
+def _top_level_clauses(text: str) -> list[str]:
+    """`text` split at the semicolons and commas outside parentheses, blank parts dropped."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
+        if ch in ";," and depth <= 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p for p in (x.strip() for x in parts) if p]
 
 
 def recompute_layers(text: str) -> int:

@@ -1,0 +1,77 @@
+"""What the round-9 blind test found the model misreading (docs/perfmodel.md, "Blind test (round 9)"): each
+reading is checked on the text as the sources wrote it."""
+
+from __future__ import annotations
+
+import pytest
+
+from stride.perfmodel import row_text as rt
+from stride.perfmodel.hardware import load_catalog
+from stride.perfmodel.precision import recipe_from_text
+from stride.perfmodel.published import row_inputs
+
+
+def _llama7b_row(**over: str) -> dict:
+    row = {"row_id": "t", "model": "Llama 2 7B", "arch": "llama", "params_b": "6.74", "layers": "32",
+           "hidden": "4096", "heads": "32", "kv_heads": "32", "ffn_hidden": "11008", "ffn_act": "swiglu",
+           "vocab": "32000", "seq_len": "4096", "global_batch_seqs": "256", "micro_batch": "4",
+           "gpu": "H100 SXM 80GB", "num_gpus": "8", "gpus_per_node": "8", "tp": "1", "pp": "1", "dp": "8",
+           "cp": "1", "zero_or_fsdp": "distributed optimizer", "recompute": "none", "precision": "bf16",
+           "framework": "Megatron-LM"}
+    return {**row, **over}
+
+
+@pytest.mark.parametrize(("text", "expect"), [
+    # a format said to be off is not run (Primus' argument dump: "fp8 None")
+    ("bf16 (fp8 None)", (None, "")),
+    ("bf16, fp8=false", (None, "")),
+    ("bf16; no FP8", (None, "")),
+    ("bf16 without float8", (None, "")),
+    ("fp8: 0", (None, "")),
+    # Transformer Engine runs bf16 GEMMs too: it is not a precision
+    ("bf16 (Transformer Engine)", (None, "")),
+    ("bf16 via TE", (None, "")),
+    # what was already read stays read
+    ("FP8 hybrid (TE, fp8-interval 1, amax-history-len 1024)", ("fp8", "delayed")),
+    ("fp8_hybrid True", ("fp8", "delayed")),
+    ("fp8 0.5 margin", ("fp8", "delayed")),
+    ("fp4=true fp4_recipe=nvfp4 (fp8=false; nvte_nvfp4_disable_rht=1)", ("fp4", "nvfp4")),
+    ("nvfp4 disabled, fp8 current scaling", ("fp8", "current")),
+    ("MXFP8", ("fp8", "mxfp8")),
+])
+def test_low_precision_said_off(text: str, expect: tuple) -> None:
+    assert recipe_from_text(text.lower()) == expect
+
+
+def test_a_bf16_row_whose_config_names_fp8_none_runs_bf16() -> None:
+    lay = row_inputs(_llama7b_row(precision="bf16 (fp8 None)"), load_catalog()).layout
+    assert lay.precision == "bf16"
+
+
+@pytest.mark.parametrize(("text", "mode"), [
+    # two mechanisms, one on and one off: the one that is on (Hugging Face's checkpointing under FSDP)
+    ("HF gradient checkpointing (--gradient_checkpointing); fsdp_activation_checkpointing false", "full"),
+    ("activation checkpointing: full; cpu offload no", "full"),
+    # a config's granularity key decides alone: the method and layer count are unused without it
+    ("recompute_granularity None; recompute_method uniform; recompute_num_layers 1", "none"),
+    ("none (activations_checkpoint_granularity: null, launcher yaml)", "none"),
+    ("selective (preset recompute_modules layernorm, moe_act)", "selective"),
+    ("no recompute; HFU = MFU", "none"),
+    ("full, block, 5 layers", "full"),
+])
+def test_recompute_clauses(text: str, mode: str) -> None:
+    assert rt.recompute(text) == mode
+
+
+@pytest.mark.parametrize(("framework", "attention"), [
+    ("Megatron-LM for ROCm, flash attention not installed (USE_FLASH_ATTN=0)", "materialized"),
+    ("Megatron-LM, use_flash_attn=0", "materialized"),
+    ("Megatron-LM, flash attention: disabled", "materialized"),
+    ("Megatron-LM, without flash attention", "materialized"),
+    ("Megatron-LM, use_flash_attn True", "flash"),
+    ("Megatron-LM, FlashAttention, no compile", "flash"),
+    ("Megatron-LM, flash attention (not stated which version)", "flash"),
+])
+def test_flash_attention_said_off(framework: str, attention: str) -> None:
+    lay = row_inputs(_llama7b_row(framework=framework), load_catalog()).layout
+    assert lay.attention == attention
