@@ -109,9 +109,11 @@ def stage_split(layers: int, pp: int, vpp: int) -> str:
     return "embedding-loss" if (layers + 2) % (pp * vpp) == 0 else "uneven"
 
 
-# a fused attention kernel said to be off: "USE_FLASH_ATTN=0", "flash attention: disabled", "flash-attn not installed"
+# a fused attention kernel said to be off: "USE_FLASH_ATTN=0", "flash attention: disabled", "flash-attn not installed";
+# or JAX's XLA attention named (jax.nn.dot_product_attention implementation='xla': scores materialised, no fused kernel)
 _FLASH_OFF = (r"(?:flash[-_ ]?(?:attn|attention)\w*|use[-_]flash[-_]attn\w*)(?:\s*[=:]\s*|\s+)"
-              r"(?:0|false|off|none|disabled|not installed|not used|unavailable)(?![.\w])")
+              r"(?:0|false|off|none|disabled|not installed|not used|unavailable)(?![.\w])|"
+              r"\bxla dot[-_ ]product attention|implementation\W{0,3}xla\b")
 
 
 def _words(text: str, yes: str, no: str) -> bool | None:

@@ -60,9 +60,11 @@ def tokens_to_sequences(text: str | None, seq: int) -> int | None:
     return None
 
 
-# offloading said to be off: "no CPU offloading", "cpu_offloading_num_layers=None", "offload_optimizer: false"
+# offloading said to be off: "no CPU offloading", "cpu_offloading_num_layers=None", "offload_optimizer: false"; or
+# not said at all ("offload: not stated"): a run is taken as set up the usual way, on the device
 _NO_OFFLOAD = (r"\b(no|without|disabled?|not)\W{1,3}((cpu|activation|optimizer|param(eter)?s?)\W{1,3}){0,2}"
-               r"offload\w*|offload\w*(?:\W{1,3}[a-z_]+\b){0,3}?\W{0,3}\b(false|off|none|no|disabled|0)\b")
+               r"offload\w*|offload\w*(?:\W{1,3}[a-z_]+\b){0,3}?\W{0,3}\b(false|off|none|no|disabled|0)\b|"
+               r"offload\w*\W{0,3}(not (stated|given|known|said)|unstated|unknown|n/a|unclear)")
 
 
 def offloads(text: str | None) -> bool:

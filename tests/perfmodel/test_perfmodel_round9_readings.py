@@ -75,3 +75,21 @@ def test_recompute_clauses(text: str, mode: str) -> None:
 def test_flash_attention_said_off(framework: str, attention: str) -> None:
     lay = row_inputs(_llama7b_row(framework=framework), load_catalog()).layout
     assert lay.attention == attention
+
+
+@pytest.mark.parametrize(("framework", "attention"), [
+    ("axlearn SpmdTrainer (JAX/XLA GPU), XLA dot-product attention, AdamW", "materialized"),
+    ("MaxText, jax.nn.dot_product_attention(implementation='xla')", "materialized"),
+    ("MaxText, attention=cudnn_flash_te", "flash"),
+])
+def test_xla_attention_is_materialized(framework: str, attention: str) -> None:
+    assert row_inputs(_llama7b_row(framework=framework), load_catalog()).layout.attention == attention
+
+
+@pytest.mark.parametrize(("text", "offloaded"), [
+    ("ZeRO-3 (DeepSpeed ZeRO stage 3); offload: not stated for this run", False),
+    ("ZeRO-3, offload (not stated)", False),
+    ("ZeRO-3, offload_optimizer device cpu", True),
+])
+def test_offload_not_stated_is_no_offload(text: str, offloaded: bool) -> None:
+    assert rt.offloads(text) is offloaded
