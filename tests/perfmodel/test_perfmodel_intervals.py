@@ -64,3 +64,17 @@ def test_round_trip_through_json() -> None:
     t = IntervalTable.from_residuals(_rows(("ampere", "16-bit", "fsdp1"), [0.01 * i for i in range(12)]))
     back = IntervalTable.from_json(t.to_json())
     assert back.groups == t.groups and back.generations == t.generations
+
+
+def test_a_kind_backed_by_few_sources_takes_the_coarser_kinds_interval() -> None:
+    """Twenty rows of one kind from two sources say little about the next source's error: their kind's own
+    quantiles are not used (the coarser kind's are); from four sources they are."""
+    hopper = [(("hopper", "16-bit", "fsdp2"), 0.30 + 0.001 * i) for i in range(20)]
+    others = [(("hopper", "16-bit", "megatron"), -0.05 + 0.01 * (i % 10)) for i in range(40)]
+    rows = hopper + others
+    two = [f"a{i % 2}" for i in range(20)] + [f"m{i % 8}" for i in range(40)]
+    four = [f"a{i % 4}" for i in range(20)] + [f"m{i % 8}" for i in range(40)]
+    q10, _, basis = IntervalTable.from_residuals(rows, sources=two).bounds(("hopper", "16-bit", "fsdp2"))
+    assert "fsdp2" not in basis and q10 < 0.2
+    q10, _, basis = IntervalTable.from_residuals(rows, sources=four).bounds(("hopper", "16-bit", "fsdp2"))
+    assert basis.startswith("hopper|16-bit|fsdp2") and q10 > 0.25
