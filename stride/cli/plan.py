@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -386,6 +387,10 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(rows))
         else:
             print_rows(rows)
+        if rows and all(r.get("reason") for r in rows):  # nothing predicted: a script must not read it as success
+            print(f"stride plan: no row of {args.from_csv} could be predicted (each row's reason says why)",
+                  file=sys.stderr)
+            return 1
         return 0
     if args.workload:
         if args.devices is None:

@@ -69,7 +69,8 @@ def print_models(as_json: bool = False) -> None:
 
 def print_rows(rows: list[dict]) -> None:
     t = Table(title="predicted rows (80% interval from held-out residuals of the same kind)")
-    measured = any("measured_tokens_per_s_per_gpu" in r for r in rows)
+    refused = {r["row_id"]: r["measured_note"] for r in rows if "not scored" in str(r.get("measured_note") or "")}
+    measured = refused or any("measured_tokens_per_s_per_gpu" in r for r in rows)
     cols = ["row", "tok/s/gpu", "80% interval", "iter s", "80% interval ", "MFU", "mem GiB", "fits"]
     cols += ["measured tok/s", "error"] if measured else []
     for col in cols:
@@ -85,11 +86,18 @@ def print_rows(rows: list[dict]) -> None:
                  f"{r['peak_mem_gib']:.1f}", str(r["fits"])]
         if measured:
             m = r.get("measured_tokens_per_s_per_gpu")
-            cells += [f"{m:,.0f}", f"{r['error_pct']:+.1f}%"] if m else ["", ""]
+            cells += [f"{m:,.0f}", f"{r['error_pct']:+.1f}%"] if m else \
+                ["[dim]not scored[/]" if r["row_id"] in refused else "", ""]
         t.add_row(*cells)
     if not rows:
         t.caption = "0 rows"
     _console().print(t)
+    for rid, note in refused.items():  # a measurement that cannot be true is named, never scored as model error
+        _console().print(f"[yellow]{rid}[/]: {note}")
+    for r in rows:
+        for note in r.get("notes") or []:
+            if "repeats row" in note:
+                _console().print(f"[yellow]{r['row_id']}[/]: {note}")
 
 
 def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds: float) -> None:

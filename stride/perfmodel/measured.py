@@ -9,6 +9,7 @@ on Megatron's model FLOPs (flops.model_flops: full attention square, no recomput
 
 from __future__ import annotations
 
+import math
 import re
 
 from stride.perfmodel.flops import active_params, model_flops
@@ -42,8 +43,14 @@ def flops_per_token(metric: str, spec: TransformerSpec) -> tuple[float, str]:
 
 
 def _peak_in_text(metric: str) -> float | None:
-    m = re.search(r"peak\D{0,12}(\d{2,5}(?:\.\d+)?)|/\s*(\d{2,5}(?:\.\d+)?)\s*t", (metric or "").lower())
+    """The peak TFLOP/s a source divided by ("over a peak of 989", "/ 312 TFLOP/s"); None where it names none, or
+    several (one per device: "A100 312, H100 989"), which the catalog's peak of the row's device then replaces.
+    Numbers glued to a letter are part names (A100, H100), never peaks."""
+    low = (metric or "").lower()
+    m = re.search(r"peak\D{0,12}?(?<![a-z\d.])(\d{2,5}(?:\.\d+)?)(?![\d.])|/\s*(\d{2,5}(?:\.\d+)?)\s*t", low)
     if not m:
+        return None
+    if len(set(re.findall(r"(?<![a-z\d.])(\d{3,5}(?:\.\d+)?)\s*(?:,|\)|tflop|$)", low[m.start():]))) > 1:
         return None
     return float(m.group(1) or m.group(2)) * 1e12
 
@@ -56,9 +63,54 @@ def has_measurement(row: dict) -> bool:
     return any(str(row.get(c) or "").strip() for c in MEASURE_COLUMNS)
 
 
+# Two measurements of one row disagree past this ratio only when one of them is wrong: FLOP conventions the row does
+# not name move TFLOP/s by up to ~1.7x (LoRA rows: 1.6-1.7x; an "eMFU" over the bf16 peak for an fp8 run: 2.1x, the
+# largest of the 700 rows in data/perfmodel and its holdouts)
+DISAGREE = 3.0
+
+
 def measured_tokens_per_s(row: dict, spec: TransformerSpec | None, global_batch: int, devices: int,
                           peak_flops: float | None) -> tuple[float | None, str]:
-    """The row's measured tokens/s per device and how it was obtained."""
+    """The row's measured tokens/s per device and how it was obtained; None with the reason where the row's
+    measurement cannot be true (not a positive number, its columns disagree past DISAGREE, above the device's
+    peak), so that it is never scored as the model's error."""
+    for col in MEASURE_COLUMNS:
+        raw = str(row.get(col) or "").strip()
+        v = number(raw) if raw else None
+        if raw and not (v is not None and math.isfinite(v) and v > 0):
+            return None, f"{col} {raw!r} is not a positive number: the measurement is not scored"
+    value, how = _measured(row, spec, global_batch, devices, peak_flops)
+    if value is None or spec is None:
+        return value, how
+    every = _every_reading(row, spec, global_batch, devices, peak_flops)
+    if len(every) > 1 and max(every.values()) > DISAGREE * min(every.values()):
+        said = ", ".join(f"{k} -> {v:,.0f}" for k, v in every.items())
+        return None, f"the row's measurements disagree (tokens/s per device from {said}): the measurement is not scored"
+    mfu = number(row.get("meas_mfu_pct"))
+    if mfu is not None and mfu > 100:
+        return None, f"meas_mfu_pct {mfu:g} is above 100%: the measurement is not scored"
+    if peak_flops:
+        implied = value * model_flops(spec, spec.seq) / spec.seq / peak_flops
+        if implied > 1.0:
+            return None, (f"the measured {value:,.0f} tokens/s per device is {implied:.0%} of the device's peak in "
+                          "model FLOPs (above 100%): the measurement is not scored")
+    return value, how
+
+
+def _every_reading(row: dict, spec: TransformerSpec, global_batch: int, devices: int,
+                   peak_flops: float | None) -> dict[str, float]:
+    """Tokens/s per device from each measurement column the row fills."""
+    out: dict[str, float] = {}
+    for col in MEASURE_COLUMNS:
+        only = {k: (row.get(k) if k == col else "") for k in MEASURE_COLUMNS}
+        v, _ = _measured({**row, **only}, spec, global_batch, devices, peak_flops)
+        if v:
+            out[col] = v
+    return out
+
+
+def _measured(row: dict, spec: TransformerSpec | None, global_batch: int, devices: int,
+              peak_flops: float | None) -> tuple[float | None, str]:
     direct = number(row.get("meas_tokens_per_s_per_gpu"))
     if direct and direct > 0:
         return direct, "meas_tokens_per_s_per_gpu"

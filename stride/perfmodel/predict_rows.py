@@ -138,4 +138,12 @@ def _against_measured(row: dict, inputs: RowInputs, pred: Prediction) -> dict:
 
 def predict_csv(path: str | Path, catalog: Catalog, eff: Efficiency, table: IntervalTable | None = None) -> list[dict]:
     table = table or load_intervals()
-    return [predict_row(row, catalog, eff, table) for row in read_rows(path)]
+    out, seen = [], {}
+    for i, row in enumerate(read_rows(path)):
+        res = predict_row(row, catalog, eff, table)
+        rid = res.get("row_id")
+        if rid in seen and rid != "?":  # a repeated id is named: results are looked up by it
+            res.setdefault("notes", []).append(f"row_id {rid!r} repeats row {seen[rid] + 1} of the file")
+        seen.setdefault(rid, i)
+        out.append(res)
+    return out

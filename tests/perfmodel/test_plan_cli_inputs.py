@@ -68,7 +68,7 @@ def test_a_row_with_an_extra_field_is_refused(tmp_path: Path, capsys: pytest.Cap
     p.write_text("\n".join([lines[0], lines[1] + ",surplus"]) + "\n")
     code, out, _ = _plan(capsys, "--from-csv", str(p), "--json")
     (row,) = json.loads(out)
-    assert code == 0 and row["iter_time_s"] is None
+    assert code == 1 and row["iter_time_s"] is None  # the file's only row refused: nothing predicted, exit 1
     assert str(p) in row["reason"] and "line 2" in row["reason"]
     assert "1 value(s) after the last column `notes`" in row["reason"]
 
