@@ -302,6 +302,11 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
         return None
     value, m = rate
     mult = re.search(r"(\d+)\s*x\s*(?:[A-Za-z0-9-]+\s+){0,5}?" + re.escape(m.group(1)), raw)
+    # a count written without "x" before the adapters it counts: "8 NVIDIA Mellanox 400 Gbps HDR InfiniBand HCAs"
+    not_adapters = r"(?!nodes?\b|servers?\b|hosts?\b|gpus?\b|with\b)"
+    mult = mult or re.search(r"(?<![\d.])(\d{1,2})\s+(?:" + not_adapters + r"[A-Za-z][\w-]*\s+){0,5}?"
+                             + re.escape(m.group(1)) + r"(?![\d.])[^;,]*?\b(?:hcas?|nics?|adapters?|rails?)\b",
+                             raw, re.I)
     nics = bool(mult and 1 < int(mult.group(1)) <= 64)
     if nics:
         value *= int(mult.group(1))

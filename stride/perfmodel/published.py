@@ -264,7 +264,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         named = str(row.get("framework") or "").strip()
         notes.append(f"framework {named!r} has no profile here: the Megatron-Core profile assumed" if named
                      and not rt.blank(named) else "framework not stated: the Megatron-Core profile assumed")
-    zero, _ = rt.zero_stage(str(row.get("zero_or_fsdp") or ""))
+    zero, n = rt.zero_stage(str(row.get("zero_or_fsdp") or ""))
+    notes += n
     shard, n = rt.shard_group(str(row.get("zero_or_fsdp") or "") + " " + str(row.get("framework") or ""), dp,
                               _int(row, "gpus_per_node", 0))
     notes += n
@@ -275,7 +276,14 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         prec, recipe, n = rt.precision(" ".join(str(row.get(k) or "") for k in ("precision", "framework")))
     notes += n
     everything = " ".join(str(v or "") for v in row.values()).lower()
-    materialized = bool(re.search(r"(?<!re)materiali[sz]ed|\b(?:no|without)\s+flash|" + _FLASH_OFF, everything)) or (
+    # attention: the columns that describe the run decide where they name it; notes and doubts fill in (they may
+    # also name what the run was compared with: "the 'without FlashAttention' baseline column not transcribed")
+    run_words = " ".join(str(row.get(k) or "") for k in ("model", "arch", "framework", "precision", "recompute",
+                                                         "zero_or_fsdp", "pp_schedule")).lower()
+    off = r"(?<!re)materiali[sz]ed|\b(?:no|without)\s+flash|" + _FLASH_OFF
+    named_flash = not re.search(off, run_words) and re.search(r"flash[-_ ]?(?:attn|attention)|\bfa-?[23]\b|sdpa",
+                                                               run_words)
+    materialized = (not named_flash and bool(re.search(off, everything))) or (
         bool(_years(fw_text)) and max(_years(fw_text)) <= 2022 and "flash" not in fw_low)
     overlap_words = _words(fw_text, r"overlap", r"no[- ]overlap|overlap off")
     micro = _int(row, "micro_batch", 0)
@@ -287,6 +295,9 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if in_tokens:
         notes.append(f"global batch {row.get('global_batch_seqs')!r} in tokens: {in_tokens} sequences of {spec.seq}")
     if not gb:
+        if pp > 1:  # the pipeline's bubble is (pp - 1) / micro-batches: one micro-batch a step would be a guess of 2x
+            raise ValueError("global_batch_seqs is blank with pipeline parallelism: the bubble depends on the "
+                             "micro-batches a step, which the row does not give")
         gb = micro * dp
         notes.append("global_batch_seqs blank: micro_batch x dp (no gradient accumulation) assumed")
     if gb % dp:

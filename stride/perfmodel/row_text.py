@@ -100,7 +100,10 @@ def precision(text: str) -> tuple[str, str, list[str]]:
         return "bf16", "delayed", ["precision 'mixed' without a dtype: bf16 assumed (fp16 runs at the same peak)"]
     if blank(text):
         return "bf16", "delayed", ["precision not stated: bf16 assumed"]
-    raise ValueError(f"precision {text!r} is not understood (bf16, fp16, fp8 recipes, nvfp4, fp32)")
+    if re.search(r"\bint\d|\bfp6\b|\bq[0-9]\b|quantiz", low):  # a format the model has no peak for
+        raise ValueError(f"precision {text!r} is not understood (bf16, fp16, fp8 recipes, nvfp4, fp32)")
+    # words that name no number format at all (a framework description in the precision column): as if blank
+    return "bf16", "delayed", [f"precision {text.strip()[:60]!r} names no number format: bf16 assumed"]
 
 
 def zero_stage(text: str) -> tuple[int, list[str]]:
@@ -136,6 +139,10 @@ def zero_stage(text: str) -> tuple[int, list[str]]:
         return 1, []
     if re.search(r"zero\s*(stage\s*)?0|\bnone\b|\bno\b|^\s*$|n/a|\bddp\b|stage 0|zero_stage=0", t) or blank(text):
         return 0, []
+    # ZeRO named without its stage ("ZeRO (stage not stated)"): the optimizer states at least are sharded; stage 1,
+    # the smallest claim, is assumed and said
+    if re.search(r"\bzero\b", t) and not re.search(r"\bzero\s*(stage\s*)?[0-3]\b", t):
+        return 1, ["ZeRO without its stage: stage 1 (optimizer states sharded) assumed"]
     # an optimizer named with no word of sharding ("fused_adam", "AdamW"): its states are not sharded
     if re.search(r"adam|\bsgd\b|\blamb\b|\blion\b|adafactor|\bmuon\b", t) and not re.search(r"shard|partition", t):
         return 0, []

@@ -93,3 +93,46 @@ def test_xla_attention_is_materialized(framework: str, attention: str) -> None:
 ])
 def test_offload_not_stated_is_no_offload(text: str, offloaded: bool) -> None:
     assert rt.offloads(text) is offloaded
+
+
+# ---- round 10 (technical reports): readings fixed after its blind run -------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "gbs"), [
+    ("8 NVIDIA Mellanox 400 Gbps HDR InfiniBand HCAs per node (as the report writes it)", 50.0),  # a count, no "x"
+    ("8x HDR InfiniBand 200 Gb/s per node", 25.0),
+    ("2 nodes with 400 Gb/s NICs", 50.0),  # a count of nodes is not a count of adapters
+    ("4 nodes, 200 Gb/s HDR per node", 25.0 / 8),
+])
+def test_adapter_count_without_x(text: str, gbs: float) -> None:
+    from stride.perfmodel.hw_text import link_gbytes_per_device
+    assert link_gbytes_per_device(text, 8) == pytest.approx(gbs)
+
+
+def test_flash_named_for_the_run_outranks_a_baseline_named_in_the_notes() -> None:
+    row = _llama7b_row(framework="flash-attention training scripts; attention FlashAttention-2",
+                       notes="Baseline column 'Without FlashAttention' (80 TFLOPs/s) not transcribed")
+    assert row_inputs(row, load_catalog()).layout.attention == "flash"
+    # where the run's own columns say nothing, the doubts still fill in (an inferred materialised attention)
+    row = _llama7b_row(framework="Megatron-DeepSpeed", uncertain_fields="attention (no flash flag: materialized)")
+    assert row_inputs(row, load_catalog()).layout.attention == "materialized"
+
+
+def test_zero_without_its_stage_is_stage_one_and_said() -> None:
+    stage, notes = rt.zero_stage("ZeRO (per-GPU memory under ZeRO distribution; stage not stated)")
+    assert stage == 1 and "stage 1" in notes[0]
+    ri = row_inputs(_llama7b_row(zero_or_fsdp="ZeRO (stage not stated)"), load_catalog())
+    assert ri.layout.zero == 1 and any("ZeRO without its stage" in n for n in ri.notes)
+
+
+def test_precision_text_naming_no_format_is_as_if_blank() -> None:
+    assert rt.precision("Skywork-Megatron (built on Megatron-LM 23.06 branch)")[0] == "bf16"
+    with pytest.raises(ValueError, match="not understood"):
+        rt.precision("int8 training")
+
+
+def test_blank_global_batch_under_a_pipeline_is_refused() -> None:
+    ri = row_inputs(_llama7b_row(global_batch_seqs="", tp="1", pp="2", dp="4"), load_catalog())
+    assert ri.reason and "bubble" in ri.reason
+    ri = row_inputs(_llama7b_row(global_batch_seqs=""), load_catalog())  # no pipeline: micro x dp, noted
+    assert ri.reason is None and ri.global_batch == 4 * 8
