@@ -15,6 +15,8 @@ import threading
 from types import FrameType
 
 from stride.config.errors import ConfigError
+from stride.files.run_lock import FolderInUse
+from stride.launch import lifeline
 from stride.launch.script_values import HOST_PORT, check_all, check_pattern
 
 
@@ -65,6 +67,12 @@ def launcher_env(threads: int | None) -> dict[str, str]:
 def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     """Run torchrun in the foreground; its exit status is the run's.
 
+    Death: torchrun and every worker end with this process, however it ends (`kill -9` too), within about
+    a second and without a final checkpoint or summary (`stride.launch.lifeline`): torchrun gets the
+    parent-death signal SIGKILL, and `STRIDE_LAUNCHER_PID` tells each worker whom to outlive by no more
+    than that. When `env` hands a run folder to the ranks (`STRIDE_RUN_LOCK`) and a rank of an earlier
+    launch still works in it (its launcher was killed a moment ago), nothing starts: exit status 1.
+
     Signals: this process waits for torchrun however it is stopped, so the workers' final checkpoint is
     never cut short by its parent going away. SIGTERM or SIGUSR1 sent to this process alone (`kill PID`,
     `timeout`) is passed to torchrun's agent as SIGTERM, which it forwards to every worker (the agent
@@ -73,7 +81,17 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     replaces it. Copies of one stop request reaching a worker directly and through the agent are
     handled as one (`stride.checkpoint.signals.REPEAT_WINDOW_S`).
     """
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=_ignore_sigusr1)  # noqa: PLW1509 (single-threaded CLI)
+    folder = lifeline.handed_folder(env)
+    if folder is not None and lifeline.ranks_still_in(folder):
+        # a refusal like run_lock's (exit 1), returned rather than raised: the caller's `run_lock.held` then
+        # leaves the folder as it found it (nothing was written)
+        print(f"stride train: run folder {folder} is in use by processes of an earlier `stride train --nproc` whose "
+              "launcher is gone (they are ending: the launcher's death ends them): two runs in one folder overwrite "
+              "each other's checkpoints and metrics; run the command again in a few seconds", file=sys.stderr)
+        return FolderInUse.exit_code
+    env = {**env, **lifeline.env_for_ranks()}
+    setup = lifeline.child_setup(_ignore_sigusr1)
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=setup)  # noqa: PLW1509 (single-threaded CLI)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if proc.poll() is None:
@@ -97,3 +115,9 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
 
 def _ignore_sigusr1() -> None:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
+# Every rank's `stride train` imports this module before it reads its config or touches the run folder
+# (stride.cli.train.run): a rank that `run_torchrun` started begins to watch its launcher here (a no-op
+# in any other process).
+lifeline.watch_launcher()
