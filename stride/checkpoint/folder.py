@@ -68,6 +68,11 @@ class CheckpointFolder:
         self.no_dist = not (dist.is_available() and dist.is_initialized())
         self.lineage = Lineage(checksums)  # which checkpoints are this run's (retention deletes only those)
         self._lock: Path | None = None
+        # what prepare() changed that a run which saves nothing puts back (release(restore=True)): the folders it
+        # made (the topmost first) with the times of the one above them, and the checkpoint folder's own times
+        self._made: list[Path] = []
+        self._above: run_lock.Stamp | None = None
+        self._root_before: run_lock.Stamp | None = None
         owner = [this_host(), os.getpid()]  # rank 0's, in every temporary name of this run's saves
         if self.pg is not None:
             with collective("checkpoint owner broadcast"):
@@ -119,6 +124,12 @@ class CheckpointFolder:
 
     def _prepare_rank0(self, fresh: bool, removed: list[str]) -> None:
         try:
+            if not self._made and self._root_before is None:
+                missing = [p for p in [self.root, *self.root.parents] if not p.exists()][::-1]  # topmost first
+                if missing:
+                    self._made, self._above = missing, run_lock.stamp(missing[0].parent)
+                else:
+                    self._root_before = run_lock.stamp(self.root)
             self.root.mkdir(parents=True, exist_ok=True)
             probe = self.root / tagged_name("tmp", "write-probe")
             probe.write_bytes(b"stride")
@@ -225,10 +236,26 @@ class CheckpointFolder:
         return f"{type(last).__name__}: {last}"
 
     def release(self, restore: bool = False) -> None:
-        """Let go of the folder's lock (rank 0); `restore`: nothing was written here, leave the lock file as it was."""
+        """Let go of the folder's lock (rank 0); `restore`: nothing was written here, leave the folder as it was
+        found: the lock file's content and times, the folders prepare() made removed (while empty), and the times
+        of the folder above them (or of the checkpoint folder it found), so a refused or finished rerun changes
+        nothing (docs/checkpoint.md)."""
         if self._lock is not None:
             run_lock.release(self._lock, restore=restore)
             self._lock = None
+        made, self._made = self._made, []
+        root_before, self._root_before = self._root_before, None
+        if not restore:
+            return
+        if made:
+            for d in reversed(made):  # the deepest first; one that is not empty stays, and so do those above it
+                try:
+                    d.rmdir()
+                except OSError:
+                    return
+            run_lock.put_back(made[0].parent, self._above)
+        else:
+            run_lock.put_back(self.root, root_before)
 
     def __del__(self) -> None:  # a run that ended in an exception never closed its store: let the folder go
         with contextlib.suppress(Exception):

@@ -79,7 +79,12 @@ def open_run_folder(cfg: RunConfig, out: str | Path | None, overwrite: bool) -> 
     """Rank 0's run folder, locked, with nothing written yet; an earlier run in it is refused or (`overwrite`) removed.
 
     With checkpoints continuing the earlier run (`enabled`, `resume = auto`) the checkpoint callback
-    decides later (`decide`); here only what no checkpoint can continue is refused."""
+    decides later (`decide`); here only what no checkpoint can continue is refused. A folder holding a bench's or
+    a sweep's results is refused before anything is made (`stride profile`, `stride repro` and Python callers too)."""
+    if out is not None:
+        from stride.files.folder_kind import refuse_others
+
+        refuse_others(out, "train")
     run = RunDir.create(cfg.metrics.out_dir, cfg.train.name, out)
     try:
         found = earlier_run(run.path)

@@ -26,7 +26,8 @@ def register(p: argparse.ArgumentParser) -> None:
                    "(default: the suite's)")
     p.add_argument("--device", default="auto", help="auto (default: a GPU when there is one), cpu, cuda, cuda:N")
     p.add_argument("--out", default=None, help="results directory (default runs/bench-<stamp>); results.json is "
-                   "rewritten after every run, and the same command with the same --out resumes a stopped sweep")
+                   "rewritten after every run, and the same command with the same --out resumes a stopped sweep; one "
+                   "holding a train run or a stride sweep is refused")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value in every workload (changes what is measured; default: none)")
     p.add_argument("--sweep", choices=("batch", "tradeoffs", "ttt", "world"), default=None,
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     _check_args(args)
     prices = None if args.no_report else _load_prices(args.prices)
     out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    _check_out(out, args)
     console = Console(stderr=True)
     if args.sweep == "world":
         results = _world(args, names, out, console)
@@ -192,6 +194,20 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"{option} {bad}: need at least 1 {what}; nothing would be measured")
     if args.variants is not None:
         check_variants(args.variants)
+
+
+def _check_out(out: Path, args: argparse.Namespace) -> None:
+    """--out holding a training run or a sweep is refused before anything is written (stride.files.folder_kind);
+    so is a world sweep's --out holding another suite's results.json, which it would replace (the other sweeps'
+    journal refuses that itself: stride.bench.journal)."""
+    from stride.files.folder_kind import FolderHoldsOther, refuse_others, what_it_holds
+
+    refuse_others(out, "bench")
+    if args.sweep == "world":
+        other = [h for h in what_it_holds(out) if h.kind == "bench" and h.suite != "world-sweep"]
+        if other:
+            raise FolderHoldsOther(f"--out {out} holds {other[0].describe()}, which a world sweep's results.json would "
+                                   "replace; nothing was written; use another --out")
 
 
 def _load_prices(path: str | None) -> dict[str, float]:

@@ -29,7 +29,8 @@ def register(p: argparse.ArgumentParser) -> None:
                    "pack on a GPU, up to 16 on a CPU, fewer where the memory model says they do not fit) or N")
     p.add_argument("--backend", default="local", choices=("local", "ray"),
                    help="local (default): packs one after another in this process; ray: each pack a Ray task")
-    p.add_argument("--out", default=None, help="sweep directory (default: <metrics.out_dir>/<stamp>-sweep-<name>)")
+    p.add_argument("--out", default=None, help="sweep directory (default: <metrics.out_dir>/<stamp>-sweep-<name>); "
+                   "the same command again resumes it; one holding a train run or bench results is refused")
     p.add_argument("--ray-address", default=None, help="an existing Ray cluster (host:port, ray://host:port, auto); "
                    "default: start one on this machine")
     p.add_argument("--cpus-per-pack", type=int, default=1, help="CPUs Ray reserves for each pack's task (default 1)")
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from stride.config.errors import ConfigError
+    from stride.files.folder_kind import refuse_others
     from stride.metrics.run_dir import RunDir
     from stride.sweep.grid import expand
     from stride.sweep.runner import Options, SweepError
@@ -79,10 +81,16 @@ def run(args: argparse.Namespace) -> int:
     _check_numbers(args)
     base, axes, points = expand(args.config, args.overrides, args.grid)
     exported = _export_point(points, args.export) if args.export is not None else None  # before any training
+    if args.out:  # a training run's or a bench's folder is refused before anything is written
+        refuse_others(args.out, "sweep")
+    if exported is not None:  # the export's run folder: anything in it would mix with the checkpoint
+        _check_export_to(Path(args.export_to), exported)
     out = Path(args.out) if args.out else RunDir.create(base.metrics.out_dir, f"sweep-{base.train.name}").path
     store = SweepStore(out)
     plan = store.plan(str(Path(args.config).resolve()), args.overrides, axes, points)
     store.open(plan)
+    # a point the sweep will not train again (finished): its state file is read now, not after the training
+    state = store.load_state(exported.id) if exported is not None and store.done(exported.id) else None
     _log(f"{len(points)} points ({' x '.join(str(len(a.values)) for a in axes)}) in {out}")
     opts = Options(pack=pack, backend=args.backend, ray_address=args.ray_address, cpus_per_pack=args.cpus_per_pack,
                    probe_s=args.probe_s, chunk=None if chunk == "auto" else int(chunk), log=_log)
@@ -95,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         _write_report(store, plan, points, args.price_per_hour)
     _log(f"trained {info['trained']} point(s) in {info['wall_s']:.1f} s; report: {out / 'report.html'}")
     if exported is not None:
-        _export(store, exported, Path(args.export_to), args.config, args.overrides)
+        _export(store, exported, Path(args.export_to), args.config, args.overrides, state)
     return 0
 
 
@@ -163,13 +171,24 @@ def _export_point(points, which: str):
     return match[0]
 
 
-def _export(store, p, run_dir, config: str, overrides: list[str]) -> None:
+def _check_export_to(run_dir, p) -> None:
+    """--export-to holding a training run (its files or checkpoints), a bench or a sweep is refused before the
+    sweep trains: the exported checkpoint would mix with them (an earlier export's checkpoint of the same step
+    used to stop the export only after the whole sweep, as another run's checkpoint)."""
+    from stride.files.folder_kind import COMMANDS, refuse_others
+
+    refuse_others(run_dir, "train", "--export-to", kinds=COMMANDS, writes=f"point {p.id}'s checkpoint",
+                  why="`stride train --out` of that folder would not continue the exported point alone",
+                  checkpoint_dirs=("checkpoints", p.config.checkpoint.dir))
+
+
+def _export(store, p, run_dir, config: str, overrides: list[str], state=None) -> None:
     import json
     import shlex
 
     from stride.sweep.export import export_checkpoint
 
-    folder = export_checkpoint(p.config, store.load_state(p.id), run_dir, log=_log)
+    folder = export_checkpoint(p.config, state if state is not None else store.load_state(p.id), run_dir, log=_log)
     sets = " ".join(f"--set {shlex.quote(o)}" for o in [*overrides, *(f"{k}={json.dumps(v)}" for k, v in
                                                                         p.values.items())])
     line = f"stride train {config} {sets} --set checkpoint.enabled=true --out {run_dir}"

@@ -16,7 +16,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set optim.lr=3e-4 (repeatable)")
     p.add_argument("--out", default=None, help="run directory (default: <metrics.out_dir>/<stamp>-<name>); one that "
-                   "holds this run continues it from its checkpoint, or says it is finished (docs/checkpoint.md)")
+                   "holds this run continues it from its checkpoint, or says it is finished (docs/checkpoint.md); one "
+                   "holding bench results or a sweep is refused")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out (its files and checkpoints) instead of continuing or refusing it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
@@ -49,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     from stride.launch.torchrun import inside_launcher, launcher_env, run_torchrun, torchrun_command
 
     cfg = load_config(args.config, args.overrides)
+    if args.out:  # a bench's or a sweep's folder is not a run folder (--overwrite included): refused, nothing written
+        from stride.files.folder_kind import refuse_others
+
+        refuse_others(args.out, "train")
     # `is not None`, `!= 1`: --nproc 0 or --nnodes 0 used to run one process here; torchrun_command refuses them
     if (args.nproc is not None or args.nnodes != 1) and not inside_launcher():
         from stride.launch.preflight import check_before_launch

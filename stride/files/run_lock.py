@@ -15,7 +15,9 @@ driver the same way. A checkpoint folder outside the run folder (an absolute `ch
 too; one inside it is covered by the run folder's lock. One process may open a folder it already holds
 again (an in-process restart after an exception): the holds are counted and the lock goes with the last.
 A holder that wrote nothing in the folder (a refused resume) releases with `restore=True`: the lock file
-gets its previous content back (or goes, if this process made it), so the folder is byte for byte as it was.
+gets its previous content and times back (or goes, if this process made it), and the folder's own times too
+where its entries are the ones it had, so the folder is byte for byte and time for time as it was (only the
+inode change times, which no program can set, tell).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from stride.errors import StrideError
@@ -39,9 +42,38 @@ class FolderInUse(StrideError):
     """Another live stride process holds the folder."""
 
 
-# resolved lock path -> [fd, holds, the file's content before this process wrote its name (None: it made the file)]
-# (fd -1: held by the launching parent)
+# resolved lock path -> [fd, holds, the file's content before this process wrote its name (None: it made the file),
+# the file's Stamp before (None: it made the file), the folder's Stamp before] (fd -1: held by the launching parent)
 _held: dict[Path, list] = {}
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A file's or folder's access and modification times (ns) and, for a folder, its entries' names."""
+
+    times: tuple[int, int]
+    names: frozenset[str] | None
+
+
+def stamp(path: Path, fd: int | None = None) -> Stamp | None:
+    """`path`'s times (and a folder's entry names); None where it cannot be read."""
+    try:
+        st = os.fstat(fd) if fd is not None else os.stat(path)
+        names = frozenset(os.listdir(path)) if fd is None and path.is_dir() else None
+    except OSError:
+        return None
+    return Stamp((st.st_atime_ns, st.st_mtime_ns), names)
+
+
+def put_back(path: Path, before: Stamp | None, fd: int | None = None) -> None:
+    """Give `path` the times of `before` again; a folder only where it holds the same entry names as then
+    (else something was written in it, and its times say so)."""
+    if before is None:
+        return
+    with contextlib.suppress(OSError):
+        if before.names is not None and frozenset(os.listdir(path)) != before.names:
+            return
+        os.utime(fd if fd is not None else path, ns=before.times)
 _guard = threading.Lock()
 
 
@@ -76,13 +108,14 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
             _held[path][1] += 1
             return path
         existed = path.exists()
+        folder_before = stamp(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if _delegated(path, fd):
                 os.close(fd)
-                _held[path] = [-1, 1, None]
+                _held[path] = [-1, 1, None, None, None]
                 return path
             holder = _holder_text(fd)
             os.close(fd)
@@ -93,10 +126,11 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
             os.close(fd)
             raise
         before = _read_all(fd) if existed else None
+        file_before = stamp(path, fd) if existed else None
         info = json.dumps({"pid": os.getpid(), "host": this_host(), "since": time.time()}).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, info, 0)
-        _held[path] = [fd, 1, before]
+        _held[path] = [fd, 1, before, file_before, folder_before]
         return path
 
 
@@ -107,7 +141,8 @@ def _read_all(fd: int) -> bytes:
 
 def release(path: Path, restore: bool = False) -> None:
     """Drop one hold taken by `acquire` (its return value); the last one unlocks. `restore`: put back the lock
-    file as it was before this process took it (its content, or no file), while still holding the lock."""
+    file as it was before this process took it (its content and times, or no file) and the folder's times (where
+    its entries are the ones it had), while still holding the lock."""
     with _guard:
         entry = _held.get(path)
         if entry is None:
@@ -115,7 +150,7 @@ def release(path: Path, restore: bool = False) -> None:
         entry[1] -= 1
         if entry[1] <= 0:
             del _held[path]
-            fd, _, before = entry
+            fd, _, before, file_before, folder_before = entry
             if fd < 0:
                 return
             if restore:
@@ -128,6 +163,8 @@ def release(path: Path, restore: bool = False) -> None:
                     else:
                         os.ftruncate(fd, 0)
                         os.pwrite(fd, before, 0)
+                        put_back(path, file_before, fd)
+                put_back(path.parent, folder_before)
             os.close(fd)  # closing the descriptor releases the flock
 
 

@@ -8,13 +8,18 @@
     DIR/runs/<id>/              the run directory of a point trained one by one (--pack 1)
 
 A point is finished exactly when its .json parses; resuming skips those and trains the rest. A directory
-holding another sweep (other points) is refused rather than mixed.
+holding another sweep (other points) is refused rather than mixed (one holding a train run or bench results:
+stride.files.folder_kind, asked by `stride sweep` first). A state file is read with torch's weights-only
+loader only, and one it cannot load (crafted, damaged, missing) is one line naming the file and how to train
+the point again (`load_state`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +27,41 @@ import torch
 
 from stride.config import config_hash
 from stride.config.errors import ConfigError
+from stride.errors import StrideError
 from stride.files import strict_json
 from stride.metrics.run_dir import atomic_write_text
 from stride.sweep.grid import Axis, Point
 
 SCHEMA = "stride.sweep"
 VERSION = 1
+
+
+STATE_KEYS = ("model", "optim", "step", "data")  # a point's state (PackedTrainer.model_state, export.solo_state)
+
+
+class SweepStateError(StrideError):
+    """A finished point's state file is missing, damaged or not stride's (one line, exit status 2)."""
+
+    exit_code = 2
+
+
+def _why_not_loaded(exc: BaseException) -> str:
+    """Why torch could not load a state file, in words of our own (torch's message advises weights_only=False)."""
+    text = str(exc)
+    if isinstance(exc, pickle.UnpicklingError) or "weights_only" in text.lower():
+        m = re.search(r"(?:unsupported GLOBAL|Unsupported global: GLOBAL)\s+([\w.]+)", text, re.IGNORECASE)
+        return f"its pickle asks for {m.group(1)}, which a state file never holds" if m else \
+            "its pickle holds something other than tensors and plain values"
+    if "zip archive" in text or "central directory" in text or isinstance(exc, EOFError):
+        return "not a complete zip archive: truncated or overwritten"
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    return f"{type(exc).__name__}"
+
+
+def _retrain(root: Path, pid: str) -> str:
+    return (f"to train the point again, delete {root}/points/{pid}.json and {pid}.state.pt and run the same sweep "
+            "command again")
 
 
 class SweepStore:
@@ -88,10 +122,29 @@ class SweepStore:
         atomic_write_text(self.result_path(pid), strict_json.dumps(result, indent=1) + "\n")
 
     def load_state(self, pid: str) -> dict[str, Any]:
+        """The finished point's state, read by torch's restricted (weights-only) unpickler. A file it refuses (a
+        crafted pickle), a damaged one (truncated, not a zip) or one without a point's keys is one line,
+        SweepStateError, never torch's traceback (whose advice is to load it with the unsafe unpickler)."""
         path = self.state_path(pid)
-        if not path.is_file() or not self.done(pid):
-            raise ConfigError(f"point {pid} has no finished state in {self.points_dir} (not trained yet?)")
-        return torch.load(path, map_location="cpu", weights_only=True)
+        where = str(path)
+        if not self.done(pid):
+            raise ConfigError(f"point {pid} is not finished in {self.root} (no {pid}.json in points/): not trained "
+                              "yet; run the sweep to the end, then export it")
+        if not path.is_file():
+            raise SweepStateError(
+                f"{where} is missing, though the point finished ({pid}.json is there): its state cannot be "
+                f"exported, and the sweep does not train a finished point again; to retrain it, delete "
+                f"{self.root}/points/{pid}.json and run the same sweep command again")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 (every way a file can fail to load is this one line)
+            raise SweepStateError(f"{where} is damaged or not a stride state file ({_why_not_loaded(exc)}; refused: "
+                                  f"nothing in it was run); {_retrain(self.root, pid)}") from None
+        missing = [k for k in STATE_KEYS if not (isinstance(state, dict) and k in state)]
+        if missing or not isinstance(state["model"], dict) or not isinstance(state["optim"], dict):
+            what = f"no {', '.join(missing)}" if missing else "model or optim is not a table of tensors"
+            raise SweepStateError(f"{where} is not a stride state file ({what}); {_retrain(self.root, pid)}")
+        return state
 
     def results(self, ids: list[str]) -> list[dict[str, Any]]:
         return [r for r in (self.read(i) for i in ids) if r is not None]
