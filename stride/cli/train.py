@@ -47,7 +47,10 @@ def _train_args(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from stride.config import load_config
+    from stride.launch.lifeline import watch_launcher
     from stride.launch.torchrun import inside_launcher, launcher_env, run_torchrun, torchrun_command
+
+    watch_launcher()  # a rank of `stride train --nproc`: ends with its launcher (a no-op anywhere else)
 
     cfg = load_config(args.config, args.overrides)
     if args.out:  # a bench's or a sweep's folder is not a run folder (--overwrite included): refused, nothing written
