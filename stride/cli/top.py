@@ -115,13 +115,29 @@ class RunView:
         if last:
             t.add_row("loss", fmt(number(last, "loss"), ".4g"))
             t.add_row("lr", fmt(number(last, "lr"), ".3g"))
-            t.add_row("samples/s", fmt(number(last, "samples_per_s") or None, ",.0f"))
-            step_s = number(last, "step_time_s")
-            t.add_row("step time", fmt(step_s, ".2f", 1e3) + " ms")
-            phases = last.get("breakdown_s")
-            for phase, sec in (phases.items() if isinstance(phases, dict) else ()):
-                if isinstance(sec, int | float):
-                    t.add_row(f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / (step_s or 1.0):.1f} %)")
+        # One statistic for every rate shown: a finished run's summary.json (the mean over its timed steps, which
+        # MFU is of too); a live run's last logged step (no MFU: summary.json has it at the end). Before, a
+        # finished run showed the last step's samples/s beside the summary's MFU.
+        if self.summary is not None and number(self.summary, "step_time_s") is not None:
+            s = self.summary
+            timed = s.get("timed_steps")
+            basis = f"mean over {timed} timed steps, summary.json" if isinstance(timed, int) else "summary.json"
+            step_s, phases = number(s, "step_time_s"), s.get("step_time_breakdown_s")
+            t.add_row(f"samples/s ({basis})", fmt(number(s, "samples_per_s") or None, ",.0f"))
+            t.add_row("step time (same)", fmt(step_s, ".2f", 1e3) + " ms")
+            mfu = number(s, "mfu")
+            t.add_row("MFU (same)", fmt(mfu, ".2f", 100) + " %" if mfu is not None
+                      else "n/a (mfu_error in summary.json)" if s.get("mfu_error") else "-")
+        elif last:
+            step_s, phases = number(last, "step_time_s"), last.get("breakdown_s")
+            t.add_row(f"samples/s (step {last.get('step')}, the last logged)",
+                      fmt(number(last, "samples_per_s") or None, ",.0f"))
+            t.add_row("step time (same step)", fmt(step_s, ".2f", 1e3) + " ms")
+        else:
+            step_s, phases = None, None
+        for phase, sec in (phases.items() if isinstance(phases, dict) else ()):
+            if isinstance(sec, int | float):
+                t.add_row(f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / (step_s or 1.0):.1f} %)")
         if self.val:
             t.add_row("val loss", f"{fmt(number(self.val[-1], 'val_loss'), '.4g')} (step {self.val[-1].get('step')})")
         if self.sys_last:
@@ -132,8 +148,6 @@ class RunView:
                 if isinstance(g, dict):
                     t.add_row(f"gpu{g.get('index')}", f"{g.get('util_percent')} % util, {g.get('temperature_c')} C, "
                               f"{g.get('power_w')} W")
-        if self.summary and number(self.summary, "mfu") is not None:
-            t.add_row("MFU", fmt(number(self.summary, "mfu"), ".2f", 100) + " %")
         losses = [v for r in self.train if (v := number(r, "loss")) is not None]
         return Group(t, f"loss {sparkline(losses)}")
 

@@ -11,10 +11,11 @@ from stride.profile.breakdown import Times, summarize, window_times
 from stride.profile.errors import TraceError
 from stride.profile.hta_compat import hta_figures
 from stride.profile.kernels import tiny_kernels, top_kernels
+from stride.profile.one_run import check_one_run
 from stride.profile.precision_advice import DtypeSpeeds, precision_line
 from stride.profile.stragglers import find_stragglers, rank_steps
 from stride.profile.trace_model import RankTrace, load_trace
-from stride.profile.verdict import rank_verdict, step_verdict
+from stride.profile.verdict import NO_ACTIVITY, no_activity_verdict, rank_verdict, step_verdict
 from stride.profile.windows import analysed_windows
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -48,26 +49,30 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
     data = data_spans(t)
     total = Times()
     per_step = []
+    device = "gpu" if act.on_gpu else "cpu"
+    recorded = len(act.ev_ts) > 0  # any kernel, CPU operator or collective (else: step annotations only)
     for w in windows:
         times = window_times(act, w, data)
         total += times
         fig = summarize(times, act.on_gpu)
         fig["step"] = w.step
-        fig["verdict"] = step_verdict(fig, tiny_kernels(act, [w]), precision)
+        fig["verdict"] = (step_verdict(fig, tiny_kernels(act, [w]), precision, device) if recorded
+                          else no_activity_verdict(device))
         per_step.append(fig)
     fig = summarize(total, act.on_gpu)
     tiny = tiny_kernels(act, windows)
     result = {
         "file": str(t.path),
         "rank_source": t.rank_source,
-        "device": "gpu" if act.on_gpu else "cpu",
+        "device": device,
         "steps": [w.step for w in windows],
         **fig,
         "top_kernels": top_kernels(act, t.names, windows, top_k),
         "tiny_kernels": tiny,
         "annotations": annotation_breakdown(t, windows),
         "per_step": per_step,
-        "verdict": rank_verdict(fig, per_step, tiny, precision) if windows else None,
+        "verdict": (None if not windows else rank_verdict(fig, per_step, tiny, precision, device) if recorded
+                    else {**no_activity_verdict(device), "steps_by_bound": {NO_ACTIVITY: len(per_step)}}),
     }
     host = t.meta.get("host_name") if isinstance(t.meta.get("host_name"), str) else None
     return result, rank_steps(t.rank, host, windows, t.steps, act, t.names)
@@ -87,6 +92,7 @@ def analyze_traces(
     """
     files = find_traces(paths)
     traces = [load_trace(f) for f in files]
+    check_one_run(traces)  # ranks of one run, or refused naming the files (stride.profile.one_run)
     by_rank: dict[int, RankTrace] = {}
     for t in traces:
         if t.rank in by_rank:

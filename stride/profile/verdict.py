@@ -47,11 +47,55 @@ RECOMMENDATIONS = {
     ],
 }
 
+# A CPU-only trace: the "device" is the host's operators (stride.profile.activity), so its idle time is time in
+# the step when no operator ran (Python, the framework, waits), and there are no kernel launches, CUDA graphs,
+# host-device syncs or pinned memory to advise. Bounds without an entry here take RECOMMENDATIONS' (they fit both).
+CPU_RECOMMENDATIONS = {
+    "data-bound": [
+        "raise DataLoader num_workers (or use a memory-mapped / pre-batched dataset)",
+        "prefetch the next batch while the current step runs (prefetch_factor, a background thread)",
+    ],
+    "host-bound": [
+        "enable torch.compile (fewer, fused operators; less Python per step)",
+        "find what runs between operators (Python code, logging, .item() / .tolist() conversions, sleeps, file or "
+        "network I/O in the step): profile with with_stack=True, or py-spy",
+        "check the intra-op threads against the cores (torch.set_num_threads, train.threads): a thread waiting for "
+        "a core shows as time outside operators",
+    ],
+    "launch-bound": [
+        "fuse the small operators: torch.compile (train.compile=model+optimizer) merges elementwise chains "
+        "such as an RNN cell's per-timestep adds into one kernel",
+        "use fused library operators (torch's GRU/LSTM over the whole sequence, foreach/fused optimizers) "
+        "instead of one small operator per timestep or tensor",
+        "give each operator more work: a larger batch or model width",
+    ],
+}
 
-def step_verdict(fig: dict, tiny: dict | None = None, precision: str | None = None) -> dict:
+NO_ACTIVITY = "no-activity"  # the trace records no operator, kernel or collective: nothing to judge the step by
+
+
+def no_activity_verdict(device: str) -> dict:
+    """The verdict of a rank whose trace holds step annotations and nothing the analysis reads: its 100 % idle
+    is the absence of records, not a measurement (a CPU-only run profiled without the CPU activity, say)."""
+    what = "kernels, CPU operators" if device == "gpu" else "CPU operators"
+    return {"bound": NO_ACTIVITY,
+            "reasons": [f"the trace records no {what} or collectives inside its profiler steps (step annotations "
+                        "only): its idle time is the absence of records, not a measurement"],
+            "recommendations": ["profile again with the CPU activity on (torch.profiler activities=[ProfilerActivity."
+                                "CPU" + (", ProfilerActivity.CUDA" if device == "gpu" else "")
+                                + "]; `stride profile` does) so that operators are recorded"]}
+
+
+def recommendations(bound: str, device: str) -> list[str]:
+    """What to try for `bound` on `device` ("gpu" or "cpu": the device the trace ran on)."""
+    return list(CPU_RECOMMENDATIONS.get(bound, RECOMMENDATIONS[bound]) if device == "cpu" else RECOMMENDATIONS[bound])
+
+
+def step_verdict(fig: dict, tiny: dict | None = None, precision: str | None = None, device: str = "gpu") -> dict:
     """`tiny`: `kernels.tiny_kernels` of the same span; `precision`: the lower-precision advice the
-    measurements allow (None: none)."""
+    measurements allow (None: none); `device`: "gpu" or "cpu", what the trace ran on (the advice fits it)."""
     tb = fig["temporal_breakdown"]
+    idle_of = "device idle" if device == "gpu" else "no CPU operator running"
     idle = tb["idle_pct"] or 0.0
     comm = tb["exposed_comm_pct"] or 0.0
     mem = tb["exposed_memory_pct"] or 0.0
@@ -59,7 +103,7 @@ def step_verdict(fig: dict, tiny: dict | None = None, precision: str | None = No
     if idle > IDLE_BOUND_PCT:
         data = tb.get("data_wait_pct") or 0.0
         bound = "data-bound" if data >= idle / 2 else "host-bound"  # data wait is half the idle or more
-        reasons.append(f"device idle {idle:.1f}% of the step (> {IDLE_BOUND_PCT}%); waiting for data "
+        reasons.append(f"{idle_of} {idle:.1f}% of the step (> {IDLE_BOUND_PCT}%); waiting for data "
                        f"{data:.1f}% of the step")
     elif comm > COMM_BOUND_PCT:
         bound = "communication-bound"
@@ -77,15 +121,16 @@ def step_verdict(fig: dict, tiny: dict | None = None, precision: str | None = No
         bound = "compute-bound"
         compute = tb["compute_pct"] or 0.0
         reasons.append(f"compute {compute:.1f}% of the step; idle {idle:.1f}%, exposed comm {comm:.1f}%")
-    recs = list(RECOMMENDATIONS[bound])
+    recs = recommendations(bound, device)
     if bound == "compute-bound" and precision:
         recs.insert(0, precision)
     return {"bound": bound, "reasons": reasons, "recommendations": recs}
 
 
-def rank_verdict(fig: dict, per_step: list[dict], tiny: dict | None, precision: str | None = None) -> dict:
+def rank_verdict(fig: dict, per_step: list[dict], tiny: dict | None, precision: str | None = None,
+                 device: str = "gpu") -> dict:
     """The rank's verdict: the rule applied to its whole analysed span, plus the per-step tally."""
-    v = step_verdict(fig, tiny, precision)
+    v = step_verdict(fig, tiny, precision, device)
     tally: dict[str, int] = {}
     for s in per_step:
         tally[s["verdict"]["bound"]] = tally.get(s["verdict"]["bound"], 0) + 1

@@ -22,6 +22,15 @@ def _fmt(v: Any, spec: str = ".4g") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _time_to_target(s: dict[str, Any]) -> str:
+    ttt = s.get("time_to_target_s")
+    if ttt is not None:
+        return f"{ttt:.2f} s"
+    if s.get("target_val_loss") is not None and isinstance(s.get("time_note"), str):
+        return "unknown (see the note below)"  # resumed from a checkpoint without the run's clock
+    return "-"
+
+
 def summary_table(s: dict[str, Any]) -> Table:
     table = Table(title=f"stride train: {s.get('name', '')}", show_header=True)
     table.add_column("metric")
@@ -39,7 +48,7 @@ def summary_table(s: dict[str, Any]) -> Table:
         ("peak FLOP/s (source)", f"{_fmt(s['peak_flops_per_s'], '.3e')} ({s['peak_flops_source']})"),
         (f"peak memory ({s['peak_mem_kind']})", _fmt_bytes(s["peak_mem_bytes"])),
         ("saved activations", _fmt_bytes(s.get("saved_activation_bytes"))),
-        ("time to target", _fmt(s["time_to_target_s"], ".2f") + (" s" if s["time_to_target_s"] else "")),
+        ("time to target", _time_to_target(s)),
     ]
     total = s["step_time_s"] or 1.0
     for phase, sec in s["step_time_breakdown_s"].items():
@@ -52,6 +61,9 @@ def summary_table(s: dict[str, Any]) -> Table:
 def print_summary(s: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(s))
-    note = s.get("timing_note")
-    if isinstance(note, str):  # warm-up steps only: the figures above are not steady-state (stride.train.summary)
-        console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
+    for key in ("timing_note", "time_note"):
+        # timing_note: warm-up steps only, the figures above are not steady-state; time_note: the run's training
+        # time before this process is unknown (stride.train.summary)
+        note = s.get(key)
+        if isinstance(note, str):
+            console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)

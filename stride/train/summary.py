@@ -31,7 +31,8 @@ class LoopTally:
     timed_samples: int = 0  # global: every rank's samples, over the timed (post warm-up) steps
     comm_exposed: float = 0.0  # DDP all-reduce seconds over timed steps (CPU): backward waited on it
     comm_hidden: float = 0.0  # ... and the seconds it overlapped compute
-    wall: float = 0.0
+    wall: float = 0.0  # this process's loop
+    time_before: float | None = 0.0  # the run's training seconds before this process (None: unknown, an old checkpoint)
 
 
 class Summarised(Protocol):
@@ -71,6 +72,18 @@ def warmup_note(steps: int, start_step: int, skip: int) -> str | None:
             f"train.steps above {start_step + skip} or lower metrics.skip_steps")
 
 
+def time_note(tally: LoopTally) -> str | None:
+    """Why the run's time figures are empty where earlier processes' training time is unknown (None: known)."""
+    if tally.time_before is not None:
+        return None
+    reached = (f"; this process reached the target {tally.time_to_target:.2f} s after its loop started"
+               if tally.time_to_target is not None else "")
+    return (f"resumed at step {tally.start_step} from a checkpoint that does not record the run's training time "
+            f"(written by an older stride, or exported): the time before step {tally.start_step} is unknown, so "
+            f"time_to_target_s and run_time_s are left empty, and metrics.jsonl's time_s counts from 0 again from "
+            f"step {tally.start_step + 1} (this process's clock){reached}")
+
+
 def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dict[str, Any]:
     """The summary of a run. Every rank calls it: the loss mean and a pipeline's parameter gather are collectives."""
     t, timer, par = tr.cfg.train, tr.timer, tr.par
@@ -104,9 +117,12 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "peak_mem_kind": mem_kind,
         "saved_activation_bytes": tr.saved_activation_bytes,
         "activation_checkpointed_blocks": tr.n_ac,
-        "time_to_target_s": tally.time_to_target,
+        # on the run's training clock: every process's loop time, summed across resumes (time_note where unknown)
+        "time_to_target_s": tally.time_to_target if tally.time_before is not None else None,
         "target_val_loss": t.target_val_loss,
-        "wall_time_s": tally.wall,
+        "run_time_s": tally.time_before + tally.wall if tally.time_before is not None else None,
+        "time_note": time_note(tally),
+        "wall_time_s": tally.wall,  # this process's loop (a resumed run: since its resume)
         "val_time_s": tally.val_time,
         "skipped_steps": tr.skipped_steps,
         "loss_scale": tr.precision.scaler.get_scale() if tr.precision.scaler else None,

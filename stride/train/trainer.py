@@ -121,6 +121,12 @@ class Trainer:
         self.skipped_steps = 0
         self.saved_activation_bytes: int | None = None
         self.history: list[dict[str, Any]] = []
+        # The run's training clock (metrics.jsonl `time_s`, time to target): seconds trained before this process's
+        # loop, from the checkpoint resumed (None: unknown, a checkpoint that did not record it), plus this loop's.
+        self._time_before: float | None = 0.0
+        self._time_loaded = False  # a checkpoint's clock was loaded before the loop started
+        self._clock_start: float | None = None  # perf_counter at this process's loop start
+        self._clock_stop: float | None = None  # ... and at its end (the clock stops with the loop)
         self.run_dir: RunDir | None = None
         self._pending: Batch | None = None
         self._is_setup = False
@@ -136,7 +142,8 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step, "skipped_steps": self.skipped_steps,
-                "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict()}
+                "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),
+                "train_time_s": self.train_time()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.step = int(state["step"])
@@ -144,6 +151,26 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         sync_lr(self.scheduler)  # a run extended to more steps follows its new schedule (stride.checkpoint.rerun)
         self.precision.load_state_dict(state["scaler"])
+        if self._clock_start is None:  # a resume: the run's clock continues from the checkpoint's
+            self._time_before = _seconds(state.get("train_time_s"))
+            self._time_loaded = True
+        # a rollback within the loop keeps the clock: the time spent since the checkpoint was spent training
+
+    def train_time(self) -> float | None:
+        """Seconds this run has trained: its loops' wall time (validation and checkpoint pauses included), summed
+        over the processes that ran it (a resumed run continues its checkpoint's clock). None: unknown (resumed
+        from a checkpoint that did not record it, or a trainer whose loop never ran and that loaded no clock)."""
+        if self._clock_start is None:
+            return self._time_before if self._time_loaded else None
+        if self._time_before is None:
+            return None
+        end = self._clock_stop if self._clock_stop is not None else time.perf_counter()
+        return self._time_before + (end - self._clock_start)
+
+    @staticmethod
+    def _clock(tally: LoopTally) -> float:
+        """Now on the run's training clock (`time_s`); where earlier processes' time is unknown, this loop's seconds."""
+        return (tally.time_before or 0.0) + (time.perf_counter() - tally.t_start)
 
     def data_position(self) -> dict[str, Any]:
         return data_position(self.train_data, self.step)
@@ -317,6 +344,10 @@ class Trainer:
         self.wrapped.train()
         loss_sum = torch.full((), math.nan)
         tally = LoopTally(t_start=time.perf_counter(), start_step=self.step)  # a resumed run counts from its checkpoint
+        if not self._time_loaded:
+            self._time_before = 0.0  # a fresh run (a resumed one continues its checkpoint's clock, if it has one)
+        self._clock_start, self._clock_stop = tally.t_start, None
+        tally.time_before = self._time_before
         try:
             while self.step < t.steps:
                 self.timer.start_step()
@@ -341,7 +372,8 @@ class Trainer:
                 self.diverged_at = self._losses.read(self.par)[1]
         finally:
             progress.close()
-        tally.wall = time.perf_counter() - tally.t_start
+        self._clock_stop = time.perf_counter()
+        tally.wall = self._clock_stop - tally.t_start
         summary = run_summary(self, tally, loss_sum)
         if self.diverged_at is not None:  # no on_fit_end: the callbacks are aborted (no final checkpoint)
             error = diverged(summary, self.diverged_at, run.path if run else None)
@@ -381,7 +413,7 @@ class Trainer:
             "step_time_s": parts["total"],
             "breakdown_s": {k: v for k, v in parts.items() if k != "total"},
             "samples_per_s": t.batch_size / parts["total"] if parts["total"] else None,
-            "time_s": time.perf_counter() - tally.t_start,
+            "time_s": self._clock(tally),  # the run's training clock (continued across resumes)
         }
         self._log(rec)
         progress.log(step, loss, rec["samples_per_s"] or 0.0)
@@ -394,7 +426,7 @@ class Trainer:
         v0 = time.perf_counter()
         tally.val_loss = self.evaluate(self.wrapped)
         tally.val_time += time.perf_counter() - v0
-        now = time.perf_counter() - tally.t_start
+        now = self._clock(tally)
         self._log({"step": step, "val_loss": tally.val_loss, "time_s": now})
         if t.target_val_loss is not None and tally.time_to_target is None and tally.val_loss <= t.target_val_loss:
             tally.time_to_target = now
@@ -405,3 +437,10 @@ class Trainer:
             self.run_dir.log(rec)
         for cb in self._loggers:
             cb.on_log(self, rec)
+
+
+def _seconds(v: Any) -> float | None:
+    """A checkpoint's training clock: a finite number of seconds >= 0, else unknown (None: an older checkpoint)."""
+    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
+        return float(v)
+    return None

@@ -18,7 +18,9 @@ def test_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = tmp_path / "run"
     d.mkdir()
     write(d / "a.json", gpu_trace())
-    write(d / "b.json.gz", cpu_trace(0), gz=True)
+    cpu = cpu_trace(0)
+    cpu["distributedInfo"]["world_size"] = 4  # rank 0 of the GPU trace's 4-rank run: traces of one run only
+    write(d / "b.json.gz", cpu, gz=True)
     assert main(["analyze", str(d), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(rep) >= {"ranks", "stragglers"} and sorted(rep["ranks"]) == ["0", "3"]

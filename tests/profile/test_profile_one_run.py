@@ -1,0 +1,165 @@
+"""Traces analysed together must be ranks of one run; a verdict's advice fits the device the trace ran on.
+
+Audit: a folder with trace_rank0.json of a single-process profile and trace_rank1.json of a 2-rank DDP profile
+(different trace_id, rank 0 without distributedInfo, rank 1 of world_size 2, recorded 25 min apart) was analysed
+as one job: "rank 1: step start lag 1486922035.2 us". And a CPU-only trace of ProfilerStep annotations alone got
+"host-bound, device idle 100%" with "CUDA graphs (mode='reduce-overhead')".
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synth import cpu_trace, gpu_trace, host, write  # noqa: E402
+
+from stride.cli.main import main  # noqa: E402
+from stride.profile.analyze import analyze_traces  # noqa: E402
+from stride.profile.errors import TraceError  # noqa: E402
+
+MIN25_US = 25 * 60 * 1e6
+
+
+def shifted(trace: dict, us: float) -> dict:
+    t = copy.deepcopy(trace)
+    for ev in t["traceEvents"]:
+        ev["ts"] += us
+    return t
+
+
+def single_process(trace: dict) -> dict:
+    """A profile of one process: no distributedInfo (its rank comes from the file name, or is 0)."""
+    t = copy.deepcopy(trace)
+    del t["distributedInfo"]
+    return t
+
+
+def folder(tmp_path: Path, sub: str = "traces", **traces: dict) -> Path:
+    d = tmp_path / sub
+    d.mkdir()
+    for name, t in traces.items():
+        write(d / f"{name}.json", t)
+    return d
+
+
+def test_the_audits_folder_is_refused_naming_both_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = folder(tmp_path, trace_rank0=single_process(cpu_trace(0)), trace_rank1=shifted(cpu_trace(1), MIN25_US))
+    with pytest.raises(TraceError, match="not of one run") as err:
+        analyze_traces([d])
+    assert "trace_rank0.json" in str(err.value) and "trace_rank1.json" in str(err.value)
+    assert "world_size 2" in str(err.value)
+    assert main(["analyze", str(d)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1  # one line, no table, no straggler lag
+    assert "trace_rank0.json" in out.err and "trace_rank1.json" in out.err
+
+
+def test_world_sizes_that_differ_are_refused(tmp_path: Path) -> None:
+    other = cpu_trace(1)
+    other["distributedInfo"]["world_size"] = 4
+    with pytest.raises(TraceError, match=r"world sizes differ: r0\.json says 2, r1\.json says 4"):
+        analyze_traces([folder(tmp_path, r0=cpu_trace(0), r1=other)])
+
+
+def test_a_rank_outside_the_world_size_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"r2\.json is rank 2 \(distributedInfo\) of a run of world_size 2"):
+        analyze_traces([folder(tmp_path, r0=cpu_trace(0), r2=cpu_trace(2))])
+
+
+def test_a_duplicated_rank_names_both_files(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"a\.json and b\.json|b\.json and a\.json"):
+        analyze_traces([folder(tmp_path, a=cpu_trace(1), b=cpu_trace(1))])
+
+
+def test_ranks_recorded_apart_in_time_are_refused(tmp_path: Path) -> None:
+    d = folder(tmp_path, r0=cpu_trace(0), r1=shifted(cpu_trace(1), MIN25_US))
+    with pytest.raises(TraceError, match=r"r1\.json was recorded 25\.0 min after r0\.json ended"):
+        analyze_traces([d])
+
+
+def test_ranks_of_one_run_are_analysed_together(tmp_path: Path) -> None:
+    # a collective 500 us late on rank 1, clocks of two hosts 0.3 s apart, ranks from the file names: all one run
+    a, b = cpu_trace(0), cpu_trace(1, shift=500.0)
+    for t in (a, b):
+        t["traceEvents"][0]["dur"] = 1000
+    rep = analyze_traces([folder(tmp_path, "late", r0=a, r1=b)])
+    assert [s["rank"] for s in rep["stragglers"]] == [1]
+    skewed = analyze_traces([folder(tmp_path, "skewed", r0=cpu_trace(0), r1=shifted(cpu_trace(1), 3e5))])
+    assert sorted(skewed["ranks"]) == ["0", "1"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write(plain / "rank0.json", single_process(cpu_trace(0)))
+    write(plain / "rank1.json", single_process(cpu_trace(1)))
+    assert sorted(analyze_traces([plain])["ranks"]) == ["0", "1"]
+
+
+def test_the_profilers_base_time_is_part_of_the_clock(tmp_path: Path) -> None:
+    """Newer Kineto writes ts relative to baseTimeNanoseconds: the same ts under bases 25 min apart is not one run;
+    other ts under other bases at the same moment is."""
+    a, b = cpu_trace(0), cpu_trace(1)
+    a["baseTimeNanoseconds"], b["baseTimeNanoseconds"] = 1_790_000_000_000_000_000, 1_790_000_000_000_000_000 + int(
+        MIN25_US * 1e3)
+    with pytest.raises(TraceError, match="25.0 min after"):
+        analyze_traces([folder(tmp_path, r0=a, r1=b)])
+    same = folder(tmp_path, "same", r0=a, r1=shifted(b, -MIN25_US))
+    assert sorted(analyze_traces([same])["ranks"]) == ["0", "1"]
+
+
+# -- advice that fits the device -------------------------------------------------------------------------------
+
+GPU_ONLY = ("CUDA", "cuDNN", "pin_memory", "host-device", "tensor cores")
+
+
+def test_a_cpu_trace_of_step_annotations_alone_is_not_judged(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    ev = [host(f"ProfilerStep#{k}", 100 * k, 100, cat="user_annotation") for k in (1, 2, 3)]
+    p = write(tmp_path / "steps.json", {"schemaVersion": 1, "host_name": "h", "traceEvents": ev})
+    r = analyze_traces([p])["ranks"]["0"]
+    assert r["device"] == "cpu"
+    v = r["verdict"]
+    assert v["bound"] == "no-activity" and v["steps_by_bound"] == {"no-activity": 3}
+    assert "records no CPU operators" in v["reasons"][0]
+    text = " ".join(v["recommendations"] + v["reasons"])
+    assert not any(w in text for w in GPU_ONLY), text
+    assert all(s["verdict"]["bound"] == "no-activity" for s in r["per_step"])
+    assert main(["analyze", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "CUDA graphs" not in out and "device idle" not in out
+
+
+def test_a_host_bound_cpu_trace_gets_cpu_advice(tmp_path: Path) -> None:
+    """60 % of the step outside any operator: host-bound, but no CUDA graphs or host-device syncs on a CPU."""
+    ev = [host("ProfilerStep#1", 0, 100, cat="user_annotation"), host("aten::mm", 0, 40)]
+    r = analyze_traces([write(tmp_path / "c.json", {"traceEvents": ev})])["ranks"]["0"]
+    v = r["verdict"]
+    assert v["bound"] == "host-bound"
+    assert v["reasons"][0].startswith("no CPU operator running 60.0% of the step")
+    text = " ".join(v["recommendations"])
+    assert "torch.compile" in text and not any(w in text for w in GPU_ONLY), text
+    assert r["per_step"][0]["verdict"]["recommendations"] == v["recommendations"]
+
+
+def test_a_data_bound_cpu_trace_is_not_told_to_pin_memory(tmp_path: Path) -> None:
+    ev = [host("ProfilerStep#1", 0, 100, cat="user_annotation"), host("## data_load ##", 0, 60, cat="user_annotation"),
+          host("aten::mm", 60, 40)]
+    v = analyze_traces([write(tmp_path / "d.json", {"traceEvents": ev})])["ranks"]["0"]["verdict"]
+    assert v["bound"] == "data-bound" and "num_workers" in " ".join(v["recommendations"])
+    assert not any(w in " ".join(v["recommendations"]) for w in GPU_ONLY)
+
+
+def test_a_launch_bound_cpu_trace_gets_no_cuda_graphs(tmp_path: Path) -> None:
+    from test_profile_verdict import cpu_tiny_ops_trace
+
+    v = analyze_traces([write(tmp_path / "t.json", cpu_tiny_ops_trace())])["ranks"]["0"]["verdict"]
+    assert v["bound"] == "launch-bound" and "torch.compile" in " ".join(v["recommendations"])
+    assert not any(w in " ".join(v["recommendations"]) for w in GPU_ONLY)
+
+
+def test_a_gpu_trace_keeps_its_gpu_advice(tmp_path: Path) -> None:
+    v = analyze_traces([write(tmp_path / "g.json", gpu_trace())])["ranks"]["3"]["verdict"]
+    assert v["bound"] == "host-bound" and v["reasons"][0].startswith("device idle 40.0%")
+    assert "CUDA graphs" in " ".join(v["recommendations"])
