@@ -31,6 +31,9 @@ def register(p: argparse.ArgumentParser) -> None:
     i.add_argument("--out", required=True, help="store directory (created by an atomic rename)")
     i.add_argument("--time-col", default="timestamp", help="the timestamp column (default: %(default)s)")
     i.add_argument("--time-format", default=None, help="strptime format for string timestamps, e.g. %%m/%%d/%%Y")
+    i.add_argument("--time-unit", default="auto", choices=["auto", "s", "ms", "us", "ns"],
+                   help="unit of integer timestamps: auto reads it from their magnitude (dates 1990-2100) "
+                        "(default: %(default)s)")
     i.add_argument("--symbol-col", default="symbol",
                    help="the symbol column (default: %(default)s); absent in the files: one symbol per file "
                         "(its name)")
@@ -106,7 +109,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     try:
         out = ingest(args.src, args.out, time_col=args.time_col, time_format=args.time_format,
                      symbol_col=args.symbol_col, columns=cols, fill_policy=args.fill_policy, dtype=args.dtype,
-                     overwrite=args.overwrite)
+                     overwrite=args.overwrite, time_unit=args.time_unit)
     except (IngestError, StoreError) as exc:
         from stride.errors import one_line
 

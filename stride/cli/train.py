@@ -65,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
         cmd = torchrun_command(_train_args(args), nproc=nproc, nnodes=args.nnodes,
                                rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
                                node_rank=args.node_rank)  # bad launcher flags fail first
+        from stride.train.resources import check_resources
+
+        check_resources(cfg, ranks_here=nproc, warn=False)  # a config that cannot fit: refused once, here
         check_before_launch(cfg, nproc * args.nnodes)  # a bad layout fails here, once, before any rank
         if args.out and args.nnodes == 1:  # the ranks of this job hold the run folder as one (stride.files.run_lock)
             from stride.files import run_lock

@@ -21,6 +21,13 @@ A config is TOML: `[section]` tables of `key = value`, the file first, then ever
 in order. An unknown key, a value of the wrong type, a choice that is not listed, a number outside its
 range, and NaN or infinity in a float are errors that name the key (and the closest valid one).
 
+**A config that cannot fit is refused before anything is built** (`stride/train/resources.py`): the model's
+parameters are counted on the meta device and the synthetic market's bytes from its shape; weights, gradients
+and optimizer state (16 B a parameter with AdamW) and the data, for each process on the host, are compared with
+the host's available memory (and a CUDA device's free memory), and an estimate above it is one line naming the
+keys, the estimate and the limit. Activations are not counted: a config that passes may still run out of memory.
+`train.threads` above the cores the process may use (`os.sched_getaffinity`) is a warning.
+
 **A config can run code.** `model.name` and `data.source` accept `module:factory`: stride imports
 `module` (running its top-level code, as any Python plugin does) and calls `factory`. Run configs you
 would run as Python code; nothing else in a config is executed or evaluated.

@@ -19,6 +19,7 @@ from stride.config.constraints import Length, Matches, Range
 Positive = Range(gt=0)
 NonNegative = Range(ge=0)
 Fraction = Range(ge=0, lt=1)
+Seed = Range(ge=0, le=2**63 - 1)  # NumPy takes no seed below 0, torch none from 2**64: room for derived seeds (+ 1)
 
 Loss = Literal["mse", "huber", "quantile"]
 OptimName = Literal["adamw", "sgd", "adamw_triton", "adamw8bit", "adafactor"]
@@ -97,8 +98,8 @@ class DataConfig:
     """Forecast horizons in timesteps: one target (forward log return) per horizon."""
     val_fraction: Annotated[float, Range(gt=0, lt=1)] = 0.1
     """Share of time (the latest) held out for validation."""
-    seed: int = 0
-    """Seed of the synthetic market and of the batch order."""
+    seed: Annotated[int, Seed] = 0
+    """Seed of the synthetic market and of the batch order (an integer from 0 to 2**63 - 1)."""
     kwargs: dict = field(default_factory=dict)
     """Keyword arguments passed to a `module:factory` data source (a TOML table); synthetic and store take none."""
     store: str = ""
@@ -190,8 +191,8 @@ class TrainConfig:
     """Norms, SwiGLU, RoPE and the loss as torch ops, fused Triton kernels (GPU), or torch.compile'd references."""
     device: Annotated[str, Matches(r"auto|cpu|cuda(:\d+)?", "auto, cpu, cuda or cuda:N")] = "auto"
     """auto (cuda if available), cpu, cuda or cuda:N; under a launcher each rank takes cuda:LOCAL_RANK."""
-    seed: int = 0
-    """Seed of torch, NumPy and Python's RNGs (model initialisation, dropout)."""
+    seed: Annotated[int, Seed] = 0
+    """Seed of torch, NumPy and Python's RNGs (model initialisation, dropout); an integer from 0 to 2**63 - 1."""
     deterministic: bool = False
     """Deterministic algorithms only (torch.use_deterministic_algorithms): bitwise repeatable runs, maybe slower."""
     val_every: Annotated[int, NonNegative] = 50
@@ -201,7 +202,8 @@ class TrainConfig:
     target_val_loss: float | None = None
     """Stop when the validation loss reaches this (time to target in summary.json); None: run every step."""
     threads: Annotated[int, Positive] | None = None
-    """torch intra-op threads per process; None keeps torch's default (all cores; 1 per rank under --nproc)."""
+    """torch intra-op threads per process; None keeps torch's default (all cores; 1 per rank under --nproc). More
+    threads than the process's usable cores (os.sched_getaffinity) is a warning: they contend and slow each step."""
     name: Annotated[str, Matches(r"[^/\x00-\x1f\x7f]+", "a name without / or control characters (it ends the "
                                  "run directory's name)")] = "run"
     """Name of the run: the run directory's suffix and the progress bar's label."""

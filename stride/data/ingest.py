@@ -7,12 +7,21 @@ temporary directory: nothing half-written is left that looks like a store. A fil
 (not the format its name says, deleted midway, a `.npy` of Python objects: never unpickled) is one
 such error; so is a finite value beyond the store dtype's range (1e300 would become inf), which no
 fill policy replaces. `--out` may not be, hold or sit inside a source.
+
+Integer timestamps carry no unit: 1704189600 is seconds (2024-01-02), 1704189600000 milliseconds of the same
+moment. Reading every integer as nanoseconds put a file of Unix seconds on one day of 1970. The unit is read
+from the magnitude (s, ms, us or ns since 1970-01-01 UTC whose dates fall in 1990-2100: the four ranges do not
+overlap), stated on the `stride.data` logger and in the manifest (`time_unit`), or forced with `time_unit`
+(`--time-unit`; then any integer is taken, a row counter as nanoseconds too). A value that fits no unit, or not
+the unit of the rows before it, is an error naming its row.
 """
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +36,11 @@ SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feathe
             ".csv": "csv", ".gz": "csv", ".npy": "numpy", ".npz": "numpy"}
 FILL_POLICIES = ("error", "ffill", "zero")
 CHUNK_ROWS = 1 << 16
+TIME_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # nanoseconds in one unit of an integer timestamp
+UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+DATE_RANGE_S = (631152000, 4102444800)  # 1990-01-01 and 2100-01-01 00:00 UTC in Unix seconds: what detection reads
+
+log = logging.getLogger("stride.data")
 
 
 class IngestError(StrideError, ValueError):
@@ -73,7 +87,8 @@ def _numpy_table(path: Path, time_col: str) -> pa.Table:
     if arr.ndim != 2:
         raise IngestError(f"{path}: a .npy source must be 2-D [rows, columns], got shape {arr.shape}")
     cols = {f"c{i}": np.asarray(arr[:, i]) for i in range(arr.shape[1])}
-    return pa.table({time_col: np.arange(arr.shape[0], dtype=np.int64), **cols})
+    rows = pa.array(np.arange(arr.shape[0], dtype=np.int64), pa.timestamp("ns"))  # row numbers: no unit to detect
+    return pa.table({time_col: rows, **cols})
 
 
 def _readable_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table]:
@@ -105,7 +120,8 @@ def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, d
         with np.errstate(over="ignore", invalid="ignore"):
             vals[:, j] = np.asarray(src, dtype=np.float32)
         if pa.types.is_floating(col.type):
-            big = np.flatnonzero(np.isfinite(src) & (np.abs(src) >= OVERFLOW[dtype]))
+            # a float64 bound: a Python float beside a float32 column is cast to float32, overflowing with a warning
+            big = np.flatnonzero(np.isfinite(src) & (np.abs(src) >= np.float64(OVERFLOW[dtype])))
             if len(big):
                 over.append((int(big[0]), j, float(src[big[0]])))
     return vals, over
@@ -140,7 +156,78 @@ def read_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table
         raise IngestError(f"{path}: unsupported file type {path.suffix!r} (parquet, arrow, feather, csv, npy, npz)")
 
 
-def _timestamps_ns(col: pa.Array | pa.ChunkedArray, path: Path, time_col: str, fmt: str | None) -> np.ndarray:
+def unit_of(value: int) -> str | None:
+    """The unit in which integer timestamp `value` since 1970-01-01 UTC is a date in 1990-2100, or None."""
+    for unit, ns in TIME_UNITS.items():
+        per_s = 10**9 // ns
+        if DATE_RANGE_S[0] * per_s <= value < DATE_RANGE_S[1] * per_s:
+            return unit
+    return None
+
+
+@dataclass
+class TimeUnit:
+    """The unit of integer timestamps: `asked` ("auto" or one of TIME_UNITS), else detected from the first integer
+    timestamp ingested (`unit`, and the file it came from); every later one must be a date in that unit."""
+
+    asked: str = "auto"
+    unit: str | None = None
+    first: Path | None = None
+    integer: bool = False  # integer timestamps were read (in `unit`)
+
+    def __post_init__(self) -> None:
+        if self.asked not in ("auto", *TIME_UNITS):
+            raise IngestError(f"time unit {self.asked!r} is not one of auto, {', '.join(TIME_UNITS)}")
+        if self.asked != "auto":
+            self.unit = self.asked
+
+    def to_ns(self, raw: np.ndarray, path: Path, time_col: str, row0: int) -> np.ndarray:
+        """Integer timestamps as int64 nanoseconds since 1970; an IngestError naming the first row that fits no
+        unit (detected), or overflows 64-bit nanoseconds (given)."""
+        if not len(raw):
+            return raw
+        self.integer = True
+        where = f"(0-based data row; column {time_col!r})"
+        if self.asked != "auto":
+            ns = TIME_UNITS[self.asked]
+            lim = np.iinfo(np.int64).max // ns
+            bad = np.flatnonzero((raw > lim) | (raw < -lim))
+            if len(bad):
+                raise IngestError(f"{path}: integer timestamp {int(raw[bad[0]])} at row {int(bad[0]) + row0} {where} "
+                                  f"in {UNIT_WORDS[self.asked]} (time unit {self.asked}, as given) is beyond what "
+                                  "64-bit nanoseconds since 1970 hold (years 1678-2262)")
+            return raw * ns
+        if self.unit is None:
+            self.unit, self.first = unit_of(int(raw[0])), path
+            if self.unit is None:
+                raise IngestError(
+                    f"{path}: integer timestamp {int(raw[0])} at row {row0} {where} fits no unit: as seconds, "
+                    "milliseconds, microseconds or nanoseconds since 1970-01-01 UTC it is no date in 1990-2100; "
+                    "give the unit with --time-unit s|ms|us|ns (ns takes any integer, a row counter too) or write "
+                    "ISO-8601 timestamps")
+        ns = TIME_UNITS[self.unit]
+        lo, hi = (x * (10**9 // ns) for x in DATE_RANGE_S)
+        bad = np.flatnonzero((raw < lo) | (raw >= hi))
+        if len(bad):
+            v = int(raw[bad[0]])
+            other = unit_of(v)
+            reads = f"it reads as {UNIT_WORDS[other]}" if other else "it is no date in 1990-2100 in any unit"
+            raise IngestError(
+                f"{path}: integer timestamp {v} at row {int(bad[0]) + row0} {where} is not a date in 1990-2100 in "
+                f"{UNIT_WORDS[self.unit]}, the unit the first timestamps (in {self.first}) were detected in; {reads}; "
+                "give one unit with --time-unit s|ms|us|ns")
+        return raw * ns
+
+    def describe(self, time_col: str) -> str:
+        how = "as given" if self.asked != "auto" else "detected from their magnitude; --time-unit forces a unit"
+        return (f"integer timestamps in column {time_col!r} read as {UNIT_WORDS[self.unit or 'ns']} since "
+                f"1970-01-01 UTC ({how})")
+
+
+def _timestamps_ns(col: pa.Array | pa.ChunkedArray, path: Path, time_col: str, fmt: str | None,
+                   unit: TimeUnit | None = None, row0: int = 0) -> np.ndarray:
+    """int64 nanoseconds since 1970-01-01 UTC of a timestamp, date, string or integer column (integers in `unit`)."""
+    integer = pa.types.is_integer(col.type)
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         try:
             col = pc.strptime(col, format=fmt, unit="ns") if fmt else pc.cast(col, pa.timestamp("ns"))
@@ -151,12 +238,13 @@ def _timestamps_ns(col: pa.Array | pa.ChunkedArray, path: Path, time_col: str, f
         col = pc.cast(col, pa.timestamp("ns", col.type.tz)).cast(pa.int64())
     elif pa.types.is_date(col.type):
         col = pc.cast(pc.cast(col, pa.timestamp("ns")), pa.int64())
-    elif not pa.types.is_integer(col.type):
+    elif not integer:
         raise IngestError(f"{path}: timestamp column {time_col!r} has type {col.type}; "
                           "expected a timestamp, date or integer")
     if col.null_count:
         raise IngestError(f"{path}: timestamp column {time_col!r} has {col.null_count} missing values")
-    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+    ts = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return (unit if unit is not None else TimeUnit()).to_ns(ts, path, time_col, row0) if integer else ts
 
 
 def _fill(vals: np.ndarray, bad: np.ndarray, policy: str, carry: np.ndarray | None) -> np.ndarray | None:
@@ -186,12 +274,18 @@ def ingest(
     fill_policy: str = "error",
     dtype: str = "float32",
     overwrite: bool = False,
+    time_unit: str = "auto",
 ) -> Path:
-    """Ingest every file under `src` into a new store at `out`; returns `out`."""
+    """Ingest every file under `src` into a new store at `out`; returns `out`.
+
+    `time_unit`: of integer timestamps, "auto" (detected from their magnitude, see the module docstring) or one
+    of s, ms, us, ns."""
     if fill_policy not in FILL_POLICIES:
         raise IngestError(f"fill policy {fill_policy!r} is not one of {', '.join(FILL_POLICIES)}")
+    unit = TimeUnit(time_unit)
     check_out(Path(src), Path(out))
     files = find_sources(src)
+    rows_in = 0
     writer: StoreWriter | None = None
     schema: list[str] | None = None
     first_file: Path | None = None
@@ -223,7 +317,7 @@ def ingest(
                                       f"{sorted(set(schema) - set(names))}")
                 assert writer is not None
                 n = chunk.num_rows
-                ts = _timestamps_ns(chunk.column(time_col), path, time_col, time_format)
+                ts = _timestamps_ns(chunk.column(time_col), path, time_col, time_format, unit, row0)
                 vals, over = _to_float32(chunk, schema, path, first_file, dtype)
                 if symbol_col in chunk.schema.names:
                     sym_col = chunk.column(symbol_col).cast(pa.string())
@@ -264,10 +358,19 @@ def ingest(
                     carry[str(sym)] = v[-1].copy()
                     writer.append(str(sym), ts[rows], v)
                 row0 += n
+            rows_in += row0
         if writer is None:
             raise IngestError(f"{src}: the input files hold no rows")
-        return writer.commit({"sources": [str(p) for p in files], "fill_policy": fill_policy,
-                              "time_column": time_col, "symbol_column": symbol_col})
+        if not rows_in:  # the store's own check named --out, the folder being written, not the input
+            what = "holds no rows" if len(files) == 1 else f"holds no rows in any of its {len(files)} files"
+            raise IngestError(f"{src}: {what}; nothing to ingest")
+        read_as = {"time_unit": unit.unit, "time_unit_from": "magnitude" if unit.asked == "auto" else "given"}
+        store = writer.commit({"sources": [str(p) for p in files], "fill_policy": fill_policy,
+                               "time_column": time_col, "symbol_column": symbol_col,
+                               **(read_as if unit.integer else {})})
+        if unit.integer:
+            log.warning("stride data ingest: %s", unit.describe(time_col))
+        return store
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:  # an unreadable or inconsistent file
         if writer is not None:
             writer.abort()

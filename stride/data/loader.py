@@ -171,7 +171,7 @@ class ShardedLoader:
         """
         if not self.shuffle:
             return np.arange(lo, hi, dtype=np.int64)
-        seed = self.seed * 1_000_003 + epoch
+        seed = (self.seed * 1_000_003 + epoch) % 2**64  # torch seeds stop below 2**64 (data.seed may be 2**63 - 1)
         if n > RANDPERM_MAX:
             return FeistelPermutation(n, seed)(np.arange(lo, hi)).astype(np.int64, copy=False)
         if self._perm is None or self._perm[0] != seed:

@@ -95,6 +95,22 @@ def generate_market(
     return MarketSeries(features=np.ascontiguousarray(feats), returns=ret, vol=ewma_vol)
 
 
+def market_bytes(n_assets: int, n_steps: int, n_horizons: int) -> tuple[int, int]:
+    """(peak, kept): bytes `generate_market` and `forward_targets` hold at their peak, and what a run keeps after.
+
+    Counted per (asset, step) cell, so a config is checked before anything is allocated (stride.train.resources).
+    Peak: `generate_market`'s nine float64 series alive at the final `np.stack`, the stacked float64 features and
+    their float32 copy, (9 + 7) x 8 + 7 x 4 = 156 B (measured by max RSS: 157-169 B with 3 horizons, 32 x 100000,
+    256 x 20000 and 4 x 800000 cells). Kept: float32 features and targets, the int64 (asset, t) window ends and the
+    int32 batch order, 28 + 4 H + 16 + 4 B (measured 57-95 B with H = 3: the allocator keeps some freed pages).
+    """
+    cells = n_assets * n_steps
+    f = len(FEATURES)
+    peak = (9 + f) * 8 + f * 4
+    kept = 4 * f + 4 * n_horizons + 16 + 4
+    return cells * max(peak, kept), cells * kept
+
+
 def forward_targets(returns: np.ndarray, horizons: list[int], vol: np.ndarray | None = None) -> np.ndarray:
     """[A, N, H]: sum of the next h returns after t over sqrt(h) * vol[t] (volatility-scaled, as quants
     train on; `vol` must be known at t). Without `vol`, each asset's return std is the scale.

@@ -28,7 +28,7 @@ class TensorBatches:
 
     def __iter__(self) -> Iterator[Batch]:
         if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) % 2**64)  # torch: < 2**64
             order = torch.randperm(len(self.x), generator=g)
         else:
             order = torch.arange(len(self.x))

@@ -46,6 +46,7 @@ from stride.train.output_check import check_output
 from stride.train.precision import Precision
 from stride.train.profiling import phase_range, profiling_active
 from stride.train.progress import TrainProgress
+from stride.train.resources import check_resources
 from stride.train.schedule import build_scheduler, sync_lr
 from stride.train.summary import LoopTally, run_summary
 
@@ -81,6 +82,8 @@ class Trainer:
         validate(self.cfg)
         t = self.cfg.train
         self.device = Parallel.device_for(resolve_device(t.device))  # cuda:LOCAL_RANK under a launcher
+        # a config that cannot fit is refused before anything is built (and too many threads warned of)
+        check_resources(self.cfg, self.device, model=model is None, data=model is None or train_data is None)
         self._on_host = self.device.type == "cpu"
         configure_process(t, self.device)
         # what config.toml does not describe: a model, data or loss passed in here (summary.json `inputs_from`; `stride
