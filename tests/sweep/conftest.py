@@ -1,4 +1,16 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+from sweep_fixtures import mlp_toml  # noqa: E402 (after the path it is found on)
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> Path:
+    """A 4-step MLP config, one per test module (a module may define its own `config`, which wins)."""
+    path = tmp_path_factory.mktemp("cfg") / "tiny.toml"
+    path.write_text(mlp_toml(4, 4))
+    return path

@@ -17,7 +17,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sweep_fixtures import mlp_toml
 
 from stride.cli.main import main
 from stride.files.folder_kind import what_it_holds
@@ -42,13 +41,6 @@ def age(root: Path) -> dict[str, tuple]:
     for p in [*root.rglob("*"), root]:
         os.utime(p, ns=OLD)
     return snapshot(root)
-
-
-@pytest.fixture(scope="module")
-def config(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("cfg") / "tiny.toml"
-    path.write_text(mlp_toml(4, 4))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from sweep_fixtures import mlp_toml
 
 from stride.cli.main import main
 from stride.sweep.store import SweepStateError, SweepStore
@@ -47,13 +46,6 @@ def crafted(path: Path, marker: Path) -> None:
             if info.filename.endswith("data.pkl"):
                 data = pickle.dumps({"model": _Run(marker)}, protocol=2)
             out.writestr(info, data)
-
-
-@pytest.fixture(scope="module")
-def config(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("cfg") / "tiny.toml"
-    path.write_text(mlp_toml(4, 4))
-    return path
 
 
 @pytest.fixture(scope="module")
