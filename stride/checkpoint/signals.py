@@ -1,13 +1,19 @@
-"""SIGTERM / SIGUSR1 (what schedulers send before preemption): note it, checkpoint at the step's end, exit 0.
+"""SIGTERM / SIGUSR1 (what schedulers send before preemption) and SIGINT (Ctrl-C): note it, checkpoint at the
+step's end, exit 0.
 
 The handler only sets a flag, so a signal that lands mid-step or mid-save never interrupts a write.
+SIGINT is taken only where it is not ignored: a process started with SIGINT ignored (`cmd &` in a script)
+keeps ignoring it, as Python itself does.
 More stop signals within `REPEAT_WINDOW_S` of the first are the same request: a scheduler that signals
 every process of a job (Slurm at preemption) reaches a worker directly and again through torchrun's agent,
 which forwards what it gets (and forwards once more if a second signal interrupts its shutdown), all
 within milliseconds; before this window the second copy ended the worker at once, without its
 checkpoint. A stop signal after the window restores the previous handler and re-sends itself, so an
-impatient operator (or a stuck step) can still end the process. After a stop's final checkpoint the
-handler is left installed while the process exits, so a late copy is absorbed there too.
+impatient operator (or a stuck step) can still end the process. For SIGINT the window is
+`INTERRUPT_WINDOW_S`: Ctrl-C pressed again a second after the first is the operator's, and raises
+KeyboardInterrupt as Ctrl-C did before (no final checkpoint; the newest committed one is where the same
+command resumes). After a stop's final checkpoint the handler is left installed while the process exits,
+so a late copy is absorbed there too.
 """
 
 from __future__ import annotations
@@ -19,8 +25,14 @@ import time
 from types import FrameType
 from typing import Any
 
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 REPEAT_WINDOW_S = 5.0  # later stop signals within this many seconds of the first are copies of it
+INTERRUPT_WINDOW_S = 1.0  # ... but a SIGINT only within this many: a second Ctrl-C is a person's
+
+
+def repeat_window(signum: int) -> float:
+    """How long after the first stop signal a later `signum` is a copy of it (the same request)."""
+    return INTERRUPT_WINDOW_S if signum == signal.SIGINT else REPEAT_WINDOW_S
 
 
 class Preempted(SystemExit):
@@ -42,6 +54,8 @@ class PreemptionSignal:
         if threading.current_thread() is not threading.main_thread():
             return False  # signal handlers can only be set from the main thread
         for sig in SIGNALS:
+            if sig == signal.SIGINT and sig not in _ORIGINAL and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # ignored by whoever started this process: left so
             prev = signal.signal(sig, self._handle)
             if sig not in _ORIGINAL:
                 _ORIGINAL[sig] = prev
@@ -51,7 +65,7 @@ class PreemptionSignal:
         now = time.monotonic()
         if self.received is None:
             self.received, self.received_at = signum, now
-        elif now - self.received_at <= REPEAT_WINDOW_S:
+        elif now - self.received_at <= repeat_window(signum):
             self.repeats += 1  # the same request again (the scheduler's copy and the agent's)
         else:
             self.uninstall()

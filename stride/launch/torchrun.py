@@ -7,11 +7,13 @@ works the same way by hand.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from types import FrameType
 
 from stride.config.errors import ConfigError
@@ -73,13 +75,13 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     than that. When `env` hands a run folder to the ranks (`STRIDE_RUN_LOCK`) and a rank of an earlier
     launch still works in it (its launcher was killed a moment ago), nothing starts: exit status 1.
 
-    Signals: this process waits for torchrun however it is stopped, so the workers' final checkpoint is
-    never cut short by its parent going away. SIGTERM or SIGUSR1 sent to this process alone (`kill PID`,
-    `timeout`) is passed to torchrun's agent as SIGTERM, which it forwards to every worker (the agent
-    does not handle SIGUSR1: that signal would end it). torchrun starts with SIGUSR1 ignored, so one sent
-    to the whole job does not end the agent either; the workers inherit that until stride's handler
-    replaces it. Copies of one stop request reaching a worker directly and through the agent are
-    handled as one (`stride.checkpoint.signals.REPEAT_WINDOW_S`).
+    Signals (`_Stop`): SIGTERM, SIGUSR1 and SIGINT (Ctrl-C) sent to this process, alone or with its process
+    group, stop the run as they stop a single-process `stride train`: the ranks save one final checkpoint
+    and exit 0, and so do torchrun and this process. torchrun runs in a session of its own, so neither a
+    signal to this process's group nor Ctrl-C reaches its agent, which would end its workers itself, print
+    its `SignalException` and exit 1; this process hands the signal to each worker instead, and the agent
+    sees them all finish. torchrun also starts with SIGUSR1 ignored (its agent does not handle it), which
+    its workers inherit until stride's handler replaces it.
     """
     folder = lifeline.handed_folder(env)
     if folder is not None and lifeline.ranks_still_in(folder):
@@ -90,27 +92,155 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
               "each other's checkpoints and metrics; run the command again in a few seconds", file=sys.stderr)
         return FolderInUse.exit_code
     env = {**env, **lifeline.env_for_ranks()}
-    setup = lifeline.child_setup(_ignore_sigusr1)
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=setup)  # noqa: PLW1509 (single-threaded CLI)
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    interrupted = False
+    stop = _Stop(_nproc_of(cmd))
+    previous = stop.install()  # before torchrun starts: a signal from now on is the run's
     try:
-        while True:
-            try:
-                code = proc.wait()
-                return 130 if interrupted else code
-            except KeyboardInterrupt:  # Ctrl-C reached torchrun too: it stops its workers; wait for it
-                interrupted = True
+        setup = lifeline.child_setup(_ignore_sigusr1)
+        stop.proc = subprocess.Popen(cmd, env=env, preexec_fn=setup,  # noqa: PLW1509 (single-threaded CLI)
+                                     start_new_session=True)
+        stop.started()
+        while True:  # in short waits: a blocking waitpid runs no handler for a signal another thread took
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = stop.proc.wait(timeout=0.5)
+                return stop.code if stop.code is not None else code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class _Stop:
+    """The launcher's handler of SIGTERM, SIGUSR1 and SIGINT (see `run_torchrun`).
+
+    The first: handed, as it came, to every worker of torchrun (each rank's handler, stride.checkpoint.signals,
+    takes it; the ranks agree on a step, save it, exit 0). Where the workers cannot take it yet (starting
+    up, or running without `checkpoint.enabled` / `checkpoint.save_on_signal`), it ends the run at once, as
+    it ends a single process then: no checkpoint, exit status 128 + the signal's number. Later ones within
+    `repeat_window` of the first (5 s; 1 s for SIGINT) are copies of it (`timeout` signals the launcher and
+    its group) and change nothing. One after that, a second Ctrl-C say, ends the run at once in the same
+    way, without a final checkpoint (a save under way is never loaded: it has no manifest); the same command
+    resumes from the newest committed checkpoint.
+
+    Where there is no /proc to find the workers (not Linux), the first is passed to torchrun's agent as
+    SIGTERM, which forwards it to every worker and exits 1 when they are done.
+    """
+
+    signals = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+    def __init__(self, nproc: int | None) -> None:
+        from stride.checkpoint.signals import repeat_window  # here, not in the handler: it would wait for the import
+
+        self.repeat_window = repeat_window
+        self.nproc = nproc
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.first: int | None = None
+        self.first_at = 0.0
+        self.code: int | None = None  # this process's exit status once it has ended the run itself
+        self.early = False  # the first came before torchrun was started
+
+    def install(self) -> dict[int, object]:
+        """Take the signals (main thread only); the handlers there were before, to put back."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for sig in self.signals:
+            if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # started with Ctrl-C ignored (`cmd &` in a script): ignored, as Python does
+            previous[sig] = signal.signal(sig, self)
+        return previous
+
+    def started(self) -> None:
+        if self.early and self.first is not None and self.code is None:  # a signal while torchrun was starting
+            self._end(self.first, f"{_name(self.first)} before the ranks started")
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self.code is not None:
+            return  # already ending
+        if self.first is None:
+            self.first, self.first_at = signum, now
+            if self.proc is None:
+                self.early = True
+            else:
+                self._hand_on(signum)
+        elif now - self.first_at > self.repeat_window(signum):
+            self._end(signum, f"{_name(signum)} {now - self.first_at:.1f} s after {_name(self.first)}")
+
+    def _hand_on(self, signum: int) -> None:
+        assert self.proc is not None
+        workers = _children(self.proc.pid)
+        if workers is None:  # no /proc: torchrun's agent forwards it to its workers
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            return
+        takes = (signal.SIGTERM, signal.SIGUSR1, signum)  # stride's handler takes all its signals at once
+        if not workers or (self.nproc is not None and len(workers) != self.nproc) or \
+                not all(_catches(pid, takes) for pid in workers):
+            self._end(signum, f"{_name(signum)} before the ranks could take it (starting up, or running without "
+                              "checkpoint.enabled and checkpoint.save_on_signal)")
+            return
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def _end(self, signum: int, why: str) -> None:
+        """End torchrun and its workers now (SIGKILL, as the launcher's death would); exit 128 + signum."""
+        assert self.proc is not None
+        self.code = 128 + signum
+        print(f"stride train: {why}: ending torchrun and its ranks now, without waiting for a final checkpoint "
+              f"(exit status {self.code}); the same command resumes from the newest committed checkpoint, if any",
+              file=sys.stderr, flush=True)
+        workers = _children(self.proc.pid) or []
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()  # first, so that its agent does not see a worker die and report it
+        for pid in workers:  # dead with torchrun already (parent-death signal); here too where there is none
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def _nproc_of(cmd: list[str]) -> int | None:
+    """The workers per node in a `torchrun_command` line."""
+    for arg in cmd:
+        if arg.startswith("--nproc-per-node="):
+            value = arg.split("=", 1)[1]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _children(pid: int) -> list[int] | None:
+    """The live child processes of `pid` (torchrun's: its workers), or None where there is no /proc."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        if len(fields) > 1 and fields[1] == str(pid) and fields[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def _catches(pid: int, signums: tuple[int, ...]) -> bool:
+    """True when process `pid` has a handler for every one of `signums` (/proc/PID/status SigCgt)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            line = next((ln for ln in f if ln.startswith("SigCgt:")), "")
+    except OSError:
+        return False
+    try:
+        mask = int(line.split()[1], 16)
+    except (IndexError, ValueError):
+        return False
+    return all(mask >> (s - 1) & 1 for s in signums)
 
 
 def _ignore_sigusr1() -> None:

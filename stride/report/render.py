@@ -162,7 +162,8 @@ def _scaling_html(results: dict[str, Any]) -> str:
             f"{escape(str(sc.get('load_avg_1min')))}</li></ul>")
 
 
-HEAD = ["workload", "throughput (median)", "cv (spread)", "MFU (at median)", "peak mem", "val loss", "time to target (s)"]
+HEAD = ["workload", "throughput (median)", "cv (spread)", "MFU (at median)", "peak mem", "val loss",
+        "time to target (s)"]
 
 
 def _charts(results: dict[str, Any]) -> list[str]:
