@@ -54,8 +54,8 @@ class PreemptionSignal:
         if threading.current_thread() is not threading.main_thread():
             return False  # signal handlers can only be set from the main thread
         for sig in SIGNALS:
-            if sig == signal.SIGINT and sig not in _ORIGINAL and signal.getsignal(sig) == signal.SIG_IGN:
-                continue  # ignored by whoever started this process: left so
+            if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # ignored (by whoever started this process, or set so in it): left so
             prev = signal.signal(sig, self._handle)
             if sig not in _ORIGINAL:
                 _ORIGINAL[sig] = prev
