@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from nproc_run import steps_logged, tiny_config
 
 from stride.launch import lifeline
 
@@ -175,35 +176,8 @@ def test_a_resume_is_refused_while_a_rank_of_an_earlier_launch_works_in_the_fold
 # -- the real thing --
 
 def _config(path: Path, steps: int) -> Path:
-    path.write_text(textwrap.dedent(f"""
-        [train]
-        name = "orphans"
-        threads = 1
-        steps = {steps}
-        val_every = 0
-        batch_size = 8
-        [model]
-        d_model = 32
-        n_layers = 2
-        [data]
-        n_assets = 4
-        n_steps = 600
-        seq_len = 16
-        [metrics]
-        flops = false
-        log_every = 1
-        [checkpoint]
-        enabled = true
-        every = 50
-    """))
-    return path
+    return tiny_config(path, steps, "orphans", 50)
 
-
-def _steps_logged(out: Path) -> int:
-    try:
-        return sum('"loss"' in line for line in (out / "metrics.jsonl").read_text().splitlines())
-    except OSError:
-        return 0
 
 
 @linux_only
@@ -220,9 +194,9 @@ def test_sigkill_of_the_launcher_ends_torchrun_and_both_ranks(tmp_path: Path, ta
     pids: list[int] = []
     try:
         deadline = time.monotonic() + 180
-        while _steps_logged(out) < 60 and time.monotonic() < deadline and launcher.poll() is None:
+        while steps_logged(out) < 60 and time.monotonic() < deadline and launcher.poll() is None:
             time.sleep(0.05)
-        assert _steps_logged(out) >= 60, (tmp_path / "launch.log").read_text()[-3000:]
+        assert steps_logged(out) >= 60, (tmp_path / "launch.log").read_text()[-3000:]
         pids = _marked(mark)
         assert len(pids) == 4, pids  # launcher, torchrun, 2 ranks
         if target == "launcher":
@@ -232,9 +206,9 @@ def test_sigkill_of_the_launcher_ends_torchrun_and_both_ranks(tmp_path: Path, ta
         left, took = _wait_gone(mark, 5)
         assert not left, f"still running {took:.1f} s after SIGKILL of the {target}: {left}"
         launcher.wait(10)
-        logged = _steps_logged(out)
+        logged = steps_logged(out)
         time.sleep(1)
-        assert _steps_logged(out) == logged  # nobody writes any more
+        assert steps_logged(out) == logged  # nobody writes any more
         assert not (out / "summary.json").exists()  # not marked finished
         assert logged < steps
         assert not lifeline.ranks_still_in(out)

@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from nproc_run import steps_logged, tiny_config
 
 from stride.checkpoint import signals
 from stride.launch import lifeline, torchrun
@@ -298,35 +299,8 @@ def test_proc_helpers_see_children_and_handlers() -> None:
 # -- the real thing: 2 gloo ranks, FSDP2 --
 
 def _config(path: Path, steps: int) -> Path:
-    path.write_text(textwrap.dedent(f"""
-        [train]
-        name = "stop"
-        threads = 1
-        steps = {steps}
-        val_every = 0
-        batch_size = 8
-        [model]
-        d_model = 32
-        n_layers = 2
-        [data]
-        n_assets = 4
-        n_steps = 600
-        seq_len = 16
-        [metrics]
-        flops = false
-        log_every = 1
-        [checkpoint]
-        enabled = true
-        every = 100000
-    """))
-    return path
+    return tiny_config(path, steps, "stop", 100000)
 
-
-def _steps_logged(out: Path) -> int:
-    try:
-        return sum('"loss"' in line for line in (out / "metrics.jsonl").read_text().splitlines())
-    except OSError:
-        return 0
 
 
 SAVED = re.compile(r"stride checkpoint: (SIG\w+) at step (\d+)(?: \(received by another rank\))?: checkpoint "
@@ -349,9 +323,9 @@ def test_a_stopped_nproc_run_saves_once_exits_0_and_the_same_command_resumes(
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        while _steps_logged(out) < 5 and time.monotonic() < deadline and proc.poll() is None:
+        while steps_logged(out) < 5 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.02)
-        assert proc.poll() is None and _steps_logged(out) >= 5, proc.communicate()[1][-3000:]
+        assert proc.poll() is None and steps_logged(out) >= 5, proc.communicate()[1][-3000:]
         _send(proc.pid, signal.Signals[name], target)
         t0 = time.monotonic()
         _, err = proc.communicate(timeout=60)
