@@ -126,14 +126,20 @@ def ranks_still_in(folder: Path) -> bool:
 
 # -- a worker's side --
 
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time) of `pid` from /proc, or None where it is gone or /proc has no such file."""
+def proc_stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after "pid (comm) " (state, ppid, ...; starttime is the 20th), or None where the
+    process is gone or /proc has no such file. The command name may hold spaces and parentheses: cut at the last ")"."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime field 22
-    return (fields[0], fields[19]) if len(fields) > 19 else None
+    return text[text.rfind(")") + 2:].split()
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of `pid` from /proc, or None where it is gone or /proc has no such file."""
+    fields = proc_stat(pid)
+    return (fields[0], fields[19]) if fields and len(fields) > 19 else None
 
 
 class Lifeline:
@@ -180,7 +186,7 @@ def watch_launcher(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     """In a rank that `stride train --nproc`'s torchrun started: end with the launcher (see the module's text).
 
     Idempotent; a no-op (False) anywhere else, e.g. under `torchrun -m stride train` by hand, whose user owns
-    torchrun. Called when `stride.launch.torchrun` is imported, which every rank's `stride train` does first."""
+    torchrun. Called first thing in every rank's `stride train` (stride.cli.train.run)."""
     value = env.get(ENV_LAUNCHER, "")
     in_torchrun = "LOCAL_RANK" in env or "TORCHELASTIC_RUN_ID" in env
     if "thread" in _state or not value.isdigit() or not in_torchrun:

@@ -216,15 +216,8 @@ def _children(pid: int) -> list[int] | None:
         return None
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                text = f.read()
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
-        if len(fields) > 1 and fields[1] == str(pid) and fields[0] not in ("Z", "X"):
+        fields = lifeline.proc_stat(int(entry)) if entry.isdigit() else None  # state, ppid, ...
+        if fields and len(fields) > 1 and fields[1] == str(pid) and fields[0] not in ("Z", "X"):
             found.append(int(entry))
     return found
 
@@ -245,9 +238,3 @@ def _catches(pid: int, signums: tuple[int, ...]) -> bool:
 
 def _ignore_sigusr1() -> None:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-
-
-# Every rank's `stride train` imports this module before it reads its config or touches the run folder
-# (stride.cli.train.run): a rank that `run_torchrun` started begins to watch its launcher here (a no-op
-# in any other process).
-lifeline.watch_launcher()

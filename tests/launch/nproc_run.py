@@ -1,8 +1,13 @@
-"""A tiny 2-rank training config and a reader of its progress, for the tests that launch real `--nproc` runs."""
+"""For the tests that launch real `--nproc` runs: a tiny 2-rank config, a reader of its progress, and the
+processes of one test's job, found by a mark every one of them inherits in its environment."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import textwrap
+import time
 from pathlib import Path
 
 
@@ -36,3 +41,33 @@ def steps_logged(out: Path) -> int:
         return sum('"loss"' in line for line in (out / "metrics.jsonl").read_text().splitlines())
     except OSError:
         return 0
+
+
+def marked(var: str, mark: str) -> list[int]:
+    """Live processes (zombies have no environment left) whose environment holds `var`=`mark`."""
+    needle = f"{var}={mark}\0".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_gone(var: str, mark: str, timeout: float, poll: float = 0.05) -> tuple[list[int], float]:
+    """The marked processes left after waiting up to `timeout` for none, and the seconds waited."""
+    t0 = time.monotonic()
+    while (left := marked(var, mark)) and time.monotonic() - t0 < timeout:
+        time.sleep(poll)
+    return left, time.monotonic() - t0
+
+
+def kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

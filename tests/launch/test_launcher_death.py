@@ -7,7 +7,6 @@ with the launcher: the same command again then resumed beside them (two writers 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from nproc_run import steps_logged, tiny_config
+from nproc_run import kill, marked, steps_logged, tiny_config, wait_gone
 
 from stride.launch import lifeline
 
@@ -29,32 +28,11 @@ linux_only = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason=
 
 
 def _marked(mark: str) -> list[int]:
-    """Live processes (zombies have no environment left) whose environment carries `mark`."""
-    needle = f"{MARK}={mark}\0".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                if needle in f.read():
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    return marked(MARK, mark)
 
 
 def _wait_gone(mark: str, timeout: float) -> tuple[list[int], float]:
-    t0 = time.monotonic()
-    while (left := _marked(mark)) and time.monotonic() - t0 < timeout:
-        time.sleep(0.05)
-    return left, time.monotonic() - t0
-
-
-def _kill_all(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    return wait_gone(MARK, mark, timeout)
 
 
 def _env(mark: str, **extra: str) -> dict[str, str]:
@@ -117,7 +95,7 @@ def test_parent_death_signal_ends_the_agent_and_its_rank_at_once() -> None:
         assert not left, f"still running {took:.1f} s after the launcher's SIGKILL: {left}"
         assert took < 1.0, took
     finally:
-        _kill_all(pids)
+        kill(pids)
 
 
 @linux_only
@@ -133,7 +111,7 @@ def test_without_prctl_a_rank_sees_its_launcher_gone_within_a_second() -> None:
         assert _marked(mark) == [agent]  # the rank is gone; only the agent, which nothing asked to die, is left
         launcher.wait()
     finally:
-        _kill_all(pids)
+        kill(pids)
 
 
 def test_only_a_rank_of_run_torchrun_watches() -> None:
@@ -214,7 +192,7 @@ def test_sigkill_of_the_launcher_ends_torchrun_and_both_ranks(tmp_path: Path, ta
         assert not lifeline.ranks_still_in(out)
         assert any((out / "checkpoints").glob("step_*"))  # what the same command resumes from
     finally:
-        _kill_all(pids)
+        kill(pids)
         launcher.wait(10) if launcher.poll() is None else None
 
 
@@ -239,4 +217,4 @@ def test_the_same_command_resumes_after_the_launcher_was_killed(tmp_path: Path) 
         assert "continuing at step" in res.stderr, res.stderr[-3000:]
         assert json.loads((out / "summary.json").read_text())["steps"] == 400
     finally:
-        _kill_all(_marked(mark))
+        kill(_marked(mark))

@@ -12,7 +12,6 @@ ones run the real thing on 2 gloo ranks.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -25,7 +24,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from nproc_run import steps_logged, tiny_config
+from nproc_run import kill, marked, steps_logged, tiny_config, wait_gone
 
 from stride.checkpoint import signals
 from stride.launch import lifeline, torchrun
@@ -37,24 +36,11 @@ STOPS = ("SIGTERM", "SIGUSR1", "SIGINT")
 
 
 def _marked(mark: str) -> list[int]:
-    needle = f"{MARK}={mark}\0".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                if needle in f.read():
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    return marked(MARK, mark)
 
 
 def _kill_all(mark: str) -> None:
-    for pid in _marked(mark):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill(_marked(mark))
 
 
 def _env(mark: str) -> dict[str, str]:
@@ -193,10 +179,8 @@ def test_a_second_ctrl_c_ends_the_run_at_once(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 2
         assert "ending torchrun and its ranks now, without waiting for a final checkpoint" in err
         assert _got(tmp_path) == [["SIGINT"], ["SIGINT"]]  # the second went to no rank
-        deadline = time.monotonic() + 5
-        while _marked(mark) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not _marked(mark)
+        left, _ = wait_gone(MARK, mark, 5, poll=0.02)
+        assert not left
     finally:
         _kill_all(mark)
 
@@ -216,10 +200,8 @@ def test_a_stop_before_the_ranks_can_take_it_ends_the_run_at_once(tmp_path: Path
         assert proc.returncode == 128 + sig, err
         assert f"{name} before the ranks could take it" in err and "Traceback" not in err
         assert _got(tmp_path) == []
-        deadline = time.monotonic() + 5
-        while _marked(mark) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not _marked(mark)
+        left, _ = wait_gone(MARK, mark, 5, poll=0.02)
+        assert not left
     finally:
         _kill_all(mark)
 
