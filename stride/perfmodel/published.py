@@ -114,6 +114,8 @@ def stage_split(layers: int, pp: int, vpp: int) -> str:
 _FLASH_OFF = (r"(?:flash[-_ ]?(?:attn|attention)\w*|use[-_]flash[-_]attn\w*)(?:\s*[=:]\s*|\s+)"
               r"(?:0|false|off|none|disabled|not installed|not used|unavailable)(?![.\w])|"
               r"\bxla dot[-_ ]product attention|implementation\W{0,3}xla\b")
+# any word that the run's attention is not a fused kernel
+_ATTENTION_OFF = r"(?<!re)materiali[sz]ed|\b(?:no|without)\s+flash|" + _FLASH_OFF
 
 
 def _words(text: str, yes: str, no: str) -> bool | None:
@@ -280,10 +282,9 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     # also name what the run was compared with: "the 'without FlashAttention' baseline column not transcribed")
     run_words = " ".join(str(row.get(k) or "") for k in ("model", "arch", "framework", "precision", "recompute",
                                                          "zero_or_fsdp", "pp_schedule")).lower()
-    off = r"(?<!re)materiali[sz]ed|\b(?:no|without)\s+flash|" + _FLASH_OFF
-    named_flash = not re.search(off, run_words) and re.search(r"flash[-_ ]?(?:attn|attention)|\bfa-?[23]\b|sdpa",
-                                                               run_words)
-    materialized = (not named_flash and bool(re.search(off, everything))) or (
+    named_flash = not re.search(_ATTENTION_OFF, run_words) and re.search(
+        r"flash[-_ ]?(?:attn|attention)|\bfa-?[23]\b|sdpa", run_words)
+    materialized = (not named_flash and bool(re.search(_ATTENTION_OFF, everything))) or (
         bool(_years(fw_text)) and max(_years(fw_text)) <= 2022 and "flash" not in fw_low)
     overlap_words = _words(fw_text, r"overlap", r"no[- ]overlap|overlap off")
     micro = _int(row, "micro_batch", 0)

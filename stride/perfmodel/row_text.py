@@ -139,9 +139,9 @@ def zero_stage(text: str) -> tuple[int, list[str]]:
         return 1, []
     if re.search(r"zero\s*(stage\s*)?0|\bnone\b|\bno\b|^\s*$|n/a|\bddp\b|stage 0|zero_stage=0", t) or blank(text):
         return 0, []
-    # ZeRO named without its stage ("ZeRO (stage not stated)"): the optimizer states at least are sharded; stage 1,
-    # the smallest claim, is assumed and said
-    if re.search(r"\bzero\b", t) and not re.search(r"\bzero\s*(stage\s*)?[0-3]\b", t):
+    # ZeRO named without its stage ("ZeRO (stage not stated)"; a stated stage 0-3 returned above): the optimizer
+    # states at least are sharded; stage 1, the smallest claim, is assumed and said
+    if re.search(r"\bzero\b", t):
         return 1, ["ZeRO without its stage: stage 1 (optimizer states sharded) assumed"]
     # an optimizer named with no word of sharding ("fused_adam", "AdamW"): its states are not sharded
     if re.search(r"adam|\bsgd\b|\blamb\b|\blion\b|adafactor|\bmuon\b", t) and not re.search(r"shard|partition", t):
