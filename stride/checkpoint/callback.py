@@ -274,7 +274,9 @@ class CheckpointCallback(Callback):
             # agent forwarding it late) is still absorbed; a stop signal after the window goes to the handler
             # that was there before, as it would after uninstall. The next run's install replaces it.
             copies = self.signal.repeats
-            self.log(f"{name} at step {trainer.step}{'' if local else ' (received by another rank)'}: checkpoint "
+            # Once, on rank 0: every rank saved the same step, and under torchrun the ranks share one stderr,
+            # where a line per rank said the same thing N times.
+            self._notice(f"{name} at step {trainer.step}{'' if local else ' (received by another rank)'}: checkpoint "
                      f"{self.store.folder(trainer.step).name} committed in {time.perf_counter() - t0:.2f} s; "
                      "exiting (run the same command to resume)"
                      + (f"; {copies} more stop signal(s) within {REPEAT_WINDOW_S:g} s of the first were taken as the "

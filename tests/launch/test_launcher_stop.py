@@ -317,7 +317,7 @@ def test_a_stopped_nproc_run_saves_once_exits_0_and_the_same_command_resumes(
         saves = SAVED.findall(err)
         assert saves and {s[0] for s in saves} == {name}, err[-3000:]
         step = int(saves[0][1])
-        assert {int(s[1]) for s in saves} == {step} and 0 < step < steps  # every rank stopped after one step
+        assert 0 < step < steps
         assert [p.name for p in (out / "checkpoints").glob("step_*")] == [f"step_{step:08d}"]
         assert not (out / "summary.json").exists()
         assert took < 30, took
@@ -327,8 +327,6 @@ def test_a_stopped_nproc_run_saves_once_exits_0_and_the_same_command_resumes(
         assert f"continuing at step {step}" in res.stderr, res.stderr[-3000:]
         summary = json.loads((out / "summary.json").read_text())
         assert summary["steps"] == steps and summary["checkpoint"]["resumed_from"] == f"step_{step:08d}"
-        if len(saves) == 2:  # both ranks said it: the message's wording is stride.checkpoint.callback's
-            pytest.xfail("each rank logs the stop's checkpoint (stride/checkpoint/callback.py on_step_end)")
-        assert len(saves) == 1, err[-3000:]
+        assert len(saves) == 1, err[-3000:]  # one line for the run (rank 0), not one per rank
     finally:
         _kill_all(mark)
