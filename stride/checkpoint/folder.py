@@ -26,17 +26,13 @@ from stride.checkpoint.retention import Lineage, read_manifest
 from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner, check_checkpoint
 from stride.files import run_lock
 from stride.files.owner import parse, remove_abandoned, tagged_name, this_host
+from stride.files.step_names import STEP_RE, step_name
 from stride.parallel.ranks import rank_and_world
 from stride.parallel.watchdog import backend_timeout, collective
 
 # One process without a process group is a supported case (no_dist=True), not something to warn about.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-STEP_RE = re.compile(r"^step_(\d{8})$")
 _LEFTOVER = re.compile(r"^(step_\d{8}|write-probe)$")  # what a tagged temporary name in this folder ends with
-
-
-def step_name(step: int) -> str:
-    return f"step_{step:08d}"
 
 
 @dataclass

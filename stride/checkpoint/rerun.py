@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from stride.checkpoint.errors import ConfigMismatchError
-from stride.checkpoint.folder import STEP_RE, step_name
+from stride.checkpoint.folder import step_name
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
+from stride.files.step_names import holds_steps
 from stride.metrics.run_dir import RUN_FILES, RunDir
 
 
@@ -91,7 +92,7 @@ def open_run_folder(cfg: RunConfig, out: str | Path | None, overwrite: bool) -> 
         ckpt_root = _checkpoint_root(cfg, run.path)
         if overwrite:
             outside = ckpt_root if Path(cfg.checkpoint.dir).is_absolute() else None
-            if outside is not None and cfg.checkpoint.enabled and _has_steps(outside):
+            if outside is not None and cfg.checkpoint.enabled and holds_steps(outside):
                 raise RunExistsError(f"--overwrite starts {run.path} over, but checkpoint.dir {outside} (outside the "
                                      "run folder) holds checkpoints a new run would resume from; move them away")
             run.clear(RUN_FILES + ((cfg.checkpoint.dir,) if outside is None else ()))
@@ -102,10 +103,6 @@ def open_run_folder(cfg: RunConfig, out: str | Path | None, overwrite: bool) -> 
         run.close()
         raise
     return run
-
-
-def _has_steps(root: Path) -> bool:
-    return root.is_dir() and any(STEP_RE.match(p.name) for p in root.iterdir())
 
 
 def describe(found: dict[str, Any]) -> str:

@@ -20,14 +20,13 @@ ordinary run folders inside it):
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from stride.errors import StrideError
+from stride.files.step_names import holds_steps
 
 COMMANDS = ("train", "bench", "sweep")
-_STEP = re.compile(r"^step_\d{8}$")
 _WHAT = {"train": "a `stride train` run", "bench": "`stride bench` results", "sweep": "a `stride sweep`"}
 
 
@@ -57,13 +56,6 @@ def _results_suite(path: Path) -> str | None:
     return suite if isinstance(suite, str) else None
 
 
-def _has_steps(root: Path) -> bool:
-    try:
-        return any(_STEP.match(p.name) and p.is_dir() for p in root.iterdir())
-    except OSError:
-        return False
-
-
 def what_it_holds(folder: str | Path, checkpoint_dirs: tuple[str, ...] = ("checkpoints",)) -> list[Held]:
     """The kinds of results in `folder` (none for a missing or empty folder, or one holding other files);
     `checkpoint_dirs`: relative folders whose `step_NNNNNNNN` entries mark a train run."""
@@ -78,7 +70,7 @@ def what_it_holds(folder: str | Path, checkpoint_dirs: tuple[str, ...] = ("check
     if metrics.is_file() and metrics.stat().st_size > 0:
         train.append("metrics.jsonl")
     for d in dict.fromkeys(checkpoint_dirs):
-        if not Path(d).is_absolute() and _has_steps(folder / d):
+        if not Path(d).is_absolute() and holds_steps(folder / d):
             train.append(f"checkpoints in {d}/")
     if train:
         held.append(Held("train", ", ".join(train)))

@@ -254,3 +254,20 @@ def test_a_launcher_hold_that_saw_nothing_written_leaves_the_lock_file_as_it_was
     with run_lock.held(fresh):
         pass
     assert not fresh.exists()  # made for the job, nothing written: gone again
+
+
+def test_overwrite_refuses_while_an_outside_checkpoint_dir_holds_steps(tmp_path: Path) -> None:
+    """--overwrite clears the run folder, but checkpoints outside it would still be resumed by the new run:
+    a step folder there refuses; a stray file named like one is not a checkpoint and does not."""
+    from stride.checkpoint.rerun import open_run_folder
+    from stride.config import load_config
+
+    outside = tmp_path / "ckpts"
+    cfg = load_config(write_config(tmp_path / "run.toml", f"checkpoint.dir={json.dumps(str(outside))}"))
+    outside.mkdir()
+    (outside / "step_00000004").write_text("not a folder")
+    open_run_folder(cfg, tmp_path / "run", overwrite=True).close()
+    (outside / "step_00000004").unlink()
+    (outside / "step_00000004").mkdir()
+    with pytest.raises(RunExistsError, match=f"{outside} \\(outside the run folder\\) holds checkpoints"):
+        open_run_folder(cfg, tmp_path / "run", overwrite=True)
