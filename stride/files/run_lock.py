@@ -125,6 +125,16 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
         except OSError:
             os.close(fd)
             raise
+        if ranks_still_in(folder):  # the lock file is free, but ranks of a launch whose launcher died are not gone
+            os.close(fd)
+            if not existed:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            put_back(path.parent, folder_before)
+            raise FolderInUse(f"{what} {folder} is in use by processes of an earlier `stride train --nproc` whose "
+                              "launcher is gone (they are ending: the launcher's death ends them): two runs in one "
+                              "folder overwrite each other's checkpoints and metrics; run the command again in a "
+                              "few seconds")
         before = _read_all(fd) if existed else None
         file_before = stamp(path, fd) if existed else None
         info = json.dumps({"pid": os.getpid(), "host": this_host(), "since": time.time()}).encode()
@@ -132,6 +142,47 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
         os.pwrite(fd, info, 0)
         _held[path] = [fd, 1, before, file_before, folder_before]
         return path
+
+
+def _open_dir(folder: Path) -> int | None:
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def hold_shared(folder: Path) -> int | None:
+    """A rank's mark that it works in `folder`: a shared flock on the directory itself, held until the returned
+    descriptor closes (the kernel drops it with the process). None where directories cannot be locked."""
+    fd = _open_dir(folder)
+    if fd is None:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def ranks_still_in(folder: Path) -> bool:
+    """True while a rank of an earlier launch still works in `folder` (holds its shared lock on the directory).
+    False when none does, or where directories cannot be locked (then nothing is known).
+
+    The lock file cannot tell: the launcher holds it for its ranks (`STRIDE_RUN_LOCK`), and a killed launcher's
+    lock is gone at once while its ranks take up to a second to end (stride.launch.lifeline)."""
+    fd = _open_dir(folder)
+    if fd is None:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also lets go of the exclusive lock at once
+    return False
 
 
 def _read_all(fd: int) -> bytes:

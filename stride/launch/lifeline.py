@@ -20,9 +20,10 @@ Now:
 Either way a worker ends at once, as if killed with the launcher: no final checkpoint, no summary.json, so
 the folder is never marked finished; the same command resumes from the newest committed checkpoint.
 
-A resume while old workers still run is refused: every worker of a launch that hands its run folder to its
-ranks (`STRIDE_RUN_LOCK`) holds a shared `flock` on the run folder's directory for its life, and the
-launcher takes an exclusive one (and lets it go) before it starts torchrun. The kernel drops a worker's
+A run (with or without `--nproc`) in a folder where old workers still run is refused: every worker of a
+launch that hands its run folder to its ranks (`STRIDE_RUN_LOCK`) holds a shared `flock` on the run
+folder's directory for its life (`run_lock.hold_shared`), and whoever takes the folder's lock tries an
+exclusive one on the directory (and lets it go) first (`run_lock.ranks_still_in`). The kernel drops a worker's
 lock when the process ends, so nothing is left behind and no file is added to the folder.
 """
 
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import os
 import signal
 import sys
@@ -38,6 +38,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from stride.files import run_lock
 
 ENV_LAUNCHER = "STRIDE_LAUNCHER_PID"  # the launcher's pid, as its ranks see it (set by run_torchrun)
 POLL_S = 0.5  # how often a worker checks its launcher (the backstop to the parent-death signal)
@@ -93,35 +95,9 @@ def env_for_ranks() -> dict[str, str]:
 
 def handed_folder(env: dict[str, str] | os._Environ[str]) -> Path | None:
     """The run folder a launcher hands to its ranks (`STRIDE_RUN_LOCK=<folder>|<host>|<pid>`), or None."""
-    from stride.files.run_lock import ENV_HOLDER
-
-    value = env.get(ENV_HOLDER, "")
+    value = env.get(run_lock.ENV_HOLDER, "")
     parts = value.rsplit("|", 2)
     return Path(parts[0]) if len(parts) == 3 and parts[0] else None
-
-
-def _open_dir(folder: Path) -> int | None:
-    try:
-        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-
-
-def ranks_still_in(folder: Path) -> bool:
-    """True while a rank of an earlier launch still works in `folder` (holds its shared lock on the directory).
-    False when none does, or where directories cannot be locked (then nothing is known)."""
-    fd = _open_dir(folder)
-    if fd is None:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # also lets go of the exclusive lock, before this launch's ranks take theirs
-    return False
 
 
 # -- a worker's side --
@@ -193,13 +169,9 @@ def watch_launcher(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
         return False
     set_parent_death_signal(signal.SIGKILL)
     folder = handed_folder(env)
-    fd = _open_dir(folder) if folder is not None else None
+    fd = run_lock.hold_shared(folder) if folder is not None else None
     if fd is not None:  # before the check below: a launch that finds no rank in the folder finds this one dead
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            _state["folder_fd"] = fd  # held for the life of this process (close-on-exec)
-        except OSError:
-            os.close(fd)
+        _state["folder_fd"] = fd  # held for the life of this process (close-on-exec)
     line = Lifeline(int(value), os.getppid())
     if not line.alive():
         line.end()

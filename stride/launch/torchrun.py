@@ -17,7 +17,6 @@ import time
 from types import FrameType
 
 from stride.config.errors import ConfigError
-from stride.files.run_lock import FolderInUse
 from stride.launch import lifeline
 from stride.launch.script_values import HOST_PORT, check_all, check_pattern
 
@@ -72,8 +71,8 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     Death: torchrun and every worker end with this process, however it ends (`kill -9` too), within about
     a second and without a final checkpoint or summary (`stride.launch.lifeline`): torchrun gets the
     parent-death signal SIGKILL, and `STRIDE_LAUNCHER_PID` tells each worker whom to outlive by no more
-    than that. When `env` hands a run folder to the ranks (`STRIDE_RUN_LOCK`) and a rank of an earlier
-    launch still works in it (its launcher was killed a moment ago), nothing starts: exit status 1.
+    than that. A rank of an earlier launch that still works in the run folder (its launcher was killed a
+    moment ago) makes the caller's `run_lock.held` refuse the folder before this runs (`run_lock.ranks_still_in`).
 
     Signals (`_Stop`): SIGTERM, SIGUSR1 and SIGINT (Ctrl-C) sent to this process, alone or with its process
     group, stop the run as they stop a single-process `stride train`: the ranks save one final checkpoint
@@ -83,14 +82,6 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     sees them all finish. torchrun also starts with SIGUSR1 ignored (its agent does not handle it), which
     its workers inherit until stride's handler replaces it.
     """
-    folder = lifeline.handed_folder(env)
-    if folder is not None and lifeline.ranks_still_in(folder):
-        # a refusal like run_lock's (exit 1), returned rather than raised: the caller's `run_lock.held` then
-        # leaves the folder as it found it (nothing was written)
-        print(f"stride train: run folder {folder} is in use by processes of an earlier `stride train --nproc` whose "
-              "launcher is gone (they are ending: the launcher's death ends them): two runs in one folder overwrite "
-              "each other's checkpoints and metrics; run the command again in a few seconds", file=sys.stderr)
-        return FolderInUse.exit_code
     env = {**env, **lifeline.env_for_ranks()}
     stop = _Stop(_nproc_of(cmd))
     previous = stop.install()  # before torchrun starts: a signal from now on is the run's

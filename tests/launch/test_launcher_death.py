@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from nproc_run import kill, marked, steps_logged, tiny_config, wait_gone
 
+from stride.files import run_lock
 from stride.launch import lifeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,8 +124,11 @@ def test_only_a_rank_of_run_torchrun_watches() -> None:
 # -- a resume while a rank of the killed launch still runs --
 
 @linux_only
-def test_a_resume_is_refused_while_a_rank_of_an_earlier_launch_works_in_the_folder(tmp_path: Path) -> None:
-    """The launcher's death ends its ranks within a second; until the last is gone the folder is theirs."""
+@pytest.mark.parametrize("nproc", [["--nproc", "2"], []])
+def test_a_resume_is_refused_while_a_rank_of_an_earlier_launch_works_in_the_folder(tmp_path: Path,
+                                                                                   nproc: list[str]) -> None:
+    """The launcher's death ends its ranks within a second; until the last is gone the folder is theirs, for a
+    resume with `--nproc` as for one without (the lock file was the killed launcher's and is free at once)."""
     mark = uuid.uuid4().hex
     out = tmp_path / "run"
     out.mkdir()
@@ -136,10 +140,10 @@ def test_a_resume_is_refused_while_a_rank_of_an_earlier_launch_works_in_the_fold
                                                               "STRIDE_RUN_LOCK": f"{out.resolve()}|box|1"}))
     try:
         assert rank.stdout.readline().strip() == "watching"
-        assert lifeline.ranks_still_in(out)
+        assert run_lock.ranks_still_in(out)
         cfg = tmp_path / "c.toml"
         cfg.write_text('[train]\nsteps = 3\nval_every = 0\n[model]\nd_model = 32\nn_layers = 2\n')
-        res = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), "--nproc", "2", "--out", str(out),
+        res = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), *nproc, "--out", str(out),
                               "--no-progress"], env=_env(mark), capture_output=True, text=True, timeout=120)
         assert res.returncode == 1, res.stderr[-3000:]
         assert "in use by processes of an earlier `stride train --nproc`" in res.stderr, res.stderr[-3000:]
@@ -148,7 +152,7 @@ def test_a_resume_is_refused_while_a_rank_of_an_earlier_launch_works_in_the_fold
     finally:
         rank.kill()
         rank.wait()
-    assert not lifeline.ranks_still_in(out)  # the kernel dropped the rank's lock with it
+    assert not run_lock.ranks_still_in(out)  # the kernel dropped the rank's lock with it
 
 
 # -- the real thing --
@@ -189,7 +193,7 @@ def test_sigkill_of_the_launcher_ends_torchrun_and_both_ranks(tmp_path: Path, ta
         assert steps_logged(out) == logged  # nobody writes any more
         assert not (out / "summary.json").exists()  # not marked finished
         assert logged < steps
-        assert not lifeline.ranks_still_in(out)
+        assert not run_lock.ranks_still_in(out)
         assert any((out / "checkpoints").glob("step_*"))  # what the same command resumes from
     finally:
         kill(pids)
