@@ -142,5 +142,7 @@ def fused_loss(text: str) -> bool:
     (torchtune's `compile=True` compiles the model and the loss; Inductor fuses the upcast,
     log-softmax and its backward into a few passes over the bf16 logits)."""
     low = (text or "").lower()
-    return bool(re.search(r"chunked[ _-]?(cross|ce|loss)|fused[ _-]?(cross|ce|loss)|linear[ _-]?cross[ _-]?entropy|"
+    # llm.c's "fused classifier": one kernel for the softmax, the loss and its gradient over the bf16 logits
+    return bool(re.search(r"chunked[ _-]?(cross|ce|loss)|fused[ _-]?(cross|ce|loss|classifier)|"
+                          r"linear[ _-]?cross[ _-]?entropy|"
                           r"cross[- ]entropy[- ]loss[- ]fusion|liger|compile.{0,30}\bloss\b", low))

@@ -116,6 +116,11 @@ _FLASH_OFF = (r"(?:flash[-_ ]?(?:attn|attention)\w*|use[-_]flash[-_]attn\w*)(?:\
               r"\bxla dot[-_ ]product attention|implementation\W{0,3}xla\b")
 # any word that the run's attention is not a fused kernel
 _ATTENTION_OFF = r"(?<!re)materiali[sz]ed|\b(?:no|without)\s+flash|" + _FLASH_OFF
+# Transformer Engine's cuDNN fused attention named on: a fused kernel even where its flash backend is off
+# (NeMo recipes set NVTE_FUSED_ATTN=1 with NVTE_FLASH_ATTN=0: cuDNN's kernel runs, the scores never materialise)
+_FUSED_ON = (r"nvte_fused_attn\s*=\s*1\b|cudnn[-_ ]?(?:flash|fused)|"
+             r"(?<!un)fused[-_ ]attention(?!\s*[=:]\s*(?:0|false|off))")
+_FUSED_OFF = r"nvte_fused_attn\s*=\s*0\b"
 
 
 def _words(text: str, yes: str, no: str) -> bool | None:
@@ -282,8 +287,9 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     # also name what the run was compared with: "the 'without FlashAttention' baseline column not transcribed")
     run_words = " ".join(str(row.get(k) or "") for k in ("model", "arch", "framework", "precision", "recompute",
                                                          "zero_or_fsdp", "pp_schedule")).lower()
-    named_flash = not re.search(_ATTENTION_OFF, run_words) and re.search(
-        r"flash[-_ ]?(?:attn|attention)|\bfa-?[23]\b|sdpa", run_words)
+    named_fused = bool(re.search(_FUSED_ON, run_words)) and not re.search(_FUSED_OFF, run_words)
+    named_flash = named_fused or (not re.search(_ATTENTION_OFF, run_words) and re.search(
+        r"flash[-_ ]?(?:attn|attention)|\bfa-?[23]\b|sdpa", run_words))
     materialized = (not named_flash and bool(re.search(_ATTENTION_OFF, everything))) or (
         bool(_years(fw_text)) and max(_years(fw_text)) <= 2022 and "flash" not in fw_low)
     overlap_words = _words(fw_text, r"overlap", r"no[- ]overlap|overlap off")

@@ -350,6 +350,8 @@ def activation(text: str, arch: str) -> tuple[str, list[str]]:
                         r"\breglu"),
              ("geglu", r"geglu|gelu-?glu|gated-?gelu"), ("relu", r"^relu$|\brelu\b"), ("silu", r"^silu$|swish"),
              ("gelu", r"gelu")]
+    if re.search(r"xielu", low):  # Apertus's xIELU: elementwise and not gated, two matrices as with gelu
+        return "gelu", [f"ffn_act {text!r}: an elementwise, not gated activation, costed as gelu"]
     for name, pat in table:
         if re.search(pat, low):
             # LLaMA-family configs name the MLP's nonlinearity (HF `hidden_act: silu`, fms `activation_fn="silu"`);

@@ -15,7 +15,7 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "perfmodel"
 
 def test_catalog_loads_every_seeded_device() -> None:
     cat = load_catalog()
-    assert len(cat.devices) == 23
+    assert len(cat.devices) == 24
     assert all(hw.source and hw.vendor and hw.generation for hw in cat.devices.values())
     for name in ("h100-pcie", "h100-nvl", "h200", "b200", "b300", "gb300", "mi300x", "mi325x", "mi355x", "tpu-v4",
                  "tpu-v5e", "tpu-v5p", "tpu-v6e", "gaudi3", "l40s", "gaudi2", "mi350x"):
@@ -25,6 +25,10 @@ def test_catalog_loads_every_seeded_device() -> None:
     assert cat.get("H100-SXM5-80GB (assumed)").name == "h100-sxm"
     assert cat.get("a100 sxm4 80gb").peak_flops("bf16") == 312e12
     assert cat.get("gb200").scaleup_domain == 72
+    # a GH200 is its own part (H100 compute, 96 GB HBM3 at 4 TB/s), not an H200 or a GB200
+    gh = cat.get("GH200 (NVIDIA Grace-Hopper superchips, Alps 'Clariden' vCluster, CSCS)")
+    assert (gh.name, gh.memory_gib, gh.peak_flops("bf16")) == ("gh200", 96, cat.get("h100-sxm").peak_flops("bf16"))
+    assert cat.get("H200").name == "h200" and cat.get("GB200").name == "gb200"
     # the air-cooled MI350X is its own part (the MI355X's die at a lower clock), not an alias of the MI355X
     assert cat.get("MI350X").name == "mi350x"
     assert cat.get("mi350x").peak_flops("bf16") < cat.get("mi355x").peak_flops("bf16")

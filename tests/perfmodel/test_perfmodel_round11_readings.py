@@ -1,0 +1,50 @@
+"""What the round-11 blind test found the model misreading (docs/perfmodel.md, "Blind test (round 11)"): each
+reading is checked on the text as the sources wrote it."""
+
+from __future__ import annotations
+
+import pytest
+
+from stride.perfmodel import row_text as rt
+from stride.perfmodel.frameworks import fused_loss
+from stride.perfmodel.hardware import load_catalog
+from stride.perfmodel.published import row_inputs
+
+
+def _llama8b_row(**over: str) -> dict:
+    row = {"row_id": "t", "model": "Llama 3.1 8B", "arch": "llama", "params_b": "8", "layers": "32",
+           "hidden": "4096", "heads": "32", "kv_heads": "8", "ffn_hidden": "14336", "ffn_act": "swiglu",
+           "vocab": "128256", "seq_len": "8192", "global_batch_seqs": "128", "micro_batch": "1",
+           "gpu": "H100 SXM 80GB", "num_gpus": "8", "gpus_per_node": "8", "tp": "1", "pp": "1", "dp": "4",
+           "cp": "2", "zero_or_fsdp": "distributed optimizer", "recompute": "none", "precision": "bf16",
+           "framework": "NeMo 24.12 (mcore, Transformer Engine)"}
+    return {**row, **over}
+
+
+@pytest.mark.parametrize(("arch", "attention"), [
+    # NeMo recipes: Transformer Engine's cuDNN fused attention on, its flash backend off: still a fused kernel
+    ("Llama 3.1 8B; fused attention (NVTE_FUSED_ATTN=1, NVTE_FLASH_ATTN=0)", "flash"),
+    ("Llama 3.1 8B; NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=1", "flash"),
+    ("Llama 3.1 8B; cuDNN fused attention", "flash"),
+    # both of Transformer Engine's fused backends off: TE's unfused path materialises the scores
+    ("Llama 3.1 8B; NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0", "materialized"),
+    ("Llama 3.1 8B; unfused attention, USE_FLASH_ATTN=0", "materialized"),
+])
+def test_cudnn_fused_attention_is_a_fused_kernel(arch: str, attention: str) -> None:
+    assert row_inputs(_llama8b_row(arch=arch), load_catalog()).layout.attention == attention
+
+
+@pytest.mark.parametrize(("text", "fused"), [
+    ("llm.c train_gpt2.cu (cuBLASLt, cuDNN flash attention), fused classifier, AdamW", True),
+    ("Liger fused linear cross entropy", True),
+    ("PyTorch DDP, F.cross_entropy", False),
+])
+def test_llmc_fused_classifier_is_a_fused_loss(text: str, fused: bool) -> None:
+    assert fused_loss(text) is fused
+
+
+def test_xielu_is_an_elementwise_activation_not_gated() -> None:
+    act, notes = rt.activation("xIELU", "Apertus 8B: xIELU activation (not gated)")
+    assert act == "gelu" and "not gated" in notes[0]
+    with pytest.raises(ValueError, match="is not modelled"):
+        rt.activation("mystery-glu", "")
