@@ -326,12 +326,13 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError(f"--tokens must be a finite number > 0, got {args.tokens:g}")
 
 
-def _interval(hw, args: argparse.Namespace) -> tuple[float, float, str]:
+def _interval(hw, args: argparse.Namespace, moe: bool) -> tuple[float, float, str]:
     """(lo, hi) multipliers of a predicted time on `hw` and which residuals they come from: the 80% interval of
     the run's kind, as `--from-csv` rows get it (stride/perfmodel/intervals.py)."""
     from stride.perfmodel.intervals import load_intervals, run_kind, time_factors
 
-    q10, q90, basis = load_intervals().bounds(run_kind(hw.generation or hw.name, args.precision, args.framework))
+    q10, q90, basis = load_intervals().bounds(run_kind(hw.generation or hw.name, args.precision, args.framework,
+                                                       moe))
     return (*time_factors(q10, q90), basis)
 
 
@@ -417,7 +418,7 @@ def _run(args: argparse.Namespace) -> int:
     result = search(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
     seconds = time.perf_counter() - t0
     alts = distinct_alternatives(result)
-    lo, hi, basis = _interval(hw, args)
+    lo, hi, basis = _interval(hw, args, spec.moe)
     if args.json:
         best = result.best
 
@@ -570,7 +571,7 @@ def _compare(args, spec, catalog, eff) -> int:
         if "reason" in r:
             r["reason"] = _precision_hint(r["reason"])
         else:
-            lo, hi, r["interval_basis"] = _interval(parts[r["hardware"]], args)
+            lo, hi, r["interval_basis"] = _interval(parts[r["hardware"]], args, spec.moe)
             r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * lo, r["hours_to_budget"] * hi
     seconds = time.perf_counter() - t0
     if args.json:

@@ -62,11 +62,12 @@ class RowInputs:
         return measured_tokens_per_s(row, self.spec, self.global_batch, self.layout.devices, peak)
 
     @property
-    def kind(self) -> tuple[str, str, str]:
-        """(hardware generation, precision, framework): what the error intervals are grouped by."""
+    def kind(self) -> tuple[str, ...]:
+        """(hardware generation, precision, framework[, "moe"]): what the error intervals are grouped by."""
         if not (self.hardware and self.layout):
             return ("?", "?", "?")
-        return run_kind(self.hardware.generation or self.hardware.name, self.layout.precision, self.layout.framework)
+        return run_kind(self.hardware.generation or self.hardware.name, self.layout.precision, self.layout.framework,
+                        bool(self.spec and self.spec.moe))
 
 
 def _int(row: dict, key: str, default: int | None = None, what: str = "") -> int:

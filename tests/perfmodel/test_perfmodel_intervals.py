@@ -78,3 +78,23 @@ def test_a_kind_backed_by_few_sources_takes_the_coarser_kinds_interval() -> None
     assert "fsdp2" not in basis and q10 < 0.2
     q10, _, basis = IntervalTable.from_residuals(rows, sources=four).bounds(("hopper", "16-bit", "fsdp2"))
     assert basis.startswith("hopper|16-bit|fsdp2") and q10 > 0.25
+
+
+def test_a_moe_run_takes_the_moe_residuals_where_enough_sources_back_them() -> None:
+    """MoE rows far off (as the model's MoE error is) give MoE runs their own wide interval; a dense run keeps the
+    interval it had before MoE runs were told apart; with MoE rows from too few sources a MoE run falls back to the
+    dense chain."""
+    dense = [(("hopper", "16-bit", "megatron"), -0.05 + 0.01 * (i % 10)) for i in range(40)]
+    moe = [(("hopper", "16-bit", "megatron", "moe"), (-0.4 if i % 2 else 0.5) + 0.001 * i) for i in range(16)]
+    dense_src = [f"d{i % 8}" for i in range(40)]
+    t = IntervalTable.from_residuals(dense + moe, sources=dense_src + [f"m{i % 4}" for i in range(16)])
+    q10, q90, basis = t.bounds(("hopper", "16-bit", "megatron", "moe"))
+    assert basis.startswith("moe:") and q10 < -0.3 and q90 > 0.4
+    untagged = IntervalTable.from_residuals(dense + [(k[:3], r) for k, r in moe],
+                                            sources=dense_src + [f"m{i % 4}" for i in range(16)])
+    assert t.bounds(("hopper", "16-bit", "megatron")) == untagged.bounds(("hopper", "16-bit", "megatron"))
+    few = IntervalTable.from_residuals(dense + moe, sources=dense_src + [f"m{i % 2}" for i in range(16)])
+    assert not few.bounds(("hopper", "16-bit", "megatron", "moe"))[2].startswith("moe:")
+    back = IntervalTable.from_json(t.to_json())
+    assert back.bounds(("hopper", "16-bit", "megatron", "moe")) == (q10, q90, t.bounds(("hopper", "16-bit", "megatron",
+                                                                                         "moe"))[2])
