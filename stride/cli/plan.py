@@ -324,6 +324,9 @@ def _check_numbers(args: argparse.Namespace) -> None:
             raise ConfigError(f"--{dest.replace('_', '-')} must be >= 1, got {value}")
     if args.tokens is not None and not (math.isfinite(args.tokens) and args.tokens > 0):
         raise ConfigError(f"--tokens must be a finite number > 0, got {args.tokens:g}")
+    if args.compare_hardware is not None and not args.compare_hardware.strip(" ,"):
+        raise ConfigError("--compare-hardware names no part: give catalog names as NAME[:COUNT],... "
+                          "(see --list-hardware), or `all`")
 
 
 def _interval(hw, args: argparse.Namespace, moe: bool) -> tuple[float, float, str]:

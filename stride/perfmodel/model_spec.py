@@ -165,6 +165,8 @@ def parse_model_spec(spec: str) -> TransformerSpec:
         key = _SPEC_ALIASES.get(key, key)
         if key not in _SPEC_KEYS:
             raise ConfigError(f"--model: unknown key `{key}`{suggest(key, list(_SPEC_KEYS))} (in {spec!r}); {KEY_HELP}")
+        if key in values:  # `layers=2,...,layers=3`: which one was meant is not for stride to guess
+            raise ConfigError(f"--model: `{key}` is given twice (in {spec!r})")
         tp = _SPEC_KEYS[key]
         try:
             if tp is int:
@@ -179,6 +181,13 @@ def parse_model_spec(spec: str) -> TransformerSpec:
                 values[key] = raw
         except ValueError:
             raise ConfigError(f"--model: `{key}` expects {tp.__name__}, got {raw!r} (in {spec!r})") from None
+    if values.get("head_dim") == 0:
+        raise ConfigError(f"--model: `head_dim` must be >= 1 (leave it out for hidden / heads) (in {spec!r})")
+    moe_keys = [k for k in ("top_k", "moe_every", "moe_ffn", "capacity") if k in values]
+    experts = values.get("experts", base.experts if base is not None else 0)
+    if moe_keys and not experts:
+        raise ConfigError(f"--model: {', '.join(moe_keys)} given for a dense model (experts is 0): set experts=N "
+                          f"for a mixture of experts (in {spec!r})")
     values = {_FIELD.get(k, k): v for k, v in values.items()}
     if base is not None:
         return dataclasses.replace(base, **values)  # type: ignore[arg-type]
