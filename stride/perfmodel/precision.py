@@ -59,7 +59,9 @@ def recipe(name: str) -> Recipe:
 
 
 _FORMATS = r"(?:nv|mx)?fp[48]\w*|float8\w*|\bmxfp\w*"
-_OFF = (rf"(?:{_FORMATS})(?:\s*[=:]?\s*\(?\s*(?:none|null|false|off|disabled|no)\b|\s*[=:]\s*0(?![.\d]))|"
+# ... and a config object built switched off: OLMo-core's "Float8Config(enabled=False)"
+_OFF = (rf"(?:{_FORMATS})(?:\s*[=:]?\s*\(?\s*(?:none|null|false|off|disabled|no)\b|\s*[=:]\s*0(?![.\d])|"
+        rf"\s*[(:]\s*enabled\s*[=:]\s*(?:false|0)\b[^)]*\)?)|"
         rf"\b(?:no|without|not|disabled?)\W{{1,3}}(?:{_FORMATS})")
 
 

@@ -8,6 +8,7 @@ import pytest
 from stride.perfmodel import row_text as rt
 from stride.perfmodel.frameworks import fused_loss
 from stride.perfmodel.hardware import load_catalog
+from stride.perfmodel.precision import recipe_from_text
 from stride.perfmodel.published import row_inputs
 
 
@@ -48,3 +49,13 @@ def test_xielu_is_an_elementwise_activation_not_gated() -> None:
     assert act == "gelu" and "not gated" in notes[0]
     with pytest.raises(ValueError, match="is not modelled"):
         rt.activation("mystery-glu", "")
+
+
+@pytest.mark.parametrize(("text", "expect"), [
+    # OLMo-core's config object built switched off: the run is bf16 (Olmo 3 rows had been predicted as FP8)
+    ("bfloat16 (Sec. 3.2); Float8Config(enabled=False) in script", (None, "")),
+    ("bf16; float8_config: enabled: false", (None, "")),
+    ("Float8Config(enabled=True, ao=AOFloat8LinearConfig.recommended())", ("fp8", "tensorwise")),
+])
+def test_a_float8_config_built_off_is_not_fp8(text: str, expect: tuple) -> None:
+    assert recipe_from_text(text.lower()) == expect
