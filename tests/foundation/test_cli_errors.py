@@ -90,3 +90,15 @@ def test_analyze_takes_a_run_directory_for_its_traces(tmp_path: Path, capsys: py
     (run / "summary.json").write_text("{}")
     assert main(["analyze", str(run), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ranks"]["0"]["device"] == "cpu"
+
+
+def test_profile_steps_beyond_what_a_trace_can_hold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`stride profile --steps 100000` used to start tracing (about 1 MB of trace and 12 MB of profiler memory a
+    step on the quick-start model); now it is refused before anything runs, and a count above 20 gets a note."""
+    cfg = str(ROOT / "configs" / "quickstart.toml")
+    assert main(["profile", cfg, "--steps", "100000", "--out", str(tmp_path / "p")]) == 2
+    assert "at most 1000 traced steps" in one_line_error(capsys)
+    assert not (tmp_path / "p").exists()
+    assert main(["profile", str(tmp_path / "missing.toml"), "--steps", "50"]) == 2
+    err = capsys.readouterr().err
+    assert "--steps 50 traces every step: about 60 MB of trace" in err and "missing.toml" in err
