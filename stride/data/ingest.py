@@ -94,7 +94,9 @@ def _numpy_table(path: Path, time_col: str) -> pa.Table:
 def _readable_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table]:
     """read_chunks, with every way a file can fail to read turned into an IngestError naming it."""
     try:
-        yield from read_chunks(path, time_col)
+        for chunk in read_chunks(path, time_col):
+            _check_names(chunk.schema, path)
+            yield chunk
     except FileNotFoundError:
         raise IngestError(f"{path}: the file disappeared while it was being ingested") from None
     except (OSError, EOFError, zlib.error, ValueError, pa.ArrowException) as exc:
@@ -104,6 +106,19 @@ def _readable_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.
         if "allow_pickle" in what or "Python objects" in what:
             what = "it holds Python objects (dtype object); only numeric arrays are read, nothing is unpickled"
         raise IngestError(one_line(f"{path}: cannot be read: {what}")) from None
+
+
+def _check_names(schema: pa.Schema, path: Path) -> None:
+    """Column names are text: a CSV header in another encoding (Latin-1 `cl\\xe9se`) is an IngestError naming the
+    column (pyarrow reads the header's bytes as they are and fails only when a name is decoded)."""
+    for i in range(len(schema)):
+        try:
+            _ = schema.field(i).name  # decoded here, and raises here, on bytes that are not UTF-8
+        except UnicodeDecodeError as exc:
+            raw = bytes(exc.object)
+            raise IngestError(f"{path}: cannot be read: column names are not UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                              f"position {exc.start} of column {i + 1}'s name {raw!r}); save the file as UTF-8"
+                              ) from None
 
 
 def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, dtype: str) -> tuple[np.ndarray, list]:
@@ -283,6 +298,9 @@ def ingest(
     if fill_policy not in FILL_POLICIES:
         raise IngestError(f"fill policy {fill_policy!r} is not one of {', '.join(FILL_POLICIES)}")
     unit = TimeUnit(time_unit)
+    if time_col == symbol_col:  # `--time-col symbol`: the symbol column cannot also be the timestamps
+        raise IngestError(f"the timestamp column (--time-col) and the symbol column (--symbol-col) are both "
+                          f"{time_col!r}: one column cannot be both; name the timestamp column with --time-col")
     check_out(Path(src), Path(out))
     files = find_sources(src)
     rows_in = 0
@@ -298,6 +316,9 @@ def ingest(
                 if time_col not in chunk.schema.names:
                     have = ", ".join(chunk.schema.names)
                     raise IngestError(f"{path}: no timestamp column {time_col!r} (columns: {have})")
+                # the time column first: a --time-col that names a text column is said to be that, not reported as
+                # the default `timestamp` column turned feature and found non-numeric
+                ts = _timestamps_ns(chunk.column(time_col), path, time_col, time_format, unit, row0)
                 if schema is None:
                     schema = list(columns) if columns else names  # in the order asked for
                     _check_columns(path, columns, names, schema, time_col, symbol_col)
@@ -317,7 +338,6 @@ def ingest(
                                       f"{sorted(set(schema) - set(names))}")
                 assert writer is not None
                 n = chunk.num_rows
-                ts = _timestamps_ns(chunk.column(time_col), path, time_col, time_format, unit, row0)
                 vals, over = _to_float32(chunk, schema, path, first_file, dtype)
                 if symbol_col in chunk.schema.names:
                     sym_col = chunk.column(symbol_col).cast(pa.string())
