@@ -6,11 +6,18 @@ different runs would be compared as if they ran side by side. A single-process p
 agree on the world size their `distributedInfo` states (or none states one), hold distinct ranks below it, and
 were recorded at the same time: their time ranges overlap (the profiler records the same steps on every rank).
 A trace's `trace_id` is not compared: every rank of one run writes its own.
+
+One rank's trace given twice is refused too (not merged): the same file (a symlink, a hard link, the path
+twice) or a copy of it (the same host name, process ids and event times, which two ranks never share). A copy named
+`*_rank1.json` beside `*_rank0.json` took its rank from the file name and was analysed as a second rank, with
+identical rows and "no stragglers"; merging it instead would hide that the real rank 1 is missing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -55,13 +62,58 @@ def _seconds(us: float) -> str:
     return f"{s / 60:.1f} min" if s >= 120 else f"{s:.1f} s"
 
 
+def _identity(t: RankTrace) -> tuple[Any, ...]:
+    """What one process's trace is: its host, process ids, clock base and every kept event's times and name.
+    Two ranks differ in process id or host, and their events in time; a copy of a trace does not."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in (t.host_ts, t.host_dur, t.host_name, t.dev_ts, t.dev_dur, t.dev_name):
+        h.update(np.ascontiguousarray(a).tobytes())
+        h.update(b"|")
+    h.update("\0".join(t.names).encode("utf-8", "surrogatepass"))
+    return (repr(t.meta.get("host_name")), repr(t.meta.get("baseTimeNanoseconds")),
+            tuple(sorted(map(repr, t.pids))), h.hexdigest())
+
+
+def same_file(traces: list[RankTrace]) -> str | None:
+    """Where one file is given twice (the path twice, a symlink or hard link to it), what says so; else None."""
+    by_file: dict[tuple[int, int], RankTrace] = {}
+    for t in traces:
+        try:
+            st = os.stat(t.path)
+        except OSError:  # read a moment ago; gone now: nothing to compare
+            continue
+        first = by_file.setdefault((st.st_dev, st.st_ino), t)
+        if first is not t and os.path.samefile(first.path, t.path):
+            if str(first.path) == str(t.path):
+                return f"{t.path} is given twice"
+            return f"{first.path} and {t.path} are one file (a link, or one file reached by two paths)"
+    return None
+
+
+def copied_trace(traces: list[RankTrace]) -> str | None:
+    """Where two files hold one trace (a copy: the same host name, process ids and event times), what says so."""
+    by_identity: dict[tuple[Any, ...], RankTrace] = {}
+    for t in traces:
+        first = by_identity.setdefault(_identity(t), t)
+        if first is not t:
+            return (f"{first.path} and {t.path} are copies of one trace (the same host name, process ids and event "
+                    "times, which two ranks never share)")
+    return None
+
+
 def check_one_run(traces: list[RankTrace]) -> None:
-    """Raise a TraceError (one line, naming the files) unless `traces` can be ranks of one run."""
+    """Raise a TraceError (one line, naming the files) unless `traces` are each one rank's trace, given once, of
+    one run. One file given twice is said first; a copy after the other checks, which name two files that claim
+    one rank as such (a copy named `*_rank1.json` beside `*_rank0.json` passes those)."""
     if len(traces) < 2:
         return
-    why = _problem(traces)
+    dup = same_file(traces)
+    why = None if dup else _problem(traces)
     if why:
         raise TraceError(f"these traces are not of one run: {why}; analyse each run's traces on their own")
+    dup = dup or copied_trace(traces)
+    if dup:
+        raise TraceError(f"one rank's trace is given twice: {dup}; analyse each rank's trace once")
 
 
 def _problem(traces: list[RankTrace]) -> str | None:

@@ -10,6 +10,13 @@ def _f(x: float | None, unit: str = "%") -> str:
     return "-" if x is None else f"{x:.1f}{unit}"
 
 
+def _steps(steps: list[int | None]) -> str:
+    """The profiler steps a row covers; a trace without `ProfilerStep` annotations is analysed as one window from
+    its first to its last event (its step is null in the JSON): "whole trace", not the literal None."""
+    named = [str(s) for s in steps if s is not None]
+    return ",".join(named) if named else "whole trace" if steps else "-"
+
+
 def render_report(report: dict, console: Console | None = None) -> None:
     con = console or Console(width=160) if console is None and not Console().is_terminal else console or Console()
     hta = report["definitions"] == "hta"
@@ -27,7 +34,7 @@ def render_report(report: dict, console: Console | None = None) -> None:
                 return share_of_idle  # HTA sums gaps per stream: not a part of the step's idle time
             return share_of_idle * idle / 100
 
-        t.add_row(rank, r["device"], ",".join(str(s) for s in r["steps"]), f"{r['span_us'] / 1e3:.2f}",
+        t.add_row(rank, r["device"], _steps(r["steps"]), f"{r['span_us'] / 1e3:.2f}",
                   _f(tb["compute_pct"]), _f(tb["non_compute_pct"]), _f(idle), _f(r["comm_comp_overlap_pct"]),
                   _f(of_step(ib.get("host_wait_pct"))), _f(of_step(ib.get("kernel_wait_pct"))),
                   _f(tb.get("data_wait_pct")), (r["verdict"] or {}).get("bound", "-"))

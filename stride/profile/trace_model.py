@@ -54,6 +54,7 @@ class RankTrace:
     steps: list[Step] = field(default_factory=list)
     fractional_ts: bool = False  # some event has a float or missing `ts` (HTA then rounds to whole µs)
     n_events: int = 0
+    pids: frozenset = frozenset()  # `pid`s of the kept events: with host and times, one process's trace
 
     @property
     def has_device(self) -> bool:
@@ -80,12 +81,14 @@ class _Collector:
         self.steps: dict[int, Step] = {}
         self.fractional_ts = False
         self.n = 0
+        self.pids: set[int | str] = set()
 
     def __call__(self, batch: list[dict]) -> None:
         first = self.n
         self.n += len(batch)
         names, cats, tids = self.name_ids, self.cat_ids, self.tid_ids
         dev_ext, host_ext = self.dev.extend, self.host.extend
+        pids = self.pids
         frac = self.fractional_ts
         for k, ev in enumerate(batch):
             ts = ev.get("ts")
@@ -103,6 +106,9 @@ class _Collector:
                 is_dev = False
             else:
                 continue
+            pid = ev.get("pid")
+            if type(pid) in (int, str):
+                pids.add(pid)
             name = ev.get("name", "")
             nid = names.get(name)
             if nid is None:
@@ -207,4 +213,5 @@ def load_trace(path: str | Path) -> RankTrace:
         host_ts=host[:, 0].copy(), host_dur=host[:, 1].copy(), host_name=i(host[:, 2]), host_cat=i(host[:, 3]),
         host_tid=i(host[:, 4]), host_corr=i(host[:, 5]),
         steps=sorted(c.steps.values(), key=lambda s: s.ts), fractional_ts=c.fractional_ts, n_events=c.n,
+        pids=frozenset(c.pids),
     )

@@ -41,7 +41,8 @@ def gpu_trace() -> dict:
 
 def cpu_trace(rank: int = 0, shift: float = 0.0) -> dict:
     """One CPU step [0,100): aten::mm [10,50) with nested aten::add [20,30); gloo:all_reduce [40+s,70+s) on the
-    gloo thread; c10d::allreduce_ [55+s,60+s); data annotation [0,10).
+    gloo thread; c10d::allreduce_ [55+s,60+s); data annotation [0,10). Each rank is its own process (pid 1000 +
+    rank), as under torchrun: two ranks' traces are never one process's (`stride analyze` refuses copies).
 
     With shift 0: busy [10,70) = 60, compute [10,50) = 40, comm [40,70) = 30, overlap 10 (33.3%),
     idle 40 = 10 data wait + 30 other.
@@ -54,6 +55,8 @@ def cpu_trace(rank: int = 0, shift: float = 0.0) -> dict:
         host("gloo:all_reduce", 40 + shift, 30, cat="user_annotation", tid=9),
         host("c10d::allreduce_", 55 + shift, 5),
     ]
+    for e in ev:
+        e["pid"] = 1000 + rank
     return {"schemaVersion": 1, "host_name": "h", "distributedInfo": {"backend": "gloo", "rank": rank,
             "world_size": 2}, "traceEvents": ev}
 

@@ -109,6 +109,62 @@ def test_the_profilers_base_time_is_part_of_the_clock(tmp_path: Path) -> None:
     assert sorted(analyze_traces([same])["ranks"]) == ["0", "1"]
 
 
+# -- one rank's trace given twice (audit 2: a copy or symlink of rank 0's trace named `*_rank1.json` was analysed as
+# rank 1, with identical rows and "no stragglers") ------------------------------------------------------------------
+
+
+def _one_line_refusal(capsys: pytest.CaptureFixture[str], *paths: Path) -> str:
+    assert main(["analyze", *map(str, paths)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1, out.err
+    return out.err
+
+
+def test_a_symlink_to_rank0s_trace_named_rank1_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = folder(tmp_path, trace_rank0=single_process(cpu_trace(0)))
+    (d / "link_rank1.json").symlink_to(d / "trace_rank0.json")
+    err = _one_line_refusal(capsys, d)
+    assert "given twice" in err and "link_rank1.json and" in err and "trace_rank0.json are one file" in err
+    with pytest.raises(TraceError, match="one file"):  # the same through the Python API
+        analyze_traces([d])
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_copy_of_rank0s_trace_named_rank1_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       gz: bool) -> None:
+    trace = single_process(cpu_trace(0))
+    d = folder(tmp_path, trace_rank0=trace)
+    write(d / ("copy_rank1.json.gz" if gz else "copy_rank1.json"), trace, gz=gz)  # the same events, recompressed too
+    err = _one_line_refusal(capsys, d)
+    assert "copies of one trace" in err and "copy_rank1.json" in err and "trace_rank0.json" in err
+    assert "process ids and event times" in err
+
+
+def test_the_same_file_twice_is_said_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write(tmp_path / "trace_rank0.json", single_process(cpu_trace(0)))
+    err = _one_line_refusal(capsys, f, f)
+    assert f"{f} is given twice" in err
+
+
+def test_two_processes_with_equal_times_are_two_ranks(tmp_path: Path) -> None:
+    """Not a copy: another process (pid) or host, or other times, is another rank's trace."""
+    base = single_process(cpu_trace(0))
+    other_host = copy.deepcopy(base)
+    other_host["host_name"] = "h2"
+    d = folder(tmp_path, rank0=base, rank1=single_process(cpu_trace(1)), rank2=other_host, rank3=shifted(base, 3.0))
+    assert sorted(analyze_traces([d])["ranks"]) == ["0", "1", "2", "3"]
+
+
+def test_a_trace_without_step_markers_shows_no_literal_none(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    ev = [e for e in single_process(cpu_trace(0))["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    p = write(tmp_path / "nosteps.json", {"schemaVersion": 1, "host_name": "h", "traceEvents": ev})
+    assert main(["analyze", str(p)]) == 0
+    table = capsys.readouterr().out.split("rank 0: top")[0]
+    assert "None" not in table and "whole trace" in table, table
+    assert analyze_traces([p])["ranks"]["0"]["steps"] == [None]  # the JSON keeps null: no step number
+
+
 # -- advice that fits the device -------------------------------------------------------------------------------
 
 GPU_ONLY = ("CUDA", "cuDNN", "pin_memory", "host-device", "tensor cores")
