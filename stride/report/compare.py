@@ -22,8 +22,10 @@ UNDER_TEST = "precision, compile, kernels, activation checkpointing, grad_accum,
 
 
 def mismatch_message(rows: list[dict[str, Any]]) -> str | None:
-    """The refusal of every row whose two sides are different workloads (None where there is none)."""
-    bad = [r["workload_mismatch"] for r in rows if r.get("workload_mismatch")]
+    """The refusal of every row whose two sides are different workloads or measured in different units (None
+    where there is none)."""
+    bad = [r.get("workload_mismatch") or r["unit_mismatch"] for r in rows
+           if r.get("workload_mismatch") or r.get("unit_mismatch")]
     return "; ".join(bad) if bad else None
 
 
@@ -90,6 +92,12 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
         return {"name": name, "ratio": None, "a_median": wa["throughput"]["median"],
                 "b_median": wb["throughput"]["median"], "verdict": "different workloads: not comparable",
                 "workload_mismatch": why}
+    ua, ub = wa["throughput"]["unit"], wb["throughput"]["unit"]
+    if ua != ub:  # "timesteps/s" against "samples/s" was judged 1.000 "within noise"; no safe conversion is known
+        return {"name": name, "ratio": None, "a_median": wa["throughput"]["median"],
+                "b_median": wb["throughput"]["median"], "verdict": "units differ: not comparable",
+                "unit_mismatch": f"{name}: throughput units differ: A in {ua!r}, B in {ub!r}; stride knows no "
+                                 "conversion between them, so no ratio (compare results measured in one unit)"}
     ratio, verdict = judge(wa["throughput"], wb["throughput"])
     mem = wb["peak_mem_bytes"] / wa["peak_mem_bytes"] if wa.get("peak_mem_bytes") and wb.get("peak_mem_bytes") else None
     return {"name": name, "ratio": ratio, "verdict": verdict, "mem_ratio": mem, "unit": wa["throughput"]["unit"],

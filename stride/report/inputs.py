@@ -54,12 +54,40 @@ def resolve(path: str | Path) -> tuple[dict[str, Any], Path]:
     return _load_checked(p), p.parent
 
 
+def count_problem(t: dict[str, Any]) -> str | None:
+    """What is impossible about a throughput's count of measurements `n` (a negative or fractional count, a median
+    of no measurements), or None."""
+    n = t.get("n")
+    if n is None:
+        return None
+    if not isinstance(n, int | float) or isinstance(n, bool) or n < 0 or n != int(n):
+        return f"throughput.n = {n!r} is not a count of measurements (a whole number >= 0)"
+    given = [k for k in ("median", "min", "max") if t.get(k) is not None]
+    if n == 0 and given:
+        return (f"throughput.n = 0 (no measurement) beside throughput.{given[0]} = {t[given[0]]!r}: a figure of no "
+                "measurements; n counts the measurements the figures are of")
+    return None
+
+
 def _load_checked(p: Path) -> dict[str, Any]:
-    """A results file whose every figure is possible (the schema checks types, not ranges)."""
+    """A results file whose every figure is possible (the schema checks types, not ranges), with at least one
+    workload and each workload once: `compare` matches workloads by name (a second entry of one name was dropped
+    silently) and `report` would list it twice, as if two configurations had been measured."""
     res = load_results(p)
+    if not res["workloads"]:
+        partial = res.get("partial")
+        why = (f"a stopped sweep with none of its {partial.get('planned')} runs measured"
+               if isinstance(partial, dict) else "nothing to compare or report")
+        raise ResultsError(f"{p}: workloads is empty: {why}")
+    seen: dict[str, int] = {}
     for i, w in enumerate(res["workloads"]):
-        if why := range_problem(w):
-            raise ResultsError(f"{p}: workloads[{i}] ({str(w['name'])[:40]}): {why}")
+        name = str(w["name"])[:40]
+        if why := range_problem(w) or count_problem(w["throughput"]):
+            raise ResultsError(f"{p}: workloads[{i}] ({name}): {why}")
+        if w["name"] in seen:
+            raise ResultsError(f"{p}: workloads[{i}] ({name}) is listed twice (also workloads[{seen[w['name']]}]): "
+                               "each workload once, as stride writes them (which entry is the measurement?)")
+        seen[w["name"]] = i
     return res
 
 
