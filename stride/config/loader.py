@@ -16,6 +16,9 @@ from stride.config.errors import ConfigError, suggest
 from stride.config.fields import coerce, fields_of
 from stride.config.schema import RunConfig
 from stride.config.validate import validate
+from stride.files.input_file import InputFileError, read_input_bytes
+
+CONFIG_MAX_BYTES = 16 << 20  # a run config is a few KiB; a larger file is not one
 
 
 def _apply_table(cfg: RunConfig, table: dict[str, Any], where: str) -> None:
@@ -65,13 +68,14 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def read_toml(p: Path) -> dict[str, Any]:
-    """A config file's table; a ConfigError naming the file when it is missing, unreadable, not text, or not TOML."""
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+    """A config file's table; a ConfigError naming the file when it is missing, not a regular file (a FIFO, a device),
+    over CONFIG_MAX_BYTES, unreadable, not text, or not TOML."""
+    try:  # a regular file only: a FIFO or /dev/zero is refused, not read forever
+        data = read_input_bytes(p, limit=CONFIG_MAX_BYTES, what="config file")
+    except InputFileError as exc:
+        raise ConfigError(str(exc)) from None
     try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read the config file: {exc.strerror or exc}") from exc
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not a TOML config (not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset "
                           f"{exc.start})") from exc

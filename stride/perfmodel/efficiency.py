@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stride.config.errors import ConfigError
+from stride.files.input_file import InputFileError, read_input_text
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,16 @@ class Efficiency:
 RETIRED = ("gemm_hopper",)
 
 
+_MAX_FILE_BYTES = 16 << 20  # an efficiency JSON is a few hundred bytes
+
+
 def read_factors(path: str | Path) -> dict[str, float]:
     """The factors a calibration JSON states ({"gemm": .., ...} or {"efficiency": {...}}), by name; unknown names
     are an error naming the known ones, retired ones are dropped."""
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"efficiency file not found: {path}") from None
+        data = json.loads(read_input_text(path, limit=_MAX_FILE_BYTES, what="efficiency file"))
+    except InputFileError as exc:  # missing, a FIFO or /dev/zero (never read), too large, not UTF-8
+        raise ConfigError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
     factors = data.get("efficiency", data) if isinstance(data, dict) else None

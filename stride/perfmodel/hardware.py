@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from stride.config.errors import ConfigError, suggest
+from stride.files.input_file import InputFileError, read_input_text
 
 # package data beside this file, so a pip-installed stride (and the Docker image, which installs it into
 # site-packages) finds it; it was configs/hardware.toml two folders up, which only a clone has
@@ -114,12 +115,15 @@ _REQUIRED = ("peak_tflops", "memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "
 _FIELDS = {f.name: f for f in dataclasses.fields(Hardware)} | {"comm_profile": None}
 
 
+_MAX_FILE_BYTES = 16 << 20  # a hardware catalog or comm profile is KiBs
+
+
 def _load_toml(path: Path, what: str) -> dict[str, Any]:
     """A TOML file's tables, or a ConfigError saying which file (`what`) is missing or malformed."""
     try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{what} file not found: {path}") from None
+        return tomllib.loads(read_input_text(path, limit=_MAX_FILE_BYTES, what=f"{what} file"))
+    except InputFileError as exc:  # missing, a FIFO or /dev/zero (never read), too large, not UTF-8
+        raise ConfigError(str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{what} file {path} is not valid TOML: {exc}") from None
 
