@@ -14,6 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from stride.files.input_file import InputFileError, InputFileMissing, read_input_text
+
 SCHEMA = "stride.bench.results"
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -132,12 +134,17 @@ def validate_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
     return obj
 
 
+RESULTS_MAX_BYTES = 512 << 20  # a 100,000-point sweep's results.json is tens of MB
+
+
 def load_results(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    try:
-        obj = json.loads(p.read_text())
-    except FileNotFoundError as exc:
+    try:  # a regular file only: a FIFO or /dev/zero is refused, not read forever
+        obj = json.loads(read_input_text(p, limit=RESULTS_MAX_BYTES, what="results file"))
+    except InputFileMissing as exc:
         raise ResultsError(f"{p}: no such file") from exc
+    except InputFileError as exc:
+        raise ResultsError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{p}: not valid JSON ({exc})") from exc
     return validate_results(obj, str(p))

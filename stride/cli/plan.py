@@ -17,7 +17,6 @@ import math
 import re
 import sys
 import time
-from pathlib import Path
 
 from stride.config.errors import ConfigError
 
@@ -88,9 +87,12 @@ def _warn_other_hardware(args, catalog) -> None:
     applies them to another part (a local-cpu calibration on an H100 plan went by without a word)."""
     import sys
 
-    try:
-        measured_on = json.loads(Path(args.efficiency).read_text()).get("hardware")
-    except (OSError, ValueError, AttributeError):
+    from stride.files.input_file import InputFileError, read_input_text
+
+    try:  # read_factors has read (and checked) this file already; this second read takes its "hardware" key
+        measured_on = json.loads(read_input_text(args.efficiency, limit=16 << 20, what="efficiency file")).get(
+            "hardware")
+    except (InputFileError, ValueError, AttributeError):
         return
     if not measured_on:
         return

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from stride.data.store import StoreError, StoreWriter
 from stride.errors import StrideError, one_line
+from stride.files.input_file import not_found_or_special
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
             ".csv": "csv", ".gz": "csv", ".npy": "numpy", ".npz": "numpy"}
@@ -71,7 +72,7 @@ def find_sources(src: str | Path) -> list[Path]:
     if src.is_file():
         return [src]
     if not src.is_dir():
-        raise IngestError(f"{src}: no such file or directory")
+        raise IngestError(not_found_or_special(src))
     files = sorted(p for p in src.rglob("*") if p.is_file() and p.suffix in SUFFIXES
                    and not any(part.startswith(".") for part in p.relative_to(src).parts))
     if not files:

@@ -155,3 +155,15 @@ def read_input_text(path: str | os.PathLike[str], *, limit: int, what: str = "in
     except UnicodeDecodeError as exc:
         raise InputFileError(f"{what} {_shown(path)} is not {encoding.upper()} text (byte {data[exc.start]:#04x} "
                              f"at offset {exc.start})", path) from None
+
+
+def not_found_or_special(path: str | Path) -> str:
+    """Why a path that is neither a regular file nor a directory cannot be read: "P is a FIFO, not a regular file"
+    (a FIFO, a device, a socket: `is_file()` says False, and "no such file" would be wrong), else "P: no such file or
+    directory"."""
+    p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return f"{p}: no such file or directory"
+    return f"{p} is {file_kind(mode)}, not a regular file"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stride.config import ConfigError
+from stride.files.input_file import not_found_or_special
 from stride.launch.script_values import RESUME_SETS, check_all, check_value, sbatch_directive
 
 TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # Slurm's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
@@ -69,7 +70,9 @@ class SlurmJob:
         check_value(self.python, "the Python interpreter path")
         check_all(self.overrides, "--set")
         if not self.config.is_file():
-            raise ConfigError(f"config file not found: {check_value(self.config, 'the config path')}")
+            check_value(self.config, "the config path")
+            raise ConfigError(f"config file {not_found_or_special(self.config)}" if self.config.exists()
+                              else f"config file not found: {self.config}")  # a FIFO or a device: say which
         check_value(self.config.resolve(), "the config path")
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from stride.files.input_file import not_found_or_special
 from stride.profile.activity import build_activity
 from stride.profile.annotations import annotation_breakdown, data_spans
 from stride.profile.breakdown import Times, summarize, window_times
@@ -36,7 +37,7 @@ def find_traces(paths: Iterable[str | Path]) -> list[Path]:
         elif p.is_file():
             out.append(p)
         else:
-            raise TraceError(f"{p}: no such file or directory")
+            raise TraceError(not_found_or_special(p))
     return out
 
 

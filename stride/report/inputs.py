@@ -13,7 +13,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from stride.bench.results import ResultsError, load_results, make_results
+from stride.bench.results import RESULTS_MAX_BYTES, ResultsError, load_results, make_results
+from stride.files.input_file import InputFileError, read_input_text
 
 KINDS = "a results.json, a `stride bench` directory or a `stride train` run directory"
 # Figures that cannot be negative (rates, times, sizes, counts), as a summary.json or a results entry names
@@ -93,7 +94,9 @@ def _load_checked(p: Path) -> dict[str, Any]:
 
 def _read_json(p: Path) -> dict[str, Any]:
     try:
-        obj = json.loads(p.read_text())
+        obj = json.loads(read_input_text(p, limit=RESULTS_MAX_BYTES, what="results file"))
+    except InputFileError as exc:  # a FIFO or /dev/zero: refused, not read forever
+        raise ResultsError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{p}: not valid JSON ({exc})") from exc
     if not isinstance(obj, dict):

@@ -102,3 +102,24 @@ def test_throughput_units_that_differ_are_refused_naming_both(tmp_path: Path,
     assert rows["ts"]["verdict"] == "units differ: not comparable"
     assert "'tokens/s'" in out.err and "'samples/s'" in out.err and len(out.err.strip().splitlines()) == 1
     assert main(["compare", str(b2), str(b2)]) == 0  # one unit: compared
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_device_given_as_results_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    """`stride report /dev/zero` and `stride compare FIFO FIFO` read until memory ran out or blocked forever."""
+    import os
+    import subprocess
+    import sys
+
+    if kind == "fifo":
+        path = tmp_path / "r.json"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+        if not path.exists():
+            pytest.skip("no /dev/zero here")
+    for args in (["report", str(path)], ["compare", str(path), str(path)]):
+        res = subprocess.run([sys.executable, "-m", "stride", *args], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, res.stderr
+        what = "a FIFO" if kind == "fifo" else "a character device"
+        assert f"results file {path} is {what}, not a regular file" in res.stderr

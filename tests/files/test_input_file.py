@@ -210,3 +210,27 @@ def test_file_kind_words() -> None:
     assert file_kind(stat.S_IFBLK) == "a block device"
     assert file_kind(stat.S_IFDIR) == "a directory"
     assert file_kind(stat.S_IFREG) == "a regular file"
+
+
+def test_not_found_or_special_says_what_a_path_is(tmp_path: Path) -> None:
+    from stride.files.input_file import not_found_or_special
+
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    assert not_found_or_special(fifo) == f"{fifo} is a FIFO, not a regular file"
+    assert not_found_or_special(tmp_path / "gone") == f"{tmp_path / 'gone'}: no such file or directory"
+
+
+@pytest.mark.parametrize("args", [["analyze"], ["data", "ingest", "--out", "STORE"], ["launch", "slurm", "--dry-run"]])
+def test_commands_name_a_fifo_for_what_it_is(tmp_path: Path, args: list[str]) -> None:
+    """analyze, data ingest and launch slurm said "no such file" / "config file not found" of a FIFO."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    cmd = [a.replace("STORE", str(tmp_path / "st")) for a in args]
+    cmd.insert(2 if args[0] in ("data", "launch") else 1, str(fifo))
+    res = subprocess.run([sys.executable, "-m", "stride", *cmd], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert f"{fifo} is a FIFO, not a regular file" in res.stderr
