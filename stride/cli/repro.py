@@ -23,7 +23,7 @@ def register(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from stride.launch.repro import reproduce
 
-    if args.tolerance < 0:
+    if not args.tolerance >= 0:  # NaN compares False with everything: it made every final loss "within" it
         raise SystemExit(f"stride repro: --tolerance = {args.tolerance} must be >= 0")
     rep = reproduce(args.run_dir, args.out, args.tolerance, args.overrides, args.nproc)
     if args.json:

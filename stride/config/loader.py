@@ -21,9 +21,18 @@ from stride.files.input_file import InputFileError, read_input_bytes
 CONFIG_MAX_BYTES = 16 << 20  # a run config is a few KiB; a larger file is not one
 
 
+def _home(key: str) -> str:
+    """"; did you mean `train.steps`?" for a key written without its section (the sections holding it), else ""."""
+    homes = [f"`{f.name}.{key}`" for f in dataclasses.fields(RunConfig) if key in fields_of(f.name)]
+    return f"; did you mean {' or '.join(homes)}?" if homes else ""
+
+
 def _apply_table(cfg: RunConfig, table: dict[str, Any], where: str) -> None:
     sections = {f.name: f for f in dataclasses.fields(RunConfig)}
     for sec_name, sec_values in table.items():
+        if sec_name not in sections and not isinstance(sec_values, dict) and _home(sec_name):
+            raise ConfigError(f"{where}: `{sec_name} = {sec_values!r}` is outside every section: keys belong under "
+                              f"a [section]{_home(sec_name)}")
         if sec_name not in sections:
             raise ConfigError(
                 f"{where}: unknown section `[{sec_name}]`{suggest(sec_name, list(sections))}; "
@@ -39,7 +48,8 @@ def set_key(cfg: RunConfig, dotted: str, value: Any, where: str = "--set") -> No
     """Set `section.key` on cfg after checking the key exists and the value has the right type."""
     parts = dotted.split(".")
     if len(parts) != 2:
-        raise ConfigError(f"{where}: `{dotted}` must be `section.key`, e.g. `optim.lr`")
+        raise ConfigError(f"{where}: `{dotted}` must be `section.key`, e.g. `optim.lr`"
+                          + (_home(dotted) if len(parts) == 1 else ""))
     sec_name, key = parts
     sections = {f.name for f in dataclasses.fields(RunConfig)}
     if sec_name not in sections:

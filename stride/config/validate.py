@@ -69,6 +69,10 @@ def _validate_parallel(cfg: RunConfig) -> None:
 
 
 def _validate_data(cfg: RunConfig) -> None:
+    for name, values in (("data.horizons", cfg.data.horizons), ("model.quantiles", cfg.model.quantiles)):
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:  # [1, 1]: two identical targets (or outputs), one loss term counted twice
+            raise ConfigError(f"`{name}` = {values!r} lists {', '.join(map(str, twice))} twice: each once")
     d = cfg.data
     if d.source == "store" and not d.store:
         raise ConfigError('`data.source` = "store" needs `data.store` = the directory from `stride data ingest`')
