@@ -18,6 +18,17 @@ from typing import Any
 from stride.bench.workloads import TRADEOFFS
 from stride.files import strict_json
 
+# Options that only one --sweep reads: (argparse dest, the flag, the sweep, the default the help states).
+SWEEP_OPTIONS: tuple[tuple[str, str, str, Any], ...] = (
+    ("seeds", "--seeds", "ttt", 3),
+    ("batch_sizes", "--batch-sizes", "batch", [16, 32, 64, 128, 256]),
+    ("variants", "--variants", "tradeoffs", None),
+    ("world_sizes", "--world-sizes", "world", ["1,2,4"]),
+    ("strategies", "--strategies", "world", ["ddp,fsdp"]),
+    ("scaling", "--scaling", "world", ["weak,strong"]),
+    ("repeats", "--repeats", "world", 1),
+)
+
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", default="quick", help="quick (default; make bench: ~25 s on 2 CPU cores at load "
@@ -35,18 +46,20 @@ def register(p: argparse.ArgumentParser) -> None:
                    "ttt: time to the workload's target validation loss over --seeds seeds; "
                    "world: weak and strong scaling over process counts (torchrun, one core per rank); "
                    "default: none (the suite)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds for --sweep ttt (default 3)")
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32, 64, 128, 256],
+    # The sweep options default to None so a value the user gave is told from the default: one given without its
+    # --sweep is refused (SWEEP_OPTIONS), then `_fill_defaults` puts in the defaults the help states.
+    p.add_argument("--seeds", type=int, default=None, help="seeds for --sweep ttt (default 3)")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=None,
                    help="batch sizes for --sweep batch (default 16 32 64 128 256)")
     p.add_argument("--variants", nargs="+", default=None,
                    help=f"tradeoff variants for --sweep tradeoffs: {', '.join(TRADEOFFS)} (default: all)")
     g = p.add_argument_group("--sweep world")
-    g.add_argument("--world-sizes", nargs="+", default=["1,2,4"], metavar="N",
+    g.add_argument("--world-sizes", nargs="+", default=None, metavar="N",
                    help="process counts, e.g. 1,2,4 or 1 2 4 (default 1,2,4; the 1-rank baseline always runs)")
-    g.add_argument("--strategies", nargs="+", default=["ddp,fsdp"], metavar="S", help="ddp, fsdp (default both)")
-    g.add_argument("--scaling", nargs="+", default=["weak,strong"], metavar="MODE",
+    g.add_argument("--strategies", nargs="+", default=None, metavar="S", help="ddp, fsdp (default both)")
+    g.add_argument("--scaling", nargs="+", default=None, metavar="MODE",
                    help="weak (per-rank batch fixed), strong (global batch fixed); default both")
-    g.add_argument("--repeats", type=int, default=1,
+    g.add_argument("--repeats", type=int, default=None,
                    help="runs per point, in alternating rounds (default 1; 3 or more on a shared machine)")
     p.add_argument("--json", action="store_true", help="print results.json's content as the last line")
     p.add_argument("--prices", default=None, help="USD per device-hour table for the report's cost figures "
@@ -70,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--workloads: {n!r} is not a workload{suggest(n, list(WORKLOADS))}; "
                               f"workloads are {', '.join(WORKLOADS)}")
     _check_args(args)
+    from stride.bench.runner import workload_config
+
+    for device in sorted({workload_config(WORKLOADS[n], n, args.device, args.overrides).train.device
+                          for n in names} - {args.device}):
+        check_device(device, "--set train.device=")  # a --set that replaced --device: checked before any run too
     prices = None if args.no_report else _load_prices(args.prices)
     out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     _check_out(out, args)
@@ -183,17 +201,70 @@ def _print_tables(results: dict[str, Any], args: argparse.Namespace) -> None:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Every count and name of the command line checked before anything runs: `--seeds 0` measured nothing and
-    wrote an empty results.json, an unknown variant was a traceback after the plan."""
+    wrote an empty results.json, an unknown variant was a traceback after the plan. A sweep option given without
+    its --sweep is refused (it was ignored: `--seeds 5` without `--sweep ttt` ran the quick suite, minutes, without a
+    word), and so is a --device this machine cannot run (`cuda` without a GPU failed only once the first run had
+    started, and `tpu` was reported as `--set train.device=tpu`, a --set the user never wrote)."""
     from stride.bench.workloads import check_variants
     from stride.config.errors import ConfigError
 
     for option, values, what in (("--seeds", [args.seeds], "seed"), ("--repeats", [args.repeats], "run per point"),
                                  ("--batch-sizes", args.batch_sizes, "sample per batch")):
-        bad = next((v for v in values if v < 1), None)
+        bad = next((v for v in values or [] if v is not None and v < 1), None)
         if bad is not None:
             raise ConfigError(f"{option} {bad}: need at least 1 {what}; nothing would be measured")
     if args.variants is not None:
         check_variants(args.variants)
+    _check_sweep_options(args)
+    _fill_defaults(args)
+    check_device(args.device, "--device ")
+
+
+def _check_sweep_options(args: argparse.Namespace) -> None:
+    """A ConfigError naming every sweep option given without the --sweep that reads it, and that --sweep."""
+    from stride.config.errors import ConfigError
+
+    stray = [(flag, sweep) for dest, flag, sweep, _ in SWEEP_OPTIONS
+             if getattr(args, dest) is not None and args.sweep != sweep]
+    if not stray:
+        return
+    needs = "; ".join(f"{flag} needs --sweep {sweep}" for flag, sweep in stray)
+    it = "it" if len(stray) == 1 else "them"
+    if args.sweep:  # one sweep a command: the option belongs to another
+        raise ConfigError(f"{needs}; --sweep {args.sweep} would ignore {it}; drop {it} or run that sweep on its own; "
+                          "nothing was run")
+    what = "each of --workloads once" if args.workloads else f"the {args.suite} suite"
+    raise ConfigError(f"{needs}; without --sweep, bench runs {what} and would ignore {it}; add the --sweep or drop "
+                      f"{it}; nothing was run")
+
+
+def _fill_defaults(args: argparse.Namespace) -> None:
+    """The sweep options the user left out, at the defaults --help states."""
+    for dest, _, _, default in SWEEP_OPTIONS:
+        if getattr(args, dest) is None:
+            setattr(args, dest, list(default) if isinstance(default, list) else default)
+
+
+def check_device(spec: str, where: str) -> None:
+    """`spec` (--device, or a config's train.device) one this machine can run, or a ConfigError naming `where`
+    (`--device ` or `--set train.device=`, the value follows): the form (auto, cpu, cuda, cuda:N) as train.device
+    checks it, then that the CUDA device is there."""
+    from stride.config import load_config, set_key
+    from stride.config.errors import ConfigError
+
+    set_key(load_config(), "train.device", spec, where.rstrip(" ="))  # the form, in train.device's words
+    if not spec.startswith("cuda"):
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ConfigError(f"{where}{spec}: no CUDA device is available on this machine; use cpu or auto; "
+                          "nothing was run")
+    index = int(spec.partition(":")[2] or 0)
+    if index >= count:
+        raise ConfigError(f"{where}{spec}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}; "
+                          "nothing was run")
 
 
 def _check_out(out: Path, args: argparse.Namespace) -> None:

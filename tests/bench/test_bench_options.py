@@ -1,0 +1,110 @@
+"""`stride bench` options refused before anything runs: a sweep option without the --sweep that reads it (it was
+ignored: `--seeds 5` without `--sweep ttt` ran the quick suite, minutes, without a word) and a --device this
+machine cannot run (`cuda` without a GPU failed only after the first run had started; `tpu` was reported as a
+`--set train.device=tpu` the user never wrote)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from stride.cli.main import main
+
+BENCH = ("bench", "--workloads", "mlp_tiny", "--set", "train.steps=2", "--no-report")
+
+
+@pytest.fixture(autouse=True)
+def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reaching a run fails the test at once (the old code went on to train)."""
+    import stride.bench.sweeps
+    import stride.bench.world
+
+    def ran(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a run started; the command line should have been refused first")
+
+    monkeypatch.setattr(stride.bench.sweeps, "run_sweep", ran)
+    monkeypatch.setattr(stride.bench.world, "world_sweep", ran)
+
+
+def _refused(capsys: pytest.CaptureFixture[str], out: Path, argv: list[str], *words: str) -> str:
+    rc = main([*BENCH, "--out", str(out), *argv])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1, err
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert not out.exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--seeds", "5"], ["--seeds needs --sweep ttt", "without --sweep, bench runs each of --workloads once and "
+                        "would ignore it", "nothing was run"]),
+    (["--seeds", "5", "--batch-sizes", "8", "--variants", "bf16", "--world-sizes", "2"],
+     ["--seeds needs --sweep ttt; --batch-sizes needs --sweep batch; --variants needs --sweep tradeoffs; "
+      "--world-sizes needs --sweep world", "ignore them"]),
+    (["--strategies", "ddp"], ["--strategies needs --sweep world"]),
+    (["--scaling", "weak"], ["--scaling needs --sweep world"]),
+    (["--repeats", "3"], ["--repeats needs --sweep world"]),
+    (["--sweep", "ttt", "--batch-sizes", "8"], ["--batch-sizes needs --sweep batch; --sweep ttt would ignore it"]),
+    (["--sweep", "batch", "--seeds", "3"], ["--seeds needs --sweep ttt; --sweep batch would ignore it"]),
+    (["--sweep", "world", "--variants", "bf16"], ["--variants needs --sweep tradeoffs"]),
+], ids=["seeds", "four", "strategies", "scaling", "repeats", "ttt+batch-sizes", "batch+seeds", "world+variants"])
+def test_a_sweep_option_without_its_sweep_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     argv: list[str], words: list[str]) -> None:
+    _refused(capsys, tmp_path / "out", argv, *words)
+
+
+def test_the_suite_named_when_no_workloads_are_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["bench", "--out", str(tmp_path / "out"), "--seeds", "5"])
+    assert rc == 2 and "without --sweep, bench runs the quick suite" in capsys.readouterr().err
+
+
+def test_sweep_options_with_their_sweep_get_the_defaults_help_states() -> None:
+    from stride.cli.bench import _check_args, register
+
+    p = argparse.ArgumentParser()
+    register(p)
+    args = p.parse_args(["--sweep", "ttt", "--seeds", "2", "--device", "cpu"])
+    _check_args(args)
+    assert args.seeds == 2 and args.batch_sizes == [16, 32, 64, 128, 256] and args.variants is None
+    assert (args.world_sizes, args.strategies, args.scaling, args.repeats) == (["1,2,4"], ["ddp,fsdp"],
+                                                                               ["weak,strong"], 1)
+    args = p.parse_args(["--sweep", "world", "--world-sizes", "1,2", "--repeats", "3", "--device", "cpu"])
+    _check_args(args)
+    assert args.world_sizes == ["1,2"] and args.repeats == 3 and args.seeds == 3
+
+
+def test_an_unknown_device_names_device_not_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _refused(capsys, tmp_path / "out", ["--device", "tpu"],
+                    "--device: `train.device` = 'tpu' must be auto, cpu, cuda or cuda:N")
+    assert "--set" not in line
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--device", "cuda"], ["--device cuda: no CUDA device is available on this machine; use cpu or auto"]),
+    (["--device", "cuda:1"], ["--device cuda:1: no CUDA device"]),
+    (["--set", "train.device=cuda"], ["--set train.device=cuda: no CUDA device"]),
+    (["--sweep", "world", "--device", "cuda"], ["--device cuda: no CUDA device"]),
+    (["--sweep", "ttt", "--seeds", "2", "--device", "cuda"], ["--device cuda: no CUDA device"]),
+], ids=["cuda", "cuda:1", "set", "world", "ttt"])
+def test_cuda_without_a_gpu_is_refused_before_the_first_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                                            words: list[str]) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    line = _refused(capsys, tmp_path / "out", argv, *words)
+    assert "bench 1 run(s)" not in line
+
+
+def test_a_cuda_index_beyond_the_devices_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    _refused(capsys, tmp_path / "out", ["--device", "cuda:2"],
+             "--device cuda:2: this machine has 2 CUDA device(s), cuda:0 to cuda:1")
