@@ -62,13 +62,27 @@ def profile_tables(rows: list[Row], backend: str, world: int) -> dict[str, dict]
     return tables
 
 
+# A fit whose line explains less than this share of the timings' variance gives no bandwidth. R^2 <= 0 is a line
+# no better than the timings' mean (it explains nothing); the floor is above 0 because a line that explains a fifth
+# of the spread is still mostly noise. Measured with gloo on a 2-core Intel Xeon VM (2 ranks, --iters 5, one run
+# per --max-bytes, bandwidths against the 16M run's, whose fits had R^2 0.78-0.96): up to 64K and 1M every fit but
+# one had R^2 < 0, bandwidths 0.19x-2.5x; up to 4M, R^2 0.51-0.70, 0.57x-1.31x (docs/analyze.md, Hardware profile).
+MIN_R2 = 0.5
+
+
 def unresolved(fit: dict) -> str | None:
     """Why a fit cannot go into a profile, or None if it can. The planner refuses a profile with beta = 0
-    (a link that moves bytes in no time), and the fit holds beta at 0 where time did not grow with size."""
-    if fit["beta_us_per_byte"] > 0:
-        return None
-    sizes = fit.get("sizes_bytes") or [0]
-    return f"bandwidth not resolved (time did not grow with size, {min(sizes):,}-{max(sizes):,} B)"
+    (a link that moves bytes in no time), and the fit holds beta at 0 where time did not grow with size. A fit
+    with R^2 below MIN_R2 (NaN included) is left out too: its beta is noise, and the planner would read it as a
+    bandwidth (gloo send_recv on timings of 79-3966 us with no size trend wrote busbw 0.019 GB/s at R^2 -0.53)."""
+    if fit["beta_us_per_byte"] <= 0:
+        sizes = fit.get("sizes_bytes") or [0]
+        return f"bandwidth not resolved (time did not grow with size, {min(sizes):,}-{max(sizes):,} B)"
+    r2 = fit.get("fit_r2")
+    if not (isinstance(r2, int | float) and r2 >= MIN_R2):
+        return (f"bandwidth not resolved (the fitted line explains under {MIN_R2:.0%} of the timings' variance, "
+                f"r2 below {MIN_R2}: noise)")
+    return None
 
 
 def writable(tables: dict[str, dict]) -> tuple[dict[str, dict], dict[str, str]]:

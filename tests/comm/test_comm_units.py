@@ -152,6 +152,48 @@ def test_no_profile_written_when_no_bandwidth_resolved(tmp_path: Path, monkeypat
                                                                          "with size, 8-1,048,576 B)"}
 
 
+# gloo send_recv, 2 ranks on the loaded 2-core VM, --max-bytes 64K --iters 5: 134-2187 us with no size trend; the
+# free fit has beta > 0 (2.99 GB/s) at R^2 -0.08, a line worse than the timings' mean. It was written as a bandwidth.
+NOISE = list(zip([8 << i for i in range(14)],
+                 [137.0, 154, 145, 144, 177, 153, 2187, 152, 134, 160, 145, 157, 168, 168], strict=True))
+
+
+def test_a_fit_below_the_r2_floor_gives_no_bandwidth() -> None:
+    from stride.comm.hwprofile import MIN_R2, unresolved
+
+    fit = {"beta_us_per_byte": 1e-3, "sizes_bytes": [8, 1024]}
+    assert unresolved({**fit, "fit_r2": MIN_R2}) is None and unresolved({**fit, "fit_r2": 0.99}) is None
+    for r2 in (MIN_R2 - 0.01, 0.0, -0.53, float("nan"), None):
+        assert "bandwidth not resolved (the fitted line explains under 50%" in unresolved({**fit, "fit_r2": r2})
+    ab = fit_alpha_beta(*zip(*NOISE, strict=True))
+    assert ab.beta_us_per_byte > 0 and ab.r2 < 0  # what used to reach the profile
+
+
+def test_profile_leaves_out_a_fit_that_does_not_explain_the_timings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from stride.perfmodel.hardware import read_comm_profile
+
+    rows = _rows("send_recv", NOISE) + _rows("all_to_all", [(b, 20.0 + b * 0.002) for b in (8, 1024, 1 << 20)])
+    out = tmp_path / "hw.toml"
+    assert _comm(["--profile-out", str(out)], monkeypatch, rows) == 0
+    console = capsys.readouterr().out
+    line = next(x for x in console.splitlines() if x.startswith("send_recv:"))
+    assert "bandwidth not resolved (the fitted line explains under 50% of the timings' variance" in line
+    assert "r2 -0.081" in line and "GB/s" not in line  # one line, no bandwidth quoted
+    assert "left out of the profile: send_recv (bandwidth not resolved)" in console and "--iters" in console
+    assert set(tomllib.loads(out.read_text())["collectives"]) == {"all_to_all"}
+    assert set(read_comm_profile(out, "test")) == {"all_to_all"}
+
+
+def test_no_profile_written_when_every_fit_is_noise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "hw.toml"
+    assert _comm(["--profile-out", str(out)], monkeypatch, _rows("send_recv", NOISE)) == 2
+    err = capsys.readouterr().err
+    assert "not written: no collective's bandwidth was resolved (send_recv: bandwidth not resolved (the fitted" in err
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
 def test_write_profile_validates_before_the_rename(tmp_path: Path) -> None:
     def refuse(tmp: Path) -> None:
         raise ValueError(f"refused {tmp.name}")
