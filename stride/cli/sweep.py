@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.export is None) != (args.export_to is None):
         raise ConfigError("--export POINT and --export-to RUN_DIR go together")
     _check_numbers(args)
-    base, axes, points = expand(args.config, args.overrides, args.grid)
+    base, axes, points = expand(args.config, args.overrides, args.grid, log=_log)  # a large grid says so at once
     exported = _export_point(points, args.export) if args.export is not None else None  # before any training
     if args.out:  # a training run's or a bench's folder is refused before anything is written
         refuse_others(args.out, "sweep")

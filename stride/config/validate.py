@@ -15,6 +15,12 @@ from stride.config.schema import SHARDED_PARAM_OPTIMIZERS, RunConfig
 def validate(cfg: RunConfig) -> None:
     """Every field against the schema (a config built in Python skipped the loader), then the relations."""
     check_fields(cfg)
+    validate_relations(cfg)
+
+
+def validate_relations(cfg: RunConfig) -> None:
+    """The checks between keys alone: what a sweep point runs, whose every key already passed its own check (the
+    base config's in load_config, each grid value in set_key; check_fields was 3/4 of building a point)."""
     _validate_train(cfg)
     _validate_checkpoint(cfg)
     _validate_parallel(cfg)

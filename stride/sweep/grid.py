@@ -3,18 +3,26 @@
 A value list is comma-separated TOML literals (`optim.lr=1e-4,3e-4,1e-3`, `optim.betas=[0.9,0.95],[0.9,0.99]`,
 `model.loss="mse","huber"`, or bare words); `a..b` is the integers a to b inclusive (`train.seed=0..7`).
 Every point is the base config (file, then `--set`) with its grid values set through `stride.config`'s
-`set_key` and `validate`, so an unknown key, a wrong type or a bad value is the loader's one-line error,
-naming the `--grid` argument it came from.
+`set_key` and checked as `validate` checks a config, so an unknown key, a wrong type or a bad value is the
+loader's one-line error, naming the `--grid` argument it came from.
+
+Building a point costs about 40 us here (2-core Intel Xeon VM): a copy of the base config that copies only what
+can change (`copy_config`), its grid values, and the checks between keys (`validate_relations`); each key's own
+check (`check_fields`, 3/4 of the time, ~190 us a point) is not run again, since the base's keys passed it in
+`load_config` and each grid value in `set_key`. A 100,000-point grid took 52 s before its first line.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import itertools
 import json
 import math
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +30,7 @@ from typing import Any
 from stride.config import RunConfig, load_config
 from stride.config.errors import ConfigError
 from stride.config.loader import parse_override, set_key
-from stride.config.validate import validate
+from stride.config.validate import validate_relations
 
 RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
 
@@ -102,9 +110,87 @@ def point_id(values: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def expand(config: str | Path | None, overrides: list[str],
-           grid: list[str]) -> tuple[RunConfig, list[Axis], list[Point]]:
-    """(base config, axes, points): the cartesian product of the axes over the base config, in axis order."""
+_IMMUTABLE = (int, float, str, bool, type(None))
+
+
+def copy_config(cfg: RunConfig) -> RunConfig:
+    """A deep copy of `cfg` (each section a new object; lists and tables copied, scalars shared as they cannot
+    change): `copy.deepcopy`'s result, in a fifth of its time (13 against 62 us)."""
+    new = _shallow(cfg)
+    for name in _names(type(cfg)):
+        sec = getattr(cfg, name)
+        if not (dataclasses.is_dataclass(sec) and hasattr(sec, "__dict__")):
+            setattr(new, name, copy.deepcopy(sec))
+            continue
+        sec = _shallow(sec)
+        d = sec.__dict__
+        for k, v in d.items():
+            if not isinstance(v, _IMMUTABLE):
+                d[k] = _deep(v)
+        setattr(new, name, sec)
+    return new
+
+
+def _shallow(obj: Any) -> Any:
+    """copy.copy of a plain dataclass instance (no __slots__, no __copy__), without copy's protocol look-ups."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    return new
+
+
+def _deep(v: Any) -> Any:
+    """copy.deepcopy of a config value: lists and tables of plain values without its memo; anything else by it."""
+    if type(v) is list:
+        return [x if isinstance(x, _IMMUTABLE) else _deep(x) for x in v]
+    if type(v) is dict:
+        return {k: x if isinstance(x, _IMMUTABLE) else _deep(x) for k, x in v.items()}
+    return copy.deepcopy(v)
+
+
+def config_dict(cfg: RunConfig) -> dict[str, dict[str, Any]]:
+    """`config_to_dict(cfg)` (dataclasses.asdict) for reading, not for keeping: the values are the config's own,
+    not copies, and a dataclass inside a section (the schema has none) stays one; 7 against 90 us."""
+    out = {}
+    for name in _names(type(cfg)):
+        sec = getattr(cfg, name)
+        if not (dataclasses.is_dataclass(sec) and hasattr(sec, "__dict__")):
+            return dataclasses.asdict(cfg)
+        d = sec.__dict__
+        out[name] = {k: d[k] for k in _names(type(sec))}
+    return out
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names, in order (dataclasses.fields, once per class)."""
+    if cls not in _FIELD_NAMES:
+        _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return _FIELD_NAMES[cls]
+
+
+def config_digest(cfg: RunConfig) -> str:
+    """`stride.config.config_hash(cfg)`, the same string (tests/sweep/test_sweep_large_grid.py), from `config_dict`
+    (34 against 121 us); config_hash itself where config_dict's values are not all JSON (a dataclass in a section)."""
+    try:
+        blob = json.dumps(config_dict(cfg), sort_keys=True).encode()
+    except TypeError:
+        from stride.config import config_hash
+
+        return config_hash(cfg)
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+LARGE_GRID = 1_000  # points from which `expand` says what it builds before it starts (about 0.1 s of work here)
+PROGRESS_S = 10.0  # seconds between progress lines while a grid is built
+
+
+def expand(config: str | Path | None, overrides: list[str], grid: list[str],
+           log: Callable[[str], None] | None = None) -> tuple[RunConfig, list[Axis], list[Point]]:
+    """(base config, axes, points): the cartesian product of the axes over the base config, in axis order. With
+    `log`, a grid of LARGE_GRID points or more is announced before it is built, and the build says how far it got
+    every PROGRESS_S seconds."""
     base = load_config(config, overrides)
     if not grid:
         raise ConfigError("no --grid given: a sweep needs at least one axis, e.g. --grid train.seed=0..3")
@@ -118,16 +204,23 @@ def expand(config: str | Path | None, overrides: list[str],
     if n > MAX_POINTS:  # each point is a config in memory and a run to train: refused before any is built
         raise ConfigError(f"--grid {' '.join(a.text for a in axes)}: {n:,} points, more than a sweep's "
                           f"{MAX_POINTS:,}; split it into several sweeps")
+    if log is not None and n >= LARGE_GRID:
+        log(f"building the grid {' '.join(a.text for a in axes)}: {n:,} points "
+            f"({' x '.join(str(len(a.values)) for a in axes)}) ...")
     points = []
-    for combo in itertools.product(*(a.values for a in axes)):
-        cfg = copy.deepcopy(base)
+    t0 = last = time.perf_counter()
+    for i, combo in enumerate(itertools.product(*(a.values for a in axes))):
+        cfg = copy_config(base)
         values = {}
         for a, v in zip(axes, combo, strict=True):
-            set_key(cfg, a.key, v, f"--grid {a.text}")
+            set_key(cfg, a.key, v, f"--grid {a.text}")  # the value's own check, as load_config's
             values[a.key] = v
         try:
-            validate(cfg)
+            validate_relations(cfg)
         except ConfigError as exc:
             raise ConfigError(f"--grid point {' '.join(f'{k}={_show(v)}' for k, v in values.items())}: {exc}") from None
         points.append(Point(point_id(values), values, cfg))
+        if log is not None and i % 1000 == 999 and (now := time.perf_counter()) - last >= PROGRESS_S:
+            last = now
+            log(f"  {i + 1:,} of {n:,} points built ({now - t0:.0f} s)")
     return base, axes, points

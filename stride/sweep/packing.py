@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from stride.config import RunConfig, config_to_dict
+from stride.config import RunConfig
 from stride.config.errors import ConfigError
+from stride.sweep.grid import config_dict
 
 # Settings each model of a pack may have for itself (none changes a shape).
 PER_MODEL_KEYS = frozenset({
@@ -29,15 +30,29 @@ IGNORED_SECTIONS = ("metrics",)
 
 
 def flat(cfg: RunConfig) -> dict[str, Any]:
-    return {f"{s}.{k}": v for s, sec in config_to_dict(cfg).items() for k, v in sec.items()}
+    """`section.key` -> value, the config's own values (read them, do not change them)."""
+    return {f"{s}.{k}": v for s, sec in config_dict(cfg).items() for k, v in sec.items()}
 
 
 def pack_key(cfg: RunConfig) -> str:
-    """Equal for two configs exactly when their models can share a pack."""
-    shared = {k: v for k, v in flat(cfg).items() if k not in PER_MODEL_KEYS and k.split(".")[0] not in IGNORED_SECTIONS}
+    """Equal for two configs exactly when their models can share a pack: a JSON object of the shared keys, sorted
+    (the keys to compare are listed once per config class: a 100,000-point sweep plans in seconds)."""
+    sections = config_dict(cfg)
+    shared = {k: sections[s][name] for k, s, name in _shared_keys(type(cfg), sections)}
     if cfg.model.loss == "quantile":  # the number of levels sizes the head; the levels themselves are per model
         shared["model.quantiles#count"] = len(cfg.model.quantiles)
     return json.dumps(shared, sort_keys=True, default=str)
+
+
+_SHARED: dict[type, list[tuple[str, str, str]]] = {}
+
+
+def _shared_keys(cls: type, sections: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(`section.key`, section, key) of every key two packed models must share, sorted; once per config class."""
+    if cls not in _SHARED:
+        _SHARED[cls] = sorted((f"{s}.{k}", s, k) for s, sec in sections.items() for k in sec
+                              if f"{s}.{k}" not in PER_MODEL_KEYS and s not in IGNORED_SECTIONS)
+    return _SHARED[cls]
 
 
 def split_keys(cfgs: list[RunConfig]) -> list[str]:

@@ -81,7 +81,9 @@ def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index
         if packable or len(members) == 1 or opts.pack == 1:
             why = packable or ("one point" if len(members) == 1 else "--pack 1")
             plan = ClassPlan(1, None, why)
-        elif opts.pack == "auto":
+        elif opts.pack == "auto":  # trains packs of 2, 4, 8, ... models: said first (it ran 7-35 s without a word)
+            opts.log(f"{len(members):,} point(s) of `{cfg.model.name}`: probing pack sizes (up to about "
+                     f"{opts.probe_s:g} s, --probe-s; --pack N skips the probe)")
             pr = probe(cfg, len(members), opts.probe_s, chunk=opts.chunk)
             plan, mem = ClassPlan(pr.size, pr.solo_samples_per_s, pr.why), pr.memory
         else:
