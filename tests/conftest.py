@@ -37,6 +37,17 @@ def _keep_tf32_settings():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
+@pytest.fixture
+def fifo(tmp_path) -> "os.PathLike[str]":
+    """A named pipe in tmp_path, for inputs that must be refused without being opened (nothing ever writes to it:
+    a command that opened it for reading would block)."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    p = tmp_path / "input.toml"
+    os.mkfifo(p)
+    return p
+
+
 @pytest.fixture(scope="session")
 def ray_auth_token() -> str:
     """One Ray auth token for the whole test process: Ray reads RAY_AUTH_TOKEN once per process, so a second

@@ -19,14 +19,6 @@ from stride.config import ConfigError, load_config, loader
 needs_dev_zero = pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero on this platform")
 
 
-@pytest.fixture
-def fifo(tmp_path: Path) -> Path:
-    if not hasattr(os, "mkfifo"):
-        pytest.skip("no FIFOs on this platform")
-    p = tmp_path / "run.toml"
-    os.mkfifo(p)
-    return p
-
 
 def _stride(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     try:

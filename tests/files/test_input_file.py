@@ -50,14 +50,6 @@ def _alarm():
         signal.signal(signal.SIGALRM, old)
 
 
-@pytest.fixture
-def fifo(tmp_path: Path) -> Path:
-    if not hasattr(os, "mkfifo"):
-        pytest.skip("no FIFOs on this platform")
-    p = tmp_path / "pipe.toml"
-    os.mkfifo(p)
-    return p
-
 
 def test_reads_a_regular_file_up_to_its_limit(tmp_path: Path) -> None:
     p = tmp_path / "a.toml"

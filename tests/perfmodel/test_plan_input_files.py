@@ -23,14 +23,6 @@ from stride.perfmodel.hardware import load_catalog
 PLAN = ["plan", "--model", "llama3-8b", "--devices", "8"]
 
 
-@pytest.fixture
-def fifo(tmp_path: Path) -> Path:
-    if not hasattr(os, "mkfifo"):
-        pytest.skip("no FIFOs on this platform")
-    p = tmp_path / "pipe"
-    os.mkfifo(p)
-    return p
-
 
 def _inputs(fifo: Path) -> list[tuple[str, str]]:
     """(path, what it is): the FIFO, and /dev/zero where there is one."""
@@ -80,7 +72,7 @@ def test_a_comm_profile_named_by_a_hardware_file_is_checked_too(fifo: Path, tmp_
     old = signal.signal(signal.SIGALRM, _hung)
     signal.alarm(20)  # in-process: fail, not hang, should the FIFO be opened for a blocking read
     try:
-        with pytest.raises(ConfigError, match=r"comm_profile file .*pipe is a FIFO, not a regular file$"):
+        with pytest.raises(ConfigError, match=r"comm_profile file .*input.toml is a FIFO, not a regular file$"):
             load_catalog(hw)
     finally:
         signal.alarm(0)
