@@ -32,7 +32,7 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
     `callbacks` (the sweep's step display) go to the Trainer and measure nothing."""
     name = w.name + suffix
     if w.kind == "ppo":
-        return run_ppo_workload(w, name, device, extra)
+        return run_ppo_workload(w, name, device, extra, (out / name) if out else None)
     cfg = workload_config(w, name, device, extra)
     trainer = Trainer(config=cfg, out=(out / name) if out else None, write_run_dir=out is not None,
                       callbacks=callbacks)
@@ -45,8 +45,11 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
     return make_entry(w, name, cfg, windows, method, s, run_dir=str(result.run_dir) if result.run_dir else None)
 
 
-def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | None) -> dict[str, Any]:
-    """The RL workload: PPO has its own loop (the policy makes its data) but the same measurements."""
+def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | None,
+                     run_path: Path | None = None) -> dict[str, Any]:
+    """The RL workload: PPO has its own loop (the policy makes its data) but the same measurements. With
+    `run_path`, a run folder as the other workloads get: config.toml and env.json, a metrics.jsonl line per update,
+    summary.json (it had none: its entry's run_dir was empty and nothing of the run was kept but the entry)."""
     import dataclasses
 
     from stride.rl.market_env import MarketMakingSpec
@@ -59,10 +62,30 @@ def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | Non
     settings = PPOSettings(**{k: v for k, v in params.items() if k not in spec_keys})
     r = train_ppo(cfg, spec, settings)
     windows = throughput_windows(r["update_times_s"], 1, r["env_steps_per_update"])
+    if run_path is not None:
+        _write_ppo_run(run_path, cfg, params, r)
     # an env step is PPO's timestep: timesteps/s is its throughput (make_entry puts it at the median)
     return make_entry(w, name, cfg, windows, "{n} equal windows of PPO updates after 1 warm-up update",
                       {**r, "timesteps_per_s": r["env_steps_per_s"]}, skipped_steps=0, ppo=params,
-                      final_episode_return=r["final_episode_return"], episode_returns=r["episode_returns"])
+                      final_episode_return=r["final_episode_return"], episode_returns=r["episode_returns"],
+                      run_dir=str(run_path) if run_path is not None else None)
+
+
+def _write_ppo_run(path: Path, cfg: Any, params: dict[str, Any], r: dict[str, Any]) -> None:
+    """A PPO run's folder: what `stride train` writes for a supervised run, in PPO's terms (an update is a step)."""
+    from stride.config.loader import config_to_toml
+    from stride.metrics.run_dir import RunDir
+
+    run = RunDir(path)
+    try:
+        run.record(config_to_toml(cfg))
+        returns = r["episode_returns"]
+        for i, t in enumerate(r["update_times_s"]):
+            run.log({"step": i + 1, "update_time_s": t, "env_steps": r["env_steps_per_update"] * (i + 1)})
+        run.write_json("summary.json", {**{k: v for k, v in r.items() if k != "update_times_s"}, "kind": "ppo",
+                                        "ppo": params, "episodes": len(returns)})
+    finally:
+        run.close()
 
 
 def workload_config(w: Workload, name: str, device: str, extra: list[str] | None) -> Any:
