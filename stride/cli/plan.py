@@ -501,6 +501,12 @@ def _plan_workload(args, hw, notes: list[str], eff) -> int:
     return 0
 
 
+def _secs(t: float) -> str:
+    """Seconds to three decimals, or three significant digits below 0.1 s (a small model's 0.41 ms step read
+    "0.000")."""
+    return f"{t:.3f}" if t >= 0.1 else f"{t:.3g}"
+
+
 def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tuple[float, float, str],
                 hardware_lines: list[str] = ()) -> None:
     from rich.table import Table
@@ -523,8 +529,8 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
     for col in ("#", "layout", "step s", "80% interval", "tok/s/dev", "80% interval ", "MFU", "mem GiB", "$/step"):
         t.add_column(col, justify="left" if col == "layout" else "right")
     for i, p in enumerate(result.ranked[:top], 1):
-        t.add_row(str(i), p.layout.short(), f"{p.step_time_s:.3f}",
-                  f"{p.step_time_s * lo:.3f} - {p.step_time_s * hi:.3f}", f"{p.tokens_per_s_per_device:,.0f}",
+        t.add_row(str(i), p.layout.short(), _secs(p.step_time_s),
+                  f"{_secs(p.step_time_s * lo)} - {_secs(p.step_time_s * hi)}", f"{p.tokens_per_s_per_device:,.0f}",
                   f"{p.tokens_per_s_per_device / hi:,.0f} - {p.tokens_per_s_per_device / lo:,.0f}",
                   f"{p.mfu * 100:.1f}%", f"{p.peak_mem_gib:.1f}", f"{p.cost_per_step_usd:.3f}")
     con.print(t)
@@ -536,8 +542,13 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
     b.add_column("share", justify="right")
     for k, v in sorted(best.breakdown_s.items(), key=lambda kv: -kv[1]):
         if v > 0:
-            b.add_row(k, f"{v:.4f}", f"{v / best.step_time_s * 100:.1f}%")
+            b.add_row(k, _secs(v), f"{v / best.step_time_s * 100:.1f}%")
     con.print(b)
+    host = best.breakdown_s.get("host_bound", 0.0) / best.step_time_s
+    if host >= 0.3:  # no layout removes launch overhead: the batch or the way kernels are launched does
+        con.print(f"[yellow]note:[/] the best step is {host:.0%} host-bound (kernel launches outrun the work): a "
+                  "larger --global-batch, or CUDA graphs (torch.compile mode='reduce-overhead'), pays more here "
+                  "than any layout")
     mem = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in best.memory_bytes.items())
     con.print(f"memory per device (GiB): {mem}; total {best.peak_mem_gib:.1f} of {hw.memory_gib:g}")
     if alts:

@@ -8,6 +8,11 @@ from rich.console import Console
 from rich.table import Table
 
 
+def _secs(t: float) -> str:
+    """Seconds to three decimals, or three significant digits below 0.1 s."""
+    return f"{t:.3f}" if t >= 0.1 else f"{t:.3g}"
+
+
 def _console() -> Console:
     """A terminal's own width; piped output gets 160 columns rather than rich's 80."""
     con = Console()
@@ -81,8 +86,8 @@ def print_rows(rows: list[dict]) -> None:
             continue
         cells = [r["row_id"], f"{r['tokens_per_s_per_gpu']:,.0f}",
                  f"{r['tokens_per_s_per_gpu_lo']:,.0f} - {r['tokens_per_s_per_gpu_hi']:,.0f}",
-                 f"{r['iter_time_s']:.3f}",
-                 f"{r['iter_time_s_lo']:.3f} - {r['iter_time_s_hi']:.3f}", f"{r['mfu'] * 100:.1f}%",
+                 _secs(r['iter_time_s']),
+                 f"{_secs(r['iter_time_s_lo'])} - {_secs(r['iter_time_s_hi'])}", f"{r['mfu'] * 100:.1f}%",
                  f"{r['peak_mem_gib']:.1f}", str(r["fits"])]
         if measured:
             m = r.get("measured_tokens_per_s_per_gpu")

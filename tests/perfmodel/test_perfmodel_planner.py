@@ -138,3 +138,13 @@ def test_an_empty_compare_hardware_is_refused(capsys: pytest.CaptureFixture[str]
     for fleet in ("", " , "):  # was a TypeError traceback without --devices
         assert main(["plan", "--model", "llama3-8b", "--compare-hardware", fleet]) == 2
         assert "--compare-hardware names no part" in capsys.readouterr().err
+
+
+def test_a_host_bound_plan_says_so_and_shows_its_step_time(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 0.4 ms step read "0.000" s, and a plan half kernel launches did not say that no layout fixes that."""
+    model = "layers=2,hidden=64,heads=4,vocab=100,seq=64"
+    assert main(["plan", "--model", model, "--devices", "8", "--global-batch", "64"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "% host-bound (kernel launches outrun the work)" in out and "│ 0.000 │" not in out
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8"]) == 0
+    assert "host-bound" not in capsys.readouterr().out
