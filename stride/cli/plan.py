@@ -502,8 +502,8 @@ def _plan_workload(args, hw, notes: list[str], eff) -> int:
 
 
 def _secs(t: float) -> str:
-    """Seconds to three decimals, or three significant digits below 0.1 s (a small model's 0.41 ms step read
-    "0.000")."""
+    """Seconds (or dollars) to three decimals, or three significant digits below 0.1 (a small model's 0.41 ms step
+    read "0.000")."""
     return f"{t:.3f}" if t >= 0.1 else f"{t:.3g}"
 
 
@@ -532,7 +532,7 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
         t.add_row(str(i), p.layout.short(), _secs(p.step_time_s),
                   f"{_secs(p.step_time_s * lo)} - {_secs(p.step_time_s * hi)}", f"{p.tokens_per_s_per_device:,.0f}",
                   f"{p.tokens_per_s_per_device / hi:,.0f} - {p.tokens_per_s_per_device / lo:,.0f}",
-                  f"{p.mfu * 100:.1f}%", f"{p.peak_mem_gib:.1f}", f"{p.cost_per_step_usd:.3f}")
+                  f"{p.mfu * 100:.1f}%", f"{p.peak_mem_gib:.1f}", _secs(p.cost_per_step_usd))
     con.print(t)
     con.print(f"80% interval: {basis}")
     best = result.best
