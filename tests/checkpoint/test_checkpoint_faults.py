@@ -251,7 +251,7 @@ def _signal_nproc_run(cfg: Path, out: Path, target: str, after: int) -> tuple[in
                     os.kill(pid, signal.SIGTERM)
     _, err = _communicate(proc)
     committed = [line for line in err.splitlines() if "committed" in line and "exiting" in line]
-    assert len(committed) == 2, err[-3000:]  # both ranks saved the same step
+    assert len(committed) == 1, err[-3000:]  # rank 0 says it once for the run; one new step folder below
     if target == "job":
         assert any("more stop signal(s)" in line for line in committed), committed
     names = sorted(p.name for p in (out / "checkpoints").iterdir())
