@@ -19,6 +19,7 @@ import torch
 from stride.comm.bench import Row
 from stride.comm.collectives import COLLECTIVES
 from stride.comm.fit import fit_alpha_beta
+from stride.comm.fit_quality import MIN_R2
 
 FORMAT = "stride-hwprofile-1"
 
@@ -62,12 +63,6 @@ def profile_tables(rows: list[Row], backend: str, world: int) -> dict[str, dict]
     return tables
 
 
-# A fit whose line explains less than this share of the timings' variance gives no bandwidth. R^2 <= 0 is a line
-# no better than the timings' mean (it explains nothing); the floor is above 0 because a line that explains a fifth
-# of the spread is still mostly noise. Measured with gloo on a 2-core Intel Xeon VM (2 ranks, --iters 5, one run
-# per --max-bytes, bandwidths against the 16M run's, whose fits had R^2 0.78-0.96): up to 64K and 1M every fit but
-# one had R^2 < 0, bandwidths 0.19x-2.5x; up to 4M, R^2 0.51-0.70, 0.57x-1.31x (docs/analyze.md, Hardware profile).
-MIN_R2 = 0.5
 
 
 def unresolved(fit: dict) -> str | None:

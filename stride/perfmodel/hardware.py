@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stride.comm.fit_quality import MIN_R2
 from stride.config.errors import ConfigError, suggest
 from stride.files.input_file import InputFileError, read_input_text
 
@@ -144,9 +145,13 @@ def read_comm_profile(path: Path, where: str) -> dict[str, tuple[float, float, i
         if alpha < 0 or beta <= 0:
             raise ConfigError(f"{where}: {path} [collectives.{name}]: alpha must be >= 0 and beta > 0 "
                               f"(got {alpha * 1e6} us, {beta * 1e6} us/B)")
+        r2 = fit.get("fit_r2")
+        if isinstance(r2, int | float) and not r2 >= MIN_R2:  # noise (a profile written before `stride comm`
+            continue  # left such fits out): that collective falls back to the catalog's link model
         out[name] = (alpha, beta, world)
     if not out:
-        raise ConfigError(f"{where}: {path} has no [collectives.*] fits")
+        raise ConfigError(f"{where}: {path} has no [collectives.*] fits (none, or none whose fit_r2 reaches "
+                          f"{MIN_R2}: their timings were noise)")
     return out
 
 

@@ -258,3 +258,23 @@ def test_probe_reads_the_comm_profile_before_probing(tmp_path: Path, monkeypatch
     out = tmp_path / "local.toml"
     assert main(["plan", "probe", "--out", str(out), "--comm-profile", str(bad)]) == 2
     assert "alpha must be >= 0 and beta > 0" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_planner_skips_a_noisy_fit_in_a_profile_written_before_the_floor(tmp_path: Path) -> None:
+    """A profile `stride comm` wrote before the R^2 floor may hold a noise fit (the docs' old example: R^2 -0.397):
+    the planner's reader leaves that collective out, and refuses a profile of noise alone."""
+    from stride.comm.fit_quality import MIN_R2
+    from stride.config.errors import ConfigError
+    from stride.perfmodel.hardware import read_comm_profile
+
+    p = tmp_path / "old.toml"
+    head = '[meta]\nformat = "stride-hwprofile-1"\nworld_size = 2\n'
+    good = "[collectives.all_reduce]\nalpha_us = 245.0\nbeta_us_per_byte = 0.001133\nfit_r2 = 0.945\n"
+    noisy = f"[collectives.send_recv]\nalpha_us = 121.3\nbeta_us_per_byte = 0.05\nfit_r2 = {MIN_R2 - 0.897}\n"
+    p.write_text(head + good + noisy)
+    assert set(read_comm_profile(p, "hw")) == {"all_reduce"}
+    p.write_text(head + noisy)
+    with pytest.raises(ConfigError, match="none whose fit_r2 reaches 0.5"):
+        read_comm_profile(p, "hw")
+    p.write_text(head + good.replace("fit_r2 = 0.945\n", ""))  # no fit_r2 at all (hand-written): taken as it is
+    assert set(read_comm_profile(p, "hw")) == {"all_reduce"}
