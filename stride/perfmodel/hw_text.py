@@ -22,7 +22,8 @@ from stride.perfmodel.hardware import Catalog, Hardware
 # (pattern on lower-cased text, catalog name); first match wins, most specific first
 _FAMILIES: list[tuple[str, str]] = [
     (r"gb300", "gb300"), (r"\bb300\b|blackwell ultra", "b300"), (r"gb200", "gb200"), (r"\bb200\b", "b200"),
-    (r"\bh200\b", "h200"), (r"\bh[18]00\b.*\bpcie\b|\bh[18]00-pcie", "h100-pcie"),
+    (r"\bgh200\b|grace[ -]?hopper", "gh200"), (r"\bh200\b", "h200"),
+    (r"\bh[18]00\b.*\bpcie\b|\bh[18]00-pcie", "h100-pcie"),
     (r"\bh100[ -]?nvl\b(?!\d)", "h100-nvl"), (r"\bh[18]00\b", "h100-sxm"),
     (r"\ba[18]00\b", "a100-80gb"), (r"\bv100\b", "v100"), (r"\bl40s\b", "l40s"),
     (r"\bmi355x\b", "mi355x"), (r"\bmi350x\b", "mi350x"), (r"\bmi325x\b", "mi325x"), (r"\bmi300x\b", "mi300x"),

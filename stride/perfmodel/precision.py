@@ -59,9 +59,11 @@ def recipe(name: str) -> Recipe:
 
 
 _FORMATS = r"(?:nv|mx)?fp[48]\w*|float8\w*|\bmxfp\w*"
-# ... and a config object built switched off: OLMo-core's "Float8Config(enabled=False)"
-_OFF = (rf"(?:{_FORMATS})(?:\s*[=:]?\s*\(?\s*(?:none|null|false|off|disabled|no)\b|\s*[=:]\s*0(?![.\d])|"
-        rf"\s*[(:]\s*enabled\s*[=:]\s*(?:false|0)\b[^)]*\)?)|"
+# ... and a config object built switched off, `enabled` anywhere among its arguments: OLMo-core's
+# "float8_config=Float8Config(compile=compile, enabled=False)", YAML's "float8: {enabled: false}"
+_ARGS = r"(?:[^(){}]|\([^()]*\))*?"  # a call's other arguments, one level of nested calls ("ao=X.recommended()")
+_OFF = (rf"(?:{_FORMATS})(?:\s*[=:]\s*\w*)?\s*[({{:]\s*{_ARGS}\benabled\s*[=:]\s*(?:false|0)\b{_ARGS}[)}}]?|"
+        rf"(?:{_FORMATS})(?:\s*[=:]?\s*\(?\s*(?:none|null|false|off|disabled|no)\b|\s*[=:]\s*0(?![.\d]))|"
         rf"\b(?:no|without|not|disabled?)\W{{1,3}}(?:{_FORMATS})")
 
 

@@ -119,9 +119,11 @@ _FLASH_OFF = (r"(?:flash[-_ ]?(?:attn|attention)\w*|use[-_]flash[-_]attn\w*)(?:\
 _ATTENTION_OFF = r"(?<!re)materiali[sz]ed|\b(?:no|without)\s+flash|" + _FLASH_OFF
 # Transformer Engine's cuDNN fused attention named on: a fused kernel even where its flash backend is off
 # (NeMo recipes set NVTE_FUSED_ATTN=1 with NVTE_FLASH_ATTN=0: cuDNN's kernel runs, the scores never materialise)
+# (not when negated: "non-fused attention", "no fused attention", "fused attention off")
 _FUSED_ON = (r"nvte_fused_attn\s*=\s*1\b|cudnn[-_ ]?(?:flash|fused)|"
-             r"(?<!un)fused[-_ ]attention(?!\s*[=:]\s*(?:0|false|off))")
-_FUSED_OFF = r"nvte_fused_attn\s*=\s*0\b"
+             r"(?<!un)(?<!non)(?<!non[- ])(?<!no )(?<!not )(?<!without )fused[-_ ]attention"
+             r"(?!\s*[=:]?\s*(?:0|false|off|disabled|none)\b)")
+_FUSED_OFF = r"nvte_fused_attn\s*=\s*0\b|(?<!re)materiali[sz]ed"  # said off, or the scores said materialised
 
 
 def _words(text: str, yes: str, no: str) -> bool | None:

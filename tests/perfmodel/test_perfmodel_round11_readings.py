@@ -26,7 +26,12 @@ def _llama8b_row(**over: str) -> dict:
     # NeMo recipes: Transformer Engine's cuDNN fused attention on, its flash backend off: still a fused kernel
     ("Llama 3.1 8B; fused attention (NVTE_FUSED_ATTN=1, NVTE_FLASH_ATTN=0)", "flash"),
     ("Llama 3.1 8B; NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=1", "flash"),
-    ("Llama 3.1 8B; cuDNN fused attention", "flash"),
+    ("Llama 3.1 8B; cuDNN fused attention; USE_FLASH_ATTN=0", "flash"),  # materialised without the cuDNN words
+    # negated, or beside materialised scores: not a fused kernel (the review's cases)
+    ("Llama 3.1 8B; non-fused attention, materialized scores", "materialized"),
+    ("Llama 3.1 8B; fused attention off, materialized scores", "materialized"),
+    ("Llama 3.1 8B; no fused attention, no flash", "materialized"),
+    ("Llama 3.1 8B; fused attention disabled, USE_FLASH_ATTN=0", "materialized"),
     # both of Transformer Engine's fused backends off: TE's unfused path materialises the scores
     ("Llama 3.1 8B; NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0", "materialized"),
     ("Llama 3.1 8B; unfused attention, USE_FLASH_ATTN=0", "materialized"),
@@ -55,7 +60,21 @@ def test_xielu_is_an_elementwise_activation_not_gated() -> None:
     # OLMo-core's config object built switched off: the run is bf16 (Olmo 3 rows had been predicted as FP8)
     ("bfloat16 (Sec. 3.2); Float8Config(enabled=False) in script", (None, "")),
     ("bf16; float8_config: enabled: false", (None, "")),
+    # OLMo-core's scripts as written, `enabled` among other arguments (the review's cases)
+    ("float8_config=Float8Config(enabled=False)", (None, "")),
+    ("Float8Config(compile=compile, enabled=False)", (None, "")),
+    ("Float8Config(ao=AOFloat8LinearConfig.recommended(), enabled=False)", (None, "")),
+    ("float8: {enabled: false}", (None, "")),
     ("Float8Config(enabled=True, ao=AOFloat8LinearConfig.recommended())", ("fp8", "tensorwise")),
 ])
 def test_a_float8_config_built_off_is_not_fp8(text: str, expect: tuple) -> None:
     assert recipe_from_text(text.lower()) == expect
+
+
+@pytest.mark.parametrize("text", ["GH200 144GB 4.9TB/s", "GH200 96GB", "NVIDIA Grace Hopper superchip"])
+def test_a_gh200_can_be_described(text: str) -> None:
+    """The catalog's own advice ("describe it, e.g. 'GH200 144GB 4.9TB/s'") was refused as unknown hardware."""
+    from stride.perfmodel.hw_text import resolve
+
+    hw, _ = resolve(text, load_catalog())
+    assert hw.name.startswith("gh200") and hw.peak_flops("bf16") == load_catalog().get("h100-sxm").peak_flops("bf16")
