@@ -126,10 +126,10 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
             os.close(fd)
             raise
         if ranks_still_in(folder):  # the lock file is free, but ranks of a launch whose launcher died are not gone
-            os.close(fd)
-            if not existed:
+            if not existed:  # unlinked while still locked, as release(restore=True) does: none can lock a ghost
                 with contextlib.suppress(OSError):
                     path.unlink()
+            os.close(fd)
             put_back(path.parent, folder_before)
             raise FolderInUse(f"{what} {folder} is in use by processes of an earlier `stride train --nproc` whose "
                               "launcher is gone (they are ending: the launcher's death ends them): two runs in one "

@@ -43,7 +43,7 @@ class Sample:
         return self.inputs.kind[0]
 
     @property
-    def kind(self) -> tuple[str, str, str]:
+    def kind(self) -> tuple[str, ...]:
         return self.inputs.kind
 
 

@@ -11,7 +11,8 @@ percentiles q10, q90; since truth = predicted x e^-r:
 (widened to contain the prediction where q10 > 0 or q90 < 0).
 
 A generation no development row ran on gets the leave-one-hardware-out residuals (how wrong the
-model is on hardware it never saw), which are wider.
+model is on hardware it never saw), which are wider; a MoE run on such hardware too (the MoE rows
+alone are too few to hold out by generation).
 
 A mixture-of-experts run looks first among the residuals of MoE runs alone (keys `moe:gen|prec|fw` and
 coarser), where enough sources back them: the model's MoE error is several times its dense error (LOSO

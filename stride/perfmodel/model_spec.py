@@ -181,7 +181,7 @@ def parse_model_spec(spec: str) -> TransformerSpec:
                 values[key] = raw
         except ValueError:
             raise ConfigError(f"--model: `{key}` expects {tp.__name__}, got {raw!r} (in {spec!r})") from None
-    if values.get("head_dim") == 0:
+    if "head_dim" in values and int(values["head_dim"]) < 1:  # type: ignore[call-overload]
         raise ConfigError(f"--model: `head_dim` must be >= 1 (leave it out for hidden / heads) (in {spec!r})")
     moe_keys = [k for k in ("top_k", "moe_every", "moe_ffn", "capacity") if k in values]
     experts = values.get("experts", base.experts if base is not None else 0)

@@ -109,15 +109,34 @@ def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
         raise ConfigError(f"no layout of {spec.name} on {devices} x {hw.name} divides global batch {global_batch}: "
                           f"pick a batch divisible by the data-parallel sizes (e.g. {devices})")
     preds = [predict(spec, lay, hw, global_batch, eff) for lay in layouts]
-    # equal step times (to 3 significant digits: a small model's micro-batch barely matters) rank by memory
-    fits = sorted((p for p in preds if p.fits), key=lambda p: (float(f"{p.step_time_s:.3g}"), p.peak_mem_gib))
+    fits = _ties_by_memory(sorted((p for p in preds if p.fits), key=lambda p: p.step_time_s))
     over = sorted((p for p in preds if not p.fits), key=lambda p: p.step_time_s)
     return PlanResult(fits, over, len(preds))
+
+
+TIE = 0.005  # step times within 0.5 % of each other are one speed: the smaller memory ranks first
+
+
+def _ties_by_memory(ranked: list[Prediction]) -> list[Prediction]:
+    """`ranked` (fastest first) with each run of step times within TIE of the run's fastest ordered by memory (a small
+    model's micro-batch barely changes its step; the one needing less memory is the better pick)."""
+    out: list[Prediction] = []
+    i = 0
+    while i < len(ranked):
+        j = i
+        while j < len(ranked) and ranked[j].step_time_s <= ranked[i].step_time_s * (1 + TIE):
+            j += 1
+        out += sorted(ranked[i:j], key=lambda p: p.peak_mem_gib)
+        i = j
+    return out
 
 
 def explain(loser: Prediction, best: Prediction) -> str:
     """One line: how much slower `loser` is than `best` and which breakdown terms cost it."""
     slower = loser.step_time_s / best.step_time_s - 1
+    if slower <= 0:  # a tie the best won on memory (`_ties_by_memory`)
+        return (f"as fast ({slower * 100:+.1f}%, within {TIE:.1%}) with more memory "
+                f"({loser.peak_mem_gib:.1f} against {best.peak_mem_gib:.1f} GiB)")
     deltas = {k: loser.breakdown_s.get(k, 0.0) - best.breakdown_s.get(k, 0.0)
               for k in set(loser.breakdown_s) | set(best.breakdown_s)}
     worst = sorted((kv for kv in deltas.items() if kv[1] > 0), key=lambda kv: -kv[1])[:2]

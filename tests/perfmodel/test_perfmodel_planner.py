@@ -24,8 +24,9 @@ def test_thousand_gpu_search_is_fast_and_ranked() -> None:
     elapsed = time.perf_counter() - t0
     assert elapsed < 5.0, f"search took {elapsed:.2f} s"  # the 1 s goal is measured in docs/perfmodel.md
     assert res.ranked and all(p.fits for p in res.ranked)
-    times = [float(f"{p.step_time_s:.3g}") for p in res.ranked]  # equal to 3 digits: the smaller memory first
-    assert times == sorted(times)
+    times = [p.step_time_s for p in res.ranked]  # within 0.5 % of each other: the smaller memory first
+    assert all(b >= a / 1.005 for a, b in zip(times, times[1:], strict=False))
+    assert res.best.step_time_s <= min(times) * 1.005
     assert all(not p.fits for p in res.rejected_memory)
     assert explain(res.ranked[-1], res.best).startswith("+")
 
@@ -130,8 +131,11 @@ def test_a_small_models_plan_is_not_thousands_of_micro_steps() -> None:
     assert best is not None and best.layout.micro_batch > 1000
     assert best.breakdown_s.get("host_bound", 0.0) < 0.5 * best.step_time_s
     assert best.step_time_s < 0.5
-    ties = [p for p in res.ranked if f"{p.step_time_s:.3g}" == f"{best.step_time_s:.3g}"]
+    fastest = min(p.step_time_s for p in res.ranked)
+    ties = [p for p in res.ranked if p.step_time_s <= fastest * 1.005]
     assert best.peak_mem_gib == min(p.peak_mem_gib for p in ties)
+    slower_tie = next(p for p in ties if p.peak_mem_gib > best.peak_mem_gib)
+    assert explain(slower_tie, best).startswith("as fast (")
 
 
 def test_an_empty_compare_hardware_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
