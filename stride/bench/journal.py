@@ -48,7 +48,8 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], limit: int = 3) -> str
 
 
 class ResultsJournal:
-    """The sweep's results.json: `planned` variant names in order; `add` one finished entry at a time."""
+    """The sweep's results.json: `planned` variant names in order (a repeated name counts once); `add` one finished
+    entry at a time."""
 
     def __init__(self, out: Path, suite: str, environment: dict[str, Any], planned: list[str],
                  sections: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None) -> None:
@@ -56,7 +57,9 @@ class ResultsJournal:
         self.path = out / "results.json"
         self.suite = suite
         self.environment = environment
-        self.planned = planned
+        # each name once: a name planned twice (a repeated --workloads) wrote its entry twice, a results.json that
+        # `stride report` and `stride compare` refuse ("listed twice")
+        self.planned = list(dict.fromkeys(planned))
         self.sections = sections or (lambda entries: {})
         self.entries: dict[str, dict[str, Any]] = {}
         self._previous = self._load_previous()

@@ -100,11 +100,10 @@ def run(args: argparse.Namespace) -> int:
             return 130  # stopped (Ctrl-C, SIGTERM): what finished is in results.json, the rerun resumes
     _print_tables(results, args)
     print(f"results: {out / 'results.json'}")
-    if prices is not None:
-        _write_report(out, prices)
+    reported = prices is None or _write_report(out, prices)
     if args.json:
         print(strict_json.dumps(results, default=str))
-    return 0
+    return 0 if reported else 1
 
 
 def _variants(args: argparse.Namespace, names: list[str], out: Path, console: Any) -> dict[str, Any] | None:
@@ -204,7 +203,9 @@ def _check_args(args: argparse.Namespace) -> None:
     wrote an empty results.json, an unknown variant was a traceback after the plan. A sweep option given without
     its --sweep is refused (it was ignored: `--seeds 5` without `--sweep ttt` ran the quick suite, minutes, without a
     word), and so is a --device this machine cannot run (`cuda` without a GPU failed only once the first run had
-    started, and `tpu` was reported as `--set train.device=tpu`, a --set the user never wrote)."""
+    started, and `tpu` was reported as `--set train.device=tpu`, a --set the user never wrote). A --workloads,
+    --batch-sizes or --variants value given twice is refused: it was measured twice under one name, then the report
+    refused the results.json it had written (a traceback after the whole sweep)."""
     from stride.bench.workloads import check_variants
     from stride.config.errors import ConfigError
 
@@ -215,6 +216,13 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"{option} {bad}: need at least 1 {what}; nothing would be measured")
     if args.variants is not None:
         check_variants(args.variants)
+    for option, values in (("--workloads", args.workloads), ("--batch-sizes", args.batch_sizes),
+                           ("--variants", args.variants)):
+        repeated = next((v for i, v in enumerate(values or []) if v in values[:i]), None)
+        if repeated is not None:  # planned twice under one name: measured twice, then a results.json that
+            # `stride report` refuses ("listed twice") after the whole sweep had run
+            raise ConfigError(f"{option}: {repeated} is listed twice; give each once (a repeat would measure it "
+                              "again under the same name); nothing was run")
     _check_sweep_options(args)
     _fill_defaults(args)
     check_device(args.device, "--device ")
@@ -282,29 +290,44 @@ def _check_out(out: Path, args: argparse.Namespace) -> None:
 
 
 def _load_prices(path: str | None) -> dict[str, float]:
-    """The price table, read before the sweep: one the user named must exist and parse (else exit 2, before an
-    hour of runs); stride's own table missing only leaves the costs out."""
+    """The price table, read before the sweep: one the user named must exist, be a regular file (a FIFO or a
+    directory is named as such) and parse (else exit 2, before an hour of runs); stride's own table missing only
+    leaves the costs out."""
     from stride.config.errors import ConfigError
+    from stride.files.input_file import InputFileError
     from stride.report.recommend import load_prices
 
     try:
         return load_prices(path)
-    except (FileNotFoundError, IsADirectoryError) as exc:
+    except FileNotFoundError as exc:
         if path is not None:
-            what = "is a directory, not a file" if Path(path).is_dir() else "no such file"
-            raise ConfigError(f"--prices {path}: {what} (a TOML [prices] table, USD per device-hour)") from None
+            raise ConfigError(f"--prices {path}: no such file (a TOML [prices] table, USD per device-hour)") from None
         print(f"{exc}: the report leaves costs out (--prices FILE)")
         return {}
     except ValueError as exc:
+        if isinstance(exc.__cause__, InputFileError):  # "prices file P is a FIFO, not a regular file", ...
+            raise ConfigError(f"--prices: {exc} (a TOML [prices] table, USD per device-hour)") from None
         raise ConfigError(f"--prices {exc}") from None
 
 
-def _write_report(out: Path, prices: dict[str, float]) -> None:
-    """report.html and summary.md beside results.json (what `stride report DIR` writes)."""
+def _write_report(out: Path, prices: dict[str, float]) -> bool:
+    """report.html and summary.md beside results.json (what `stride report DIR` writes); False, with one line on
+    stderr, when the results cannot be reported: the measurements are done and stay in results.json, so that is
+    said, never a traceback after the sweep."""
+    import sys
+
+    from stride.bench.results import ResultsError
+    from stride.errors import one_line
     from stride.report.render import render_report
 
-    html, md = render_report(out, prices)
+    try:
+        html, md = render_report(out, prices)
+    except ResultsError as exc:
+        print(f"stride bench: no report written: {one_line(str(exc))}; the measurements stay in "
+              f"{out / 'results.json'}", file=sys.stderr)
+        return False
     print(f"report: {html} and {md}")
+    return True
 
 
 def _world_args(args: argparse.Namespace) -> tuple[list[int], list[str], list[str]]:

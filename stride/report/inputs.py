@@ -120,7 +120,7 @@ def results_from_run(run: Path) -> dict[str, Any]:
     entry = {
         "name": s.get("name") or run.name, "version": None, "config": cfg, "source": "stride train",
         "throughput": {"unit": "samples/s", "median": tput, "min": tput, "max": tput, "cv": None,
-                       "n": 1 if tput else 0},
+                       "n": 1 if tput is not None else 0},
         "throughput_method": "the run's samples over its timed steps (after metrics.skip_steps warm-up)",
         "mfu_peak_source": s.get("peak_flops_source"),
         **{k: s.get(k) for k in ("timesteps_per_s", "mfu", "flops_per_step", "peak_mem_kind", "time_to_target_s",

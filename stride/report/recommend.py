@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from stride.files.input_file import InputFileError, InputFileMissing, read_input_text
 from stride.metrics.dtype_speed import DtypeSpeeds, host_speeds, precision_line
 
 DATA_BOUND = 0.10  # data wait above 10 % of the step: the loader is on the critical path
@@ -20,15 +21,25 @@ LOW_MFU = 0.2  # forward + backward at under 20 % MFU: kernel count or memory tr
 # The default price table ships inside the package (package data), so `stride report` finds it from any
 # directory and in a pip-installed stride; it was `configs/prices.toml` relative to the current directory.
 DEFAULT_PRICES = Path(__file__).with_name("prices.toml")
+PRICES_MAX_BYTES = 1 << 20  # a table of device prices is a few hundred bytes
 
 
 def load_prices(path: str | Path | None = None) -> dict[str, float]:
-    """USD per device-hour from the TOML table at `path` (None: the table shipped with stride)."""
+    """USD per device-hour from the TOML table at `path` (None: the table shipped with stride).
+
+    Nothing there: FileNotFoundError. A FIFO, a device or a directory (read through `read_input_text`: refused
+    naming what it is, never opened or read forever; `is_file()` called a FIFO "not found"), a file over
+    PRICES_MAX_BYTES, text that is not UTF-8 TOML or not a table of prices: ValueError, its `__cause__` the
+    InputFileError where there is one."""
     p = Path(path) if path is not None else DEFAULT_PRICES
-    if not p.is_file():
-        raise FileNotFoundError(f"price table not found: {p}")
     try:
-        prices = tomllib.loads(p.read_text()).get("prices")
+        text = read_input_text(p, limit=PRICES_MAX_BYTES, what="prices file")
+    except InputFileMissing:
+        raise FileNotFoundError(f"price table not found: {p}") from None
+    except InputFileError as exc:
+        raise ValueError(str(exc)) from exc
+    try:
+        prices = tomllib.loads(text).get("prices")
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{p}: not valid TOML: {exc}") from exc
     if not isinstance(prices, dict) or not all(isinstance(v, int | float) and not isinstance(v, bool)

@@ -29,11 +29,6 @@ PER_MODEL_KEYS = frozenset({
 IGNORED_SECTIONS = ("metrics",)
 
 
-def flat(cfg: RunConfig) -> dict[str, Any]:
-    """`section.key` -> value, the config's own values (read them, do not change them)."""
-    return {f"{s}.{k}": v for s, sec in config_dict(cfg).items() for k, v in sec.items()}
-
-
 def pack_key(cfg: RunConfig) -> str:
     """Equal for two configs exactly when their models can share a pack: a JSON object of the shared keys, sorted
     (the keys to compare are listed once per config class: a 100,000-point sweep plans in seconds)."""

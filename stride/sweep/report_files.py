@@ -51,7 +51,7 @@ def _entry(r: dict[str, Any]) -> dict[str, Any]:
     s = r["summary"]
     sps = s.get("samples_per_s")
     tput = {"unit": "samples/s", "median": sps, "min": sps, "max": sps, "cv": None,  # one measurement: no spread
-            "n": 1 if sps else 0}
+            "n": 1 if sps is not None else 0}
     keep = ("final_val_loss", "final_train_loss", "steps", "status", "params", "params_sha256", "config_hash",
             "target_val_loss", "diverged_at_step", "step_time_s")
     return {"name": f"sweep:{r['id']}", "label": r["label"], "values": r["values"], "throughput": tput,

@@ -108,3 +108,69 @@ def test_a_cuda_index_beyond_the_devices_is_refused(tmp_path: Path, capsys: pyte
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     _refused(capsys, tmp_path / "out", ["--device", "cuda:2"],
              "--device cuda:2: this machine has 2 CUDA device(s), cuda:0 to cuda:1")
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--workloads", "mlp_tiny", "mlp_tiny"], ["--workloads: mlp_tiny is listed twice"]),
+    (["--sweep", "batch", "--batch-sizes", "8", "16", "8"], ["--batch-sizes: 8 is listed twice"]),
+    (["--sweep", "tradeoffs", "--variants", "bf16", "baseline", "bf16"], ["--variants: bf16 is listed twice"]),
+], ids=["workloads", "batch-sizes", "variants"])
+def test_a_repeated_value_is_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          argv: list[str], words: list[str]) -> None:
+    """`--workloads mlp_tiny mlp_tiny` planned the variant twice, measured it twice, wrote it twice into results.json,
+    then the report refused that file: a traceback, exit 1, after minutes of runs."""
+    line = _refused(capsys, tmp_path / "out", argv, *words, "nothing was run")
+    assert line.startswith("stride bench: config error: ")
+
+
+def test_results_the_report_refuses_are_one_line_after_measuring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A report that cannot be written once the runs are done: one line naming the file, results.json kept, no
+    traceback (a ResultsError from stride.report.inputs propagated out of `stride bench`)."""
+    import json
+
+    import stride.cli.bench as bench
+    from stride.bench.results import make_results
+
+    out = tmp_path / "out"
+    w = {"name": "mlp_tiny", "version": 1, "mfu": None, "peak_mem_bytes": 1, "step_time_breakdown_s": {},
+         "time_to_target_s": None, "throughput": {"unit": "samples/s", "median": 10.0, "min": 9.0, "max": 11.0,
+                                                   "cv": 0.1, "n": 3}}
+    results = make_results("custom", {}, [w])
+    written = json.dumps({**results, "workloads": [w, w]})  # what the old journal wrote for a repeated name
+
+    def measured(args, names, out_dir, console):
+        out_dir.mkdir(parents=True)
+        (out_dir / "results.json").write_text(written)
+        return results
+
+    monkeypatch.setattr(bench, "_variants", measured)
+    rc = main(["bench", "--workloads", "mlp_tiny", "--device", "cpu", "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 1 and len(lines) == 1, err
+    assert "Traceback" not in err and lines[0].startswith("stride bench: no report written: ")
+    assert f"{out / 'results.json'}: workloads[1] (mlp_tiny) is listed twice" in lines[0]
+    assert (out / "results.json").read_text() == written and not (out / "report.html").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_prices_file_that_is_not_a_regular_file_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   kind: str) -> None:
+    """`--prices FIFO` said "no such file" (`is_file()` is False for a FIFO); it is now read as input files are."""
+    import os
+
+    prices = tmp_path / "prices.toml"
+    if kind == "fifo":
+        os.mkfifo(prices)
+    else:
+        prices.mkdir()
+    what = "a FIFO" if kind == "fifo" else "a directory"
+    out = tmp_path / "out"
+    rc = main(["bench", "--workloads", "mlp_tiny", "--device", "cpu", "--out", str(out), "--prices", str(prices)])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and not out.exists(), lines
+    assert f"--prices: prices file {prices} is {what}, not a regular file" in lines[0] and "no such" not in lines[0]
+    assert main(["report", str(tmp_path), "--prices", str(prices)]) == 2  # `stride report`: the same words
+    err = capsys.readouterr().err
+    assert f"stride report: prices file {prices} is {what}, not a regular file" in err, err

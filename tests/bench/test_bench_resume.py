@@ -153,3 +153,18 @@ def test_progress_log_lines_carry_steps_and_eta(capsys) -> None:
     p.finish("v", _entry("v"))
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith("[3/3] v done in") and last.endswith("sweep done")
+
+
+def test_journal_writes_a_name_planned_twice_once(tmp_path) -> None:
+    """A name planned twice (`--workloads mlp_tiny mlp_tiny`) was written twice: a results.json that `stride report`
+    and `stride compare` refuse ("listed twice")."""
+    from stride.report.inputs import resolve
+
+    j = ResultsJournal(tmp_path, "custom", ENV, ["m", "m", "n"])
+    j.add(_entry("m"))
+    res = j.results()
+    assert [w["name"] for w in res["workloads"]] == ["m"]
+    assert res["partial"] == {"done": 1, "planned": 2, "pending": ["n"]}
+    j.add(_entry("n"))
+    assert [w["name"] for w in load_results(tmp_path / "results.json")["workloads"]] == ["m", "n"]
+    assert [w["name"] for w in resolve(tmp_path)[0]["workloads"]] == ["m", "n"]

@@ -123,3 +123,17 @@ def test_a_fifo_or_device_given_as_results_is_refused_at_once(tmp_path: Path, ki
         assert res.returncode == 2, res.stderr
         what = "a FIFO" if kind == "fifo" else "a character device"
         assert f"results file {path} is {what}, not a regular file" in res.stderr
+
+
+def test_a_training_run_of_zero_throughput_counts_one_measurement(tmp_path: Path) -> None:
+    """`samples_per_s` 0.0 was read as n = 0 beside median 0.0, which `count_problem` refuses."""
+    from stride.report.inputs import resolve
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"name": "r", "steps": 5, "samples_per_s": 0.0, "mfu": None,
+                                                  "peak_mem_bytes": 1, "step_time_breakdown_s": {}}))
+    tput = resolve(run)[0]["workloads"][0]["throughput"]
+    assert (tput["median"], tput["n"]) == (0.0, 1)
+    (run / "summary.json").write_text(json.dumps({"name": "r", "steps": 0, "samples_per_s": None}))
+    assert resolve(run)[0]["workloads"][0]["throughput"]["n"] == 0  # no figure: no measurement
