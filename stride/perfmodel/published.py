@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stride.config.errors import ConfigError
+from stride.files.input_file import not_found_or_special
 from stride.perfmodel import row_text as rt
 from stride.perfmodel.attention_kernels import kernel_from_text
 from stride.perfmodel.frameworks import FRAMEWORKS, compiled, framework_from_text, fused_loss
@@ -373,8 +374,9 @@ def read_rows(path: str | Path) -> list[dict]:
     columns as blank and be predicted on assumed values, and one bad row never stops the file. An empty cell
     that is present is blank, as the format allows."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--from-csv: file not found: {p}")
+    if not p.is_file():  # a FIFO or a device is named for what it is ("file not found" was wrong)
+        raise ConfigError(f"--from-csv: {not_found_or_special(p)}" if p.exists()
+                          else f"--from-csv: file not found: {p}")
     try:
         with p.open(newline="", encoding="utf-8-sig", errors="replace") as fh:
             reader = csv.DictReader(fh)

@@ -92,9 +92,9 @@ def _load_checked(p: Path) -> dict[str, Any]:
     return res
 
 
-def _read_json(p: Path) -> dict[str, Any]:
+def _read_json(p: Path, what: str) -> dict[str, Any]:
     try:
-        obj = json.loads(read_input_text(p, limit=RESULTS_MAX_BYTES, what="results file"))
+        obj = json.loads(read_input_text(p, limit=RESULTS_MAX_BYTES, what=what))
     except InputFileError as exc:  # a FIFO or /dev/zero: refused, not read forever
         raise ResultsError(str(exc)) from None
     except json.JSONDecodeError as exc:
@@ -106,10 +106,10 @@ def _read_json(p: Path) -> dict[str, Any]:
 
 def results_from_run(run: Path) -> dict[str, Any]:
     """A one-workload results object from a `stride train` run directory."""
-    s = _read_json(run / "summary.json")
+    s = _read_json(run / "summary.json", "run summary")
     if why := range_problem(s):
         raise ResultsError(f"{run / 'summary.json'}: {why}")
-    env = _read_json(run / "env.json") if (run / "env.json").is_file() else {}
+    env = _read_json(run / "env.json", "run environment file") if (run / "env.json").is_file() else {}
     cfg: dict[str, Any] = {}
     if (run / "config.toml").is_file():
         try:

@@ -226,3 +226,10 @@ def test_commands_name_a_fifo_for_what_it_is(tmp_path: Path, args: list[str]) ->
     res = subprocess.run([sys.executable, "-m", "stride", *cmd], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stderr
     assert f"{fifo} is a FIFO, not a regular file" in res.stderr
+
+
+def test_plan_from_csv_names_a_fifo(fifo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from stride.cli.main import main
+
+    assert main(["plan", "--from-csv", str(fifo)]) == 2
+    assert f"--from-csv: {fifo} is a FIFO, not a regular file" in capsys.readouterr().err
