@@ -224,7 +224,8 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
                 + rep_tail
             t_dp_grad += t_rep
     opt_params = 0.0 if lay.frozen else p_stage / (sd if lay.zero >= 1 else 1)
-    opt_bytes = (26 + 2 * gbytes) if fw.master_weights or lay.precision in FP32_STORAGE else 14
+    opt_bytes = (26 + 2 * gbytes) if (fw.master_weights and not lay.pure_bf16) or lay.precision in FP32_STORAGE \
+        else 14
     t_opt = c.memory(opt_params * opt_bytes)
 
     breakdown = {k: m * blocks[slowest] * val for k, val in blk.terms.items()}

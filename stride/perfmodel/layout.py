@@ -77,6 +77,9 @@ class Layout:
     lora_rank: int = 0
     lora_targets: str = "attention"
     lora_dropout: float = 0.0
+    # weights, gradients and AdamW states all 16-bit, no fp32 master copy (a model loaded in bf16 and trained so, as
+    # Hugging Face's Trainer does without amp): what the framework profile says otherwise (torchtune's is)
+    pure_bf16: bool = False
     # NCCL channels (CTAs) the context-parallel communicator may use (0: NCCL's own choice, enough for the link's
     # bus bandwidth); MLPerf's NeMo configs cap it at 1 (conf/nccl/custom_communicator_cta.yaml `cp: max_ctas: 1`)
     cp_channels: int = 0
@@ -109,6 +112,7 @@ class Layout:
         prec = self.precision + (f"-{self.fp8_recipe}" if self.precision in ("fp8", "fp4") else "")
         zero = f"zero{self.zero}" + (f"/{self.shard_dp}" if self.shard_dp < self.dp else "")
         rc = f"rc-{self.recompute}" + (f"x{self.recompute_layers}" if self.recompute_layers else "")
+        prec += "-pure" if self.pure_bf16 else ""
         parts += [zero, f"mb{self.micro_batch}", rc, prec] + (["frozen"] if self.frozen else []) + (
             [f"lora{self.lora_rank}"] if self.lora_rank else [])
         return " ".join(parts)

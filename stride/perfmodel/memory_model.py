@@ -56,7 +56,7 @@ def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
     dp, z = lay.state_shards, lay.zero  # hybrid sharding: states shard over the shard group (x cp) only
     if lay.precision in ("fp32", "tf32"):
         w, g, o = 4.0, 4.0, 8.0
-    elif not fw.master_weights:
+    elif not fw.master_weights or lay.pure_bf16:
         w, g, o = 2.0, 2.0, 4.0  # bf16 weights, gradients, Adam moments
     elif lay.framework in ("fsdp1", "fsdp2", "maxtext", "ddp"):
         w, g, o = 4.0, 4.0, 8.0  # fp32 sharded parameters are the master copy

@@ -443,3 +443,12 @@ def lora(text: str) -> tuple[int, str, float, list[str]]:
         notes.append("LoRA target modules not stated: attention (qkv, output projection) assumed")
     d = re.search(r"(?:lora|adapter)[_ ]dropout\W{0,3}(\d*\.?\d+)", low)
     return rank, targets, float(d.group(1)) if d else 0.0, notes
+
+
+def pure_bf16(text: str) -> bool:
+    """Weights, gradients and optimizer states all 16-bit, no fp32 master copy, said in words: "pure bf16", "no fp32
+    master copy", "amp_training False" beside a bf16 model ("without an fp32 master" too). A Hugging Face full
+    fine-tune of a model loaded in bf16 runs so; the memory it needs is half the mixed-precision 16 B/param."""
+    low = (text or "").lower()  # the whole cell: clean() keeps only what precedes a parenthesis
+    return bool(re.search(r"pure[ _-]?(?:bf16|bfloat16|fp16|16[- ]bit)|(?:no|without)\s+(?:an?\s+)?fp32 master|"
+                          r"amp_training\W{0,3}false", low))
