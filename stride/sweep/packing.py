@@ -15,7 +15,7 @@ from typing import Any
 
 from stride.config import RunConfig
 from stride.config.errors import ConfigError
-from stride.sweep.grid import config_dict
+from stride.config.loader import config_view
 
 # Settings each model of a pack may have for itself (none changes a shape).
 PER_MODEL_KEYS = frozenset({
@@ -32,7 +32,7 @@ IGNORED_SECTIONS = ("metrics",)
 def pack_key(cfg: RunConfig) -> str:
     """Equal for two configs exactly when their models can share a pack: a JSON object of the shared keys, sorted
     (the keys to compare are listed once per config class: a 100,000-point sweep plans in seconds)."""
-    sections = config_dict(cfg)
+    sections = config_view(cfg)
     shared = {k: sections[s][name] for k, s, name in _shared_keys(type(cfg), sections)}
     if cfg.model.loss == "quantile":  # the number of levels sizes the head; the levels themselves are per model
         shared["model.quantiles#count"] = len(cfg.model.quantiles)

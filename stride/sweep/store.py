@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
+from stride.config import config_hash
 from stride.config.errors import ConfigError
 from stride.errors import StrideError
 from stride.files import strict_json
 from stride.metrics.run_dir import atomic_write_text
-from stride.sweep.grid import Axis, Point, config_digest
+from stride.sweep.grid import Axis, Point
 
 SCHEMA = "stride.sweep"
 VERSION = 1
@@ -72,8 +73,8 @@ class SweepStore:
     def plan(self, config: str | None, overrides: list[str], axes: list[Axis], points: list[Point]) -> dict[str, Any]:
         return {"schema": SCHEMA, "version": VERSION, "config": config, "overrides": list(overrides),
                 "grid": [a.text for a in axes], "axes": [{"key": a.key, "values": a.values} for a in axes],
-                "points": [{"id": p.id, "values": p.values, "config_hash": config_digest(p.config)}
-                           for p in points]}  # config_digest: config_hash's value, 4x faster (100,000 points)
+                "points": [{"id": p.id, "values": p.values, "config_hash": config_hash(p.config)}
+                           for p in points]}  # config_hash reads config_view: 4x faster than asdict
 
     def open(self, plan: dict[str, Any]) -> int:
         """Create the directory, or check it holds this sweep; returns how many points are already finished."""
