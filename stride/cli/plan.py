@@ -501,17 +501,11 @@ def _plan_workload(args, hw, notes: list[str], eff) -> int:
     return 0
 
 
-def _secs(t: float) -> str:
-    """Seconds (or dollars) to three decimals, or three significant digits below 0.1 (a small model's 0.41 ms step
-    read "0.000")."""
-    return f"{t:.3f}" if t >= 0.1 else f"{t:.3g}"
-
-
 def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tuple[float, float, str],
                 hardware_lines: list[str] = ()) -> None:
     from rich.table import Table
 
-    from stride.cli.plan_tables import _console
+    from stride.cli.plan_tables import _console, secs
     from stride.perfmodel.planner import explain
 
     con = _console()
@@ -529,10 +523,10 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
     for col in ("#", "layout", "step s", "80% interval", "tok/s/dev", "80% interval ", "MFU", "mem GiB", "$/step"):
         t.add_column(col, justify="left" if col == "layout" else "right")
     for i, p in enumerate(result.ranked[:top], 1):
-        t.add_row(str(i), p.layout.short(), _secs(p.step_time_s),
-                  f"{_secs(p.step_time_s * lo)} - {_secs(p.step_time_s * hi)}", f"{p.tokens_per_s_per_device:,.0f}",
+        t.add_row(str(i), p.layout.short(), secs(p.step_time_s),
+                  f"{secs(p.step_time_s * lo)} - {secs(p.step_time_s * hi)}", f"{p.tokens_per_s_per_device:,.0f}",
                   f"{p.tokens_per_s_per_device / hi:,.0f} - {p.tokens_per_s_per_device / lo:,.0f}",
-                  f"{p.mfu * 100:.1f}%", f"{p.peak_mem_gib:.1f}", _secs(p.cost_per_step_usd))
+                  f"{p.mfu * 100:.1f}%", f"{p.peak_mem_gib:.1f}", secs(p.cost_per_step_usd))
     con.print(t)
     con.print(f"80% interval: {basis}")
     best = result.best
@@ -542,7 +536,7 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
     b.add_column("share", justify="right")
     for k, v in sorted(best.breakdown_s.items(), key=lambda kv: -kv[1]):
         if v > 0:
-            b.add_row(k, _secs(v), f"{v / best.step_time_s * 100:.1f}%")
+            b.add_row(k, secs(v), f"{v / best.step_time_s * 100:.1f}%")
     con.print(b)
     host = best.breakdown_s.get("host_bound", 0.0) / best.step_time_s
     if host >= 0.3:  # no layout removes launch overhead: the batch or the way kernels are launched does

@@ -8,8 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _secs(t: float) -> str:
-    """Seconds to three decimals, or three significant digits below 0.1 s."""
+def secs(t: float) -> str:
+    """Seconds (or dollars) to three decimals, or three significant digits below 0.1 (a small model's 0.41 ms step
+    read "0.000")."""
     return f"{t:.3f}" if t >= 0.1 else f"{t:.3g}"
 
 
@@ -86,8 +87,8 @@ def print_rows(rows: list[dict]) -> None:
             continue
         cells = [r["row_id"], f"{r['tokens_per_s_per_gpu']:,.0f}",
                  f"{r['tokens_per_s_per_gpu_lo']:,.0f} - {r['tokens_per_s_per_gpu_hi']:,.0f}",
-                 _secs(r['iter_time_s']),
-                 f"{_secs(r['iter_time_s_lo'])} - {_secs(r['iter_time_s_hi'])}", f"{r['mfu'] * 100:.1f}%",
+                 secs(r['iter_time_s']),
+                 f"{secs(r['iter_time_s_lo'])} - {secs(r['iter_time_s_hi'])}", f"{r['mfu'] * 100:.1f}%",
                  f"{r['peak_mem_gib']:.1f}", str(r["fits"])]
         if measured:
             m = r.get("measured_tokens_per_s_per_gpu")
