@@ -81,10 +81,13 @@ def key(gen: str, prec: str, fw: str) -> str:
 MOE = "moe:"  # the prefix of the keys of MoE runs' own residuals
 
 
-def _chain(gen: str, prec: str, fw: str) -> tuple[str, ...]:
-    """The keys a run of this kind looks in, finest first."""
-    return (key(gen, prec, fw), key(gen, prec, "*"), key("*", prec, fw), key(gen, "*", "*"), key("*", prec, "*"),
-            key("*", "*", "*"))
+def _chain(kind: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys a run of this kind looks in, finest first: a MoE run's own (`moe:`) keys, then the dense ones. Its
+    residual counts under every one of them."""
+    gen, prec, fw = kind[:3]
+    dense = (key(gen, prec, fw), key(gen, prec, "*"), key("*", prec, fw), key(gen, "*", "*"), key("*", prec, "*"),
+             key("*", "*", "*"))
+    return tuple(MOE + k for k in dense) + dense if kind[3:] == ("moe",) else dense
 
 
 @dataclass
@@ -105,11 +108,7 @@ class IntervalTable:
         buckets: dict[str, list[tuple[float, str]]] = {}
         srcs = sources or [str(i) for i in range(len(rows))]
         for (kind, r), src in zip(rows, srcs, strict=True):
-            gen, prec, fw = kind[:3]
-            chain = _chain(gen, prec, fw)
-            if kind[3:] == ("moe",):
-                chain += tuple(MOE + k for k in chain)
-            for k in chain:
+            for k in _chain(kind):
                 buckets.setdefault(k, []).append((r, src))
         groups = {}
         for k, v in buckets.items():
@@ -130,13 +129,9 @@ class IntervalTable:
 
     def bounds(self, kind: tuple[str, ...]) -> tuple[float, float, str]:
         """(q10, q90, which residuals) for a run of `kind` ((generation, precision, framework[, "moe"]))."""
-        gen, prec, fw = kind[:3]
-        if gen not in self.generations:
+        if kind[0] not in self.generations:
             return self.unseen[0], self.unseen[1], f"unseen hardware generation ({self.unseen[2]} LOHO residuals)"
-        chain = _chain(gen, prec, fw)
-        if kind[3:] == ("moe",):
-            chain = tuple(MOE + k for k in chain) + chain
-        for k in chain:
+        for k in _chain(kind):
             if k in self.groups:
                 q10, q90, n = self.groups[k]
                 return q10, q90, f"{k} ({n} LOSO residuals)"
