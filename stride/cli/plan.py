@@ -87,12 +87,11 @@ def _warn_other_hardware(args, catalog) -> None:
     applies them to another part (a local-cpu calibration on an H100 plan went by without a word)."""
     import sys
 
-    from stride.files.input_file import InputFileError, read_input_text
+    from stride.perfmodel.efficiency import read_json
 
-    try:  # read_factors has read (and checked) this file already; this second read takes its "hardware" key
-        measured_on = json.loads(read_input_text(args.efficiency, limit=16 << 20, what="efficiency file")).get(
-            "hardware")
-    except (InputFileError, ValueError, AttributeError):
+    try:  # load_efficiency read (and checked) this file already; this second read takes its "hardware" key
+        measured_on = read_json(args.efficiency).get("hardware")  # type: ignore[union-attr]
+    except (ConfigError, AttributeError):
         return
     if not measured_on:
         return

@@ -64,15 +64,21 @@ RETIRED = ("gemm_hopper",)
 _MAX_FILE_BYTES = 16 << 20  # an efficiency JSON is a few hundred bytes
 
 
-def read_factors(path: str | Path) -> dict[str, float]:
-    """The factors a calibration JSON states ({"gemm": .., ...} or {"efficiency": {...}}), by name; unknown names
-    are an error naming the known ones, retired ones are dropped."""
+def read_json(path: str | Path) -> object:
+    """A calibration JSON's content; a ConfigError naming the file where it is missing, not a regular file (a FIFO
+    or /dev/zero is never read), too large, not UTF-8 or not JSON."""
     try:
-        data = json.loads(read_input_text(path, limit=_MAX_FILE_BYTES, what="efficiency file"))
-    except InputFileError as exc:  # missing, a FIFO or /dev/zero (never read), too large, not UTF-8
+        return json.loads(read_input_text(path, limit=_MAX_FILE_BYTES, what="efficiency file"))
+    except InputFileError as exc:
         raise ConfigError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+
+
+def read_factors(path: str | Path) -> dict[str, float]:
+    """The factors a calibration JSON states ({"gemm": .., ...} or {"efficiency": {...}}), by name; unknown names
+    are an error naming the known ones, retired ones are dropped."""
+    data = read_json(path)
     factors = data.get("efficiency", data) if isinstance(data, dict) else None
     if not isinstance(factors, dict):
         raise ConfigError(f"{path}: expected a JSON object of efficiency factors")
