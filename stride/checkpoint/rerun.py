@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from stride.checkpoint.errors import ConfigMismatchError
-from stride.checkpoint.folder import step_name
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
-from stride.files.step_names import holds_steps
+from stride.files.step_names import holds_steps, step_name
 from stride.metrics.run_dir import RUN_FILES, RunDir
 
 

@@ -29,10 +29,11 @@ from torch.distributed.checkpoint.staging import StagingOptions
 
 from stride.checkpoint.dcp_io import TimedStager, shard_writer
 from stride.checkpoint.errors import CheckpointError
-from stride.checkpoint.folder import STEP_RE, CheckpointFolder, Choice, step_name
+from stride.checkpoint.folder import CheckpointFolder, Choice
 from stride.checkpoint.manifest import MANIFEST, describe_files, fsync_path, write_manifest
 from stride.checkpoint.retention import may_replace, remove_folder, retain
 from stride.checkpoint.safe_read import META
+from stride.files.step_names import STEP_RE, step_name
 from stride.parallel.watchdog import collective
 
 __all__ = ["META", "STEP_RE", "CheckpointStore", "Choice", "step_name"]

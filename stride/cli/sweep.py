@@ -204,7 +204,7 @@ def _exported_step(folder) -> int | None:
     """The step of a `step_NNNNNNNN` checkpoint folder (None for another name)."""
     from pathlib import Path
 
-    from stride.checkpoint.folder import STEP_RE
+    from stride.files.step_names import STEP_RE
 
     m = STEP_RE.match(Path(folder).name)
     return int(m.group(1)) if m else None
