@@ -55,31 +55,6 @@ def fmt(v: float | None, spec: str, scale: float = 1.0) -> str:
     return "-" if v is None else format(v * scale, spec)
 
 
-def _read_new(follower: Any) -> list[Any]:
-    """follower.read_new(), a line that is not UTF-8 a ValueError naming the file and line (json.loads said only
-    "'utf-8' codec can't decode byte 0xd7 in position 3", naming neither)."""
-    try:
-        return follower.read_new()
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{follower.path}: {_first_non_utf8(follower.path)} is not UTF-8 text (byte "
-                         f"0x{bytes(exc.object)[exc.start]:02x}); stride writes JSON lines in UTF-8: the file is "
-                         "damaged or was not written by stride") from None
-
-
-def _first_non_utf8(path: Path) -> str:
-    """"line N" of the first line of `path` that does not decode as UTF-8 ("a line" where it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            for n, line in enumerate(f, 1):
-                try:
-                    line.decode("utf-8")
-                except UnicodeDecodeError:
-                    return f"line {n}"
-    except OSError:
-        pass
-    return "a line"
-
-
 class RunView:
     """The state of one run directory, updated from its files."""
 
@@ -96,10 +71,10 @@ class RunView:
         self.total_steps: int | None = None
 
     def refresh(self) -> None:
-        for rec in _read_new(self.metrics):
+        for rec in self.metrics.read_new():
             if isinstance(rec, dict):
                 (self.train if "loss" in rec else self.val if "val_loss" in rec else []).append(rec)
-        new_sys = _read_new(self.system)
+        new_sys = self.system.read_new()
         if new_sys and isinstance(new_sys[-1], dict):
             self.sys_last = new_sys[-1]
         if self.total_steps is None and (self.run_dir / "config.toml").is_file():
