@@ -16,14 +16,13 @@ identical rows and "no stragglers"; merging it instead would hide that the real 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from typing import Any
 
 import numpy as np
 
 from stride.profile.errors import TraceError
-from stride.profile.trace_model import RankTrace
+from stride.profile.trace_model import RankTrace, distributed_info
 
 # Clocks of different hosts differ by their synchronisation error (NTP: milliseconds): ranges closer than this
 # are taken to overlap. Traces of one run overlap by the profiled steps; runs minutes apart are far beyond it.
@@ -31,12 +30,7 @@ CLOCK_SLACK_US = 1e6
 
 
 def _world_size(t: RankTrace) -> int | None:
-    info = t.meta.get("distributedInfo")
-    if isinstance(info, str):  # some writers store it as a JSON string (trace_model reads it the same way)
-        try:
-            info = json.loads(info)
-        except ValueError:
-            return None
+    info = distributed_info(t.path, t.meta)  # a string that is not JSON was refused when the trace was read
     n = info.get("world_size") if isinstance(info, dict) else None
     return n if type(n) is int and n > 0 else None
 
@@ -82,8 +76,8 @@ def same_file(traces: list[RankTrace]) -> str | None:
             st = os.stat(t.path)
         except OSError:  # read a moment ago; gone now: nothing to compare
             continue
-        first = by_file.setdefault((st.st_dev, st.st_ino), t)
-        if first is not t and os.path.samefile(first.path, t.path):
+        first = by_file.setdefault((st.st_dev, st.st_ino), t)  # one device and inode: one file (os.path.samefile)
+        if first is not t:
             if str(first.path) == str(t.path):
                 return f"{t.path} is given twice"
             return f"{first.path} and {t.path} are one file (a link, or one file reached by two paths)"

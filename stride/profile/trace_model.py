@@ -147,7 +147,9 @@ class _Collector:
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
-def _rank_of(path: Path, meta: dict[str, Any]) -> tuple[int, str]:
+def distributed_info(path: Path, meta: dict[str, Any]) -> Any:
+    """The trace's `distributedInfo` (rank, world size, backend), parsed where a writer stored it as a JSON string;
+    a TraceError naming the file where that string is not JSON."""
     info = meta.get("distributedInfo")
     if isinstance(info, str):  # some writers store it as a JSON string
         import json
@@ -156,6 +158,11 @@ def _rank_of(path: Path, meta: dict[str, Any]) -> tuple[int, str]:
             info = json.loads(info)
         except ValueError as exc:
             raise TraceError(f"{path}: 'distributedInfo' is a string that is not JSON: {exc}") from exc
+    return info
+
+
+def _rank_of(path: Path, meta: dict[str, Any]) -> tuple[int, str]:
+    info = distributed_info(path, meta)
     if isinstance(info, dict) and "rank" in info:
         rank = info["rank"]
         if type(rank) is not int or rank < 0:
