@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from stride.errors import StrideError, os_reason
+
 STEP_RE = re.compile(r"^step_(\d{8})$")
 
 
@@ -17,9 +19,19 @@ def step_name(step: int) -> str:
     return f"step_{step:08d}"
 
 
+class UnreadableFolder(StrideError):
+    """A checkpoint folder exists but cannot be listed: whether it holds checkpoints is unknown."""
+
+
 def holds_steps(root: Path) -> bool:
-    """Whether `root` holds a step folder: what a run resumes from (a stray file so named is not one)."""
+    """Whether `root` holds a step folder: what a run resumes from (a stray file so named is not one).
+
+    An absent folder holds none; one that exists but cannot be listed is refused rather than taken
+    for empty (a run would start over and then fail, or later resume from it unexpectedly)."""
     try:
         return any(STEP_RE.match(p.name) and p.is_dir() for p in root.iterdir())
-    except OSError:  # absent or unreadable: nothing to resume from there
+    except (FileNotFoundError, NotADirectoryError):
         return False
+    except OSError as e:
+        raise UnreadableFolder(f"checkpoint folder {root} cannot be listed ({os_reason(e)}): whether it holds "
+                               "checkpoints is unknown; fix its permissions or name another checkpoint.dir") from e

@@ -271,3 +271,27 @@ def test_overwrite_refuses_while_an_outside_checkpoint_dir_holds_steps(tmp_path:
     (outside / "step_00000004").mkdir()
     with pytest.raises(RunExistsError, match=f"{outside} \\(outside the run folder\\) holds checkpoints"):
         open_run_folder(cfg, tmp_path / "run", overwrite=True)
+
+
+def test_overwrite_refuses_an_outside_checkpoint_dir_it_cannot_list(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """An outside checkpoint folder that exists but cannot be listed is not taken for empty: --overwrite
+    would start over and a later resume could pick its checkpoints up. (Patched: root ignores chmod.)"""
+    from stride.checkpoint.rerun import open_run_folder
+    from stride.config import load_config
+    from stride.files.step_names import UnreadableFolder
+
+    outside = tmp_path / "ckpts"
+    cfg = load_config(write_config(tmp_path / "run.toml", f"checkpoint.dir={json.dumps(str(outside))}"))
+    open_run_folder(cfg, tmp_path / "run", overwrite=True).close()  # absent: holds nothing
+    outside.mkdir()
+    real_iterdir = Path.iterdir
+
+    def denied(self: Path):  # type: ignore[no-untyped-def]
+        if self == outside:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", denied)
+    with pytest.raises(UnreadableFolder, match=f"checkpoint folder {outside} cannot be listed \\(Permission denied\\)"):
+        open_run_folder(cfg, tmp_path / "run", overwrite=True)
