@@ -73,26 +73,21 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _eff(args, catalog=None):
-    from stride.perfmodel.efficiency import load_efficiency, shipped_efficiency
+    from stride.perfmodel.efficiency import load_efficiency, read_json, shipped_efficiency
 
     if not args.efficiency:
         return shipped_efficiency()
-    eff = load_efficiency(args.efficiency, note="stride plan")  # factors it does not set: the shipped fit's
-    _warn_other_hardware(args, catalog)
+    data = read_json(args.efficiency)  # once: the factors and the part they were measured on
+    eff = load_efficiency(args.efficiency, note="stride plan", data=data)  # factors it does not set: the shipped fit's
+    _warn_other_hardware(args, catalog, data.get("hardware") if isinstance(data, dict) else None)
     return eff
 
 
-def _warn_other_hardware(args, catalog) -> None:
+def _warn_other_hardware(args, catalog, measured_on: object) -> None:
     """Factors from `stride plan calibrate` hold for the part they were measured on: say so when a plan
     applies them to another part (a local-cpu calibration on an H100 plan went by without a word)."""
     import sys
 
-    from stride.perfmodel.efficiency import read_json
-
-    try:  # load_efficiency read (and checked) this file already; this second read takes its "hardware" key
-        measured_on = read_json(args.efficiency).get("hardware")  # type: ignore[union-attr]
-    except (ConfigError, AttributeError):
-        return
     if not measured_on:
         return
     target = args.hardware

@@ -75,10 +75,12 @@ def read_json(path: str | Path) -> object:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
 
 
-def read_factors(path: str | Path) -> dict[str, float]:
+def read_factors(path: str | Path, data: object = None) -> dict[str, float]:
     """The factors a calibration JSON states ({"gemm": .., ...} or {"efficiency": {...}}), by name; unknown names
-    are an error naming the known ones, retired ones are dropped."""
-    data = read_json(path)
+    are an error naming the known ones, retired ones are dropped. `data`: the file's content where the caller
+    read it already (read_json), so a file is read once."""
+    if data is None:
+        data = read_json(path)
     factors = data.get("efficiency", data) if isinstance(data, dict) else None
     if not isinstance(factors, dict):
         raise ConfigError(f"{path}: expected a JSON object of efficiency factors")
@@ -96,11 +98,12 @@ def read_factors(path: str | Path) -> dict[str, float]:
     return out
 
 
-def load_efficiency(path: str | Path, base: Efficiency | None = None, note: str | None = None) -> Efficiency:
+def load_efficiency(path: str | Path, base: Efficiency | None = None, note: str | None = None,
+                    data: object = None) -> Efficiency:
     """Read a calibration JSON; the factors it does not state come from `base`, by default the shipped fit
     (shipped_efficiency), not the unfitted priors: '{"gemm": 0.8}' changes gemm alone. With `note` (a
-    command's name), which factors were taken from the base is said once on stderr."""
-    factors = read_factors(path)
+    command's name), which factors were taken from the base is said once on stderr. `data`: as read_factors."""
+    factors = read_factors(path, data)
     if base is None:
         base = shipped_efficiency()
     missing = [f.name for f in dataclasses.fields(Efficiency) if f.name not in factors]
