@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,11 @@ def _years(text: str) -> list[int]:
 # Selective activation recompute was published in May 2022 (Korthikanti et al., arXiv:2205.05198) and shipped in
 # Megatron-LM after it; a run dated before could recompute all of a block or none of it.
 SELECTIVE_SINCE = (2022, 5)
+# Frameworks whose tensor-parallel runs shard the norms and dropouts over the sequence (sequence parallelism) unless
+# said otherwise: of the published rows with TP > 1 that state it, Megatron-LM / NeMo since SP came (2022-05, with
+# selective recompute) ran it on in 199 of 237 (the 38 off are mostly 2021's SC21 runs), torchtitan in 23 of 23
+# (its TP plan always applies SequenceParallel to the norms). A blank `sp` on such a row is read as on.
+_SP_BY_DEFAULT = frozenset({"megatron", "fsdp2"})
 
 
 def _run_date(text: str) -> tuple[int, int] | None:
@@ -169,8 +175,65 @@ def _fill_from_preset(row: dict, notes: list[str]) -> dict:
     return {**row, **filled}
 
 
+# Published dense decoders' (parameters in billions, blocks, width), the reference shapes a row that gives only its
+# size is read in: GPT-3's family (Brown et al. 2020, Table 2.1: 4x MLP, GeLU; 13B at 5120, the table's 5140 is not 40 heads of 128) for ungated MLPs, LLaMA's (Touvron et
+# al. 2023, Table 2: SwiGLU, 8/3 h) for gated ones.
+_SHAPES = {
+    "gelu": ((0.125, 12, 768), (0.35, 24, 1024), (0.76, 24, 1536), (1.3, 24, 2048), (2.7, 32, 2560),
+             (6.7, 32, 4096), (13.0, 40, 5120), (175.0, 96, 12288)),
+    "swiglu": ((6.7, 32, 4096), (13.0, 40, 5120), (32.5, 60, 6656), (65.2, 80, 8192)),
+}
+
+
+def _family_width(family: tuple[tuple[float, int, int], ...], size: float) -> int:
+    """The family's width at `size`: log-log between the two published sizes around it (outside them, along the
+    nearest pair's line), in multiples of 128 (a whole number of 128-wide heads)."""
+    pairs = list(zip(family, family[1:], strict=False))
+    (n0, _, h0), (n1, _, h1) = next(((a, b) for a, b in pairs if a[0] <= size <= b[0]),
+                                    pairs[0] if size < family[0][0] else pairs[-1])
+    h = h0 * (h1 / h0) ** (math.log(size / n0) / math.log(n1 / n0))
+    return max(128, 128 * round(h / 128))
+
+
+def _fill_from_size(row: dict, notes: list[str]) -> dict:
+    """A dense row that gives its size (`params_b`) but not its width or depth is read in the shape of the published
+    family of its MLP's kind: the family's width at that size, the depth set so the weights make the size: the step's
+    GEMM work is 6 x parameters x tokens whatever the shape, and the width moves only attention and the LM head (a
+    few per cent at 2-8k tokens). Noted as assumed; a row that states either dimension is left to say the other."""
+    if not (rt.blank(row.get("hidden")) and rt.blank(row.get("layers"))) or rt.blank(row.get("params_b")):
+        return row
+    arch = " ".join(str(row.get(k) or "") for k in ("arch", "model"))
+    if re.search(r"\bmoe\b|mixture[- ]of[- ]experts|experts", arch.lower()):
+        return row  # total and active parameters differ: no size alone says the work
+    try:
+        size = float(str(row.get("params_b")).strip())
+    except ValueError:
+        return row
+    if not 0.05 <= size <= 2000:
+        return row
+    act, _ = rt.activation(row.get("ffn_act") or "", arch)
+    gated = act in ("swiglu", "geglu")
+    family = _SHAPES["swiglu" if gated else "gelu"]
+    hidden = _family_width(family, size)
+    vocab = _int(row, "vocab", 0) or (32000 if gated else 50257)
+    ffn = 256 * -(-int(8 * hidden / 3) // 256) if gated else 4 * hidden
+    per_block = 4 * hidden * hidden + (3 if gated else 2) * hidden * ffn
+    embed = vocab * hidden * (2 if gated else 1)
+    layers = max(1, round((size * 1e9 - embed) / per_block))
+    filled = {"hidden": str(hidden), "layers": str(layers)}
+    if rt.blank(row.get("heads")):
+        filled["heads"] = str(max(1, hidden // 128))
+    if rt.blank(row.get("ffn_hidden")):
+        filled["ffn_hidden"] = str(ffn)
+    if rt.blank(row.get("vocab")):
+        filled["vocab"] = str(vocab)
+    notes.append(f"width and depth not stated: a {size:g}B {'gated' if gated else 'GeLU'} decoder read as {layers} "
+                 f"blocks of {hidden} (the {'LLaMA' if gated else 'GPT-3'} family's width at its size), assumed")
+    return {**row, **filled}
+
+
 def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float]]:
-    row = _fill_from_preset(row, notes)
+    row = _fill_from_size(_fill_from_preset(row, notes), notes)
     arch = " ".join(str(row.get(k) or "") for k in ("arch", "model", "notes"))
     act, n = rt.activation(row.get("ffn_act") or "", arch)
     notes += n
@@ -270,6 +333,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     named_fw = str(row.get("framework") or "")
     # a framework the row names but no profile covers is assumed (noted), not guessed from other columns' words
     framework = framework_from_text(named_fw) or (None if not rt.blank(named_fw) else framework_from_text(fw_text))
+    profiled = framework is not None  # the row's words chose the profile (not the default below)
     if framework is None:
         framework = "megatron"
         named = str(row.get("framework") or "").strip()
@@ -336,6 +400,10 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     lora_rank, lora_targets, lora_dropout, lora_notes = rt.lora(peft_text) if frozen else (0, "attention", 0.0, [])
     notes.extend(lora_notes)
     sp = rt.flag(str(row.get("sp") or "")) and tp > 1
+    if tp > 1 and rt.unstated(str(row.get("sp") or "")) and profiled and framework in _SP_BY_DEFAULT and \
+            (_run_date(fw_text) or SELECTIVE_SINCE) >= SELECTIVE_SINCE:
+        sp = True
+        notes.append("sp blank: sequence parallelism assumed on with tensor parallelism")
     ep = int(moe.get("ep", 1)) if spec.moe else 1
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=sp, schedule=schedule, vpp=vpp, micro_batch=micro,

@@ -82,9 +82,15 @@ def unstated(text: str | None) -> bool:
     return clean(text) in ("", "n/a", "na", "-", "not stated", "unknown", "?", "nan")
 
 
+_FORMATS = r"(?:bf16|bfloat16|fp16|float16|fp8|float8|half|amp|mixed)"
+_NEGATED_FORMAT = (r"\b(?:no|not|without|non)\W{1,3}(?:--)?" + _FORMATS + r"\b|"
+                   r"(?:--)?" + _FORMATS + r"\s*[:=]\s*(?:false|off|no|none|disabled|0)\b")
+
+
 def precision(text: str) -> tuple[str, str, list[str]]:
     """(precision, fp8 recipe, notes) from "bf16 (inferred...)", "amp_fp8 (TE delayed)", "MXFP8"..."""
-    low = (text or "").lower()
+    # a format the text says was not used names nothing ("TF32 ...; no --fp16", "fp8: false", "without bf16")
+    low = re.sub(_NEGATED_FORMAT, " ", (text or "").lower())
     prec, rec = recipe_from_text(low)
     if prec:
         return prec, rec, []
