@@ -97,9 +97,9 @@ class WorkloadCensus:
 
     @property
     def trainer_saved_bytes(self) -> int:
-        """What the trainer's `saved_activation_bytes` counts: activations, plus parameter and
-        buffer storages saved through views (stride.metrics.memory.SavedActivations)."""
-        return sum(la.saved_bytes + la.saved_param_bytes + la.saved_buffer_bytes for la in self.layers)
+        """What the trainer's `saved_activation_bytes` counts: the activations alone; parameter and buffer
+        storages saved through views are not (stride.metrics.memory.SavedActivations)."""
+        return sum(la.saved_bytes for la in self.layers)
 
     def blocks(self) -> list[LayerCensus]:
         return [la for la in self.layers if la.is_block]

@@ -274,7 +274,7 @@ class Trainer:
                 xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
                 # (not under TP: saved DTensors have no storage to measure)
                 measure = self.saved_activation_bytes is None and t.compile == "off" and not self.n_tp
-                saved = SavedActivations() if measure else None
+                saved = SavedActivations(self.model) if measure else None
                 with phase_range("stride.forward"):
                     if saved is not None:
                         saved.__enter__()
