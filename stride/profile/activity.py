@@ -1,8 +1,9 @@
 """What the device is doing, as merged interval sets: compute, communication, memory, other.
 
 On a GPU trace the device is the accelerator and the sets come from kernels, copies and sets (kinds by
-name, see `classify`). On a CPU-only trace the "device" is the host: compute is the union of CPU
-operators and communication the union of host collectives (gloo runs them on its own threads).
+name, see `classify`). On a CPU-only trace the "device" is the host: communication is the union of host collectives
+(gloo runs them on its own threads, c10d's calls block the calling thread) and compute the union of CPU
+operators less, on each thread, the time that thread spends inside a collective (`host_compute`).
 """
 
 from __future__ import annotations
@@ -73,6 +74,33 @@ def launch_times(t: RankTrace) -> np.ndarray:
     return out
 
 
+def host_compute(ts: np.ndarray, end: np.ndarray, kind: np.ndarray, lane: np.ndarray) -> iv.Intervals:
+    """Compute time of a CPU trace: on each thread, the union of its compute operators less the union of its
+    collectives, then the union over threads.
+
+    Host operators nest: DDP's reducer hook calls `c10d::allreduce_` from inside
+    `autograd::engine::evaluate_function: AccumulateGrad`, so the thread spends that time in the collective,
+    not computing. Only the same thread's collectives are taken out: gloo's own threads running the collective
+    while the main thread computes is overlap, as a communication kernel on one stream beside a compute kernel
+    on another is on a GPU (where one stream runs one kernel at a time, so nothing nests and nothing is taken out).
+    """
+    keep = (kind == COMPUTE) | (kind == COMM)
+    order = np.flatnonzero(keep)[np.argsort(lane[keep], kind="stable")]  # events grouped by thread
+    ts, end, kind, lane = ts[order], end[order], kind[order], lane[order]
+    cuts = np.flatnonzero(np.diff(lane)) + 1
+    parts_s, parts_e = [], []
+    for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(lane)]]), strict=True):
+        if b <= a:
+            continue
+        comp, comm = kind[a:b] == COMPUTE, kind[a:b] == COMM
+        on = iv.subtract(iv.union(ts[a:b][comp], end[a:b][comp]), iv.union(ts[a:b][comm], end[a:b][comm]))
+        parts_s.append(on[0])
+        parts_e.append(on[1])
+    if not parts_s:
+        return np.zeros(0), np.zeros(0)
+    return iv.union(np.concatenate(parts_s), np.concatenate(parts_e))
+
+
 def build_activity(t: RankTrace) -> Activity:
     if t.has_device:
         kinds = name_kinds(t, True)[t.dev_name]
@@ -102,9 +130,10 @@ def build_activity(t: RankTrace) -> Activity:
     def u(mask: np.ndarray) -> iv.Intervals:
         return iv.union(ts[mask], end[mask])
 
+    compute = u(kind == COMPUTE) if on_gpu else host_compute(ts, end, kind, lane)
     return Activity(
         on_gpu=on_gpu,
-        compute=u(kind == COMPUTE), comm=u(kind == COMM), memory=u(kind == MEMORY),
+        compute=compute, comm=u(kind == COMM), memory=u(kind == MEMORY),
         other=u((kind != COMPUTE) & (kind != COMM) & (kind != MEMORY)), busy=iv.union(ts, end),
         ev_ts=ts, ev_end=end, ev_name=name, ev_kind=kind, ev_launch=launch, ev_lane=lane,
     )

@@ -1,4 +1,4 @@
-"""Interval arithmetic on numpy arrays: union, total length, intersection, clipping.
+"""Interval arithmetic on numpy arrays: union, total length, intersection, difference, clipping.
 
 Every breakdown here is a length of a union of intervals, so nesting (an operator inside another)
 and concurrency (kernels on several streams) are never double-counted.
@@ -57,6 +57,14 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     e = np.minimum(a[1][ai], b[1][bi])
     keep = e > s
     return s[keep], e[keep]
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """a \\ b for merged sets, as a merged set: a intersected with the gaps of b."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return a
+    gaps = (np.concatenate([[-np.inf], b[1]]), np.concatenate([b[0], [np.inf]]))
+    return intersect(a, gaps)
 
 
 def subtract_length(a: Intervals, b: Intervals) -> float:
