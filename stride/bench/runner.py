@@ -96,7 +96,8 @@ def workload_config(w: Workload, name: str, device: str, extra: list[str] | None
 # rates among them (mfu, timesteps_per_s) are put at the throughput's median by `rates_at_median`.
 _SUMMARY_KEYS = ("timesteps_per_s", "mfu", "flops_per_step", "peak_mem_bytes", "peak_mem_kind",
                  "step_time_breakdown_s", "time_to_target_s", "target_val_loss", "final_val_loss",
-                 "final_train_loss", "steps", "skipped_steps", "saved_activation_bytes", "params", "params_sha256")
+                 "final_train_loss", "steps", "skipped_steps", "saved_activation_bytes", "params", "params_sha256",
+                 "optimizer_impl")
 
 RATES_AT = ("the median of the {n} throughput figures (its step time: {step}); MFU and timesteps/s at that same "
             "step time")

@@ -62,6 +62,13 @@ def price_for(env: dict[str, Any], prices: dict[str, float]) -> tuple[float | No
     return None, "no price"
 
 
+def pct(fraction: float) -> str:
+    """A share as a percentage a reader can tell from zero: whole numbers from 10%, one decimal under
+    (an MFU of 0.46% read "0%" beside a table that said 0.5%)."""
+    v = 100 * fraction
+    return f"{v:.0f}%" if v >= 9.95 else f"{v:.1f}%" if v >= 0.05 else f"{v:.2g}%"
+
+
 def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, str]:
     """(kind, advice) of one workload entry; `precision` is the lower-precision advice that the
     measurements allow (see `precision_evidence`), None where none measured faster."""
@@ -72,8 +79,12 @@ def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, st
         return "data", (f"data wait is {100 * share['data']:.0f}% of the step (> {100 * DATA_BOUND:.0f}%): "
                         "prefetch in the background, gather whole batches, use pinned memory")
     if share.get("optimizer", 0) > OPTIMIZER_BOUND:
-        return "optimizer", (f"the optimizer is {100 * share['optimizer']:.0f}% of the step: use fused AdamW, "
-                             "compile the optimizer step, or a larger batch per step")
+        impl = w.get("optimizer_impl")  # what the run's steps ran: advice does not offer what it already has
+        fused = f"already {impl}" if impl in ("fused", "triton") else None
+        return "optimizer", (f"the optimizer is {pct(share['optimizer'])} of the step"
+                             + (f" ({fused}): " if fused else ": use fused AdamW, ")
+                             + "compile the optimizer step (train.compile=model+optimizer), or a larger batch "
+                               "per step")
     if share.get("other", 0) > HOST_BOUND:
         return "host", (f"{100 * share['other']:.0f}% of the step is host overhead outside forward/backward: "
                         "enable torch.compile, log less often, raise the batch size")
@@ -86,7 +97,7 @@ def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, st
         # Forward and backward fill the step, yet the FLOPs run far below the peak: what limits it is
         # the number of kernels (launch / dispatch overhead per small op) or memory traffic, not
         # arithmetic, so fewer, fused kernels help and a faster matmul dtype alone does not.
-        return "overhead (low MFU)", (f"forward and backward fill the step at only {100 * mfu:.0f}% MFU (< "
+        return "overhead (low MFU)", (f"forward and backward fill the step at only {pct(mfu)} MFU (< "
                                       f"{100 * LOW_MFU:.0f}%): many small kernels or memory traffic, not "
                                       "arithmetic, set the pace; fuse them with torch.compile "
                                       "(train.compile=model+optimizer; CUDA graphs on a GPU), raise the batch "

@@ -49,6 +49,17 @@ def test_bottleneck_rules() -> None:
     assert bottleneck(_w("x", 1.0, mfu=0.05))[0] == "overhead (low MFU)"
 
 
+def test_advice_does_not_offer_what_the_run_already_has_and_keeps_small_shares_readable() -> None:
+    """Outside audit 3: a run on fused AdamW was told to use fused AdamW; an MFU of 0.46% read "0%"."""
+    opt = {"forward": 0.2, "backward": 0.4, "optimizer": 0.4}
+    assert "use fused AdamW" in bottleneck(_w("x", 1.0, step_time_breakdown_s=opt, optimizer_impl="foreach"))[1]
+    kind, advice = bottleneck(_w("x", 1.0, step_time_breakdown_s=opt, optimizer_impl="fused"))
+    assert kind == "optimizer" and "already fused" in advice and "use fused AdamW" not in advice
+    assert "only 0.5% MFU" in bottleneck(_w("x", 1.0, mfu=0.0046))[1]
+    assert "only 0.012% MFU" in bottleneck(_w("x", 1.0, mfu=0.00012))[1]
+    assert "only 5.0% MFU" in bottleneck(_w("x", 1.0, mfu=0.05))[1]
+
+
 def test_cost_per_million_samples_by_hand() -> None:
     res = make_results("quick", {"gpus": []}, [_w("m", 1000.0), _w("m+bf16", 2000.0)])
     (r,) = recommend(res, {"cpu": 3.6})
