@@ -39,6 +39,10 @@ def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_h
         "speedup": alone_s / device_s if device_s and alone_s else None,
         "packs": len(done),
         "price_per_hour_usd": price_per_hour,
+        # how each class's lone-model rate behind `one_by_one_s` was measured (sizing.measure_solo), once a class
+        "one_by_one_methods": list(dict.fromkeys(p["one_by_one_rate"]["method"] for p in done
+                                                 if isinstance(p.get("one_by_one_rate"), dict)
+                                                 and p["one_by_one_rate"].get("method"))),
     }
     if price_per_hour is not None:
         out["sweep_usd"] = device_s / 3600 * price_per_hour
@@ -115,8 +119,9 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
                  + (f" ({c['train_speedup']:.2f}x on training steps)" if c["train_speedup"] else "")
                  + (f"; ${c['sweep_usd']:.4f} against ${c['one_by_one_usd']:.4f}" if price_per_hour is not None
                     else ""))
+    methods = [f"one by one, measured: {m}" for m in c["one_by_one_methods"]]
     md = [f"# stride sweep: {len(results)} of {len(plan['points'])} points", "", f"grid: {' '.join(plan['grid'])}",
-          "", cost_line, "", *_md_table(rows, cols), "",
+          "", cost_line, "", *(m for line in methods for m in (line, "")), *_md_table(rows, cols), "",
           "## Pairs of configurations", "", f"{significance_line(pairs)}. A pair differs when Holm p < 0.05 and the "
           "95 % interval of the difference excludes 0; n/a: fewer than 2 seeds on a side, no test.", "",
           f"{CI95_LEGEND}.", "",

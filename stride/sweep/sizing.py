@@ -14,14 +14,23 @@ model trained alone by the ordinary Trainer, measured just before each pack. Dou
 ratio gains less than 10 %: that N is where the samples/s per model stops rising. If no pack beats the
 lone model by 5 %, the size is 1 and the points run one by one, so packing is never slower than not
 packing by more than the probe's noise.
+
+The lone model's rate that the sweep's speed-up is reckoned against (`measure_solo`) is a measurement that
+holds: a throwaway run first (a fresh process's first Trainer ran 1-5x slower than later ones, well past its
+own 2 warm-up steps: 3 timed steps, about 8 ms, read 5.7k-27k samples/s where 60-step runs read 19k-31k),
+then a fresh Trainer whose steps after its 2 warm-up ones are timed in 3 windows of at least
+`SOLO_MIN_WINDOW_STEPS` steps and `SOLO_MIN_WINDOW_S` seconds each (capped at `SOLO_MAX_S` in all), and the
+median window is the rate. Each window is samples over the sum of its step walls, as a pack's rate is.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 import torch
@@ -38,6 +47,14 @@ SAFETY = 1.5
 USABLE = 0.7
 GAIN = 1.10  # a doubling must add this much throughput to be worth it
 BEAT_SOLO = 1.05
+# the lone model's rate for the speed-up figure (measure_solo)
+SOLO_WARMUP_STEPS = 8  # the throwaway run's steps (warms the process; its steps give the step time)
+SOLO_SKIP = 2  # the timed run's own first steps, not timed (a fresh Trainer's start)
+SOLO_WINDOWS = 3  # windows of timed steps; the rate is their median
+SOLO_MIN_WINDOW_STEPS = 10
+SOLO_MIN_WINDOW_S = 0.1  # so at least 0.3 s is timed in all
+SOLO_MAX_S = 5.0  # timed seconds in all at most (a slow model: fewer steps, at least one a window)
+SOLO_MARGIN = 1.25  # windows sized for this much more than SOLO_MIN_WINDOW_S: warm steps come out faster
 
 
 @dataclass
@@ -143,6 +160,7 @@ class Probe:
     seconds: float = 0.0
     memory: MemoryModel | None = None
     why: str = ""
+    solo: SoloRate | None = None  # the lone model's rate that the sweep's speed-up is reckoned against
 
 
 def _short(cfg: RunConfig, steps: int, seed: int) -> RunConfig:
@@ -154,11 +172,68 @@ def _short(cfg: RunConfig, steps: int, seed: int) -> RunConfig:
 
 
 def solo_rate(cfg: RunConfig, timed_steps: int = 3) -> float:
-    """Samples/s of one model of `cfg` trained alone by the ordinary Trainer, over a few steps after 2 warm-up ones."""
+    """Samples/s of one model of `cfg` trained alone by the ordinary Trainer, over a few steps after 2 warm-up ones.
+
+    Brief (milliseconds for a small model): the probe's side-by-side comparisons only, in a process that
+    `measure_solo` has warmed; the speed-up figure uses `measure_solo`."""
     from stride.train.trainer import Trainer
 
     return Trainer(config=_short(cfg, 2 + timed_steps, cfg.train.seed), write_run_dir=False).fit().summary[
         "samples_per_s"] or 0.0
+
+
+@dataclass
+class SoloRate:
+    """One model of a class trained alone by the ordinary Trainer (`measure_solo`): the rate and how it was taken."""
+
+    samples_per_s: float  # the median window's
+    windows: list[float]  # samples/s of each window of timed steps
+    window_steps: int  # steps a window
+    timed_s: float  # seconds of the timed steps, all windows
+    warmup_steps: int  # steps run untimed first: the throwaway run's and the timed run's own first ones
+
+    def describe(self) -> str:
+        lo, hi = min(self.windows, default=0.0), max(self.windows, default=0.0)
+        return (f"{self.samples_per_s:,.0f} samples/s alone (the Trainer): median of {len(self.windows)} windows of "
+                f"{self.window_steps} steps, {self.timed_s:.2f} s timed ({lo:,.0f}-{hi:,.0f} samples/s), after "
+                f"{self.warmup_steps} untimed warm-up steps")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"samples_per_s": self.samples_per_s, "windows": self.windows, "window_steps": self.window_steps,
+                "timed_s": self.timed_s, "warmup_steps": self.warmup_steps, "method": self.describe()}
+
+
+def _window_steps(step_s: float) -> int:
+    """Steps a window: at least SOLO_MIN_WINDOW_STEPS and SOLO_MIN_WINDOW_S, all windows within SOLO_MAX_S."""
+    step_s = max(step_s, 1e-9)
+    want = max(SOLO_MIN_WINDOW_STEPS, math.ceil(SOLO_MARGIN * SOLO_MIN_WINDOW_S / step_s))
+    return max(1, min(want, int(SOLO_MAX_S / SOLO_WINDOWS / step_s)))
+
+
+def _run_alone(cfg: RunConfig, steps: int, skip: int) -> list[float]:
+    """Every step's wall time of one model of `cfg` trained alone for `steps` steps by the ordinary Trainer."""
+    from stride.train.trainer import Trainer
+
+    c = _short(cfg, steps, cfg.train.seed)
+    c.metrics.skip_steps = skip
+    trainer = Trainer(config=c, write_run_dir=False)
+    trainer.fit()
+    return list(trainer.timer.step_seconds)
+
+
+def measure_solo(cfg: RunConfig) -> SoloRate:
+    """Samples/s of one model of `cfg` trained alone by the ordinary Trainer, measured to hold (module docstring).
+
+    A throwaway run of SOLO_WARMUP_STEPS steps warms the process (its fastest step sets the window length);
+    then a fresh Trainer runs SOLO_SKIP untimed steps and SOLO_WINDOWS windows of timed ones. A window's rate is
+    its samples over the sum of its step walls (data wait in, as a pack's step times have it); the median
+    window is the rate."""
+    warm = _run_alone(cfg, SOLO_WARMUP_STEPS, SOLO_SKIP)
+    n = _window_steps(min(warm[SOLO_SKIP:] or warm))  # its fastest step: a cold process's slow ones cut no window short
+    times = _run_alone(cfg, SOLO_SKIP + SOLO_WINDOWS * n, SOLO_SKIP)[SOLO_SKIP:]
+    sums = [sum(times[k * n : (k + 1) * n]) for k in range(SOLO_WINDOWS)]
+    windows = [n * cfg.train.batch_size / t for t in sums if t > 0]
+    return SoloRate(statistics.median(windows) if windows else 0.0, windows, n, sum(times), len(warm) + SOLO_SKIP)
 
 
 def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int = 3, chunk: int | None = None
@@ -166,16 +241,19 @@ def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int =
     """Pick a pack size for points like `cfg`, at most `max_n` (the points there are).
 
     Each pack size is measured right after a lone model, and compared with that one: a busy machine's
-    drift then moves both sides of a ratio alike (the lone model's rate reported is the median of them).
+    drift then moves both sides of a ratio alike. The lone model's rate reported (and used for the sweep's
+    speed-up) is `measure_solo`'s, taken first: it also warms the process, so the first comparison is not
+    against a cold Trainer.
     """
     from stride.sweep.packed_train import PackedTrainer
 
     t0 = time.perf_counter()
     mem = memory_model(cfg)
+    solo = measure_solo(cfg)
     fit = mem.max_models(chunk or 1)  # packs up to this size fit (in small enough chunks)
     cap = min(max_n, fit)
     steps = 2 + timed_steps
-    result = Probe(1, 0.0, memory=mem)
+    result = Probe(1, solo.samples_per_s, memory=mem, solo=solo)
     alone: list[float] = []
     ratios, prev, n = result.ratios, 1, 2
     ratios[1] = 1.0
@@ -197,10 +275,9 @@ def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int =
         prev, n = n, n * 2
     best = max(ratios, key=ratios.__getitem__)
     result.size = best if ratios[best] >= BEAT_SOLO else 1
-    result.solo_samples_per_s = statistics.median(alone) if alone else solo_rate(cfg, timed_steps)
     result.seconds = time.perf_counter() - t0
     if not result.why:
+        side = f"alone {statistics.median(alone):,.0f} samples/s over {timed_steps} steps" if alone else "alone"
         result.why = ("probe: packed/alone " + ", ".join(f"N={k}: {ratios[k]:.2f}x" for k in result.packed)
-                      + f" (alone {result.solo_samples_per_s:,.0f} samples/s); memory allows up to {fit:,} models; "
-                      f"chose {result.size}")
+                      + f" ({side}); memory allows up to {fit:,} models; chose {result.size}")
     return result
