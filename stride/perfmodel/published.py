@@ -176,8 +176,8 @@ def _fill_from_preset(row: dict, notes: list[str]) -> dict:
 
 
 # Published dense decoders' (parameters in billions, blocks, width), the reference shapes a row that gives only its
-# size is read in: GPT-3's family (Brown et al. 2020, Table 2.1: 4x MLP, GeLU; 13B at 5120, the table's 5140 is not 40 heads of 128) for ungated MLPs, LLaMA's (Touvron et
-# al. 2023, Table 2: SwiGLU, 8/3 h) for gated ones.
+# size is read in: GPT-3's family (Brown et al. 2020, Table 2.1: 4x MLP, GeLU; 13B at 5120, the table's 5140 is not
+# 40 heads of 128) for ungated MLPs, LLaMA's (Touvron et al. 2023, Table 2: SwiGLU, 8/3 h) for gated ones.
 _SHAPES = {
     "gelu": ((0.125, 12, 768), (0.35, 24, 1024), (0.76, 24, 1536), (1.3, 24, 2048), (2.7, 32, 2560),
              (6.7, 32, 4096), (13.0, 40, 5120), (175.0, 96, 12288)),

@@ -224,6 +224,12 @@ def recompute_every(text: str) -> int:
     return 0
 
 
+# words that make a clause of the recompute cell speak of recompute (or state a mode) at all
+_NAMES_RECOMPUTE = (r"checkpoint|ckpt|recompute|remat|\bac\b|\bacg\b|\bsac\b|selective|saveable|save_dot|policy|"
+                    r"offload|minimal|no_batch_dims|\bfull\b|every layer|uniform|"
+                    r"^\W*(none|no|off|false|disabled|0)\W*$")
+
+
 def recompute(text: str) -> str | None:
     """Recompute mode from words, or None where the row does not say (chosen later: cheapest that fits)."""
     if unstated(text):
@@ -240,7 +246,9 @@ def recompute(text: str) -> str | None:
     # key decides alone ("recompute_granularity None; recompute_method uniform": the method is unused)
     clauses = _top_level_clauses(text or "")
     if len(clauses) > 1 and not re.search(r"granularity|\bacg\b", (text or "").lower()):
-        modes = {_recompute_words(c) for c in clauses} - {None}
+        # a clause about something else ("CUDA graphs on", NeMo's GB200 rows) says nothing of recompute: its
+        # bare "on" is not a mode
+        modes = {_recompute_words(c) for c in clauses if re.search(_NAMES_RECOMPUTE, c.lower())} - {None}
         if len(modes - {"none"}) == 1:
             return (modes - {"none"}).pop()
     mode = _recompute_words(text or "")

@@ -88,3 +88,17 @@ def test_size_alone_is_not_read_for_a_moe_model_or_where_a_dimension_is_stated()
     assert "`hidden` is blank" in (row_inputs(moe, load_catalog()).reason or "")
     one_dim = _row(model="a 7B decoder", arch="decoder", layers="32", hidden="", params_b="7")
     assert "`hidden` is blank" in (row_inputs(one_dim, load_catalog()).reason or "")
+
+
+@pytest.mark.parametrize(("text", "mode"), [
+    # NeMo 25.04's GB200 rows: a clause about CUDA graphs made its bare "on" a full recompute (-26% to -32%)
+    ("none (no activation recompute in the recipe or perf script); CUDA graphs on (csv)", "none"),
+    ("none; CUDA graphs on for b200 (script)", "none"),
+    ("selective; CUDA graphs on", "selective"),
+    # clauses that do speak of recompute still decide as before
+    ("HF gradient checkpointing (--gradient_checkpointing); fsdp_activation_checkpointing false", "full"),
+    ("on", "full"),
+    ("full, block, 5 layers", "full"),
+])
+def test_a_clause_about_something_else_says_nothing_of_recompute(text: str, mode: str) -> None:
+    assert rt.recompute(text) == mode
