@@ -4,7 +4,8 @@ Nothing is refitted: the predictions are whatever the CLI printed (its shipped f
 table), so running the CLI of a frozen commit and this script on new rows gives that commit's
 out-of-sample figures. Reports, over the rows that carry a measurement: the fraction answered and
 every refusal reason, median / p90 |error| of tokens/s per device (error = predicted / measured - 1),
-the coverage of the 80% intervals, memory error where a row measures memory, and the same by
+the coverage of the 80% intervals, memory error on every answered row that measures memory (with or without a
+throughput), and the same by
 source group, hardware, precision and framework.
 
     stride plan --from-csv data/perfmodel/mlperf_training.csv --json > pred.json
@@ -54,11 +55,16 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
     n_meas = covered = n_cov = 0
     mem = []
     for row in rows:
+        rid = str(row.get("row_id") or "").strip()
+        pred = preds.get(rid) or {}
+        # memory on every row that measures it and was answered, with or without a throughput measurement
+        m = measured_memory_gib(row)
+        mem_err = (pred["peak_mem_gib"] / m - 1) * 100 if m and pred.get("peak_mem_gib") else None
+        if mem_err is not None:
+            mem.append(mem_err / 100)
         if not has_measurement(row):
             continue
         n_meas += 1
-        rid = str(row.get("row_id") or "").strip()
-        pred = preds.get(rid) or {}
         if pred.get("tokens_per_s_per_gpu") is None:
             refused.append({"row_id": rid, "reason": pred.get("reason", "no prediction printed for this row")})
             continue
@@ -81,10 +87,8 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
                "precision": inp.kind[1] if inp.layout.precision != "fp4" else "fp4", "framework": inp.layout.framework,
                "measured_tokens_per_s": meas, "predicted_tokens_per_s": pred["tokens_per_s_per_gpu"],
                "err_pct": err * 100, "in_interval": inside, "assumed": pred.get("assumed", [])}
-        m = measured_memory_gib(row)
-        if m and pred.get("peak_mem_gib"):
-            rec["mem_err_pct"] = (pred["peak_mem_gib"] / m - 1) * 100
-            mem.append(rec["mem_err_pct"] / 100)
+        if mem_err is not None:
+            rec["mem_err_pct"] = mem_err
         out_rows.append(rec)
         for key in ("group", "hardware", "precision", "framework"):
             groups[(key, rec[key])].append(err)

@@ -60,3 +60,49 @@ def test_score_error_coverage_and_refusals(tmp_path):
     assert errs == pytest.approx([-30.0, 10.0])
     assert res["interval_coverage"] == pytest.approx(0.5)  # 24000 is inside [21600, 28800], not [14400, 19200]
     assert res["refusal_kinds"] == {"gpu '...': is not a part the catalog knows": 1}
+
+
+def test_memory_is_scored_on_rows_without_a_throughput_too(tmp_path):
+    """A row that measures memory and no throughput (round 12's fine-tuning tables) counts in the memory figure."""
+    if not TINYLLAMA.exists():
+        pytest.skip("data/perfmodel/tinyllama.csv is missing")
+    with TINYLLAMA.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        fields, row = reader.fieldnames, next(reader)
+    both = dict(row, row_id="both", meas_peak_mem_gib="20")
+    only_mem = {**{k: "" for k in ("meas_iter_time_s", "meas_tokens_per_s_per_gpu", "meas_tflops_per_gpu",
+                                   "meas_mfu_pct", "meas_hfu_or_pct_peak", "derived_iter_time_s",
+                                   "derived_tokens_per_s_per_gpu")},
+                **{k: v for k, v in row.items() if not k.startswith(("meas_", "derived_"))},
+                "row_id": "only_mem", "meas_peak_mem_gib": "40"}
+    path = tmp_path / "rows.csv"
+    with path.open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows([both, only_mem])
+    meas = float(row["meas_tokens_per_s_per_gpu"])
+    preds = [{"row_id": "both", "tokens_per_s_per_gpu": meas, "peak_mem_gib": 22.0},
+             {"row_id": "only_mem", "tokens_per_s_per_gpu": meas, "peak_mem_gib": 30.0}]
+    pred_path = tmp_path / "pred.json"
+    pred_path.write_text(json.dumps(preds), encoding="utf-8")
+    res = _blind().score([str(path)], [str(pred_path)])
+    assert res["rows_with_measurement"] == 1 and res["answered"] == 1  # throughput: the first row alone
+    assert res["memory"]["n"] == 2
+    assert res["memory"]["median_signed_pct"] == pytest.approx(-7.5)  # +10% and -25%: median -7.5%
+    assert res["rows"][0]["mem_err_pct"] == pytest.approx(10.0)
+
+
+def test_holdout_script_scores_each_file_and_all_of_them(tmp_path):
+    """benchmarks/perfmodel_holdout.py: per file and pooled, the same figures perfmodel_blind gives each file."""
+    if not TINYLLAMA.exists():
+        pytest.skip("data/perfmodel/tinyllama.csv is missing")
+    spec = importlib.util.spec_from_file_location("perfmodel_holdout", ROOT / "benchmarks" / "perfmodel_holdout.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torchtune = ROOT / "data" / "perfmodel" / "torchtune.csv"
+    res = mod.score_files([TINYLLAMA, torchtune])
+    assert set(res["files"]) == {"tinyllama", "torchtune"}
+    assert res["all"]["rows_with_measurement"] == sum(f["rows_with_measurement"] for f in res["files"].values())
+    assert res["all"]["answered"] == sum(f["answered"] for f in res["files"].values()) > 0
+    one = res["files"]["tinyllama"]
+    assert one["answered"] == 1 and one["median_abs_pct"] == pytest.approx(abs(one["median_signed_pct"]))
