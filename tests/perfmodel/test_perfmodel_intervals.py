@@ -98,3 +98,16 @@ def test_a_moe_run_takes_the_moe_residuals_where_enough_sources_back_them() -> N
     back = IntervalTable.from_json(t.to_json())
     assert back.bounds(("hopper", "16-bit", "megatron", "moe")) == (q10, q90, t.bounds(("hopper", "16-bit", "megatron",
                                                                                          "moe"))[2])
+
+
+def test_an_unseen_part_is_never_given_a_narrower_interval_than_a_seen_one() -> None:
+    """Outside audit 4: Gaudi 3 (no development rows) got 0.84-1.24x the hours from the pooled LOHO residuals,
+    H100 (its own residuals, widened for few sources) 0.75-1.60x: the part never measured read as the safer bet."""
+    table = IntervalTable(groups={"hopper|16-bit|megatron": (-0.47, 0.29, 41), "*|16-bit|megatron": (-0.2, 0.2, 64),
+                                  "ampere|16-bit|*": (-0.1, 0.1, 200)},
+                          unseen=(-0.17, 0.21, 547), generations=frozenset({"hopper", "ampere"}))
+    q10, q90, basis = table.bounds(("gaudi3", "16-bit", "megatron"))
+    assert (q10, q90) == (-0.47, 0.29) and "unseen hardware" in basis  # the widest seen part's spread
+    assert table.bounds(("hopper", "16-bit", "megatron"))[:2] == (-0.47, 0.29)
+    wide_loho = IntervalTable(groups=table.groups, unseen=(-0.9, 0.9, 547), generations=table.generations)
+    assert wide_loho.bounds(("gaudi3", "16-bit", "megatron"))[:2] == (-0.9, 0.9)  # LOHO wider: kept
