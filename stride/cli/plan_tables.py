@@ -104,6 +104,28 @@ def print_rows(rows: list[dict]) -> None:
         for note in r.get("notes") or []:
             if "repeats row" in note:
                 _console().print(f"[yellow]{r['row_id']}[/]: {note}")
+    line = error_summary(rows)
+    if line:
+        _console().print(line)
+
+
+def error_summary(rows: list[dict]) -> str | None:
+    """One line over the rows that carry a measurement: how many were answered, the median, p90 and signed
+    median error of tokens/s per device, and how many measurements the 80% intervals hold (None without any
+    measured row). An outside audit found `--from-csv` printing per-row errors and no figure over them."""
+    scored = [r for r in rows if r.get("measured_tokens_per_s_per_gpu") and r.get("tokens_per_s_per_gpu")]
+    if not scored:
+        return None
+    from stride.perfmodel.intervals import quantile as q  # as benchmarks/perfmodel_blind.py reckons them
+
+    errs = [r["error_pct"] for r in scored]
+    absolute = [abs(e) for e in errs]
+    inside = sum(r["tokens_per_s_per_gpu_lo"] <= r["measured_tokens_per_s_per_gpu"] <= r["tokens_per_s_per_gpu_hi"]
+                 for r in scored)
+    refused = sum(1 for r in rows if r.get("reason"))
+    return (f"{len(scored)} measured rows predicted ({refused} refused): median |error| {q(absolute, 0.5):.1f}%, "
+            f"p90 {q(absolute, 0.9):.1f}%, signed median {q(errs, 0.5):+.1f}%; the 80% interval holds "
+            f"{inside} of {len(scored)} ({100 * inside / len(scored):.0f}%)")
 
 
 def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds: float) -> None:

@@ -50,6 +50,7 @@ PROBED_THREADS = re.compile(r"(\d+) thread\(s\) per process")
 # what a factor above 1 multiplies past: the fit bounds allow it (a CPU's caches beat its DRAM copy rate; a
 # run can beat nccl-tests' published bus bandwidth a little), so it is reported, not clipped to 1
 ABOVE_ONE = {"memory": "memory_bw_tbps (on a CPU: tensors held in cache)", "network": "bus bandwidth",
+             "gemm": "peak_tflops", "dispatch": "kernel_overhead_us (per kernel)",
              "flash": "the published attention curves"}
 
 
@@ -159,17 +160,29 @@ def thread_warnings(runs: list[RunInputs], hw: Hardware) -> list[str]:
             for r in runs if probed and r.threads and r.threads != probed]
 
 
+# a fitted factor under this puts the runs 10x or more below the hardware's measured figure: a busy host, more
+# threads than cores, or work the model does not see, rather than an efficiency (an outside audit: dispatch 0.074,
+# 13 us a kernel against the probe's 0.99 us, went by without a word)
+FAR_BELOW = 0.1
+
+
 def factor_warnings(eff: Efficiency, fitted: tuple[str, ...], hw: Hardware) -> list[str]:
     """Fitted factors above 1: the runs went faster than `hw`'s own figure allows, which its bounds permit
-    (ABOVE_ONE) but which also is what runs on other hardware, or at more threads, look like."""
-    return [f"fitted {name} = {getattr(eff, name):g} is above 1: the runs beat hardware `{hw.name}`'s "
-            f"{ABOVE_ONE.get(name, name)}; check that the runs ran on it, at the threads it was measured with"
-            for name in fitted if getattr(eff, name) > 1]
+    (ABOVE_ONE) but which also is what runs on other hardware, or at more threads, look like. Factors under
+    FAR_BELOW: the runs went 10x slower than it."""
+    above = [f"fitted {name} = {getattr(eff, name):g} is above 1: the runs beat hardware `{hw.name}`'s "
+             f"{ABOVE_ONE.get(name, name)}; check that the runs ran on it, at the threads it was measured with"
+             for name in fitted if getattr(eff, name) > 1]
+    below = [f"fitted {name} = {getattr(eff, name):g}: the runs went {1 / getattr(eff, name):.0f}x slower than "
+             f"hardware `{hw.name}`'s {ABOVE_ONE.get(name, name)}; check that the host was not busy and the runs "
+             "used the threads it was probed with, or that the model sees their work"
+             for name in fitted if 0 < getattr(eff, name) < FAR_BELOW]
+    return above + below
 
 
 def underdetermined_warnings(runs: list[RunInputs], hw: Hardware, factors: tuple[str, ...] | None = None) -> list[str]:
     """Fit stages with fewer runs than factors: such a fit meets its runs almost exactly (one run, four factors
-    reported an error of 0.00005 % and no word), so its near-zero error says nothing and the factors are one of
+    reported an error of 0.00005 % and no word), so how well it meets its runs says nothing and the factors are one of
     many sets that fit, not measurements. Runs the model cannot tell apart (`_same_step`) count once."""
     out = []
     for rs, names in stages(runs, factors):
@@ -177,9 +190,9 @@ def underdetermined_warnings(runs: list[RunInputs], hw: Hardware, factors: tuple
         if distinct < len(names):
             same = f" ({distinct} distinct to the model)" if distinct != len(rs) else ""
             out.append(f"{len(rs)} run(s){same} fit {len(names)} factor(s) ({', '.join(names)}): the fit is "
-                       "underdetermined, so its near-zero error says nothing and the fitted factors are not "
-                       f"measurements; calibrate on at least {len(names)} runs of different shapes (batch size, "
-                       "model size, sequence length)")
+                       "underdetermined, so how well it meets these runs says nothing of other runs and the "
+                       f"fitted factors are not measurements; calibrate on at least {len(names)} runs of different "
+                       "shapes (batch size, model size, sequence length)")
     return out
 
 

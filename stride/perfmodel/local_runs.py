@@ -7,7 +7,7 @@ per rank and the trainer does not report: parameter, gradient and optimizer-stat
 locally (FSDP2 shards included), and the median step time (robust to a busy machine's outliers,
 where summary.json has the mean).
 
-    python -m stride.perfmodel.local_runs OUT_DIR [--nproc N] -- key=value ...
+    python -m stride.perfmodel.local_runs [--nproc N] OUT_DIR key=value ...   (options before OUT_DIR)
 """
 
 from __future__ import annotations

@@ -57,5 +57,6 @@ def test_runs_that_agree_or_differ_in_shape_warn_not(tmp_path: Path, capsys: pyt
                                    "data.n_steps=1024"])  # another shape: 10x faster is no disagreement
     out, err = _calibrate(tmp_path, [a, b, c], capsys)
     # no disagreement is named; what is said is that 2 distinct runs cannot pin 4 factors
-    (under,) = out["warnings"]
+    # (the made-up step times also fit factors far below 1, which are named apart: not what this test is about)
+    (under,) = [w for w in out["warnings"] if "slower than hardware" not in w]
     assert "3 run(s) (2 distinct to the model) fit 4 factor(s)" in under and "apart" not in err and "kept" not in err

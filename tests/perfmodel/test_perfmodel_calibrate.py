@@ -84,7 +84,7 @@ def test_calibrate_flags_a_factor_above_one(tmp_path: Path, capsys: pytest.Captu
     cap = capsys.readouterr()
     out = json.loads(cap.out)
     assert out["efficiency"]["memory"] == pytest.approx(2.0, rel=0.1)
-    (line,) = out["warnings"]
+    (line,) = [w for w in out["warnings"] if "slower than hardware" not in w]  # made-up times: factors far below 1
     assert "fitted memory = " in line and "above 1" in line and "slow-cpu" in line and line in cap.err
 
 
@@ -131,7 +131,7 @@ def test_a_run_at_another_thread_count_than_the_probe_is_named(tmp_path: Path,
     assert main(["plan", "calibrate", two, one, "--hardware", "local-cpu",
                  "--hardware-file", str(tmp_path / "probe.toml")]) == 0
     out = json.loads(capsys.readouterr().out)
-    (line,) = [w for w in out["warnings"] if "thread" in w]
+    (line,) = [w for w in out["warnings"] if "thread(s) per process" in w]
     assert line.startswith(f"{two} ran 2 thread(s) per process (env.json torch_threads)")
     assert "`local-cpu` was probed with 1" in line and one not in line
     # the count is a field of the entry (`probed_threads`), not only words of its display name
