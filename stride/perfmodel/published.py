@@ -97,13 +97,17 @@ SELECTIVE_SINCE = (2022, 5)
 # said otherwise: of the published rows with TP > 1 that state it, Megatron-LM / NeMo since SP came (2022-05, with
 # selective recompute) ran it on in 199 of 237 (the 38 off are mostly 2021's SC21 runs), torchtitan in 23 of 23
 # (its TP plan always applies SequenceParallel to the norms). A blank `sp` on such a row is read as on.
-_SP_BY_DEFAULT = frozenset({"megatron", "fsdp2"})
+def _sp_by_default(framework: str, text: str) -> bool:
+    """Megatron-Core / NeMo, or torchtitan named (the fsdp2 profile also covers custom FSDP2 + TP trainers, whose
+    norms the evidence does not speak for)."""
+    return framework == "megatron" or (framework == "fsdp2" and "torchtitan" in text)
 
 
 def _run_date(text: str) -> tuple[int, int] | None:
     """The latest date the row's text gives: an arXiv id (year and month) where there is one, else a year
     (taken as its last month: a year alone cannot place a run before a month of it)."""
-    arxiv = [(2000 + int(y), int(m)) for y, m in re.findall(r"arxiv\W{0,2}(\d\d)(\d\d)\.\d{4,5}", text.lower())]
+    arxiv = [(2000 + int(y), int(m)) for y, m in re.findall(r"arxiv(?:\W{0,2}|\.org/(?:abs|pdf)/)(\d\d)(\d\d)\.\d{4,5}",
+                                                            text.lower())]
     later = max((y for y, _ in arxiv), default=0)
     dates = arxiv + [(y, 12) for y in map(int, re.findall(r"\b(20\d\d)\b", text)) if y > later]
     return max(dates) if dates else None
@@ -175,60 +179,59 @@ def _fill_from_preset(row: dict, notes: list[str]) -> dict:
     return {**row, **filled}
 
 
-# Published dense decoders' (parameters in billions, blocks, width), the reference shapes a row that gives only its
-# size is read in: GPT-3's family (Brown et al. 2020, Table 2.1: 4x MLP, GeLU; 13B at 5120, the table's 5140 is not
-# 40 heads of 128) for ungated MLPs, LLaMA's (Touvron et al. 2023, Table 2: SwiGLU, 8/3 h) for gated ones.
-_SHAPES = {
-    "gelu": ((0.125, 12, 768), (0.35, 24, 1024), (0.76, 24, 1536), (1.3, 24, 2048), (2.7, 32, 2560),
-             (6.7, 32, 4096), (13.0, 40, 5120), (175.0, 96, 12288)),
-    "swiglu": ((6.7, 32, 4096), (13.0, 40, 5120), (32.5, 60, 6656), (65.2, 80, 8192)),
-}
+# Published dense decoders' (parameters in billions, blocks, width): GPT-3's family (Brown et al. 2020, Table 2.1;
+# 13B at 5120, the table's 5140 is not 40 heads of 128), the reference shapes a row that gives only its size is read
+# in. A gated MLP (SwiGLU at 8/3 h, three matrices) holds what a 4h GeLU MLP holds, and LLaMA's widths (Touvron et al.
+# 2023: 7B 4096, 13B 5120, 33B 6656, 65B 8192) lie within 7% of this family's at their sizes, so one family serves both.
+_SHAPES = ((0.125, 12, 768), (0.35, 24, 1024), (0.76, 24, 1536), (1.3, 24, 2048), (2.7, 32, 2560), (6.7, 32, 4096),
+           (13.0, 40, 5120), (175.0, 96, 12288))
+_MOE_WORDS = r"\bmoe\b|mixture[- ]of[- ]experts|mixtral|experts"
 
 
-def _family_width(family: tuple[tuple[float, int, int], ...], size: float) -> int:
-    """The family's width at `size`: log-log between the two published sizes around it (outside them, along the
-    nearest pair's line), in multiples of 128 (a whole number of 128-wide heads)."""
-    pairs = list(zip(family, family[1:], strict=False))
-    (n0, _, h0), (n1, _, h1) = next(((a, b) for a, b in pairs if a[0] <= size <= b[0]),
-                                    pairs[0] if size < family[0][0] else pairs[-1])
+def _family_width(size: float, tp: int) -> int:
+    """The family's width at `size`: log-log between the two published sizes around it (past the largest, along the
+    last pair's line), in whole heads of 128 that `tp` divides."""
+    pairs = list(zip(_SHAPES, _SHAPES[1:], strict=False))
+    (n0, _, h0), (n1, _, h1) = next(((a, b) for a, b in pairs if a[0] <= size <= b[0]), pairs[-1])
     h = h0 * (h1 / h0) ** (math.log(size / n0) / math.log(n1 / n0))
-    return max(128, 128 * round(h / 128))
+    unit = 128 * max(1, tp)
+    return max(unit, unit * round(h / unit))
 
 
 def _fill_from_size(row: dict, notes: list[str]) -> dict:
-    """A dense row that gives its size (`params_b`) but not its width or depth is read in the shape of the published
-    family of its MLP's kind: the family's width at that size, the depth set so the weights make the size: the step's
-    GEMM work is 6 x parameters x tokens whatever the shape, and the width moves only attention and the LM head (a
-    few per cent at 2-8k tokens). Noted as assumed; a row that states either dimension is left to say the other."""
+    """A dense row that gives its size (`params_b`) but neither its width nor its depth is read in the shape of a
+    published family: its width at that size, the depth set so the block weights make the size. The step's GEMM
+    work is 6 x block parameters x tokens whatever the shape; the width moves attention and the LM head (a few per
+    cent at 2-8k tokens). Noted as assumed. Refused (left blank) below the family's smallest size, where the
+    embedding is a large share of the parameters and a lookup, not a GEMM; a MoE row is never read so (its total
+    and active parameters differ); the vocabulary is left to `_spec` (assumed there, or refused for a narrow model)."""
     if not (rt.blank(row.get("hidden")) and rt.blank(row.get("layers"))) or rt.blank(row.get("params_b")):
         return row
-    arch = " ".join(str(row.get(k) or "") for k in ("arch", "model"))
-    if re.search(r"\bmoe\b|mixture[- ]of[- ]experts|experts", arch.lower()):
-        return row  # total and active parameters differ: no size alone says the work
+    if re.search(_MOE_WORDS, " ".join(str(row.get(k) or "") for k in ("arch", "model", "notes")).lower()):
+        return row
     try:
         size = float(str(row.get("params_b")).strip())
     except ValueError:
         return row
-    if not 0.05 <= size <= 2000:
+    if not _SHAPES[0][0] <= size <= 2000:
         return row
+    arch = " ".join(str(row.get(k) or "") for k in ("arch", "model"))
     act, _ = rt.activation(row.get("ffn_act") or "", arch)
     gated = act in ("swiglu", "geglu")
-    family = _SHAPES["swiglu" if gated else "gelu"]
-    hidden = _family_width(family, size)
-    vocab = _int(row, "vocab", 0) or (32000 if gated else 50257)
+    tp = _int(row, "tp", 1)
+    hidden = _family_width(size, tp)
+    vocab = _int(row, "vocab", 0) or 32000  # as `_spec` assumes it where blank (or refuses a narrow model)
     ffn = 256 * -(-int(8 * hidden / 3) // 256) if gated else 4 * hidden
     per_block = 4 * hidden * hidden + (3 if gated else 2) * hidden * ffn
     embed = vocab * hidden * (2 if gated else 1)
     layers = max(1, round((size * 1e9 - embed) / per_block))
     filled = {"hidden": str(hidden), "layers": str(layers)}
     if rt.blank(row.get("heads")):
-        filled["heads"] = str(max(1, hidden // 128))
+        filled["heads"] = str(hidden // 128)
     if rt.blank(row.get("ffn_hidden")):
         filled["ffn_hidden"] = str(ffn)
-    if rt.blank(row.get("vocab")):
-        filled["vocab"] = str(vocab)
     notes.append(f"width and depth not stated: a {size:g}B {'gated' if gated else 'GeLU'} decoder read as {layers} "
-                 f"blocks of {hidden} (the {'LLaMA' if gated else 'GPT-3'} family's width at its size), assumed")
+                 f"blocks of {hidden} (GPT-3's family width at its size), assumed")
     return {**row, **filled}
 
 
@@ -262,7 +265,7 @@ def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float
     bias = _words(arch, r"\bbiases\b|\bbias\b", r"no bias")
     dropout = _words(arch, r"dropout", r"no dropout|dropout 0\b")
     moe = rt.moe(arch)
-    if re.search(r"\bmoe\b|mixture[- ]of[- ]experts|mixtral|experts", low) and "experts" not in moe:
+    if re.search(_MOE_WORDS, low) and "experts" not in moe:
         raise ValueError("MoE model: the number of experts is not stated (write e.g. '8 experts, top-2')")
     kv = _int(row, "kv_heads", heads)
     if heads % kv:
@@ -400,7 +403,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     lora_rank, lora_targets, lora_dropout, lora_notes = rt.lora(peft_text) if frozen else (0, "attention", 0.0, [])
     notes.extend(lora_notes)
     sp = rt.flag(str(row.get("sp") or "")) and tp > 1
-    if tp > 1 and rt.unstated(str(row.get("sp") or "")) and profiled and framework in _SP_BY_DEFAULT and \
+    if tp > 1 and rt.unstated(str(row.get("sp") or "")) and profiled and _sp_by_default(framework, fw_low) and \
             (_run_date(fw_text) or SELECTIVE_SINCE) >= SELECTIVE_SINCE:
         sp = True
         notes.append("sp blank: sequence parallelism assumed on with tensor parallelism")

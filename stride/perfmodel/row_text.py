@@ -82,9 +82,13 @@ def unstated(text: str | None) -> bool:
     return clean(text) in ("", "n/a", "na", "-", "not stated", "unknown", "?", "nan")
 
 
-_FORMATS = r"(?:bf16|bfloat16|fp16|float16|fp8|float8|half|amp|mixed)"
-_NEGATED_FORMAT = (r"\b(?:no|not|without|non)\W{1,3}(?:--)?" + _FORMATS + r"\b|"
-                   r"(?:--)?" + _FORMATS + r"\s*[:=]\s*(?:false|off|no|none|disabled|0)\b")
+_FORMATS = r"\b(?:bf16|bfloat16|fp16|float16|fp8|float8|tf32|half|amp|mixed)\b"
+# "no --fp16", "without fp8", "w/o fp8", "non-fp8", "no fp16/bf16"; "fp8: false", "fp16 off" where the clause ends
+# there ("bf16: no fp32 master weights" and "fp16: no loss scaling" say something else of a format that ran)
+_NEGATED_FORMAT = (r"(?:\b(?:no|not|without|non)|w/o)(?:\s+|-)(?:--)?" + _FORMATS
+                   + r"(?:\s*(?:/|,|\bor\b|\band\b|\bnor\b)\s*(?:--)?" + _FORMATS + r")*|"
+                   r"(?:--)?" + _FORMATS + r"\s*[:=]?\s*(?:false|off|no|none|disabled|0(?![.\d]))"
+                   r"(?=\s*(?:[,;)\]}]|$))")
 
 
 def precision(text: str) -> tuple[str, str, list[str]]:
@@ -226,8 +230,9 @@ def recompute_every(text: str) -> int:
 
 # words that make a clause of the recompute cell speak of recompute (or state a mode) at all
 _NAMES_RECOMPUTE = (r"checkpoint|ckpt|recompute|remat|\bac\b|\bacg\b|\bsac\b|selective|saveable|save_dot|policy|"
-                    r"offload|minimal|no_batch_dims|\bfull\b|every layer|uniform|"
-                    r"^\W*(none|no|off|false|disabled|0)\W*$")
+                    r"offload|minimal|no_batch_dims|every layer|uniform|"
+                    # a mode alone, or "full" not naming another thing ("full CUDA graphs", "FSDP full shard")
+                    r"^\W*(none|no|off|false|disabled|0|full|on|true|yes|enabled)\W*(\(|$)")
 
 
 def recompute(text: str) -> str | None:

@@ -32,8 +32,11 @@ def _row(**over: str) -> dict:
     ({"framework": ""}, False),
     ({"framework": "ColossalAI HybridParallelPlugin"}, False),
     ({"framework": "Megatron-DeepSpeed"}, False),
-    # Megatron before sequence parallelism came (2022-05, with selective recompute)
+    # Megatron before sequence parallelism came (2022-05, with selective recompute), however the paper is cited
     ({"framework": "Megatron-LM 2021 (arXiv:2104.04473)", "recompute": "full"}, False),
+    ({"framework": "Megatron-LM (https://arxiv.org/abs/2104.04473)", "recompute": "full"}, False),
+    # the FSDP2 profile's other trainers: the evidence (torchtitan's TP plan) does not speak for them
+    ({"framework": "PyTorch FSDP2 + DTensor TP (custom trainer)"}, False),
 ])
 def test_blank_sp_with_tensor_parallelism_is_on_where_the_framework_defaults_to_it(over: dict, sp: bool) -> None:
     inp = row_inputs(_row(**over), load_catalog())
@@ -52,30 +55,46 @@ def test_blank_sp_with_tensor_parallelism_is_on_where_the_framework_defaults_to_
     ("non-fp8 bf16 run", "bf16"),
     ("bf16 (no fp32 master copy)", "bf16"),
     ("fp8 delayed scaling", "fp8"),
+    # the review's cases: a format said of something else stays read; lists and w/o are negated
+    ("bf16: no fp32 master weights", "bf16"),
+    ("fp16: no dynamic loss scaling", "fp16"),
+    ("TF32: no, FP16: yes", "fp16"),
+    ("TF32 (no fp16/bf16)", "tf32"),
+    ("FP32 (no TF32)", "fp32"),
+    ("bf16 w/o fp8", "bf16"),
+    ("fp16 off; tf32", "tf32"),
+    ("fp8=0.5 ratio", "fp8"),
+    ("fp16 (no bf16 support on V100)", "fp16"),
 ])
 def test_a_negated_number_format_is_not_read(text: str, prec: str) -> None:
     assert rt.precision(text)[0] == prec
 
 
-@pytest.mark.parametrize(("params_b", "act", "layers", "hidden"), [
-    ("6.7", "", 32, 4096),  # GPT-3 6.7B's own shape
-    ("2.7", "gelu", 32, 2560),  # GPT-3 2.7B's (its 2.65B: a block deeper at 2.7B)
-    ("28", "", 53, 6656),  # between GPT-3 13B's 5120 and 175B's 12288, log-log; 53 blocks make 28B
-    ("6.7", "swiglu", 32, 4096),  # LLaMA 7B's
-    ("500", "swiglu", 182, 15104),  # past the family's largest, along its last pair's line (Llama 3 405B: 16384)
-    ("1", "swiglu", 15, 2176),  # below its smallest, along the first pair's (Llama 3.2 1B: 16 x 2048)
-])
-def test_a_dense_row_with_only_its_size_is_read_in_its_familys_shape(params_b: str, act: str, layers: int,
-                                                                      hidden: int) -> None:
+def _size_only(params_b: str, act: str = "", **over: str) -> dict:
     # Modalities' README scaling table gives the parameter count of its GPT-2-style models and no dimensions
-    row = _row(model=f"GPT-2-style decoder, {params_b}B", arch="GPT2LLM decoder", params_b=params_b, layers="",
-               hidden="", heads="", kv_heads="", ffn_hidden="", ffn_act=act, vocab="", tp="1", dp="64",
-               zero_or_fsdp="FSDP FULL_SHARD", framework="PyTorch FSDP")
-    inp = row_inputs(row, load_catalog())
+    base = {"model": f"GPT-2-style decoder, {params_b}B", "arch": "GPT2LLM decoder", "params_b": params_b,
+            "layers": "", "hidden": "", "heads": "", "kv_heads": "", "ffn_hidden": "", "ffn_act": act, "vocab": "",
+            "tp": "1", "dp": "64", "zero_or_fsdp": "FSDP FULL_SHARD", "framework": "PyTorch FSDP"}
+    return _row(**{**base, **over})
+
+
+@pytest.mark.parametrize(("params_b", "act", "over", "layers", "hidden"), [
+    ("6.7", "", {}, 33, 4096),  # GPT-3 6.7B's width (its 32 blocks hold 6.4B; a 32k vocabulary assumed)
+    ("2.7", "gelu", {}, 33, 2560),  # GPT-3 2.7B's
+    ("28", "", {}, 52, 6656),  # log-log between GPT-3 13B's 5120 and 175B's 12288
+    ("6.7", "swiglu", {}, 32, 4096),  # LLaMA 7B's shape: a gated MLP holds what a 4h one does
+    ("28", "", {"tp": "8", "dp": "8"}, 61, 6144),  # whole heads that TP 8 divides (6656 has 52: refused before)
+    ("500", "swiglu", {}, 135, 17536),  # past 175B along the last pair's line (Llama 3 405B: 16384)
+    ("1", "swiglu", {"vocab": "128256"}, 14, 1792),  # Llama 3.2 1B: 16 blocks of 2048
+])
+def test_a_dense_row_with_only_its_size_is_read_in_its_familys_shape(params_b: str, act: str, over: dict,
+                                                                      layers: int, hidden: int) -> None:
+    inp = row_inputs(_size_only(params_b, act, **over), load_catalog())
     assert inp.reason is None, inp.reason
     spec = inp.spec
-    assert spec.hidden == hidden and abs(spec.layers - layers) <= 1
-    # the block weights make the stated size (within a block's worth)
+    assert (spec.layers, spec.hidden) == (layers, hidden)
+    assert spec.heads == hidden // 128 and spec.heads % int(over.get("tp", "1")) == 0
+    # the weights make the stated size (within a block's worth)
     gated = spec.act in ("swiglu", "geglu")
     block = 4 * spec.hidden**2 + (3 if gated else 2) * spec.hidden * spec.ffn
     embed = spec.vocab * spec.hidden * (2 if gated else 1)
@@ -83,11 +102,19 @@ def test_a_dense_row_with_only_its_size_is_read_in_its_familys_shape(params_b: s
     assert any("width and depth not stated" in n and "assumed" in n for n in inp.notes)
 
 
-def test_size_alone_is_not_read_for_a_moe_model_or_where_a_dimension_is_stated() -> None:
-    moe = _row(model="an in-house 47B MoE", arch="MoE, 8 experts, top-2", layers="", hidden="", params_b="47")
-    assert "`hidden` is blank" in (row_inputs(moe, load_catalog()).reason or "")
-    one_dim = _row(model="a 7B decoder", arch="decoder", layers="32", hidden="", params_b="7")
-    assert "`hidden` is blank" in (row_inputs(one_dim, load_catalog()).reason or "")
+def test_size_alone_is_not_read_where_it_cannot_say_the_shape() -> None:
+    catalog = load_catalog()
+    reason = lambda row: row_inputs(row, catalog).reason or ""  # noqa: E731
+    # a MoE row (its total and active parameters differ), named in any of the columns the model reads for it
+    assert "`hidden` is blank" in reason(_row(model="an in-house 47B MoE", arch="MoE, 8 experts, top-2",
+                                              layers="", hidden="", params_b="47"))
+    assert "`hidden` is blank" in reason(_size_only("46.7", notes="MoE: 8 experts top-2"))
+    assert "`hidden` is blank" in reason(_row(model="a 7B decoder", arch="decoder", layers="32", hidden="",
+                                              params_b="7"))  # one dimension stated: the row says the other
+    assert "`hidden` is blank" in reason(_size_only("0.05"))  # below the family: mostly embedding
+    # a narrow model with no vocabulary is refused as when its dimensions are stated
+    assert "`vocab` is blank" in reason(_size_only("0.76"))
+    assert "`vocab` is blank" in reason(_size_only("0.76", hidden="1536", layers="24"))
 
 
 @pytest.mark.parametrize(("text", "mode"), [
@@ -95,6 +122,9 @@ def test_size_alone_is_not_read_for_a_moe_model_or_where_a_dimension_is_stated()
     ("none (no activation recompute in the recipe or perf script); CUDA graphs on (csv)", "none"),
     ("none; CUDA graphs on for b200 (script)", "none"),
     ("selective; CUDA graphs on", "selective"),
+    ("none; full CUDA graphs", "none"),
+    ("none; FSDP full shard", "none"),
+    ("full (uniform, every layer); CUDA graphs off", "full"),
     # clauses that do speak of recompute still decide as before
     ("HF gradient checkpointing (--gradient_checkpointing); fsdp_activation_checkpointing false", "full"),
     ("on", "full"),
