@@ -39,8 +39,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "(default: none, only stride/perfmodel/hardware.toml)")
     parser.add_argument("--devices", type=int, help="number of devices, >= 1 (no default: a --model or --workload "
                         "plan needs it, --compare-hardware unless every NAME has its :COUNT)")
-    parser.add_argument("--global-batch", type=int, help="sequences per step, >= 1 (default: about 4M tokens, a "
-                        "multiple of --devices; --workload: the config's train.batch_size)")
+    parser.add_argument("--global-batch", type=int, help="sequences per step, >= 1 (default: about 4M tokens, "
+                        "--devices times a power of two or three times one, so every replica's batch splits into "
+                        "micro-batches; --workload: the config's train.batch_size)")
     parser.add_argument("--seq", type=int, help="sequence length, >= 1 (default: the model's)")
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8", "fp4"],
                         help="training precision (default: %(default)s)")
@@ -439,7 +440,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "model": spec.name, "hardware": hw.name, "hardware_text": args.hardware, "hardware_notes": notes,
             "devices": args.devices, "global_batch": gb, "seq": spec.seq, "considered": result.considered,
-            "fit": len(result.ranked), "search_seconds": seconds, "interval_basis": basis,
+            "fit": len(result.ranked), "search_seconds": seconds, "interval_basis": basis, "notes": result.notes,
             "best": out(best) if best else None,
             "ranked": [out(p) for p in result.ranked[: args.top]],
             "alternatives": [{**out(p), "why_slower": explain(p, best)} for p in alts] if best else [],
@@ -523,6 +524,8 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
               f"{result.considered} layouts, {len(result.ranked)} fit ({seconds:.2f} s)")
     for line in hardware_lines:
         con.print(line, markup=False, highlight=False)
+    for line in result.notes:  # what limited the search (the framework's parallelism, the batch's divisors)
+        con.print(f"note: {line}", markup=False, highlight=False)
     if not result.best:
         con.print("[red]no layout fits in memory[/]")
         for p in result.rejected_memory[:3]:

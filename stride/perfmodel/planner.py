@@ -4,11 +4,13 @@ The space: tp up to the scale-up domain (a power of two dividing heads), pp divi
 dp the rest; 1f1b or interleaved (v=2) pipelines; micro-batches from 1 up to the whole per-replica
 batch (one per power of two: `micro_batches`); ZeRO 0-3; recompute none/selective/full. Sequence
 parallel is always on with tp > 1: in this model it moves the same bytes as plain TP and shards
-norms and dropout, so it is never worse.
+norms and dropout, so it is never worse. Which of tp / pp / ZeRO a layout may use depends on the
+framework (`PARALLELISM`): DDP is data parallel only, so the planner never recommends TP or PP to it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from stride.config.errors import ConfigError
@@ -25,15 +27,31 @@ class PlanResult:
     ranked: list[Prediction]  # fits, fastest first
     rejected_memory: list[Prediction] = field(default_factory=list)  # fastest first
     considered: int = 0
+    notes: list[str] = field(default_factory=list)  # what limited the search (framework, batch divisors)
 
     @property
     def best(self) -> Prediction | None:
         return self.ranked[0] if self.ranked else None
 
 
+def smooth(x: float) -> int:
+    """The number of the form 2^k or 3 x 2^k nearest `x` in ratio (at least 1): every such number has the small
+    divisors 1, 2, 4, ... (and 3), so a batch made of it splits into many micro-batch sizes."""
+    if x <= 1:
+        return 1
+    top = math.ceil(math.log2(x)) + 1
+    cands = [c for k in range(top + 1) for c in (2**k, 3 * 2**k)]
+    return min(cands, key=lambda c: (abs(math.log(c / x)), c))
+
+
 def default_global_batch(spec: TransformerSpec, devices: int, target_tokens: float = 4e6) -> int:
-    """About `target_tokens` per step, a multiple of `devices` so every dp size can divide it."""
-    return devices * max(1, round(target_tokens / spec.seq / devices))
+    """About `target_tokens` per step: `devices` x m sequences, m the per-device share rounded to a power of two or
+    three times one (`smooth`; within -18 % / +22 % of the target from two sequences a device). Every dp the
+    search tries divides `devices` (dp = devices / (tp x pp)), so each replica takes (tp x pp) x m sequences, a
+    multiple of m: micro-batches 1, 2, 4, ... divide it whatever the layout. The nearest plain multiple of
+    `devices` (before) could leave a replica a prime count: 4 devices at seq 1024 took 3908 = 4 x 977, micro-batch
+    1 or 977 only, a 17 % slower best plan that ranked 4 H100s dearer than 8 (audit 4)."""
+    return devices * smooth(target_tokens / spec.seq / devices)
 
 
 def _divisors(n: int) -> list[int]:
@@ -54,22 +72,60 @@ def micro_batches(per_dp: int) -> list[int]:
     return sorted(set(out))
 
 
-# ZeRO stages each framework runs: Megatron's distributed optimizer is ZeRO-1; FSDP is 2 or 3
-_ZERO = {"megatron": (0, 1), "megatron-legacy": (0,), "deepspeed": (0, 1, 2, 3), "ddp": (0,), "fsdp1": (2, 3),
-         "fsdp2": (2, 3), "torchtune": (0,), "maxtext": (3,)}
+@dataclass(frozen=True)
+class Parallelism:
+    """What a framework runs besides plain data parallelism (frameworks.py documents each profile)."""
+    tp: bool  # tensor parallel (+ sequence parallel)
+    pp: bool  # pipeline parallel
+    cp: bool  # context parallel (the search does not try cp > 1 yet; recorded so the rule stays in one place)
+    zero: tuple[int, ...]  # ZeRO stages over dp > 1 (3 = FSDP / fully sharded)
+    zero_with_pp: tuple[int, ...] | None = None  # the stages allowed with pp > 1, where fewer (None: `zero`)
+
+
+# The one place that says which layouts a framework can run; candidate_layouts never offers another.
+# - megatron: Megatron-Core / NeMo run tp+sp, pp (1F1B, interleaved), cp; the distributed optimizer is ZeRO-1.
+# - megatron-legacy: Megatron-LM 2021-22 ran PTD-P (tp, pp, dp; Narayanan et al. 2021), no cp, no distributed
+#   optimizer.
+# - deepspeed: ZeRO 0-3 over dp; pp through its PipelineEngine, which asserts ZeRO < 2 ("ZeRO-2 and ZeRO-3 are
+#   incompatible with pipeline parallelism", deepspeed/runtime/pipe/engine.py); tp through Megatron-DeepSpeed.
+# - ddp: torch.nn.parallel.DistributedDataParallel replicates the whole model: data parallel only, ZeRO 0.
+# - fsdp1: Composer / llm-foundry / accelerate wrap the model in FSDP1 (FULL_SHARD or SHARD_GRAD_OP): data
+#   parallel with ZeRO-3 / ZeRO-2 sharding, no tp or pp.
+# - fsdp2: torchtitan runs FSDP2 (dp_shard) with tp+sp, pp and cp.
+# - torchtune: one device (the profile's pure-bf16 recipe), or its distributed recipes' FSDP2 (fully_shard,
+#   reshard after forward: ZeRO-3); no DDP, no tp or pp in the profile.
+# - maxtext: FSDP (ZeRO-3) and data parallel, tp (frameworks.py: MaxText/configs/v5p/*.sh); its pipeline is a
+#   circular schedule the 1F1B / interleaved model here does not describe, so pp is not offered.
+# A framework missing here (a calibration's own name) may run anything.
+PARALLELISM: dict[str, Parallelism] = {
+    "megatron": Parallelism(tp=True, pp=True, cp=True, zero=(0, 1)),
+    "megatron-legacy": Parallelism(tp=True, pp=True, cp=False, zero=(0,)),
+    "deepspeed": Parallelism(tp=True, pp=True, cp=False, zero=(0, 1, 2, 3), zero_with_pp=(0, 1)),
+    "ddp": Parallelism(tp=False, pp=False, cp=False, zero=(0,)),
+    "fsdp1": Parallelism(tp=False, pp=False, cp=False, zero=(2, 3)),
+    "fsdp2": Parallelism(tp=True, pp=True, cp=True, zero=(2, 3)),
+    "torchtune": Parallelism(tp=False, pp=False, cp=False, zero=(3,)),
+    "maxtext": Parallelism(tp=True, pp=False, cp=False, zero=(3,)),
+}
+_ANY = Parallelism(tp=True, pp=True, cp=True, zero=(0, 1, 2, 3))
+
+
+def parallelism(framework: str) -> Parallelism:
+    return PARALLELISM.get(framework, _ANY)
 
 
 def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
                       precision: str = "bf16", max_pp: int = 64, attention: str = "flash",
                       framework: str = "megatron", fp8_recipe: str = "delayed") -> list[Layout]:
     out = []
-    zeros = _ZERO.get(framework, (0, 1, 2, 3))
+    runs = parallelism(framework)
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= hw.scaleup_domain and spec.heads % t == 0
-           and devices % t == 0]
+           and devices % t == 0 and (t == 1 or runs.tp)]
     for tp in tps:
         for pp in _divisors(devices // tp):
-            if pp > max_pp or pp > spec.layers:
+            if pp > max_pp or pp > spec.layers or (pp > 1 and not runs.pp):
                 continue
+            zeros = runs.zero_with_pp if pp > 1 and runs.zero_with_pp is not None else runs.zero
             # layers that pp does not divide: the embedding and loss as stages, or short end stages
             split = "even" if spec.layers % pp == 0 else (
                 "embedding-loss" if (spec.layers + 2) % pp == 0 else "uneven")
@@ -111,7 +167,28 @@ def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
     preds = [predict(spec, lay, hw, global_batch, eff) for lay in layouts]
     fits = _ties_by_memory(sorted((p for p in preds if p.fits), key=lambda p: p.step_time_s))
     over = sorted((p for p in preds if not p.fits), key=lambda p: p.step_time_s)
-    return PlanResult(fits, over, len(preds))
+    return PlanResult(fits, over, len(preds), search_notes(layouts, global_batch, devices, framework, bool(fits)))
+
+
+def search_notes(layouts: list[Layout], global_batch: int, devices: int, framework: str, fits: bool) -> list[str]:
+    """What limited the search: a framework that runs no tp / pp (when nothing fits, that is why), and a per-replica
+    batch with no divisor from 2 to 16 (micro-batches are then 1 or nearly the whole replica's batch)."""
+    notes = []
+    runs = parallelism(framework)
+    if not fits and not (runs.tp and runs.pp):
+        missing = " or ".join(n for n, ok in (("tensor", runs.tp), ("pipeline", runs.pp)) if not ok)
+        notes.append(f"framework {framework} runs no {missing} parallelism, so no layout splits the model further; "
+                     "a framework that does (megatron, fsdp2, deepspeed) may fit it")
+    for dp in sorted({lay.dp for lay in layouts}):
+        per_dp = global_batch // dp
+        if per_dp > 16 and not any(per_dp % d == 0 for d in range(2, 17)):
+            mbs = ", ".join(str(m) for m in micro_batches(per_dp))
+            better = devices * smooth(global_batch / devices)
+            hint = (f"; a global batch such as {better} (a power of two, or three times one, per device) leaves "
+                    "many more") if better != global_batch else ""
+            notes.append(f"dp{dp}: each replica takes {per_dp} sequences, which has no divisor from 2 to 16, so its "
+                         f"micro-batches can only be {mbs}{hint}")
+    return notes
 
 
 TIE = 0.005  # step times within 0.5 % of each other are one speed: the smaller memory ranks first

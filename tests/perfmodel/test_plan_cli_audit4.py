@@ -52,3 +52,14 @@ def test_a_factor_far_below_one_is_named() -> None:
     (warning,) = factor_warnings(eff, ("gemm", "dispatch"), hw)
     assert warning.startswith("fitted dispatch = 0.074: the runs went 14x slower than hardware `epyc-9654`'s "
                               "kernel_overhead_us (per kernel)")
+
+
+def test_a_plan_prints_what_limited_its_search(capsys: pytest.CaptureFixture[str]) -> None:
+    """The planner's notes (a framework with no tensor or pipeline parallelism; a per-replica batch with no small
+    divisor) reach the table and the JSON."""
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--framework", "ddp", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["best"] is None and any("runs no tensor or pipeline parallelism" in n for n in out["notes"])
+    args = ["plan", "--model", "layers=12,hidden=1024,heads=16,vocab=32000,seq=1024", "--devices", "4"]
+    assert main([*args, "--global-batch", "3908"]) == 0
+    assert "note: dp4: each replica takes 977 sequences, which has no divisor from 2 to 16" in capsys.readouterr().out
