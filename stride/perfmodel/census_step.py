@@ -114,8 +114,8 @@ class _Layers:
         return self.by_name[name]
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
-        """saved_tensors_hooks pack: the trainer's rule (stride.metrics.memory.SavedActivations): skip
-        nn.Parameter objects, count every other storage once; here split by what the storage is."""
+        """saved_tensors_hooks pack: every storage once, split by what it is; the trainer's rule
+        (stride.metrics.memory.SavedActivations) counts the activations alone (`saved_bytes` here)."""
         if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter):
             key = storage_key(t)
             if key not in self.seen:

@@ -79,12 +79,17 @@ def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, st
         return "data", (f"data wait is {100 * share['data']:.0f}% of the step (> {100 * DATA_BOUND:.0f}%): "
                         "prefetch in the background, gather whole batches, use pinned memory")
     if share.get("optimizer", 0) > OPTIMIZER_BOUND:
-        impl = w.get("optimizer_impl")  # what the run's steps ran: advice does not offer what it already has
-        fused = f"already {impl}" if impl in ("fused", "triton") else None
+        # advice does not offer what the run already has: its optimizer's implementation, its compile setting
+        impl = w.get("optimizer_impl")
+        compiled = "optimizer" in str(((w.get("config") or {}).get("train") or {}).get("compile") or "")
+        has = [f"already {impl}"] if impl in ("fused", "triton") else []
+        has += ["compiled"] if compiled else []
+        offer = ([] if has else ["use fused AdamW"]) + ([] if compiled else
+                                                         ["compile the optimizer step (train.compile=model+optimizer)"])
+        *first, last = [*offer, "a larger batch per step"]
         return "optimizer", (f"the optimizer is {pct(share['optimizer'])} of the step"
-                             + (f" ({fused}): " if fused else ": use fused AdamW, ")
-                             + "compile the optimizer step (train.compile=model+optimizer), or a larger batch "
-                               "per step")
+                             + (f" ({', '.join(has)})" if has else "") + ": "
+                             + (f"{', '.join(first)} or {last}" if first else last))
     if share.get("other", 0) > HOST_BOUND:
         return "host", (f"{100 * share['other']:.0f}% of the step is host overhead outside forward/backward: "
                         "enable torch.compile, log less often, raise the batch size")

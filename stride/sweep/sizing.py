@@ -118,7 +118,7 @@ def memory_model(cfg: RunConfig) -> MemoryModel:
     n_state = 2 if cfg.optim.name.startswith("adam") else (1 if cfg.optim.momentum else 0)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     loss_fn = make_loss(cfg.model.loss, huber_delta=cfg.model.huber_delta, quantiles=cfg.model.quantiles)
-    with SavedActivations() as saved:
+    with SavedActivations(model) as saved:  # activations only: the weights are counted in params above
         loss = loss_fn(model(x), y)
     del loss
     return MemoryModel(params * (2 + n_state), saved.bytes, x.numel() * x.element_size() + y.numel() * y.element_size(),
@@ -228,10 +228,15 @@ def measure_solo(cfg: RunConfig) -> SoloRate:
     then a fresh Trainer runs SOLO_SKIP untimed steps and SOLO_WINDOWS windows of timed ones. A window's rate is
     its samples over the sum of its step walls (data wait in, as a pack's step times have it); the median
     window is the rate."""
-    warm = _run_alone(cfg, SOLO_WARMUP_STEPS, SOLO_SKIP)
-    n = _window_steps(min(warm[SOLO_SKIP:] or warm))  # its fastest step: a cold process's slow ones cut no window short
-    times = _run_alone(cfg, SOLO_SKIP + SOLO_WINDOWS * n, SOLO_SKIP)[SOLO_SKIP:]
-    sums = [sum(times[k * n : (k + 1) * n]) for k in range(SOLO_WINDOWS)]
+    from stride.train.divergence import TrainingDiverged
+
+    try:  # a class whose first point diverges (the grid's largest lr) has no rate: its points get no estimate
+        warm = _run_alone(cfg, SOLO_WARMUP_STEPS, SOLO_SKIP)
+        n = _window_steps(min(warm[SOLO_SKIP:] or warm))  # its fastest step: a cold start's slow ones cut none short
+        times = _run_alone(cfg, SOLO_SKIP + SOLO_WINDOWS * n, SOLO_SKIP)[SOLO_SKIP:]
+    except TrainingDiverged:
+        return SoloRate(0.0, [], 0, 0.0, 0)
+    sums = [sum(times[k * n : (k + 1) * n]) for k in range(SOLO_WINDOWS) if len(times) >= (k + 1) * n]  # whole only
     windows = [n * cfg.train.batch_size / t for t in sums if t > 0]
     return SoloRate(statistics.median(windows) if windows else 0.0, windows, n, sum(times), len(warm) + SOLO_SKIP)
 

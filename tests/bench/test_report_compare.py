@@ -55,6 +55,9 @@ def test_advice_does_not_offer_what_the_run_already_has_and_keeps_small_shares_r
     assert "use fused AdamW" in bottleneck(_w("x", 1.0, step_time_breakdown_s=opt, optimizer_impl="foreach"))[1]
     kind, advice = bottleneck(_w("x", 1.0, step_time_breakdown_s=opt, optimizer_impl="fused"))
     assert kind == "optimizer" and "already fused" in advice and "use fused AdamW" not in advice
+    done = bottleneck(_w("x", 1.0, step_time_breakdown_s=opt, optimizer_impl="fused",
+                         config={"train": {"compile": "model+optimizer"}}))[1]
+    assert done.endswith("(already fused, compiled): a larger batch per step")
     assert "only 0.5% MFU" in bottleneck(_w("x", 1.0, mfu=0.0046))[1]
     assert "only 0.012% MFU" in bottleneck(_w("x", 1.0, mfu=0.00012))[1]
     assert "only 5.0% MFU" in bottleneck(_w("x", 1.0, mfu=0.05))[1]

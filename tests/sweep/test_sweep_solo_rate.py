@@ -125,3 +125,23 @@ def test_the_sweep_reckons_one_by_one_at_the_measured_rate_and_says_how(tmp_path
     # results.json and summary.md say how the lone model's rate was measured, once a class
     assert len(cost["one_by_one_methods"]) == 1 and "median of 3 windows of 63 steps" in cost["one_by_one_methods"][0]
     assert f"one by one, measured: {cost['one_by_one_methods'][0]}" in (out / "summary.md").read_text()
+
+
+def test_a_class_whose_lone_run_diverges_has_no_rate_and_the_sweep_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: the rate run is ~200 steps of the class's first point (maybe the grid's largest lr); its
+    divergence stopped the whole sweep before any point trained."""
+    from stride.train.divergence import TrainingDiverged
+
+    def diverge(trainer: Trainer, *args, **kwargs):
+        raise TrainingDiverged("loss is nan at step 3", 3)
+
+    monkeypatch.setattr(Trainer, "fit", diverge)
+    r = sizing.measure_solo(config("mlp"))
+    assert r.samples_per_s == 0.0 and r.windows == []
+
+
+def test_a_run_that_stops_short_scores_whole_windows_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeClock(monkeypatch, lambda k, steps: ([2 * MS] * steps)[: max(1, steps // 2)] if k else [2 * MS] * steps)
+    r = sizing.measure_solo(config("mlp"))
+    assert len(r.windows) == 1  # of 3 windows, only the first was run whole
+    assert r.samples_per_s == pytest.approx(32 / (2 * MS))
