@@ -26,7 +26,7 @@ from stride.checkpoint.retention import Lineage, read_manifest
 from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner, check_checkpoint
 from stride.files import run_lock
 from stride.files.owner import parse, remove_abandoned, tagged_name, this_host
-from stride.files.step_names import STEP_RE, step_name
+from stride.files.step_names import step_name, step_numbers
 from stride.parallel.ranks import rank_and_world
 from stride.parallel.watchdog import backend_timeout, collective
 
@@ -84,10 +84,7 @@ class CheckpointFolder:
 
     def steps(self) -> list[int]:
         """Committed-looking step folders, newest first (validity is checked separately)."""
-        if not self.root.is_dir():
-            return []
-        found = [int(m.group(1)) for p in self.root.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))]
-        return sorted(found, reverse=True)
+        return step_numbers(self.root)
 
     def _barrier(self, label: str, step: int | None = None) -> None:
         if self.pg is not None:

@@ -23,15 +23,20 @@ class UnreadableFolder(StrideError):
     """A checkpoint folder exists but cannot be listed: whether it holds checkpoints is unknown."""
 
 
-def holds_steps(root: Path) -> bool:
-    """Whether `root` holds a step folder: what a run resumes from (a stray file so named is not one).
-
-    An absent folder holds none; one that exists but cannot be listed is refused rather than taken
+def step_numbers(root: Path) -> list[int]:
+    """The steps of the step folders in `root`, newest first (a stray file so named is not one): what a run
+    resumes from. An absent folder holds none; one that exists but cannot be listed is refused rather than taken
     for empty (a run would start over and then fail, or later resume from it unexpectedly)."""
     try:
-        return any(STEP_RE.match(p.name) and p.is_dir() for p in root.iterdir())
+        found = [int(m.group(1)) for p in root.iterdir() if (m := STEP_RE.match(p.name)) and p.is_dir()]
     except (FileNotFoundError, NotADirectoryError):
-        return False
+        return []
     except OSError as e:
         raise UnreadableFolder(f"checkpoint folder {root} cannot be listed ({os_reason(e)}): whether it holds "
-                               "checkpoints is unknown; fix its permissions or name another checkpoint.dir") from e
+                               "checkpoints is unknown; fix its permissions or name another folder") from e
+    return sorted(found, reverse=True)
+
+
+def holds_steps(root: Path) -> bool:
+    """Whether `root` holds a step folder (`step_numbers`)."""
+    return bool(step_numbers(root))
