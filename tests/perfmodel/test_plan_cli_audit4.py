@@ -63,3 +63,18 @@ def test_a_plan_prints_what_limited_its_search(capsys: pytest.CaptureFixture[str
     args = ["plan", "--model", "layers=12,hidden=1024,heads=16,vocab=32000,seq=1024", "--devices", "4"]
     assert main([*args, "--global-batch", "3908"]) == 0
     assert "note: dp4: each replica takes 977 sequences, which has no divisor from 2 to 16" in capsys.readouterr().out
+
+
+def test_an_efficiency_file_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Its factors and the part it was calibrated on come from one read (it was read twice)."""
+    from stride.perfmodel import efficiency
+
+    f = tmp_path / "eff.json"
+    f.write_text(json.dumps({"efficiency": {"gemm": 0.7}, "hardware": "local-cpu"}))
+    reads: list[str] = []
+    real = efficiency.read_json
+    monkeypatch.setattr(efficiency, "read_json", lambda p: reads.append(str(p)) or real(p))
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--efficiency", str(f), "--json"]) == 0
+    assert reads.count(str(f)) == 1
+    assert "was calibrated on local-cpu" in capsys.readouterr().err
