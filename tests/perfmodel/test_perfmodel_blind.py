@@ -30,19 +30,27 @@ def test_refusal_kind_drops_the_rows_own_text():
         "MoE model: the number of experts is not stated")
 
 
-def test_score_error_coverage_and_refusals(tmp_path):
+def _tinyllama_row() -> tuple[list[str], dict]:
     if not TINYLLAMA.exists():
         pytest.skip("data/perfmodel/tinyllama.csv is missing")
     with TINYLLAMA.open(encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f)
-        fields, row = reader.fieldnames, next(reader)
-    second = dict(row, row_id="second")
-    third = dict(row, row_id="third")
-    path = tmp_path / "rows.csv"
+        return list(reader.fieldnames or []), next(reader)
+
+
+def _write(path: Path, fields: list[str], rows: list[dict]) -> Path:
     with path.open("w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
-        w.writerows([row, second, third])
+        w.writerows(rows)
+    return path
+
+
+def test_score_error_coverage_and_refusals(tmp_path):
+    fields, row = _tinyllama_row()
+    second = dict(row, row_id="second")
+    third = dict(row, row_id="third")
+    path = _write(tmp_path / "rows.csv", fields, [row, second, third])
     meas = float(row["meas_tokens_per_s_per_gpu"])  # 24000 tokens/s per GPU, as the README states
     preds = [
         {"row_id": row["row_id"], "tokens_per_s_per_gpu": meas * 1.10,
@@ -64,22 +72,14 @@ def test_score_error_coverage_and_refusals(tmp_path):
 
 def test_memory_is_scored_on_rows_without_a_throughput_too(tmp_path):
     """A row that measures memory and no throughput (round 12's fine-tuning tables) counts in the memory figure."""
-    if not TINYLLAMA.exists():
-        pytest.skip("data/perfmodel/tinyllama.csv is missing")
-    with TINYLLAMA.open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        fields, row = reader.fieldnames, next(reader)
+    fields, row = _tinyllama_row()
     both = dict(row, row_id="both", meas_peak_mem_gib="20")
     only_mem = {**{k: "" for k in ("meas_iter_time_s", "meas_tokens_per_s_per_gpu", "meas_tflops_per_gpu",
                                    "meas_mfu_pct", "meas_hfu_or_pct_peak", "derived_iter_time_s",
                                    "derived_tokens_per_s_per_gpu")},
                 **{k: v for k, v in row.items() if not k.startswith(("meas_", "derived_"))},
                 "row_id": "only_mem", "meas_peak_mem_gib": "40"}
-    path = tmp_path / "rows.csv"
-    with path.open("w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows([both, only_mem])
+    path = _write(tmp_path / "rows.csv", fields, [both, only_mem])
     meas = float(row["meas_tokens_per_s_per_gpu"])
     preds = [{"row_id": "both", "tokens_per_s_per_gpu": meas, "peak_mem_gib": 22.0},
              {"row_id": "only_mem", "tokens_per_s_per_gpu": meas, "peak_mem_gib": 30.0}]
