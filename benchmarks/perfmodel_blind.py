@@ -24,17 +24,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from stride.perfmodel.evaluate import quantile
+from stride.perfmodel.evaluate import error_stats
 from stride.perfmodel.hardware import load_catalog
 from stride.perfmodel.measured import has_measurement, measured_memory_gib
 from stride.perfmodel.published import read_rows, row_inputs
-
-
-def _summary(errs: list[float]) -> dict:
-    a = [abs(e) for e in errs]
-    return {"n": len(errs), "median_abs_pct": quantile(a, 0.5) * 100 if a else None,
-            "p90_abs_pct": quantile(a, 0.9) * 100 if a else None,
-            "median_signed_pct": quantile(errs, 0.5) * 100 if errs else None}
 
 
 def refusal_kind(reason: str) -> str:
@@ -98,14 +91,14 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
         kinds[refusal_kind(r["reason"])] += 1
     by: dict[str, dict] = defaultdict(dict)
     for (key, name), e in sorted(groups.items()):
-        by[key][name] = _summary(e)
+        by[key][name] = error_stats(e)
     return {
         "rows_with_measurement": n_meas, "answered": len(out_rows),
         "answered_fraction": len(out_rows) / n_meas if n_meas else None,
         "refused": refused, "refusal_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
-        **_summary(errs),
+        **error_stats(errs),
         "interval_coverage": covered / n_cov if n_cov else None, "interval_n": n_cov,
-        "memory": _summary(mem), "by": dict(by), "rows": out_rows,
+        "memory": error_stats(mem), "by": dict(by), "rows": out_rows,
     }
 
 

@@ -116,15 +116,14 @@ def error_summary(rows: list[dict]) -> str | None:
     scored = [r for r in rows if r.get("measured_tokens_per_s_per_gpu") and r.get("tokens_per_s_per_gpu")]
     if not scored:
         return None
-    from stride.perfmodel.intervals import quantile as q  # as benchmarks/perfmodel_blind.py reckons them
+    from stride.perfmodel.evaluate import error_stats  # as benchmarks/perfmodel_blind.py reckons them
 
-    errs = [r["error_pct"] for r in scored]
-    absolute = [abs(e) for e in errs]
+    e = error_stats(r["error_pct"] / 100 for r in scored)
     inside = sum(r["tokens_per_s_per_gpu_lo"] <= r["measured_tokens_per_s_per_gpu"] <= r["tokens_per_s_per_gpu_hi"]
                  for r in scored)
     refused = sum(1 for r in rows if r.get("reason"))
-    return (f"{len(scored)} measured rows predicted ({refused} refused): median |error| {q(absolute, 0.5):.1f}%, "
-            f"p90 {q(absolute, 0.9):.1f}%, signed median {q(errs, 0.5):+.1f}%; the 80% interval holds "
+    return (f"{len(scored)} measured rows predicted ({refused} refused): median |error| {e['median_abs_pct']:.1f}%, "
+            f"p90 {e['p90_abs_pct']:.1f}%, signed median {e['median_signed_pct']:+.1f}%; the 80% interval holds "
             f"{inside} of {len(scored)} ({100 * inside / len(scored):.0f}%)")
 
 

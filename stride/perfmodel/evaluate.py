@@ -114,12 +114,21 @@ def held_out(samples: list[Sample], group: Callable[[Sample], str],
     return resid, fits
 
 
+def error_stats(errors: Iterable[float]) -> dict:
+    """n, median and p90 of |error| and the signed median, in per cent, of errors given as fractions (predicted /
+    measured - 1): the figures every judge of the model prints (this module, `stride plan --from-csv`,
+    benchmarks/perfmodel_blind.py), reckoned one way."""
+    e = list(errors)
+    if not e:
+        return {"n": 0, "median_abs_pct": None, "p90_abs_pct": None, "median_signed_pct": None}
+    a = [abs(x) for x in e]
+    return {"n": len(e), "median_abs_pct": quantile(a, 0.5) * 100, "p90_abs_pct": quantile(a, 0.9) * 100,
+            "median_signed_pct": quantile(e, 0.5) * 100}
+
+
 def summary(resid: Iterable[float]) -> dict:
-    errs = [abs(math.exp(r) - 1) * 100 for r in resid]
-    if not errs:
-        return {"n": 0, "median_abs_pct": None, "p90_abs_pct": None}
-    return {"n": len(errs), "median_abs_pct": quantile(errs, 0.5), "p90_abs_pct": quantile(errs, 0.9),
-            "median_signed_pct": quantile([(math.exp(r) - 1) * 100 for r in resid], 0.5)}
+    """`error_stats` of residuals r = ln(predicted / measured)."""
+    return error_stats(math.exp(r) - 1 for r in resid)
 
 
 def balanced(resid: dict[int, float], samples: list[Sample]) -> dict:
