@@ -127,14 +127,20 @@ def _comm(argv: list[str], monkeypatch: pytest.MonkeyPatch, rows: list[Row] | No
     return main(["comm", *argv])
 
 
+def _profile_beside_a_clean_fit(rows: list, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
+    """`stride comm --profile-out` over `rows` plus an all_to_all whose line fits exactly: (profile, console)."""
+    rows = rows + _rows("all_to_all", [(b, 20.0 + b * 0.002) for b in (8, 1024, 1 << 20)])
+    out = tmp_path / "hw.toml"
+    assert _comm(["--profile-out", str(out)], monkeypatch, rows) == 0
+    return out, capsys.readouterr().out
+
+
 def test_profile_leaves_out_unresolved_collectives_and_the_planner_reads_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from stride.perfmodel.hardware import read_comm_profile
 
-    rows = _rows("all_reduce", FLAT) + _rows("all_to_all", [(b, 20.0 + b * 0.002) for b in (8, 1024, 1 << 20)])
-    out = tmp_path / "hw.toml"
-    assert _comm(["--profile-out", str(out)], monkeypatch, rows) == 0
-    console = capsys.readouterr().out
+    out, console = _profile_beside_a_clean_fit(_rows("all_reduce", FLAT), tmp_path, monkeypatch, capsys)
     assert "left out of the profile: all_reduce (bandwidth not resolved)" in console and "--max-bytes" in console
     assert set(tomllib.loads(out.read_text())["collectives"]) == {"all_to_all"}
     assert set(read_comm_profile(out, "test")) == {"all_to_all"}  # it wrote beta = 0.0 and the planner refused it
@@ -173,10 +179,7 @@ def test_profile_leaves_out_a_fit_that_does_not_explain_the_timings(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from stride.perfmodel.hardware import read_comm_profile
 
-    rows = _rows("send_recv", NOISE) + _rows("all_to_all", [(b, 20.0 + b * 0.002) for b in (8, 1024, 1 << 20)])
-    out = tmp_path / "hw.toml"
-    assert _comm(["--profile-out", str(out)], monkeypatch, rows) == 0
-    console = capsys.readouterr().out
+    out, console = _profile_beside_a_clean_fit(_rows("send_recv", NOISE), tmp_path, monkeypatch, capsys)
     line = next(x for x in console.splitlines() if x.startswith("send_recv:"))
     assert "bandwidth not resolved (the fitted line explains under 50% of the timings' variance" in line
     assert "r2 -0.081" in line and "GB/s" not in line  # one line, no bandwidth quoted
