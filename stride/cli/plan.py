@@ -512,6 +512,14 @@ def _plan_workload(args, hw, notes: list[str], eff) -> int:
     return 0
 
 
+
+def _usable(hw) -> str:
+    """'79.1 usable (80 on the datasheet)': what a plan's peak is held to, and the figure a user knows."""
+    usable = hw.usable_memory_bytes / 2**30
+    return f"{usable:.1f} usable" + (f" ({hw.memory_gib:g} on the datasheet)" if abs(usable - hw.memory_gib) >= 0.05
+                                     else "")
+
+
 def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tuple[float, float, str],
                 hardware_lines: list[str] = ()) -> None:
     from rich.table import Table
@@ -529,7 +537,7 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
     if not result.best:
         con.print("[red]no layout fits in memory[/]")
         for p in result.rejected_memory[:3]:
-            con.print(f"  {p.layout.short()}: needs {p.peak_mem_gib:.1f} GiB of {hw.memory_gib:g}")
+            con.print(f"  {p.layout.short()}: needs {p.peak_mem_gib:.1f} GiB of {_usable(hw)}")
         return
     lo, hi, basis = interval
     t = Table(title="fitting layouts, fastest first (80% interval from held-out residuals of the same kind)")
@@ -557,7 +565,7 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
                   "larger --global-batch, or CUDA graphs (torch.compile mode='reduce-overhead'), pays more here "
                   "than any layout")
     mem = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in best.memory_bytes.items())
-    con.print(f"memory per device (GiB): {mem}; total {best.peak_mem_gib:.1f} of {hw.memory_gib:g}")
+    con.print(f"memory per device (GiB): {mem}; total {best.peak_mem_gib:.1f} of {_usable(hw)}")
     if alts:
         con.print("[bold]why the other shapes lose[/] (best layout of each other tp x pp):")
         for p in alts:
@@ -565,7 +573,8 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
     if result.rejected_memory:
         fastest = result.rejected_memory[0]
         if fastest.step_time_s < best.step_time_s:
-            con.print(f"  faster but out of memory: {fastest.layout.short()} needs {fastest.peak_mem_gib:.1f} GiB")
+            con.print(f"  faster but out of memory: {fastest.layout.short()} needs {fastest.peak_mem_gib:.1f} GiB "
+                      f"of {_usable(hw)}")
 
 
 def _compare(args, spec, catalog, eff) -> int:

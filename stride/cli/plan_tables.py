@@ -24,7 +24,8 @@ def print_hardware(catalog, as_json: bool = False) -> None:
     rows = []
     for hw in catalog.devices.values():
         rows.append({"name": hw.name, "display_name": hw.display_name, "vendor": hw.vendor, "generation": hw.generation,
-                     "peak_tflops": hw.peak_tflops, "memory_gib": hw.memory_gib, "memory_bw_tbps": hw.memory_bw_tbps,
+                     "peak_tflops": hw.peak_tflops, "memory_gib": hw.memory_gib,
+                     "usable_memory_gib": hw.usable_memory_bytes / 2**30, "memory_bw_tbps": hw.memory_bw_tbps,
                      "scaleup_domain": hw.scaleup_domain, "scaleup_bw_gbps": hw.scaleup_bw_gbps,
                      "scaleout_bw_gbps": hw.scaleout_bw_gbps, "tdp_w": hw.tdp_w,
                      "mamf_tflops": hw.mamf_tflops, "matmul_fraction_bf16": hw.matmul_fraction("bf16"),

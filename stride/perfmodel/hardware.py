@@ -24,6 +24,11 @@ from stride.files.input_file import InputFileError, read_input_text
 # site-packages) finds it; it was configs/hardware.toml two folders up, which only a clone has
 DEFAULT_CATALOG = Path(__file__).with_name("hardware.toml")
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+# Share of the vendor's memory figure a process can allocate where the catalog has no measured `usable_memory_gib`:
+# the driver keeps the rest (ECC, page tables, firmware). The total torch reports against the vendor figure:
+# V100 31.74/32, A100 39.49/40 and 79.15/80, H100 79.11-79.25/80, H200 139.80/141, B200 178.35/180 (0.987-0.992);
+# MI300X 191.98/192. 0.99 is the middle of the NVIDIA parts.
+USABLE_MEMORY_FRACTION = 0.99
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class Hardware:
     name: str
     display_name: str
     peak_tflops: dict[str, float]
-    memory_gib: float
+    memory_gib: float  # the vendor's figure ("80GB"), taken as GiB
     memory_bw_tbps: float
     scaleup_bw_gbps: float
     scaleup_domain: int
@@ -55,6 +60,9 @@ class Hardware:
     matmul_efficiency: float | None = None  # measured fraction of peak for large GEMMs (bf16 MAMF / peak)
     attention_efficiency: float | None = None  # published/measured fraction of peak for fused attention
     runtime_overhead_gib: float = 1.0  # context, allocator reserve, workspaces
+    # what one process can have: the total the runtime reports (torch.cuda.mem_get_info()[1], the "total capacity"
+    # of an OOM message), below the vendor figure; None: memory_gib x USABLE_MEMORY_FRACTION (a CPU host: all of it)
+    usable_memory_gib: float | None = None
     # host time per eager kernel (Python, dispatcher, launch): traced workloads pay it per kernel;
     # on a CPU (`cpu = true`) the host also runs the kernel, so it adds; on an accelerator it hides
     # under the kernel unless the kernel is shorter
@@ -85,7 +93,7 @@ class Hardware:
         """Whether `ranks` ranks of `per_rank_bytes` each fit: each accelerator has its own memory; the ranks of
         a CPU host (up to `scaleup_domain` of them) share the host's."""
         sharing = max(1, min(ranks, self.scaleup_domain)) if self.cpu else 1
-        return per_rank_bytes * sharing <= self.memory_bytes
+        return per_rank_bytes * sharing <= self.usable_memory_bytes
 
     def matmul_fraction(self, dtype: str) -> float | None:
         """Fraction of the `dtype` peak the best large GEMM reaches: the MAMF figure where the catalog has
@@ -105,6 +113,13 @@ class Hardware:
     @property
     def memory_bytes(self) -> float:
         return self.memory_gib * 2**30
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Bytes a process can allocate, its runtime's context included: what `fits` compares a plan's peak to."""
+        if self.usable_memory_gib is not None:
+            return self.usable_memory_gib * 2**30
+        return self.memory_bytes * (1.0 if self.cpu else USABLE_MEMORY_FRACTION)
 
     @property
     def memory_bw(self) -> float:
@@ -220,6 +235,10 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
     for key in ("memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "scaleout_bw_gbps"):
         if values[key] <= 0:
             raise ConfigError(f"{where}: hardware `{name}`.{key} must be > 0")
+    usable = values.get("usable_memory_gib")
+    if usable is not None and not 0 < usable <= values["memory_gib"]:
+        raise ConfigError(f"{where}: hardware `{name}`.usable_memory_gib must be in (0, memory_gib = "
+                          f"{values['memory_gib']:g}], got {usable:g}")
     return Hardware(**values)
 
 
@@ -272,6 +291,8 @@ def load_catalog(extra: str | Path | None = None, default: Path = DEFAULT_CATALO
                 merged = {k: v for k, v in raw[base_name].items() if k != "aliases" or name == base_name}
                 if "matmul_efficiency" in entry and "mamf_tflops" not in entry:
                     merged.pop("mamf_tflops", None)  # the user's measured fraction replaces the published MAMF
+                if "memory_gib" in entry and "usable_memory_gib" not in entry:
+                    merged.pop("usable_memory_gib", None)  # the base's usable figure was of its own memory
                 if name != base_name:
                     merged["display_name"] = entry.get("display_name", name)
                 merged.update({k: v for k, v in entry.items() if k != "base"})

@@ -156,6 +156,7 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
         notes.append("H800: NVLink 400 GB/s bidir")
     if mem is not None and abs(mem - hw.memory_gib) > 0.5:
         changes["memory_gib"] = mem
+        changes["usable_memory_gib"] = None  # the catalog's figure was of its own size: the default share applies
         notes.append(f"memory {mem:g} GB from the text (catalog {hw.memory_gib:g})")
     bw = _memory_bw(raw, low)
     if bw is not None and abs(bw - hw.memory_bw_tbps) > 0.01:
