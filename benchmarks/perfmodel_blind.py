@@ -46,7 +46,7 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
             preds[obj["row_id"]] = obj
     out_rows, refused, groups = [], [], defaultdict(list)
     n_meas = covered = n_cov = 0
-    mem = []
+    mem, mem_inside = [], []
     for row in rows:
         rid = str(row.get("row_id") or "").strip()
         pred = preds.get(rid) or {}
@@ -55,6 +55,8 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
         mem_err = (pred["peak_mem_gib"] / m - 1) * 100 if m and pred.get("peak_mem_gib") else None
         if mem_err is not None:
             mem.append(mem_err / 100)
+            if pred.get("peak_mem_gib_lo") is not None:
+                mem_inside.append(pred["peak_mem_gib_lo"] <= m <= pred["peak_mem_gib_hi"])
         if not has_measurement(row):
             continue
         n_meas += 1
@@ -98,7 +100,9 @@ def score(csv_paths: list[str], pred_paths: list[str], hardware_file: str | None
         "refused": refused, "refusal_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
         **error_stats(errs),
         "interval_coverage": covered / n_cov if n_cov else None, "interval_n": n_cov,
-        "memory": error_stats(mem), "by": dict(by), "rows": out_rows,
+        "memory": {**error_stats(mem),
+                   "interval_coverage": sum(mem_inside) / len(mem_inside) if mem_inside else None},
+        "by": dict(by), "rows": out_rows,
     }
 
 
@@ -127,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         if res["interval_coverage"] is not None:
             print(f"80% interval coverage: {res['interval_coverage'] * 100:.1f}% of {res['interval_n']}")
         print(line("memory (where measured)", res["memory"]))
+        if res["memory"]["interval_coverage"] is not None:
+            print(f"memory 80% interval coverage: {res['memory']['interval_coverage'] * 100:.1f}%")
         for key, groups in res["by"].items():
             print(f"by {key}:")
             for name, s in groups.items():

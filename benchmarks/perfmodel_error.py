@@ -88,9 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         table = IntervalTable.from_residuals([(samples[i].kind, r) for i, r in loso.items()],
                                              list((loho or {}).values()), [samples[i].source for i in loso])
+        table = table.with_memory([(math.log(m["predicted_gib"] / m["measured_gib"]), m["source"]) for m in mem])
         INTERVALS_FILE.write_text(json.dumps({"basis": "ln(predicted/measured tokens/s) of development rows, each "
                                               "from the fold that held its source out (LOSO); unseen_hardware: "
-                                              "the LOHO residuals. Written by benchmarks/perfmodel_error.py --write",
+                                              "the LOHO residuals; memory: ln(predicted/measured peak memory) "
+                                              "(q10, q90, rows, sources) of the rows that measure it, LOSO. "
+                                              "Written by benchmarks/perfmodel_error.py --write",
                                               **table.to_json()}, indent=1) + "\n")
         EFFICIENCY_FILE.write_text(json.dumps({"basis": "fitted on every development row, each source weighing the "
                                                "same (benchmarks/perfmodel_error.py --write); held-out errors are "

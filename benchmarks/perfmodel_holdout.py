@@ -40,7 +40,9 @@ def _figures(res: dict) -> dict:
     return {"rows_with_measurement": res["rows_with_measurement"], "answered": res["answered"],
             "median_abs_pct": res["median_abs_pct"], "p90_abs_pct": res["p90_abs_pct"],
             "median_signed_pct": res["median_signed_pct"], "interval_coverage": res["interval_coverage"],
-            "memory_n": res["memory"]["n"], "memory_median_abs_pct": res["memory"]["median_abs_pct"]}
+            "memory_n": res["memory"]["n"], "memory_median_abs_pct": res["memory"]["median_abs_pct"],
+            "memory_median_signed_pct": res["memory"]["median_signed_pct"],
+            "memory_interval_coverage": res["memory"]["interval_coverage"]}
 
 
 def score_files(files: list[Path], efficiency: str | None = None) -> dict:
@@ -83,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
           "  memory")
     for name, s in [*res["files"].items(), ("all", res["all"])]:
         cov = None if s["interval_coverage"] is None else 100 * s["interval_coverage"]
-        mem = f"{_pct(s['memory_median_abs_pct'])} of {s['memory_n']}" if s["memory_n"] else "-"
+        mcov = s["memory_interval_coverage"]
+        mem = (f"{_pct(s['memory_median_abs_pct'])} of {s['memory_n']}, signed "
+               f"{_pct(s['memory_median_signed_pct'], True)}, 80% cov {_pct(None if mcov is None else 100 * mcov)}"
+               if s["memory_n"] else "-")
         print(f"{name:34s} {s['rows_with_measurement']:5d} {s['answered']:8d} {_pct(s['median_abs_pct']):>7s} "
               f"{_pct(s['p90_abs_pct']):>7s} {_pct(s['median_signed_pct'], True):>7s} {_pct(cov):>7s}  {mem}")
     return 0

@@ -348,6 +348,29 @@ def _interval(hw, args: argparse.Namespace, moe: bool) -> tuple[float, float, st
     return (*time_factors(q10, q90), basis)
 
 
+def _memory_check(result, hw) -> dict | None:
+    """How sure a fit is: the 80% interval of each ranked layout's peak from the model's held-out memory error
+    (intervals.py), and the fastest layout whose upper end still fits. The model's memory errs by 16% (median) on
+    published runs and leans low, so a plan at 75% of the device is not a sure fit; None where no residuals ship."""
+    from stride.perfmodel.intervals import load_intervals
+
+    factors = load_intervals().memory_factors()
+    if factors is None or not result.ranked:
+        return None
+    lo, hi, basis = factors
+    usable = hw.usable_memory_bytes
+    clear = next((i for i, p in enumerate(result.ranked) if hw.fits(p.peak_mem_bytes * hi, p.layout.devices)), None)
+    return {"lo": lo, "hi": hi, "basis": basis, "usable_gib": usable / 2**30, "clear_index": clear}
+
+
+def _with_memory(pred: dict, check: dict | None) -> dict:
+    """A prediction's dict with the 80% interval of its peak memory (`peak_mem_gib_lo`/`_hi`)."""
+    if check is None:
+        return pred
+    return {**pred, "peak_mem_gib_lo": pred["peak_mem_gib"] * check["lo"],
+            "peak_mem_gib_hi": pred["peak_mem_gib"] * check["hi"]}
+
+
 def _with_interval(pred: dict, lo: float, hi: float) -> dict:
     """A prediction's dict with the 80% interval of its step time and throughput (`_lo`/`_hi`)."""
     return {**pred, "step_time_s_lo": pred["step_time_s"] * lo, "step_time_s_hi": pred["step_time_s"] * hi,
@@ -431,16 +454,22 @@ def _run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     alts = distinct_alternatives(result)
     lo, hi, basis = _interval(hw, args, spec.moe)
+    check = _memory_check(result, hw)
     if args.json:
         best = result.best
 
         def out(p) -> dict:
-            return _with_interval(p.to_dict(), lo, hi)
+            return _with_memory(_with_interval(p.to_dict(), lo, hi), check)
 
+        clear = check and check["clear_index"]
         print(json.dumps({
             "model": spec.name, "hardware": hw.name, "hardware_text": args.hardware, "hardware_notes": notes,
             "devices": args.devices, "global_batch": gb, "seq": spec.seq, "considered": result.considered,
             "fit": len(result.ranked), "search_seconds": seconds, "interval_basis": basis, "notes": result.notes,
+            "usable_memory_gib": hw.usable_memory_bytes / 2**30,
+            "memory_interval_basis": check["basis"] if check else None,
+            # the fastest layout that fits even at the upper end of its memory interval (null: none does)
+            "clear_of_memory_error": out(result.ranked[clear]) if clear is not None else None,
             "best": out(best) if best else None,
             "ranked": [out(p) for p in result.ranked[: args.top]],
             "alternatives": [{**out(p), "why_slower": explain(p, best)} for p in alts] if best else [],
@@ -448,7 +477,7 @@ def _run(args: argparse.Namespace) -> int:
         }))
         return 0 if best else 1  # as the table: no layout fits is a failure, whichever the output
     _print_plan(result, alts, spec, hw, args.devices, gb, seconds, args.top, (lo, hi, basis),
-                _hardware_lines(args.hardware, notes))
+                _hardware_lines(args.hardware, notes), check)
     return 0 if result.best else 1
 
 
@@ -520,8 +549,29 @@ def _usable(hw) -> str:
                                      else "")
 
 
+def _memory_lines(result, check: dict | None) -> list[str]:
+    """The best layout's memory interval and, where its upper end is over the device, the fastest that is clear."""
+    from stride.cli.plan_tables import secs
+
+    if check is None:
+        return []
+    best = result.best
+    lo, hi = best.peak_mem_gib * check["lo"], best.peak_mem_gib * check["hi"]
+    head = f"memory, 80% interval: {lo:.1f} - {hi:.1f} GiB ({check['basis']})"
+    i = check["clear_index"]
+    if i == 0:
+        return [f"{head}: fits even at its upper end"]
+    if i is None:
+        return [f"{head}: over the {check['usable_gib']:.1f} GiB usable at its upper end, and so is every layout "
+                "ranked; confirm the peak with a short run before committing to it"]
+    p = result.ranked[i]
+    return [f"{head}: over the {check['usable_gib']:.1f} GiB usable at its upper end",
+            f"  fastest layout that fits even there: #{i + 1} {p.layout.short()}, {secs(p.step_time_s)} s a step "
+            f"({(p.step_time_s / best.step_time_s - 1) * 100:+.0f}%), {p.peak_mem_gib:.1f} GiB"]
+
+
 def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tuple[float, float, str],
-                hardware_lines: list[str] = ()) -> None:
+                hardware_lines: list[str] = (), check: dict | None = None) -> None:
     from rich.table import Table
 
     from stride.cli.plan_tables import _console, secs
@@ -566,6 +616,8 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
                   "than any layout")
     mem = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in best.memory_bytes.items())
     con.print(f"memory per device (GiB): {mem}; total {best.peak_mem_gib:.1f} of {_usable(hw)}")
+    for line in _memory_lines(result, check):
+        con.print(line, markup=False, highlight=False)
     if alts:
         con.print("[bold]why the other shapes lose[/] (best layout of each other tp x pp):")
         for p in alts:

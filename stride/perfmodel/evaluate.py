@@ -187,6 +187,6 @@ def memory_errors(samples: list[Sample], effs: dict[str, Efficiency]) -> list[di
             continue
         pred = predict_inputs(s.inputs, effs.get(s.source, Efficiency()))
         got = memory_as_measured(pred, s.inputs.memory_kind)
-        out.append({"row_id": s.inputs.row_id, "kind": s.inputs.memory_kind, "measured_gib": meas,
+        out.append({"row_id": s.inputs.row_id, "source": s.source, "kind": s.inputs.memory_kind, "measured_gib": meas,
                     "predicted_gib": got, "err_pct": (got / meas - 1) * 100})
     return out

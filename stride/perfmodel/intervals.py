@@ -19,10 +19,16 @@ A mixture-of-experts run looks first among the residuals of MoE runs alone (keys
 coarser), where enough sources back them: the model's MoE error is several times its dense error (LOSO
 median 26 % against 9-11 %), so a MoE row given the spread of its dense neighbours got an interval far too
 narrow (round 11's blind MoE rows: 47 % inside their 80 % intervals). Dense runs' intervals are as before.
+
+Memory: one interval for every run, from the development rows that measure memory (ln(predicted / measured) of
+the kind they measured, each predicted by the fold that held its source out; every source weighs the same). The
+model errs both ways and leans low (a plan's real peak is up to 1.7x the predicted one at the 80% upper end), so
+`stride plan` shows where a plan is clear of the device's memory even at that end.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -75,6 +81,18 @@ def small_sample_widening(n_sources: int) -> float:
     return (_T90[df - 1] if df <= len(_T90) else _Z90 + (_Z90**3 + _Z90) / (4 * df)) / _Z90
 
 
+def spread(residuals: list[tuple[float, str]], by_source: bool) -> tuple[float, float]:
+    """(q10, q90) of (residual, source) pairs; `by_source`: every source weighs the same and the range is widened
+    around the median by t/z for the number of sources (a new source's systematic error is one more draw)."""
+    per: dict[str, int] = {}
+    for _, src in residuals:
+        per[src] = per.get(src, 0) + 1
+    pts = [(r, 1.0 / per[src]) for r, src in residuals]
+    lo, mid, hi = (weighted_quantile(pts, q) for q in (0.1, 0.5, 0.9))
+    f = small_sample_widening(len(per)) if by_source else 1.0
+    return mid - f * (mid - lo), mid + f * (hi - mid)
+
+
 def key(gen: str, prec: str, fw: str) -> str:
     return f"{gen}|{prec}|{fw}"
 
@@ -96,6 +114,8 @@ class IntervalTable:
     groups: dict[str, tuple[float, float, int]] = field(default_factory=dict)  # key -> (q10, q90, n)
     unseen: tuple[float, float, int] = _FALLBACK
     generations: frozenset[str] = frozenset()
+    # ln(predicted / measured peak memory): (q10, q90, rows, sources); None: not measured
+    memory: tuple[float, float, int, int] | None = None
 
     @classmethod
     def from_residuals(cls, rows: list[tuple[tuple[str, ...], float]], unseen: list[float] | None = None,
@@ -115,18 +135,31 @@ class IntervalTable:
         for k, v in buckets.items():
             if len(v) < MIN_ROWS:
                 continue
-            per: dict[str, int] = {}
-            for _, src in v:
-                per[src] = per.get(src, 0) + 1
-            if sources and len(per) < MIN_SOURCES and k != key("*", "*", "*"):
+            n_sources = len({src for _, src in v})
+            if sources and n_sources < MIN_SOURCES and k != key("*", "*", "*"):
                 continue
-            pts = [(r, 1.0 / per[src]) for r, src in v]
-            lo, mid, hi = (weighted_quantile(pts, q) for q in (0.1, 0.5, 0.9))
-            f = small_sample_widening(len(per)) if sources else 1.0
-            groups[k] = (mid - f * (mid - lo), mid + f * (hi - mid), len(v))
+            groups[k] = (*spread(v, bool(sources)), len(v))
         un = (quantile(unseen, 0.1), quantile(unseen, 0.9), len(unseen)) if unseen and len(unseen) >= MIN_ROWS \
             else groups.get(key("*", "*", "*"), _FALLBACK)
         return cls(groups, un, frozenset(kind[0] for kind, _ in rows))
+
+    def with_memory(self, residuals: list[tuple[float, str]]) -> IntervalTable:
+        """This table with the memory interval of (ln(predicted / measured memory), source) pairs, weighted and
+        widened by source as the throughput groups; none from fewer than MIN_ROWS rows or MIN_SOURCES sources."""
+        n_sources = len({src for _, src in residuals})
+        if len(residuals) < MIN_ROWS or n_sources < MIN_SOURCES:
+            return dataclasses.replace(self, memory=None)
+        return dataclasses.replace(self, memory=(*spread(residuals, True), len(residuals), n_sources))
+
+    def memory_factors(self) -> tuple[float, float, str] | None:
+        """(lo, hi) multipliers of a predicted peak for its 80% interval (truth = predicted x e^-r), and their basis;
+        None where the table has no memory residuals."""
+        if self.memory is None:
+            return None
+        q10, q90, n, n_sources = self.memory
+        return (math.exp(-max(q90, 0.0)), math.exp(-min(q10, 0.0)),
+                f"{n} published runs that measured memory, {n_sources} sources, each predicted with its source "
+                "held out")
 
     def bounds(self, kind: tuple[str, ...]) -> tuple[float, float, str]:
         """(q10, q90, which residuals) for a run of `kind` ((generation, precision, framework[, "moe"]))."""
@@ -150,13 +183,16 @@ class IntervalTable:
 
     def to_json(self) -> dict:
         return {"groups": {k: list(v) for k, v in sorted(self.groups.items())}, "unseen_hardware": list(self.unseen),
-                "generations": sorted(self.generations)}
+                "generations": sorted(self.generations),
+                **({"memory": list(self.memory)} if self.memory is not None else {})}
 
     @classmethod
     def from_json(cls, data: dict) -> IntervalTable:
         groups = {k: (float(v[0]), float(v[1]), int(v[2])) for k, v in data.get("groups", {}).items()}
         un = data.get("unseen_hardware") or list(_FALLBACK)
-        return cls(groups, (float(un[0]), float(un[1]), int(un[2])), frozenset(data.get("generations", [])))
+        m = data.get("memory")
+        memory = (float(m[0]), float(m[1]), int(m[2]), int(m[3])) if m else None
+        return cls(groups, (float(un[0]), float(un[1]), int(un[2])), frozenset(data.get("generations", [])), memory)
 
 
 def load_intervals(path: str | Path | None = None) -> IntervalTable:

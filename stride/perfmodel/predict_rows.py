@@ -88,11 +88,15 @@ def _predict_row(row: dict, catalog: Catalog, eff: Efficiency, table: IntervalTa
     if not (math.isfinite(pred.step_time_s) and pred.step_time_s > 0):
         return {**out, **NULL_RESULT, "reason": "the inputs give no finite step time"}
     q10, q90, basis = table.bounds(inputs.kind)
+    memory = memory_as_measured(pred, inputs.memory_kind)
+    mem_factors = table.memory_factors()
+    if mem_factors is not None:  # the 80% interval of the peak from the held-out memory error
+        out.update({"peak_mem_gib_lo": memory * mem_factors[0], "peak_mem_gib_hi": memory * mem_factors[1]})
     out.update({
         "tokens_per_s_per_gpu": pred.tokens_per_s_per_device,
         "iter_time_s": pred.step_time_s,
         "mfu": pred.mfu,
-        "peak_mem_gib": memory_as_measured(pred, inputs.memory_kind),
+        "peak_mem_gib": memory,
         "fits": pred.fits,
         **apply(pred.tokens_per_s_per_device, pred.step_time_s, q10, q90),
         "interval_basis": basis,
