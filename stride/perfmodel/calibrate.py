@@ -6,6 +6,10 @@ hold `rank0.json`, whose median step time is used (robust to a busy machine's ou
 run's model is censused (census_step.py), so any stride workload calibrates; its layout comes from
 `[parallel]` and `[train]` and the world size. Single-process runs inform the compute factors
 (gemm, attention, memory, dispatch); runs with several processes also network and overlap.
+Where the runs cover more than one training precision (`train.precision` fp32 and bf16), dispatch and
+attention are fitted per precision (`dispatch_bf16`, `attention_bf16`, ...; efficiency.py says why these two),
+gemm and memory shared: on a CPU a bf16 step's kernels cost far more than an fp32 step's. A precision without
+runs keeps the shared factors, and a note says so.
 
 The hardware must be the one the runs ran on: runs whose summary.json says `device = "cpu"` are refused
 against a GPU entry (the default `--hardware h100-sxm` fitted CPU runs without a word), and a run whose
@@ -27,7 +31,7 @@ from stride.config.schema import RunConfig
 from stride.perfmodel.census import WorkloadCensus
 from stride.perfmodel.census_workload import workload_census
 from stride.perfmodel.costmodel import Prediction
-from stride.perfmodel.efficiency import Efficiency, load_efficiency
+from stride.perfmodel.efficiency import PER_PRECISION, PRECISIONS, Efficiency, load_efficiency
 from stride.perfmodel.fit import BOUNDS, fit_efficiency
 from stride.perfmodel.hardware import Hardware, load_catalog
 from stride.perfmodel.layout import Layout
@@ -38,6 +42,12 @@ from stride.perfmodel.workload_cost import predict_workload
 # rank sharing its core with gloo and waiting on a straggler reaches less than the benchmark).
 LOCAL_BOUNDS = {**BOUNDS, "gemm": (0.3, 1.0), "attention": (0.05, 1.0), "memory": (0.3, 3.0),
                 "network": (0.2, 1.0)}
+# A precision's own factors on a CPU: fp32's range as the shared ones; 16-bit ones reach lower. Measured on an Intel
+# Xeon with AMX (one thread, torch 2.13): a kernel of a small model's bf16 step cost ~30x the probe's bare op (0.03:
+# each bf16 GEMM call a fixed 0.1-0.2 ms, autocast's casts), bf16 flash attention about 0.002 of the bf16 peak
+# (its backward 7-14x slower than fp32's at head dim 16-32)
+OWN_BOUNDS = {"fp32": {}, "bf16": {"attention": (0.0005, 1.0), "dispatch": (0.005, 1.0)}}
+OWN_BOUNDS["fp16"] = OWN_BOUNDS["bf16"]
 # Runs the model cannot tell apart (the same predicted step whatever the factors) measured further apart than
 # this cannot both be fitted: on a busy 2-core host one configuration's throughput read up to 22 % apart
 # between rounds (benchmarks/data_loader.py, 3 rounds), so 1.5x is a disagreement, not noise. Between two
@@ -52,6 +62,20 @@ PROBED_THREADS = re.compile(r"(\d+) thread\(s\) per process")
 ABOVE_ONE = {"memory": "memory_bw_tbps (on a CPU: tensors held in cache)", "network": "bus bandwidth",
              "gemm": "peak_tflops", "dispatch": "kernel_overhead_us (per kernel)",
              "flash": "the published attention curves"}
+
+
+def _figure(name: str) -> str:
+    """The hardware figure factor `name` is a fraction of (a precision's own factor: as its shared one's)."""
+    kind, _, prec = name.rpartition("_")
+    if kind in PER_PRECISION and prec in PRECISIONS:
+        return f"{ABOVE_ONE.get(kind, 'peak_tflops')} ({prec} steps)"
+    return ABOVE_ONE.get(name, name)
+
+
+def _low_precision(name: str, hw: Hardware) -> bool:
+    """A 16-bit precision's own factor on a CPU: far below 1 is what such kernels measure (OWN_BOUNDS), not a fault."""
+    kind, _, prec = name.rpartition("_")
+    return hw.cpu and kind in PER_PRECISION and prec in ("bf16", "fp16")
 
 
 @dataclass
@@ -171,21 +195,22 @@ def factor_warnings(eff: Efficiency, fitted: tuple[str, ...], hw: Hardware) -> l
     (ABOVE_ONE) but which also is what runs on other hardware, or at more threads, look like. Factors under
     FAR_BELOW: the runs went 10x slower than it."""
     above = [f"fitted {name} = {getattr(eff, name):g} is above 1: the runs beat hardware `{hw.name}`'s "
-             f"{ABOVE_ONE.get(name, name)}; check that the runs ran on it, at the threads it was measured with"
+             f"{_figure(name)}; check that the runs ran on it, at the threads it was measured with"
              for name in fitted if getattr(eff, name) > 1]
     below = [f"fitted {name} = {getattr(eff, name):g}: the runs went {1 / getattr(eff, name):.0f}x slower than "
-             f"hardware `{hw.name}`'s {ABOVE_ONE.get(name, name)}; check that the host was not busy and the runs "
+             f"hardware `{hw.name}`'s {_figure(name)}; check that the host was not busy and the runs "
              "used the threads it was probed with, or that the model sees their work"
-             for name in fitted if 0 < getattr(eff, name) < FAR_BELOW]
+             for name in fitted if 0 < getattr(eff, name) < FAR_BELOW and not _low_precision(name, hw)]
     return above + below
 
 
-def underdetermined_warnings(runs: list[RunInputs], hw: Hardware, factors: tuple[str, ...] | None = None) -> list[str]:
+def underdetermined_warnings(runs: list[RunInputs], hw: Hardware, factors: tuple[str, ...] | None = None,
+                             start: Efficiency | None = None) -> list[str]:
     """Fit stages with fewer runs than factors: such a fit meets its runs almost exactly (one run, four factors
     reported an error of 0.00005 % and no word), so how well it meets its runs says nothing and the factors are one of
     many sets that fit, not measurements. Runs the model cannot tell apart (`_same_step`) count once."""
     out = []
-    for rs, names in stages(runs, factors):
+    for rs, names in stages(runs, factors, start):
         distinct = len({_same_step(r, hw) for r in rs})
         if distinct < len(names):
             same = f" ({distinct} distinct to the model)" if distinct != len(rs) else ""
@@ -196,17 +221,89 @@ def underdetermined_warnings(runs: list[RunInputs], hw: Hardware, factors: tuple
     return out
 
 
-def stages(runs: list[RunInputs], factors: tuple[str, ...] | None = None) -> list[tuple[list[RunInputs],
-                                                                                        tuple[str, ...]]]:
+def precisions(runs: list[RunInputs]) -> list[str]:
+    """The training precisions the runs cover, in PRECISIONS order."""
+    have = {r.trace.precision for r in runs}
+    return [p for p in PRECISIONS if p in have]
+
+
+def _has_attention(runs: list[RunInputs]) -> bool:
+    return any(la.fwd.attn_flops for r in runs for la in r.trace.layers)
+
+
+def _own(runs: list[RunInputs], start: Efficiency | None) -> bool:
+    """Whether dispatch and attention are fitted per precision: the runs cover several, or `start` has its own
+    factors for the one they cover (the shared factor would move nothing those runs read)."""
+    precs = precisions(runs)
+    return len(precs) > 1 or bool(start and set(precs) & set(start.own_precisions()))
+
+
+def stages(runs: list[RunInputs], factors: tuple[str, ...] | None = None,
+           start: Efficiency | None = None) -> list[tuple[list[RunInputs], tuple[str, ...]]]:
     """(runs, factors) of each fit stage: compute factors on single-process runs, then network on the rest;
-    `factors` fits those on every run in one stage."""
+    `factors` fits those on every run in one stage. Single-process runs of several precisions fit dispatch and
+    attention per precision (`dispatch_bf16`: read by the bf16 runs alone), gemm and memory shared."""
     if factors is not None:
         return [(runs, factors)]
     single = [r for r in runs if r.world_size == 1] or runs
     multi = [r for r in runs if r.world_size > 1]
-    attn = any(la.fwd.attn_flops for r in single for la in r.trace.layers)
-    compute = ("gemm", "memory", "dispatch") + (("attention",) if attn else ())
+    if _own(single, start):
+        by = {p: [r for r in single if r.trace.precision == p] for p in precisions(single)}
+        compute = ("gemm", "memory", *(f"dispatch_{p}" for p in by),
+                   *(f"attention_{p}" for p, rs in by.items() if _has_attention(rs)))
+    else:
+        compute = ("gemm", "memory", "dispatch") + (("attention",) if _has_attention(single) else ())
     return [(single, compute)] + ([(multi, ("network",))] if multi else [])
+
+
+def _bounds(hw: Hardware) -> dict[str, tuple[float, float]]:
+    """Fit ranges by factor name, a precision's own factors included."""
+    shared = LOCAL_BOUNDS if hw.cpu else BOUNDS
+    own = {f"{k}_{p}": (OWN_BOUNDS[p].get(k, shared[k]) if hw.cpu else shared[k])
+           for k in PER_PRECISION for p in PRECISIONS}
+    return {**shared, **own}
+
+
+def _seeded(eff: Efficiency, names: tuple[str, ...]) -> Efficiency:
+    """`eff` with each unset precision factor among `names` started at its shared factor."""
+    seeds = {n: getattr(eff, n.rpartition("_")[0]) for n in names if getattr(eff, n) is None}
+    return dataclasses.replace(eff, **seeds) if seeds else eff
+
+
+def precision_notes(runs: list[RunInputs], eff: Efficiency, hw: Hardware, start: Efficiency | None = None) -> list[str]:
+    """What the steps of each training precision are predicted with after this calibration, where that is not
+    their own fitted factors: a precision the runs do not cover keeps the shared factors, and says so (bf16
+    steps predicted with factors fitted on fp32 runs came out a median 47 % too fast on an Intel Xeon with AMX). And
+    a 16-bit precision's own factors far below 1 on a CPU, which are measurements (OWN_BOUNDS), not faults."""
+    single = [r for r in runs if r.world_size == 1] or runs
+    precs = precisions(single)
+    fitted = {n for _, names in stages(runs, start=start) for n in names}
+    source = "the starting factors" if start else "the default priors"
+    out = []
+    by_shared: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+    for p in PRECISIONS:
+        shared = tuple(k for k in PER_PRECISION if getattr(eff, f"{k}_{p}") is None)
+        if shared and not (p in precs and not _own(single, start)):  # a one-precision fit's own runs: theirs
+            by_shared.setdefault((shared, p in precs), []).append(p)
+    for (shared, covered), ps in by_shared.items():
+        values = ", ".join(f"{k} = {getattr(eff, k):g} ("
+                           + (f"fitted on the {precs[0]} runs" if k in fitted else f"not fitted: {source}") + ")"
+                           for k in shared)
+        why = "no run of theirs has attention" if covered else "they have no run of their own"
+        out.append(f"{' and '.join(ps)} steps will be predicted with the shared {values}, as {why}; a precision's "
+                   "kernels can cost very differently (on a CPU a bf16 step's kernel cost ~30x an fp32 step's, its "
+                   "flash-attention backward 7-14x), so calibrate on runs of that precision too to fit its own "
+                   f"({', '.join(f'{k}_{ps[0]}' for k in shared)})")
+    for name in sorted(fitted):
+        v, prec = getattr(eff, name), name.rpartition("_")[2]
+        if _low_precision(name, hw) and v < FAR_BELOW:
+            what = (f"a kernel of the {prec} runs cost {1 / v:.0f}x hardware `{hw.name}`'s kernel_overhead_us (each "
+                    f"{prec} GEMM call's fixed cost, autocast's casts)" if name.startswith("dispatch") else
+                    f"the {prec} runs' attention ran at {v:.2%} of hardware `{hw.name}`'s {prec} peak (torch's "
+                    f"{prec} flash-attention backward)")
+            out.append(f"fitted {name} = {v:g}: {what}; a CPU's 16-bit kernels measure so at a small model's shapes, "
+                       "so it is no fault of the runs")
+    return out
 
 
 def calibrate(runs: list[RunInputs], hw: Hardware, start: Efficiency | None = None,
@@ -216,14 +313,14 @@ def calibrate(runs: list[RunInputs], hw: Hardware, start: Efficiency | None = No
     In two stages, so each factor is fitted where it shows: the compute factors (gemm, memory,
     dispatch, and attention when a model has it) on single-process runs, then the network factor on
     the multi-process runs with compute held fixed. `factors` fits those in one stage instead."""
-    bounds = LOCAL_BOUNDS if hw.cpu else BOUNDS
+    bounds = _bounds(hw)
 
     def samples(rs: list[RunInputs]) -> list:
         return [((lambda e, r=r: 1.0 / r.predict(hw, e).step_time_s), 1.0 / r.measured_step_s) for r in rs]
 
     eff = start or Efficiency()
-    for rs, names in stages(runs, factors):
-        eff = fit_efficiency(samples(rs), names, eff, sweeps=8, bounds=bounds)
+    for rs, names in stages(runs, factors, start):
+        eff = fit_efficiency(samples(rs), names, _seeded(eff, names), sweeps=8, bounds=bounds)
     return eff, [report(r, hw, eff) for r in runs]
 
 
@@ -254,7 +351,8 @@ def disagreements(runs: list[RunInputs], hw: Hardware, eff: Efficiency) -> list[
 
 def report(r: RunInputs, hw: Hardware, eff: Efficiency) -> dict:
     pred = r.predict(hw, eff)
-    return {"run": str(r.run_dir), "layout": pred.layout.short(), "world_size": r.world_size,
+    return {"run": str(r.run_dir), "layout": pred.layout.short(), "precision": r.trace.precision,
+            "world_size": r.world_size,
             "measured_step_s": r.measured_step_s, "predicted_step_s": pred.step_time_s,
             "err_pct": (pred.step_time_s / r.measured_step_s - 1) * 100,
             "breakdown_s": pred.breakdown_s}
@@ -269,16 +367,22 @@ def calibrate_cli(args: argparse.Namespace) -> int:
     check_hardware(runs, hw)
     disagree = disagreements(runs, hw, start or Efficiency())
     eff, rep = calibrate(runs, hw, start)
-    kept = all(abs(a - b) <= 1e-4 for a, b in zip(dataclasses.astuple(eff), dataclasses.astuple(start or Efficiency()),
-                                                   strict=True))
+    base = start or Efficiency()
+    # a precision's own factor starts at its shared one (_seeded): unmoved from there is kept
+    kept = all(abs(v - (getattr(base, k) if getattr(base, k) is not None else getattr(base, k.rpartition("_")[0])))
+               <= 1e-4 for k, v in eff.to_dict().items())
     if disagree and kept:
         disagree.append("the fit moved no factor: " + (f"the factors of {args.efficiency}" if start else
                                                        "the default factors") + " were kept, not fitted")
     # factors the fit kept are already said not to be fitted; factors it moved on too few runs are said here
-    under = [] if disagree and kept else underdetermined_warnings(runs, hw)
+    under = [] if disagree and kept else underdetermined_warnings(runs, hw, start=start)
     warnings = [*thread_warnings(runs, hw), *disagree, *under,
-                *factor_warnings(eff, tuple(n for _, names in stages(runs) for n in names), hw)]
+                *factor_warnings(eff, tuple(n for _, names in stages(runs, start=start) for n in names), hw)]
     for w in warnings:
         print(f"stride plan calibrate: warning: {w}", file=sys.stderr)
-    print(json.dumps({"hardware": hw.name, "efficiency": eff.to_dict(), "runs": rep, "warnings": warnings}))
+    notes = precision_notes(runs, eff, hw, start)
+    for n in notes:
+        print(f"stride plan calibrate: note: {n}", file=sys.stderr)
+    print(json.dumps({"hardware": hw.name, "efficiency": eff.to_dict(), "runs": rep, "warnings": warnings,
+                      "notes": notes}))
     return 0

@@ -18,6 +18,16 @@ row ran on is predicted from its own published figures, never from a factor fitt
   shared SMs and memory bandwidth).
 - dispatch: a bare op's host overhead (the device's `kernel_overhead_us`) over a training kernel's
   (autograd, module hooks, Python around it): only traced workloads, which count their kernels.
+- attention_<precision>, dispatch_<precision> (fp32, bf16, fp16): those two factors for the steps of one
+  training precision alone; unset (None) unless `stride plan calibrate` fitted them on runs covering
+  more than one precision, and where unset the shared factor serves. Why these two (measured with
+  torch.profiler on an Intel Xeon with AMX, one thread, torch 2.13, a small MLP and transformer): the
+  probe's 1024^3 bf16 matmul ran 7.1x fp32's, but the step's bf16 GEMMs only 1.5-2.1x, because each
+  bf16 GEMM call paid a fixed 0.1-0.2 ms (its FLOPs ran near the 1024^3 rate), and autocast added a
+  cast kernel per weight and activation; both are per-kernel costs, so bf16 steps have their own
+  `dispatch` (a kernel of a bf16 step cost ~30x the probe's bare op). And bf16 flash attention's
+  backward ran 7-14x *slower* than fp32's (head dim 16-32), so bf16 has its own `attention`. The
+  GEMM FLOP term stays shared: fitted on all the runs, gemm came out 0.92 of each dtype's own peak.
 Defaults are round physical priors, NOT fitted to any data set; `data/perfmodel/efficiency.json`
 holds the ones fitted on every development row (benchmarks/perfmodel_error.py --write, whose
 held-out errors docs/perfmodel.md reports); `stride plan calibrate` writes a JSON with the same keys.
@@ -34,6 +44,10 @@ from pathlib import Path
 from stride.config.errors import ConfigError
 from stride.files.input_file import InputFileError, read_input_text
 
+PRECISIONS = ("fp32", "bf16", "fp16")  # a traced workload's training precision (train.precision)
+PER_PRECISION = ("attention", "dispatch")  # the factors a precision may have its own of (`dispatch_bf16`, ...)
+OWN_FACTORS = tuple(f"{k}_{p}" for k in PER_PRECISION for p in PRECISIONS)
+
 
 @dataclass(frozen=True)
 class Efficiency:
@@ -45,16 +59,37 @@ class Efficiency:
     network: float = 1.0
     overlap: float = 0.85
     dispatch: float = 0.25
+    # one precision's own factors (OWN_FACTORS); None: the shared one above
+    attention_fp32: float | None = None
+    attention_bf16: float | None = None
+    attention_fp16: float | None = None
+    dispatch_fp32: float | None = None
+    dispatch_bf16: float | None = None
+    dispatch_fp16: float | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if v is None and f.name in OWN_FACTORS:
+                continue
             hi = {"memory": 3.0, "flash": 2.0, "network": 1.5}.get(f.name, 1.0)  # memory: a CPU's caches beat DRAM
             if not isinstance(v, int | float) or not 0 < v <= hi:
                 raise ConfigError(f"efficiency `{f.name}` must be in (0, {hi:g}], got {v!r}")
 
     def to_dict(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
+        """The factors by name; a precision's own factors only where set (a file without them reads as before)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None or k not in OWN_FACTORS}
+
+    def for_precision(self, name: str, precision: str) -> float:
+        """Factor `name` (attention, dispatch) for steps trained at `precision`: its own where set, else shared."""
+        if name not in PER_PRECISION:
+            raise ValueError(f"efficiency `{name}` has no per-precision factors (only {', '.join(PER_PRECISION)})")
+        own = getattr(self, f"{name}_{precision}", None) if precision in PRECISIONS else None
+        return getattr(self, name) if own is None else own
+
+    def own_precisions(self) -> list[str]:
+        """Precisions with at least one factor of their own."""
+        return [p for p in PRECISIONS if any(getattr(self, f"{k}_{p}") is not None for k in PER_PRECISION)]
 
 
 # factors of earlier versions, now published per-part figures (hardware.toml mamf_tflops): ignored
@@ -106,7 +141,7 @@ def load_efficiency(path: str | Path, base: Efficiency | None = None, note: str 
     factors = read_factors(path, data)
     if base is None:
         base = shipped_efficiency()
-    missing = [f.name for f in dataclasses.fields(Efficiency) if f.name not in factors]
+    missing = [f.name for f in dataclasses.fields(Efficiency) if f.name not in factors and f.name not in OWN_FACTORS]
     if missing and note:
         import sys
 

@@ -7,18 +7,26 @@
 3. run the held-out set (other models: a 4x larger transformer, an MLP; 1 process, DDP and FSDP2
    at 2 ranks) and compare the predicted step time with the measured median step.
 Every run is pinned one core per rank, one thread, in a niced session (local_runs.py).
+
+The same check on runs already made (any precision: fit on some, predict the others, errors per precision):
+    python -m stride.perfmodel.local_check --hardware-file local.toml --fit RUN... --predict RUN...
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stride.perfmodel.calibrate import calibrate, report, run_inputs
-from stride.perfmodel.hardware import load_catalog
+from stride.config.errors import ConfigError
+from stride.perfmodel.calibrate import RunInputs, calibrate, precision_notes, report, run_inputs
+from stride.perfmodel.efficiency import PRECISIONS, Efficiency, load_efficiency
+from stride.perfmodel.hardware import Hardware, load_catalog
 from stride.perfmodel.local_runs import comm_profile, launch
 from stride.perfmodel.probe import hardware_toml, probe_niced
 
@@ -99,3 +107,65 @@ def local_check(root: Path | None = None, steps: int = 12, rounds: int = 1,
         "held_out_median_abs_pct": statistics.median(errs), "held_out_max_abs_pct": max(errs),
         "rounds": rounds, "measured_rounds_s": measured,
     }
+
+
+def merged_runs(dirs: list[Path]) -> list[RunInputs]:
+    """One RunInputs per configuration: run directories with the same config.toml (repeats of one run, as
+    local_check's rounds) count once, at the median of their measured steps (a shared host's load moves)."""
+    groups: dict[str, list[RunInputs]] = {}
+    for d in dirs:
+        ri = run_inputs(Path(d))
+        groups.setdefault((ri.run_dir / "config.toml").read_text(), []).append(ri)
+    out = []
+    for rs in groups.values():
+        rs[0].measured_step_s = statistics.median(r.measured_step_s for r in rs)
+        out.append(rs[0])
+    return out
+
+
+def _medians(rows: list[dict]) -> dict[str, float]:
+    """Median |error| % per training precision."""
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        by.setdefault(r["precision"], []).append(abs(r["err_pct"]))
+    return {p: statistics.median(by[p]) for p in PRECISIONS if p in by}
+
+
+def held_out(fit: list[Path], predict: list[Path], hw: Hardware, start: Efficiency | None = None) -> dict:
+    """Calibrate on the `fit` runs, predict the `predict` runs; per-run errors and the median |error| per
+    precision of each set. A run in both sets is refused: its error would not be held out."""
+    fit_runs, pred_runs = merged_runs(fit), merged_runs(predict)
+    seen = {(r.run_dir / "config.toml").read_text(): r.run_dir for r in fit_runs}
+    both = [f"{r.run_dir} (as {seen[k]})" for r in pred_runs if (k := (r.run_dir / "config.toml").read_text()) in seen]
+    if both:
+        raise ValueError(f"runs to predict are also fitted (the same config.toml): {', '.join(both)}")
+    eff, cal = calibrate(fit_runs, hw, start)
+    held = [report(r, hw, eff) for r in pred_runs]
+    slim = [{k: v for k, v in r.items() if k != "breakdown_s"} for r in (*cal, *held)]
+    return {"hardware": hw.name, "efficiency": eff.to_dict(), "notes": precision_notes(fit_runs, eff, hw, start),
+            "fit": slim[:len(cal)], "held_out": slim[len(cal):], "fit_median_abs_pct": _medians(cal),
+            "held_out_median_abs_pct": _medians(held)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Calibrate on some measured runs, predict others: the error per "
+                                             "training precision")
+    ap.add_argument("--hardware-file", required=True, help="the `stride plan probe` TOML the runs ran on")
+    ap.add_argument("--hardware", default="local-cpu")
+    ap.add_argument("--efficiency", help="starting factors (a calibration JSON)")
+    ap.add_argument("--fit", nargs="+", required=True, metavar="RUN", help="run directories to calibrate on")
+    ap.add_argument("--predict", nargs="+", required=True, metavar="RUN", help="run directories to predict")
+    args = ap.parse_args(argv)
+    try:
+        hw = load_catalog(args.hardware_file).get(args.hardware)
+        start = load_efficiency(args.efficiency, note="local_check") if args.efficiency else None
+        out = held_out([Path(d) for d in args.fit], [Path(d) for d in args.predict], hw, start)
+    except (ConfigError, ValueError) as exc:
+        print(f"local_check: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

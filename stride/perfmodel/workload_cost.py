@@ -45,12 +45,15 @@ class _Rates:
         dt = "fp32" if precision == "fp32" else "bf16"
         self.peak = hw.peak_flops(dt)
         self.gemm = hw.matmul_efficiency or eff.gemm
+        # the precision's own attention and per-kernel factors where calibrated (on a CPU a bf16 step's kernels
+        # cost far more than an fp32 step's: efficiency.py), else the shared ones
+        self.attention = eff.for_precision("attention", precision)
         self.bw = hw.memory_bw * eff.memory
-        self.kernel_s = hw.kernel_overhead_us * 1e-6 / eff.dispatch
+        self.kernel_s = hw.kernel_overhead_us * 1e-6 / eff.for_precision("dispatch", precision)
 
     def device(self, pc: PhaseCost) -> float:
         return ((pc.gemm_flops + pc.rnn_flops) / (self.peak * self.gemm)
-                + pc.attn_exec_flops / (self.peak * self.eff.attention) + pc.bytes / self.bw)
+                + pc.attn_exec_flops / (self.peak * self.attention) + pc.bytes / self.bw)
 
     def time(self, pc: PhaseCost) -> float:
         host = pc.kernels * self.kernel_s
