@@ -132,6 +132,8 @@ class Trainer:
         self._clock_stop: float | None = None  # ... and at its end (the clock stops with the loop)
         self.run_dir: RunDir | None = None
         self._pending: Batch | None = None
+        self._plain = self._host_batches = False  # set by setup()
+        self._measures = True
         self._is_setup = False
 
     # -- what callbacks see beyond attributes (stride.train.callbacks.TrainerView) --------------
@@ -243,16 +245,30 @@ class Trainer:
         self._opt_step = compiled_step(self.optimizer) if compile_opt else self.optimizer.step
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self.timer = StepTimer(self.device)
+        # The common step (one process, one micro-step, no pipeline, fp32, no comm timer): `_plain_step` runs the
+        # same torch calls in the same order without the general step's per-step branches, context managers and
+        # wrapper calls (~12 Python calls a step: after the step's torch work their code is cold, 1-2 us each).
+        self._measures = t.compile == "off" and not self.n_tp  # saved activations (not under TP: DTensors have no
+        # storage to measure) on the first micro-step
+        self._plain = (not self.par.enabled and self.par.pipeline is None and self.par.comm_timer is None
+                       and t.grad_accum == 1 and self.precision.scaler is None and self.precision.name == "fp32")
+        # one process on the host: a CPU batch goes as it is (`local_batch` and `_to_device` would hand it back)
+        self._host_batches = self._on_host and not self.par.enabled
         self._is_setup = True
 
     def next_batch(self) -> Batch:
         if self._pending is not None:
             batch, self._pending = self._pending, None
             return batch
-        return self._to_device(self.par.local_batch(*next(self._stream)[1]))
+        x, y = next(self._stream)[1]
+        if self._host_batches and x.is_cpu and y.is_cpu and x.dtype != torch.bfloat16:
+            return x, y  # what `_to_device(local_batch(x, y))` returns here, without the two calls
+        return self._to_device(self.par.local_batch(x, y))
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One optimizer step over the global batch (x, y) in grad_accum micro-batches; returns the loss."""
+        if self._plain and (self.saved_activation_bytes is not None or not self._measures) and not profiling_active():
+            return self._plain_step(x, y)
         t, timer, accum = self.cfg.train, self.timer, self.cfg.train.grad_accum
         micro = x.shape[0] // accum  # not len(): a tensor's __len__ is a slower call, every step
         # One micro-step: the loss is the step's loss as it is (no zeros, division or sum: 3 tensor ops
@@ -272,8 +288,7 @@ class Trainer:
             # Gradients are communicated on the last micro-step only (DDP no_sync / FSDP2 sync off).
             with self.par.grad_sync(i == accum - 1) if self.par.enabled else _NULL:
                 xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
-                # (not under TP: saved DTensors have no storage to measure)
-                measure = self.saved_activation_bytes is None and t.compile == "off" and not self.n_tp
+                measure = self.saved_activation_bytes is None and self._measures
                 saved = SavedActivations(self.model) if measure else None
                 with phase_range("stride.forward"):
                     if saved is not None:
@@ -305,6 +320,27 @@ class Trainer:
                 self.skipped_steps += 1
             self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
+        timer.mark("optimizer")
+        return loss_sum
+
+    def _plain_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """`train_step` where `_plain` holds, the activations are measured (or cannot be) and no profiler records:
+        the same torch calls in the same order (fp32 autocast, the profiler ranges and grad sync are no-ops here;
+        the loss is scaled by nothing; one process clips with torch's own), so the same bits."""
+        timer = self.timer
+        loss = self.loss_fn(self.wrapped(x), y)
+        timer.mark("forward")
+        loss.backward()
+        loss_sum = loss.detach()
+        timer.mark("backward")
+        clip = self.cfg.train.grad_clip
+        grad_norm = torch.nn.utils.clip_grad_norm_(self._params, clip, foreach=True) if clip is not None else None
+        if self._gates and not self._allow_update(loss_sum, grad_norm):
+            self.skipped_steps += 1
+        else:
+            self._opt_step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
         timer.mark("optimizer")
         return loss_sum
 
@@ -391,12 +427,14 @@ class Trainer:
 
     def _end_step_timing(self, tally: LoopTally) -> dict[str, float]:
         """Close the step's timer; steps after the warm-up count towards throughput and the breakdown."""
-        t, skip = self.cfg.train, self.cfg.metrics.skip_steps
+        t, skip, timer = self.cfg.train, self.cfg.metrics.skip_steps, self.timer
         record = self.step - tally.start_step > skip or t.steps - tally.start_step <= skip  # warm-up of this process
         # CUDA: the step's events resolve (one host sync) only where their figures are read: log
-        # steps, the last step, and steps a profiler traces (stride.metrics.step_timer)
-        resolve = not self.step % self.cfg.metrics.log_every or self.step >= t.steps or profiling_active()
-        parts = self.timer.end_step(record=record, resolve=resolve)
+        # steps, the last step, and steps a profiler traces (stride.metrics.step_timer); a timer that
+        # does not defer resolves every step whatever it is told
+        resolve = not timer.defer or not self.step % self.cfg.metrics.log_every or self.step >= t.steps \
+            or profiling_active()
+        parts = timer.end_step(record=record, resolve=resolve)
         if record:
             tally.timed_samples += t.batch_size  # global: every rank's samples
             if self.par.comm_timer is not None:
