@@ -1,13 +1,18 @@
 """What the device is doing, as merged interval sets: compute, communication, memory, other.
 
 On a GPU trace the device is the accelerator and the sets come from kernels, copies and sets (kinds by
-name, see `classify`). On a CPU-only trace the "device" is the host: communication is the union of host collectives
-(gloo runs them on its own threads, c10d's calls block the calling thread) and compute the union of CPU
-operators less, on each thread, the time that thread spends inside a collective (`host_compute`).
+name, see `classify`). On a CPU-only trace the "device" is the host, and each instant of a thread is given to the
+innermost event running on it (`cpu_segments`): communication is the union of host collectives (gloo runs them on
+its own threads, c10d's calls block the calling thread, so anything a thread runs inside a collective is
+communication); operators run under a data-loading annotation on the same thread are data loading, not training
+work (the loader's torch ops: the step waits for data while they run); the other operators' own time is compute
+(matmul/conv/attention, framework wrappers, unrecognised and compiled-graph operators) or memory (bandwidth-bound
+operators: elementwise, reductions, copies, norms; `classify.cpu_op_class`).
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,11 +22,19 @@ from stride.profile.classify import (
     ANNOTATION_CATS,
     COMM,
     COMPUTE,
+    DATA,
     MEMORY,
     MEMORY_CATS,
+    OP_CLASS_NAMES,
+    OP_COMPILED,
+    OP_MATH,
+    OP_MEMORY,
+    OP_OTHER,
     OPERATOR_CATS,
     RUNTIME_CATS,
+    cpu_op_class,
     device_kind,
+    is_data_annotation,
     is_host_comm,
 )
 from stride.profile.trace_model import RankTrace
@@ -45,6 +58,10 @@ class Activity:
     ev_lane: np.ndarray  # stream (GPU) or thread (CPU) of each event: nesting happens within a lane
     sorted_ts: np.ndarray | None = None  # event starts in ascending order, and their launch times
     sorted_launch: np.ndarray | None = None
+    # CPU traces: time per operator class (OP_CLASS_NAMES, and "data" for the loader's operators), each a union
+    # over threads of the instants whose innermost operator is of that class; None on GPU traces
+    op_classes: dict[str, iv.Intervals] | None = None
+    data_annotated: bool = False  # the trace has a data-loading annotation (data wait is measured through them)
 
     def __post_init__(self) -> None:
         order = np.argsort(self.ev_ts, kind="stable")
@@ -56,6 +73,14 @@ def name_kinds(t: RankTrace, on_gpu: bool) -> np.ndarray:
     if on_gpu:
         return np.array([device_kind(n) for n in t.names], dtype=np.int8)
     return np.array([COMM if is_host_comm(n) else COMPUTE for n in t.names], dtype=np.int8)
+
+
+def data_annotation_mask(t: RankTrace) -> np.ndarray:
+    """Host events that are data-loading annotations (`classify.is_data_annotation`)."""
+    if not len(t.names):
+        return np.zeros(len(t.host_ts), dtype=bool)
+    by_name = np.array([is_data_annotation(n) for n in t.names], dtype=bool)
+    return np.isin(t.host_cat, t.cat_ids(ANNOTATION_CATS)) & by_name[t.host_name]
 
 
 def launch_times(t: RankTrace) -> np.ndarray:
@@ -74,31 +99,125 @@ def launch_times(t: RankTrace) -> np.ndarray:
     return out
 
 
-def host_compute(ts: np.ndarray, end: np.ndarray, kind: np.ndarray, lane: np.ndarray) -> iv.Intervals:
-    """Compute time of a CPU trace: on each thread, the union of its compute operators less the union of its
-    collectives, then the union over threads.
+# classes of the CPU sweep: an operator's own class (OP_*), or one of these
+_SEG_COMM, _SEG_DATA_OP, _SEG_DATA_MARK = 10, 11, 12  # a collective; an operator in data loading; the loader's own
+_BLOCK = 1 << 16  # events converted to Python numbers at a time
 
-    Host operators nest: DDP's reducer hook calls `c10d::allreduce_` from inside
-    `autograd::engine::evaluate_function: AccumulateGrad`, so the thread spends that time in the collective,
-    not computing. Only the same thread's collectives are taken out: gloo's own threads running the collective
-    while the main thread computes is overlap, as a communication kernel on one stream beside a compute kernel
-    on another is on a GPU (where one stream runs one kernel at a time, so nothing nests and nothing is taken out).
+
+def cpu_segments(ts: np.ndarray, end: np.ndarray, cls: np.ndarray, lane: np.ndarray,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each thread's timeline cut where an event starts or ends, each piece given to the innermost event running.
+
+    `cls` per event: an OP_* class, _SEG_COMM (a collective) or _SEG_DATA_MARK (a data-loading annotation). A piece
+    inside a collective on the same thread is communication (DDP's `c10d::allreduce_` inside AccumulateGrad blocks
+    the thread), one under a data-loading annotation data loading (the loader's own ops), else the innermost
+    operator's class. Returns (starts, ends, classes) of the pieces, with no piece for a thread's time in no event or
+    in a data annotation alone (the loader idle, which the breakdown counts as data wait), and each event's effective
+    class. Events are taken as nested, as on one thread they are; a child outliving its parent is cut at it.
+    One pass in Python over the events in order, read in blocks and written to typed arrays (8 bytes a number), so
+    memory stays near the trace's own arrays; adjacent pieces of one class are joined.
     """
-    keep = (kind == COMPUTE) | (kind == COMM)
-    order = np.flatnonzero(keep)[np.argsort(lane[keep], kind="stable")]  # events grouped by thread
-    ts, end, kind, lane = ts[order], end[order], kind[order], lane[order]
-    cuts = np.flatnonzero(np.diff(lane)) + 1
-    parts_s, parts_e = [], []
-    for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(lane)]]), strict=True):
-        if b <= a:
-            continue
-        comp, comm = kind[a:b] == COMPUTE, kind[a:b] == COMM
-        on = iv.subtract(iv.union(ts[a:b][comp], end[a:b][comp]), iv.union(ts[a:b][comm], end[a:b][comm]))
-        parts_s.append(on[0])
-        parts_e.append(on[1])
-    if not parts_s:
-        return np.zeros(0), np.zeros(0)
-    return iv.union(np.concatenate(parts_s), np.concatenate(parts_e))
+    n = len(ts)
+    eff = np.empty(n, dtype=np.int8)
+    if n == 0:
+        return np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int8), eff
+    # by thread, then start, parents (longer; annotations before operators of the same interval) first
+    order = np.lexsort((cls != _SEG_DATA_MARK, -end, ts, lane))
+    out_s, out_e, out_c = array("d"), array("d"), array("b")
+    stack_end: list[float] = []
+    stack_cls: list[int] = []
+    cursor = 0.0
+    prev_lane = None
+
+    def emit(a: float, b: float, c: int) -> None:
+        if c == _SEG_DATA_MARK:
+            return
+        if out_c and out_c[-1] == c and out_e[-1] == a:
+            out_e[-1] = b
+        else:
+            out_s.append(a), out_e.append(b), out_c.append(c)
+
+    def drain(until: float | None) -> None:
+        nonlocal cursor
+        while stack_end and (until is None or stack_end[-1] <= until):
+            e, c = stack_end.pop(), stack_cls.pop()
+            if e > cursor:
+                emit(cursor, e, c)
+                cursor = e
+
+    for lo in range(0, n, _BLOCK):
+        idx = order[lo:lo + _BLOCK]
+        effs = []
+        for s, e_i, own, ln in zip(ts[idx].tolist(), end[idx].tolist(), cls[idx].tolist(), lane[idx].tolist(),
+                                   strict=True):
+            if ln != prev_lane:
+                drain(None)
+                prev_lane, cursor = ln, s
+            if stack_end and stack_end[-1] <= s:
+                drain(s)
+            if stack_end:
+                parent = stack_cls[-1]
+                if s > cursor:
+                    emit(cursor, s, parent)
+            else:
+                parent = -1
+            cursor = max(cursor, s)
+            if parent == _SEG_COMM or own == _SEG_COMM:
+                c = _SEG_COMM
+            elif own == _SEG_DATA_MARK:
+                c = _SEG_DATA_MARK
+            elif parent in (_SEG_DATA_MARK, _SEG_DATA_OP):
+                c = _SEG_DATA_OP
+            else:
+                c = own
+            effs.append(c)
+            stack_end.append(min(e_i, stack_end[-1]) if stack_end else e_i)
+            stack_cls.append(c)
+        eff[idx] = effs
+    drain(None)
+    return (np.frombuffer(out_s, dtype=np.float64), np.frombuffer(out_e, dtype=np.float64),
+            np.frombuffer(out_c, dtype=np.int8), eff)
+
+
+def _cpu_activity(t: RankTrace) -> Activity:
+    """The CPU trace's sets from `cpu_segments`: compute = math, other and compiled operators' own time; memory =
+    bandwidth-bound operators'; comm = the union of collectives (every thread); the loader's operators in neither."""
+    is_op = np.isin(t.host_cat, t.cat_ids(OPERATOR_CATS))
+    is_ann = np.isin(t.host_cat, t.cat_ids(ANNOTATION_CATS))
+    comm_by_name = np.array([is_host_comm(n) for n in t.names], dtype=bool)
+    class_by_name = np.array([cpu_op_class(n) for n in t.names], dtype=np.int8)
+    host_comm = comm_by_name[t.host_name] if len(t.host_name) else np.zeros(0, dtype=bool)
+    data_mark = data_annotation_mask(t)
+    # the events the sets are built from: operators and collectives (as before), and data annotations as markers
+    ev = (is_op | (is_ann & host_comm)) if len(t.host_name) else np.zeros(0, dtype=bool)
+    sweep = ev | data_mark
+    cls = np.where(host_comm, _SEG_COMM, np.where(data_mark, _SEG_DATA_MARK, class_by_name[t.host_name]
+                                                  if len(t.host_name) else 0)).astype(np.int8)
+    h_end = t.host_ts + t.host_dur
+    seg_s, seg_e, seg_c, eff = cpu_segments(t.host_ts[sweep], h_end[sweep], cls[sweep], t.host_tid[sweep])
+    eff_all = np.zeros(len(t.host_ts), dtype=np.int8)
+    eff_all[sweep] = eff
+    ts, end = t.host_ts[ev], h_end[ev]
+    own, eff_ev = cls[ev], eff_all[ev]
+    # each event's kind (operator table, tiny operators, stragglers): a collective by name is communication, an
+    # operator under a data annotation (and no collective) data loading, else its own class
+    kind = np.where(own == _SEG_COMM, COMM, np.where(eff_ev == _SEG_DATA_OP, DATA,
+                    np.where(own == OP_MEMORY, MEMORY, COMPUTE))).astype(np.int8)
+
+    def seg(*classes: int) -> iv.Intervals:
+        m = np.isin(seg_c, classes)
+        return iv.union(seg_s[m], seg_e[m])
+
+    compute, memory = seg(OP_MATH, OP_OTHER, OP_COMPILED), seg(OP_MEMORY)
+    comm = iv.union(ts[kind == COMM], end[kind == COMM])
+    busy = iv.union(np.concatenate([compute[0], memory[0], comm[0]]), np.concatenate([compute[1], memory[1], comm[1]]))
+    classes = {OP_CLASS_NAMES[k]: seg(k) for k in (OP_MATH, OP_MEMORY, OP_OTHER, OP_COMPILED)}
+    classes["data"] = seg(_SEG_DATA_OP)
+    return Activity(
+        on_gpu=False, compute=compute, comm=comm, memory=memory, other=(np.zeros(0), np.zeros(0)), busy=busy,
+        ev_ts=ts, ev_end=end, ev_name=t.host_name[ev], ev_kind=kind, ev_launch=np.full(len(ts), np.nan),
+        ev_lane=t.host_tid[ev], op_classes=classes, data_annotated=bool(data_mark.any()),
+    )
 
 
 def build_activity(t: RankTrace) -> Activity:
@@ -115,25 +234,16 @@ def build_activity(t: RankTrace) -> Activity:
         lane = t.dev_stream[keep]
         on_gpu = True
     else:
-        ops = np.isin(t.host_cat, t.cat_ids(OPERATOR_CATS | ANNOTATION_CATS))
-        kinds_by_name = name_kinds(t, False)
-        host_kind = kinds_by_name[t.host_name] if len(t.host_name) else np.zeros(0, dtype=np.int8)
-        is_op = np.isin(t.host_cat, t.cat_ids(OPERATOR_CATS))
-        # compute: CPU operators that are not collectives; comm: any host collective (op or annotation)
-        keep = ops & ((is_op & (host_kind == COMPUTE)) | (host_kind == COMM))
-        ts, end = t.host_ts[keep], (t.host_ts + t.host_dur)[keep]
-        name, kind = t.host_name[keep], host_kind[keep]
-        launch = np.full(len(ts), np.nan)
-        lane = t.host_tid[keep]
-        on_gpu = False
+        return _cpu_activity(t)
 
     def u(mask: np.ndarray) -> iv.Intervals:
         return iv.union(ts[mask], end[mask])
 
-    compute = u(kind == COMPUTE) if on_gpu else host_compute(ts, end, kind, lane)
+    compute = u(kind == COMPUTE)
     return Activity(
         on_gpu=on_gpu,
         compute=compute, comm=u(kind == COMM), memory=u(kind == MEMORY),
         other=u((kind != COMPUTE) & (kind != COMM) & (kind != MEMORY)), busy=iv.union(ts, end),
         ev_ts=ts, ev_end=end, ev_name=name, ev_kind=kind, ev_launch=launch, ev_lane=lane,
+        data_annotated=bool(data_annotation_mask(t).any()),
     )

@@ -9,6 +9,7 @@ from stride.files.input_file import not_found_or_special
 from stride.profile.activity import build_activity
 from stride.profile.annotations import annotation_breakdown, data_spans
 from stride.profile.breakdown import Times, summarize, window_times
+from stride.profile.classify import DATA_ANNOTATIONS_DOC
 from stride.profile.errors import TraceError
 from stride.profile.hta_compat import hta_figures
 from stride.profile.kernels import tiny_kernels, top_kernels
@@ -55,12 +56,12 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
     for w in windows:
         times = window_times(act, w, data)
         total += times
-        fig = summarize(times, act.on_gpu)
+        fig = summarize(times, act.on_gpu, act.data_annotated)
         fig["step"] = w.step
         fig["verdict"] = (step_verdict(fig, tiny_kernels(act, [w]), precision, device) if recorded
                           else no_activity_verdict(device))
         per_step.append(fig)
-    fig = summarize(total, act.on_gpu)
+    fig = summarize(total, act.on_gpu, act.data_annotated)
     tiny = tiny_kernels(act, windows)
     result = {
         "file": str(t.path),
@@ -75,6 +76,9 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
         "verdict": (None if not windows else rank_verdict(fig, per_step, tiny, precision, device) if recorded
                     else {**no_activity_verdict(device), "steps_by_bound": {NO_ACTIVITY: len(per_step)}}),
     }
+    if not act.on_gpu and not act.data_annotated:  # said in the table too: "-" alone would not say why
+        result["data_wait_note"] = (f"data wait not measured: no data-loading annotation in the trace "
+                                    f"({DATA_ANNOTATIONS_DOC}); data loaded outside one counts as idle")
     host = t.meta.get("host_name") if isinstance(t.meta.get("host_name"), str) else None
     return result, rank_steps(t.rank, host, windows, t.steps, act, t.names)
 

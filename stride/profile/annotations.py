@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from stride.profile import intervals as iv
+from stride.profile.activity import data_annotation_mask
 from stride.profile.classify import ANNOTATION_CATS, annotation_label, is_host_comm, step_number
 from stride.profile.trace_model import RankTrace
 from stride.profile.windows import Window
-
-_DATA = re.compile(r"data|DataLoader|load_batch|wait_for_batch", re.IGNORECASE)
 
 
 def _annotation_mask(t: RankTrace) -> np.ndarray:
@@ -19,9 +16,9 @@ def _annotation_mask(t: RankTrace) -> np.ndarray:
 
 
 def data_spans(t: RankTrace) -> iv.Intervals:
-    """Union of host annotations that load data (`## data_load ##`, `enumerate(DataLoader)...`)."""
-    is_data = np.array([bool(_DATA.search(n)) and not is_host_comm(n) for n in t.names], dtype=bool)
-    m = _annotation_mask(t) & is_data[t.host_name] if len(t.names) else np.zeros(0, dtype=bool)
+    """Union of host annotations that load data (`## data_load ##`, `enumerate(DataLoader)...`, `stride.data`; by
+    whole words, `classify.is_data_annotation`: not `DistributedDataParallel.forward`)."""
+    m = data_annotation_mask(t)
     return iv.union(t.host_ts[m], t.host_ts[m] + t.host_dur[m])
 
 

@@ -8,6 +8,13 @@ Idle gaps on a GPU are split by the kernel that ends each gap: host_wait if the 
 launched it when the gap began (the device was starved by the CPU), kernel_wait if it was launched
 and the gap is under `kernel_wait_us` (launch latency), other otherwise; gaps during a data-loading
 annotation are data_wait. On CPU traces a gap is data_wait or other.
+
+CPU traces (see `activity`): compute is the own time of matmul/conv/attention, wrapper, unrecognised and compiled
+operators, memory that of bandwidth-bound operators (so exposed_memory_pct is bandwidth-bound operator time not
+under compute or communication), and communication overlaps either (overlap and exposed comm are reckoned against
+all operator work, as they were before memory was told apart). The data loader's operators on the training thread
+are not device work: the step waits for data while they run, so their time is idle, inside the data annotation,
+and lands in data_wait. Without any data-loading annotation in a CPU trace data wait is not measured: null, not 0.
 """
 
 from __future__ import annotations
@@ -38,6 +45,12 @@ class Times:
     kernel_wait: float = 0.0
     data_wait: float = 0.0
     idle_other: float = 0.0
+    # CPU traces: the time (union over threads) whose innermost operator is of each class (`activity.op_classes`)
+    op_math: float = 0.0
+    op_memory: float = 0.0
+    op_other: float = 0.0
+    op_compiled: float = 0.0
+    op_data: float = 0.0
 
     def __iadd__(self, o: Times) -> Times:
         for k in self.__dataclass_fields__:
@@ -56,11 +69,18 @@ def window_times(act: Activity, w: Window, data_spans: iv.Intervals) -> Times:
     comm = iv.clip(act.comm, lo, hi)
     mem = iv.clip(act.memory, lo, hi)
     t = Times(span=w.span, busy=iv.length(busy), compute=iv.length(comp), comm=iv.length(comm))
-    t.comm_overlapped = iv.length(iv.intersect(comm, comp))
+    # CPU: a collective on gloo's thread under any operator of another thread is overlapped (memory ones too)
+    work = comp if act.on_gpu else iv.union(np.concatenate([comp[0], mem[0]]), np.concatenate([comp[1], mem[1]]))
+    t.comm_overlapped = iv.length(iv.intersect(comm, work))
     t.comm_exposed = t.comm - t.comm_overlapped
     cc = iv.union(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
     t.memory_exposed = iv.subtract_length(mem, cc)
     _split_idle(act, busy, lo, hi, data_spans, t)
+    if act.op_classes is not None:
+        c = act.op_classes
+        t.op_math, t.op_memory = iv.length(iv.clip(c["math"], lo, hi)), iv.length(iv.clip(c["bandwidth"], lo, hi))
+        t.op_other, t.op_compiled = iv.length(iv.clip(c["other"], lo, hi)), iv.length(iv.clip(c["compiled"], lo, hi))
+        t.op_data = iv.length(iv.clip(c["data"], lo, hi))
     return t
 
 
@@ -105,26 +125,38 @@ def pct(x: float, total: float) -> float | None:
     return 100.0 * x / total if total > 0 else None
 
 
-def summarize(t: Times, on_gpu: bool) -> dict:
+def summarize(t: Times, on_gpu: bool, data_measured: bool = True) -> dict:
     """The JSON figures of a `Times`: percentages of the span (data wait too), and the idle split as
-    percentages of idle (HTA's convention, kept so the split can be compared with it)."""
+    percentages of idle (HTA's convention, kept so the split can be compared with it). A CPU trace without a
+    data-loading annotation (`data_measured` False) gets null data wait: time loading data outside an annotation
+    is idle like any other, and a 0.0 would read as measured. CPU traces add `operator_time`: the share of the
+    step whose innermost operator is a matmul/conv (math), bandwidth-bound, other, compiled-graph or data-loading
+    one."""
     idle = t.idle
-    return {
+    data = data_measured or on_gpu
+    out = {
         "span_us": t.span,
         "temporal_breakdown": {
             "idle_pct": pct(idle, t.span),
             "compute_pct": pct(t.compute, t.span),
             "non_compute_pct": pct(t.busy - t.compute, t.span),
             "exposed_comm_pct": pct(t.comm_exposed, t.span),
-            "exposed_memory_pct": pct(t.memory_exposed, t.span) if on_gpu else None,
-            "data_wait_pct": pct(t.data_wait, t.span),  # idle while loading data, as a share of the step
+            "exposed_memory_pct": pct(t.memory_exposed, t.span),
+            "data_wait_pct": pct(t.data_wait, t.span) if data else None,  # idle while loading data, of the step
         },
         "comm_comp_overlap_pct": pct(t.comm_overlapped, t.comm),
         "idle_breakdown": {
             "idle_us": idle,
             "host_wait_pct": pct(t.host_wait, idle) if on_gpu else None,
             "kernel_wait_pct": pct(t.kernel_wait, idle) if on_gpu else None,
-            "data_wait_pct": pct(t.data_wait, idle),
+            "data_wait_pct": pct(t.data_wait, idle) if data else None,
             "other_pct": pct(t.idle_other, idle),
         },
     }
+    if not on_gpu:
+        out["operator_time"] = {
+            "math_pct": pct(t.op_math, t.span), "bandwidth_pct": pct(t.op_memory, t.span),
+            "other_pct": pct(t.op_other, t.span), "compiled_pct": pct(t.op_compiled, t.span),
+            "data_loading_pct": pct(t.op_data, t.span),
+        }
+    return out

@@ -142,7 +142,9 @@ def _cpu_figures(t: RankTrace, include_last_step: bool) -> dict:
         return _empty(f"no CPU operators inside the analysed steps ({', '.join(str(w.step) for w in windows)})")
     ts, end = _round(ts[inside], (end - ts)[inside], t.fractional_ts)
     end = np.maximum(end, ts)  # sub-µs host ops would round to negative length
-    fig = _figures(ts, end, act.ev_kind[inside], None)
+    # HTA's rule: every operator that is not communication is compute (bandwidth-bound and data-loading ones too)
+    kinds = np.where(act.ev_kind[inside] == COMM, COMM, COMPUTE).astype(np.int8)
+    fig = _figures(ts, end, kinds, None)
     fig["note"] = "CPU-only trace: HTA itself cannot analyse it; HTA's rules applied to CPU operators"
     return fig
 

@@ -38,6 +38,27 @@ def open_text(path: Path) -> TextIO:
     return open(path, encoding="utf-8")
 
 
+def _gzip_cut_short(path: Path) -> str:
+    """What is true of a gzip file that ends early: its size, how much it decompresses to, and that the end is
+    missing. (A character offset says nothing here: the text reader loses the chunk it was decoding, so it read
+    "near character 0" of a 190 KB file cut in half.)"""
+    size = decoded = 0
+    try:
+        d = zlib.decompressobj(wbits=47)  # gzip or zlib header
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                size += len(block)
+                while block:
+                    decoded += len(d.decompress(block))
+                    block = b""
+                    if d.eof:  # a member ended whole (gzip files may hold several): the next one follows
+                        block, d = d.unused_data, zlib.decompressobj(wbits=47)
+    except (OSError, zlib.error):
+        pass
+    return (f"{path}: the gzip stream ends early: the file's {size:,} compressed bytes decompress to {decoded:,} "
+            "bytes and stop before gzip's end-of-stream marker (the file was cut short: an interrupted write or copy)")
+
+
 class _Buffer:
     """A sliding window over the text of one file, refilled on demand."""
 
@@ -49,7 +70,9 @@ class _Buffer:
     def fill(self) -> None:
         try:
             chunk = self.fh.read(CHUNK_CHARS)
-        except (EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
+        except EOFError as exc:  # gzip: the compressed stream stops before its end-of-stream marker
+            raise TraceError(_gzip_cut_short(self.path)) from exc
+        except (OSError, zlib.error, UnicodeDecodeError) as exc:
             raise TraceError(
                 f"{self.path}: compressed or text stream is broken near character {self.offset}: {exc}"
             ) from exc

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from stride.profile.activity import Activity
-from stride.profile.classify import COMPUTE, KIND_NAMES
+from stride.profile.classify import COMPUTE, KIND_NAMES, MEMORY
 from stride.profile.windows import Window
 
 TINY_US = 10.0  # a kernel shorter than this is dominated by launch cost on current GPUs
@@ -86,8 +86,9 @@ def top_kernels(act: Activity, names: list[str], windows: list[Window], k: int =
 
 def tiny_kernels(act: Activity, windows: list[Window]) -> dict:
     """How much of the work runs in kernels shorter than TINY_US: GPU kernels by duration, or on a CPU
-    trace the compute operators by self time (an operator's own work and dispatch, without the
-    operators it calls: a step of many small ops spends it in per-op overhead).
+    trace the compute and bandwidth-bound operators by self time (an operator's own work and dispatch, without
+    the operators it calls: a step of many small ops spends it in per-op overhead; not the collectives, nor the
+    data loader's operators).
 
     `flagged`: more than half of >= 100 kernels are tiny. `dominant`: flagged, and the tiny ones take
     >= TINY_TIME_BOUND_PCT of the kernel time: the work is spread over so many small launches that
@@ -96,7 +97,8 @@ def tiny_kernels(act: Activity, windows: list[Window]) -> dict:
     if act.on_gpu:
         dur = act.ev_end[m] - act.ev_ts[m]
     else:
-        dur = self_times(act.ev_ts[m], act.ev_end[m], act.ev_lane[m])[act.ev_kind[m] == COMPUTE]
+        work = (act.ev_kind[m] == COMPUTE) | (act.ev_kind[m] == MEMORY)
+        dur = self_times(act.ev_ts[m], act.ev_end[m], act.ev_lane[m])[work]
     n = int(len(dur))
     tiny = dur < TINY_US
     time_pct = 100.0 * float(dur[tiny].sum()) / float(dur.sum()) if n and dur.sum() > 0 else None

@@ -7,6 +7,15 @@ agree on the world size their `distributedInfo` states (or none states one), hol
 were recorded at the same time: their time ranges overlap (the profiler records the same steps on every rank).
 A trace's `trace_id` is not compared: every rank of one run writes its own.
 
+Two runs recorded at the same time pass all of that (the same world size, ranks 0 and 1, overlapping times), and
+their metadata does not tell them apart either: Kineto writes the same `distributedInfo` and process-group config,
+`host_name`, `deviceProperties` and `baseTimeNanoseconds` for every run of one script on one host, no master
+address or port, and a `trace_id`, pid and `traceName` of its own for every rank. What does tell them apart is the
+collectives: an all-reduce (all-gather, reduce-scatter, all-to-all, barrier) ends on no rank before every rank has
+entered it. Ranks of one run meet in each of them (gloo's thread on a 2-core host: every matched all-reduce ended
+0.25-25 ms after the other rank's began); rank 0 of one run beside rank 1 of another, both recorded over the same
+seconds, had their i-th all-reduces end 0.87-2.5 s before the other's began (`collectives_meet`).
+
 One rank's trace given twice is refused too (not merged): the same file (a symlink, a hard link, the path
 twice) or a copy of it (the same host name, process ids and event times, which two ranks never share). A copy named
 `*_rank1.json` beside `*_rank0.json` took its rank from the file name and was analysed as a second rank, with
@@ -21,12 +30,16 @@ from typing import Any
 
 import numpy as np
 
+from stride.profile.classify import ANNOTATION_CATS, OPERATOR_CATS, is_meeting_collective
 from stride.profile.errors import TraceError
 from stride.profile.trace_model import RankTrace, distributed_info
 
 # Clocks of different hosts differ by their synchronisation error (NTP: milliseconds): ranges closer than this
 # are taken to overlap. Traces of one run overlap by the profiled steps; runs minutes apart are far beyond it.
 CLOCK_SLACK_US = 1e6
+# One host, one clock: a collective cannot end on one rank before another rank entered it, so anything beyond the
+# timestamps' own error is proof. 10 ms leaves room for that error (and for hosts that share a name).
+SAME_HOST_SLACK_US = 1e4
 
 
 def _world_size(t: RankTrace) -> int | None:
@@ -48,7 +61,8 @@ def time_range(t: RankTrace) -> tuple[float, float] | None:
 
 
 def _name(t: RankTrace) -> str:
-    return t.path.name
+    """The path as given: two folders' `trace_rank0.json` would otherwise read as one file."""
+    return str(t.path)
 
 
 def _seconds(us: float) -> str:
@@ -138,6 +152,80 @@ def _problem(traces: list[RankTrace]) -> str | None:
         earliest_end = min(paths, key=lambda p: ranges[p][1])  # ends first
         gap = ranges[latest][0] - ranges[earliest_end][1]
         if gap > CLOCK_SLACK_US and np.isfinite(gap):
-            return (f"{latest.name} was recorded {_seconds(gap)} after {earliest_end.name} ended (their time ranges "
+            return (f"{latest} was recorded {_seconds(gap)} after {earliest_end} ended (their time ranges "
                     "do not overlap; the ranks of one run are profiled over the same steps)")
+    return collectives_meet(traces)
+
+
+def _meeting_collectives(t: RankTrace) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(starts, ends) in time order per name of the collectives every rank must enter (`is_meeting_collective`):
+    gloo's host events on a CPU trace, NCCL's kernels on a GPU trace, on the profiler's clock."""
+    base = t.meta.get("baseTimeNanoseconds")
+    offset = base / 1e3 if type(base) is int and base > 0 else 0.0
+    if t.has_device:
+        ts, dur, names, keep = t.dev_ts, t.dev_dur, t.dev_name, np.ones(len(t.dev_ts), dtype=bool)
+    else:
+        ts, dur, names = t.host_ts, t.host_dur, t.host_name
+        keep = np.isin(t.host_cat, t.cat_ids(OPERATOR_CATS | ANNOTATION_CATS))
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for i, n in enumerate(t.names):
+        if not is_meeting_collective(n):
+            continue
+        m = keep & (names == i)
+        if m.any():
+            order = np.argsort(ts[m], kind="stable")
+            out[n] = (ts[m][order] + offset, (ts[m] + dur[m])[order] + offset)
+    return out
+
+
+def _by_step(t: RankTrace, starts: np.ndarray) -> dict[int | None, np.ndarray]:
+    """Indices of the collectives started within each profiler step of the trace (all of them, without steps)."""
+    if not t.steps:
+        return {None: np.arange(len(starts))}
+    base = t.meta.get("baseTimeNanoseconds")
+    offset = base / 1e3 if type(base) is int and base > 0 else 0.0
+    return {s.number: np.flatnonzero((starts >= s.ts + offset) & (starts < s.end + offset)) for s in t.steps}
+
+
+def collectives_meet(traces: list[RankTrace]) -> str | None:
+    """Where two traces' collectives cannot be the same collectives, what says so; else None.
+
+    Each trace is matched against the first: per profiler step both recorded and per collective name, the i-th of
+    one with the i-th of the other, in steps where both count the same number (a step whose counts differ is
+    skipped, not guessed at). A pair fails to meet when one rank's ended before the other's began, by more than the
+    clock slack (SAME_HOST_SLACK_US on one host_name, else CLOCK_SLACK_US). The traces are refused when most of
+    their matched pairs fail: a proof, not a guess, that they were not recorded by one job's ranks."""
+    first, rest = traces[0], traces[1:]
+    mine = _meeting_collectives(first)
+    if not mine:
+        return None
+    for t in rest:
+        theirs = _meeting_collectives(t)
+        host_a, host_b = first.meta.get("host_name"), t.meta.get("host_name")
+        slack = SAME_HOST_SLACK_US if isinstance(host_a, str) and host_a == host_b else CLOCK_SLACK_US
+        margins: list[float] = []
+        worst: tuple[float, str, int | None, int, bool] | None = None
+        for name in sorted(set(mine) & set(theirs)):
+            (sa, ea), (sb, eb) = mine[name], theirs[name]
+            steps_a, steps_b = _by_step(first, sa), _by_step(t, sb)
+            for step in sorted(set(steps_a) & set(steps_b), key=lambda k: -1 if k is None else k):
+                ia, ib = steps_a[step], steps_b[step]
+                if len(ia) != len(ib) or not len(ia):
+                    continue
+                # > 0: each ended after the other began (they met); < 0: one was over before the other began
+                a_first = ea[ia] - sb[ib]  # < 0: over on the first trace's rank before the other's began
+                m = np.minimum(a_first, eb[ib] - sa[ia])
+                margins.extend(m.tolist())
+                k = int(np.argmin(m))
+                if worst is None or m[k] < worst[0]:
+                    worst = (float(m[k]), name, step, k + 1, bool(a_first[k] <= m[k]))
+        if margins and worst is not None and float(np.median(margins)) < -slack:
+            gap, name, step, k, a_first = worst
+            where = f" of step {step}" if step is not None else ""
+            ended, began = (first, t) if a_first else (t, first)
+            n_bad = sum(x < -slack for x in margins)
+            return (f"the collectives of {first.path} and {t.path} do not meet: in {n_bad} of {len(margins)} matched "
+                    f"collectives one rank's ended before the other's began ({name} #{k}{where}: on rank "
+                    f"{ended.rank} {-gap / 1e3:.1f} ms before rank {began.rank}'s began), and a collective ends on "
+                    "no rank before every rank has entered it: two runs recorded at the same time?")
     return None

@@ -56,6 +56,14 @@ def render_report(report: dict, console: Console | None = None) -> None:
             for row in r["annotations"]:
                 a.add_row(row["name"][:70], str(row["count"]), f"{row['total_us'] / 1e3:.3f}", _f(row["pct_of_step"]))
             con.print(a)
+        ot = r.get("operator_time")  # CPU traces: what the operators' own time went to
+        if ot:
+            con.print(f"rank {rank}: operator time, % of the step: matmul/conv {_f(ot['math_pct'])}, bandwidth-bound "
+                      f"(elementwise, reductions, copies, norms) {_f(ot['bandwidth_pct'])}, other "
+                      f"{_f(ot['other_pct'])}, compiled graphs {_f(ot['compiled_pct'])}, data loader "
+                      f"{_f(ot['data_loading_pct'])}")
+        if r.get("data_wait_note"):
+            con.print(f"rank {rank}: {r['data_wait_note']}")
         if r["verdict"]:
             v = r["verdict"]
             con.print(f"[bold]rank {rank}: {v['bound']}[/bold] — " + "; ".join(v["reasons"]))

@@ -44,8 +44,9 @@ def cpu_trace(rank: int = 0, shift: float = 0.0) -> dict:
     gloo thread; c10d::allreduce_ [55+s,60+s); data annotation [0,10). Each rank is its own process (pid 1000 +
     rank), as under torchrun: two ranks' traces are never one process's (`stride analyze` refuses copies).
 
-    With shift 0: busy [10,70) = 60, compute [10,50) = 40, comm [40,70) = 30, overlap 10 (33.3%),
-    idle 40 = 10 data wait + 30 other.
+    With shift 0: busy [10,70) = 60, comm [40,70) = 30, idle 40 = 10 data wait + 30 other. Each instant is the
+    innermost operator's: compute (matmul) [10,20) + [30,50) = 30, memory (the bandwidth-bound add) [20,30) = 10;
+    operator work [10,50) = 40 overlaps comm by 10 (33.3%); exposed comm 20, exposed memory 10.
     """
     ev = [
         host("ProfilerStep#7", 0, 100, cat="user_annotation"),

@@ -66,8 +66,9 @@ def test_collective_inside_a_compute_op_is_not_compute(tmp_path: Path) -> None:
 
 def test_only_the_same_threads_collectives_are_taken_out(tmp_path: Path) -> None:
     """Another thread's operator [40,45) while the main thread is blocked in c10d [30,50) is still compute
-    (and overlaps the collectives): compute 50 + 5 = 55, overlap 35 of 60, exposed comm 25, idle 20."""
-    trace = nested_trace([host("aten::add", 40, 5, tid=2)])
+    (and overlaps the collectives): compute 50 + 5 = 55, overlap 35 of 60, exposed comm 25, idle 20. (A matmul:
+    an `aten::add` there is bandwidth-bound, memory rather than compute, and overlaps the collectives all the same.)"""
+    trace = nested_trace([host("aten::addmm", 40, 5, tid=2)])
     r = analyze_traces([write(tmp_path / "t.json", trace)])["ranks"]["0"]
     tb = r["temporal_breakdown"]
     assert tb["compute_pct"] == pytest.approx(55.0)
@@ -88,8 +89,10 @@ def test_interval_subtract() -> None:
     assert len(iv.subtract(empty, b)[0]) == 0
 
 
-# rank -> (compute %, exposed comm %, overlap %), to 0.1
-GLOO_EXPECTED = {"0": (44.4, 33.2, 38.3), "1": (55.7, 29.2, 21.5)}
+# rank -> (compute %, exposed comm %, overlap %), to 0.1. Compute was 44.4 / 55.7 % while it held the bandwidth-bound
+# operators (now memory) and the data loader's (now data wait); exposed comm and overlap are reckoned against all
+# operator work, as before, and did not move.
+GLOO_EXPECTED = {"0": (35.7, 33.2, 38.3), "1": (35.6, 29.2, 21.5)}
 
 
 def test_shared_gloo_trace_blocked_allreduce_is_communication() -> None:
@@ -102,5 +105,6 @@ def test_shared_gloo_trace_blocked_allreduce_is_communication() -> None:
         tb = r["temporal_breakdown"]
         assert (round(tb["compute_pct"], 1), round(tb["exposed_comm_pct"], 1),
                 round(r["comm_comp_overlap_pct"], 1)) == (comp, exposed, overlap)
-        assert tb["non_compute_pct"] == pytest.approx(tb["exposed_comm_pct"])  # CPU: no memory copies
+        # non-compute: exposed comm, exposed memory, and bandwidth-bound operators under another thread's collective
+        assert tb["non_compute_pct"] >= tb["exposed_comm_pct"] + tb["exposed_memory_pct"] - 1e-9
         assert r["verdict"]["bound"] == "communication-bound"

@@ -107,3 +107,21 @@ def test_nested_separators_inside_events(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(json_stream, "CHUNK_CHARS", chunk)
     meta, got = _collect(p)
     assert got == events and meta == {}
+
+
+def test_a_gzip_cut_in_half_says_what_is_true(tmp_path: Path) -> None:
+    """Audit 5: a .gz cut in half read "compressed or text stream is broken near character 0" (the text reader
+    loses the chunk it was decoding). Now: how many compressed bytes, what they decompress to, and that the end is
+    missing."""
+    text = json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "ts": i, "dur": 1}
+                                       for i in range(20_000)]})
+    raw = gzip.compress(text.encode())
+    p = tmp_path / "half.json.gz"
+    p.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(TraceError) as exc:
+        _collect(p)
+    msg = str(exc.value)
+    assert "half.json.gz: the gzip stream ends early" in msg and f"{len(raw) // 2:,} compressed bytes" in msg
+    assert "near character" not in msg and "end-of-stream marker" in msg
+    decoded = int(msg.split("decompress to ")[1].split(" bytes")[0].replace(",", ""))
+    assert 0 < decoded < len(text)

@@ -61,23 +61,23 @@ def test_the_audits_folder_is_refused_naming_both_files(tmp_path: Path, capsys: 
 def test_world_sizes_that_differ_are_refused(tmp_path: Path) -> None:
     other = cpu_trace(1)
     other["distributedInfo"]["world_size"] = 4
-    with pytest.raises(TraceError, match=r"world sizes differ: r0\.json says 2, r1\.json says 4"):
+    with pytest.raises(TraceError, match=r"world sizes differ: \S*/r0\.json says 2, \S*/r1\.json says 4"):
         analyze_traces([folder(tmp_path, r0=cpu_trace(0), r1=other)])
 
 
 def test_a_rank_outside_the_world_size_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match=r"r2\.json is rank 2 \(distributedInfo\) of a run of world_size 2"):
+    with pytest.raises(TraceError, match=r"/r2\.json is rank 2 \(distributedInfo\) of a run of world_size 2"):
         analyze_traces([folder(tmp_path, r0=cpu_trace(0), r2=cpu_trace(2))])
 
 
 def test_a_duplicated_rank_names_both_files(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match=r"a\.json and b\.json|b\.json and a\.json"):
+    with pytest.raises(TraceError, match=r"/a\.json and \S*/b\.json|/b\.json and \S*/a\.json"):
         analyze_traces([folder(tmp_path, a=cpu_trace(1), b=cpu_trace(1))])
 
 
 def test_ranks_recorded_apart_in_time_are_refused(tmp_path: Path) -> None:
     d = folder(tmp_path, r0=cpu_trace(0), r1=shifted(cpu_trace(1), MIN25_US))
-    with pytest.raises(TraceError, match=r"r1\.json was recorded 25\.0 min after r0\.json ended"):
+    with pytest.raises(TraceError, match=r"/r1\.json was recorded 25\.0 min after \S*/r0\.json ended"):
         analyze_traces([d])
 
 
@@ -88,7 +88,9 @@ def test_ranks_of_one_run_are_analysed_together(tmp_path: Path) -> None:
         t["traceEvents"][0]["dur"] = 1000
     rep = analyze_traces([folder(tmp_path, "late", r0=a, r1=b)])
     assert [s["rank"] for s in rep["stragglers"]] == [1]
-    skewed = analyze_traces([folder(tmp_path, "skewed", r0=cpu_trace(0), r1=shifted(cpu_trace(1), 3e5))])
+    other_host = shifted(cpu_trace(1), 3e5)
+    other_host["host_name"] = "h2"  # two hosts: one clock each (on one host, collectives 0.3 s apart cannot meet)
+    skewed = analyze_traces([folder(tmp_path, "skewed", r0=cpu_trace(0), r1=other_host)])
     assert sorted(skewed["ranks"]) == ["0", "1"]
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -219,3 +221,42 @@ def test_a_gpu_trace_keeps_its_gpu_advice(tmp_path: Path) -> None:
     v = analyze_traces([write(tmp_path / "g.json", gpu_trace())])["ranks"]["3"]["verdict"]
     assert v["bound"] == "host-bound" and v["reasons"][0].startswith("device idle 40.0%")
     assert "CUDA graphs" in " ".join(v["recommendations"])
+
+
+# -- audit 5: two runs recorded at the same time (F5), and same-named files from two folders (F8) ---------------------
+
+
+def ddp_rank(rank: int, run_shift_us: float = 0.0) -> dict:
+    """Rank `rank` of a 2-rank gloo run on host "h": a 300 ms step with one all-reduce on gloo's thread, entered at
+    100 ms by rank 0 and 150 ms by rank 1, done on both at 200 ms (a collective ends when the last rank is in).
+    `run_shift_us` moves the whole run: another run of the same script started that much later."""
+    start = 100_000.0 if rank == 0 else 150_000.0
+    ev = [host("ProfilerStep#7", 0, 300_000, cat="user_annotation"), host("aten::mm", 10_000, 80_000),
+          host("c10d::allreduce_", start - 100, 50), host("gloo:all_reduce", start, 200_000 - start,
+                                                         cat="user_annotation", tid=9)]
+    for e in ev:
+        e["pid"], e["ts"] = 1000 + rank, e["ts"] + run_shift_us
+    return {"schemaVersion": 1, "host_name": "h", "distributedInfo": {"backend": "gloo", "rank": rank,
+            "world_size": 2}, "traceEvents": ev}
+
+
+def test_ranks_of_two_runs_recorded_together_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The audit's s9_ovA rank 0 beside s9_ovB rank 1: same world size, ranks 0 and 1, overlapping times and identical
+    metadata. Run B started 250 ms after run A: A's rank 0 finished its all-reduce 200 ms before B's rank 1 began
+    it, which no all-reduce of one job can do."""
+    one = folder(tmp_path, "one", trace_rank0=ddp_rank(0), trace_rank1=ddp_rank(1))
+    assert sorted(analyze_traces([one])["ranks"]) == ["0", "1"]  # one run: they meet
+    mixed = folder(tmp_path, "mixed", trace_rank0=ddp_rank(0), trace_rank1=ddp_rank(1, run_shift_us=250_000))
+    err = _one_line_refusal(capsys, mixed)
+    assert "do not meet" in err and "gloo:all_reduce #1 of step 7: on rank 0 200.0 ms before rank 1's began" in err
+    assert str(mixed / "trace_rank0.json") in err and str(mixed / "trace_rank1.json") in err
+    assert "1 of 1 matched" in err
+
+
+def test_same_named_traces_of_two_folders_are_named_by_path(tmp_path: Path) -> None:
+    """Was "trace_rank0.json and trace_rank0.json are both rank 0"."""
+    a = folder(tmp_path, "runA", trace_rank0=cpu_trace(0)) / "trace_rank0.json"
+    b = folder(tmp_path, "runB", trace_rank0=shifted(cpu_trace(0), 3.0)) / "trace_rank0.json"
+    with pytest.raises(TraceError, match="are both rank 0") as err:
+        analyze_traces([a, b])
+    assert f"{b} and {a}" in str(err.value) or f"{a} and {b}" in str(err.value)

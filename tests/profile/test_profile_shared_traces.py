@@ -103,11 +103,18 @@ def _minus(u: list[list[float]], v: list[list[float]]) -> list[tuple[float, floa
     return out
 
 
+# the data-loading annotations of the gloo sample (not `DistributedDataParallel.forward`, which loads nothing)
+GLOO_DATA_ANNOTATIONS = {"## data_load ##", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"}
+
+
 @pytest.mark.parametrize("rank", [0, 1])
 def test_cpu_gloo_breakdown_recomputed_independently(rank: int) -> None:
-    """Recompute compute/comm/idle of each step from json.load with plain Python and compare. Compute is
-    each thread's operators less that thread's collectives (the main thread's blocking c10d::allreduce_ sits
-    inside AccumulateGrad), in plain Python, independently of stride.profile.intervals."""
+    """Recompute operator work, idle and data wait of each step from json.load with plain Python and compare.
+    Operator work is each thread's operators less that thread's collectives (the main thread's blocking
+    c10d::allreduce_ sits inside AccumulateGrad) and less what the data loader runs under its annotations on that
+    thread, in plain Python, independently of stride.profile.intervals; it is compute plus bandwidth-bound time,
+    which the JSON gives as 100 - idle - exposed comm. Data wait is the steps' time under a data annotation with no
+    operator work or collective running."""
     path = need("cpu_gloo_2rank") / f"rank{rank}.pt.trace.json.gz"
     with gzip.open(path, "rt") as fh:
         events = json.load(fh)["traceEvents"]
@@ -117,21 +124,28 @@ def test_cpu_gloo_breakdown_recomputed_independently(rank: int) -> None:
             if e.get("cat") == "cpu_op" and not is_host_comm(e["name"])]
     comm = [(e["ts"], e["ts"] + e["dur"], e["tid"]) for e in xs
             if e.get("cat") in ("cpu_op", "user_annotation") and is_host_comm(e["name"])]
-    span = busy = compute = 0.0
+    data = [(e["ts"], e["ts"] + e["dur"], e["tid"]) for e in xs
+            if e.get("cat") == "user_annotation" and e["name"] in GLOO_DATA_ANNOTATIONS]
+    assert any(e["name"] == "DistributedDataParallel.forward" for e in xs) and data
+    span = busy = work = waiting = 0.0
     for lo, hi in steps:
         clip = lambda ivs: [(max(s, lo), min(e, hi)) for s, e, _ in ivs if e > lo and s < hi]  # noqa: B023
         span += hi - lo
-        busy += _merge_len(clip(comp) + clip(comm))
-        kept: list[tuple[float, float]] = []  # each thread's compute less that thread's collectives
+        kept: list[tuple[float, float]] = []  # each thread's operators less its collectives and its data loading
         for tid in {t for _, _, t in comp}:
             mine = lambda ivs: [(s, e, t) for s, e, t in ivs if t == tid]  # noqa: B023
-            kept.extend(_minus(_merge(clip(mine(comp))), _merge(clip(mine(comm)))))
-        compute += _merge_len(kept)
+            kept.extend(_minus(_merge(clip(mine(comp))), _merge(clip(mine(comm)) + clip(mine(data)))))
+        work += _merge_len(kept)
+        active = _merge(kept + clip(comm))
+        busy += _merge_len(kept + clip(comm))
+        waiting += _merge_len(_minus(_merge(clip(data)), active))
     r = analyze_traces([path])["ranks"][str(rank)]
+    tb = r["temporal_breakdown"]
     assert r["device"] == "cpu" and len(steps) == 3
     assert r["span_us"] == pytest.approx(span, rel=1e-9)
-    assert r["temporal_breakdown"]["compute_pct"] == pytest.approx(100 * compute / span, rel=1e-6)
-    assert r["temporal_breakdown"]["idle_pct"] == pytest.approx(100 * (span - busy) / span, rel=1e-6)
+    assert 100 - tb["idle_pct"] - tb["exposed_comm_pct"] == pytest.approx(100 * work / span, rel=1e-6)
+    assert tb["idle_pct"] == pytest.approx(100 * (span - busy) / span, rel=1e-6)
+    assert tb["data_wait_pct"] == pytest.approx(100 * waiting / span, rel=1e-6)
 
 
 def test_cpu_gloo_straggler_is_rank_1() -> None:

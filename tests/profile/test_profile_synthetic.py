@@ -75,8 +75,11 @@ def test_cpu_only_breakdown(tmp_path: Path) -> None:
     r = analyze_traces([write(tmp_path / "t.json.gz", cpu_trace(), gz=True)])["ranks"]["0"]
     tb, ib = r["temporal_breakdown"], r["idle_breakdown"]
     assert r["device"] == "cpu"
-    assert tb["compute_pct"] == pytest.approx(40.0)
-    assert tb["non_compute_pct"] == pytest.approx(20.0)
+    assert tb["compute_pct"] == pytest.approx(30.0)  # the add nested in the mm is bandwidth-bound: memory
+    assert tb["non_compute_pct"] == pytest.approx(30.0)
+    assert tb["exposed_comm_pct"] == pytest.approx(20.0) and tb["exposed_memory_pct"] == pytest.approx(10.0)
+    assert r["operator_time"] == pytest.approx({"math_pct": 30.0, "bandwidth_pct": 10.0, "other_pct": 0.0,
+                                                "compiled_pct": 0.0, "data_loading_pct": 0.0})
     assert tb["idle_pct"] == pytest.approx(40.0)
     assert r["comm_comp_overlap_pct"] == pytest.approx(100.0 / 3)
     assert ib["host_wait_pct"] is None and ib["kernel_wait_pct"] is None
@@ -84,10 +87,11 @@ def test_cpu_only_breakdown(tmp_path: Path) -> None:
     ann = {a["name"]: a for a in r["annotations"]}
     assert ann["data_load"]["total_us"] == pytest.approx(10.0) and ann["data_load"]["pct_of_step"] == pytest.approx(10)
     assert tb["data_wait_pct"] == pytest.approx(10.0)  # of the step (25 % of the idle time)
-    tiny = r["tiny_kernels"]  # compute operators by self time: mm 30 us, add 10 us (collectives are not compute)
+    tiny = r["tiny_kernels"]  # operators by self time: mm 30 us, add 10 us (collectives are not counted)
     assert tiny["unit"] == "CPU operators (self time)" and tiny["kernels"] == 2 and tiny["count"] == 0
     ops = {k["name"]: k for k in r["top_kernels"]}
     assert ops["aten::mm"]["total_us"] == pytest.approx(40.0) and ops["aten::mm"]["self_us"] == pytest.approx(30.0)
+    assert (ops["aten::mm"]["kind"], ops["aten::add"]["kind"]) == ("compute", "memory")
     assert ops["aten::add"]["self_us"] == pytest.approx(10.0)
     assert ops["gloo:all_reduce"]["self_us"] == pytest.approx(30.0)  # its own thread: nothing nested
     assert [k["name"] for k in r["top_kernels"]][:2] == ["aten::mm", "gloo:all_reduce"]
