@@ -70,22 +70,32 @@ def _stopped_at(errs: list[str]) -> tuple[int, bool]:
     return int(m.group(2)), m.group(3) is None
 
 
-def _check_one_checkpoint_then_resume(cfg: Path, out: Path, step: int, ref: str) -> None:
+def _check_one_new_checkpoint(out: Path, step: int, before: list[str]) -> list[str]:
+    """The stop added one committed save, of `step`, and nothing half-written; returns the folder's names."""
     ck = out / "checkpoints"
-    assert sorted(p.name for p in ck.iterdir()) == [f"step_{step:08d}"]  # one committed save, nothing half-written
+    names = sorted(p.name for p in ck.iterdir())
+    assert names == [*before, f"step_{step:08d}"], (before, names)
     verdict = verify(ck / f"step_{step:08d}")
     assert verdict.ok, verdict.reason
     assert {f for f in verdict.manifest["files"] if f.endswith(".distcp")} >= {"__0_0.distcp", "__1_0.distcp"}
-    errs = _finish(_run(cfg, out))
+    return names
+
+
+def _resumed_at(errs: list[str], step: int) -> None:
     assert f"continuing at step {step}" in errs[0], errs[0][-2000:]  # rank 0 says it for every rank
     assert "continuing at step" not in errs[1]
-    assert _sha(out) == ref  # bit-identical to the uninterrupted run
 
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_sigterm_to_rank_1_only_stops_both_ranks_at_one_step(tmp_path: Path,
-                                                              reference: tuple[Path, str]) -> None:
+def test_a_signal_to_one_rank_or_at_different_steps_stops_both_ranks_at_one_step(
+        tmp_path: Path, reference: tuple[Path, str]) -> None:
+    """Two stops of one run, each resumed by the same command, then its end. 1. SIGTERM to rank 1 only, wherever it
+    is in its step (rank 0 gets nothing): both ranks stop after one step. 2. The resumed run: rank 0 sends itself
+    SIGUSR1 at the end of a step (after that step's vote), rank 1 SIGTERM inside the next step's forward. Each alone
+    would save a different step; agreed, both stop after the second. 3. The same command resumes and finishes,
+    bit-identical to the uninterrupted run. (One chain of 3 launches where two separate runs took 4: each stop and
+    each resume is still checked.)"""
     cfg, ref = reference
     out = tmp_path / "run"
     procs = _run(cfg, out)
@@ -97,20 +107,17 @@ def test_sigterm_to_rank_1_only_stops_both_ranks_at_one_step(tmp_path: Path,
     procs[1].send_signal(signal.SIGTERM)  # wherever rank 1 is in its step; rank 0 gets nothing
     errs = _finish(procs)
     s0, got0 = _stopped_at(errs)
-    assert 5 <= s0 < STEPS, s0  # both ranks saved this one step: _check_one_checkpoint_then_resume
+    assert 5 <= s0 < STEPS, s0  # both ranks saved this one step
     assert not got0  # rank 0 stopped because rank 1 was signalled
-    _check_one_checkpoint_then_resume(cfg, out, s0, ref)
+    names = _check_one_new_checkpoint(out, s0, [])
 
+    # rank 0: SIGUSR1 at the end of step s0 + 2; rank 1: SIGTERM inside step s0 + 3's forward
+    errs = _finish(_run(cfg, out, SELF_SIGNAL=f"0:{s0 + 2}:end:USR1,1:{s0 + 3}:mid:TERM"))
+    _resumed_at(errs, s0)
+    assert _stopped_at(errs) == (s0 + 3, True)
+    assert f"SIGUSR1 at step {s0 + 3}" in errs[0]  # rank 0 names its own signal
+    _check_one_new_checkpoint(out, s0 + 3, names)
 
-@pytest.mark.slow
-@pytest.mark.dist
-def test_signals_at_different_steps_on_each_rank_stop_both_at_one_step(tmp_path: Path,
-                                                                        reference: tuple[Path, str]) -> None:
-    cfg, ref = reference
-    out = tmp_path / "run"
-    # rank 0: SIGUSR1 at the end of step 6 (after that step's vote); rank 1: SIGTERM inside step 7's forward.
-    # Each alone would save a different step (6 and 7); agreed, both stop after step 7.
-    errs = _finish(_run(cfg, out, SELF_SIGNAL="0:6:end:USR1,1:7:mid:TERM"))
-    assert _stopped_at(errs) == (7, True)
-    assert "SIGUSR1 at step 7" in errs[0]  # rank 0 names its own signal
-    _check_one_checkpoint_then_resume(cfg, out, 7, ref)
+    errs = _finish(_run(cfg, out))
+    _resumed_at(errs, s0 + 3)
+    assert _sha(out) == ref  # bit-identical to the uninterrupted run

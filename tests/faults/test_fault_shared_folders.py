@@ -145,7 +145,7 @@ def _paused(pids: list[int]) -> Iterator[None]:
 
 @pytest.mark.slow
 def test_a_second_run_on_one_folder_is_refused_and_kill9_leaves_no_stale_lock(tmp_path: Path) -> None:
-    cfg, out = write_config(tmp_path / "run.toml", "train.steps=400", "checkpoint.every=50"), tmp_path / "run"
+    cfg, out = write_config(tmp_path / "run.toml", "train.steps=150", "checkpoint.every=50"), tmp_path / "run"
     first = _popen_train(cfg, out)
     try:
         _wait_for(out / "metrics.jsonl", first)
@@ -160,14 +160,16 @@ def test_a_second_run_on_one_folder_is_refused_and_kill9_leaves_no_stale_lock(tm
         if first.poll() is None:
             first.kill()
         first.communicate()
-    third = stride_cli("train", str(cfg), "--out", str(out), "--no-progress", "--set", "train.steps=400")
+    third = stride_cli("train", str(cfg), "--out", str(out), "--no-progress", "--set", "train.steps=150")
     assert third.code == 0, third.err[-3000:]  # the kernel released the dead holder's lock
 
 
 @pytest.mark.slow
 @pytest.mark.dist
 def test_an_nproc_job_holds_its_folder_as_one_and_refuses_a_second_run(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path / "run.toml", "parallel.dp_replicate=2", "train.steps=300", "checkpoint.every=0",
+    # the job is paused (SIGSTOP) within milliseconds of its first metrics line, and trains on only after the second
+    # run was refused: 100 steps (1.5-4 s) leave room for that moment on a loaded machine
+    cfg = write_config(tmp_path / "run.toml", "parallel.dp_replicate=2", "train.steps=100", "checkpoint.every=0",
                        "parallel.collective_timeout_s=60")
     out = tmp_path / "run"
     job = _popen_train(cfg, out, "--nproc", "2")

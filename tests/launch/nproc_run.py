@@ -4,6 +4,7 @@ processes of one test's job, found by a mark every one of them inherits in its e
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import textwrap
@@ -41,6 +42,24 @@ def steps_logged(out: Path) -> int:
         return sum('"loss"' in line for line in (out / "metrics.jsonl").read_text().splitlines())
     except OSError:
         return 0
+
+
+def newest_step(out: Path) -> int:
+    """The newest step with a loss record in metrics.jsonl (0: none yet). A resumed run first cuts the file back to
+    the step it continues at, so this counts the steps of the launch that runs now, as `steps_logged` cannot."""
+    newest = 0
+    try:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        if '"loss"' not in line:
+            continue
+        try:
+            newest = max(newest, int(json.loads(line)["step"]))
+        except (ValueError, KeyError, TypeError):  # a line the writer has not finished
+            continue
+    return newest
 
 
 def marked(var: str, mark: str) -> list[int]:

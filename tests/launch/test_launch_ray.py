@@ -141,20 +141,39 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory, ray_auth_token: str) -
 
 
 @pytest.fixture(scope="module")
-def reference(config: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """`stride train CONFIG --nproc 2`: torchrun, DDP over 2 gloo ranks."""
+def reference_launch(config: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """`stride train CONFIG --nproc 2`: torchrun, DDP over 2 gloo ranks, started before the Ray cluster (the tests
+    ask for this fixture first) so that the two start-ups overlap; `reference` waits for it."""
     out = tmp_path_factory.mktemp("ref") / "run"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    res = subprocess.run([sys.executable, "-m", "stride", "train", str(config), "--nproc", "2", "--out", str(out),
-                          "--no-progress"], capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
+    with (out.parent / "launch.log").open("w") as log:  # a file, not a pipe: nothing reads it while Ray starts
+        proc = subprocess.Popen([sys.executable, "-m", "stride", "train", str(config), "--nproc", "2", "--out",
+                                 str(out), "--no-progress"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    try:
+        yield proc, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def reference(reference_launch: tuple[subprocess.Popen, Path]) -> dict:
+    proc, out = reference_launch
+    try:
+        proc.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log = (out.parent / "launch.log").read_text()
+    assert proc.returncode == 0, log[-3000:]
     return json.loads((out / "summary.json").read_text())
 
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_ray_run_matches_torchrun_bitwise(ray_cluster: None, reference: dict, config: Path, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_ray_run_matches_torchrun_bitwise(reference_launch: tuple, ray_cluster: None, reference: dict, config: Path,
+                                          tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     rc = main(["launch", "ray", str(config), "--workers", "2", "--use-gpu", "false", "--out", str(out), "--json"])
     captured = capsys.readouterr().out
@@ -192,8 +211,9 @@ class Probe(Callback):
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_killed_worker_then_relaunch_and_max_failures_resume_exactly(ray_cluster: None, reference: dict,
-                                                                     config: Path, tmp_path: Path) -> None:
+def test_killed_worker_then_relaunch_and_max_failures_resume_exactly(reference_launch: tuple, ray_cluster: None,
+                                                                     reference: dict, config: Path,
+                                                                     tmp_path: Path) -> None:
     cfg = load_config(config, [*LAUNCH_DEFAULTS, "checkpoint.every=3"])
     out, starts = tmp_path / "run", tmp_path / "starts.txt"
     # 1. rank 1 dies after step 7 and no restart is allowed: the launch fails, checkpoints 3 and 6 stay.
