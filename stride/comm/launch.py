@@ -34,6 +34,9 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
 
 
+PORT_TRIES = 3  # rendezvous ports tried when another process takes the chosen one first
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -59,8 +62,16 @@ def run_spawned(job: CommJob, nproc: int) -> list[Row]:
         raise ValueError(f"--nproc {nproc}: a collective benchmark needs at least 2 processes")
     with tempfile.TemporaryDirectory(prefix="stride-comm-") as d:
         out = os.path.join(d, "rows.json")
-        mp.start_processes(_worker, args=(nproc, _free_port(), job, out), nprocs=nproc, join=True,
-                           start_method="spawn")
+        for attempt in range(PORT_TRIES):
+            try:
+                mp.start_processes(_worker, args=(nproc, _free_port(), job, out), nprocs=nproc, join=True,
+                                   start_method="spawn")
+                break
+            except mp.ProcessRaisedException as exc:
+                # the free port was released before rank 0 bound it, and another process (a second job on a
+                # shared host) took it in between: rank 0's store fails with EADDRINUSE before any collective ran
+                if "EADDRINUSE" not in str(exc) or attempt == PORT_TRIES - 1:
+                    raise
         if not os.path.exists(out):
             raise RuntimeError("stride comm: rank 0 finished without writing its results")
         return [Row(**r) for r in json.loads(Path(out).read_text())]

@@ -93,3 +93,26 @@ def test_checker_catches_a_collective_that_does_nothing(tmp_path: Path) -> None:
             # a no-op broadcast leaves the root's own data right; everywhere else the check must fail
             if not (name == "broadcast" and rank == 0):
                 assert caught == "True", (rank, name)
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_a_port_taken_between_its_choice_and_the_bind_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI failed once with EADDRINUSE: the free port was released before rank 0 bound it and another job's process
+    took it. The first port offered here is held by a listening socket; the run goes on with the next one."""
+    import socket
+
+    from stride.comm import launch
+
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    ports = iter([held.getsockname()[1], launch._free_port()])
+    monkeypatch.setattr(launch, "_free_port", lambda: next(ports))
+    try:
+        job = launch.CommJob(collectives=["all_reduce"], sizes=[1024], iters=1, warmup=0, backend="gloo")
+        rows = launch.run_spawned(job, 2)
+    finally:
+        held.close()
+    assert [(r.collective, r.bytes) for r in rows] == [("all_reduce", 1024)] and rows[0].correct
+    assert next(ports, None) is None  # both ports were asked for: the held one failed, the second ran
