@@ -338,23 +338,20 @@ def _check_numbers(args: argparse.Namespace) -> None:
                           "(see --list-hardware), or `all`")
 
 
-def _interval(hw, args: argparse.Namespace, moe: bool) -> tuple[float, float, str]:
+def _interval(table, hw, args: argparse.Namespace, moe: bool) -> tuple[float, float, str]:
     """(lo, hi) multipliers of a predicted time on `hw` and which residuals they come from: the 80% interval of
-    the run's kind, as `--from-csv` rows get it (stride/perfmodel/intervals.py)."""
-    from stride.perfmodel.intervals import load_intervals, run_kind, time_factors
+    the run's kind in `table` (the shipped intervals.py table), as `--from-csv` rows get it."""
+    from stride.perfmodel.intervals import run_kind, time_factors
 
-    q10, q90, basis = load_intervals().bounds(run_kind(hw.generation or hw.name, args.precision, args.framework,
-                                                       moe))
+    q10, q90, basis = table.bounds(run_kind(hw.generation or hw.name, args.precision, args.framework, moe))
     return (*time_factors(q10, q90), basis)
 
 
-def _memory_check(result, hw) -> dict | None:
+def _memory_check(table, result, hw) -> dict | None:
     """How sure a fit is: the 80% interval of each ranked layout's peak from the model's held-out memory error
     (intervals.py), and the fastest layout whose upper end still fits. The model's memory errs by 16% (median) on
     published runs and leans low, so a plan at 75% of the device is not a sure fit; None where no residuals ship."""
-    from stride.perfmodel.intervals import load_intervals
-
-    factors = load_intervals().memory_factors()
+    factors = table.memory_factors()
     if factors is None or not result.ranked:
         return None
     lo, hi, basis = factors
@@ -439,6 +436,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("stride plan needs --model (or --workload) and --devices or --compare-hardware "
                           "NAME:COUNT,... "
                           "(or --from-csv FILE, --list-hardware, --list-models, or `calibrate RUNS...`)")
+    from stride.perfmodel.intervals import load_intervals
     from stride.perfmodel.model_spec import parse_model_spec
     from stride.perfmodel.planner import default_global_batch, distinct_alternatives, explain, search
 
@@ -453,8 +451,9 @@ def _run(args: argparse.Namespace) -> int:
     result = search(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
     seconds = time.perf_counter() - t0
     alts = distinct_alternatives(result)
-    lo, hi, basis = _interval(hw, args, spec.moe)
-    check = _memory_check(result, hw)
+    table = load_intervals()  # once: the time and the memory intervals
+    lo, hi, basis = _interval(table, hw, args, spec.moe)
+    check = _memory_check(table, result, hw)
     if args.json:
         best = result.best
 
@@ -631,6 +630,7 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
 
 def _compare(args, spec, catalog, eff) -> int:
     from stride.cli.plan_tables import print_compare
+    from stride.perfmodel.intervals import load_intervals
     from stride.perfmodel.planner import compare_hardware, parse_fleet
 
     if args.compare_hardware == "all":
@@ -651,11 +651,12 @@ def _compare(args, spec, catalog, eff) -> int:
     t0 = time.perf_counter()
     rows = compare_hardware(spec, fleet, args.global_batch, eff, args.tokens, args.precision, args.sort, args.framework)
     parts = {hw.name: hw for hw, _ in fleet}
+    table = load_intervals()  # once for every part's row
     for r in rows:
         if "reason" in r:
             r["reason"] = _precision_hint(r["reason"])
         else:
-            lo, hi, r["interval_basis"] = _interval(parts[r["hardware"]], args, spec.moe)
+            lo, hi, r["interval_basis"] = _interval(table, parts[r["hardware"]], args, spec.moe)
             r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * lo, r["hours_to_budget"] * hi
     seconds = time.perf_counter() - t0
     if args.json:

@@ -68,11 +68,9 @@ class Activity:
         self.sorted_ts, self.sorted_launch = self.ev_ts[order], self.ev_launch[order]
 
 
-def name_kinds(t: RankTrace, on_gpu: bool) -> np.ndarray:
-    """Kind of each interned name (device kernel rules on GPU, host collective rule on CPU)."""
-    if on_gpu:
-        return np.array([device_kind(n) for n in t.names], dtype=np.int8)
-    return np.array([COMM if is_host_comm(n) else COMPUTE for n in t.names], dtype=np.int8)
+def name_kinds(t: RankTrace) -> np.ndarray:
+    """Kind of each interned name by the device kernel rules (a CPU trace's operators: `_cpu_activity`)."""
+    return np.array([device_kind(n) for n in t.names], dtype=np.int8)
 
 
 def data_annotation_mask(t: RankTrace) -> np.ndarray:
@@ -222,7 +220,7 @@ def _cpu_activity(t: RankTrace) -> Activity:
 
 def build_activity(t: RankTrace) -> Activity:
     if t.has_device:
-        kinds = name_kinds(t, True)[t.dev_name]
+        kinds = name_kinds(t)[t.dev_name]
         cats = np.array(t.cats, dtype=object)[t.dev_cat] if len(t.cats) else np.array([], dtype=object)
         is_mem_cat = np.isin(t.dev_cat, t.cat_ids(MEMORY_CATS))
         kinds = np.where(is_mem_cat, MEMORY, kinds).astype(np.int8)
