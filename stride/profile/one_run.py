@@ -16,6 +16,12 @@ entered it. Ranks of one run meet in each of them (gloo's thread on a 2-core hos
 0.25-25 ms after the other rank's began); rank 0 of one run beside rank 1 of another, both recorded over the same
 seconds, had their i-th all-reduces end 0.87-2.5 s before the other's began (`collectives_meet`).
 
+`stride profile` writes the run's id into every rank's trace (`stride_run_id`, one random id shared by the ranks
+at the start). Where the traces carry one, it decides: different ids, or a stride trace beside one without, are two
+runs, whatever their times and collectives say; one id is one run, whose ranks' clocks may then differ by more
+than the slack below (hosts out of sync) without a refusal. That covers what the collectives cannot: two runs on
+different hosts recorded less than a second apart, or runs without collectives.
+
 One rank's trace given twice is refused too (not merged): the same file (a symlink, a hard link, the path
 twice) or a copy of it (the same host name, process ids and event times, which two ranks never share). A copy named
 `*_rank1.json` beside `*_rank0.json` took its rank from the file name and was analysed as a second rank, with
@@ -58,6 +64,34 @@ def time_range(t: RankTrace) -> tuple[float, float] | None:
     base = t.meta.get("baseTimeNanoseconds")
     offset = base / 1e3 if type(base) is int and base > 0 else 0.0
     return float(min(starts)) + offset, float(max(ends)) + offset
+
+
+RUN_ID_KEY = "stride_run_id"  # the trace's top-level key, written by stride.train.profiling
+
+
+def _run_id(t: RankTrace) -> str | None:
+    v = t.meta.get(RUN_ID_KEY)
+    return v if isinstance(v, str) and v else None
+
+
+def run_id_problem(traces: list[RankTrace]) -> tuple[str | None, bool]:
+    """(what says the traces are of different runs by their stride run ids, or None; whether all carry one id)."""
+    ids = {_name(t): _run_id(t) for t in traces}
+    stated = {n: i for n, i in ids.items() if i is not None}
+    if not stated:
+        return None, False
+    if len(stated) < len(ids):
+        (with_name, with_id), without = next(iter(stated.items())), [n for n, i in ids.items() if i is None]
+        return (f"{with_name} was written by `stride profile` (run id {with_id[:12]}), "
+                f"{', '.join(without[:3])}{' ...' if len(without) > 3 else ''} carries no stride run id "
+                "(another run's, or another tool's)"), False
+    if len(set(stated.values())) > 1:
+        by_id: dict[str, str] = {}
+        for n, i in stated.items():
+            by_id.setdefault(i, n)
+        return ("their stride run ids differ: " + ", ".join(f"{n} is of run {i[:12]}" for i, n in by_id.items())
+                + " (each `stride profile` run writes its own)"), False
+    return None, True
 
 
 def _name(t: RankTrace) -> str:
@@ -116,7 +150,8 @@ def check_one_run(traces: list[RankTrace]) -> None:
     if len(traces) < 2:
         return
     dup = same_file(traces)
-    why = None if dup else _problem(traces)
+    why, one_id = run_id_problem(traces) if not dup else (None, False)
+    why = why or (None if dup else _problem(traces, one_id))
     if why:
         raise TraceError(f"these traces are not of one run: {why}; analyse each run's traces on their own")
     dup = dup or copied_trace(traces)
@@ -124,7 +159,8 @@ def check_one_run(traces: list[RankTrace]) -> None:
         raise TraceError(f"one rank's trace is given twice: {dup}; analyse each rank's trace once")
 
 
-def _problem(traces: list[RankTrace]) -> str | None:
+def _problem(traces: list[RankTrace], one_id: bool = False) -> str | None:
+    """World sizes and ranks always; times and collectives (evidence of one run) unless one run id proves it."""
     sizes: dict[str, Any] = {_name(t): _world_size(t) for t in traces}
     stated = {n: s for n, s in sizes.items() if s is not None}
     if stated and len(stated) < len(sizes):
@@ -145,6 +181,8 @@ def _problem(traces: list[RankTrace]) -> str | None:
         size = sizes[_name(t)]
         if size is not None and t.rank >= size:
             return f"{_name(t)} is rank {t.rank} ({t.rank_source}) of a run of world_size {size}"
+    if one_id:
+        return None
     ranges = {t.path: r for t in traces if (r := time_range(t)) is not None}
     if len(ranges) > 1:
         paths = list(ranges)

@@ -3,22 +3,40 @@
 The trainer already annotates data, forward, backward and optimizer with `record_function`
 (`stride.data`, ...), so traces carry the same phases as the trainer's own step breakdown; only while
 a profiler records (`phase_range`): outside one a range would cost ~6 us (4 a step), for nothing.
+
+Every rank's trace carries the run's id (`stride_run_id`, one random id rank 0 draws and sends to the others at
+the start): `stride analyze` refuses traces of two runs by it. Without it, two runs recorded over the same second
+on different hosts look like ranks of one (the same world size, ranks 0 and 1, overlapping times; Kineto writes
+no run identity of its own), and only their collectives, where there are any, can tell them apart.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from stride.parallel.ranks import rank_and_world
+from stride.profile.one_run import RUN_ID_KEY
 from stride.train.callbacks import Callback, TrainerView
 
 profiling_active = torch._C._autograd._profiler_enabled  # torch.profiler or the autograd profiler records
 _NULL = contextlib.nullcontext()
+
+
+def shared_run_id() -> str:
+    """One random id for the run, the same on every rank: rank 0 draws it and broadcasts it (one collective at the
+    start of profiling, on the default group every rank is in)."""
+    box = [uuid.uuid4().hex]
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(box, src=0)
+    return str(box[0])
 
 
 def phase_range(name: str) -> contextlib.AbstractContextManager[Any]:
@@ -35,6 +53,7 @@ class ProfilerCallback(Callback):
         self.active_step_times: list[dict[str, float]] = []  # the trainer's timers for the traced steps
         self._prof: profile | None = None
         self._n = 0
+        self.run_id: str | None = None
 
     def _export(self, prof: profile) -> None:
         assert self.out_dir is not None
@@ -56,6 +75,8 @@ class ProfilerCallback(Callback):
             schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
             on_trace_ready=self._export, record_shapes=True, profile_memory=True, with_stack=False,
         )
+        self.run_id = shared_run_id()
+        self._prof.preset_metadata_json(RUN_ID_KEY, json.dumps(self.run_id))  # written into the trace at export
         self._prof.start()
 
     def on_step_end(self, trainer: TrainerView) -> None:

@@ -130,3 +130,6 @@ def test_profile_under_torchrun_analyses_every_rank(tmp_path: Path) -> None:
     assert not (cwd / "traces").exists()
     rep = json.loads((out / "analysis.json").read_text())
     assert sorted(rep["ranks"]) == ["0", "1"]
+    # both ranks' traces carry the run's one id (rank 0's, broadcast): `stride analyze` tells runs apart by it
+    ids = {json.loads((out / "traces" / f"trace_rank{r}.json").read_text())["stride_run_id"] for r in (0, 1)}
+    assert len(ids) == 1 and len(ids.pop()) == 32

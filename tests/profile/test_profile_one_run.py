@@ -99,6 +99,41 @@ def test_ranks_of_one_run_are_analysed_together(tmp_path: Path) -> None:
     assert sorted(analyze_traces([plain])["ranks"]) == ["0", "1"]
 
 
+def with_run_id(trace: dict, run_id: str) -> dict:
+    t = copy.deepcopy(trace)
+    t["stride_run_id"] = run_id
+    return t
+
+
+def test_stride_run_ids_tell_two_runs_apart_where_times_and_collectives_cannot(tmp_path: Path) -> None:
+    """Audit 5 (F5, left): two runs on two hosts recorded less than a second apart, or without collectives, pass every
+    other check. `stride profile` writes one id per run into every rank's trace; different ids are two runs."""
+    other_host = shifted(cpu_trace(1), 3e5)
+    other_host["host_name"] = "h2"  # the clock slack of two hosts: without ids this pair is accepted (test above)
+    d = folder(tmp_path, r0=with_run_id(cpu_trace(0), "a" * 32), r1=with_run_id(other_host, "b" * 32))
+    with pytest.raises(TraceError, match=r"stride run ids differ: \S*/r0\.json is of run aaaaaaaaaaaa, \S*/r1\.json is "
+                                         r"of run bbbbbbbbbbbb"):
+        analyze_traces([d])
+    mixed = folder(tmp_path, "mixed", r0=with_run_id(cpu_trace(0), "a" * 32), r1=cpu_trace(1))
+    with pytest.raises(TraceError, match=r"/r0\.json was written by `stride profile` \(run id aaaaaaaaaaaa\), "
+                                         r"\S*/r1\.json carries no stride run id"):
+        analyze_traces([mixed])
+
+
+def test_one_stride_run_id_is_one_run_even_where_the_clocks_disagree(tmp_path: Path) -> None:
+    """Two hosts whose clocks are 5 s apart (beyond the 1 s slack) are refused without ids, and accepted with one."""
+    late = shifted(cpu_trace(1), 5e6)
+    late["host_name"] = "h2"
+    with pytest.raises(TraceError, match="after"):
+        analyze_traces([folder(tmp_path, "bare", r0=cpu_trace(0), r1=late)])
+    same = folder(tmp_path, "same", r0=with_run_id(cpu_trace(0), "c" * 32), r1=with_run_id(late, "c" * 32))
+    assert sorted(analyze_traces([same])["ranks"]) == ["0", "1"]
+    # one id does not excuse one rank given twice, or a rank beyond the world size
+    with pytest.raises(TraceError, match="both rank 1"):
+        analyze_traces([folder(tmp_path, "twice", a=with_run_id(cpu_trace(1), "c" * 32),
+                                b=with_run_id(shifted(cpu_trace(1), 7.0), "c" * 32))])
+
+
 def test_the_profilers_base_time_is_part_of_the_clock(tmp_path: Path) -> None:
     """Newer Kineto writes ts relative to baseTimeNanoseconds: the same ts under bases 25 min apart is not one run;
     other ts under other bases at the same moment is."""
