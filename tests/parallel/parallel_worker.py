@@ -104,17 +104,23 @@ def tp_facts(trainer) -> dict:
     return {"attn_weight_share": shares, "attn_tp_placements": placements, "tp_comm_counts": counts}
 
 
-def main(out: str, names: list[str]) -> None:
+def run_names(out_dir: Path, names: list[str]) -> None:
+    """Each named strategy in turn, on the process group already initialised; rank 0 writes the files."""
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
-    out_dir = Path(out)
     for name in names:
         result, params = run(STRATEGIES[name])
         if dist.get_rank() == 0:
             torch.save(params, out_dir / f"{name}.pt")
             (out_dir / f"{name}.json").write_text(json.dumps(result))
         dist.barrier()
+
+
+def main(out: str, names: list[str]) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    run_names(Path(out), names)
     dist.destroy_process_group()
 
 

@@ -101,11 +101,10 @@ def run(overrides: list[str], out: Path | None = None, crash_at: int | None = No
     return result, {k: v.detach().clone() for k, v in full.items()}
 
 
-def main(out: str, names: list[str]) -> None:
+def run_names(out_dir: Path, names: list[str]) -> None:
+    """Each named run in turn, on the process group already initialised; rank 0 writes the files."""
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
-    out_dir = Path(out)
     for name in names:
         if name in ("ckpt_crash", "ckpt_resume"):  # one run dir: crash after step 4, resume from step 3
             result, params = run(CKPT, out_dir / "ckpt_run", crash_at=4 if name == "ckpt_crash" else None)
@@ -115,6 +114,13 @@ def main(out: str, names: list[str]) -> None:
             torch.save(params, out_dir / f"{name}.pt")
             (out_dir / f"{name}.json").write_text(json.dumps(result))
         dist.barrier()
+
+
+def main(out: str, names: list[str]) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    run_names(Path(out), names)
     dist.destroy_process_group()
 
 

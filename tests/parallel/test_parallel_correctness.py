@@ -17,11 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 from parallel_worker import BY_WORLD, REFERENCE, run
-from torchrun_workers import launch_workers
 
 from stride.kernels.runtime import triton_available
 
-WORKER = Path(__file__).with_name("parallel_worker.py")
 FP32 = ["ddp", "ddp_accum", "fsdp", "fsdp_accum", "tp", "tp_nosp", "fsdp_ac", "tp_ac", "tp_token_lm", "tp_triton",
         "fsdp_tp", "hsdp", "ddp4"]
 # tensor-parallel runs: (tp degree, data-parallel shards); each rank holds 1/(tp x dp_shard) of each attention weight
@@ -32,16 +30,13 @@ LOOSE = {"ddp_fp16": (1e-3, 1e-2), "ddp_bf16": (3e-3, 2e-2), "fsdp_zero2_bf16": 
          "ddp_powersgd": (5e-2, 5e-2)}
 
 
-def _launch(nproc: int, names: list[str], out: Path) -> None:
-    launch_workers(WORKER, nproc, names, out, timeout=240)
+# trained under torchrun by parallel_worker.py, in the launches this package's modules share (conftest.py)
+TORCHRUN_PART, TORCHRUN_RUNS = "correctness", BY_WORLD
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("parallel_runs")
-    for nproc, names in BY_WORLD.items():
-        _launch(nproc, names, out)
-    return out
+def runs(torchrun_runs) -> Path:
+    return torchrun_runs.folder(TORCHRUN_PART)
 
 
 @pytest.fixture(scope="module")

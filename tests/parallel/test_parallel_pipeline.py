@@ -20,7 +20,6 @@ import torch
 import torch.distributed as dist
 from pipeline_worker import BY_WORLD, CKPT, RUNS, run
 from torch import nn
-from torchrun_workers import launch_workers
 
 from stride.config import ConfigError, load_config
 from stride.models.transformer import TimeSeriesTransformer, TokenLM
@@ -29,8 +28,6 @@ from stride.parallel.pipeline_plan import PipelinePlan
 from stride.parallel.stage_split import StageBlocks, block_ranges, find_outer_parts, keep_stage_parts
 from stride.train.apply import apply_activation_checkpointing
 from stride.train.trainer import Trainer
-
-WORKER = Path(__file__).with_name("pipeline_worker.py")
 
 
 # -- the split, in one process ------------------------------------------------------------------
@@ -169,10 +166,6 @@ def test_pipeline_config_values_name_the_key(monkeypatch):
 
 
 # -- under torchrun ------------------------------------------------------------------------------
-def _launch(nproc: int, names: list[str], out: Path) -> None:
-    launch_workers(WORKER, nproc, names, out, timeout=480)
-
-
 # torch 2.11's gloo refuses the send from a stage to the next stage on the same rank that `zbv`'s set-up makes
 # ("Pair is not connected"; docs/parallel.md); torch 2.13 runs it. Under older torch those runs are left out
 # and their tests skip, so `make test-torch TORCH=2.11.0` still checks every other schedule.
@@ -183,12 +176,14 @@ def _runnable(name: str) -> bool:
     return ZBV_ON_GLOO or "parallel.pp_schedule='zbv'" not in RUNS.get(name, [])
 
 
+# trained under torchrun by pipeline_worker.py, in the launches this package's modules share (conftest.py)
+TORCHRUN_PART = "pipeline"
+TORCHRUN_RUNS = {nproc: [n for n in names if _runnable(n)] for nproc, names in BY_WORLD.items()}
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pipeline_runs")
-    for nproc, names in BY_WORLD.items():
-        _launch(nproc, [n for n in names if _runnable(n)], out)
-    return out
+def runs(torchrun_runs) -> Path:
+    return torchrun_runs.folder(TORCHRUN_PART)
 
 
 @pytest.fixture(scope="module")

@@ -4,17 +4,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
-from torchrun_workers import launch_workers
 from user_model import LAYOUTS, USER, train
 
 from stride.config import ConfigError, load_config
 from stride.parallel.layout import check_layout
-
-WORKER = Path(__file__).with_name("user_model.py")
 
 
 def test_the_declared_plan_is_checked_before_any_process_group() -> None:
@@ -32,18 +28,22 @@ def test_the_declared_plan_is_checked_before_any_process_group() -> None:
         check_layout(cfg, model_for_checks(cfg), 3, 16)
 
 
+# trained under torchrun by user_model.py, in the launches this package's modules share (conftest.py)
+TORCHRUN_PART, TORCHRUN_RUNS = "user_model", {2: list(LAYOUTS)}
+
+
 @pytest.mark.dist
 @pytest.mark.slow
-def test_user_model_trains_under_tp_and_pp_like_one_process(tmp_path: Path) -> None:
-    launch_workers(WORKER, 2, list(LAYOUTS), tmp_path, timeout=300)
+def test_user_model_trains_under_tp_and_pp_like_one_process(torchrun_runs) -> None:
+    runs = torchrun_runs.folder(TORCHRUN_PART)
     threads = torch.get_num_threads()
     try:
         ref_losses, ref_params, _ = train([])
     finally:
         torch.set_num_threads(threads)
     for name, strategy in (("tp", "tp"), ("pp", "pp")):
-        result = json.loads((tmp_path / f"{name}.json").read_text())
-        params = torch.load(tmp_path / f"{name}.pt")
+        result = json.loads((runs / f"{name}.json").read_text())
+        params = torch.load(runs / f"{name}.pt")
         assert result["parallel"] == strategy and result["world_size"] == 2
         assert set(params) == set(ref_params), f"{name}: parameter names differ from one process"
         loss_diff = max(abs(a - b) for a, b in zip(result["losses"], ref_losses, strict=True))
@@ -51,4 +51,4 @@ def test_user_model_trains_under_tp_and_pp_like_one_process(tmp_path: Path) -> N
         print(f"{name}: largest |loss diff| {loss_diff:.3g}, largest |param diff| {param_diff:.3g}")
         assert len(result["losses"]) == 6 and loss_diff < 2e-6, (name, loss_diff)
         assert param_diff < 2e-5, (name, param_diff)
-    assert json.loads((tmp_path / "pp.json").read_text())["pipeline"]["layers_per_stage"] == [1, 1]
+    assert json.loads((runs / "pp.json").read_text())["pipeline"]["layers_per_stage"] == [1, 1]

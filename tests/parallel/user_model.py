@@ -2,9 +2,9 @@
 
 `model.name = "user_model:build"` trains it; its `parallel_plan` says its blocks are `stack` and how each
 block's `up` / `down` projections split over tensor-parallel ranks, so it gets tensor and pipeline
-parallelism without stride knowing any of its names. Run as a script under torchrun it is the worker
-of tests/parallel/test_user_model_plan.py: each named layout trains once, rank 0 saves the full
-parameters and the losses.
+parallelism without stride knowing any of its names. Under torchrun (as a script, or its `run_names` from
+combined_worker.py) it is the worker of tests/parallel/test_user_model_plan.py: each named layout trains
+once, rank 0 saves the full parameters and the losses.
 """
 
 from __future__ import annotations
@@ -89,16 +89,23 @@ def train(overrides: list[str]) -> tuple[list[float], dict[str, torch.Tensor], d
     return [r["loss"] for r in result.history if "loss" in r], full, summary
 
 
+def run_names(out_dir: Path, names: list[str]) -> None:
+    """Each named layout in turn, on the process group already initialised; rank 0 writes the files."""
+    import torch.distributed as dist
+
+    for name in names:
+        losses, params, summary = train(LAYOUTS[name])
+        if dist.get_rank() == 0:
+            torch.save(params, out_dir / f"{name}.pt")
+            (out_dir / f"{name}.json").write_text(json.dumps({"losses": losses, **summary}))
+        dist.barrier()
+
+
 def main(out: str, names: list[str]) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    for name in names:
-        losses, params, summary = train(LAYOUTS[name])
-        if dist.get_rank() == 0:
-            torch.save(params, Path(out) / f"{name}.pt")
-            (Path(out) / f"{name}.json").write_text(json.dumps({"losses": losses, **summary}))
-        dist.barrier()
+    run_names(Path(out), names)
     dist.destroy_process_group()
 
 
