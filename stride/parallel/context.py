@@ -13,7 +13,7 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -27,10 +27,14 @@ from stride.parallel.comm_hooks import CommTimer
 from stride.parallel.data_parallel import apply_ddp, apply_fsdp, grad_sync
 from stride.parallel.layout import Layout, check_layout, env_world_size
 from stride.parallel.mesh import Mesh, init_mesh, local_device
-from stride.parallel.pipeline import Pipeline, SplitResult, split_for_rank
 from stride.parallel.pipeline_plan import PipelinePlan
 from stride.parallel.tp import apply_tp
 from stride.parallel.unused_keys import notice_unused_parallel_keys
+
+if TYPE_CHECKING:  # imported where a pipeline is built: torch.distributed.pipelining pulls in torch._dynamo,
+    # 0.5-0.9 s of CPU in every process at start-up (2-core Intel Xeon, 2026-12-05), which runs without
+    # pipeline parallelism never use
+    from stride.parallel.pipeline import Pipeline, SplitResult
 
 
 class Parallel:
@@ -161,6 +165,8 @@ class Parallel:
 
         Returns the FLOPs per step of the mean rank of the pipeline (if counted), counted before TP: its TP
         group's (see `rank_flops`)."""
+        from stride.parallel.pipeline import split_for_rank
+
         assert self.plan is not None and self.mesh is not None
         self.split = split_for_rank(model, self.plan, self.mesh.pp_rank, x, y, loss_fn,
                                     count_flops=count_flops, autocast=autocast)
@@ -183,6 +189,8 @@ class Parallel:
 
     def build_pipeline(self, model: nn.Module, loss_fn: LossFn) -> Pipeline:
         """Stages (compiled per block, then FSDP2 / DDP) and the schedule; after TP and AC."""
+        from stride.parallel.pipeline import Pipeline
+
         assert self.plan is not None and self.mesh is not None and self.split is not None
         self.pipeline = Pipeline.build(model, self.split, self.plan, self.mesh, self.cfg.parallel, self.device,
                                        loss_fn, self.cfg.train.compile)
