@@ -89,6 +89,7 @@ class BlockTime:
     terms: dict[str, float]  # seconds per micro-batch: forward + backward + recompute
     backward: float  # seconds of the backward part (the window DP gradient reduction hides under)
     comm_bytes: dict[str, float] = field(default_factory=dict)  # per micro-batch, by link level
+    weight_grad: float = 0.0  # seconds of the backward's weight-gradient GEMMs (W; the rest of it is B)
 
     @property
     def total(self) -> float:
@@ -96,14 +97,15 @@ class BlockTime:
 
     def scaled(self, k: float) -> BlockTime:
         return BlockTime({n: v * k for n, v in self.terms.items()}, self.backward * k,
-                         {n: v * k for n, v in self.comm_bytes.items()})
+                         {n: v * k for n, v in self.comm_bytes.items()}, self.weight_grad * k)
 
     def plus(self, other: BlockTime) -> BlockTime:
         keys = set(self.terms) | set(other.terms)
         links = set(self.comm_bytes) | set(other.comm_bytes)
         return BlockTime({k: self.terms.get(k, 0.0) + other.terms.get(k, 0.0) for k in keys},
                          self.backward + other.backward,
-                         {k: self.comm_bytes.get(k, 0.0) + other.comm_bytes.get(k, 0.0) for k in links})
+                         {k: self.comm_bytes.get(k, 0.0) + other.comm_bytes.get(k, 0.0) for k in links},
+                         self.weight_grad + other.weight_grad)
 
 
 def op_sac_share(spec: TransformerSpec, name: str) -> float:
@@ -223,4 +225,4 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
         "lora": lora_f + lora_b + lora_rc,
     }
     backward = lora_b + gemm_b + t_core_b + 2 * (t_ew_f + t_sm_f) + cast_b + t_tp_f + t_ep / 2
-    return BlockTime(terms, backward, comm)
+    return BlockTime(terms, backward, comm, sum(c.wgrad(g) for g in lin))

@@ -21,7 +21,7 @@ from stride.perfmodel.flops import embedding_params, executed_flops, head_params
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.kernels import Costs
-from stride.perfmodel.layout import FP32_STORAGE, Layout, check_layout, stage_blocks
+from stride.perfmodel.layout import FP32_STORAGE, V_SHAPE, Layout, check_layout, stage_blocks
 from stride.perfmodel.memory_model import predict_memory
 from stride.perfmodel.model_spec import TransformerSpec
 
@@ -72,7 +72,9 @@ class Prediction:
 
 
 def _inflight(lay: Layout, m: int) -> float:
-    """Micro-batches whose activations the first stage holds at its peak."""
+    """Micro-batches whose activations the first stage holds at its peak (in micro-batches of all its blocks).
+    Zero bubble: ZB-H1 and V-ZB hold what 1F1B does, ZB-H2 2p - 1 (Qi et al. 2024, Table 1); V-Half
+    (p + 2) // 2 and V-Min (p + 4) // 3 (Qi et al., NeurIPS 2024, Table 1)."""
     p, v = lay.pp, lay.vpp
     if p == 1:
         return 1.0
@@ -80,7 +82,23 @@ def _inflight(lay: Layout, m: int) -> float:
         return float(m)
     if lay.schedule == "interleaved":
         return min(float(m), p * (1 + (p - 1) / (p * v)))
-    return float(min(m, p))
+    held = {"zb-h2": 2 * p - 1, "v-half": (p + 2) // 2, "v-min": (p + 4) // 3}.get(lay.schedule, p)
+    return float(min(m, held))
+
+
+def bubble_share(lay: Layout, blk: BlockTime) -> float:
+    """The schedule's bubble as a share of 1F1B's, (p - 1) (F + B + W) a step for per-stage micro-batch times F
+    (forward, with any recompute), B (input gradients) and W (weight gradients). Interleaving divides it by the
+    chunks; ZB-H1 fills it with W down to (F + B - W), ZB-H2 and V-ZB to max(0, F + B - 2W) (Qi et al., ICLR
+    2024: zero once W is as long as F and B are); V-Half and V-Min are the paper's rates at F = B = W, 1/2 and 2/3
+    of 1F1B's (the V-shape schedules' own bubbles have no closed form in the papers)."""
+    if lay.schedule == "interleaved":
+        return 1.0 / lay.vpp
+    f, w = blk.total - blk.backward, blk.weight_grad
+    b = blk.backward - w
+    whole = max(f + b + w, 1e-30)
+    return {"zb-h1": (f + b - w) / whole, "zb-h2": max(0.0, f + b - 2 * w) / whole,
+            "zbv": max(0.0, f + b - 2 * w) / whole, "v-half": 0.5, "v-min": 2.0 / 3.0}.get(lay.schedule, 1.0)
 
 
 def _stage_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> tuple[float, float]:
@@ -94,6 +112,8 @@ def _stage_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> tupl
         p = (blocks[0] * per_block + emb + head) / lay.tp
         return p, p
     last_head = head + (spec.vocab * spec.hidden if spec.tied_embeddings else 0)  # output copy
+    if lay.schedule in V_SHAPE:  # device 0 holds the first chunk and the last: the embedding and the head
+        return (blocks[0] * per_block + emb + head) / lay.tp, blocks[-1] * per_block / lay.tp
     return (blocks[0] * per_block + emb) / lay.tp, (blocks[-1] * per_block + last_head) / lay.tp
 
 
@@ -147,7 +167,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     tokens = lay.micro_batch * spec.seq // lay.cp
     h = spec.hidden
 
-    blocks = stage_blocks(spec.layers, p, v, lay.stage_split)
+    blocks = stage_blocks(spec.layers, p, v, lay.stage_split, v_shape=lay.schedule in V_SHAPE)
     blk = _mean_block(spec, lay, hw, eff, c, tokens, _recompute_share(lay, blocks))
 
     # ---- stages, pipeline -----------------------------------------------------------------
@@ -156,13 +176,13 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     t_embed = c.memory(3 * tokens * h * 2 * c.act / (t if lay.sp else 1))  # lookup, its gradient scatter-add
     stages = [n * blk.total for n in blocks]
     stages[0] += t_embed
-    stages[-1] += t_logits
+    stages[0 if lay.schedule in V_SHAPE else -1] += t_logits  # V-shape: the last chunk is on device 0
     pp_link = coll.group_link(hw, 2, t * lay.cp * lay.dp, net) if p > 1 else coll.Link("local", float("inf"), 0)
     act_msg = tokens * h * 2 * c.act / t  # Megatron scatter/gather: each TP rank ships its 1/t slice
     t_p2p_mb = 2 * v * coll.p2p_time(act_msg, pp_link) if p > 1 else 0.0
     slowest = max(range(p), key=lambda i: stages[i])
     t_mb = stages[slowest] + t_p2p_mb
-    bubble = (p - 1) / v * (sum(stages) / p + t_p2p_mb) if p > 1 else 0.0
+    bubble = (p - 1) * bubble_share(lay, blk) * (sum(stages) / p + t_p2p_mb) if p > 1 else 0.0
 
     # ---- data parallel and optimizer ------------------------------------------------------
     p_first, p_last = _stage_params(spec, lay, blocks)
@@ -230,7 +250,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
 
     breakdown = {k: m * blocks[slowest] * val for k, val in blk.terms.items()}
     breakdown["embedding"] = m * t_embed if slowest == 0 else 0.0
-    breakdown["logits"] = m * t_logits if slowest == p - 1 else 0.0
+    breakdown["logits"] = m * t_logits if slowest == (0 if lay.schedule in V_SHAPE else p - 1) else 0.0
     breakdown["pp_p2p"] = m * t_p2p_mb
     breakdown["pp_bubble"] = bubble
     breakdown["dp_comm"] = dp_exposed

@@ -88,8 +88,13 @@ class Costs:
         low = self.is_low(g)
         if self.lay.frozen:
             return self.gemm(g, low)
-        wgrad_low = low and self.recipe is not None and self.recipe.wgrad_low
-        return self.gemm(g, low) + self.gemm(g, wgrad_low)
+        return self.gemm(g, low) + self.wgrad(g)
+
+    def wgrad(self, g: Gemm) -> float:
+        """The weight-gradient GEMM alone (none for frozen weights): the work a zero-bubble schedule defers."""
+        if self.lay.frozen:
+            return 0.0
+        return self.gemm(g, self.is_low(g) and self.recipe is not None and self.recipe.wgrad_low)
 
     def memory(self, nbytes: float) -> float:
         return nbytes / self.mem_bw

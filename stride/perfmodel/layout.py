@@ -11,7 +11,14 @@ from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.model_spec import TransformerSpec
 from stride.perfmodel.precision import RECIPES
 
-SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
+SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "v-half", "v-min")
+# Zero-bubble schedules split each backward into B (input gradients) and W (weight gradients) and fill the 1F1B
+# bubble with W (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): ZB-H1 (1F1B's memory, a third of its
+# bubble), ZB-H2 (about twice 1F1B's activations, no bubble). The V-shape schedules ("Pipeline Parallelism with
+# Controllable Memory", Qi et al., NeurIPS 2024) put two chunks on each device, the first and the last on device 0:
+# V-ZB (`zbv`, torch.distributed.pipelining's ScheduleZBVZeroBubble: 1F1B's memory, no bubble), V-Half (half the
+# activations), V-Min (a third).
+V_SHAPE = ("zbv", "v-half", "v-min")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32", "tf32")  # tf32: fp32 storage, GEMMs on TF32 tensor cores
 FP32_STORAGE = ("fp32", "tf32")
 ATTENTION = ("flash", "materialized")
@@ -44,7 +51,7 @@ class Layout:
     zero: int = 0
     sp: bool = False
     schedule: str = "none"
-    vpp: int = 1  # virtual stages per device (interleaved schedule)
+    vpp: int = 1  # virtual stages per device (interleaved schedule; 2 for the V-shape ones)
     micro_batch: int = 1
     recompute: str = "none"
     precision: str = "bf16"
@@ -118,8 +125,9 @@ class Layout:
         return " ".join(parts)
 
 
-def stage_blocks(layers: int, pp: int, vpp: int = 1, split: str = "even") -> list[int]:
-    """Transformer blocks on each pipeline device (its virtual stages summed).
+def stage_blocks(layers: int, pp: int, vpp: int = 1, split: str = "even", v_shape: bool = False) -> list[int]:
+    """Transformer blocks on each pipeline device (its virtual stages summed; `v_shape`: device d holds chunks d
+    and 2 pp - 1 - d, not d and d + pp).
 
     even: layers / (pp vpp) per virtual stage. embedding-loss (Megatron's
     --account-for-embedding/loss-in-pipeline-split): the embedding and the loss count as one block
@@ -136,6 +144,8 @@ def stage_blocks(layers: int, pp: int, vpp: int = 1, split: str = "even") -> lis
         order = list(range(1, chunks - 1)) + [0, chunks - 1] if chunks > 2 else list(range(chunks))
         for i in order[:rem]:
             per[i] += 1
+    if v_shape:
+        return [per[d] + per[chunks - 1 - d] for d in range(pp)]
     return [sum(per[d::pp]) for d in range(pp)]
 
 
@@ -159,11 +169,14 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
     if lay.algo not in ("ring", "tree", "auto"):
         raise ConfigError(f"layout: algo must be ring, tree or auto, got {lay.algo!r}")
     if lay.pp > 1 and lay.schedule == "none":
-        raise ConfigError("layout: pp > 1 needs a schedule (gpipe, 1f1b or interleaved)")
+        raise ConfigError(f"layout: pp > 1 needs a schedule ({', '.join(SCHEDULES[1:])})")
     if lay.schedule == "interleaved" and lay.vpp < 2:
         raise ConfigError("layout: the interleaved schedule needs vpp >= 2")
-    if lay.schedule != "interleaved" and lay.vpp != 1:
-        raise ConfigError(f"layout: vpp={lay.vpp} needs the interleaved schedule")
+    if lay.schedule in V_SHAPE and lay.vpp != 2:
+        raise ConfigError(f"layout: the V-shape schedule {lay.schedule} puts 2 chunks on each device: vpp=2, "
+                          f"not {lay.vpp}")
+    if lay.schedule not in ("interleaved", *V_SHAPE) and lay.vpp != 1:
+        raise ConfigError(f"layout: vpp={lay.vpp} needs the interleaved or a V-shape schedule")
     if spec.heads % lay.tp or spec.kv_heads % lay.tp and lay.tp % spec.kv_heads:
         raise ConfigError(f"layout: tp={lay.tp} does not divide heads={spec.heads} / kv_heads={spec.kv_heads}")
     chunks = lay.pp * lay.vpp

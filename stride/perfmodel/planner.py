@@ -107,6 +107,8 @@ PARALLELISM: dict[str, Parallelism] = {
     "torchtune": Parallelism(tp=False, pp=False, cp=False, zero=(3,)),
     "maxtext": Parallelism(tp=True, pp=False, cp=False, zero=(3,)),
 }
+# torch.distributed.pipelining's ScheduleZBVZeroBubble (V-ZB), which torchtitan and stride's own trainer run
+ZBV_FRAMEWORKS = ("fsdp2",)
 _ANY = Parallelism(tp=True, pp=True, cp=True, zero=(0, 1, 2, 3))
 
 
@@ -136,6 +138,8 @@ def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_
             scheds = [("none", 1)] if pp == 1 else [("1f1b", 1)]
             if pp > 1 and split == "even" and spec.layers % (2 * pp) == 0:
                 scheds.append(("interleaved", 2))
+                if framework in ZBV_FRAMEWORKS:
+                    scheds.append(("zbv", 2))
             for mb in micro_batches(per_dp):
                 m = per_dp // mb
                 for sched, v in scheds:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+from stride.perfmodel.layout import V_SHAPE
 from stride.perfmodel.precision import recipe_from_text
 
 
@@ -340,13 +341,30 @@ def schedule_names_chunks(text: str) -> bool:
     return bool(re.search(_CHUNKS, (text or "").lower()))
 
 
+# Zero-bubble schedules by their papers' and frameworks' names (Qi et al. 2024; sail-sg/zero-bubble-pipeline-
+# parallelism; torch.distributed.pipelining; AMD Primus: zero-bubble / zbb, zbv, v-half, v-min). A bare "zero
+# bubble" is ZB-H1 (ZB-1p), the variant with 1F1B's memory that the paper's implementation runs by default.
+_ZERO_BUBBLE = (
+    ("v-min", r"\bv[- _]?min\b"),
+    ("v-half", r"\bv[- _]?half\b"),
+    ("zbv", r"\bzbv(?:\b|zero)|\bv[- _]?zb\b|\bzb[- _]?v\b|zero[- _]?bubble[- _]?v\b|zerobubblev"),
+    ("zb-h2", r"\bzb[- _]?h2\b|\bzb[- _]?2p\b"),
+    ("zb-h1", r"\bzb[- _]?h1\b|\bzb[- _]?1p\b|\bzbb\b|zero[- _]?bubble"),
+)
+
+
 def schedule(text: str, pp: int, vpp: int) -> tuple[str, int]:
+    """(schedule, chunks per device) from the row's words: gpipe, 1f1b, interleaved (vpp chunks), or a zero-bubble
+    one (layout.SCHEDULES; the V-shape ones have 2 chunks)."""
     if pp == 1:
         return "none", 1
     low = (text or "").lower()
     # "interleaving not stated", "non-interleaved", "no interleaving" do not name the interleaved schedule
     low = re.sub(r"\b(non|no|not|without)[- ]?interleav\w*|interleav\w*\W{0,3}(not stated|off|false|disabled|no)\b",
                  " ", low)
+    for name, pat in _ZERO_BUBBLE:  # before "interleaved": torch's ScheduleInterleavedZeroBubble is zero bubble
+        if re.search(pat, low):
+            return name, 2 if name in V_SHAPE else 1
     m = re.search(_CHUNKS, low)
     if m and vpp == 1:
         vpp = int(m.group(1) or m.group(2))
