@@ -12,7 +12,8 @@ gathered units under ZeRO-3/FSDP (the current and the prefetched one), and a bac
 
 `allocated` is what the caching allocator hands out (torch.cuda.max_memory_allocated, "active");
 `reserved` adds its fragmentation slack (max_memory_reserved); `device` adds the device's runtime
-overhead (CUDA context, cuBLAS/NCCL workspaces: the catalog's runtime_overhead_gib; what nvidia-smi shows).
+overhead (CUDA context, cuBLAS workspaces: the catalog's runtime_overhead_gib) and the NCCL communicators'
+buffers, which NCCL allocates itself, outside the caching allocator (`nccl_buffer_bytes`); what nvidia-smi shows.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from stride.perfmodel.activations import layer_activation_bytes
 from stride.perfmodel.flops import layer_params
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
-from stride.perfmodel.layout import Layout
+from stride.perfmodel.layout import V_SHAPE, Layout
 from stride.perfmodel.model_spec import TransformerSpec
 
 GIB = 2**30
@@ -72,12 +73,34 @@ def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
         states["params"] += 2.0 * params  # SHARD_GRAD_OP keeps the bf16 unsharded weights after forward
         if lay.pp > 1 and lay.framework == "fsdp2":
             # under a pipeline schedule FSDP2 reduces gradients on the last micro-batch only
-            # (torch.distributed.pipelining: gradient sync off until then): the unsharded 16-bit gradients of
-            # the whole stage are held across the step
-            states["grads"] += 2.0 * params
+            # (torch.distributed.pipelining: gradient sync off until then): the unsharded gradients of the whole
+            # stage are held across the step, in the reduce dtype: FSDPParam.to_accumulated_grad_if_needed
+            # (torch/distributed/fsdp/_fully_shard/_fsdp_param.py) casts the unsharded 16-bit gradient to
+            # reduce_dtype (torchtitan: fp32) into `unsharded_accumulated_grad` and adds later micro-batches to it
+            states["grads"] += float(gbytes) * params
     if lay.framework == "ddp" and z == 0 and dp > 1:
         states["grads"] += 4.0 * params  # DDP buckets copy the gradients (gradient_as_bucket_view=False)
     return states
+
+
+# Device memory of one NCCL communicator once it has run a collective, as measured through PyTorch on 4 A100 with
+# NVLink (NVIDIA/nccl#964, 2023): 544 MiB for a 2-rank group, 688 MiB for a larger one. It is NCCL's own FIFOs per
+# channel and connection (src/init.cc:810-813: 4 MiB Simple + 4.69 MiB LL128 + 0.5 MiB LL = 9.19 MiB each), which
+# grow with the channels and the peers a communicator connects, not with the model; NCCL allocates them outside
+# torch's caching allocator, so max_memory_reserved does not count them and nvidia-smi does (fairscale
+# utils/parallel.py get_process_group_cached; NVIDIA/nccl#864: "more communicators = more memory used").
+NCCL_COMM_BYTES = {2: 544 * 2**20, 3: 688 * 2**20}
+
+
+def nccl_buffer_bytes(lay: Layout, hw: Hardware) -> float:
+    """NCCL (RCCL on AMD) buffers on one device: the default (world) group, which every job's barriers and
+    logging reductions use, and one communicator per parallel dimension that is neither 1 nor the whole world
+    (data / FSDP, tensor, pipeline, context, expert parallel groups). None on one device, a TPU or a CPU host."""
+    n = lay.devices
+    if n <= 1 or hw.cpu or hw.vendor not in ("nvidia", "amd"):
+        return 0.0
+    groups = [n] + [d for d in (lay.dp, lay.tp, lay.pp, lay.cp, lay.ep) if 1 < d < n]
+    return float(sum(NCCL_COMM_BYTES[min(g, 3)] for g in groups))
 
 
 def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: float, blocks: tuple[int, int],
@@ -121,11 +144,12 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: f
         return {**_states(lay, p, gbytes), "activations": acts,
                 "buffers": scratch + gathered + (logits if with_logits else 0.0)}
 
-    first = stage(blocks[0], params[0], inflight, lay.pp == 1)
+    v_shape = lay.schedule in V_SHAPE  # the last chunk, with the logits, is on device 0
+    first = stage(blocks[0], params[0], inflight, lay.pp == 1 or v_shape)
     worst = first
     if lay.pp > 1:
-        last = stage(blocks[1], params[1], 1.0, True)
+        last = stage(blocks[1], params[1], 1.0, not v_shape)
         worst = first if sum(first.values()) >= sum(last.values()) else last
     allocated = sum(worst.values())
     reserved = allocated * fw.allocator_slack
-    return Memory(worst, allocated, reserved, reserved + hw.runtime_overhead_gib * GIB)
+    return Memory(worst, allocated, reserved, reserved + hw.runtime_overhead_gib * GIB + nccl_buffer_bytes(lay, hw))

@@ -450,7 +450,9 @@ def preset_name(text: str) -> str | None:
 
 def memory_kind(text: str) -> str:
     """What a measured memory figure counts: allocated (max allocated / active), reserved, or device."""
-    low = (text or "").lower()
+    # a kind the text rules out ("nvidia-smi memory used, not torch max allocated": BLOOM's benchmark notes) is not it
+    low = re.sub(r"\b(?:not|rather than|instead of)\s+(?:the\s+)?(?:(?:py)?torch(?:'s)?\s+)?(?:max(?:imum)?[ _])?"
+                 r"(?:memory[ _])?(?:allocated|reserved|active)\b", " ", (text or "").lower())
     if re.search(r"max(imum)?[ _]allocated|memory active|peak memory active|active bytes|allocated", low):
         return "allocated"
     if "reserved" in low:

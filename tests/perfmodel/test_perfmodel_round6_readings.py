@@ -303,8 +303,9 @@ def test_cpu_ranks_share_the_host_memory() -> None:
 
 
 def test_fsdp2_under_a_pipeline_holds_unsharded_gradients() -> None:
-    """torch.distributed.pipelining turns FSDP2's gradient sync off until the last micro-batch: a stage's 16-bit
-    gradients stay unsharded across the step (2 bytes a parameter more than ZeRO-2 without a pipeline)."""
+    """torch.distributed.pipelining turns FSDP2's gradient sync off until the last micro-batch: a stage's gradients
+    stay unsharded across the step, accumulated in the reduce dtype (FSDPParam.to_accumulated_grad_if_needed casts
+    them to it): 4 bytes a parameter more than ZeRO-2 without a pipeline with an fp32 reduce, 2 with a bf16 one."""
     from stride.perfmodel.memory_model import _states
 
     catalog = load_catalog()
@@ -313,7 +314,9 @@ def test_fsdp2_under_a_pipeline_holds_unsharded_gradients() -> None:
     assert lay.zero == 2 and lay.pp == 2
     params = 1e9
     piped, flat = _states(lay, params, 4), _states(dataclasses.replace(lay, pp=1), params, 4)
-    assert piped["grads"] - flat["grads"] == pytest.approx(2.0 * params)
+    assert piped["grads"] - flat["grads"] == pytest.approx(4.0 * params)
+    assert _states(lay, params, 2)["grads"] - _states(dataclasses.replace(lay, pp=1), params, 2)["grads"] == \
+        pytest.approx(2.0 * params)
     other = dataclasses.replace(lay, framework="fsdp1")  # not torch's pipelining: unchanged
     assert _states(other, params, 4)["grads"] == _states(dataclasses.replace(other, pp=1), params, 4)["grads"]
 

@@ -74,6 +74,10 @@ def test_v_shape_schedules_put_the_first_and_last_chunk_on_device_0() -> None:
     inter = predict(spec, Layout(tp=8, pp=4, schedule="interleaved", vpp=2, sp=True), hw, 16)
     assert zbv.breakdown_s["logits"] > 0 and zbv.breakdown_s["embedding"] > 0  # both on device 0, the slowest
     assert inter.breakdown_s["embedding"] == 0.0 and inter.breakdown_s["logits"] > 0  # the last device's
+    # memory: device 0 (the most activations) holds the logits too under V; interleaved leaves them to the last
+    logits = zbv.memory_bytes["buffers"] - inter.memory_bytes["buffers"]
+    tokens, per_logit = spec.seq, (4.0, 10.0)  # fused loss, or bf16 logits + fp32 softmax and its gradient
+    assert any(logits == pytest.approx(tokens * spec.vocab / 8 * k) for k in per_logit), logits
 
 
 @pytest.mark.parametrize(("sched", "held"), [("1f1b", 8), ("zb-h1", 8), ("zbv", 8), ("zb-h2", 15),
