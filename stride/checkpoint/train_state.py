@@ -76,6 +76,8 @@ def apply(trainer: TrainerView, loaded: dict[str, Any]) -> tuple[dict[str, Any],
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=loaded["model"],
                    optim_state_dict=loaded["optim"], options=_options("param_groups" not in loaded["optim"]))
     extras = json.loads(loaded["train"])
+    mine = trainer.state_dict()
+    extras = {**extras, **{k: _as_template(extras[k], mine[k]) for k in ("scheduler", "scaler") if k in extras}}
     trainer.load_state_dict(extras)
     section = loaded.get(f"rank{rank}")
     if section is None:
@@ -86,6 +88,19 @@ def apply(trainer: TrainerView, loaded: dict[str, Any]) -> tuple[dict[str, Any],
         trainer.resume_data(json.loads(section["data"]))
         notes += restore_rng(section["rng"])
     return extras.get("guard") or {}, notes
+
+
+def _as_template(saved: Any, template: Any) -> Any:
+    """`saved` (checked by `_shape_problem`) with the numbers the template holds as one-element tensors made such
+    tensors again, of the template's dtype and device: a scheduler whose base_lrs are tensors multiplies in their
+    precision, so a float there would move the learning rate in its last bit after a resume."""
+    if isinstance(template, torch.Tensor) and template.numel() == 1 and isinstance(saved, int | float):
+        return torch.tensor(saved, dtype=template.dtype, device=template.device).reshape(template.shape)
+    if isinstance(template, dict) and isinstance(saved, dict):
+        return {k: _as_template(v, template[k]) if k in template else v for k, v in saved.items()}
+    if isinstance(template, list) and isinstance(saved, list) and len(saved) == len(template):
+        return [_as_template(a, b) for a, b in zip(saved, template, strict=True)]
+    return saved
 
 
 def _shape_problem(saved: Any, template: Any, where: str) -> str | None:
@@ -107,7 +122,10 @@ def _shape_problem(saved: Any, template: Any, where: str) -> str | None:
         return next((w for i, (a, b) in enumerate(zip(saved, template, strict=True))
                      if (w := _shape_problem(a, b, f"{where}[{i}]"))), None)
     kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,), type(None): (type(None),)}
-    ok = kinds.get(type(template), ())
+    # a one-element tensor (a compiled optimizer's tensor learning rate: the scheduler's base_lrs) is written as its
+    # number (to_json) and read back as a tensor of the live one's dtype (`_as_template`)
+    is_scalar_tensor = isinstance(template, torch.Tensor) and template.numel() == 1
+    ok = (int, float) if is_scalar_tensor and template.is_floating_point() else kinds.get(type(template), ())
     if type(saved) not in ok:
         return f"{where} is {saved!r}, not a {type(template).__name__}"
     return None

@@ -311,3 +311,15 @@ def test_copies_of_a_stop_signal_are_one_request_and_a_late_one_ends_the_process
     finally:
         sig.uninstall()
         signal.signal(signal.SIGUSR1, before)
+
+
+@pytest.mark.slow
+def test_a_compiled_optimizers_run_resumes_exactly(tmp_path: Path) -> None:
+    """Audit 6 (F1): `train.compile=model+optimizer` keeps the learning rate in a tensor, so the scheduler's base_lrs
+    are tensors; their checkpoint JSON holds numbers, which the shape check refused ("not a Tensor") on every
+    checkpoint, and the run could not resume. Now the numbers load back as tensors of the live dtype: the resumed
+    run ends on the uninterrupted run's parameters, bit for bit."""
+    ov = ("train.compile=model+optimizer",)
+    s = crash_then_resume(tmp_path / "run", 10, *ov)
+    assert s["checkpoint"]["resumed_from"] == "step_00000009"
+    assert s["params_sha256"] == reference_sha(*ov)
