@@ -59,7 +59,20 @@ def resumed_stream(data: Any, position: Mapping[str, Any], batches_taken: int) -
             data.load_state_dict({**position["state"], "epoch": epoch + 1, "position": 0})
             epoch += 1
         return endless(data, start_epoch=epoch)
+    n = int(position.get("batches", batches_taken))
+    if hasattr(data, "state_dict") and hasattr(data, "load_state_dict"):
+        # a stateful source has already handed this rank a batch (Trainer.setup takes the first), and its own
+        # position would carry into a replay: a rank the checkpoint has no state for (saved with fewer ranks) went
+        # one batch ahead of the others (audit 6: under pp=2 the first stage's inputs and the last stage's targets
+        # came from different batches). Its position after n global batches is set, not replayed.
+        state = data.state_dict()
+        if hasattr(data, "__len__") and isinstance(state, dict) and {"epoch", "position"} <= state.keys():
+            epoch, at = divmod(n, len(data))
+            data.load_state_dict({**state, "epoch": epoch, "position": at})
+            return endless(data, start_epoch=epoch)
+        if isinstance(state, dict) and {"epoch", "position"} <= state.keys():
+            data.load_state_dict({**state, "epoch": 0, "position": 0})
     stream = endless(data)
-    for _ in range(int(position.get("batches", batches_taken))):
+    for _ in range(n):
         next(stream)
     return stream

@@ -121,3 +121,24 @@ def test_fsdp_async_saves_with_background_staging_resume_bit_for_bit(tmp_path: P
     resumed = run(tmp_path / "resumed")
     assert resumed["checkpoint"]["resumed_from"] == "step_00000006"
     assert resumed["params_sha256"] == whole["params_sha256"]
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+@pytest.mark.parametrize("layout", ["parallel.dp_replicate=2", "parallel.pp=2"])
+def test_saved_by_one_process_resumes_on_two_ranks(tmp_path: Path, reference, layout: str) -> None:
+    """Audit 6 (F2): the rank a checkpoint has no data state for replayed its batches from where Trainer.setup had
+    left its loader, one batch ahead of rank 0: DDP trained on another global batch (final loss 0.954 against
+    1.027), and under pp=2 the first stage's inputs met the last stage's targets of the next batch. Now its
+    position is set from the steps taken: the run ends where the uninterrupted one-process run ends, up to the
+    rounding of another layout."""
+    import json
+
+    out = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(out, callbacks=[CrashAt(4)])  # saves at step 3
+    cfg = write_config(tmp_path / "run.toml", layout)
+    _finish(_launch(HERE / "ckpt_signal_driver.py", ["train", str(cfg), "--out", str(out), "--no-progress"]))
+    s = json.loads((out / "summary.json").read_text())
+    assert s["checkpoint"]["resumed_from"] == "step_00000003" and s["steps"] == 24
+    assert s["final_train_loss"] == pytest.approx(reference[1], rel=1e-5), (s["final_train_loss"], reference[1])
