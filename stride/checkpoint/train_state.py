@@ -27,6 +27,9 @@ def _options(flat: bool) -> StateDictOptions:
     return StateDictOptions(flatten_optimizer_state_dict=flat)
 
 
+IMPL_KEYS = ("fused", "foreach", "capturable", "differentiable")  # torch optimizers' implementation switches
+
+
 def to_json(obj: Any) -> str:
     def default(o: Any) -> Any:
         if isinstance(o, torch.Tensor) and o.numel() == 1:
@@ -73,8 +76,14 @@ def apply(trainer: TrainerView, loaded: dict[str, Any]) -> tuple[dict[str, Any],
     """Put a loaded state into the trainer; returns (guard state, notes on what could not be restored)."""
     rank, _ = rank_and_world()
     notes: list[str] = []
+    # how this layout runs the optimizer step, not what it trained: a checkpoint's param_groups carry the saving
+    # run's choice (a 1-process run's fused AdamW), which under TP (DTensor and plain parameters in one group, for
+    # which the for-loop is chosen) failed at the first step with "got mixed torch.Tensor and DTensor" (audit 6)
+    impl = [{k: g[k] for k in IMPL_KEYS if k in g} for g in trainer.optimizer.param_groups]
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=loaded["model"],
                    optim_state_dict=loaded["optim"], options=_options("param_groups" not in loaded["optim"]))
+    for group, mine in zip(trainer.optimizer.param_groups, impl, strict=True):
+        group.update(mine)
     extras = json.loads(loaded["train"])
     mine = trainer.state_dict()
     extras = {**extras, **{k: _as_template(extras[k], mine[k]) for k in ("scheduler", "scaler") if k in extras}}

@@ -125,7 +125,7 @@ def test_fsdp_async_saves_with_background_staging_resume_bit_for_bit(tmp_path: P
 
 @pytest.mark.slow
 @pytest.mark.dist
-@pytest.mark.parametrize("layout", ["parallel.dp_replicate=2", "parallel.pp=2"])
+@pytest.mark.parametrize("layout", ["parallel.dp_replicate=2", "parallel.pp=2", "parallel.tp=2"])
 def test_saved_by_one_process_resumes_on_two_ranks(tmp_path: Path, reference, layout: str) -> None:
     """Audit 6 (F2): the rank a checkpoint has no data state for replayed its batches from where Trainer.setup had
     left its loader, one batch ahead of rank 0: DDP trained on another global batch (final loss 0.954 against
