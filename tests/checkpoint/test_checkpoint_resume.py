@@ -10,7 +10,7 @@ import pytest
 import torch
 from ckpt_helpers import Crash, CrashAt, ckpt_config, dead_pid, fit, reference_sha
 
-from stride.checkpoint import CheckpointError, ConfigMismatchError, verify
+from stride.checkpoint import CheckpointError, ConfigMismatchError, RunExistsError, verify
 from stride.checkpoint.manifest import write_manifest
 from stride.checkpoint.store import CheckpointStore
 from stride.files.owner import tagged_name
@@ -161,11 +161,14 @@ def test_crafted_metadata_pickle_is_refused_without_running_it(tmp_path: Path, c
     write_manifest(folder, 3, {"config_hash": json.loads((folder / "manifest.json").read_text())["config_hash"]})
     marker = Path("/tmp/stride-pwned")
     marker.unlink(missing_ok=True)
-    s = fit(out)  # the crafted checkpoint is skipped with the reason, the run starts from step 0
-    err = capsys.readouterr().err
-    assert "skipped step_00000003: .metadata refers to builtins:getattr" in err and "refused" in err, err
-    assert s["checkpoint"]["resumed_from"] is None
+    # the crafted checkpoint is skipped with the reason; with no valid one left the rerun stops (audit 6: starting
+    # from step 0 replaced the earlier run) and names why
+    metrics = (out / "metrics.jsonl").read_bytes()
+    with pytest.raises(RunExistsError, match=r"none is valid \(no valid checkpoint; skipped step_00000003: \.metadata "
+                                             r"refers to builtins:getattr.*refused.*move the checkpoints away"):
+        fit(out)
     assert not marker.exists()
+    assert (out / "metrics.jsonl").read_bytes() == metrics  # the earlier run's records as they were
 
 
 def test_nan_loss_skips_the_update(tmp_path: Path) -> None:

@@ -50,19 +50,39 @@ def test_a_stray_step_folder_is_neither_counted_nor_touched(tmp_path: Path, ref:
     assert tree_digest(stray) == before and s["params_sha256"] == ref
 
 
-def test_two_truncated_newest_checkpoints_do_not_make_retention_delete_new_saves(tmp_path: Path, ref: str) -> None:
-    out = tmp_path / "run"
-    fit(out)  # a finished run: step_00000021 and step_00000024
-    for n in ("step_00000021", "step_00000024"):
+def test_three_truncated_newest_checkpoints_do_not_make_retention_delete_new_saves(tmp_path: Path, ref: str) -> None:
+    out, keep = tmp_path / "run", "checkpoint.keep_every=9"
+    fit(out, keep)  # a finished run: step_00000021 and step_00000024, and 9 and 18 (keep_every)
+    for n in ("step_00000018", "step_00000021", "step_00000024"):
         _truncate_a_shard(out / "checkpoints" / n)
     (out / "summary.json").unlink()  # else the rerun refuses: nothing valid could continue the finished run
-    with pytest.raises(Crash):  # nothing valid: starts from step 0; dies at step 10
-        fit(out, callbacks=[CrashAt(10)])
+    with pytest.raises(Crash):  # resumes from 9, the newest valid; saves 12 and 15, dies at step 16
+        fit(out, keep, callbacks=[CrashAt(16)])
     ck = out / "checkpoints"
-    assert verify(ck / "step_00000009").ok and verify(ck / "step_00000006").ok  # its saves were kept
-    s = fit(out)  # resumes from 9; the saves at 21 and 24 replace the damaged copies
-    assert s["checkpoint"]["resumed_from"] == "step_00000009" and s["params_sha256"] == ref
-    assert _steps(ck) == ["step_00000021", "step_00000024"] and verify(ck / "step_00000024").ok
+    assert verify(ck / "step_00000012").ok and verify(ck / "step_00000015").ok  # its saves were kept
+    s = fit(out, keep)  # resumes from 15; the saves at 18, 21 and 24 replace the damaged copies
+    assert s["checkpoint"]["resumed_from"] == "step_00000015" and s["params_sha256"] == ref
+    assert _steps(ck) == ["step_00000009", "step_00000018", "step_00000021", "step_00000024"]
+    assert all(verify(ck / n).ok for n in _steps(ck))
+
+
+def test_a_run_whose_checkpoints_are_all_damaged_is_not_started_over(tmp_path: Path) -> None:
+    """Audit 6 (F4): with every committed checkpoint failing verification the rerun trained from step 0 over the
+    earlier run (its metrics.jsonl replaced, exit 0), while a checkpoint that fails to load after verification
+    stopped the run. Now both stop: the user moves the checkpoints away, or chooses another --out or --overwrite."""
+    from stride.checkpoint import RunExistsError
+
+    out = tmp_path / "run"
+    fit(out)
+    for n in ("step_00000021", "step_00000024"):
+        _truncate_a_shard(out / "checkpoints" / n)
+    (out / "summary.json").unlink()
+    before = tree_digest(out)
+    with pytest.raises(RunExistsError, match=r"holds an earlier run's checkpoints and none is valid \(no valid "
+                                             r"checkpoint; skipped step_00000024: __0_\d\.distcp has \d+ bytes, "
+                                             r"the manifest says \d+.*move the checkpoints away"):
+        fit(out)
+    assert tree_digest(out) == before  # nothing written
 
 
 def test_resume_never_on_a_finished_run_refuses_and_deletes_nothing(tmp_path: Path) -> None:
