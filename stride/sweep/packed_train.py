@@ -242,7 +242,9 @@ class PackedTrainer:
                 self.last_step[i], self.last_loss[i] = self.step, loss[i]
                 if self.step % metrics.log_every == 0 or lasts[i]:
                     self.records[i].history.append({"step": self.step, "loss": loss[i],
-                                                    "lr": self.optimizer.lr(i, self.step), "time_s": now})
+                                                    # the rate this step ran at (0-based step - 1), as the
+                                                    # trainer logs it
+                                                    "lr": self.optimizer.lr(i, self.step - 1), "time_s": now})
                 if self.data.streams[self.data.of[i]].val is not None and t0.val_every and (val_step or lasts[i]):
                     val_due.append(i)
                 if lasts[i]:

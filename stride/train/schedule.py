@@ -39,3 +39,11 @@ def sync_lr(scheduler: LambdaLR) -> None:
             group["lr"] = lr
     scheduler._last_lr = [g["lr"].clone() if isinstance(g["lr"], torch.Tensor) else g["lr"]  # get_last_lr()
                           for g in scheduler.optimizer.param_groups]
+
+
+def trained_lr(scheduler: LambdaLR) -> float:
+    """The learning rate the last optimizer step ran at (group 0): the schedule at the step before its
+    `last_epoch`. The optimizer's own `lr` already holds the next step's, which metrics.jsonl logged as the
+    step's own before (audit 6: step 1 of a 20-step warm-up logged 1e-4; it trained at 5e-5)."""
+    step = max(scheduler.last_epoch - 1, 0)
+    return float(scheduler.base_lrs[0]) * scheduler.lr_lambdas[0](step)

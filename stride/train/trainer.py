@@ -47,7 +47,7 @@ from stride.train.precision import Precision
 from stride.train.profiling import phase_range, profiling_active
 from stride.train.progress import TrainProgress
 from stride.train.resources import check_resources
-from stride.train.schedule import build_scheduler, sync_lr
+from stride.train.schedule import build_scheduler, sync_lr, trained_lr
 from stride.train.summary import LoopTally, run_summary
 
 _NULL = contextlib.nullcontext()
@@ -450,7 +450,7 @@ class Trainer:
         rec = {
             "step": step,
             "loss": loss,
-            "lr": float(self.optimizer.param_groups[0]["lr"]),
+            "lr": trained_lr(self.scheduler),  # the rate this step ran at, not the next one's
             "step_time_s": parts["total"],
             "breakdown_s": {k: v for k, v in parts.items() if k != "total"},
             "samples_per_s": t.batch_size / parts["total"] if parts["total"] else None,
