@@ -226,6 +226,9 @@ class CheckpointFolder:
         if free < need:
             return f"the disk is full ({free / 1e6:.1f} MB free, a checkpoint needs about {need / 1e6:.1f} MB)"
         last = seen[-1] if seen else exc
+        if not str(last).strip():  # e.g. a .distcp replaced by other bytes with its checksum rewritten: "EOFError: "
+            return (f"{type(last).__name__} reading its .distcp shards: one is not what DCP wrote (cut short, or "
+                    "other bytes)")
         return f"{type(last).__name__}: {last}"
 
     def release(self, restore: bool = False) -> None:

@@ -326,3 +326,20 @@ def test_a_compiled_optimizers_run_resumes_exactly(tmp_path: Path) -> None:
     s = crash_then_resume(tmp_path / "run", 10, *ov)
     assert s["checkpoint"]["resumed_from"] == "step_00000009"
     assert s["params_sha256"] == reference_sha(*ov)
+
+
+def test_a_shard_replaced_by_other_bytes_is_skipped_naming_why(tmp_path: Path, capsys) -> None:
+    """Audit 6 (F6): a .distcp replaced by a pickle (its checksum rewritten in the manifest) was skipped as
+    "could not load step_00000006 (EOFError: )". It still falls back, runs nothing, and now says what is wrong."""
+    out = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(out, callbacks=[CrashAt(7)])  # saves at 3 and 6
+    folder = out / "checkpoints" / "step_00000006"
+    shard = next(folder.glob("__0_*.distcp"))
+    shard.write_bytes(pickle.dumps({"not": "a shard"}))
+    old = json.loads((folder / "manifest.json").read_text())
+    write_manifest(folder, 6, {k: old[k] for k in ("config_hash", "world_size", "lineage")})  # this run's own
+    s = fit(out)
+    err = capsys.readouterr().err
+    assert s["checkpoint"]["resumed_from"] == "step_00000003"
+    assert "could not load step_00000006 (" in err and "one is not what DCP wrote" in err, err
