@@ -21,22 +21,51 @@ from torch import nn
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
 from stride.parallel.layout import Layout, check_batch, check_layout, resolve_layout
+from stride.parallel.pipeline_plan import PipelinePlan
 
 
 def model_for_checks(cfg: RunConfig) -> nn.Module:
     """The configured model's structure (meta tensors), built from the data's shapes as a rank builds it."""
+    return _model_and_batch(cfg)[0]
+
+
+def _model_and_batch(cfg: RunConfig) -> tuple[nn.Module, torch.Tensor | None]:
+    """The model for the checks and one global batch's inputs (None where the data yields none here)."""
     from stride.data.build import build_data
     from stride.models.registry import build_model
 
     bundle = build_data(cfg.data, cfg.train.batch_size)  # a bad [data] fails here once, too
     args = (cfg.model, bundle.n_features, bundle.seq_len, bundle.n_horizons)
     try:
+        x = next(iter(bundle.train))[0]
+    except Exception:  # nothing to learn here about the layout; the ranks will say what is wrong with the data
+        x = None
+    try:
         with torch.device("meta"):
-            return build_model(*args)
+            return build_model(*args), x
     except ConfigError:
         raise
     except Exception:  # a `module:factory` model that computes with tensor values while it is built
-        return build_model(*args)
+        return build_model(*args), x
+
+
+def _check_stage_chain(model: nn.Module, plan: PipelinePlan, x: torch.Tensor | None, cfg: RunConfig) -> None:
+    """Chain the pipeline stages on one meta microbatch, as every rank does on a real one (`chain_stages`): a
+    model whose forward cannot run as stages (an MLP without skips for the parts a stage drops) fails here, once,
+    with the ranks' message (exit 2), instead of in every rank and then in torchrun's traceback (audit 6). Only
+    the refusal is taken from here: a forward that meta tensors cannot run is left to the ranks."""
+    from stride.parallel.pipeline import chain_stages
+
+    if x is None or not all(p.is_meta for p in model.parameters()):
+        return  # a model built with real tensors: its forward would cost what a rank's does
+    mb = max(1, cfg.train.batch_size // max(1, cfg.train.grad_accum) // plan.n_microbatches)
+    xm = torch.empty((mb, *x.shape[1:]), dtype=x.dtype, device="meta")
+    try:
+        chain_stages(model, plan, xm)
+    except ConfigError:
+        raise
+    except Exception:
+        return
 
 
 def check_before_launch(cfg: RunConfig, world_size: int, *, model_here: bool = True) -> Layout:
@@ -50,5 +79,8 @@ def check_before_launch(cfg: RunConfig, world_size: int, *, model_here: bool = T
         check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
         return layout
     # check_model and check_pipeline read the model only for tp > 1 / pp > 1: otherwise an empty module stands in
-    model = model_for_checks(cfg) if layout.tp > 1 or layout.pp > 1 else nn.Module()
-    return check_layout(cfg, model, world_size, cfg.data.seq_len // cfg.model.patch_len)[0]
+    model, x = _model_and_batch(cfg) if layout.tp > 1 or layout.pp > 1 else (nn.Module(), None)
+    layout, plan = check_layout(cfg, model, world_size, cfg.data.seq_len // cfg.model.patch_len)
+    if plan is not None:
+        _check_stage_chain(model, plan, x, cfg)
+    return layout

@@ -66,6 +66,43 @@ class SplitResult:
     io: dict[int, tuple[torch.Tensor, torch.Tensor]]
 
 
+def chain_stages(
+    model: nn.Module, plan: PipelinePlan, xm: torch.Tensor,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> tuple[OuterParts, list[nn.Module], torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Every stage as a light copy of `model`, run one after another on the microbatch `xm`: (outer parts, stage
+    views, the whole model's output, the chain's output, each stage's input). A model whose forward does not skip
+    the parts a stage sets to None raises a ConfigError here. Also run by `stride train --nproc` before it
+    launches (stride.launch.preflight, on meta tensors), so the error is said once, not by every rank."""
+    ranges = block_ranges(plan.n_layers, plan.n_stages)
+    inputs: list[torch.Tensor] = []
+    # eval mode (dropout off) and a forked RNG: these forwards leave training's random stream alone
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[xm.device] if xm.device.type == "cuda" else []):
+            parts = find_outer_parts(model, xm)
+            views = [
+                keep_stage_parts(model, parts, ranges[s], s == 0, s == plan.n_stages - 1, in_place=False)
+                for s in range(plan.n_stages)
+            ]
+            with torch.no_grad(), autocast():
+                full = model(xm)
+                h = xm
+                try:
+                    for view in views:
+                        inputs.append(h)
+                        h = view(h)
+                except Exception as exc:
+                    raise ConfigError(
+                        f"`parallel.pp` = {plan.pp}: {type(model).__name__} cannot run as pipeline stages ({exc}); "
+                        "its forward must skip the parts a stage sets to None (see TimeSeriesTransformer.forward)"
+                    ) from exc
+    finally:
+        model.train(was_training)
+    return parts, views, full, h, inputs
+
+
 def split_for_rank(
     model: nn.Module,
     plan: PipelinePlan,
@@ -87,31 +124,7 @@ def split_for_rank(
     mb = len(x) // plan.n_microbatches
     xm, ym = x[:mb], y[:mb]
     ranges = block_ranges(plan.n_layers, plan.n_stages)
-    inputs: list[torch.Tensor] = []
-    # eval mode (dropout off) and a forked RNG: these forwards leave training's random stream alone
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-            parts = find_outer_parts(model, xm)
-            views = [
-                keep_stage_parts(model, parts, ranges[s], s == 0, s == plan.n_stages - 1, in_place=False)
-                for s in range(plan.n_stages)
-            ]
-            with torch.no_grad(), autocast():
-                full = model(xm)
-                h = xm
-                try:
-                    for view in views:
-                        inputs.append(h)
-                        h = view(h)
-                except Exception as exc:
-                    raise ConfigError(
-                        f"`parallel.pp` = {plan.pp}: {type(model).__name__} cannot run as pipeline stages ({exc}); "
-                        "its forward must skip the parts a stage sets to None (see TimeSeriesTransformer.forward)"
-                    ) from exc
-    finally:
-        model.train(was_training)
+    parts, views, full, h, inputs = chain_stages(model, plan, xm, autocast)
     if h.shape != full.shape or not torch.allclose(h.float(), full.float(), rtol=1e-5, atol=1e-6):
         raise ConfigError(
             f"`parallel.pp` = {plan.pp}: the chained stages of {type(model).__name__} do not compute what the "

@@ -105,6 +105,19 @@ def test_a_model_that_cannot_skip_absent_parts_is_a_config_error():
         split_for_rank(model, plan, 1, x, y, nn.functional.mse_loss, count_flops=False)
 
 
+def test_the_launcher_refuses_a_model_that_cannot_run_as_stages_once() -> None:
+    """Audit 6 (F6): an MLP at pp=2 passed the launcher's checks; each rank then printed the error and torchrun its
+    traceback (exit 1). `stride train --nproc` now chains the stages on meta tensors before launching: the ranks'
+    message, once. A model that can run as stages passes (the quick-start transformer)."""
+    from stride.config import load_config
+    from stride.launch.preflight import check_before_launch
+
+    cfg = load_config("configs/quickstart.toml", ["parallel.pp=2", "model.name=mlp"])
+    with pytest.raises(ConfigError, match="TabularMLP cannot run as pipeline stages"):
+        check_before_launch(cfg, 2)
+    assert check_before_launch(load_config("configs/quickstart.toml", ["parallel.pp=2"]), 2).pp == 2
+
+
 # -- config errors, before any process group ------------------------------------------------------
 SMALL = ["model.d_model=32", "model.n_layers=4", "model.n_heads=4", "data.n_assets=4", "data.n_steps=600",
          "data.seq_len=16", "train.batch_size=8", "train.threads=1", "metrics.progress=false"]
