@@ -213,9 +213,7 @@ class CheckpointCallback(Callback):
                     f"{trainer.run_dir.path if trainer.run_dir else 'the run folder'} holds a finished run "
                     f"(summary.json) and no valid checkpoint to continue it from ({choice.describe()}): a new run "
                     "would overwrite it; use another --out, or --overwrite to replace it")
-            root = self.store.root
-            committed = [s for s in choice.skipped if (root / s.split(": ", 1)[0] / "manifest.json").exists()]
-            if committed:
+            if choice.damaged:
                 # every checkpoint an earlier run committed failed verification: starting from step 0 would replace
                 # that run's metrics.jsonl and, at its first saves, its checkpoints; a load that fails after
                 # verification stops too (CheckpointFolder.fall_back). The user decides (audit 6: it trained 300

@@ -43,6 +43,7 @@ class Choice:
     folder: Path | None
     meta: dict[str, Any] | None
     skipped: list[str] = field(default_factory=list)  # "step_00000010: <reason>"
+    damaged: int = 0  # of the skipped, those a save committed (with a manifest): an earlier run's, not stray folders
 
     def describe(self) -> str:
         head = f"resuming from {self.folder.name} (the newest valid one)" if self.folder else "no valid checkpoint"
@@ -162,6 +163,7 @@ class CheckpointFolder:
                     choice.step, choice.folder, choice.meta = step, folder, verdict.meta
                     break
                 choice.skipped.append(f"{folder.name}: {verdict.reason}")
+                choice.damaged += int((folder / "manifest.json").exists())  # decided on rank 0, for every rank
         if self.pg is not None:
             box = [choice]
             with collective("checkpoint resume-choice broadcast (rank 0 verifies checksums)"):

@@ -82,8 +82,20 @@ def apply(trainer: TrainerView, loaded: dict[str, Any]) -> tuple[dict[str, Any],
     impl = [{k: g[k] for k in IMPL_KEYS if k in g} for g in trainer.optimizer.param_groups]
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=loaded["model"],
                    optim_state_dict=loaded["optim"], options=_options("param_groups" not in loaded["optim"]))
+    state = trainer.optimizer.state
     for group, mine in zip(trainer.optimizer.param_groups, impl, strict=True):
+        saved_on_device = bool(group.get("fused") or group.get("capturable"))
         group.update(mine)
+        on_device = bool(mine.get("fused") or mine.get("capturable"))
+        if saved_on_device == on_device:
+            continue
+        # torch's load_state_dict placed each `step` counter by the saved flags (fused/capturable: on the
+        # parameter's device); under this layout's flags a for-loop step would read a device counter with a sync
+        # per parameter and step: it goes where a fresh run of this layout keeps it (its dtype unchanged)
+        for p in group["params"]:
+            step = state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                state[p]["step"] = step.to(device=p.device if on_device else "cpu")
     extras = json.loads(loaded["train"])
     mine = trainer.state_dict()
     extras = {**extras, **{k: _as_template(extras[k], mine[k]) for k in ("scheduler", "scaler") if k in extras}}

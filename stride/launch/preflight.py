@@ -49,7 +49,8 @@ def _model_and_batch(cfg: RunConfig) -> tuple[nn.Module, torch.Tensor | None]:
         return build_model(*args), x
 
 
-def _check_stage_chain(model: nn.Module, plan: PipelinePlan, x: torch.Tensor | None, cfg: RunConfig) -> None:
+def _check_stage_chain(model: nn.Module, plan: PipelinePlan, x: torch.Tensor | None, cfg: RunConfig,
+                       dp: int) -> None:
     """Chain the pipeline stages on one meta microbatch, as every rank does on a real one (`chain_stages`): a
     model whose forward cannot run as stages (an MLP without skips for the parts a stage drops) fails here, once,
     with the ranks' message (exit 2), instead of in every rank and then in torchrun's traceback (audit 6). Only
@@ -58,7 +59,7 @@ def _check_stage_chain(model: nn.Module, plan: PipelinePlan, x: torch.Tensor | N
 
     if x is None or not all(p.is_meta for p in model.parameters()):
         return  # a model built with real tensors: its forward would cost what a rank's does
-    mb = max(1, cfg.train.batch_size // max(1, cfg.train.grad_accum) // plan.n_microbatches)
+    mb = max(1, cfg.train.batch_size // dp // plan.n_microbatches)  # as a rank splits its batch (grad_accum is in)
     xm = torch.empty((mb, *x.shape[1:]), dtype=x.dtype, device="meta")
     try:
         chain_stages(model, plan, xm)
@@ -82,5 +83,5 @@ def check_before_launch(cfg: RunConfig, world_size: int, *, model_here: bool = T
     model, x = _model_and_batch(cfg) if layout.tp > 1 or layout.pp > 1 else (nn.Module(), None)
     layout, plan = check_layout(cfg, model, world_size, cfg.data.seq_len // cfg.model.patch_len)
     if plan is not None:
-        _check_stage_chain(model, plan, x, cfg)
+        _check_stage_chain(model, plan, x, cfg, layout.dp)
     return layout

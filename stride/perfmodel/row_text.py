@@ -347,7 +347,7 @@ def schedule_names_chunks(text: str) -> bool:
 _ZERO_BUBBLE = (
     ("v-min", r"\bv[- _]?min\b"),
     ("v-half", r"\bv[- _]?half\b"),
-    ("zbv", r"\bzbv(?:\b|zero)|\bv[- _]?zb\b|\bzb[- _]?v\b|zero[- _]?bubble[- _]?v\b|zerobubblev"),
+    ("zbv", r"(?:\b|schedule)zbv(?:\b|zero)|\bv[- _]?zb\b|\bzb[- _]?v\b|zero[- _]?bubble[- _]?v\b|zerobubblev"),
     ("zb-h2", r"\bzb[- _]?h2\b|\bzb[- _]?2p\b"),
     ("zb-h1", r"\bzb[- _]?h1\b|\bzb[- _]?1p\b|\bzbb\b|zero[- _]?bubble"),
 )
@@ -362,8 +362,11 @@ def schedule(text: str, pp: int, vpp: int) -> tuple[str, int]:
     # "interleaving not stated", "non-interleaved", "no interleaving" do not name the interleaved schedule
     low = re.sub(r"\b(non|no|not|without)[- ]?interleav\w*|interleav\w*\W{0,3}(not stated|off|false|disabled|no)\b",
                  " ", low)
+    # "no zero-bubble", "zero bubble: disabled" do not name a zero-bubble schedule
+    zb_low = re.sub(r"\b(?:non|no|not|without)[- ]?zero[- _]?bubble\w*|"
+                    r"zero[- _]?bubble\w*\W{0,3}(?:not stated|off|false|disabled|no)\b", " ", low)
     for name, pat in _ZERO_BUBBLE:  # before "interleaved": torch's ScheduleInterleavedZeroBubble is zero bubble
-        if re.search(pat, low):
+        if re.search(pat, zb_low):
             return name, 2 if name in V_SHAPE else 1
     m = re.search(_CHUNKS, low)
     if m and vpp == 1:
@@ -451,8 +454,8 @@ def preset_name(text: str) -> str | None:
 def memory_kind(text: str) -> str:
     """What a measured memory figure counts: allocated (max allocated / active), reserved, or device."""
     # a kind the text rules out ("nvidia-smi memory used, not torch max allocated": BLOOM's benchmark notes) is not it
-    low = re.sub(r"\b(?:not|rather than|instead of)\s+(?:the\s+)?(?:(?:py)?torch(?:'s)?\s+)?(?:max(?:imum)?[ _])?"
-                 r"(?:memory[ _])?(?:allocated|reserved|active)\b", " ", (text or "").lower())
+    low = re.sub(r"\b(?:not|rather than|instead of)\s+(?:the\s+)?(?:(?:py)?torch(?:'s)?[\s.]+)?(?:cuda\.)?"
+                 r"(?:max(?:imum)?[ _])?(?:memory[ _])?(?:allocated|reserved|active)\b", " ", (text or "").lower())
     if re.search(r"max(imum)?[ _]allocated|memory active|peak memory active|active bytes|allocated", low):
         return "allocated"
     if "reserved" in low:

@@ -58,5 +58,6 @@ def test_a_memory_kind_the_row_rules_out_is_not_read() -> None:
     assert memory_kind("Mem column = nvidia-smi memory used (pdsh nvidia-smi snapshot), not torch max allocated.") \
         == "device"
     assert memory_kind("not reserved; max allocated") == "allocated"
+    assert memory_kind("not torch.cuda.max_memory_allocated; nvidia-smi") == "device"
     assert memory_kind("torch.cuda.max_memory_reserved") == "reserved"
     assert memory_kind("Peak Memory Active") == "allocated"

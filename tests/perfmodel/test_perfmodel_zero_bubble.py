@@ -105,6 +105,8 @@ def test_schedules_need_their_chunk_counts() -> None:
     ("zbb (zero-bubble)", ("zb-h1", 1)), ("zbv", ("zbv", 2)), ("V-ZB", ("zbv", 2)), ("ZBVZeroBubble", ("zbv", 2)),
     ("v-half", ("v-half", 2)), ("V-Min", ("v-min", 2)),
     ("interleaved 1F1B (1F1B-I)", ("interleaved", 2)), ("1F1B (Megatron-LM non-interleaved)", ("1f1b", 1)),
+    ("ScheduleZBVZeroBubble", ("zbv", 2)), ("1F1B (zero bubble disabled)", ("1f1b", 1)),
+    ("no zero-bubble, 1F1B", ("1f1b", 1)),
 ])
 def test_rows_name_the_schedules(text: str, want: tuple[str, int]) -> None:
     assert rt.schedule(text, 8, 1) == want
