@@ -109,6 +109,10 @@ class RunDir:
         self.write_json("env.json", fingerprint())
 
     def write_json(self, name: str, obj: Any) -> None:
+        # the metrics lines logged so far reach the file first: a reader that waits for summary.json (`stride top`,
+        # a user's script) then finds every step's line, not the last ones still in the buffer (a CI run of
+        # stride top's test showed the summary with metrics.jsonl's last line missing)
+        self.flush()
         self.written = True
         atomic_write_text(self.path / name, json_text(obj))
 

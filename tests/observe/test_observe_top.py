@@ -69,3 +69,26 @@ def test_top_follows_a_live_run_until_it_finishes(tmp_path: Path) -> None:
     assert top.returncode == 0, err
     assert "40 / 40  (finished)" in out  # it stopped on summary.json, not on the timeout
     assert json.loads((run / "summary.json").read_text())["steps"] == result.summary["steps"] == 40
+
+
+
+def test_summary_json_comes_after_every_metrics_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """metrics.jsonl lines are buffered (flushed every 0.1 s and at close); summary.json was written before the
+    close, so a reader that waits for it (stride top) could find the last steps' lines missing (seen once in CI:
+    the view of a finished run without "40 / 40"). Now every line is on disk when summary.json appears."""
+    import stride.metrics.run_dir as run_dir
+
+    on_disk: list[int] = []
+    write = run_dir.atomic_write_text
+
+    def spy(path: Path, text: str) -> None:
+        if path.name == "summary.json":
+            on_disk.append(len((path.parent / "metrics.jsonl").read_text().splitlines()))
+        write(path, text)
+
+    monkeypatch.setattr(run_dir, "atomic_write_text", spy)
+    run = tmp_path / "run"
+    Trainer(config=load_config(overrides=[*TINY, "train.steps=40", "metrics.log_every=5"]), out=run).fit()
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["step"] == 40
+    assert on_disk == [len(lines)]  # all of them, when summary.json was written
