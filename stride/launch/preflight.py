@@ -26,20 +26,22 @@ from stride.parallel.pipeline_plan import PipelinePlan
 
 def model_for_checks(cfg: RunConfig) -> nn.Module:
     """The configured model's structure (meta tensors), built from the data's shapes as a rank builds it."""
-    return _model_and_batch(cfg)[0]
+    return _model_and_batch(cfg, batch=False)[0]
 
 
-def _model_and_batch(cfg: RunConfig) -> tuple[nn.Module, torch.Tensor | None]:
-    """The model for the checks and one global batch's inputs (None where the data yields none here)."""
+def _model_and_batch(cfg: RunConfig, batch: bool) -> tuple[nn.Module, torch.Tensor | None]:
+    """The model for the checks and, with `batch`, one global batch's inputs (None where the data yields none)."""
     from stride.data.build import build_data
     from stride.models.registry import build_model
 
     bundle = build_data(cfg.data, cfg.train.batch_size)  # a bad [data] fails here once, too
     args = (cfg.model, bundle.n_features, bundle.seq_len, bundle.n_horizons)
-    try:
-        x = next(iter(bundle.train))[0]
-    except Exception:  # nothing to learn here about the layout; the ranks will say what is wrong with the data
-        x = None
+    x = None
+    if batch:  # only the pipeline check reads it
+        try:
+            x = next(iter(bundle.train))[0]
+        except Exception:  # nothing to learn here about the layout; the ranks will say what is wrong with the data
+            x = None
     try:
         with torch.device("meta"):
             return build_model(*args), x
@@ -80,7 +82,7 @@ def check_before_launch(cfg: RunConfig, world_size: int, *, model_here: bool = T
         check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
         return layout
     # check_model and check_pipeline read the model only for tp > 1 / pp > 1: otherwise an empty module stands in
-    model, x = _model_and_batch(cfg) if layout.tp > 1 or layout.pp > 1 else (nn.Module(), None)
+    model, x = _model_and_batch(cfg, layout.pp > 1) if layout.tp > 1 or layout.pp > 1 else (nn.Module(), None)
     layout, plan = check_layout(cfg, model, world_size, cfg.data.seq_len // cfg.model.patch_len)
     if plan is not None:
         _check_stage_chain(model, plan, x, cfg, layout.dp)

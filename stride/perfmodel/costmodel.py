@@ -21,7 +21,7 @@ from stride.perfmodel.flops import embedding_params, executed_flops, head_params
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.kernels import Costs
-from stride.perfmodel.layout import FP32_STORAGE, V_SHAPE, Layout, check_layout, stage_blocks
+from stride.perfmodel.layout import FP32_STORAGE, Layout, check_layout, stage_blocks
 from stride.perfmodel.memory_model import predict_memory
 from stride.perfmodel.model_spec import TransformerSpec
 
@@ -94,11 +94,14 @@ def bubble_share(lay: Layout, blk: BlockTime) -> float:
     of 1F1B's (the V-shape schedules' own bubbles have no closed form in the papers)."""
     if lay.schedule == "interleaved":
         return 1.0 / lay.vpp
+    if lay.schedule in ("v-half", "v-min"):
+        return 0.5 if lay.schedule == "v-half" else 2.0 / 3.0
+    if lay.schedule not in ("zb-h1", "zb-h2", "zbv"):
+        return 1.0  # gpipe, 1f1b
     f, w = blk.total - blk.backward, blk.weight_grad
     b = blk.backward - w
-    whole = max(f + b + w, 1e-30)
-    return {"zb-h1": (f + b - w) / whole, "zb-h2": max(0.0, f + b - 2 * w) / whole,
-            "zbv": max(0.0, f + b - 2 * w) / whole, "v-half": 0.5, "v-min": 2.0 / 3.0}.get(lay.schedule, 1.0)
+    left = f + b - w if lay.schedule == "zb-h1" else max(0.0, f + b - 2 * w)  # W fills the bubble once, or twice
+    return left / max(f + b + w, 1e-30)
 
 
 def _stage_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> tuple[float, float]:
@@ -112,7 +115,7 @@ def _stage_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> tupl
         p = (blocks[0] * per_block + emb + head) / lay.tp
         return p, p
     last_head = head + (spec.vocab * spec.hidden if spec.tied_embeddings else 0)  # output copy
-    if lay.schedule in V_SHAPE:  # device 0 holds the first chunk and the last: the embedding and the head
+    if lay.v_shape:  # device 0 holds the first chunk and the last: the embedding and the head
         return (blocks[0] * per_block + emb + head) / lay.tp, blocks[-1] * per_block / lay.tp
     return (blocks[0] * per_block + emb) / lay.tp, (blocks[-1] * per_block + last_head) / lay.tp
 
@@ -167,7 +170,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     tokens = lay.micro_batch * spec.seq // lay.cp
     h = spec.hidden
 
-    blocks = stage_blocks(spec.layers, p, v, lay.stage_split, v_shape=lay.schedule in V_SHAPE)
+    blocks = stage_blocks(spec.layers, p, v, lay.stage_split, v_shape=lay.v_shape)
     blk = _mean_block(spec, lay, hw, eff, c, tokens, _recompute_share(lay, blocks))
 
     # ---- stages, pipeline -----------------------------------------------------------------
@@ -176,7 +179,8 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     t_embed = c.memory(3 * tokens * h * 2 * c.act / (t if lay.sp else 1))  # lookup, its gradient scatter-add
     stages = [n * blk.total for n in blocks]
     stages[0] += t_embed
-    stages[0 if lay.schedule in V_SHAPE else -1] += t_logits  # V-shape: the last chunk is on device 0
+    head_stage = 0 if lay.v_shape else p - 1  # V-shape: the last chunk is on device 0
+    stages[head_stage] += t_logits
     pp_link = coll.group_link(hw, 2, t * lay.cp * lay.dp, net) if p > 1 else coll.Link("local", float("inf"), 0)
     act_msg = tokens * h * 2 * c.act / t  # Megatron scatter/gather: each TP rank ships its 1/t slice
     t_p2p_mb = 2 * v * coll.p2p_time(act_msg, pp_link) if p > 1 else 0.0
@@ -250,7 +254,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
 
     breakdown = {k: m * blocks[slowest] * val for k, val in blk.terms.items()}
     breakdown["embedding"] = m * t_embed if slowest == 0 else 0.0
-    breakdown["logits"] = m * t_logits if slowest == (0 if lay.schedule in V_SHAPE else p - 1) else 0.0
+    breakdown["logits"] = m * t_logits if slowest == head_stage else 0.0
     breakdown["pp_p2p"] = m * t_p2p_mb
     breakdown["pp_bubble"] = bubble
     breakdown["dp_comm"] = dp_exposed

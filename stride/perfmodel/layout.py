@@ -105,6 +105,11 @@ class Layout:
         return self.shard_dp * self.cp
 
     @property
+    def v_shape(self) -> bool:
+        """A V-shape schedule: 2 chunks a device, device 0 holding the first and the last (embedding and head)."""
+        return self.schedule in V_SHAPE
+
+    @property
     def devices(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
@@ -172,7 +177,7 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
         raise ConfigError(f"layout: pp > 1 needs a schedule ({', '.join(SCHEDULES[1:])})")
     if lay.schedule == "interleaved" and lay.vpp < 2:
         raise ConfigError("layout: the interleaved schedule needs vpp >= 2")
-    if lay.schedule in V_SHAPE and lay.vpp != 2:
+    if lay.v_shape and lay.vpp != 2:
         raise ConfigError(f"layout: the V-shape schedule {lay.schedule} puts 2 chunks on each device: vpp=2, "
                           f"not {lay.vpp}")
     if lay.schedule not in ("interleaved", *V_SHAPE) and lay.vpp != 1:

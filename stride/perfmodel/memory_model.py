@@ -24,7 +24,7 @@ from stride.perfmodel.activations import layer_activation_bytes
 from stride.perfmodel.flops import layer_params
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
-from stride.perfmodel.layout import V_SHAPE, Layout
+from stride.perfmodel.layout import Layout
 from stride.perfmodel.model_spec import TransformerSpec
 
 GIB = 2**30
@@ -144,7 +144,7 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: f
         return {**_states(lay, p, gbytes), "activations": acts,
                 "buffers": scratch + gathered + (logits if with_logits else 0.0)}
 
-    v_shape = lay.schedule in V_SHAPE  # the last chunk, with the logits, is on device 0
+    v_shape = lay.v_shape  # the last chunk, with the logits, is on device 0
     first = stage(blocks[0], params[0], inflight, lay.pp == 1 or v_shape)
     worst = first
     if lay.pp > 1:

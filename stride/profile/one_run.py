@@ -150,8 +150,10 @@ def check_one_run(traces: list[RankTrace]) -> None:
     if len(traces) < 2:
         return
     dup = same_file(traces)
-    why, one_id = run_id_problem(traces) if not dup else (None, False)
-    why = why or (None if dup else _problem(traces, one_id))
+    why = None
+    if not dup:
+        why, one_id = run_id_problem(traces)
+        why = why or _problem(traces, one_id)
     if why:
         raise TraceError(f"these traces are not of one run: {why}; analyse each run's traces on their own")
     dup = dup or copied_trace(traces)
