@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from stride.bench.stop import StopRequest
 from stride.train.callbacks import Callback
 
 
@@ -28,12 +29,15 @@ def fmt_duration(seconds: float | None) -> str:
 class StepReporter(Callback):
     """Trainer callback: reports each finished step of the running variant to the sweep's display."""
 
-    def __init__(self, progress: SweepProgress, offset: int) -> None:
+    def __init__(self, progress: SweepProgress, offset: int, stop: StopRequest | None = None) -> None:
         self.progress = progress
         self.offset = offset  # steps of earlier runs of the same variant (tradeoffs run each twice)
+        self.stop = stop
 
     def on_step_end(self, trainer: Any) -> None:
         self.progress.step(self.offset + trainer.step)
+        if self.stop is not None:
+            self.stop.check()  # a stop signal ends the variant here, between steps (stride.bench.stop)
 
 
 class SweepProgress:

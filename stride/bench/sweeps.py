@@ -21,6 +21,7 @@ from stride.bench.journal import ResultsJournal
 from stride.bench.progress import StepReporter, SweepProgress
 from stride.bench.runner import run_workload, workload_config
 from stride.bench.stats import spread
+from stride.bench.stop import StopRequest
 from stride.bench.workloads import TRADEOFFS, Workload, check_variants
 from stride.config import config_hash, config_to_dict
 
@@ -97,12 +98,13 @@ def sweep_sections(kind: str | None) -> Callable[[list[dict[str, Any]]], dict[st
     return sections
 
 
-def run_variant(v: Variant, device: str, out: Path | None, progress: SweepProgress | None = None) -> dict[str, Any]:
+def run_variant(v: Variant, device: str, out: Path | None, progress: SweepProgress | None = None,
+                stop: StopRequest | None = None) -> dict[str, Any]:
     """The variant's results entry; a second run (v.runs == 2) adds `repeat_params_sha256`."""
     steps = v.steps(device) // v.runs
 
     def reporter(k: int) -> list[Any]:
-        return [StepReporter(progress, k * steps)] if progress is not None else []
+        return [StepReporter(progress, k * steps, stop)] if progress is not None else []
 
     cfg = v.config(device)
     e = run_workload(v.workload, device, out, list(v.overrides), suffix=v.suffix, callbacks=reporter(0))
@@ -114,8 +116,9 @@ def run_variant(v: Variant, device: str, out: Path | None, progress: SweepProgre
 
 
 def run_sweep(variants: list[Variant], device: str, journal: ResultsJournal, progress: SweepProgress,
-              out: Path) -> list[dict[str, Any]]:
-    """Run every variant not already in `journal` (same config), recording each as soon as it finishes."""
+              out: Path, stop: StopRequest | None = None) -> list[dict[str, Any]]:
+    """Run every variant not already in `journal` (same config), recording each as soon as it finishes; a stop
+    signal noted by `stop` ends the sweep before the next variant or at the next step's end."""
     kept = {}
     for v in variants:  # every stored entry checked before anything runs: a changed config stops at once
         cfg = v.config(device)
@@ -124,11 +127,13 @@ def run_sweep(variants: list[Variant], device: str, journal: ResultsJournal, pro
         if kept[v.name] is not None:
             progress.skip(v.name, kept[v.name])
             continue
+        if stop is not None:
+            stop.check()
         stale = out / v.name
         if stale.exists():  # the run directory of a variant stopped mid-way: not a result, start it afresh
             shutil.rmtree(stale)
         progress.start(v.name, v.runs)
-        e = run_variant(v, device, out, progress)
+        e = run_variant(v, device, out, progress, stop)
         journal.add(e)
         progress.finish(v.name, e)
     return [journal.entries[v.name] for v in variants]

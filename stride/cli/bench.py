@@ -8,10 +8,7 @@ each process count (stride.bench.world).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +107,7 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
     """Suite, batch, tradeoff and ttt sweeps: variants one by one, results.json after each, resumable."""
     from stride.bench.journal import ResultsJournal
     from stride.bench.progress import SweepProgress
+    from stride.bench.stop import StopRequest
     from stride.bench.sweeps import plan_sweep, run_sweep, sweep_sections
     from stride.bench.table import ttt_line
     from stride.bench.workloads import WORKLOADS
@@ -123,9 +121,9 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
                   f"after each; if stopped, the same command with --out {out} resumes", highlight=False, soft_wrap=True)
     progress = SweepProgress([(v.name, v.steps(args.device)) for v in plan], console)
     try:
-        with _stop_on_sigterm():
-            run_sweep(plan, args.device, journal, progress, out)
-    except KeyboardInterrupt as exc:
+        with StopRequest().installed() as stop:
+            run_sweep(plan, args.device, journal, progress, out, stop)
+    except KeyboardInterrupt as exc:  # SweepStopped (SIGTERM, Ctrl-C), or a second signal's
         progress.close()
         done = len(journal.entries)
         where = f"are in {out / 'results.json'}" if done else "(none finished, nothing written)"
@@ -139,23 +137,6 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
         for n, r in results["time_to_target"].items():
             console.print(ttt_line(n, r), highlight=False, soft_wrap=True)
     return results
-
-
-@contextlib.contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
-    """SIGTERM (a scheduler's stop, `kill`) ends the sweep like Ctrl-C: the partial results are reported."""
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    try:
-        previous = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _world(args: argparse.Namespace, names: list[str], out: Path, console: Any) -> dict[str, Any]:
