@@ -6,7 +6,11 @@ tagged with this process (stride.files.owner): a write that fails (a full disk) 
 run folder opened later removes those whose process is gone. The folder is locked for the run's life
 (stride.files.run_lock): a second run on it is refused, naming the holder. A run that ends before it
 wrote anything (a refused resume, a run found finished) leaves the folder as it found it: the lock
-file's previous content is put back, and a folder it made is removed.
+file's previous content is put back, and a folder it made is removed. The run's config.toml and env.json,
+and the cut of an earlier segment's metrics.jsonl records past the step a resumed run continues from, are
+written with the run's first own write (a metrics line, a checkpoint's flush, a summary), not when the run
+is accepted: a run that fails before that (a resume at another layout whose first step fails, a bad device)
+leaves the earlier run's files as they were.
 """
 
 from __future__ import annotations
@@ -82,6 +86,8 @@ class RunDir:
         remove_abandoned(path, other_hosts=True, rest=_FILE_TMP)  # temporary files of killed runs (we hold the lock)
         self._metrics: TextIO | None = None
         self._flushed = 0.0  # time.monotonic() of the last flush of metrics.jsonl
+        self._pending_record: tuple[str, dict[str, Any]] | None = None  # config.toml, env.json: see _commit
+        self._pending_cut: int | None = None  # the step past which earlier metrics.jsonl records go: see _commit
 
     @classmethod
     def create(cls, out_dir: str | Path, name: str, explicit: str | Path | None = None) -> RunDir:
@@ -104,19 +110,33 @@ class RunDir:
         return run
 
     def record(self, config_toml: str) -> None:
-        """The resolved config and the environment (written once the run is accepted: a refused resume writes none)."""
-        self.write_text("config.toml", config_toml)
-        self.write_json("env.json", fingerprint())
+        """The resolved config and the environment of a run that was accepted (a refused resume records none);
+        written with the run's first own write (`_commit`). The environment is taken now, off the step path."""
+        self._pending_record = (config_toml, fingerprint())
+
+    def _commit(self) -> None:
+        """Write what `record` and `drop_records_after` left for the run's first own write; from here on the
+        folder holds this run. Until then a failure leaves an earlier run's config and records as they were."""
+        if self._pending_cut is not None:
+            step, self._pending_cut = self._pending_cut, None
+            self._cut_records_after(step)
+        if self._pending_record is not None:
+            (config_toml, env), self._pending_record = self._pending_record, None
+            self.written = True
+            atomic_write_text(self.path / "config.toml", config_toml)
+            atomic_write_text(self.path / "env.json", json_text(env))
 
     def write_json(self, name: str, obj: Any) -> None:
         # the metrics lines logged so far reach the file first: a reader that waits for summary.json (`stride top`,
         # a user's script) then finds every step's line, not the last ones still in the buffer (a CI run of
         # stride top's test showed the summary with metrics.jsonl's last line missing)
         self.flush()
+        self._commit()
         self.written = True
         atomic_write_text(self.path / name, json_text(obj))
 
     def write_text(self, name: str, text: str) -> None:
+        self._commit()
         self.written = True
         atomic_write_text(self.path / name, text)
 
@@ -132,6 +152,7 @@ class RunDir:
         self.written = True
         try:
             if self._metrics is None:
+                self._commit()
                 self._metrics = open(self.path / "metrics.jsonl", "a")  # noqa: SIM115 (kept open)
                 self._flushed = time.monotonic()
             self._metrics.write(strict_json.dumps(record) + "\n")
@@ -141,7 +162,9 @@ class RunDir:
             raise RunDirError(one_line(f"cannot write {self.path / 'metrics.jsonl'}: {os_reason(exc)}")) from None
 
     def flush(self) -> None:
-        """Write the metrics.jsonl lines logged so far to the file (a checkpoint calls this before it saves)."""
+        """Write the metrics.jsonl lines logged so far to the file (a checkpoint calls this before it saves: the
+        run's config and record cut are written then too, if no line was yet)."""
+        self._commit()
         if self._metrics is not None:
             try:
                 self._metrics.flush()
@@ -149,12 +172,18 @@ class RunDir:
                 raise RunDirError(one_line(f"cannot write {self.path / 'metrics.jsonl'}: {os_reason(exc)}")) from None
             self._flushed = time.monotonic()
 
-    def drop_records_after(self, step: int) -> int:
-        """Keep the metrics.jsonl records of steps up to `step` (where a resumed run continues); returns how
-        many went. The rest belong to a segment that was killed before its next checkpoint, which the resumed
-        run trains and logs again; a line cut short by the kill is dropped too (it would run into the next)."""
+    def drop_records_after(self, step: int) -> None:
+        """Keep the metrics.jsonl records of steps up to `step` (where a resumed run continues), with the run's
+        first own write (`_commit`). The rest belong to a segment that was killed before its next checkpoint,
+        which the resumed run trains and logs again; a line cut short by the kill is dropped too (it would run
+        into the next)."""
+        self._pending_cut = step if self._pending_cut is None else min(step, self._pending_cut)
+
+    def _cut_records_after(self, step: int) -> int:
+        """`drop_records_after`'s cut, now; returns how many lines went."""
         path = self.path / "metrics.jsonl"
-        self.flush()
+        if self._metrics is not None:
+            self._metrics.flush()
         try:
             lines = path.read_text().splitlines(keepends=True)
         except FileNotFoundError:
@@ -163,7 +192,8 @@ class RunDir:
             raise RunDirError(one_line(f"cannot read {path}: {os_reason(exc)}")) from None
         keep = [line for line in lines if (at := _record_step(line)) is not None and at <= step]
         if len(keep) < len(lines):
-            self.write_text("metrics.jsonl", "".join(keep))
+            self.written = True
+            atomic_write_text(path, "".join(keep))
         return len(lines) - len(keep)
 
     def clear(self, names: tuple[str, ...]) -> None:

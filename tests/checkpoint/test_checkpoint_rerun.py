@@ -107,6 +107,38 @@ def test_a_finished_run_extends_to_more_steps_exactly(tmp_path: Path) -> None:
     assert [r["step"] for r in metrics(out) if "loss" in r] == list(range(1, 37))  # one line per step, in order
 
 
+class FailingStep(Callback):
+    """The step fails before its update (an out-of-memory step, a layout whose collectives fail)."""
+
+    def before_optimizer_step(self, trainer, loss, grad_norm) -> bool:
+        raise Crash(f"step {trainer.step + 1} fails")
+
+
+def test_a_resume_whose_first_step_fails_leaves_the_earlier_run_as_it_was(tmp_path: Path) -> None:
+    """Audit 6: a resume that loaded its checkpoint but failed at its first step had already rewritten
+    config.toml (with the failed run's config) and cut metrics.jsonl. Now both wait for the run's first own write.
+    A later resume that trains still cuts the killed segment's records, so each step has one line."""
+    def files(root: Path) -> dict[str, str]:  # system.jsonl gains the failed attempt's samples (its cause, an OOM...)
+        return {k: v for k, v in folder_bytes(root).items() if k != "system.jsonl"}
+
+    out = tmp_path / "run"
+    run(out)  # finished at step 24
+    before = files(out)
+    with pytest.raises(Crash, match="step 25 fails"):
+        run(out, "train.steps=36", callbacks=[FailingStep()])
+    assert files(out) == before  # config.toml still says 24 steps; summary and records as they were
+
+    killed = tmp_path / "killed"
+    with pytest.raises(Crash):
+        run(killed, callbacks=[CrashAt(4)])  # checkpoint at step 3, records to step 4
+    before = files(killed)
+    with pytest.raises(Crash, match="step 4 fails"):
+        run(killed, callbacks=[FailingStep()])
+    assert files(killed) == before  # step 4's record is still there: nothing trained it again yet
+    run(killed)
+    assert [r["step"] for r in metrics(killed) if "loss" in r] == list(range(1, 25))
+
+
 class UpdateLr(Callback):
     """The learning rate each update uses (read just before the optimizer step), by step."""
 
