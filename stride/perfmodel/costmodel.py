@@ -71,18 +71,24 @@ class Prediction:
         }
 
 
-def _inflight(lay: Layout, m: int) -> float:
-    """Micro-batches whose activations the first stage holds at its peak (in micro-batches of all its blocks).
-    Zero bubble: ZB-H1 and V-ZB hold what 1F1B does, ZB-H2 2p - 1 (Qi et al. 2024, Table 1); V-Half
-    (p + 2) // 2 and V-Min (p + 4) // 3 (Qi et al., NeurIPS 2024, Table 1)."""
+def _inflight(lay: Layout, m: int, device: int = 0) -> float:
+    """Micro-batches whose activations pipeline device `device` holds at its peak (in micro-batches of all its
+    blocks). 1F1B: p - d on device d (its warm-up forwards, then one backward frees one forward); interleaved
+    (Megatron's warm-up): ((p - d - 1) 2 + (v - 1) p + 1) chunk forwards, p + (p - 1) / v micro-batches on device 0.
+    Zero bubble: ZB-H1 holds what 1F1B does, ZB-H2 2 (p - d) - 1 (Qi et al. 2024, Table 1: 2p - 1 on the first).
+    V-shape schedules balance memory over the devices: V-ZB p, V-Half (p + 2) // 2, V-Min (p + 4) // 3 (Qi et
+    al., NeurIPS 2024, Table 1) on each."""
     p, v = lay.pp, lay.vpp
     if p == 1:
         return 1.0
     if lay.schedule == "gpipe":
         return float(m)
     if lay.schedule == "interleaved":
-        return min(float(m), p * (1 + (p - 1) / (p * v)))
-    held = {"zb-h2": 2 * p - 1, "v-half": (p + 2) // 2, "v-min": (p + 4) // 3}.get(lay.schedule, p)
+        return min(float(m), ((p - device - 1) * 2 + (v - 1) * p + 1) / v)
+    if lay.v_shape:
+        held = {"v-half": (p + 2) // 2, "v-min": (p + 4) // 3}.get(lay.schedule, p)
+    else:
+        held = 2 * (p - device) - 1 if lay.schedule == "zb-h2" else p - device
     return float(min(m, held))
 
 
@@ -104,20 +110,21 @@ def bubble_share(lay: Layout, blk: BlockTime) -> float:
     return left / max(f + b + w, 1e-30)
 
 
-def _stage_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> tuple[float, float]:
-    """Parameters on the first and the last pipeline stage of one TP (and EP) rank."""
+def _device_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> list[float]:
+    """Parameters on each pipeline device of one TP (and EP) rank: its blocks, the embedding on device 0, the head
+    (and a tied embedding's output copy) where the last chunk is: the last device, or device 0 in a V shape."""
     n_moe_share = spec.moe_layers / spec.layers
     dense = layer_params(spec) * (1 - n_moe_share)
     moe = layer_params(spec, True) * n_moe_share / lay.ep if spec.moe else 0.0
     per_block = dense + moe
     emb, head = embedding_params(spec), head_params(spec)
-    if lay.pp == 1:
-        p = (blocks[0] * per_block + emb + head) / lay.tp
-        return p, p
-    last_head = head + (spec.vocab * spec.hidden if spec.tied_embeddings else 0)  # output copy
-    if lay.v_shape:  # device 0 holds the first chunk and the last: the embedding and the head
-        return (blocks[0] * per_block + emb + head) / lay.tp, blocks[-1] * per_block / lay.tp
-    return (blocks[0] * per_block + emb) / lay.tp, (blocks[-1] * per_block + last_head) / lay.tp
+    out = [n * per_block for n in blocks]
+    out[0] += emb
+    if lay.pp == 1 or lay.v_shape:
+        out[0] += head
+    else:
+        out[-1] += head + (spec.vocab * spec.hidden if spec.tied_embeddings else 0)  # output copy
+    return [x / lay.tp for x in out]
 
 
 # Kernels one block launches per micro-batch, forward and backward (about twice the forward): fused
@@ -189,8 +196,8 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     bubble = (p - 1) * bubble_share(lay, blk) * (sum(stages) / p + t_p2p_mb) if p > 1 else 0.0
 
     # ---- data parallel and optimizer ------------------------------------------------------
-    p_first, p_last = _stage_params(spec, lay, blocks)
-    p_stage = max(p_first, p_last)
+    p_dev = _device_params(spec, lay, blocks)
+    p_stage = max(p_dev[0], p_dev[-1])
     fp32_reduce = fw.grad_reduce_fp32 if lay.grad_reduce_fp32 is None else lay.grad_reduce_fp32
     gbytes = 4 if lay.precision in FP32_STORAGE or (fp32_reduce and lay.precision != "fp16") else 2
     wire_w = 1 if lay.fp8_gather else (4 if lay.precision in FP32_STORAGE else 2)
@@ -267,8 +274,8 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     step = max(step, host)
     add_comm(pp_link, 2 * v * act_msg * m)
 
-    mem = predict_memory(spec, lay, hw, _inflight(lay, m), (blocks[0], blocks[-1]), (p_first, p_last), gbytes,
-                         c.fused, _recompute_share(lay, blocks))
+    mem = predict_memory(spec, lay, hw, [(blocks[d], p_dev[d], _inflight(lay, m, d), d == head_stage)
+                                         for d in range(p)], gbytes, c.fused, _recompute_share(lay, blocks))
     n_tok = global_batch * spec.seq
     mflops = model_flops(spec, n_tok)
     hflops = executed_flops(spec, n_tok, lay.recompute if lay.recompute in ("none", "selective", "full")

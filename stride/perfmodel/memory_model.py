@@ -103,10 +103,14 @@ def nccl_buffer_bytes(lay: Layout, hw: Hardware) -> float:
     return float(sum(NCCL_COMM_BYTES[min(g, 3)] for g in groups))
 
 
-def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: float, blocks: tuple[int, int],
-                   params: tuple[float, float], gbytes: int, fused: bool, rc_share: float = 1.0) -> Memory:
-    """Peak of the first stage (most micro-batches in flight) and the last (the logits). `rc_share`: the share
-    of blocks that recompute (Megatron's block method), the others keep all their activations."""
+def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: list[tuple[int, float, float, bool]],
+                   gbytes: int, fused: bool, rc_share: float = 1.0) -> Memory:
+    """Peak of the fullest pipeline device. `devices`: per device its blocks, parameters, micro-batches in flight
+    and whether it computes the logits. The first device holds the most micro-batches, the last the logits, but
+    where the first and last stages hold fewer blocks (Megatron's embedding/loss split, uneven splits) the second
+    holds the most activations: the Zero Bubble paper's 1F1B runs (round 12, layers = k p - 2) measured 30-72 GB
+    where device 0 alone gave 12-25 GB. `rc_share`: the share of blocks that recompute (Megatron's block
+    method), the others keep all their activations."""
     fw = FRAMEWORKS[lay.framework]
     act = 2 if lay.precision in ("fp32", "tf32") else 1
     tokens = lay.micro_batch * spec.seq / lay.cp
@@ -144,12 +148,7 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, inflight: f
         return {**_states(lay, p, gbytes), "activations": acts,
                 "buffers": scratch + gathered + (logits if with_logits else 0.0)}
 
-    v_shape = lay.v_shape  # the last chunk, with the logits, is on device 0
-    first = stage(blocks[0], params[0], inflight, lay.pp == 1 or v_shape)
-    worst = first
-    if lay.pp > 1:
-        last = stage(blocks[1], params[1], 1.0, not v_shape)
-        worst = first if sum(first.values()) >= sum(last.values()) else last
+    worst = max((stage(*d) for d in devices), key=lambda parts: sum(parts.values()))
     allocated = sum(worst.values())
     reserved = allocated * fw.allocator_slack
     return Memory(worst, allocated, reserved, reserved + hw.runtime_overhead_gib * GIB + nccl_buffer_bytes(lay, hw))
