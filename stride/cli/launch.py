@@ -112,6 +112,7 @@ def run_slurm(args: argparse.Namespace) -> int:
 
 
 def run_k8s(args: argparse.Namespace) -> int:
+    from stride.config import ConfigError
     from stride.launch.k8s import DEFAULT_IMAGE, K8sJob, build_manifests
     from stride.launch.yaml_writer import dump_yaml
 
@@ -126,6 +127,9 @@ def run_k8s(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
+        if args.output.is_dir() or not args.output.parent.is_dir():  # a usage error, as every other flag's (exit 2)
+            raise ConfigError(f"-o {args.output}: " + ("a folder; give a file name in it" if args.output.is_dir()
+                                                       else f"its folder {args.output.parent} does not exist"))
         args.output.write_text(text)
         print(f"wrote {args.output} (kubectl apply -f {args.output})")
     return 0

@@ -252,6 +252,10 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
     cfg.metrics.progress = False
     rerun = Path(out) if out is not None else default_rerun_dir(run_dir)
     recorded_world = summary.get("world_size")
+    if recorded_world is not None and (isinstance(recorded_world, bool) or not isinstance(recorded_world, int)
+                                       or recorded_world < 1):
+        raise ConfigError(f"{run_dir / 'summary.json'}: `world_size` = {recorded_world!r} is not a process count "
+                          "(an integer >= 1): edited or damaged")
     world = nproc or (recorded_world if isinstance(recorded_world, int) and recorded_world > 0 else 1)
     # An extended run (docs/checkpoint.md): replay each earlier segment to its own train.steps first, as the
     # original was trained (the learning-rate schedule of each segment ran over that segment's step count).

@@ -27,6 +27,7 @@ def test_int_accepted_for_float() -> None:
         (["optimm.lr=1e-3"], ["optimm", "did you mean `optim`"]),
         (["optim.lr=fast"], ["optim.lr", "expects a number", "'fast'"]),
         (["train.steps=1.5"], ["train.steps", "expects an integer"]),
+        (["train.steps=99999999999999999999999"], ["train.steps", "outside the 64-bit integers"]),  # audit 7
         (["train.deterministic=1"], ["train.deterministic", "true or false"]),
         (["optim.lr=-1e-3"], ["optim.lr", "must be > 0"]),
         (["train.batch_size=10", "train.grad_accum=3"], ["batch_size", "not divisible", "grad_accum"]),

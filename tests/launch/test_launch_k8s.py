@@ -97,6 +97,15 @@ def test_cli_writes_yaml_and_json(config: Path, tmp_path: Path) -> None:
     assert lst["kind"] == "List" and [d["kind"] for d in lst["items"]] == ["ConfigMap", "PyTorchJob"]
 
 
+def test_an_output_path_without_its_folder_is_a_usage_error(config: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Audit 7: `-o /missing/dir/j.yaml` exited 1 (an OSError) where every other launch usage error exits 2."""
+    assert main(["launch", "k8s", str(config), "-o", str(tmp_path / "missing" / "j.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["launch", "k8s", str(config), "-o", str(tmp_path)]) == 2  # a folder, not a file name
+    assert not (tmp_path / "missing").exists()
+
+
 @pytest.mark.parametrize("kwargs, needle", [({"name": "Bad_Name"}, "DNS-1123"), ({"nodes": 0}, "--nodes"),
                                             ({"restart_policy": "Sometimes"}, "restart-policy")])
 def test_bad_options_are_named(config: Path, kwargs: dict, needle: str) -> None:

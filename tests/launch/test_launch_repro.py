@@ -57,6 +57,18 @@ def test_tampered_record_is_a_mismatch(tmp_path: Path) -> None:
     assert rep.matches and "within tolerance" in rep.verdict
 
 
+@pytest.mark.parametrize("world", [-3, 0, "2", True, 1.5])
+def test_a_recorded_world_size_that_is_not_a_process_count_is_refused(tmp_path: Path, world: object) -> None:
+    """Audit 7: a summary.json edited to `world_size: -3` was re-run on one process, reported as "-3 (single)"."""
+    run = _record(tmp_path)
+    s = json.loads((run / "summary.json").read_text())
+    s["world_size"] = world
+    (run / "summary.json").write_text(json.dumps(s))
+    with pytest.raises(ConfigError, match=r"summary.json: `world_size` = .* is not a process count"):
+        reproduce(run, tmp_path / "r", tolerance=1e-5)
+    assert not (tmp_path / "r").exists()
+
+
 def test_deterministic_mismatch_is_not_excused_by_tolerance(tmp_path: Path) -> None:
     run = _record(tmp_path, "train.deterministic=true")
     s = json.loads((run / "summary.json").read_text())
