@@ -62,12 +62,29 @@ def validate_scaling(sc: Any, where: str) -> None:
         for key in REQUIRED_THROUGHPUT_KEYS:
             if not isinstance(p["throughput"], dict) or key not in p["throughput"]:
                 raise ResultsError(f"{at}: throughput is missing {key!r}")
+        if why := throughput_order_problem(p["throughput"]):
+            raise ResultsError(f"{at}: {why}")
         for key in ("speedup", "efficiency", "exposed_comm_fraction"):
             if not _number_or_none(p[key]):
                 raise ResultsError(f"{at}: {key} {p[key]!r} is not a finite number or null")
         if p["per_rank_batch"] * n != p["global_batch"]:
             raise ResultsError(f"{at}: per_rank_batch {p['per_rank_batch']} x {n} ranks != global_batch "
                                f"{p['global_batch']}")
+
+
+def throughput_order_problem(t: dict[str, Any]) -> str | None:
+    """A median outside its own [min, max], or min > max (None: in order). Such a file is damaged or hand-edited,
+    and compare judged its ratio (a 1e308 median: a 2.3e304x ratio) as if measured. A negative figure is left to
+    the range check of compare and report, which names it plainly ("below 0")."""
+    med, lo, hi = t.get("median"), t.get("min"), t.get("max")
+    if not all(_number_or_none(v) and v is not None and v >= 0 for v in (med, lo, hi)):
+        return None  # null (no measurement), or a type or range that other checks name
+    if lo > hi:
+        return f"throughput.min = {lo!r} is above throughput.max = {hi!r}"
+    if not lo <= med <= hi:
+        return (f"throughput.median = {med!r} lies outside [min {lo!r}, max {hi!r}]: a median lies between its "
+                "measurements' min and max")
+    return None
 
 
 FIGURES = ("mfu", "peak_mem_bytes", "time_to_target_s", "timesteps_per_s", "flops_per_step", "steps",
@@ -123,7 +140,7 @@ def validate_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
         for key in REQUIRED_THROUGHPUT_KEYS:
             if key not in w["throughput"]:
                 raise ResultsError(f"{where}: workloads[{i}].throughput is missing {key!r}")
-        if why := workload_type_problem(w):
+        if why := workload_type_problem(w) or throughput_order_problem(w["throughput"]):
             raise ResultsError(f"{where}: workloads[{i}] ({str(w.get('name'))[:40]}): {why}")
     if version == 1:
         if "scaling" in obj:

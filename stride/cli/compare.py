@@ -1,11 +1,24 @@
-"""`stride compare A B`: per-workload ratios, judged against run noise (A, B: results.json, bench or run dirs)."""
+"""`stride compare A B`: per-workload ratios, judged against each side's measured spread (A, B: results.json, bench or
+run dirs)."""
 
 from __future__ import annotations
 
 import argparse
 
+DESCRIPTION = (
+    "Compare two results (results.json, bench or run folders) workload by workload: B/A of the median throughput, "
+    "judged against a noise band of 2 x sqrt(cv_A^2 + cv_B^2), at least 2 %, where each cv is the spread of that "
+    "side's measurements: a `stride bench` entry's 3 throughput windows inside one run, a world sweep point's "
+    "repeated runs. Within-run spread can understate what a second run differs by: repeat runs to see that. "
+    "A `stride train` run folder is one measurement (no cv): against another, the band is the 2 % floor, 'assumed'. "
+    "Verdict: 'within noise' where |B/A - 1| <= band, else faster or slower; the table shows more digits where "
+    "rounding would hide which side of the band the ratio is on.")
+EPILOG = ("exit status: 0 compared; 2 for an unreadable or impossible input, or any row refused (different "
+          "workloads, workload versions or throughput units), after the table where other rows were compared")
+
 
 def register(p: argparse.ArgumentParser) -> None:
+    p.description, p.epilog = DESCRIPTION, EPILOG  # main's one line is the command list's summary
     p.add_argument("a", help="baseline: a results.json, a `stride bench` directory or a `stride train` run directory")
     p.add_argument("b", help="candidate: the same kinds as A")
     p.add_argument("--json", action="store_true",

@@ -30,7 +30,7 @@ def test_judge_uses_noise() -> None:
     assert judge(a, _w("x", 120.0)["throughput"]) == (pytest.approx(1.2), "faster")
     assert judge(a, _w("x", 80.0)["throughput"])[1] == "slower"
     noisy = _w("x", 120.0, cv=0.15, mn=90.0, mx=140.0)["throughput"]
-    assert judge(a, noisy)[1] == "within noise"  # 20 % is inside twice a 15 % CV
+    assert judge(a, noisy)[1] == "within noise"  # 20 % is inside 2 x sqrt(15² + 1²) = 30.1 %
 
 
 def test_compare_handles_missing_and_versions() -> None:
