@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -17,13 +18,13 @@ def register(p: argparse.ArgumentParser) -> None:
     s.add_argument("--assets", type=int, default=64, help="symbols to simulate, >= 1 (default: %(default)s)")
     s.add_argument("--days", type=int, default=250, help="trading days (weekdays), >= 1 (default: %(default)s)")
     s.add_argument("--freq", default="1min",
-                   help="bar length: 1min, 5min, 30s, 1h (must divide 6.5 h; default: %(default)s)")
+                   help="bar length: 1min, 5min, 30s, 30min (must divide 6.5 h; default: %(default)s)")
     s.add_argument("--levels", type=int, default=5,
                    help="order-book levels per side, >= 0; 0 writes bars only (default: %(default)s)")
     s.add_argument("--seed", type=int, default=0,
                    help="random seed, >= 0; the same seed writes the same data (default: %(default)s)")
     s.add_argument("--overwrite", action="store_true",
-                   help="write into a non-empty --out (default: refuse it)")
+                   help="replace an earlier synth output at --out (nothing else; default: refuse it)")
     s.set_defaults(func=run_synth)
 
     i = sub.add_parser("ingest", help="ingest Parquet / Arrow IPC / CSV / NumPy files into a memory-mapped store")
@@ -93,8 +94,13 @@ def run_synth(args: argparse.Namespace) -> int:
     try:
         info = synthesize(args.out, args.assets, args.days, args.freq, args.seed, args.levels, args.overwrite)
     except (ValueError, FileExistsError) as exc:
-        print(f"stride data synth: {exc}", file=sys.stderr)
+        print(f"stride data synth: {one_line(str(exc))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        kept = " (the earlier output there is kept)" if Path(args.out).exists() else ""
+        print(f"stride data synth: stopped (interrupted): nothing written to {one_line(args.out)}{kept}; rerun to "
+              "write it", file=sys.stderr)
+        return 130
     print(f"wrote {info['files']} files, {info['rows']:,} rows ({info['assets']} assets x {info['days']} days x "
           f"{info['bars_per_day']} bars) to {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0
@@ -115,6 +121,13 @@ def run_ingest(args: argparse.Namespace) -> int:
 
         print(f"stride data ingest: {one_line(str(exc))}", file=sys.stderr)  # a file name may hold a newline
         return 2
+    except KeyboardInterrupt:  # the temporary store folder is removed by now (StoreWriter.abort)
+        from stride.errors import one_line
+
+        kept = " (the earlier store there is kept)" if Path(args.out).exists() else ""
+        print(f"stride data ingest: stopped (interrupted): nothing written to {one_line(args.out)}{kept}; rerun to "
+              "ingest", file=sys.stderr)
+        return 130
     m = open_store(out).manifest
     print(f"store {out}: {m['n_rows']:,} rows x {len(m['columns'])} columns ({m['dtype']}), "
           f"{len(m['symbols'])} symbols, {m['time_range'][0]} .. {m['time_range'][1]}, "
@@ -132,9 +145,20 @@ def run_inspect(args: argparse.Namespace) -> int:
 
         print(f"stride data inspect: {one_line(str(exc))}", file=sys.stderr)
         return 2
+    try:
+        return _print_inspect(args, st)
+    except BrokenPipeError:  # `| head`: the reader is gone; no "Broken pipe" line, the status a SIGPIPE gives
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush writes nowhere
+        return 141
+
+
+def _print_inspect(args: argparse.Namespace, st: Any) -> int:
     m = st.manifest
     if args.json:
         print(json.dumps({k: v for k, v in m.items() if k != "symbols"} | {"n_symbols": len(m["symbols"])}))
+        sys.stdout.flush()  # a closed pipe is found here, inside the handler, not at exit
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -156,6 +180,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     size = m["files"]["values.bin"]["bytes"] / 2**20
     print(f"{m['n_rows']:,} rows, {len(m['columns'])} columns ({m['dtype']}, {size:.1f} MiB): "
           f"{', '.join(m['columns'])}")
+    sys.stdout.flush()
     return 0
 
 

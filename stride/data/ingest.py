@@ -18,12 +18,16 @@ the unit of the rows before it, is an error naming its row.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+import unicodedata
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +36,7 @@ import pyarrow.compute as pc
 from stride.data.store import StoreError, StoreWriter
 from stride.errors import StrideError, one_line
 from stride.files.input_file import not_found_or_special
+from stride.files.owner import parse as parse_tag
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
             ".csv": "csv", ".gz": "csv", ".npy": "numpy", ".npz": "numpy"}
@@ -92,10 +97,12 @@ def _numpy_table(path: Path, time_col: str) -> pa.Table:
     return pa.table({time_col: rows, **cols})
 
 
-def _readable_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table]:
+def _readable_chunks(path: Path, time_col: str, time_format: str | None = None
+                     ) -> Iterator[pa.RecordBatch | pa.Table]:
     """read_chunks, with every way a file can fail to read turned into an IngestError naming it."""
     try:
-        for chunk in read_chunks(path, time_col):
+        chunks = read_chunks(path, time_col, time_format) if time_format else read_chunks(path, time_col)
+        for chunk in chunks:
             _check_names(chunk.schema, path)
             yield chunk
     except FileNotFoundError:
@@ -122,11 +129,13 @@ def _check_names(schema: pa.Schema, path: Path) -> None:
                               ) from None
 
 
-def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, dtype: str) -> tuple[np.ndarray, list]:
-    """[rows, columns] float32 of the feature columns, and where a finite source value leaves the store dtype's
-    range: [(row, column, value)] (the first of each column)."""
+def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, dtype: str
+                ) -> tuple[np.ndarray, list, list]:
+    """[rows, columns] float32 of the feature columns; where a finite source value leaves the store dtype's
+    range: [(row, column, value)] (the first of each column); and integers float32 cannot hold exactly (above
+    2^24): [(column, how many, first row, value, stored value)]."""
     vals = np.empty((chunk.num_rows, len(schema)), np.float32)
-    over = []
+    over, rounded = [], []
     for j, c in enumerate(schema):
         col = chunk.column(c)
         if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
@@ -140,11 +149,36 @@ def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, d
             big = np.flatnonzero(np.isfinite(src) & (np.abs(src) >= np.float64(OVERFLOW[dtype])))
             if len(big):
                 over.append((int(big[0]), j, float(src[big[0]])))
-    return vals, over
+        elif dtype == "float32":  # bfloat16 stores round every value to 3 digits, as documented
+            changed = _changed_integers(np.asarray(src), vals[:, j])
+            if len(changed):
+                r = int(changed[0])
+                rounded.append((j, len(changed), r, int(src[r]), int(vals[r, j])))
+    return vals, over, rounded
 
 
-def read_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table]:
-    """Stream a file as record batches (Parquet, Arrow IPC, CSV) or one table (NumPy)."""
+def _changed_integers(src: np.ndarray, f32: np.ndarray) -> np.ndarray:
+    """Rows whose integer is not its float32 (only integers up to 2^24 all have one), compared exactly."""
+    if src.dtype.kind == "f":  # an integer column with nulls arrives as float64 (NaN for null)
+        big = np.flatnonzero(np.abs(np.nan_to_num(src)) > 2**24)
+        return big[f32[big].astype(np.float64) != src[big]]
+    signed = src.dtype.kind == "i"
+    big = np.flatnonzero((src > 2**24) | (src < -(2**24)) if signed else src > 2**24)
+    if not len(big):
+        return big
+    f = f32[big].astype(np.float64)  # float32 values are exact in float64 (integers above 2^24 too)
+    lim = 2.0**63 if signed else 2.0**64
+    fits = (f < lim) & (f >= -lim)
+    same = np.zeros(len(big), bool)
+    same[fits] = f[fits].astype(src.dtype) == src[big][fits]
+    return big[~same]
+
+
+def read_chunks(path: Path, time_col: str, time_format: str | None = None) -> Iterator[pa.RecordBatch | pa.Table]:
+    """Stream a file as record batches (Parquet, Arrow IPC, CSV) or one table (NumPy).
+
+    With `time_format`, a CSV's time column is read as text, so the format parses it: pyarrow would otherwise
+    infer ISO-looking dates itself and the format would be ignored ('%Y-%d-%m' read as ISO swaps day and month)."""
     kind = SUFFIXES.get(path.suffix)
     if kind == "parquet":
         import pyarrow.parquet as pq
@@ -165,7 +199,8 @@ def read_chunks(path: Path, time_col: str) -> Iterator[pa.RecordBatch | pa.Table
         import pyarrow.csv as pcsv
 
         src: Any = pa.CompressedInputStream(str(path), "gzip") if path.suffix == ".gz" else str(path)
-        yield from pcsv.open_csv(src)
+        types = {time_col: pa.string()} if time_format else {}
+        yield from pcsv.open_csv(src, convert_options=pcsv.ConvertOptions(column_types=types))
     elif kind == "numpy":
         yield _numpy_table(path, time_col)
     else:
@@ -304,22 +339,34 @@ def ingest(
                           f"{time_col!r}: one column cannot be both; name the timestamp column with --time-col")
     check_out(Path(src), Path(out))
     files = find_sources(src)
+    check_synth_tree(Path(src), files)
+    root = Path(src) if Path(src).is_dir() else None
     rows_in = 0
     writer: StoreWriter | None = None
     schema: list[str] | None = None
     first_file: Path | None = None
     carry: dict[str, np.ndarray] = {}
+    by_name: dict[str, Path] = {}  # symbol taken from a file name -> the first file named so
+    rounded: dict[int, list] = {}  # column -> [integers changed, (file, row, value, stored) of the first]
+    time_types: set[str] = set()  # the time column's types where it was not text (--time-format not used)
+    time_text = False  # ... and whether it was text somewhere (--time-format used)
     try:
         for path in files:
             row0 = 0
-            for chunk in _readable_chunks(path, time_col):
+            file_sym, keyed = path_symbol(path, root, symbol_col)
+            for chunk in _readable_chunks(path, time_col, time_format):
                 names = [n for n in chunk.schema.names if n not in (time_col, symbol_col)]
                 if time_col not in chunk.schema.names:
                     have = ", ".join(chunk.schema.names)
                     raise IngestError(f"{path}: no timestamp column {time_col!r} (columns: {have})")
                 # the time column first: a --time-col that names a text column is said to be that, not reported as
                 # the default `timestamp` column turned feature and found non-numeric
-                ts = _timestamps_ns(chunk.column(time_col), path, time_col, time_format, unit, row0)
+                tcol = chunk.column(time_col)
+                if pa.types.is_string(tcol.type) or pa.types.is_large_string(tcol.type):
+                    time_text = True
+                else:
+                    time_types.add(str(tcol.type))
+                ts = _timestamps_ns(tcol, path, time_col, time_format, unit, row0)
                 if schema is None:
                     schema = list(columns) if columns else names  # in the order asked for
                     _check_columns(path, columns, names, schema, time_col, symbol_col)
@@ -339,16 +386,25 @@ def ingest(
                                       f"{sorted(set(schema) - set(names))}")
                 assert writer is not None
                 n = chunk.num_rows
-                vals, over = _to_float32(chunk, schema, path, first_file, dtype)
+                vals, over, changed = _to_float32(chunk, schema, path, first_file, dtype)
+                for j, count, r, value, stored in changed:
+                    rounded.setdefault(j, [0, (path, r + row0, value, stored)])[0] += count
                 if symbol_col in chunk.schema.names:
                     sym_col = chunk.column(symbol_col).cast(pa.string())
                     blank = np.flatnonzero(pc.fill_null(pc.equal(sym_col, ""), True))  # else stored as "None", ""
                     if len(blank):
                         raise IngestError(f"{path}: symbol column {symbol_col!r} is empty at row {blank[0] + row0} "
                                           "(0-based data row); every row needs its symbol")
+                    ctrl = np.flatnonzero(pc.fill_null(pc.match_substring_regex(sym_col, CONTROL), False))
+                    if len(ctrl):  # checked on the text: numpy's str would drop a trailing NUL ("z\0" -> "z")
+                        _check_symbol_text(path, str(sym_col[int(ctrl[0])]), int(ctrl[0]) + row0, True)
                     syms = np.asarray(sym_col.to_numpy(zero_copy_only=False))
                 else:
-                    syms = np.full(n, path.name.split(".")[0], dtype=object)  # sp500.csv.gz -> sp500
+                    if row0 == 0:
+                        _check_symbol_text(path, file_sym, 0, False)
+                        if not keyed:
+                            _check_file_symbol(by_name, file_sym, path, symbol_col)
+                    syms = np.full(n, file_sym, dtype=object)  # sp500.csv.gz -> sp500; symbol=ESH4/ -> ESH4
                 if over:
                     r, c, value = min(over)
                     raise IngestError(f"{path}: column {schema[c]!r} has {value:g} at row {r + row0} (0-based data "
@@ -391,6 +447,16 @@ def ingest(
                                **(read_as if unit.integer else {})})
         if unit.integer:
             log.warning("stride data ingest: %s", unit.describe(time_col))
+        if rounded:
+            log.warning("stride data ingest: note: %s", _rounding_note(rounded, schema or []))
+        if time_format and time_types:
+            kinds = ", ".join(sorted(time_types))
+            if time_text:
+                log.warning("stride data ingest: note: --time-format %r was used only where the timestamp column %r "
+                            "is text; elsewhere it is %s and was read as it is", time_format, time_col, kinds)
+            else:
+                log.warning("stride data ingest: note: --time-format %r was not used: the timestamp column %r is not "
+                            "text (%s) and was read as it is", time_format, time_col, kinds)
         return store
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:  # an unreadable or inconsistent file
         if writer is not None:
@@ -405,6 +471,84 @@ def ingest(
         if writer is not None:
             writer.abort()
         raise
+
+
+CONTROL = r"[\x00-\x1f\x7f-\x9f\x{2028}\x{2029}]"  # Unicode Cc, Zl, Zp in RE2 (_check_symbol_text)
+SYNTH_LAYOUT = re.compile(r"date=\d{4}-\d{2}-\d{2}/symbol=S\d{3,}/part-0\.parquet")
+
+
+def check_synth_tree(src: Path, files: list[Path]) -> None:
+    """Refuse a `stride data synth` temporary folder (a killed or running synth: not a dataset yet); warn where a
+    tree laid out as synth writes it has no completion marker (an older stride's synth, maybe interrupted), or
+    holds another number of files than its marker says (files removed or added since)."""
+    from stride.data.simulator import MARKER
+
+    for p in (src, *src.resolve().parents):
+        tag = parse_tag(p.name)
+        if tag is not None and tag.rest.startswith("synth-"):
+            raise IngestError(f"{p}: the temporary folder of an unfinished `stride data synth` (killed, or still "
+                              "running): not a complete dataset; rerun the synth and ingest its --out")
+    if not src.is_dir():
+        return
+    try:
+        marker = json.loads((src / MARKER).read_text())
+    except FileNotFoundError:
+        if files and all(SYNTH_LAYOUT.fullmatch(f.relative_to(src).as_posix()) for f in files):
+            log.warning("stride data ingest: note: %s is laid out as `stride data synth` writes (date=/symbol= "
+                        "folders) but has no %s, the mark of a finished synth: an older synth, maybe interrupted "
+                        "(days or symbols missing); ingested as it is", src, MARKER)
+        return
+    except (OSError, ValueError, RecursionError):
+        marker = None
+    want = marker.get("files") if isinstance(marker, dict) else None
+    if not isinstance(want, int):
+        log.warning("stride data ingest: note: %s has a %s that cannot be read (not the mark of a finished synth); "
+                    "ingested as it is", src, MARKER)
+    elif want != len(files):
+        log.warning("stride data ingest: note: %s holds %d data files, its synth marker %s says %d: files were "
+                    "added or removed since the synth; ingested as it is", src, len(files), MARKER, want)
+
+
+def path_symbol(path: Path, root: Path | None, symbol_col: str) -> tuple[str, bool]:
+    """The symbol of a file without a symbol column, and whether it came from a partition key: a hive folder
+    `<symbol_col>=X` between the source folder and the file (URL-decoded, as pyarrow's hive partitioning reads it;
+    the innermost wins), else the file's name up to its first dot (`sp500.csv.gz` -> `sp500`)."""
+    parts = path.relative_to(root).parts[:-1] if root is not None else ()
+    for part in reversed(parts):
+        key, eq, value = part.partition("=")
+        if eq and key == symbol_col and value:
+            if value == "__HIVE_DEFAULT_PARTITION__":
+                raise IngestError(f"{path}: folder {part!r} is a null symbol partition; every row needs its symbol")
+            return unquote(value), True
+    return path.name.split(".")[0], False
+
+
+def _check_file_symbol(by_name: dict[str, Path], sym: str, path: Path, symbol_col: str) -> None:
+    """Two files in different folders named alike would become one symbol (two instruments merged): refused."""
+    other = by_name.setdefault(sym, path)
+    if other.parent != path.parent:
+        raise IngestError(f"{other} and {path} would both be symbol {sym!r}: without a {symbol_col!r} column or a "
+                          f"{symbol_col}=NAME folder a file's symbol is its name, and these are in different folders; "
+                          f"add a {symbol_col!r} column, put each file under a {symbol_col}=NAME folder, or rename one")
+
+
+def _check_symbol_text(path: Path, sym: str, row: int, from_column: bool) -> None:
+    """A symbol with a line break or another control character (it would split the inspect table and logs)."""
+    bad = next((c for c in sym if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is not None:
+        where, fix = (f"at row {row} (0-based data row)", "clean the symbol column") if from_column else \
+            ("(from the file's path)", "rename the file or folder")
+        raise IngestError(f"{path}: symbol {sym!r} {where} holds the control character {bad!r}: symbols are names "
+                          f"printed in tables and logs; {fix}")
+
+
+def _rounding_note(rounded: dict[int, list], schema: list[str]) -> str:
+    """One line: per integer column, how many values float32 changed, and the first of them."""
+    parts = []
+    for j, (count, (path, row, value, stored)) in sorted(rounded.items()):
+        parts.append(f"column {schema[j]!r}: {count:,} values (first {value} -> {stored}, {path.name} row {row})")
+    return ("integers above 2^24 were rounded to the nearest float32, which holds every integer only up to "
+            f"16,777,216: {'; '.join(parts)}; rescale the column (e.g. volume in thousands) to keep every digit")
 
 
 def _check_columns(path: Path, asked: list[str] | None, names: list[str], schema: list[str], time_col: str,

@@ -3,7 +3,8 @@
 `expanding`: each row is z-scored with the mean and std of its symbol's rows up to and including it.
 `rolling`: the same over the last `window` rows of its symbol (fewer in the first window-1 rows, the
 warm-up, which `splits` keeps out of every window). Both are written once as a derived float32
-memory map next to the store, chunk by chunk (float64 memory is one chunk, never the series).
+memory map next to the store (in the user's cache folder where the store cannot be written), chunk by
+chunk (float64 memory is one chunk, never the series).
 `train`: one mean and std per column over the rows of the training split, applied after the gather
 (float32 batches) or baked into a derived file (bfloat16 batches: the loader then only copies).
 Derived files are float32 (`.f32`) or bfloat16 (`.bf16`: the float32 values rounded to nearest even,
@@ -23,7 +24,9 @@ max(ROLLING_BLOCK, window) + window - 1 rows, in column groups of at most GROUP_
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import logging
 import os
 import re
 import uuid
@@ -33,13 +36,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from stride.data.store import StoreError
+from stride.errors import os_reason
 from stride.files.owner import remove_abandoned, tagged_name
+from stride.files.user_cache import user_cache_dir
 
 CHUNK = 1 << 16  # rows per chunk for `expanding`, `select` and train statistics
 ROLLING_BLOCK = 1 << 12  # output rows per chunk for `rolling` (at least `window`)
 _LEFTOVER = re.compile(r"^derived-[0-9a-f]{8}-")  # the rest of a tagged temporary cache file's name
 GROUP_ELEMS = 1 << 22  # float64 elements per column group in a rolling chunk (32 MiB per temporary)
 EPS = 1e-8
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # a read-only store: the cache goes to the user's folder
+
+log = logging.getLogger("stride.data")
 
 
 def _merge(a: tuple[int, np.ndarray, np.ndarray], b: tuple[int, np.ndarray, np.ndarray]
@@ -168,7 +177,8 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
 
     Cached under <store>/derived/, keyed by the data's checksum, the columns, the mode and window
     (and the statistics for `train`, the dtype for bfloat16); written to a temporary name and
-    renamed, so a half-written cache is never used.
+    renamed, so a half-written cache is never used. A store that cannot be written (a shared or
+    mounted dataset) keeps its caches in user_derived_dir (one warning line says where).
     """
     np_dtype, suffix, encode = FILE_DTYPES[dtype]
     if (mode == "train") != (shift is not None and scale is not None):
@@ -180,38 +190,89 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
     if dtype != "float32":
         ident += f"|{dtype}"  # float32 keys unchanged: existing caches stay valid
     key = hashlib.sha256(ident.encode()).hexdigest()[:16]
-    out_dir = store_path / "derived"
-    out = out_dir / f"{tag}-{key}.{suffix}"
+    name = f"{tag}-{key}.{suffix}"
     n = values.shape[0]
     size = n * len(cols) * np.dtype(np_dtype).itemsize
+    in_store = store_path / "derived"
+    out = in_store / name
+    if not _usable(out, size) and not _writable(in_store, store_path):
+        out = user_derived_dir(values_sha) / name  # a read-only store: its caches go to the user's cache folder
+
+    def build(path: Path) -> None:
+        _build(path, values, cols, segments, mode, window, np_dtype, encode, shift, scale)
+
     if out.is_symlink() or (out.exists() and out.stat().st_size != size):
         out.unlink()  # not the cache this code writes (a link, or a file cut short): rebuilt
     if not out.exists():
-        out_dir.mkdir(exist_ok=True)
-        remove_abandoned(out_dir, rest=_LEFTOVER)  # a killed run's half-written cache
-        tmp = out_dir / tagged_name("tmp", f"derived-{uuid.uuid4().hex[:8]}-{out.name}")
-        dst = np.memmap(tmp, dtype=np_dtype, mode="w+", shape=(n, len(cols)))
-        idx = torch.tensor(cols)
         try:
-            for lo, hi in zip(*segments, strict=True):
-                lo, hi = int(lo), int(hi)
-                if mode == "rolling":
-                    _write_rolling(values, dst, idx, lo, hi, window, encode)
-                    continue
-                state = None
-                for a in range(lo, hi, CHUNK):
-                    b = min(hi, a + CHUNK)
-                    x = values[a:b].index_select(1, idx).float().numpy()
-                    if mode == "expanding":
-                        x, state = expanding_zscore(x, state)
-                    elif mode == "train":  # the same float32 ops, in the same order, as RowWindows.gather
-                        np.subtract(x, shift.numpy(), out=x)  # type: ignore[union-attr]
-                        np.multiply(x, scale.numpy(), out=x)  # type: ignore[union-attr]
-                    dst[a:b] = encode(x)
-            dst.flush()
-            del dst
-            os.replace(tmp, out)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+            build(out)
+        except OSError as exc:
+            if out.parent != in_store or exc.errno not in _UNWRITABLE:
+                raise _cache_error(store_path, out.parent, exc) from None
+            out = user_derived_dir(values_sha) / name  # os.access said yes, the write said no (a read-only mount)
+            if not _usable(out, size):
+                try:
+                    build(out)
+                except OSError as exc2:
+                    raise _cache_error(store_path, out.parent, exc2) from None
+    if out.parent != in_store:
+        log.warning("stride: %s cannot be written (a read-only store): derived feature cache %s kept in %s",
+                    store_path, name, out.parent)
     return np.memmap(out, dtype=np_dtype, mode="c", shape=(n, len(cols)))
+
+
+def user_derived_dir(values_sha: str) -> Path:
+    """Where a read-only store's derived caches go: the user's cache folder, one folder per data checksum (the
+    cache names already hold it; the folder keeps stores apart and can be removed as a whole)."""
+    return user_cache_dir() / "derived" / values_sha[:16]
+
+
+def _writable(derived: Path, store: Path) -> bool:
+    """Can the store's derived/ folder be written (created, where it is not there yet)? As probe.cache_path asks."""
+    return os.access(derived if derived.is_dir() else store, os.W_OK)
+
+
+def _usable(path: Path, size: int) -> bool:
+    """A cache file as this code writes it: a plain file of the expected size."""
+    return path.is_file() and not path.is_symlink() and path.stat().st_size == size
+
+
+def _cache_error(store: Path, folder: Path, exc: OSError) -> StoreError:
+    """One line naming the store and the folder; in the user's folder (the store is read-only): which to set."""
+    hint = "; the store is read-only: set STRIDE_CACHE_DIR to a writable folder" if \
+        folder.parent.parent == user_cache_dir() else ""
+    return StoreError(f"cannot write the derived feature cache of {store} in {folder}: {os_reason(exc)}{hint}")
+
+
+def _build(out: Path, values: torch.Tensor, cols: list[int], segments: tuple[np.ndarray, np.ndarray], mode: str,
+           window: int, np_dtype: type, encode: Callable[[np.ndarray], np.ndarray], shift: torch.Tensor | None,
+           scale: torch.Tensor | None) -> None:
+    """Write the cache `out` under a temporary name in its folder and rename it into place."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned(out.parent, rest=_LEFTOVER)  # a killed run's half-written cache
+    tmp = out.parent / tagged_name("tmp", f"derived-{uuid.uuid4().hex[:8]}-{out.name}")
+    n = values.shape[0]
+    dst = np.memmap(tmp, dtype=np_dtype, mode="w+", shape=(n, len(cols)))
+    idx = torch.tensor(cols)
+    try:
+        for lo, hi in zip(*segments, strict=True):
+            lo, hi = int(lo), int(hi)
+            if mode == "rolling":
+                _write_rolling(values, dst, idx, lo, hi, window, encode)
+                continue
+            state = None
+            for a in range(lo, hi, CHUNK):
+                b = min(hi, a + CHUNK)
+                x = values[a:b].index_select(1, idx).float().numpy()
+                if mode == "expanding":
+                    x, state = expanding_zscore(x, state)
+                elif mode == "train":  # the same float32 ops, in the same order, as RowWindows.gather
+                    np.subtract(x, shift.numpy(), out=x)  # type: ignore[union-attr]
+                    np.multiply(x, scale.numpy(), out=x)  # type: ignore[union-attr]
+                dst[a:b] = encode(x)
+        dst.flush()
+        del dst
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -11,25 +11,37 @@ with volatility. Deterministic by seed: day d draws from `default_rng([seed, d])
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stride.errors import StrideError
+from stride.files.owner import remove_abandoned, tagged_name
+
 SESSION_OPEN_UTC = np.timedelta64(14 * 60 + 30, "m")  # 09:30 New York (EST), ignoring daylight saving
 SESSION_SECONDS = 390 * 60
 _UNITS = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
+# Written last into a finished output: what `--overwrite` may replace, and what ingest checks a synth tree for.
+# A leading underscore: pyarrow datasets skip it, as they skip `_SUCCESS`.
+MARKER, MARKER_FORMAT = "_stride_synth.json", "stride-synth"
+LEFTOVER = re.compile(r"^synth-[0-9a-f]{8}-")  # the rest of a tagged temporary name of a synth
 
 
 def parse_freq(freq: str) -> int:
-    """'1min', '5min', '30s', '1h' -> seconds per bar (must divide the 6.5 h session)."""
+    """'1min', '5min', '30s', '30min' -> seconds per bar (must divide the 6.5 h session: no whole hour does)."""
     m = re.fullmatch(r"(\d+)\s*(s|sec|min|m|h)", freq.strip())
     if not m:
-        raise ValueError(f"frequency {freq!r}: expected a number and a unit, e.g. 1min, 5min, 30s, 1h")
+        raise ValueError(f"frequency {freq!r}: expected a number and a unit, e.g. 1min, 5min, 30s, 30min")
     sec = int(m.group(1)) * _UNITS[m.group(2)]
     if sec <= 0 or SESSION_SECONDS % sec:
         raise ValueError(f"frequency {freq!r} ({sec} s) does not divide the {SESSION_SECONDS} s session")
@@ -156,27 +168,88 @@ class MarketSimulator:
             yield self.dates[d], self.timestamps(d), self.day(d)
 
 
+class SynthError(StrideError, ValueError):
+    """An --out that synth may not write: names the folder and why."""
+
+    exit_code = 2
+
+
+def synth_marker(path: Path) -> dict[str, Any] | None:
+    """The completion marker of a finished synth output in `path`, or None (none, unreadable, another format)."""
+    try:
+        m = json.loads((path / MARKER).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return m if isinstance(m, dict) and m.get("format") == MARKER_FORMAT else None
+
+
+def _existing(out: Path, overwrite: bool) -> str:
+    """What --out holds: "none", "empty" (a folder, used as it is) or "synth" (a finished synth output, replaced
+    with `overwrite`); anything else is a SynthError naming the folder."""
+    if not os.path.lexists(out):
+        return "none"
+    if out.is_symlink() or not out.is_dir():
+        what = "a symbolic link" if out.is_symlink() else "not a directory"
+        raise SynthError(f"--out {out} is {what}: give a new or empty folder, or an earlier synth output")
+    if not any(out.iterdir()):
+        return "empty"
+    if synth_marker(out) is not None:
+        if overwrite:
+            return "synth"
+        raise SynthError(f"--out {out} holds an earlier `stride data synth` output (pass --overwrite to replace it)")
+    from stride.data.store import is_store
+
+    what = "a stride store" if is_store(out) else f"not empty and not a `stride data synth` output (no {MARKER})"
+    raise SynthError(f"--out {out} is {what}: synth writes a new or empty folder, and --overwrite replaces only an "
+                     "earlier synth output; choose another --out or remove it yourself")
+
+
 def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str = "1min", seed: int = 0,
                levels: int = 5, overwrite: bool = False) -> dict[str, int]:
-    """Write `out/date=YYYY-MM-DD/symbol=SNNN/part-0.parquet`, one day at a time; returns counts.
+    """Write `out/date=YYYY-MM-DD/symbol=SNNN/part-0.parquet`, one day at a time, and `out/_stride_synth.json`;
+    returns counts.
 
-    Each file is written under a temporary name and renamed, so a crash leaves no partial file that
-    ingestion would read (ingestion skips names starting with a dot).
+    The tree is built in a tagged temporary sibling folder (`.tmp-stride-<host>-<pid>-synth-...`), its marker
+    written last, and renamed into place: an interrupted synth (Ctrl-C, a crash: the folder is removed; kill -9:
+    the next synth into the same parent removes it, and ingest refuses it) never leaves a half tree at `out`.
+    `overwrite` replaces only an earlier synth output (its marker); an empty folder is used as it is.
     """
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty (pass --overwrite)")
+    old = _existing(out, overwrite)
     sim = MarketSimulator(n_assets, n_days, freq, seed, params=SimParams(levels=levels))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned(out.parent, rest=LEFTOVER)  # killed syntheses' folders (their process is gone)
+    tmp = out.parent / tagged_name("tmp", f"synth-{uuid.uuid4().hex[:8]}-{out.name}")
+    trash = out.parent / tagged_name("trash", f"synth-{uuid.uuid4().hex[:8]}-{out.name}")
     files = rows = 0
-    for date, ts, cols in sim.days():
-        for i, sym in enumerate(sim.symbols):
-            part = out / f"date={date}" / f"symbol={sym}"
-            part.mkdir(parents=True, exist_ok=True)
-            table = pa.table({"timestamp": pa.array(ts, pa.timestamp("ns", "UTC")), "symbol": [sym] * len(ts),
-                              **{k: v[i] for k, v in cols.items()}})
-            tmp = part / ".part-0.parquet.tmp"
-            pq.write_table(table, tmp)
-            tmp.rename(part / "part-0.parquet")
-            files += 1
-            rows += len(ts)
-    return {"files": files, "rows": rows, "assets": n_assets, "days": n_days, "bars_per_day": sim.bars}
+    try:
+        tmp.mkdir()
+        for date, ts, cols in sim.days():
+            for i, sym in enumerate(sim.symbols):
+                part = tmp / f"date={date}" / f"symbol={sym}"
+                part.mkdir(parents=True, exist_ok=True)
+                table = pa.table({"timestamp": pa.array(ts, pa.timestamp("ns", "UTC")), "symbol": [sym] * len(ts),
+                                  **{k: v[i] for k, v in cols.items()}})
+                pq.write_table(table, part / "part-0.parquet")
+                files += 1
+                rows += len(ts)
+        info = {"files": files, "rows": rows, "assets": n_assets, "days": n_days, "bars_per_day": sim.bars}
+        (tmp / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "version": 1, **info, "freq": freq,
+                                              "seed": seed, "levels": levels, "start": str(sim.dates[0])}, indent=1))
+        if old == "synth":
+            if synth_marker(out) is None:  # checked at the start too; the folder may have changed since
+                raise SynthError(f"--out {out} is no longer a `stride data synth` output: not replaced")
+            out.rename(trash)
+        elif old == "empty":
+            try:
+                out.rmdir()
+            except OSError:
+                raise SynthError(f"--out {out} is no longer empty: not replaced") from None
+        tmp.rename(out)
+    except BaseException:
+        if trash.exists() and not os.path.lexists(out):
+            trash.rename(out)  # stopped between the two renames: the earlier output back in place
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
+    return info

@@ -231,7 +231,11 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
         f = path / name
         if f.exists() and f.resolve().parent != root:
             raise StoreError(f"{f}: a link to {f.resolve()}, outside the store: refused")
-        size = f.stat().st_size if f.is_file() else -1
+        if not f.is_file():
+            what = "missing" if not os.path.lexists(f) else "not a regular file"
+            raise StoreError(f"{f}: {what} (the manifest expects {want} bytes; removed or replaced since the store "
+                             "was committed; re-ingest the store to repair it)")
+        size = f.stat().st_size
         if size != want or size != meta["bytes"]:
             raise StoreError(f"{f}: {size} bytes on disk, manifest expects {want} (truncated, replaced or missing "
                              f"since the store was committed; `stride data inspect {path} --verify` checks every "
@@ -251,6 +255,14 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
     return Store(path, manifest, t, ts, vals if isinstance(vals, np.memmap) else None)
 
 
+def _empty_dir(path: Path) -> bool:
+    """A real folder (not a link) with nothing in it."""
+    try:
+        return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+    except OSError:
+        return False
+
+
 class StoreWriter:
     """Streams rows, grouped per symbol, into a temporary directory; `commit` makes it a store.
 
@@ -264,11 +276,13 @@ class StoreWriter:
         if dtype not in DTYPES:
             raise StoreError(f"store dtype {dtype!r} is not one of {', '.join(DTYPES)}")
         self.out = Path(out)
-        if os.path.lexists(self.out) and not overwrite:
-            raise StoreError(f"{self.out} already exists (pass --overwrite to replace it)")
-        if os.path.lexists(self.out) and not is_store(self.out):
+        self.empty = _empty_dir(self.out)  # an empty folder is used as it is: nothing in it to replace
+        if os.path.lexists(self.out) and not self.empty and not is_store(self.out):
             raise StoreError(f"{self.out} exists and is not a stride store (no stride-store manifest.json): "
-                             "--overwrite replaces only a store; remove it yourself or choose another --out")
+                             "ingest writes a new or empty folder and --overwrite replaces only a store; remove it "
+                             "yourself or choose another --out")
+        if os.path.lexists(self.out) and not self.empty and not overwrite:
+            raise StoreError(f"{self.out} already exists (pass --overwrite to replace it)")
         self.columns, self.dtype, self.overwrite = list(columns), dtype, overwrite
         self.tmp = self.out.parent / tagged_name("tmp", f"store-{uuid.uuid4().hex[:8]}-{self.out.name}")
         try:
@@ -349,6 +363,8 @@ class StoreWriter:
         man_tmp = self.tmp / "manifest.json.part"
         man_tmp.write_text(json.dumps(manifest, indent=1))
         man_tmp.rename(self.tmp / "manifest.json")  # the store is complete only now
+        if self.empty and _empty_dir(self.out):
+            self.out.rmdir()  # renamed into its place below (an entry added since: it stays, the rename fails)
         if os.path.lexists(self.out) and self.overwrite:
             if not is_store(self.out):  # checked at the start too; the folder may have changed since
                 self.abort()
