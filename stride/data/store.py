@@ -263,6 +263,10 @@ def _empty_dir(path: Path) -> bool:
         return False
 
 
+# What a store folder holds: its files and the derived caches (normalised features, the loader probe's figures).
+STORE_ENTRIES = ("manifest.json", "values.bin", "timestamps.bin", "derived")
+
+
 class StoreWriter:
     """Streams rows, grouped per symbol, into a temporary directory; `commit` makes it a store.
 
@@ -283,6 +287,11 @@ class StoreWriter:
                              "yourself or choose another --out")
         if os.path.lexists(self.out) and not self.empty and not overwrite:
             raise StoreError(f"{self.out} already exists (pass --overwrite to replace it)")
+        if overwrite and not self.empty and (other := sorted(set(os.listdir(self.out)) - set(STORE_ENTRIES))):
+            # a run written into the store folder (stride train --out STORE) went with it, without a word (audit 7)
+            shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+            raise StoreError(f"{self.out} is a stride store that also holds {shown}: --overwrite replaces a store, "
+                             "not what else is in its folder; move those or choose another --out")
         self.columns, self.dtype, self.overwrite = list(columns), dtype, overwrite
         self.tmp = self.out.parent / tagged_name("tmp", f"store-{uuid.uuid4().hex[:8]}-{self.out.name}")
         try:

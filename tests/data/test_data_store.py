@@ -115,8 +115,22 @@ def test_existing_store_is_not_overwritten_unless_asked(tmp_path: Path) -> None:
     ingest(tmp_path / "src", tmp_path / "st")
     with pytest.raises(StoreError, match="already exists"):
         ingest(tmp_path / "src", tmp_path / "st")
+    (tmp_path / "st" / "derived").mkdir()  # its caches go with it
     ingest(tmp_path / "src", tmp_path / "st", columns=["close"], overwrite=True)
     assert json.loads((tmp_path / "st" / "manifest.json").read_text())["columns"] == ["close"]
+
+
+def test_overwrite_keeps_what_else_is_in_a_store_folder(tmp_path: Path) -> None:
+    """Audit 7: a run trained into a store folder (`stride train --out STORE`) was deleted by the next
+    `ingest --overwrite`, without a word. The store is replaced only when the folder holds nothing else."""
+    write_parquet_dataset(tmp_path / "src")
+    ingest(tmp_path / "src", tmp_path / "st")
+    (tmp_path / "st" / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "st" / "summary.json").write_text("{}")
+    with pytest.raises(StoreError, match=r"also holds metrics.jsonl, summary.json: --overwrite replaces a store"):
+        ingest(tmp_path / "src", tmp_path / "st", columns=["close"], overwrite=True)
+    assert (tmp_path / "st" / "metrics.jsonl").is_file()
+    assert json.loads((tmp_path / "st" / "manifest.json").read_text())["columns"] != ["close"]
 
 
 def test_bf16_store_rounds_to_nearest(tmp_path: Path) -> None:
