@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
             rows = run_spawned(job, args.nproc)
         except ValueError as exc:
             return _fail(str(exc))
+        except KeyboardInterrupt:  # Ctrl-C: main prints the one line; no rank may outlive this process
+            _end_ranks()
+            raise
     report = {"backend": backend, "world_size": world, "dtype": "float32", "rows": [r.to_dict() for r in rows]}
     no_profile = None
     if args.profile_out:
@@ -108,6 +111,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 _MORE = "measure larger messages (--max-bytes) or more --iters"
+RANK_GRACE_S = 5.0  # seconds a rank has to end on SIGTERM before SIGKILL
+
+
+def _end_ranks() -> None:
+    """End the spawned ranks still running after Ctrl-C. A rank that Ctrl-C reached while it imported torch dies
+    there, and the others then wait in the rendezvous inside C++, where SIGINT is only noted: they, and this
+    process at exit (multiprocessing joins its children), hung until killed. SIGTERM ends them (Python leaves it
+    at its default), SIGKILL any left after RANK_GRACE_S."""
+    import multiprocessing
+    import time
+
+    ranks = multiprocessing.active_children()
+    for r in ranks:
+        r.terminate()
+    deadline = time.monotonic() + RANK_GRACE_S
+    for r in ranks:
+        r.join(max(0.0, deadline - time.monotonic()))
+        if r.is_alive():
+            r.kill()
+            r.join(1.0)
 
 
 def _backend_problem(backend: str) -> str | None:
@@ -121,9 +144,10 @@ def _backend_problem(backend: str) -> str | None:
 
 
 def _size_problem(names: list[str], sizes: list[int], world: int) -> str | None:
-    """Sizes too small to give every rank one element are skipped by the benchmark: an error when that leaves a
-    collective with none (a table without rows said nothing), else a note naming the skipped sizes."""
-    from stride.comm.collectives import COLLECTIVES
+    """Sizes below a collective's smallest (one float32; one per rank where it splits the buffer over the ranks)
+    are skipped by the benchmark: an error when that leaves a collective with none (a table without rows said
+    nothing), else a note naming the skipped sizes."""
+    from stride.comm.collectives import COLLECTIVES, ELEM
 
     empty, skipped = [], {}
     for name in names:
@@ -135,11 +159,13 @@ def _size_problem(names: list[str], sizes: list[int], world: int) -> str | None:
             skipped.setdefault((least, tuple(small)), []).append(name)
     if empty:
         span = f"{sizes[0]}-{sizes[-1]}" if len(sizes) > 1 else f"{sizes[0]}"
-        return (f"every size ({span} B) is below the smallest that gives each of {world} ranks one float32: "
-                f"{', '.join(empty)}; use --max-bytes (and --min-bytes) at least that")
+        return (f"every size ({span} B) is below the smallest the collective needs (one float32; one per rank "
+                f"at {world} ranks where it splits the buffer): {', '.join(empty)}; use --max-bytes (and "
+                "--min-bytes) at least that")
     for (least, small), which in skipped.items():
+        why = f"one float32 per rank at {world} ranks" if least > ELEM else "one float32"
         print(f"stride comm: note: {', '.join(map(str, small))} B skipped for {', '.join(which)} "
-              f"(below {least} B, one float32 per rank at {world} ranks)", file=sys.stderr)
+              f"(below {least} B, {why})", file=sys.stderr)
     return None
 
 

@@ -57,8 +57,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C stopped
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status. Ctrl-C anywhere a command does not handle it itself (`stride bench`
+    does; `stride sweep` says what it kept) is one line and status 130, not a traceback: the status is returned,
+    not left to CPython's uncaught-KeyboardInterrupt exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        name = argv[0] if argv and any(c[0] == argv[0] for c in COMMANDS) else None
+        print(f"stride {name}: stopped (interrupted)" if name else "stride: stopped (interrupted)", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()

@@ -11,8 +11,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import TYPE_CHECKING
 
 from stride.sweep.stats import MORE_SEEDS
+
+if TYPE_CHECKING:
+    from stride.sweep.grid import Point
+    from stride.sweep.store import SweepStore
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -94,17 +99,35 @@ def run(args: argparse.Namespace) -> int:
     _log(f"{len(points)} points ({' x '.join(str(len(a.values)) for a in axes)}) in {out}")
     opts = Options(pack=pack, backend=args.backend, ray_address=args.ray_address, cpus_per_pack=args.cpus_per_pack,
                    probe_s=args.probe_s, chunk=None if chunk == "auto" else int(chunk), log=_log)
+    interrupted = False
     try:
         info = run_sweep(points, store, opts)
     except SweepError as exc:
         print(f"stride sweep: {exc}", file=sys.stderr)
         return 1
-    finally:
+    except KeyboardInterrupt:  # Ctrl-C: every finished point is on disk whole (points/<id>.json, written last)
+        interrupted = True
+    finally:  # the report of the points finished so far, however the sweep ended
         _write_report(store, plan, points, args.price_per_hour)
+    if interrupted:
+        return _stopped(store, points)
     _log(f"trained {info['trained']} point(s) in {info['wall_s']:.1f} s; report: {out / 'report.html'}")
     if exported is not None:
         _export(store, exported, Path(args.export_to), args.config, args.overrides, state)
     return 0
+
+
+def _stopped(store: SweepStore, points: list[Point]) -> int:
+    """One line for a sweep stopped by Ctrl-C (after its report of the finished points): what it kept and how to go
+    on; status 130, as main's fallback for other commands."""
+    from stride.cli.main import INTERRUPTED
+
+    done = sum(store.done(p.id) for p in points)
+    kept = (f"{done} of {len(points)} points finished and are kept in {store.root}" if done
+            else f"no point of {len(points)} finished")
+    print(f"stride sweep: stopped (interrupted): {kept}; run the same command again to "
+          f"{'resume' if done else 'start'} it", file=sys.stderr, flush=True)
+    return INTERRUPTED
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -141,15 +164,16 @@ def _write_report(store, plan, points, price) -> None:
 
 def _log_best(results, top: int = 5) -> None:
     """The configurations with the lowest mean final val loss over their seeds; the sd only where there are 2 or
-    more seeds (one seed's "+- 0.0000" claimed a noise-free value)."""
+    more seeds (one seed's "+- 0.0000" claimed a noise-free value). A loss that is not a finite number counts as
+    no loss, as in the report's statistics (point files are checked when read: stride.sweep.store)."""
     import statistics
 
     from stride.sweep.report import configurations
 
     rows = []
     for name, rs in configurations(results).items():
-        vals = [r["summary"]["final_val_loss"] for r in rs if r["summary"].get("final_val_loss") is not None
-                and r["summary"].get("status") != "diverged"]
+        vals = [v for r in rs if isinstance(v := r["summary"].get("final_val_loss"), int | float)
+                and math.isfinite(v) and r["summary"].get("status") != "diverged"]
         if vals:
             rows.append((statistics.fmean(vals), len(vals), name or "(seeds only)", vals))
     for mean, n, name, vals in sorted(rows, key=lambda row: row[:3])[:top]:
@@ -175,9 +199,9 @@ def _check_export_to(run_dir, p) -> None:
     """--export-to holding a training run (its files or checkpoints), a bench or a sweep is refused before the
     sweep trains: the exported checkpoint would mix with them (an earlier export's checkpoint of the same step
     used to stop the export only after the whole sweep, as another run's checkpoint)."""
-    from stride.files.folder_kind import COMMANDS, refuse_others
+    from stride.files.folder_kind import KINDS, refuse_others
 
-    refuse_others(run_dir, "train", "--export-to", kinds=COMMANDS, writes=f"point {p.id}'s checkpoint",
+    refuse_others(run_dir, "train", "--export-to", kinds=KINDS, writes=f"point {p.id}'s checkpoint",
                   why="`stride train --out` of that folder would not continue the exported point alone",
                   checkpoint_dirs=("checkpoints", p.config.checkpoint.dir))
 

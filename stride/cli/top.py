@@ -2,6 +2,12 @@
 
 Reads what the trainer already writes (metrics.jsonl, system.jsonl, summary.json), so it works on
 a run started anywhere whose directory is visible here, and needs no connection to the process.
+
+Following stops when summary.json appears (exit status 0), at --timeout (0), or when the run's process is gone
+without writing one (exit status 1): the folder's lock file (stride.files.run_lock) names a pid on this host that
+no longer runs, so nothing will be written again; a killed run used to be followed forever. A pid on another host
+cannot be checked from here: such a run is followed until --timeout. Nothing is locked or written: the check
+reads the lock file's content only.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     p.add_argument("--once", action="store_true", help="print one frame and exit (default: follow the run)")
     p.add_argument("--timeout", type=float, default=None,
-                   help="stop following after this many seconds (default: when the run writes summary.json)")
+                   help="stop following after this many seconds (default: when the run writes summary.json, or "
+                   "when its process is gone without writing one: exit status 1)")
     p.set_defaults(func=run)
 
 
@@ -69,6 +76,13 @@ class RunView:
         self.sys_last: dict[str, Any] | None = None
         self.summary: dict[str, Any] | None = None
         self.total_steps: int | None = None
+        self.gone: int | None = None  # the pid of the run's process, once it is known to be gone without a summary
+
+    def check_writer(self) -> None:
+        """Note the run's process as gone (`gone`) when its lock file names a pid of this host that no longer
+        runs; called before `refresh`, so whatever it wrote before it ended is read after."""
+        if self.summary is None and self.gone is None:
+            self.gone = writer_gone(self.run_dir)
 
     def refresh(self) -> None:
         for rec in self.metrics.read_new():
@@ -111,7 +125,7 @@ class RunView:
         t.add_row("step", f"{step if step is not None else '-'} / {self.total_steps or '?'}"
                   + (f"  (diverged at step {self.summary.get('diverged_at_step')})"
                      if self.summary and self.summary.get("status") == "diverged" else "  (finished)" if self.summary
-                     else ""))
+                     else f"  (process gone: pid {self.gone})" if self.gone is not None else ""))
         if last:
             t.add_row("loss", fmt(number(last, "loss"), ".4g"))
             t.add_row("lr", fmt(number(last, "lr"), ".3g"))
@@ -152,6 +166,32 @@ class RunView:
         return Group(t, f"loss {sparkline(losses)}")
 
 
+def writer_gone(run_dir: Path) -> int | None:
+    """The pid the run folder's lock file names, when it is of this host and no longer runs; None while the writer
+    may live (running, another host's, no lock file or no name in it). The lock itself is never taken: a reader's
+    lock, however brief, could refuse a run starting in that instant."""
+    from stride.files.owner import pid_alive, this_host
+    from stride.files.run_lock import LOCK_NAME
+
+    try:
+        info = json.loads((run_dir / LOCK_NAME).read_text() or "{}")
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(info, dict) or info.get("host") != this_host():
+        return None
+    pid = info.get("pid")
+    if type(pid) is not int or pid <= 0:
+        return None
+    return None if pid_alive(pid) else pid
+
+
+def _gone_line(view: RunView, following: bool) -> str:
+    step = view.train[-1].get("step") if view.train else None
+    shown = f"showing the last logged step ({step})" if step is not None else "it logged no step"
+    return (f"stride top: the run's process (pid {view.gone}) is gone and wrote no summary.json; {shown}"
+            + ("; stopped following" if following else ""))
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
@@ -172,17 +212,25 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     view = RunView(args.run_dir)
     try:
+        view.check_writer()
         view.refresh()
         console = Console()
         if args.once:
             console.print(view.render())
+            if view.gone is not None and view.summary is None:
+                print(_gone_line(view, following=False), file=sys.stderr)
             return 0
         start = time.monotonic()
         with Live(view.render(), console=console, refresh_per_second=4) as live:
-            while view.summary is None and (args.timeout is None or time.monotonic() - start < args.timeout):
+            while (view.summary is None and view.gone is None
+                   and (args.timeout is None or time.monotonic() - start < args.timeout)):
                 time.sleep(args.interval)
+                view.check_writer()
                 view.refresh()
                 live.update(view.render())
     except ValueError as exc:  # a file of the run that is not what stride writes (a complete line that is not JSON)
         raise TopInputError(str(exc)) from None  # the main entry prints it as one line
+    if view.summary is None and view.gone is not None:
+        print(_gone_line(view, following=True), file=sys.stderr)
+        return 1
     return 0

@@ -51,8 +51,10 @@ class Collective:
     buffers: int = 1
 
     def min_bytes(self, world: int) -> int:
-        """Smallest size that gives each rank one element; the benchmark skips smaller ones."""
-        return ELEM * world
+        """Smallest size the benchmark runs (it skips smaller ones): one float32 per rank for a collective that
+        splits the buffer over the ranks (all_gather, reduce_scatter, all_to_all), one float32 for the others
+        (all_reduce, broadcast, send_recv send the whole buffer; 4 B x ranks dropped their small sizes)."""
+        return ELEM if self.count_for(ELEM, world) > 0 else ELEM * world
 
 
 def peak_bytes(name: str, nbytes: int, world: int) -> int:

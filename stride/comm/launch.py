@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,8 +66,19 @@ def run_spawned(job: CommJob, nproc: int) -> list[Row]:
         out = os.path.join(d, "rows.json")
         for attempt in range(PORT_TRIES):
             try:
-                mp.start_processes(_worker, args=(nproc, _free_port(), job, out), nprocs=nproc, join=True,
-                                   start_method="spawn")
+                # the ranks start with Ctrl-C ignored (Python keeps an ignored SIGINT ignored at start-up): a Ctrl-C
+                # in the terminal reaches every process of the group, and a rank still importing torch printed its
+                # traceback beside this process's one line; this process ends the ranks itself (stride.cli.comm)
+                main = threading.current_thread() is threading.main_thread()  # only there can handlers be set
+                previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+                try:
+                    ctx = mp.start_processes(_worker, args=(nproc, _free_port(), job, out), nprocs=nproc,
+                                             join=False, start_method="spawn")
+                finally:
+                    if main:
+                        signal.signal(signal.SIGINT, previous)
+                while not ctx.join():
+                    pass
                 break
             except mp.ProcessRaisedException as exc:
                 # the free port was released before rank 0 bound it, and another process (a second job on a

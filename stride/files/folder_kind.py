@@ -1,4 +1,4 @@
-"""What does this folder hold? A `stride train` run, `stride bench` results, a `stride sweep`: read in one place.
+"""What does this folder hold? A `stride train` run, `stride bench` results, a `stride sweep`, a data store.
 
 `stride bench --out RUN` and `stride sweep --out RUN` used to write results.json, report.html, points/ ...
 into a finished `stride train` run (and `stride train --out BENCHDIR` its summary.json beside a bench's
@@ -14,7 +14,10 @@ ordinary run folders inside it):
 - train: summary.json, a non-empty metrics.jsonl, or a checkpoint folder `checkpoints/step_NNNNNNNN` (the
   default `checkpoint.dir`; `stride sweep --export-to` writes only that);
 - sweep: sweep.json, or a results.json whose suite is "sweep";
-- bench: any other results.json (its suite is named).
+- bench: any other results.json (its suite is named);
+- store: a `stride data ingest` store (manifest.json whose format is stride.data.store.FORMAT). No command writes
+  into one, and `stride data ingest --out STORE --overwrite` replaces the whole folder: a run written there was
+  deleted without a word (audit 7, #5).
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ from stride.errors import StrideError
 from stride.files.step_names import holds_steps
 
 COMMANDS = ("train", "bench", "sweep")
-_WHAT = {"train": "a `stride train` run", "bench": "`stride bench` results", "sweep": "a `stride sweep`"}
+KINDS = (*COMMANDS, "store")  # every kind `what_it_holds` finds; a store is no command's own
+_WHAT = {"train": "a `stride train` run", "bench": "`stride bench` results", "sweep": "a `stride sweep`",
+         "store": "a stride data store"}
+# stride.data.store.FORMAT, spelled here: stride.files sits below stride.data (pyproject.toml's import contracts);
+# tests/files/test_folder_kind_store.py checks the two agree
+STORE_FORMAT = "stride-store"
+_STORE_WHY = "`stride data ingest --out` of that folder with --overwrite would delete what is written there"
 
 
 class FolderHoldsOther(StrideError):
@@ -38,7 +47,7 @@ class FolderHoldsOther(StrideError):
 
 @dataclass(frozen=True)
 class Held:
-    kind: str  # "train" | "bench" | "sweep"
+    kind: str  # "train" | "bench" | "sweep" | "store"
     evidence: str  # the files that say so, e.g. "summary.json", "results.json, suite 'quick'"
     suite: str | None = None  # results.json's suite, where there is one
 
@@ -54,6 +63,18 @@ def _results_suite(path: Path) -> str | None:
         return None
     suite = obj.get("suite") if isinstance(obj, dict) else None
     return suite if isinstance(suite, str) else None
+
+
+def _is_store(folder: Path) -> bool:
+    """`folder` holds a stride data store's manifest (complete or not: its format marker says it is a store)."""
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        return False
+    try:
+        obj = json.loads(manifest.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and obj.get("format") == STORE_FORMAT
 
 
 def what_it_holds(folder: str | Path, checkpoint_dirs: tuple[str, ...] = ("checkpoints",)) -> list[Held]:
@@ -81,6 +102,8 @@ def what_it_holds(folder: str | Path, checkpoint_dirs: tuple[str, ...] = ("check
                          suite))
     elif results.is_file():
         held.append(Held("bench", f"results.json, suite {suite!r}" if suite else "results.json", suite))
+    if _is_store(folder):
+        held.append(Held("store", "manifest.json"))
     return held
 
 
@@ -103,6 +126,8 @@ def refuse_others(folder: str | Path, command: str, option: str = "--out", *, ki
         return
     held = " and ".join(h.describe() for h in found)
     mine = writes or {"train": "a training run", "bench": "bench results", "sweep": "a sweep"}[command]
-    why = why or "`stride report` or `stride compare` of that folder would read one in place of the other"
+    if why is None:
+        why = (_STORE_WHY if all(h.kind == "store" for h in found)
+               else "`stride report` or `stride compare` of that folder would read one in place of the other")
     raise FolderHoldsOther(f"{option} {folder} holds {held}: writing {mine} there would mix the two, and {why}; "
                            f"nothing was written; use another {option}")

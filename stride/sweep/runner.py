@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 import sys
 import time
@@ -169,10 +170,13 @@ class Recorder:
             train_s = max((_train_s(it["summary"]) for it in items), default=0.0)
         first = self.by_id.get(job.ids[0]) if job.ids else None
         rate = None if job.solo or first is None else self.rates.get(pack_key(first.config))
-        with open(self.store.root / "packs.jsonl", "a") as f:
-            f.write(json.dumps({"index": job.index, "ids": job.ids, "size": len(job.ids), "solo": job.solo,
-                                "wall_s": wall_s, "train_s": train_s, "backend": backend, "error": error,
-                                "time": time.time(), "one_by_one_rate": rate.as_dict() if rate else None}) + "\n")
+        line = json.dumps({"index": job.index, "ids": job.ids, "size": len(job.ids), "solo": job.solo,
+                           "wall_s": wall_s, "train_s": train_s, "backend": backend, "error": error,
+                           "time": time.time(), "one_by_one_rate": rate.as_dict() if rate else None}) + "\n"
+        with open(self.store.root / "packs.jsonl", "a+b") as f:
+            end = f.seek(0, os.SEEK_END)
+            cut = end > 0 and (f.seek(end - 1), f.read(1))[1] != b"\n"  # a line cut by a kill: end it first
+            f.write((b"\n" if cut else b"") + line.encode())
 
 
 def _train_s(s: dict[str, Any]) -> float:
@@ -262,11 +266,9 @@ def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]
 
 
 def _next_pack_index(store: SweepStore) -> int:
-    path = store.root / "packs.jsonl"
-    if not path.exists():
-        return 0
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return 1 + max((rec["index"] for rec in lines), default=-1)
+    """One past the highest pack index logged (a line cut by a kill or Ctrl-C is skipped, as the report skips it)."""
+    return 1 + max((rec["index"] for rec in load_pack_log(store.root)
+                    if isinstance(rec, dict) and type(rec.get("index")) is int), default=-1)
 
 
 def load_pack_log(root: Path) -> list[dict[str, Any]]:

@@ -21,6 +21,11 @@ own 2 warm-up steps: 3 timed steps, about 8 ms, read 5.7k-27k samples/s where 60
 then a fresh Trainer whose steps after its 2 warm-up ones are timed in 3 windows of at least
 `SOLO_MIN_WINDOW_STEPS` steps and `SOLO_MIN_WINDOW_S` seconds each (capped at `SOLO_MAX_S` in all), and the
 median window is the rate. Each window is samples over the sum of its step walls, as a pack's rate is.
+The cap holds by wall time too: the window length comes from the throwaway run's fastest step, and a host that
+slows down after it stretched the "at most 5 s" to 31-34 s (audit 7, #11); the timed run now stops before a
+step that would pass `SOLO_MAX_S` of wall time since its timing began, and the steps it ran are split into 3
+equal windows (shorter ones; the figure printed says how many steps and seconds were timed, and that the cap
+cut them).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
@@ -41,7 +46,11 @@ from stride.data.build import build_data
 from stride.metrics.memory import SavedActivations
 from stride.models.losses import make_loss
 from stride.models.registry import build_model
+from stride.train.callbacks import Callback
 from stride.train.device import resolve_device, seed_everything
+
+if TYPE_CHECKING:
+    from stride.train.callbacks import TrainerView
 
 SAFETY = 1.5
 USABLE = 0.7
@@ -191,16 +200,19 @@ class SoloRate:
     window_steps: int  # steps a window
     timed_s: float  # seconds of the timed steps, all windows
     warmup_steps: int  # steps run untimed first: the throwaway run's and the timed run's own first ones
+    capped: bool = False  # the wall-time cap (SOLO_MAX_S) stopped the timed run before its planned steps
 
     def describe(self) -> str:
         lo, hi = min(self.windows, default=0.0), max(self.windows, default=0.0)
+        cap = f", cut at the {SOLO_MAX_S:g} s cap (steps ran slower than the warm-up run's)" if self.capped else ""
         return (f"{self.samples_per_s:,.0f} samples/s alone (the Trainer): median of {len(self.windows)} windows of "
-                f"{self.window_steps} steps, {self.timed_s:.2f} s timed ({lo:,.0f}-{hi:,.0f} samples/s), after "
+                f"{self.window_steps} steps, {self.timed_s:.2f} s timed{cap} ({lo:,.0f}-{hi:,.0f} samples/s), after "
                 f"{self.warmup_steps} untimed warm-up steps")
 
     def as_dict(self) -> dict[str, Any]:
         return {"samples_per_s": self.samples_per_s, "windows": self.windows, "window_steps": self.window_steps,
-                "timed_s": self.timed_s, "warmup_steps": self.warmup_steps, "method": self.describe()}
+                "timed_s": self.timed_s, "warmup_steps": self.warmup_steps, "capped": self.capped,
+                "method": self.describe()}
 
 
 def _window_steps(step_s: float) -> int:
@@ -210,35 +222,72 @@ def _window_steps(step_s: float) -> int:
     return max(1, min(want, int(SOLO_MAX_S / SOLO_WINDOWS / step_s)))
 
 
-def _run_alone(cfg: RunConfig, steps: int, skip: int) -> list[float]:
-    """Every step's wall time of one model of `cfg` trained alone for `steps` steps by the ordinary Trainer."""
+_clock = time.perf_counter  # the wall clock of the cap (a test replaces it)
+
+
+class _CapReached(Exception):
+    """The timed run reached SOLO_MAX_S of wall time: it stops here (raised from a callback, caught below)."""
+
+
+class _WallCap(Callback):
+    """Stops the run (`_CapReached`) before a step that would end past `limit_s` seconds of wall time since step
+    `skip` ended, the next step reckoned as long as the last one."""
+
+    def __init__(self, skip: int, limit_s: float) -> None:
+        self.skip, self.limit_s = skip, limit_s
+        self.t0: float | None = None
+        self.last: float | None = None
+
+    def on_step_end(self, trainer: TrainerView) -> None:
+        now = _clock()
+        if trainer.step <= self.skip or self.t0 is None or self.last is None:
+            self.t0 = self.last = now
+            return
+        step_s, self.last = now - self.last, now
+        if now - self.t0 + step_s > self.limit_s:
+            raise _CapReached
+
+
+def _run_alone(cfg: RunConfig, steps: int, skip: int, limit_s: float | None = None) -> tuple[list[float], bool]:
+    """Every step's wall time of one model of `cfg` trained alone for `steps` steps by the ordinary Trainer, and
+    whether `limit_s` (wall seconds after the first `skip` steps; None: no limit) stopped it short."""
     from stride.train.trainer import Trainer
 
     c = _short(cfg, steps, cfg.train.seed)
     c.metrics.skip_steps = skip
-    trainer = Trainer(config=c, write_run_dir=False)
-    trainer.fit()
-    return list(trainer.timer.step_seconds)
+    trainer = Trainer(config=c, write_run_dir=False,
+                      callbacks=[_WallCap(skip, limit_s)] if limit_s is not None else None)
+    try:
+        trainer.fit()
+    except _CapReached:
+        return list(trainer.timer.step_seconds), True
+    return list(trainer.timer.step_seconds), False
 
 
 def measure_solo(cfg: RunConfig) -> SoloRate:
     """Samples/s of one model of `cfg` trained alone by the ordinary Trainer, measured to hold (module docstring).
 
     A throwaway run of SOLO_WARMUP_STEPS steps warms the process (its fastest step sets the window length);
-    then a fresh Trainer runs SOLO_SKIP untimed steps and SOLO_WINDOWS windows of timed ones. A window's rate is
-    its samples over the sum of its step walls (data wait in, as a pack's step times have it); the median
-    window is the rate."""
+    then a fresh Trainer runs SOLO_SKIP untimed steps and SOLO_WINDOWS windows of timed ones, stopped by the
+    wall-time cap (SOLO_MAX_S) if its steps run slower than planned: its timed steps are then split into
+    SOLO_WINDOWS equal shorter windows. A window's rate is its samples over the sum of its step walls (data
+    wait in, as a pack's step times have it); the median window is the rate; `timed_s` is the seconds of the
+    windows' steps."""
     from stride.train.divergence import TrainingDiverged
 
     try:  # a class whose first point diverges (the grid's largest lr) has no rate: its points get no estimate
-        warm = _run_alone(cfg, SOLO_WARMUP_STEPS, SOLO_SKIP)
+        warm, _ = _run_alone(cfg, SOLO_WARMUP_STEPS, SOLO_SKIP)
         n = _window_steps(min(warm[SOLO_SKIP:] or warm))  # its fastest step: a cold start's slow ones cut none short
-        times = _run_alone(cfg, SOLO_SKIP + SOLO_WINDOWS * n, SOLO_SKIP)[SOLO_SKIP:]
+        times, capped = _run_alone(cfg, SOLO_SKIP + SOLO_WINDOWS * n, SOLO_SKIP, SOLO_MAX_S)
+        times = times[SOLO_SKIP:]
     except TrainingDiverged:
         return SoloRate(0.0, [], 0, 0.0, 0)
-    sums = [sum(times[k * n : (k + 1) * n]) for k in range(SOLO_WINDOWS) if len(times) >= (k + 1) * n]  # whole only
-    windows = [n * cfg.train.batch_size / t for t in sums if t > 0]
-    return SoloRate(statistics.median(windows) if windows else 0.0, windows, n, sum(times), len(warm) + SOLO_SKIP)
+    if capped:  # fewer steps than planned: equal windows of what ran (at least one step each, where there are 3)
+        n = max(1, len(times) // SOLO_WINDOWS)
+    used = [times[k * n : (k + 1) * n] for k in range(SOLO_WINDOWS) if len(times) >= (k + 1) * n]  # whole only
+    windows = [n * cfg.train.batch_size / sum(w) for w in used if sum(w) > 0]
+    return SoloRate(statistics.median(windows) if windows else 0.0, windows, n, sum(map(sum, used)),
+                    len(warm) + SOLO_SKIP, capped)
 
 
 def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int = 3, chunk: int | None = None

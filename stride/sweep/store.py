@@ -7,7 +7,12 @@
                                 .json: a point whose .json exists can always be exported
     DIR/runs/<id>/              the run directory of a point trained one by one (--pack 1)
 
-A point is finished exactly when its .json parses; resuming skips those and trains the rest. A directory
+A point is finished exactly when its .json exists; resuming skips those and trains the rest. A point file is
+checked when it is read (`point_problem`: what the report and the statistics read, a known status, finite
+numbers): point files are written whole, so one that does not parse or fails the check was edited or damaged,
+and the sweep refuses it in one line naming the file (exit status 2) rather than train it again over the
+evidence or leave it out of the statistics without a word (audit 7, #10); deleting it retrains the point. A
+directory
 holding another sweep (other points) is refused rather than mixed (one holding a train run or bench results:
 stride.files.folder_kind, asked by `stride sweep` first). A state file is read with torch's weights-only
 loader only, and one it cannot load (crafted, damaged, missing) is one line naming the file and how to train
@@ -17,6 +22,7 @@ the point again (`load_state`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -45,6 +51,63 @@ class SweepStateError(StrideError):
     exit_code = 2
 
 
+class SweepPointError(StrideError):
+    """A point file (points/<id>.json) that does not hold a finished point: edited or damaged (exit status 2)."""
+
+    exit_code = 2
+
+
+STATUSES = ("done", "target", "diverged")  # how a point ends (stride.sweep.jobs, stride.sweep.packed_train)
+MODES = ("solo", "packed")
+# summary numbers the report computes with (None: not measured, or non-finite when written: strict_json's null)
+SUMMARY_NUMBERS = ("final_val_loss", "final_train_loss", "steps", "diverged_at_step", "time_to_target_s",
+                   "samples_per_s", "step_time_s", "train_time_s", "wall_time_s", "peak_mem_bytes", "params")
+NON_NEGATIVE = ("steps", "diverged_at_step", "time_to_target_s", "samples_per_s", "step_time_s", "train_time_s",
+                "wall_time_s", "peak_mem_bytes", "params", "one_by_one_s")
+
+
+def _number_problem(where: str, key: str, v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return f"{where}{key} is {json.dumps(v)[:40]}, not a number"
+    if not math.isfinite(v):
+        return f"{where}{key} is {v} (stride writes a non-finite value as null)"
+    if key in NON_NEGATIVE and v < 0:
+        return f"{where}{key} is {v}, below 0"
+    return None
+
+
+def point_problem(obj: Any, pid: str, values: dict[str, Any] | None = None) -> str | None:
+    """What makes `obj` (a point file's content) not a finished point `pid` (with the plan's `values`, if given);
+    None when it is one. Checked: every key the report and the statistics read, with its type, and finite
+    numbers (a NaN loss stopped the sweep's summary with a traceback from `statistics`)."""
+    if not isinstance(obj, dict):
+        return f"holds a JSON {type(obj).__name__}, not a point's result"
+    if obj.get("id") != pid:
+        return f"its id is {json.dumps(obj.get('id'))[:40]}, not {pid!r}"
+    s = obj.get("summary")
+    if not isinstance(s, dict) or not s:
+        return "its summary is empty" if isinstance(s, dict) else "it has no summary"
+    if s.get("status") not in STATUSES:
+        return f"summary.status is {json.dumps(s.get('status'))[:40]}, not one of {', '.join(STATUSES)}"
+    for key in SUMMARY_NUMBERS:
+        if why := _number_problem("summary.", key, s.get(key)):
+            return why
+    if why := _number_problem("", "one_by_one_s", obj.get("one_by_one_s")):
+        return why
+    if not isinstance(obj.get("label"), str) or not isinstance(obj.get("values"), dict):
+        return "its label or values are missing"
+    if values is not None and obj["values"] != values:
+        return f"its values {json.dumps(obj['values'])[:80]} are not the plan's {json.dumps(values)[:80]}"
+    if obj.get("mode") not in MODES:
+        return f"mode is {json.dumps(obj.get('mode'))[:40]}, not one of {', '.join(MODES)}"
+    pack = obj.get("pack")
+    if not (isinstance(pack, dict) and all(type(pack.get(k)) is int and pack[k] >= 0 for k in ("index", "size"))):
+        return "its pack (index, size) is missing or not whole numbers"
+    return None
+
+
 def _why_not_loaded(exc: BaseException) -> str:
     """Why torch could not load a state file, in words of our own (torch's message advises weights_only=False)."""
     text = str(exc)
@@ -68,6 +131,7 @@ class SweepStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.points_dir = self.root / "points"
+        self.values: dict[str, dict[str, Any]] = {}  # each point's grid values, as the plan has them (JSON types)
 
     # -- the plan ------------------------------------------------------------------------------
     def plan(self, config: str | None, overrides: list[str], axes: list[Axis], points: list[Point]) -> dict[str, Any]:
@@ -90,8 +154,10 @@ class SweepStore:
                 raise ConfigError(f"{self.root} holds another sweep (other points or configs); resume it with its own "
                                   "config and --grid, or use another --out")
         self.points_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, strict_json.dumps(plan, indent=2, default=str) + "\n")
-        return sum(self.done(p["id"]) for p in plan["points"])
+        text = strict_json.dumps(plan, indent=2, default=str)
+        atomic_write_text(path, text + "\n")
+        self.values = {p["id"]: p["values"] for p in json.loads(text)["points"]}
+        return sum(self.done(p["id"]) for p in plan["points"])  # every point file is checked here, before training
 
     # -- points ---------------------------------------------------------------------------------
     def result_path(self, pid: str) -> Path:
@@ -107,10 +173,26 @@ class SweepStore:
         return self.read(pid) is not None
 
     def read(self, pid: str) -> dict[str, Any] | None:
+        """The finished point's result; None when it has no point file. A point file that is not a finished point
+        of this sweep is SweepPointError, naming the file (module docstring)."""
+        path = self.result_path(pid)
         try:
-            return json.loads(self.result_path(pid).read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            text = path.read_text()
+        except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise SweepPointError(f"{path}: cannot be read ({reason}); {_retrain(self.root, pid)}") from None
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            why: str | None = f"not valid JSON ({str(exc)[:80]})"
+        else:
+            why = point_problem(obj, pid, self.values.get(pid))
+        if why is not None:
+            raise SweepPointError(f"{path}: {why}: not a finished point of this sweep (point files are written "
+                                  f"whole: it was edited or damaged); {_retrain(self.root, pid)}")
+        return obj
 
     def write(self, pid: str, result: dict[str, Any], state: dict[str, Any] | None) -> None:
         """The point's state (if any), then its result: each atomically, the result last."""
