@@ -16,7 +16,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("train", "train", "train a workload from a TOML config"),
     ("config", "config", "show every config key: its value, default, choices and what it does"),
     ("bench", "bench", "run the benchmark suite (default: quick) and print a table"),
-    ("compare", "compare", "compare two results (results.json, bench or run folders) against their run-to-run noise"),
+    ("compare", "compare", "compare two results (results.json, bench or run folders) against each side's "
+     "measured spread"),
     ("report", "report", "write report.html and summary.md from a bench results directory"),
     ("data", "data", "synthesize, ingest and inspect market data stores; probe the loader on this host"),
     ("profile", "profile", "train under torch.profiler, write traces per rank, and analyze them"),
