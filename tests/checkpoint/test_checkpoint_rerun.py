@@ -138,6 +138,11 @@ def test_a_resume_whose_first_step_fails_leaves_the_earlier_run_as_it_was(tmp_pa
     run(killed)
     assert [r["step"] for r in metrics(killed) if "loss" in r] == list(range(1, 25))
 
+    fresh = tmp_path / "fresh"  # a fresh run that fails at its first step still says what it was
+    with pytest.raises(Crash, match="step 1 fails"):
+        run(fresh, callbacks=[FailingStep()])
+    assert {"config.toml", "env.json", ".stride-lock"} <= set(files(fresh))
+
 
 class UpdateLr(Callback):
     """The learning rate each update uses (read just before the optimizer step), by step."""
