@@ -523,10 +523,17 @@ def path_symbol(path: Path, root: Path | None, symbol_col: str) -> tuple[str, bo
     return path.name.split(".")[0], False
 
 
+def _folder_without_partitions(path: Path) -> tuple[str, ...]:
+    """A file's folder less its hive partition folders (`date=2024-01-02`): files of one instrument split by
+    another key (one file a day, `date=.../AAPL.parquet`) are one symbol's, as the same folder's are."""
+    return tuple(part for part in path.parent.parts if "=" not in part)
+
+
 def _check_file_symbol(by_name: dict[str, Path], sym: str, path: Path, symbol_col: str) -> None:
-    """Two files in different folders named alike would become one symbol (two instruments merged): refused."""
+    """Two files in different folders named alike would become one symbol (two instruments merged): refused.
+    Folders that differ only in hive partitions (`date=...`) do not count: a day's file per folder is common."""
     other = by_name.setdefault(sym, path)
-    if other.parent != path.parent:
+    if _folder_without_partitions(other) != _folder_without_partitions(path):
         raise IngestError(f"{other} and {path} would both be symbol {sym!r}: without a {symbol_col!r} column or a "
                           f"{symbol_col}=NAME folder a file's symbol is its name, and these are in different folders; "
                           f"add a {symbol_col!r} column, put each file under a {symbol_col}=NAME folder, or rename one")

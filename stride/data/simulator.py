@@ -217,10 +217,11 @@ def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str
     out = Path(out)
     old = _existing(out, overwrite)
     sim = MarketSimulator(n_assets, n_days, freq, seed, params=SimParams(levels=levels))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_abandoned(out.parent, rest=LEFTOVER)  # killed syntheses' folders (their process is gone)
-    tmp = out.parent / tagged_name("tmp", f"synth-{uuid.uuid4().hex[:8]}-{out.name}")
-    trash = out.parent / tagged_name("trash", f"synth-{uuid.uuid4().hex[:8]}-{out.name}")
+    whole = Path(os.path.abspath(out))  # `--out .`: its Path.parent is itself; the temporary goes beside it
+    whole.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned(whole.parent, rest=LEFTOVER)  # killed syntheses' folders (their process is gone)
+    tmp = whole.parent / tagged_name("tmp", f"synth-{uuid.uuid4().hex[:8]}-{whole.name}")
+    trash = whole.parent / tagged_name("trash", f"synth-{uuid.uuid4().hex[:8]}-{whole.name}")
     files = rows = 0
     try:
         tmp.mkdir()
@@ -240,12 +241,14 @@ def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str
             if synth_marker(out) is None:  # checked at the start too; the folder may have changed since
                 raise SynthError(f"--out {out} is no longer a `stride data synth` output: not replaced")
             out.rename(trash)
-        elif old == "empty":
-            try:
-                out.rmdir()
-            except OSError:
-                raise SynthError(f"--out {out} is no longer empty: not replaced") from None
-        tmp.rename(out)
+        if old == "empty":
+            from stride.data.store import fill_empty
+
+            if any(out.iterdir()):
+                raise SynthError(f"--out {out} is no longer empty: not written into")
+            fill_empty(tmp, out, MARKER)  # filled in place: `--out .` or a mount point cannot be renamed over
+        else:
+            tmp.rename(out)
     except BaseException:
         if trash.exists() and not os.path.lexists(out):
             trash.rename(out)  # stopped between the two renames: the earlier output back in place

@@ -255,6 +255,16 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
     return Store(path, manifest, t, ts, vals if isinstance(vals, np.memmap) else None)
 
 
+def fill_empty(tmp: Path, out: Path, last: str) -> None:
+    """Move the finished `tmp` folder's entries into the existing empty folder `out`, `last` (the manifest, the
+    marker that makes it complete) last, then remove `tmp`. An empty folder is filled in place, not replaced by a
+    rename: `--out .` or a mount point cannot be renamed over (the review of 2026-12-05: "Device or resource busy"
+    after the whole ingest)."""
+    for name in [*sorted(n for n in os.listdir(tmp) if n != last), last]:
+        os.replace(tmp / name, out / name)
+    tmp.rmdir()
+
+
 def _empty_dir(path: Path) -> bool:
     """A real folder (not a link) with nothing in it."""
     try:
@@ -293,10 +303,13 @@ class StoreWriter:
             raise StoreError(f"{self.out} is a stride store that also holds {shown}: --overwrite replaces a store, "
                              "not what else is in its folder; move those or choose another --out")
         self.columns, self.dtype, self.overwrite = list(columns), dtype, overwrite
-        self.tmp = self.out.parent / tagged_name("tmp", f"store-{uuid.uuid4().hex[:8]}-{self.out.name}")
+        # beside the folder, also for `--out .` (whose Path.parent is itself) and other relative names
+        whole = Path(os.path.abspath(self.out))
+        self._beside, self._name = whole.parent, whole.name
+        self.tmp = self._beside / tagged_name("tmp", f"store-{uuid.uuid4().hex[:8]}-{self._name}")
         try:
-            self.out.parent.mkdir(parents=True, exist_ok=True)
-            remove_abandoned(self.out.parent, rest=LEFTOVER)  # killed ingestions' folders (their process is gone)
+            self._beside.mkdir(parents=True, exist_ok=True)
+            remove_abandoned(self._beside, rest=LEFTOVER)  # killed ingestions' folders (their process is gone)
             (self.tmp / "spool").mkdir(parents=True)
         except OSError as exc:
             blocker = file_in_path(self.out.parent)
@@ -372,15 +385,23 @@ class StoreWriter:
         man_tmp = self.tmp / "manifest.json.part"
         man_tmp.write_text(json.dumps(manifest, indent=1))
         man_tmp.rename(self.tmp / "manifest.json")  # the store is complete only now
-        if self.empty and _empty_dir(self.out):
-            self.out.rmdir()  # renamed into its place below (an entry added since: it stays, the rename fails)
-        if os.path.lexists(self.out) and self.overwrite:
+        if self.empty:
+            if not _empty_dir(self.out):  # an entry added since the start
+                self.abort()
+                raise StoreError(f"{self.out} is no longer empty: the store was not written into it")
+            fill_empty(self.tmp, self.out, "manifest.json")
+        elif os.path.lexists(self.out) and self.overwrite:
             if not is_store(self.out):  # checked at the start too; the folder may have changed since
                 self.abort()
                 raise StoreError(f"{self.out} is no longer a stride store: not replaced")
-            old = self.out.parent / tagged_name("trash", f"store-{uuid.uuid4().hex[:8]}-{self.out.name}")
+            old = self._beside / tagged_name("trash", f"store-{uuid.uuid4().hex[:8]}-{self._name}")
             self.out.rename(old)
-            self.tmp.rename(self.out)
+            try:
+                self.tmp.rename(self.out)
+            except BaseException:  # stopped (Ctrl-C) or failed between the two renames: the earlier store back
+                if not os.path.lexists(self.out):
+                    old.rename(self.out)
+                raise
             shutil.rmtree(old)
         else:
             self.tmp.rename(self.out)
