@@ -6,6 +6,7 @@ is a callback reading each step's wall time, so the suite measures what users ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,14 @@ def throughput_windows(step_times: list[float], skip: int, batch: int, repeats: 
 
 
 def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | None = None,
-                 suffix: str = "", callbacks: list[Any] | None = None) -> dict[str, Any]:
+                 suffix: str = "", callbacks: list[Any] | None = None,
+                 after_update: Callable[[], None] | None = None) -> dict[str, Any]:
     """Train workload `w` (plus `extra` overrides) once; `suffix` names a sweep variant (`name+variant`);
-    `callbacks` (the sweep's step display) go to the Trainer and measure nothing."""
+    `callbacks` (the sweep's step display, its stop check) go to the Trainer and measure nothing; PPO, which has
+    its own loop, calls `after_update` (the stop check) after each update instead."""
     name = w.name + suffix
     if w.kind == "ppo":
-        return run_ppo_workload(w, name, device, extra, (out / name) if out else None)
+        return run_ppo_workload(w, name, device, extra, (out / name) if out else None, after_update)
     cfg = workload_config(w, name, device, extra)
     trainer = Trainer(config=cfg, out=(out / name) if out else None, write_run_dir=out is not None,
                       callbacks=callbacks)
@@ -46,7 +49,7 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
 
 
 def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | None,
-                     run_path: Path | None = None) -> dict[str, Any]:
+                     run_path: Path | None = None, after_update: Callable[[], None] | None = None) -> dict[str, Any]:
     """The RL workload: PPO has its own loop (the policy makes its data) but the same measurements. With
     `run_path`, a run folder as the other workloads get: config.toml and env.json, a metrics.jsonl line per update,
     summary.json (it had none: its entry's run_dir was empty and nothing of the run was kept but the entry)."""
@@ -60,7 +63,7 @@ def run_ppo_workload(w: Workload, name: str, device: str, extra: list[str] | Non
     spec_keys = {f.name for f in dataclasses.fields(MarketMakingSpec)}
     spec = MarketMakingSpec(**{k: v for k, v in params.items() if k in spec_keys})
     settings = PPOSettings(**{k: v for k, v in params.items() if k not in spec_keys})
-    r = train_ppo(cfg, spec, settings)
+    r = train_ppo(cfg, spec, settings, after_update)
     windows = throughput_windows(r["update_times_s"], 1, r["env_steps_per_update"])
     if run_path is not None:
         _write_ppo_run(run_path, cfg, params, r)

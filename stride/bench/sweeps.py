@@ -107,10 +107,13 @@ def run_variant(v: Variant, device: str, out: Path | None, progress: SweepProgre
         return [StepReporter(progress, k * steps, stop)] if progress is not None else []
 
     cfg = v.config(device)
-    e = run_workload(v.workload, device, out, list(v.overrides), suffix=v.suffix, callbacks=reporter(0))
+    check = stop.check if stop is not None else None  # PPO's own loop: between its updates
+    e = run_workload(v.workload, device, out, list(v.overrides), suffix=v.suffix, callbacks=reporter(0),
+                     after_update=check)
     e["config_hash"] = config_hash(cfg)
     if v.runs == 2:
-        again = run_workload(v.workload, device, None, list(v.overrides), suffix=v.suffix, callbacks=reporter(1))
+        again = run_workload(v.workload, device, None, list(v.overrides), suffix=v.suffix, callbacks=reporter(1),
+                             after_update=check)
         e["repeat_params_sha256"] = again["params_sha256"]
     return e
 

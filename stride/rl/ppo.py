@@ -8,6 +8,7 @@ timesteps per second.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +79,9 @@ def ppo_loss(model: ActorCritic, obs, actions, old_logp, adv, returns, s: PPOSet
     return pg + s.vf_coef * F.mse_loss(value, returns) - s.ent_coef * entropy
 
 
-def train_ppo(cfg: RunConfig, spec: MarketMakingSpec, s: PPOSettings) -> dict[str, Any]:
+def train_ppo(cfg: RunConfig, spec: MarketMakingSpec, s: PPOSettings,
+              after_update: Callable[[], None] | None = None) -> dict[str, Any]:
+    """`after_update`: called after each update, off the clock (a bench sweep's stop check raises there)."""
     device = resolve_device(cfg.train.device)
     configure_process(cfg.train, device)
     env = MarketMakingEnv(spec, device, seed=cfg.train.seed)
@@ -137,6 +140,8 @@ def train_ppo(cfg: RunConfig, spec: MarketMakingSpec, s: PPOSettings) -> dict[st
                 opt.zero_grad(set_to_none=True)
                 timer.mark("optimizer")
         update_times.append(timer.end_step(record=update > 0 or s.updates == 1)["total"])
+        if after_update is not None:
+            after_update()
     wall = time.perf_counter() - t0
     b = timer.mean()
     env_steps_per_s = n * steps / b["total"] if b["total"] else None

@@ -66,3 +66,22 @@ def test_the_step_reporter_stops_the_run_at_a_step_end() -> None:
     stop.received = "SIGTERM"
     with pytest.raises(SweepStopped, match="SIGTERM"):
         reporter.on_step_end(_Trainer())
+
+
+def test_ppo_stops_after_the_update_that_saw_the_signal() -> None:
+    """PPO runs its own loop, not the Trainer's: the stop was checked only between variants, so a scheduler's
+    SIGTERM waited for the whole PPO run (the session's review). It is checked after every update now."""
+    from stride.bench.runner import run_workload
+    from stride.bench.workloads import WORKLOADS
+
+    stop = StopRequest()
+    stop.received = "SIGTERM"
+    updates: list[int] = []
+
+    def check() -> None:
+        updates.append(1)
+        stop.check()
+
+    with pytest.raises(SweepStopped, match="SIGTERM"):
+        run_workload(WORKLOADS["ppo_market_making"], "cpu", None, after_update=check)
+    assert updates == [1]
