@@ -6,7 +6,7 @@ a real trace), then runs `analyze_traces` on it in a fresh child process and rep
 the rate in MB/s, the extrapolated time for 1 GB at that rate, and the child's peak RSS, next to the
 peak RSS of a child that only imports the analyzer (the floor). Goal (issue 9): 1 GB in < 60 s.
 
-    python benchmarks/analyzer_large_trace.py --mb 200 [--gz] [--json]
+    .venv/bin/python benchmarks/analyzer_large_trace.py --mb 200 [--gz] [--json]
 """
 
 from __future__ import annotations

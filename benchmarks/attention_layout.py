@@ -14,7 +14,7 @@ median step and the median of the paired ratios, on wall time and on this thread
 one intra-op thread the step runs on this thread, and its CPU time is far less disturbed by other
 processes on a shared machine). The load average is recorded.
 
-    python benchmarks/attention_layout.py [--sizes tiny small] [--steps 40] [--json]
+    .venv/bin/python benchmarks/attention_layout.py [--sizes tiny small] [--steps 40] [--json]
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ per-call ratios stride/bare and bare2/bare are summarised as above. Adjacent cal
 machine, so the median per-call ratio resolves far smaller differences than whole measurements can
 on a busy machine. Its verdict uses the same rule.
 
-    python benchmarks/comm_overhead.py [--sizes 4K,64K,1M,4M] [--rounds 60] [--target-ms 10] [--calls 2000] [--json]
+    .venv/bin/python benchmarks/comm_overhead.py [--sizes 4K,64K,1M,4M] [--rounds 60] [--target-ms 10]
+        [--calls 2000] [--json]
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Device-resident windows (`data.device_resident`): a batch gathered on the device, against that device's own
 copy bandwidth (issue 20's goal: the gather at >= 0.5 of a device-to-device copy on an H200).
 
-    python benchmarks/data_device.py --device cuda --json      # on the GPU machine (benchmarks/gpu_check.sh)
-    python benchmarks/data_device.py --device cpu --mb 8        # the same code on the CPU: a smoke run
+    .venv/bin/python benchmarks/data_device.py --device cuda --json      # on the GPU machine (benchmarks/gpu_check.sh)
+    .venv/bin/python benchmarks/data_device.py --device cpu --mb 8        # the same code on the CPU: a smoke run
 
 A store of `--mb` MiB (float32, 32 features; the common quant case of 64 assets x 250 days x 390 minutes
 x 32 features is 800 MiB) goes to the device as `DeviceWindows` (the loader's device path). For each

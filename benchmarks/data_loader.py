@@ -45,7 +45,7 @@
    pages unmapped past 256 MiB). Each reports windows/s, peak / anonymous / file-backed RSS, CPU
    seconds, major faults and MiB read from disk. The stores are deleted afterwards.
 
-    python benchmarks/data_loader.py [--mb 256] [--repeats 5] [--rss-gb 1,10] [--gather-only] [--json]
+    .venv/bin/python benchmarks/data_loader.py [--mb 256] [--repeats 5] [--rss-gb 1,10] [--gather-only] [--json]
 """
 
 from __future__ import annotations

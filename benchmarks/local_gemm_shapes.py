@@ -7,7 +7,7 @@ matmul shapes (mm/addmm/bmm/baddbmm) of one forward + backward of each model at 
 model's whole GEMM list and the probe's 1024^3 matmul in interleaved rounds, one pinned thread, and prints
 each model's GEMM throughput as a ratio to the 1024^3 rate (median of the per-round ratios).
 
-    python benchmarks/local_gemm_shapes.py [--rounds 15]
+    .venv/bin/python benchmarks/local_gemm_shapes.py [--rounds 15]
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Two figures per logger:
 Set-up (creating the tracking run, logging the config) and the end (summary artifact, flush) are outside
 the loop and reported as `fit_s` beside it.
 
-    python benchmarks/loggers.py [--steps 60] [--repeats 5] [--json]
+    .venv/bin/python benchmarks/loggers.py [--steps 60] [--repeats 5] [--json]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ and scheduler) are columns where they import (`pip install -e '.[bench-compare]'
 microseconds, one thread), and the whole of it: stride minus the loop on a model of one Linear layer
 (compute ~0, so what remains is the trainer). docs/overhead.md has the table.
 
-    python benchmarks/overhead.py [--models quick,mlp_tiny] [--rounds 6] [--threads 2] [--json] [--sources]
+    .venv/bin/python benchmarks/overhead.py [--models quick,mlp_tiny] [--rounds 6] [--threads 2] [--json] [--sources]
 """
 
 from __future__ import annotations

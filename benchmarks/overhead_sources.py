@@ -2,13 +2,13 @@
 
 What the loop runs for each source, in a tight loop, median of repetitions (a CPU-time microbenchmark
 is steady on a shared host where step times are not). The same script measured the trainer before
-this change (`PYTHONPATH=<old tree> python benchmarks/overhead_sources.py`): where the loop changed,
+this change (`PYTHONPATH=<old tree> .venv/bin/python benchmarks/overhead_sources.py`): where the loop changed,
 the source's entry is what each version runs. `one_linear_model_*`: the whole of it, the fit loop's body
 against a hand-written step on a one-Linear model (compute ~0, so what remains is the trainer), in
 alternated blocks on the same objects: CPU microseconds a step. (Separate runs of each differed by
 +-60 us from run to run here; blocks in one process by a few.)
 
-    python benchmarks/overhead_sources.py [--json]
+    .venv/bin/python benchmarks/overhead_sources.py [--json]
 """
 
 from __future__ import annotations

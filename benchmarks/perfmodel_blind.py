@@ -9,7 +9,7 @@ throughput), and the same by
 source group, hardware, precision and framework.
 
     stride plan --from-csv data/perfmodel/mlperf_training.csv --json > pred.json
-    python benchmarks/perfmodel_blind.py data/perfmodel/mlperf_training.csv pred.json [--json]
+    .venv/bin/python benchmarks/perfmodel_blind.py data/perfmodel/mlperf_training.csv pred.json [--json]
 
 The measured value of a row is read with stride.perfmodel.measured (the same conversion the
 development-set judge uses), from whichever stride is importable.

@@ -6,7 +6,7 @@ the model as it is now on all of them (not blind any more: the readings fixed af
 change to the model shows at once where it moves the unseen data, and what a user can expect away from the rows
 the factors were fitted on. Nothing is refitted: the shipped factors and interval table, as `stride plan` uses.
 
-    python benchmarks/perfmodel_holdout.py [FILES ...] [--efficiency FILE] [--json]
+    .venv/bin/python benchmarks/perfmodel_holdout.py [FILES ...] [--efficiency FILE] [--json]
 
 Per file and over all rows: rows with a measurement, answered, median / p90 |error| of tokens/s per device
 (error = predicted / measured - 1), signed median, 80% interval coverage, and memory error where measured.

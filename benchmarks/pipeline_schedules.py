@@ -13,7 +13,7 @@ its stages' compute chunks, `pipeline_wait` the rest of the schedule (bubble, tr
 `bubble_theory` is the idle share of an ideal schedule with equal forward and backward times:
 (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) for interleaved 1F1B with v stages per rank.
 
-    python benchmarks/pipeline_schedules.py [--rounds 3] [--steps 20] [--microbatches 8] [--json]
+    .venv/bin/python benchmarks/pipeline_schedules.py [--rounds 3] [--steps 20] [--microbatches 8] [--json]
 """
 
 from __future__ import annotations

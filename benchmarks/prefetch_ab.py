@@ -1,8 +1,8 @@
 """Does a prefetch thread pay for itself in training? The same run with `data.prefetch` = 0 and 2, alternated,
 and what the probe (`data.prefetch = "auto"`) chose for it: the check behind `probe.PREFETCH_TAKE_SHARE`.
 
-    python benchmarks/prefetch_ab.py                       # the quick-start model, one torch thread (a core free)
-    python benchmarks/prefetch_ab.py --store DIR --seq-len 128 --batch 256 --model mlp_tiny
+    .venv/bin/python benchmarks/prefetch_ab.py                   # the quick-start model, one torch thread (a core free)
+    .venv/bin/python benchmarks/prefetch_ab.py --store DIR --seq-len 128 --batch 256 --model mlp_tiny
 
 Each round trains both settings in a new random order; a step's wall time is timed from step `--skip` on.
 Prints the median ms a step of each, the paired ratio prefetch 2 / prefetch 0 (median and range over the

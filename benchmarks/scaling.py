@@ -34,7 +34,7 @@ machine the wall-clock efficiency mostly measures other people's load, this does
 A micro-benchmark of a cache-resident matmul and a memory-bound copy in 1 and 2 pinned processes at
 once separates core time-sharing from memory-bandwidth contention.
 
-    python benchmarks/scaling.py [--rounds 3] [--steps 30] [--world-sizes 1,2,4] [--diagnose] [--json]
+    .venv/bin/python benchmarks/scaling.py [--rounds 3] [--steps 30] [--world-sizes 1,2,4] [--diagnose] [--json]
 """
 
 from __future__ import annotations

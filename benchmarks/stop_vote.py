@@ -6,7 +6,7 @@ stride does: 2 floats, as before), or go in a separate 1-float all-reduce every 
 2 processes x 1 thread on gloo (loopback). The sizes are interleaved call by call (1, 2, 3 floats, ...)
 so load changes hit all alike; medians of the per-call time.
 
-    python benchmarks/stop_vote.py [--calls 3000] [--k 10] [--json]
+    .venv/bin/python benchmarks/stop_vote.py [--calls 3000] [--k 10] [--json]
 """
 
 from __future__ import annotations

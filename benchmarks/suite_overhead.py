@@ -1,7 +1,7 @@
 """The suite must not distort what it measures: a workload's throughput inside `stride bench` against
 the same config run as `stride train` does (Trainer with its defaults), alternating in one process.
 
-    python benchmarks/suite_overhead.py [--workload ts_transformer_tiny] [--repeats 4] [--json]
+    .venv/bin/python benchmarks/suite_overhead.py [--workload ts_transformer_tiny] [--repeats 4] [--json]
 Headline `suite_vs_train_ratio`: median over repeats of suite / train throughput, both sides the same
 statistic (median of the suite's equal windows after warm-up, computed from each run's own step times),
 so the ratio is the suite's overhead, not a difference of estimators (goal within 2 %). Also printed:

@@ -17,7 +17,7 @@ medians over `--repeats` are reported with the load average before and after. He
 `packed_vs_sequential` (goal on this 2-core CPU: >= 3 at N=16 for the launch-bound MLP and LSTM, >= 1 for
 compute-bound ones; GPU goal 10 at N=64).
 
-    python benchmarks/sweep_packing.py [--workloads mlp_tiny,lstm_small,ts_transformer_tiny] [--n 1,4,16,64]
+    .venv/bin/python benchmarks/sweep_packing.py [--workloads mlp_tiny,lstm_small,ts_transformer_tiny] [--n 1,4,16,64]
         [--repeats 2] [--device cpu|cuda] [--threads T] [--json] [--quick]
 """
 
