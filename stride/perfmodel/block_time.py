@@ -160,8 +160,15 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     rep, tp_part = c.elementwise_per_token(shard)
     t_ew_f = c.memory(tokens * (rep + tp_part / t) * c.act)
     mlp_share = tp_part / t / (rep + tp_part / t)
-    softmax_tok = 0.0 if flash else (4 + 5 * (1 if spec.dropout else 0)) * (spec.heads / t) * spec.seq
-    t_sm_f = c.memory(tokens * softmax_tok * c.act)
+    # a materialised core's score traffic, bytes per score: forward, softmax 4 (read the scores, write the
+    # probabilities: Megatron's fused scale-mask-softmax), dropout 5 (read 2, write 2 and a 1-byte mask); backward,
+    # dropout 5 (read the gradient and the mask, write 2), softmax 6 (read the probabilities and their gradient,
+    # write 2). It was costed as twice the forward (18 with dropout, not 11): the materialised Megatron rows (SC21,
+    # Korthikanti 2022, the Zero Bubble paper) read 4-17% slow.
+    drop = 1 if spec.dropout else 0
+    scores_tok = 0.0 if flash else (spec.heads / t) * spec.seq
+    t_sm_f = c.memory(tokens * (4 + 5 * drop) * scores_tok * c.act)
+    t_sm_b = c.memory(tokens * (6 + 5 * drop) * scores_tok * c.act)
     # op-sac re-runs the block's forward with saved ops replayed: every elementwise kernel runs again, and the
     # TP all-gathers (not in its save list) but not the reduce-scatters
     ew_rc = {"full": 1.0, "full-except-qkv": 1.0, "op-sac": 1.0, "mlp": mlp_share,
@@ -217,12 +224,12 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     terms = {
         "gemm": gemm_f + gemm_b + gemm_rc,
         "attention": t_core_f + t_core_b + core_rc,
-        "elementwise": (3 + ew_rc) * t_ew_f + (3 + (1 if "attn_scores" in rc else 0)) * t_sm_f,
+        "elementwise": (3 + ew_rc) * t_ew_f + (1 + (1 if "attn_scores" in rc else 0)) * t_sm_f + t_sm_b,
         "casts": cast_f + cast_b + cast_rc,
         "tp_comm": t_tp,
         "cp_comm": t_cp,
         "ep_comm": t_ep,
         "lora": lora_f + lora_b + lora_rc,
     }
-    backward = lora_b + gemm_b + t_core_b + 2 * (t_ew_f + t_sm_f) + cast_b + t_tp_f + t_ep / 2
+    backward = lora_b + gemm_b + t_core_b + 2 * t_ew_f + t_sm_b + cast_b + t_tp_f + t_ep / 2
     return BlockTime(terms, backward, comm, sum(c.wgrad(g) for g in lin))
