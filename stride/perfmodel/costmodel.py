@@ -21,7 +21,7 @@ from stride.perfmodel.flops import embedding_params, executed_flops, head_params
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.kernels import Costs
-from stride.perfmodel.layout import FP32_STORAGE, Layout, check_layout, stage_blocks
+from stride.perfmodel.layout import FP32_STORAGE, LOOPED, Layout, check_layout, stage_blocks
 from stride.perfmodel.memory_model import predict_memory
 from stride.perfmodel.model_spec import TransformerSpec
 
@@ -83,7 +83,7 @@ def _inflight(lay: Layout, m: int, device: int = 0) -> float:
         return 1.0
     if lay.schedule == "gpipe":
         return float(m)
-    if lay.schedule == "interleaved":
+    if lay.schedule in LOOPED:
         return min(float(m), ((p - device - 1) * 2 + (v - 1) * p + 1) / v)
     if lay.v_shape:
         held = {"v-half": (p + 2) // 2, "v-min": (p + 4) // 3}.get(lay.schedule, p)
@@ -102,12 +102,14 @@ def bubble_share(lay: Layout, blk: BlockTime) -> float:
         return 1.0 / lay.vpp
     if lay.schedule in ("v-half", "v-min"):
         return 0.5 if lay.schedule == "v-half" else 2.0 / 3.0
-    if lay.schedule not in ("zb-h1", "zb-h2", "zbv"):
+    if lay.schedule not in ("zb-h1", "zb-h2", "zbv", "zb-interleaved"):
         return 1.0  # gpipe, 1f1b
     f, w = blk.total - blk.backward, blk.weight_grad
     b = blk.backward - w
-    left = f + b - w if lay.schedule == "zb-h1" else max(0.0, f + b - 2 * w)  # W fills the bubble once, or twice
-    return left / max(f + b + w, 1e-30)
+    once = lay.schedule in ("zb-h1", "zb-interleaved")
+    left = f + b - w if once else max(0.0, f + b - 2 * w)  # W fills the bubble once, or twice
+    # zero bubble interleaved: ZB-H1's filling of the interleaved schedule's bubble, (p - 1)(F + B + W) / v
+    return left / max(f + b + w, 1e-30) / (lay.vpp if lay.schedule == "zb-interleaved" else 1)
 
 
 def _device_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> list[float]:
@@ -197,7 +199,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
 
     # ---- data parallel and optimizer ------------------------------------------------------
     p_dev = _device_params(spec, lay, blocks)
-    p_stage = max(p_dev[0], p_dev[-1])
+    p_stage = max(p_dev)  # the most parameters: a middle device where the end stages are a block short
     fp32_reduce = fw.grad_reduce_fp32 if lay.grad_reduce_fp32 is None else lay.grad_reduce_fp32
     gbytes = 4 if lay.precision in FP32_STORAGE or (fp32_reduce and lay.precision != "fp16") else 2
     wire_w = 1 if lay.fp8_gather else (4 if lay.precision in FP32_STORAGE else 2)

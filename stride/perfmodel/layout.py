@@ -11,7 +11,7 @@ from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.model_spec import TransformerSpec
 from stride.perfmodel.precision import RECIPES
 
-SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "v-half", "v-min")
+SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-interleaved", "zbv", "v-half", "v-min")
 # Zero-bubble schedules split each backward into B (input gradients) and W (weight gradients) and fill the 1F1B
 # bubble with W (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): ZB-H1 (1F1B's memory, a third of its
 # bubble), ZB-H2 (about twice 1F1B's activations, no bubble). The V-shape schedules ("Pipeline Parallelism with
@@ -19,6 +19,10 @@ SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "v
 # V-ZB (`zbv`, torch.distributed.pipelining's ScheduleZBVZeroBubble: 1F1B's memory, no bubble), V-Half (half the
 # activations), V-Min (a third).
 V_SHAPE = ("zbv", "v-half", "v-min")
+# Looped over vpp chunks per device as the interleaved schedule is: interleaved 1F1B, and zero bubble interleaved
+# (torch.distributed.pipelining's ScheduleInterleavedZeroBubble, stride's `zero_bubble`: ZB-H1's W filling on the
+# interleaved schedule's stages)
+LOOPED = ("interleaved", "zb-interleaved")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32", "tf32")  # tf32: fp32 storage, GEMMs on TF32 tensor cores
 FP32_STORAGE = ("fp32", "tf32")
 ATTENTION = ("flash", "materialized")
@@ -116,7 +120,7 @@ class Layout:
     def short(self) -> str:
         parts = [f"dp{self.dp}", f"tp{self.tp}{'+sp' if self.sp else ''}", f"pp{self.pp}"]
         if self.pp > 1:
-            parts.append(self.schedule + (f"v{self.vpp}" if self.schedule == "interleaved" else ""))
+            parts.append(self.schedule + (f"v{self.vpp}" if self.schedule in LOOPED else ""))
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
         if self.ep > 1:
@@ -175,13 +179,13 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
         raise ConfigError(f"layout: algo must be ring, tree or auto, got {lay.algo!r}")
     if lay.pp > 1 and lay.schedule == "none":
         raise ConfigError(f"layout: pp > 1 needs a schedule ({', '.join(SCHEDULES[1:])})")
-    if lay.schedule == "interleaved" and lay.vpp < 2:
-        raise ConfigError("layout: the interleaved schedule needs vpp >= 2")
+    if lay.schedule in LOOPED and lay.vpp < 2:
+        raise ConfigError(f"layout: the {lay.schedule} schedule needs vpp >= 2")
     if lay.v_shape and lay.vpp != 2:
         raise ConfigError(f"layout: the V-shape schedule {lay.schedule} puts 2 chunks on each device: vpp=2, "
                           f"not {lay.vpp}")
-    if lay.schedule not in ("interleaved", *V_SHAPE) and lay.vpp != 1:
-        raise ConfigError(f"layout: vpp={lay.vpp} needs the interleaved or a V-shape schedule")
+    if lay.schedule not in (*LOOPED, *V_SHAPE) and lay.vpp != 1:
+        raise ConfigError(f"layout: vpp={lay.vpp} needs an interleaved or a V-shape schedule")
     if spec.heads % lay.tp or spec.kv_heads % lay.tp and lay.tp % spec.kv_heads:
         raise ConfigError(f"layout: tp={lay.tp} does not divide heads={spec.heads} / kv_heads={spec.kv_heads}")
     chunks = lay.pp * lay.vpp
@@ -209,6 +213,6 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
         raise ConfigError(f"layout: global batch {global_batch} is not divisible by dp*micro_batch="
                           f"{lay.dp}*{lay.micro_batch}")
     m = int(per_dp // lay.micro_batch)
-    if lay.schedule == "interleaved" and m % lay.pp:
-        raise ConfigError(f"layout: interleaved schedule needs micro-batches ({m}) divisible by pp={lay.pp}")
+    if lay.schedule in LOOPED and m % lay.pp:
+        raise ConfigError(f"layout: the {lay.schedule} schedule needs micro-batches ({m}) divisible by pp={lay.pp}")
     return m

@@ -18,7 +18,7 @@ from stride.perfmodel.costmodel import Prediction, predict
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
-from stride.perfmodel.layout import Layout
+from stride.perfmodel.layout import LOOPED, Layout
 from stride.perfmodel.model_spec import TransformerSpec
 
 
@@ -107,7 +107,8 @@ PARALLELISM: dict[str, Parallelism] = {
     "torchtune": Parallelism(tp=False, pp=False, cp=False, zero=(3,)),
     "maxtext": Parallelism(tp=True, pp=False, cp=False, zero=(3,)),
 }
-# torch.distributed.pipelining's ScheduleZBVZeroBubble (V-ZB), which torchtitan and stride's own trainer run
+# torch.distributed.pipelining's ScheduleZBVZeroBubble (V-ZB) and ScheduleInterleavedZeroBubble, which torchtitan
+# and stride's own trainer run (`zbv`, `zero_bubble`)
 ZBV_FRAMEWORKS = ("fsdp2",)
 _ANY = Parallelism(tp=True, pp=True, cp=True, zero=(0, 1, 2, 3))
 
@@ -139,11 +140,11 @@ def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_
             if pp > 1 and split == "even" and spec.layers % (2 * pp) == 0:
                 scheds.append(("interleaved", 2))
                 if framework in ZBV_FRAMEWORKS:
-                    scheds.append(("zbv", 2))
+                    scheds += [("zbv", 2), ("zb-interleaved", 2)]
             for mb in micro_batches(per_dp):
                 m = per_dp // mb
                 for sched, v in scheds:
-                    if sched == "interleaved" and m % pp:
+                    if sched in LOOPED and m % pp:
                         continue
                     for zero in (zeros if dp > 1 else (0,)):
                         # flash attention already recomputes its core: selective == none there

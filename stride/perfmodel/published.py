@@ -322,9 +322,9 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     vpp_stated = vpp > 1
     sched_text = str(row.get("pp_schedule") or "")
     schedule, vpp = rt.schedule(sched_text, pp, vpp)
-    if schedule in ("zb-h1", "zb-h2") and vpp_stated:
+    if schedule == "zb-h2" and vpp_stated:
         notes.append(f"pp_schedule {sched_text[:40]!r} read as {schedule}: its vpp {_int(row, 'vpp', 1)} is not "
-                     "used (an interleaved zero-bubble schedule is not modelled)")
+                     "used (ZB-H2 over interleaved chunks is not modelled; ZB-H1's is, as zb-interleaved)")
     # an interleaved schedule whose chunk count the row does not give: every count that splits the blocks
     # evenly is tried, and the fastest that fits is kept (predict_rows.predict_inputs), as for recompute
     vpp_choices: tuple[int, ...] = ()

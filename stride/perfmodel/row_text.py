@@ -365,12 +365,14 @@ def schedule(text: str, pp: int, vpp: int) -> tuple[str, int]:
     # "no zero-bubble", "zero bubble: disabled" do not name a zero-bubble schedule
     zb_low = re.sub(r"\b(?:non|no|not|without)[- ]?zero[- _]?bubble\w*|"
                     r"zero[- _]?bubble\w*\W{0,3}(?:not stated|off|false|disabled|no)\b", " ", low)
-    for name, pat in _ZERO_BUBBLE:  # before "interleaved": torch's ScheduleInterleavedZeroBubble is zero bubble
-        if re.search(pat, zb_low):
-            return name, 2 if name in V_SHAPE else 1
     m = re.search(_CHUNKS, low)
     if m and vpp == 1:
         vpp = int(m.group(1) or m.group(2))
+    for name, pat in _ZERO_BUBBLE:  # before "interleaved": torch's ScheduleInterleavedZeroBubble is zero bubble
+        if re.search(pat, zb_low):
+            if name == "zb-h1" and (vpp > 1 or "interleav" in low):  # zero bubble looped over chunks
+                return "zb-interleaved", max(vpp, 2)
+            return name, 2 if name in V_SHAPE else 1
     if vpp > 1 or "interleav" in low:
         return "interleaved", max(vpp, 2)
     if "gpipe" in low:

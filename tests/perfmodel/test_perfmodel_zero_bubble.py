@@ -96,8 +96,25 @@ def test_schedules_need_their_chunk_counts() -> None:
     spec, hw = PRESETS["llama3-8b"], load_catalog().get("h100")
     with pytest.raises(ConfigError, match="V-shape schedule zbv puts 2 chunks on each device: vpp=2, not 1"):
         predict(spec, Layout(pp=4, schedule="zbv"), hw, 16)
-    with pytest.raises(ConfigError, match="vpp=2 needs the interleaved or a V-shape schedule"):
+    with pytest.raises(ConfigError, match="vpp=2 needs an interleaved or a V-shape schedule"):
         predict(spec, Layout(pp=4, schedule="zb-h1", vpp=2), hw, 16)
+    with pytest.raises(ConfigError, match="the zb-interleaved schedule needs vpp >= 2"):
+        predict(spec, Layout(pp=4, schedule="zb-interleaved"), hw, 16)
+
+
+@pytest.mark.parametrize("v", [2, 4])
+def test_zero_bubble_interleaved_fills_the_interleaved_bubble(v: int) -> None:
+    """torch's ScheduleInterleavedZeroBubble (stride's `zero_bubble`): ZB-H1's filling of the interleaved
+    schedule's bubble, (F + B - W) / (F + B + W) of it, and the interleaved schedule's memory."""
+    spec, hw, p = dataclasses.replace(GPT175, layers=32, vocab=8), _no_comm_hw(), 4
+    base = Layout(tp=8, pp=p, schedule="interleaved", vpp=v, sp=True)
+    f, b, w = _fbw(spec, base, hw)
+    inter = predict(spec, base, hw, 16)
+    zbi = predict(spec, dataclasses.replace(base, schedule="zb-interleaved"), hw, 16)
+    assert zbi.breakdown_s["pp_bubble"] / inter.breakdown_s["pp_bubble"] == pytest.approx((f + b - w) / (f + b + w),
+                                                                                          rel=1e-9)
+    assert zbi.memory_bytes["activations"] == inter.memory_bytes["activations"]
+    assert zbi.step_time_s < inter.step_time_s
 
 
 @pytest.mark.parametrize(("text", "want"), [
@@ -107,6 +124,7 @@ def test_schedules_need_their_chunk_counts() -> None:
     ("interleaved 1F1B (1F1B-I)", ("interleaved", 2)), ("1F1B (Megatron-LM non-interleaved)", ("1f1b", 1)),
     ("ScheduleZBVZeroBubble", ("zbv", 2)), ("1F1B (zero bubble disabled)", ("1f1b", 1)),
     ("no zero-bubble, 1F1B", ("1f1b", 1)),
+    ("ScheduleInterleavedZeroBubble", ("zb-interleaved", 2)), ("zero bubble, VPP=4", ("zb-interleaved", 4)),
 ])
 def test_rows_name_the_schedules(text: str, want: tuple[str, int]) -> None:
     assert rt.schedule(text, 8, 1) == want
@@ -118,3 +136,4 @@ def test_the_planner_offers_zbv_where_the_framework_runs_it() -> None:
     fsdp2 = {lay.schedule for lay in candidate_layouts(spec, hw, 64, 256, framework="fsdp2")}
     megatron = {lay.schedule for lay in candidate_layouts(spec, hw, 64, 256, framework="megatron")}
     assert "zbv" in fsdp2 and "zbv" not in megatron and "interleaved" in megatron
+    assert "zb-interleaved" in fsdp2 and "zb-interleaved" not in megatron  # stride's own `zero_bubble`
