@@ -155,6 +155,9 @@ def coerce(value: Any, tp: Any, key: str, where: str = "") -> Any:
         problem = c.violated(value)
         if problem:
             raise ConfigError(f"{at}`{key}` = {value!r} {problem}")
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        # TOML's integers are 64-bit; Python's parser takes any size (after the field's own range, which says more)
+        raise ConfigError(f"{at}`{key}` = {value} is outside the 64-bit integers TOML allows")
     return value
 
 
@@ -189,8 +192,6 @@ def _coerce_base(value: Any, tp: Any, key: str, where: str) -> Any:
         raise ConfigError(f"{at}`{key}` expects true or false, got {value!r}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            if not -(2**63) <= value < 2**63:  # TOML's integers are 64-bit; Python's parser takes any size
-                raise ConfigError(f"{at}`{key}` = {value} is outside the 64-bit integers TOML allows")
             return value
         raise ConfigError(f"{at}`{key}` expects an integer, got {type(value).__name__} {value!r}")
     if tp is float:
