@@ -74,7 +74,9 @@ class Prediction:
 def _inflight(lay: Layout, m: int, device: int = 0) -> float:
     """Micro-batches whose activations pipeline device `device` holds at its peak (in micro-batches of all its
     blocks). 1F1B: p - d on device d (its warm-up forwards, then one backward frees one forward); interleaved
-    (Megatron's warm-up): ((p - d - 1) 2 + (v - 1) p + 1) chunk forwards, p + (p - 1) / v micro-batches on device 0.
+    (Megatron's warm-up, torch's ScheduleInterleaved1F1B): ((p - d - 1) 2 + (v - 1) p + 1) chunk forwards, p + (p - 1)
+    / v micro-batches on device 0; zero bubble interleaved (torch's ScheduleInterleavedZeroBubble: `_get_warmup_ops`
+    with multiply_factor 1) ((p - d - 1) + (v - 1) p + 1) chunk forwards, p on device 0, as 1F1B.
     Zero bubble: ZB-H1 holds what 1F1B does, ZB-H2 2 (p - d) - 1 (Qi et al. 2024, Table 1: 2p - 1 on the first).
     V-shape schedules balance memory over the devices: V-ZB p, V-Half (p + 2) // 2, V-Min (p + 4) // 3 (Qi et
     al., NeurIPS 2024, Table 1) on each."""
@@ -84,7 +86,8 @@ def _inflight(lay: Layout, m: int, device: int = 0) -> float:
     if lay.schedule == "gpipe":
         return float(m)
     if lay.schedule in LOOPED:
-        return min(float(m), ((p - device - 1) * 2 + (v - 1) * p + 1) / v)
+        hops = 2 if lay.schedule == "interleaved" else 1  # warm-up forwards added per device from the last
+        return min(float(m), ((p - device - 1) * hops + (v - 1) * p + 1) / v)
     if lay.v_shape:
         held = {"v-half": (p + 2) // 2, "v-min": (p + 4) // 3}.get(lay.schedule, p)
     else:
@@ -108,7 +111,7 @@ def bubble_share(lay: Layout, blk: BlockTime) -> float:
     b = blk.backward - w
     once = lay.schedule in ("zb-h1", "zb-interleaved")
     left = f + b - w if once else max(0.0, f + b - 2 * w)  # W fills the bubble once, or twice
-    # zero bubble interleaved: ZB-H1's filling of the interleaved schedule's bubble, (p - 1)(F + B + W) / v
+    # zero bubble interleaved: ZB-H1's filling of the interleaved schedule's bubble, (p - 1)(F + B - W) / v
     return left / max(f + b + w, 1e-30) / (lay.vpp if lay.schedule == "zb-interleaved" else 1)
 
 

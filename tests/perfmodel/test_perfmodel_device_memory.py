@@ -41,6 +41,7 @@ def test_the_second_device_holds_the_most_under_an_embedding_loss_split() -> Non
     ("gpipe", 1, [32] * 8),
     ("zb-h2", 1, [15, 13, 11, 9, 7, 5, 3, 1]),
     ("interleaved", 2, [(2 * (8 - d - 1) + 8 + 1) / 2 for d in range(8)]),  # Megatron's warm-up, in micro-batches
+    ("zb-interleaved", 2, [(8 - d - 1 + 8 + 1) / 2 for d in range(8)]),  # torch's warm-up: one forward a hop
     ("zbv", 2, [8] * 8),  # V shapes balance their devices
 ])
 def test_micro_batches_in_flight_per_device(sched: str, v: int, want: list[float]) -> None:

@@ -105,7 +105,8 @@ def test_schedules_need_their_chunk_counts() -> None:
 @pytest.mark.parametrize("v", [2, 4])
 def test_zero_bubble_interleaved_fills_the_interleaved_bubble(v: int) -> None:
     """torch's ScheduleInterleavedZeroBubble (stride's `zero_bubble`): ZB-H1's filling of the interleaved
-    schedule's bubble, (F + B - W) / (F + B + W) of it, and the interleaved schedule's memory."""
+    schedule's bubble, (F + B - W) / (F + B + W) of it; its warm-up adds one forward per hop, not two
+    (`_get_warmup_ops(multiply_factor=1)`), so device 0 holds p micro-batches, as 1F1B, not p + (p - 1) / v."""
     spec, hw, p = dataclasses.replace(GPT175, layers=32, vocab=8), _no_comm_hw(), 4
     base = Layout(tp=8, pp=p, schedule="interleaved", vpp=v, sp=True)
     f, b, w = _fbw(spec, base, hw)
@@ -113,7 +114,9 @@ def test_zero_bubble_interleaved_fills_the_interleaved_bubble(v: int) -> None:
     zbi = predict(spec, dataclasses.replace(base, schedule="zb-interleaved"), hw, 16)
     assert zbi.breakdown_s["pp_bubble"] / inter.breakdown_s["pp_bubble"] == pytest.approx((f + b - w) / (f + b + w),
                                                                                           rel=1e-9)
-    assert zbi.memory_bytes["activations"] == inter.memory_bytes["activations"]
+    one = predict(spec, dataclasses.replace(base, schedule="1f1b", vpp=1), hw, 16)
+    assert zbi.memory_bytes["activations"] == pytest.approx(one.memory_bytes["activations"], rel=1e-9)
+    assert inter.memory_bytes["activations"] / one.memory_bytes["activations"] == pytest.approx((p + (p - 1) / v) / p)
     assert zbi.step_time_s < inter.step_time_s
 
 
