@@ -6,9 +6,9 @@ tagged with this process (stride.files.owner): a write that fails (a full disk) 
 run folder opened later removes those whose process is gone. The folder is locked for the run's life
 (stride.files.run_lock): a second run on it is refused, naming the holder. A run that ends before it
 wrote anything (a refused resume, a run found finished) leaves the folder as it found it: the lock
-file's previous content is put back, and a folder it made is removed. In a folder that holds an earlier run,
-the new config.toml and env.json, and the cut of the earlier segment's metrics.jsonl records past the step a
-resumed run continues from, are written with the run's first own write (a metrics line, a checkpoint's flush,
+file's previous content is put back, and a folder it made is removed. For a run that resumes an earlier
+one's checkpoint, the new config.toml and env.json, and the cut of the earlier segment's metrics.jsonl records past
+the step it continues from, are written with the run's first own write (a metrics line, a checkpoint's flush,
 a summary), not when the run is accepted: a resume that fails before that (at another layout whose first step
 fails, on a bad device) leaves the earlier run's files as they were. A fresh run writes its config.toml and
 env.json at once: a run that dies at its first step still says what it was (and `stride top` finds its lock).
@@ -79,8 +79,6 @@ class RunDir:
         self.path = path
         self.written = False  # this process wrote something here (else close() leaves the folder as it was)
         self._made = not path.exists()
-        # an earlier run's record is here: this run's own replaces it only once it has written (see _commit)
-        self._earlier = not self._made and ((path / "config.toml").exists() or (path / "metrics.jsonl").exists())
         try:
             path.mkdir(parents=True, exist_ok=True)
             self._lock: Path | None = run_lock.acquire(path)
@@ -112,11 +110,13 @@ class RunDir:
         run._made = True
         return run
 
-    def record(self, config_toml: str) -> None:
-        """The resolved config and the environment of a run that was accepted (a refused resume records none):
-        at once in a fresh folder, with the run's first own write (`_commit`) over an earlier run's."""
+    def record(self, config_toml: str, resumed: bool = False) -> None:
+        """The resolved config and the environment of a run that was accepted (a refused resume records none): at
+        once for a run from step 0, with its first own write (`_commit`) for a run that resumed an earlier one's
+        checkpoint (whose config and records stay until then). Decided by the caller, which knows whether it
+        resumed: the files in the folder do not say it (an --overwrite cleared them, a failed attempt left some)."""
         self._pending_record = (config_toml, fingerprint())
-        if not self._earlier:
+        if not resumed:
             self._commit()
 
     def _commit(self) -> None:

@@ -377,7 +377,8 @@ class Trainer:
             started.append(cb)
             cb.on_fit_start(self)  # the checkpoint callback loads here, or finds the run finished or refused
         if run is not None:
-            run.record(config_to_toml(self.cfg))  # config.toml and env.json once the run is accepted
+            # config.toml and env.json once the run is accepted; a resume's wait for its first own write
+            run.record(config_to_toml(self.cfg), resumed=self.step > 0)
         progress = TrainProgress(t.steps, self.cfg.metrics.progress and self.par.is_rank0, t.name)
         reset_peak(self.device)
         self.wrapped.train()

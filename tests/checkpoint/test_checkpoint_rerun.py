@@ -142,6 +142,9 @@ def test_a_resume_whose_first_step_fails_leaves_the_earlier_run_as_it_was(tmp_pa
     with pytest.raises(Crash, match="step 1 fails"):
         run(fresh, callbacks=[FailingStep()])
     assert {"config.toml", "env.json", ".stride-lock"} <= set(files(fresh))
+    with pytest.raises(Crash, match="step 1 fails"):  # --overwrite of it: cleared, the new run's config at once
+        run(fresh, "train.seed=2", callbacks=[FailingStep()], overwrite=True)
+    assert "seed = 2" in (fresh / "config.toml").read_text()
 
 
 class UpdateLr(Callback):
