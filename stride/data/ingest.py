@@ -523,15 +523,26 @@ def path_symbol(path: Path, root: Path | None, symbol_col: str) -> tuple[str, bo
     return path.name.split(".")[0], False
 
 
+# Hive partition folders that split one series in time: `date=2024-01-02`, `year=2024`, `dt=20240102`. Files of one
+# name under them are one instrument's; any other partition (`ticker=AAPL`, `contract=ESH4`) may name instruments.
+_TIME_KEYS = {"date", "dt", "day", "days", "year", "month", "week", "hour", "time", "timestamp", "ts", "session"}
+_TIME_VALUE = re.compile(r"\d{4}(-?\d{2}){0,2}([ T_]\d{2}(:?\d{2}){0,2})?")
+
+
 def _folder_without_partitions(path: Path) -> tuple[str, ...]:
-    """A file's folder less its hive partition folders (`date=2024-01-02`): files of one instrument split by
-    another key (one file a day, `date=.../AAPL.parquet`) are one symbol's, as the same folder's are."""
-    return tuple(part for part in path.parent.parts if "=" not in part)
+    """A file's folder less its time partition folders (`date=2024-01-02`): one file a day of one instrument
+    (`date=.../AAPL.parquet`) is one symbol's, as files of one folder are; `ticker=AAPL/data.parquet` and
+    `ticker=MSFT/data.parquet` stay apart (they are two instruments)."""
+    def in_time(part: str) -> bool:
+        key, eq, value = part.partition("=")
+        return bool(eq) and (key.lower() in _TIME_KEYS or bool(_TIME_VALUE.fullmatch(value)))
+
+    return tuple(part for part in path.parent.parts if not in_time(part))
 
 
 def _check_file_symbol(by_name: dict[str, Path], sym: str, path: Path, symbol_col: str) -> None:
     """Two files in different folders named alike would become one symbol (two instruments merged): refused.
-    Folders that differ only in hive partitions (`date=...`) do not count: a day's file per folder is common."""
+    Folders that differ only in time partitions (`date=...`) do not count: a day's file per folder is common."""
     other = by_name.setdefault(sym, path)
     if _folder_without_partitions(other) != _folder_without_partitions(path):
         raise IngestError(f"{other} and {path} would both be symbol {sym!r}: without a {symbol_col!r} column or a "

@@ -69,6 +69,14 @@ def test_one_name_in_two_folders_is_refused_naming_both(tmp_path: Path) -> None:
         (days / f"date=2024-01-0{k + 2}").mkdir(parents=True)
         pq.write_table(t.slice(lo, hi - lo), days / f"date=2024-01-0{k + 2}" / "AAA.parquet")
     assert _symbols(ingest(days, tmp_path / "st2")) == {"AAA": 100}
+    # ... but other partitions may name instruments: `contract=ESH4/data.parquet`, `contract=ESM4/data.parquet`
+    # (apart in time, as futures contracts are) were merged into one symbol `data` by that version
+    apart = tmp_path / "contracts"
+    for k, (lo, hi) in enumerate(((0, 50), (50, 100))):
+        (apart / f"contract=ES{'HM'[k]}4").mkdir(parents=True)
+        pq.write_table(t.slice(lo, hi - lo), apart / f"contract=ES{'HM'[k]}4" / "data.parquet")
+    with pytest.raises(IngestError, match=r"would both be symbol 'data'"):
+        ingest(apart, tmp_path / "st3")
 
 
 @pytest.mark.parametrize("bad", ["a\nb", "x\ty", "z\x00", "p\u2028q"])
