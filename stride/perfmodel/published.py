@@ -33,7 +33,7 @@ from stride.perfmodel.frameworks import FRAMEWORKS, compiled, framework_from_tex
 from stride.perfmodel.hardware import Catalog, Hardware
 from stride.perfmodel.hw_text import link_gbytes_per_device, resolve
 from stride.perfmodel.intervals import run_kind
-from stride.perfmodel.layout import Layout
+from stride.perfmodel.layout import LOOPED, Layout
 from stride.perfmodel.measured import measured_tokens_per_s
 from stride.perfmodel.model_spec import PRESETS, TransformerSpec
 
@@ -325,10 +325,13 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if schedule == "zb-h2" and vpp_stated:
         notes.append(f"pp_schedule {sched_text[:40]!r} read as {schedule}: its vpp {_int(row, 'vpp', 1)} is not "
                      "used (ZB-H2 over interleaved chunks is not modelled; ZB-H1's is, as zb-interleaved)")
+    if schedule == "zb-interleaved" and vpp_stated and "interleav" not in sched_text.lower():
+        notes.append(f"pp_schedule {sched_text[:40]!r} with vpp {vpp}: read as zero bubble interleaved over {vpp} "
+                     "chunks (torch's ScheduleInterleavedZeroBubble)")
     # an interleaved schedule whose chunk count the row does not give: every count that splits the blocks
     # evenly is tried, and the fastest that fits is kept (predict_rows.predict_inputs), as for recompute
     vpp_choices: tuple[int, ...] = ()
-    if schedule == "interleaved" and not vpp_stated and not rt.schedule_names_chunks(sched_text):
+    if schedule in LOOPED and not vpp_stated and not rt.schedule_names_chunks(sched_text):
         vpp_choices = tuple(v for v in range(2, 17) if stage_split(spec.layers, pp, v) != "uneven") or (vpp,)
     split = stage_split(spec.layers, pp, vpp)
     if split != "even" and not vpp_choices:

@@ -140,3 +140,21 @@ def test_the_planner_offers_zbv_where_the_framework_runs_it() -> None:
     megatron = {lay.schedule for lay in candidate_layouts(spec, hw, 64, 256, framework="megatron")}
     assert "zbv" in fsdp2 and "zbv" not in megatron and "interleaved" in megatron
     assert "zb-interleaved" in fsdp2 and "zb-interleaved" not in megatron  # stride's own `zero_bubble`
+
+
+def test_a_zero_bubble_row_with_chunks_reads_as_interleaved_and_says_so() -> None:
+    """A row that names zero bubble and gives a vpp column is read as zero bubble interleaved over those chunks,
+    with a note; naming the interleaved schedule without a count tries the counts, as interleaved rows do."""
+    from stride.perfmodel.hardware import load_catalog as catalog
+    from stride.perfmodel.published import row_inputs
+
+    row = {"row_id": "x", "model": "llama", "arch": "Llama, RMSNorm, SwiGLU, RoPE", "params_b": "8", "layers": "32",
+           "hidden": "4096", "heads": "32", "kv_heads": "8", "ffn_hidden": "14336", "vocab": "128256",
+           "seq_len": "4096", "global_batch_seqs": "64", "micro_batch": "1", "gpu": "H100 SXM", "num_gpus": "8",
+           "tp": "1", "pp": "8", "pp_schedule": "zero bubble", "vpp": "2", "precision": "bf16",
+           "framework": "torchtitan", "meas_tokens_per_s_per_gpu": "1000"}
+    ri = row_inputs(row, catalog())
+    assert (ri.layout.schedule, ri.layout.vpp) == ("zb-interleaved", 2)
+    assert any("read as zero bubble interleaved over 2 chunks" in n for n in ri.notes)
+    ri = row_inputs({**row, "pp_schedule": "ScheduleInterleavedZeroBubble", "vpp": ""}, catalog())
+    assert ri.layout.schedule == "zb-interleaved" and ri.vpp_choices == (2, 4)
