@@ -82,6 +82,16 @@ def synth_input_error(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime) of the file that completes an output (a store's manifest, synth's marker), None: none there.
+    Changed by a command stopped with Ctrl-C: the output was written whole, only the clean-up after was cut."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def run_synth(args: argparse.Namespace) -> int:
     from stride.data.simulator import synthesize
     from stride.errors import one_line
@@ -91,12 +101,17 @@ def run_synth(args: argparse.Namespace) -> int:
         print(f"stride data synth: {one_line(problem)}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
+    before = _stamp(Path(args.out) / "_stride_synth.json")
     try:
         info = synthesize(args.out, args.assets, args.days, args.freq, args.seed, args.levels, args.overwrite)
     except (ValueError, FileExistsError) as exc:
         print(f"stride data synth: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if _stamp(Path(args.out) / "_stride_synth.json") not in (before, None):  # stopped in the clean-up after
+            print(f"stride data synth: stopped (interrupted) after {one_line(args.out)} was written whole (its "
+                  "_stride_synth.json is new)", file=sys.stderr)
+            return 130
         kept = " (the earlier output there is kept)" if Path(args.out).exists() else ""
         print(f"stride data synth: stopped (interrupted): nothing written to {one_line(args.out)}{kept}; rerun to "
               "write it", file=sys.stderr)
@@ -112,6 +127,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
     cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
     t0 = time.perf_counter()
+    before = _stamp(Path(args.out) / "manifest.json")
     try:
         out = ingest(args.src, args.out, time_col=args.time_col, time_format=args.time_format,
                      symbol_col=args.symbol_col, columns=cols, fill_policy=args.fill_policy, dtype=args.dtype,
@@ -124,6 +140,10 @@ def run_ingest(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # the temporary store folder is removed by now (StoreWriter.abort)
         from stride.errors import one_line
 
+        if _stamp(Path(args.out) / "manifest.json") not in (before, None):  # stopped in the clean-up after
+            print(f"stride data ingest: stopped (interrupted) after the store {one_line(args.out)} was written whole "
+                  f"(check: stride data inspect {one_line(args.out)} --verify)", file=sys.stderr)
+            return 130
         kept = " (the earlier store there is kept)" if Path(args.out).exists() else ""
         print(f"stride data ingest: stopped (interrupted): nothing written to {one_line(args.out)}{kept}; rerun to "
               "ingest", file=sys.stderr)

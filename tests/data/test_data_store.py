@@ -140,3 +140,24 @@ def test_bf16_store_rounds_to_nearest(tmp_path: Path) -> None:
     ref = _expected(tables)
     np.testing.assert_array_equal(st.values.float().numpy(), torch.from_numpy(ref).to(torch.bfloat16).float().numpy())
     assert np.max(np.abs(st.values.float().numpy() - ref) / np.abs(ref)) <= 2**-8
+
+
+def test_ctrl_c_in_the_clean_up_after_the_commit_says_the_store_was_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The session's review: Ctrl-C while ingest --overwrite removed the earlier store (after the new one was in
+    place) said "nothing written ... the earlier store there is kept", which was false."""
+    import stride.data.store as store_mod
+    from stride.cli.main import main
+
+    write_parquet_dataset(tmp_path / "src")
+    ingest(tmp_path / "src", tmp_path / "st")
+
+    def cut(path, *a, **k):  # noqa: ANN001, ANN002, ANN003
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store_mod.shutil, "rmtree", cut)
+    assert main(["data", "ingest", str(tmp_path / "src"), "--out", str(tmp_path / "st"), "--columns", "close",
+                 "--overwrite"]) == 130
+    err = capsys.readouterr().err
+    assert "was written whole" in err and "nothing written" not in err
+    assert json.loads((tmp_path / "st" / "manifest.json").read_text())["columns"] == ["close"]
