@@ -191,7 +191,9 @@ def _existing(out: Path, overwrite: bool) -> str:
     if out.is_symlink() or not out.is_dir():
         what = "a symbolic link" if out.is_symlink() else "not a directory"
         raise SynthError(f"--out {out} is {what}: give a new or empty folder, or an earlier synth output")
-    if not any(out.iterdir()):
+    from stride.data.store import empty_but
+
+    if empty_but(out, rest=LEFTOVER):  # nothing, or only a killed synth's temporary folder (removed)
         return "empty"
     if synth_marker(out) is not None:
         if overwrite:
@@ -217,10 +219,11 @@ def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str
     out = Path(out)
     old = _existing(out, overwrite)
     sim = MarketSimulator(n_assets, n_days, freq, seed, params=SimParams(levels=levels))
-    whole = Path(os.path.abspath(out))  # `--out .`: its Path.parent is itself; the temporary goes beside it
+    whole = Path(os.path.abspath(out))  # `--out .`: its Path.parent is itself
     whole.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned(whole.parent, rest=LEFTOVER)  # killed syntheses' folders (their process is gone)
-    tmp = whole.parent / tagged_name("tmp", f"synth-{uuid.uuid4().hex[:8]}-{whole.name}")
+    # beside the folder, or inside an empty one: filled in place, on its own filesystem (store.fill_empty)
+    tmp = (whole if old == "empty" else whole.parent) / tagged_name("tmp", f"synth-{uuid.uuid4().hex[:8]}-{whole.name}")
     trash = whole.parent / tagged_name("trash", f"synth-{uuid.uuid4().hex[:8]}-{whole.name}")
     files = rows = 0
     try:
@@ -242,9 +245,9 @@ def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str
                 raise SynthError(f"--out {out} is no longer a `stride data synth` output: not replaced")
             out.rename(trash)
         if old == "empty":
-            from stride.data.store import fill_empty
+            from stride.data.store import empty_but, fill_empty
 
-            if any(out.iterdir()):
+            if not empty_but(out, own=tmp):
                 raise SynthError(f"--out {out} is no longer empty: not written into")
             fill_empty(tmp, out, MARKER)  # filled in place: `--out .` or a mount point cannot be renamed over
         else:

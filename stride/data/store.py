@@ -256,21 +256,33 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
 
 
 def fill_empty(tmp: Path, out: Path, last: str) -> None:
-    """Move the finished `tmp` folder's entries into the existing empty folder `out`, `last` (the manifest, the
-    marker that makes it complete) last, then remove `tmp`. An empty folder is filled in place, not replaced by a
-    rename: `--out .` or a mount point cannot be renamed over (the review of 2026-12-05: "Device or resource busy"
-    after the whole ingest)."""
+    """Move the finished `tmp` folder's entries (it was built inside `out`) up into the empty folder `out`, `last`
+    (the manifest, the marker that makes it complete) last, then remove `tmp`. An empty folder is filled in place,
+    not replaced by a rename, and built inside itself, on its own filesystem: `--out .` cannot be renamed over, and
+    an empty mount point neither, nor filled across filesystems (the session's reviews of 2026-12-05: "Device or
+    resource busy", then "Invalid cross-device link", each after the whole ingest)."""
     for name in [*sorted(n for n in os.listdir(tmp) if n != last), last]:
         os.replace(tmp / name, out / name)
     tmp.rmdir()
 
 
-def _empty_dir(path: Path) -> bool:
-    """A real folder (not a link) with nothing in it."""
+def empty_but(path: Path, own: Path | None = None, rest: re.Pattern[str] | None = None) -> bool:
+    """A real folder (not a link) with nothing in it but `own` (this process's temporary folder inside it); with
+    `rest`, a killed run's temporary folders in it (their process gone) are removed first, so they do not make it
+    look used."""
     try:
-        return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+        if not path.is_dir() or path.is_symlink():
+            return False
+        if rest is not None:
+            remove_abandoned(path, rest=rest)
+        return all(own is not None and p.name == own.name for p in path.iterdir())
     except OSError:
         return False
+
+
+def _empty_dir(path: Path) -> bool:
+    """A real folder (not a link) with nothing in it but killed ingestions' temporary folders (removed here)."""
+    return empty_but(path, rest=LEFTOVER)
 
 
 # What a store folder holds: its files and the derived caches (normalised features, the loader probe's figures).
@@ -303,9 +315,9 @@ class StoreWriter:
             raise StoreError(f"{self.out} is a stride store that also holds {shown}: --overwrite replaces a store, "
                              "not what else is in its folder; move those or choose another --out")
         self.columns, self.dtype, self.overwrite = list(columns), dtype, overwrite
-        # beside the folder, also for `--out .` (whose Path.parent is itself) and other relative names
+        # beside the folder (also for `--out .`, whose Path.parent is itself); inside an empty one, on its filesystem
         whole = Path(os.path.abspath(self.out))
-        self._beside, self._name = whole.parent, whole.name
+        self._beside, self._name = (whole if self.empty else whole.parent), whole.name
         self.tmp = self._beside / tagged_name("tmp", f"store-{uuid.uuid4().hex[:8]}-{self._name}")
         try:
             self._beside.mkdir(parents=True, exist_ok=True)
@@ -386,7 +398,7 @@ class StoreWriter:
         man_tmp.write_text(json.dumps(manifest, indent=1))
         man_tmp.rename(self.tmp / "manifest.json")  # the store is complete only now
         if self.empty:
-            if not _empty_dir(self.out):  # an entry added since the start
+            if not empty_but(self.out, own=self.tmp):  # an entry added since the start
                 self.abort()
                 raise StoreError(f"{self.out} is no longer empty: the store was not written into it")
             fill_empty(self.tmp, self.out, "manifest.json")
