@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stride.data.store import StoreError
+from stride.data.store import StoreError, derived_writable
 from stride.errors import os_reason
 from stride.files.owner import remove_abandoned, tagged_name
 from stride.files.user_cache import user_cache_dir
@@ -195,7 +195,7 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
     size = n * len(cols) * np.dtype(np_dtype).itemsize
     in_store = store_path / "derived"
     out = in_store / name
-    if not _usable(out, size) and not _writable(in_store, store_path):
+    if not _usable(out, size) and not derived_writable(store_path):
         out = user_derived_dir(values_sha) / name  # a read-only store: its caches go to the user's cache folder
 
     def build(path: Path) -> None:
@@ -225,11 +225,6 @@ def user_derived_dir(values_sha: str) -> Path:
     """Where a read-only store's derived caches go: the user's cache folder, one folder per data checksum (the
     cache names already hold it; the folder keeps stores apart and can be removed as a whole)."""
     return user_cache_dir() / "derived" / values_sha[:16]
-
-
-def _writable(derived: Path, store: Path) -> bool:
-    """Can the store's derived/ folder be written (created, where it is not there yet)? As probe.cache_path asks."""
-    return os.access(derived if derived.is_dir() else store, os.W_OK)
 
 
 def _usable(path: Path, size: int) -> bool:

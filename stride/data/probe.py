@@ -43,6 +43,7 @@ import torch
 from stride.data import native
 from stride.data.gather import AHEAD, LINES, l2_bytes
 from stride.data.loader import ShardedLoader
+from stride.data.store import derived_writable
 from stride.files.user_cache import user_cache_dir
 
 PROBE_VERSION = 8  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
@@ -129,10 +130,8 @@ def plan_key(source: Any, batch: int, device: torch.device) -> str:
 
 
 def cache_path(store: str | None = None) -> Path:
-    if store:
-        derived = Path(store) / "derived"
-        if os.access(derived if derived.is_dir() else Path(store), os.W_OK):
-            return derived / "loader_probe.json"
+    if store and derived_writable(Path(store)):
+        return Path(store) / "derived" / "loader_probe.json"
     return user_cache_dir() / "loader_probe.json"
 
 

@@ -211,10 +211,11 @@ def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str
     """Write `out/date=YYYY-MM-DD/symbol=SNNN/part-0.parquet`, one day at a time, and `out/_stride_synth.json`;
     returns counts.
 
-    The tree is built in a tagged temporary sibling folder (`.tmp-stride-<host>-<pid>-synth-...`), its marker
-    written last, and renamed into place: an interrupted synth (Ctrl-C, a crash: the folder is removed; kill -9:
-    the next synth into the same parent removes it, and ingest refuses it) never leaves a half tree at `out`.
-    `overwrite` replaces only an earlier synth output (its marker); an empty folder is used as it is.
+    The tree is built in a tagged temporary folder (`.tmp-stride-<host>-<pid>-synth-...`) beside `out`, its marker
+    written last, and renamed into place; in an empty `out` it is built inside it and its entries moved up
+    (`store.fill_empty`). An interrupted synth (Ctrl-C, a crash: the folder is removed; kill -9: the next synth
+    there removes it, and ingest refuses it) never leaves a half tree at `out`. `overwrite` replaces only an
+    earlier synth output (its marker).
     """
     out = Path(out)
     old = _existing(out, overwrite)
@@ -240,21 +241,19 @@ def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str
         info = {"files": files, "rows": rows, "assets": n_assets, "days": n_days, "bars_per_day": sim.bars}
         (tmp / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "version": 1, **info, "freq": freq,
                                               "seed": seed, "levels": levels, "start": str(sim.dates[0])}, indent=1))
+        from stride.data.store import empty_but, fill_empty, swap_in
+
         if old == "synth":
             if synth_marker(out) is None:  # checked at the start too; the folder may have changed since
                 raise SynthError(f"--out {out} is no longer a `stride data synth` output: not replaced")
-            out.rename(trash)
-        if old == "empty":
-            from stride.data.store import empty_but, fill_empty
-
+            swap_in(tmp, out, trash)  # stopped between its two renames: the earlier output back in place
+        elif old == "empty":
             if not empty_but(out, own=tmp):
                 raise SynthError(f"--out {out} is no longer empty: not written into")
             fill_empty(tmp, out, MARKER)  # filled in place: `--out .` or a mount point cannot be renamed over
         else:
             tmp.rename(out)
     except BaseException:
-        if trash.exists() and not os.path.lexists(out):
-            trash.rename(out)  # stopped between the two renames: the earlier output back in place
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(trash, ignore_errors=True)

@@ -266,6 +266,26 @@ def fill_empty(tmp: Path, out: Path, last: str) -> None:
     tmp.rmdir()
 
 
+def swap_in(tmp: Path, out: Path, trash: Path) -> None:
+    """Replace the folder `out` by the finished folder `tmp`: `out` renamed to `trash`, `tmp` renamed into its
+    place; stopped (Ctrl-C) or failed between the two renames, the earlier folder is put back. The caller removes
+    `trash` (ingest's --overwrite, synth's)."""
+    out.rename(trash)
+    try:
+        tmp.rename(out)
+    except BaseException:
+        if not os.path.lexists(out):
+            trash.rename(out)
+        raise
+
+
+def derived_writable(store: Path) -> bool:
+    """Can the store's derived/ folder (its caches: normalised features, the loader probe's figures) be written,
+    or created where it is not there yet? A shared or mounted store may be read-only: its caches go elsewhere."""
+    derived = store / "derived"
+    return os.access(derived if derived.is_dir() else store, os.W_OK)
+
+
 def empty_but(path: Path, own: Path | None = None, rest: re.Pattern[str] | None = None) -> bool:
     """A real folder (not a link) with nothing in it but `own` (this process's temporary folder inside it); with
     `rest`, a killed run's temporary folders in it (their process gone) are removed first, so they do not make it
@@ -407,13 +427,7 @@ class StoreWriter:
                 self.abort()
                 raise StoreError(f"{self.out} is no longer a stride store: not replaced")
             old = self._beside / tagged_name("trash", f"store-{uuid.uuid4().hex[:8]}-{self._name}")
-            self.out.rename(old)
-            try:
-                self.tmp.rename(self.out)
-            except BaseException:  # stopped (Ctrl-C) or failed between the two renames: the earlier store back
-                if not os.path.lexists(self.out):
-                    old.rename(self.out)
-                raise
+            swap_in(self.tmp, self.out, old)
             shutil.rmtree(old)
         else:
             self.tmp.rename(self.out)
