@@ -101,8 +101,7 @@ def _readable_chunks(path: Path, time_col: str, time_format: str | None = None
                      ) -> Iterator[pa.RecordBatch | pa.Table]:
     """read_chunks, with every way a file can fail to read turned into an IngestError naming it."""
     try:
-        chunks = read_chunks(path, time_col, time_format) if time_format else read_chunks(path, time_col)
-        for chunk in chunks:
+        for chunk in read_chunks(path, time_col, time_format):
             _check_names(chunk.schema, path)
             yield chunk
     except FileNotFoundError:

@@ -135,8 +135,7 @@ class RunDir:
         # the metrics lines logged so far reach the file first: a reader that waits for summary.json (`stride top`,
         # a user's script) then finds every step's line, not the last ones still in the buffer (a CI run of
         # stride top's test showed the summary with metrics.jsonl's last line missing)
-        self.flush()
-        self._commit()
+        self.flush()  # writes what `record` left too (_commit)
         self.written = True
         atomic_write_text(self.path / name, json_text(obj))
 
@@ -184,8 +183,8 @@ class RunDir:
         into the next)."""
         self._pending_cut = step if self._pending_cut is None else min(step, self._pending_cut)
 
-    def _cut_records_after(self, step: int) -> int:
-        """`drop_records_after`'s cut, now; returns how many lines went."""
+    def _cut_records_after(self, step: int) -> None:
+        """`drop_records_after`'s cut, now."""
         path = self.path / "metrics.jsonl"
         if self._metrics is not None:
             self._metrics.flush()
@@ -199,7 +198,6 @@ class RunDir:
         if len(keep) < len(lines):
             self.written = True
             atomic_write_text(path, "".join(keep))
-        return len(lines) - len(keep)
 
     def clear(self, names: tuple[str, ...]) -> None:
         """Delete these entries of the folder (--overwrite: an earlier run's files); others are left alone."""

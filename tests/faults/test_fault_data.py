@@ -210,8 +210,8 @@ def test_a_file_deleted_mid_ingest_is_one_line(tmp_path: Path, monkeypatch) -> N
     pq.write_table(bars("BBB"), src / "2.parquet")
     real = ing.read_chunks
 
-    def deleting(path: Path, time_col: str):
-        for chunk in real(path, time_col):
+    def deleting(path: Path, time_col: str, time_format: str | None = None):
+        for chunk in real(path, time_col, time_format):
             (src / "2.parquet").unlink(missing_ok=True)  # gone while the first file is being read
             yield chunk
 
