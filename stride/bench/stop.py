@@ -19,6 +19,7 @@ check is for the exact type.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -45,6 +46,11 @@ class StopRequest:
         name = signal.Signals(signum).name
         if self.received is None:
             self.received = name
+            # said now, not at the step's end (a long step left the operator without a word); os.write, not
+            # print: the handler may run inside rich's or print's own buffered write (see above)
+            with contextlib.suppress(OSError):
+                os.write(2, f"stride bench: {name} received; stopping at the end of this step "
+                            f"(send it again to stop now)\n".encode())
             return
         self._restore()
         raise SweepStopped(name)

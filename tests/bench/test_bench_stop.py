@@ -15,13 +15,15 @@ def _signal_self(sig: int) -> None:
     os.kill(os.getpid(), sig)  # the Python-level handler runs at the next bytecode boundary of this thread
 
 
-def test_first_signal_is_noted_not_raised_and_the_check_raises() -> None:
+def test_first_signal_is_noted_not_raised_and_the_check_raises(capfd: pytest.CaptureFixture[str]) -> None:
     before = signal.getsignal(signal.SIGTERM)
     with StopRequest().installed() as stop:
         _signal_self(signal.SIGTERM)
         for _ in range(1000):  # the Python-level handler runs between bytecodes: nothing is raised here
             pass
         assert stop.received == "SIGTERM"
+        # the operator hears at once that the stop was taken, and how to stop now
+        assert "SIGTERM received; stopping at the end of this step (send it again to stop now)" in capfd.readouterr().err
         with pytest.raises(SweepStopped, match="SIGTERM") as info:
             stop.check()
         assert isinstance(info.value, KeyboardInterrupt)  # callers' Ctrl-C handling still applies
