@@ -77,9 +77,6 @@ def run(args: argparse.Namespace) -> int:
             rows = run_spawned(job, args.nproc)
         except ValueError as exc:
             return _fail(str(exc))
-        except KeyboardInterrupt:  # Ctrl-C: main prints the one line; no rank may outlive this process
-            _end_ranks()
-            raise
     report = {"backend": backend, "world_size": world, "dtype": "float32", "rows": [r.to_dict() for r in rows]}
     no_profile = None
     if args.profile_out:
@@ -111,26 +108,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 _MORE = "measure larger messages (--max-bytes) or more --iters"
-RANK_GRACE_S = 5.0  # seconds a rank has to end on SIGTERM before SIGKILL
-
-
-def _end_ranks() -> None:
-    """End the spawned ranks still running after Ctrl-C. A rank that Ctrl-C reached while it imported torch dies
-    there, and the others then wait in the rendezvous inside C++, where SIGINT is only noted: they, and this
-    process at exit (multiprocessing joins its children), hung until killed. SIGTERM ends them (Python leaves it
-    at its default), SIGKILL any left after RANK_GRACE_S."""
-    import multiprocessing
-    import time
-
-    ranks = multiprocessing.active_children()
-    for r in ranks:
-        r.terminate()
-    deadline = time.monotonic() + RANK_GRACE_S
-    for r in ranks:
-        r.join(max(0.0, deadline - time.monotonic()))
-        if r.is_alive():
-            r.kill()
-            r.join(1.0)
 
 
 def _backend_problem(backend: str) -> str | None:

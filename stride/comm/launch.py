@@ -12,6 +12,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def under_torchrun() -> bool:
 
 
 PORT_TRIES = 3  # rendezvous ports tried when another process takes the chosen one first
+RANK_GRACE_S = 5.0  # seconds a rank has to end on SIGTERM before SIGKILL
 
 
 def _free_port() -> int:
@@ -68,7 +70,7 @@ def run_spawned(job: CommJob, nproc: int) -> list[Row]:
             try:
                 # the ranks start with Ctrl-C ignored (Python keeps an ignored SIGINT ignored at start-up): a Ctrl-C
                 # in the terminal reaches every process of the group, and a rank still importing torch printed its
-                # traceback beside this process's one line; this process ends the ranks itself (stride.cli.comm)
+                # traceback beside this process's one line; this process ends the ranks itself (end_ranks)
                 main = threading.current_thread() is threading.main_thread()  # only there can handlers be set
                 previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
                 try:
@@ -77,8 +79,12 @@ def run_spawned(job: CommJob, nproc: int) -> list[Row]:
                 finally:
                     if main:
                         signal.signal(signal.SIGINT, previous)
-                while not ctx.join():
-                    pass
+                try:
+                    while not ctx.join():
+                        pass
+                except KeyboardInterrupt:  # Ctrl-C: no rank may outlive this process (the CLI prints one line)
+                    end_ranks(ctx.processes)
+                    raise
                 break
             except mp.ProcessRaisedException as exc:
                 # the free port was released before rank 0 bound it, and another process (a second job on a
@@ -88,6 +94,22 @@ def run_spawned(job: CommJob, nproc: int) -> list[Row]:
         if not os.path.exists(out):
             raise RuntimeError("stride comm: rank 0 finished without writing its results")
         return [Row(**r) for r in json.loads(Path(out).read_text())]
+
+
+def end_ranks(ranks: list) -> None:
+    """End spawned ranks still running after Ctrl-C. A rank that Ctrl-C reached while it imported torch dies
+    there, and the others then wait in the rendezvous inside C++, where SIGINT is only noted: they, and this
+    process at exit (multiprocessing joins its children), hung until killed. SIGTERM ends them (Python leaves it
+    at its default), SIGKILL any left after RANK_GRACE_S."""
+    alive = [r for r in ranks if r.is_alive()]
+    for r in alive:
+        r.terminate()
+    deadline = time.monotonic() + RANK_GRACE_S
+    for r in alive:
+        r.join(max(0.0, deadline - time.monotonic()))
+        if r.is_alive():
+            r.kill()
+            r.join(1.0)
 
 
 def run_torchrun(job: CommJob) -> tuple[list[Row], int, int]:

@@ -38,22 +38,26 @@ def _stuck_rank() -> None:
 
 
 def test_comm_interrupted_ends_its_ranks(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C while run_spawned waits on its ranks: it ends them (SIGTERM), and the command prints one line."""
     ctx = multiprocessing.get_context("fork")
     started: list = []
 
-    def spawned(job, nproc):
-        rank = ctx.Process(target=_stuck_rank)
-        rank.start()
-        started.append(rank)
-        raise KeyboardInterrupt  # Ctrl-C while the ranks run
+    class Group:  # what torch.multiprocessing.start_processes returns, with one rank stuck in the rendezvous
+        def __init__(self) -> None:
+            rank = ctx.Process(target=_stuck_rank)
+            rank.start()
+            started.append(rank)
+            self.processes = [rank]
 
-    monkeypatch.setattr(stride.comm.launch, "run_spawned", spawned)
+        def join(self) -> bool:
+            raise KeyboardInterrupt  # Ctrl-C while the ranks run
+
+    monkeypatch.setattr(stride.comm.launch.mp, "start_processes", lambda *a, **k: Group())
     t0 = time.monotonic()
     assert main(["comm", "--nproc", "2", "--max-bytes", "1K"]) == 130
     assert time.monotonic() - t0 < 30
     assert capsys.readouterr().err.strip().splitlines() == ["stride comm: stopped (interrupted)"]
     assert len(started) == 1 and not started[0].is_alive() and started[0].exitcode == -signal.SIGTERM
-
 
 
 def test_ctrl_c_to_the_whole_group_prints_one_line_and_no_rank_traceback() -> None:
