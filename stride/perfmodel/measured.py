@@ -3,8 +3,9 @@
 Iteration time and tokens/s are used as they are. TFLOP/s per device and MFU are converted back
 with the source's own FLOP convention (`tflops_metric`): sources differ on whether recompute is
 counted (SC21 Eq. 3, Megatron-DeepSpeed with checkpointing), whether the causal mask halves
-attention (MaxText) and whether attention is counted at all (6N). An unstated convention falls back
-on Megatron's model FLOPs (flops.model_flops: full attention square, no recompute), noted.
+attention (MaxText; Megatron-LM's own count since 2025-03) and whether attention is counted at all (6N).
+An unstated convention falls back on Megatron's model FLOPs (flops.model_flops: full attention square,
+no recompute), noted.
 """
 
 from __future__ import annotations
@@ -12,13 +13,42 @@ from __future__ import annotations
 import math
 import re
 
-from stride.perfmodel.flops import active_params, model_flops
+from stride.perfmodel.flops import ATTENTION_CORE, active_params, layer_gemms, model_flops
 from stride.perfmodel.model_spec import TransformerSpec
 from stride.perfmodel.row_text import number
 
+# Megatron-LM's logged model FLOPs (`num_floating_point_operations`, --log-throughput; Megatron-Bridge logs the same)
+# count half the attention score square since NVIDIA/Megatron-LM 8873b55d6a (2025-03-06, "Only half of the attention
+# matrix is non-zero"; first in the 25.04 containers, Megatron-Core 0.12). The moe_recipes README's TFLOP/s (blind round
+# 16) read with the full square gave Qwen3-30B-A3B tokens/s 21% low: its 27.9 GFLOP a token is 23.0 halved, which is
+# exactly the Megatron-Bridge verification cards' own TFLOP/s over tokens/s for the same model.
+MEGATRON_LOGGED = re.compile(r"num_floating_point_operations|log-throughput|megatron-bridge|megatron bridge|"
+                             r"megatron-core model tflop")
+MEGATRON_CAUSAL_FROM = (25, 4)
 
-def flops_per_token(metric: str, spec: TransformerSpec) -> tuple[float, str]:
-    """FLOPs per trained token under the convention `metric` names, and that convention's name."""
+
+def megatron_halves_attention(metric: str, context: str) -> bool:
+    """The row's TFLOP/s is Megatron's own logged count from a version that halves causal attention: the metric
+    names it, and the row's text dates the code from 2025-04 on (Megatron-Bridge, which began after; an NGC / NeMo
+    container 25.04 or later; Megatron-Core 0.12 or later)."""
+    if not MEGATRON_LOGGED.search((metric or "").lower()):
+        return False
+    low = f"{metric} {context}".lower()
+    if "megatron-bridge" in low or "megatron bridge" in low:
+        return True
+    containers = re.findall(r"(?:pytorch|nemo)[:_ -]?(\d{2})\.(\d{2})", low)
+    if any((int(y), int(m)) >= MEGATRON_CAUSAL_FROM for y, m in containers):
+        return True
+    cores = re.findall(r"(?:core[_ ]r|megatron-core |mcore )v?(\d+)\.(\d+)", low)
+    return any((int(a), int(b)) >= (0, 12) for a, b in cores)
+
+
+def flops_per_token(metric: str, spec: TransformerSpec, context: str = "") -> tuple[float, str]:
+    """FLOPs per trained token under the convention `metric` names, and that convention's name. `context`: the
+    row's other text (framework, notes), which dates a Megatron count (megatron_halves_attention)."""
+    if megatron_halves_attention(metric, context):
+        core = sum(g.flops for g in layer_gemms(spec, spec.seq) if g.name in ATTENTION_CORE)
+        return (model_flops(spec, spec.seq) - 1.5 * spec.layers * core) / spec.seq, "megatron (causal half, 2025-03+)"
     t = (metric or "").lower().replace(" ", "")
     s, L, h, V = spec.seq, spec.layers, spec.hidden, spec.vocab
     attn_dim = spec.q_dim
@@ -120,7 +150,7 @@ def _measured(row: dict, spec: TransformerSpec | None, global_batch: int, device
     if spec is None:
         return None, "inputs not readable"
     metric = row.get("tflops_metric") or ""
-    fpt, conv = flops_per_token(metric, spec)
+    fpt, conv = flops_per_token(metric, spec, " ".join(str(row.get(k) or "") for k in ("framework", "notes", "source")))
     tf = number(row.get("meas_tflops_per_gpu"))
     if tf and tf > 0:
         return tf * 1e12 / fpt, f"meas_tflops_per_gpu / FLOPs per token ({conv})"

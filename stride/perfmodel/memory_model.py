@@ -47,9 +47,17 @@ def eager_saved_per_token(spec: TransformerSpec, f: int) -> float:
     return rms + rope + spec.q_dim + (f if spec.gated else 0)
 
 
-def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
+def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False) -> dict[str, float]:
     """Weights, gradients and optimizer state bytes for `params` parameters on one device; frozen (LoRA) weights
-    have neither gradients nor optimizer state (the adapters' are left out: < 0.1% of the weights)."""
+    have neither gradients nor optimizer state (the adapters' are left out: < 0.1% of the weights).
+
+    `at_step`: during the optimizer step rather than forward/backward. They differ for Megatron/DeepSpeed fp16,
+    whose fp32 copy of the 16-bit gradients is made at the step and dropped by the next zero_grad
+    (Megatron's `_copy_model_grads_to_main_grads`: `main_param.grad = model_param.main_grad.float()`, a copy only
+    where the gradient buffer is 16-bit, as it is for fp16 without --accumulate-allreduce-grads-in-fp32;
+    `zero_grad(set_to_none=True)`), so it never meets the activations. Counting it at the activation peak read
+    the Vocabulary Parallelism paper's 24 fp16 1F1B rows (blind round 16) 9-29% high; their growth with the
+    vocabulary, 16-17 bytes per embedding parameter, is 2 + 2 + 12 without it."""
     fw = FRAMEWORKS[lay.framework]
     if lay.frozen:
         w = 4.0 if lay.precision in ("fp32", "tf32") else 2.0
@@ -62,7 +70,8 @@ def _states(lay: Layout, params: float, gbytes: int) -> dict[str, float]:
     elif lay.framework in ("fsdp1", "fsdp2", "maxtext", "ddp"):
         w, g, o = 4.0, 4.0, 8.0  # fp32 sharded parameters are the master copy
     else:
-        w, g, o = 2.0, float(gbytes), (16.0 if lay.precision == "fp16" else 12.0)
+        # fp32 master weights and Adam moments; fp16's fp32 gradient copy only at the step (docstring)
+        w, g, o = 2.0, float(gbytes), (16.0 if lay.precision == "fp16" and gbytes == 2 and at_step else 12.0)
     fsdp = lay.framework in ("fsdp1", "fsdp2", "maxtext")
     states = {
         "params": w * params / (dp if z == 3 or (fsdp and z == 2) else 1),  # FSDP shards its fp32 weights
@@ -145,8 +154,10 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: li
 
     def stage(n_blocks: int, p: float, k: float, with_logits: bool) -> dict[str, float]:
         acts = k * n_blocks * a_mean + (a_full if rc != "none" else 0.0)
-        return {**_states(lay, p, gbytes), "activations": acts,
-                "buffers": scratch + gathered + (logits if with_logits else 0.0)}
+        train = {**_states(lay, p, gbytes), "activations": acts,
+                 "buffers": scratch + gathered + (logits if with_logits else 0.0)}
+        step = {**_states(lay, p, gbytes, at_step=True), "activations": 0.0, "buffers": 0.0}
+        return max(train, step, key=lambda parts: sum(parts.values()))
 
     worst = max((stage(*d) for d in devices), key=lambda parts: sum(parts.values()))
     allocated = sum(worst.values())
