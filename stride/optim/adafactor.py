@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from stride.optim.dtensor import reject_dtensor
-from stride.optim.state import KeepStateDtypes
+from stride.optim.state import KeepStateDtypes, check_hyperparameters
 
 
 class Adafactor(KeepStateDtypes, torch.optim.Optimizer):
@@ -38,6 +38,7 @@ class Adafactor(KeepStateDtypes, torch.optim.Optimizer):
         b1, b2 = betas
         if (b1 is not None and not 0.0 <= b1 < 1.0) or not 0.0 <= b2 < 1.0:
             raise ValueError(f"Adafactor: betas must lie in [0, 1) (beta1 may be None), got {betas}")
+        check_hyperparameters("Adafactor", lr, eps, weight_decay)
         defaults = {"lr": lr, "betas": (b1, b2), "eps": eps, "weight_decay": weight_decay,
                     "clip_threshold": clip_threshold, "momentum_dtype": momentum_dtype}
         super().__init__(params, defaults)

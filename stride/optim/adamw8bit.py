@@ -38,7 +38,7 @@ from stride.optim.adamw8bit_codes import (
 )
 from stride.optim.adamw8bit_format1 import checkpoint_template, upgrade_state_dict
 from stride.optim.dtensor import reject_dtensor
-from stride.optim.state import KeepStateDtypes, RecordsPath
+from stride.optim.state import KeepStateDtypes, RecordsPath, check_hyperparameters
 
 IMPLS = ("auto", "triton", "torch")
 
@@ -214,6 +214,7 @@ class AdamW8bit(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
         )
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"AdamW8bit: betas must lie in [0, 1), got {betas}")
+        check_hyperparameters("AdamW8bit", lr, eps, weight_decay)
         if impl not in IMPLS:
             raise ValueError(f"AdamW8bit: impl={impl!r} is not one of {', '.join(IMPLS)}")
         self.impl = impl

@@ -18,7 +18,7 @@ from torch.optim.adam import adam as torch_adam
 
 from stride.kernels.runtime import notice_once, triton_runs_on
 from stride.optim.dtensor import is_dtensor
-from stride.optim.state import KeepStateDtypes, RecordsPath
+from stride.optim.state import KeepStateDtypes, RecordsPath, check_hyperparameters
 
 IMPLS = ("auto", "triton", "torch")
 
@@ -45,6 +45,8 @@ class FusedAdamW(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
     where it cannot run), "torch" (always the torch path).
     """
 
+    _fixed_state_dtypes = {"exp_avg": torch.float32, "exp_avg_sq": torch.float32}  # what both paths compute in
+
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
@@ -56,8 +58,7 @@ class FusedAdamW(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
     ) -> None:
         if impl not in IMPLS:
             raise ValueError(f"FusedAdamW: impl={impl!r} is not one of {', '.join(IMPLS)}")
-        if float(lr) < 0.0:
-            raise ValueError(f"FusedAdamW: lr must be >= 0, got {lr}")
+        check_hyperparameters("FusedAdamW", lr, eps, weight_decay)
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"FusedAdamW: betas must lie in [0, 1), got {betas}")
         self.impl = impl

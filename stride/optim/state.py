@@ -39,8 +39,27 @@ def optimizer_param_count(optimizer: torch.optim.Optimizer) -> int:
     return sum(p.numel() for g in optimizer.param_groups for p in g["params"])
 
 
+def check_hyperparameters(name: str, lr: object, eps: object, weight_decay: object) -> None:
+    """Refuse what torch.optim.AdamW refuses (lr < 0, eps < 0, weight_decay < 0, or not numbers), naming the optimizer
+    and the value. Why: a negative eps divided by sqrt(v) + eps near zero moved parameters to 9.8 in 3 steps at lr 1e-3
+    (audit 8, #9); the `[optim]` config checks CLI runs, this checks the Python API."""
+    for key, value, low in (("lr", lr, 0.0), ("eps", eps, 0.0), ("weight_decay", weight_decay, 0.0)):
+        v = value.item() if torch.is_tensor(value) and value.numel() == 1 else value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{name}: {key} must be a number, got {value!r}")
+        if not v >= low or v != v or v == float("inf"):
+            raise ValueError(f"{name}: {key} must be a finite number >= {low:g}, got {value!r}")
+
+
 class KeepStateDtypes:
-    """Mixin for torch.optim.Optimizer subclasses whose state dtypes differ from the parameters'."""
+    """Mixin for torch.optim.Optimizer subclasses whose state dtypes differ from the parameters'.
+
+    `_fixed_state_dtypes`: state keys whose dtype the step relies on (FusedAdamW's fp32 moments, which its Triton
+    kernel writes as fp32): a loaded tensor of another floating dtype (a torch.optim.AdamW state dict of bf16
+    parameters holds bf16 moments) is converted, and one of another shape than its parameter is refused by name.
+    Without this the Triton kernel wrote 4-byte values into 2-byte buffers (heap corruption on CPU, audit 8, #2)."""
+
+    _fixed_state_dtypes: dict[str, torch.dtype] = {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)  # type: ignore[misc]
@@ -55,7 +74,15 @@ class KeepStateDtypes:
                     continue
                 # copies: torch's loader would share the saved `step` tensor with the state dict
                 device = value.device if key == "step" else p.device
-                self.state[p][key] = value.to(device=device, copy=True)  # type: ignore[attr-defined]
+                dtype = self._fixed_state_dtypes.get(key)
+                if dtype is not None:
+                    if value.shape != p.shape:
+                        raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of parameter {pid} "
+                                         f"has shape {tuple(value.shape)}, its parameter {tuple(p.shape)}")
+                    if not value.is_floating_point():
+                        raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of parameter {pid} "
+                                         f"is {value.dtype}, not a floating-point tensor")
+                self.state[p][key] = value.to(device=device, dtype=dtype, copy=True)  # type: ignore[attr-defined]
 
 
 class RecordsPath:

@@ -80,10 +80,17 @@ def adamw_multi_tensor(
     if not params:
         return
     device = params[0].device
-    addr = [
-        [p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), p.numel()]
-        for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)
-    ]
+    p_ty, g_ty = params[0].dtype, grads[0].dtype
+    addr = []
+    for i, (p, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)):
+        # the kernel reads and writes through raw pointers with these dtypes and p's element count: a mismatch is
+        # an out-of-bounds write on the device (audit 8, #2: bf16 moments from a loaded state dict), never a result
+        if m.dtype != torch.float32 or v.dtype != torch.float32 or p.dtype != p_ty or g.dtype != g_ty \
+                or not (p.numel() == g.numel() == m.numel() == v.numel()):
+            raise ValueError(f"adamw_multi_tensor: tensor {i}: param {p.dtype} {p.numel()}, grad {g.dtype} "
+                             f"{g.numel()}, exp_avg {m.dtype} {m.numel()}, exp_avg_sq {v.dtype} {v.numel()}; "
+                             f"the kernel needs fp32 moments and one dtype and size per parameter")
+        addr.append([p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), p.numel()])
     addr_t = torch.tensor(addr, dtype=torch.int64).to(device, non_blocking=True)
     work_t = _work_table(tuple(p.numel() for p in params), str(device))
     bc1 = 1.0 - beta1**step
