@@ -59,9 +59,30 @@ def torch_chunk_cross_entropy(
     if write_grad:
         g = torch.exp(lf - lse[:, None])
         g.scatter_add_(1, safe[:, None], -torch.ones_like(lse)[:, None])
-        g *= (valid.float() / n_valid.float())[:, None]
+        # where, not valid / n_valid: with every target ignored that is 0 / 0, NaN gradients (as the kernel)
+        scale = torch.where(valid, 1.0 / n_valid.float(), torch.zeros_like(lse))
+        g *= scale[:, None]
         logits.copy_(g)
     return loss
+
+
+def _check_chunk_rows(chunk_rows: object) -> None:
+    """None means the default; anything else must be a positive int (range(0, n, -2) ran no chunk: loss 0)."""
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows <= 0):
+        raise ValueError(f"linear_cross_entropy: chunk_rows must be a positive integer or None, got {chunk_rows!r}")
+
+
+def _check_target_range(target: torch.Tensor, v: int, ignore_index: int) -> None:
+    """Every target not ignore_index must be a class in [0, V): the kernel would read it out of the row.
+
+    One reduction (and one host sync) on the whole target; the slow search for the first bad one only on error."""
+    bad = (target != ignore_index) & ((target < 0) | (target >= v))
+    if target.numel() and bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"linear_cross_entropy: target[{i}] = {int(target[i])} is not a class in [0, {v}) "
+            f"nor ignore_index ({ignore_index})"
+        )
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor) -> None:
@@ -77,18 +98,24 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tar
             f"linear_cross_entropy: target must be integer [{x.shape[0]}], "
             f"got {tuple(target.shape)} {target.dtype}"
         )
+    if not x.is_floating_point():
+        raise TypeError(f"linear_cross_entropy: dtype {x.dtype} is not supported; x and weight must be floating point")
     if x.dtype != weight.dtype:
         raise TypeError(f"linear_cross_entropy: x {x.dtype} and weight {weight.dtype} must share a dtype")
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, target, ignore_index, chunk_rows, chunk_ce):
+    def forward(ctx, x, weight, bias, target, ignore_index, chunk_rows, chunk_ce, grad_enabled):
         _check(x, weight, bias, target)
+        _check_chunk_rows(chunk_rows)
         x = x.contiguous()
         target = target.contiguous().long()
         n, v = x.shape[0], weight.shape[0]
-        need_x, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        _check_target_range(target, v, ignore_index)
+        # needs_input_grad follows requires_grad, not grad mode (off inside forward): under no_grad (evaluation)
+        # it still asked for grad_x, the fp32 [V, D] accumulator and two matmuls a chunk, all thrown away
+        need_x, need_w, need_b = (grad_enabled and g for g in ctx.needs_input_grad[:3])
         need_any = need_x or need_w or need_b
         chunk = chunk_rows or default_chunk_rows(n, v, x.shape[1])
         n_valid = (target != ignore_index).sum()
@@ -113,6 +140,8 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                     accumulate_product(grad_w, logits.t(), xc)
             if need_b:
                 grad_b += logits.float().sum(0)
+        if need_w and grad_w is None:  # no rows: no chunk ran, the gradient of an empty sum is 0
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device)
         if grad_w is not None:
             # held until backward in the weight's dtype: half the fp32 accumulator's bytes for bf16 heads
             grad_w = grad_w.to(weight.dtype)
@@ -130,7 +159,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         gx = (grad_x * grad.to(grad_x.dtype)) if need_x else None
         gw = (grad_w * grad).to(wd) if need_w else None  # in wd already: the product stays in wd
         gb = (grad_b * grad).to(bd) if need_b else None
-        return gx, gw, gb, None, None, None, None
+        return gx, gw, gb, None, None, None, None, None
 
 
 def linear_cross_entropy(
@@ -143,5 +172,10 @@ def linear_cross_entropy(
     chunk_rows: int | None = None,
     chunk_ce: ChunkCE = torch_chunk_cross_entropy,
 ) -> torch.Tensor:
-    """Mean cross-entropy of x @ weight.T + bias against target over non-ignored rows, as F.cross_entropy."""
-    return LinearCrossEntropyFunction.apply(x, weight, bias, target, ignore_index, chunk_rows, chunk_ce)
+    """Mean cross-entropy of x @ weight.T + bias against target over non-ignored rows, as F.cross_entropy.
+
+    As F.cross_entropy: every target ignored (or no rows) gives a NaN loss (0 / 0) and zero gradients. A target
+    outside [0, V) that is not ignore_index is a ValueError. Under torch.no_grad only the loss is computed."""
+    return LinearCrossEntropyFunction.apply(
+        x, weight, bias, target, ignore_index, chunk_rows, chunk_ce, torch.is_grad_enabled()
+    )

@@ -60,7 +60,8 @@ def _triton(module: str, name: str, fallback: Callable[..., torch.Tensor]) -> Ca
 
     @functools.wraps(fallback)
     def op(*args, **kwargs):
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        # keyword tensors too: with none positional, triton_runs_on() was all([]), True, and Triton got CPU tensors
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         if not triton_runs_on(*tensors):
             notice_once(
                 f"triton-{name}",

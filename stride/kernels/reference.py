@@ -16,8 +16,24 @@ from stride.kernels.runtime import device_constant
 LOSS_KINDS = ("mse", "huber", "quantile")
 
 
+def check_floating(op: str, *tensors: torch.Tensor) -> None:
+    """Integer inputs are an error on every path: the torch ops returned integer garbage (swiglu of int64 gave
+    zeros) where the Triton ops raise, so the two paths disagreed."""
+    for t in tensors:
+        if not t.is_floating_point():
+            raise TypeError(f"{op}: dtype {t.dtype} is not supported; use a floating-point tensor")
+
+
+def check_norm_input(op: str, x: torch.Tensor) -> None:
+    """A norm needs a last dimension to normalise (a 0-dim x gave IndexError in the Triton op) and floats."""
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must have at least one dimension (the normalised one), got a 0-dim tensor")
+    check_floating(op, x)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """y = x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
+    check_norm_input("rms_norm", x)
     xf = x.float()
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (y * weight.float()).to(x.dtype)
@@ -27,12 +43,14 @@ def layer_norm(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, eps: float = 1e-5
 ) -> torch.Tensor:
     """LayerNorm over the last dimension, computed in float32."""
+    check_norm_input("layer_norm", x)
     b = None if bias is None else bias.float()
     return F.layer_norm(x.float(), (x.shape[-1],), weight.float(), b, eps).to(x.dtype)
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up, the gated-MLP activation."""
+    check_floating("swiglu", gate, up)
     if gate.shape != up.shape:
         raise ValueError(f"swiglu: gate {tuple(gate.shape)} and up {tuple(up.shape)} must have one shape")
     return (F.silu(gate.float()) * up.float()).to(gate.dtype)
@@ -52,19 +70,26 @@ def check_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[t
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved pairs (x[..., 2i], x[..., 2i+1]) of x [..., T, D] by the angles cos/sin [T, D/2]."""
+    """Rotate interleaved pairs (x[..., 2i], x[..., 2i+1]) of x [..., T, D] by the angles cos/sin [T, D/2].
+
+    cos/sin are constants (detached), as in the Triton op: switching `kernels` must not change which tensors
+    get gradients (a learned table trained on the torch path, not on the Triton one)."""
+    check_floating("rope", x)
     c, s = check_rope(x, cos, sin)
-    c, s = c.float(), s.float()
+    c, s = c.detach().float(), s.detach().float()
     x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
     return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2).to(x.dtype)
 
 
 def check_ts_loss(
-    pred: torch.Tensor, target: torch.Tensor, kind: str, quantiles: Sequence[float] | None
+    pred: torch.Tensor, target: torch.Tensor, kind: str, quantiles: Sequence[float] | None, delta: float = 1.0
 ) -> int:
-    """Validate shapes for a multi-horizon loss; returns Q (1 unless kind is quantile)."""
+    """Validate shapes, dtypes and delta for a multi-horizon loss; returns Q (1 unless kind is quantile)."""
     if kind not in LOSS_KINDS:
         raise ValueError(f"ts_loss: kind {kind!r} is not one of {', '.join(LOSS_KINDS)}")
+    check_floating("ts_loss", pred, target)
+    if kind == "huber" and not delta > 0:  # the Triton kernel took delta <= 0 and returned 0 or a negative loss
+        raise ValueError(f"ts_loss: huber delta must be > 0, got {delta}")
     if kind == "quantile":
         if not quantiles:
             raise ValueError("ts_loss: kind 'quantile' needs a non-empty list of quantiles")
@@ -93,11 +118,14 @@ def ts_loss(
     """Multi-horizon regression loss; pred [..., H] (or [..., H, Q] for quantile), target [..., H].
 
     reduction "mean": one scalar, the mean over every element; "horizon": the mean per horizon [H].
+    target is a constant (detached), as in the Triton op. quantiles may be a tensor (read as floats).
     """
-    check_ts_loss(pred, target, kind, quantiles)
+    if quantiles is not None:
+        quantiles = tuple(float(q) for q in quantiles)  # a tensor: `not quantiles` was ambiguous
+    check_ts_loss(pred, target, kind, quantiles, delta)
     if reduction not in ("mean", "horizon"):
         raise ValueError(f"ts_loss: reduction {reduction!r} is not 'mean' or 'horizon'")
-    p, y = pred.float(), target.float()
+    p, y = pred.float(), target.detach().float()
     if kind == "mse":
         el = (p - y).pow(2)
     elif kind == "huber":

@@ -33,8 +33,11 @@ def _ce_rows_kernel(
         s = s * tl.exp(m - m_new) + tl.sum(tl.exp(z - m_new), axis=0)
         m = m_new
     lse = m + tl.log(s)
-    safe_tgt = tl.where(valid, tgt, 0)
-    z_t = tl.load(base + safe_tgt).to(tl.float32)
+    # the caller refuses targets outside [0, n_cols) (linear_ce._check_target_range); the mask keeps the kernel
+    # inside its row even so (an out-of-range target read another row's logit, or memory past the buffer)
+    in_row = valid & (tgt >= 0) & (tgt < n_cols)
+    safe_tgt = tl.where(in_row, tgt, 0)
+    z_t = tl.load(base + safe_tgt, mask=in_row, other=0.0).to(tl.float32)
     loss = tl.where(valid, lse - z_t, 0.0)
     tl.store(LOSS + row, loss)
     if WRITE_GRAD:

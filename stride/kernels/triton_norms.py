@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from stride.kernels.reference import check_norm_input
 from stride.kernels.runtime import as_rows, check_float, reduction_programs, row_tile
 from stride.kernels.triton_cast import cast_to, emulate_bf16
 
@@ -88,7 +89,9 @@ def _norm_bwd(
 
 
 def _forward(x, weight, bias, eps, is_rms):
-    check_float("norm input", x)
+    op = "rms_norm" if is_rms else "layer_norm"
+    check_norm_input(op, x)
+    check_float(f"{op} x", x)
     d = x.shape[-1]
     if weight.shape != (d,) or (bias is not None and bias.shape != (d,)):
         raise ValueError(f"norm: weight/bias must be [{d}] for input of shape {tuple(x.shape)}")

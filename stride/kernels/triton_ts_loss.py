@@ -66,8 +66,8 @@ def _ts_loss_kernel(
 
 class TSLossFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, pred, target, kind, delta, quantiles, reduction):
-        n_q = check_ts_loss(pred, target, kind, quantiles)
+    def forward(ctx, pred, target, kind, delta, quantiles, reduction, grad_enabled):
+        n_q = check_ts_loss(pred, target, kind, quantiles, delta)
         check_float("ts_loss pred", pred)
         check_float("ts_loss target", target)
         if reduction not in ("mean", "horizon"):
@@ -86,7 +86,8 @@ class TSLossFunction(torch.autograd.Function):
         # 0.045 (2026-12-04); the partial sums are only [programs, horizons] here
         n_prog = reduction_programs(n_tiles, p2.device, per_sm=8)
         part = torch.zeros(n_prog, n_cols, dtype=torch.float32, device=p2.device)
-        need_grad = pred.requires_grad
+        # grad mode is off inside forward, so the caller passes it: under no_grad (evaluation) no fp32 dL/dpred
+        need_grad = grad_enabled and pred.requires_grad
         d = torch.empty(p2.shape, dtype=torch.float32, device=p2.device) if need_grad else part
         if n_rows:
             _ts_loss_kernel[(n_prog,)](
@@ -107,7 +108,7 @@ class TSLossFunction(torch.autograd.Function):
         scale = grad / (n_rows * n_q * (n_h if reduction == "mean" else 1))
         scale = scale.expand(n_h) if reduction == "mean" else scale
         g = d.view(n_rows, n_h, n_q) * scale.view(1, n_h, 1)
-        return g.to(dtype).view(shape), None, None, None, None, None
+        return g.to(dtype).view(shape), None, None, None, None, None, None
 
 
 def ts_loss(
@@ -120,5 +121,5 @@ def ts_loss(
     reduction: str = "mean",
 ) -> torch.Tensor:
     """Same contract as `stride.kernels.reference.ts_loss`; no gradient flows into target."""
-    q = tuple(quantiles) if quantiles is not None else None
-    return TSLossFunction.apply(pred, target, kind, delta, q, reduction)
+    q = tuple(float(v) for v in quantiles) if quantiles is not None else None
+    return TSLossFunction.apply(pred, target, kind, delta, q, reduction, torch.is_grad_enabled())

@@ -101,6 +101,36 @@ def test_all_ignored_gives_nan_like_torch():
     assert torch.isnan(F.cross_entropy(x @ w.t(), t))
 
 
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_under_no_grad_only_the_loss_is_computed(impl) -> None:
+    """Evaluation with a weight that requires grad: the same loss, no gradient written into the chunks and no fp32
+    [V, D] accumulator or grad_x (they were built and thrown away: 2 GiB at 128k x 4096)."""
+    from stride.kernels import ops as ops_module
+
+    seen: list[bool] = []
+    chunk_ce = ops_module._triton_chunk_ce if impl == "triton" else torch_chunk_cross_entropy
+
+    def spy(logits, target, n_valid, ignore_index, write_grad):
+        seen.append(write_grad)
+        return chunk_ce(logits, target, n_valid, ignore_index, write_grad)
+
+    v, d, n = 512, 64, 32
+    x = torch.randn(n, d, requires_grad=True)
+    w = torch.randn(v, d, requires_grad=True)
+    t = torch.randint(0, v, (n,))
+    with_grad = linear_cross_entropy(x, w, None, t, chunk_rows=8, chunk_ce=spy)
+    assert seen == [True] * 4
+    seen.clear()
+    live = _LiveBytes()
+    live.live.update(a.untyped_storage().data_ptr() for a in (x, w, t))  # views of the inputs (w.t()) are not new
+    with torch.no_grad(), live.mode:
+        loss = linear_cross_entropy(x, w, None, t, chunk_rows=8, chunk_ce=spy)
+    assert seen == [False] * 4 and loss.grad_fn is None
+    assert torch.equal(loss, with_grad.detach())
+    # two chunks of logits at most (16 KiB each, the next made before the last is freed); was > 128 KiB (W fp32)
+    assert live.peak < w.numel() * w.element_size() / 2, live.peak
+
+
 def test_linear_cross_entropy_rejects_bad_shapes():
     ops = get_ops("torch")
     with pytest.raises(ValueError, match="weight \\[V, D\\]"):
