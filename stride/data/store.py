@@ -37,8 +37,8 @@ import torch
 
 from stride.errors import StrideError, file_in_path, one_line, os_reason
 from stride.files.owner import remove_abandoned, tagged_name
+from stride.files.store_marker import FORMAT, is_store  # the store's marker, defined once below stride.data
 
-FORMAT = "stride-store"
 VERSION = 1
 DTYPES = {"float32": (np.float32, 4), "bfloat16": (np.uint16, 2)}
 
@@ -50,15 +50,6 @@ class StoreError(StrideError, ValueError):
 
 
 LEFTOVER = re.compile(r"^store-[0-9a-f]{8}-")  # the rest of a tagged temporary name of an ingestion
-
-
-def is_store(path: Path) -> bool:
-    """`path` is a directory holding a stride store manifest (complete or not, its format says it is a store)."""
-    try:
-        m = json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
-        return False
-    return path.is_dir() and not path.is_symlink() and isinstance(m, dict) and m.get("format") == FORMAT
 
 
 # At every open, blocks of each data file are hashed against digests the manifest recorded at commit: a file

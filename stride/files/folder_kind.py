@@ -15,9 +15,9 @@ ordinary run folders inside it):
   default `checkpoint.dir`; `stride sweep --export-to` writes only that);
 - sweep: sweep.json, or a results.json whose suite is "sweep";
 - bench: any other results.json (its suite is named);
-- store: a `stride data ingest` store (manifest.json whose format is stride.data.store.FORMAT). No command writes
-  into one, and `stride data ingest --out STORE --overwrite` replaces the whole folder: a run written there was
-  deleted without a word (audit 7, #5).
+- store: a `stride data ingest` store (manifest.json whose format is stride.files.store_marker.FORMAT). No
+  command writes into one, and `stride data ingest --out STORE --overwrite` replaces the whole folder: a run
+  written there was deleted without a word (audit 7, #5).
 """
 
 from __future__ import annotations
@@ -28,14 +28,12 @@ from pathlib import Path
 
 from stride.errors import StrideError
 from stride.files.step_names import holds_steps
+from stride.files.store_marker import is_store
 
 COMMANDS = ("train", "bench", "sweep")
 KINDS = (*COMMANDS, "store")  # every kind `what_it_holds` finds; a store is no command's own
 _WHAT = {"train": "a `stride train` run", "bench": "`stride bench` results", "sweep": "a `stride sweep`",
          "store": "a stride data store"}
-# stride.data.store.FORMAT, spelled here: stride.files sits below stride.data (pyproject.toml's import contracts);
-# tests/files/test_folder_kind_store.py checks the two agree
-STORE_FORMAT = "stride-store"
 _STORE_WHY = "`stride data ingest --out` of that folder with --overwrite would delete what is written there"
 
 
@@ -65,18 +63,6 @@ def _results_suite(path: Path) -> str | None:
     return suite if isinstance(suite, str) else None
 
 
-def _is_store(folder: Path) -> bool:
-    """`folder` holds a stride data store's manifest (complete or not: its format marker says it is a store)."""
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
-        return False
-    try:
-        obj = json.loads(manifest.read_text())
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(obj, dict) and obj.get("format") == STORE_FORMAT
-
-
 def what_it_holds(folder: str | Path, checkpoint_dirs: tuple[str, ...] = ("checkpoints",)) -> list[Held]:
     """The kinds of results in `folder` (none for a missing or empty folder, or one holding other files);
     `checkpoint_dirs`: relative folders whose `step_NNNNNNNN` entries mark a train run."""
@@ -102,7 +88,7 @@ def what_it_holds(folder: str | Path, checkpoint_dirs: tuple[str, ...] = ("check
                          suite))
     elif results.is_file():
         held.append(Held("bench", f"results.json, suite {suite!r}" if suite else "results.json", suite))
-    if _is_store(folder):
+    if is_store(folder, through_symlink=True):
         held.append(Held("store", "manifest.json"))
     return held
 

@@ -45,10 +45,10 @@ def config(tmp_path: Path) -> Path:
 
 
 def test_a_store_is_a_folder_kind(store: Path, tmp_path: Path) -> None:
-    from stride.data.store import FORMAT
-    from stride.files.folder_kind import STORE_FORMAT
+    import stride.data.store
+    import stride.files.store_marker
 
-    assert STORE_FORMAT == FORMAT  # spelled in both: stride.files may not import stride.data
+    assert stride.data.store.is_store is stride.files.store_marker.is_store  # one definition, below stride.data
     assert [(h.kind, h.describe()) for h in what_it_holds(store)] == [
         ("store", "a stride data store (manifest.json)")]
     other = tmp_path / "other"
@@ -79,3 +79,14 @@ def test_export_to_a_store_is_refused(store: Path) -> None:
 
     with pytest.raises(FolderHoldsOther, match="holds a stride data store"):
         refuse_others(store, "train", "--export-to", kinds=KINDS)
+
+
+def test_a_link_to_a_store_is_a_store_to_writers_but_never_deleted_through(store: Path, tmp_path: Path) -> None:
+    """`stride train --out LINK` refuses a symlink to a store as it refuses the store; `ingest --overwrite`'s check
+    (stride.data.store.is_store) does not follow the link, so it never deletes through one."""
+    from stride.data.store import is_store
+
+    link = tmp_path / "link"
+    link.symlink_to(store, target_is_directory=True)
+    assert [h.kind for h in what_it_holds(link)] == ["store"]
+    assert is_store(store) and not is_store(link)
