@@ -74,14 +74,18 @@ def build(cfg, batch_size: int, momentum: float = 0.3) -> DataBundle:  # noqa: A
     scale = 0.01 * np.sqrt(np.asarray(cfg.horizons, dtype=np.float64))  # each horizon's target to ~unit variance
     targets = torch.from_numpy(np.stack(fwd, axis=-1) / scale).float()  # [A, N, H]: the next h returns, summed
     first, last = t - 1, cfg.n_steps - max_h  # a window needs t steps of history and max_h steps ahead
-    split = first + int((last - first) * (1 - cfg.val_fraction))
-    val_lo = split + (max_h if cfg.embargo < 0 else cfg.embargo)  # no training target overlaps a validation one
+    span = last - first
+    split = first + int(span * (1 - cfg.val_fraction - cfg.test_fraction))
+    # `embargo` rows (-1: max_h) between the last row a training target uses (split - 1 + max_h) and the first
+    # validation window end, as config.md defines it: no validation target shares a row with a training one
+    val_lo = split + max_h + (max_h if cfg.embargo < 0 else cfg.embargo)
+    val_hi = first + int(span * (1 - cfg.test_fraction))  # test_fraction of the time after validation held out
 
     def ends(lo: int, hi: int) -> torch.Tensor:
         a, e = torch.meshgrid(torch.arange(cfg.n_assets), torch.arange(lo, hi), indexing="ij")
         return torch.stack([a.flatten(), e.flatten()], dim=1)
 
-    train_ends, val_ends = ends(first, split), ends(val_lo, last)
+    train_ends, val_ends = ends(first, split), ends(val_lo, val_hi)
     if len(train_ends) < batch_size or len(val_ends) == 0:
         raise ValueError(f"mypkg.data: {cfg.n_assets} assets x {cfg.n_steps} steps give {len(train_ends)} training "
                          f"windows, fewer than batch size {batch_size}; raise data.n_steps")

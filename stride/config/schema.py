@@ -109,13 +109,16 @@ class DataConfig:
     target_column: str = "close"
     """Store source: the price column; targets are its forward log returns over `horizons`."""
     normalize: Normalize = "train"
-    """none; train (per-column mean/std of the training split); expanding or rolling (causal, per symbol)."""
+    """Store source: none; train (per-column mean/std of the training split); expanding or rolling (causal, per
+    symbol, each row's statistics from the rows up to and including it). The synthetic source's features are
+    already scaled and take none."""
     normalize_window: Annotated[int, NonNegative] = 0
     """Rows in each rolling window (>= 2), with `normalize = "rolling"` only."""
     embargo: Annotated[int, Range(ge=-1)] = -1
-    """Rows between the last training target and the first validation window end; -1: the largest horizon."""
+    """Rows between the last row a training target uses and the first validation (and test) window end; -1: the
+    largest horizon. 0 still keeps every validation target off the training targets' rows."""
     test_fraction: Annotated[float, Fraction] = 0.0
-    """Share of time held out after validation, for a final test (the trainer never reads it)."""
+    """Share of time held out after validation, for a final test (the trainer never reads it); both sources."""
     cross_days: bool = False
     """Let windows span a day boundary (store source); false keeps history and target inside one UTC day."""
     batch_dtype: BatchDtype = "float32"

@@ -49,24 +49,43 @@ def train_loader(cfg: DataConfig, source: Any, batch_size: int, device: torch.de
     return loader, {"device_resident": False, "device_resident_reason": why, **plan.as_dict()}
 
 
+def synthetic_split(cfg: DataConfig) -> tuple[tuple[int, int], int, int]:
+    """Window ends of the synthetic source: train [first, split), validation [val_lo, val_hi); a window ending at e
+    reads rows e - seq_len + 1 .. e and its targets rows e + 1 .. e + max_h.
+
+    As the store source (splits.py) and config.md say: `embargo` rows (-1: the largest horizon) lie between the last
+    row a training target uses and the first validation window end, and `test_fraction` of the time after
+    validation is held out (validation targets stay before it; the trainer never reads it). Until 2026-12-05 the
+    embargo was counted from the last training window end, so `embargo < max_h` let validation targets share rows
+    with training targets (embargo 0: 152 of 6,488 quick-start validation windows), and test_fraction was ignored
+    (the "held-out" test period was validation; audit 9, #1 and #2)."""
+    t, max_h = cfg.seq_len, max(cfg.horizons)
+    first, last = t - 1, cfg.n_steps - max_h  # window ends with a full history and a full target
+    span = last - first
+    split = first + int(span * (1 - cfg.val_fraction - cfg.test_fraction))
+    embargo = max_h if cfg.embargo < 0 else cfg.embargo
+    val_lo = split + max_h + embargo  # split - 1 + max_h: the last row a training target uses
+    val_hi = first + int(span * (1 - cfg.test_fraction))  # the test windows would follow, as validation follows train
+    return (first, split), val_lo, val_hi
+
+
 def build_synthetic(cfg: DataConfig, batch_size: int, device: torch.device | None = None) -> DataBundle:
     series = generate_market(cfg.n_assets, cfg.n_steps, cfg.seed)
     targets = forward_targets(series.returns, cfg.horizons, series.vol)
     t, max_h = cfg.seq_len, max(cfg.horizons)
-    first, last = t - 1, cfg.n_steps - max_h  # window ends with a full history and a full target
-    split = first + int((last - first) * (1 - cfg.val_fraction))
-    # Embargo of max_h steps by default: no training target overlaps a validation window's target.
-    val_lo = split + (max_h if cfg.embargo < 0 else cfg.embargo)
-    if split - first < batch_size or last - val_lo <= 0:
+    train_ends, val_lo, val_hi = synthetic_split(cfg)
+    if train_ends[1] - train_ends[0] < batch_size or val_hi - val_lo <= 0:
         raise ConfigError(
-            f"[data]: {cfg.n_steps} steps with seq_len={t}, horizons up to {max_h} and "
-            f"val_fraction={cfg.val_fraction} leave too few windows for batch size {batch_size}; raise data.n_steps"
+            f"[data]: {cfg.n_steps} steps with seq_len={t}, horizons up to {max_h}, val_fraction={cfg.val_fraction}, "
+            f"test_fraction={cfg.test_fraction} and embargo={cfg.embargo} leave too few windows for batch size "
+            f"{batch_size}; raise data.n_steps"
         )
+    first, split = train_ends
     feats, tgt = torch.from_numpy(series.features), torch.from_numpy(targets)
     source = ArrayWindows(feats, tgt, window_ends(cfg.n_assets, first, split), t)
     train, info = train_loader(cfg, source, batch_size, device or torch.device("cpu"))
     val = WindowBatches(
-        feats, tgt, window_ends(cfg.n_assets, val_lo, last), t, batch_size,
+        feats, tgt, window_ends(cfg.n_assets, val_lo, val_hi), t, batch_size,
         seed=cfg.seed + 1, drop_last=False, stateful=False, pin_memory=cfg.pin_memory,
     )
     return DataBundle(train, val, feats.shape[-1], t, len(cfg.horizons), info)

@@ -15,10 +15,10 @@ from stride.data.tensor_batches import TensorBatches
 __all__ = ["Batch", "TensorBatches", "as_batches", "data_position", "endless", "resumed_stream"]
 
 
-def as_batches(data: Any, batch_size: int, seed: int, shuffle: bool = True) -> Iterable[Batch]:
+def as_batches(data: Any, batch_size: int, seed: int, shuffle: bool = True, drop_last: bool = True) -> Iterable[Batch]:
     """A (X, Y) tensor pair becomes TensorBatches; any other iterable of (x, y) is used as it is."""
     if isinstance(data, tuple | list) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
-        return TensorBatches(data[0], data[1], batch_size, seed, shuffle)
+        return TensorBatches(data[0], data[1], batch_size, seed, shuffle, drop_last)
     if not hasattr(data, "__iter__"):
         raise TypeError(f"training data must be an iterable of (inputs, targets) or a tensor pair, got {type(data)}")
     return data

@@ -107,7 +107,8 @@ class Trainer:
         # how the training loader was set up (the host probe's choice, or the split on the device)
         self.data_loader = bundle.loader if bundle is not None and train_data is bundle.train else None
         self.train_data = self.par.shard_data(as_batches(train_data, t.batch_size, t.seed))
-        self.val_data = as_batches(val_data, t.batch_size, t.seed, shuffle=False) if val_data is not None else None
+        self.val_data = (as_batches(val_data, t.batch_size, t.seed, shuffle=False, drop_last=False)
+                         if val_data is not None else None)
         self.precision = Precision(t.precision, self.device)
         self.out = out
         self.write_run_dir = write_run_dir

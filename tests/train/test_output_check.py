@@ -23,7 +23,7 @@ from stride.train.output_check import OutputShapeError
 from stride.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["data.n_assets=2", "data.n_steps=400", "data.seq_len=16", "data.horizons=[1, 5, 20]", "train.steps=2",
+SMALL = ["data.n_assets=2", "data.n_steps=500", "data.seq_len=16", "data.horizons=[1, 5, 20]", "train.steps=2",
          "train.batch_size=8", "train.val_every=0", "metrics.progress=false", "metrics.flops=false",
          "metrics.system_sample_s=0"]
 
