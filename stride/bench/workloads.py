@@ -21,6 +21,9 @@ class Workload:
     params: tuple[tuple[str, float | int], ...] = ()  # kind-specific settings (ppo: env and PPO fields)
 
 
+# versions bumped 2026-12-05 (all but PPO): the synthetic source's validation windows now start `embargo` rows after
+# the last row a training target uses, and its split honours test_fraction (audit 9): the same training batches,
+# other validation windows, so validation losses and times to target are not comparable with earlier versions
 _COMMON = ("data.n_assets=8", "data.n_steps=8192", "data.horizons=[1, 5, 20]", "metrics.progress=false",
            "train.val_batches=8", "metrics.log_every=10")
 
@@ -29,43 +32,43 @@ WORKLOADS: dict[str, Workload] = {
     for w in [
         Workload(
             # v2: 120 steps, validated every 20 (v1's 60 steps stopped before its target, at val 1.507)
-            "ts_transformer_tiny", 2, "time-series transformer, tiny (d=64, L=2), seq 64, batch 64, fp32",
+            "ts_transformer_tiny", 3, "time-series transformer, tiny (d=64, L=2), seq 64, batch 64, fp32",
             (*_COMMON, "model.name=ts_transformer", "model.size=tiny", "data.seq_len=64",
              "train.batch_size=64", "train.steps=120", "train.val_every=20", "train.target_val_loss=1.5"),
         ),
         Workload(
-            "ts_transformer_small", 1, "time-series transformer, small (d=128, L=4), seq 128, batch 64, bf16",
+            "ts_transformer_small", 2, "time-series transformer, small (d=128, L=4), seq 128, batch 64, bf16",
             (*_COMMON, "model.name=ts_transformer", "model.size=small", "data.seq_len=128",
              "train.batch_size=64", "train.steps=100", "train.val_every=50", "train.precision=bf16"),
         ),
         Workload(
-            "ts_transformer_base", 1, "time-series transformer, base (d=256, L=6), seq 256, batch 128, bf16",
+            "ts_transformer_base", 2, "time-series transformer, base (d=256, L=6), seq 256, batch 128, bf16",
             (*_COMMON, "model.name=ts_transformer", "model.size=base", "data.seq_len=256",
              "train.batch_size=128", "train.steps=200", "train.val_every=100", "train.precision=bf16"),
         ),
         Workload(
             # v2: 400 steps (v1's 80 made throughput windows of ~0.15 s: cv 3-5 % from timer jitter alone)
-            "mlp_tiny", 2, "MLP over tabular features (window of 8 steps), width 128, batch 256, fp32",
+            "mlp_tiny", 3, "MLP over tabular features (window of 8 steps), width 128, batch 256, fp32",
             (*_COMMON, "model.name=mlp", "model.size=tiny", "data.seq_len=8",
              "train.batch_size=256", "train.steps=400", "train.val_every=400"),
         ),
         Workload(
-            "lstm_small", 1, "residual LSTM (hidden 64, 3 layers), seq 64, batch 64, fp32",
+            "lstm_small", 2, "residual LSTM (hidden 64, 3 layers), seq 64, batch 64, fp32",
             (*_COMMON, "model.name=lstm", "model.size=small", "data.seq_len=64",
              "train.batch_size=64", "train.steps=60", "train.val_every=60"),
         ),
         Workload(
-            "tcn_small", 1, "temporal conv net (width 64, 5 dilated blocks), seq 64, batch 64, fp32",
+            "tcn_small", 2, "temporal conv net (width 64, 5 dilated blocks), seq 64, batch 64, fp32",
             (*_COMMON, "model.name=tcn", "model.size=small", "data.seq_len=64",
              "train.batch_size=64", "train.steps=60", "train.val_every=60"),
         ),
         Workload(
-            "deeplob_small", 1, "DeepLOB-style CNN+LSTM (32 channels, hidden 64), seq 64, batch 64, fp32",
+            "deeplob_small", 2, "DeepLOB-style CNN+LSTM (32 channels, hidden 64), seq 64, batch 64, fp32",
             (*_COMMON, "model.name=deeplob", "model.size=small", "data.seq_len=64",
              "train.batch_size=64", "train.steps=40", "train.val_every=40"),
         ),
         Workload(
-            "gpt_returns_small", 1, "GPT-style decoder (d=128, L=4) on 64 return-bin tokens, seq 128, batch 32",
+            "gpt_returns_small", 2, "GPT-style decoder (d=128, L=4) on 64 return-bin tokens, seq 128, batch 32",
             (*_COMMON, "model.name=token_lm", "model.size=small", "data.seq_len=128",
              "data.source=stride.data.tokens:return_tokens", "train.batch_size=32", "train.steps=60",
              "train.val_every=60"),
@@ -77,7 +80,7 @@ WORKLOADS: dict[str, Workload] = {
             params=(("n_envs", 256), ("episode_len", 64), ("updates", 12), ("rollout_steps", 64)),
         ),
         Workload(
-            "mlp_base", 1, "MLP over tabular features (window of 16 steps), width 512, batch 1024, bf16",
+            "mlp_base", 2, "MLP over tabular features (window of 16 steps), width 512, batch 1024, bf16",
             (*_COMMON, "model.name=mlp", "model.size=base", "data.seq_len=16",
              "train.batch_size=1024", "train.steps=200", "train.val_every=100", "train.precision=bf16"),
         ),
