@@ -340,6 +340,7 @@ def ingest(
     files = find_sources(src)
     check_synth_tree(Path(src), files)
     root = Path(src) if Path(src).is_dir() else None
+    check_stem_symbols(files, root, symbol_col, time_col)
     rows_in = 0
     writer: StoreWriter | None = None
     schema: list[str] | None = None
@@ -547,6 +548,66 @@ def _check_file_symbol(by_name: dict[str, Path], sym: str, path: Path, symbol_co
         raise IngestError(f"{other} and {path} would both be symbol {sym!r}: without a {symbol_col!r} column or a "
                           f"{symbol_col}=NAME folder a file's symbol is its name, and these are in different folders; "
                           f"add a {symbol_col!r} column, put each file under a {symbol_col}=NAME folder, or rename one")
+
+
+# What may follow a name stem's first dot in files of one symbol: part numbers (`AAA.1.csv`, `AAA.part-2.csv`) and
+# time partitions (`AAA.2024-01-02.csv`, `AAA.202401.csv`), as in folder names (_TIME_VALUE).
+_PART = re.compile(r"(part[-_]?)?\d+", re.IGNORECASE)
+STEM_FILES_SHOWN = 3  # files named in the refusal of a stem shared by other instruments
+
+
+def _stem_suffix(path: Path) -> str:
+    """What lies between a file name's first dot and its file-type suffixes: `CL.F24.csv` -> `F24`, `AAA.1.csv.gz`
+    -> `1`, `sp500.csv` -> nothing."""
+    parts = path.name.split(".")[1:]
+    while parts and f".{parts[-1]}" in SUFFIXES:
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_part_suffix(suffix: str) -> bool:
+    """A suffix that splits one series (part numbers, dates), not one that names an instrument (`F24`, `B`, `L`)."""
+    return all(_PART.fullmatch(p) or _TIME_VALUE.fullmatch(p) for p in suffix.split(".")) if suffix else True
+
+
+def _has_column(path: Path, name: str, time_col: str) -> bool | None:
+    """Whether the file's first chunk has column `name`; None for a file without rows (it adds none to a symbol)."""
+    chunks = _readable_chunks(path, time_col)
+    try:
+        first = next(chunks, None)
+    finally:
+        chunks.close()
+    return None if first is None else name in first.schema.names
+
+
+def check_stem_symbols(files: list[Path], root: Path | None, symbol_col: str, time_col: str) -> None:
+    """Refuse, before anything is written, files that the name-stem rule would stitch into one symbol although their
+    suffixes name other instruments: `CL.F24.csv` + `CL.G24.csv` (two contracts, one series across the roll) or
+    `BRK.A.csv` + `BRK.B.csv` (two share classes, then "timestamp out of order"). Part numbers and dates
+    (`AAA.1.csv`, `AAA.2024-01-02.csv`) are one symbol's files, as documented; files with a symbol column or under a
+    `<symbol_col>=X` folder take no symbol from their name, and are left out."""
+    by_stem: dict[str, list[Path]] = {}
+    for path in files:
+        sym, keyed = path_symbol(path, root, symbol_col)
+        if not keyed:
+            by_stem.setdefault(sym, []).append(path)
+    for sym, group in by_stem.items():
+        if len(group) < 2 or all(_is_part_suffix(_stem_suffix(p)) for p in group):
+            continue
+        from_name = [p for p in group if _has_column(p, symbol_col, time_col) is False]
+        if len(from_name) < 2 or all(_is_part_suffix(_stem_suffix(p)) for p in from_name):
+            continue
+        shown = ", ".join(str(p) for p in from_name[:STEM_FILES_SHOWN])
+        more = f" and {len(from_name) - STEM_FILES_SHOWN} more" if len(from_name) > STEM_FILES_SHOWN else ""
+        odd = [p for p in from_name if not _is_part_suffix(_stem_suffix(p))]
+        suffixes = ", ".join(repr(x) for x in sorted({_stem_suffix(p) for p in odd})[:STEM_FILES_SHOWN])
+        example = odd[0].name.replace(".", "_", 1)
+        raise IngestError(
+            f"{len(from_name)} files would all be symbol {sym!r} (a file's symbol is its name up to the first dot): "
+            f"{shown}{more}; their suffixes ({suffixes}) are not part numbers or dates, so they look like different "
+            "instruments (contracts, share classes) that would be stitched into one series; add a "
+            f"{symbol_col!r} column (or name yours with --symbol-col), put each instrument's files under a "
+            f"{symbol_col}=NAME folder, or rename them (e.g. {example})")
 
 
 def _check_symbol_text(path: Path, sym: str, row: int, from_column: bool) -> None:

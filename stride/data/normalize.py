@@ -175,21 +175,16 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
     """A [rows, len(cols)] memory map of the chosen columns: raw (`select`), `expanding`, `rolling` or
     `train` ((x - shift) * scale, fitted on the train split), in `dtype` (bfloat16 as uint16 bits).
 
-    Cached under <store>/derived/, keyed by the data's checksum, the columns, the mode and window
-    (and the statistics for `train`, the dtype for bfloat16); written to a temporary name and
-    renamed, so a half-written cache is never used. A store that cannot be written (a shared or
-    mounted dataset) keeps its caches in user_derived_dir (one warning line says where).
+    Cached under <store>/derived/, keyed by everything the file depends on (`cache_key`: the symbol runs
+    too); written to a temporary name and renamed, so a half-written cache is never used. A store that
+    cannot be written (a shared or mounted dataset) keeps its caches in user_derived_dir (one warning
+    line says where).
     """
     np_dtype, suffix, encode = FILE_DTYPES[dtype]
     if (mode == "train") != (shift is not None and scale is not None):
         raise ValueError("mode 'train' needs shift and scale, and only it takes them")
     tag = f"{mode}{window}" if mode == "rolling" else mode
-    ident = f"{values_sha}|{cols}|{tag}|v2"
-    if mode == "train":
-        ident += "|" + hashlib.sha256(shift.numpy().tobytes() + scale.numpy().tobytes()).hexdigest()  # type: ignore[union-attr]
-    if dtype != "float32":
-        ident += f"|{dtype}"  # float32 keys unchanged: existing caches stay valid
-    key = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    key = cache_key(values, values_sha, cols, segments, tag, dtype, shift, scale)
     name = f"{tag}-{key}.{suffix}"
     n = values.shape[0]
     size = n * len(cols) * np.dtype(np_dtype).itemsize
@@ -219,6 +214,23 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
         log.warning("stride: %s cannot be written (a read-only store): derived feature cache %s kept in %s",
                     store_path, name, out.parent)
     return np.memmap(out, dtype=np_dtype, mode="c", shape=(n, len(cols)))
+
+
+def cache_key(values: torch.Tensor, values_sha: str, cols: list[int], segments: tuple[np.ndarray, np.ndarray],
+              tag: str, dtype: str, shift: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> str:
+    """16 hex digits of everything a derived file depends on: the data's checksum, its shape and dtype (the same
+    bytes read as other rows or columns are other data), the columns, the symbol runs (statistics restart at
+    each one, and rows outside them are not written), the mode and window, the file's dtype and the `train`
+    statistics. Two read-only stores with byte-identical values.bin share one user cache folder, so a key
+    without the runs would z-score one store's symbol with another's rows (audit 9 #3); v3 also retires every
+    older key, which left the runs out."""
+    starts, stops = (np.ascontiguousarray(a, dtype=np.int64) for a in segments)
+    runs = hashlib.sha256(starts.tobytes() + b"|" + stops.tobytes()).hexdigest()
+    ident = (f"{values_sha}|{tuple(values.shape)}|{values.dtype}|{cols}|runs={len(starts)}:{runs}|{tag}|{dtype}"
+             "|v3")
+    if shift is not None and scale is not None:
+        ident += "|" + hashlib.sha256(shift.numpy().tobytes() + scale.numpy().tobytes()).hexdigest()
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
 def user_derived_dir(values_sha: str) -> Path:
