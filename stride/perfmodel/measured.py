@@ -17,30 +17,50 @@ from stride.perfmodel.flops import ATTENTION_CORE, active_params, layer_gemms, m
 from stride.perfmodel.model_spec import TransformerSpec
 from stride.perfmodel.row_text import number
 
-# Megatron-LM's logged model FLOPs (`num_floating_point_operations`, --log-throughput; Megatron-Bridge logs the same)
-# count half the attention score square since NVIDIA/Megatron-LM 8873b55d6a (2025-03-06, "Only half of the attention
-# matrix is non-zero"; first in the 25.04 containers, Megatron-Core 0.12). The moe_recipes README's TFLOP/s (blind round
-# 16) read with the full square gave Qwen3-30B-A3B tokens/s 21% low: its 27.9 GFLOP a token is 23.0 halved, which is
-# exactly the Megatron-Bridge verification cards' own TFLOP/s over tokens/s for the same model.
+# Megatron-LM's logged model FLOPs (`num_floating_point_operations`, --log-throughput; Megatron-Bridge logs the same
+# formula for dense and MoE models) count half the attention score square since NVIDIA/Megatron-LM 8873b55d6a
+# (2025-03-06, "Only half of the attention matrix is non-zero"; first in Megatron-Core 0.12 and the 25.04 NeMo
+# containers; the MLA and hybrid branches halved from their start). The moe_recipes README's TFLOP/s (blind round 16)
+# read with the full square gave Qwen3-30B-A3B tokens/s 17% low: its 27.9 GFLOP a token is 23.0 halved, exactly the
+# Megatron-Bridge verification cards' own TFLOP/s over tokens/s for the same model. NeMo's own formulas (NeMo
+# TFLOPS) are another count, not read by this rule.
 MEGATRON_LOGGED = re.compile(r"num_floating_point_operations|log-throughput|megatron-bridge|megatron bridge|"
                              r"megatron-core model tflop")
-MEGATRON_CAUSAL_FROM = (25, 4)
+MEGATRON_CAUSAL_FROM = (0, 12)  # Megatron-Core
+_CORE_VERSION = re.compile(r"(?:core_[rv]|megatron[-_ ]core\s*(?:==|v)?\s*|mcore\s*v?)(\d+)\.(\d+)")
+_NEMO_CONTAINER = re.compile(r"nemo[:_ -]?(\d{2})\.(\d{2})")
+_PYTORCH_CONTAINER = re.compile(r"pytorch[:_ -]?(\d{2})\.(\d{2})")
+_DATE = re.compile(r"\b(20\d\d)-(\d\d)-(\d\d)\b")
+_CURRENT_CODE = re.compile(r"\b(?:dev|main)\b")  # a branch as it was when the run was made
 
 
 def megatron_halves_attention(metric: str, context: str) -> bool:
-    """The row's TFLOP/s is Megatron's own logged count from a version that halves causal attention: the metric
-    names it, and the row's text dates the code from 2025-04 on (Megatron-Bridge, which began after; an NGC / NeMo
-    container 25.04 or later; Megatron-Core 0.12 or later)."""
-    if not MEGATRON_LOGGED.search((metric or "").lower()):
+    """The row's TFLOP/s is Megatron's own logged count from code that halves causal attention.
+
+    The metric must name Megatron's count. What dates the code, first match decides:
+    1. an explicit Megatron-Core version (core_r0.12.0, core_v0.12.0, megatron-core==0.13, Megatron-Core v0.15,
+       mcore 0.12), 0.12 or later;
+    2. Megatron-Bridge named in the metric (it began after the change);
+    3. a NeMo container 25.04 or later (it ships Megatron-Core);
+    4. a dev or main branch run with an NGC PyTorch container 25.04 or later, or dated 2025-03-06 or later (a
+       PyTorch container alone dates nothing: it ships no Megatron).
+    Otherwise the full square, the fallback."""
+    m = (metric or "").lower()
+    if not MEGATRON_LOGGED.search(m):
         return False
-    low = f"{metric} {context}".lower()
-    if "megatron-bridge" in low or "megatron bridge" in low:
+    low = f"{m} {context}".lower()
+    versions = _CORE_VERSION.findall(low)
+    if versions:
+        return max((int(a), int(b)) for a, b in versions) >= MEGATRON_CAUSAL_FROM
+    if "megatron-bridge" in m or "megatron bridge" in m:
         return True
-    containers = re.findall(r"(?:pytorch|nemo)[:_ -]?(\d{2})\.(\d{2})", low)
-    if any((int(y), int(m)) >= MEGATRON_CAUSAL_FROM for y, m in containers):
+    if any((int(y), int(mo)) >= (25, 4) for y, mo in _NEMO_CONTAINER.findall(low)):
         return True
-    cores = re.findall(r"(?:core[_ ]r|megatron-core |mcore )v?(\d+)\.(\d+)", low)
-    return any((int(a), int(b)) >= (0, 12) for a, b in cores)
+    if _CURRENT_CODE.search(low):
+        if any((int(y), int(mo)) >= (25, 4) for y, mo in _PYTORCH_CONTAINER.findall(low)):
+            return True
+        return any((int(y), int(mo), int(d)) >= (2025, 3, 6) for y, mo, d in _DATE.findall(low))
+    return False
 
 
 def flops_per_token(metric: str, spec: TransformerSpec, context: str = "") -> tuple[float, str]:
@@ -150,7 +170,8 @@ def _measured(row: dict, spec: TransformerSpec | None, global_batch: int, device
     if spec is None:
         return None, "inputs not readable"
     metric = row.get("tflops_metric") or ""
-    fpt, conv = flops_per_token(metric, spec, " ".join(str(row.get(k) or "") for k in ("framework", "notes", "source")))
+    context = " ".join(str(row.get(k) or "") for k in ("framework", "notes", "source", "source_locator"))
+    fpt, conv = flops_per_token(metric, spec, context)
     tf = number(row.get("meas_tflops_per_gpu"))
     if tf and tf > 0:
         return tf * 1e12 / fpt, f"meas_tflops_per_gpu / FLOPs per token ({conv})"

@@ -51,11 +51,12 @@ def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False) -> d
     """Weights, gradients and optimizer state bytes for `params` parameters on one device; frozen (LoRA) weights
     have neither gradients nor optimizer state (the adapters' are left out: < 0.1% of the weights).
 
-    `at_step`: during the optimizer step rather than forward/backward. They differ for Megatron/DeepSpeed fp16,
-    whose fp32 copy of the 16-bit gradients is made at the step and dropped by the next zero_grad
-    (Megatron's `_copy_model_grads_to_main_grads`: `main_param.grad = model_param.main_grad.float()`, a copy only
-    where the gradient buffer is 16-bit, as it is for fp16 without --accumulate-allreduce-grads-in-fp32;
-    `zero_grad(set_to_none=True)`), so it never meets the activations. Counting it at the activation peak read
+    `at_step`: during the optimizer step rather than forward/backward. They differ where Megatron/DeepSpeed keep
+    16-bit gradients (fp16 without --accumulate-allreduce-grads-in-fp32, the default; bf16 where the gradient
+    reduction is 16-bit): the fp32 copy of the gradients is made at the step and dropped by the next zero_grad
+    (Megatron's `_copy_model_grads_to_main_grads`, in both its optimizers: `main_param.grad =
+    model_param.main_grad.float()`, a copy only where the buffer is 16-bit; `zero_grad(set_to_none=True)`), so it
+    never meets the activations. Counting it at the activation peak read
     the Vocabulary Parallelism paper's 24 fp16 1F1B rows (blind round 16) 9-29% high; their growth with the
     vocabulary, 16-17 bytes per embedding parameter, is 2 + 2 + 12 without it."""
     fw = FRAMEWORKS[lay.framework]
@@ -71,7 +72,7 @@ def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False) -> d
         w, g, o = 4.0, 4.0, 8.0  # fp32 sharded parameters are the master copy
     else:
         # fp32 master weights and Adam moments; fp16's fp32 gradient copy only at the step (docstring)
-        w, g, o = 2.0, float(gbytes), (16.0 if lay.precision == "fp16" and gbytes == 2 and at_step else 12.0)
+        w, g, o = 2.0, float(gbytes), (16.0 if gbytes == 2 and at_step else 12.0)
     fsdp = lay.framework in ("fsdp1", "fsdp2", "maxtext")
     states = {
         "params": w * params / (dp if z == 3 or (fsdp and z == 2) else 1),  # FSDP shards its fp32 weights

@@ -23,7 +23,8 @@ def _gpt(vocab: int) -> TransformerSpec:
 @pytest.mark.parametrize(("precision", "gbytes", "train", "step"), [
     ("fp16", 2, 16.0, 20.0),  # fp32 copy of the fp16 gradients made at the step, dropped by zero_grad
     ("fp16", 4, 18.0, 18.0),  # fp32 gradient buffer: .float() is the buffer itself, no copy
-    ("bf16", 4, 18.0, 18.0),  # bf16 always accumulates in fp32 (Megatron forces it)
+    ("bf16", 4, 18.0, 18.0),  # bf16 accumulates in fp32 (Megatron forces it)
+    ("bf16", 2, 16.0, 20.0),  # a 16-bit gradient reduction (DeepSpeed's bf16 without fp32 reduce): the same copy
 ])
 def test_megatron_state_bytes_per_parameter_at_the_activation_peak_and_at_the_step(
         precision: str, gbytes: int, train: float, step: float) -> None:
@@ -61,6 +62,19 @@ def test_fp16_memory_grows_16_bytes_a_parameter_with_the_vocabulary_as_measured(
     ("Megatron-LM --log-throughput (num_floating_point_operations)", "", False),
     # another framework's count, whatever its date
     ("NeMo TFLOPS / GPU (model FLOPs)", "NeMo 25.04 container", False),
+    # the review's cases: release tags and pip pins; an explicit version decides over a container
+    ("Megatron-LM --log-throughput", "Megatron-LM core_v0.12.0", True),
+    ("Megatron-LM --log-throughput", "pip megatron-core==0.13.0", True),
+    ("Megatron-LM --log-throughput", "Megatron-LM core_r0.11.0 in nvcr.io/nvidia/pytorch:25.04-py3", False),
+    # a PyTorch container ships no Megatron: it dates only a dev/main branch run; a NeMo container ships it
+    ("Megatron-LM --log-throughput", "Megatron-LM, NGC pytorch:25.06-py3", False),
+    ("Megatron-LM --log-throughput", "Megatron-LM dev branch, NGC pytorch:25.06-py3", True),
+    ("Megatron-LM --log-throughput", "NeMo container nemo:25.04", True),
+    # a dev branch dated after the change (round 11's DeepSeek-V3 GB200 guide, commit eb0783b6d3 of 2025-11-03)
+    ("Megatron-LM --log-throughput (num_floating_point_operations)",
+     "Megatron-Core + Transformer Engine (2025 dev) github NVIDIA/Megatron-LM commit eb0783b6d3 (dev branch, "
+     "2025-11-03)", True),
+    ("Megatron-LM --log-throughput", "Megatron-LM dev branch (2024-11-20)", False),
 ])
 def test_megatron_logged_tflops_halve_attention_from_2025_04(metric: str, context: str, halved: bool) -> None:
     assert megatron_halves_attention(metric, context) is halved
