@@ -49,8 +49,8 @@ class StopRequest:
             # said now, not at the step's end (a long step left the operator without a word); os.write, not
             # print: the handler may run inside rich's or print's own buffered write (see above)
             with contextlib.suppress(OSError):
-                os.write(2, f"stride bench: {name} received; stopping at the end of this step "
-                            f"(send it again to stop now)\n".encode())
+                os.write(2, f"stride bench: {name} received; stopping at the end of this step or before the next "
+                            f"run (send it again to stop now)\n".encode())
             return
         self._restore()
         raise SweepStopped(name)

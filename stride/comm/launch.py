@@ -72,18 +72,21 @@ def run_spawned(job: CommJob, nproc: int) -> list[Row]:
                 # in the terminal reaches every process of the group, and a rank still importing torch printed its
                 # traceback beside this process's one line; this process ends the ranks itself (end_ranks)
                 main = threading.current_thread() is threading.main_thread()  # only there can handlers be set
-                previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+                ctx = None
                 try:
-                    ctx = mp.start_processes(_worker, args=(nproc, _free_port(), job, out), nprocs=nproc,
-                                             join=False, start_method="spawn")
-                finally:
-                    if main:
-                        signal.signal(signal.SIGINT, previous)
-                try:
+                    # SIGINT is ignored here while the ranks start (they inherit it) and restored before the wait;
+                    # one handler covers both, so no Ctrl-C falls between them with the ranks left running
+                    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+                    try:
+                        ctx = mp.start_processes(_worker, args=(nproc, _free_port(), job, out), nprocs=nproc,
+                                                 join=False, start_method="spawn")
+                    finally:
+                        if main:
+                            signal.signal(signal.SIGINT, previous)
                     while not ctx.join():
                         pass
                 except KeyboardInterrupt:  # Ctrl-C: no rank may outlive this process (the CLI prints one line)
-                    end_ranks(ctx.processes)
+                    end_ranks(ctx.processes if ctx is not None else [])
                     raise
                 break
             except mp.ProcessRaisedException as exc:
@@ -102,14 +105,21 @@ def end_ranks(ranks: list) -> None:
     process at exit (multiprocessing joins its children), hung until killed. SIGTERM ends them (Python leaves it
     at its default), SIGKILL any left after RANK_GRACE_S."""
     alive = [r for r in ranks if r.is_alive()]
-    for r in alive:
-        r.terminate()
-    deadline = time.monotonic() + RANK_GRACE_S
-    for r in alive:
-        r.join(max(0.0, deadline - time.monotonic()))
-        if r.is_alive():
-            r.kill()
-            r.join(1.0)
+    # a second Ctrl-C during the grace period must not skip the SIGKILL of a rank that ignores SIGTERM
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        for r in alive:
+            r.terminate()
+        deadline = time.monotonic() + RANK_GRACE_S
+        for r in alive:
+            r.join(max(0.0, deadline - time.monotonic()))
+            if r.is_alive():
+                r.kill()
+                r.join(1.0)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
 
 
 def run_torchrun(job: CommJob) -> tuple[list[Row], int, int]:

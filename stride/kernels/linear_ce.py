@@ -9,6 +9,7 @@ gradients are computed during the forward and the backward only scales them by t
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -68,15 +69,21 @@ def torch_chunk_cross_entropy(
 
 def _check_chunk_rows(chunk_rows: object) -> None:
     """None means the default; anything else must be a positive int (range(0, n, -2) ran no chunk: loss 0)."""
-    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows <= 0):
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, numbers.Integral)
+                                   or chunk_rows <= 0):
         raise ValueError(f"linear_cross_entropy: chunk_rows must be a positive integer or None, got {chunk_rows!r}")
 
 
 def _check_target_range(target: torch.Tensor, v: int, ignore_index: int) -> None:
     """Every target not ignore_index must be a class in [0, V): the kernel would read it out of the row.
 
-    One reduction (and one host sync) on the whole target; the slow search for the first bad one only on error."""
+    On the host: one reduction on the whole target, the search for the first bad one only on error. On a GPU an
+    asynchronous device-side assert instead: a host check waited for every queued kernel at each call (and cannot
+    be captured in a CUDA graph); the Triton kernel's mask keeps it inside its row until the assert fires."""
     bad = (target != ignore_index) & ((target < 0) | (target >= v))
+    if target.is_cuda:
+        torch._assert_async(~bad.any(), "linear_cross_entropy: a target is outside [0, V) and not ignore_index")
+        return
     if target.numel() and bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
         raise ValueError(

@@ -60,8 +60,10 @@ def _triton(module: str, name: str, fallback: Callable[..., torch.Tensor]) -> Ca
 
     @functools.wraps(fallback)
     def op(*args, **kwargs):
-        # keyword tensors too: with none positional, triton_runs_on() was all([]), True, and Triton got CPU tensors
-        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        # keyword tensors too: with none positional, triton_runs_on() was all([]), True, and Triton got CPU tensors;
+        # not `quantiles`, a setting the op reads as floats (a CPU tensor of them beside CUDA data is fine)
+        named = [a for k, a in kwargs.items() if k != "quantiles"]
+        tensors = [a for a in (*args, *named) if isinstance(a, torch.Tensor)]
         if not triton_runs_on(*tensors):
             notice_once(
                 f"triton-{name}",

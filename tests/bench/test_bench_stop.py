@@ -24,7 +24,8 @@ def test_first_signal_is_noted_not_raised_and_the_check_raises(capfd: pytest.Cap
         assert stop.received == "SIGTERM"
         # the operator hears at once that the stop was taken, and how to stop now
         said = capfd.readouterr().err
-        assert "SIGTERM received; stopping at the end of this step (send it again to stop now)" in said
+        assert ("SIGTERM received; stopping at the end of this step or before the next run "
+                "(send it again to stop now)") in said
         with pytest.raises(SweepStopped, match="SIGTERM") as info:
             stop.check()
         assert isinstance(info.value, KeyboardInterrupt)  # callers' Ctrl-C handling still applies

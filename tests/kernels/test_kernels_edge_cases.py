@@ -68,6 +68,15 @@ def test_linear_ce_chunk_rows_must_be_a_positive_integer(impl, chunk_rows):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_linear_ce_takes_a_numpy_integer_chunk_rows(impl):
+    import numpy as np
+
+    x, w, t = torch.randn(4, 3, device=DEV), torch.randn(5, 3, device=DEV), torch.randint(0, 5, (4,), device=DEV)
+    a = get_ops(impl).linear_cross_entropy(x, w, None, t, chunk_rows=np.int64(2))
+    assert torch.allclose(a, get_ops(impl).linear_cross_entropy(x, w, None, t, chunk_rows=2))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("chunk_rows", [None, 2])
 def test_linear_ce_zero_rows_gives_zero_gradients(impl, chunk_rows):
     """An empty batch: NaN loss (F.cross_entropy's mean of nothing) and zero gradients, not a backward crash."""

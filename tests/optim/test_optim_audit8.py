@@ -71,7 +71,11 @@ def test_what_torch_adamw_refuses_is_refused(make, kw: dict, what: str) -> None:
         make(p, **kw)
 
 
-def test_a_tensor_lr_is_still_accepted() -> None:
+def test_what_torch_adamw_accepts_is_accepted() -> None:
+    import numpy as np
+
     p = torch.nn.Parameter(torch.zeros(8))
-    FusedAdamW([p], lr=torch.tensor(1e-3))
-    AdamW8bit([p], lr=torch.tensor(1e-3))
+    for make in (FusedAdamW, AdamW8bit, Adafactor):
+        make([p], lr=torch.tensor(1e-3))
+        make([p], lr=np.float32(1e-3), eps=np.float64(1e-8), weight_decay=0)
+        make([p], lr=0.0)
