@@ -51,14 +51,16 @@ def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False) -> d
     """Weights, gradients and optimizer state bytes for `params` parameters on one device; frozen (LoRA) weights
     have neither gradients nor optimizer state (the adapters' are left out: < 0.1% of the weights).
 
-    `at_step`: during the optimizer step rather than forward/backward. They differ where Megatron/DeepSpeed keep
-    16-bit gradients (fp16 without --accumulate-allreduce-grads-in-fp32, the default; bf16 where the gradient
-    reduction is 16-bit): the fp32 copy of the gradients is made at the step and dropped by the next zero_grad
-    (Megatron's `_copy_model_grads_to_main_grads`, in both its optimizers: `main_param.grad =
-    model_param.main_grad.float()`, a copy only where the buffer is 16-bit; `zero_grad(set_to_none=True)`), so it
-    never meets the activations. Counting it at the activation peak read
+    `at_step`: during the optimizer step rather than forward/backward. They differ where Megatron keeps 16-bit
+    gradients (fp16 without --accumulate-allreduce-grads-in-fp32, the default; bf16 where the reduction is 16-bit):
+    both its optimizers make the fp32 copy of the gradients at the step (`_copy_model_grads_to_main_grads`:
+    `main_param.grad = model_param.main_grad.float()`, a copy only where the buffer is 16-bit) and drop it at the
+    next `zero_grad(set_to_none=True)`, so it never meets the activations. Counting it at the activation peak read
     the Vocabulary Parallelism paper's 24 fp16 1F1B rows (blind round 16) 9-29% high; their growth with the
-    vocabulary, 16-17 bytes per embedding parameter, is 2 + 2 + 12 without it."""
+    vocabulary, 16-17 bytes per embedding parameter, is 2 + 2 + 12 without it. DeepSpeed's ZeRO optimizers keep
+    buffers of their own (the round-16 review found ZeRO-0 fp16 holding about 8 bytes more a parameter at the step),
+    so fp16 keeps the copy counted throughout there: the one development row, Megatron-DeepSpeed GPT 1.3B fp16 on 16
+    V100, reads -6% so and -18% without it."""
     fw = FRAMEWORKS[lay.framework]
     if lay.frozen:
         w = 4.0 if lay.precision in ("fp32", "tf32") else 2.0
@@ -71,8 +73,12 @@ def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False) -> d
     elif lay.framework in ("fsdp1", "fsdp2", "maxtext", "ddp"):
         w, g, o = 4.0, 4.0, 8.0  # fp32 sharded parameters are the master copy
     else:
-        # fp32 master weights and Adam moments; fp16's fp32 gradient copy only at the step (docstring)
-        w, g, o = 2.0, float(gbytes), (16.0 if gbytes == 2 and at_step else 12.0)
+        # 16-bit weights, fp32 master weights and Adam moments (12 bytes), and the fp32 gradient copy (4)
+        if lay.framework.startswith("megatron"):  # the fp32 gradient copy only at the step (docstring)
+            o = 16.0 if gbytes == 2 and at_step else 12.0
+        else:  # DeepSpeed: counted throughout, as before (docstring)
+            o = 16.0 if lay.precision == "fp16" else 12.0
+        w, g = 2.0, float(gbytes)
     fsdp = lay.framework in ("fsdp1", "fsdp2", "maxtext")
     states = {
         "params": w * params / (dp if z == 3 or (fsdp and z == 2) else 1),  # FSDP shards its fp32 weights
