@@ -550,9 +550,10 @@ def _check_file_symbol(by_name: dict[str, Path], sym: str, path: Path, symbol_co
                           f"add a {symbol_col!r} column, put each file under a {symbol_col}=NAME folder, or rename one")
 
 
-# What may follow a name stem's first dot in files of one symbol: part numbers (`AAA.1.csv`, `AAA.part-2.csv`) and
-# time partitions (`AAA.2024-01-02.csv`, `AAA.202401.csv`), as in folder names (_TIME_VALUE).
-_PART = re.compile(r"(part[-_]?)?\d+", re.IGNORECASE)
+# What may follow a name stem's first dot in files of one symbol: part numbers (`AAA.1.csv`, `AAA.part-2.csv`,
+# `AAA.part1of2.csv`) and time partitions (`AAA.2024-01-02.csv`, `AAA.2024_01_02.csv`, `AAA.2024Q1.csv`, as in
+# folder names: _TIME_VALUE). A component without letters is taken as one too.
+_PART = re.compile(r"(part[-_]?)?\d+(of\d+)?|\d{4}[-_]?q[1-4]|[^a-z]*", re.IGNORECASE)
 STEM_FILES_SHOWN = 3  # files named in the refusal of a stem shared by other instruments
 
 
@@ -565,13 +566,21 @@ def _stem_suffix(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_part_suffix(suffix: str) -> bool:
-    """A suffix that splits one series (part numbers, dates), not one that names an instrument (`F24`, `B`, `L`)."""
-    return all(_PART.fullmatch(p) or _TIME_VALUE.fullmatch(p) for p in suffix.split(".")) if suffix else True
+def _instrument_suffix(suffix: str) -> str:
+    """The suffix without its part numbers and dates: what, if anything, names an instrument (`F24`, `B`, `US`)."""
+    return ".".join(c for c in suffix.split(".") if c and not (_PART.fullmatch(c) or _TIME_VALUE.fullmatch(c)))
 
 
 def _has_column(path: Path, name: str, time_col: str) -> bool | None:
-    """Whether the file's first chunk has column `name`; None for a file without rows (it adds none to a symbol)."""
+    """Whether the file has column `name` (its schema or header; the first chunk only where neither is cheap); None
+    for a file without rows (it adds none to a symbol)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return name in pq.read_schema(path).names
+        except (OSError, pa.ArrowException):
+            pass  # the ingestion itself says what is wrong with the file
     chunks = _readable_chunks(path, time_col)
     try:
         first = next(chunks, None)
@@ -582,26 +591,28 @@ def _has_column(path: Path, name: str, time_col: str) -> bool | None:
 
 def check_stem_symbols(files: list[Path], root: Path | None, symbol_col: str, time_col: str) -> None:
     """Refuse, before anything is written, files that the name-stem rule would stitch into one symbol although their
-    suffixes name other instruments: `CL.F24.csv` + `CL.G24.csv` (two contracts, one series across the roll) or
-    `BRK.A.csv` + `BRK.B.csv` (two share classes, then "timestamp out of order"). Part numbers and dates
-    (`AAA.1.csv`, `AAA.2024-01-02.csv`) are one symbol's files, as documented; files with a symbol column or under a
-    `<symbol_col>=X` folder take no symbol from their name, and are left out."""
+    names tell instruments apart: `CL.F24.csv` + `CL.G24.csv` (two contracts, one series across the roll) or
+    `BRK.A.csv` + `BRK.B.csv` (two share classes, then "timestamp out of order"). Only where one stem carries two or
+    more suffixes once part numbers and dates are taken out: one suffix throughout (`AAPL.US.csv` in every date
+    folder, Spark's `part-00000-<uuid>.snappy.parquet`, `data.v2.csv`) is one series, as are `AAA.1.csv`,
+    `AAA.2024-01-02.csv`. Files with a symbol column or under a `<symbol_col>=X` folder take no symbol from their
+    name, and are left out (read only for stems in doubt: a schema, or a first chunk)."""
     by_stem: dict[str, list[Path]] = {}
     for path in files:
         sym, keyed = path_symbol(path, root, symbol_col)
         if not keyed:
             by_stem.setdefault(sym, []).append(path)
     for sym, group in by_stem.items():
-        if len(group) < 2 or all(_is_part_suffix(_stem_suffix(p)) for p in group):
+        if len({_instrument_suffix(_stem_suffix(p)) for p in group}) < 2:
             continue
         from_name = [p for p in group if _has_column(p, symbol_col, time_col) is False]
-        if len(from_name) < 2 or all(_is_part_suffix(_stem_suffix(p)) for p in from_name):
+        kinds = sorted({_instrument_suffix(_stem_suffix(p)) for p in from_name})
+        if len(kinds) < 2:
             continue
         shown = ", ".join(str(p) for p in from_name[:STEM_FILES_SHOWN])
         more = f" and {len(from_name) - STEM_FILES_SHOWN} more" if len(from_name) > STEM_FILES_SHOWN else ""
-        odd = [p for p in from_name if not _is_part_suffix(_stem_suffix(p))]
-        suffixes = ", ".join(repr(x) for x in sorted({_stem_suffix(p) for p in odd})[:STEM_FILES_SHOWN])
-        example = odd[0].name.replace(".", "_", 1)
+        suffixes = ", ".join(repr(x) for x in kinds[:STEM_FILES_SHOWN])
+        example = next(p for p in from_name if _instrument_suffix(_stem_suffix(p))).name.replace(".", "_", 1)
         raise IngestError(
             f"{len(from_name)} files would all be symbol {sym!r} (a file's symbol is its name up to the first dot): "
             f"{shown}{more}; their suffixes ({suffixes}) are not part numbers or dates, so they look like different "

@@ -75,7 +75,7 @@ class PackData:
             b = build_data(c.data, bs)
             return Stream(b.train, b.val, (b.n_features, b.seq_len, b.n_horizons))
         train = as_batches(train_data, bs, seed)
-        val = as_batches(val_data, bs, seed, shuffle=False) if val_data is not None else None
+        val = as_batches(val_data, bs, seed, shuffle=False, drop_last=False) if val_data is not None else None
         dims = _dims_of(train_data) if isinstance(train_data, tuple | list) else _dims_of(next(iter(train)))
         return Stream(train, val, dims)
 

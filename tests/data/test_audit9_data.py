@@ -181,3 +181,19 @@ def test_a_bfloat16_target_column_is_said_once(tmp_path: Path, dtype: str, caplo
         return
     assert len(lines) == 1, lines
     assert "'close'" in lines[0] and str(tmp_path / "st") in lines[0] and "float32" in lines[0]
+
+
+@pytest.mark.parametrize("names", [
+    # the review's layouts that ingested before and must still: one suffix throughout is one series
+    ("date=2024-01-02/AAPL.US.csv", "date=2024-01-03/AAPL.US.csv"),
+    ("date=2024-01-02/data.v2.csv", "date=2024-01-03/data.v2.csv"),
+    ("AAPL.US.1.csv", "AAPL.US.2.csv"),
+    ("AAA.2024_01_02.csv", "AAA.2024_01_03.csv"),
+    ("AAA.2024Q1.csv", "AAA.2024Q2.csv"),
+    ("AAA.part1of2.csv", "AAA.part2of2.csv"),
+])
+def test_one_suffix_throughout_is_one_series(tmp_path: Path, names: tuple[str, str]) -> None:
+    v = _values(60)
+    _csv(tmp_path / "src" / names[0], v[:30])
+    _csv(tmp_path / "src" / names[1], v[30:], start=30)
+    assert list(_symbols(ingest(tmp_path / "src", tmp_path / "st")).values()) == [60]
