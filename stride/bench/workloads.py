@@ -31,10 +31,13 @@ WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in [
         Workload(
-            # v2: 120 steps, validated every 20 (v1's 60 steps stopped before its target, at val 1.507)
+            # v2: 120 steps, validated every 20 (v1's 60 steps stopped before its target, at val 1.507). v3: the
+            # validation windows moved (audit 9), the loss reads ~0.15 lower: 1.5 was met at the first validation.
+            # 1.37 is met at step 60 (seed 0: 1.398, 1.41, 1.365) and 80 (seed 1: 1.414, 1.381, 1.382, 1.35) on
+            # Intel Xeon CPU; the curve is flat past step 20 (within 0.05), so the step it is met at moves with noise
             "ts_transformer_tiny", 3, "time-series transformer, tiny (d=64, L=2), seq 64, batch 64, fp32",
             (*_COMMON, "model.name=ts_transformer", "model.size=tiny", "data.seq_len=64",
-             "train.batch_size=64", "train.steps=120", "train.val_every=20", "train.target_val_loss=1.5"),
+             "train.batch_size=64", "train.steps=120", "train.val_every=20", "train.target_val_loss=1.37"),
         ),
         Workload(
             "ts_transformer_small", 2, "time-series transformer, small (d=128, L=4), seq 128, batch 64, bf16",

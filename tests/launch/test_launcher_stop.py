@@ -176,7 +176,8 @@ def test_a_second_ctrl_c_ends_the_run_at_once(tmp_path: Path) -> None:
         os.kill(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=10)
         assert proc.returncode == 130, err
-        assert time.monotonic() - t0 < 2
+        # at once, not after the stuck rank (which never ends by itself): 2 s read 2.08 on a loaded 2-core host
+        assert time.monotonic() - t0 < 5
         assert "ending torchrun and its ranks now, without waiting for a final checkpoint" in err
         assert _got(tmp_path) == [["SIGINT"], ["SIGINT"]]  # the second went to no rank
         left, _ = wait_gone(MARK, mark, 5, poll=0.02)

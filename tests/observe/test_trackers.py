@@ -18,7 +18,7 @@ from stride.config import load_config
 from stride.config.loader import config_to_dict
 from stride.train.trainer import Trainer
 
-SMALL = ["data.n_assets=2", "data.n_steps=400", "data.seq_len=16", "model.size=tiny", "train.steps=6",
+SMALL = ["data.n_assets=2", "data.n_steps=500", "data.seq_len=16", "model.size=tiny", "train.steps=6",
          "train.batch_size=8", "train.val_every=3", "metrics.log_every=1", "metrics.progress=false",
          "metrics.flops=false", "metrics.system_sample_s=0", "optim.warmup_steps=2"]
 
