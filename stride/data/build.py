@@ -80,6 +80,10 @@ def build_synthetic(cfg: DataConfig, batch_size: int, device: torch.device | Non
             f"test_fraction={cfg.test_fraction} and embargo={cfg.embargo} leave too few windows for batch size "
             f"{batch_size}; raise data.n_steps"
         )
+    test_lo = val_hi + max_h + (max_h if cfg.embargo < 0 else cfg.embargo)  # as validation follows training
+    if cfg.test_fraction > 0 and cfg.n_steps - max_h - test_lo <= 0:  # the store source refuses this too
+        raise ConfigError(f"[data]: test_fraction={cfg.test_fraction} of {cfg.n_steps} steps holds no test window "
+                          f"after the embargo; raise data.n_steps or data.test_fraction")
     first, split = train_ends
     feats, tgt = torch.from_numpy(series.features), torch.from_numpy(targets)
     source = ArrayWindows(feats, tgt, window_ends(cfg.n_assets, first, split), t)

@@ -60,3 +60,10 @@ def test_the_example_data_source_splits_the_same_way() -> None:
     max_h = max(cfg.horizons)
     last_train_target_row = int(b.train.ends[:, 1].max()) + max_h
     assert int(b.val.ends[:, 1].min()) - last_train_target_row - 1 == 0
+
+
+def test_a_test_period_without_a_window_is_refused() -> None:
+    from stride.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="holds no test window"):
+        build_synthetic(_cfg("data.n_steps=1000", "data.test_fraction=0.01", "data.val_fraction=0.2"), 64)
