@@ -49,6 +49,12 @@ def train_loader(cfg: DataConfig, source: Any, batch_size: int, device: torch.de
     return loader, {"device_resident": False, "device_resident_reason": why, **plan.as_dict()}
 
 
+# How the built-in sources split time into train / validation / test. 2: since 2026-12-05 the synthetic and token
+# sources count the embargo from the last training target and hold out test_fraction (audit 9); 1: before. Results
+# measured under another version have other validation windows (stride.sweep refuses to mix them in one sweep).
+SPLIT_VERSION = 2
+
+
 def synthetic_split(cfg: DataConfig) -> tuple[tuple[int, int], int, int]:
     """Window ends of the synthetic source: train [first, split), validation [val_lo, val_hi); a window ending at e
     reads rows e - seq_len + 1 .. e and its targets rows e + 1 .. e + max_h.

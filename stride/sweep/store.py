@@ -33,6 +33,7 @@ import torch
 
 from stride.config import config_hash
 from stride.config.errors import ConfigError
+from stride.data.build import SPLIT_VERSION
 from stride.errors import StrideError
 from stride.files import strict_json
 from stride.metrics.run_dir import atomic_write_text
@@ -135,7 +136,8 @@ class SweepStore:
 
     # -- the plan ------------------------------------------------------------------------------
     def plan(self, config: str | None, overrides: list[str], axes: list[Axis], points: list[Point]) -> dict[str, Any]:
-        return {"schema": SCHEMA, "version": VERSION, "config": config, "overrides": list(overrides),
+        return {"schema": SCHEMA, "version": VERSION, "split_version": SPLIT_VERSION, "config": config,
+                "overrides": list(overrides),
                 "grid": [a.text for a in axes], "axes": [{"key": a.key, "values": a.values} for a in axes],
                 "points": [{"id": p.id, "values": p.values, "config_hash": config_hash(p.config)}
                            for p in points]}  # config_hash reads config_view: 4x faster than asdict
@@ -153,6 +155,14 @@ class SweepStore:
             if old.get("schema") != SCHEMA or mine != theirs:
                 raise ConfigError(f"{self.root} holds another sweep (other points or configs); resume it with its own "
                                   "config and --grid, or use another --out")
+            was = old.get("split_version", 1)  # plans written before the field are version 1
+            finished = [p["id"] for p in plan["points"] if self.result_path(p["id"]).exists()]
+            if was != SPLIT_VERSION and finished:
+                raise ConfigError(
+                    f"{self.root}: its {len(finished)} finished point(s) were validated on the data split of an "
+                    f"earlier stride (split version {was}, now {SPLIT_VERSION}: the synthetic source's embargo now "
+                    "counts from the last training target); their validation losses do not compare with new points': "
+                    "start the sweep again in another --out")
         self.points_dir.mkdir(parents=True, exist_ok=True)
         text = strict_json.dumps(plan, indent=2, default=str)
         atomic_write_text(path, text + "\n")

@@ -224,3 +224,19 @@ def test_export_of_a_point_not_in_the_grid_is_refused_before_training(config, tm
         assert err[0].startswith(f"stride sweep: config error: --export {which!r}: no such point in this grid")
         assert "(train.seed=0)" in err[0] and "an index 0..1" in err[0]
         assert not out.exists() and not (tmp_path / "exp").exists()
+
+
+def test_a_sweep_from_an_earlier_data_split_is_not_resumed_into(config, finished, tmp_path, capsys):
+    """Points validated on the split of an earlier stride (before the embargo fix of 2026-12-05: plans without
+    `split_version`) do not mix with new ones: the rerun is refused, naming why, and trains nothing."""
+    import shutil
+
+    out = tmp_path / "old"
+    shutil.copytree(finished, out)
+    plan = json.loads((out / "sweep.json").read_text())
+    assert plan.pop("split_version") == 2
+    (out / "sweep.json").write_text(json.dumps(plan))
+    capsys.readouterr()
+    assert main(["sweep", str(config), *GRID, "--pack", "3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "6 finished point(s) were validated on the data split of an earlier stride (split version 1, now 2" in err
