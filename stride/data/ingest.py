@@ -346,14 +346,13 @@ def ingest(
     schema: list[str] | None = None
     first_file: Path | None = None
     carry: dict[str, np.ndarray] = {}
-    by_name: dict[str, Path] = {}  # symbol taken from a file name -> the first file named so
     rounded: dict[int, list] = {}  # column -> [integers changed, (file, row, value, stored) of the first]
     time_types: set[str] = set()  # the time column's types where it was not text (--time-format not used)
     time_text = False  # ... and whether it was text somewhere (--time-format used)
     try:
         for path in files:
             row0 = 0
-            file_sym, keyed = path_symbol(path, root, symbol_col)
+            file_sym, _ = path_symbol(path, root, symbol_col)
             for chunk in _readable_chunks(path, time_col, time_format):
                 names = [n for n in chunk.schema.names if n not in (time_col, symbol_col)]
                 if time_col not in chunk.schema.names:
@@ -402,8 +401,6 @@ def ingest(
                 else:
                     if row0 == 0:
                         _check_symbol_text(path, file_sym, 0, False)
-                        if not keyed:
-                            _check_file_symbol(by_name, file_sym, path, symbol_col)
                     syms = np.full(n, file_sym, dtype=object)  # sp500.csv.gz -> sp500; symbol=ESH4/ -> ESH4
                 if over:
                     r, c, value = min(over)
@@ -540,14 +537,17 @@ def _folder_without_partitions(path: Path) -> tuple[str, ...]:
     return tuple(part for part in path.parent.parts if not in_time(part))
 
 
-def _check_file_symbol(by_name: dict[str, Path], sym: str, path: Path, symbol_col: str) -> None:
-    """Two files in different folders named alike would become one symbol (two instruments merged): refused.
-    Folders that differ only in time partitions (`date=...`) do not count: a day's file per folder is common."""
-    other = by_name.setdefault(sym, path)
-    if _folder_without_partitions(other) != _folder_without_partitions(path):
-        raise IngestError(f"{other} and {path} would both be symbol {sym!r}: without a {symbol_col!r} column or a "
-                          f"{symbol_col}=NAME folder a file's symbol is its name, and these are in different folders; "
-                          f"add a {symbol_col!r} column, put each file under a {symbol_col}=NAME folder, or rename one")
+def _check_file_folders(from_name: list[Path], sym: str, symbol_col: str) -> None:
+    """Two files in different folders named alike would become one symbol (two instruments merged): refused, naming
+    the first file and the first whose folder differs from its. Folders that differ only in time partitions
+    (`date=...`) do not count: a day's file per folder is common."""
+    first = _folder_without_partitions(from_name[0])
+    other = next((p for p in from_name[1:] if _folder_without_partitions(p) != first), None)
+    if other is not None:
+        raise IngestError(f"{from_name[0]} and {other} would both be symbol {sym!r}: without a {symbol_col!r} column "
+                          f"or a {symbol_col}=NAME folder a file's symbol is its name, and these are in different "
+                          f"folders; add a {symbol_col!r} column, put each file under a {symbol_col}=NAME folder, or "
+                          "rename one")
 
 
 # What may follow a name stem's first dot in files of one symbol: part numbers (`AAA.1.csv`, `AAA.part-2.csv`,
@@ -595,19 +595,23 @@ def check_stem_symbols(files: list[Path], root: Path | None, symbol_col: str, ti
     `BRK.A.csv` + `BRK.B.csv` (two share classes, then "timestamp out of order"). Only where one stem carries two or
     more suffixes once part numbers and dates are taken out: one suffix throughout (`AAPL.US.csv` in every date
     folder, Spark's `part-00000-<uuid>.snappy.parquet`, `data.v2.csv`) is one series, as are `AAA.1.csv`,
-    `AAA.2024-01-02.csv`. Files with a symbol column or under a `<symbol_col>=X` folder take no symbol from their
-    name, and are left out (read only for stems in doubt: a schema, or a first chunk)."""
+    `AAA.2024-01-02.csv`. Then files of one name in folders that differ in more than time partitions
+    (`_check_file_folders`). Files with a symbol column or under a `<symbol_col>=X` folder take no symbol from
+    their name, and are left out (read only for stems in doubt: a schema, or a first chunk)."""
     by_stem: dict[str, list[Path]] = {}
     for path in files:
         sym, keyed = path_symbol(path, root, symbol_col)
         if not keyed:
             by_stem.setdefault(sym, []).append(path)
     for sym, group in by_stem.items():
-        if len({_instrument_suffix(_stem_suffix(p)) for p in group}) < 2:
+        if len({_instrument_suffix(_stem_suffix(p)) for p in group}) < 2 and \
+                len({_folder_without_partitions(p) for p in group}) < 2:
             continue
         from_name = [p for p in group if _has_column(p, symbol_col, time_col) is False]
         kinds = sorted({_instrument_suffix(_stem_suffix(p)) for p in from_name})
         if len(kinds) < 2:
+            if from_name:
+                _check_file_folders(from_name, sym, symbol_col)
             continue
         shown = ", ".join(str(p) for p in from_name[:STEM_FILES_SHOWN])
         more = f" and {len(from_name) - STEM_FILES_SHOWN} more" if len(from_name) > STEM_FILES_SHOWN else ""
