@@ -92,6 +92,21 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
+def _interrupted(cmd: str, out: str, marker: str, before: tuple[int, int] | None, whole: str, earlier: str,
+                 redo: str) -> int:
+    """One line for Ctrl-C in ingest or synth, status 130: written whole where the file that completes the output
+    (`marker`) is new since the start (the stop came in the clean-up after), else nothing written."""
+    from stride.errors import one_line
+
+    if _stamp(Path(out) / marker) not in (before, None):
+        print(f"stride data {cmd}: stopped (interrupted) after {whole}", file=sys.stderr)
+        return 130
+    kept = f" (the earlier {earlier} there is kept)" if Path(out).exists() else ""
+    print(f"stride data {cmd}: stopped (interrupted): nothing written to {one_line(out)}{kept}; rerun to {redo}",
+          file=sys.stderr)
+    return 130
+
+
 def run_synth(args: argparse.Namespace) -> int:
     from stride.data.simulator import synthesize
     from stride.errors import one_line
@@ -108,14 +123,9 @@ def run_synth(args: argparse.Namespace) -> int:
         print(f"stride data synth: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        if _stamp(Path(args.out) / "_stride_synth.json") not in (before, None):  # stopped in the clean-up after
-            print(f"stride data synth: stopped (interrupted) after {one_line(args.out)} was written whole (its "
-                  "_stride_synth.json is new)", file=sys.stderr)
-            return 130
-        kept = " (the earlier output there is kept)" if Path(args.out).exists() else ""
-        print(f"stride data synth: stopped (interrupted): nothing written to {one_line(args.out)}{kept}; rerun to "
-              "write it", file=sys.stderr)
-        return 130
+        return _interrupted("synth", args.out, "_stride_synth.json", before,
+                            f"{one_line(args.out)} was written whole (its _stride_synth.json is new)", "output",
+                            "write it")
     print(f"wrote {info['files']} files, {info['rows']:,} rows ({info['assets']} assets x {info['days']} days x "
           f"{info['bars_per_day']} bars) to {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0
@@ -140,14 +150,9 @@ def run_ingest(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # the temporary store folder is removed by now (StoreWriter.abort)
         from stride.errors import one_line
 
-        if _stamp(Path(args.out) / "manifest.json") not in (before, None):  # stopped in the clean-up after
-            print(f"stride data ingest: stopped (interrupted) after the store {one_line(args.out)} was written whole "
-                  f"(check: stride data inspect {one_line(args.out)} --verify)", file=sys.stderr)
-            return 130
-        kept = " (the earlier store there is kept)" if Path(args.out).exists() else ""
-        print(f"stride data ingest: stopped (interrupted): nothing written to {one_line(args.out)}{kept}; rerun to "
-              "ingest", file=sys.stderr)
-        return 130
+        return _interrupted("ingest", args.out, "manifest.json", before,
+                            f"the store {one_line(args.out)} was written whole (check: stride data inspect "
+                            f"{one_line(args.out)} --verify)", "store", "ingest")
     m = open_store(out).manifest
     print(f"store {out}: {m['n_rows']:,} rows x {len(m['columns'])} columns ({m['dtype']}), "
           f"{len(m['symbols'])} symbols, {m['time_range'][0]} .. {m['time_range'][1]}, "
