@@ -6,6 +6,7 @@ rank 0 writes the rows to a JSON file the parent reads (written whole, then rena
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,18 +73,13 @@ def run_spawned(job: CommJob, nproc: int) -> list[Row]:
                 # the ranks start with Ctrl-C ignored (Python keeps an ignored SIGINT ignored at start-up): a Ctrl-C
                 # in the terminal reaches every process of the group, and a rank still importing torch printed its
                 # traceback beside this process's one line; this process ends the ranks itself (end_ranks)
-                main = threading.current_thread() is threading.main_thread()  # only there can handlers be set
                 ctx = None
                 try:
                     # SIGINT is ignored here while the ranks start (they inherit it) and restored before the wait;
                     # one handler covers both, so no Ctrl-C falls between them with the ranks left running
-                    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-                    try:
+                    with _sigint_ignored():
                         ctx = mp.start_processes(_worker, args=(nproc, _free_port(), job, out), nprocs=nproc,
                                                  join=False, start_method="spawn")
-                    finally:
-                        if main:
-                            signal.signal(signal.SIGINT, previous)
                     while not ctx.join():
                         pass
                 except KeyboardInterrupt:  # Ctrl-C: no rank may outlive this process (the CLI prints one line)
@@ -106,9 +103,7 @@ def end_ranks(ranks: list) -> None:
     at its default), SIGKILL any left after RANK_GRACE_S."""
     alive = [r for r in ranks if r.is_alive()]
     # a second Ctrl-C during the grace period must not skip the SIGKILL of a rank that ignores SIGTERM
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-    try:
+    with _sigint_ignored():
         for r in alive:
             r.terminate()
         deadline = time.monotonic() + RANK_GRACE_S
@@ -117,6 +112,16 @@ def end_ranks(ranks: list) -> None:
             if r.is_alive():
                 r.kill()
                 r.join(1.0)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored for the block, the earlier handler put back after; only in the main thread, where handlers
+    can be set (elsewhere the block runs as it is)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        yield
     finally:
         if main:
             signal.signal(signal.SIGINT, previous)
