@@ -34,10 +34,27 @@ _DATE = re.compile(r"\b(20\d\d)-(\d\d)-(\d\d)\b")
 _CURRENT_CODE = re.compile(r"\b(?:dev|main)\b")  # a branch as it was when the run was made
 
 
+# What a metric says of its own attention count decides before any date: "attention not causal-halved" (the
+# development rows of Megatron's 2024 README), "with attention causal-halved" (the USP paper, blind round 17, which
+# changed Megatron's count of April 2024 to count "only effective computation under causal masking").
+_NOT_HALVED = re.compile(r"\b(?:not|no|un)[\s-]*(?:causal[\s-]*)?halv|causal[\w\s-]{0,20}?\bnot\s+halv|"
+                         r"full[\w\s-]{0,12}square|full\s+(?:causal\s+)?attention")
+_HALVED = re.compile(r"causal[\s-]*halv|halv\w*[\w\s-]{0,20}?causal|causal[\w\s-]{0,30}?\bhalv|"
+                     r"half\s+(?:of\s+)?the\s+attention")
+
+
+def _said_causal_count(metric: str) -> bool | None:
+    """True where the metric says its attention count is causal-halved, False where it says it is not, else None."""
+    if _NOT_HALVED.search(metric):
+        return False
+    return True if _HALVED.search(metric) else None
+
+
 def megatron_halves_attention(metric: str, context: str) -> bool:
     """The row's TFLOP/s is Megatron's own logged count from code that halves causal attention.
 
-    The metric must name Megatron's count. What dates the code, first match decides:
+    The metric must name Megatron's count. Where it says whether that count halves causal attention ("attention
+    causal-halved", "not causal-halved"), that decides. Otherwise what dates the code, first match decides:
     1. an explicit Megatron-Core version (core_r0.12.0, core_v0.12.0, megatron-core==0.13, Megatron-Core v0.15,
        mcore 0.12), 0.12 or later;
     2. Megatron-Bridge named in the metric (it began after the change);
@@ -48,6 +65,9 @@ def megatron_halves_attention(metric: str, context: str) -> bool:
     m = (metric or "").lower()
     if not MEGATRON_LOGGED.search(m):
         return False
+    said = _said_causal_count(m)
+    if said is not None:
+        return said
     low = f"{m} {context}".lower()
     versions = _CORE_VERSION.findall(low)
     if versions:
