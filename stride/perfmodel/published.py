@@ -103,6 +103,14 @@ def _sp_by_default(framework: str, text: str) -> bool:
     return framework == "megatron" or (framework == "fsdp2" and "torchtitan" in text)
 
 
+def _attention_kernel(row: dict) -> str:
+    """The attention kernel the row names: in the columns that describe the run first, then in its source's title,
+    which names a paper's own method rather than its baseline's (DISTFLASHATTN's "Distributed Memory-efficient
+    Attention" read its Megatron baseline's FlashAttention-2 as xformers, 92 against 189 TFLOP/s: blind round 18)."""
+    run = " ".join(str(row.get(k) or "") for k in ("framework", "zero_or_fsdp", "notes"))
+    return kernel_from_text(run) or kernel_from_text(str(row.get("source") or "")) or "auto"
+
+
 def _run_date(text: str) -> tuple[int, int] | None:
     """The latest date the row's text gives: an arXiv id (year and month) where there is one, else a year
     (taken as its last month: a year alone cannot place a run before a month of it)."""
@@ -126,15 +134,18 @@ def stage_split(layers: int, pp: int, vpp: int) -> str:
 _FLASH_OFF = (r"(?:flash[-_ ]?(?:attn|attention)\w*|use[-_]flash[-_]attn\w*)(?:\s*[=:]\s*|\s+)"
               r"(?:0|false|off|none|disabled|not installed|not used|unavailable)(?![.\w])|"
               r"\bxla dot[-_ ]product attention|implementation\W{0,3}xla\b")
+# the scores said materialised; not "rematerialised" (recompute), nor a negation: "causal mask not materialized"
+# (DISTFLASHATTN's Megatron baseline, blind round 18: read as materialised attention, predicted 3.5x slow)
+_MATERIALISED = r"(?<!re)(?<!not )(?<!never )(?<!non-)(?<!un)materiali[sz]ed"
 # any word that the run's attention is not a fused kernel
-_ATTENTION_OFF = r"(?<!re)materiali[sz]ed|\b(?:no|without)\s+flash|" + _FLASH_OFF
+_ATTENTION_OFF = _MATERIALISED + r"|\b(?:no|without)\s+flash|" + _FLASH_OFF
 # Transformer Engine's cuDNN fused attention named on: a fused kernel even where its flash backend is off
 # (NeMo recipes set NVTE_FUSED_ATTN=1 with NVTE_FLASH_ATTN=0: cuDNN's kernel runs, the scores never materialise)
 # (not when negated: "non-fused attention", "no fused attention", "fused attention off")
 _FUSED_ON = (r"nvte_fused_attn\s*=\s*1\b|cudnn[-_ ]?(?:flash|fused)|"
              r"(?<!un)(?<!non)(?<!non[- ])(?<!no )(?<!not )(?<!without )fused[-_ ]attention"
              r"(?!\s*[=:]?\s*(?:0|false|off|disabled|none)\b)")
-_FUSED_OFF = r"nvte_fused_attn\s*=\s*0\b|(?<!re)materiali[sz]ed"  # said off, or the scores said materialised
+_FUSED_OFF = r"nvte_fused_attn\s*=\s*0\b|" + _MATERIALISED  # said off, or the scores said materialised
 
 
 def _words(text: str, yes: str, no: str) -> bool | None:
@@ -425,7 +436,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         fp8_gather=bool(re.search(r"(fp8|float8)[ _-](param[ _-])?all[ _-]?gather|fsdp[ _]float8|"
                                   r"fp8[ _-]param[ _-]gather\W{0,3}(true|1)|fp8[ _-]params\W{0,3}(true|1)", everything))
         and prec in ("fp8", "fp4"),
-        attn_kernel=kernel_from_text(fw_text + " " + str(row.get("notes") or "")) or "auto",
+        attn_kernel=_attention_kernel(row),
         shard=shard if zero else 0, stage_split=split, compile=compiled(str(row.get("framework") or "")),
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
         recompute_layers=rc_layers, frozen=frozen, lora_rank=lora_rank, lora_targets=lora_targets,
