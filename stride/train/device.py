@@ -26,6 +26,22 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+# Rank r > 0 draws its training randomness (dropout) from seed + RANK_SEED_STRIDE * r: a prime far above any seed a
+# sweep enumerates, so two ranks of one run never share a stream with another run's rank 0.
+RANK_SEED_STRIDE = 1_000_003
+
+
+def seed_rank_stream(seed: int, rank: int) -> None:
+    """Give each rank its own torch stream once the model is built (its initial weights, drawn before, stay equal on
+    every rank). With one stream everywhere, dropout repeated its masks on every data-parallel rank's slice and, under
+    TP, on head j of one rank and head j + heads/tp of the next (outside audit 11). Rank 0 keeps `seed`, so a
+    one-process run is unchanged. The dropout sites all act on values each rank holds alone (data-parallel slices,
+    TP-local attention heads, pipeline stages' own layers); none on a TP-replicated tensor, whose masks would have
+    to match."""
+    if rank:
+        torch.manual_seed((seed + RANK_SEED_STRIDE * rank) % 2**63)
+
+
 def configure_process(cfg: TrainConfig, device: torch.device) -> None:
     """Threads, seeds and determinism; call once before the model is built."""
     if cfg.threads is not None:

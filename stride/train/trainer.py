@@ -37,7 +37,7 @@ from stride.train.apply import apply_activation_checkpointing, apply_compile
 from stride.train.batches import Batch, as_batches, data_position, endless, resumed_stream
 from stride.train.callback_set import abort_callbacks, callbacks_for
 from stride.train.callbacks import Callback, overrides
-from stride.train.device import configure_process, resolve_device
+from stride.train.device import configure_process, resolve_device, seed_rank_stream
 from stride.train.divergence import LossWatch, diverged
 from stride.train.evaluate import validation_loss
 from stride.train.kernels_apply import apply_kernels
@@ -104,6 +104,7 @@ class Trainer:
         self.loss_fn = resolve_loss(model, self.cfg, loss_fn)
         # Layout checked before any process group; then mesh (N > 1 processes) and per-rank data.
         self.par = Parallel.create(self.cfg, self.model, self.device, self.cfg.data.seq_len // self.cfg.model.patch_len)
+        seed_rank_stream(t.seed, self.par.rank)  # weights are drawn: from here each rank its own dropout masks
         # how the training loader was set up (the host probe's choice, or the split on the device)
         self.data_loader = bundle.loader if bundle is not None and train_data is bundle.train else None
         self.train_data = self.par.shard_data(as_batches(train_data, t.batch_size, t.seed))
