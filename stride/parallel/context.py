@@ -219,6 +219,18 @@ class Parallel:
             dist.all_reduce(v, op=dist.ReduceOp.SUM)
         return v / self.world_size
 
+    def max_with_rank(self, value: int | None) -> tuple[int | None, int]:
+        """The largest of each rank's `value` (None where a rank has none) and the lowest rank that holds it: a
+        node must hold the fullest rank's memory, which under pp or uneven shards need not be rank 0's."""
+        if not self.enabled:
+            return value, 0
+        v = torch.tensor([-1 if value is None else int(value), -self.rank], dtype=torch.int64)
+        got = [torch.zeros_like(v) for _ in range(self.world_size)]
+        with watchdog.collective("peak memory all-gather (max over ranks)"):
+            dist.all_gather(got, v)
+        best = max(got, key=lambda t: (int(t[0]), int(t[1])))
+        return (None if int(best[0]) < 0 else int(best[0])), -int(best[1])
+
     def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
         """Global L2 grad norm and clipping over this layout (see `clip_grad_norm`)."""
         if not self.enabled:  # one process, plain tensors: torch's own, without the per-step DTensor scan

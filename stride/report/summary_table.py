@@ -32,21 +32,31 @@ def _time_to_target(s: dict[str, Any]) -> str:
 
 
 def summary_table(s: dict[str, Any]) -> Table:
-    table = Table(title=f"stride train: {s.get('name', '')}", show_header=True)
+    """One process: the figures unlabelled. N ranks: the title names the world size and layout, and each figure says
+    whether it is the whole job's, one rank's, or the fullest rank's (outside audit 11: an unlabelled table mixed
+    the job's samples/s with one rank's FLOP/s and rank 0's memory)."""
+    world = int(s.get("world_size") or 1)
+    many = world > 1
+    title = f"stride train: {s.get('name', '')}"
+    if many:
+        title += f" ({world} ranks, {s.get('parallel') or 'parallel'})"
+    table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
+    job, rank = (" (all ranks)", " (per rank)") if many else ("", "")
+    mem_where = f", max over {world} ranks: rank {s.get('peak_mem_rank', 0)}" if many else ""
     rows = [
         ("steps", str(s["steps"])),
         ("final train loss", _fmt(s["final_train_loss"])),
         ("final val loss", _fmt(s["final_val_loss"])),
-        ("samples/s", _fmt(s["samples_per_s"], ",.0f")),
-        ("timesteps/s", _fmt(s["timesteps_per_s"], ",.0f")),
+        (f"samples/s{job}", _fmt(s["samples_per_s"], ",.0f")),
+        (f"timesteps/s{job}", _fmt(s["timesteps_per_s"], ",.0f")),
         ("step time", _fmt(s["step_time_s"] * 1e3 if s["step_time_s"] else None, ".2f") + " ms"),
-        ("achieved FLOP/s", _fmt(s["achieved_flops_per_s"], ".3e")),
-        ("MFU", "[bold red]n/a: the peak is below what this run achieved (mfu_error)[/]" if s.get("mfu_error")
+        (f"achieved FLOP/s{rank}", _fmt(s["achieved_flops_per_s"], ".3e")),
+        (f"MFU{rank}", "[bold red]n/a: the peak is below what this run achieved (mfu_error)[/]" if s.get("mfu_error")
          else _fmt(s["mfu"] * 100 if s["mfu"] is not None else None, ".2f") + " %"),
-        ("peak FLOP/s (source)", f"{_fmt(s['peak_flops_per_s'], '.3e')} ({s['peak_flops_source']})"),
-        (f"peak memory ({s['peak_mem_kind']})", _fmt_bytes(s["peak_mem_bytes"])),
+        (f"peak FLOP/s{rank} (source)", f"{_fmt(s['peak_flops_per_s'], '.3e')} ({s['peak_flops_source']})"),
+        (f"peak memory ({s['peak_mem_kind']}{mem_where})", _fmt_bytes(s["peak_mem_bytes"])),
         ("saved activations", _fmt_bytes(s.get("saved_activation_bytes"))),
         ("time to target", _time_to_target(s)),
     ]

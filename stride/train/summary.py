@@ -91,7 +91,8 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
     step_s = breakdown["total"]
     samples_per_s = tally.timed_samples / timer.totals["total"] if timer.totals.get("total") else None
     achieved = tr.flops_per_step / step_s if tr.flops_per_step and step_s else None
-    mem, mem_kind = peak_memory(tr.device)
+    own_mem, mem_kind = peak_memory(tr.device)
+    mem, mem_rank = par.max_with_rank(own_mem)  # the fullest rank's: what each device of the job must hold
     comm = par.comm_timer is not None
     return {
         "name": t.name,
@@ -113,8 +114,9 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         # peak_flops_per_s, peak_flops_source, mfu, mfu_error
         **mfu_fields(achieved, tr.peak, lambda: device_peak(tr.device, t.precision, tr.cfg.metrics.peak_flops,
                                                             fresh=True)),
-        "peak_mem_bytes": mem,
+        "peak_mem_bytes": mem,  # the largest over ranks (one process: its own)
         "peak_mem_kind": mem_kind,
+        "peak_mem_rank": mem_rank,  # the rank that peaked there
         "saved_activation_bytes": tr.saved_activation_bytes,
         "activation_checkpointed_blocks": tr.n_ac,
         # on the run's training clock: every process's loop time, summed across resumes (time_note where unknown)

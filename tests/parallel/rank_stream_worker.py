@@ -1,4 +1,5 @@
-"""One rank of a 2-rank run with dropout: writes its parameter hash and the dropout masks its stream draws next.
+"""One rank of a 2-rank run with dropout: writes its parameter hash, the dropout masks its stream draws next, and
+what `max_with_rank` (the summary's peak memory over ranks) returns for a few per-rank values.
 
 Run with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set. Usage: python rank_stream_worker.py OUT_DIR TP"""
 
@@ -31,7 +32,9 @@ def masks_after_setup(tp: int) -> dict:
     weights = b"".join(p.detach().float().contiguous().numpy().tobytes() for p in trainer.model.parameters()
                        if not hasattr(p, "to_local"))
     masks = torch.nn.functional.dropout(torch.ones(256), 0.5).tolist()
-    return {"weights": hashlib.sha256(weights).hexdigest(), "masks": masks}
+    par, r = trainer.par, trainer.par.rank
+    maxima = [par.max_with_rank(1000 + 500 * r), par.max_with_rank(None if r == 0 else 5), par.max_with_rank(7)]
+    return {"weights": hashlib.sha256(weights).hexdigest(), "masks": masks, "max": maxima}
 
 
 if __name__ == "__main__":

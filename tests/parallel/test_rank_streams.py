@@ -1,5 +1,6 @@
 """Each rank draws its own dropout masks once the weights are drawn (outside audit 11: every rank had one stream,
-so data-parallel slices and TP head shards repeated each other's masks); rank 0 keeps the one-process stream."""
+so data-parallel slices and TP head shards repeated each other's masks); rank 0 keeps the one-process stream. And
+the closing summary's figures say whose they are (the job's, one rank's, the fullest rank's)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def test_two_ranks_share_the_weights_not_the_dropout_masks(tmp_path: Path, tp: i
     if tp == 1:  # data parallel: replicas of one model (TP shards hold different slices, hashed apart)
         assert r0["weights"] == r1["weights"]
     assert r0["masks"] != r1["masks"]
+    # the summary's peak memory: the largest over ranks and the rank that holds it (ties: the lowest), None skipped
+    assert r0["max"] == r1["max"] == [[1500, 1], [5, 1], [7, 0]]
     # rank 0 draws what one process draws after the same set-up
     sys.path.insert(0, str(WORKER.parent))
     try:
@@ -62,3 +65,26 @@ def test_two_ranks_share_the_weights_not_the_dropout_masks(tmp_path: Path, tp: i
     assert not any(k in os.environ for k in env_keys)
     if tp == 1:
         assert masks_after_setup(0)["masks"] == r0["masks"]
+
+
+def test_the_summary_table_labels_whose_figures_they_are() -> None:
+    from rich.console import Console
+
+    from stride.report.summary_table import print_summary
+
+    s = {"name": "r", "steps": 3, "final_train_loss": 1.0, "final_val_loss": 1.0, "samples_per_s": 65.0,
+         "timesteps_per_s": 4160.0, "step_time_s": 0.1, "achieved_flops_per_s": 3.3e8, "mfu": 0.0015,
+         "peak_flops_per_s": 2e11, "peak_flops_source": "probe", "peak_mem_kind": "process_peak_rss",
+         "peak_mem_bytes": 2**29, "step_time_breakdown_s": {}, "world_size": 4, "parallel": "fsdp+tp",
+         "peak_mem_rank": 3}
+
+    def shown(summary: dict) -> str:
+        con = Console(record=True, width=200)
+        print_summary(summary, con)
+        return con.export_text()
+
+    many = shown(s)
+    assert "(4 ranks, fsdp+tp)" in many and "samples/s (all ranks)" in many and "MFU (per rank)" in many
+    assert "achieved FLOP/s (per rank)" in many and "max over 4 ranks: rank 3" in many
+    one = shown({**s, "world_size": 1, "parallel": "none", "peak_mem_rank": 0})
+    assert "ranks" not in one and "per rank" not in one
