@@ -90,10 +90,16 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
         stop.proc = subprocess.Popen(cmd, env=env, preexec_fn=setup,  # noqa: PLW1509 (single-threaded CLI)
                                      start_new_session=True)
         stop.started()
+        watch = _RankWatch(stop.nproc)
         while True:  # in short waits: a blocking waitpid runs no handler for a signal another thread took
+            watch.poll(stop.proc.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                code = stop.proc.wait(timeout=0.5)
-                return stop.code if stop.code is not None else code
+                code = stop.proc.wait(timeout=WATCH_S)
+                if stop.code is not None:
+                    return stop.code
+                if code != 0 and (line := watch.failure_line(code)):
+                    print(line, file=sys.stderr, flush=True)
+                return code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -186,6 +192,55 @@ class _Stop:
         for pid in workers:  # dead with torchrun already (parent-death signal); here too where there is none
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# The launcher's wait between looks at torchrun and its workers. torchrun's agent looks every 0.1 s
+# (--monitor-interval) and then gives the other ranks SIGTERM and time to end: a first rank's end is seen between.
+WATCH_S = 0.1
+
+
+class _RankWatch:
+    """Which rank's process ended first while torchrun ran: after a failure torchrun prints its agent's traceback and
+    the survivors' (gloo's "Connection reset by peer" for a rank killed with SIGKILL), and no line said which rank
+    went first or what to do next (outside audit 11, F4). Polled at the launcher's wait (WATCH_S): /proc is listed
+    only until every worker is known (its RANK read from /proc/PID/environ), then only their stat files are read
+    (a few microseconds each)."""
+
+    def __init__(self, nproc: int | None) -> None:
+        self.nproc = nproc
+        self.live: dict[int, str] = {}  # worker pid -> its RANK
+        self.gone: list[str] = []  # ranks whose process ended while torchrun ran, in the order seen
+
+    def poll(self, torchrun_pid: int) -> None:
+        if self.nproc is None or len(self.live) + len(self.gone) < self.nproc:
+            for pid in _children(torchrun_pid) or []:
+                if pid not in self.live and (rank := _env_value(pid, "RANK")) is not None:
+                    self.live[pid] = rank
+        ended = [pid for pid in self.live if (lifeline.proc_stat(pid) or ["X"])[0] in ("Z", "X")]
+        if ended and len(ended) < len(self.live):  # all at once is the run's end, not one rank's failure
+            self.gone += sorted((self.live[pid] for pid in ended), key=int)
+        for pid in ended:
+            del self.live[pid]
+
+    def failure_line(self, code: int) -> str | None:
+        """One line for a failed launch, or None where no rank was seen to end before the others."""
+        if not self.gone:
+            return None
+        first = self.gone[0]
+        return (f"stride train: rank {first} ended first while the other ranks ran (killed, or it failed: torchrun's "
+                f"report above gives its exit code), so the job stopped (torchrun exit status {code}); fix what "
+                "ended it, then the same command resumes from the newest committed checkpoint, if any")
+
+
+def _env_value(pid: int, key: str) -> str | None:
+    """A variable of process `pid`'s environment as it started (/proc/PID/environ), or None."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            items = f.read().split(b"\0")
+    except OSError:
+        return None
+    prefix = key.encode() + b"="
+    return next((item[len(prefix):].decode(errors="replace") for item in items if item.startswith(prefix)), None)
 
 
 def _name(signum: int) -> str:

@@ -1,0 +1,88 @@
+"""A rank that ends while the others run (killed, or failed) gets one launcher line naming it and saying what to
+do next, after torchrun's own report (outside audit 11, F4: two tracebacks and no stride line). Driven with a
+stand-in for torchrun: an agent that starts one worker per rank, each with its RANK, and, as torchrun's agent
+does, ends the others and exits 1 when one fails."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from nproc_run import kill, marked
+
+from stride.launch import lifeline
+
+REPO = Path(__file__).resolve().parents[2]
+MARK = "STRIDE_TEST_RANK_FAILURE_MARK"
+linux_only = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds processes through /proc")
+
+WORKER = "import time\nwhile True:\n    time.sleep(0.05)\n"
+AGENT = textwrap.dedent("""
+    import os, subprocess, sys, time
+    n = int(sys.argv[1].split("=")[1])
+    procs = [subprocess.Popen([sys.executable, "-c", sys.argv[2]], env={**os.environ, "RANK": str(r)},
+                              start_new_session=True) for r in range(n)]
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c == 0 for c in codes):
+            sys.exit(0)
+        if any(c not in (None, 0) for c in codes):
+            time.sleep(0.3)  # torchrun: SIGTERM to the others, then time for them to end
+            for p in procs:
+                p.kill()
+            sys.exit(1)
+        time.sleep(0.1)  # torchrun's --monitor-interval
+""")
+LAUNCHER = textwrap.dedent("""
+    import os, sys
+    from stride.launch.torchrun import run_torchrun
+    sys.exit(run_torchrun([sys.executable, "-c", sys.argv[1], "--nproc-per-node=2", sys.argv[2]], dict(os.environ)))
+""")
+
+
+def _rank_pid(mark: str, rank: str, timeout: float = 30) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in marked(MARK, mark):
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"RANK={rank}\0".encode() in f.read():
+                    return pid
+        time.sleep(0.05)
+    raise AssertionError(f"no rank {rank} process")
+
+
+@linux_only
+def test_the_rank_that_ended_first_is_named_once(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", lifeline.ENV_LAUNCHER)}
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, AGENT, WORKER], env={**env, MARK: mark,
+                            "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        victim = _rank_pid(mark, "1")
+        _rank_pid(mark, "0")
+        time.sleep(0.5)  # the launcher's watch has seen both (it looks every 0.1 s)
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 1
+        lines = [ln for ln in err.splitlines() if ln.startswith("stride train:")]
+        assert len(lines) == 1 and "rank 1 ended first" in lines[0] and "the same command resumes" in lines[0], err
+    finally:
+        kill(marked(MARK, mark))
+
+
+@linux_only
+def test_ranks_that_end_together_get_no_line(tmp_path: Path) -> None:
+    from stride.launch.torchrun import _RankWatch
+
+    watch = _RankWatch(2)
+    watch.live = {10**9: "0", 10**9 + 1: "1"}  # pids that do not exist: both ended before this look
+    watch.poll(os.getpid())
+    assert watch.gone == [] and watch.live == {} and watch.failure_line(1) is None
