@@ -219,6 +219,27 @@ class Parallel:
             dist.all_reduce(v, op=dist.ReduceOp.SUM)
         return v / self.world_size
 
+    def sum_over_ranks(self, values: list[float]) -> list[float]:
+        """Each of `values` summed over every rank (float64): one all-reduce."""
+        if not self.enabled:
+            return values
+        v = torch.tensor(values, dtype=torch.float64, device=self.device)
+        with watchdog.collective("validation sums all-reduce"):
+            dist.all_reduce(v, op=dist.ReduceOp.SUM)
+        return v.tolist()
+
+    def val_slice(self, n: int) -> tuple[int, int, bool]:
+        """This rank's rows [lo, hi) of an n-sample validation batch, and whether it counts them: each data-parallel
+        replica evaluates its 1/dp of every batch. A batch of fewer samples than replicas is run whole by every
+        rank (an FSDP forward is a collective: every rank runs every batch) and counted by replica 0 alone."""
+        dp = self.layout.dp if self.enabled else 1
+        if dp == 1:
+            return 0, n, True
+        r = self.mesh.dp_rank
+        if n < dp:
+            return 0, n, r == 0
+        return r * n // dp, (r + 1) * n // dp, True
+
     def max_with_rank(self, value: int | None) -> tuple[int | None, int]:
         """The largest of each rank's `value` (None where a rank has none) and the lowest rank that holds it: a
         node must hold the fullest rank's memory, which under pp or uneven shards need not be rank 0's."""

@@ -73,6 +73,12 @@ def init_mesh(layout: Layout, device: torch.device, backend: str, timeout: timed
     coord = {d: mesh.get_local_rank(d) for d in DIMS}
     dp_rank = coord["dp_replicate"] * layout.dp_shard + coord["dp_shard"]
     tp_mesh = mesh["tp"] if layout.tp > 1 else None
+    if layout.tp > 1 and layout.dp_shard > 1:
+        # FSDP x TP gradients are DTensors on ("dp_shard", "tp"): their norm reduces over both dimensions, in two
+        # all-reduces one after the other unless DTensor finds the pair flattened (torch warns, twice a rank, that
+        # the two "may give inconsistent results between ranks"; outside audit 11). Flattened, it is one all-reduce,
+        # in one order on every rank (torchtitan flattens its data-parallel dimensions the same way).
+        mesh["dp_shard", "tp"]._flatten("dp_shard_tp")
     if layout.dp_shard > 1 and layout.dp_replicate > 1:
         dp_mesh = mesh["dp_replicate", "dp_shard"]
     elif layout.dp_shard > 1:

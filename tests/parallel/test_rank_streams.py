@@ -36,35 +36,63 @@ def test_rank_streams_differ_and_rank_0_keeps_the_seed() -> None:
     assert not torch.equal(draws[0], draws[1]) and not torch.equal(draws[1], draws[2])
 
 
-@pytest.mark.dist
-@pytest.mark.parametrize("tp", [1, 2])
-def test_two_ranks_share_the_weights_not_the_dropout_masks(tmp_path: Path, tp: int) -> None:
+def _two_ranks(tmp_path: Path, layout: str) -> tuple[dict, dict]:
     port, procs = str(_port()), []
     for rank in range(2):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": port, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), str(tmp_path), str(tp)], env=env,
+        procs.append(subprocess.Popen([sys.executable, str(WORKER), str(tmp_path), layout], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err[-3000:]
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
-    if tp == 1:  # data parallel: replicas of one model (TP shards hold different slices, hashed apart)
-        assert r0["weights"] == r1["weights"]
-    assert r0["masks"] != r1["masks"]
-    # the summary's peak memory: the largest over ranks and the rank that holds it (ties: the lowest), None skipped
-    assert r0["max"] == r1["max"] == [[1500, 1], [5, 1], [7, 0]]
-    # rank 0 draws what one process draws after the same set-up
+    return r0, r1
+
+
+def _one_process() -> dict:
     sys.path.insert(0, str(WORKER.parent))
     try:
-        from rank_stream_worker import masks_after_setup
+        from rank_stream_worker import after_setup
     finally:
         sys.path.pop(0)
-    env_keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    assert not any(k in os.environ for k in env_keys)
-    if tp == 1:
-        assert masks_after_setup(0)["masks"] == r0["masks"]
+    assert not any(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"))
+    return after_setup("one")
+
+
+@pytest.fixture(scope="module")
+def one_process() -> dict:
+    return _one_process()
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("layout", ["ddp", "fsdp", "tp"])
+def test_two_ranks_share_the_weights_not_the_dropout_masks(tmp_path: Path, layout: str, one_process: dict) -> None:
+    r0, r1 = _two_ranks(tmp_path, layout)
+    if layout == "ddp":  # replicas of one model (FSDP and TP shards hold different slices, hashed apart)
+        assert r0["weights"] == r1["weights"] == one_process["weights"]
+    assert r0["masks"] != r1["masks"]
+    if layout == "ddp":  # rank 0 draws what one process draws after the same set-up
+        assert r0["masks"] == one_process["masks"]
+    # the summary's peak memory: the largest over ranks and the rank that holds it (ties: the lowest), None skipped
+    assert r0["max"] == r1["max"] == [[1500, 1], [5, 1], [7, 0]]
+    # validation: each replica its slice of every batch (TP: both ranks the whole), summed over ranks: the
+    # one-process mean, ragged last batch included
+    assert one_process["val_sizes"][-1] < one_process["val_sizes"][0]
+    assert r0["val"] == r1["val"] == pytest.approx(one_process["val"], rel=1e-6)
+
+
+def test_a_replica_evaluates_its_slice_and_a_batch_smaller_than_the_replicas_is_counted_once() -> None:
+    from types import SimpleNamespace
+
+    from stride.parallel.context import Parallel
+
+    def par(rank: int, dp: int) -> Parallel:
+        return Parallel(None, SimpleNamespace(dp=dp), SimpleNamespace(dp_rank=rank), torch.device("cpu"))
+
+    assert [par(r, 3).val_slice(10) for r in range(3)] == [(0, 3, True), (3, 6, True), (6, 10, True)]
+    assert [par(r, 4).val_slice(3) for r in range(4)] == [(0, 3, True), (0, 3, False), (0, 3, False), (0, 3, False)]
 
 
 def test_the_summary_table_labels_whose_figures_they_are() -> None:
