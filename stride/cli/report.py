@@ -1,4 +1,8 @@
-"""`stride report DIR [--prices FILE]`: report.html and summary.md from a bench results directory."""
+"""`stride report DIR [--prices FILE]`: report.html and summary.md from a bench results directory.
+
+A `stride sweep` folder is refused in one line (exit status 2), nothing written: the sweep writes its own
+report.html and summary.md there, which this command replaced with a bench-style table (audit 10, F5).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import argparse
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="a results.json, a `stride bench` directory or a `stride train` run directory "
-                   "(the report is written beside it)")
+                   "(the report is written beside it; a `stride sweep` folder is refused: it has its own report)")
     p.add_argument("--prices", default=None, help="USD per device-hour table (TOML [prices]; default: the one "
                    "shipped with stride, stride/report/prices.toml)")
     p.set_defaults(func=run)

@@ -2,8 +2,10 @@
 
 Trains every point of the grid (packed where it can: docs/sweep.md), writes each finished point into DIR as
 it finishes, and the report (table.parquet, results.json, report.html, summary.md). Run the same command
-again to resume a killed sweep: finished points are not trained again. `--export POINT --export-to RUN_DIR`
-writes one point as a stride checkpoint that `stride train ... --out RUN_DIR` resumes.
+again to resume a killed sweep: finished points are not trained again. SIGTERM and Ctrl-C stop it at the end
+of a step (stride.sweep.stop): one line, the report of the finished points, exit status 130.
+`--export POINT --export-to RUN_DIR` writes one point as a stride checkpoint that `stride train ... --out RUN_DIR`
+resumes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pack", default="auto", help="models trained together: auto (default: memory model and a "
                    "throughput probe pick it) or N (1: every point alone, as stride train)")
     p.add_argument("--chunk", default="auto", help="models a packed step trains at once: auto (default: all of a "
-                   "pack on a GPU, up to 16 on a CPU, fewer where the memory model says they do not fit) or N")
+                   "pack on a GPU, up to 16 on a CPU, fewer where the memory model says they do not fit) or N (at "
+                   "most N: a pack is cut into nearly equal chunks, e.g. 18 into 2 of 9 for --chunk 16)")
     p.add_argument("--backend", default="local", choices=("local", "ray"),
                    help="local (default): packs one after another in this process; ray: each pack a Ray task")
     p.add_argument("--out", default=None, help="sweep directory (default: <metrics.out_dir>/<stamp>-sweep-<name>); "
@@ -75,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     from stride.files.folder_kind import refuse_others
     from stride.metrics.run_dir import RunDir
     from stride.sweep.grid import expand
-    from stride.sweep.runner import Options, SweepError
+    from stride.sweep.runner import Options, SweepError, load_pack_log
     from stride.sweep.runner import run as run_sweep
+    from stride.sweep.stop import SweepStop, stop_reason
     from stride.sweep.store import SweepStore
 
     pack = _pack(args.pack)
@@ -94,38 +98,42 @@ def run(args: argparse.Namespace) -> int:
     store = SweepStore(out)
     plan = store.plan(str(Path(args.config).resolve()), args.overrides, axes, points)
     store.open(plan)
+    load_pack_log(store.root)  # packs.jsonl checked, as the point files were: one line before anything is said
     # a point the sweep will not train again (finished): its state file is read now, not after the training
     state = store.load_state(exported.id) if exported is not None and store.done(exported.id) else None
     _log(f"{len(points)} points ({' x '.join(str(len(a.values)) for a in axes)}) in {out}")
+    stop = SweepStop()
     opts = Options(pack=pack, backend=args.backend, ray_address=args.ray_address, cpus_per_pack=args.cpus_per_pack,
-                   probe_s=args.probe_s, chunk=None if chunk == "auto" else int(chunk), log=_log)
-    interrupted = False
+                   probe_s=args.probe_s, chunk=None if chunk == "auto" else int(chunk), log=_log, stop=stop.check,
+                   retake=stop.retake)
+    interrupted: str | None = None
     try:
-        info = run_sweep(points, store, opts)
+        with stop.installed():
+            info = run_sweep(points, store, opts)
     except SweepError as exc:
         print(f"stride sweep: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: every finished point is on disk whole (points/<id>.json, written last)
-        interrupted = True
+    except KeyboardInterrupt as exc:  # SIGTERM or Ctrl-C (SweepStopped), or a KeyboardInterrupt from elsewhere:
+        interrupted = stop_reason(exc)  # every finished point is on disk whole (points/<id>.json, written last)
     finally:  # the report of the points finished so far, however the sweep ended
         _write_report(store, plan, points, args.price_per_hour)
-    if interrupted:
-        return _stopped(store, points)
+    if interrupted is not None:
+        return _stopped(store, points, interrupted)
     _log(f"trained {info['trained']} point(s) in {info['wall_s']:.1f} s; report: {out / 'report.html'}")
     if exported is not None:
         _export(store, exported, Path(args.export_to), args.config, args.overrides, state)
     return 0
 
 
-def _stopped(store: SweepStore, points: list[Point]) -> int:
-    """One line for a sweep stopped by Ctrl-C (after its report of the finished points): what it kept and how to go
-    on; status 130, as main's fallback for other commands."""
+def _stopped(store: SweepStore, points: list[Point], why: str = "interrupted") -> int:
+    """One line for a sweep stopped by Ctrl-C or SIGTERM (after its report of the finished points): what it kept and
+    how to go on; status 130, as main's fallback for other commands and as `stride bench` for both signals."""
     from stride.cli.main import INTERRUPTED
 
     done = sum(store.done(p.id) for p in points)
     kept = (f"{done} of {len(points)} points finished and are kept in {store.root}" if done
             else f"no point of {len(points)} finished")
-    print(f"stride sweep: stopped (interrupted): {kept}; run the same command again to "
+    print(f"stride sweep: stopped ({why}): {kept}; run the same command again to "
           f"{'resume' if done else 'start'} it", file=sys.stderr, flush=True)
     return INTERRUPTED
 
@@ -160,26 +168,37 @@ def _write_report(store, plan, points, price) -> None:
             _log(f"training steps: {c['sweep_train_s']:.1f} s packed against {c['one_by_one_s']:.1f} s one by one "
                  f"({c['train_speedup']:.2f}x; packs' wall time {c['sweep_device_s']:.1f} s with set-up and "
                  f"validation); {pairs}")
+        else:  # no speed-up figure (every point diverged before one was measured): the pairs are still said
+            _log(pairs)
 
 
 def _log_best(results, top: int = 5) -> None:
-    """The configurations with the lowest mean final val loss over their seeds; the sd only where there are 2 or
-    more seeds (one seed's "+- 0.0000" claimed a noise-free value). A loss that is not a finite number counts as
-    no loss, as in the report's statistics (point files are checked when read: stride.sweep.store)."""
-    import statistics
+    """The configurations ranked as the report ranks them (stride.sweep.report.configuration_stats): lowest mean
+    final val loss first, those with diverged seeds after those without, each with how many seeds its mean is over
+    of how many trained and how many diverged (a configuration with 4 of 6 seeds diverged came first on its 2
+    survivors with nothing said). The sd only where there are 2 or more seeds (one seed's "+- 0.0000" claimed a
+    noise-free value). A loss that is not a finite number counts as no loss, as in the report's statistics."""
+    from stride.sweep.report import configuration_stats, seeds_text
 
-    from stride.sweep.report import configurations
-
-    rows = []
-    for name, rs in configurations(results).items():
-        vals = [v for r in rs if isinstance(v := r["summary"].get("final_val_loss"), int | float)
-                and math.isfinite(v) and r["summary"].get("status") != "diverged"]
-        if vals:
-            rows.append((statistics.fmean(vals), len(vals), name or "(seeds only)", vals))
-    for mean, n, name, vals in sorted(rows, key=lambda row: row[:3])[:top]:
-        spread = (f"+- {statistics.stdev(vals):.4f} (sd over {n} seeds)" if n > 1
-                  else f"(1 seed: seed noise unknown; add seeds with {MORE_SEEDS})")
-        _log(f"  {mean:.4f} {spread}  {name}")
+    rows = configuration_stats(results)
+    for row in rows[:top]:
+        name, k, n = row["configuration"] or "(seeds only)", row["seeds"], row["trained"]
+        if row["mean"] is None:
+            what = (f"all {n} seeds diverged" if row["diverged"] == n else f"no final val loss ({seeds_text(row)})")
+            _log(f"  {what}  {name}")
+            continue
+        if k > 1:
+            spread = f"+- {row['sd']:.4f} (sd over {seeds_text(row)})"
+        elif n == 1:
+            spread = f"(1 seed: seed noise unknown; add seeds with {MORE_SEEDS})"
+        else:  # one seed left of several: not more seeds, the divergence is the result
+            spread = f"({seeds_text(row)}: seed noise unknown)"
+        _log(f"  {row['mean']:.4f} {spread}  {name}")
+    if len(rows) > top:
+        hidden = rows[top:]
+        some = sum(r["diverged"] > 0 for r in hidden)
+        _log(f"  ({len(hidden)} more configuration(s) in summary.md"
+             f"{f', {some} of them with diverged seeds' if some else ''})")
 
 
 def _export_point(points, which: str):

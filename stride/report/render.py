@@ -211,9 +211,30 @@ def _measured_text(r: dict[str, Any]) -> str:
     return f"{what}: {r['fastest']} at {r['throughput']:,.0f} {r['unit']}"
 
 
+class SweepFolderError(ValueError):
+    """`stride report` of a `stride sweep` folder: its report.html and summary.md are the sweep's own."""
+
+
+def refuse_sweep_folder(source: str | Path) -> None:
+    """SweepFolderError when the report would go into a `stride sweep` folder (sweep.json, or a results.json of suite
+    "sweep"): its report.html and summary.md (seed-level pairs, plots, cost) were replaced by a bench-style table
+    of `sweep:<id>` workloads without a word (audit 10, F5). Nothing is written."""
+    from stride.files.folder_kind import what_it_holds
+
+    p = Path(source)
+    folder = p if p.is_dir() else p.parent
+    held = [h for h in what_it_holds(folder) if h.kind == "sweep"]
+    if held:
+        raise SweepFolderError(
+            f"{folder} is a `stride sweep` folder ({held[0].evidence}): its report.html and summary.md are the "
+            f"sweep's own and are left as they are; run the same `stride sweep ... --out {folder}` command again to "
+            "rewrite them (it trains nothing already finished), or `stride compare` to compare it with other results")
+
+
 def render_report(source: str | Path, prices: dict[str, float]) -> tuple[Path, Path]:
     """report.html and summary.md for `source` (a results.json, a bench directory or a training run
-    directory), written beside it."""
+    directory), written beside it; a sweep's folder is refused (`refuse_sweep_folder`)."""
+    refuse_sweep_folder(source)
     results, d = resolve(source)
     recs = recommend(results, prices)
     env = results["environment"]

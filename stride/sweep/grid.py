@@ -100,10 +100,32 @@ def parse_axis(text: str) -> Axis:
         if not parts or any(p == "" for p in parts):
             raise ConfigError(f"{where}: empty grid value list for `{key}`; give at least one value, e.g. {key}=1,2")
         values = [parse_override(f"{key}={p}")[1] for p in parts]
-    if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
-        raise ConfigError(f"{where}: a value appears twice in the grid of `{key}`")
-    set_key(load_config(), key, values[0], where)  # an unknown key or a wrong type fails here, named
+    cfg = load_config()
+    set_key(cfg, key, values[0], where)  # an unknown key or a wrong type fails here, named
+    if not m:  # a range's integers are distinct; a list's are compared as the key holds them (_typed)
+        _check_distinct(where, key, parts, _typed(cfg, key, values, where))
     return Axis(key, values, text)
+
+
+def _typed(cfg: RunConfig, key: str, values: list[Any], where: str) -> list[Any]:
+    """Each value as `key` holds it once set (`optim.lr=1` is the float 1.0): what a point trains with."""
+    section, name = key.split(".")
+    out = []
+    for v in values:
+        set_key(cfg, key, v, where)
+        out.append(copy.deepcopy(getattr(getattr(cfg, section), name)))
+    return out
+
+
+def _check_distinct(where: str, key: str, parts: list[str], typed: list[Any]) -> None:
+    """A ConfigError when two values of the list are one value of `key`: compared after the key's type is applied,
+    not as written (`optim.lr=1,1.0` trained one config twice as two points and two "configurations")."""
+    seen: dict[str, int] = {}
+    for i, v in enumerate(typed):
+        j = seen.setdefault(json.dumps(v, sort_keys=True, default=str), i)
+        if j != i:
+            same = "" if parts[i] == parts[j] else f": {parts[j]} and {parts[i]} are one value of `{key}`"
+            raise ConfigError(f"{where}: a value appears twice in the grid of `{key}`{same}")
 
 
 def point_id(values: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ into the flat buffer whose `.grad` are views into the gradient buffer, so autogr
 model's gradient in place, in its row. A pack may train chunk by chunk (stride.sweep.packed_train), which
 bounds the activations autograd keeps to a chunk's.
 nn.LSTM is swapped for `VmapLSTM` in the skeleton (see grouped_lstm.py); attention and per-model dropout go
-through `PackOps` (vmap_ops.py).
+through `PackOps` (vmap_ops.py); each model's dropout masks come from a generator of its own (`seeds`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from stride.sweep.grouped_lstm import swap_lstms
-from stride.sweep.vmap_ops import PackOps, uses_attention
+from stride.sweep.vmap_ops import PackOps, mask_generators, uses_attention
 
 # A chunk's gradients are row blocks of the flat buffer, strided like their parameters; autograd's layout check
 # warns about such non-dense (but matching) strides once, though accumulation into them is exact and in place.
@@ -72,7 +72,10 @@ def chunk_bounds(n: int, size: int) -> list[tuple[int, int]]:
 class PackedModel:
     """The flat state of `models` (all on one device, one dtype) and the forward of a chunk of them."""
 
-    def __init__(self, models: list[nn.Module], dropout: list[float], sample: torch.Tensor) -> None:
+    def __init__(self, models: list[nn.Module], dropout: list[float], sample: torch.Tensor,
+                 seeds: list[int] | None = None) -> None:
+        """`seeds`: each model's `train.seed`, for its own dropout-mask generator (vmap_ops.mask_generators); None:
+        masks from torch's global generator, which makes a model's masks depend on its pack."""
         if not models:
             raise ValueError("a pack needs at least one model")
         self.n = len(models)
@@ -108,6 +111,10 @@ class PackedModel:
         self.dropout = torch.tensor(dropout, dtype=torch.float32, device=first.device)
         self.any_dropout = any(p > 0 for p in dropout)
         self._ops = PackOps() if (self.attention or self.any_dropout) else None
+        if seeds is not None and len(seeds) != self.n:
+            raise ValueError(f"{len(seeds)} seeds for a pack of {self.n} models")
+        self.generators = (mask_generators(seeds, first.device) if self.any_dropout and seeds is not None
+                           else None)
         self._training = True
 
     def _rows(self, t: torch.Tensor, name: str, lo: int, hi: int) -> torch.Tensor:
@@ -142,6 +149,8 @@ class PackedModel:
     def forward(self, chunk: Chunk, x: torch.Tensor, shared: bool = True) -> torch.Tensor:
         """Predictions [c, B, ...] of the chunk's models for x [B, ...] given to each (`shared`) or x [c, B, ...]."""
         fn = vmap(self._one, in_dims=(0, 0, None if shared else 0, 0), randomness="different")
+        if self._ops is not None:
+            self._ops.generators = self.generators[chunk.lo : chunk.hi] if self.generators is not None else None
         with self._ops if self._ops is not None else contextlib.nullcontext():
             return fn(chunk.params, chunk.buffers, x, chunk.dropout)
 

@@ -88,7 +88,8 @@ class PackedTrainer:
                                   "[model] loss (mse, huber, quantile); train it with --pack 1")
             models.append(m.to(self.device) if dtype is None else m.to(self.device, dtype))
         sample = self._sample(models[0])
-        self.model = PackedModel(models, [c.model.dropout for c in configs], sample)
+        self.model = PackedModel(models, [c.model.dropout for c in configs], sample,
+                                 seeds=[c.train.seed for c in configs])  # masks: each model's own generator
         del models
         self.loss = PackedLoss([c.model for c in configs], self.device)
         self.optimizer = PackedOptimizer(self.model.flat, self.model.grad, [c.optim for c in configs],
@@ -205,12 +206,14 @@ class PackedTrainer:
         return [t / max(count, 1) for t in total]
 
     # -- the loop --------------------------------------------------------------------------------
-    def fit(self, until: int | None = None, on_stop: Callable[[int], None] | None = None) -> list[ModelRecord]:
+    def fit(self, until: int | None = None, on_stop: Callable[[int], None] | None = None,
+            check: Callable[[], None] | None = None) -> list[ModelRecord]:
         """Train until every model has stopped (or, for tests and exports, until step `until`).
 
         `on_stop(i)` is called as soon as the host knows model i has stopped (a diverged model: at the next
         log, validation or last step), its summary in `records[i]` (a sweep writes the point's result then,
-        not when the whole pack ends).
+        not when the whole pack ends). `check` is called after every step (the sweep's stop request: it raises
+        to stop, after the step's finished models were reported).
         """
         t0 = self.cfgs[0].train
         metrics = self.cfgs[0].metrics
@@ -231,6 +234,8 @@ class PackedTrainer:
             lasts = [a and self.step == c.train.steps for a, c in zip(active, self.cfgs, strict=True)]
             val_step = bool(t0.val_every) and self.step % t0.val_every == 0
             if not (self.step % metrics.log_every == 0 or val_step or any(lasts) or self.step in (end, until)):
+                if check is not None:
+                    check()
                 continue  # nothing the host must know at this step: no read of the device
             self._sync_divergence()
             loss = loss_t.tolist()
@@ -252,6 +257,8 @@ class PackedTrainer:
             if val_due:
                 self._validate(val_due)
             self._report(on_stop, final=False)
+            if check is not None:
+                check()
         self._sync_divergence()
         self._report(on_stop, final=True)
         return self.records
@@ -306,7 +313,9 @@ class PackedTrainer:
             "params_sha256": params_sha256(self.model.state_dict_of(i)),
             "config_hash": config_hash(c),
             "pack_size": self.n,
-            "pack_chunk": self.chunk_size,  # models a step trained at once
+            # models a step trained at once: the largest chunk chunk_bounds made (a --chunk 16 pack of 18 runs
+            # two chunks of 9, which this recorded as 16)
+            "pack_chunk": max(ch.size for ch in self.chunks),
             "pack_index": i,
             "device": str(self.device),
             "precision": c.train.precision,

@@ -5,6 +5,12 @@ settings listed in PER_MODEL_KEYS: seed, optimizer and schedule settings, clippi
 parameters, step budget and target, and the data seed (its own data and order: a separate gather). Any
 other key that differs puts points in different packs, and the report names the keys that split them
 (a key that changes shapes, e.g. `model.d_model`, always does: it is never silently ignored).
+
+`[metrics]` keys are not compared (where results go, how they are shown), except those that change what a
+packed point records: `metrics.log_every` (the steps its log holds) and `metrics.skip_steps` (the steps its
+timing leaves out), which the pack takes from its first model. They split packing classes: a pack logged every
+point at the first point's `log_every` (audit 10, F9). The trackers (`tensorboard`, `prometheus`, `mlflow`,
+`wandb`) are refused for packing (`check_packable`): a packed point goes to no tracker, where its solo run would.
 """
 
 from __future__ import annotations
@@ -25,8 +31,12 @@ PER_MODEL_KEYS = frozenset({
     "model.dropout", "model.huber_delta", "model.quantiles",
     "data.seed",
 })
-# Not compared at all: where results go and how they are shown.
+# Not compared at all: where results go and how they are shown ...
 IGNORED_SECTIONS = ("metrics",)
+# ... except these, which change what a packed point records (PackedTrainer reads them from its first model)
+PACK_METRICS = frozenset({"metrics.log_every", "metrics.skip_steps"})
+# trackers a packed point cannot feed: each would get one run per point from the Trainer
+TRACKERS = ("tensorboard", "prometheus", "mlflow", "wandb")
 
 
 def pack_key(cfg: RunConfig) -> str:
@@ -46,7 +56,8 @@ def _shared_keys(cls: type, sections: dict[str, dict[str, Any]]) -> list[tuple[s
     """(`section.key`, section, key) of every key two packed models must share, sorted; once per config class."""
     if cls not in _SHARED:
         _SHARED[cls] = sorted((f"{s}.{k}", s, k) for s, sec in sections.items() for k in sec
-                              if f"{s}.{k}" not in PER_MODEL_KEYS and s not in IGNORED_SECTIONS)
+                              if f"{s}.{k}" not in PER_MODEL_KEYS
+                              and (s not in IGNORED_SECTIONS or f"{s}.{k}" in PACK_METRICS))
     return _SHARED[cls]
 
 
@@ -74,7 +85,9 @@ def check_packable(cfg: RunConfig) -> None:
         (any(getattr(p, k) != 1 for k in ("dp_replicate", "dp_shard", "tp", "pp")), "a [parallel] layout"),
         (cfg.checkpoint.enabled, "`checkpoint.enabled` = true (a packed point is exported as a checkpoint "
                                  "afterwards: stride sweep --export)"),
-        (cfg.metrics.tensorboard or cfg.metrics.prometheus, "metrics observers (tensorboard / prometheus)"),
+        (any(getattr(cfg.metrics, k) for k in TRACKERS),
+         f"metrics trackers ({', '.join(f'metrics.{k}' for k in TRACKERS if getattr(cfg.metrics, k))}: each point "
+         "would be a run of its own there)"),
     ]
     for refused, what in refusals:
         if refused:

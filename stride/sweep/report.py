@@ -5,6 +5,12 @@ Written into the sweep directory: `table.parquet` (one row per point, pyarrow), 
 results schema: one workload entry per point, plus a `sweep` section), `report.html` (self-contained,
 inline SVG) and `summary.md`. A configuration is a point's values without its seed keys (`train.seed`,
 `data.seed`); its seeds are the samples the statistics use.
+
+A diverged seed has no loss, so a configuration's mean is over the seeds that did not diverge; the divergence is
+part of its result and is said beside it (`configuration_stats`: seeds in the mean, seeds trained, seeds
+diverged). Configurations with a diverged seed rank after those without, and a pair with diverged seeds on a
+side is not tested: the survivors of a configuration that diverged are not a sample of its seeds, and one where
+4 of 6 seeds diverged came out first and "significantly better" on its 2 survivors (audit 10, F2).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -65,27 +72,69 @@ def configurations(results: list[dict[str, Any]]) -> dict[str, list[dict[str, An
     return out
 
 
+def _diverged(r: dict[str, Any]) -> bool:
+    return r["summary"].get("status") == "diverged"
+
+
 def _val(r: dict[str, Any]) -> float | None:
     v = r["summary"].get("final_val_loss")
-    return v if isinstance(v, int | float) and math.isfinite(v) and r["summary"].get("status") != "diverged" else None
+    return v if isinstance(v, int | float) and math.isfinite(v) and not _diverged(r) else None
+
+
+def configuration_stats(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration: the mean and sd of final val loss over its seeds that have one (`seeds`), how many seeds
+    were trained (`trained`) and how many diverged (`diverged`), ranked: configurations with no diverged seed by
+    mean, then those with some by mean (a mean over survivors only), then those with no loss at all."""
+    rows = []
+    for name, rs in configurations(results).items():
+        vals = [v for v in map(_val, rs) if v is not None]
+        rows.append({"configuration": name, "mean": statistics.fmean(vals) if vals else None,
+                     "sd": statistics.stdev(vals) if len(vals) > 1 else None, "seeds": len(vals), "trained": len(rs),
+                     "diverged": sum(map(_diverged, rs))})
+    return sorted(rows, key=lambda r: (r["mean"] is None, r["diverged"] > 0, r["mean"] or 0.0, r["configuration"]))
+
+
+# why a pair is not tested (`not_tested`), in the order they are looked for
+ALL_DIVERGED = "every seed of a side diverged (no loss to compare)"
+SOME_DIVERGED = "seeds diverged on a side (a mean over its survivors only)"
+NO_LOSS = "fewer than 2 seeds with a final val loss on a side"
+ONE_SEED = "seed noise unknown with fewer than 2 seeds per configuration"
+
+
+def _why_untested(sa: dict[str, Any], sb: dict[str, Any]) -> str | None:
+    if any(s["diverged"] and not s["seeds"] for s in (sa, sb)):
+        return ALL_DIVERGED
+    if sa["diverged"] or sb["diverged"]:
+        return SOME_DIVERGED
+    if sa["trained"] < 2 or sb["trained"] < 2:
+        return ONE_SEED
+    if sa["seeds"] < 2 or sb["seeds"] < 2:
+        return NO_LOSS
+    return None
 
 
 def pairwise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For every pair of configurations: mean difference of final val loss, Welch's t, df, p (raw and Holm),
     and the 95 % interval of the difference (`ci95`; `ci95_method`: Welch's t interval below
     BOOTSTRAP_MIN_SEEDS seeds a side, whose percentile bootstrap covers far less than 95 %, else the bootstrap);
-    `significant` when Holm's p < 0.05 and the interval excludes 0, None (no test, no claim either way) with
-    fewer than 2 seeds on a side."""
-    confs = {k: [v for v in map(_val, rs) if v is not None] for k, rs in configurations(results).items()}
+    `significant` when Holm's p < 0.05 and the interval excludes 0. No test (the test's figures and
+    `significant` None: no claim either way; `not_tested` says why) with fewer than 2 seeds on a side, or with
+    diverged seeds on a side (module docstring); Holm adjusts over the tested pairs."""
+    by_name = configurations(results)
+    confs = {k: [v for v in map(_val, rs) if v is not None] for k, rs in by_name.items()}
+    stats = {row["configuration"]: row for row in configuration_stats(results)}
     pairs = []
     for a, b in combinations(sorted(confs), 2):
-        w, ci = welch(confs[a], confs[b]), diff_interval(confs[a], confs[b])
+        why = _why_untested(stats[a], stats[b])
+        w, ci = (welch(confs[a], confs[b]), diff_interval(confs[a], confs[b])) if why is None else (None, None)
         pairs.append({"a": a, "b": b, "n_a": len(confs[a]), "n_b": len(confs[b]),
+                      "trained_a": stats[a]["trained"], "trained_b": stats[b]["trained"],
+                      "diverged_a": stats[a]["diverged"], "diverged_b": stats[b]["diverged"],
                       "mean_a": statistics.fmean(confs[a]) if confs[a] else None,
                       "mean_b": statistics.fmean(confs[b]) if confs[b] else None,
                       "diff": w.diff if w else None, "t": w.t if w else None, "df": w.df if w else None,
                       "p": w.p if w else None, "ci95": list(ci[0]) if ci else None,
-                      "ci95_method": ci[1] if ci else None})
+                      "ci95_method": ci[1] if ci else None, "not_tested": why})
     for pair, adj in zip(pairs, holm([p["p"] for p in pairs]), strict=True):
         pair["p_holm"] = adj
         pair["significant"] = None if adj is None else bool(adj < 0.05 and pair["ci95"] and
@@ -93,18 +142,38 @@ def pairwise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return pairs
 
 
+def _reasons(untested: list[dict[str, Any]]) -> str:
+    """Why the untested pairs were not tested: the one reason, or each with its count. Adding seeds is suggested
+    only where too few seeds were trained: it does not help a configuration whose seeds diverged."""
+    counts = Counter(p.get("not_tested") or ONE_SEED for p in untested)
+    text = (next(iter(counts)) if len(counts) == 1
+            else "; ".join(f"{why}, {n} pair{'s' if n > 1 else ''}" for why, n in counts.items()))
+    return text + (f"; add seeds with {MORE_SEEDS}" if ONE_SEED in counts else "")
+
+
 def significance_line(pairs: list[dict[str, Any]]) -> str:
-    """How many pairs differ beyond seed noise, claimed only of the pairs whose seed noise is known: with one
-    seed a configuration's noise cannot be estimated, and "0 of 1 pairs differ" would read as a tested result."""
+    """How many pairs differ beyond seed noise, claimed only of the pairs that were tested (seed noise known, no
+    diverged seeds on a side: "0 of 1 pairs differ" would read as a tested result), and why the others were not."""
     tested = [p for p in pairs if p["significant"] is not None]
     if not pairs:
         return "one configuration: no pairs to compare"
-    untested = len(pairs) - len(tested)
-    unknown = f"seed noise unknown with fewer than 2 seeds per configuration; add seeds with {MORE_SEEDS}"
+    untested = [p for p in pairs if p["significant"] is None]
     if not tested:
-        return f"no claim on which configurations differ: {unknown}"
+        return f"no claim on which configurations differ: {_reasons(untested)}"
     line = f"{sum(p['significant'] for p in tested)} of {len(tested)} configuration pairs differ beyond seed noise"
-    return line + (f"; {untested} pair(s) not tested: {unknown}" if untested else "")
+    return line + (f"; {len(untested)} pair(s) not tested: {_reasons(untested)}" if untested else "")
+
+
+def seeds_text(row: dict[str, Any]) -> str:
+    """A configuration's seeds in words, for the log and the report: how many the mean is over out of how many were
+    trained, and how many diverged ("2 of 6 seeds; 4 of 6 seeds diverged")."""
+    k, n, d = row["seeds"], row["trained"], row["diverged"]
+    text = f"{k} seed{'s' if k != 1 else ''}" if k == n else f"{k} of {n} seeds"
+    if d:
+        text += f"; {d} of {n} seeds diverged"
+    if n - k - d:
+        text += f"; {n - k - d} of {n} seeds without a final val loss"
+    return text
 
 
 def _numeric(values: list[Any]) -> bool:

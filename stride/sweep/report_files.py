@@ -11,7 +11,16 @@ from stride.bench.results import make_results
 from stride.files import strict_json
 from stride.metrics.env import fingerprint
 from stride.metrics.run_dir import atomic_write_text
-from stride.sweep.report import SEED_KEYS, pairwise, plots, significance_line, table_rows, write_parquet
+from stride.sweep.report import (
+    SEED_KEYS,
+    configuration_stats,
+    pairwise,
+    plots,
+    seeds_text,
+    significance_line,
+    table_rows,
+    write_parquet,
+)
 from stride.sweep.stats import BOOTSTRAP_MIN_SEEDS
 
 
@@ -86,7 +95,12 @@ def _html_table(rows: list[dict[str, Any]], cols: list[str], none: str = "-") ->
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-PAIR_COLS = ["a", "b", "n_a", "n_b", "diff", "t", "df", "p", "p_holm", "ci95", "ci95_method", "significant"]
+PAIR_COLS = ["a", "b", "n_a", "n_b", "diverged_a", "diverged_b", "diff", "t", "df", "p", "p_holm", "ci95",
+             "ci95_method", "significant"]
+CONF_COLS = ["rank", "configuration", "mean", "sd", "seeds", "trained", "diverged", "over"]
+CONF_LEGEND = ("mean and sd of final val loss over the seeds that have one (seeds, of trained); configurations "
+               "with diverged seeds rank after those without (their mean is over the survivors only) and take part "
+               "in no pair test")
 # what the ci95 column is, for summary.md and report.html: the percentile bootstrap's "95 %" covers far less with
 # few seeds (about 66 % at 2 a side), so below BOOTSTRAP_MIN_SEEDS a side the interval is Welch's t interval
 CI95_LEGEND = (f"ci95: 95 % interval of the difference; ci95_method welch_t (fewer than {BOOTSTRAP_MIN_SEEDS} seeds "
@@ -105,9 +119,12 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
     rows = table_rows(results, keys)
     write_parquet(rows, root / "table.parquet")
     pairs = pairwise(results)
+    confs = configuration_stats(results)
     section = {"grid": plan["grid"], "axes": plan["axes"], "points": len(plan["points"]), "finished": len(results),
-               "seed_keys": [k for k in keys if k in SEED_KEYS], "pairs": pairs,
+               "seed_keys": [k for k in keys if k in SEED_KEYS], "configurations": confs, "pairs": pairs,
                "cost": cost(results, packs, price_per_hour)}
+    conf_rows = [{**c, "rank": i + 1, "configuration": c["configuration"] or "(seeds only)", "over": seeds_text(c)}
+                 for i, c in enumerate(confs)]
     obj = make_results("sweep", fingerprint(), [_entry(r) for r in results])
     obj["sweep"] = section
     atomic_write_text(root / "results.json", strict_json.dumps(obj, indent=1, default=str) + "\n")
@@ -122,8 +139,10 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
     methods = [f"one by one, measured: {m}" for m in c["one_by_one_methods"]]
     md = [f"# stride sweep: {len(results)} of {len(plan['points'])} points", "", f"grid: {' '.join(plan['grid'])}",
           "", cost_line, "", *(m for line in methods for m in (line, "")), *_md_table(rows, cols), "",
+          "## Configurations", "", f"{CONF_LEGEND}.", "", *_md_table(conf_rows, CONF_COLS), "",
           "## Pairs of configurations", "", f"{significance_line(pairs)}. A pair differs when Holm p < 0.05 and the "
-          "95 % interval of the difference excludes 0; n/a: fewer than 2 seeds on a side, no test.", "",
+          "95 % interval of the difference excludes 0; n/a: fewer than 2 seeds on a side, or diverged seeds on a "
+          "side (diverged_a, diverged_b), no test.", "",
           f"{CI95_LEGEND}.", "",
           *_md_table(pairs, PAIR_COLS, "n/a")]
     atomic_write_text(root / "summary.md", "\n".join(md) + "\n")
@@ -132,9 +151,11 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
             "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
             f"<h1>stride sweep: {len(results)} of {len(plan['points'])} points</h1><p>{escape(' '.join(plan['grid']))}"
             f"</p><p>{escape(cost_line)}</p>{charts}<h2>Points</h2>{_html_table(rows, cols)}"
+            f"<h2>Configurations</h2><p>{escape(CONF_LEGEND)}.</p>{_html_table(conf_rows, CONF_COLS)}"
             f"<h2>Pairs of configurations</h2><p>{escape(significance_line(pairs))}.</p><p>diff = mean final val "
-            "loss of a minus b over seeds; Welch's t and df, two-sided p (raw and Holm-adjusted over all pairs), "
-            f"95 % interval ({escape(CI95_LEGEND)}); n/a: fewer than 2 seeds on a side, no test.</p>"
+            "loss of a minus b over seeds; Welch's t and df, two-sided p (raw and Holm-adjusted over the tested "
+            f"pairs), 95 % interval ({escape(CI95_LEGEND)}); n/a: fewer than 2 seeds on a side, or diverged seeds "
+            "on a side (diverged_a, diverged_b), no test.</p>"
             f"{_html_table(pairs, PAIR_COLS, 'n/a')}")
     atomic_write_text(root / "report.html", html)
     return section

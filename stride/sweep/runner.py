@@ -8,11 +8,15 @@ M points with pack size N becomes ceil(M / N) packs of nearly equal size.
 On Ray each pack is one task (`ray.remote`, `--cpus-per-pack` CPUs): Ray places and runs them, we only wait
 for them; there is no scheduler here. Results come back to this process, which writes each point as its
 task returns (locally: as each model stops). Every pack's wall time is appended to DIR/packs.jsonl for the
-report's cost figures.
+report's cost figures; on Ray it is the task's own, from when the pack started running (timed from submission,
+a pack queued behind others had its wait counted as device time). `--ray-address` is checked (Ray installed, the
+address well formed and listening) before the solo measurement and the probe, which took up to a minute before
+the refusal. A packs.jsonl line that parses but is not a pack's record is one line naming the file and line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -27,9 +31,10 @@ from typing import Any
 from stride.config.errors import ConfigError
 from stride.sweep.grid import Point
 from stride.sweep.jobs import PackJob, ray_job, run_job
+from stride.sweep.packed_model import chunk_bounds
 from stride.sweep.packing import check_packable, pack_key, split_keys
 from stride.sweep.sizing import SoloRate, check_fits, measure_solo, probe
-from stride.sweep.store import SweepStore
+from stride.sweep.store import SweepFileError, SweepStore
 
 
 class SweepError(RuntimeError):
@@ -45,6 +50,8 @@ class Options:
     probe_s: float = 60.0
     chunk: int | None = None  # models a packed step trains at once; None: the device default, lowered to fit memory
     log: Callable[[str], None] = field(default=lambda msg: print(f"stride sweep: {msg}", file=sys.stderr, flush=True))
+    stop: Callable[[], None] | None = None  # the stop request's check (stride.sweep.stop): raises to stop the sweep
+    retake: Callable[[], None] | None = None  # takes the stop signals back after ray.init set its own SIGTERM handler
 
 
 @dataclass
@@ -55,6 +62,7 @@ class ClassPlan:
     solo: SoloRate | None  # the lone model's rate (the probe's, or measured before the packs run)
     why: str
     chunk: int | None = None  # models a step of its packs trains at once
+    packed: bool = False  # a pack of one that still trains packed (a lone point with dropout: plan_jobs)
 
 
 def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index: int = 0
@@ -82,10 +90,14 @@ def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index
         if packable or len(members) == 1 or opts.pack == 1:
             why = packable or ("one point" if len(members) == 1 else "--pack 1")
             plan = ClassPlan(1, None, why)
+            if why == "one point" and any(p.config.model.dropout > 0 for p in members):
+                # a lone point with dropout (the last of a resumed sweep's class) trains packed, as a pack of one:
+                # its masks come from its own generator as in any pack, where the Trainer's would be other draws
+                plan = ClassPlan(1, None, "one point, packed: its dropout masks as in any pack", packed=True)
         elif opts.pack == "auto":  # trains packs of 2, 4, 8, ... models: said first (it ran 7-35 s without a word)
             opts.log(f"{len(members):,} point(s) of `{cfg.model.name}`: probing pack sizes (up to about "
                      f"{opts.probe_s:g} s, --probe-s; --pack N skips the probe)")
-            pr = probe(cfg, len(members), opts.probe_s, chunk=opts.chunk)
+            pr = probe(cfg, len(members), opts.probe_s, chunk=opts.chunk, check=opts.stop)
             plan, mem = ClassPlan(pr.size, pr.solo, pr.why), pr.memory
         else:
             plan = ClassPlan(min(int(opts.pack), len(members)), None, f"--pack {opts.pack}")
@@ -96,15 +108,24 @@ def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index
         for k in range(n_packs):
             part = members[k * len(members) // n_packs : (k + 1) * len(members) // n_packs]
             jobs.append(PackJob(start_index + len(jobs), [p.id for p in part], [p.config for p in part],
-                                plan.size == 1, str(store.root), plan.chunk))
-        chunked = f", {plan.chunk} models a step" if plan.chunk and plan.chunk < plan.size else ""
-        opts.log(f"{len(members)} point(s) of `{cfg.model.name}` in {n_packs} pack(s) of up to {plan.size}{chunked} "
-                 f"({plan.why})")
+                                plan.size == 1 and not plan.packed, str(store.root), plan.chunk))
+        opts.log(f"{len(members)} point(s) of `{cfg.model.name}` in {n_packs} pack(s) of up to {plan.size}"
+                 f"{_chunks_text(-(-len(members) // n_packs), plan.chunk)} ({plan.why})")
     return jobs, plans
 
 
+def _chunks_text(largest: int, chunk: int | None) -> str:
+    """The chunks the largest pack really trains in, as chunk_bounds splits it (nearly equal): `--chunk 16` on a
+    pack of 18 is 2 chunks of 9, which the line gave as "16 models a step"."""
+    if not chunk or chunk >= largest:
+        return ""
+    sizes = sorted({hi - lo for lo, hi in chunk_bounds(largest, chunk)})
+    return f", {len(chunk_bounds(largest, chunk))} chunks of {'-'.join(map(str, sizes))} models a step"
+
+
 def one_by_one_rates(points: list[Point], plans: dict[str, ClassPlan],
-                     log: Callable[[str], None] | None = None) -> dict[str, SoloRate]:
+                     log: Callable[[str], None] | None = None,
+                     check: Callable[[], None] | None = None) -> dict[str, SoloRate]:
     """Each packed class's model trained alone: the probe's measurement, or one taken now (`measure_solo`: warmed
     up, then timed windows of at least 0.3 s in all, their median; it read 5.7k-27k samples/s where 60-step runs
     read 19k-31k when it timed 3 steps of a fresh process's first Trainer, and the speed-up read 1.6-12x)."""
@@ -113,6 +134,8 @@ def one_by_one_rates(points: list[Point], plans: dict[str, ClassPlan],
         if plan.solo is None and plan.size > 1:
             cfg = next(p.config for p in points if pack_key(p.config) == key)
             plan.solo = measure_solo(cfg)
+            if check is not None:
+                check()
         if plan.solo is not None and plan.solo.samples_per_s:
             out[key] = plan.solo
             if log is not None and plan.size > 1:
@@ -135,7 +158,7 @@ class Recorder:
         point's is its training steps' time, as `pack` counts it: its wall time (validation and warm-up in) made
         a sweep that packed nothing "1.17x faster on training steps" than itself."""
         s = item["summary"]
-        if item["mode"] == "solo":
+        if item["mode"] == "solo" or item["pack"]["size"] == 1:  # a pack of one ran alone too
             return _train_s(s)
         rate = self.rates.get(pack_key(p.config))
         if rate is None or s.get("steps") is None:
@@ -146,12 +169,15 @@ class Recorder:
         """How `one_by_one_s` was found, for a reader to judge it."""
         if item["mode"] == "solo":
             return "measured: the point trained alone"
+        if item["pack"]["size"] == 1:
+            return "measured: the point trained alone (a pack of one)"
         rate = self.rates.get(pack_key(p.config))
         return f"its steps at {rate.describe()}" if rate is not None else None
 
     def point(self, item: dict[str, Any]) -> None:
         p = self.by_id[item["id"]]
-        result = {"id": p.id, "label": p.label, "values": p.values, "mode": item["mode"], "pack": item["pack"],
+        result = {"id": p.id, "label": p.label, "values": p.values, "config_hash": self.store.plan_hash(p.id),
+                  "mode": item["mode"], "pack": item["pack"],
                   "summary": item["summary"], "history": item["history"], "run_dir": item.get("run_dir"),
                   "one_by_one_s": self.one_by_one_s(p, item), "one_by_one_method": self.one_by_one_method(p, item)}
         self.store.write(p.id, result, item.get("state"))
@@ -185,10 +211,12 @@ def _train_s(s: dict[str, Any]) -> float:
     return float((s.get("step_time_s") or 0.0) * (s.get("steps") or 0))
 
 
-def run_local(jobs: list[PackJob], rec: Recorder) -> None:
+def run_local(jobs: list[PackJob], rec: Recorder, stop: Callable[[], None] | None = None) -> None:
     for job in jobs:
+        if stop is not None:
+            stop()
         t0 = time.perf_counter()
-        items = run_job(job, on_point=rec.point)
+        items = run_job(job, on_point=rec.point, check=stop)
         rec.pack(job, items, time.perf_counter() - t0, "local")
 
 
@@ -205,42 +233,62 @@ def _reachable(address: str, timeout: float = 5.0) -> None:
                          "(ray start --head) or leave out --ray-address to run one on this machine") from None
 
 
-def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options) -> None:
+def check_ray(opts: Options) -> Any:
+    """The ray module, once Ray is importable and `--ray-address` (if given) is well formed and listening: asked
+    before the solo measurement and the probe, so a wrong address is refused at once, not after them."""
     try:
         import ray
     except ImportError as exc:
         from stride.launch.ray_train import INSTALL_HINT
 
         raise SweepError(f"--backend ray needs Ray ({exc}); install it with: {INSTALL_HINT}") from None
-    from stride.launch.ray_train import init_ray, shutdown_ray
-
     if opts.ray_address not in (None, "auto") and not ray.is_initialized():
         _reachable(opts.ray_address)
+    return ray
+
+
+RAY_POLL_S = 0.5  # how often the driver, waiting for Ray tasks, looks at the stop request
+
+
+def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options) -> None:
+    ray = check_ray(opts)
+    from stride.launch.ray_train import init_ray, shutdown_ray
+
     try:
         started = init_ray(ray, opts.ray_address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise SweepError(f"cannot connect to a Ray cluster at {opts.ray_address}: {str(exc).splitlines()[0]}") from None
+    if opts.retake is not None:
+        opts.retake()  # ray.init's SIGTERM handler exits at once: SIGTERM stops the sweep as Ctrl-C does
     failed: list[str] = []
     for job in jobs:  # as `stride launch ray`: a task's torch threads are the CPUs Ray reserved for it
         for c in job.configs:
             c.train.threads = opts.cpus_per_pack if c.train.threads is None else c.train.threads
+    pending: dict[Any, tuple[PackJob, float]] = {}
     try:
         task = ray.remote(num_cpus=opts.cpus_per_pack)(ray_job)
         pending = {task.remote(job): (job, time.perf_counter()) for job in jobs}
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=RAY_POLL_S)
+            if opts.stop is not None:
+                opts.stop()
+            if not ready:
+                continue
             job, t0 = pending.pop(ready[0])
             try:
-                items = ray.get(ready[0])
+                out = ray.get(ready[0])
             except Exception as exc:  # a task's error (RayTaskError wraps the worker's exception)
                 msg = str(exc).strip().splitlines()[-1][:300]
                 failed.append(f"pack {job.index} ({len(job.ids)} points): {msg}")
                 rec.pack(job, [], time.perf_counter() - t0, "ray", msg)
                 continue
-            for item in items:
+            for item in out["items"]:
                 rec.point(item)
-            rec.pack(job, items, time.perf_counter() - t0, "ray")
+            rec.pack(job, out["items"], out["wall_s"], "ray")  # the task's own time, not its wait in the queue
     finally:
+        for ref in pending:  # stopped: the packs still queued or running are cancelled (a cluster we did not start)
+            with contextlib.suppress(Exception):  # a task that ended meanwhile: nothing to cancel
+                ray.cancel(ref, force=True)
         if started:
             shutdown_ray(ray)
     if failed:
@@ -255,30 +303,70 @@ def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]
     todo = [p for p in points if not store.done(p.id)]
     if len(todo) < len(points):
         opts.log(f"resuming: {len(points) - len(todo)} of {len(points)} points already finished in {store.root}")
+    start_index = _next_pack_index(store)  # packs.jsonl is checked here, before anything is measured or trained
+    if todo and opts.backend == "ray":
+        check_ray(opts)
     t0 = time.perf_counter()
-    jobs, plans = plan_jobs(todo, store, opts, start_index=_next_pack_index(store)) if todo else ([], {})
-    rates = one_by_one_rates(todo, plans, opts.log) if todo else {}
+    jobs, plans = plan_jobs(todo, store, opts, start_index=start_index) if todo else ([], {})
+    rates = one_by_one_rates(todo, plans, opts.log, opts.stop) if todo else {}
     rec = Recorder(store, points, rates, opts.log)
     if jobs:
-        (run_ray(jobs, rec, opts) if opts.backend == "ray" else run_local(jobs, rec))
+        (run_ray(jobs, rec, opts) if opts.backend == "ray" else run_local(jobs, rec, opts.stop))
     return {"wall_s": time.perf_counter() - t0, "trained": rec.written,
             "classes": [{"size": v.size, "why": v.why} for v in plans.values()]}
 
 
 def _next_pack_index(store: SweepStore) -> int:
     """One past the highest pack index logged (a line cut by a kill or Ctrl-C is skipped, as the report skips it)."""
-    return 1 + max((rec["index"] for rec in load_pack_log(store.root)
-                    if isinstance(rec, dict) and type(rec.get("index")) is int), default=-1)
+    return 1 + max((rec["index"] for rec in load_pack_log(store.root)), default=-1)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def pack_record_problem(rec: Any) -> str | None:
+    """What makes `rec` (a parsed packs.jsonl line) not a pack's record as Recorder.pack writes it; None if it is.
+    Checked: what the report reads (index, ids, size, wall_s, train_s, time, error, one_by_one_rate)."""
+    if not isinstance(rec, dict):
+        return f"holds a JSON {type(rec).__name__}, not a pack's record"
+    if type(rec.get("index")) is not int or rec["index"] < 0:
+        return f"index is {json.dumps(rec.get('index'))[:40]}, not a whole number >= 0"
+    if not (isinstance(rec.get("ids"), list) and all(isinstance(i, str) for i in rec["ids"])):
+        return "ids is not a list of point ids"
+    if type(rec.get("size")) is not int or rec["size"] < 0:
+        return f"size is {json.dumps(rec.get('size'))[:40]}, not a whole number >= 0"
+    for key in ("wall_s", "time"):
+        if not (_number(rec.get(key)) and rec[key] >= 0):
+            return f"{key} is {json.dumps(rec.get(key))[:40]}, not a finite number >= 0"
+    if rec.get("train_s") is not None and not (_number(rec["train_s"]) and rec["train_s"] >= 0):
+        return f"train_s is {json.dumps(rec['train_s'])[:40]}, not a finite number >= 0"
+    if rec.get("error") is not None and not isinstance(rec["error"], str):
+        return f"error is {json.dumps(rec['error'])[:40]}, not text"
+    rate = rec.get("one_by_one_rate")
+    if rate is not None and not (isinstance(rate, dict) and (rate.get("method") is None
+                                                             or isinstance(rate["method"], str))):
+        return "one_by_one_rate is not a table with a text method"
+    return None
 
 
 def load_pack_log(root: Path) -> list[dict[str, Any]]:
+    """The packs' records. A line that is not JSON is skipped (a line cut by a kill; the packs it would describe
+    are re-run anyway); one that parses but is not a pack's record was edited or damaged, and is refused in one
+    line naming the file and line (SweepFileError), as point files are: it was a traceback (KeyError,
+    AttributeError, TypeError) from the report."""
     path = Path(root) / "packs.jsonl"
     if not path.exists():
         return []
     out = []
-    for line in path.read_text().splitlines():
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill; the packs it would describe are re-run anyway
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if why := pack_record_problem(rec):
+            raise SweepFileError(f"{path} line {n}: {why} (stride writes each pack's record whole: the file was "
+                                 "edited or damaged); delete that line (the file holds only the cost figures: "
+                                 "deleting it loses them, not a point) and run the same command again")
+        out.append(rec)
     return out

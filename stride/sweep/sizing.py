@@ -34,6 +34,7 @@ import copy
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -177,6 +178,7 @@ def _short(cfg: RunConfig, steps: int, seed: int) -> RunConfig:
     c.train.steps, c.train.val_every, c.train.seed, c.train.target_val_loss = steps, 0, seed, None
     c.metrics.skip_steps, c.metrics.flops, c.metrics.progress = 2, False, False
     c.checkpoint.enabled, c.metrics.tensorboard, c.metrics.prometheus = False, False, False
+    c.metrics.mlflow, c.metrics.wandb = False, False  # a timing run is no tracker's run
     return c
 
 
@@ -290,14 +292,14 @@ def measure_solo(cfg: RunConfig) -> SoloRate:
                     len(warm) + SOLO_SKIP, capped)
 
 
-def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int = 3, chunk: int | None = None
-          ) -> Probe:
+def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int = 3, chunk: int | None = None,
+          check: Callable[[], None] | None = None) -> Probe:
     """Pick a pack size for points like `cfg`, at most `max_n` (the points there are).
 
     Each pack size is measured right after a lone model, and compared with that one: a busy machine's
     drift then moves both sides of a ratio alike. The lone model's rate reported (and used for the sweep's
     speed-up) is `measure_solo`'s, taken first: it also warms the process, so the first comparison is not
-    against a cold Trainer.
+    against a cold Trainer. `check` (the sweep's stop request) is called after each measurement: it raises to stop.
     """
     from stride.sweep.packed_train import PackedTrainer
 
@@ -312,6 +314,8 @@ def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int =
     ratios, prev, n = result.ratios, 1, 2
     ratios[1] = 1.0
     while n <= cap and (n == 2 or time.perf_counter() - t0 < budget_s):
+        if check is not None:
+            check()
         alone.append(solo_rate(cfg, timed_steps))
         fits = check_fits(cfg, n, mem, chunk)[1]  # n <= cap: a chunk that fits exists
         try:

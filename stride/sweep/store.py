@@ -17,6 +17,13 @@ holding another sweep (other points) is refused rather than mixed (one holding a
 stride.files.folder_kind, asked by `stride sweep` first). A state file is read with torch's weights-only
 loader only, and one it cannot load (crafted, damaged, missing) is one line naming the file and how to train
 the point again (`load_state`).
+
+Point ids hash only the grid values, so each point file also carries the config_hash of the point's config as
+the plan has it (`config_hash`), and a point file whose hash is not the plan's for that id is refused: with
+sweep.json deleted (the way around "holds another sweep"), a sweep of another base config or --set took the
+old points as finished and ranked them beside its own (audit 10, F4). Point files written before the field are
+not checked for it. A sweep.json or packs.jsonl that parses but has the wrong shape is one line naming the file
+(SweepFileError), as a damaged point file is.
 """
 
 from __future__ import annotations
@@ -54,6 +61,12 @@ class SweepStateError(StrideError):
 
 class SweepPointError(StrideError):
     """A point file (points/<id>.json) that does not hold a finished point: edited or damaged (exit status 2)."""
+
+    exit_code = 2
+
+
+class SweepFileError(StrideError):
+    """sweep.json or packs.jsonl holds JSON of the wrong shape: edited or damaged (exit status 2, one line)."""
 
     exit_code = 2
 
@@ -99,6 +112,8 @@ def point_problem(obj: Any, pid: str, values: dict[str, Any] | None = None) -> s
         return why
     if not isinstance(obj.get("label"), str) or not isinstance(obj.get("values"), dict):
         return "its label or values are missing"
+    if obj.get("config_hash") is not None and not isinstance(obj["config_hash"], str):
+        return f"its config_hash is {json.dumps(obj['config_hash'])[:40]}, not text"
     if values is not None and obj["values"] != values:
         return f"its values {json.dumps(obj['values'])[:80]} are not the plan's {json.dumps(values)[:80]}"
     if obj.get("mode") not in MODES:
@@ -133,6 +148,7 @@ class SweepStore:
         self.root = Path(root)
         self.points_dir = self.root / "points"
         self.values: dict[str, dict[str, Any]] = {}  # each point's grid values, as the plan has them (JSON types)
+        self.hashes: dict[str, str] = {}  # each point's config_hash, as the plan has it
 
     # -- the plan ------------------------------------------------------------------------------
     def plan(self, config: str | None, overrides: list[str], axes: list[Axis], points: list[Point]) -> dict[str, Any]:
@@ -148,8 +164,10 @@ class SweepStore:
         if path.exists():
             try:
                 old = json.loads(path.read_text())
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise ConfigError(f"{path}: not a stride sweep file ({exc}); use another --out") from None
+            if why := _plan_problem(old):
+                raise SweepFileError(f"{path}: not a stride sweep file ({why}); use another --out") from None
             mine = [(p["id"], p["config_hash"]) for p in plan["points"]]
             theirs = [(p.get("id"), p.get("config_hash")) for p in old.get("points", [])]
             if old.get("schema") != SCHEMA or mine != theirs:
@@ -163,11 +181,14 @@ class SweepStore:
                     f"earlier stride (split version {was}, now {SPLIT_VERSION}: the synthetic source's embargo now "
                     "counts from the last training target); their validation losses do not compare with new points': "
                     "start the sweep again in another --out")
-        self.points_dir.mkdir(parents=True, exist_ok=True)
         text = strict_json.dumps(plan, indent=2, default=str)
-        atomic_write_text(path, text + "\n")
         self.values = {p["id"]: p["values"] for p in json.loads(text)["points"]}
-        return sum(self.done(p["id"]) for p in plan["points"])  # every point file is checked here, before training
+        self.hashes = {p["id"]: p["config_hash"] for p in plan["points"]}
+        # every point file is checked before sweep.json is written: a refused directory keeps the plan it had
+        finished = sum(self.done(p["id"]) for p in plan["points"])
+        self.points_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text + "\n")
+        return finished
 
     # -- points ---------------------------------------------------------------------------------
     def result_path(self, pid: str) -> Path:
@@ -202,7 +223,18 @@ class SweepStore:
         if why is not None:
             raise SweepPointError(f"{path}: {why}: not a finished point of this sweep (point files are written "
                                   f"whole: it was edited or damaged); {_retrain(self.root, pid)}")
+        mine, theirs = self.hashes.get(pid), obj.get("config_hash")
+        if mine is not None and theirs is not None and theirs != mine:
+            raise SweepPointError(
+                f"{path}: trained with another config than this sweep's point {pid} (config_hash {theirs}, this "
+                f"sweep's {mine}: another base config or --set, in a directory whose sweep.json is not the one it was "
+                f"written with); it would be ranked beside points trained otherwise: use another --out, or "
+                f"{_retrain(self.root, pid)}")
         return obj
+
+    def plan_hash(self, pid: str) -> str | None:
+        """The point's config_hash as the plan has it (written into its point file)."""
+        return self.hashes.get(pid)
 
     def write(self, pid: str, result: dict[str, Any], state: dict[str, Any] | None) -> None:
         """The point's state (if any), then its result: each atomically, the result last."""
@@ -241,3 +273,16 @@ class SweepStore:
 
     def results(self, ids: list[str]) -> list[dict[str, Any]]:
         return [r for r in (self.read(i) for i in ids) if r is not None]
+
+
+def _plan_problem(obj: Any) -> str | None:
+    """What makes a parsed sweep.json not a sweep plan as `SweepStore.plan` writes it (what `open` reads); None if
+    it is one. It was an AttributeError traceback for a JSON list."""
+    if not isinstance(obj, dict):
+        return f"a JSON {type(obj).__name__}, not an object"
+    points = obj.get("points", [])
+    if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
+        return "its points are not a list of tables"
+    if not isinstance(obj.get("split_version", 1), int):
+        return f"split_version is {json.dumps(obj.get('split_version'))[:40]}, not a whole number"
+    return None

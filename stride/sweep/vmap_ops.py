@@ -7,8 +7,11 @@
 - Dropout: a model's code passes its dropout rate as a Python float, the same for every model sharing
   the module skeleton, while a pack may hold models with different rates. `PackOps` routes `F.dropout`
   (and attention's dropout) to masks drawn per model with that model's rate, under vmap's
-  `randomness="different"`. Masks come from the pack's generator, not each solo run's, so with dropout a
-  packed model is the same training in distribution, not bit for bit; a rate of 0 leaves x untouched.
+  `randomness="different"`. Each model's masks come from a generator of its own, seeded from its own
+  `train.seed` (`mask_generators`): they drew from one generator for the chunk, so a model's masks, and its
+  losses, depended on its pack size, its companions and its place in the pack (audit 10, F3). The solo run
+  draws its masks with torch's own dropout from its global generator, so a packed model with dropout is the same
+  training as its solo run in distribution, not bit for bit; a rate of 0 leaves x untouched.
 
 `PackOps` is a TorchFunctionMode installed only when needed (attention present or some rate > 0): it
 costs a Python call per torch function in the forward.
@@ -54,30 +57,65 @@ class FoldedSDPA(PackOnly):
         return out.reshape(n, -1, *out.shape[1:]), 0
 
 
-def model_dropout(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """Inverted dropout at this model's rate `p` (a 0-dim tensor, batched over the pack by vmap)."""
-    keep = torch.rand_like(x, dtype=torch.float32) >= p
+MASK_SEED_SALT = 0x5EED_D80F  # a model's mask generator is seeded apart from the weights' (the same train.seed)
+
+
+def mask_generators(seeds: list[int], device: torch.device) -> list[torch.Generator]:
+    """One dropout-mask generator per model, seeded from the model's own `train.seed` (salted, so its masks do not
+    replay the draws of its initialisation): a model's masks are then the same in any pack, chunk or order."""
+    out = []
+    for seed in seeds:
+        g = torch.Generator(device=device)
+        g.manual_seed((seed * 0x9E3779B97F4A7C15 + MASK_SEED_SALT) % 2**63)
+        out.append(g)
+    return out
+
+
+class _Uniforms(PackOnly):
+    """Uniform [0, 1) numbers shaped like one model's x; the vmap rule draws each model's from its own generator."""
+
+    @staticmethod
+    def vmap(info, in_dims, x, p, gens):  # type: ignore[override]
+        n = info.batch_size
+        shape = stacked(x, in_dims[0], n).shape
+        if len(gens) != n:
+            raise RuntimeError(f"{len(gens)} mask generators for a chunk of {n} models")
+        u = torch.empty(shape, dtype=torch.float32, device=x.device)
+        for j, g in enumerate(gens):  # one draw per model: a chunk of 16 is 16 small draws instead of one
+            torch.rand(shape[1:], generator=g, dtype=torch.float32, device=x.device, out=u[j])
+        return u, 0
+
+
+def model_dropout(x: torch.Tensor, p: torch.Tensor, gens: list[torch.Generator] | None = None) -> torch.Tensor:
+    """Inverted dropout at this model's rate `p` (a 0-dim tensor, batched over the pack by vmap); the masks from
+    the chunk's per-model generators `gens` (None: torch's global generator, as vmap's randomness draws)."""
+    u = (_Uniforms.apply(x.detach(), p.detach(), gens) if gens is not None
+         else torch.rand_like(x, dtype=torch.float32))
+    keep = u >= p
     return x * keep.to(x.dtype) / (1 - p).to(x.dtype)
 
 
-def _math_attention(q, k, v, is_causal: bool, scale: float | None, p: torch.Tensor) -> torch.Tensor:
+def _math_attention(q, k, v, is_causal: bool, scale: float | None, p: torch.Tensor,
+                    gens: list[torch.Generator] | None = None) -> torch.Tensor:
     s = torch.matmul(q, k.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
     if is_causal:
         t, u = s.shape[-2], s.shape[-1]
         s = s.masked_fill(torch.ones(t, u, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    return torch.matmul(model_dropout(torch.softmax(s.float(), -1).to(q.dtype), p), v)
+    return torch.matmul(model_dropout(torch.softmax(s.float(), -1).to(q.dtype), p, gens), v)
 
 
 class PackOps(TorchFunctionMode):
     """Inside the vmapped forward: attention folded over the pack, dropout at each model's own rate.
 
-    `rate` is set per call to the model's rate (a batched 0-dim tensor) or None when every rate is 0.
+    `rate` is set per call to the model's rate (a batched 0-dim tensor) or None when every rate is 0;
+    `generators`, per forward, to the chunk's models' mask generators (None: torch's global generator).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.rate: torch.Tensor | None = None
         self.training = True
+        self.generators: list[torch.Generator] | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
@@ -86,14 +124,14 @@ class PackOps(TorchFunctionMode):
         if func is F.dropout and self.rate is not None:
             x = args[0]
             training = kwargs.get("training", args[2] if len(args) > 2 else True)
-            return model_dropout(x, self.rate) if training else x
+            return model_dropout(x, self.rate, self.generators) if training else x
         return func(*args, **kwargs)
 
     def _attention(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if attn_mask is not None or enable_gqa:
             raise ValueError("packed attention supports is_causal masks only (no attn_mask, no GQA)")
         if self.rate is not None and self.training:
-            return _math_attention(q, k, v, is_causal, scale, self.rate)
+            return _math_attention(q, k, v, is_causal, scale, self.rate, self.generators)
         return FoldedSDPA.apply(q, k, v, is_causal, scale)
 
 

@@ -175,9 +175,11 @@ def test_chunk_sets_the_models_a_packed_step_trains_at_once(config, tmp_path, ca
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "stride sweep: config error: --chunk '0': auto or a positive integer")
     assert main([*args, "--chunk", "3", "--out", str(out)]) == 0
-    assert "in 1 pack(s) of up to 4, 3 models a step (--pack 4)" in capsys.readouterr().err
+    # --chunk 3 on a pack of 4: chunk_bounds makes 2 nearly equal chunks of 2, which the line and pack_chunk say
+    # (they said "3 models a step" and 3: audit 10, F11)
+    assert "in 1 pack(s) of up to 4, 2 chunks of 2 models a step (--pack 4)" in capsys.readouterr().err
     chunked = _summaries(out)
-    assert [s["pack_chunk"] for s in chunked] == [3] * 4 and [s["pack_size"] for s in chunked] == [4] * 4
+    assert [s["pack_chunk"] for s in chunked] == [2] * 4 and [s["pack_size"] for s in chunked] == [4] * 4
     assert main([*args, "--out", str(tmp_path / "auto")]) == 0  # auto: the CPU default, all 4 at once
     whole = _summaries(tmp_path / "auto")
     assert [s["pack_chunk"] for s in whole] == [4] * 4
@@ -205,7 +207,8 @@ def test_one_seed_per_configuration_makes_no_claim_about_seed_noise(config, tmp_
     summary = (out / "summary.md").read_text()
     assert "no claim on which configurations differ" in summary and "significant:" not in summary
     row = next(line for line in summary.splitlines() if line.startswith('| optim.lr='))
-    assert row.endswith("| 1 | 1 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"), row  # no [x, x] interval
+    # n_a, n_b 1; diverged_a, diverged_b 0; no [x, x] interval
+    assert row.endswith("| 1 | 1 | 0 | 0 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"), row
     results = load_results(out / "results.json")
     (pair,) = results["sweep"]["pairs"]
     assert pair["ci95"] is None and pair["significant"] is None and pair["p"] is None  # null: no test, no claim

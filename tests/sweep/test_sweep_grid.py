@@ -65,3 +65,25 @@ def test_quantile_count_changes_the_head_so_it_splits():
 def test_pack_sizes_split_a_class():
     _, _, points = expand(CFG, [], ["train.seed=0..6"])
     assert [pk.members for pk in group([p.config for p in points], 3)] == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+@pytest.mark.parametrize("axis, same", [
+    ("optim.lr=1,1.0", "1 and 1.0"),
+    ("train.grad_clip=1,1.0", "1 and 1.0"),
+    ("optim.lr=1e-3,0.001", "1e-3 and 0.001"),
+    ("optim.betas=[0.9,0.95],[0.9, 0.95]", "[0.9,0.95] and [0.9, 0.95]"),
+])
+def test_one_value_written_two_ways_is_a_duplicate(axis, same):
+    """Compared as the key holds them (audit 10, F8): `optim.lr=1,1.0` trained two points of one config, which the
+    report named `optim.lr=1` and `optim.lr=1.0` and tested as a pair."""
+    key = axis.split("=")[0]
+    with pytest.raises(ConfigError) as e:
+        expand(CFG, [], [axis, "train.seed=0,1"])
+    assert str(e.value) == (f"--grid {axis}: a value appears twice in the grid of `{key}`: {same} are one value "
+                            f"of `{key}`")
+
+
+def test_values_keep_the_type_they_were_written_with():
+    """Only the duplicate check applies the key's type: the point ids of existing sweeps hash the values as
+    written (an int 1 for a float key), so those stay."""
+    assert parse_axis("optim.lr=1,2").values == [1, 2] and type(parse_axis("optim.lr=1,2").values[0]) is int

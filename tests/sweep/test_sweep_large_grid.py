@@ -14,7 +14,7 @@ from stride.config import config_hash, config_to_dict, load_config
 from stride.config.errors import ConfigError
 from stride.config.loader import config_view
 from stride.sweep.grid import LARGE_GRID, copy_config, expand
-from stride.sweep.packing import IGNORED_SECTIONS, PER_MODEL_KEYS, pack_key
+from stride.sweep.packing import IGNORED_SECTIONS, PACK_METRICS, PER_MODEL_KEYS, pack_key
 
 CFG = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.toml")
 # a config with every kind of value a section holds: lists, tables, None, floats, strings, bools
@@ -85,7 +85,8 @@ def _asdict_hash(cfg) -> str:
 
 def _old_pack_key(cfg) -> str:
     flat = {f"{s}.{k}": v for s, sec in config_to_dict(cfg).items() for k, v in sec.items()}
-    shared = {k: v for k, v in flat.items() if k not in PER_MODEL_KEYS and k.split(".")[0] not in IGNORED_SECTIONS}
+    shared = {k: v for k, v in flat.items() if k not in PER_MODEL_KEYS
+              and (k.split(".")[0] not in IGNORED_SECTIONS or k in PACK_METRICS)}  # log_every, skip_steps: audit 10
     if cfg.model.loss == "quantile":
         shared["model.quantiles#count"] = len(cfg.model.quantiles)
     return json.dumps(shared, sort_keys=True, default=str)
