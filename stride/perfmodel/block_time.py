@@ -4,6 +4,7 @@
   the forward GEMMs its mode names (layout.RECOMPUTED_GEMMS).
 - attention core: flash runs the causal half of the score square at the published throughput of
   the run's kernel on this part (attention_kernels.py), backward at its own (2.5x forward FLOPs);
+  sliding-window blocks only their window's band of it (TransformerSpec.window_work);
   materialised attention (pre-2023
   Megatron) runs it as batched GEMMs writing the s x s scores, plus softmax/dropout traffic.
 - elementwise: memory-bound passes (kernels.Costs.elementwise_per_token), 2x in backward.
@@ -148,7 +149,7 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     lora_f, lora_b = lora_adapter_time(c, lin, lay) if lay.frozen and lay.lora_rank else (0.0, 0.0)
     lora_rc = lora_f if lay.recompute == "full" else 0.0  # the block re-run with its adapters
     if flash:
-        t_core_f, t_core_b = c.flash_attention(sum(g.flops for g in core) * 0.5)
+        t_core_f, t_core_b = c.flash_attention(sum(g.flops for g in core) * 0.5 * spec.window_work)
         # selective recompute of a flash core re-runs its forward too (Megatron checkpoints core attention;
         # MaxText's minimal policies do not save the kernel's softmax statistics)
         core_rc = t_core_f if lay.recompute in ("full", "mlp", "full-except-qkv", "selective") else 0.0

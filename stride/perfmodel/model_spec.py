@@ -46,6 +46,10 @@ class TransformerSpec:
     moe_every: int = 1
     moe_ffn: int = 0
     capacity: float = 1.0  # capacity factor of a token-dropping router (1.0: dropless / exact)
+    # sliding-window attention: `window_layers` of the blocks attend to the last `window` tokens only (Mistral,
+    # Gemma 2/3, gpt-oss, Olmo 3); 0: every block attends to the whole causal prefix
+    window: int = 0
+    window_layers: int = 0
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "top_k", "moe_every"):
@@ -67,6 +71,23 @@ class TransformerSpec:
             raise ConfigError(f"model `{self.name}`: top_k {self.top_k} exceeds experts {self.experts}")
         if not 0.5 <= self.capacity <= 8:
             raise ConfigError(f"model `{self.name}`: capacity factor must be in [0.5, 8], got {self.capacity!r}")
+        for f in ("window", "window_layers"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"model `{self.name}`: `{f}` must be an integer >= 0, got {v!r}")
+        if self.window_layers > self.layers:
+            raise ConfigError(f"model `{self.name}`: window_layers {self.window_layers} exceeds layers {self.layers}")
+
+    @property
+    def window_work(self) -> float:
+        """A fused causal kernel's attention work averaged over the blocks, as a share of the full causal prefix's:
+        a query at position i attends to min(i + 1, window) keys, s w - w^2 / 2 in all against s^2 / 2 (the
+        kernel skips the blocks outside the window; a materialised core computes them and masks)."""
+        s, w = self.seq, self.window
+        if not w or not self.window_layers or w >= s:
+            return 1.0
+        local = (2 * s * w - w * w) / (s * s)
+        return ((self.layers - self.window_layers) + self.window_layers * local) / self.layers
 
     @property
     def head_dim(self) -> int:

@@ -278,6 +278,7 @@ def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float
     moe = rt.moe(arch)
     if re.search(_MOE_WORDS, low) and "experts" not in moe:
         raise ValueError("MoE model: the number of experts is not stated (write e.g. '8 experts, top-2')")
+    window = rt.sliding_window(arch)
     kv = _int(row, "kv_heads", heads)
     if heads % kv:
         notes.append(f"kv_heads {kv} does not divide heads {heads}: {heads} used")
@@ -291,7 +292,10 @@ def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float
         name=str(row.get("model") or "").strip() or "row", head_dim_override=int(hd.group(1)) if hd else 0,
         experts=int(moe.get("experts", 0)), top_k=int(moe.get("top_k", 1)), moe_every=int(moe.get("moe_every", 1)),
         capacity=float(moe.get("capacity", 1.0)), moe_ffn=int(moe.get("moe_ffn", 0)),
+        window=window[0] if window else 0,
     )
+    if window:
+        spec = dataclasses.replace(spec, window_layers=round(window[1] * spec.layers))
     return spec, moe
 
 

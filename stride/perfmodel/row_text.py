@@ -436,6 +436,29 @@ def moe(text: str) -> dict[str, float]:
     return out
 
 
+def sliding_window(text: str) -> tuple[int, float] | None:
+    """(window, share of the blocks that use it) of a sliding-window attention the text names with its size:
+    "sliding window 1024 on 5 of every 6 layers", "40 local layers, 8 global", "alternating sliding-window (128
+    tokens)", "SWA window 4096 on 3 of every 4 layers", "pattern SSSL (short window = ... = 1024)"; every block
+    where no share is said. None where no size is said ("without ... sliding-window attention"), or it is 0."""
+    low = (text or "").lower()
+    m = re.search(r"(?:sliding[- _]?window|\bswa\b)[^.;,()]{0,40}?(?:\(|\bof\b|=|:|\s)\s*(\d{2,7})\b", low)
+    short = re.search(r"pattern\s+([sl]{2,})\b", low)
+    size = re.search(r"short window\s*=\s*[^,;)]*?(\d{2,7})\s*[,;)]", low) if short else None
+    if size:
+        return int(size.group(1)), short.group(1).count("s") / len(short.group(1))
+    if not m or int(m.group(1)) == 0:
+        return None
+    window = int(m.group(1))
+    if r := re.search(r"on (\d+) of every (\d+) layers", low):
+        return window, int(r.group(1)) / int(r.group(2))
+    if r := re.search(r"(\d+) local (?:attention )?layers?\W+(\d+) global", low):
+        return window, int(r.group(1)) / (int(r.group(1)) + int(r.group(2)))
+    if re.search(r"alternat|every other layer|every (?:2nd|second) layer|skip_freq\s*2\b", low):
+        return window, 0.5
+    return window, 1.0
+
+
 _PRESET_NAMES = [
     (r"llama[- _]?3(?:\.[0-9])?[- _]?(8|70|405)\s*b", "llama3-{}b"), (r"llama[- _]?2[- _]?(7|13|70)\s*b", "llama2-{}b"),
     (r"mixtral[- _]?8\s*x\s*(7|22)\s*b", "mixtral-8x{}b"), (r"gpt[- _]?3[- _]?(1\.3|2\.7|6\.7|13|175)\s*b", "gpt3-{}b"),
