@@ -18,7 +18,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("bench", "bench", "run the benchmark suite (default: quick) and print a table"),
     ("compare", "compare", "compare two results (results.json, bench or run folders) against each side's "
      "measured spread"),
-    ("report", "report", "write report.html and summary.md from a bench results directory"),
+    ("report", "report", "write report.html and summary.md from a bench directory, a results.json or a run folder"),
     ("data", "data", "synthesize, ingest and inspect market data stores; probe the loader on this host"),
     ("profile", "profile", "train under torch.profiler, write traces per rank, and analyze them"),
     ("analyze", "analyze", "where a step's time goes, from profiler traces"),

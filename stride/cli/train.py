@@ -96,6 +96,16 @@ def _train(cfg, args: argparse.Namespace) -> int:
         # aborts the process (exit -6 after a committed checkpoint, seen in CI at pp=2). Freed here,
         # the groups' destructors join their threads while the interpreter is alive.
         code = int(stop.code or 0)
+    except KeyboardInterrupt:
+        # Ctrl-C without checkpoints (with them it is a Preempted save): say where it stopped and what is kept
+        # (outside audit 12: "stopped (interrupted)" alone)
+        kept = "no checkpoint (checkpoint.enabled = false): the same command starts over; --set " \
+               "checkpoint.enabled=true makes a Ctrl-C resumable" if not cfg.checkpoint.enabled else \
+               "the same command resumes from the newest committed checkpoint, if any"
+        if trainer.par.is_rank0:
+            print(f"stride train: stopped (interrupted) after step {trainer.step} of {cfg.train.steps}; {kept}",
+                  file=sys.stderr)
+        code = 130
     else:
         code = 0
         if trainer.par.is_rank0:

@@ -8,6 +8,7 @@ arrays) and fall back to a bare string. Every key, type, choice and range is che
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -77,13 +78,27 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _missing_hint(p: Path) -> str:
+    """Where a missing relative path was looked for, and a near name in its folder (outside audit 12: "not found:
+    configs/quickstart.toml" from another directory did not say it was read against the current one)."""
+    if p.exists():
+        return ""
+    hint = "" if p.is_absolute() else f" (looked for {p.resolve()}: relative paths are read from the current directory)"
+    folder = p.resolve().parent
+    if folder.is_dir():
+        near = difflib.get_close_matches(p.name, [c.name for c in folder.glob("*.toml")], n=1)
+        if near:
+            hint += f"; did you mean {p.with_name(near[0])}?"
+    return hint
+
+
 def read_toml(p: Path) -> dict[str, Any]:
     """A config file's table; a ConfigError naming the file when it is missing, not a regular file (a FIFO, a device),
     over CONFIG_MAX_BYTES, unreadable, not text, or not TOML."""
     try:  # a regular file only: a FIFO or /dev/zero is refused, not read forever
         data = read_input_bytes(p, limit=CONFIG_MAX_BYTES, what="config file")
     except InputFileError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(str(exc) + _missing_hint(p)) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

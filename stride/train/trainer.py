@@ -26,6 +26,7 @@ from stride.config.validate import validate
 from stride.data.build import build_data
 from stride.metrics.flops import count_train_flops
 from stride.metrics.memory import SavedActivations, reset_peak
+from stride.metrics.observe.build import check_observer_packages
 from stride.metrics.peak import device_peak
 from stride.metrics.run_dir import RunDir
 from stride.metrics.step_timer import StepTimer
@@ -80,6 +81,7 @@ class Trainer:
         `overwrite`: replace an earlier run in `out` (else it is continued by checkpoints, or refused)."""
         self.cfg = config if config is not None else RunConfig()
         validate(self.cfg)
+        check_observer_packages(self.cfg)  # a missing tracker library: one line now, not a traceback mid-run
         t = self.cfg.train
         self.device = Parallel.device_for(resolve_device(t.device))  # cuda:LOCAL_RANK under a launcher
         # a config that cannot fit is refused before anything is built (and too many threads warned of)
