@@ -49,7 +49,8 @@ def test_ctrl_c_without_checkpoints_says_where_it_stopped_and_what_is_kept(tmp_p
 
     monkeypatch.setattr(Trainer, "_validate", interrupt_at_step_3)
     code = main(["train", str(ROOT / "configs" / "quickstart.toml"), "--set", "train.steps=50", "--set",
-                 "data.n_steps=1024", "--set", "checkpoint.enabled=false", "--no-progress", "--out", str(tmp_path / "r")])
+                 "data.n_steps=1024", "--set", "checkpoint.enabled=false", "--no-progress",
+                 "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 130
     assert "stride train: stopped (interrupted) after step 3 of 50; no checkpoint (checkpoint.enabled = false)" in err
