@@ -35,8 +35,23 @@ def results_table(results: dict[str, Any]) -> Table:
         )
     table.caption = ("throughput and MFU: the median of each workload's throughput figures and MFU at that same "
                      "step time (results.json `rates_at`); phase shares: "
-                     "mean over the timed steps")
+                     "mean over the timed steps") + noisy_note(results["workloads"])
     return table
+
+
+NOISY_CV = 0.10  # a quiet 2-core host reads cv 0.3-3% (docs/bench.md); above this the host was busy
+
+
+def noisy_note(workloads: list[dict[str, Any]]) -> str:
+    """A line for the workloads whose throughput spread says the host was busy: a cv of 20-69% read like any other
+    figure (outside audit 12). Empty where every cv is at most NOISY_CV."""
+    noisy = [f"{w['name']} {100 * w['throughput']['cv']:.0f}%" for w in workloads
+             if (w["throughput"].get("cv") or 0.0) > NOISY_CV]
+    if not noisy:
+        return ""
+    return (f"\nspread above {100 * NOISY_CV:.0f}% ({', '.join(noisy)}): the host was busy while these ran; their "
+            "figures do not compare with a quiet run's (rerun, or compare with `stride compare`, which widens its "
+            "noise band by the spread)")
 
 
 def tradeoff_table(workload: str, matrix: dict[str, dict[str, Any]]) -> Table:

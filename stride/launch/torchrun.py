@@ -210,9 +210,15 @@ class _RankWatch:
         self.nproc = nproc
         self.live: dict[int, str] = {}  # worker pid -> its RANK
         self.gone: list[str] = []  # ranks whose process ended while torchrun ran, in the order seen
+        self.started = self.listed = time.monotonic()
 
     def poll(self, torchrun_pid: int) -> None:
-        if self.nproc is None or len(self.live) + len(self.gone) < self.nproc:
+        now = time.monotonic()
+        # /proc is listed at every look for the first seconds (the workers start), then once a second: a launch
+        # that waits minutes for other nodes' rendezvous lists it ~10x less often
+        if (self.nproc is None or len(self.live) + len(self.gone) < self.nproc) and \
+                (now - self.started < 5.0 or now - self.listed >= 1.0):
+            self.listed = now
             for pid in _children(torchrun_pid) or []:
                 if pid not in self.live and (rank := _env_value(pid, "RANK")) is not None:
                     self.live[pid] = rank
