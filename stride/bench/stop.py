@@ -34,6 +34,10 @@ class SweepStopped(KeyboardInterrupt):
 class StopRequest:
     """The first SIGTERM / SIGINT is noted and acted on at the next `check`; the next one raises at once."""
 
+    # the line the first signal gets at once, on stderr ({name}: the signal's)
+    acknowledgement = ("stride bench: {name} received; stopping at the end of this step or before the next run "
+                       "(send it again to stop now)\n")
+
     def __init__(self) -> None:
         self.received: str | None = None
         self._previous: dict[int, Any] = {}
@@ -49,8 +53,7 @@ class StopRequest:
             # said now, not at the step's end (a long step left the operator without a word); os.write, not
             # print: the handler may run inside rich's or print's own buffered write (see above)
             with contextlib.suppress(OSError):
-                os.write(2, f"stride bench: {name} received; stopping at the end of this step or before the next "
-                            f"run (send it again to stop now)\n".encode())
+                os.write(2, self.acknowledgement.format(name=name).encode())
             return
         self._restore()
         raise SweepStopped(name)

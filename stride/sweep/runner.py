@@ -250,8 +250,8 @@ def check_ray(opts: Options) -> Any:
 RAY_POLL_S = 0.5  # how often the driver, waiting for Ray tasks, looks at the stop request
 
 
-def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options) -> None:
-    ray = check_ray(opts)
+def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options, ray: Any) -> None:
+    """Run the packs as Ray tasks; `ray`: the module `check_ray` returned before anything was measured."""
     from stride.launch.ray_train import init_ray, shutdown_ray
 
     try:
@@ -304,14 +304,13 @@ def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]
     if len(todo) < len(points):
         opts.log(f"resuming: {len(points) - len(todo)} of {len(points)} points already finished in {store.root}")
     start_index = _next_pack_index(store)  # packs.jsonl is checked here, before anything is measured or trained
-    if todo and opts.backend == "ray":
-        check_ray(opts)
+    ray = check_ray(opts) if todo and opts.backend == "ray" else None
     t0 = time.perf_counter()
     jobs, plans = plan_jobs(todo, store, opts, start_index=start_index) if todo else ([], {})
     rates = one_by_one_rates(todo, plans, opts.log, opts.stop) if todo else {}
     rec = Recorder(store, points, rates, opts.log)
     if jobs:
-        (run_ray(jobs, rec, opts) if opts.backend == "ray" else run_local(jobs, rec, opts.stop))
+        (run_ray(jobs, rec, opts, ray) if opts.backend == "ray" else run_local(jobs, rec, opts.stop))
     return {"wall_s": time.perf_counter() - t0, "trained": rec.written,
             "classes": [{"size": v.size, "why": v.why} for v in plans.values()]}
 

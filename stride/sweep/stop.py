@@ -10,11 +10,8 @@ exception raised from a handler is not safe is in stride.bench.stop, whose StopR
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import threading
-from types import FrameType
 
 from stride.bench.stop import StopRequest, SweepStopped
 
@@ -24,16 +21,8 @@ __all__ = ["SweepStop", "SweepStopped", "stop_reason"]
 class SweepStop(StopRequest):
     """StopRequest with the sweep's acknowledgement line."""
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if self.received is None:
-            self.received = name
-            with contextlib.suppress(OSError):  # os.write: the handler may run inside a buffered write
-                os.write(2, f"stride sweep: {name} received; stopping at the end of this step, keeping the finished "
-                            "points (send it again to stop now)\n".encode())
-            return
-        self._restore()
-        raise SweepStopped(name)
+    acknowledgement = ("stride sweep: {name} received; stopping at the end of this step, keeping the finished points "
+                       "(send it again to stop now)\n")
 
     def retake(self) -> None:
         """Take the signals back after a library set its own handler (`ray.init` sets SIGTERM to `sys.exit`, which
