@@ -52,7 +52,10 @@ def earlier_run(path: Path) -> dict[str, Any] | None:
     """What an earlier run left in `path`: {"steps": int | None (summary.json's), "finished": bool}, or None."""
     summary = read_summary(path)
     if summary is not None:
-        return {"steps": summary.get("steps"), "finished": True}
+        # a `stride profile` folder: its traces and analysis beside the summary (its step count includes the
+        # profiler's wait, warm-up and closing steps, so the message names what the folder is)
+        profile = (path / "analysis.json").is_file() and (path / "traces").is_dir()
+        return {"steps": summary.get("steps"), "finished": True, "profile": profile}
     if (path / "metrics.jsonl").is_file() and (path / "metrics.jsonl").stat().st_size > 0:
         return {"steps": None, "finished": False}
     return None
@@ -107,13 +110,17 @@ def open_run_folder(cfg: RunConfig, out: str | Path | None, overwrite: bool) -> 
 def describe(found: dict[str, Any]) -> str:
     if found["finished"]:
         steps = found.get("steps")
-        return f"a finished run (summary.json{f', {steps} steps' if steps is not None else ''})"
+        what = "a finished `stride profile` run (summary.json, traces/" if found.get("profile") else \
+            "a finished run (summary.json"
+        counted = " trained, with the profiler's wait, warm-up and closing steps" if found.get("profile") else ""
+        return f"{what}{f', {steps} steps{counted}' if steps is not None else ''})"
     return "an earlier run's metrics.jsonl (a run that did not finish)"
 
 
 def _why_not(cfg: RunConfig) -> str:
     if not cfg.checkpoint.enabled:
-        return " and checkpoints are off, so it cannot be continued"
+        # the checkpoints of THIS command's config: the folder may hold some, which it would not resume from
+        return " and this command runs with checkpoint.enabled = false, so it would not continue it"
     return " and checkpoint.resume = never"
 
 

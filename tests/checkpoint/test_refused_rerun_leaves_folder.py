@@ -93,7 +93,8 @@ def test_repro_into_a_finished_run_is_refused_and_changes_nothing(config, tmp_pa
         assert cli("train", str(config), "--out", str(out))[0] == 0
     before = aged_snapshot(first, other)
     rc, err = cli("repro", str(first), "--out", str(other))
-    assert rc == 2 and "holds a finished run (summary.json, 4 steps) and checkpoints are off" in err
+    assert rc == 2
+    assert "holds a finished run (summary.json, 4 steps) and this command runs with checkpoint.enabled = false" in err
     assert snapshot(first, other) == before
 
 
@@ -141,3 +142,18 @@ def test_a_hold_that_wrote_nothing_puts_back_the_lock_files_and_the_folders_time
     with run_lock.held(without):  # something written: the times say so
         (without / "metrics.jsonl").write_text("{}\n")
     assert snapshot(without)[without.as_posix()][0] != OLD[1]
+
+
+def test_a_profile_folder_is_named_as_one(config, tmp_path):
+    """Audit 12 F6: `stride train --out` of a `stride profile` folder said "a finished run (6 steps)" for `--steps 3`;
+    the refusal now says it is a profile folder and that its step count includes the profiler's extra steps."""
+    run = tmp_path / "prof"
+    assert cli("train", str(config), "--out", str(run))[0] == 0
+    (run / "traces").mkdir()
+    (run / "analysis.json").write_text("{}")
+    before = aged_snapshot(run)
+    rc, err = cli("train", str(config), "--out", str(run))
+    assert rc == 2
+    assert ("holds a finished `stride profile` run (summary.json, traces/, 4 steps trained, with the profiler's wait, "
+            "warm-up and closing steps)") in err
+    assert snapshot(run) == before

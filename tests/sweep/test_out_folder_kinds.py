@@ -98,7 +98,8 @@ def test_each_command_on_its_own_folder_behaves_as_before(config, folders, capsy
     capsys.readouterr()
     # a finished run without checkpoints: refused as before (exit 2)
     assert main(command("train", config, folders["train"])) == 2
-    assert "holds a finished run (summary.json, 4 steps) and checkpoints are off" in capsys.readouterr().err
+    assert ("holds a finished run (summary.json, 4 steps) and this command runs with checkpoint.enabled = false"
+            in capsys.readouterr().err)
     # a bench's results: resumed (every run kept), a sweep's: nothing trained again
     assert main(command("bench", config, folders["bench"])) == 0
     assert json.loads((folders["bench"] / "results.json").read_text())["suite"] == "custom"
