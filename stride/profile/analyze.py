@@ -122,6 +122,9 @@ def analyze_traces(
         straggler_input.append(rs)
     return {
         "definitions": "hta" if hta_compatible else "stride",
+        # HTA leaves out the last profiler step (it may be cut short); said so, as the step list then differs from
+        # the same trace's stride report (audit 12 F10 read the two as disagreeing)
+        "last_step_dropped": hta_compatible and not include_last_step,
         "ranks": ranks,
         "stragglers": find_stragglers(straggler_input),
     }

@@ -21,7 +21,9 @@ def render_report(report: dict, console: Console | None = None) -> None:
     con = console or Console(width=160) if console is None and not Console().is_terminal else console or Console()
     hta = report["definitions"] == "hta"
     t = Table(title=f"Where the step time goes ({report['definitions']} definitions; % of the step"
-                    + ("; host and kernel wait: % of HTA's per-stream idle split)" if hta else ")"))
+                    + ("; host and kernel wait: % of HTA's per-stream idle split" if hta else "")
+                    + ("; the last profiler step left out, as HTA does: --include-last-step keeps it)"
+                       if report.get("last_step_dropped") else ")"))
     for col in ("rank", "device", "steps", "span ms", "compute", "non-compute", "idle", "comm overlap",
                 "host wait", "kernel wait", "data wait", "verdict"):  # waits: shares of the step
         t.add_column(col, justify="right" if col not in ("device", "verdict") else "left")

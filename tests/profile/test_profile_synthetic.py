@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synth import cpu_trace, gpu_trace, host, kernel, launch, write  # noqa: E402
 
 from stride.profile.analyze import analyze_traces  # noqa: E402
+from stride.profile.render import render_report  # noqa: E402
 
 
 def test_gpu_step_breakdown(tmp_path: Path) -> None:
@@ -59,10 +62,17 @@ def test_hta_drops_last_step_and_rounds(tmp_path: Path) -> None:
         kernel("volta_sgemm", 10.4, 10.2, 7, 1), kernel("volta_sgemm", 61.0, 30.0, 7, 2),
     ]
     p = write(tmp_path / "t.json", {"traceEvents": ev})
-    hta = analyze_traces([p], hta_compatible=True)["ranks"]["0"]
+    report = analyze_traces([p], hta_compatible=True)
+    hta = report["ranks"]["0"]
     assert hta["span_us"] == pytest.approx(9.0)
     assert hta["steps"] == [1]
-    both = analyze_traces([p], hta_compatible=True, include_last_step=True)["ranks"]["0"]
+    assert report["last_step_dropped"] is True  # said, as the step list differs from stride's (audit 12 F10)
+    buf = io.StringIO()
+    render_report(report, Console(file=buf, width=400))
+    assert "the last profiler step left out, as HTA does: --include-last-step keeps it" in buf.getvalue()
+    both_report = analyze_traces([p], hta_compatible=True, include_last_step=True)
+    assert both_report["last_step_dropped"] is False
+    both = both_report["ranks"]["0"]
     assert both["span_us"] == pytest.approx(91.0 - 11.0)
     assert both["temporal_breakdown"]["compute_us"] == pytest.approx(9.0 + 30.0)
     own = analyze_traces([p])["ranks"]["0"]
