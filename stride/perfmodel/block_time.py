@@ -11,12 +11,14 @@
 - casts: FP8/FP4 quantisation of GEMM inputs, weights (unless cached) and output gradients.
 - TP: 2 all-reduces (or all-gather + reduce-scatter with SP) forward and 2 backward, exposed
   unless `tp_overlap`; CP: Transformer Engine's K/V ring, each transfer under one step of attention
-  (torchtitan / XLA: K/V all-gather + reduce-scatter under the whole core); EP: the MoE
+  (torchtitan / XLA: K/V all-gather + reduce-scatter under the whole core); Ulysses: four all-to-alls each way
+  around the core, exposed (the ring or all-gather then spans the rest of cp); EP: the MoE
   dispatch and combine all-to-alls (2 forward, 2 backward), exposed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stride.perfmodel import collectives as coll
@@ -56,6 +58,25 @@ def cp_ring_time(kv_chunk: float, cp: int, link: coll.Link, core_f: float, core_
     fwd = n * exposed(step, core_f / cp, eff)
     bwd = n * exposed(2 * step, core_b / cp, eff)
     return fwd * (2 if recompute else 1) + bwd, n * kv_chunk * (4 if recompute else 3)
+
+
+def ulysses_time(spec: TransformerSpec, u: int, t: int, tokens: int, c: Costs, hw: Hardware, net: float,
+                 recompute: bool, add_comm: Callable[[coll.Link, float, float], None]) -> tuple[float, float]:
+    """Exposed seconds of DeepSpeed-Ulysses' all-to-alls over `u` ranks (tensor-parallel stride `t`), and the K/V
+    bytes a rank then holds (what a ring over the rest of cp passes on). Before the core, q, k and v go from a split
+    of the sequence to a split of the heads, each its own all-to-all; after it the output goes back; backward
+    runs the same four on the gradients; a recomputed core repeats the forward ones (deepspeed/sequence/layer.py
+    DistributedAttention.forward: three `_SeqAllToAll` on query, key, value, one on the context). They are not
+    overlapped with compute. K/V heads fewer than `u` (GQA) are repeated to one a rank, as USP does."""
+    q = tokens * spec.q_dim / t * 2 * c.act
+    kv_heads = max(spec.kv_heads / t, u)
+    kv = tokens * kv_heads * spec.head_dim * 2 * c.act
+    sends = (2 * q, 2 * kv)  # q and the output; k and v
+    one_way = sum(2 * coll.all_to_all_time(x / 2, u, hw, t, net) for x in sends)
+    times = 3 if recompute else 2
+    link = coll.group_link(hw, u, t, net)
+    add_comm(link, (u - 1) / u * sum(sends), times)
+    return times * one_way, 2 * kv
 
 
 LORA_TARGETS = {"attention": ("qkv", "attn_out"), "mlp": ("mlp_in", "mlp_out", "expert_in", "expert_out"),
@@ -201,17 +222,21 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     add_comm(tp_link, tp_bytes_f, 2 + tp_rc)
 
     t_cp = 0.0
-    if lay.cp > 1:
-        cp_link = coll.group_link(hw, lay.cp, t, net)
-        kv_chunk = tokens * 2 * spec.kv_dim * 2 * c.act / t  # this rank's K and V (its TP heads)
+    u, ring = lay.ulysses, lay.cp // lay.ulysses
+    kv_chunk = tokens * 2 * spec.kv_dim * 2 * c.act / t  # this rank's K and V (its TP heads)
+    if u > 1:
+        t_cp, kv_chunk = ulysses_time(spec, u, t, tokens, c, hw, net, core_rc > 0, add_comm)
+    if ring > 1:
+        cp_link = coll.group_link(hw, ring, t * u, net)
         if lay.framework in CP_ALL_GATHER:
-            kv = kv_chunk * lay.cp
-            t_cp_raw = coll.all_gather_time(kv, lay.cp, cp_link) + coll.reduce_scatter_time(kv, lay.cp, cp_link)
-            t_cp = exposed(t_cp_raw, t_core_f + t_core_b, eff)
-            add_comm(cp_link, 2 * (lay.cp - 1) / lay.cp * kv)
+            kv = kv_chunk * ring
+            t_cp_raw = coll.all_gather_time(kv, ring, cp_link) + coll.reduce_scatter_time(kv, ring, cp_link)
+            t_cp += exposed(t_cp_raw, t_core_f + t_core_b, eff)
+            add_comm(cp_link, 2 * (ring - 1) / ring * kv)
         else:
-            t_cp, cp_bytes = cp_ring_time(kv_chunk, lay.cp, coll.channel_capped(cp_link, hw, lay.cp_channels, net),
-                                          t_core_f, t_core_b, core_rc > 0, eff)
+            t_ring, cp_bytes = cp_ring_time(kv_chunk, ring, coll.channel_capped(cp_link, hw, lay.cp_channels, net),
+                                            t_core_f, t_core_b, core_rc > 0, eff)
+            t_cp += t_ring
             add_comm(cp_link, cp_bytes)
 
     t_ep = 0.0

@@ -11,6 +11,8 @@ Closed forms (n ranks, S bytes of the full buffer):
   ring reduce-scatter / all-gather   (n-1) alpha + (n-1)/n S/bw
   tree all-reduce (pipelined double binary tree)  2 ceil(log2 n) alpha + 2 S/bw
   point-to-point        alpha + S/bw
+  all-to-all (S bytes held by each rank)   (n-1) alpha + max(inside-domain share / scale-up bw,
+                                            other-domain share / the rank's own NIC)
 """
 
 from __future__ import annotations
@@ -97,6 +99,25 @@ def reduce_scatter_time(nbytes: float, n: int, link: Link) -> float:
 def all_gather_time(nbytes: float, n: int, link: Link) -> float:
     """Ring all-gather producing an `nbytes` buffer on every rank."""
     return reduce_scatter_time(nbytes, n, link)
+
+
+def all_to_all_time(nbytes: float, n: int, hw: Hardware, stride: int = 1, net_efficiency: float = 1.0) -> float:
+    """All-to-all over `n` ranks spaced `stride` apart: each holds `nbytes` and sends 1/n of it to every other rank
+    (NCCL runs it as n - 1 concurrent send/recv pairs). Peers inside this rank's scale-up domain are reached over
+    it; the share bound for other domains leaves through this rank's own NIC (one NIC a device, rail-optimised).
+    Unlike a ring's traffic, which crosses a domain through all k of its NICs at once (`group_link`), every device
+    sends its own share: the k NICs are not pooled. The two parts run at once; the slower decides."""
+    _check(n, nbytes)
+    if n == 1 or nbytes == 0:
+        return 0.0
+    domain = hw.scaleup_domain
+    inside = max(1, min(n, domain // stride)) if stride < domain else 1
+    up_bw = hw.scaleup_bw_gbps * 1e9 * hw.scaleup_busbw_fraction * net_efficiency
+    t_up = (inside - 1) / n * nbytes / up_bw
+    if inside >= n:
+        return (n - 1) * hw.scaleup_latency_us * 1e-6 + t_up
+    out_bw = min(up_bw, hw.scaleout_bw_gbps * 1e9 * hw.scaleout_busbw_fraction * net_efficiency)
+    return (n - 1) * hw.scaleout_latency_us * 1e-6 + max(t_up, (n - inside) / n * nbytes / out_bw)
 
 
 def p2p_time(nbytes: float, link: Link) -> float:

@@ -94,6 +94,11 @@ class Layout:
     # NCCL channels (CTAs) the context-parallel communicator may use (0: NCCL's own choice, enough for the link's
     # bus bandwidth); MLPerf's NeMo configs cap it at 1 (conf/nccl/custom_communicator_cta.yaml `cp: max_ctas: 1`)
     cp_channels: int = 0
+    # DeepSpeed-Ulysses (all-to-all, head-parallel attention) degree inside cp: its ranks swap the sequence split of
+    # q, k, v for a head split before the attention core and back after it; the other cp / ulysses ranks run the
+    # framework's context parallelism (ring or all-gather) as before (USP's Ulysses x ring hybrid;
+    # Megatron-Core --cp-comm-type a2a is ulysses = cp)
+    ulysses: int = 1
 
     @property
     def shard_dp(self) -> int:
@@ -122,7 +127,7 @@ class Layout:
         if self.pp > 1:
             parts.append(self.schedule + (f"v{self.vpp}" if self.schedule in LOOPED else ""))
         if self.cp > 1:
-            parts.append(f"cp{self.cp}")
+            parts.append(f"cp{self.cp}" + (f"/ulysses{self.ulysses}" if self.ulysses > 1 else ""))
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         prec = self.precision + (f"-{self.fp8_recipe}" if self.precision in ("fp8", "fp4") else "")
@@ -161,7 +166,7 @@ def stage_blocks(layers: int, pp: int, vpp: int = 1, split: str = "even", v_shap
 def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> int:
     """Raise ConfigError naming the first inconsistency; return the micro-batch count per step."""
     lay = layout
-    for name in ("dp", "tp", "pp", "cp", "vpp", "micro_batch", "ep"):
+    for name in ("dp", "tp", "pp", "cp", "vpp", "micro_batch", "ep", "ulysses"):
         v = getattr(lay, name)
         if not isinstance(v, int) or v < 1:
             raise ConfigError(f"layout: `{name}` must be an integer >= 1, got {v!r}")
@@ -199,6 +204,9 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
                           f"by pp*vpp={chunks}")
     if spec.seq % lay.cp:
         raise ConfigError(f"layout: seq={spec.seq} is not divisible by cp={lay.cp}")
+    if lay.cp % lay.ulysses or (spec.heads // lay.tp) % lay.ulysses:
+        raise ConfigError(f"layout: the Ulysses degree {lay.ulysses} must divide cp={lay.cp} and the "
+                          f"{spec.heads // lay.tp} attention heads of each tensor-parallel rank")
     if lay.shard and (lay.shard < 0 or lay.dp % lay.shard):
         raise ConfigError(f"layout: shard group {lay.shard} must divide dp={lay.dp}")
     if lay.sp and lay.tp == 1:

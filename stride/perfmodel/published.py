@@ -445,6 +445,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
         recompute_layers=rc_layers, frozen=frozen, lora_rank=lora_rank, lora_targets=lora_targets,
         lora_dropout=lora_dropout, cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
+        ulysses=rt.ulysses(str(row.get("framework") or ""), everything, cp),
         pure_bf16=prec in ("bf16", "fp16") and rt.pure_bf16(str(row.get("precision") or "")),
     )
     if dp * cp == 1 and layout.zero:  # ZeRO/FSDP shards over dp x cp (Layout.state_shards): nothing to shard

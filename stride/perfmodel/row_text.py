@@ -313,6 +313,28 @@ def cp_channels(text: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def ulysses(framework: str, everything: str, cp: int) -> int:
+    """DeepSpeed-Ulysses' all-to-all degree inside context parallelism `cp` (Layout.ulysses): a stated degree
+    ("ulysses 4 x ring 2", USP's hybrid; "ulysses-degree 4"), else all of cp where the framework cell names Ulysses
+    or all-to-all (head-parallel) attention and no ring, or anywhere Megatron-Core's `--cp-comm-type a2a`
+    (a2a+p2p, the hierarchical form, needs its sizes: not read). 1 otherwise: ring or all-gather."""
+    if cp <= 1:
+        return 1
+    low = framework.lower()
+    m = (re.search(r"ulysses(?:[- _]degree)?\W{0,3}(\d+)\s*(?:x|\*|×)\s*ring", low)
+         or re.search(r"ulysses[- _](?:degree|size)\W{0,3}(\d+)", low))
+    if m:
+        return int(m.group(1))
+    if re.search(r"\bno\W+(?:deepspeed[- ])?ulysses", low):
+        return 1
+    named = re.search(r"ulysses|all[- ]to[- ]all[^,;]{0,20}head|head[- ]parallel attention", low)
+    if named and not re.search(r"\bring\b", low):
+        return cp
+    if re.search(r"cp[-_ ]comm[-_ ]type\W{0,3}a2a(?!\s*\+)", everything):
+        return cp
+    return 1
+
+
 def tp_overlap(text: str, default: bool) -> bool:
     """Whether TP collectives hide under GEMMs: said off ("TP_COMM_OVERLAP=False", as MLPerf v5.1's NVFP4 configs set
     it: "TP overlap not supported yet"), said on (TE userbuffers, async TP), else the framework's `default`."""
