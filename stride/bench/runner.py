@@ -6,7 +6,7 @@ is a callback reading each step's wall time, so the suite measures what users ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,16 @@ from stride.train.trainer import Trainer
 REPEATS = 3  # throughput windows per workload (after warm-up)
 
 
-def throughput_windows(step_times: list[float], skip: int, batch: int, repeats: int = REPEATS) -> list[float]:
-    """Samples/s over `repeats` equal windows of the steps after the first `skip` (warm-up)."""
+def throughput_windows(step_times: list[float], skip: int, batch: int | Sequence[int],
+                       repeats: int = REPEATS) -> list[float]:
+    """Samples/s over `repeats` equal windows of the steps after the first `skip` (warm-up). `batch`: the samples
+    (tokens, env steps) of every step, or each step's own, in the order of `step_times`."""
     times = step_times[skip:]
+    work = [batch] * len(times) if isinstance(batch, int) else list(batch[skip:])
     n = len(times) // repeats
     if n == 0:
-        return [batch * len(times) / sum(times)] if times else []
-    return [batch * n / sum(times[i * n : (i + 1) * n]) for i in range(repeats)]
+        return [sum(work) / sum(times)] if times else []
+    return [sum(work[i * n : (i + 1) * n]) / sum(times[i * n : (i + 1) * n]) for i in range(repeats)]
 
 
 def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | None = None,
@@ -41,8 +44,10 @@ def run_workload(w: Workload, device: str, out: Path | None, extra: list[str] | 
                       callbacks=callbacks)
     result = trainer.fit()  # the same Trainer as `stride train`
     s = result.summary
-    per_step = cfg.train.batch_size * (cfg.data.seq_len if w.throughput_unit == "tokens/s" else 1)
-    windows = throughput_windows(trainer.timer.step_seconds, cfg.metrics.skip_steps, per_step)
+    # each step's own samples (the trainer counts the batches it trained, not train.batch_size), in tokens: x T
+    per_sample = trainer.seq_len if w.throughput_unit == "tokens/s" else 1
+    windows = throughput_windows(trainer.timer.step_seconds, cfg.metrics.skip_steps,
+                                 [n * per_sample for n in trainer.step_samples])
     method = (f"{{n}} equal windows of steps after {cfg.metrics.skip_steps} warm-up steps, "
               "wall clock per step (perf_counter; CUDA: events)")
     return make_entry(w, name, cfg, windows, method, s, run_dir=str(result.run_dir) if result.run_dir else None)
@@ -97,10 +102,12 @@ def workload_config(w: Workload, name: str, device: str, extra: list[str] | None
 
 # Figures every entry carries, read from a trainer summary (or PPO's summary-shaped dict; absent -> None). The
 # rates among them (mfu, timesteps_per_s) are put at the throughput's median by `rates_at_median`.
+# exposed_comm_fraction: `stride report`'s communication rule reads it (DDP runs; None elsewhere); peak_flops_per_s and
+# peak_clock_ghz: what MFU divides by, which `stride compare` checks is alike on both sides.
 _SUMMARY_KEYS = ("timesteps_per_s", "mfu", "flops_per_step", "peak_mem_bytes", "peak_mem_kind",
                  "step_time_breakdown_s", "time_to_target_s", "target_val_loss", "final_val_loss",
                  "final_train_loss", "steps", "skipped_steps", "saved_activation_bytes", "params", "params_sha256",
-                 "optimizer_impl")
+                 "optimizer_impl", "exposed_comm_fraction", "peak_flops_per_s", "peak_clock_ghz")
 
 RATES_AT = ("the median of the {n} throughput figures (its step time: {step}); MFU and timesteps/s at that same "
             "step time")

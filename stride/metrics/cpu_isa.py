@@ -210,6 +210,14 @@ def isa_peak(dtype: str, threads: int | None = None, info: CpuInfo | None = None
 
     This machine's (no `info`): a clock other than cpufreq's maximum is raised to what a measured GEMM
     implies (`peak_clock`; `fresh`: measured again); another machine's `info` is taken as it says."""
+    got = isa_peak_with_clock(dtype, threads, info, fresh)
+    return None if got is None else (got[0], got[1])
+
+
+def isa_peak_with_clock(dtype: str, threads: int | None = None, info: CpuInfo | None = None,
+                        fresh: bool = False) -> tuple[float, str, float] | None:
+    """`isa_peak` and the clock (MHz) it is at: summary.json records it beside the MFU, as the clock of one host
+    can move between runs (a GEMM-implied clock only rises: 2.75 -> 3.53 GHz over ten runs, outside audit 13, L5)."""
     measure = info is None
     info = info or read_cpu_info()
     mhz, mhz_source = peak_clock(info, measure, fresh)
@@ -218,4 +226,4 @@ def isa_peak(dtype: str, threads: int | None = None, info: CpuInfo | None = None
     per_cycle, why = flops_per_cycle(info, dtype)
     cores = cores_in_use(info, threads)
     source = f"isa:{dtype}:{cores}cores x {mhz / 1e3:.2f}GHz x {per_cycle}FLOP/cycle ({why}; {mhz_source})"
-    return cores * mhz * 1e6 * per_cycle, source
+    return cores * mhz * 1e6 * per_cycle, source, mhz

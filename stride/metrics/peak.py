@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from stride.config.dtypes import PRECISION_DTYPES
-from stride.metrics.cpu_isa import isa_peak
+from stride.metrics.cpu_isa import isa_peak_with_clock
 from stride.metrics.matmul_rate import measured_matmul_peak
 
 # Dense (no sparsity) peak TFLOP/s by dtype from vendor datasheets (SXM parts).
@@ -33,6 +33,7 @@ GPU_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
 class Peak:
     flops_per_s: float
     source: str  # e.g. "datasheet:H100:bf16" or "isa:fp32:2cores x 2.60GHz x 64FLOP/cycle (avx512f; ...)"
+    clock_ghz: float | None = None  # the CPU clock an instruction-set peak is at (None: a datasheet, config, measured)
 
 
 def _dtype_name(precision: str) -> str:
@@ -58,9 +59,9 @@ def device_peak(device: torch.device, precision: str, override: float | None = N
                 return Peak(peaks[dt] * 1e12, f"datasheet:{key}:{dt}")
     key = (str(device), dt, torch.get_num_threads())
     if key not in _CACHE or (fresh and device.type == "cpu"):
-        isa = isa_peak(dt, fresh=fresh) if device.type == "cpu" else None
+        isa = isa_peak_with_clock(dt, fresh=fresh) if device.type == "cpu" else None
         if isa is not None:
-            _CACHE[key] = Peak(*isa)
+            _CACHE[key] = Peak(isa[0], isa[1], isa[2] / 1e3)
         else:  # an unknown GPU, or a CPU whose clock the OS does not report
             flops = measured_matmul_peak(device, PRECISION_DTYPES[dt])
             _CACHE[key] = Peak(flops, f"measured:{device.type}-matmul-1024:{dt}:{torch.get_num_threads()}threads")
@@ -79,7 +80,10 @@ def mfu_fields(achieved: float | None, peak: Peak, recheck: Callable[[], Peak] |
     and says why in `mfu_error`."""
     if achieved and achieved > peak.flops_per_s and recheck is not None:
         peak = recheck()
+    # peak_clock_ghz: the clock of a CPU's instruction-set peak as a number, so two runs' peaks can be told apart
+    # without parsing the source (`stride compare` says when they differ)
     out: dict[str, Any] = {"peak_flops_per_s": peak.flops_per_s, "peak_flops_source": peak.source,
+                           "peak_clock_ghz": peak.clock_ghz,
                            "mfu": achieved / peak.flops_per_s if achieved else None, "mfu_error": None}
     if achieved and achieved > peak.flops_per_s:
         msg = (f"MFU would be {100 * achieved / peak.flops_per_s:.0f} %: this run achieved {achieved:.3e} FLOP/s, "
@@ -88,5 +92,5 @@ def mfu_fields(achieved: float | None, peak: Peak, recheck: Callable[[], Peak] |
                "device's real peak)")
         warnings.warn(msg, PeakBelowAchievedWarning, stacklevel=2)
         out.update(peak_flops_per_s=achieved, peak_flops_source=f"lower-bound:achieved by this run (not {peak.source})",
-                   mfu=None, mfu_error=msg)
+                   peak_clock_ghz=None, mfu=None, mfu_error=msg)
     return out

@@ -129,7 +129,32 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
     return {"name": name, "ratio": ratio, "verdict": verdict, "mem_ratio": mem, "unit": wa["throughput"]["unit"],
             "a_median": wa["throughput"]["median"], "b_median": wb["throughput"]["median"],
             "noise_band": noise_band(wa["throughput"], wb["throughput"]),
-            "noise_measured": noise_measured(wa["throughput"]) or noise_measured(wb["throughput"])}
+            "noise_measured": noise_measured(wa["throughput"]) or noise_measured(wb["throughput"]),
+            "peak_note": peak_note(wa, wb)}
+
+
+PEAK_DIFF = 0.05  # MFU peaks of the two sides further apart than this are said
+
+
+def _positive(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
+
+
+def peak_note(wa: dict[str, Any], wb: dict[str, Any]) -> str | None:
+    """What to say where the two sides' MFUs divide by peaks more than PEAK_DIFF apart (None: alike, or unknown).
+
+    On a CPU the peak is cores x clock x FLOPs a cycle, and a clock read off a GEMM rises from run to run on one host
+    (2.75 -> 3.53 GHz over ten runs, outside audit 13, L5): two MFUs of one FLOP/s then differ by the clocks' ratio.
+    The throughput ratio is not affected; MFUs side by side are."""
+    pa, pb = _positive(wa.get("peak_flops_per_s")), _positive(wb.get("peak_flops_per_s"))
+    if pa is None or pb is None or abs(pb / pa - 1) <= PEAK_DIFF:
+        return None
+    ca, cb = _positive(wa.get("peak_clock_ghz")), _positive(wb.get("peak_clock_ghz"))
+    why = (f"CPU clock {ca:.2f} vs {cb:.2f} GHz" if ca and cb and round(ca, 2) != round(cb, 2)
+           else f"A: {wa.get('mfu_peak_source')}; B: {wb.get('mfu_peak_source')}")
+    return (f"the MFU peaks differ by {100 * (pb / pa - 1):+.0f}% (A {pa:.3g}, B {pb:.3g} FLOP/s; {why}): each "
+            "side's MFU divides by its own peak, so their MFUs are not comparable as measured (the throughput ratio "
+            "is); metrics.peak_flops sets one peak for both")
 
 
 def compare_results(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
@@ -171,6 +196,9 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
         ratio, band = shown(r)
         table.add_row(r["name"], med(r, "a"), med(r, "b"), ratio, band,
                       f"{r['mem_ratio']:.3f}" if r.get("mem_ratio") else "-", r["verdict"])
+    notes = [f"{r['name']}: {r['peak_note']}" for r in rows if r.get("peak_note")]
+    if notes:
+        table.caption = "\n".join(notes)
     return table
 
 

@@ -15,9 +15,15 @@ from stride.files.input_file import InputFileError, InputFileMissing, read_input
 from stride.metrics.dtype_speed import DtypeSpeeds, host_speeds, precision_line
 
 DATA_BOUND = 0.10  # data wait above 10 % of the step: the loader is on the critical path
+# PPO's rollout (policy inference and environment steps, no grad) above 25 % of an update: the environment, as data
+# for a supervised step, is what the update waits on (outside audit 13, L3: a 51 % rollout read "forward and backward
+# fill the step")
+ROLLOUT_BOUND = 0.25
+COMM_BOUND = 0.15  # exposed communication (DDP backward waiting on its all-reduce) above 15 % of the step
 OPTIMIZER_BOUND = 0.25
 HOST_BOUND = 0.15  # unattributed time ("other"): Python, logging, launch overhead
 LOW_MFU = 0.2  # forward + backward at under 20 % MFU: kernel count or memory traffic, not FLOPs, set the pace
+MFU_NEEDS = 0.5  # MFU speaks of forward + backward only where they are at least half the step
 # The default price table ships inside the package (package data), so `stride report` finds it from any
 # directory and in a pip-installed stride; it was `configs/prices.toml` relative to the current directory.
 DEFAULT_PRICES = Path(__file__).with_name("prices.toml")
@@ -69,6 +75,13 @@ def pct(fraction: float) -> str:
     return f"{v:.0f}%" if v >= 9.95 else f"{v:.1f}%" if v >= 0.05 else f"{v:.2g}%"
 
 
+def cost_unit(throughput_unit: str) -> str:
+    """What a cost per million is of: the throughput's unit without "/s" ("tokens/s": tokens). The cost is computed
+    from that throughput, so a tokens/s workload's figure is per million tokens (outside audit 13, L1: it was labelled
+    "per million samples", 128x off for 128-token sequences)."""
+    return throughput_unit.removesuffix("/s").strip() or "samples"
+
+
 def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, str]:
     """(kind, advice) of one workload entry; `precision` is the lower-precision advice that the
     measurements allow (see `precision_evidence`), None where none measured faster."""
@@ -78,6 +91,19 @@ def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, st
     if share.get("data", 0) > DATA_BOUND:
         return "data", (f"data wait is {100 * share['data']:.0f}% of the step (> {100 * DATA_BOUND:.0f}%): "
                         "prefetch in the background, gather whole batches, use pinned memory")
+    if share.get("rollout", 0) > ROLLOUT_BOUND:
+        return "environment", (f"the rollout (policy inference and environment steps, no grad) is "
+                               f"{pct(share['rollout'])} of the update (> {100 * ROLLOUT_BOUND:.0f}%): step more "
+                               "environments at once (a wider batch per policy call), keep the environment on the "
+                               "device, or reuse each rollout for more epochs / minibatches")
+    # The summary's exposed communication (DDP: backward waiting on the gradient all-reduce, inside "backward"; no
+    # breakdown has a phase of its own for it: the rule read share["communication"] and never fired, outside audit 13,
+    # M2). A bench entry copies it from the run's summary.
+    comm = w.get("exposed_comm_fraction")
+    if isinstance(comm, int | float) and comm > COMM_BOUND:
+        return "communication", (f"exposed communication is {pct(comm)} of the step (> {100 * COMM_BOUND:.0f}%; "
+                                 "backward waiting on the gradient all-reduce): smaller DDP buckets overlap more of it "
+                                 "with backward, a bf16 comm hook halves it, a larger per-rank batch amortises it")
     if share.get("optimizer", 0) > OPTIMIZER_BOUND:
         # advice does not offer what the run already has: its optimizer's implementation, its compile setting
         impl = w.get("optimizer_impl")
@@ -93,11 +119,18 @@ def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, st
     if share.get("other", 0) > HOST_BOUND:
         return "host", (f"{100 * share['other']:.0f}% of the step is host overhead outside forward/backward: "
                         "enable torch.compile, log less often, raise the batch size")
-    if share.get("communication", 0) > 0.15:
-        return "communication", ("exposed communication: larger DDP buckets, overlap, "
-                                 "or FSDP reshard_after_forward=false")
-    mfu = w.get("mfu")
     also = f"; {precision}" if precision else ""  # "use bf16 ..." / "keep fp32: ..." / "bf16 may help ..."
+    fwd_bwd = share.get("forward", 0) + share.get("backward", 0)
+    if b and fwd_bwd < MFU_NEEDS:
+        # No rule above fired, yet forward and backward do not fill the step: MFU, a figure of the whole step, says
+        # nothing of them then; name where the time went instead.
+        rest = sorted(((v, k) for k, v in share.items() if k not in ("forward", "backward") and v >= 0.01),
+                      reverse=True)
+        where = ", ".join(f"{k} {pct(v)}" for v, k in rest) or "nothing else above 1%"
+        return "no single phase", (f"forward and backward are {pct(fwd_bwd)} of the step (< "
+                                   f"{100 * MFU_NEEDS:.0f}%), and no phase crosses its threshold ({where}): "
+                                   "`stride profile` shows where the rest goes")
+    mfu = w.get("mfu")
     if mfu is not None and mfu < LOW_MFU:
         # Forward and backward fill the step, yet the FLOPs run far below the peak: what limits it is
         # the number of kernels (launch / dispatch overhead per small op) or memory traffic, not
@@ -163,7 +196,9 @@ def recommend(results: dict[str, Any], prices: dict[str, float],
             "unit": best["throughput"]["unit"],
             "bottleneck": kind,
             "advice": advice,
+            # per million of the throughput's own unit (samples, tokens, env steps): `cost_unit`
             "usd_per_million_samples": price / 3600 / tput * 1e6 if price and tput else None,
+            "cost_unit": cost_unit(best["throughput"]["unit"]),
             "usd_per_run_to_target": price * ttt / 3600 if price and ttt else None,
             "price_key": price_key,
         })
@@ -171,7 +206,6 @@ def recommend(results: dict[str, Any], prices: dict[str, float],
 
 
 SCALES_WELL = 0.85  # issue 4's goal for DDP weak scaling at 2 ranks
-COMM_BOUND = 0.15  # exposed communication above 15 % of the step
 CONTENTION = 1.15  # forward (no communication under DDP) 15 % slower per sample than on one rank
 BUSY = 0.20  # ranks waited for a core more than 20 % of their runnable time: other processes
 
@@ -181,6 +215,7 @@ def scaling_advice(results: dict[str, Any]) -> list[dict[str, Any]]:
     contention or overhead (the first that applies)."""
     out = []
     points = (results.get("scaling") or {}).get("points", [])
+    repeats = (results.get("scaling") or {}).get("repeats")
     base_wait = {p["workload"]: p.get("runqueue_wait_share") for p in points if p["scaling"] == "baseline"}
     for p in points:
         eff = p.get("efficiency")
@@ -197,6 +232,12 @@ def scaling_advice(results: dict[str, Any]) -> list[dict[str, Any]]:
                                          f"run (> {100 * BUSY:.0f}%): other processes held the cores, so this "
                                          "efficiency measures the machine's load more than the code; rerun on a "
                                          "quiet machine, with --repeats")
+        elif eff > 1:  # above ideal: a measurement effect to rule out before it is read as code that scales
+            runs = len([e for e in p.get("efficiency_rounds") or [] if e is not None]) or repeats or 1
+            kind, why = "scales", (f"efficiency {eff:.2f} >= {SCALES_WELL}, but above 1 (superlinear): "
+                                   f"{'one run' if runs == 1 else f'{runs} runs'} per point, so noise between runs, "
+                                   "or a per-rank batch that fits the caches better than one rank's whole batch; "
+                                   "rerun with --repeats before reading it as more than ideal scaling")
         elif eff >= SCALES_WELL:
             kind, why = "scales", f"efficiency {eff:.2f} >= {SCALES_WELL}"
         elif comm is not None and comm > COMM_BOUND:

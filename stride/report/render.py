@@ -139,13 +139,33 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
+def _at_median(w: dict[str, Any]) -> bool:
+    """Whether an entry's MFU is at its median throughput's step time (`rates_at`, stride bench); a `stride train`
+    run's (one measurement) and an older results.json's are the mean over the timed steps."""
+    return bool(w.get("rates_at"))
+
+
+def _head(results: dict[str, Any]) -> list[str]:
+    """The table's columns, each saying which statistic it shows (outside audit 13, L6: a `stride train` folder's
+    report headed "MFU (at median)" over the mean of its timed steps)."""
+    ws = results["workloads"]
+    runs = all(w.get("source") == "stride train" for w in ws)
+    at_median = [_at_median(w) for w in ws]
+    mfu = ("MFU (at median)" if all(at_median) else "MFU (mean over timed steps)" if not any(at_median)
+           else "MFU (at median unless marked mean)")
+    return ["workload", "throughput (over timed steps)" if runs else "throughput (median)", "cv (spread)", mfu,
+            *HEAD[4:]]
+
+
 def _rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
+    mixed = len({_at_median(w) for w in results["workloads"]}) > 1
     for w in results["workloads"]:
         t = w["throughput"]
         cv = spread_text(t)
+        mfu = _fmt(w["mfu"] and 100 * w["mfu"], ".1f") + "%" + (" (mean)" if mixed and not _at_median(w) else "")
         rows.append([w["name"], f"{_fmt(t['median'], ',.0f')} {t['unit']}", cv,
-                     _fmt(w["mfu"] and 100 * w["mfu"], ".1f") + "%", f"{w['peak_mem_bytes'] / 2**20:,.0f} MiB",
+                     mfu, f"{w['peak_mem_bytes'] / 2**20:,.0f} MiB",
                      _fmt(w.get("final_val_loss"), ".4f"), _fmt(w.get("time_to_target_s"), ".1f")])
     return rows
 
@@ -198,7 +218,8 @@ def _cost_text(r: dict[str, Any]) -> str:
     """The cost sentence, with only the figures that exist; a missing price is said in words."""
     if r["usd_per_million_samples"] is None:
         return f"Cost: not computed (no price for this machine in the price table: {r['price_key']})"
-    parts = [f"{r['usd_per_million_samples']:.4f} USD per million samples ({r['price_key']})"]
+    # per million of what the throughput counts (tokens/s: tokens, env steps/s: env steps), which the cost is of
+    parts = [f"{r['usd_per_million_samples']:.4f} USD per million {r.get('cost_unit') or 'samples'} ({r['price_key']})"]
     if r["usd_per_run_to_target"] is not None:
         parts.append(f"{r['usd_per_run_to_target']:.4f} USD per run to target")
     return "Cost: " + ", ".join(parts)
@@ -238,6 +259,7 @@ def render_report(source: str | Path, prices: dict[str, float]) -> tuple[Path, P
     results, d = resolve(source)
     recs = recommend(results, prices)
     env = results["environment"]
+    head = _head(results)
     table = "".join(f"<tr>{''.join(f'<td>{escape(c)}</td>' for c in r)}</tr>" for r in _rows(results))
     rec_html = "".join(
         f"<li><b>{escape(r['workload'])}</b>: {escape(_measured_text(r))}; bottleneck "
@@ -258,7 +280,7 @@ table{{border-collapse:collapse}}svg{{margin:8px;border:1px solid #eee;max-width
 <h1>stride report: {escape(results['suite'])} suite</h1>
 <p>Machine: {escape(str(env.get('cpu_model')))}; GPUs: {escape(', '.join(env.get('gpus') or []) or 'none')};
 torch {escape(str(env.get('packages', {}).get('torch')))}; commit {escape(str(env.get('git_commit'))[:12])}.</p>
-{note}<h2>Results</h2><table><tr>{''.join(f'<th>{h}</th>' for h in HEAD)}</tr>{table}</table>
+{note}<h2>Results</h2><table><tr>{''.join(f'<th>{escape(h)}</th>' for h in head)}</tr>{table}</table>
 <p>Throughput: median over equal windows of steps after warm-up, with min/max and coefficient of variation
 ("1 run": a single measurement, no spread).</p>
 {_scaling_html(results)}
@@ -269,7 +291,7 @@ torch {escape(str(env.get('packages', {}).get('torch')))}; commit {escape(str(en
     md = [f"# stride report: {results['suite']} suite", ""]
     if partial:
         md += [f"Partial results: stopped after {partial['done']} of {partial['planned']} runs.", ""]
-    md += ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(r) + " |" for r in _rows(results)]
     srows = _scaling_rows(results)
     if srows:

@@ -57,6 +57,9 @@ class TrainerView(Protocol):
     @property
     def timer(self) -> StepTimer: ...  # a callback books its own pauses here (`mark`, `add`)
 
+    @property
+    def step_samples(self) -> Sequence[int]: ...  # samples each step of this process trained, over data-parallel ranks
+
     def state_dict(self) -> dict[str, Any]:
         """The trainer's own state: step, skipped steps, LR schedule, loss scaler (JSON-able)."""
         ...

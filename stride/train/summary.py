@@ -47,6 +47,7 @@ class Summarised(Protocol):
     precision: Precision
     peak: Peak
     flops_per_step: int | None
+    flops_samples: int  # the samples (over data-parallel ranks) of the step flops_per_step was counted on
     seq_len: int
     n_params: int
     n_ac: int
@@ -84,13 +85,23 @@ def time_note(tally: LoopTally) -> str | None:
             f"step {tally.start_step + 1} (this process's clock){reached}")
 
 
+def mean_step_flops(counted: int | None, counted_samples: int, timed_samples: int, timed_steps: int) -> int | None:
+    """The model FLOPs of the mean timed step, from those `counted` on a step of `counted_samples` samples: a model's
+    FLOPs grow with its batch, so a run whose batches differ in size (an iterable's last partial batch, a source of
+    its own batch size) is credited with the samples it trained, as its samples/s is. Equal batches: `counted`."""
+    if not counted or not counted_samples or not timed_steps or timed_samples == counted_samples * timed_steps:
+        return counted
+    return round(counted * timed_samples / (counted_samples * timed_steps))
+
+
 def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dict[str, Any]:
     """The summary of a run. Every rank calls it: the loss mean and a pipeline's parameter gather are collectives."""
     t, timer, par = tr.cfg.train, tr.timer, tr.par
     breakdown = timer.mean()
     step_s = breakdown["total"]
     samples_per_s = tally.timed_samples / timer.totals["total"] if timer.totals.get("total") else None
-    achieved = tr.flops_per_step / step_s if tr.flops_per_step and step_s else None
+    flops = mean_step_flops(tr.flops_per_step, tr.flops_samples, tally.timed_samples, timer.steps)
+    achieved = flops / step_s if flops and step_s else None
     own_mem, mem_kind = peak_memory(tr.device)
     mem, mem_rank = par.max_with_rank(own_mem)  # the fullest rank's: what each device of the job must hold
     comm = par.comm_timer is not None
@@ -109,7 +120,8 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "timing_note": warmup_note(t.steps, tally.start_step, tr.cfg.metrics.skip_steps),  # None: steady-state figures
         # per rank under every layout (MFU is against one device's peak): the model FLOPs of this rank's batch,
         # under TP its group's / tp, under pp the mean stage's (docs/parallel.md); their sum over ranks is the step's
-        "flops_per_step": tr.flops_per_step,
+        # of the mean timed step: counted once on the first batch, x the timed steps' mean samples / that batch's
+        "flops_per_step": flops,
         "achieved_flops_per_s": achieved,
         # peak_flops_per_s, peak_flops_source, mfu, mfu_error
         **mfu_fields(achieved, tr.peak, lambda: device_peak(tr.device, t.precision, tr.cfg.metrics.peak_flops,

@@ -128,6 +128,9 @@ class Trainer:
         self.skipped_steps = 0
         self.saved_activation_bytes: int | None = None
         self.history: list[dict[str, Any]] = []
+        # Samples each step trained, summed over the data-parallel ranks (warm-up included, as timer.step_seconds):
+        # the batch the step was given, not `train.batch_size` (an iterable's own batches, a last partial batch)
+        self.step_samples: list[int] = []
         # The run's training clock (metrics.jsonl `time_s`, time to target): seconds trained before this process's
         # loop, from the checkpoint resumed (None: unknown, a checkpoint that did not record it), plus this loop's.
         self._time_before: float | None = 0.0
@@ -218,6 +221,11 @@ class Trainer:
         self._pending = self._to_device(self.par.local_batch(*first))
         micro = len(self._pending[0]) // t.grad_accum  # per rank
         x0, y0 = self._pending
+        # Data-parallel replicas: every one trains a batch of this rank's size (`local_batch` refuses another size,
+        # and the layout check makes train.batch_size divide by dp x grad_accum), so a step's samples over all ranks
+        # are this rank's x dp: counted from each batch's length on the host, no collective.
+        self._dp = self.par.layout.dp if self.par.enabled else 1
+        self.flops_samples = micro * t.grad_accum * self._dp  # the samples of the step the FLOPs are counted on
         check_output(self.model, self.loss_fn, cfg, x0, y0, self.precision.autocast)  # stride.train.output_check
         # Timesteps per sample: T of a [B, T, F] window, or of a [B, T] token sequence.
         self.seq_len = x0.shape[1] if x0.dim() >= 3 or (x0.dim() == 2 and not x0.is_floating_point()) else 1
@@ -402,7 +410,7 @@ class Trainer:
                 loss_sum = self.train_step(x, y)
                 self.step += 1
                 self._losses.add(self.step, loss_sum)
-                parts = self._end_step_timing(tally)
+                parts = self._end_step_timing(tally, x.shape[0])
                 progress.advance(self.step)
                 self._log_step(parts, tally, progress)
                 if self.diverged_at is not None:
@@ -430,8 +438,11 @@ class Trainer:
             run.write_json("summary.json", summary)
         return TrainResult(summary, run.path if run else None, list(self.history))
 
-    def _end_step_timing(self, tally: LoopTally) -> dict[str, float]:
-        """Close the step's timer; steps after the warm-up count towards throughput and the breakdown."""
+    def _end_step_timing(self, tally: LoopTally, rows: int | None = None) -> dict[str, float]:
+        """Close the step's timer; steps after the warm-up count towards throughput and the breakdown. `rows`: the
+        length of this rank's batch (`x.shape[0]`, known on the host): the step trained its whole micro-batches
+        (`train_step` drops a remainder under grad_accum), on each data-parallel rank. None (a caller without the
+        batch: benchmarks/overhead_sources.py times this loop body across versions): `train.batch_size`."""
         t, skip, timer = self.cfg.train, self.cfg.metrics.skip_steps, self.timer
         record = self.step - tally.start_step > skip or t.steps - tally.start_step <= skip  # warm-up of this process
         # CUDA: the step's events resolve (one host sync) only where their figures are read: log
@@ -440,8 +451,10 @@ class Trainer:
         resolve = not timer.defer or not self.step % self.cfg.metrics.log_every or self.step >= t.steps \
             or profiling_active()
         parts = timer.end_step(record=record, resolve=resolve)
+        samples = t.batch_size if rows is None else (rows - rows % t.grad_accum) * self._dp
+        self.step_samples.append(samples)
         if record:
-            tally.timed_samples += t.batch_size  # global: every rank's samples
+            tally.timed_samples += samples  # global: every data-parallel rank's samples
             if self.par.comm_timer is not None:
                 exposed, hidden = self.par.comm_timer.split()
                 tally.comm_exposed, tally.comm_hidden = tally.comm_exposed + exposed, tally.comm_hidden + hidden
@@ -458,7 +471,9 @@ class Trainer:
             "lr": trained_lr(self.scheduler),  # the rate this step ran at, not the next one's
             "step_time_s": parts["total"],
             "breakdown_s": {k: v for k, v in parts.items() if k != "total"},
-            "samples_per_s": t.batch_size / parts["total"] if parts["total"] else None,
+            # the step's own batch (train.batch_size where no step has ended: a caller timing this method alone)
+            "samples_per_s": (self.step_samples[-1] if self.step_samples else t.batch_size) / parts["total"]
+            if parts["total"] else None,
             "time_s": self._clock(tally),  # the run's training clock (continued across resumes)
         }
         self._log(rec)

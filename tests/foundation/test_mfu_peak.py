@@ -194,3 +194,19 @@ def test_a_file_system_without_flock_does_not_stop_the_clock_cache(monkeypatch: 
     slow = read_cpu_info(SAPPHIRE_RAPIDS.replace("2000.000", "100.000"), "")
     assert peak_clock(slow, measure=True)[0] == pytest.approx(200e9 / 64 / 0.9 / 1e6)
     assert cpu_isa.clock_cache_path().is_file()
+
+
+def test_summary_records_the_clock_of_its_cpu_peak() -> None:
+    """Outside audit 13, L5: the clock behind a CPU peak moved 2.75 -> 3.53 GHz over ten runs on one host and was only
+    in the source string; summary.json records it as a number, the one the peak is cores x clock x FLOPs a cycle of."""
+    import re
+
+    s = Trainer(config=small_config(train__steps=3, metrics__flops=True), write_run_dir=False).fit().summary
+    m = re.match(r"isa:fp32:(\d+)cores x ([\d.]+)GHz x (\d+)FLOP/cycle", s["peak_flops_source"])
+    if m is None:
+        pytest.skip(f"no instruction-set peak here ({s['peak_flops_source']}): no clock to record")
+    cores, shown, per_cycle = int(m[1]), float(m[2]), int(m[3])
+    assert s["peak_clock_ghz"] == pytest.approx(shown, abs=0.005)  # the source shows it to 0.01 GHz
+    assert s["peak_flops_per_s"] == pytest.approx(cores * s["peak_clock_ghz"] * 1e9 * per_cycle, rel=1e-12)
+    # a peak that is not a clock's (config, datasheet, a lower bound) records none
+    assert mfu_fields(5.0, Peak(10.0, "config:metrics.peak_flops"))["peak_clock_ghz"] is None

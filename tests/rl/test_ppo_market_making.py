@@ -78,3 +78,31 @@ def test_ppo_improves_episode_return() -> None:
     first, last = r["episode_returns"][:3], r["episode_returns"][-3:]
     assert sum(last) / 3 > sum(first) / 3 + 1.0, r["episode_returns"]
     assert r["env_steps_per_s"] > 0 and r["flops_per_step"] > 0
+
+
+def test_ppo_flops_count_one_forward_per_backward_and_the_rollout() -> None:
+    """Outside audit 13, M1: the minibatch count ran the policy twice (count_train_flops' forward, then the loss's own)
+    for one backward, +34 %. An update is the rollout's forwards plus epochs x minibatches of forward + backward."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from stride.rl.ppo import ActorCritic, ppo_loss
+
+    spec, s = MarketMakingSpec(n_envs=16, episode_len=8), PPOSettings(updates=2, rollout_steps=8, epochs=3,
+                                                                        minibatches=2, width=16)
+    r = train_ppo(load_config(overrides=["train.threads=1"]), spec, s)
+    env = MarketMakingEnv(spec, torch.device("cpu"), seed=0)
+    d, w, a = env.obs_dim, s.width, env.n_actions
+    fwd = 2 * (d * w + w * w + w * a + w)  # per sample: body (2 linears), policy and value heads, 2 FLOPs a MAC
+    train = 3 * fwd - 2 * d * w  # backward: weight and input gradients, except the observations' (no grad)
+    samples = spec.n_envs * s.rollout_steps
+    by_hand = {"rollout": fwd * spec.n_envs * (s.rollout_steps + 1), "train": train * samples * s.epochs}
+    assert r["flops_per_step_parts"] == by_hand
+    assert r["flops_per_step"] == by_hand["rollout"] + by_hand["train"]
+    # the same minibatch counted by torch around the loss PPO trains with, on a fresh policy of the same shape
+    mb = samples // s.minibatches
+    m = ActorCritic(d, a, w)
+    batch = (torch.randn(mb, d), torch.randint(0, a, (mb,)), torch.randn(mb), torch.randn(mb), torch.randn(mb))
+    with FlopCounterMode(display=False) as fc:
+        ppo_loss(m, *batch, s).backward()
+    assert fc.get_total_flops() * s.epochs * s.minibatches == by_hand["train"]
+    assert r["achieved_flops_per_s"] == pytest.approx(r["flops_per_step"] / r["step_time_s"])

@@ -57,7 +57,9 @@ class PrometheusCallback(Callback):
         if "total" in parts:
             self.step_time.set(parts["total"])
             if parts["total"]:
-                self.samples.set(trainer.cfg.train.batch_size / parts["total"])
+                # the step's own batch (train.batch_size is what the config asked, not what an iterable gave)
+                done = trainer.step_samples
+                self.samples.set((done[-1] if done else trainer.cfg.train.batch_size) / parts["total"])
         for phase, sec in parts.items():
             if phase != "total":
                 self.phase.labels(phase=phase).set(sec)
