@@ -40,6 +40,8 @@ NEW = hasattr(trmod, "phase_range")  # the trainer after the hot-path change
 # Since the divergence check the loop hands each step's loss to Trainer._losses and _log_step reads it
 # from there (it took the loss as an argument before).
 LOSS_WATCH = "loss" not in inspect.signature(trmod.Trainer._log_step).parameters
+# Since audit 13 (M3) the step's timing counts the batch it trained (its length), as the loop passes it
+ROWS = "rows" in inspect.signature(trmod.Trainer._end_step_timing).parameters
 
 
 def cpu_us(fn, n: int, reps: int = 15) -> float:  # noqa: ANN001
@@ -210,7 +212,7 @@ def whole_step(blocks: int = 40, per_block: int = 100) -> dict[str, float]:
         tr.timer.mark("data")
         loss_sum = tr.train_step(x, y)
         tr.step += 1
-        parts = tr._end_step_timing(tally)
+        parts = tr._end_step_timing(tally, x.shape[0]) if ROWS else tr._end_step_timing(tally)
         prog.advance(tr.step)
         if LOSS_WATCH:
             tr._losses.add(tr.step, loss_sum)
