@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from stride.bench.stop import StopRequest
+from stride.shown_text import literal, plain
 from stride.train.callbacks import Callback
 
 
@@ -58,9 +59,10 @@ class SweepProgress:
         self._step = 0
         self._bar: Progress | None = None
         if self.live:
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=self.console,
-                                 refresh_per_second=4)
+            # variant names and notes are text, not markup (`lstm[bs=64]` stays whole: stride.shown_text)
+            self._bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[note]}", markup=False),
+                                 console=self.console, refresh_per_second=4)
             self._sweep = self._bar.add_task("sweep", total=len(planned), note="")
             self._variant: TaskID | None = None
             self._bar.start()
@@ -85,10 +87,11 @@ class SweepProgress:
         return "sweep done" if len(self.done) == len(self.order) else f"sweep ETA {fmt_duration(self.eta_s())}"
 
     def _line(self, text: str) -> None:
+        """One line of progress: its names (and a resumed results.json's units) shown as written."""
         if self._bar is not None:
-            self._bar.console.print(text)
+            self._bar.console.print(literal(text))
         else:
-            self.console.print(text, highlight=False, soft_wrap=True)
+            self.console.print(literal(text), soft_wrap=True)
 
     def skip(self, name: str, entry: dict[str, Any]) -> None:
         """A variant already measured with the same config (a resumed sweep): not run again."""
@@ -106,7 +109,7 @@ class SweepProgress:
         if self._bar is not None:
             if self._variant is not None:
                 self._bar.remove_task(self._variant)
-            self._variant = self._bar.add_task(f"  {name}", total=self.steps[name] or None, note="")
+            self._variant = self._bar.add_task(f"  {plain(name)}", total=self.steps[name] or None, note="")
             self._bar.update(self._sweep, description=f"sweep {k}/{len(self.order)}", note=self._eta_text())
         else:
             runs_txt = f", {runs} runs" if runs > 1 else ""

@@ -117,6 +117,28 @@ def workload_type_problem(w: dict[str, Any]) -> str | None:
     return None
 
 
+def partial_problem(partial: Any) -> str | None:
+    """What is wrong with a `partial` section (a stopped sweep: {done, planned, pending}), or None. stride writes
+    counts and workload names there; anything else is a damaged or crafted file, which report.html put into the
+    page as it was (outside audit 14, H2: a `<script>` in `partial.done` ran in the reader's browser)."""
+    if partial is None:
+        return None
+    if not isinstance(partial, dict):
+        return f"partial is {type(partial).__name__}, not an object {{done, planned, pending}}"
+
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    done, planned, pending = partial.get("done"), partial.get("planned"), partial.get("pending")
+    if not count(done):
+        return f"partial.done = {str(done)[:40]!r} is not a count of runs (a whole number >= 0)"
+    if not count(planned) or planned < done:
+        return f"partial.planned = {str(planned)[:40]!r} is not a count of runs >= partial.done ({done})"
+    if not isinstance(pending, list) or not all(isinstance(n, str) for n in pending):
+        return "partial.pending is not a list of workload names"
+    return None
+
+
 def validate_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
     """Check `obj` and return it as the current version (a version-1 file gains schema_version 2)."""
     if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
@@ -143,6 +165,8 @@ def validate_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
                 raise ResultsError(f"{where}: workloads[{i}].throughput is missing {key!r}")
         if why := workload_type_problem(w) or throughput_order_problem(w["throughput"]):
             raise ResultsError(f"{where}: workloads[{i}] ({str(w.get('name'))[:40]}): {why}")
+    if why := partial_problem(obj.get("partial")):
+        raise ResultsError(f"{where}: {why}")
     if version == 1:
         if "scaling" in obj:
             raise ResultsError(f"{where}: a scaling section needs schema_version 2 (version 1 defined none)")

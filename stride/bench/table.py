@@ -7,10 +7,17 @@ from typing import Any
 from rich.table import Table
 
 from stride.bench.stats import spread_text
+from stride.shown_text import literal, plain
+
+
+def _row(table: Table, *cells: object) -> None:
+    """A row of Text cells: names and units come from results (a resumed results.json is an input file), shown as
+    written, never as rich markup or terminal control (`stride.shown_text`)."""
+    table.add_row(*(literal(c) for c in cells))
 
 
 def results_table(results: dict[str, Any]) -> Table:
-    table = Table(title=f"stride bench: {results['suite']} suite")
+    table = Table(title=literal(f"stride bench: {results['suite']} suite"))
     # one statistic per row: MFU is at the step time of the median throughput, not at the mean step time
     for col in ("workload", "throughput (median)", "cv", "MFU (at median)", "peak mem", "step time: phase shares",
                 "val loss", "to target"):
@@ -22,8 +29,8 @@ def results_table(results: dict[str, Any]) -> Table:
         short = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
         parts = " ".join(f"{short.get(k, k)} {100 * v / total:.0f}%" for k, v in b.items() if v / total >= 0.01)
         ttt = w["time_to_target_s"]
-        table.add_row(
-            w["name"],
+        _row(
+            table, w["name"],
             f"{t['median']:,.0f} {t['unit']}" if t["median"] else "-",
             spread_text(t),
             # a results.json of an older stride holds MFU at the mean step time: said in the cell
@@ -33,9 +40,9 @@ def results_table(results: dict[str, Any]) -> Table:
             f"{w['final_val_loss']:.4f}" if w.get("final_val_loss") is not None else "-",
             f"{ttt:.1f} s" if ttt is not None else ("missed" if w.get("target_val_loss") else "-"),
         )
-    table.caption = ("throughput and MFU: the median of each workload's throughput figures and MFU at that same "
-                     "step time (results.json `rates_at`); phase shares: "
-                     "mean over the timed steps") + noisy_note(results["workloads"])
+    table.caption = literal(("throughput and MFU: the median of each workload's throughput figures and MFU at that "
+                             "same step time (results.json `rates_at`); phase shares: "
+                             "mean over the timed steps") + noisy_note(results["workloads"]), lines=True)
     return table
 
 
@@ -45,7 +52,7 @@ NOISY_CV = 0.10  # a quiet 2-core host reads cv 0.3-3% (docs/bench.md); above th
 def noisy_note(workloads: list[dict[str, Any]]) -> str:
     """A line for the workloads whose throughput spread says the host was busy: a cv of 20-69% read like any other
     figure (outside audit 12). Empty where every cv is at most NOISY_CV."""
-    noisy = [f"{w['name']} {100 * w['throughput']['cv']:.0f}%" for w in workloads
+    noisy = [f"{plain(w['name'])} {100 * w['throughput']['cv']:.0f}%" for w in workloads
              if (w["throughput"].get("cv") or 0.0) > NOISY_CV]
     if not noisy:
         return ""
@@ -55,7 +62,7 @@ def noisy_note(workloads: list[dict[str, Any]]) -> str:
 
 
 def tradeoff_table(workload: str, matrix: dict[str, dict[str, Any]]) -> Table:
-    table = Table(title=f"tradeoffs: {workload} (ratios against baseline)")
+    table = Table(title=literal(f"tradeoffs: {workload} (ratios against baseline)"))
     for col in ("variant", "speed", "peak mem", "activations", "val loss", "Δ val loss", "skipped steps",
                 "bitwise repeatable"):
         table.add_column(col, justify="left" if col == "variant" else "right", no_wrap=True)
@@ -64,7 +71,7 @@ def tradeoff_table(workload: str, matrix: dict[str, dict[str, Any]]) -> Table:
         return "-" if v is None else format(v, spec)
 
     for v, m in matrix.items():
-        table.add_row(v, f(m["speed_ratio"], ".2f") + "x", f(m["mem_ratio"], ".2f") + "x",
+        _row(table, v, f(m["speed_ratio"], ".2f") + "x", f(m["mem_ratio"], ".2f") + "x",
                       f(m["activation_ratio"], ".2f") + "x", f(m["final_val_loss"], ".4f"),
                       f(m["val_loss_delta"], "+.4f"), str(m["skipped_steps"]),
                       "yes" if m["bitwise_repeatable"] else "no")
@@ -89,18 +96,18 @@ def scaling_table(scaling: dict[str, Any]) -> Table:
         n = p["world_size"]
         cores = f"{n}/{p.get('cores', '?')}" + (" OVERSUB." if p["oversubscribed"] else "")
         t = p["throughput"]
-        table.add_row(p["workload"], p["strategy"], p["scaling"], str(n), f"{p['per_rank_batch']}/{p['global_batch']}",
+        _row(table, p["workload"], p["strategy"], p["scaling"], str(n), f"{p['per_rank_batch']}/{p['global_batch']}",
                       f"{f(t['median'], ',.0f')} {t['unit']}", f(p["speedup"], ".2f", "x"),
                       f(p["efficiency"], ".2f") + rng,
                       f(p["exposed_comm_fraction"] and 100 * p["exposed_comm_fraction"], ".1f", "%"),
                       f(p.get("forward_time_per_sample_ratio"), ".2f", "x"),
                       f(p.get("runqueue_wait_share") and 100 * p["runqueue_wait_share"], ".0f", "%"), cores)
-    notes = [f"N={n}: {d}" for n, d in (scaling.get("pinning") or {}).items()]
+    notes = [plain(f"N={n}: {d}") for n, d in (scaling.get("pinning") or {}).items()]
     notes += ["exp. comm: DDP step time waiting on all-reduce; fwd/sample: forward time per sample vs 1 rank "
               "(DDP forward holds no gradient traffic but broadcasts module buffers, a sync point, if any); "
               "core wait: share of the time ranks were ready to run but another process held the core (each "
               "rank's life): high = busy machine, the efficiency then measures the load"]
-    table.caption = "\n".join(notes)
+    table.caption = literal("\n".join(notes), lines=True)
     return table
 
 
@@ -110,4 +117,4 @@ def ttt_line(name: str, r: dict[str, Any]) -> str:
     reached = ("no run reached it" if sec["median"] is None
                else f"median {sec['median']:.1f} s (min {sec['min']:.1f} s, max {sec['max']:.1f} s)")
     goal = "?" if target is None else format(target, "g")
-    return f"  {name}: time to val loss {goal}: {reached}; missed {missed} of {runs}"
+    return plain(f"  {name}: time to val loss {goal}: {reached}; missed {missed} of {runs}")

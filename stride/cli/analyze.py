@@ -33,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
                                 include_last_step=args.include_last_step, top_k=args.top,
                                 dtype_speeds=lambda t: speeds_of_trace(t.has_device, t.meta.get("host_name")))
     except TraceError as exc:  # a trace the user gave that cannot be read or analysed: bad input
-        print(f"stride analyze: {exc}", file=sys.stderr)
+        from stride.shown_text import plain
+
+        print(f"stride analyze: {plain(exc)}", file=sys.stderr)  # it may quote the trace: nothing acts on the terminal
         return 2
     if args.json:
         print(strict_json.dumps(report, default=float))

@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _variants(args: argparse.Namespace, names: list[str], out: Path, console: Any) -> dict[str, Any] | None:
     """Suite, batch, tradeoff and ttt sweeps: variants one by one, results.json after each, resumable."""
+    from rich.text import Text
+
     from stride.bench.journal import ResultsJournal
     from stride.bench.progress import SweepProgress
     from stride.bench.stop import StopRequest
@@ -112,13 +114,15 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
     from stride.bench.table import ttt_line
     from stride.bench.workloads import WORKLOADS
     from stride.metrics.env import fingerprint
+    from stride.shown_text import literal
 
     plan = plan_sweep(args.sweep, [WORKLOADS[n] for n in names], args.overrides, batch_sizes=args.batch_sizes,
                       variants=args.variants, seeds=args.seeds)
     suite = f"{args.sweep}-sweep" if args.sweep else ("custom" if args.workloads else args.suite)
     journal = ResultsJournal(out, suite, fingerprint(), [v.name for v in plan], sweep_sections(args.sweep))
-    console.print(f"[bold]bench[/] {len(plan)} run(s) of {', '.join(names)}; {out / 'results.json'} is rewritten "
-                  f"after each; if stopped, the same command with --out {out} resumes", highlight=False, soft_wrap=True)
+    console.print(Text.assemble(("bench", "bold"), literal(
+        f" {len(plan)} run(s) of {', '.join(names)}; {out / 'results.json'} is rewritten after each; if stopped, the "
+        f"same command with --out {out} resumes")), soft_wrap=True)  # a path is text, not markup: `runs/[x]`
     progress = SweepProgress([(v.name, v.steps(args.device)) for v in plan], console)
     try:
         with StopRequest().installed() as stop:
@@ -127,15 +131,15 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
         progress.close()
         done = len(journal.entries)
         where = f"are in {out / 'results.json'}" if done else "(none finished, nothing written)"
-        console.print(f"stopped ({exc.args[0] if exc.args else 'interrupted'}): {done} of {len(plan)} run(s) "
-                      f"finished {where}; rerun with --out {out} to resume", highlight=False, soft_wrap=True)
+        console.print(literal(f"stopped ({exc.args[0] if exc.args else 'interrupted'}): {done} of {len(plan)} run(s) "
+                              f"finished {where}; rerun with --out {out} to resume"), soft_wrap=True)
         return None
     finally:
         progress.close()
     results = journal.write()
     if args.sweep == "ttt":
         for n, r in results["time_to_target"].items():
-            console.print(ttt_line(n, r), highlight=False, soft_wrap=True)
+            console.print(literal(ttt_line(n, r)), soft_wrap=True)
     return results
 
 
@@ -145,6 +149,10 @@ def _world(args: argparse.Namespace, names: list[str], out: Path, console: Any) 
     from stride.bench.world import load_avg, scaling_section, world_sweep
     from stride.metrics.env import fingerprint
     from stride.metrics.run_dir import RunDir
+    from stride.shown_text import literal
+
+    def log(line: str) -> None:  # names and paths: text, never markup
+        console.print(literal(line), soft_wrap=True)
 
     world = _world_args(args)
     entries: list[dict[str, Any]] = []
@@ -152,9 +160,8 @@ def _world(args: argparse.Namespace, names: list[str], out: Path, console: Any) 
     plans: dict = {}
     load_before = load_avg()
     for n in names:
-        console.print(f"[bold]bench[/] {n}: world sweep ...")
-        e, pts, plans = world_sweep(WORKLOADS[n], args.device, out, *world, args.overrides, args.repeats,
-                                   log=console.print)
+        log(f"bench {n}: world sweep ...")
+        e, pts, plans = world_sweep(WORKLOADS[n], args.device, out, *world, args.overrides, args.repeats, log=log)
         entries += e
         points += pts
     scaling = scaling_section(points, plans, args.repeats, (load_before, load_avg()))
@@ -302,7 +309,8 @@ def _write_report(out: Path, prices: dict[str, float]) -> bool:
     from stride.report.render import render_report
 
     try:
-        html, md = render_report(out, prices)
+        html, md = render_report(out, prices, lambda line: print(f"stride bench: report note: {one_line(line)}",
+                                                                 file=sys.stderr))
     except ResultsError as exc:
         print(f"stride bench: no report written: {one_line(str(exc))}; the measurements stay in "
               f"{out / 'results.json'}", file=sys.stderr)

@@ -175,6 +175,9 @@ def _table(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from stride.shown_text import literal
+
+    # no input file here (stride comm measures, reads nothing), but a path the user gave (`--out runs/[x]`) is text
     t = Table(title=f"stride comm: {report['backend']}, {report['world_size']} ranks, float32 "
                     "(time: slowest rank's mean)")
     for col in ("collective", "bytes", "count", "time us", "algbw GB/s", "busbw GB/s", "check"):
@@ -186,10 +189,10 @@ def _table(report: dict) -> None:
     con.print(t)
     for key, fit in report.get("profile", {}).items():
         if key.startswith("collectives."):
-            con.print(fit_line(key[12:], fit), highlight=False, soft_wrap=True)
+            con.print(literal(fit_line(key[12:], fit)), soft_wrap=True)
     prof = report.get("profile")
     if prof and prof["left_out"]:
-        con.print(f"left out of the profile: {', '.join(prof['left_out'])} (bandwidth not resolved); {_MORE}",
-                  highlight=False, soft_wrap=True)
+        con.print(literal(f"left out of the profile: {', '.join(prof['left_out'])} (bandwidth not resolved); {_MORE}"),
+                  soft_wrap=True)
     if prof and prof["path"]:
-        con.print(f"hardware profile written to {prof['path']}")
+        con.print(literal(f"hardware profile written to {prof['path']}"))

@@ -35,12 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from stride.files import strict_json
     from stride.report.compare import compare_results, compare_table, mismatch_message
     from stride.report.inputs import resolve
+    from stride.shown_text import plain
 
+    # every line here can quote the inputs (names, config values): `plain`, so nothing in them acts on the terminal
     try:
         (a, _), (b, _) = resolve(args.a), resolve(args.b)
         rows = compare_results(a, b)
     except ResultsError as exc:
-        print(f"stride compare: {exc}", file=sys.stderr)
+        print(f"stride compare: {plain(exc)}", file=sys.stderr)
         return 2
     for side, res in (("A", a), ("B", b)):
         if res.get("partial"):
@@ -48,13 +50,13 @@ def run(args: argparse.Namespace) -> int:
                   f"{res['partial']['planned']} runs measured", file=sys.stderr)
     refused = mismatch_message(rows)  # a ratio of two different workloads is no verdict on a change
     if refused and len(rows) == 1:  # nothing else to show: the refusal alone
-        print(f"stride compare: A = {args.a}, B = {args.b}: {refused}", file=sys.stderr)
+        print(plain(f"stride compare: A = {args.a}, B = {args.b}: {refused}"), file=sys.stderr)
         return 2
     if args.json:
         print(strict_json.dumps(rows))
     else:
         Console(width=140).print(compare_table(rows, args.a, args.b))
     if refused:  # the other rows have their verdicts; these had none
-        print(f"stride compare: A = {args.a}, B = {args.b}: {refused}", file=sys.stderr)
+        print(plain(f"stride compare: A = {args.a}, B = {args.b}: {refused}"), file=sys.stderr)
         return 2
     return 0

@@ -6,6 +6,15 @@ import json
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from stride.shown_text import literal
+
+
+def _row(t: Table, *cells: object) -> None:
+    """A row of Text cells: row ids, hardware names and notes come from a CSV or a `--hardware-file` (someone's
+    text: `r[/]1` is no markup, an ESC sequence no terminal command; stride.shown_text)."""
+    t.add_row(*(c if isinstance(c, Text) else literal(c) for c in cells))
 
 
 def secs(t: float) -> str:
@@ -44,7 +53,7 @@ def print_hardware(catalog, as_json: bool = False) -> None:
         lowp = [f"{p[k]:g}" if k in p else "-" for k in ("fp8", "fp4")]
         frac = r["matmul_fraction_bf16"]
         best = f"{frac:.0%}" + ("" if "bf16" in r["mamf_tflops"] else "*") if frac else "-"
-        t.add_row(r["name"], r["display_name"], f"{p.get('bf16', p.get('fp16', 0)):g}", best, *lowp,
+        _row(t, r["name"], r["display_name"], f"{p.get('bf16', p.get('fp16', 0)):g}", best, *lowp,
                   f"{r['memory_gib']:g}", f"{r['memory_bw_tbps']:g}",
                   f"{r['scaleup_domain']} x {r['scaleup_bw_gbps']:g} GB/s",
                   f"{r['price_per_hour_usd']:g}")
@@ -68,7 +77,7 @@ def print_models(as_json: bool = False) -> None:
         t.add_column(col, justify="left" if col in ("name", "act") else "right")
     for r in rows:
         moe = f"{r['experts']}e top{r['top_k']} ({r['active_params_b']:.1f}B act.)" if r["experts"] else "-"
-        t.add_row(r["name"], f"{r['params_b']:.1f}B", str(r["layers"]), str(r["hidden"]),
+        _row(t, r["name"], f"{r['params_b']:.1f}B", str(r["layers"]), str(r["hidden"]),
                   f"{r['heads']}/{r['kv_heads']}", str(r["ffn"]), r["act"], str(r["vocab"]), str(r["seq"]), moe)
     _console().print(t)
     print(f"or dimensions: --model layers=..,hidden=..,heads=..,vocab=..,seq=..  ({KEY_HELP})")
@@ -84,7 +93,7 @@ def print_rows(rows: list[dict]) -> None:
         t.add_column(col, justify="left" if col == "row" else "right")
     for r in rows:
         if r.get("reason"):
-            t.add_row(r["row_id"], f"[dim]not modelled: {r['reason']}[/]", *[""] * (len(cols) - 2))
+            _row(t, r["row_id"], literal(f"not modelled: {r['reason']}", "dim"), *[""] * (len(cols) - 2))
             continue
         cells = [r["row_id"], f"{r['tokens_per_s_per_gpu']:,.0f}",
                  f"{r['tokens_per_s_per_gpu_lo']:,.0f} - {r['tokens_per_s_per_gpu_hi']:,.0f}",
@@ -94,20 +103,20 @@ def print_rows(rows: list[dict]) -> None:
         if measured:
             m = r.get("measured_tokens_per_s_per_gpu")
             cells += [f"{m:,.0f}", f"{r['error_pct']:+.1f}%"] if m else \
-                ["[dim]not scored[/]" if r["row_id"] in refused else "", ""]
-        t.add_row(*cells)
+                [Text("not scored", style="dim") if r["row_id"] in refused else "", ""]
+        _row(t, *cells)
     if not rows:
         t.caption = "0 rows"
     _console().print(t)
     for rid, note in refused.items():  # a measurement that cannot be true is named, never scored as model error
-        _console().print(f"[yellow]{rid}[/]: {note}")
+        _console().print(Text.assemble(literal(rid, "yellow"), literal(f": {note}")))
     for r in rows:
         for note in r.get("notes") or []:
             if "repeats row" in note:
-                _console().print(f"[yellow]{r['row_id']}[/]: {note}")
+                _console().print(Text.assemble(literal(r["row_id"], "yellow"), literal(f": {note}")))
     line = error_summary(rows)
     if line:
-        _console().print(line)
+        _console().print(literal(line))
 
 
 def error_summary(rows: list[dict]) -> str | None:
@@ -129,14 +138,15 @@ def error_summary(rows: list[dict]) -> str | None:
 
 
 def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds: float) -> None:
-    t = Table(title=f"{name}: time and cost to {tokens:.3g} tokens, best layout per fleet, by {sort} ({seconds:.2f} s)")
+    t = Table(title=literal(f"{name}: time and cost to {tokens:.3g} tokens, best layout per fleet, by {sort} "
+                            f"({seconds:.2f} s)"))
     for col in ("#", "hardware", "devices", "best layout", "tok/s/dev", "MFU", "hours", "80% interval", "cost $"):
         t.add_column(col, justify="left" if col in ("hardware", "best layout") else "right")
     for i, r in enumerate(rows, 1):
         if "reason" in r:
-            t.add_row("-", r["hardware"], str(r["devices"]), f"[dim]{r['reason']}[/]", "", "", "", "", "")
+            _row(t, "-", r["hardware"], str(r["devices"]), literal(r["reason"], "dim"), "", "", "", "", "")
         else:
-            t.add_row(str(i), r["hardware"], str(r["devices"]), r["layout"], f"{r['tokens_per_s_per_device']:,.0f}",
+            _row(t, str(i), r["hardware"], str(r["devices"]), r["layout"], f"{r['tokens_per_s_per_device']:,.0f}",
                       f"{r['mfu'] * 100:.1f}%", f"{r['hours_to_budget']:,.1f}",
                       f"{r['hours_to_budget_lo']:,.1f} - {r['hours_to_budget_hi']:,.1f}",
                       f"{r['cost_to_budget_usd']:,.0f}")

@@ -23,11 +23,15 @@ def run(args: argparse.Namespace) -> int:
     from stride.bench.results import ResultsError
     from stride.report.recommend import load_prices
     from stride.report.render import render_report
+    from stride.shown_text import plain
+
+    def note(line: str) -> None:  # what the report left out (a loss curve): said here too, not only in the files
+        print(f"stride report: note: {plain(line)}", file=sys.stderr)
 
     try:
-        html, md = render_report(args.dir, load_prices(args.prices))
-    except (ResultsError, FileNotFoundError, ValueError) as exc:
-        print(f"stride report: {exc}", file=sys.stderr)
+        html, md = render_report(args.dir, load_prices(args.prices), note)
+    except (ResultsError, FileNotFoundError, ValueError) as exc:  # the message may quote the input: `plain`
+        print(f"stride report: {plain(exc)}", file=sys.stderr)
         return 2
-    print(f"wrote {html} and {md}")
+    print(plain(f"wrote {html} and {md}"))
     return 0

@@ -68,7 +68,11 @@ def _pack(text: str, option: str = "--pack") -> str | int:
 
 
 def _log(msg: str) -> None:
-    print(f"stride sweep: {msg}", file=sys.stderr, flush=True)
+    """A line of the sweep's progress; its names and values can come from the sweep's folder (point files): their
+    control characters are shown as escapes, so none acts on the terminal (stride.shown_text)."""
+    from stride.shown_text import plain
+
+    print(f"stride sweep: {plain(msg, lines=True)}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         with stop.installed():
             info = run_sweep(points, store, opts)
     except SweepError as exc:
-        print(f"stride sweep: {exc}", file=sys.stderr)
+        _log(str(exc))
         return 1
     except KeyboardInterrupt as exc:  # SIGTERM or Ctrl-C (SweepStopped), or a KeyboardInterrupt from elsewhere:
         interrupted = stop_reason(exc)  # every finished point is on disk whole (points/<id>.json, written last)

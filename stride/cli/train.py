@@ -113,7 +113,9 @@ def _train(cfg, args: argparse.Namespace) -> int:
 
             term = Console()
             if result.already_finished:  # nothing trained: say so, then show the run's own summary
-                print(f"stride train: {result.already_finished}", file=sys.stderr)
+                from stride.shown_text import plain
+
+                print(f"stride train: {plain(result.already_finished)}", file=sys.stderr)
             if result.summary:
                 print_summary(result.summary, term if term.is_terminal else Console(width=120))
             print(f"run directory: {result.run_dir}")

@@ -66,6 +66,8 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
     result = {
         "file": str(t.path),
         "rank_source": t.rank_source,
+        # events left out as malformed (a trace with more than MALFORMED_MAX of them is refused): said, not hidden
+        "malformed_events": t.malformed_summary(),
         "device": device,
         "steps": [w.step for w in windows],
         **fig,

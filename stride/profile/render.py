@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from stride.shown_text import literal, plain
 
 
 def _f(x: float | None, unit: str = "%") -> str:
@@ -17,7 +20,15 @@ def _steps(steps: list[int | None]) -> str:
     return ",".join(named) if named else "whole trace" if steps else "-"
 
 
+def _cut(name: str, width: int) -> Text:
+    """A trace's name (from the file: shown as written, never as markup or terminal control), cut to `width`."""
+    shown = plain(name)
+    return literal(shown if len(shown) <= width else shown[:width - 3] + "...")
+
+
 def render_report(report: dict, console: Console | None = None) -> None:
+    """The tables of `analyze_traces`' report. Every name in it comes from a trace file (operators, kernels,
+    annotations, files): shown through `stride.shown_text`, so `[...]` stays text and escape sequences are inert."""
     con = console or Console(width=160) if console is None and not Console().is_terminal else console or Console()
     hta = report["definitions"] == "hta"
     t = Table(title=f"Where the step time goes ({report['definitions']} definitions; % of the step"
@@ -36,47 +47,55 @@ def render_report(report: dict, console: Console | None = None) -> None:
                 return share_of_idle  # HTA sums gaps per stream: not a part of the step's idle time
             return share_of_idle * idle / 100
 
-        t.add_row(rank, r["device"], _steps(r["steps"]), f"{r['span_us'] / 1e3:.2f}",
+        t.add_row(literal(rank), literal(r["device"]), literal(_steps(r["steps"])), f"{r['span_us'] / 1e3:.2f}",
                   _f(tb["compute_pct"]), _f(tb["non_compute_pct"]), _f(idle), _f(r["comm_comp_overlap_pct"]),
                   _f(of_step(ib.get("host_wait_pct"))), _f(of_step(ib.get("kernel_wait_pct"))),
-                  _f(tb.get("data_wait_pct")), (r["verdict"] or {}).get("bound", "-"))
+                  _f(tb.get("data_wait_pct")), literal((r["verdict"] or {}).get("bound", "-")))
     con.print(t)
     for rank, r in report["ranks"].items():
-        k = Table(title=f"rank {rank}: top {'kernels' if r['device'] == 'gpu' else 'CPU operators (by self time)'}")
+        what = "kernels" if r["device"] == "gpu" else "CPU operators (by self time)"
+        k = Table(title=literal(f"rank {rank}: top {what}"))
         for col in ("name", "kind", "count", "total ms", "self ms", "mean us", "share", "launch delay us"):
             k.add_column(col, justify="left" if col in ("name", "kind") else "right")
         for row in r["top_kernels"]:
-            name = row["name"] if len(row["name"]) <= 48 else row["name"][:45] + "..."
             self_ms = "-" if row["self_us"] is None else f"{row['self_us'] / 1e3:.3f}"
-            k.add_row(name, row["kind"], str(row["count"]), f"{row['total_us'] / 1e3:.3f}", self_ms,
-                      f"{row['mean_us']:.1f}", _f(row["pct_of_kernel_time"]), _f(row["launch_delay_us"], ""))
+            k.add_row(_cut(row["name"], 48), literal(row["kind"]), str(row["count"]), f"{row['total_us'] / 1e3:.3f}",
+                      self_ms, f"{row['mean_us']:.1f}", _f(row["pct_of_kernel_time"]), _f(row["launch_delay_us"], ""))
         con.print(k)
         if r["annotations"]:
-            a = Table(title=f"rank {rank}: annotations")
+            a = Table(title=literal(f"rank {rank}: annotations"))
             for col in ("name", "count", "total ms", "share of step"):
                 a.add_column(col, justify="left" if col == "name" else "right")
             for row in r["annotations"]:
-                a.add_row(row["name"][:70], str(row["count"]), f"{row['total_us'] / 1e3:.3f}", _f(row["pct_of_step"]))
+                a.add_row(_cut(row["name"], 70), str(row["count"]), f"{row['total_us'] / 1e3:.3f}",
+                          _f(row["pct_of_step"]))
             con.print(a)
         ot = r.get("operator_time")  # CPU traces: what the operators' own time went to
         if ot:
-            con.print(f"rank {rank}: operator time, % of the step: matmul/conv {_f(ot['math_pct'])}, bandwidth-bound "
-                      f"(elementwise, reductions, copies, norms) {_f(ot['bandwidth_pct'])}, other "
-                      f"{_f(ot['other_pct'])}, compiled graphs {_f(ot['compiled_pct'])}, data loader "
-                      f"{_f(ot['data_loading_pct'])}")
+            con.print(literal(f"rank {rank}: operator time, % of the step: matmul/conv {_f(ot['math_pct'])}, "
+                              f"bandwidth-bound (elementwise, reductions, copies, norms) {_f(ot['bandwidth_pct'])}, "
+                              f"other {_f(ot['other_pct'])}, compiled graphs {_f(ot['compiled_pct'])}, data loader "
+                              f"{_f(ot['data_loading_pct'])}"))
         if r.get("data_wait_note"):
-            con.print(f"rank {rank}: {r['data_wait_note']}")
+            con.print(literal(f"rank {rank}: {r['data_wait_note']}"))
+        bad = r.get("malformed_events") or {}
+        if bad.get("count"):  # left out of every figure above: said, so a damaged trace is not read as whole
+            reasons = ", ".join(f"{why}: {n:,}" for why, n in bad["reasons"].items())
+            con.print(literal(f"rank {rank}: {bad['count']:,} of the trace's {bad['of']:,} events left out as "
+                              f"malformed ({reasons}; first: {bad['first']}): the figures above are without them",
+                              "yellow"))
         if r["verdict"]:
             v = r["verdict"]
-            con.print(f"[bold]rank {rank}: {v['bound']}[/bold] — " + "; ".join(v["reasons"]))
+            con.print(Text.assemble(literal(f"rank {rank}: {v['bound']}", "bold"),
+                                    literal(" — " + "; ".join(v["reasons"]))))
             for rec in v["recommendations"]:
-                con.print(f"  • {rec}")
+                con.print(literal(f"  • {rec}"))
     if report["stragglers"]:
         s = Table(title="stragglers")
         for col in ("rank", "collective start lag us", "step start lag us", "threshold us"):
             s.add_column(col, justify="right")
         for row in report["stragglers"]:
-            s.add_row(str(row["rank"]), _f(row["collective_start_lag_us"], ""), _f(row["step_start_lag_us"], ""),
+            s.add_row(literal(row["rank"]), _f(row["collective_start_lag_us"], ""), _f(row["step_start_lag_us"], ""),
                       _f(row["threshold_us"], ""))
         con.print(s)
     else:

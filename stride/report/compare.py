@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from stride.bench.stats import one_run
+from stride.shown_text import literal, plain
 
 # What defines a workload (`section.key` of the config; `model.*`: the whole model table), with `world_size`
 # (processes): the model, what one sample holds, the global batch. What is not listed is what compare is for:
@@ -181,8 +182,9 @@ def compare_results(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]
 
 
 def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str = "B") -> Table:
-    """The rows as a rich table; a side that did not measure a workload reads "not measured", never 0."""
-    table = Table(title=f"stride compare: B / A  (A = {a_label}, B = {b_label})")
+    """The rows as a rich table; a side that did not measure a workload reads "not measured", never 0. Names,
+    verdicts (which quote config values) and notes come from the two inputs: Text cells, shown as written."""
+    table = Table(title=literal(f"stride compare: B / A  (A = {a_label}, B = {b_label})"))
     for col in ("workload", "A median", "B median", "B/A throughput", "noise band", "B/A memory", "verdict"):
         table.add_column(col, justify="left" if col in ("workload", "verdict") else "right")
 
@@ -194,11 +196,11 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
 
     for r in rows:
         ratio, band = shown(r)
-        table.add_row(r["name"], med(r, "a"), med(r, "b"), ratio, band,
-                      f"{r['mem_ratio']:.3f}" if r.get("mem_ratio") else "-", r["verdict"])
+        table.add_row(literal(r["name"]), med(r, "a"), med(r, "b"), ratio, band,
+                      f"{r['mem_ratio']:.3f}" if r.get("mem_ratio") else "-", literal(r["verdict"]))
     notes = [f"{r['name']}: {r['peak_note']}" for r in rows if r.get("peak_note")]
     if notes:
-        table.caption = "\n".join(notes)
+        table.caption = literal("\n".join(map(plain, notes)), lines=True)  # one line a note
     return table
 
 

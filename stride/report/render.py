@@ -11,21 +11,81 @@ from pathlib import Path
 from typing import Any
 
 from stride.bench.stats import spread_text
+from stride.files.input_file import InputFileError, read_input_text
 from stride.metrics.run_dir import atomic_write_text
 from stride.report.axes import ema, smoothing_span
 from stride.report.inputs import resolve
 from stride.report.recommend import recommend, scaling_advice
 from stride.report.svg import hbar_chart, line_chart
+from stride.shown_text import md_cell, plain
 
 
-def _loss_curves(results: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+def _gpus(env: dict[str, Any]) -> str:
+    gpus = env.get("gpus") or []
+    return ", ".join(map(str, gpus if isinstance(gpus, list) else [gpus])) or "none"
+
+
+def _torch(env: dict[str, Any]) -> Any:
+    packages = env.get("packages")
+    return packages.get("torch") if isinstance(packages, dict) else None
+
+
+def _h(value: Any) -> str:
+    """Any value for report.html: its text, HTML-escaped (the input's names, units and notes are someone's text)."""
+    return escape(str(value))
+
+
+METRICS_MAX_BYTES = 256 << 20  # a run's metrics.jsonl: about 200 bytes a logged step
+
+
+def _run_folder(run_dir: Any, results_dir: Path) -> tuple[Path | None, str | None]:
+    """(the folder of a workload's `run_dir` inside the results folder, or None; why not, or None where there is
+    none to read). results.json is an input file: its `run_dir` named any path, which the report read whole (outside
+    audit 14, L6). Only a folder inside the results folder is read (symbolic links resolved): the path as written
+    (relative: from the working directory, as `stride bench` writes it), else its last parts under the results
+    folder (a results folder copied or moved elsewhere keeps its runs beside it)."""
+    if not isinstance(run_dir, str) or not run_dir:
+        return None, None
+    home = results_dir.resolve()
+
+    def inside(q: Path) -> Path | None:
+        try:
+            real = q.resolve()
+        except (OSError, RuntimeError):  # a symbolic link loop
+            return None
+        return real if real == home or home in real.parents else None
+
+    p = Path(run_dir)
+    for cand in [p, *(results_dir / Path(*p.parts[k:]) for k in range(1, len(p.parts)))]:
+        folder = inside(cand)
+        if folder is not None and (folder / "metrics.jsonl").exists():
+            if inside(folder / "metrics.jsonl") is None:  # a link out of the folder
+                return None, f"{plain(folder / 'metrics.jsonl')} leads outside the results folder {plain(home)}"
+            return folder, None
+    if (p / "metrics.jsonl").exists() and inside(p) is None:
+        return None, (f"its run_dir {plain(run_dir)} is outside the results folder {plain(home)}: only run "
+                      "folders inside it are read")
+    return None, None  # the run folder was not kept with the results: no curve, as before
+
+
+def _loss_curves(results: dict[str, Any], results_dir: Path, notes: list[str]) -> dict[str, list[tuple[float, float]]]:
+    """Training loss against time from each workload's metrics.jsonl; a run folder that cannot be read is left out
+    with a note (`notes`) naming the file and why."""
     curves = {}
     for w in results["workloads"]:
-        path = Path(w["run_dir"]) / "metrics.jsonl" if w.get("run_dir") else None
-        if path is None or not path.is_file():
+        folder, why = _run_folder(w.get("run_dir"), results_dir)
+        if folder is None:
+            if why:
+                notes.append(f"{plain(w['name'])}: no loss curve: {why}")
+            continue
+        path = folder / "metrics.jsonl"
+        try:
+            text = read_input_text(path, limit=METRICS_MAX_BYTES, what="run metrics file")
+        except InputFileError as exc:  # not UTF-8, too large, a FIFO or a device: named, and the report goes on
+            notes.append(f"{plain(w['name'])}: no loss curve: {exc}")
             continue
         pts = []
-        for line in path.read_text().splitlines():
+        for line in text.splitlines():
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
@@ -175,24 +235,24 @@ def _scaling_html(results: dict[str, Any]) -> str:
     if not rows:
         return ""
     sc = results["scaling"]
-    body = "".join(f"<tr>{''.join(f'<td>{escape(c)}</td>' for c in r)}</tr>" for r in rows)
-    pins = "".join(f"<li>N={escape(str(n))}: {escape(str(d))}</li>" for n, d in (sc.get("pinning") or {}).items())
-    return (f"<h2>Scaling</h2><table><tr>{''.join(f'<th>{escape(h)}</th>' for h in SCALING_HEAD)}</tr>{body}</table>"
-            f"<p>{escape(sc.get('method', ''))}</p><ul>{pins}<li>load average (1 min) before / after: "
-            f"{escape(str(sc.get('load_avg_1min')))}</li></ul>")
+    body = "".join(f"<tr>{''.join(f'<td>{_h(c)}</td>' for c in r)}</tr>" for r in rows)
+    pins = "".join(f"<li>N={_h(n)}: {_h(d)}</li>" for n, d in (sc.get("pinning") or {}).items())
+    return (f"<h2>Scaling</h2><table><tr>{''.join(f'<th>{_h(h)}</th>' for h in SCALING_HEAD)}</tr>{body}</table>"
+            f"<p>{_h(sc.get('method', ''))}</p><ul>{pins}<li>load average (1 min) before / after: "
+            f"{_h(sc.get('load_avg_1min'))}</li></ul>")
 
 
 HEAD = ["workload", "throughput (median)", "cv (spread)", "MFU (at median)", "peak mem", "val loss",
         "time to target (s)"]
 
 
-def _charts(results: dict[str, Any]) -> list[str]:
+def _charts(results: dict[str, Any], results_dir: Path, notes: list[str]) -> list[str]:
     ws = results["workloads"]
     charts = [hbar_chart({w["name"]: {k: 1e3 * v for k, v in w["step_time_breakdown_s"].items()} for w in ws
                           if w["step_time_breakdown_s"]}, "step-time breakdown (mean of timed steps)",
                          "milliseconds per step")]
     charts += _variant_bars(results)
-    raw = _loss_curves(results)
+    raw = _loss_curves(results, results_dir, notes)
     if raw:
         smooth, smoothed = _smoothed(raw)
         title = "training loss against wall time" + (" (smoothed: EMA over n logged points; raw faint)" if smoothed
@@ -252,60 +312,74 @@ def refuse_sweep_folder(source: str | Path) -> None:
             "rewrite them (it trains nothing already finished), or `stride compare` to compare it with other results")
 
 
-def render_report(source: str | Path, prices: dict[str, float]) -> tuple[Path, Path]:
+def render_report(source: str | Path, prices: dict[str, float],
+                  note: Callable[[str], None] | None = None) -> tuple[Path, Path]:
     """report.html and summary.md for `source` (a results.json, a bench directory or a training run
-    directory), written beside it; a sweep's folder is refused (`refuse_sweep_folder`)."""
+    directory), written beside it; a sweep's folder is refused (`refuse_sweep_folder`). What was left out (a loss
+    curve whose run folder is outside the results folder or unreadable) is said in both files and to `note`.
+
+    Every value from the input goes into the page through `html.escape` and into summary.md through `md_cell`: the
+    input is someone's file, and a `<script>` in it must stay text (outside audit 14, H2, L7)."""
     refuse_sweep_folder(source)
     results, d = resolve(source)
+    notes: list[str] = []
+    charts = _charts(results, d, notes)
+    for n in notes if note is not None else ():
+        note(n)
     recs = recommend(results, prices)
     env = results["environment"]
     head = _head(results)
-    table = "".join(f"<tr>{''.join(f'<td>{escape(c)}</td>' for c in r)}</tr>" for r in _rows(results))
+    table = "".join(f"<tr>{''.join(f'<td>{_h(c)}</td>' for c in r)}</tr>" for r in _rows(results))
     rec_html = "".join(
-        f"<li><b>{escape(r['workload'])}</b>: {escape(_measured_text(r))}; bottleneck "
-        f"<b>{escape(r['bottleneck'])}</b>: {escape(r['advice'])}. {escape(_cost_text(r))}.</li>" for r in recs)
+        f"<li><b>{_h(r['workload'])}</b>: {_h(_measured_text(r))}; bottleneck "
+        f"<b>{_h(r['bottleneck'])}</b>: {_h(r['advice'])}. {_h(_cost_text(r))}.</li>" for r in recs)
     rec_html += "".join(
-        f"<li><b>{escape(a['workload'])}</b> {escape(a['strategy'])} {escape(a['scaling'])} scaling at "
-        f"{a['world_size']} ranks: efficiency {a['efficiency']:.2f}, <b>{escape(a['verdict'])}</b>: "
-        f"{escape(a['advice'])}.</li>" for a in scaling_advice(results))
-    partial = results.get("partial")
-    note = (f"<p><b>Partial results</b>: the sweep was stopped after {partial['done']} of {partial['planned']} runs "
-            f"(not measured: {escape(', '.join(partial['pending']))}); rerun it with the same --out to finish.</p>"
-            if partial else "")
+        f"<li><b>{_h(a['workload'])}</b> {_h(a['strategy'])} {_h(a['scaling'])} scaling at "
+        f"{_h(a['world_size'])} ranks: efficiency {a['efficiency']:.2f}, <b>{_h(a['verdict'])}</b>: "
+        f"{_h(a['advice'])}.</li>" for a in scaling_advice(results))
+    partial = results.get("partial")  # checked by the schema: counts and names (stride.bench.results)
+    stopped = (f"<p><b>Partial results</b>: the sweep was stopped after {_h(partial['done'])} of "
+               f"{_h(partial['planned'])} runs (not measured: {_h(', '.join(partial['pending']))}); "
+               "rerun it with the same --out to finish.</p>" if partial else "")
+    left_out = (f"<p><b>Left out</b>:</p><ul>{''.join(f'<li>{_h(n)}</li>' for n in notes)}</ul>" if notes
+                else "")
     html = f"""<!doctype html><html><head><meta charset="utf-8"><title>stride report</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
 td,th{{padding:4px 8px;border-bottom:1px solid #ddd}}
 table{{border-collapse:collapse}}svg{{margin:8px;border:1px solid #eee;max-width:100%;height:auto}}</style></head>
 <body>
-<h1>stride report: {escape(results['suite'])} suite</h1>
-<p>Machine: {escape(str(env.get('cpu_model')))}; GPUs: {escape(', '.join(env.get('gpus') or []) or 'none')};
-torch {escape(str(env.get('packages', {}).get('torch')))}; commit {escape(str(env.get('git_commit'))[:12])}.</p>
-{note}<h2>Results</h2><table><tr>{''.join(f'<th>{escape(h)}</th>' for h in head)}</tr>{table}</table>
+<h1>stride report: {_h(results['suite'])} suite</h1>
+<p>Machine: {_h(env.get('cpu_model'))}; GPUs: {_h(_gpus(env))};
+torch {_h(_torch(env))}; commit {_h(str(env.get('git_commit'))[:12])}.</p>
+{stopped}<h2>Results</h2><table><tr>{''.join(f'<th>{_h(h)}</th>' for h in head)}</tr>{table}</table>
 <p>Throughput: median over equal windows of steps after warm-up, with min/max and coefficient of variation
 ("1 run": a single measurement, no spread).</p>
 {_scaling_html(results)}
 <h2>Recommendations</h2><ul>{rec_html}</ul>
-<h2>Plots</h2>{''.join(_charts(results))}
+<h2>Plots</h2>{left_out}{''.join(charts)}
 </body></html>
 """
-    md = [f"# stride report: {results['suite']} suite", ""]
+    m = md_cell  # every value from the input: no raw HTML, no link, no `|` that splits a table row
+    md = [f"# stride report: {m(results['suite'])} suite", ""]
     if partial:
-        md += [f"Partial results: stopped after {partial['done']} of {partial['planned']} runs.", ""]
+        md += [f"Partial results: stopped after {m(partial['done'])} of {m(partial['planned'])} runs.", ""]
     md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    md += ["| " + " | ".join(r) + " |" for r in _rows(results)]
+    md += ["| " + " | ".join(map(m, r)) + " |" for r in _rows(results)]
     srows = _scaling_rows(results)
     if srows:
         sc = results["scaling"]
-        md += ["", "## Scaling", "", sc.get("method", ""), "",
+        md += ["", "## Scaling", "", m(sc.get("method", "")), "",
                "| " + " | ".join(SCALING_HEAD) + " |", "|" + "---|" * len(SCALING_HEAD)]
-        md += ["| " + " | ".join(r) + " |" for r in srows]
-        md += [""] + [f"- N={n}: {d}" for n, d in (sc.get("pinning") or {}).items()]
-        md += [f"- load average (1 min) before / after: {sc.get('load_avg_1min')}"]
+        md += ["| " + " | ".join(map(m, r)) + " |" for r in srows]
+        md += [""] + [f"- N={m(n)}: {m(d)}" for n, d in (sc.get("pinning") or {}).items()]
+        md += [f"- load average (1 min) before / after: {m(sc.get('load_avg_1min'))}"]
     md += ["", "## Recommendations", ""]
-    md += [f"- **{r['workload']}**: {_measured_text(r)}; bottleneck {r['bottleneck']}: {r['advice']}; "
-           f"{_cost_text(r)}" for r in recs]
-    md += [f"- **{a['workload']}** {a['strategy']} {a['scaling']} scaling at {a['world_size']} ranks: efficiency "
-           f"{a['efficiency']:.2f}, {a['verdict']}: {a['advice']}" for a in scaling_advice(results)]
+    md += [f"- **{m(r['workload'])}**: {m(_measured_text(r))}; bottleneck {m(r['bottleneck'])}: {m(r['advice'])}; "
+           f"{m(_cost_text(r))}" for r in recs]
+    md += [f"- **{m(a['workload'])}** {m(a['strategy'])} {m(a['scaling'])} scaling at {m(a['world_size'])} ranks: "
+           f"efficiency {a['efficiency']:.2f}, {m(a['verdict'])}: {m(a['advice'])}" for a in scaling_advice(results)]
+    if notes:
+        md += ["", "## Left out", "", *(f"- {m(n)}" for n in notes)]
     html_path, md_path = d / "report.html", d / "summary.md"
     atomic_write_text(html_path, html)
     atomic_write_text(md_path, "\n".join(md) + "\n")

@@ -6,6 +6,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from stride.shown_text import literal
 
 
 def _fmt_bytes(n: float | None) -> str:
@@ -34,13 +37,14 @@ def _time_to_target(s: dict[str, Any]) -> str:
 def summary_table(s: dict[str, Any]) -> Table:
     """One process: the figures unlabelled. N ranks: the title names the world size and layout, and each figure says
     whether it is the whole job's, one rank's, or the fullest rank's (outside audit 11: an unlabelled table mixed
-    the job's samples/s with one rank's FLOP/s and rank 0's memory)."""
+    the job's samples/s with one rank's FLOP/s and rank 0's memory). Every cell is a Text: the name, phases and
+    sources come from a config or a summary.json, shown as written (`lstm[bs=64]` is not markup)."""
     world = int(s.get("world_size") or 1)
     many = world > 1
     title = f"stride train: {s.get('name', '')}"
     if many:
         title += f" ({world} ranks, {s.get('parallel') or 'parallel'})"
-    table = Table(title=title, show_header=True)
+    table = Table(title=literal(title), show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     job, rank = (" (all ranks)", " (per rank)") if many else ("", "")
@@ -53,8 +57,8 @@ def summary_table(s: dict[str, Any]) -> Table:
         (f"timesteps/s{job}", _fmt(s["timesteps_per_s"], ",.0f")),
         ("step time", _fmt(s["step_time_s"] * 1e3 if s["step_time_s"] else None, ".2f") + " ms"),
         (f"achieved FLOP/s{rank}", _fmt(s["achieved_flops_per_s"], ".3e")),
-        (f"MFU{rank}", "[bold red]n/a: the peak is below what this run achieved (mfu_error)[/]" if s.get("mfu_error")
-         else _fmt(s["mfu"] * 100 if s["mfu"] is not None else None, ".2f") + " %"),
+        (f"MFU{rank}", Text("n/a: the peak is below what this run achieved (mfu_error)", style="bold red")
+         if s.get("mfu_error") else _fmt(s["mfu"] * 100 if s["mfu"] is not None else None, ".2f") + " %"),
         (f"peak FLOP/s{rank} (source)", f"{_fmt(s['peak_flops_per_s'], '.3e')} ({s['peak_flops_source']})"),
         (f"peak memory ({s['peak_mem_kind']}{mem_where})", _fmt_bytes(s["peak_mem_bytes"])),
         ("saved activations", _fmt_bytes(s.get("saved_activation_bytes"))),
@@ -64,7 +68,7 @@ def summary_table(s: dict[str, Any]) -> Table:
     for phase, sec in s["step_time_breakdown_s"].items():
         rows.append((f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / total:.1f} %)"))
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(literal(k), v if isinstance(v, Text) else literal(v))
     return table
 
 
@@ -76,4 +80,4 @@ def print_summary(s: dict[str, Any], console: Console | None = None) -> None:
         # time before this process is unknown (stride.train.summary)
         note = s.get(key)
         if isinstance(note, str):
-            console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
+            console.print(Text.assemble(("warning:", "bold yellow"), " ", literal(note)))

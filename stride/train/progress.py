@@ -13,6 +13,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from stride.shown_text import plain
+
 REFRESH_S = 0.5
 
 
@@ -25,12 +27,13 @@ class TrainProgress:
         self._bar: Progress | None = None
         self._next_refresh = 0.0
         if self.live:
+            # the run's name (train.name) is text: neither markup (`lstm[bs=64]`) nor a format string (`{`)
             self._bar = Progress(
-                TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
                 TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tput]} samples/s"),
                 TimeRemainingColumn(), console=self.console, auto_refresh=False,
             )
-            self._task = self._bar.add_task(name, total=total, loss="-", tput="-")
+            self._task = self._bar.add_task(plain(name), total=total, loss="-", tput="-")
             self._bar.start()
 
     def advance(self, step: int) -> None:
