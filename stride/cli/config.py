@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
+    from stride.shown_text import literal
+
     table = Table(title=f"stride config: {args.config or 'defaults'}", expand=True)
     for name, kw in (("key", {"no_wrap": True}), ("value", {}), ("default", {}), ("type", {"ratio": 1}),
                      ("what it does", {"ratio": 3})):
@@ -48,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         value = values[f.section][f.name]
         style = "bold yellow" if value != f.default else ""  # differs from the default
-        table.add_row(Text(f.key), Text(default_text(value), style=style), Text(default_text(f.default)),
+        # a value may come from a config file: shown as written, its control characters escaped (audit 14, M2)
+        table.add_row(Text(f.key), literal(default_text(value), style), Text(default_text(f.default)),
                       Text(f.describe()), Text(f.doc))
     console = Console()
     if not console.is_terminal:  # a pipe or a file: a fixed, readable width and no colour codes

@@ -152,3 +152,11 @@ def test_plan_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     print_compare([{"hardware": HOSTILE, "devices": 8, "reason": HOSTILE}], HOSTILE, 1e9, "cost", 0.1)
     out = capsys.readouterr().out
     assert out.count("x[/x]y[bold]z") == 3 and "\x1b" not in out  # title, hardware, reason (long cells may wrap)
+
+
+def test_config_show_escapes_a_value_from_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[checkpoint]\ndir = "ck\\u001b[31mred"\n')
+    assert main(["config", "show", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[31m" not in out and "\\x1b[31mred" in out
