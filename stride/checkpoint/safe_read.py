@@ -14,9 +14,15 @@ command on resume (issue 19). The list below is every global DCP's `.metadata` h
 read from real checkpoints (one process and FSDP/TP/PP, fp32/bf16/fp16, AdamW/8-bit/Adafactor/SGD):
 the metadata dataclasses, `_StorageInfo`, `torch.Size`, torch dtypes, `_get_layout` and `PosixPath`.
 A pickle can still call these (they are what it is made of), and it could set attributes on these
-classes themselves (BUILD with slot state on a class object): the classes are compared before and after
-each load, restored, and such a file is refused. The loaded object is then checked field by field, and
-every file it names must be a plain file name inside the checkpoint folder that the manifest lists.
+classes themselves (BUILD with slot state on a class object), or on the objects they hand out that live for the
+whole process: `_MEM_FORMAT_ENCODING`'s members (BUILD on `_MEM_FORMAT_ENCODING(0)` rewrote its `_value_`) and
+`_get_layout`, whose `cache` a refused file replaced for the rest of the process ("torch.strided" ->
+`PosixPath('/etc/passwd')`, audit 14 L9). So `_get_layout` is handed out as a read-only mapping's lookup (a builtin
+method: no `__dict__`, no attribute can be set on it), and every other such object (`_WATCHED`: the classes, the
+enum's members) has its attributes (`__dict__`, and the type slots `__name__`, `__qualname__`, `__bases__`,
+`__class__`) compared before and after each load, put back, and such a file refused. The loaded object is then
+checked field by field, and every file it names must be a plain file name inside the checkpoint folder that the
+manifest lists.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ import importlib
 import io
 import json
 import pickle
+import types
 from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +75,16 @@ def _resolve(module: str, name: str) -> Any:
 
 
 _OBJECTS: dict[tuple[str, str], Any] = {pair: _resolve(*pair) for pair in ALLOWED}
-# The allowed classes whose attributes Python code can change: watched across every load.
-_MUTABLE_CLASSES = [o for o in _OBJECTS.values() if isinstance(o, type)]
+# torch's `_get_layout(name)` reads a cache kept on the function object, which BUILD could replace: the pickle gets
+# the lookup of a read-only mapping instead (what the function returns for every layout name, nothing settable)
+_LAYOUTS = types.MappingProxyType({str(v): v for v in vars(torch).values() if isinstance(v, torch.layout)})
+_OBJECTS[("torch.serialization", "_get_layout")] = _LAYOUTS.__getitem__
+# What a pickle can reach that lives on after the load and whose attributes Python code can change: the allowed
+# classes and the members of the allowed enums (a class's call may return one). Watched across every load.
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: no attribute of the type can be set (torch.Size, OrderedDict)
+_WATCHED: list[Any] = [o for o in _OBJECTS.values() if isinstance(o, type) and not o.__flags__ & _IMMUTABLE_TYPE]
+_WATCHED += [m for o in list(_WATCHED) if issubclass(o, Enum) for m in o]
+_SLOTS = ("__name__", "__qualname__", "__bases__", "__class__")  # settable attributes outside an object's __dict__
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -83,23 +99,42 @@ class _MetadataUnpickler(pickle.Unpickler):
         return obj
 
 
-def _class_state() -> list[dict[str, Any]]:
-    return [dict(vars(c)) for c in _MUTABLE_CLASSES]
+def _state_of(obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An object's attributes as a pickle could change them: its `__dict__` and its settable type slots."""
+    return dict(vars(obj)), {a: getattr(obj, a) for a in _SLOTS if hasattr(obj, a)}
 
 
-def _restore(before: list[dict[str, Any]]) -> list[str]:
-    """Undo any change a pickle made to an allowed class; returns the classes it changed."""
+def _global_state() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [_state_of(o) for o in _WATCHED]
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(a[k] is b[k] or (isinstance(a[k], str) and a[k] == b[k]) for k in a)
+
+
+def _restore(before: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+    """Undo any change a pickle made to a watched object (`_WATCHED`); returns the objects it changed."""
     changed = []
-    for cls, old in zip(_MUTABLE_CLASSES, before, strict=True):
-        now = dict(vars(cls))
-        if now == old:
+    for obj, (old, old_slots) in zip(_WATCHED, before, strict=True):
+        now, now_slots = _state_of(obj)
+        if _same(now, old) and _same(now_slots, old_slots):
             continue
-        changed.append(cls.__name__)
-        for k in now.keys() - old.keys():
-            delattr(cls, k)
-        for k, v in old.items():
-            if now.get(k, object()) is not v:
-                setattr(cls, k, v)
+        changed.append(str(old_slots["__qualname__"]) if isinstance(obj, type)
+                       else f"{old_slots['__class__'].__qualname__}.{old.get('_name_', '?')}")
+        for a, v in old_slots.items():  # the type's identity first (a class renamed, an object's class swapped)
+            if not _same({a: now_slots.get(a)}, {a: v}):
+                setattr(obj, a, v)
+        now = dict(vars(obj))
+        if isinstance(obj, type):  # a class's namespace is read-only: through its attributes
+            for k in now.keys() - old.keys():
+                delattr(obj, k)
+            for k, v in old.items():
+                if now.get(k, object()) is not v:
+                    setattr(obj, k, v)
+        else:  # an enum member's namespace (a replaced `__dict__` too): put back whole
+            d = vars(obj)
+            d.clear()
+            d.update(old)
     return changed
 
 
@@ -147,7 +182,7 @@ def _check_metadata(md: Any, folder: Path | None, listed: Iterable[str] | None) 
 
 def load_metadata_safely(data: bytes, folder: Path | None = None, listed: Iterable[str] | None = None) -> Metadata:
     """Unpickle DCP metadata with the allow-list; refuses (UnpicklingError) anything else, nothing run."""
-    before = _class_state()
+    before = _global_state()
     try:
         md = _MetadataUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError:
@@ -157,7 +192,8 @@ def load_metadata_safely(data: bytes, folder: Path | None = None, listed: Iterab
     finally:
         changed = _restore(before)
     if changed:
-        raise pickle.UnpicklingError(f".metadata sets attributes on the class(es) {', '.join(changed)}: refused")
+        raise pickle.UnpicklingError(f".metadata sets attributes on {', '.join(changed)} (objects that outlive the "
+                                     "load; put back as they were): refused")
     return check_metadata(md, folder, listed)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from stride.checkpoint.rng import capture_rng, restore_rng
+from stride.checkpoint.rng import capture_rng, restore_rng, rng_problem
 from stride.parallel.ranks import rank_and_world
 from stride.train.callbacks import TrainerView
 
@@ -186,4 +186,31 @@ def problem(trainer: TrainerView, loaded: dict[str, Any], step: int) -> str | No
             isinstance(state, dict) and all(type(state.get(k)) is int and state[k] >= 0 for k in counters))) \
             or (kind == "replay" and not (type(position.get("batches", 0)) is int and position.get("batches", 0) >= 0)):
         return f"rank {rank}'s data position {json.dumps(position)[:120]} is not one stride writes"
+    if why := _position_problem(trainer, position, step):
+        return f"rank {rank}'s data position {why}"
+    if f"rank{rank}" in loaded and (why := rng_problem(loaded[f"rank{rank}"].get("rng"))):
+        return f"rank {rank}'s {why}"  # checked before anything is applied: NumPy takes any position (audit 14, H1)
+    return None
+
+
+def _position_problem(trainer: TrainerView, position: dict[str, Any], step: int) -> str | None:
+    """A data position (of the shape stride writes) beyond what `step` steps over this run's data can reach (None:
+    within it). A step takes one batch (grad_accum splits it), and a stateful loader's position counts batches
+    within an epoch of ceil(windows / batch) batches: a position of 10**15 resumed without a word (audit 14, L10),
+    and a replay of that many batches would never end. The epoch may run one ahead of the steps (the first batch
+    of the next step is taken early)."""
+    if position["kind"] == "replay":
+        batches = position.get("batches", step)
+        return None if batches <= step else f"replays {batches} batches, more than the {step} steps taken"
+    state = position["state"]
+    if state["epoch"] > step + 1:
+        return f"is at epoch {state['epoch']}, more than {step} steps of one batch can reach"
+    live = trainer.data_position()
+    mine = live.get("state") if live.get("kind") == "state_dict" else None
+    n, batch = (mine.get("n_windows"), mine.get("batch_size")) if isinstance(mine, dict) else (None, None)
+    if type(n) is int and type(batch) is int and batch > 0:
+        per_epoch = -(-n // batch)
+        if state["position"] > per_epoch:
+            return (f"is batch {state['position']} of an epoch, past its end (this run's data: {n} windows, "
+                    f"{per_epoch} batches of {batch} an epoch)")
     return None

@@ -49,7 +49,8 @@ def register(p: argparse.ArgumentParser) -> None:
 
     n = sub.add_parser("inspect", help="print a store's manifest summary (and verify checksums)")
     n.add_argument("store", help="a store directory (what `stride data ingest` writes)")
-    n.add_argument("--verify", action="store_true", help="recompute every sha256 (reads every byte)")
+    n.add_argument("--verify", action="store_true",
+                   help="recompute every checksum, the derived feature caches' too (reads every byte)")
     n.add_argument("--json", action="store_true",
                    help="print the manifest (without the per-symbol rows) as one JSON line (default: a table)")
     n.set_defaults(func=run_inspect)
@@ -165,6 +166,10 @@ def run_inspect(args: argparse.Namespace) -> int:
 
     try:
         st = open_store(args.store, verify=args.verify)
+        if args.verify:  # the derived feature caches too: every byte against its record (normalize.verify_derived)
+            from stride.data.normalize import verify_derived
+
+            args.derived_verified = verify_derived(st.path)
     except StoreError as exc:
         from stride.errors import one_line
 
@@ -191,6 +196,8 @@ def _print_inspect(args: argparse.Namespace, st: Any) -> int:
     sampled = all("sample" in f for f in m["files"].values())  # stores committed before sampled digests: sizes
     checked = "checksums verified" if args.verify else "sizes and sampled blocks checked" if sampled else \
         "sizes checked"
+    if getattr(args, "derived_verified", 0):
+        checked += f", and of {args.derived_verified} derived feature cache(s)"
     t = Table(title=f"{st.path} ({checked})")
     for col in ("symbol", "rows", "first", "last"):
         t.add_column(col)

@@ -379,6 +379,10 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     _check_numbers(args)
+    if args.comm_profile and _mode(args) != "probe":  # a plan given a profile it never read (audit 14, L3)
+        raise ConfigError(f"--comm-profile {args.comm_profile} is only for `stride plan probe` (which names it in the "
+                          "entry it writes); a plan reads measured collectives from a --hardware-file entry's "
+                          "`comm_profile = \"FILE\"`")
     for line in unused_options(args):
         print(f"stride plan: note: {line}", file=sys.stderr)
     try:

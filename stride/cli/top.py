@@ -8,6 +8,11 @@ without writing one (exit status 1): the folder's lock file (stride.files.run_lo
 no longer runs, so nothing will be written again; a killed run used to be followed forever. A pid on another host
 cannot be checked from here: such a run is followed until --timeout. Nothing is locked or written: the check
 reads the lock file's content only.
+
+Every run file is read through stride.files.input_file: only a regular file (a FIFO hung `top --once`, a link to
+/dev/zero grew it to 24 GB, audit 14 M3), each up to a size that names the file when it is past it, and a followed
+file in pieces, whose line without a newline may grow to LINE_MAX_BYTES at most. Only the records the view shows are
+kept (the last KEEP_RECORDS), so a long run's metrics.jsonl is read in the memory of a short one's.
 """
 
 from __future__ import annotations
@@ -17,13 +22,28 @@ import json
 import math
 import sys
 import time
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from stride.errors import StrideError
+from stride.files.input_file import (
+    InputFileError,
+    InputFileMissing,
+    InputFileTooLarge,
+    NotARegularFile,
+    read_input_range,
+    read_input_text,
+)
 
 SPARK = "▁▂▃▄▅▆▇█"
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json")  # what `stride train` writes into a run directory
+FOLLOWED_MAX_BYTES = 4 << 30  # metrics.jsonl / system.jsonl: a record is < 1 KiB, so millions of logged steps
+LINE_MAX_BYTES = 1 << 20  # one JSON line (a record stride writes is < 1 KiB); a longer one is no record
+READ_BYTES = 8 << 20  # a followed file is read in pieces of this size
+SMALL_FILE_BYTES = 64 << 20  # summary.json, config.toml, the lock file: KiBs
+KEEP_RECORDS = 4096  # training and validation records kept: the view shows the last and a 40-step sparkline
 
 
 class TopInputError(StrideError):
@@ -62,17 +82,86 @@ def fmt(v: float | None, spec: str, scale: float = 1.0) -> str:
     return "-" if v is None else format(v * scale, spec)
 
 
+def read_run_file(path: Path, what: str) -> str | None:
+    """A small run file's text (summary.json, config.toml, the lock file); None while there is nothing at `path`.
+    A FIFO, a device, a directory or a file past SMALL_FILE_BYTES is a ValueError naming it (`run` makes it one
+    line)."""
+    try:
+        return read_input_text(path, limit=SMALL_FILE_BYTES, what=what)
+    except InputFileMissing:
+        return None
+    except InputFileError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class RunFileFollower:
+    """Follow a growing JSONL run file: only complete lines are parsed, and where it stopped is remembered.
+
+    A writer that crashed mid-line (or is mid-write now) leaves a partial last line; it is held back until its
+    newline arrives, so a half-written record is never parsed as data. The file is read through
+    stride.files.input_file (a regular file of at most FOLLOWED_MAX_BYTES: a FIFO or /dev/zero is refused, never
+    read), READ_BYTES at a time, and a line may not grow past LINE_MAX_BYTES without its newline. A line that is
+    not UTF-8 JSON is a ValueError naming the file and the line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self._partial = b""
+        self._lines = 0  # complete lines read so far: a bad one is named by its line in the file
+
+    def read_new(self) -> list[Any]:
+        """Records appended since the last call ([] while the file does not exist yet)."""
+        return list(self.iter_new())
+
+    def iter_new(self) -> Iterator[Any]:
+        """The records appended since the last call, one READ_BYTES piece of the file at a time (a caller that keeps
+        only the last ones holds no more than a piece's records)."""
+        while True:
+            try:
+                chunk = read_input_range(self.path, self.offset, READ_BYTES, limit=FOLLOWED_MAX_BYTES,
+                                         what="run file")
+            except InputFileMissing:
+                return
+            except InputFileError as exc:
+                raise ValueError(str(exc)) from None
+            if not chunk:
+                return
+            self.offset += len(chunk)
+            yield from self._records(chunk)
+
+    def _records(self, chunk: bytes) -> list[Any]:
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        if len(self._partial) > LINE_MAX_BYTES:
+            raise ValueError(f"{self.path}: line {self._lines + len(lines) + 1} runs past {LINE_MAX_BYTES} bytes "
+                             "without a newline: not a line stride writes (a record is under 1 KiB)")
+        out = []
+        first, self._lines = self._lines, self._lines + len(lines)
+        for n, line in enumerate(lines, first + 1):
+            if not line.strip():
+                continue
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as exc:  # json.loads said only "'utf-8' codec can't decode byte 0xd7 ..."
+                raise ValueError(f"{self.path}: line {n} is not UTF-8 text (byte 0x{line[exc.start]:02x}); stride "
+                                 "writes JSON lines in UTF-8: the file is damaged or was not written by stride"
+                                 ) from None
+            try:
+                out.append(json.loads(text))
+            except (ValueError, RecursionError) as exc:
+                raise ValueError(f"{self.path}: line {n}, a complete line, is not JSON ({exc}): {line[:80]!r}"
+                                 ) from None
+        return out
+
+
 class RunView:
     """The state of one run directory, updated from its files."""
 
     def __init__(self, run_dir: Path) -> None:
-        from stride.metrics.observe.follow import JsonlFollower
-
         self.run_dir = run_dir
-        self.metrics = JsonlFollower(run_dir / "metrics.jsonl")
-        self.system = JsonlFollower(run_dir / "system.jsonl")
-        self.train: list[dict[str, Any]] = []
-        self.val: list[dict[str, Any]] = []
+        self.metrics = RunFileFollower(run_dir / "metrics.jsonl")
+        self.system = RunFileFollower(run_dir / "system.jsonl")
+        self.train: deque[dict[str, Any]] = deque(maxlen=KEEP_RECORDS)
+        self.val: deque[dict[str, Any]] = deque(maxlen=KEEP_RECORDS)
         self.sys_last: dict[str, Any] | None = None
         self.summary: dict[str, Any] | None = None
         self.total_steps: int | None = None
@@ -85,24 +174,25 @@ class RunView:
             self.gone = writer_gone(self.run_dir)
 
     def refresh(self) -> None:
-        for rec in self.metrics.read_new():
+        for rec in self.metrics.iter_new():
             if isinstance(rec, dict):
                 (self.train if "loss" in rec else self.val if "val_loss" in rec else []).append(rec)
-        new_sys = self.system.read_new()
-        if new_sys and isinstance(new_sys[-1], dict):
-            self.sys_last = new_sys[-1]
+        for rec in self.system.iter_new():  # the last record is what is shown
+            if isinstance(rec, dict):
+                self.sys_last = rec
         if self.total_steps is None and (self.run_dir / "config.toml").is_file():
             import tomllib
 
-            try:
-                steps = tomllib.loads((self.run_dir / "config.toml").read_text())["train"]["steps"]
+            try:  # only for "step N / total": a config.toml that cannot say it leaves the total unknown
+                text = read_run_file(self.run_dir / "config.toml", "run config")
+                steps = tomllib.loads(text or "")["train"]["steps"]
                 self.total_steps = steps if type(steps) is int else None
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            except (ValueError, RecursionError, KeyError, TypeError):  # TOMLDecodeError is a ValueError
                 self.total_steps = None
         path = self.run_dir / "summary.json"
-        if path.is_file():  # written whole, by a rename: what is there is complete
+        if path.is_file() and (text := read_run_file(path, "run summary")) is not None:  # written whole, by a rename
             try:
-                summary = json.loads(path.read_text())
+                summary = json.loads(text)
             except (ValueError, RecursionError) as exc:
                 raise ValueError(f"{path}: not valid JSON ({exc})") from None
             if not isinstance(summary, dict):
@@ -117,18 +207,26 @@ class RunView:
         from rich.console import Group
         from rich.table import Table
 
-        t = Table(title=f"stride top: {self.run_dir}", show_header=True, expand=False)
+        from stride.shown_text import literal
+
+        # every cell as written (rich markup and control characters in a run file's values shown, not acted on:
+        # `{"step": "[/bold]"}` ended `top` with a MarkupError, an ESC in a gpu index reached the terminal)
+        t = Table(title=literal(f"stride top: {self.run_dir}"), show_header=True, expand=False)
         t.add_column("metric")
         t.add_column("value", justify="right")
+
+        def row(name: str, value: str) -> None:
+            t.add_row(literal(name), literal(value))
+
         last = self.train[-1] if self.train else {}
         step = last.get("step")
-        t.add_row("step", f"{step if step is not None else '-'} / {self.total_steps or '?'}"
+        row("step", f"{step if step is not None else '-'} / {self.total_steps or '?'}"
                   + (f"  (diverged at step {self.summary.get('diverged_at_step')})"
                      if self.summary and self.summary.get("status") == "diverged" else "  (finished)" if self.summary
                      else f"  (process gone: pid {self.gone})" if self.gone is not None else ""))
         if last:
-            t.add_row("loss", fmt(number(last, "loss"), ".4g"))
-            t.add_row("lr", fmt(number(last, "lr"), ".3g"))
+            row("loss", fmt(number(last, "loss"), ".4g"))
+            row("lr", fmt(number(last, "lr"), ".3g"))
         # One statistic for every rate shown: a finished run's summary.json (the mean over its timed steps, which
         # MFU is of too); a live run's last logged step (no MFU: summary.json has it at the end). Before, a
         # finished run showed the last step's samples/s beside the summary's MFU.
@@ -137,33 +235,33 @@ class RunView:
             timed = s.get("timed_steps")
             basis = f"mean over {timed} timed steps, summary.json" if isinstance(timed, int) else "summary.json"
             step_s, phases = number(s, "step_time_s"), s.get("step_time_breakdown_s")
-            t.add_row(f"samples/s ({basis})", fmt(number(s, "samples_per_s") or None, ",.0f"))
-            t.add_row("step time (same)", fmt(step_s, ".2f", 1e3) + " ms")
+            row(f"samples/s ({basis})", fmt(number(s, "samples_per_s") or None, ",.0f"))
+            row("step time (same)", fmt(step_s, ".2f", 1e3) + " ms")
             mfu = number(s, "mfu")
-            t.add_row("MFU (same)", fmt(mfu, ".2f", 100) + " %" if mfu is not None
+            row("MFU (same)", fmt(mfu, ".2f", 100) + " %" if mfu is not None
                       else "n/a (mfu_error in summary.json)" if s.get("mfu_error") else "-")
         elif last:
             step_s, phases = number(last, "step_time_s"), last.get("breakdown_s")
-            t.add_row(f"samples/s (step {last.get('step')}, the last logged)",
+            row(f"samples/s (step {last.get('step')}, the last logged)",
                       fmt(number(last, "samples_per_s") or None, ",.0f"))
-            t.add_row("step time (same step)", fmt(step_s, ".2f", 1e3) + " ms")
+            row("step time (same step)", fmt(step_s, ".2f", 1e3) + " ms")
         else:
             step_s, phases = None, None
         for phase, sec in (phases.items() if isinstance(phases, dict) else ()):
             if isinstance(sec, int | float):
-                t.add_row(f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / (step_s or 1.0):.1f} %)")
+                row(f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / (step_s or 1.0):.1f} %)")
         if self.val:
-            t.add_row("val loss", f"{fmt(number(self.val[-1], 'val_loss'), '.4g')} (step {self.val[-1].get('step')})")
+            row("val loss", f"{fmt(number(self.val[-1], 'val_loss'), '.4g')} (step {self.val[-1].get('step')})")
         if self.sys_last:
-            t.add_row("CPU (process)", fmt(number(self.sys_last, "cpu_percent"), ".0f") + " %")
-            t.add_row("RSS", fmt(number(self.sys_last, "rss_bytes"), ",.0f", 2**-20) + " MiB")
+            row("CPU (process)", fmt(number(self.sys_last, "cpu_percent"), ".0f") + " %")
+            row("RSS", fmt(number(self.sys_last, "rss_bytes"), ",.0f", 2**-20) + " MiB")
             gpus = self.sys_last.get("gpus")
             for g in gpus if isinstance(gpus, list) else ():
                 if isinstance(g, dict):
-                    t.add_row(f"gpu{g.get('index')}", f"{g.get('util_percent')} % util, {g.get('temperature_c')} C, "
+                    row(f"gpu{g.get('index')}", f"{g.get('util_percent')} % util, {g.get('temperature_c')} C, "
                               f"{g.get('power_w')} W")
         losses = [v for r in self.train if (v := number(r, "loss")) is not None]
-        return Group(t, f"loss {sparkline(losses)}")
+        return Group(t, literal(f"loss {sparkline(losses)}"))
 
 
 def writer_gone(run_dir: Path) -> int | None:
@@ -174,8 +272,10 @@ def writer_gone(run_dir: Path) -> int | None:
     from stride.files.run_lock import LOCK_NAME
 
     try:
-        info = json.loads((run_dir / LOCK_NAME).read_text() or "{}")
-    except (OSError, ValueError, RecursionError):
+        info = json.loads(read_input_text(run_dir / LOCK_NAME, limit=SMALL_FILE_BYTES, what="run lock file") or "{}")
+    except (NotARegularFile, InputFileTooLarge) as exc:  # a FIFO or /dev/zero: never read, named in one line
+        raise ValueError(str(exc)) from None
+    except (InputFileError, ValueError, RecursionError):  # none yet, unreadable, not a holder's name
         return None
     if not isinstance(info, dict) or info.get("host") != this_host():
         return None

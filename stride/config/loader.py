@@ -75,6 +75,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except RecursionError:  # a value nested thousands deep: a traceback from tomllib
+        raise ConfigError(f"--set `{text[:60]}...`: the value is nested too deeply to read") from None
     return key, value
 
 
@@ -108,6 +110,9 @@ def read_toml(p: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
+    except RecursionError:  # arrays or tables nested thousands deep: a traceback from tomllib (audit 14, L4)
+        raise ConfigError(f"{p}: not valid TOML: nested too deeply to read (no run config nests past a few "
+                          "levels)") from None
 
 
 def load_config(

@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+import tokenize
 import unicodedata
+import zipfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -86,6 +88,19 @@ def find_sources(src: str | Path) -> list[Path]:
 
 
 def _numpy_table(path: Path, time_col: str) -> pa.Table:
+    """A .npy's columns (row numbers as times) or a .npz's arrays. A header cut short or edited (numpy's parser
+    raised tokenize.TokenError or SyntaxError: a traceback, audit 14 L5) or an .npz that is no complete zip archive is
+    an IngestError naming the file."""
+    try:
+        return _load_numpy(path, time_col)
+    except (SyntaxError, tokenize.TokenError) as exc:
+        raise IngestError(one_line(f"{path}: cannot be read: its header is not a valid .npy header (cut short or "
+                                   f"edited: {type(exc).__name__}: {exc})")) from None
+    except zipfile.BadZipFile as exc:
+        raise IngestError(one_line(f"{path}: cannot be read: not a complete .npz (zip) archive ({exc})")) from None
+
+
+def _load_numpy(path: Path, time_col: str) -> pa.Table:
     if path.suffix == ".npz":
         with np.load(path) as z:
             return pa.table({k: z[k] for k in z.files})

@@ -262,4 +262,8 @@ class ShardedLoader:
                     f"loader state was saved with {key}={state[key]} but this loader has {mine}: "
                     "resume needs the same data and global batch size"
                 )
-        self.epoch, self.position, self.seed = int(state["epoch"]), int(state["position"]), int(state["seed"])
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not 0 <= position <= len(self):  # a position past the epoch resumed silently (audit 14, L10)
+            raise ValueError(f"loader state epoch {epoch}, position {position} is outside this loader's epochs of "
+                             f"{len(self)} batches")
+        self.epoch, self.position, self.seed = epoch, position, int(state["seed"])

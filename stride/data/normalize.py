@@ -10,6 +10,14 @@ chunk (float64 memory is one chunk, never the series).
 Derived files are float32 (`.f32`) or bfloat16 (`.bf16`: the float32 values rounded to nearest even,
 so a bf16 batch equals the float32 batch rounded, bit for bit).
 
+A derived file is data stride wrote, checked as the store's own files are: beside each one a record
+(`<name>.json`: its cache key, size, XXH3-128 of its bytes and blake2b digests of 64 sampled blocks, as a store's
+manifest holds for values.bin) is written before it is renamed into place. Each use checks the size and the sampled
+blocks (milliseconds, whatever the size); `stride data inspect STORE --verify` checks every byte (`verify_derived`).
+A file without its record (written by an earlier stride), of another key or size, or whose blocks differ is
+rebuilt, with a warning naming it and why: a cache filled with NaN (or planted) had been used by name and size
+alone, and its NaN loss was blamed on the learning rate (audit 14, M4).
+
 Numerics (why not running sums): var = E[x^2] - E[x]^2 from sums carried along a series loses every
 digit once the sums dwarf the variance (a price of 1e4 with ticks of 1e-2 over 2e5 rows: 29% error
 in z, measured in tests/data). Here every sum is of deviations from a shift close to the data and
@@ -26,17 +34,20 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import logging
 import os
 import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+import xxhash
 
-from stride.data.store import StoreError, derived_writable
+from stride.data.store import StoreError, changed_block, derived_dir, derived_writable, sample_digests
 from stride.errors import os_reason
 from stride.files.owner import remove_abandoned, tagged_name
 from stride.files.user_cache import user_cache_dir
@@ -188,24 +199,28 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
     name = f"{tag}-{key}.{suffix}"
     n = values.shape[0]
     size = n * len(cols) * np.dtype(np_dtype).itemsize
-    in_store = store_path / "derived"
+    in_store = derived_dir(store_path)  # a derived/ leading out of the store: refused (StoreError)
     out = in_store / name
-    if not _usable(out, size) and not derived_writable(store_path):
+    why = _cache_problem(out, size, key)
+    if why is not None and not derived_writable(store_path):
         out = user_derived_dir(values_sha) / name  # a read-only store: its caches go to the user's cache folder
+        why = _cache_problem(out, size, key)
 
     def build(path: Path) -> None:
-        _build(path, values, cols, segments, mode, window, np_dtype, encode, shift, scale)
+        _build(path, values, cols, segments, mode, window, np_dtype, encode, shift, scale, key)
 
-    if out.is_symlink() or (out.exists() and out.stat().st_size != size):
-        out.unlink()  # not the cache this code writes (a link, or a file cut short): rebuilt
-    if not out.exists():
+    if why is not None:
+        if os.path.lexists(out):  # not the cache this code writes (a link, cut short, changed, unrecorded): rebuilt
+            if why != _UNRECORDED:
+                log.warning("stride: derived feature cache %s %s: rebuilding it", out, why)
+            out.unlink()
         try:
             build(out)
         except OSError as exc:
             if out.parent != in_store or exc.errno not in _UNWRITABLE:
                 raise _cache_error(store_path, out.parent, exc) from None
             out = user_derived_dir(values_sha) / name  # os.access said yes, the write said no (a read-only mount)
-            if not _usable(out, size):
+            if _cache_problem(out, size, key) is not None:
                 try:
                     build(out)
                 except OSError as exc2:
@@ -239,9 +254,94 @@ def user_derived_dir(values_sha: str) -> Path:
     return user_cache_dir() / "derived" / values_sha[:16]
 
 
-def _usable(path: Path, size: int) -> bool:
-    """A cache file as this code writes it: a plain file of the expected size."""
-    return path.is_file() and not path.is_symlink() and path.stat().st_size == size
+RECORD_FORMAT = "stride-derived-1"
+_UNRECORDED = "has no record of its checksum (written by an earlier stride)"
+_HASH_CHUNK = 1 << 24
+
+
+def record_path(path: Path) -> Path:
+    """Where the record of the derived file `path` is kept: `<name>.json` beside it."""
+    return path.with_name(path.name + ".json")
+
+
+def _xxh3(path: Path) -> str:
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while block := f.read(_HASH_CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_record(data: Path, final: Path, key: str) -> None:
+    """The record of the derived file `data` (about to be renamed to `final`), written whole under its final name."""
+    size = data.stat().st_size
+    record = {"format": RECORD_FORMAT, "name": final.name, "key": key, "bytes": size, "xxh3_128": _xxh3(data),
+              "sample": sample_digests(data, size)}
+    tmp = data.with_name(data.name + ".json")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, record_path(final))
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """The record of the derived file `path` when it is one stride writes (a small regular file of that shape)."""
+    rec = record_path(path)
+    try:
+        if os.path.islink(rec) or not rec.is_file() or rec.stat().st_size > 1 << 20:
+            return None
+        obj = json.loads(rec.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    smp = obj.get("sample") if isinstance(obj, dict) else None
+    if not (isinstance(obj, dict) and obj.get("format") == RECORD_FORMAT and isinstance(obj.get("key"), str)
+            and type(obj.get("bytes")) is int and isinstance(obj.get("xxh3_128"), str) and isinstance(smp, dict)
+            and type(smp.get("block_bytes")) is int and 0 < smp["block_bytes"] <= 1 << 24
+            and isinstance(smp.get("offsets"), list) and isinstance(smp.get("blake2b_64"), list)
+            and len(smp["offsets"]) == len(smp["blake2b_64"]) <= 4096
+            and all(type(o) is int and o >= 0 for o in smp["offsets"])
+            and all(isinstance(d, str) for d in smp["blake2b_64"])):
+        return None
+    return obj
+
+
+def _cache_problem(path: Path, size: int, key: str) -> str | None:
+    """Why `path` is not the derived file of `key` this code writes (None: it is): missing, a link, not a regular
+    file, another size, without its record (or a record of another key or size), or sampled blocks that differ
+    from the record's digests."""
+    if not os.path.lexists(path):
+        return "is missing"
+    if path.is_symlink() or not path.is_file():
+        return "is a link or not a regular file"
+    if (got := path.stat().st_size) != size:
+        return f"holds {got} bytes, not {size}"
+    record = _read_record(path)
+    if record is None:
+        return _UNRECORDED
+    if record["key"] != key or record["bytes"] != size:
+        return f"has a record of another cache (key {record['key'][:16]!r}, {record['bytes']} bytes)"
+    if (o := changed_block(path, record["sample"])) is not None:
+        return (f"changed since it was written (bytes {o}..{o + record['sample']['block_bytes'] - 1} differ from "
+                "its record's digest)")
+    return None
+
+
+def verify_derived(store: Path) -> int:
+    """Check every byte of the store's derived feature files against their records (`stride data inspect
+    --verify`); returns how many were verified. One that differs is a StoreError naming it; one without a record
+    (an earlier stride's) is left for the next run that uses it to rebuild."""
+    folder = derived_dir(store)
+    if not folder.is_dir():
+        return 0
+    checked = 0
+    for f in sorted(folder.iterdir()):
+        if f.suffix not in (".f32", ".bf16") or f.name.startswith(".") or (record := _read_record(f)) is None:
+            continue
+        if f.is_symlink() or not f.is_file() or f.stat().st_size != record["bytes"] \
+                or _xxh3(f) != record["xxh3_128"]:
+            raise StoreError(f"{f}: differs from its record ({record_path(f).name}: {record['bytes']} bytes, "
+                             f"xxh3_128 {record['xxh3_128'][:16]}...): the derived feature cache was changed since "
+                             "it was written; delete it (the next run that needs it rebuilds it)")
+        checked += 1
+    return checked
 
 
 def _cache_error(store: Path, folder: Path, exc: OSError) -> StoreError:
@@ -253,8 +353,9 @@ def _cache_error(store: Path, folder: Path, exc: OSError) -> StoreError:
 
 def _build(out: Path, values: torch.Tensor, cols: list[int], segments: tuple[np.ndarray, np.ndarray], mode: str,
            window: int, np_dtype: type, encode: Callable[[np.ndarray], np.ndarray], shift: torch.Tensor | None,
-           scale: torch.Tensor | None) -> None:
-    """Write the cache `out` under a temporary name in its folder and rename it into place."""
+           scale: torch.Tensor | None, key: str) -> None:
+    """Write the cache `out` under a temporary name in its folder, then its record (`_write_record`), and rename it
+    into place."""
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned(out.parent, rest=_LEFTOVER)  # a killed run's half-written cache
     tmp = out.parent / tagged_name("tmp", f"derived-{uuid.uuid4().hex[:8]}-{out.name}")
@@ -279,7 +380,9 @@ def _build(out: Path, values: torch.Tensor, cols: list[int], segments: tuple[np.
                 dst[a:b] = encode(x)
         dst.flush()
         del dst
+        _write_record(tmp, out, key)
         os.replace(tmp, out)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        tmp.with_name(tmp.name + ".json").unlink(missing_ok=True)
         raise

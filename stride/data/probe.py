@@ -20,7 +20,9 @@ cores, torch version and threads, the kernel's source) and per source shape in a
 store's `derived/loader_probe.json` for a store (beside its other derived files; the host cache
 where that folder cannot be written), `$STRIDE_CACHE_DIR/loader_probe.json` (else
 ~/.cache/stride/) otherwise. `stride data probe CONFIG` measures afresh. The plan and its figures go
-into the run's summary.json (`data_loader`).
+into the run's summary.json (`data_loader`). A cached plan is input like any file (`plan_problem`): one whose
+settings are not what the probe chooses (3000 gather threads, a prefetch depth of 50000, a negative `ahead`, taken
+as they were: audit 14, M4) is measured again, with a warning naming the file and the value.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import os
 import platform
 import random
@@ -41,10 +44,13 @@ import numpy as np
 import torch
 
 from stride.data import native
-from stride.data.gather import AHEAD, LINES, l2_bytes
+from stride.data.gather import AHEAD, LINES, MAX_LINES, l2_bytes
 from stride.data.loader import ShardedLoader
-from stride.data.store import derived_writable
+from stride.data.store import derived_dir, derived_writable
+from stride.files.input_file import InputFileError, InputFileMissing, read_input_text
 from stride.files.user_cache import user_cache_dir
+
+log = logging.getLogger("stride.data")
 
 PROBE_VERSION = 8  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
 # 4: `lines` is the number of page streams (0, 4 or LINES), no longer on/off; 5: the fewest streams within TIE;
@@ -130,21 +136,30 @@ def plan_key(source: Any, batch: int, device: torch.device) -> str:
 
 
 def cache_path(store: str | None = None) -> Path:
-    if store and derived_writable(Path(store)):
-        return Path(store) / "derived" / "loader_probe.json"
+    if store and derived_writable(Path(store)):  # a derived/ leading out of the store: refused (StoreError)
+        return derived_dir(Path(store)) / "loader_probe.json"
     return user_cache_dir() / "loader_probe.json"
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}  # none yet, or damaged: measure again
+PROBE_FILE_MAX_BYTES = 16 << 20  # a plan is ~2 KiB: thousands of hosts and shapes
+
+
+def _read(path: Path, quiet: bool = False) -> dict[str, Any]:
+    """The cached plans; {} where there are none yet or the file is damaged (said once, unless `quiet`)."""
+    try:  # a regular file only (a FIFO or /dev/zero is never read), of at most PROBE_FILE_MAX_BYTES
+        obj = json.loads(read_input_text(path, limit=PROBE_FILE_MAX_BYTES, what="loader probe cache"))
+    except InputFileMissing:
+        return {}  # none yet
+    except (InputFileError, ValueError, RecursionError) as exc:
+        if not quiet:
+            why = str(exc) if isinstance(exc, InputFileError) else f"{path}: not JSON ({exc})"
+            log.warning("stride: %s: measuring the loader again", why)
+        return {}
     return obj if isinstance(obj, dict) else {}
 
 
 def _write(path: Path, key: str, plan: LoaderPlan) -> None:
-    kept = _read(path)
+    kept = _read(path, quiet=True)
     kept[key] = {k: v for k, v in plan.as_dict().items() if k != "origin"}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -337,9 +352,34 @@ def plan_loader(source: Any, batch: int, device: torch.device, prefetch: int | s
     return plan
 
 
+MAX_PREFETCH, MAX_AHEAD = 8, 64  # above anything the probe chooses (prefetch 0 or 2, ahead 0 or AHEAD)
+
+
+def plan_problem(got: dict[str, Any]) -> str | None:
+    """What makes a cached plan not one the probe writes on this host (None: nothing): gather threads outside
+    1..usable cores, a prefetch depth outside 0..MAX_PREFETCH, windows ahead outside 0..MAX_AHEAD, page streams
+    outside 0..MAX_LINES, flags that are not true/false, figures or reasons that are not tables."""
+    def whole(k: str, lo: int, hi: int) -> str | None:
+        v = got.get(k)
+        return None if type(v) is int and lo <= v <= hi else f"{k} = {json.dumps(v)[:40]} is not {lo}..{hi}"
+
+    why = (whole("gather_threads", 1, usable_cores()) or whole("prefetch", 0, MAX_PREFETCH)
+           or whole("ahead", 0, MAX_AHEAD) or whole("lines", 0, MAX_LINES))
+    if why:
+        return why
+    if got.get("stream") not in (None, True, False) or got.get("native") not in (True, False):
+        return f"stream / native = {json.dumps([got.get('stream'), got.get('native')])[:60]} are not true or false"
+    if not isinstance(got.get("figures", {}), dict) or not isinstance(got.get("reasons", {}), dict):
+        return "figures / reasons are not tables"
+    return None
+
+
 def _cached(path: Path, key: str) -> LoaderPlan | None:
     got = _read(path).get(key)
     if not isinstance(got, dict):
+        return None
+    if why := plan_problem(got):
+        log.warning("stride: %s: the cached loader plan's %s: measuring the loader again", path, why)
         return None
     try:
         return LoaderPlan(**{**got, "origin": "cache"})

@@ -80,16 +80,25 @@ def sample_digests(path: Path, size: int) -> dict[str, Any]:
     return {"block_bytes": SAMPLE_BLOCK, "offsets": offsets, "blake2b_64": digests}
 
 
-def _check_sample(path: Path, f: Path, sample: dict[str, Any], row_bytes: int) -> None:
-    """Compare the blocks `sample` names with the file; a difference names the rows it covers."""
+def changed_block(f: Path, sample: dict[str, Any]) -> int | None:
+    """The offset of the first block `sample` (from `sample_digests`) names whose bytes in `f` no longer match their
+    digest; None when all match."""
     block = sample["block_bytes"]
     with open(f, "rb") as fh:
         for o, want in zip(sample["offsets"], sample["blake2b_64"], strict=True):
             if _block_digest(os.pread(fh.fileno(), block, o)) != want:
-                raise StoreError(f"{f}: changed after the store was committed (bytes {o}..{o + block - 1}, rows "
-                                 f"{o // row_bytes}..{(o + block - 1) // row_bytes}, differ from the manifest's "
-                                 f"digest); `stride data inspect {path} --verify` checks every byte; re-ingest "
-                                 "the store to repair it")
+                return o
+    return None
+
+
+def _check_sample(path: Path, f: Path, sample: dict[str, Any], row_bytes: int) -> None:
+    """Compare the blocks `sample` names with the file; a difference names the rows it covers."""
+    block = sample["block_bytes"]
+    if (o := changed_block(f, sample)) is not None:
+        raise StoreError(f"{f}: changed after the store was committed (bytes {o}..{o + block - 1}, rows "
+                         f"{o // row_bytes}..{(o + block - 1) // row_bytes}, differ from the manifest's "
+                         f"digest); `stride data inspect {path} --verify` checks every byte; re-ingest "
+                         "the store to repair it")
 
 
 def _sha256(path: Path, chunk: int = 1 << 24) -> str:
@@ -270,10 +279,30 @@ def swap_in(tmp: Path, out: Path, trash: Path) -> None:
         raise
 
 
+def derived_dir(store: Path) -> Path:
+    """The store's derived/ folder (its caches), which may not be there yet. A derived/ that leads out of the store
+    (a link: the caches would be written and read wherever it points, audit 14 M4) or is not a folder is a
+    StoreError naming it, as a values.bin link out of the store is."""
+    derived = Path(store) / "derived"
+    if os.path.islink(derived):
+        target = derived.resolve()
+        if not target.is_dir():
+            raise StoreError(f"{derived}: a link to {target}, which is no folder: refused (derived/ holds the store's "
+                             "caches; remove the link and they are made again)")
+        if target.parent != Path(store).resolve():
+            raise StoreError(f"{derived}: a link to {target}, outside the store: refused (derived/ holds the store's "
+                             "caches, written and read inside it; remove the link and they are made again)")
+    elif os.path.lexists(derived) and not derived.is_dir():
+        raise StoreError(f"{derived}: not a folder (derived/ holds the store's caches; remove it and they are made "
+                         "again)")
+    return derived
+
+
 def derived_writable(store: Path) -> bool:
     """Can the store's derived/ folder (its caches: normalised features, the loader probe's figures) be written,
-    or created where it is not there yet? A shared or mounted store may be read-only: its caches go elsewhere."""
-    derived = store / "derived"
+    or created where it is not there yet? A shared or mounted store may be read-only: its caches go elsewhere. A
+    derived/ that leads out of the store is a StoreError (`derived_dir`)."""
+    derived = derived_dir(store)
     return os.access(derived if derived.is_dir() else store, os.W_OK)
 
 

@@ -157,6 +157,21 @@ def read_input_text(path: str | os.PathLike[str], *, limit: int, what: str = "in
                              f"at offset {exc.start})", path) from None
 
 
+def read_input_range(path: str | os.PathLike[str], offset: int, count: int, *, limit: int | None,
+                     what: str = "input file") -> bytes:
+    """At most `count` bytes of `path` from byte `offset` on (a file being followed: `stride top`'s metrics.jsonl),
+    when it is a regular file of at most `limit` bytes; an InputFileError otherwise, as `open_input_file` (a FIFO
+    or /dev/zero is refused, never read). Fewer bytes (or none) where the file ends sooner."""
+    if offset < 0 or count < 0:
+        raise ValueError(f"offset and count must be >= 0, got {offset} and {count}")
+    with open_input_file(path, limit=limit, what=what) as f:
+        try:
+            f.seek(offset)
+            return f.read(count)
+        except OSError as exc:
+            raise _refuse_os_error(exc, path, what) from None
+
+
 def not_found_or_special(path: str | Path) -> str:
     """Why a path that is neither a regular file nor a directory cannot be read: "P is a FIFO, not a regular file"
     (a FIFO, a device, a socket: `is_file()` says False, and "no such file" would be wrong), else "P: no such file or

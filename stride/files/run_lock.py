@@ -26,12 +26,14 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from stride.errors import StrideError
+from stride.files.input_file import file_kind
 from stride.files.owner import this_host
 
 LOCK_NAME = ".stride-lock"
@@ -40,6 +42,12 @@ ENV_HOLDER = "STRIDE_RUN_LOCK"
 
 class FolderInUse(StrideError):
     """Another live stride process holds the folder."""
+
+
+class LockFileError(StrideError):
+    """The folder's lock file is not a plain file (a link, a FIFO, a device): it is never followed or written."""
+
+    exit_code = 2
 
 
 # resolved lock path -> [fd, holds, the file's content before this process wrote its name (None: it made the file),
@@ -102,14 +110,14 @@ def _delegated(path: Path, fd: int) -> bool:
 def acquire(folder: Path, what: str = "run folder") -> Path:
     """Lock `folder` (created if missing) for this process; FolderInUse if another live process holds it."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = (folder / LOCK_NAME).resolve()
+    path = folder.resolve() / LOCK_NAME  # the lock file itself is never followed: a planted link is refused
     with _guard:
         if path in _held:
             _held[path][1] += 1
             return path
-        existed = path.exists()
+        existed = os.path.lexists(path)
         folder_before = stamp(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = _open_lock(path, folder, what)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -142,6 +150,34 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
         os.pwrite(fd, info, 0)
         _held[path] = [fd, 1, before, file_before, folder_before]
         return path
+
+
+def _open_lock(path: Path, folder: Path, what: str) -> int:
+    """The lock file opened for reading and writing (made if missing): a regular file only. A link is not followed
+    (O_NOFOLLOW: a link to /dev/zero said only "Invalid argument", audit 14 M3; one to another file would have had
+    this process's name written into it), a FIFO not waited on (O_NONBLOCK), and anything but a regular file is a
+    LockFileError naming it."""
+    def refused(kind: str) -> LockFileError:
+        return LockFileError(f"{what} {folder}: its lock file {path} is {kind}, not a regular file (stride writes a "
+                             "plain file there and never follows or writes through anything else); remove it")
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISREG(mode):
+                kind = file_kind(mode)
+                if stat.S_ISLNK(mode):
+                    kind += f" (to {os.readlink(path)})"
+                raise refused(kind) from None
+        raise exc from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise refused(file_kind(mode))
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _open_dir(folder: Path) -> int | None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
+from stride.files.input_file import InputFileError, read_input_text
 from stride.perfmodel.census import WorkloadCensus
 from stride.perfmodel.census_workload import workload_census
 from stride.perfmodel.costmodel import Prediction
@@ -97,11 +100,48 @@ class RunInputs:
         return predict_workload(self.trace, self.layout, hw, self.global_batch, eff, p.ddp_bucket_mb, fsdp_bytes)
 
 
+RUN_FILE_MAX_BYTES = 64 << 20  # summary.json, rank0.json, env.json: KiBs
+
+
 def _read_json(path: Path, run_dir: Path) -> dict:
+    """A run file's JSON object; a ConfigError naming the file where it is not a regular file (a FIFO or /dev/zero
+    is never read), too large, not UTF-8, not JSON (nested past Python's recursion limit too) or not an object."""
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        obj = json.loads(read_input_text(path, limit=RUN_FILE_MAX_BYTES, what="run file"))
+    except InputFileError as exc:
+        raise ConfigError(str(exc)) from None
+    except (ValueError, RecursionError) as exc:
         raise ConfigError(f"{run_dir}: unreadable {path.name}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path}: holds a JSON {type(obj).__name__}, not the object stride writes")
+    return obj
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def run_file_problem(summary: dict, rank0: dict | None = None, env: dict | None = None) -> str | None:
+    """The first field calibration reads from a run's files that is not what stride writes there (None: none), as
+    `file: key = value is not ...`: summary.json's world_size (a process count), step_time_s and samples_per_s
+    (finite numbers >= 0), step_time_breakdown_s (a table of finite numbers >= 0) and device (text); rank0.json's
+    median_step_time_s; env.json's torch_threads. `stride report` refuses such a file; calibrate raised a TypeError
+    or AttributeError from the arithmetic (audit 14, L2)."""
+    checks = [("summary.json", summary, "world_size", lambda v: type(v) is int and v >= 1, "a process count >= 1"),
+              *(("summary.json", summary, k, lambda v: _number(v) and v >= 0, "a finite number >= 0")
+                for k in ("step_time_s", "samples_per_s")),
+              ("summary.json", summary, "step_time_breakdown_s",
+               lambda v: isinstance(v, dict) and all(_number(x) and x >= 0 for x in v.values()),
+               "a table of finite numbers >= 0 (seconds a step, by phase)"),
+              ("summary.json", summary, "device", lambda v: isinstance(v, str), "text"),
+              ("rank0.json", rank0 or {}, "median_step_time_s", lambda v: _number(v) and v >= 0,
+               "a finite number >= 0"),
+              ("env.json", env or {}, "torch_threads", lambda v: type(v) is int and v >= 1, "a thread count >= 1")]
+    for name, obj, key, ok, what in checks:
+        v = obj.get(key)
+        if v is not None and not ok(v):
+            return f"{name}: {key} = {json.dumps(v)[:60]} is not {what}"
+    return None
 
 
 def run_inputs(run_dir: Path) -> RunInputs:
@@ -110,9 +150,15 @@ def run_inputs(run_dir: Path) -> RunInputs:
 
     summ_p, cfg_p = run_dir / "summary.json", run_dir / "config.toml"
     for p in (summ_p, cfg_p):
-        if not p.is_file():
+        if not os.path.lexists(p):
             raise ConfigError(f"{run_dir}: missing {p.name}")
     summary = _read_json(summ_p, run_dir)
+    rank0 = run_dir / "rank0.json"
+    rank0_obj = _read_json(rank0, run_dir) if os.path.lexists(rank0) else None
+    env_p = run_dir / "env.json"
+    env = _read_json(env_p, run_dir) if os.path.lexists(env_p) else {}
+    if why := run_file_problem(summary, rank0_obj, env):  # before the config is read or the model censused
+        raise ConfigError(f"{run_dir}/{why}: edited or damaged")
     cfg = load_config(cfg_p)
     t, par = cfg.train, cfg.parallel
     world = int(summary.get("world_size") or 1)
@@ -130,9 +176,8 @@ def run_inputs(run_dir: Path) -> RunInputs:
     layout = Layout(dp=world, zero=zero, micro_batch=micro, recompute=t.activation_checkpointing,
                     precision=trace.precision)
     step = None
-    rank0 = run_dir / "rank0.json"
-    if rank0.is_file():
-        step = _read_json(rank0, run_dir).get("median_step_time_s")
+    if rank0_obj is not None:
+        step = rank0_obj.get("median_step_time_s")
     if not step and summary.get("step_time_s"):
         # a checkpoint stall counts in the trainer's step time (stride.metrics.step_timer.StepTimer.add); the
         # model predicts the training step alone, so the stall is taken out
@@ -147,8 +192,6 @@ def run_inputs(run_dir: Path) -> RunInputs:
     if not step or step <= 0:
         raise ConfigError(f"{run_dir}: no measured step time (rank0.json median_step_time_s, or "
                           "summary.json step_time_s / samples_per_s)")
-    env_p = run_dir / "env.json"
-    env = _read_json(env_p, run_dir) if env_p.is_file() else {}
     threads, threads_from = ((t.threads, "config.toml train.threads") if t.threads else
                              (env.get("torch_threads"), "env.json torch_threads"))
     device = str(summary["device"]).split(":")[0] if summary.get("device") else None

@@ -108,6 +108,8 @@ def read_json(path: str | Path) -> object:
         raise ConfigError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:  # arrays nested thousands deep: a traceback from json (audit 14, L4)
+        raise ConfigError(f"{path}: not valid JSON: nested too deeply to read") from None
 
 
 def read_factors(path: str | Path, data: object = None) -> dict[str, float]:

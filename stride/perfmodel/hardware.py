@@ -142,27 +142,46 @@ def _load_toml(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{what} file {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # arrays or tables nested thousands deep: a traceback from tomllib (audit 14, L4)
+        raise ConfigError(f"{what} file {path} is not valid TOML: nested too deeply to read") from None
 
 
 def read_comm_profile(path: Path, where: str) -> dict[str, tuple[float, float, int]]:
     """Per-collective alpha-beta fits from a `stride comm --profile-out` TOML (stride-hwprofile-1)."""
     data = _load_toml(path, f"{where}: comm_profile")
     meta = data.get("meta", {})
+    if not isinstance(meta, dict):  # every key named, each value of its type: `meta = 5` was an AttributeError
+        raise ConfigError(f"{where}: {path}: meta = {meta!r:.40} is not a table (format, world_size, ...): not a "
+                          "`stride comm` profile")
     if meta.get("format") != "stride-hwprofile-1":
         raise ConfigError(f"{where}: {path} is not a `stride comm` profile (meta.format = {meta.get('format')!r})")
-    world = int(meta.get("world_size", 0))
+    world = meta.get("world_size", 0)  # 0: not recorded, so no group size matches it
+    if "world_size" in meta and (type(world) is not int or world < 1):
+        raise ConfigError(f"{where}: {path}: meta.world_size = {world!r:.40} is not a process count (an integer >= 1)")
+    collectives = data.get("collectives", {})
+    if not isinstance(collectives, dict):
+        raise ConfigError(f"{where}: {path}: collectives = {collectives!r:.40} is not a table of [collectives.<name>] "
+                          "fits")
     out = {}
-    for name, fit in data.get("collectives", {}).items():
-        try:
-            alpha, beta = float(fit["alpha_us"]) * 1e-6, float(fit["beta_us_per_byte"]) * 1e-6
-        except (KeyError, TypeError, ValueError):
-            raise ConfigError(f"{where}: {path} [collectives.{name}] lacks alpha_us / beta_us_per_byte") from None
+    for name, fit in collectives.items():
+        if not isinstance(fit, dict):
+            raise ConfigError(f"{where}: {path}: collectives.{name} = {fit!r:.40} is not a table (alpha_us, "
+                              "beta_us_per_byte)")
+        for key in ("alpha_us", "beta_us_per_byte"):
+            v = fit.get(key)
+            if v is None:
+                raise ConfigError(f"{where}: {path} [collectives.{name}] lacks {key}")
+            if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):  # NaN passed `< 0`
+                raise ConfigError(f"{where}: {path}: collectives.{name}.{key} = {v!r:.40} is not a finite number")
+        alpha, beta = float(fit["alpha_us"]) * 1e-6, float(fit["beta_us_per_byte"]) * 1e-6
         if alpha < 0 or beta <= 0:
             raise ConfigError(f"{where}: {path} [collectives.{name}]: alpha must be >= 0 and beta > 0 "
                               f"(got {alpha * 1e6} us, {beta * 1e6} us/B)")
         r2 = fit.get("fit_r2")
-        if isinstance(r2, int | float) and not r2 >= MIN_R2:  # noise (a profile written before `stride comm`
-            continue  # left such fits out): that collective falls back to the catalog's link model
+        if r2 is not None and (not isinstance(r2, int | float) or isinstance(r2, bool)):
+            raise ConfigError(f"{where}: {path}: collectives.{name}.fit_r2 = {r2!r:.40} is not a number")
+        if r2 is not None and not r2 >= MIN_R2:  # noise, NaN too (a profile written before `stride comm` left
+            continue  # such fits out): that collective falls back to the catalog's link model
         out[name] = (alpha, beta, world)
     if not out:
         raise ConfigError(f"{where}: {path} has no [collectives.*] fits (none, or none whose fit_r2 reaches "

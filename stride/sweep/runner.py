@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from stride.config.errors import ConfigError
+from stride.files.input_file import InputFileError, InputFileMissing, read_input_bytes
 from stride.sweep.grid import Point
 from stride.sweep.jobs import PackJob, ray_job, run_job
 from stride.sweep.packed_model import chunk_bounds
 from stride.sweep.packing import check_packable, pack_key, split_keys
 from stride.sweep.sizing import SoloRate, check_fits, measure_solo, probe
-from stride.sweep.store import SweepFileError, SweepStore
+from stride.sweep.store import PACK_LOG_MAX_BYTES, SweepFileError, SweepStore
 
 
 class SweepError(RuntimeError):
@@ -355,10 +356,15 @@ def load_pack_log(root: Path) -> list[dict[str, Any]]:
     line naming the file and line (SweepFileError), as point files are: it was a traceback (KeyError,
     AttributeError, TypeError) from the report."""
     path = Path(root) / "packs.jsonl"
-    if not path.exists():
+    try:  # a FIFO or a link to /dev/zero is refused, never read (one filled the memory: audit 14 M3)
+        text = read_input_bytes(path, limit=PACK_LOG_MAX_BYTES, what="pack log").decode(errors="replace")
+    except InputFileMissing:
         return []
+    except InputFileError as exc:
+        raise SweepFileError(f"{exc}; delete it (the file holds only the cost figures: deleting it loses them, not a "
+                             "point) and run the same command again") from None
     out = []
-    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         try:
             rec = json.loads(line)
         except (ValueError, RecursionError):

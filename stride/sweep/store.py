@@ -23,7 +23,9 @@ the plan has it (`config_hash`), and a point file whose hash is not the plan's f
 sweep.json deleted (the way around "holds another sweep"), a sweep of another base config or --set took the
 old points as finished and ranked them beside its own (audit 10, F4). Point files written before the field are
 not checked for it. A sweep.json or packs.jsonl that parses but has the wrong shape is one line naming the file
-(SweepFileError), as a damaged point file is.
+(SweepFileError), as a damaged point file is. Each is read through stride.files.input_file: a regular file only (a
+FIFO or a link to /dev/zero is refused in one line, never read: one filled the memory, audit 14 M3) and up to a
+size (PLAN_MAX_BYTES, POINT_MAX_BYTES, PACK_LOG_MAX_BYTES) far above what a sweep writes.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from stride.config.errors import ConfigError
 from stride.data.build import SPLIT_VERSION
 from stride.errors import StrideError
 from stride.files import strict_json
+from stride.files.input_file import InputFileError, InputFileMissing, read_input_text
 from stride.metrics.run_dir import atomic_write_text
 from stride.sweep.grid import Axis, Point
 
@@ -51,6 +54,9 @@ VERSION = 1
 
 
 STATE_KEYS = ("model", "optim", "step", "data")  # a point's state (PackedTrainer.model_state, export.solo_state)
+# what a sweep's files may weigh: sweep.json holds ~200 bytes a point (a million-point grid: 200 MB), a point file a
+# few KiB (its summary and log), packs.jsonl ~250 bytes a pack
+PLAN_MAX_BYTES, POINT_MAX_BYTES, PACK_LOG_MAX_BYTES = 1 << 30, 256 << 20, 256 << 20
 
 
 class SweepStateError(StrideError):
@@ -161,9 +167,11 @@ class SweepStore:
     def open(self, plan: dict[str, Any]) -> int:
         """Create the directory, or check it holds this sweep; returns how many points are already finished."""
         path = self.root / "sweep.json"
-        if path.exists():
+        if path.exists():  # a FIFO or a link to /dev/zero too (read_input_text refuses them); a link to nothing: none
             try:
-                old = json.loads(path.read_text())
+                old = json.loads(read_input_text(path, limit=PLAN_MAX_BYTES, what="sweep plan"))
+            except InputFileError as exc:  # a FIFO, /dev/zero, a directory, too large, not UTF-8: never read whole
+                raise SweepFileError(f"{exc}; use another --out") from None
             except (ValueError, RecursionError) as exc:
                 raise ConfigError(f"{path}: not a stride sweep file ({exc}); use another --out") from None
             if why := _plan_problem(old):
@@ -208,12 +216,11 @@ class SweepStore:
         of this sweep is SweepPointError, naming the file (module docstring)."""
         path = self.result_path(pid)
         try:
-            text = path.read_text()
-        except FileNotFoundError:
+            text = read_input_text(path, limit=POINT_MAX_BYTES, what="point file")
+        except InputFileMissing:
             return None
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-            raise SweepPointError(f"{path}: cannot be read ({reason}); {_retrain(self.root, pid)}") from None
+        except InputFileError as exc:  # a FIFO, /dev/zero, a directory, too large, unreadable, not UTF-8
+            raise SweepPointError(f"{exc}; {_retrain(self.root, pid)}") from None
         try:
             obj = json.loads(text)
         except (ValueError, RecursionError) as exc:

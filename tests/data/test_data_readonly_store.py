@@ -80,8 +80,10 @@ def test_read_only_store_derives_into_the_user_cache(stores: tuple[Path, Path], 
         got = build_store_sources(_cfg(ro, *extra))
     assert _tree(ro) == before and not (ro / "derived").exists()  # nothing written into the store
     sha = (rw / "manifest.json").read_text().split('"values.bin"')[1].split('"sha256": "')[1][:16]
-    cached = list((tmp_path / "cache" / "derived" / sha).iterdir())
+    folder = tmp_path / "cache" / "derived" / sha
+    cached = [p for p in folder.iterdir() if p.suffix != ".json"]  # beside each cache: its record (name.json)
     assert len(cached) == 1 and not cached[0].name.startswith(".")
+    assert sorted(p.name for p in folder.iterdir()) == [cached[0].name, f"{cached[0].name}.json"]
     lines = [r.getMessage() for r in caplog.records if "read-only" in r.getMessage()]
     assert len(lines) == 1 and str(ro) in lines[0] and str(cached[0].parent) in lines[0]
     for split in ("train", "val"):
@@ -91,7 +93,7 @@ def test_read_only_store_derives_into_the_user_cache(stores: tuple[Path, Path], 
             assert torch.equal(xr, xg) and torch.equal(yr, yg)
     stamp = cached[0].stat().st_mtime_ns
     again = build_store_sources(_cfg(ro, *extra))  # the user cache is reused, not rebuilt
-    assert cached[0].stat().st_mtime_ns == stamp and list(cached[0].parent.iterdir()) == cached
+    assert cached[0].stat().st_mtime_ns == stamp and [p for p in folder.iterdir() if p.suffix != ".json"] == cached
     assert torch.equal(next(iter(ShardedLoader(again.train, 16, seed=1)))[0],
                        next(iter(ShardedLoader(got.train, 16, seed=1)))[0])
 

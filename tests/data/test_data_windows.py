@@ -71,7 +71,7 @@ def test_rolling_matches_a_float64_loop_per_symbol_across_chunks(tmp_path: Path,
     # the warm-up (first w-1 rows of a symbol) is the expanding z-score of the rows so far
     exp = np.asarray(derived_features(torch.from_numpy(x), tmp_path, "sha", [2, 0], (starts, stops), "expanding"))
     np.testing.assert_allclose(got[97 : 97 + 39], exp[97 : 97 + 39], rtol=1e-5, atol=1e-5)
-    assert len(list((tmp_path / "derived").glob("rolling*"))) == 3  # one cache file per window
+    assert len(list((tmp_path / "derived").glob("rolling*.f32"))) == 3  # one cache file per window (and its record)
 
 
 def _welford(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

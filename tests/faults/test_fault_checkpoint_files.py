@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from stride.checkpoint import verify
 from stride.checkpoint.manifest import CHECKSUM, checksum_file
-from stride.checkpoint.safe_read import _MUTABLE_CLASSES, check_checkpoint, load_metadata_safely
+from stride.checkpoint.safe_read import _global_state, check_checkpoint, load_metadata_safely
 
 GEN = {**GEN, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
 
@@ -127,14 +127,14 @@ def test_any_manifest_json_is_judged_without_an_exception(run: Path, ckpt: Path,
 @given(data=st.binary(max_size=2000))
 def test_any_bytes_as_manifest_or_metadata_are_refused_cleanly(run: Path, ckpt: Path, data: bytes) -> None:
     _restore(run, ckpt)
-    before = [dict(vars(c)) for c in _MUTABLE_CLASSES]
+    before = _global_state()
     (ckpt / ".metadata").write_bytes(data)
     with pytest.raises(pickle.UnpicklingError):
         load_metadata_safely(data, ckpt)
     assert not check_checkpoint(ckpt, 6).ok
     (ckpt / "manifest.json").write_bytes(data)
     assert not verify(ckpt, 6).ok
-    assert [dict(vars(c)) for c in _MUTABLE_CLASSES] == before
+    assert _global_state() == before
 
 
 @settings(**GEN, max_examples=150)
@@ -147,7 +147,7 @@ def test_mutated_metadata_is_loaded_or_refused_never_anything_else(run: Path, cu
         data[at % len(data)] = byte
     if truncate is not None:
         data = data[: truncate % len(data)]
-    before = [dict(vars(c)) for c in _MUTABLE_CLASSES]
+    before = _global_state()
     with contextlib.suppress(pickle.UnpicklingError):  # anything else fails the test
         load_metadata_safely(bytes(data), run / "checkpoints" / "step_00000006")
-    assert [dict(vars(c)) for c in _MUTABLE_CLASSES] == before
+    assert _global_state() == before
