@@ -198,20 +198,22 @@ def _print_inspect(args: argparse.Namespace, st: Any) -> int:
         "sizes checked"
     if getattr(args, "derived_verified", 0):
         checked += f", and of {args.derived_verified} derived feature cache(s)"
-    t = Table(title=f"{st.path} ({checked})")
+    from stride.shown_text import literal, plain
+
+    t = Table(title=literal(f"{st.path} ({checked})"))
     for col in ("symbol", "rows", "first", "last"):
         t.add_column(col)
     import numpy as np
 
     for r in m["symbols"][:20]:
-        t.add_row(r["symbol"], f"{r['stop'] - r['start']:,}", str(np.datetime64(r["first_ts"], "ns")),
+        t.add_row(literal(r["symbol"]), f"{r['stop'] - r['start']:,}", str(np.datetime64(r["first_ts"], "ns")),
                   str(np.datetime64(r["last_ts"], "ns")))
     if len(m["symbols"]) > 20:
         t.add_row(f"... {len(m['symbols']) - 20} more", "", "", "")
     Console().print(t)
     size = m["files"]["values.bin"]["bytes"] / 2**20
     print(f"{m['n_rows']:,} rows, {len(m['columns'])} columns ({m['dtype']}, {size:.1f} MiB): "
-          f"{', '.join(m['columns'])}")
+          f"{', '.join(plain(c) for c in m['columns'])}")
     sys.stdout.flush()
     return 0
 

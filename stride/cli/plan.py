@@ -509,11 +509,16 @@ def _plan_workload(args, hw, notes: list[str], eff) -> int:
         return 0 if best else 1
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from stride.shown_text import literal
 
     con = Console()
-    con.print(f"[bold]{plan.name}[/] ({tr.param_count:,} parameters, {tr.precision}, traced at micro-batch "
-              f"{', '.join(map(str, sorted(plan.traces)))}) on {args.devices} x {hw.display_name}, "
-              f"global batch {plan.global_batch}: {res.considered} layouts, {len(res.ranked)} fit ({seconds:.2f} s)")
+    con.print(Text.assemble(
+        literal(plan.name, "bold"),
+        f" ({tr.param_count:,} parameters, {tr.precision}, traced at micro-batch "
+        f"{', '.join(map(str, sorted(plan.traces)))}) on {args.devices} x ", literal(hw.display_name),
+        f", global batch {plan.global_batch}: {res.considered} layouts, {len(res.ranked)} fit ({seconds:.2f} s)"))
     for line in _hardware_lines(args.hardware, notes):
         con.print(line, markup=False, highlight=False)
     for line in assumed:
@@ -522,7 +527,8 @@ def _plan_workload(args, hw, notes: list[str], eff) -> int:
     for col in ("layer", "params", "fwd+bwd GFLOP", "MB moved", "kernels", "saved MB"):
         lt.add_column(col, justify="left" if col == "layer" else "right")
     for la in tr.layers:
-        lt.add_row(la.name, f"{la.params:,}", f"{la.flops / 1e9:.3f}", f"{(la.fwd.bytes + la.bwd.bytes) / 1e6:.1f}",
+        lt.add_row(literal(la.name), f"{la.params:,}", f"{la.flops / 1e9:.3f}",
+                   f"{(la.fwd.bytes + la.bwd.bytes) / 1e6:.1f}",
                    str(la.fwd.kernels + la.bwd.kernels), f"{la.saved_bytes / 1e6:.2f}")
     con.print(lt)
     if not best:
@@ -576,13 +582,16 @@ def _memory_lines(result, check: dict | None) -> list[str]:
 def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tuple[float, float, str],
                 hardware_lines: list[str] = (), check: dict | None = None) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from stride.cli.plan_tables import _console, secs
     from stride.perfmodel.planner import explain
+    from stride.shown_text import literal
 
     con = _console()
-    con.print(f"[bold]{spec.name}[/] on {devices} x {hw.display_name}, global batch {gb} x {spec.seq} tokens: "
-              f"{result.considered} layouts, {len(result.ranked)} fit ({seconds:.2f} s)")
+    con.print(Text.assemble(literal(spec.name, "bold"), f" on {devices} x ", literal(hw.display_name),
+                            f", global batch {gb} x {spec.seq} tokens: {result.considered} layouts, "
+                            f"{len(result.ranked)} fit ({seconds:.2f} s)"))
     for line in hardware_lines:
         con.print(line, markup=False, highlight=False)
     for line in result.notes:  # what limited the search (the framework's parallelism, the batch's divisors)

@@ -11,8 +11,8 @@ reads the lock file's content only.
 
 Every run file is read through stride.files.input_file: only a regular file (a FIFO hung `top --once`, a link to
 /dev/zero grew it to 24 GB, audit 14 M3), each up to a size that names the file when it is past it, and a followed
-file in pieces, whose line without a newline may grow to LINE_MAX_BYTES at most. Only the records the view shows are
-kept (the last KEEP_RECORDS), so a long run's metrics.jsonl is read in the memory of a short one's.
+file in pieces, whose line without a newline may grow to a limit (stride.metrics.observe.follow). Only the records
+the view shows are kept (the last KEEP_RECORDS), so a long run's metrics.jsonl is read in the memory of a short one's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import math
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +32,13 @@ from stride.files.input_file import (
     InputFileMissing,
     InputFileTooLarge,
     NotARegularFile,
-    read_input_range,
+    json_object,
     read_input_text,
 )
+from stride.metrics.observe.follow import JsonlFollower
 
 SPARK = "▁▂▃▄▅▆▇█"
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json")  # what `stride train` writes into a run directory
-FOLLOWED_MAX_BYTES = 4 << 30  # metrics.jsonl / system.jsonl: a record is < 1 KiB, so millions of logged steps
-LINE_MAX_BYTES = 1 << 20  # one JSON line (a record stride writes is < 1 KiB); a longer one is no record
-READ_BYTES = 8 << 20  # a followed file is read in pieces of this size
 SMALL_FILE_BYTES = 64 << 20  # summary.json, config.toml, the lock file: KiBs
 KEEP_RECORDS = 4096  # training and validation records kept: the view shows the last and a 40-step sparkline
 
@@ -94,72 +91,13 @@ def read_run_file(path: Path, what: str) -> str | None:
         raise ValueError(str(exc)) from None
 
 
-class RunFileFollower:
-    """Follow a growing JSONL run file: only complete lines are parsed, and where it stopped is remembered.
-
-    A writer that crashed mid-line (or is mid-write now) leaves a partial last line; it is held back until its
-    newline arrives, so a half-written record is never parsed as data. The file is read through
-    stride.files.input_file (a regular file of at most FOLLOWED_MAX_BYTES: a FIFO or /dev/zero is refused, never
-    read), READ_BYTES at a time, and a line may not grow past LINE_MAX_BYTES without its newline. A line that is
-    not UTF-8 JSON is a ValueError naming the file and the line."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self._partial = b""
-        self._lines = 0  # complete lines read so far: a bad one is named by its line in the file
-
-    def read_new(self) -> list[Any]:
-        """Records appended since the last call ([] while the file does not exist yet)."""
-        return list(self.iter_new())
-
-    def iter_new(self) -> Iterator[Any]:
-        """The records appended since the last call, one READ_BYTES piece of the file at a time (a caller that keeps
-        only the last ones holds no more than a piece's records)."""
-        while True:
-            try:
-                chunk = read_input_range(self.path, self.offset, READ_BYTES, limit=FOLLOWED_MAX_BYTES,
-                                         what="run file")
-            except InputFileMissing:
-                return
-            except InputFileError as exc:
-                raise ValueError(str(exc)) from None
-            if not chunk:
-                return
-            self.offset += len(chunk)
-            yield from self._records(chunk)
-
-    def _records(self, chunk: bytes) -> list[Any]:
-        *lines, self._partial = (self._partial + chunk).split(b"\n")
-        if len(self._partial) > LINE_MAX_BYTES:
-            raise ValueError(f"{self.path}: line {self._lines + len(lines) + 1} runs past {LINE_MAX_BYTES} bytes "
-                             "without a newline: not a line stride writes (a record is under 1 KiB)")
-        out = []
-        first, self._lines = self._lines, self._lines + len(lines)
-        for n, line in enumerate(lines, first + 1):
-            if not line.strip():
-                continue
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as exc:  # json.loads said only "'utf-8' codec can't decode byte 0xd7 ..."
-                raise ValueError(f"{self.path}: line {n} is not UTF-8 text (byte 0x{line[exc.start]:02x}); stride "
-                                 "writes JSON lines in UTF-8: the file is damaged or was not written by stride"
-                                 ) from None
-            try:
-                out.append(json.loads(text))
-            except (ValueError, RecursionError) as exc:
-                raise ValueError(f"{self.path}: line {n}, a complete line, is not JSON ({exc}): {line[:80]!r}"
-                                 ) from None
-        return out
-
-
 class RunView:
     """The state of one run directory, updated from its files."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.metrics = RunFileFollower(run_dir / "metrics.jsonl")
-        self.system = RunFileFollower(run_dir / "system.jsonl")
+        self.metrics = JsonlFollower(run_dir / "metrics.jsonl")
+        self.system = JsonlFollower(run_dir / "system.jsonl")
         self.train: deque[dict[str, Any]] = deque(maxlen=KEEP_RECORDS)
         self.val: deque[dict[str, Any]] = deque(maxlen=KEEP_RECORDS)
         self.sys_last: dict[str, Any] | None = None
@@ -192,11 +130,9 @@ class RunView:
         path = self.run_dir / "summary.json"
         if path.is_file() and (text := read_run_file(path, "run summary")) is not None:  # written whole, by a rename
             try:
-                summary = json.loads(text)
-            except (ValueError, RecursionError) as exc:
-                raise ValueError(f"{path}: not valid JSON ({exc})") from None
-            if not isinstance(summary, dict):
-                raise ValueError(f"{path}: holds a JSON {type(summary).__name__}, not a run summary")
+                summary = json_object(text, path)
+            except InputFileError as exc:
+                raise ValueError(str(exc)) from None
             from stride.report.inputs import range_problem
 
             if why := range_problem(summary):  # a corrupted or hand-edited figure is not shown as measured

@@ -669,6 +669,11 @@ def _check_columns(path: Path, asked: list[str] | None, names: list[str], schema
     missing = sorted(set(asked or []) - set(names))
     if missing:
         raise IngestError(f"{path}: requested columns {missing} are not in the file (columns: {', '.join(names)})")
+    for c in schema:  # printed by `stride data inspect` and in errors, as symbols are (_check_symbol_text)
+        bad = next((ch for ch in c if unicodedata.category(ch) in ("Cc", "Zl", "Zp")), None)
+        if bad is not None:
+            raise IngestError(f"{path}: column name {c!r} holds the control character {bad!r}: column names are "
+                              "printed in tables and logs; rename the column")
     twice = sorted({c for c in schema if schema.count(c) > 1})
     if twice:
         raise IngestError(f"{path}: requested columns {twice} are named more than once")

@@ -12,6 +12,7 @@ input. A command whose input errors are ConfigErrors re-raises it as one: `raise
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -182,3 +183,17 @@ def not_found_or_special(path: str | Path) -> str:
     except OSError:
         return f"{p}: no such file or directory"
     return f"{p} is {file_kind(mode)}, not a regular file"
+
+
+def json_object(text: str, path: str | os.PathLike[str]) -> dict:
+    """`text`, read from the file `path`, as the JSON object stride writes there: an InputFileError naming the file
+    where it is not JSON (nested past Python's recursion limit too) or not an object. One rule for the run files that
+    repro, top and calibrate read."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputFileError(f"{_shown(path)}: not valid JSON ({exc})", path) from None
+    if not isinstance(obj, dict):
+        raise InputFileError(f"{_shown(path)}: holds a JSON {type(obj).__name__}, not the object stride writes", path)
+    return obj
+

@@ -10,6 +10,11 @@ The re-run uses the recorded world size: more than one process runs `stride trai
 command line would, since DDP's reduction order changes the last bits. A run whose layout changed mid-run (resumed
 under another world size or [parallel] layout; summary.json keeps its last resume's changes) cannot be replayed by
 one launch: the report says so and names it as the likely cause of a mismatch.
+
+The run folder's files are input like any other (`check_run_files`, first in `reproduce`, before anything is
+re-run): summary.json, env.json and config.toml are read only as regular files (one a link to /dev/zero was
+"env.json not found"), and the summary fields the comparison reads are checked first: an `extended_from` of text or
+below 1, or a final loss that is no number, was a traceback, the last after the whole re-run (audit 14, L1).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import math
 import os
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +33,7 @@ from typing import Any
 
 from stride.config import ConfigError, RunConfig, config_hash, load_config
 from stride.errors import StrideError
+from stride.files.input_file import InputFileError, json_object, read_input_text
 
 HARDWARE_KEYS = ("cpu_model", "gpus")
 
@@ -213,12 +220,95 @@ def default_rerun_dir(run_dir: Path) -> Path:
     return path
 
 
+RUN_FILE_MAX_BYTES = 64 << 20  # summary.json, env.json, config.toml: KiBs
+
+
+class RunFolderError(StrideError):
+    """A file of the recorded run that is not what `stride train` writes: one line naming it (exit status 2)."""
+
+    exit_code = 2
+
+
+def _read_run_file(path: Path, what: str) -> str | None:
+    """The text of a run file, None where there is nothing at `path` (`reproduce` names what is missing); a FIFO, a
+    device, a directory, an oversized or undecodable file is a RunFolderError naming it."""
+    if not os.path.lexists(path) or not path.parent.is_dir():
+        return None
+    try:
+        return read_input_text(path, limit=RUN_FILE_MAX_BYTES, what=what)
+    except InputFileError as exc:
+        raise RunFolderError(str(exc)) from None
+
+
+def _json_object(path: Path, what: str) -> dict[str, Any] | None:
+    text = _read_run_file(path, what)
+    if text is None:
+        return None
+    try:
+        return json_object(text, path)
+    except InputFileError as exc:
+        raise RunFolderError(f"{exc}; the run may not have finished") from None
+
+
+def _shown(v: Any) -> str:
+    return json.dumps(v)[:60] if not isinstance(v, float) else repr(v)
+
+
+def summary_problem(summary: dict[str, Any], steps: int | None) -> str | None:
+    """The first field of a recorded summary.json that repro reads and that is not what `stride train` writes (None:
+    none): the hashes it compares (text), the final loss (a finite number: a run that diverged recorded none),
+    the segments of an extended run (`checkpoint.extended_from`: increasing step counts >= 1, each below the
+    config's `train.steps`, as `steps` gives it), and the tables it reads (`checkpoint`, `inputs_from`)."""
+    for key in ("params_sha256", "config_hash"):
+        if key in summary and not isinstance(summary[key], str):
+            return f"{key} = {_shown(summary[key])} is not text (a hash)"
+    if "final_train_loss" in summary:
+        loss = summary["final_train_loss"]
+        if not isinstance(loss, int | float) or isinstance(loss, bool) or not math.isfinite(loss):
+            why = " (the run diverged: a diverged run has no final loss to compare)" \
+                if summary.get("status") == "diverged" else ""
+            return f"final_train_loss = {_shown(loss)} is not a finite number{why}"
+    for key in ("checkpoint", "inputs_from"):
+        if summary.get(key) is not None and not isinstance(summary[key], dict):
+            return f"{key} = {_shown(summary[key])} is not a table"
+    ck = summary.get("checkpoint") or {}
+    ext = ck.get("extended_from")
+    if ext is not None:
+        if not isinstance(ext, list) or not all(type(s) is int and s >= 1 for s in ext) \
+                or any(a >= b for a, b in zip(ext, ext[1:], strict=False)):
+            return (f"checkpoint.extended_from = {_shown(ext)} is not a list of increasing step counts >= 1 (the "
+                    "train.steps of each earlier segment of an extended run)")
+        if ext and steps is not None and ext[-1] >= steps:
+            return (f"checkpoint.extended_from = {_shown(ext)} does not end below the config's train.steps = {steps} "
+                    "(a run is extended to more steps)")
+    changes = ck.get("resume_changes")
+    if changes is not None and not (isinstance(changes, list) and all(isinstance(c, str) for c in changes)):
+        return f"checkpoint.resume_changes = {_shown(changes)} is not a list of text"
+    return None
+
+
+def check_run_files(run_dir: Path) -> None:
+    """Before anything is re-run: summary.json, env.json and config.toml are regular files (a RunFolderError naming
+    one that is a FIFO, a device, a directory, ...), the JSON ones objects, and the summary fields repro reads what
+    `stride train` writes (`summary_problem`). What is missing is left to `reproduce`, which says so."""
+    config = _read_run_file(run_dir / "config.toml", "run config")
+    steps = None
+    if config is not None:
+        with contextlib.suppress(ValueError, RecursionError, AttributeError):  # load_config names what is wrong
+            steps = tomllib.loads(config).get("train", {}).get("steps")
+    summary = _json_object(run_dir / "summary.json", "run summary")
+    _json_object(run_dir / "env.json", "run environment file")
+    if summary is not None and (why := summary_problem(summary, steps if type(steps) is int else None)):
+        raise RunFolderError(f"{run_dir / 'summary.json'}: {why}: edited or damaged; nothing was re-run")
+
+
 def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: float = 1e-5,
               overrides: list[str] | None = None, nproc: int | None = None) -> ReproReport:
     """Re-run `run_dir`'s recorded config into `out` (default `<run_dir>-repro`) on `nproc` processes (default:
     the recorded world size) and compare."""
     from stride.train.trainer import Trainer
 
+    check_run_files(Path(run_dir))
     if nproc is not None and nproc < 1:
         raise ConfigError(f"--nproc {nproc} must be >= 1")
     run_dir = Path(run_dir)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
-from stride.files.input_file import InputFileError, read_input_text
+from stride.files.input_file import InputFileError, json_object, read_input_text
 from stride.perfmodel.census import WorkloadCensus
 from stride.perfmodel.census_workload import workload_census
 from stride.perfmodel.costmodel import Prediction
@@ -107,14 +107,9 @@ def _read_json(path: Path, run_dir: Path) -> dict:
     """A run file's JSON object; a ConfigError naming the file where it is not a regular file (a FIFO or /dev/zero
     is never read), too large, not UTF-8, not JSON (nested past Python's recursion limit too) or not an object."""
     try:
-        obj = json.loads(read_input_text(path, limit=RUN_FILE_MAX_BYTES, what="run file"))
+        return json_object(read_input_text(path, limit=RUN_FILE_MAX_BYTES, what="run file"), path)
     except InputFileError as exc:
         raise ConfigError(str(exc)) from None
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"{run_dir}: unreadable {path.name}: {exc}") from None
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{path}: holds a JSON {type(obj).__name__}, not the object stride writes")
-    return obj
 
 
 def _number(v: object) -> bool:

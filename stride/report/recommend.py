@@ -48,6 +48,8 @@ def load_prices(path: str | Path | None = None) -> dict[str, float]:
         prices = tomllib.loads(text).get("prices")
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{p}: not valid TOML: {exc}") from exc
+    except RecursionError:  # arrays or tables nested thousands deep: a traceback from tomllib (audit 14, L4)
+        raise ValueError(f"{p}: not valid TOML: nested too deeply to read") from None
     if not isinstance(prices, dict) or not all(isinstance(v, int | float) and not isinstance(v, bool)
                                                for v in prices.values()):
         raise ValueError(f"{p}: expected a [prices] table of numbers (USD per device-hour)")

@@ -11,6 +11,7 @@ from stride.bench.results import make_results
 from stride.files import strict_json
 from stride.metrics.env import fingerprint
 from stride.metrics.run_dir import atomic_write_text
+from stride.shown_text import md_cell
 from stride.sweep.report import (
     SEED_KEYS,
     configuration_stats,
@@ -84,8 +85,8 @@ def _fmt(v: Any, none: str = "-") -> str:
 
 
 def _md_table(rows: list[dict[str, Any]], cols: list[str], none: str = "-") -> list[str]:
-    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
-            *("| " + " | ".join(_fmt(r.get(c), none) for c in cols) + " |" for r in rows)]
+    return ["| " + " | ".join(md_cell(c) for c in cols) + " |", "|" + "---|" * len(cols),
+            *("| " + " | ".join(md_cell(_fmt(r.get(c), none)) for c in cols) + " |" for r in rows)]
 
 
 def _html_table(rows: list[dict[str, Any]], cols: list[str], none: str = "-") -> str:
@@ -137,8 +138,9 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
                  + (f"; ${c['sweep_usd']:.4f} against ${c['one_by_one_usd']:.4f}" if price_per_hour is not None
                     else ""))
     methods = [f"one by one, measured: {m}" for m in c["one_by_one_methods"]]
-    md = [f"# stride sweep: {len(results)} of {len(plan['points'])} points", "", f"grid: {' '.join(plan['grid'])}",
-          "", cost_line, "", *(m for line in methods for m in (line, "")), *_md_table(rows, cols), "",
+    md = [f"# stride sweep: {len(results)} of {len(plan['points'])} points", "",
+          f"grid: {md_cell(' '.join(plan['grid']))}",
+          "", md_cell(cost_line), "", *(m for line in methods for m in (md_cell(line), "")), *_md_table(rows, cols), "",
           "## Configurations", "", f"{CONF_LEGEND}.", "", *_md_table(conf_rows, CONF_COLS), "",
           "## Pairs of configurations", "", f"{significance_line(pairs)}. A pair differs when Holm p < 0.05 and the "
           "95 % interval of the difference excludes 0; n/a: fewer than 2 seeds on a side, or diverged seeds on a "

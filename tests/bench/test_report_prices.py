@@ -54,3 +54,11 @@ def test_an_explicit_missing_price_table_is_still_an_error(tmp_path: Path, capsy
     bench = _results(tmp_path / "bench")
     assert main(["report", str(bench), "--prices", str(tmp_path / "nope.toml")]) == 2
     assert "price table not found" in capsys.readouterr().err
+
+
+def test_a_deeply_nested_price_table_is_one_line(tmp_path: Path) -> None:
+    """tomllib recurses per level: arrays nested 100,000 deep were a RecursionError traceback (audit 14, L4)."""
+    deep = tmp_path / "deep.toml"
+    deep.write_text(f"[prices]\nx = {'[' * 100_000}{']' * 100_000}\n")
+    with pytest.raises(ValueError, match=rf"^{deep}: not valid TOML: nested too deeply to read$"):
+        load_prices(deep)

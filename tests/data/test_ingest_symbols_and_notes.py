@@ -188,3 +188,26 @@ def test_an_empty_mount_point_is_filled_on_its_own_filesystem(tmp_path: Path) ->
     finally:
         for m in mounts:
             subprocess.run(["umount", str(m)], capture_output=True)
+
+
+@pytest.mark.parametrize("bad", ["a\x1b[31mb", "x\ny", "p\u2028q"])
+def test_a_column_name_with_a_control_character_is_refused(tmp_path: Path, bad: str) -> None:
+    """As a symbol's (audit 14): column names are printed by `stride data inspect` and in errors."""
+    pq.write_table(bars("AAA", n_days=1).rename_columns(["timestamp", "symbol", bad, "f1", "f2"]),
+                   tmp_path / "a.parquet")
+    with pytest.raises(IngestError, match=r"a.parquet: column name .* holds the control character"):
+        ingest(tmp_path / "a.parquet", tmp_path / "st")
+
+
+def test_inspect_shows_names_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Symbols, column names and the store's path are text (audit 14): `[/y]` ended inspect with a MarkupError
+    traceback, and an ESC in a column name (a store not written by ingest) reached the terminal raw."""
+    from stride.data.store import StoreWriter
+
+    st = tmp_path / "st[/p]"
+    w = StoreWriter(st, ["c[/b]", "e\x1b[2J"])
+    w.append("x[/y]", np.arange(3, dtype=np.int64), np.ones((3, 2), np.float32))
+    w.commit()
+    assert main(["data", "inspect", str(st)]) == 0
+    out = capsys.readouterr().out
+    assert "x[/y]" in out and "st[/p]" in out and "c[/b], e\\x1b[2J" in out and "\x1b" not in out

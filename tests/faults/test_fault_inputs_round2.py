@@ -71,7 +71,7 @@ def test_a_manifest_with_no_columns_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("files", "words"), [
     ({"summary.json": '{"steps": 3,'}, ["summary.json", "not valid JSON"]),  # was a JSONDecodeError traceback
-    ({"summary.json": "[]"}, ["summary.json", "not a run summary"]),
+    ({"summary.json": "[]"}, ["summary.json", "not the object stride writes"]),
     ({"metrics.jsonl": '{"step": 1, "loss": 1.0}\nnot json\n'}, ["metrics.jsonl", "not JSON"]),
 ])
 def test_top_refuses_a_corrupt_run_file_in_one_line(tmp_path: Path, files: dict[str, str], words: list[str]) -> None:

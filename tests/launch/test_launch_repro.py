@@ -9,7 +9,7 @@ import pytest
 
 from stride.cli.main import main
 from stride.config import ConfigError, load_config
-from stride.launch.repro import env_diff, reproduce
+from stride.launch.repro import RunFolderError, env_diff, reproduce
 from stride.train.trainer import Trainer
 
 TINY = ["data.n_assets=4", "data.n_steps=1024", "data.seq_len=16", "train.batch_size=32", "train.steps=6",
@@ -105,7 +105,7 @@ def test_env_diff_names_code_and_packages() -> None:
 def test_unfinished_run_dir_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "summary.json").write_text('{"params_sha256": ')
-    with pytest.raises(ConfigError, match="not valid JSON"):
+    with pytest.raises(RunFolderError, match="not valid JSON"):  # the run files' check, first in reproduce
         reproduce(tmp_path / "half")
     with pytest.raises(ConfigError, match="summary.json not found"):
         reproduce(tmp_path / "nothing")

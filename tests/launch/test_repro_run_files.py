@@ -70,3 +70,25 @@ def test_a_run_file_that_is_a_device_is_named_as_one(recorded: Path, tmp_path: P
     err = capsys.readouterr().err.strip()
     assert err == f"stride repro: {what} {run / name} is a character device, not a regular file", err
     assert not (tmp_path / "run-repro").exists()
+
+
+def test_python_callers_of_reproduce_get_the_checks_too(recorded: Path, tmp_path: Path) -> None:
+    """The checks are `reproduce`'s, not only the command line's: a damaged summary raises RunFolderError at once."""
+    from stride.launch.repro import RunFolderError, reproduce
+
+    run = _copy(recorded, tmp_path, final_train_loss="abc")
+    with pytest.raises(RunFolderError, match=r'summary.json: final_train_loss = "abc" is not a finite number'):
+        reproduce(run)
+    assert not (tmp_path / "run-repro").exists()  # nothing was re-run
+
+
+def test_environment_differences_are_printed_with_their_control_characters_escaped(
+        recorded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """env.json is input (audit 14): its values reached the terminal raw (an ESC clears the screen)."""
+    run = _copy(recorded, tmp_path)
+    env = json.loads((run / "env.json").read_text())
+    env["hostname"] = "h\x1b[2J"
+    (run / "env.json").write_text(json.dumps(env))
+    main(["repro", str(run)])
+    out = capsys.readouterr().out
+    assert "  hostname: h\\x1b[2J -> " in out and "\x1b" not in out, out

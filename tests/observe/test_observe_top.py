@@ -32,8 +32,11 @@ def test_follower_holds_back_a_partial_line(tmp_path: Path) -> None:
     assert f.read_new() == [{"step": 2, "loss": 0.25}]
     with open(p, "a") as w:
         w.write("not json\n")
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match="line 3, a complete line, is not JSON"):
         f.read_new()
+    (tmp_path / "d.jsonl").mkdir()  # the guarded follower `stride top` uses: a directory, FIFO or device is refused
+    with pytest.raises(ValueError, match=r"d.jsonl is a directory, not a regular file"):
+        JsonlFollower(tmp_path / "d.jsonl").read_new()
 
 
 def test_sparkline_levels() -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from stride.cli import top
 from stride.cli.main import main
+from stride.metrics.observe import follow
 
 
 def _limited() -> None:
@@ -57,7 +58,7 @@ def test_a_run_file_that_is_a_device_or_fifo_is_named_not_read(tmp_path: Path, n
 def test_a_line_without_a_newline_may_not_grow_without_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     run = _run(tmp_path)
-    monkeypatch.setattr(top, "LINE_MAX_BYTES", 1000)
+    monkeypatch.setattr(follow, "LINE_MAX_BYTES", 1000)
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 2, "loss": "' + "x" * 2000)  # no newline: held back, but not past LINE_MAX_BYTES
     assert main(["top", str(run), "--once"]) == 2
@@ -69,7 +70,7 @@ def test_a_line_without_a_newline_may_not_grow_without_bound(tmp_path: Path, cap
 def test_a_followed_file_is_read_in_pieces_and_keeps_the_last_records(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     run = _run(tmp_path)
-    monkeypatch.setattr(top, "READ_BYTES", 64)  # many pieces, lines cut across them
+    monkeypatch.setattr(follow, "READ_BYTES", 64)  # many pieces, lines cut across them
     monkeypatch.setattr(top, "KEEP_RECORDS", 5)
     with open(run / "metrics.jsonl", "w") as f:
         f.writelines(f'{{"step": {i}, "loss": {1 / i}}}\n' for i in range(1, 41))

@@ -89,3 +89,14 @@ def test_a_hardware_file_over_the_limit_is_refused(tmp_path: Path, monkeypatch: 
     size = hw.stat().st_size
     with pytest.raises(ConfigError, match=rf"^hardware file .*hw\.toml is {size} bytes .*, over the limit of {limit} "):
         load_catalog(hw)
+
+
+def test_a_display_name_with_markup_and_an_escape_is_shown_as_written(tmp_path: Path) -> None:
+    """A hardware file's display name is text (audit 14): `[/y]` ended `stride plan` with a MarkupError traceback,
+    and an ESC reached the terminal raw."""
+    hw = tmp_path / "hw.toml"
+    hw.write_text('[hardware.test-cpu]\nbase = "epyc-9654"\ndisplay_name = "x[/y] \\u001b[31mred"\n')
+    r = _plan("--hardware-file", str(hw), "--hardware", "test-cpu", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "\x1b" not in r.stdout
+    assert "x[/y] \\x1b[31mred" in r.stdout, r.stdout

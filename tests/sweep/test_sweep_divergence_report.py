@@ -9,6 +9,7 @@ configuration; add seeds", with 6 seeds each.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -90,3 +91,19 @@ def test_every_seed_diverged_says_so_and_does_not_ask_for_more_seeds(tmp_path, c
                 for p in (out / "points").glob("*.json")}
     assert statuses == {1e-3: "done", 1e30: "diverged"}
     assert f"no claim on which configurations differ: {all_diverged}" in (out / "summary.md").read_text()
+
+
+def test_summary_md_keeps_its_columns_with_a_bar_or_a_tag_in_a_name(tmp_path) -> None:
+    """Names are text in summary.md (audit 14): `|` split a row into more columns, `<b>` was raw HTML."""
+    bad = "a|<b>x"
+    res = [{**_r(0.1, s, 1.0 + 0.01 * s), "id": f"{bad}-{s}", "label": f"model.kind={bad} train.seed={s}",
+            "values": {"model.kind": bad, "train.seed": s}} for s in range(2)]
+    plan = {"grid": [f"model.kind={bad}", "train.seed=0..1"], "points": [{"id": r["id"]} for r in res],
+            "axes": [{"key": "model.kind", "values": [bad]}, {"key": "train.seed", "values": [0, 1]}]}
+    write_report(tmp_path, plan, res, [])
+    md = (tmp_path / "summary.md").read_text()
+    assert "<b>" not in md and "a\\|&lt;b&gt;x" in md
+    for block in md.split("\n\n"):
+        rows = [line for line in block.splitlines() if line.startswith("| ")]
+        if rows:  # every row of a table has its header's number of cells (an escaped `\|` splits none)
+            assert {len(re.split(r"(?<!\\)\|", row)) for row in rows} == {len(re.split(r"(?<!\\)\|", rows[0]))}
