@@ -10,11 +10,11 @@ would misdraw a version-2 file instead of refusing it.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from stride.files.input_file import InputFileError, InputFileMissing, read_input_text
+from stride.files.strict_json import finite_number
 
 SCHEMA = "stride.bench.results"
 SCHEMA_VERSION = 2
@@ -32,7 +32,7 @@ class ResultsError(ValueError):
 
 
 def _number_or_none(v: Any) -> bool:
-    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+    return v is None or finite_number(v)
 
 
 def validate_scaling(sc: Any, where: str) -> None:

@@ -18,6 +18,12 @@ from typing import Any
 NONFINITE_KEY = "nonfinite_fields"
 
 
+def finite_number(v: Any) -> bool:
+    """A real, finite number as JSON or TOML gives one: an int or float, not a bool (an int in Python), not NaN or
+    infinite. The one test of a numeric field read from a file (summaries, profiles, point files)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def scalar_value(o: Any) -> Any:
     """A tensor's or numpy scalar's Python value (the `default` of the files a run writes)."""
     if hasattr(o, "item"):

@@ -34,6 +34,7 @@ from typing import Any
 from stride.config import ConfigError, RunConfig, config_hash, load_config
 from stride.errors import StrideError
 from stride.files.input_file import InputFileError, json_object, read_input_text
+from stride.files.strict_json import finite_number
 
 HARDWARE_KEYS = ("cpu_model", "gpus")
 
@@ -264,7 +265,7 @@ def summary_problem(summary: dict[str, Any], steps: int | None) -> str | None:
             return f"{key} = {_shown(summary[key])} is not text (a hash)"
     if "final_train_loss" in summary:
         loss = summary["final_train_loss"]
-        if not isinstance(loss, int | float) or isinstance(loss, bool) or not math.isfinite(loss):
+        if not finite_number(loss):
             why = " (the run diverged: a diverged run has no final loss to compare)" \
                 if summary.get("status") == "diverged" else ""
             return f"final_train_loss = {_shown(loss)} is not a finite number{why}"
@@ -287,19 +288,21 @@ def summary_problem(summary: dict[str, Any], steps: int | None) -> str | None:
     return None
 
 
-def check_run_files(run_dir: Path) -> None:
+def check_run_files(run_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Before anything is re-run: summary.json, env.json and config.toml are regular files (a RunFolderError naming
     one that is a FIFO, a device, a directory, ...), the JSON ones objects, and the summary fields repro reads what
-    `stride train` writes (`summary_problem`). What is missing is left to `reproduce`, which says so."""
+    `stride train` writes (`summary_problem`). Returns the summary and the environment as read here (`reproduce`
+    compares these, not a second read); what is missing is None, left to `reproduce`, which says so."""
     config = _read_run_file(run_dir / "config.toml", "run config")
     steps = None
     if config is not None:
         with contextlib.suppress(ValueError, RecursionError, AttributeError):  # load_config names what is wrong
             steps = tomllib.loads(config).get("train", {}).get("steps")
     summary = _json_object(run_dir / "summary.json", "run summary")
-    _json_object(run_dir / "env.json", "run environment file")
+    env = _json_object(run_dir / "env.json", "run environment file")
     if summary is not None and (why := summary_problem(summary, steps if type(steps) is int else None)):
         raise RunFolderError(f"{run_dir / 'summary.json'}: {why}: edited or damaged; nothing was re-run")
+    return summary, env
 
 
 def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: float = 1e-5,
@@ -308,7 +311,7 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
     the recorded world size) and compare."""
     from stride.train.trainer import Trainer
 
-    check_run_files(Path(run_dir))
+    checked_summary, checked_env = check_run_files(Path(run_dir))
     if nproc is not None and nproc < 1:
         raise ConfigError(f"--nproc {nproc} must be >= 1")
     run_dir = Path(run_dir)
@@ -320,8 +323,9 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
         runs = sorted(p.parent.name for p in run_dir.glob("*/summary.json"))
         raise ConfigError(f"{run_dir}: a `stride bench` directory; re-run one of its runs"
                           + (f", e.g. `stride repro {run_dir / runs[0]}` ({', '.join(runs)})" if runs else ""))
-    summary = _read_json(run_dir / "summary.json")
-    env = _read_json(run_dir / "env.json")
+    # read once, by check_run_files; _read_json only says what is missing
+    summary = checked_summary if checked_summary is not None else _read_json(run_dir / "summary.json")
+    env = checked_env if checked_env is not None else _read_json(run_dir / "env.json")
     cfg_path = run_dir / "config.toml"
     if not cfg_path.is_file():
         raise ConfigError(f"{cfg_path} not found: is {run_dir} a stride run directory?")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import re
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
 from stride.files.input_file import InputFileError, json_object, read_input_text
+from stride.files.strict_json import finite_number
 from stride.perfmodel.census import WorkloadCensus
 from stride.perfmodel.census_workload import workload_census
 from stride.perfmodel.costmodel import Prediction
@@ -112,10 +112,6 @@ def _read_json(path: Path, run_dir: Path) -> dict:
         raise ConfigError(str(exc)) from None
 
 
-def _number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def run_file_problem(summary: dict, rank0: dict | None = None, env: dict | None = None) -> str | None:
     """The first field calibration reads from a run's files that is not what stride writes there (None: none), as
     `file: key = value is not ...`: summary.json's world_size (a process count), step_time_s and samples_per_s
@@ -123,13 +119,13 @@ def run_file_problem(summary: dict, rank0: dict | None = None, env: dict | None 
     median_step_time_s; env.json's torch_threads. `stride report` refuses such a file; calibrate raised a TypeError
     or AttributeError from the arithmetic (audit 14, L2)."""
     checks = [("summary.json", summary, "world_size", lambda v: type(v) is int and v >= 1, "a process count >= 1"),
-              *(("summary.json", summary, k, lambda v: _number(v) and v >= 0, "a finite number >= 0")
+              *(("summary.json", summary, k, lambda v: finite_number(v) and v >= 0, "a finite number >= 0")
                 for k in ("step_time_s", "samples_per_s")),
               ("summary.json", summary, "step_time_breakdown_s",
-               lambda v: isinstance(v, dict) and all(_number(x) and x >= 0 for x in v.values()),
+               lambda v: isinstance(v, dict) and all(finite_number(x) and x >= 0 for x in v.values()),
                "a table of finite numbers >= 0 (seconds a step, by phase)"),
               ("summary.json", summary, "device", lambda v: isinstance(v, str), "text"),
-              ("rank0.json", rank0 or {}, "median_step_time_s", lambda v: _number(v) and v >= 0,
+              ("rank0.json", rank0 or {}, "median_step_time_s", lambda v: finite_number(v) and v >= 0,
                "a finite number >= 0"),
               ("env.json", env or {}, "torch_threads", lambda v: type(v) is int and v >= 1, "a thread count >= 1")]
     for name, obj, key, ok, what in checks:

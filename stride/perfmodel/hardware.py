@@ -19,6 +19,7 @@ from typing import Any
 from stride.comm.fit_quality import MIN_R2
 from stride.config.errors import ConfigError, suggest
 from stride.files.input_file import InputFileError, read_input_text
+from stride.files.strict_json import finite_number
 
 # package data beside this file, so a pip-installed stride (and the Docker image, which installs it into
 # site-packages) finds it; it was configs/hardware.toml two folders up, which only a clone has
@@ -171,7 +172,7 @@ def read_comm_profile(path: Path, where: str) -> dict[str, tuple[float, float, i
             v = fit.get(key)
             if v is None:
                 raise ConfigError(f"{where}: {path} [collectives.{name}] lacks {key}")
-            if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):  # NaN passed `< 0`
+            if not finite_number(v):  # NaN passed `< 0`
                 raise ConfigError(f"{where}: {path}: collectives.{name}.{key} = {v!r:.40} is not a finite number")
         alpha, beta = float(fit["alpha_us"]) * 1e-6, float(fit["beta_us_per_byte"]) * 1e-6
         if alpha < 0 or beta <= 0:

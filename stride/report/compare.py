@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from stride.bench.stats import one_run
+from stride.files.strict_json import finite_number
 from stride.shown_text import literal, plain
 
 # What defines a workload (`section.key` of the config; `model.*`: the whole model table), with `world_size`
@@ -138,7 +139,7 @@ PEAK_DIFF = 0.05  # MFU peaks of the two sides further apart than this are said
 
 
 def _positive(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
+    return float(v) if finite_number(v) and v > 0 else None
 
 
 def peak_note(wa: dict[str, Any], wb: dict[str, Any]) -> str | None:

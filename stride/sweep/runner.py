@@ -30,6 +30,7 @@ from typing import Any
 
 from stride.config.errors import ConfigError
 from stride.files.input_file import InputFileError, InputFileMissing, read_input_bytes
+from stride.files.strict_json import finite_number
 from stride.sweep.grid import Point
 from stride.sweep.jobs import PackJob, ray_job, run_job
 from stride.sweep.packed_model import chunk_bounds
@@ -321,10 +322,6 @@ def _next_pack_index(store: SweepStore) -> int:
     return 1 + max((rec["index"] for rec in load_pack_log(store.root)), default=-1)
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def pack_record_problem(rec: Any) -> str | None:
     """What makes `rec` (a parsed packs.jsonl line) not a pack's record as Recorder.pack writes it; None if it is.
     Checked: what the report reads (index, ids, size, wall_s, train_s, time, error, one_by_one_rate)."""
@@ -337,9 +334,9 @@ def pack_record_problem(rec: Any) -> str | None:
     if type(rec.get("size")) is not int or rec["size"] < 0:
         return f"size is {json.dumps(rec.get('size'))[:40]}, not a whole number >= 0"
     for key in ("wall_s", "time"):
-        if not (_number(rec.get(key)) and rec[key] >= 0):
+        if not (finite_number(rec.get(key)) and rec[key] >= 0):
             return f"{key} is {json.dumps(rec.get(key))[:40]}, not a finite number >= 0"
-    if rec.get("train_s") is not None and not (_number(rec["train_s"]) and rec["train_s"] >= 0):
+    if rec.get("train_s") is not None and not (finite_number(rec["train_s"]) and rec["train_s"] >= 0):
         return f"train_s is {json.dumps(rec['train_s'])[:40]}, not a finite number >= 0"
     if rec.get("error") is not None and not isinstance(rec["error"], str):
         return f"error is {json.dumps(rec['error'])[:40]}, not text"

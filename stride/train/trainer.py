@@ -24,6 +24,7 @@ from stride.checkpoint.rerun import open_run_folder
 from stride.config import RunConfig, config_to_toml
 from stride.config.validate import validate
 from stride.data.build import build_data
+from stride.files.strict_json import finite_number
 from stride.metrics.flops import count_train_flops
 from stride.metrics.memory import SavedActivations, reset_peak
 from stride.metrics.observe.build import check_observer_packages
@@ -502,6 +503,6 @@ class Trainer:
 
 def _seconds(v: Any) -> float | None:
     """A checkpoint's training clock: a finite number of seconds >= 0, else unknown (None: an older checkpoint)."""
-    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
+    if finite_number(v) and v >= 0:
         return float(v)
     return None

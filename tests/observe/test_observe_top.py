@@ -22,21 +22,21 @@ TINY = ["data.n_assets=4", "data.n_steps=1024", "data.seq_len=16", "train.batch_
 def test_follower_holds_back_a_partial_line(tmp_path: Path) -> None:
     p = tmp_path / "m.jsonl"
     f = JsonlFollower(p)
-    assert f.read_new() == []  # not there yet
+    assert list(f.iter_new()) == []  # not there yet
     with open(p, "w") as w:
         w.write('{"step": 1, "loss": 0.5}\n{"step": 2, "lo')
-    assert f.read_new() == [{"step": 1, "loss": 0.5}]
-    assert f.read_new() == []  # the partial line is still partial
+    assert list(f.iter_new()) == [{"step": 1, "loss": 0.5}]
+    assert list(f.iter_new()) == []  # the partial line is still partial
     with open(p, "a") as w:
         w.write('ss": 0.25}\n')
-    assert f.read_new() == [{"step": 2, "loss": 0.25}]
+    assert list(f.iter_new()) == [{"step": 2, "loss": 0.25}]
     with open(p, "a") as w:
         w.write("not json\n")
     with pytest.raises(ValueError, match="line 3, a complete line, is not JSON"):
-        f.read_new()
+        list(f.iter_new())
     (tmp_path / "d.jsonl").mkdir()  # the guarded follower `stride top` uses: a directory, FIFO or device is refused
     with pytest.raises(ValueError, match=r"d.jsonl is a directory, not a regular file"):
-        JsonlFollower(tmp_path / "d.jsonl").read_new()
+        list(JsonlFollower(tmp_path / "d.jsonl").iter_new())
 
 
 def test_sparkline_levels() -> None:

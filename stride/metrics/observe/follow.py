@@ -21,13 +21,9 @@ READ_BYTES = 8 << 20  # a followed file is read in pieces of this size
 
 
 class JsonlFollower:
-    """Follow a growing JSONL run file: only complete lines are parsed, and where it stopped is remembered.
-
-    A writer that crashed mid-line (or is mid-write now) leaves a partial last line; it is held back until its
-    newline arrives, so a half-written record is never parsed as data. The file is read through
-    stride.files.input_file (a regular file of at most FOLLOWED_MAX_BYTES: a FIFO or /dev/zero is refused, never
-    read), READ_BYTES at a time, and a line may not grow past LINE_MAX_BYTES without its newline. A line that is
-    not UTF-8 JSON is a ValueError naming the file and the line."""
+    """One followed file (the module docstring says how): at most FOLLOWED_MAX_BYTES, read READ_BYTES at a time, a
+    line no longer than LINE_MAX_BYTES without its newline; a line that is not UTF-8 JSON is a ValueError naming the
+    file and the line."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -35,13 +31,9 @@ class JsonlFollower:
         self._partial = b""
         self._lines = 0  # complete lines read so far: a bad one is named by its line in the file
 
-    def read_new(self) -> list[Any]:
-        """Records appended since the last call ([] while the file does not exist yet)."""
-        return list(self.iter_new())
-
     def iter_new(self) -> Iterator[Any]:
-        """The records appended since the last call, one READ_BYTES piece of the file at a time (a caller that keeps
-        only the last ones holds no more than a piece's records)."""
+        """The records appended since the last call (none while the file does not exist yet), one READ_BYTES piece
+        of the file at a time (a caller that keeps only the last ones holds no more than a piece's records)."""
         while True:
             try:
                 chunk = read_input_range(self.path, self.offset, READ_BYTES, limit=FOLLOWED_MAX_BYTES,
