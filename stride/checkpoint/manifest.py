@@ -4,7 +4,7 @@ It is written last, after every shard and metadata file is on disk, into the tem
 is then renamed into place; so a folder with a manifest whose checksums match is complete, and
 anything else (a crash mid-save, a truncated or edited file) is refused before DCP reads a byte.
 
-The checksum is XXH3-128 (the `xxhash` package). It detects corruption (a flipped bit, a torn or
+The checksum is XXH3-128 (stride.files.checksum). It detects corruption (a flipped bit, a torn or
 truncated write); it is not a security boundary: the loader never unpickles anything but DCP's own
 metadata classes, whatever the bytes. Measured here on one core, from memory: XXH3-128 5.3 GB/s,
 CRC32C (google-crc32c) 2.9, zlib CRC32 1.1, SHA-256 0.6 (OpenSSL), so checksumming a 350 MB checkpoint
@@ -13,51 +13,21 @@ costs ~0.07 s instead of ~0.6 s. Manifests written with SHA-256 (format stride-c
 
 from __future__ import annotations
 
-import hashlib
 import json
-import mmap
 import os
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import xxhash
+from stride.files.checksum import checksum_file, checksum_files  # noqa: F401 (re-exported)
 
 MANIFEST = "manifest.json"
 FORMAT = "stride-checkpoint/2"
 CHECKSUM = "xxh3_128"
 # format -> checksum algorithm its files carry (a checkpoint written by an older stride stays loadable)
 FORMATS = {FORMAT: CHECKSUM, "stride-checkpoint/1": "sha256"}
-_HASHERS: dict[str, Callable[[], Any]] = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
-_CHUNK = 1 << 23
-
-
-def checksum_file(path: Path, algo: str = CHECKSUM) -> str:
-    """Checksum through a read-only mmap: the hash reads the page cache directly, no copy into a buffer
-    (3.0-3.6 GB/s here against 0.8-1.1 GB/s with readinto, 335 MB file, loaded machine)."""
-    h = _HASHERS[algo]()
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                view = memoryview(mm)
-                try:
-                    for i in range(0, size, _CHUNK):
-                        h.update(view[i:i + _CHUNK])
-                finally:
-                    view.release()
-    return h.hexdigest()
-
-
-def checksum_files(paths: list[Path], algo: str = CHECKSUM) -> list[str]:
-    """Checksums of several files in parallel threads (xxhash and hashlib release the GIL on large buffers)."""
-    if len(paths) <= 1:
-        return [checksum_file(p, algo) for p in paths]
-    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
-        return list(pool.map(lambda p: checksum_file(p, algo), paths))
 
 
 def describe_files(folder: Path, paths: list[Path]) -> dict[str, dict[str, Any]]:

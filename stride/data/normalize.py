@@ -45,10 +45,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import xxhash
 
 from stride.data.store import StoreError, changed_block, derived_dir, derived_writable, sample_digests
 from stride.errors import os_reason
+from stride.files.checksum import checksum_file
+from stride.files.input_file import InputFileError, read_input_text
 from stride.files.owner import remove_abandoned, tagged_name
 from stride.files.user_cache import user_cache_dir
 
@@ -256,7 +257,6 @@ def user_derived_dir(values_sha: str) -> Path:
 
 RECORD_FORMAT = "stride-derived-1"
 _UNRECORDED = "has no record of its checksum (written by an earlier stride)"
-_HASH_CHUNK = 1 << 24
 
 
 def record_path(path: Path) -> Path:
@@ -264,18 +264,10 @@ def record_path(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
 
-def _xxh3(path: Path) -> str:
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        while block := f.read(_HASH_CHUNK):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _write_record(data: Path, final: Path, key: str) -> None:
     """The record of the derived file `data` (about to be renamed to `final`), written whole under its final name."""
     size = data.stat().st_size
-    record = {"format": RECORD_FORMAT, "name": final.name, "key": key, "bytes": size, "xxh3_128": _xxh3(data),
+    record = {"format": RECORD_FORMAT, "name": final.name, "key": key, "bytes": size, "xxh3_128": checksum_file(data),
               "sample": sample_digests(data, size)}
     tmp = data.with_name(data.name + ".json")
     tmp.write_text(json.dumps(record, indent=1))
@@ -285,11 +277,11 @@ def _write_record(data: Path, final: Path, key: str) -> None:
 def _read_record(path: Path) -> dict[str, Any] | None:
     """The record of the derived file `path` when it is one stride writes (a small regular file of that shape)."""
     rec = record_path(path)
-    try:
-        if os.path.islink(rec) or not rec.is_file() or rec.stat().st_size > 1 << 20:
-            return None
-        obj = json.loads(rec.read_text())
-    except (OSError, ValueError, RecursionError):
+    if os.path.islink(rec):
+        return None
+    try:  # a regular file of at most 1 MiB (a record is ~5 KiB)
+        obj = json.loads(read_input_text(rec, limit=1 << 20, what="derived cache record"))
+    except (InputFileError, ValueError, RecursionError):
         return None
     smp = obj.get("sample") if isinstance(obj, dict) else None
     if not (isinstance(obj, dict) and obj.get("format") == RECORD_FORMAT and isinstance(obj.get("key"), str)
@@ -336,7 +328,7 @@ def verify_derived(store: Path) -> int:
         if f.suffix not in (".f32", ".bf16") or f.name.startswith(".") or (record := _read_record(f)) is None:
             continue
         if f.is_symlink() or not f.is_file() or f.stat().st_size != record["bytes"] \
-                or _xxh3(f) != record["xxh3_128"]:
+                or checksum_file(f) != record["xxh3_128"]:
             raise StoreError(f"{f}: differs from its record ({record_path(f).name}: {record['bytes']} bytes, "
                              f"xxh3_128 {record['xxh3_128'][:16]}...): the derived feature cache was changed since "
                              "it was written; delete it (the next run that needs it rebuilds it)")

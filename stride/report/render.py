@@ -326,17 +326,17 @@ def render_report(source: str | Path, prices: dict[str, float],
     charts = _charts(results, d, notes)
     for n in notes if note is not None else ():
         note(n)
-    recs = recommend(results, prices)
+    recs, advice, rows = recommend(results, prices), scaling_advice(results), _rows(results)  # once, for both files
     env = results["environment"]
     head = _head(results)
-    table = "".join(f"<tr>{''.join(f'<td>{_h(c)}</td>' for c in r)}</tr>" for r in _rows(results))
+    table = "".join(f"<tr>{''.join(f'<td>{_h(c)}</td>' for c in r)}</tr>" for r in rows)
     rec_html = "".join(
         f"<li><b>{_h(r['workload'])}</b>: {_h(_measured_text(r))}; bottleneck "
         f"<b>{_h(r['bottleneck'])}</b>: {_h(r['advice'])}. {_h(_cost_text(r))}.</li>" for r in recs)
     rec_html += "".join(
         f"<li><b>{_h(a['workload'])}</b> {_h(a['strategy'])} {_h(a['scaling'])} scaling at "
         f"{_h(a['world_size'])} ranks: efficiency {a['efficiency']:.2f}, <b>{_h(a['verdict'])}</b>: "
-        f"{_h(a['advice'])}.</li>" for a in scaling_advice(results))
+        f"{_h(a['advice'])}.</li>" for a in advice)
     partial = results.get("partial")  # checked by the schema: counts and names (stride.bench.results)
     stopped = (f"<p><b>Partial results</b>: the sweep was stopped after {_h(partial['done'])} of "
                f"{_h(partial['planned'])} runs (not measured: {_h(', '.join(partial['pending']))}); "
@@ -364,7 +364,7 @@ torch {_h(_torch(env))}; commit {_h(str(env.get('git_commit'))[:12])}.</p>
     if partial:
         md += [f"Partial results: stopped after {m(partial['done'])} of {m(partial['planned'])} runs.", ""]
     md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    md += ["| " + " | ".join(map(m, r)) + " |" for r in _rows(results)]
+    md += ["| " + " | ".join(map(m, r)) + " |" for r in rows]
     srows = _scaling_rows(results)
     if srows:
         sc = results["scaling"]
@@ -377,7 +377,7 @@ torch {_h(_torch(env))}; commit {_h(str(env.get('git_commit'))[:12])}.</p>
     md += [f"- **{m(r['workload'])}**: {m(_measured_text(r))}; bottleneck {m(r['bottleneck'])}: {m(r['advice'])}; "
            f"{m(_cost_text(r))}" for r in recs]
     md += [f"- **{m(a['workload'])}** {m(a['strategy'])} {m(a['scaling'])} scaling at {m(a['world_size'])} ranks: "
-           f"efficiency {a['efficiency']:.2f}, {m(a['verdict'])}: {m(a['advice'])}" for a in scaling_advice(results)]
+           f"efficiency {a['efficiency']:.2f}, {m(a['verdict'])}: {m(a['advice'])}" for a in advice]
     if notes:
         md += ["", "## Left out", "", *(f"- {m(n)}" for n in notes)]
     html_path, md_path = d / "report.html", d / "summary.md"
