@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 T0 = np.datetime64("2024-01-02T14:30", "ns").astype(np.int64)
 MIN = 60 * 10**9
@@ -39,3 +40,17 @@ def write_parquet_dataset(root: Path, symbols: tuple[str, ...] = ("AAA", "BBB"),
             part.mkdir(parents=True, exist_ok=True)
             pq.write_table(t.filter(pa.array(days == d)), part / "part-0.parquet")
     return tables
+
+
+class Ids:
+    """A window source whose batch is the window ids themselves (so tests see exactly which windows)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return idx.clone(), idx.float()[:, None]
+

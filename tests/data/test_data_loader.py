@@ -10,22 +10,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from data_fixtures import write_parquet_dataset  # noqa: E402
+from data_fixtures import Ids, write_parquet_dataset  # noqa: E402
 
 from stride.data.loader import ShardedLoader  # noqa: E402
-
-
-class Ids:
-    """A window source whose batch is the window ids themselves (so tests see exactly which windows)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return idx.clone(), idx.float()[:, None]
 
 
 def _ranks(n: int, b: int, world: int, state: dict | None = None, prefetch: int = 0) -> list[ShardedLoader]:

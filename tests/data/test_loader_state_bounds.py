@@ -4,21 +4,15 @@ resumed with exit 0 and no word; the checkpoint resume now skips such a checkpoi
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
-import torch
 
-from stride.data.loader import ShardedLoader
+sys.path.insert(0, str(Path(__file__).parent))
+from data_fixtures import Ids  # noqa: E402
 
-
-class Ids:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return idx.float()[:, None], idx.float()
+from stride.data.loader import ShardedLoader  # noqa: E402
 
 
 @pytest.mark.parametrize(("epoch", "position"), [(0, 10**15), (0, 11), (-1, 0), (0, -2)])
