@@ -39,6 +39,12 @@ def literal(value: Any, style: str = "", *, lines: bool = False) -> Text:
     return Text(plain(value, lines=lines), style=style)
 
 
+def add_row(table: Any, *cells: Any) -> None:
+    """A rich Table row whose cells are shown as written (`literal`); a cell that is already a Text (styled by the
+    caller) is kept as it is."""
+    table.add_row(*(c if isinstance(c, Text) else literal(c) for c in cells))
+
+
 _MD = str.maketrans({"\\": "\\\\", "|": "\\|", "[": "\\[", "]": "\\]", "&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 

@@ -7,13 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from stride.bench.stats import spread_text
-from stride.shown_text import literal, plain
-
-
-def _row(table: Table, *cells: object) -> None:
-    """A row of Text cells: names and units come from results (a resumed results.json is an input file), shown as
-    written, never as rich markup or terminal control (`stride.shown_text`)."""
-    table.add_row(*(literal(c) for c in cells))
+from stride.shown_text import add_row, literal, plain  # names and units come from results (input)
 
 
 def results_table(results: dict[str, Any]) -> Table:
@@ -29,7 +23,7 @@ def results_table(results: dict[str, Any]) -> Table:
         short = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
         parts = " ".join(f"{short.get(k, k)} {100 * v / total:.0f}%" for k, v in b.items() if v / total >= 0.01)
         ttt = w["time_to_target_s"]
-        _row(
+        add_row(
             table, w["name"],
             f"{t['median']:,.0f} {t['unit']}" if t["median"] else "-",
             spread_text(t),
@@ -71,7 +65,7 @@ def tradeoff_table(workload: str, matrix: dict[str, dict[str, Any]]) -> Table:
         return "-" if v is None else format(v, spec)
 
     for v, m in matrix.items():
-        _row(table, v, f(m["speed_ratio"], ".2f") + "x", f(m["mem_ratio"], ".2f") + "x",
+        add_row(table, v, f(m["speed_ratio"], ".2f") + "x", f(m["mem_ratio"], ".2f") + "x",
                       f(m["activation_ratio"], ".2f") + "x", f(m["final_val_loss"], ".4f"),
                       f(m["val_loss_delta"], "+.4f"), str(m["skipped_steps"]),
                       "yes" if m["bitwise_repeatable"] else "no")
@@ -96,7 +90,7 @@ def scaling_table(scaling: dict[str, Any]) -> Table:
         n = p["world_size"]
         cores = f"{n}/{p.get('cores', '?')}" + (" OVERSUB." if p["oversubscribed"] else "")
         t = p["throughput"]
-        _row(table, p["workload"], p["strategy"], p["scaling"], str(n), f"{p['per_rank_batch']}/{p['global_batch']}",
+        add_row(table, p["workload"], p["strategy"], p["scaling"], str(n), f"{p['per_rank_batch']}/{p['global_batch']}",
                       f"{f(t['median'], ',.0f')} {t['unit']}", f(p["speedup"], ".2f", "x"),
                       f(p["efficiency"], ".2f") + rng,
                       f(p["exposed_comm_fraction"] and 100 * p["exposed_comm_fraction"], ".1f", "%"),

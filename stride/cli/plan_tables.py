@@ -8,13 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stride.shown_text import literal
-
-
-def _row(t: Table, *cells: object) -> None:
-    """A row of Text cells: row ids, hardware names and notes come from a CSV or a `--hardware-file` (someone's
-    text: `r[/]1` is no markup, an ESC sequence no terminal command; stride.shown_text)."""
-    t.add_row(*(c if isinstance(c, Text) else literal(c) for c in cells))
+from stride.shown_text import add_row, literal  # row ids, hardware names, notes: from a CSV or hardware file
 
 
 def secs(t: float) -> str:
@@ -53,7 +47,7 @@ def print_hardware(catalog, as_json: bool = False) -> None:
         lowp = [f"{p[k]:g}" if k in p else "-" for k in ("fp8", "fp4")]
         frac = r["matmul_fraction_bf16"]
         best = f"{frac:.0%}" + ("" if "bf16" in r["mamf_tflops"] else "*") if frac else "-"
-        _row(t, r["name"], r["display_name"], f"{p.get('bf16', p.get('fp16', 0)):g}", best, *lowp,
+        add_row(t, r["name"], r["display_name"], f"{p.get('bf16', p.get('fp16', 0)):g}", best, *lowp,
                   f"{r['memory_gib']:g}", f"{r['memory_bw_tbps']:g}",
                   f"{r['scaleup_domain']} x {r['scaleup_bw_gbps']:g} GB/s",
                   f"{r['price_per_hour_usd']:g}")
@@ -77,7 +71,7 @@ def print_models(as_json: bool = False) -> None:
         t.add_column(col, justify="left" if col in ("name", "act") else "right")
     for r in rows:
         moe = f"{r['experts']}e top{r['top_k']} ({r['active_params_b']:.1f}B act.)" if r["experts"] else "-"
-        _row(t, r["name"], f"{r['params_b']:.1f}B", str(r["layers"]), str(r["hidden"]),
+        add_row(t, r["name"], f"{r['params_b']:.1f}B", str(r["layers"]), str(r["hidden"]),
                   f"{r['heads']}/{r['kv_heads']}", str(r["ffn"]), r["act"], str(r["vocab"]), str(r["seq"]), moe)
     _console().print(t)
     print(f"or dimensions: --model layers=..,hidden=..,heads=..,vocab=..,seq=..  ({KEY_HELP})")
@@ -93,7 +87,7 @@ def print_rows(rows: list[dict]) -> None:
         t.add_column(col, justify="left" if col == "row" else "right")
     for r in rows:
         if r.get("reason"):
-            _row(t, r["row_id"], literal(f"not modelled: {r['reason']}", "dim"), *[""] * (len(cols) - 2))
+            add_row(t, r["row_id"], literal(f"not modelled: {r['reason']}", "dim"), *[""] * (len(cols) - 2))
             continue
         cells = [r["row_id"], f"{r['tokens_per_s_per_gpu']:,.0f}",
                  f"{r['tokens_per_s_per_gpu_lo']:,.0f} - {r['tokens_per_s_per_gpu_hi']:,.0f}",
@@ -104,7 +98,7 @@ def print_rows(rows: list[dict]) -> None:
             m = r.get("measured_tokens_per_s_per_gpu")
             cells += [f"{m:,.0f}", f"{r['error_pct']:+.1f}%"] if m else \
                 [Text("not scored", style="dim") if r["row_id"] in refused else "", ""]
-        _row(t, *cells)
+        add_row(t, *cells)
     if not rows:
         t.caption = "0 rows"
     _console().print(t)
@@ -144,9 +138,9 @@ def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds
         t.add_column(col, justify="left" if col in ("hardware", "best layout") else "right")
     for i, r in enumerate(rows, 1):
         if "reason" in r:
-            _row(t, "-", r["hardware"], str(r["devices"]), literal(r["reason"], "dim"), "", "", "", "", "")
+            add_row(t, "-", r["hardware"], str(r["devices"]), literal(r["reason"], "dim"), "", "", "", "", "")
         else:
-            _row(t, str(i), r["hardware"], str(r["devices"]), r["layout"], f"{r['tokens_per_s_per_device']:,.0f}",
+            add_row(t, str(i), r["hardware"], str(r["devices"]), r["layout"], f"{r['tokens_per_s_per_device']:,.0f}",
                       f"{r['mfu'] * 100:.1f}%", f"{r['hours_to_budget']:,.1f}",
                       f"{r['hours_to_budget_lo']:,.1f} - {r['hours_to_budget_hi']:,.1f}",
                       f"{r['cost_to_budget_usd']:,.0f}")

@@ -143,7 +143,7 @@ class RunView:
         from rich.console import Group
         from rich.table import Table
 
-        from stride.shown_text import literal
+        from stride.shown_text import add_row, literal
 
         # every cell as written (rich markup and control characters in a run file's values shown, not acted on:
         # `{"step": "[/bold]"}` ended `top` with a MarkupError, an ESC in a gpu index reached the terminal)
@@ -152,7 +152,7 @@ class RunView:
         t.add_column("value", justify="right")
 
         def row(name: str, value: str) -> None:
-            t.add_row(literal(name), literal(value))
+            add_row(t, name, value)
 
         last = self.train[-1] if self.train else {}
         step = last.get("step")

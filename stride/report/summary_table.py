@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stride.shown_text import literal
+from stride.shown_text import add_row, literal
 
 
 def _fmt_bytes(n: float | None) -> str:
@@ -68,7 +68,7 @@ def summary_table(s: dict[str, Any]) -> Table:
     for phase, sec in s["step_time_breakdown_s"].items():
         rows.append((f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / total:.1f} %)"))
     for k, v in rows:
-        table.add_row(literal(k), v if isinstance(v, Text) else literal(v))
+        add_row(table, k, v)
     return table
 
 
