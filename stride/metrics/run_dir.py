@@ -74,6 +74,15 @@ def _record_step(line: str) -> int | None:
     return step if isinstance(step, int) else None
 
 
+def _record_time_after(line: str, step: int) -> float | None:
+    """The `time_s` of one whole metrics.jsonl record of a step past `step` (None: another step, or no clock)."""
+    at = _record_step(line)
+    if at is None or at <= step:
+        return None
+    t = json.loads(line).get("time_s")
+    return float(t) if strict_json.finite_number(t) and t >= 0 else None
+
+
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -89,6 +98,7 @@ class RunDir:
         self._flushed = 0.0  # time.monotonic() of the last flush of metrics.jsonl
         self._pending_record: tuple[str, dict[str, Any]] | None = None  # config.toml, env.json: see _commit
         self._pending_cut: int | None = None  # the step past which earlier metrics.jsonl records go: see _commit
+        self.dropped_time_s: float | None = None  # the last `time_s` of the records that cut drops (None: none)
 
     @classmethod
     def create(cls, out_dir: str | Path, name: str, explicit: str | Path | None = None) -> RunDir:
@@ -182,6 +192,17 @@ class RunDir:
         which the resumed run trains and logs again; a line cut short by the kill is dropped too (it would run
         into the next)."""
         self._pending_cut = step if self._pending_cut is None else min(step, self._pending_cut)
+        self.dropped_time_s = self._last_time_after(self._pending_cut)
+
+    def _last_time_after(self, step: int) -> float | None:
+        """The largest `time_s` of the whole records past `step` (the run's clock when the killed segment logged
+        last: the trainer counts it as lost time), read now, before the cut. None: no such record, or unreadable."""
+        try:
+            lines = (self.path / "metrics.jsonl").read_text().splitlines(keepends=True)
+        except (OSError, UnicodeDecodeError):
+            return None
+        times = [t for line in lines if (t := _record_time_after(line, step)) is not None]
+        return max(times, default=None)
 
     def _cut_records_after(self, step: int) -> None:
         """`drop_records_after`'s cut, now."""

@@ -240,6 +240,15 @@ class Parallel:
             return 0, n, r == 0
         return r * n // dp, (r + 1) * n // dp, True
 
+    def max_over_ranks(self, value: float) -> float:
+        """The largest of each rank's `value` (one all-reduce): a figure only rank 0 can read, given to every rank."""
+        if not self.enabled:
+            return value
+        v = torch.tensor([value], dtype=torch.float64, device=self.device)
+        with watchdog.collective("all-reduce (max over ranks)"):
+            dist.all_reduce(v, op=dist.ReduceOp.MAX)
+        return float(v[0])
+
     def max_with_rank(self, value: int | None) -> tuple[int | None, int]:
         """The largest of each rank's `value` (None where a rank has none) and the lowest rank that holds it: a
         node must hold the fullest rank's memory, which under pp or uneven shards need not be rank 0's."""

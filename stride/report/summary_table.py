@@ -64,6 +64,10 @@ def summary_table(s: dict[str, Any]) -> Table:
         ("saved activations", _fmt_bytes(s.get("saved_activation_bytes"))),
         ("time to target", _time_to_target(s)),
     ]
+    lost = s.get("lost_time_s")
+    if isinstance(lost, (int, float)) and lost > 0:  # outside the goodput clock above: trained twice after a crash
+        rows.append(("lost to crashes", f"{lost:.2f} s (trained past the last checkpoint by a killed process, then "
+                                        "again; not in time to target)"))
     total = s["step_time_s"] or 1.0
     for phase, sec in s["step_time_breakdown_s"].items():
         rows.append((f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / total:.1f} %)"))

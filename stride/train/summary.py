@@ -33,6 +33,7 @@ class LoopTally:
     comm_hidden: float = 0.0  # ... and the seconds it overlapped compute
     wall: float = 0.0  # this process's loop
     time_before: float | None = 0.0  # the run's training seconds before this process (None: unknown, an old checkpoint)
+    lost_time: float | None = 0.0  # training seconds killed processes spent past their last checkpoint (None: unknown)
 
 
 class Summarised(Protocol):
@@ -136,6 +137,9 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "target_val_loss": t.target_val_loss,
         "run_time_s": tally.time_before + tally.wall if tally.time_before is not None else None,
         "time_note": time_note(tally),
+        # outside the clock above (a goodput clock): seconds killed processes trained past their last checkpoint,
+        # trained again after the resume, over every resume of the run (audit 13, L4); None: unknown
+        "lost_time_s": tally.lost_time,
         "wall_time_s": tally.wall,  # this process's loop (a resumed run: since its resume)
         "val_time_s": tally.val_time,
         "skipped_steps": tr.skipped_steps,

@@ -136,6 +136,9 @@ class Trainer:
         # loop, from the checkpoint resumed (None: unknown, a checkpoint that did not record it), plus this loop's.
         self._time_before: float | None = 0.0
         self._time_loaded = False  # a checkpoint's clock was loaded before the loop started
+        # Training seconds that killed processes spent past their last checkpoint (lost, trained again): the
+        # checkpoint's sum over earlier resumes plus the segment this resume drops (None: unknown, an old checkpoint)
+        self._lost_time: float | None = 0.0
         self._clock_start: float | None = None  # perf_counter at this process's loop start
         self._clock_stop: float | None = None  # ... and at its end (the clock stops with the loop)
         self.run_dir: RunDir | None = None
@@ -156,7 +159,7 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step, "skipped_steps": self.skipped_steps,
                 "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),
-                "train_time_s": self.train_time()}
+                "train_time_s": self.train_time(), "lost_time_s": self._lost_time}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.step = int(state["step"])
@@ -166,6 +169,7 @@ class Trainer:
         self.precision.load_state_dict(state["scaler"])
         if self._clock_start is None:  # a resume: the run's clock continues from the checkpoint's
             self._time_before = _seconds(state.get("train_time_s"))
+            self._lost_time = _seconds(state.get("lost_time_s"))
             self._time_loaded = True
         # a rollback within the loop keeps the clock: the time spent since the checkpoint was spent training
 
@@ -179,6 +183,17 @@ class Trainer:
             return None
         end = self._clock_stop if self._clock_stop is not None else time.perf_counter()
         return self._time_before + (end - self._clock_start)
+
+    def _add_lost_segment(self, run: RunDir | None) -> float | None:
+        """The checkpoint's lost time plus the segment this resume drops: metrics.jsonl's last `time_s` past the
+        checkpoint's step (rank 0's, shared with every rank) less the checkpoint's clock. A lower bound: lines
+        still in the killed process's buffer (at most FLUSH_S seconds) and the gap before the restart are not in it."""
+        logged = run.dropped_time_s if run is not None else None
+        segment = max(0.0, logged - self._time_before) if logged is not None and self._time_before is not None else 0.0
+        segment = self.par.max_over_ranks(segment)
+        if self._lost_time is None or self._time_before is None:
+            return None
+        return self._lost_time + segment
 
     @staticmethod
     def _clock(tally: LoopTally) -> float:
@@ -399,8 +414,10 @@ class Trainer:
         tally = LoopTally(t_start=time.perf_counter(), start_step=self.step)  # a resumed run counts from its checkpoint
         if not self._time_loaded:
             self._time_before = 0.0  # a fresh run (a resumed one continues its checkpoint's clock, if it has one)
+        elif self.step > 0:
+            self._lost_time = self._add_lost_segment(run)
         self._clock_start, self._clock_stop = tally.t_start, None
-        tally.time_before = self._time_before
+        tally.time_before, tally.lost_time = self._time_before, self._lost_time
         try:
             while self.step < t.steps:
                 self.timer.start_step()

@@ -59,6 +59,37 @@ def test_time_to_target_of_a_crashed_and_resumed_run_is_the_runs(tmp_path: Path)
     assert len(t) == STEPS + 1  # every step and the validation; the crashed segment's steps 26-30 replaced
     assert t == sorted(t), t  # before: time_s fell back to 0.03 at step 26
     assert t[-1] == pytest.approx(resumed["time_to_target_s"])
+    # steps 26-30 of the crashed process were trained and trained again: lost time, outside the goodput clock
+    # (audit 13, L4: in no figure before); steps 26-29 each slept after their record, so at least 4 sleeps
+    assert whole["lost_time_s"] == 0.0
+    assert 4 * STEP_SLEEP_S <= resumed["lost_time_s"] < resumed["run_time_s"]
+
+
+class LostTime(Callback):
+    """What the trainer would save as lost time, seen at its first step."""
+
+    def __init__(self) -> None:
+        self.seen: list[float | None] = []
+
+    def on_step_end(self, trainer) -> None:
+        if not self.seen:
+            self.seen.append(trainer.state_dict()["lost_time_s"])
+
+
+def test_lost_time_adds_up_over_two_crashes_and_is_saved_with_the_checkpoints(tmp_path: Path) -> None:
+    """Crashed at 30 (resumed at 25) and at 38 (resumed at 35): both dropped segments count, the first one carried
+    by the checkpoints the second process wrote."""
+    run, second, third = tmp_path / "run", LostTime(), LostTime()
+    with pytest.raises(Crash):
+        fit(run, *RUN, callbacks=[Slow(), CrashAt(CRASH_AT)])
+    with pytest.raises(Crash):
+        fit(run, *RUN, callbacks=[Slow(), second, CrashAt(38)])
+    s = fit(run, *RUN, callbacks=[Slow(), third])
+    assert s["start_step"] == 35
+    (lost1,), (lost12,) = second.seen, third.seen
+    assert lost1 >= 4 * STEP_SLEEP_S  # steps 26-30
+    assert lost12 - lost1 >= 2 * STEP_SLEEP_S  # plus steps 36-38: the first segment came with checkpoint 35
+    assert s["lost_time_s"] == lost12
 
 
 def test_an_extended_run_continues_its_clock(tmp_path: Path) -> None:
@@ -66,6 +97,7 @@ def test_an_extended_run_continues_its_clock(tmp_path: Path) -> None:
     more = fit(tmp_path / "run", "train.steps=20", "train.val_every=0", callbacks=[Slow()])
     assert more["start_step"] == 12
     assert more["run_time_s"] >= first["run_time_s"] + 8 * STEP_SLEEP_S
+    assert more["lost_time_s"] == 0.0  # nothing was trained twice
     t = times(tmp_path / "run")
     assert len(t) == 20 and t == sorted(t)
 
@@ -85,7 +117,7 @@ def test_a_checkpoint_without_the_clock_is_said_not_passed_off_as_the_runs(tmp_p
             fit(tmp_path / "run", *RUN, callbacks=[Slow(), CrashAt(CRASH_AT)])
     s = fit(tmp_path / "run", *RUN, callbacks=[Slow()])
     assert s["steps"] == STEPS and s["final_val_loss"] is not None
-    assert s["time_to_target_s"] is None and s["run_time_s"] is None
+    assert s["time_to_target_s"] is None and s["run_time_s"] is None and s["lost_time_s"] is None
     assert "does not record the run's training time" in s["time_note"] and "step 25" in s["time_note"]
     assert "reached the target" in s["time_note"]
 
@@ -149,3 +181,6 @@ def test_kill_9_and_rerun_from_the_command_line(tmp_path: Path) -> None:
     t = times(tmp_path / "killed")
     assert t == sorted(t), t
     assert re.search(rf"time to target\W+{resumed['time_to_target_s']:.2f} s", r.stdout), r.stdout
+    # the killed process's steps 26-30 (each record flushed: the driver flushes before its kill) are lost time
+    assert resumed["lost_time_s"] >= 4 * STEP_SLEEP_S
+    assert re.search(rf"lost to crashes\W+{resumed['lost_time_s']:.2f} s", r.stdout), r.stdout
