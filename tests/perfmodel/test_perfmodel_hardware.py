@@ -6,11 +6,12 @@ import csv
 from pathlib import Path
 
 import pytest
+from shared_data import PERFMODEL, need_shared
 
 from stride.config.errors import ConfigError
 from stride.perfmodel.hardware import load_catalog
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "perfmodel"
+SHARED = PERFMODEL
 
 
 def test_catalog_loads_every_seeded_device() -> None:
@@ -35,9 +36,7 @@ def test_catalog_loads_every_seeded_device() -> None:
 
 
 def test_catalog_matches_the_shared_datasheet_csv() -> None:
-    path = SHARED / "hardware.csv"
-    if not path.exists():
-        pytest.skip(f"../shared/perfmodel/hardware.csv not found: {path}")
+    path = need_shared(SHARED / "hardware.csv")
     rows = {r["device"]: r for r in csv.DictReader(path.open())}
     cat = load_catalog()
     pairs = {"A100-80GB": "a100-80gb", "H100-SXM5-80GB": "h100-sxm", "H200-SXM-141GB": "h200", "MI300X": "mi300x"}

@@ -94,9 +94,7 @@ def test_present_empty_cells_are_still_blank_not_truncated(tmp_path: Path, capsy
 
 def test_the_published_file_truncated_mid_row_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The audit's reproduction: the header, a row and 420 bytes of the next."""
-    src = Path(__file__).resolve().parents[3] / "shared" / "perfmodel" / "published_dev.csv"
-    if not src.is_file():
-        pytest.skip(f"{src} is not here (the project's shared data); the tmp_path tests cover the same check")
+    src = Path(__file__).resolve().parents[2] / "data" / "perfmodel" / "published_dev.csv"  # the repository's copy
     text = src.read_bytes()
     head = len(b"".join(text.splitlines(keepends=True)[:2]))
     p = tmp_path / "trunc2.csv"

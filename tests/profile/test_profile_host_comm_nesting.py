@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from shared_data import TRACES, need_shared
 from synth import host, write  # noqa: E402
 
 from stride.profile import intervals as iv  # noqa: E402
 from stride.profile.analyze import analyze_traces  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+SHARED = TRACES
 ACC = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 
 
@@ -96,9 +97,7 @@ GLOO_EXPECTED = {"0": (35.7, 33.2, 38.3), "1": (35.6, 29.2, 21.5)}
 
 
 def test_shared_gloo_trace_blocked_allreduce_is_communication() -> None:
-    d = SHARED / "cpu_gloo_2rank"
-    if not d.is_dir():
-        pytest.skip(f"{d} not found: the project's shared sample traces (../shared/traces) are missing")
+    d = need_shared(SHARED / "cpu_gloo_2rank")
     rep = analyze_traces([d])
     for rank, (comp, exposed, overlap) in GLOO_EXPECTED.items():
         r = rep["ranks"][rank]

@@ -7,12 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from shared_data import TRACES, need_shared
 
 from stride.profile import json_stream
 from stride.profile.errors import TraceError
 from stride.profile.json_stream import scan_trace
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+SHARED = TRACES
 
 
 def _collect(path: Path) -> tuple[dict, list]:
@@ -46,9 +47,7 @@ def test_gzip_and_array_format(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["cpu_gloo_2rank/rank0.pt.trace.json.gz", "hta/trace_filter/sampled_rank-1.json.gz"])
 def test_shared_trace_equals_json_load(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    p = SHARED / name
-    if not p.exists():
-        pytest.skip(f"../shared/traces/{name} not found")
+    p = need_shared(SHARED / name)
     monkeypatch.setattr(json_stream, "CHUNK_CHARS", 4093)  # a prime: boundaries fall everywhere
     with gzip.open(p, "rt") as fh:
         ref = json.load(fh)

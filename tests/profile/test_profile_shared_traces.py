@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+from shared_data import TRACES, need_shared
 
 from stride.profile.analyze import analyze_traces
 from stride.profile.classify import is_host_comm
@@ -21,7 +22,7 @@ from stride.profile.errors import TraceError
 from stride.profile.hta_compat import KERNEL_CATS, hta_device_events
 from stride.profile.trace_model import load_trace
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+SHARED = TRACES
 
 # dir -> rank -> (idle us, compute us, non-compute us, span us, overlap %, host wait, kernel wait, other)
 HTA_REFERENCE = {
@@ -36,10 +37,7 @@ HTA_REFERENCE = {
 
 
 def need(rel: str) -> Path:
-    p = SHARED / rel
-    if not p.exists():
-        pytest.skip(f"../shared/traces/{rel} not found: the shared sample traces are missing")
-    return p
+    return need_shared(SHARED / rel)
 
 
 @pytest.mark.parametrize("rel", sorted(HTA_REFERENCE))

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from shared_data import TRACES, need_shared
 from synth import host, kernel, launch, write  # noqa: E402
 
 from stride.metrics.dtype_speed import DtypeSpeeds, host_speeds, precision_line  # noqa: E402
 from stride.profile.analyze import analyze_traces  # noqa: E402
 from stride.profile.render import render_report  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+SHARED = TRACES
 
 
 def gru_like_trace(n_tiny: int = 2290, tiny_us: float = 4.0, n_gemm: int = 230, gemm_us: float = 15.0) -> dict:
@@ -126,9 +127,7 @@ def test_cpu_trace_with_slower_bf16_gets_no_bf16_advice(tmp_path: Path) -> None:
 def test_real_traces_verdicts_follow_the_figures(rel: str) -> None:
     """On the shared traces: a rank whose tiny kernels dominate a busy device is never called compute-bound,
     and every compute-bound verdict had its device busy and its tiny kernels below the bound."""
-    p = SHARED / rel
-    if not p.exists():
-        pytest.skip(f"../shared/traces/{rel} not found: the shared sample traces are missing")
+    p = need_shared(SHARED / rel)
     for r in analyze_traces([p])["ranks"].values():
         tiny, v, tb = r["tiny_kernels"], r["verdict"], r["temporal_breakdown"]
         if v["bound"] == "compute-bound":
