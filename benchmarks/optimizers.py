@@ -88,6 +88,8 @@ def candidates() -> tuple[dict[str, Maker], dict[str, str]]:
 
     makers: dict[str, Maker] = {
         "torch_adamw_fused": lambda ps, lr: torch.optim.AdamW(ps, lr=lr, fused=True, **HP),
+        # torch's foreach AdamW: what `optim.impl = "foreach"` runs, against the fused default (README's ratio)
+        "torch_adamw_foreach": lambda ps, lr: torch.optim.AdamW(ps, lr=lr, foreach=True, **HP),
         "stride_adamw_triton": lambda ps, lr: FusedAdamW(ps, lr=lr, **HP),
         "stride_adamw8bit": lambda ps, lr: AdamW8bit(ps, lr=lr, **HP),
         "stride_adafactor": lambda ps, lr: Adafactor(ps, lr=lr, betas=HP["betas"], weight_decay=HP["weight_decay"]),
