@@ -30,6 +30,7 @@ from stride.checkpoint.rerun import RunExistsError, RunFinished, Verdict, decide
 from stride.checkpoint.signals import REPEAT_WINDOW_S, Preempted, PreemptionSignal
 from stride.checkpoint.store import CheckpointStore, Choice
 from stride.config import config_hash, config_to_dict
+from stride.errors import one_line
 from stride.metrics.env import available_cores
 from stride.parallel.ranks import rank_and_world
 from stride.parallel.watchdog import collective
@@ -94,6 +95,9 @@ class CheckpointCallback(Callback):
         if self._meta_cache is None:  # the config does not change during a run: build it once
             self._meta_cache = {"config": config_to_dict(trainer.cfg), "config_hash": config_hash(trainer.cfg),
                                 "world_size": rank_and_world()[1], "extended_from": list(self.verdict.extended_from)}
+            n, batch = train_state.data_shape(trainer.data_position())
+            if n is not None and batch is not None:  # the config does not cover a store's content (audit 16, M1)
+                self._meta_cache["data"] = {"n_windows": n, "batch_size": batch}
         return self._meta_cache
 
     def save(self, trainer: TrainerView, *, final: bool = False) -> float:
@@ -121,18 +125,39 @@ class CheckpointCallback(Callback):
         assert self.store is not None and self.guard is not None and choice.folder is not None
         self.store.wait()
         loaded = self.store.load(choice.folder, lambda keys: train_state.load_template(trainer, keys))
-        why = train_state.problem(trainer, loaded, choice.step)
-        if self.store.pg is not None:  # a rank's own data position may be the bad part: the ranks fall back together
-            flag = torch.tensor([float(why is not None)])
-            with collective("checkpoint training-state check"):
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.store.pg)
-            why = why or ("another rank's training state is not what stride writes" if flag.item() else None)
+        # Each rank checks its own sections; the ranks exchange the verdicts and data positions, so a rank's own
+        # part may be the bad one and still every rank decides alike (falls back together, or refuses together).
+        views = self._all((train_state.problem(trainer, loaded, choice.step), train_state.position_of(loaded)),
+                          "checkpoint training-state check")
+        positions = [p for _, p in views]
+        if changed := train_state.data_changed(trainer, positions, choice.meta or {}, str(choice.folder)):
+            raise ConfigMismatchError(changed)
+        why = next((w for w, _ in views if w is not None), None) \
+            or train_state.ranks_disagree(trainer, positions, choice.step, choice.meta or {})
         if why is not None:
             raise CheckpointLoadError(f"{choice.folder.name}: {why}")
-        guard_state, notes = train_state.apply(trainer, loaded)
-        self.guard.load_state_dict(guard_state)
+        try:
+            guard_state, notes = train_state.apply(trainer, loaded)
+            self.guard.load_state_dict(guard_state)
+            failed = None
+        except Exception as exc:  # a rank-local failure took the whole job down with a traceback (audit 16, M1)
+            failed, notes = one_line(f"{type(exc).__name__}: {exc}"), []
+        errors = self._all(failed, "checkpoint training-state apply outcome")
+        if bad := [(r, e) for r, e in enumerate(errors) if e is not None]:
+            raise CheckpointLoadError(f"{choice.folder.name}: its training state could not be applied ("
+                                      + "; ".join(f"on rank {r}: {e}" for r, e in bad) + ")")
         for note in notes:
             self.log(note)
+
+    def _all(self, value: Any, label: str) -> list[Any]:
+        """Every rank's `value`, in rank order (one all-gather on the checkpoint's group; one process: [value])."""
+        assert self.store is not None
+        if self.store.pg is None:
+            return [value]
+        out: list[Any] = [None] * self.store.world
+        with collective(label):
+            dist.all_gather_object(out, value, group=self.store.pg)
+        return out
 
     def _check_config(self, trainer: TrainerView, choice: Choice) -> list[str]:
         """Refuse a checkpoint of another experiment (unless forced); returns the allowed differences.
@@ -143,7 +168,8 @@ class CheckpointCallback(Callback):
         meta = choice.meta or {}
         diff = config_diff(meta.get("config", {}), config_to_dict(trainer.cfg))
         allowed = list(diff.allowed)
-        saved_world, world = meta.get("world_size"), rank_and_world()[1]
+        # the ranks that wrote it, from its .metadata: a meta.json that says otherwise is refused (audit 16, L3)
+        saved_world, world = choice.world_size or meta.get("world_size"), rank_and_world()[1]
         if saved_world is not None and saved_world != world:
             allowed.insert(0, f"world size: {saved_world} (checkpoint) -> {world} (now)")
         if not diff.refused:
@@ -202,6 +228,9 @@ class CheckpointCallback(Callback):
                 run = trainer.run_dir.path if trainer.run_dir is not None else None
                 raise RunFinished(finished_message(run, self.verdict.ended_at, trainer.cfg.train.steps,
                                                    summary is not None), summary or {})
+            # meta.json's record of the data, before anything is loaded (the same on every rank)
+            if changed := train_state.data_changed(trainer, [], choice.meta or {}, str(choice.folder)):
+                raise ConfigMismatchError(changed)
             try:
                 self._load(trainer, choice)
                 break

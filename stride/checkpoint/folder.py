@@ -1,6 +1,8 @@
 """A checkpoint folder: its layout, its lock and clean-up at start, and finding and loading the newest valid checkpoint.
 
-`CheckpointStore` (store.py) adds saving to it. Rank 0 looks, every rank agrees (one broadcast).
+`CheckpointStore` (store.py) adds saving to it. Rank 0 looks and proposes; every other rank checks its own
+view of what it will read (its shards and `.metadata`) and the ranks agree (a broadcast and a gather): with
+a checkpoint folder that the nodes do not share, or whose copies differ, they all skip the same checkpoint.
 """
 
 from __future__ import annotations
@@ -8,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import pickle
 import re
 import shutil
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,9 +25,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from stride.checkpoint.errors import CheckpointError, CheckpointLoadError
-from stride.checkpoint.manifest import verify
+from stride.checkpoint.manifest import CHECKSUM, FORMATS, SHARD_RE, check_entries, verify
 from stride.checkpoint.retention import Lineage, read_manifest
-from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner, check_checkpoint
+from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner, ShardEntryError, check_checkpoint
+from stride.errors import one_line
 from stride.files import run_lock
 from stride.files.owner import parse, remove_abandoned, tagged_name, this_host
 from stride.files.step_names import step_name, step_numbers
@@ -33,6 +38,8 @@ from stride.parallel.watchdog import backend_timeout, collective
 # One process without a process group is a supported case (no_dist=True), not something to warn about.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 _LEFTOVER = re.compile(r"^(step_\d{8}|write-probe)$")  # what a tagged temporary name in this folder ends with
+SHARED = "checkpoint.dir must be a folder every node shares (a shared filesystem, not node-local disk such as /tmp)"
+VIEW_WAIT_S = 3.0  # how long a rank looks again for a file another rank wrote (an NFS client's cached lookup)
 
 
 @dataclass
@@ -44,6 +51,7 @@ class Choice:
     meta: dict[str, Any] | None
     skipped: list[str] = field(default_factory=list)  # "step_00000010: <reason>"
     damaged: int = 0  # of the skipped, those a save committed (with a manifest): an earlier run's, not stray folders
+    world_size: int | None = None  # the ranks that wrote it, from its .metadata (safe_read.saved_world)
 
     def describe(self) -> str:
         head = f"resuming from {self.folder.name} (the newest valid one)" if self.folder else "no valid checkpoint"
@@ -114,7 +122,43 @@ class CheckpointFolder:
                 error = CheckpointError(f"on rank 0: {box[0][1]}")
         if error is not None:
             raise error
+        if self.pg is not None:
+            self._check_shared()
         return removed
+
+    def _check_shared(self) -> None:
+        """Every rank sees a file rank 0 wrote into the folder, or every rank refuses to start.
+
+        With a folder on node-local disk, each save "committed" only rank 0's files and no checkpoint could
+        ever be loaded: the run found out at its first restart (audit 16, H1). One small file, a broadcast and
+        a gather at start."""
+        name, token = None, None
+        if self.rank == 0:
+            name, token = tagged_name("tmp", "write-probe"), os.urandom(8).hex()
+            try:
+                (self.root / name).write_text(token)
+            except OSError as exc:  # it was writable a moment ago: every rank refuses alike, none waits
+                name, token = None, exc.strerror or str(exc)
+        box = [(name, token)]
+        try:
+            with collective("checkpoint shared-folder probe broadcast"):
+                dist.broadcast_object_list(box, src=0, group=self.pg)
+            name, token = box[0]
+            if name is None:
+                raise CheckpointError(f"checkpoint folder {self.root} is not writable: {token} (set `checkpoint.dir` "
+                                      "to a writable folder)")
+            seen = "" if self.rank == 0 else _sees(self.root / name, token)
+            views: list[Any] = [None] * self.world
+            with collective("checkpoint shared-folder probe gather"):
+                dist.all_gather_object(views, seen, group=self.pg)
+        finally:
+            if self.rank == 0 and name is not None:
+                with contextlib.suppress(OSError):
+                    (self.root / name).unlink()
+        bad = "; ".join(f"rank {r} {why}" for r, why in enumerate(views) if why)
+        if bad:
+            raise CheckpointError(f"checkpoint folder {self.root} is not the same folder on every rank: {bad}: "
+                                  f"{SHARED}")
 
     def _prepare_rank0(self, fresh: bool, removed: list[str]) -> None:
         try:
@@ -150,26 +194,61 @@ class CheckpointFolder:
     # -- choosing ----------------------------------------------------------------------------------
     def newest_valid(self, below: int | None = None, skipped: list[str] | None = None) -> Choice:
         """The newest checkpoint (older than `below`) whose manifest, files and `.metadata` check out;
-        rank 0 decides, every rank agrees. `.metadata` is unpickled here with the allow-list
+        rank 0 proposes, every other rank checks the sizes and checksums of its own shards and `.metadata` in
+        its view of the folder, and all agree (the files DCP reads on a rank other than rank 0 were checked
+        by nobody: audit 16, H1). `.metadata` is unpickled here with the allow-list
         (safe_read.check_checkpoint), so a crafted one is skipped with the reason like a corrupted file."""
         choice = Choice(None, None, None, list(skipped or []))
-        if self.rank == 0:
-            for step in self.steps():
-                if below is not None and step >= below:
-                    continue
-                folder = self.folder(step)
-                verdict = check_checkpoint(folder, step, self.checksums)
-                if verdict.ok:
-                    choice.step, choice.folder, choice.meta = step, folder, verdict.meta
-                    break
-                choice.skipped.append(f"{folder.name}: {verdict.reason}")
-                choice.damaged += int((folder / "manifest.json").exists())  # decided on rank 0, for every rank
-        if self.pg is not None:
-            box = [choice]
+        while True:
+            files: dict[str, Any] = {}
+            algo = CHECKSUM
+            if self.rank == 0:
+                for step in self.steps():
+                    if below is not None and step >= below:
+                        continue
+                    folder = self.folder(step)
+                    verdict = check_checkpoint(folder, step, self.checksums)
+                    if verdict.ok:
+                        choice.step, choice.folder, choice.meta = step, folder, verdict.meta
+                        choice.world_size = verdict.world_size
+                        manifest = verdict.manifest or {}
+                        files, algo = manifest.get("files") or {}, FORMATS[manifest["format"]]
+                        break
+                    choice.skipped.append(f"{folder.name}: {verdict.reason}")
+                    choice.damaged += int((folder / "manifest.json").exists())  # decided on rank 0, for every rank
+            if self.pg is None:
+                return choice
+            box = [(choice, {k: v for k, v in files.items() if k == ".metadata" or SHARD_RE.match(k)}, algo)]
             with collective("checkpoint resume-choice broadcast (rank 0 verifies checksums)"):
                 dist.broadcast_object_list(box, src=0, group=self.pg)
-            choice = box[0]
-        return choice
+            choice, files, algo = box[0]
+            if choice.folder is None:
+                return choice
+            # this rank's own path to it (the same path as rank 0's, where the folder is the same one)
+            why = "" if self.rank == 0 else self._view_problem(self.folder(choice.step), files, algo)
+            views: list[Any] = [None] * self.world
+            with collective("checkpoint resume-choice check (every rank verifies its own shards)"):
+                dist.all_gather_object(views, why, group=self.pg)
+            bad = [(r, w) for r, w in enumerate(views) if w]
+            if not bad:
+                return choice
+            choice.skipped.append(f"{choice.folder.name}: " + "; ".join(f"in rank {r}'s view of the folder, {w}"
+                                                                        for r, w in bad) + f" ({SHARED})")
+            choice.damaged += 1
+            below = choice.step
+            choice.step = choice.folder = choice.meta = choice.world_size = None
+
+    def _view_problem(self, folder: Path, files: dict[str, Any], algo: str) -> str:
+        """'' if this rank's view of `folder` holds its own shards and `.metadata` as rank 0's manifest lists
+        them (sizes, and checksums with verify = checksum); otherwise what differs, in words. A rank reads
+        about 1/world of the checkpoint here, and the page cache keeps it for the load that follows."""
+        mine = [".metadata", *sorted(k for k in files if (m := SHARD_RE.match(k)) and int(m.group(1)) == self.rank)]
+        try:
+            if not folder.is_dir():
+                return f"{folder.name} is missing"
+            return check_entries(folder, files, mine, algo, self.checksums)
+        except OSError as exc:
+            return f"{exc.filename or folder.name} cannot be read ({exc.strerror or exc})"
 
     def load(self, folder: Path, make_template: Callable[[set[str]], dict[str, Any]]) -> dict[str, Any]:
         """DCP load into the template `make_template(saved keys)` builds; no arbitrary unpickling, and only
@@ -200,7 +279,8 @@ class CheckpointFolder:
         if choice.folder is None:
             raise CheckpointError(f"checkpoint {failed.folder} could not be loaded ({reason}) and no older valid "
                                   f"checkpoint is left in {self.root}; move it away to start from step 0") from exc
-        self.log(f"could not load {failed.folder.name} ({reason}); falling back to {choice.folder.name}")
+        if self.rank == 0:  # every rank would say it alike (the load failed on all of them): once, as docs say
+            self.log(f"could not load {failed.folder.name} ({reason}); falling back to {choice.folder.name}")
         return choice
 
     def _why(self, exc: BaseException) -> str:
@@ -227,11 +307,16 @@ class CheckpointFolder:
             free, need = 1, 0
         if free < need:
             return f"the disk is full ({free / 1e6:.1f} MB free, a checkpoint needs about {need / 1e6:.1f} MB)"
+        for e in seen:  # torch's weights_only text (six lines advising weights_only=False): stride's one line
+            if isinstance(e, ShardEntryError):
+                return str(e)
+            if isinstance(e, pickle.UnpicklingError) and not str(e).startswith(".metadata"):
+                return "a shard entry is not what DCP wrote (an edited or mismatched .metadata, or other bytes)"
         last = seen[-1] if seen else exc
         if not str(last).strip():  # e.g. a .distcp replaced by other bytes with its checksum rewritten: "EOFError: "
             return (f"{type(last).__name__} reading its .distcp shards: one is not what DCP wrote (cut short, or "
                     "other bytes)")
-        return f"{type(last).__name__}: {last}"
+        return one_line(f"{type(last).__name__}: {last}")
 
     def release(self, restore: bool = False) -> None:
         """Let go of the folder's lock (rank 0); `restore`: nothing was written here, leave the folder as it was
@@ -258,3 +343,19 @@ class CheckpointFolder:
     def __del__(self) -> None:  # a run that ended in an exception never closed its store: let the folder go
         with contextlib.suppress(Exception):
             self.release()
+
+
+def _sees(path: Path, token: str) -> str:
+    """'' if `path` holds `token`; otherwise what this rank sees instead. A missing file is looked for again for
+    up to VIEW_WAIT_S (an NFS client may answer a lookup from its cache for a few seconds)."""
+    deadline = time.monotonic() + VIEW_WAIT_S
+    while True:
+        try:
+            text = path.read_text()
+            return "" if text == token else f"reads other bytes in the file rank 0 wrote there ({path.name})"
+        except FileNotFoundError:
+            if time.monotonic() >= deadline:
+                return f"does not see the file rank 0 wrote there ({path.name})"
+            time.sleep(0.2)
+        except OSError as exc:
+            return f"cannot read the file rank 0 wrote there ({path.name}: {exc.strerror or exc})"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any
 from stride.files.checksum import checksum_file, checksum_files  # noqa: F401 (re-exported)
 
 MANIFEST = "manifest.json"
+SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")  # DCP's FileSystemWriter: __<rank>_<file index>.distcp
 FORMAT = "stride-checkpoint/2"
 CHECKSUM = "xxh3_128"
 # format -> checksum algorithm its files carry (a checkpoint written by an older stride stays loadable)
@@ -88,6 +90,7 @@ class Verdict:
     reason: str  # why it is not valid ("" when it is)
     manifest: dict[str, Any] | None = None
     meta: dict[str, Any] | None = None  # meta.json, filled in by stride.checkpoint.safe_read.check_checkpoint
+    world_size: int | None = None  # the ranks that wrote it, from its .metadata (safe_read.saved_world)
 
 
 def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Verdict:
@@ -126,3 +129,22 @@ def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Ver
             if h != files[rel].get(algo):
                 return Verdict(False, f"{rel} does not match its {algo} checksum (corrupted)")
     return Verdict(True, "", manifest)
+
+
+def check_entries(folder: Path, files: dict[str, Any], rels: list[str], algo: str, checksums: bool = True) -> str:
+    """'' if each of `rels` is in `folder` with the size (and checksum) `files` (a manifest's entries) gives;
+    otherwise the first problem. What a rank other than rank 0 checks of its own view of a checkpoint."""
+    for rel in rels:
+        info = files.get(rel)
+        if not isinstance(info, dict) or type(info.get("bytes")) is not int:
+            return f"manifest.json entry {rel!r} has no byte count"
+        p = folder / rel
+        if not p.is_file():
+            return f"{rel} is missing"
+        if (size := p.stat().st_size) != info["bytes"]:
+            return f"{rel} has {size} bytes, the manifest says {info['bytes']}"
+    if checksums:
+        for rel, h in zip(rels, checksum_files([folder / r for r in rels], algo), strict=True):
+            if h != files[rel].get(algo):
+                return f"{rel} does not match its {algo} checksum (corrupted, or another copy)"
+    return ""

@@ -31,6 +31,7 @@ import importlib
 import io
 import json
 import pickle
+import re
 import types
 from collections.abc import Iterable
 from enum import Enum
@@ -52,7 +53,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.checkpoint.planner import ReadItem
 
-from stride.checkpoint.manifest import Verdict, safe_relative_file, verify
+from stride.checkpoint.manifest import SHARD_RE, Verdict, safe_relative_file, verify
 
 META = "meta.json"
 
@@ -207,7 +208,9 @@ def meta_problem(meta: dict[str, Any]) -> str | None:
     if type(steps) is not int:
         return f"config.train.steps {steps!r} is not an integer"
     for key, ok in (("world_size", lambda v: type(v) is int and v > 0), ("step", lambda v: type(v) is int),
-                    ("extended_from", lambda v: isinstance(v, list) and all(type(s) is int for s in v))):
+                    ("extended_from", lambda v: isinstance(v, list) and all(type(s) is int for s in v)),
+                    ("data", lambda v: isinstance(v, dict) and set(v) == {"n_windows", "batch_size"}
+                     and all(type(x) is int and x >= 0 for x in v.values()))):
         if key in meta and not ok(meta[key]):
             return f"{key} {meta[key]!r} is not what stride writes there"
     return None
@@ -228,22 +231,70 @@ def check_checkpoint(folder: Path, step: int | None, checksums: bool = True) -> 
     if why := meta_problem(meta):
         return Verdict(False, f"{META}: {why}", verdict.manifest)
     try:
-        load_metadata_safely((folder / ".metadata").read_bytes(), folder, (verdict.manifest or {}).get("files", {}))
+        md = load_metadata_safely((folder / ".metadata").read_bytes(), folder,
+                                  (verdict.manifest or {}).get("files", {}))
     except OSError as exc:
         return Verdict(False, f".metadata unreadable ({exc.strerror or exc})", verdict.manifest)
     except pickle.UnpicklingError as exc:
         return Verdict(False, str(exc), verdict.manifest)
-    return Verdict(True, "", verdict.manifest, meta)
+    world, why = saved_world(md, meta, verdict.manifest or {})
+    if why:
+        return Verdict(False, why, verdict.manifest)
+    return Verdict(True, "", verdict.manifest, meta, world)
+
+
+_RANK_SECTION = re.compile(r"^rank(\d+)\.")  # stride's per-rank state (train_state.capture): one per saving rank
+
+
+def saved_world(md: Metadata, meta: dict[str, Any], manifest: dict[str, Any]) -> tuple[int | None, str]:
+    """The world size that wrote a checkpoint, from what its `.metadata` holds (not from the fields that say so),
+    and why the checkpoint is refused where meta.json's or the manifest's `world_size` says otherwise.
+
+    Every rank of a trainer's save writes its own `rank<r>.` section, so those give the count exactly; a save
+    without them (a bare CheckpointStore) gives at least one more than the highest rank whose shard `.metadata`
+    reads. A forged `world_size` of 4 on a 2-rank checkpoint was reported as a layout change (audit 16, L3)."""
+    sections = {int(m.group(1)) for k in md.state_dict_metadata if (m := _RANK_SECTION.match(k))}
+    shards = {int(m.group(1)) for v in (md.storage_data or {}).values()
+              if isinstance(v.relative_path, str) and (m := SHARD_RE.match(v.relative_path))}
+    exact = bool(sections)
+    world = max(sections) + 1 if sections else (max(shards) + 1 if shards else None)
+    for name, claimed in ((META, meta.get("world_size")), ("manifest.json", manifest.get("world_size"))):
+        if world is None or type(claimed) is not int:
+            continue
+        if claimed != world if exact else claimed < world:
+            return world, (f"{name} says world size {claimed}, but its shards were written by {world} "
+                           f"rank{'s' if world != 1 else ''} (not what stride writes)")
+    if not exact and type(meta.get("world_size")) is int:
+        world = meta["world_size"]  # ranks that wrote no tensor leave no trace: the claim, where not contradicted
+    return world, ""
 
 
 class SafeFileSystemReader(FileSystemReader):
     """FileSystemReader whose `.metadata` is read by the restricted unpickler and may name only files
-    inside the folder (those in `listed`, the manifest's, when given)."""
+    inside the folder (those in `listed`, the manifest's, when given). A shard entry that torch's
+    weights-only unpickler refuses is reported in stride's words, naming the shard: torch's own text is six
+    lines that advise `weights_only=False`, the wrong advice for a checkpoint (audit 16, L1)."""
 
     def __init__(self, path: str | Path, listed: Iterable[str] | None = None) -> None:
         super().__init__(path)
         self.folder = Path(path)
         self.listed = set(listed) if listed is not None else None
+        self._reading: str = "?"  # the shard file of the entry being read
+
+    def _slice_file(self, file: Any, sinfo: _StorageInfo) -> Any:
+        self._reading = str(sinfo.relative_path)
+        return super()._slice_file(file, sinfo)
+
+    def read_data(self, plan: Any, planner: Any) -> Any:
+        try:
+            return super().read_data(plan, planner)
+        except pickle.UnpicklingError as exc:
+            raise ShardEntryError(f"a shard entry in {self._reading} is not what DCP wrote (an edited or "
+                                  "mismatched .metadata, or other bytes in the shard)") from exc
+
+
+class ShardEntryError(pickle.UnpicklingError):
+    """A tensor or value in a shard that torch's weights-only unpickler refused; the message is stride's, one line."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -29,15 +28,14 @@ from torch.distributed.checkpoint.staging import StagingOptions
 
 from stride.checkpoint.dcp_io import TimedStager, shard_writer
 from stride.checkpoint.errors import CheckpointError
-from stride.checkpoint.folder import CheckpointFolder, Choice
-from stride.checkpoint.manifest import MANIFEST, describe_files, fsync_path, write_manifest
+from stride.checkpoint.folder import SHARED, VIEW_WAIT_S, CheckpointFolder, Choice
+from stride.checkpoint.manifest import MANIFEST, SHARD_RE, describe_files, fsync_path, write_manifest
 from stride.checkpoint.retention import may_replace, remove_folder, retain
 from stride.checkpoint.safe_read import META
 from stride.files.step_names import STEP_RE, step_name
 from stride.parallel.watchdog import collective
 
 __all__ = ["META", "STEP_RE", "CheckpointStore", "Choice", "step_name"]
-SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")  # DCP's FileSystemWriter: __<rank>_<file index>.distcp
 WRITE_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
@@ -153,10 +151,10 @@ class CheckpointStore(CheckpointFolder):
                 dist.broadcast_object_list(box, src=0, group=self.pg)
             commit_error = box[0]
         if commit_error is not None:
-            failed = {0: commit_error}
+            failed = {commit_error[0]: commit_error[1]}
         if failed:
-            if self.rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
+            # every rank: in a folder the nodes do not share, a rank's files are in its own copy (audit 16, H1)
+            shutil.rmtree(tmp, ignore_errors=True)
             self._raise_failed(step, failed, err)
         self.last_phases["commit_s"] = time.perf_counter() - t_commit  # checksums, vote, manifest, rename
         if self.rank == 0:
@@ -196,23 +194,32 @@ class CheckpointStore(CheckpointFolder):
     def _raise_failed(self, step: int, failed: dict[int, str], exc: BaseException | None) -> None:
         prev = next((s for s in self.steps() if s != step), None)
         intact = f"the previous checkpoint {step_name(prev)} is intact" if prev is not None else "no earlier checkpoint"
-        if self.world > 1:
+        if -1 in failed:  # the folder's fault, not a rank's
+            causes = ": " + failed[-1]
+        elif self.world > 1:
             causes = " " + "; ".join(f"on rank {r}: {why}" for r, why in failed.items())
         else:
             causes = ": " + "; ".join(failed.values())
         raise CheckpointError(f"checkpoint save at step {step} into {self.root} failed{causes}; {intact}") from exc
 
-    def _commit(self, tmp: Path, step: int, meta: dict[str, Any], files: dict[str, dict[str, Any]]) -> str | None:
-        """Rank 0: manifest (from every rank's checksums), rename into place, retention; the error in words."""
+    def _commit(self, tmp: Path, step: int, meta: dict[str, Any],
+                files: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
+        """Rank 0: manifest (from every rank's checksums), rename into place, retention; the error in words, with
+        the rank it is on (-1: the folder's, on none).
+
+        Files another rank wrote that rank 0 does not see refuse the save: the checkpoint folder is not one
+        folder for every node, and such a checkpoint could never be loaded (audit 16, H1)."""
         try:
             on_disk = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*")
                        if p.is_file() and p.name != MANIFEST and not p.name.startswith(f".{MANIFEST}")}
+            if missing := _not_seen(tmp, set(files) - on_disk):
+                return -1, _missing_message(missing, tmp.parent)
             unclaimed = sorted(on_disk - set(files))  # a file no rank described (a DCP naming change): check it here
             files = {**files, **describe_files(tmp, [tmp / r for r in unclaimed])}
             final = self.folder(step)
             if os.path.lexists(final) and (why := may_replace(final, step, self.lineage)):
-                return (f"{final} already exists and {why}: stride does not replace what this run did not "
-                        "write; move it away and run again to resume")
+                return 0, (f"{final} already exists and {why}: stride does not replace what this run did not "
+                           "write; move it away and run again to resume")
             write_manifest(tmp, step, {"config_hash": meta.get("config_hash"), "world_size": self.world,
                                        "lineage": self.lineage.id}, files=files)
             if os.path.lexists(final):  # a re-save of a step (after a rollback, or over a corrupt copy)
@@ -221,7 +228,7 @@ class CheckpointStore(CheckpointFolder):
             fsync_path(self.root)
             self.lineage.mark_verified(final)  # every file was checksummed from what was just written
         except Exception as exc:
-            return f"{self._why(exc)} (while committing)"
+            return 0, f"{self._why(exc)} (while committing)"
         return None
 
     def _retain(self) -> None:
@@ -279,3 +286,26 @@ class CheckpointStore(CheckpointFolder):
                 stager.close()
             self._stagers.clear()
             self.release(restore=restore and not self.saved_steps)
+
+
+def _not_seen(tmp: Path, rels: set[str]) -> list[str]:
+    """Of `rels` (files other ranks wrote into `tmp`), those rank 0 still does not see after looking again for up
+    to VIEW_WAIT_S (an NFS client may answer from a cached directory listing for a few seconds)."""
+    deadline = time.monotonic() + VIEW_WAIT_S
+    missing = sorted(rels)
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.2)
+        missing = [r for r in missing if not (tmp / r).is_file()]
+    return missing
+
+
+def _missing_message(missing: list[str], root: Path) -> str:
+    by_rank: dict[int, list[str]] = {}
+    for rel in missing:
+        m = SHARD_RE.match(Path(rel).name)
+        by_rank.setdefault(int(m.group(1)) if m else -1, []).append(rel)
+    parts = []
+    for r, names in sorted(by_rank.items()):
+        owner = f"rank {r}'s files" if r >= 0 else "files"
+        parts.append(f"{owner} ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})")
+    return f"{' and '.join(parts)} are not in rank 0's view of {root}: {SHARED}"

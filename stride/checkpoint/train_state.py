@@ -183,7 +183,8 @@ def problem(trainer: TrainerView, loaded: dict[str, Any], step: int) -> str | No
     kind, state = position.get("kind"), position.get("state")
     counters = ("epoch", "position", "seed")
     if kind not in ("state_dict", "replay") or (kind == "state_dict" and not (
-            isinstance(state, dict) and all(type(state.get(k)) is int and state[k] >= 0 for k in counters))) \
+            isinstance(state, dict) and all(type(state.get(k)) is int and state[k] >= 0 for k in counters)
+            and all(type(state[k]) is int and state[k] >= 0 for k in ("n_windows", "batch_size") if k in state))) \
             or (kind == "replay" and not (type(position.get("batches", 0)) is int and position.get("batches", 0) >= 0)):
         return f"rank {rank}'s data position {json.dumps(position)[:120]} is not one stride writes"
     if why := _position_problem(trainer, position, step):
@@ -205,12 +206,93 @@ def _position_problem(trainer: TrainerView, position: dict[str, Any], step: int)
     state = position["state"]
     if state["epoch"] > step + 1:
         return f"is at epoch {state['epoch']}, more than {step} steps of one batch can reach"
-    live = trainer.data_position()
-    mine = live.get("state") if live.get("kind") == "state_dict" else None
-    n, batch = (mine.get("n_windows"), mine.get("batch_size")) if isinstance(mine, dict) else (None, None)
-    if type(n) is int and type(batch) is int and batch > 0:
+    n, batch = data_shape(trainer.data_position())
+    for key, live in (("n_windows", n), ("batch_size", batch)):  # WindowBatches.load_state_dict raised on these
+        if key in state and live is not None and state[key] != live:  # after every check: a traceback (audit 16, M1)
+            return f"has {key} {state[key]}, this run's data {live}"
+    if n is not None and batch is not None and batch > 0:
         per_epoch = -(-n // batch)
         if state["position"] > per_epoch:
             return (f"is batch {state['position']} of an epoch, past its end (this run's data: {n} windows, "
                     f"{per_epoch} batches of {batch} an epoch)")
+    return None
+
+
+def data_shape(position: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(windows, global batch size) of a stateful loader's position (`data_position()`); None where it has none."""
+    state = position.get("state") if isinstance(position, dict) and position.get("kind") == "state_dict" else None
+    if not isinstance(state, dict):
+        return None, None
+    n, batch = state.get("n_windows"), state.get("batch_size")
+    return (n if type(n) is int else None), (batch if type(batch) is int else None)
+
+
+def position_of(loaded: dict[str, Any]) -> tuple[Any, ...] | None:
+    """This rank's saved data position as (kind, epoch, position, seed, n_windows, batch_size), or (kind, batches)
+    for a replay; None without a section or where it is not the shape stride writes (`problem` says why)."""
+    rank, _ = rank_and_world()
+    try:
+        position = json.loads(loaded[f"rank{rank}"]["data"])
+    except (KeyError, TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(position, dict):
+        return None
+    if position.get("kind") == "replay":
+        return ("replay", position.get("batches"))
+    state = position.get("state")
+    if position.get("kind") != "state_dict" or not isinstance(state, dict):
+        return None
+    return ("state_dict", *(state.get(k) for k in ("epoch", "position", "seed", "n_windows", "batch_size")))
+
+
+def _describe(p: tuple[Any, ...]) -> str:
+    return f"replays {p[1]} batches" if p[0] == "replay" else f"epoch {p[1]}, batch {p[2]}, seed {p[3]}"
+
+
+def data_changed(trainer: TrainerView, positions: list[tuple[Any, ...] | None], meta: dict[str, Any],
+                 folder: str) -> str | None:
+    """Why the run cannot continue from this checkpoint on its data (None: it can). The data's windows and batch
+    size are meta.json's (`data`, written since audit 16) where it has them, else every rank's position agreeing
+    on one other count: the store was re-ingested or edited since, so every checkpoint has the old count, and a
+    fallback cannot help (it was a ValueError traceback on every rank, audit 16, M1). A count that only some
+    ranks' positions have is a damaged checkpoint, skipped (`problem`)."""
+    n, batch = data_shape(trainer.data_position())
+    if n is None or batch is None:
+        return None
+    saved = meta.get("data")
+    if isinstance(saved, dict):
+        then = (saved.get("n_windows"), saved.get("batch_size"))
+    else:
+        seen = {p[4:6] for p in positions if p is not None and p[0] == "state_dict"}
+        if len(seen) != 1 or any(p is None or p[0] != "state_dict" for p in positions):
+            return None
+        then = seen.pop()
+    if then == (n, batch):
+        return None
+    return (f"checkpoint {folder} was taken on data of {then[0]} windows in batches of {then[1]}; this run's data "
+            f"has {n} windows in batches of {batch}: the data changed since (a store re-ingested or edited?), and a "
+            "run cannot continue on other data; restore the data, or use another --out to start over")
+
+
+def ranks_disagree(trainer: TrainerView, positions: list[tuple[Any, ...] | None], step: int,
+                   meta: dict[str, Any]) -> str | None:
+    """Why the ranks' data positions cannot be one run's (None: they can). Under DDP/FSDP/TP/PP every rank's
+    loader holds the same global position; a rank at another batch or seed trained on other data with exit 0
+    (audit 16, M5). A seed must be this run's (or, where force_resume accepted another `train.seed`, the
+    checkpoint's), and a replay must replay exactly the steps taken."""
+    live = trainer.data_position()
+    seeds = {live["state"].get("seed")} if live.get("kind") == "state_dict" else set()
+    train = (meta.get("config") or {}).get("train") or {}
+    if seeds and type(train.get("seed")) is int:
+        seeds.add(train["seed"])
+    sections = [(r, p) for r, p in enumerate(positions) if p is not None]
+    for r, p in sections:
+        if p[0] == "replay" and p[1] != step:
+            return f"rank {r}'s data position replays {p[1]} batches, not the {step} steps taken"
+        if p[0] == "state_dict" and seeds and p[3] not in seeds:
+            return f"rank {r}'s data position has seed {p[3]}, this run's is {live['state'].get('seed')}"
+    for r, p in sections[1:]:
+        r0, p0 = sections[0]
+        if p[:4] != p0[:4]:
+            return f"rank {r}'s data position ({_describe(p)}) differs from rank {r0}'s ({_describe(p0)})"
     return None
