@@ -59,22 +59,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C stopped
+MAPS_STORES = ("train", "bench", "sweep", "profile", "repro", "data")  # commands that may map a data store's files
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C anywhere a command does not handle it itself (`stride bench`
     does; `stride sweep` says what it kept) is one line and status 130, not a traceback: the status is returned,
     not left to CPython's uncaught-KeyboardInterrupt exit."""
+    program = argv is None  # this process is the `stride` command (not a caller's main([...]), as in the tests)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(argv)
+        return _main(argv, program)
     except KeyboardInterrupt:
         name = argv[0] if argv and any(c[0] == argv[0] for c in COMMANDS) else None
         print(f"stride {name}: stopped (interrupted)" if name else "stride: stopped (interrupted)", file=sys.stderr)
         return INTERRUPTED
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], program: bool = False) -> int:
     parser = build_parser()
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
@@ -91,6 +93,12 @@ def _main(argv: list[str]) -> int:
     cmd_parser = argparse.ArgumentParser(prog=f"stride {name}", description=entry[2])
     mod.register(cmd_parser)
     args = cmd_parser.parse_args(argv[1:])
+    if program and name in MAPS_STORES:
+        # a store file changed in place kills the process with SIGBUS, which no Python code survives: a watcher
+        # names the file then (stride.data.mapped_files; these commands load torch anyway)
+        from stride.data.mapped_files import note_faults
+
+        note_faults(f"stride {name}")
     from stride.config.errors import ConfigError
 
     try:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 from stride.sweep.stats import MORE_SEEDS
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from stride.sweep.grid import Point
     from stride.sweep.store import SweepStore
 
@@ -79,13 +81,10 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from stride.config.errors import ConfigError
+    from stride.files import run_lock
     from stride.files.folder_kind import refuse_others
     from stride.metrics.run_dir import RunDir
     from stride.sweep.grid import expand
-    from stride.sweep.runner import Options, SweepError, load_pack_log
-    from stride.sweep.runner import run as run_sweep
-    from stride.sweep.stop import SweepStop, stop_reason
-    from stride.sweep.store import SweepStore
 
     pack = _pack(args.pack)
     chunk = _pack(args.chunk, "--chunk")
@@ -99,6 +98,23 @@ def run(args: argparse.Namespace) -> int:
     if exported is not None:  # the export's run folder: anything in it would mix with the checkpoint
         _check_export_to(Path(args.export_to), exported)
     out = Path(args.out) if args.out else RunDir.create(base.metrics.out_dir, f"sweep-{base.train.name}").path
+    # The sweep folder is locked before anything is written in it (a second sweep on it used to be stopped only by
+    # a point's run folder, after writing its report into the first one's folder: audit 16, L4). `nests`: its points'
+    # run folders (runs/<id>) are locked by Ray tasks, other processes.
+    with run_lock.held(out, "sweep folder", nests=True):
+        return _sweep(args, out, axes, points, exported, pack, chunk)
+
+
+def _sweep(args: argparse.Namespace, out: Path, axes: list, points: list[Point], exported: Point | None,
+           pack: str | int, chunk: str | int) -> int:
+    """Train the grid's points into `out` (locked by the caller), write the report; the exit status."""
+    from pathlib import Path
+
+    from stride.sweep.runner import Options, SweepError, load_pack_log
+    from stride.sweep.runner import run as run_sweep
+    from stride.sweep.stop import SweepStop, stop_reason
+    from stride.sweep.store import SweepStore
+
     store = SweepStore(out)
     plan = store.plan(str(Path(args.config).resolve()), args.overrides, axes, points)
     store.open(plan)

@@ -35,7 +35,7 @@ from stride.files.input_file import (
     json_object,
     read_input_text,
 )
-from stride.metrics.observe.follow import JsonlFollower
+from stride.metrics.observe.follow import STARTED_OVER, JsonlFollower
 
 SPARK = "▁▂▃▄▅▆▇█"
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json")  # what `stride train` writes into a run directory
@@ -113,10 +113,15 @@ class RunView:
 
     def refresh(self) -> None:
         for rec in self.metrics.iter_new():
-            if isinstance(rec, dict):
-                (self.train if "loss" in rec else self.val if "val_loss" in rec else []).append(rec)
+            if rec is STARTED_OVER:  # metrics.jsonl was rewritten (a resume): what is held is not in it any more
+                self.train.clear()
+                self.val.clear()
+            elif isinstance(rec, dict):
+                _add(self.train if "loss" in rec else self.val if "val_loss" in rec else None, rec)
         for rec in self.system.iter_new():  # the last record is what is shown
-            if isinstance(rec, dict):
+            if rec is STARTED_OVER:
+                self.sys_last = None
+            elif isinstance(rec, dict):
                 self.sys_last = rec
         if self.total_steps is None and (self.run_dir / "config.toml").is_file():
             import tomllib
@@ -198,6 +203,18 @@ class RunView:
                               f"{g.get('power_w')} W")
         losses = [v for r in self.train if (v := number(r, "loss")) is not None]
         return Group(t, literal(f"loss {sparkline(losses)}"))
+
+
+def _add(records: deque[dict[str, Any]] | None, rec: dict[str, Any]) -> None:
+    """Append `rec`, keeping one record per step, the last: a record of a step at or before the last one held (a
+    resumed run logs the steps after its checkpoint again) drops the held records from that step on."""
+    if records is None:
+        return
+    step = rec.get("step")
+    if type(step) is int:
+        while records and type(last := records[-1].get("step")) is int and last >= step:
+            records.pop()
+    records.append(rec)
 
 
 def writer_gone(run_dir: Path) -> int | None:

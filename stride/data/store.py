@@ -17,11 +17,18 @@ A manifest is input like any file: `open_store` checks its shape (dtype, columns
 that tile the rows exactly) before reading a byte, and that the data files are the store's own (no
 symbolic link out of the folder); `verify` also checks every symbol run against the timestamps and
 every value for NaN/inf. `--overwrite` replaces only a folder that is a stride store.
+
+A store is replaced (ingest writes a new one and renames it in), never edited in place: a mapped file truncated or
+overwritten in place (`truncate`, `cp` over it, `rsync --inplace`) kills the process that maps it with SIGBUS at
+its next read past the new end, which Python cannot catch. `open_store` records the files it maps
+(stride.data.mapped_files), and a command line gets one line naming the changed file when it dies that way
+(audit 16, M3).
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 import hashlib
 import json
 import os
@@ -35,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from stride.data import mapped_files
 from stride.errors import StrideError, file_in_path, one_line, os_reason
 from stride.files.owner import remove_abandoned, tagged_name
 from stride.files.store_marker import FORMAT, is_store  # the store's marker, defined once below stride.data
@@ -250,6 +258,9 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
     if manifest["dtype"] == "bfloat16":
         t = t.view(torch.bfloat16)
     ts = np.memmap(path / "timestamps.bin", dtype=np.int64, mode="r", shape=(n,)) if n else np.zeros(0, np.int64)
+    for name, mapped in (("values.bin", vals), ("timestamps.bin", ts)):
+        if isinstance(mapped, np.memmap):  # named should it change in place while mapped (module docstring)
+            mapped_files.record(path / name, mapped)
     if verify:
         _verify_contents(path, manifest, vals, ts)
     return Store(path, manifest, t, ts, vals if isinstance(vals, np.memmap) else None)
@@ -450,7 +461,17 @@ class StoreWriter:
             swap_in(self.tmp, self.out, old)
             shutil.rmtree(old)
         else:
-            self.tmp.rename(self.out)
+            try:
+                self.tmp.rename(self.out)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.lexists(self.out):
+                    raise
+                # another ingest (or anything else) made the folder since the start: the rename's errno text
+                # ("Directory not empty") said nothing of that (audit 16, L5)
+                self.abort()
+                raise StoreError(f"{self.out}: another ingest (or another process) wrote it while this one ran (it "
+                                 "was not there at the start); this store was not written: choose another --out, "
+                                 "or pass --overwrite to replace that one") from None
         return self.out
 
     def abort(self) -> None:

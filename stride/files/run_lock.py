@@ -18,6 +18,16 @@ A holder that wrote nothing in the folder (a refused resume) releases with `rest
 gets its previous content and times back (or goes, if this process made it), and the folder's own times too
 where its entries are the ones it had, so the folder is byte for byte and time for time as it was (only the
 inode change times, which no program can set, tell).
+
+A folder inside another stride process's locked folder is refused too (audit 16, M2): a second run whose
+`checkpoint.dir` was a running run's checkpoint folder locked its own `.stride-lock` there, resumed from the
+first run's checkpoints and replaced them. So `acquire` probes the lock file of every folder above the one it
+locks, up to the filesystem root (a shared, non-blocking flock, let go at once; a link is not followed, only a
+regular file is probed), and `covered` (a checkpoint folder inside this process's run folder) is False where
+another process holds the checkpoint folder's own lock, so it is acquired, and refused, by name. A folder made to
+hold other processes' runs (a sweep's points, a bench's torchrun runs) is locked with `nests=True` and is not a
+reason to refuse. A probe holds its shared lock for microseconds; a run taking that lock in the same instant tries
+again for a moment before it calls the folder in use.
 """
 
 from __future__ import annotations
@@ -49,6 +59,8 @@ class LockFileError(StrideError):
 
     exit_code = 2
 
+
+LOCK_TRIES, LOCK_RETRY_S = 5, 0.02  # another process's probe (a shared lock) lasts microseconds: try again
 
 # resolved lock path -> [fd, holds, the file's content before this process wrote its name (None: it made the file),
 # the file's Stamp before (None: it made the file), the folder's Stamp before] (fd -1: held by the launching parent)
@@ -85,13 +97,63 @@ def put_back(path: Path, before: Stamp | None, fd: int | None = None) -> None:
 _guard = threading.Lock()
 
 
-def _holder_text(fd: int) -> str:
+def _holder_info(fd: int) -> dict:
+    """The lock file's content (what its holder wrote: pid, host, since, what, nests); {} where it says nothing."""
     try:
         info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _holder_text(fd: int) -> str:
+    return _described(_holder_info(fd))
+
+
+def _described(info: dict) -> str:
+    """'pid 123 on host, since 2024-...' from a lock file's content."""
+    try:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["since"])))
         return f"pid {int(info['pid'])} on {info['host']}, since {since}"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return "a process that has not written its name yet"
+
+
+def _taken_elsewhere(path: Path) -> dict | None:
+    """The holder's content where another process holds the lock file `path` ({} if it wrote none yet); None where
+    none does, or where `path` is missing, a link (never followed), not a regular file, or cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder_info(fd)
+        except OSError:
+            return None
+        return None
+    finally:
+        os.close(fd)  # lets go of the shared lock at once
+
+
+def _refuse_inside_held(folder: Path, what: str) -> None:
+    """FolderInUse where a folder above `folder` is locked by another process (module docstring); one this process
+    holds, or one locked to hold others' runs (`nests`), is no reason."""
+    for above in folder.resolve().parents:
+        lock = above / LOCK_NAME
+        if lock in _held:
+            continue
+        info = _taken_elsewhere(lock)
+        if info is None or info.get("nests") is True:
+            continue
+        kind = info.get("what") if isinstance(info.get("what"), str) else "run folder"
+        raise FolderInUse(f"{what} {folder} is inside {kind} {above}, in use by another stride run "
+                          f"({_described(info)}): two runs in one folder overwrite each other's checkpoints and "
+                          "metrics; use a folder outside it, or wait for that run to end")
 
 
 def _delegated(path: Path, fd: int) -> bool:
@@ -107,24 +169,26 @@ def _delegated(path: Path, fd: int) -> bool:
     return isinstance(info, dict) and [info.get("host"), str(info.get("pid"))] == parts[1:]
 
 
-def acquire(folder: Path, what: str = "run folder") -> Path:
-    """Lock `folder` (created if missing) for this process; FolderInUse if another live process holds it."""
+def acquire(folder: Path, what: str = "run folder", nests: bool = False) -> Path:
+    """Lock `folder` (created if missing) for this process; FolderInUse if another live process holds it or a folder
+    above it (module docstring). `nests`: the folder holds runs of other processes (a sweep's, a bench's), which
+    may lock folders inside it."""
+    with _guard:
+        _refuse_inside_held(folder, what)  # before anything is made: a refused run leaves no folder behind
     folder.mkdir(parents=True, exist_ok=True)
     path = folder.resolve() / LOCK_NAME  # the lock file itself is never followed: a planted link is refused
     with _guard:
         if path in _held:
             _held[path][1] += 1
+            if nests and _held[path][0] >= 0:
+                _write_holder(_held[path][0], what, nests)
             return path
         existed = os.path.lexists(path)
         folder_before = stamp(path.parent)
         fd = _open_lock(path, folder, what)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            mine = _lock_exclusive(path, fd)
         except BlockingIOError:
-            if _delegated(path, fd):
-                os.close(fd)
-                _held[path] = [-1, 1, None, None, None]
-                return path
             holder = _holder_text(fd)
             os.close(fd)
             raise FolderInUse(f"{what} {folder} is in use by another stride run ({holder}): two runs in one folder "
@@ -133,6 +197,10 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
         except OSError:
             os.close(fd)
             raise
+        if not mine:  # the launching parent holds it for this rank
+            os.close(fd)
+            _held[path] = [-1, 1, None, None, None]
+            return path
         if ranks_still_in(folder):  # the lock file is free, but ranks of a launch whose launcher died are not gone
             if not existed:  # unlinked while still locked, as release(restore=True) does: none can lock a ghost
                 with contextlib.suppress(OSError):
@@ -145,11 +213,35 @@ def acquire(folder: Path, what: str = "run folder") -> Path:
                               "few seconds")
         before = _read_all(fd) if existed else None
         file_before = stamp(path, fd) if existed else None
-        info = json.dumps({"pid": os.getpid(), "host": this_host(), "since": time.time()}).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, info, 0)
+        _write_holder(fd, what, nests)
         _held[path] = [fd, 1, before, file_before, folder_before]
         return path
+
+
+def _lock_exclusive(path: Path, fd: int) -> bool:
+    """LOCK_EX without waiting: True once taken; False where the launching parent holds it for this rank
+    (`_delegated`). Otherwise tried again for a moment: what refuses it may be another process's probe
+    (`_taken_elsewhere`), a shared lock held for microseconds. BlockingIOError if it stays taken."""
+    for attempt in range(LOCK_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if attempt == 0 and _delegated(path, fd):
+                return False
+            if attempt == LOCK_TRIES - 1:
+                raise
+            time.sleep(LOCK_RETRY_S)
+    raise AssertionError("unreachable")
+
+
+def _write_holder(fd: int, what: str, nests: bool) -> None:
+    """This process's name in the lock file: who holds it (`stride top`, a refused run's message) and as what."""
+    info = {"pid": os.getpid(), "host": this_host(), "since": time.time(), "what": what}
+    if nests:
+        info["nests"] = True
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(info).encode(), 0)
 
 
 def _open_lock(path: Path, folder: Path, what: str) -> int:
@@ -256,10 +348,16 @@ def release(path: Path, restore: bool = False) -> None:
 
 
 def covered(folder: Path) -> bool:
-    """This process already holds `folder` or a folder above it (a checkpoint folder inside the run folder)."""
+    """This process already holds `folder` or a folder above it (a checkpoint folder inside the run folder), and no
+    other process holds `folder`'s own lock (a run whose `checkpoint.dir` is this folder: then the caller acquires
+    it, and is refused naming that run)."""
     target = folder.resolve()
     with _guard:
-        return any(p.parent == target or p.parent in target.parents for p in _held)
+        if target / LOCK_NAME in _held:
+            return True
+        if not any(p.parent in target.parents for p in _held):
+            return False
+    return _taken_elsewhere(target / LOCK_NAME) is None
 
 
 def env_for_ranks(path: Path) -> dict[str, str]:
@@ -274,17 +372,17 @@ def _listing(folder: Path) -> dict[str, tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def held(folder: Path, what: str = "run folder"):
+def held(folder: Path, what: str = "run folder", nests: bool = False):
     """`with held(folder) as path:` the folder is locked inside the block. When nothing in it changed inside
-    the block (the ranks refused a resume, or found the run finished), the folder is left as it was found."""
+    the block (the ranks refused a resume, or found the run finished, or a sweep refused its options with an
+    error), the folder is left as it was found."""
     made = not folder.exists()
-    path = acquire(folder, what)
+    path = acquire(folder, what, nests)
     before = _listing(folder)
-    unchanged = False
     try:
         yield path
-        unchanged = _listing(folder) == before
     finally:
+        unchanged = _listing(folder) == before
         release(path, restore=unchanged)
         if unchanged and made:
             with contextlib.suppress(OSError):
