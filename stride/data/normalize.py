@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from stride.data import mapped_files
 from stride.data.store import StoreError, changed_block, derived_dir, derived_writable, sample_digests
 from stride.errors import os_reason
 from stride.files.checksum import checksum_file
@@ -229,7 +230,9 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
     if out.parent != in_store:
         log.warning("stride: %s cannot be written (a read-only store): derived feature cache %s kept in %s",
                     store_path, name, out.parent)
-    return np.memmap(out, dtype=np_dtype, mode="c", shape=(n, len(cols)))
+    mapped = np.memmap(out, dtype=np_dtype, mode="c", shape=(n, len(cols)))
+    mapped_files.record(out, mapped)  # named, should the cache be changed in place while mapped (audit 16, M3)
+    return mapped
 
 
 def cache_key(values: torch.Tensor, values_sha: str, cols: list[int], segments: tuple[np.ndarray, np.ndarray],
