@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -32,18 +31,6 @@ MODELS = {  # name -> (overrides, steps)
 BASE = ["data.n_assets=4", "data.n_steps=1024", "data.horizons=[1, 5]", "train.batch_size=32", "train.val_every=0",
         "train.threads=1", "metrics.progress=false", "metrics.flops=false", "metrics.skip_steps=2",
         "optim.warmup_steps=2", "train.ac_every=2"]
-
-
-def cpu_model() -> str:
-    """The CPU's model name, family and model number (a virtual machine's name can be generic, "Intel(R) Xeon(R)
-    Processor": the numbers tell its generation). Timings differ by host: every figure is quoted with it."""
-    try:
-        info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
-                    if ":" in line)
-        info = {k.strip(): v.strip() for k, v in info.items()}
-        return f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
-    except OSError:
-        return platform.processor() or "unknown"
 
 
 def run_once(model: str, mode: str, steps: int) -> dict[str, float]:
@@ -82,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--quick", action="store_true", help="2 rounds of a few steps: checks the script, measures little")
     args = ap.parse_args(argv)
+    from stride.metrics.env import cpu_id
+
     rounds = 2 if args.quick else args.rounds
-    result: dict[str, object] = {"cpu": cpu_model(), "load_before": os.getloadavg()[0]}
+    result: dict[str, object] = {"cpu": cpu_id(), "load_before": os.getloadavg()[0]}
     for model, (_, steps) in MODELS.items():
         result[model] = measure(model, rounds, 4 if args.quick else steps)
     result["load_after"] = os.getloadavg()[0]

@@ -112,28 +112,25 @@ def verify(folder: Path, step: int | None = None, checksums: bool = True) -> Ver
         return Verdict(False, "manifest.json lists no DCP .metadata file")
     if step is not None and manifest.get("step") != step:
         return Verdict(False, f"manifest says step {manifest.get('step')!r} but the folder is step {step}")
-    for rel, info in files.items():
+    for rel in files:
         if why := safe_relative_file(rel, folder):
             return Verdict(False, f"manifest.json names {why}")
-        if not isinstance(info, dict) or type(info.get("bytes")) is not int:
-            return Verdict(False, f"manifest.json entry {rel!r} has no byte count")
-        p = folder / rel
-        if not p.is_file():
-            return Verdict(False, f"{rel} is missing")
-        size = p.stat().st_size
-        if size != info.get("bytes"):
-            return Verdict(False, f"{rel} has {size} bytes, the manifest says {info.get('bytes')}")
-    if checksums:
-        rels = list(files)
-        for rel, h in zip(rels, checksum_files([folder / r for r in rels], algo), strict=True):
-            if h != files[rel].get(algo):
-                return Verdict(False, f"{rel} does not match its {algo} checksum (corrupted)")
+    try:  # a file that cannot be read is this checkpoint's problem, not an exception on rank 0 alone (the other
+        # ranks wait for its verdict in a broadcast)
+        why = check_entries(folder, files, list(files), algo, checksums, mismatch="corrupted")
+    except OSError as exc:
+        return Verdict(False, f"{Path(exc.filename).name if exc.filename else 'a file'} cannot be read "
+                              f"({exc.strerror or exc})")
+    if why:
+        return Verdict(False, why)
     return Verdict(True, "", manifest)
 
 
-def check_entries(folder: Path, files: dict[str, Any], rels: list[str], algo: str, checksums: bool = True) -> str:
+def check_entries(folder: Path, files: dict[str, Any], rels: list[str], algo: str, checksums: bool = True,
+                  mismatch: str = "corrupted, or another copy") -> str:
     """'' if each of `rels` is in `folder` with the size (and checksum) `files` (a manifest's entries) gives;
-    otherwise the first problem. What a rank other than rank 0 checks of its own view of a checkpoint."""
+    otherwise the first problem (`mismatch`: what a checksum that differs means, in words). Rank 0 checks every
+    file of a checkpoint this way (`verify`), each other rank its own shards in its own view of the folder."""
     for rel in rels:
         info = files.get(rel)
         if not isinstance(info, dict) or type(info.get("bytes")) is not int:
@@ -146,5 +143,5 @@ def check_entries(folder: Path, files: dict[str, Any], rels: list[str], algo: st
     if checksums:
         for rel, h in zip(rels, checksum_files([folder / r for r in rels], algo), strict=True):
             if h != files[rel].get(algo):
-                return f"{rel} does not match its {algo} checksum (corrupted, or another copy)"
+                return f"{rel} does not match its {algo} checksum ({mismatch})"
     return ""

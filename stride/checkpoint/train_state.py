@@ -276,23 +276,20 @@ def data_changed(trainer: TrainerView, positions: list[tuple[Any, ...] | None], 
 
 def ranks_disagree(trainer: TrainerView, positions: list[tuple[Any, ...] | None], step: int,
                    meta: dict[str, Any]) -> str | None:
-    """Why the ranks' data positions cannot be one run's (None: they can). Under DDP/FSDP/TP/PP every rank's
-    loader holds the same global position; a rank at another batch or seed trained on other data with exit 0
-    (audit 16, M5). A seed must be this run's (or, where force_resume accepted another `train.seed`, the
-    checkpoint's), and a replay must replay exactly the steps taken."""
-    live = trainer.data_position()
-    seeds = {live["state"].get("seed")} if live.get("kind") == "state_dict" else set()
-    train = (meta.get("config") or {}).get("train") or {}
-    if seeds and type(train.get("seed")) is int:
-        seeds.add(train["seed"])
+    """Why the ranks' data positions cannot be one run's (None: they can). stride's own loader (its state names the
+    windows and the global batch) holds the same global position on every rank under DDP/FSDP/TP/PP: a rank at
+    another batch or seed trained on other data with exit 0 (audit 16, M5). The seed is compared between ranks, not
+    with this run's config: a resume that force_resume let change `data.seed` continues the checkpoint's stream
+    (the loader restores the saved seed). A caller's stateful source may hold per-rank positions and is not
+    compared; a replay must replay exactly the steps taken."""
+    del trainer, meta  # the checks need the ranks' positions only
     sections = [(r, p) for r, p in enumerate(positions) if p is not None]
     for r, p in sections:
         if p[0] == "replay" and p[1] != step:
             return f"rank {r}'s data position replays {p[1]} batches, not the {step} steps taken"
-        if p[0] == "state_dict" and seeds and p[3] not in seeds:
-            return f"rank {r}'s data position has seed {p[3]}, this run's is {live['state'].get('seed')}"
-    for r, p in sections[1:]:
-        r0, p0 = sections[0]
+    ours = [(r, p) for r, p in sections if p[0] == "state_dict" and p[4] is not None and p[5] is not None]
+    for r, p in ours[1:]:
+        r0, p0 = ours[0]
         if p[:4] != p0[:4]:
             return f"rank {r}'s data position ({_describe(p)}) differs from rank {r0}'s ({_describe(p0)})"
     return None

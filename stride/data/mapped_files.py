@@ -31,15 +31,20 @@ _note: dict[str, Any] = {}  # what note_faults set up: "prefix", and once a file
 # after a report, it stats the files the parent mapped and names the one that changed in place. Without a report
 # (the parent ended normally, or was killed without a fault) it says nothing.
 _WATCHER = r"""
-import json, os, select, signal, sys
+import json, os, selectors, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 prefix, fault = sys.argv[1], int(sys.argv[2])
 files, report, pending, open_fds = {}, b"", b"", [0, fault]
+sel = selectors.DefaultSelector()  # epoll: the inherited fd may be above select()'s 1024 in a busy parent
+for fd in open_fds:
+    sel.register(fd, selectors.EVENT_READ)
 while fault in open_fds:
-    for fd in select.select(open_fds, [], [])[0]:
+    for key, _ in sel.select():
+        fd = key.fd
         data = os.read(fd, 1 << 16)
         if not data:
             open_fds.remove(fd)
+            sel.unregister(fd)
         elif fd == fault:
             report += data
         else:

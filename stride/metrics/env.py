@@ -30,14 +30,26 @@ def available_cores() -> tuple[int, ...]:
     return tuple(range(os.cpu_count() or 1))
 
 
-def cpu_model() -> str:
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        block = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return {}
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines()) if v}
+
+
+def cpu_model() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def cpu_id() -> str:
+    """The model name with its family and model numbers: a virtual machine's name can be generic ("Intel(R) Xeon(R)
+    Processor"), and timings are quoted with the host's generation."""
+    info = _cpuinfo()
+    if "cpu family" in info and "model" in info:
+        return f"{cpu_model()} (family {info['cpu family']} model {info['model']})"
+    return cpu_model()
 
 
 def fingerprint() -> dict[str, Any]:

@@ -85,7 +85,7 @@ def test_a_rank_with_other_data_or_another_batch_is_skipped_on_every_rank(tmp_pa
 def test_a_rank_with_another_seed_or_a_replay_of_other_steps_is_skipped(tmp_path: Path, base) -> None:
     replay = _rank1(lambda mine, other: {"kind": "replay", "batches": 3})
     err = _resume(tmp_path, base, {9: _rank1(_set(seed=10**23)), 6: replay})
-    assert (f"could not load step_00000009 (rank 1's data position has seed {10**23}, this run's is 0); falling "
-            "back to step_00000006") in err, err[-3000:]
+    assert (f"could not load step_00000009 (rank 1's data position (epoch 0, batch 9, seed {10**23}) differs from "
+            "rank 0's (epoch 0, batch 9, seed 0)); falling back to step_00000006") in err, err[-3000:]
     assert ("could not load step_00000006 (rank 1's data position replays 3 batches, not the 6 steps taken); "
             "falling back to step_00000003") in err

@@ -3,9 +3,10 @@
 M1: a data position whose `n_windows` is not this run's data passed every check and made the loader raise a
 ValueError traceback inside `apply`, after the check, every time the run was restarted; the ordinary case is a
 store re-ingested between a run and its resume (the config does not cover its content), where every
-checkpoint has the old count. M5: a data position whose seed is not this run's, or a replay that is not the
-step, resumed without a word. L1: an unreadable shard entry was reported with torch's six-line weights_only
-text. L3: a forged `world_size` in meta.json and the manifest was reported as a layout change.
+checkpoint has the old count. M5: a replay that is not the step resumed without a word (ranks that disagree:
+test_checkpoint_rank_positions.py); a forced resume that changed `data.seed` still resumes (review: it was
+refused). L1: an unreadable shard entry was reported with torch's six-line weights_only text. L3: a forged
+`world_size` in meta.json and the manifest was reported as a layout change.
 """
 
 from __future__ import annotations
@@ -94,10 +95,9 @@ def test_an_exception_applying_the_training_state_is_a_fallback(tmp_path: Path, 
 
 
 @pytest.mark.parametrize(("edit", "reason"), [
-    (_data(seed=999), "rank 0's data position has seed 999, this run's is 0"),
     (_data(batches=2), "rank 0's data position replays 2 batches, not the 6 steps taken"),
 ])
-def test_a_position_of_another_seed_or_step_is_skipped(tmp_path: Path, capsys, edit, reason: str) -> None:
+def test_a_position_of_another_step_is_skipped(tmp_path: Path, capsys, edit, reason: str) -> None:
     out = tmp_path / "run"
     _crashed_run(out)
     _rewrite(out / "checkpoints" / "step_00000006", 6, edit)
@@ -156,3 +156,15 @@ def test_a_forged_world_size_is_not_reported_as_a_layout_change(tmp_path: Path, 
     assert s["checkpoint"]["resumed_from"] == "step_00000003", err
     assert "skipped step_00000006: meta.json says world size 4, but its shards were written by 1 rank" in err, err
     assert s["checkpoint"]["resume_changes"] == [] and "world size: 4" not in err
+
+
+def test_a_forced_resume_with_another_data_seed_continues_the_checkpoints_stream(tmp_path: Path, capsys) -> None:
+    """force_resume accepts a changed `data.seed`; the loader restores the checkpoint's seed, so the resume and the
+    resumes after it continue that stream (the seed was compared with this run's config and every checkpoint
+    refused, down to "no older valid checkpoint is left")."""
+    out = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(out, "data.seed=3", "train.seed=5", callbacks=[CrashAt(7)])  # saves at 3 and 6
+    s = fit(out, "data.seed=4", "train.seed=5", "checkpoint.force_resume=true")
+    err = capsys.readouterr().err
+    assert s["checkpoint"]["resumed_from"] == "step_00000006" and "could not load" not in err, err

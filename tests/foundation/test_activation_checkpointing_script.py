@@ -23,5 +23,5 @@ def test_the_script_prints_the_readmes_saved_bytes_and_a_ratio_per_mode() -> Non
     assert round(small["none"]["saved_activation_bytes"] / 1e6, 1) == 94.6
     assert round(small["full"]["saved_activation_bytes"] / 1e6, 1) == 7.4
     assert [tiny[m]["checkpointed_blocks"] for m in ("none", "every_k", "full")] == [0, 2, 4]
-    assert tiny["none"]["step_time_ratio_vs_none"] == 1.0 and tiny["full"]["step_time_ratio_vs_none"] > 0
+    assert len(tiny["full"]["ratio_per_round"]) == 2 and min(tiny["full"]["ratio_per_round"]) > 0  # 2 rounds (--quick)
     assert "family" in r["cpu"]
