@@ -45,3 +45,8 @@ if __name__ == "__main__":
     out, layout = Path(sys.argv[1]), sys.argv[2]
     got = after_setup(layout)
     (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(got))
+    # the process groups go now, as `stride train` lets them go: left to interpreter exit, gloo's threads aborted
+    # the process now and then ("terminate called without an active exception", exit -6; 1-2 of 6 runs)
+    from stride.cli.train import release_process_groups
+
+    release_process_groups()
