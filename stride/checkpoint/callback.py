@@ -127,8 +127,8 @@ class CheckpointCallback(Callback):
         loaded = self.store.load(choice.folder, lambda keys: train_state.load_template(trainer, keys))
         # Each rank checks its own sections; the ranks exchange the verdicts and data positions, so a rank's own
         # part may be the bad one and still every rank decides alike (falls back together, or refuses together).
-        views = self._all((train_state.problem(trainer, loaded, choice.step), train_state.position_of(loaded)),
-                          "checkpoint training-state check")
+        mine = (train_state.problem(trainer, loaded, choice.step), train_state.position_of(loaded))
+        views = self.store.gather(mine, "checkpoint training-state check")
         positions = [p for _, p in views]
         if changed := train_state.data_changed(trainer, positions, choice.meta or {}, str(choice.folder)):
             raise ConfigMismatchError(changed)
@@ -142,22 +142,12 @@ class CheckpointCallback(Callback):
             failed = None
         except Exception as exc:  # a rank-local failure took the whole job down with a traceback (audit 16, M1)
             failed, notes = one_line(f"{type(exc).__name__}: {exc}"), []
-        errors = self._all(failed, "checkpoint training-state apply outcome")
+        errors = self.store.gather(failed, "checkpoint training-state apply outcome")
         if bad := [(r, e) for r, e in enumerate(errors) if e is not None]:
             raise CheckpointLoadError(f"{choice.folder.name}: its training state could not be applied ("
                                       + "; ".join(f"on rank {r}: {e}" for r, e in bad) + ")")
         for note in notes:
             self.log(note)
-
-    def _all(self, value: Any, label: str) -> list[Any]:
-        """Every rank's `value`, in rank order (one all-gather on the checkpoint's group; one process: [value])."""
-        assert self.store is not None
-        if self.store.pg is None:
-            return [value]
-        out: list[Any] = [None] * self.store.world
-        with collective(label):
-            dist.all_gather_object(out, value, group=self.store.pg)
-        return out
 
     def _check_config(self, trainer: TrainerView, choice: Choice) -> list[str]:
         """Refuse a checkpoint of another experiment (unless forced); returns the allowed differences.

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -39,6 +39,7 @@ from stride.parallel.watchdog import backend_timeout, collective
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 _LEFTOVER = re.compile(r"^(step_\d{8}|write-probe)$")  # what a tagged temporary name in this folder ends with
 SHARED = "checkpoint.dir must be a folder every node shares (a shared filesystem, not node-local disk such as /tmp)"
+T = TypeVar("T")
 VIEW_WAIT_S = 3.0  # how long a rank looks again for a file another rank wrote (an NFS client's cached lookup)
 
 
@@ -147,10 +148,8 @@ class CheckpointFolder:
             if name is None:
                 raise CheckpointError(f"checkpoint folder {self.root} is not writable: {token} (set `checkpoint.dir` "
                                       "to a writable folder)")
-            seen = "" if self.rank == 0 else _sees(self.root / name, token)
-            views: list[Any] = [None] * self.world
-            with collective("checkpoint shared-folder probe gather"):
-                dist.all_gather_object(views, seen, group=self.pg)
+            views = self.gather("" if self.rank == 0 else _sees(self.root / name, token),
+                                "checkpoint shared-folder probe gather")
         finally:
             if self.rank == 0 and name is not None:
                 with contextlib.suppress(OSError):
@@ -225,10 +224,8 @@ class CheckpointFolder:
             if choice.folder is None:
                 return choice
             # this rank's own path to it (the same path as rank 0's, where the folder is the same one)
-            why = "" if self.rank == 0 else self._view_problem(self.folder(choice.step), files, algo)
-            views: list[Any] = [None] * self.world
-            with collective("checkpoint resume-choice check (every rank verifies its own shards)"):
-                dist.all_gather_object(views, why, group=self.pg)
+            views = self.gather("" if self.rank == 0 else self._view_problem(self.folder(choice.step), files, algo),
+                                "checkpoint resume-choice check (every rank verifies its own shards)")
             bad = [(r, w) for r, w in enumerate(views) if w]
             if not bad:
                 return choice
@@ -237,6 +234,15 @@ class CheckpointFolder:
             choice.damaged += 1
             below = choice.step
             choice.step = choice.folder = choice.meta = choice.world_size = None
+
+    def gather(self, value: Any, label: str, step: int | None = None) -> list[Any]:
+        """Every rank's `value`, in rank order (one all-gather on the folder's group; one process: [value])."""
+        if self.pg is None:
+            return [value]
+        out: list[Any] = [None] * self.world
+        with collective(label, step):
+            dist.all_gather_object(out, value, group=self.pg)
+        return out
 
     def _view_problem(self, folder: Path, files: dict[str, Any], algo: str) -> str:
         """'' if this rank's view of `folder` holds its own shards and `.metadata` as rank 0's manifest lists
@@ -345,17 +351,25 @@ class CheckpointFolder:
             self.release()
 
 
-def _sees(path: Path, token: str) -> str:
-    """'' if `path` holds `token`; otherwise what this rank sees instead. A missing file is looked for again for
-    up to VIEW_WAIT_S (an NFS client may answer a lookup from its cache for a few seconds)."""
+def look_again(see: Callable[[], T], done: Callable[[T], bool]) -> T:
+    """`see()` until `done` with what it saw, or VIEW_WAIT_S passed (then its last answer): a file another rank
+    wrote may be missing from this rank's view for a few seconds (an NFS client answers a lookup from its cache)."""
     deadline = time.monotonic() + VIEW_WAIT_S
-    while True:
+    while not done(got := see()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return got
+
+
+def _sees(path: Path, token: str) -> str:
+    """'' if `path` holds `token`; otherwise what this rank sees instead (a missing file looked for again)."""
+    def read() -> str | None:  # None: not there (yet)
         try:
             text = path.read_text()
-            return "" if text == token else f"reads other bytes in the file rank 0 wrote there ({path.name})"
         except FileNotFoundError:
-            if time.monotonic() >= deadline:
-                return f"does not see the file rank 0 wrote there ({path.name})"
-            time.sleep(0.2)
+            return None
         except OSError as exc:
             return f"cannot read the file rank 0 wrote there ({path.name}: {exc.strerror or exc})"
+        return "" if text == token else f"reads other bytes in the file rank 0 wrote there ({path.name})"
+
+    got = look_again(read, lambda seen: seen is not None)
+    return f"does not see the file rank 0 wrote there ({path.name})" if got is None else got

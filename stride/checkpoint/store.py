@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.staging import StagingOptions
 
 from stride.checkpoint.dcp_io import TimedStager, shard_writer
 from stride.checkpoint.errors import CheckpointError
-from stride.checkpoint.folder import SHARED, VIEW_WAIT_S, CheckpointFolder, Choice
+from stride.checkpoint.folder import SHARED, CheckpointFolder, Choice, look_again
 from stride.checkpoint.manifest import MANIFEST, SHARD_RE, describe_files, fsync_path, write_manifest
 from stride.checkpoint.retention import may_replace, remove_folder, retain
 from stride.checkpoint.safe_read import META
@@ -139,7 +139,7 @@ class CheckpointStore(CheckpointFolder):
             except Exception as exc:
                 failures = [(self.rank, self._why(exc))]
         self.last_phases["checksum_s"] = (t_vote := time.perf_counter()) - t_commit
-        outcomes = self._gather((failures, files), "checkpoint save-outcome vote", step)
+        outcomes = self.gather((failures, files), "checkpoint save-outcome vote", step)
         self.last_phases["vote_s"] = time.perf_counter() - t_vote
         failed = dict(sorted({r: why for fs, _ in outcomes for r, why in fs}.items()))
         commit_error = None
@@ -175,14 +175,6 @@ class CheckpointStore(CheckpointFolder):
             if (int(m.group(1)) if m and p.parent == tmp else 0) == self.rank:
                 mine.append(p)
         return mine
-
-    def _gather(self, outcome: Any, label: str, step: int) -> list[Any]:
-        if self.pg is None:
-            return [outcome]
-        out: list[Any] = [None] * self.world
-        with collective(label, step):
-            dist.all_gather_object(out, outcome, group=self.pg)
-        return out
 
     def _describe(self, exc: BaseException) -> list[tuple[int, str]]:
         """(failing rank, cause) pairs; DCP's CheckpointException says which ranks failed."""
@@ -289,14 +281,11 @@ class CheckpointStore(CheckpointFolder):
 
 
 def _not_seen(tmp: Path, rels: set[str]) -> list[str]:
-    """Of `rels` (files other ranks wrote into `tmp`), those rank 0 still does not see after looking again for up
-    to VIEW_WAIT_S (an NFS client may answer from a cached directory listing for a few seconds)."""
-    deadline = time.monotonic() + VIEW_WAIT_S
-    missing = sorted(rels)
-    while missing and time.monotonic() < deadline:
-        time.sleep(0.2)
-        missing = [r for r in missing if not (tmp / r).is_file()]
-    return missing
+    """Of `rels` (files other ranks wrote into `tmp`), those rank 0 still does not see after looking again
+    (folder.look_again)."""
+    if not rels:
+        return []
+    return look_again(lambda: sorted(r for r in rels if not (tmp / r).is_file()), lambda missing: not missing)
 
 
 def _missing_message(missing: list[str], root: Path) -> str:
