@@ -63,24 +63,21 @@ def json_text(obj: Any) -> str:
     return strict_json.dumps(obj, indent=2) + "\n"
 
 
-def _record_step(line: str) -> int | None:
-    """The step of one whole metrics.jsonl line, None for a line cut short or not a record."""
+def _record(line: str) -> dict[str, Any] | None:
+    """One whole metrics.jsonl line as a record with an integer step; None for a line cut short or not a record."""
     if not line.endswith("\n"):
         return None
     try:
-        step = json.loads(line).get("step")
-    except (ValueError, AttributeError):
+        record = json.loads(line)
+    except ValueError:
         return None
-    return step if isinstance(step, int) else None
+    return record if isinstance(record, dict) and isinstance(record.get("step"), int) else None
 
 
-def _record_time_after(line: str, step: int) -> float | None:
-    """The `time_s` of one whole metrics.jsonl record of a step past `step` (None: another step, or no clock)."""
-    at = _record_step(line)
-    if at is None or at <= step:
-        return None
-    t = json.loads(line).get("time_s")
-    return float(t) if strict_json.finite_number(t) and t >= 0 else None
+def _record_step(line: str) -> int | None:
+    """The step of one whole metrics.jsonl line, None for a line cut short or not a record."""
+    record = _record(line)
+    return record["step"] if record is not None else None
 
 
 class RunDir:
@@ -201,7 +198,8 @@ class RunDir:
             lines = (self.path / "metrics.jsonl").read_text().splitlines(keepends=True)
         except (OSError, UnicodeDecodeError):
             return None
-        times = [t for line in lines if (t := _record_time_after(line, step)) is not None]
+        records = (r for r in map(_record, lines) if r is not None and r["step"] > step)
+        times = [float(t) for r in records if strict_json.finite_number(t := r.get("time_s")) and t >= 0]
         return max(times, default=None)
 
     def _cut_records_after(self, step: int) -> None:
