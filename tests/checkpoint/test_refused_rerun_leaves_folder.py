@@ -15,28 +15,13 @@ import os
 from pathlib import Path
 
 import pytest
+from tiny_run import MLP_TINY_TOML
 
 from stride.cli.main import main
 from stride.files import run_lock
 
 OLD = (1_000_000_000 * 10**9, 1_000_000_000 * 10**9)
-TOML = """[model]
-name = "mlp"
-size = "tiny"
-[data]
-n_assets = 4
-n_steps = 1024
-seq_len = 8
-horizons = [1, 5]
-[train]
-steps = 4
-batch_size = 32
-val_every = 0
-threads = 1
-[metrics]
-progress = false
-flops = false
-"""
+TOML = MLP_TINY_TOML
 
 
 def aged_snapshot(*roots: Path) -> dict[str, tuple]:

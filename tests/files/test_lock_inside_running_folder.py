@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tiny_run import MLP_TINY_TOML
 
 from stride.cli.main import main
 from stride.files import run_lock
@@ -95,23 +96,7 @@ def test_a_linked_lock_file_above_is_not_followed(tmp_path: Path) -> None:
         run_lock.release(path)
 
 
-TOML = """[model]
-name = "mlp"
-size = "tiny"
-[data]
-n_assets = 4
-n_steps = 1024
-seq_len = 8
-horizons = [1, 5]
-[train]
-steps = 4
-batch_size = 32
-val_every = 0
-threads = 1
-[metrics]
-progress = false
-flops = false
-"""
+TOML = MLP_TINY_TOML
 
 
 def test_stride_train_with_a_running_runs_checkpoint_folder_is_one_line(tmp_path: Path) -> None:
