@@ -18,3 +18,7 @@ class ConfigMismatchError(CheckpointError, ConfigError):
 
 class CheckpointLoadError(CheckpointError):
     """A checkpoint that verified could not be loaded (on every rank alike); resume falls back past it."""
+
+
+class StoreChangedError(CheckpointError):
+    """A data store file the run maps was changed in place during the run: no checkpoint is saved of its batches."""

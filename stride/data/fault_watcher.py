@@ -16,17 +16,23 @@ import selectors
 import signal
 import sys
 
+REPLACED = ("was removed", "was replaced by another file")  # the map keeps the old bytes: the reader is unharmed
 
-def describe_change(path: str, dev: int, ino: int, size: int) -> str | None:
-    """What happened to the file mapped at `path` (its device, inode and size then), in words; None: nothing."""
+
+def describe_change(path: str, dev: int, ino: int, size: int, mtime_ns: int | None = None) -> str | None:
+    """What happened to the file mapped at `path` (its device, inode, size and modification time then), in words;
+    None: nothing. Removed or replaced (a new inode): the map still reads the old file's bytes. Truncated, grown or
+    written in place (same inode and size, a new modification time): the map reads the new bytes from then on."""
     try:
         st = os.stat(path)
     except OSError:
-        return f"{path} was removed"
+        return f"{path} {REPLACED[0]}"
     if (st.st_dev, st.st_ino) != (dev, ino):
-        return f"{path} was replaced by another file"
+        return f"{path} {REPLACED[1]}"
     if st.st_size != size:
         return f"{path} was {'truncated' if st.st_size < size else 'grown'} from {size} to {st.st_size} bytes"
+    if mtime_ns is not None and st.st_mtime_ns != mtime_ns:
+        return f"{path} was written in place (same size, modified since it was mapped)"
     return None
 
 

@@ -2,10 +2,11 @@
 
 A mapped file truncated or overwritten in place kills the process at its next read past the new end with SIGBUS,
 which no Python code survives (audit 16, M3: exit 135 and not one line). `record` keeps each mapped file's identity
-(device, inode, size) while its map lives; `mapped_changes` compares them now (for a caller that checks between
-steps); `note_faults`, called by a command line, starts with the first mapped file a small watcher process that
-receives the registry and faulthandler's report and, when the command died of a fault, names the file that changed
-(stride.data.fault_watcher).
+(device, inode, size, modification time) while its map lives; `mapped_changes` compares them now: the checkpoint
+callback before each save and the run's summary at its end (a file written in place with its size kept kills no
+reader: it feeds it other bytes from then on, which only this check sees). `note_faults`, called by a command line,
+starts with the first mapped file a small watcher process that receives the registry and faulthandler's report
+and, when the command died of a fault, names the file that changed (stride.data.fault_watcher).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from stride.data.fault_watcher import describe_change
+from stride.data.fault_watcher import REPLACED, describe_change
 
-# The files this process maps, while their maps live: token -> {"path", "dev", "ino", "size" when mapped}.
+# The files this process maps, while their maps live: token -> {"path", "dev", "ino", "size", "mtime_ns" when mapped}.
 MAPPED: dict[int, dict[str, Any]] = {}
 _tokens = itertools.count()
 _note: dict[str, Any] = {}  # what note_faults set up: "prefix", and once a file is mapped, "watcher" (a Popen)
@@ -67,11 +68,13 @@ def _tell(message: dict[str, Any]) -> None:
         pass
 
 
-def record(path: Path, mapped: np.memmap) -> None:
-    """Record `path` as mapped by this process while `mapped` lives."""
+def record(path: Path, mapped: np.memmap, store: Path | None = None) -> None:
+    """Record `path` as mapped by this process while `mapped` lives; `store`: the store it is part of or derived
+    from (a derived cache may live outside it), by which a run asks about its own files only."""
     st = os.stat(path)
     token = next(_tokens)
-    entry = MAPPED[token] = {"path": str(path.resolve()), "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size}
+    entry = MAPPED[token] = {"path": str(path.resolve()), "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
+                             "mtime_ns": st.st_mtime_ns, "store": str((store or path.parent).resolve())}
     _tell({"token": token, **entry})
     weakref.finalize(mapped, _unmapped, token)
 
@@ -81,7 +84,13 @@ def _unmapped(token: int) -> None:
         _tell({"drop": token})
 
 
-def mapped_changes() -> list[str]:
-    """The files this process maps whose size or inode is not what it was when they were mapped, each in words; a
-    caller that checks between steps stops with these before a read past a file's new end kills it."""
-    return [n for entry in list(MAPPED.values()) if (n := describe_change(**entry))]
+def mapped_changes(in_place_only: bool = False, store: Path | None = None) -> list[str]:
+    """The files this process maps that are not what they were when they were mapped (inode, size, modification
+    time), each in words, once each. `in_place_only`: only the changes the maps see (truncated, grown, written in
+    place), not a file removed or replaced by a new one, whose old bytes the map still reads. `store`: only that
+    store's files and the caches derived from it (another run in this process may map other stores)."""
+    want = str(store.resolve()) if store is not None else None
+    entries = [e for e in list(MAPPED.values()) if want is None or e["store"] == want]
+    notes = dict.fromkeys(n for e in entries if (n := describe_change(e["path"], e["dev"], e["ino"], e["size"],
+                                                                        e["mtime_ns"])))
+    return [n for n in notes if not n.endswith(REPLACED)] if in_place_only else list(notes)

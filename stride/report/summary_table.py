@@ -68,6 +68,9 @@ def summary_table(s: dict[str, Any]) -> Table:
     if isinstance(lost, (int, float)) and lost > 0:  # outside the goodput clock above: trained twice after a crash
         rows.append(("lost to crashes", f"{lost:.2f} s (trained past the last checkpoint by a killed process, then "
                                         "again; not in time to target)"))
+    for note in s.get("data_changed_in_place") or ():
+        rows.append(("data changed", Text(f"{note} during the run: later batches read its new bytes",
+                                          style="bold red")))
     total = s["step_time_s"] or 1.0
     for phase, sec in s["step_time_breakdown_s"].items():
         rows.append((f"  {phase}", f"{sec * 1e3:.2f} ms ({100 * sec / total:.1f} %)"))

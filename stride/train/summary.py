@@ -59,6 +59,8 @@ class Summarised(Protocol):
     inputs_from: dict[str, str]
     optimizer: torch.optim.Optimizer
 
+    def data_changed_in_place(self) -> list[str]: ...
+
 
 def warmup_note(steps: int, start_step: int, skip: int) -> str | None:
     """Why the figures are not steady-state where this process ran no step past the warm-up (None where it did).
@@ -164,4 +166,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         # [data] (whose seq_len, for one, then says nothing of the data)
         "inputs_from": dict(tr.inputs_from),
         "data_loader": tr.data_loader,  # the loader's settings, why, and the probe's figures (stride.data.probe)
+        # store files this rank maps that were truncated, grown or written in place during the run: its batches from
+        # then on were read from other bytes (a removed or replaced file is not listed: the map keeps the old one)
+        "data_changed_in_place": tr.data_changed_in_place(),
     }

@@ -24,6 +24,7 @@ from stride.checkpoint.rerun import open_run_folder
 from stride.config import RunConfig, config_to_toml
 from stride.config.validate import validate
 from stride.data.build import build_data
+from stride.data.mapped_files import mapped_changes
 from stride.files.strict_json import finite_number
 from stride.metrics.flops import count_train_flops
 from stride.metrics.memory import SavedActivations, reset_peak
@@ -94,6 +95,9 @@ class Trainer:
         self.inputs_from = {"model": "config" if model is None else "caller",
                             "data": "config" if train_data is None else "caller",
                             "loss": "config" if loss_fn is None else "caller"}
+        # the store the config's data maps (summary.json `data_changed_in_place`, the checkpoint callback's check)
+        self._data_store = Path(self.cfg.data.store) if train_data is None and self.cfg.data.source == "store" \
+            else None
         bundle = None
         if model is None or train_data is None:
             bundle = build_data(self.cfg.data, t.batch_size, self.device)
@@ -455,6 +459,11 @@ class Trainer:
         if run is not None:
             run.write_json("summary.json", summary)
         return TrainResult(summary, run.path if run else None, list(self.history))
+
+    def data_changed_in_place(self) -> list[str]:
+        """TrainerView: files of the config's data store written in place since they were mapped (a caller's data:
+        not known, [])."""
+        return mapped_changes(in_place_only=True, store=self._data_store) if self._data_store is not None else []
 
     def _end_step_timing(self, tally: LoopTally, rows: int | None = None) -> dict[str, float]:
         """Close the step's timer; steps after the warm-up count towards throughput and the breakdown. `rows`: the
