@@ -213,6 +213,11 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def host_cores() -> int:
+    """Cores of the host (os.cpu_count), pinned or not."""
+    return os.cpu_count() or 1
+
+
 def threads_warning(cfg: RunConfig, ranks_here: int | None = None) -> str | None:
     """Why `train.threads` will oversubscribe this host's cores, or None (not set, or within them)."""
     threads = cfg.train.threads
@@ -220,6 +225,11 @@ def threads_warning(cfg: RunConfig, ranks_here: int | None = None) -> str | None
         return None
     ranks = ranks_here if ranks_here is not None else int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     cores = usable_cores()
+    if cores < host_cores():
+        # pinned to some of the host's cores (a launcher that gives each rank its own, as `stride plan`'s local
+        # runs do): this process's threads meet only its own cores; "1 x 2 processes = 2 threads exceeds the 1
+        # usable cores" was said of two ranks pinned a core each
+        ranks = 1
     total = threads * max(ranks, 1)
     if total <= cores:
         return None

@@ -199,6 +199,7 @@ def test_a_factory_model_is_not_built_to_be_measured(host_16g: None) -> None:
 def test_threads_above_the_usable_cores_warn(host_16g: None, monkeypatch: pytest.MonkeyPatch,
                                               caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(mem, "usable_cores", lambda: 2)
+    monkeypatch.setattr(mem, "host_cores", lambda: 2)
     monkeypatch.setattr(mem, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="stride.config"):
         mem.check_resources(load_config(QUICK, ["train.threads=1000"]), "cpu")  # a warning, not an error
@@ -211,6 +212,7 @@ def test_threads_above_the_usable_cores_warn(host_16g: None, monkeypatch: pytest
 def test_threads_within_the_cores_or_unset_do_not_warn(host_16g: None, monkeypatch: pytest.MonkeyPatch,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(mem, "usable_cores", lambda: 2)
+    monkeypatch.setattr(mem, "host_cores", lambda: 2)
     with caplog.at_level(logging.WARNING, logger="stride.config"):
         mem.check_resources(load_config(QUICK, ["train.threads=2"]), "cpu")
         mem.check_resources(load_config(QUICK), "cpu")
@@ -219,8 +221,19 @@ def test_threads_within_the_cores_or_unset_do_not_warn(host_16g: None, monkeypat
 
 def test_threads_times_processes_on_the_host_warn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mem, "usable_cores", lambda: 4)
+    monkeypatch.setattr(mem, "host_cores", lambda: 4)
     cfg = load_config(QUICK, ["train.threads=2"])
     assert mem.threads_warning(cfg, ranks_here=2) is None
     msg = mem.threads_warning(cfg, ranks_here=4)
     assert msg is not None and "x 4 processes on this host = 8 threads" in msg and "4 usable cores" in msg
     assert "`train.threads` <= 1" in msg
+
+
+def test_ranks_pinned_a_core_each_do_not_warn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ranks pinned to a core each, one thread each: "1 x 2 processes = 2 threads exceeds the 1 usable cores"
+    was said (stride plan's local runs); a pinned process's threads meet only its own cores."""
+    monkeypatch.setattr(mem, "usable_cores", lambda: 1)
+    monkeypatch.setattr(mem, "host_cores", lambda: 2)
+    assert mem.threads_warning(load_config(QUICK, ["train.threads=1"]), ranks_here=2) is None
+    msg = mem.threads_warning(load_config(QUICK, ["train.threads=2"]), ranks_here=2)
+    assert msg is not None and "`train.threads` = 2 exceeds the 1 usable cores" in msg
