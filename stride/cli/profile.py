@@ -17,7 +17,8 @@ MAX_TRACED_STEPS = 1000  # above this the profiler's memory, not the analysis, i
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="TOML run config, e.g. configs/quickstart.toml")
     p.add_argument("--steps", type=int, default=3, help="active (traced) steps (default 3, at most 1000)")
-    p.add_argument("--wait", type=int, default=1, help="steps before warm-up (default 1)")
+    p.add_argument("--wait", type=int, default=4, help="unprofiled steps before warm-up; those after the first are "
+                   "timed, for the profiler's own cost (default 4)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up steps traced but discarded (default 1)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set train.batch_size=16 (repeatable; default: none); "

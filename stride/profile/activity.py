@@ -4,8 +4,9 @@ On a GPU trace the device is the accelerator and the sets come from kernels, cop
 name, see `classify`). On a CPU-only trace the "device" is the host, and each instant of a thread is given to the
 innermost event running on it (`cpu_segments`): communication is the union of host collectives (gloo runs them on
 its own threads, c10d's calls block the calling thread, so anything a thread runs inside a collective is
-communication); operators run under a data-loading annotation on the same thread are data loading, not training
-work (the loader's torch ops: the step waits for data while they run); the other operators' own time is compute
+communication) and of DDP's reducer operators (bucket copies and averaging, `classify.is_ddp_reducer`); operators
+run under a data-loading annotation on the same thread are data loading, not training work (the loader's torch
+ops: the step waits for data while they run); the other operators' own time is compute
 (matmul/conv/attention, framework wrappers, unrecognised and compiled-graph operators) or memory (bandwidth-bound
 operators: elementwise, reductions, copies, norms; `classify.cpu_op_class`).
 """
@@ -34,7 +35,9 @@ from stride.profile.classify import (
     RUNTIME_CATS,
     cpu_op_class,
     device_kind,
+    is_compiled_code,
     is_data_annotation,
+    is_ddp_reducer,
     is_host_comm,
 )
 from stride.profile.trace_model import RankTrace
@@ -59,7 +62,8 @@ class Activity:
     sorted_ts: np.ndarray | None = None  # event starts in ascending order, and their launch times
     sorted_launch: np.ndarray | None = None
     # CPU traces: time per operator class (OP_CLASS_NAMES, and "data" for the loader's operators), each a union
-    # over threads of the instants whose innermost operator is of that class; None on GPU traces
+    # over threads of the instants whose innermost operator is of that class, and "in_compiled": the union of
+    # compiled regions and inductor kernels, whole; None on GPU traces
     op_classes: dict[str, iv.Intervals] | None = None
     data_annotated: bool = False  # the trace has a data-loading annotation (data wait is measured through them)
 
@@ -182,7 +186,7 @@ def _cpu_activity(t: RankTrace) -> Activity:
     bandwidth-bound operators'; comm = the union of collectives (every thread); the loader's operators in neither."""
     is_op = np.isin(t.host_cat, t.cat_ids(OPERATOR_CATS))
     is_ann = np.isin(t.host_cat, t.cat_ids(ANNOTATION_CATS))
-    comm_by_name = np.array([is_host_comm(n) for n in t.names], dtype=bool)
+    comm_by_name = np.array([is_host_comm(n) or is_ddp_reducer(n) for n in t.names], dtype=bool)
     class_by_name = np.array([cpu_op_class(n) for n in t.names], dtype=np.int8)
     host_comm = comm_by_name[t.host_name] if len(t.host_name) else np.zeros(0, dtype=bool)
     data_mark = data_annotation_mask(t)
@@ -211,6 +215,10 @@ def _cpu_activity(t: RankTrace) -> Activity:
     busy = iv.union(np.concatenate([compute[0], memory[0], comm[0]]), np.concatenate([compute[1], memory[1], comm[1]]))
     classes = {OP_CLASS_NAMES[k]: seg(k) for k in (OP_MATH, OP_MEMORY, OP_OTHER, OP_COMPILED)}
     classes["data"] = seg(_SEG_DATA_OP)
+    # time inside compiled code, operators and kernels within included (advice should not ask to compile it again)
+    compiled_by_name = np.array([is_compiled_code(n) for n in t.names], dtype=bool)
+    in_compiled = is_op & compiled_by_name[t.host_name] if len(t.host_name) else np.zeros(0, dtype=bool)
+    classes["in_compiled"] = iv.union(t.host_ts[in_compiled], h_end[in_compiled])
     return Activity(
         on_gpu=False, compute=compute, comm=comm, memory=memory, other=(np.zeros(0), np.zeros(0)), busy=busy,
         ev_ts=ts, ev_end=end, ev_name=t.host_name[ev], ev_kind=kind, ev_launch=np.full(len(ts), np.nan),

@@ -8,24 +8,26 @@ from pathlib import Path
 from stride.files.input_file import not_found_or_special
 from stride.profile.activity import build_activity
 from stride.profile.annotations import annotation_breakdown, data_spans
-from stride.profile.breakdown import Times, summarize, window_times
+from stride.profile.breakdown import Times, pct, summarize, window_times
 from stride.profile.classify import DATA_ANNOTATIONS_DOC
-from stride.profile.errors import TraceError
+from stride.profile.errors import NotATrace, TraceError
 from stride.profile.hta_compat import hta_figures
 from stride.profile.kernels import tiny_kernels, top_kernels
 from stride.profile.one_run import check_one_run
 from stride.profile.precision_advice import DtypeSpeeds, precision_line
+from stride.profile.run_meta import overlap_rule, unprofiled_step_us
 from stride.profile.stragglers import find_stragglers, rank_steps
-from stride.profile.trace_model import RankTrace, load_trace
+from stride.profile.trace_model import RankTrace, distributed_info, load_trace
 from stride.profile.verdict import NO_ACTIVITY, no_activity_verdict, rank_verdict, step_verdict
 from stride.profile.windows import analysed_windows
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def find_traces(paths: Iterable[str | Path]) -> list[Path]:
+def find_traces(paths: Iterable[str | Path], from_dirs: set[Path] | None = None) -> list[Path]:
     """Files as given, directories expanded to their `*.json` / `*.json.gz` files (sorted, not recursive);
-    a run directory (summary.json or config.toml beside a traces/ folder) stands for its traces/."""
+    a run directory (summary.json or config.toml beside a traces/ folder) stands for its traces/. The files found
+    in directories are added to `from_dirs` where given."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir() and (p / "traces").is_dir() and ((p / "summary.json").is_file() or (p / "config.toml").is_file()):
@@ -35,6 +37,8 @@ def find_traces(paths: Iterable[str | Path]) -> list[Path]:
             if not found:
                 raise TraceError(f"{p}: directory holds no .json or .json.gz trace")
             out.extend(found)
+            if from_dirs is not None:
+                from_dirs.update(found)
         elif p.is_file():
             out.append(p)
         else:
@@ -42,10 +46,35 @@ def find_traces(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
+PROFILER_IDLE_NOTE = ("no unprofiled step time in the trace (`stride profile` records it, with --wait 2 or more): the "
+                      "profiler's own per-operator cost is in the idle time")
+
+
+def _added(times: Times, unprofiled: float) -> float:
+    """The time the profiler added to one step: span - unprofiled, at most the step's idle (its per-operator cost
+    shows as idle between operators)."""
+    return min(max(times.span - unprofiled, 0.0), times.idle)
+
+
+def _step_time(span: float, idle: float, n_steps: int, unprofiled: float | None, inflation: float = 0.0) -> dict:
+    """The traced step beside the trainer's unprofiled one, and idle without `inflation`, the time the profiler
+    added (`_added`, summed over the steps)."""
+    profiled = span / n_steps if n_steps else 0.0
+    out: dict = {"profiled_ms": profiled / 1e3, "unprofiled_ms": None, "ratio": None, "profiler_idle_pct": None,
+                 "idle_pct_excluding_profiler": None}
+    if unprofiled is None or span <= 0:
+        out["note"] = PROFILER_IDLE_NOTE
+        return out
+    out.update(unprofiled_ms=unprofiled / 1e3, ratio=profiled / unprofiled, profiler_idle_pct=pct(inflation, span),
+               idle_pct_excluding_profiler=pct(idle - inflation, span - inflation))
+    return out
+
+
 def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
-                 precision: str | None = None) -> tuple[dict, object]:
+                 precision: str | None = None, ranks_by_host_name: int | None = None) -> tuple[dict, object]:
     """stride's own figures for one rank, per step and over all analysed steps. `precision` is the
-    lower-precision recommendation the measurements allow for this rank's machine (None: none)."""
+    lower-precision recommendation the measurements allow for this rank's machine (None: none);
+    `ranks_by_host_name` the run's ranks on this trace's host, counted from all its traces (None: not known)."""
     act = build_activity(t)
     windows = analysed_windows(t, act, drop_last_step)
     data = data_spans(t)
@@ -53,15 +82,28 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
     per_step = []
     device = "gpu" if act.on_gpu else "cpu"
     recorded = len(act.ev_ts) > 0  # any kernel, CPU operator or collective (else: step annotations only)
+    # CPU: communication under compute hides nothing unless a core is free for the collectives' thread
+    rule = overlap_rule(t.meta, ranks_by_host_name) if not act.on_gpu and len(act.comm[0]) else None
+    counted = rule is None or rule["overlap_counted"]
+    unprofiled = unprofiled_step_us(t.meta)
+    inflation = 0.0
     for w in windows:
-        times = window_times(act, w, data)
+        times = window_times(act, w, data, counted)
         total += times
         fig = summarize(times, act.on_gpu, act.data_annotated)
         fig["step"] = w.step
+        if unprofiled is not None:
+            added = _added(times, unprofiled)
+            inflation += added
+            fig["step_time"] = _step_time(times.span, times.idle, 1, unprofiled, added)
         fig["verdict"] = (step_verdict(fig, tiny_kernels(act, [w]), precision, device) if recorded
                           else no_activity_verdict(device))
         per_step.append(fig)
     fig = summarize(total, act.on_gpu, act.data_annotated)
+    fig["step_time"] = _step_time(total.span, total.idle, sum(w.span > 0 for w in windows), unprofiled, inflation)
+    if rule is not None:
+        rule["concurrent_pct"] = pct(total.comm_concurrent, total.comm)  # of the communication time
+        fig["comm_overlap_rule"] = rule
     tiny = tiny_kernels(act, windows)
     result = {
         "file": str(t.path),
@@ -85,6 +127,39 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
     return result, rank_steps(t.rank, host, windows, t.steps, act, t.names)
 
 
+def ranks_per_host(traces: list[RankTrace]) -> dict[int, int]:
+    """Rank -> the run's ranks on its host (by `host_name`), where every rank's trace is given (their number is
+    the world size they state) and each names its host; else empty."""
+    sizes = set()
+    for t in traces:
+        info = distributed_info(t.path, t.meta)
+        sizes.add(info.get("world_size") if isinstance(info, dict) else None)
+    hosts = [t.meta.get("host_name") for t in traces]
+    world = sizes.pop() if len(sizes) == 1 else None
+    if world != len(traces) or not all(isinstance(h, str) and h for h in hosts):
+        return {}
+    return {t.rank: hosts.count(h) for t, h in zip(traces, hosts, strict=True)}
+
+
+def load_traces(paths: Iterable[str | Path]) -> tuple[list[RankTrace], list[dict]]:
+    """The traces, and the files skipped: a JSON object without `traceEvents` found in a directory (another tool's
+    file beside the traces; named as given, it is an error, as is invalid JSON or a trace cut short)."""
+    in_dirs: set[Path] = set()
+    files = find_traces(paths, in_dirs)
+    traces, skipped = [], []
+    for f in files:
+        try:
+            traces.append(load_trace(f))
+        except NotATrace:
+            if f not in in_dirs:
+                raise
+            skipped.append({"file": str(f), "why": "a JSON object without 'traceEvents': not a trace"})
+    if not traces:
+        raise TraceError(f"{', '.join(s['file'] for s in skipped[:3])}: no trace among the files "
+                         "(JSON objects without 'traceEvents')")
+    return traces, skipped
+
+
 def analyze_traces(
     paths: Iterable[str | Path], *, hta_compatible: bool = False, include_last_step: bool = False, top_k: int = 10,
     dtype_speeds: Callable[[RankTrace], DtypeSpeeds | None] | None = None, run_precision: str | None = None,
@@ -97,8 +172,7 @@ def analyze_traces(
     or None where unknown; `run_precision` the traced run's precision. Lower precision is
     recommended only where those measurements (or, for GPUs, the datasheets) say it is faster.
     """
-    files = find_traces(paths)
-    traces = [load_trace(f) for f in files]
+    traces, skipped = load_traces(paths)
     check_one_run(traces)  # ranks of one run, or refused naming the files (stride.profile.one_run)
     by_rank: dict[int, RankTrace] = {}
     for t in traces:
@@ -106,6 +180,7 @@ def analyze_traces(
             raise TraceError(f"{t.path}: rank {t.rank} ({t.rank_source}) is also the rank of {by_rank[t.rank].path}")
         by_rank[t.rank] = t
     n_step_names = len({s.number for t in traces for s in t.steps})
+    on_host = ranks_per_host(traces)
     ranks: dict[str, dict] = {}
     straggler_input = []
     for rank in sorted(by_rank):
@@ -113,7 +188,7 @@ def analyze_traces(
         device = "gpu" if t.has_device else "cpu"
         precision = precision_line(device, run_precision, dtype_speeds(t) if dtype_speeds else None)
         res, rs = analyze_rank(t, top_k, drop_last_step=hta_compatible and not include_last_step,
-                               precision=precision)
+                               precision=precision, ranks_by_host_name=on_host.get(rank))
         if hta_compatible:
             hta = hta_figures(t, include_last_step, n_step_names)
             keys = ("span_us", "temporal_breakdown", "comm_comp_overlap_pct", "idle_breakdown")
@@ -122,7 +197,7 @@ def analyze_traces(
                 res["note"] = hta["note"]
         ranks[str(rank)] = res
         straggler_input.append(rs)
-    return {
+    out = {
         "definitions": "hta" if hta_compatible else "stride",
         # HTA leaves out the last profiler step (it may be cut short); said so, as the step list then differs from
         # the same trace's stride report (audit 12 F10 read the two as disagreeing)
@@ -130,3 +205,6 @@ def analyze_traces(
         "ranks": ranks,
         "stragglers": find_stragglers(straggler_input),
     }
+    if skipped:
+        out["skipped_files"] = skipped
+    return out

@@ -2,8 +2,11 @@
 
 Definitions (stride's own; `hta_compat` has HTA's): over a window of span S, busy = union of all
 device work, compute = union of compute work, exposed communication = communication not under
-compute, exposed memory = copies/sets under neither. compute_pct + non_compute_pct + idle_pct = 100,
-with non_compute = busy - compute. Overlap = |comm ∩ compute| / |comm| (null without communication).
+compute, exposed memory = copies/sets under neither, other busy = the rest of busy (GPU kernels of no kind).
+compute + exposed comm + exposed memory + other busy + idle = 100 %, and non_compute = busy - compute.
+Overlap = |comm ∩ compute| / |comm| (null without communication). Where concurrent communication does not count
+as overlap (`overlap_counted` False: a CPU host with no core free for the collectives' thread, `run_meta`), overlap
+is 0, all communication is exposed, and compute is the compute not under communication.
 Idle gaps on a GPU are split by the kernel that ends each gap: host_wait if the host had not yet
 launched it when the gap began (the device was starved by the CPU), kernel_wait if it was launched
 and the gap is under `kernel_wait_us` (launch latency), other otherwise; gaps during a data-loading
@@ -11,8 +14,9 @@ annotation are data_wait. On CPU traces a gap is data_wait or other.
 
 CPU traces (see `activity`): compute is the own time of matmul/conv/attention, wrapper, unrecognised and compiled
 operators, memory that of bandwidth-bound operators (so exposed_memory_pct is bandwidth-bound operator time not
-under compute or communication), and communication overlaps either (overlap and exposed comm are reckoned against
-all operator work, as they were before memory was told apart). The data loader's operators on the training thread
+under compute or communication), and only compute hides communication: a bandwidth-bound operator under a collective
+is communication time, as a copy under an all-reduce is on a GPU (the step waits on the collective, and gloo's
+reduction moves memory itself); before, it counted as neither. The data loader's operators on the training thread
 are not device work: the step waits for data while they run, so their time is idle, inside the data annotation,
 and lands in data_wait. Without any data-loading annotation in a CPU trace data wait is not measured: null, not 0.
 """
@@ -38,6 +42,7 @@ class Times:
     busy: float = 0.0
     compute: float = 0.0
     comm: float = 0.0
+    comm_concurrent: float = 0.0  # communication under compute, whether or not it counts as overlapped
     comm_exposed: float = 0.0
     comm_overlapped: float = 0.0
     memory_exposed: float = 0.0
@@ -51,6 +56,7 @@ class Times:
     op_other: float = 0.0
     op_compiled: float = 0.0
     op_data: float = 0.0
+    op_in_compiled: float = 0.0  # inside compiled regions or inductor kernels, whatever runs there
 
     def __iadd__(self, o: Times) -> Times:
         for k in self.__dataclass_fields__:
@@ -62,16 +68,20 @@ class Times:
         return max(self.span - self.busy, 0.0)
 
 
-def window_times(act: Activity, w: Window, data_spans: iv.Intervals) -> Times:
+def window_times(act: Activity, w: Window, data_spans: iv.Intervals, overlap_counted: bool = True) -> Times:
+    """`overlap_counted` False: communication under compute is exposed, not overlapped (a CPU host with no core
+    free for the collectives' thread), and that time is communication's, not compute's."""
     lo, hi = w.start, w.end
     busy = iv.clip(act.busy, lo, hi)
     comp = iv.clip(act.compute, lo, hi)
     comm = iv.clip(act.comm, lo, hi)
     mem = iv.clip(act.memory, lo, hi)
     t = Times(span=w.span, busy=iv.length(busy), compute=iv.length(comp), comm=iv.length(comm))
-    # CPU: a collective on gloo's thread under any operator of another thread is overlapped (memory ones too)
-    work = comp if act.on_gpu else iv.union(np.concatenate([comp[0], mem[0]]), np.concatenate([comp[1], mem[1]]))
-    t.comm_overlapped = iv.length(iv.intersect(comm, work))
+    t.comm_concurrent = iv.length(iv.intersect(comm, comp))
+    if overlap_counted or act.on_gpu:
+        t.comm_overlapped = t.comm_concurrent
+    else:
+        t.compute -= t.comm_concurrent
     t.comm_exposed = t.comm - t.comm_overlapped
     cc = iv.union(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
     t.memory_exposed = iv.subtract_length(mem, cc)
@@ -81,6 +91,7 @@ def window_times(act: Activity, w: Window, data_spans: iv.Intervals) -> Times:
         t.op_math, t.op_memory = iv.length(iv.clip(c["math"], lo, hi)), iv.length(iv.clip(c["bandwidth"], lo, hi))
         t.op_other, t.op_compiled = iv.length(iv.clip(c["other"], lo, hi)), iv.length(iv.clip(c["compiled"], lo, hi))
         t.op_data = iv.length(iv.clip(c["data"], lo, hi))
+        t.op_in_compiled = iv.length(iv.clip(c["in_compiled"], lo, hi))
     return t
 
 
@@ -142,6 +153,8 @@ def summarize(t: Times, on_gpu: bool, data_measured: bool = True) -> dict:
             "non_compute_pct": pct(t.busy - t.compute, t.span),
             "exposed_comm_pct": pct(t.comm_exposed, t.span),
             "exposed_memory_pct": pct(t.memory_exposed, t.span),
+            # busy time in none of the three above (GPU kernels of no kind): the five shares add to 100
+            "other_busy_pct": pct(max(t.busy - t.compute - t.comm_exposed - t.memory_exposed, 0.0), t.span),
             "data_wait_pct": pct(t.data_wait, t.span) if data else None,  # idle while loading data, of the step
         },
         "comm_comp_overlap_pct": pct(t.comm_overlapped, t.comm),
@@ -158,5 +171,6 @@ def summarize(t: Times, on_gpu: bool, data_measured: bool = True) -> dict:
             "math_pct": pct(t.op_math, t.span), "bandwidth_pct": pct(t.op_memory, t.span),
             "other_pct": pct(t.op_other, t.span), "compiled_pct": pct(t.op_compiled, t.span),
             "data_loading_pct": pct(t.op_data, t.span),
+            "compiled_region_pct": pct(t.op_in_compiled, t.span),  # whole compiled regions, what they call too
         }
     return out

@@ -62,6 +62,18 @@ def is_host_comm(name: str) -> bool:
     return _HOST_COMM.match(name) is not None
 
 
+# DDP's reducer on the main thread: copies gradients into and out of the buckets and averages them. It runs only
+# because the step syncs (absent under no_sync) and memory-bound advice cannot touch it, so it is communication:
+# 22 % of a gloo DDP step was `reducer::mul_out` and `copy_bucket_to_grad`, read as bandwidth-bound (audit 17, H1b).
+_DDP_REDUCER = re.compile(r"^torch(::|\.)distributed(::|\.)(ddp(::|\.))?reducer::")
+
+
+def is_ddp_reducer(name: str) -> bool:
+    """An operator of DDP's reducer (`torch::distributed::reducer::mul_out` / `copy_`,
+    `torch.distributed.ddp.reducer::copy_bucket_to_grad`): communication, though not a collective."""
+    return _DDP_REDUCER.match(name) is not None
+
+
 def step_number(name: str) -> int | None:
     m = PROFILER_STEP.match(name)
     return int(m.group(1)) if m else None
@@ -139,10 +151,16 @@ _MEMORY = re.compile(
 )
 
 
+def is_compiled_code(name: str) -> bool:
+    """A compiled region (torch.compile's wrappers) or a kernel inductor generated: time inside it is compiled code."""
+    return bool(_COMPILED.search(name) or _INDUCTOR_POINTWISE.search(name) or _INDUCTOR_MATH.search(name))
+
+
 def cpu_op_class(name: str) -> int:
     """What bounds a CPU operator's own time, by its name: OP_MATH, OP_MEMORY (bandwidth), OP_COMPILED (a compiled
     graph whose operators the trace does not show) or OP_OTHER (autograd and framework wrappers, views, allocation,
-    random number generation, names not recognised). `torch::distributed::reducer::mul_out` is a mul."""
+    random number generation, names not recognised). DDP's reducer operators are communication (`is_ddp_reducer`),
+    whatever this says of them."""
     if _COMPILED.search(name):
         return OP_COMPILED
     if _INDUCTOR_MATH.search(name):

@@ -5,3 +5,7 @@ from __future__ import annotations
 
 class TraceError(ValueError):
     """A trace file is missing, truncated, malformed or not a profiler trace; the message names the file."""
+
+
+class NotATrace(TraceError):
+    """A whole, valid JSON object with no `traceEvents`: another tool's file (a trace directory skips it)."""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from stride.profile.errors import TraceError
+from stride.profile.errors import NotATrace, TraceError
 
 CHUNK_CHARS = 1 << 22  # 4 Mi characters per read
 MAX_VALUE_CHARS = 1 << 28  # one JSON value (an event, a metadata entry) larger than this is refused
@@ -183,7 +183,7 @@ def _scan(b: _Buffer, path: Path, on_events: Callable[[list[dict]], None]) -> di
                 if b.expect(",}", "the top-level object") == "}":
                     break
         if not seen_events:
-            raise TraceError(f"{path}: no 'traceEvents' list: not a PyTorch profiler / Chrome trace")
+            raise NotATrace(f"{path}: no 'traceEvents' list: not a PyTorch profiler / Chrome trace")
     else:
         raise TraceError(f"{path}: not a JSON trace: starts with {first!r}")
     if b.skip_ws() != "":

@@ -31,13 +31,19 @@ def render_report(report: dict, console: Console | None = None) -> None:
     annotations, files): shown through `stride.shown_text`, so `[...]` stays text and escape sequences are inert."""
     con = console or Console(width=160) if console is None and not Console().is_terminal else console or Console()
     hta = report["definitions"] == "hta"
+    for sk in report.get("skipped_files") or []:
+        con.print(literal(f"skipped {sk['file']}: {sk['why']}", "yellow"))
     t = Table(title=f"Where the step time goes ({report['definitions']} definitions; % of the step"
+                    + ("" if hta else ": compute + exposed comm + exposed memory + other + idle = 100")
                     + ("; host and kernel wait: % of HTA's per-stream idle split" if hta else "")
                     + ("; the last profiler step left out, as HTA does: --include-last-step keeps it)"
                        if report.get("last_step_dropped") else ")"))
-    for col in ("rank", "device", "steps", "span ms", "compute", "non-compute", "idle", "comm overlap",
-                "host wait", "kernel wait", "data wait", "verdict"):  # waits: shares of the step
-        t.add_column(col, justify="right" if col not in ("device", "verdict") else "left")
+    # the shares the verdicts rest on, which add up to the step (non-compute, their sum, is in the JSON)
+    for col in ("rank", "device", "steps", "span ms", "compute", "exposed comm", "exposed memory", "other", "idle",
+                "comm overlap", "host wait", "kernel wait", "data wait", "verdict"):  # waits: shares of the step
+        t.add_column(col, justify="right" if col not in ("device", "verdict") else "left",
+                     no_wrap=col in ("steps", "verdict"),
+                     min_width=len("communication-bound") if col == "verdict" else None)
     for rank, r in report["ranks"].items():
         tb, ib = r["temporal_breakdown"], r["idle_breakdown"] or {}
         idle = tb["idle_pct"]
@@ -48,7 +54,8 @@ def render_report(report: dict, console: Console | None = None) -> None:
             return share_of_idle * idle / 100
 
         t.add_row(literal(rank), literal(r["device"]), literal(_steps(r["steps"])), f"{r['span_us'] / 1e3:.2f}",
-                  _f(tb["compute_pct"]), _f(tb["non_compute_pct"]), _f(idle), _f(r["comm_comp_overlap_pct"]),
+                  _f(tb["compute_pct"]), _f(tb.get("exposed_comm_pct")), _f(tb.get("exposed_memory_pct")),
+                  _f(tb.get("other_busy_pct")), _f(idle), _f(r["comm_comp_overlap_pct"]),
                   _f(of_step(ib.get("host_wait_pct"))), _f(of_step(ib.get("kernel_wait_pct"))),
                   _f(tb.get("data_wait_pct")), literal((r["verdict"] or {}).get("bound", "-")))
     con.print(t)
@@ -78,6 +85,18 @@ def render_report(report: dict, console: Console | None = None) -> None:
                               f"{_f(ot['data_loading_pct'])}"))
         if r.get("data_wait_note"):
             con.print(literal(f"rank {rank}: {r['data_wait_note']}"))
+        rule = r.get("comm_overlap_rule")
+        if rule:
+            con.print(literal(f"rank {rank}: communication under compute counted as "
+                              f"{'overlapped' if rule['overlap_counted'] else 'exposed'} "
+                              f"({_f(rule.get('concurrent_pct'))} of it ran under compute): {rule['reason']}"))
+        st = r.get("step_time") or {}
+        if st.get("unprofiled_ms"):
+            con.print(literal(f"rank {rank}: profiled step {st['profiled_ms']:.2f} ms, unprofiled "
+                              f"{st['unprofiled_ms']:.2f} ms ({st['ratio']:.2f}x): the profiler's own cost is "
+                              f"{_f(st['profiler_idle_pct'])} of the step, in idle; the idle rule leaves it out"))
+        elif st.get("note"):
+            con.print(literal(f"rank {rank}: {st['note']}"))
         bad = r.get("malformed_events") or {}
         if bad.get("count"):  # left out of every figure above: said, so a damaged trace is not read as whole
             reasons = ", ".join(f"{why}: {n:,}" for why, n in bad["reasons"].items())

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stride.profile.classify import COMM
+from stride.profile.classify import COMM, is_ddp_reducer
 
 
 @dataclass
@@ -30,7 +30,8 @@ class RankSteps:
 def rank_steps(rank: int, host: str | None, windows, host_steps, act, names: list[str]) -> RankSteps:
     m = act.ev_kind == COMM
     starts, ids = act.ev_ts[m], act.ev_name[m]
-    comm = {names[int(i)]: np.sort(starts[ids == i]) for i in np.unique(ids)}
+    # collectives only: DDP's reducer operators are communication time, but not collectives ranks meet in
+    comm = {names[int(i)]: np.sort(starts[ids == i]) for i in np.unique(ids) if not is_ddp_reducer(names[int(i)])}
     return RankSteps(
         rank=rank, host=host,
         steps={w.step: (w.start, w.end) for w in windows if w.step is not None},

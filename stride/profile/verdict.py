@@ -12,6 +12,12 @@ come before memory (an elementwise op of 3 µs is paced by dispatch, not by band
 bandwidth-bound operator time over 25 % of the step and over the compute time; matmul advice (lower precision,
 fewer larger matmuls) is given only where matmul/conv operators take at least half the operator time, since
 autocast speeds matmuls and leaves elementwise ops in fp32. Data wait that no annotation measured is said so.
+
+Where no threshold rule fires, the verdict is the largest of compute, exposed communication and exposed memory (it
+was compute-bound, also at compute 19 % of a step 72 % of which was the all-reduce by its own clock: audit 17, H2).
+A verdict within BORDERLINE_PTS of its threshold or of the runner-up share says so. The idle rule leaves out the
+time the profiler itself added to the step where the trace records the unprofiled step (`run_meta`): its
+per-operator cost shows as idle (a 0.62 ms step of 64-wide layers traced at 0.99 ms read host-bound).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ MEMORY_BOUND_PCT = 25.0  # exposed copies/sets above this share
 TINY_NOTE_PCT = 5.0  # many tiny kernels worth a note once they take 5 % of the kernel time (25 %: launch-bound)
 TINY_NOTE_STEP_PCT = 1.0  # ... and 1 % of the step: a data-bound step's 6 % of operators is not worth fusing
 MATMUL_ADVICE_SHARE = 50.0  # CPU: matmul advice where matmul/conv take at least half of the operator time
+BORDERLINE_PTS = 2.0  # a verdict this close (points of the step) to its threshold or the runner-up says so
+DATA_NOTE_PCT = 10.0  # data wait worth a line in a verdict that is not about idle time
+COMPILED_PCT = 30.0  # compiled code this share of the step: the advice does not ask to compile again
 
 RECOMMENDATIONS = {
     "data-bound": [
@@ -79,6 +88,15 @@ CPU_RECOMMENDATIONS = {
         "instead of one small operator per timestep or tensor",
         "give each operator more work: a larger batch or model width",
     ],
+    # measured on 2-rank gloo DDP (audit 17, M4): accumulation with no_sync 2.4x per sample; 100 MB buckets no
+    # faster than 25 MB; the fp16 compression hook 15-40 % slower (its casts are CPU work), so it is not offered
+    "communication-bound": [
+        "accumulate gradients over several micro-batches and sync once (train.grad_accum; DDP's no_sync() on all "
+        "but the last): one all-reduce per N micro-batches (2.4x per sample measured on a 2-rank gloo run)",
+        "give the collectives a core: a gloo thread overlaps compute only where ranks x (intra-op threads + 1) "
+        "fit the cores (fewer train.threads or fewer ranks per host)",
+        "bigger DDP buckets (bucket_cap_mb) only as something to measure: on gloo 100 MB did not beat 25 MB",
+    ],
     "memory-bound": [
         "fuse the elementwise chains: torch.compile (train.compile=model+optimizer) runs a chain of pointwise "
         "operators as one pass over memory instead of one pass per operator",
@@ -91,13 +109,26 @@ CPU_RECOMMENDATIONS = {
 }
 # CPU, compute-bound with little matmul/conv time: no lower precision, no "larger matmuls"
 CPU_NOT_MATMUL = ("matmul/conv operators take {math:.0f}% of the operator time: a lower precision (autocast speeds "
-                  "matmuls only) or larger matmuls would not help; the top operators show where the time goes, and "
-                  "torch.compile fuses elementwise chains and cuts per-operator overhead")
+                  "matmuls only) or larger matmuls would not help; the top operators show where the time goes")
+CPU_NOT_MATMUL_COMPILE = ", and torch.compile fuses elementwise chains and cuts per-operator overhead"
 CPU_COMPILED = ("{compiled:.1f}% of the step runs inside compiled graphs whose operators the trace does not show "
                 "(counted as compute): set torch._inductor.config.cpp.enable_kernel_profile = True before compiling "
                 "to see their kernels")
 CPU_DATA_UNMEASURED = ("if the step loads data outside a DataLoader, wrap the loading in torch.profiler."
                        "record_function('data'): data wait is measured only inside data-loading annotations")
+
+# M2 of audit 17: after torch.compile the first advice was torch.compile again. What is left once compiled:
+COMPILED_LEFT = {
+    "host-bound": "what is left is the time between operators: graph breaks and Python outside the compiled regions "
+                  "(torch._dynamo.explain lists the breaks), and the parts of the step not compiled",
+    "launch-bound": "the small operators left run outside the compiled regions (graph breaks) or are the generated "
+                    "kernels themselves: give each more work (a larger batch or width), or use fused library operators",
+    "memory-bound": "what is left is the memory the generated kernels move: narrower storage (bf16 tensors) or fewer "
+                    "materialised activations",
+    "compute-bound": "what is left is the arithmetic of the compiled graphs and of the operators outside them",
+}
+COMPILED_ALREADY = ("{share:.0f}% of the step already runs in compiled code (torch.compile regions, inductor "
+                    "kernels): compiling again will not cut it; {left}")
 
 NO_ACTIVITY = "no-activity"  # the trace records no operator, kernel or collective: nothing to judge the step by
 
@@ -126,32 +157,88 @@ def step_verdict(fig: dict, tiny: dict | None = None, precision: str | None = No
         return _cpu_step_verdict(fig, tiny, precision)
     tb = fig["temporal_breakdown"]
     idle_of = "device idle"
-    idle = tb["idle_pct"] or 0.0
+    raw_idle = tb["idle_pct"] or 0.0
+    idle, without = _idle_for_rule(fig, raw_idle)
     comm = tb["exposed_comm_pct"] or 0.0
     mem = tb["exposed_memory_pct"] or 0.0
+    compute = tb["compute_pct"] or 0.0
     reasons: list[str] = []
     if idle > IDLE_BOUND_PCT:
         data = tb.get("data_wait_pct") or 0.0
         bound = "data-bound" if data >= idle / 2 else "host-bound"  # data wait is half the idle or more
-        reasons.append(f"{idle_of} {idle:.1f}% of the step (> {IDLE_BOUND_PCT}%); waiting for data "
-                       f"{data:.1f}% of the step")
+        reasons.append(f"{idle_of} {idle:.1f}% of the step{without} (> {IDLE_BOUND_PCT}%); waiting for data "
+                       f"{data:.1f}% of the step" + _borderline((idle, IDLE_BOUND_PCT), (data, idle / 2)))
     elif comm > COMM_BOUND_PCT:
         bound = "communication-bound"
-        reasons.append(f"exposed communication {comm:.1f}% of the step (> {COMM_BOUND_PCT}%)")
+        reasons.append(f"exposed communication {comm:.1f}% of the step (> {COMM_BOUND_PCT}%)"
+                       + _borderline((comm, COMM_BOUND_PCT)))
     elif mem > MEMORY_BOUND_PCT:
         bound = "memory-bound"
-        reasons.append(f"exposed memory copies/sets {mem:.1f}% of the step (> {MEMORY_BOUND_PCT}%)")
+        reasons.append(f"exposed memory copies/sets {mem:.1f}% of the step (> {MEMORY_BOUND_PCT}%)"
+                       + _borderline((mem, MEMORY_BOUND_PCT)))
     elif tiny and tiny.get("dominant"):
         bound = "launch-bound"
         reasons.append(_tiny_reason(tiny))
     else:
-        bound = "compute-bound"
-        compute = tb["compute_pct"] or 0.0
-        reasons.append(f"compute {compute:.1f}% of the step; idle {idle:.1f}%, exposed comm {comm:.1f}%")
+        bound, why = _largest(compute, comm, mem, "exposed memory copies/sets", raw_idle)
+        reasons.append(why)
+    if without and idle <= IDLE_BOUND_PCT < raw_idle:
+        reasons.append(_profiler_note(fig, raw_idle, idle))
     recs = recommendations(bound, device)
     if bound == "compute-bound" and precision:
         recs.insert(0, precision)
-    return {"bound": bound, "reasons": reasons, "recommendations": recs}
+    return {"bound": bound, "reasons": reasons, "recommendations": recs + _data_line(bound, tb),
+            "borderline": "(borderline:" in reasons[0]}
+
+
+def _borderline(*pairs: tuple[float, float]) -> str:
+    """' (borderline: A% vs B%)' for the closest (share, threshold or runner-up) pair within BORDERLINE_PTS."""
+    a, b = min(pairs, key=lambda p: abs(p[0] - p[1]))
+    return f" (borderline: {a:.1f}% vs {b:.1f}%)" if abs(a - b) <= BORDERLINE_PTS else ""
+
+
+def _largest(compute: float, comm: float, mem: float, mem_name: str, idle: float) -> tuple[str, str]:
+    """No threshold fired: the bound of the largest share of the step, with all three named."""
+    shares = sorted([("compute-bound", "compute", compute), ("communication-bound", "exposed communication", comm),
+                     ("memory-bound", mem_name, mem)], key=lambda x: -x[2])
+    (bound, name, top), rest = shares[0], shares[1:]
+    return bound, (f"{name} {top:.1f}% of the step, the largest share (no threshold rule fired); "
+                   + ", ".join(f"{n} {v:.1f}%" for _, n, v in rest) + f", idle {idle:.1f}%"
+                   + _borderline((top, rest[0][2])))
+
+
+def _idle_for_rule(fig: dict, idle: float) -> tuple[float, str]:
+    """The idle share the idle rule reads: without the time the profiler added to the step where the trace records
+    the unprofiled step (`step_time`), else as traced; and the words that say so ('' where nothing was taken out)."""
+    st = fig.get("step_time") or {}
+    adj = st.get("idle_pct_excluding_profiler")
+    if adj is None or adj >= idle - 0.05:
+        return idle, ""
+    return adj, f" without the profiler's own cost ({idle:.1f}% of the profiled step)"
+
+
+def _profiler_note(fig: dict, raw: float, adj: float) -> str:
+    st = fig["step_time"]
+    return (f"idle {raw:.1f}% of the profiled step is {adj:.1f}% without the time the profiler added (profiled step "
+            f"{st['profiled_ms']:.2f} ms, unprofiled {st['unprofiled_ms']:.2f} ms: {st['ratio']:.2f}x): under the "
+            f"{IDLE_BOUND_PCT}% idle rule")
+
+
+def _data_line(bound: str, tb: dict) -> list[str]:
+    """A line about data where waiting for it is a good part of a step that is bound by something else."""
+    data = tb.get("data_wait_pct")
+    if bound in ("data-bound", "host-bound", NO_ACTIVITY) or data is None or data < DATA_NOTE_PCT:
+        return []
+    return [f"waiting for data takes {data:.1f}% of the step too: raise DataLoader num_workers, or prefetch the next "
+            "batch while the step runs (prefetch_factor, a background thread)"]
+
+
+def _compiled_already(bound: str, recs: list[str], share: float) -> list[str]:
+    """Advice for a step that runs mostly compiled: no "use torch.compile", and what is left to do instead."""
+    if bound not in COMPILED_LEFT:
+        return recs
+    return ([COMPILED_ALREADY.format(share=share, left=COMPILED_LEFT[bound])]
+            + [r for r in recs if "torch.compile" not in r])
 
 
 def _tiny_reason(tiny: dict) -> str:
@@ -162,14 +249,16 @@ def _tiny_reason(tiny: dict) -> str:
 
 
 def _cpu_step_verdict(fig: dict, tiny: dict | None, precision: str | None) -> dict:
-    """The CPU rules: idle (data or host), communication, tiny operators, bandwidth-bound operators, compute; matmul
-    advice only for a step whose operator time is mostly matmul/conv."""
+    """The CPU rules: idle (data or host), communication, tiny operators, bandwidth-bound operators, else the largest
+    share; matmul advice only for a step whose operator time is mostly matmul/conv."""
     tb, ot = fig["temporal_breakdown"], fig.get("operator_time") or {}
-    idle = tb["idle_pct"] or 0.0
+    raw_idle = tb["idle_pct"] or 0.0
+    idle, without = _idle_for_rule(fig, raw_idle)
     comm = tb["exposed_comm_pct"] or 0.0
     mem = tb["exposed_memory_pct"] or 0.0
     compute = tb["compute_pct"] or 0.0
     math, compiled = ot.get("math_pct") or 0.0, ot.get("compiled_pct") or 0.0
+    in_compiled = ot.get("compiled_region_pct") or 0.0
     work = math + (ot.get("bandwidth_pct") or 0.0) + (ot.get("other_pct") or 0.0) + compiled
     math_share = 100.0 * math / work if work > 0 else 0.0
     reasons: list[str] = []
@@ -177,45 +266,60 @@ def _cpu_step_verdict(fig: dict, tiny: dict | None, precision: str | None) -> di
     if idle > IDLE_BOUND_PCT:
         data = tb.get("data_wait_pct")
         loader = ot.get("data_loading_pct") or 0.0
-        why = (f"no CPU operator running {idle:.1f}% of the step (> {IDLE_BOUND_PCT}%)"
+        why = (f"no CPU operator running {idle:.1f}% of the step{without} (> {IDLE_BOUND_PCT}%)"
                + (f", the data loader's operators ({loader:.1f}% of the step) counted as waiting for data"
                   if loader >= 0.05 else ""))
         if data is None:
             bound = "host-bound"
             reasons.append(f"{why}; waiting for data not measured: the trace has no data-loading annotation "
-                           f"({DATA_ANNOTATIONS_DOC}), so data loaded outside one counts as idle")
+                           f"({DATA_ANNOTATIONS_DOC}), so data loaded outside one counts as idle"
+                           + _borderline((idle, IDLE_BOUND_PCT)))
             extra.append(CPU_DATA_UNMEASURED)
         else:
             bound = "data-bound" if data >= idle / 2 else "host-bound"  # data wait is half the idle or more
-            reasons.append(f"{why}; waiting for data {data:.1f}% of the step")
+            reasons.append(f"{why}; waiting for data {data:.1f}% of the step"
+                           + _borderline((idle, IDLE_BOUND_PCT), (data, idle / 2)))
     elif comm > COMM_BOUND_PCT:
         bound = "communication-bound"
-        reasons.append(f"exposed communication {comm:.1f}% of the step (> {COMM_BOUND_PCT}%)")
+        rule = fig.get("comm_overlap_rule") or {}
+        hidden = ("; communication under compute counted as exposed: " + rule["short"]
+                  if rule.get("short") and not rule.get("overlap_counted") and rule.get("concurrent_pct") else "")
+        reasons.append(f"exposed communication {comm:.1f}% of the step (> {COMM_BOUND_PCT}%)"
+                       + _borderline((comm, COMM_BOUND_PCT)) + hidden)
     elif tiny and tiny.get("dominant"):
         bound = "launch-bound"
         reasons.append(_tiny_reason(tiny))
     elif mem > MEMORY_BOUND_PCT and mem >= compute:
         bound = "memory-bound"
         reasons.append(f"bandwidth-bound operators (elementwise, reductions, copies, norms) {mem:.1f}% of the step "
-                       f"(> {MEMORY_BOUND_PCT}%), compute {compute:.1f}% (matmul/conv {math:.1f}%)")
+                       f"(> {MEMORY_BOUND_PCT}%), compute {compute:.1f}% (matmul/conv {math:.1f}%)"
+                       + _borderline((mem, MEMORY_BOUND_PCT), (mem, compute)))
     else:
-        bound = "compute-bound"
-        reasons.append(f"compute {compute:.1f}% of the step (matmul/conv {math:.1f}%, {math_share:.0f}% of the "
-                       f"operator time); bandwidth-bound operators {mem:.1f}%, idle {idle:.1f}%, exposed comm "
-                       f"{comm:.1f}%")
+        bound, why = _largest(compute, comm, mem, "bandwidth-bound operators", raw_idle)
+        if bound == "compute-bound":
+            why = (f"compute {compute:.1f}% of the step, the largest share (matmul/conv {math:.1f}%, "
+                   f"{math_share:.0f}% of the operator time); bandwidth-bound operators {mem:.1f}%, exposed comm "
+                   f"{comm:.1f}%, idle {raw_idle:.1f}%" + _borderline((compute, max(comm, mem))))
+        reasons.append(why)
+    if without and idle <= IDLE_BOUND_PCT < raw_idle:
+        reasons.append(_profiler_note(fig, raw_idle, idle))
     recs = recommendations(bound, "cpu")
     if bound == "compute-bound":
         if math_share >= MATMUL_ADVICE_SHARE:
             if precision:
                 recs.insert(0, precision)
         else:
-            recs = [CPU_NOT_MATMUL.format(math=math_share)]
+            recs = [CPU_NOT_MATMUL.format(math=math_share)
+                    + ("" if in_compiled >= COMPILED_PCT else CPU_NOT_MATMUL_COMPILE)]
             if compiled >= 0.5 * compute:
                 recs.insert(0, CPU_COMPILED.format(compiled=compiled))
         if mem > MEMORY_BOUND_PCT:
             recs.append(f"bandwidth-bound operators take {mem:.1f}% of the step too: fuse their elementwise chains "
                         "(torch.compile) and cut copies")
-    return {"bound": bound, "reasons": reasons, "recommendations": recs + extra}
+    if in_compiled >= COMPILED_PCT:
+        recs = _compiled_already(bound, recs, in_compiled)
+    return {"bound": bound, "reasons": reasons, "recommendations": recs + _data_line(bound, tb) + extra,
+            "borderline": "(borderline:" in reasons[0]}
 
 
 def rank_verdict(fig: dict, per_step: list[dict], tiny: dict | None, precision: str | None = None,
@@ -229,12 +333,13 @@ def rank_verdict(fig: dict, per_step: list[dict], tiny: dict | None, precision: 
         tally[s["verdict"]["bound"]] = tally.get(s["verdict"]["bound"], 0) + 1
     v["steps_by_bound"] = tally
     busy = 100.0 - (fig["temporal_breakdown"]["idle_pct"] or 0.0)
+    compiled = ((fig.get("operator_time") or {}).get("compiled_region_pct") or 0.0) >= COMPILED_PCT
     if (tiny and tiny.get("flagged") and v["bound"] not in ("launch-bound", "data-bound")
             and (tiny["pct_of_kernel_time"] or 0.0) >= TINY_NOTE_PCT
             and busy * (tiny["pct_of_kernel_time"] or 0.0) / 100.0 >= TINY_NOTE_STEP_PCT):
         v["recommendations"].append(
             f"{tiny['pct_of_kernels']:.0f}% of {tiny['unit']} run under {tiny['threshold_us']:.0f} µs "
-            f"({tiny['pct_of_kernel_time']:.0f}% of their time): fuse small kernels (torch.compile, "
-            "foreach/fused optimizers)"
+            f"({tiny['pct_of_kernel_time']:.0f}% of their time): fuse small kernels ("
+            + ("outside the compiled regions; " if compiled else "torch.compile, ") + "foreach/fused optimizers)"
         )
     return v

@@ -8,12 +8,22 @@ Every rank's trace carries the run's id (`stride_run_id`, one random id rank 0 d
 the start): `stride analyze` refuses traces of two runs by it. Without it, two runs recorded over the same second
 on different hosts look like ranks of one (the same world size, ranks 0 and 1, overlapping times; Kineto writes
 no run identity of its own), and only their collectives, where there are any, can tell them apart.
+
+Each trace also records the host's usable cores, the rank's intra-op threads and the ranks on the host
+(`stride_host`: whether gloo's thread had a core of its own, so that its collectives could hide compute), and the
+median of the unprofiled steps before the profiler starts (`stride_unprofiled_step`: the wait steps after the first,
+timed between step ends as a `ProfilerStep` is): the analysis sets it beside the traced step, whose per-operator
+profiler cost shows as idle (`stride.profile.run_meta`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import os
+import statistics
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,6 +34,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from stride.parallel.ranks import rank_and_world
 from stride.profile.one_run import RUN_ID_KEY
+from stride.profile.run_meta import HOST_KEY, UNPROFILED_KEY
 from stride.train.callbacks import Callback, TrainerView
 
 profiling_active = torch._C._autograd._profiler_enabled  # torch.profiler or the autograd profiler records
@@ -39,14 +50,24 @@ def shared_run_id() -> str:
     return str(box[0])
 
 
+def host_metadata() -> dict[str, int | None]:
+    """The host's usable cores, this rank's intra-op threads and the ranks on its host (LOCAL_WORLD_SIZE, as
+    torchrun sets it; 1 without a process group; None where neither says)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    ranks = int(local) if local.isdigit() and int(local) > 0 else 1 if rank_and_world()[1] == 1 else None
+    return {"cores": cores, "intra_op_threads": torch.get_num_threads(), "ranks_on_host": ranks}
+
+
 def phase_range(name: str) -> contextlib.AbstractContextManager[Any]:
     """A `record_function` range for a profiler trace where a profiler records, else a shared no-op."""
     return record_function(name) if profiling_active() else _NULL
 
 
 class ProfilerCallback(Callback):
-    def __init__(self, out_dir: str | Path | None = None, wait: int = 1, warmup: int = 1, active: int = 3) -> None:
-        """`out_dir` None: `<run directory>/traces` (or ./traces when the run writes no directory)."""
+    def __init__(self, out_dir: str | Path | None = None, wait: int = 4, warmup: int = 1, active: int = 3) -> None:
+        """`out_dir` None: `<run directory>/traces` (or ./traces when the run writes no directory). `wait` steps
+        run unprofiled: those after the first are timed (4: a median of 3, which one slow step does not move)."""
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.wait, self.warmup, self.active = wait, warmup, active
         self.trace_path: Path | None = None
@@ -54,6 +75,8 @@ class ProfilerCallback(Callback):
         self._prof: profile | None = None
         self._n = 0
         self.run_id: str | None = None
+        self._ends: list[float] = []  # perf_counter at the end of each wait step
+        self.unprofiled_step_s: float | None = None
 
     def _export(self, prof: profile) -> None:
         assert self.out_dir is not None
@@ -77,11 +100,19 @@ class ProfilerCallback(Callback):
         )
         self.run_id = shared_run_id()
         self._prof.preset_metadata_json(RUN_ID_KEY, json.dumps(self.run_id))  # written into the trace at export
+        self._prof.preset_metadata_json(HOST_KEY, json.dumps(host_metadata()))
         self._prof.start()
 
     def on_step_end(self, trainer: TrainerView) -> None:
         assert self._prof is not None
         self._n += 1
+        if self._n <= self.wait:
+            self._ends.append(time.perf_counter())
+            if self._n == self.wait and len(self._ends) > 1:  # before the step that starts the profiler
+                steps = [b - a for a, b in itertools.pairwise(self._ends)]
+                self.unprofiled_step_s = statistics.median(steps)
+                self._prof.preset_metadata_json(UNPROFILED_KEY, json.dumps(
+                    {"median_us": self.unprofiled_step_s * 1e6, "steps_us": [x * 1e6 for x in steps]}))
         if self.wait + self.warmup < self._n <= self.wait + self.warmup + self.active:
             self.active_step_times.append(dict(trainer.timer.last))
         self._prof.step()

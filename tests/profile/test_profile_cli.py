@@ -131,5 +131,23 @@ def test_profile_under_torchrun_analyses_every_rank(tmp_path: Path) -> None:
     rep = json.loads((out / "analysis.json").read_text())
     assert sorted(rep["ranks"]) == ["0", "1"]
     # both ranks' traces carry the run's one id (rank 0's, broadcast): `stride analyze` tells runs apart by it
-    ids = {json.loads((out / "traces" / f"trace_rank{r}.json").read_text())["stride_run_id"] for r in (0, 1)}
+    metas = [json.loads((out / "traces" / f"trace_rank{r}.json").read_text()) for r in (0, 1)]
+    ids = {m["stride_run_id"] for m in metas}
     assert len(ids) == 1 and len(ids.pop()) == 32
+    # audit 17: each trace records the host's cores and threads and the unprofiled steps (the 3 wait steps after
+    # the first); 2 ranks x (1 thread + gloo's) count gloo's time under compute as overlap only with 4 cores
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    for r, m in enumerate(metas):
+        assert m["stride_host"] == {"cores": cores, "intra_op_threads": 1, "ranks_on_host": 2}
+        assert len(m["stride_unprofiled_step"]["steps_us"]) == 3 and m["stride_unprofiled_step"]["median_us"] > 0
+        res = rep["ranks"][str(r)]
+        assert res["comm_overlap_rule"]["overlap_counted"] is (cores >= 4)
+        assert res["step_time"]["unprofiled_ms"] == pytest.approx(m["stride_unprofiled_step"]["median_us"] / 1e3)
+    # DDP's reducer operators (bucket copies) are communication, not bandwidth-bound memory
+    from stride.profile.analyze import analyze_traces
+
+    top = analyze_traces([out / "traces"], top_k=1000)["ranks"]["0"]["top_kernels"]
+    reducer = {k["kind"] for k in top if "reducer::" in k["name"]}
+    assert reducer == {"communication"}
