@@ -88,8 +88,8 @@ def throughput_order_problem(t: dict[str, Any]) -> str | None:
 
 
 FIGURES = ("mfu", "peak_mem_bytes", "time_to_target_s", "timesteps_per_s", "flops_per_step", "steps",
-           "skipped_steps", "saved_activation_bytes", "params", "exposed_comm_fraction", "peak_flops_per_s",
-           "peak_clock_ghz")  # finite numbers or null where present
+           "skipped_steps", "saved_activation_bytes", "params", "exposed_comm_fraction", "comm_cost_fraction",
+           "peak_flops_per_s", "peak_clock_ghz")  # finite numbers or null where present
 LOSSES = ("final_val_loss", "final_train_loss", "target_val_loss")  # numbers or null; NaN/inf: a diverged run
 
 

@@ -102,12 +102,14 @@ def workload_config(w: Workload, name: str, device: str, extra: list[str] | None
 
 # Figures every entry carries, read from a trainer summary (or PPO's summary-shaped dict; absent -> None). The
 # rates among them (mfu, timesteps_per_s) are put at the throughput's median by `rates_at_median`.
-# exposed_comm_fraction: `stride report`'s communication rule reads it (DDP runs; None elsewhere); peak_flops_per_s and
-# peak_clock_ghz: what MFU divides by, which `stride compare` checks is alike on both sides.
+# exposed_comm_fraction, comm_cost_fraction, comm_core_free: `stride report`'s communication rule reads them (DDP
+# runs; None elsewhere); peak_flops_per_s and peak_clock_ghz: what MFU divides by, which `stride compare` checks is
+# alike on both sides.
 _SUMMARY_KEYS = ("timesteps_per_s", "mfu", "flops_per_step", "peak_mem_bytes", "peak_mem_kind",
                  "step_time_breakdown_s", "time_to_target_s", "target_val_loss", "final_val_loss",
                  "final_train_loss", "steps", "skipped_steps", "saved_activation_bytes", "params", "params_sha256",
-                 "optimizer_impl", "exposed_comm_fraction", "peak_flops_per_s", "peak_clock_ghz")
+                 "optimizer_impl", "exposed_comm_fraction", "comm_cost_fraction", "comm_core_free",
+                 "peak_flops_per_s", "peak_clock_ghz")
 
 RATES_AT = ("the median of the {n} throughput figures (its step time: {step}); MFU and timesteps/s at that same "
             "step time")

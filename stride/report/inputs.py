@@ -127,7 +127,8 @@ def results_from_run(run: Path) -> dict[str, Any]:
                                  "target_val_loss", "final_val_loss", "final_train_loss", "steps",
                                  "skipped_steps", "saved_activation_bytes", "params", "params_sha256",
                                  # read by the report's communication rule and compare's peak check
-                                 "exposed_comm_fraction", "peak_flops_per_s", "peak_clock_ghz")},
+                                 "exposed_comm_fraction", "comm_cost_fraction", "comm_core_free",
+                                 "peak_flops_per_s", "peak_clock_ghz")},
         "world_size": s.get("world_size"),  # processes: part of what a run measured (stride compare checks it)
         "peak_mem_bytes": s.get("peak_mem_bytes") or 0,
         "step_time_breakdown_s": s.get("step_time_breakdown_s") or {},

@@ -102,6 +102,14 @@ def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, st
     # breakdown has a phase of its own for it: the rule read share["communication"] and never fired, outside audit 13,
     # M2). A bench entry copies it from the run's summary.
     comm = w.get("exposed_comm_fraction")
+    cost = w.get("comm_cost_fraction")  # with the "hidden" part, where no core was free for it (CPU)
+    if isinstance(cost, int | float) and w.get("comm_core_free") is False and cost > COMM_BOUND:
+        shown = pct(comm if isinstance(comm, int | float) else 0.0)
+        return "communication", (f"communication costs {pct(cost)} of the step (> {100 * COMM_BOUND:.0f}%; exposed "
+                                 f"{shown}, the rest overlapped compute on cores it had to share: gloo's thread had no "
+                                 "core of its own): accumulate gradients "
+                                 "and sync once per N micro-batches (train.grad_accum), or leave a core per rank for "
+                                 "the collectives (fewer train.threads or ranks per host)")
     if isinstance(comm, int | float) and comm > COMM_BOUND:
         return "communication", (f"exposed communication is {pct(comm)} of the step (> {100 * COMM_BOUND:.0f}%; "
                                  "backward waiting on the gradient all-reduce): smaller DDP buckets overlap more of it "

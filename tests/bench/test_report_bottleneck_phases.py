@@ -89,3 +89,23 @@ def test_no_mfu_reasoning_where_forward_and_backward_are_under_half_the_step() -
     # at half the step or more, the low-MFU reasoning stands
     b = {"data": 0.0, "forward": 0.25, "backward": 0.25, "optimizer": 0.2, "rollout": 0.2, "other": 0.1}
     assert bottleneck({"step_time_breakdown_s": b, "mfu": 0.05})[0] == "overhead (low MFU)"
+
+
+def test_communication_hidden_on_a_shared_core_counts_when_no_core_was_free() -> None:
+    """2 gloo ranks x (1 thread + gloo's) on 2 cores: the all-reduce's "hidden" time was taken from the compute
+    beside it (a 68M MLP: 7 % exposed, DDP cost 42 % of the step; outside audit 17), so the report's rule counts it."""
+    from stride.train.summary import comm_cost
+
+    assert comm_cost(0.07, 0.30, 1.0, cpu=True, cores=2, threads=1, ranks=2) == {
+        "comm_core_free": False, "comm_cost_fraction": pytest.approx(0.37)}
+    assert comm_cost(0.07, 0.30, 1.0, cpu=True, cores=4, threads=1, ranks=2) == {
+        "comm_core_free": True, "comm_cost_fraction": pytest.approx(0.07)}
+    assert comm_cost(0.07, 0.30, 1.0, cpu=False) == {"comm_core_free": None, "comm_cost_fraction": pytest.approx(0.07)}
+    w = WORKLOADS["ts_transformer_tiny"]
+    summary = {**DDP_SUMMARY, "exposed_comm_fraction": 0.07, "comm_cost_fraction": 0.37, "comm_core_free": False}
+    entry = make_entry(w, w.name, load_config(overrides=list(w.overrides)), [831.0, 820.0, 840.0], "{n} windows",
+                       summary)
+    assert entry["comm_cost_fraction"] == 0.37 and entry["comm_core_free"] is False  # carried from the summary
+    kind, why = bottleneck(entry)
+    assert kind == "communication" and "communication costs 37" in why and "no core of its own" in why
+    assert bottleneck({**entry, "comm_core_free": True})[0] != "communication"  # 7 % exposed: under the rule's 15 %
