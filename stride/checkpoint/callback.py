@@ -24,7 +24,13 @@ import torch.distributed as dist
 
 from stride.checkpoint import train_state
 from stride.checkpoint.config_diff import config_diff
-from stride.checkpoint.errors import CheckpointError, CheckpointLoadError, ConfigMismatchError, StoreChangedError
+from stride.checkpoint.errors import (
+    CheckpointError,
+    CheckpointLoadError,
+    ConfigMismatchError,
+    SaveVetoed,
+    StoreChangedError,
+)
 from stride.checkpoint.guard import StepGuard
 from stride.checkpoint.rerun import RunExistsError, RunFinished, Verdict, decide, finished_message, read_summary
 from stride.checkpoint.signals import REPEAT_WINDOW_S, Preempted, PreemptionSignal
@@ -103,7 +109,6 @@ class CheckpointCallback(Callback):
     def save(self, trainer: TrainerView, *, final: bool = False) -> float:
         """Checkpoint the trainer's current step; returns (and books) the stall in seconds."""
         assert self.store is not None and self.guard is not None
-        self._refuse_changed_data(trainer)
         if trainer.run_dir is not None:
             trainer.run_dir.flush()  # every step this checkpoint holds is in metrics.jsonl before it exists
         asynchronous = trainer.cfg.checkpoint.async_save and not final
@@ -111,8 +116,12 @@ class CheckpointCallback(Callback):
         state = train_state.capture(trainer, self.guard.state_dict())
         meta = self._meta(trainer)
         capture_s = time.perf_counter() - t0
-        self.store.save(state, trainer.step, meta, asynchronous=asynchronous,
-                        stage_in_background=asynchronous and self.staging == "background")
+        try:
+            self.store.save(state, trainer.step, meta, asynchronous=asynchronous,
+                            stage_in_background=asynchronous and self.staging == "background",
+                            check=lambda: [n for n in trainer.data_changed_in_place() or ()])
+        except SaveVetoed as veto:
+            raise self._changed_data(trainer, veto.views) from None
         if final:
             self.store.wait()
         stall = time.perf_counter() - t0
@@ -122,21 +131,16 @@ class CheckpointCallback(Callback):
         self.last_saved = trainer.step
         return stall
 
-    def _refuse_changed_data(self, trainer: TrainerView) -> None:
+    def _changed_data(self, trainer: TrainerView, views: list[list[str]]) -> StoreChangedError:
         """No checkpoint of batches read from a store file changed in place (written with its size kept: no fault,
         other bytes from then on; audit 16): a resume from it would continue a run on data that is neither the old
-        store nor the new one. Every rank says what it sees and all refuse alike (a collective of the save would
-        otherwise wait for a rank that stopped)."""
-        assert self.store is not None
-        views = self.store.gather(trainer.data_changed_in_place(), "data store check before a checkpoint",
-                                  trainer.step)
-        if bad := [(r, n) for r, notes in enumerate(views) for n in notes]:
-            where = "; ".join(n if len(views) == 1 else f"on rank {r}: {n}" for r, n in bad)
-            last = f"checkpoint step {self.last_saved}" if self.last_saved is not None else "the start"
-            raise StoreChangedError(
-                f"not saving step {trainer.step}: {where} while this run read it, so its batches since may mix the "
-                "store's old and new bytes. A store must not be modified in place (stride data ingest writes a new "
-                f"one); restore it and run the same command to resume from {last}")
+        store nor the new one. Every rank's check is gathered as the save's first barrier, so all refuse alike."""
+        where = "; ".join(n if len(views) == 1 else f"on rank {r}: {n}" for r, notes in enumerate(views) for n in notes)
+        last = f"checkpoint step {self.last_saved}" if self.last_saved is not None else "the start"
+        return StoreChangedError(
+            f"not saving step {trainer.step}: {where} while this run read it, so its batches since may mix the store's "
+            "old and new bytes. A store must not be modified in place (stride data ingest writes a new one); restore "
+            f"it and run the same command to resume from {last}")
 
     def _load(self, trainer: TrainerView, choice: Choice) -> None:
         assert self.store is not None and self.guard is not None and choice.folder is not None

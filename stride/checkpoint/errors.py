@@ -22,3 +22,11 @@ class CheckpointLoadError(CheckpointError):
 
 class StoreChangedError(CheckpointError):
     """A data store file the run maps was changed in place during the run: no checkpoint is saved of its batches."""
+
+
+class SaveVetoed(CheckpointError):
+    """A save refused before anything was written: `views`, each rank's notes (the pre-save check)."""
+
+    def __init__(self, step: int, views: list[list[str]]) -> None:
+        super().__init__(f"not saving step {step}: " + "; ".join(n for v in views for n in v))
+        self.step, self.views = step, views

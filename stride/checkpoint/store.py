@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import StagingOptions
 
 from stride.checkpoint.dcp_io import TimedStager, shard_writer
-from stride.checkpoint.errors import CheckpointError
+from stride.checkpoint.errors import CheckpointError, SaveVetoed
 from stride.checkpoint.folder import SHARED, CheckpointFolder, Choice, look_again
 from stride.checkpoint.manifest import MANIFEST, SHARD_RE, describe_files, fsync_path, write_manifest
 from stride.checkpoint.retention import may_replace, remove_folder, retain
@@ -59,13 +59,15 @@ class CheckpointStore(CheckpointFolder):
 
     # -- saving ------------------------------------------------------------------------------------
     def save(self, state: dict[str, Any], step: int, meta: dict[str, Any], *, asynchronous: bool = False,
-             stage_in_background: bool = False) -> float:
+             stage_in_background: bool = False, check: Callable[[], list[str]] | None = None) -> float:
         """Save `state` as step `step`; returns the seconds the caller was blocked (the stall).
 
         Async saves copy the state into CPU buffers (staging), then write in the background. With
         `stage_in_background` the copy itself runs in DCP's staging thread too and this returns at
         once: the caller must call `fence()` before it next changes any tensor in `state` (the trainer
-        does so before the optimizer step). `last_stall_parts` says what the stall was made of.
+        does so before the optimizer step). `last_stall_parts` says what the stall was made of. `check`: what this
+        rank finds wrong before anything is written (notes; [] for none); every rank's are gathered as the barrier
+        before the save, and any note on any rank is SaveVetoed on every rank, nothing written.
         """
         t0 = time.perf_counter()
         parts: dict[str, float] = {}
@@ -74,7 +76,10 @@ class CheckpointStore(CheckpointFolder):
         tmp = self.tmp_folder(step)
         if self.rank == 0 and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-        self._barrier("checkpoint barrier (before the save)", step)
+        if check is None:
+            self._barrier("checkpoint barrier (before the save)", step)
+        elif any(views := self.gather(check(), "checkpoint barrier (before the save)", step)):
+            raise SaveVetoed(step, views)
         parts["prepare_s"] = (t2 := time.perf_counter()) - t1
         writer = shard_writer(tmp, WRITE_THREADS)
         if asynchronous:

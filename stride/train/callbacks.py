@@ -66,9 +66,10 @@ class TrainerView(Protocol):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
-    def data_changed_in_place(self) -> list[str]:
-        """The files of the config's data store (and caches derived from it) written in place since they were
-        mapped, in words: batches read since come from other bytes (stride.data.mapped_files)."""
+    def data_changed_in_place(self) -> list[str] | None:
+        """The files of the config's data store (and caches derived from it) written in place since this trainer
+        mapped them, in words: batches read since come from other bytes (stride.data.mapped_files). None: the data
+        came from the caller, not checked."""
         ...
 
     def data_position(self) -> dict[str, Any]:

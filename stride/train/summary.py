@@ -61,7 +61,7 @@ class Summarised(Protocol):
     inputs_from: dict[str, str]
     optimizer: torch.optim.Optimizer
 
-    def data_changed_in_place(self) -> list[str]: ...
+    def data_changed_in_place(self) -> list[str] | None: ...
 
 
 def comm_cost(exposed: float, hidden: float, total: float | None, cpu: bool, cores: int | None = None,
@@ -190,6 +190,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "inputs_from": dict(tr.inputs_from),
         "data_loader": tr.data_loader,  # the loader's settings, why, and the probe's figures (stride.data.probe)
         # store files this rank maps that were truncated, grown or written in place during the run: its batches from
-        # then on were read from other bytes (a removed or replaced file is not listed: the map keeps the old one)
+        # then on were read from other bytes (a removed or replaced file is not listed: the map keeps the old one);
+        # null: the data came from the caller, not checked
         "data_changed_in_place": tr.data_changed_in_place(),
     }

@@ -90,3 +90,17 @@ def test_a_run_without_checkpoints_says_the_store_changed(tmp_path: Path) -> Non
     s = Trainer(config=_config(store), out=tmp_path / "run", callbacks=[WriteStoreAt(store, 3)]).fit().summary
     assert s["data_changed_in_place"] == [
         f"{(store / 'values.bin').resolve()} was written in place (same size, modified since it was mapped)"]
+
+
+def test_an_earlier_trainer_of_the_same_store_does_not_stop_a_later_run(tmp_path: Path) -> None:
+    """A trainer kept alive in the process (a notebook, an in-process sweep) still maps the store; after the store's
+    files moved on, a later run that mapped them afresh was refused its checkpoints for the earlier run's maps."""
+    store = _store(tmp_path)
+    first = Trainer(config=_config(store), out=tmp_path / "a")
+    first.fit()
+    st = os.stat(store / "values.bin")  # a copy of the same bytes over it would do the same: a new mtime
+    os.utime(store / "values.bin", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    later = Trainer(config=_config(store, "checkpoint.enabled=true", "checkpoint.every=2"), out=tmp_path / "b").fit()
+    assert later.summary["data_changed_in_place"] == []
+    assert first.data_changed_in_place() == [
+        f"{(store / 'values.bin').resolve()} was written in place (same size, modified since it was mapped)"]
