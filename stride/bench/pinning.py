@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from stride.metrics.env import available_cores
+from stride.train.resources import PINNED_APART_ENV
 
 ENV = "STRIDE_PIN_CORES"  # comma-separated core ids, in rank order; absent: no pinning
 
@@ -80,4 +81,5 @@ def pin_from_env() -> int | None:
     cores = [int(c) for c in raw.split(",")]
     core = cores[int(os.environ.get("LOCAL_RANK", "0")) % len(cores)]
     pin_threads(core)
+    os.environ[PINNED_APART_ENV] = "1"
     return core

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from stride.metrics.env import available_cores
+from stride.train.resources import PINNED_APART_ENV
 
 BASE = ["train.threads=1", "metrics.progress=false", "metrics.log_every=1", "train.val_every=0",
         "metrics.skip_steps=3"]
@@ -43,6 +44,7 @@ def pin_core(local_rank: int = 0) -> None:
     if hasattr(os, "sched_setaffinity"):
         cores = available_cores()
         os.sched_setaffinity(0, {cores[local_rank % len(cores)]})
+        os.environ[PINNED_APART_ENV] = "1"
 
 
 def nice_session() -> None:

@@ -213,9 +213,10 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def host_cores() -> int:
-    """Cores of the host (os.cpu_count), pinned or not."""
-    return os.cpu_count() or 1
+# Set (to "1") by what pins each rank to cores of its own (stride.bench.pinning, stride.perfmodel.local_runs): the
+# threads warning then counts this process's threads against its own cores, not every rank's against them. An
+# affinity smaller than the host alone does not say so: a container's cpuset gives all its ranks one smaller set.
+PINNED_APART_ENV = "STRIDE_RANKS_PINNED_APART"
 
 
 def threads_warning(cfg: RunConfig, ranks_here: int | None = None) -> str | None:
@@ -225,10 +226,9 @@ def threads_warning(cfg: RunConfig, ranks_here: int | None = None) -> str | None
         return None
     ranks = ranks_here if ranks_here is not None else int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     cores = usable_cores()
-    if cores < host_cores():
-        # pinned to some of the host's cores (a launcher that gives each rank its own, as `stride plan`'s local
-        # runs do): this process's threads meet only its own cores; "1 x 2 processes = 2 threads exceeds the 1
-        # usable cores" was said of two ranks pinned a core each
+    if os.environ.get(PINNED_APART_ENV) == "1":
+        # each rank on cores of its own (`stride plan`'s local runs, `stride bench` scaling): "1 x 2 processes = 2
+        # threads exceeds the 1 usable cores" was said of two ranks pinned a core each
         ranks = 1
     total = threads * max(ranks, 1)
     if total <= cores:

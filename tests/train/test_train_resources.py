@@ -199,7 +199,6 @@ def test_a_factory_model_is_not_built_to_be_measured(host_16g: None) -> None:
 def test_threads_above_the_usable_cores_warn(host_16g: None, monkeypatch: pytest.MonkeyPatch,
                                               caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(mem, "usable_cores", lambda: 2)
-    monkeypatch.setattr(mem, "host_cores", lambda: 2)
     monkeypatch.setattr(mem, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="stride.config"):
         mem.check_resources(load_config(QUICK, ["train.threads=1000"]), "cpu")  # a warning, not an error
@@ -212,7 +211,6 @@ def test_threads_above_the_usable_cores_warn(host_16g: None, monkeypatch: pytest
 def test_threads_within_the_cores_or_unset_do_not_warn(host_16g: None, monkeypatch: pytest.MonkeyPatch,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(mem, "usable_cores", lambda: 2)
-    monkeypatch.setattr(mem, "host_cores", lambda: 2)
     with caplog.at_level(logging.WARNING, logger="stride.config"):
         mem.check_resources(load_config(QUICK, ["train.threads=2"]), "cpu")
         mem.check_resources(load_config(QUICK), "cpu")
@@ -221,7 +219,7 @@ def test_threads_within_the_cores_or_unset_do_not_warn(host_16g: None, monkeypat
 
 def test_threads_times_processes_on_the_host_warn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mem, "usable_cores", lambda: 4)
-    monkeypatch.setattr(mem, "host_cores", lambda: 4)
+    monkeypatch.delenv(mem.PINNED_APART_ENV, raising=False)
     cfg = load_config(QUICK, ["train.threads=2"])
     assert mem.threads_warning(cfg, ranks_here=2) is None
     msg = mem.threads_warning(cfg, ranks_here=4)
@@ -231,9 +229,13 @@ def test_threads_times_processes_on_the_host_warn(monkeypatch: pytest.MonkeyPatc
 
 def test_ranks_pinned_a_core_each_do_not_warn(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two ranks pinned to a core each, one thread each: "1 x 2 processes = 2 threads exceeds the 1 usable cores"
-    was said (stride plan's local runs); a pinned process's threads meet only its own cores."""
+    was said (stride plan's local runs); a rank pinned apart meets only its own cores. A smaller affinity alone (a
+    container's cpuset, shared by every rank) still counts every rank's threads."""
     monkeypatch.setattr(mem, "usable_cores", lambda: 1)
-    monkeypatch.setattr(mem, "host_cores", lambda: 2)
-    assert mem.threads_warning(load_config(QUICK, ["train.threads=1"]), ranks_here=2) is None
+    cfg1 = load_config(QUICK, ["train.threads=1"])
+    monkeypatch.delenv(mem.PINNED_APART_ENV, raising=False)
+    assert "x 4 processes on this host = 4 threads" in (mem.threads_warning(cfg1, ranks_here=4) or "")
+    monkeypatch.setenv(mem.PINNED_APART_ENV, "1")
+    assert mem.threads_warning(cfg1, ranks_here=2) is None
     msg = mem.threads_warning(load_config(QUICK, ["train.threads=2"]), ranks_here=2)
     assert msg is not None and "`train.threads` = 2 exceeds the 1 usable cores" in msg
