@@ -14,10 +14,11 @@ under the device time unless it is larger (max of the two, per phase). Step:
   m x (forward + backward [+ recompute]) + optimizer (the traced clip + step; FSDP shards its bytes)
   + data copy + exposed data-parallel communication (+ FSDP2's copy-in/copy-out of each unit).
 DDP all-reduces gradient buckets (first 1 MB, then `bucket_mb`, in reverse parameter order) while
-backward runs; the last bucket waits for the end of backward. On a CPU only a bucket's start-up (the profile's
-alpha: waiting for the peer) hides under backward: its bytes are moved and added by the ranks' own cores, beside
-the compute (2 gloo ranks pinned a core each: a 3.3 MB MLP's backward took 5.2 ms longer under DDP, 2.3 ms of it
-while the trainer counted its comm as hidden). FSDP2 all-gathers each unit (every
+backward runs; the last bucket waits for the end of backward. On a CPU whose ranks leave no core free for the
+collectives' thread (ranks x (threads + 1) > cores) only a bucket's start-up (the profile's alpha: waiting for the
+peer) hides under backward: its bytes are moved and added by the ranks' own cores, instead of the compute (2
+gloo ranks pinned a core each: a 3.3 MB MLP's backward took 5.2 ms longer under DDP, 2.3 ms of it while the
+trainer counted its comm as hidden). FSDP2 all-gathers each unit (every
 block, then the root) before its forward and, resharded, again before its backward, and
 reduce-scatters its gradients; all but the first gather overlap compute on an accelerator (CUDA
 streams), none on a CPU, where FSDP2 waits for each collective in place; its host work per unit
@@ -93,13 +94,22 @@ def _coll_time(hw: Hardware, name: str, nbytes: float, n: int, link: coll.Link, 
     return coll.reduce_scatter_time(nbytes, n, link)
 
 
+def cpu_core_free(hw: Hardware, dp: int) -> bool:
+    """Whether each CPU rank's collectives thread has a core of its own: ranks on the host x (threads + 1) <= cores
+    (the entry's `scaleup_domain` is the probed host's cores, `probed_threads` its threads per process; 1 where not
+    probed). Where it has, a bucket's bytes are moved beside the compute, not instead of it."""
+    ranks = max(1, min(dp, hw.scaleup_domain))
+    return ranks * ((hw.probed_threads or 1) + 1) <= hw.scaleup_domain
+
+
 def _coll_start(hw: Hardware, name: str, n: int, net: float, whole: float) -> float:
     """The start-up (latency) part of a collective's time `whole`: the measured profile's alpha (an all-reduce
-    priced from its halves: the larger of theirs); without a profile, none of it (all bytes)."""
+    priced from its halves: the larger of theirs, both measured at `n` ranks); without a profile, none of it."""
     fit = hw.collectives.get(name)
     if fit is None and name == "all_reduce":
         halves = [hw.collectives.get(h) for h in ("reduce_scatter", "all_gather")]
-        fit = (max(h[0] for h in halves), 0.0, n) if all(h is not None for h in halves) else None  # type: ignore[index]
+        fit = (max(h[0] for h in halves), 0.0, n) if all(h is not None and h[2] == n for h in halves) \
+            else None  # type: ignore[index]
     if fit is None or fit[2] != n:
         return 0.0
     return min(whole, fit[0] / net)
@@ -165,7 +175,7 @@ def predict_workload(trace: WorkloadCensus, lay: Layout, hw: Hardware, global_ba
     if dp > 1 and z == 0:
         buckets = ddp_buckets(trace, bucket_mb)
         times = [_coll_time(hw, "all_reduce", b, dp, link, eff.network) for b in buckets]
-        if hw.cpu:
+        if hw.cpu and not cpu_core_free(hw, dp):
             # the bytes' part of each bucket is the cores' own work (module docstring); its start-up can hide
             moved = [t - _coll_start(hw, "all_reduce", dp, eff.network, t) for t in times[:-1]]
             t_comm_exposed = times[-1] + sum(moved) + _exposed(sum(times[:-1]) - sum(moved), bwd, eff)

@@ -44,3 +44,18 @@ def test_measure_machine_gives_up_after_its_tries(monkeypatch, tmp_path: Path) -
     monkeypatch.setattr(local_check, "hardware_toml", lambda name, m, prof: "")
     local_check.measure_machine(tmp_path, tries=3)
     assert len(calls) == 3
+
+
+def test_measure_machine_keeps_the_most_complete_profile(monkeypatch, tmp_path: Path) -> None:
+    one = "[collectives.reduce_scatter]\nalpha_us = 1.0\nbeta_us_per_byte = 0.001\n"
+    texts = iter(["[collectives.all_gather]" + NO_AR, one, one])
+
+    def comm_profile(out: Path) -> Path:
+        out.write_text(next(texts))
+        return out
+
+    monkeypatch.setattr(local_check, "comm_profile", comm_profile)
+    monkeypatch.setattr(local_check, "probe_niced", lambda threads: {})
+    monkeypatch.setattr(local_check, "hardware_toml", lambda name, m, prof: "")
+    local_check.measure_machine(tmp_path, tries=3)
+    assert local_check._profiled(tmp_path / "gloo2.toml") == {"all_gather", "reduce_scatter"}  # the first, not the last

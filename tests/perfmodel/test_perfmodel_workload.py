@@ -3,6 +3,7 @@ terms of the traced cost model against their closed forms with a measured `strid
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -67,6 +68,10 @@ def test_on_a_cpu_a_ddp_buckets_bytes_slow_backward_and_only_its_start_up_hides(
     assert starts < ddp.breakdown_s["backward"]  # all hidden but (1 - overlap) of them (block_time.exposed)
     exposed = (1 - eff.overlap) * starts
     assert ddp.breakdown_s["dp_comm"] == pytest.approx(times[-1] + sum(moved) + exposed)
+    # a host with a core free for each rank's collectives thread (2 x (1 + 1) <= 8): the bytes hide too
+    roomy = dataclasses.replace(hw, scaleup_domain=8)
+    free = predict_workload(tr, Layout(dp=2, micro_batch=1024, precision="fp32"), roomy, 2048, eff, bucket_mb=0.1)
+    assert free.breakdown_s["dp_comm"] == pytest.approx(times[-1] + (1 - eff.overlap) * sum(times[:-1]))
 
 
 def test_an_all_reduce_the_profile_lacks_is_priced_from_its_halves(tmp_path: Path) -> None:
