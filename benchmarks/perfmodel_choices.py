@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -87,6 +88,8 @@ def collect(files: list[Path]) -> list[dict]:
                 devices = lay.dp * lay.tp * lay.pp * lay.cp
                 out.append({
                     "row_id": rid, "file": f.stem, "source": (row.get("source") or "").strip(),
+                    "table": (row.get("group") or "").strip(), "software": (row.get("framework") or "").strip(),
+                    "trained": (lay.frozen, lay.lora_rank),
                     "model": repr(dataclasses.astuple(inp.spec)), "hardware": inp.hardware.name,
                     "devices": devices, "global_batch": inp.global_batch, "precision": lay.precision,
                     "framework": lay.framework,
@@ -99,13 +102,16 @@ def collect(files: list[Path]) -> list[dict]:
 
 
 def _merge(rows: list[dict], name_of) -> list[Option]:
+    """One option per name: runs of the same software text are repeats (their median); runs the model reads alike but
+    whose software differs (Thunder eager / thunder / nvFuser, a kernel library on or off) are a choice it cannot see,
+    so the option is left out rather than averaged."""
     by: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by[name_of(r)].append(r)
     return [Option(k, statistics.median(r["measured"] for r in rs), statistics.median(r["predicted"] for r in rs),
                    [r["row_id"] for r in rs],
                    (rs[0]["model_parallel"], -rs[0]["micro_batch"], rs[0]["recompute"] != "none"))
-            for k, rs in by.items()]
+            for k, rs in by.items() if len({r["software"] for r in rs}) == 1]
 
 
 def _differing(rows: list[dict]):
@@ -119,7 +125,9 @@ def _differing(rows: list[dict]):
 
 def choice_sets(rows: list[dict]) -> dict[str, list[list[Option]]]:
     """The sets of each kind with at least two options."""
-    common = ("source", "model", "global_batch", "precision", "framework")
+    # one table of one source (a source's file may hold several releases or setups: Megatron-Bridge 26.02 and
+    # 26.04.01), and what is trained (LoRA against full training is not a layout choice)
+    common = ("file", "table", "source", "model", "global_batch", "precision", "framework", "trained")
     sets: dict[str, list[list[Option]]] = {k: [] for k in KINDS}
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
@@ -130,26 +138,17 @@ def choice_sets(rows: list[dict]) -> dict[str, list[list[Option]]]:
         kind = key[0]
         if kind == "layout":
             opts = _merge(rs, _differing(rs))
-        elif kind == "hardware":
-            # each part at its best: the measured best of its runs against the model's best of them
+        else:
+            # hardware: each part at its best, the measured best of its runs against the model's best of them;
+            # scale: each device count so
             per: dict[str, list[dict]] = defaultdict(list)
             for r in rs:
-                per[r["hardware"]].append(r)
+                per[str(r["hardware"] if kind == "hardware" else r["devices"])].append(r)
             opts = []
-            for hw, hrs in per.items():
-                merged = _merge(hrs, lambda r: repr(r["layout"]))
-                opts.append(Option(hw, max(o.measured for o in merged), max(o.predicted for o in merged),
-                                   [i for o in merged for i in o.rows]))
-        else:
-            # each device count at the layout measured best there, and the model's best there
-            per = defaultdict(list)
-            for r in rs:
-                per[r["devices"]].append(r)
-            opts = []
-            for n, nrs in per.items():
-                merged = _merge(nrs, lambda r: repr(r["layout"]))
-                opts.append(Option(str(n), max(o.measured for o in merged), max(o.predicted for o in merged),
-                                   [i for o in merged for i in o.rows]))
+            for name, prs in per.items():
+                if merged := _merge(prs, lambda r: repr(r["layout"])):
+                    opts.append(Option(name, max(o.measured for o in merged), max(o.predicted for o in merged),
+                                       [i for o in merged for i in o.rows]))
         if len(opts) >= 2:
             sets[kind].append(opts)
     return sets
@@ -165,38 +164,47 @@ def _q(xs: list[float], q: float) -> float | None:
 def score_sets(sets: list[list[Option]], rule: bool = False) -> dict:
     """How the model's picks fare; with `rule`, the rule of thumb's picks instead (least tp x pp x cp, then the
     largest micro-batch, then no recompute: what a user does without a model), and a random pick's odds."""
-    top1 = within = 0
+    top1 = within = 0.0
     regrets, ratio_errs, own_errs, worst = [], [], [], []
-    pairs = agree = 0
+    pairs = agree = ties = 0
     for opts in sets:
         best = max(opts, key=lambda o: o.measured)
-        pick = min(opts, key=lambda o: o.rule) if rule else max(opts, key=lambda o: o.predicted)
-        top1 += pick is best
-        regret = 1 - pick.measured / best.measured
-        within += regret <= TIE
+        if rule:  # options the rule cannot tell apart: its expected result over them
+            first = min(o.rule for o in opts)
+            picks = [o for o in opts if o.rule == first]
+            ties += len(picks) > 1
+        else:
+            picks = [max(opts, key=lambda o: o.predicted)]
+        lost = [1 - o.measured / best.measured for o in picks]
+        top1 += sum(o is best for o in picks) / len(picks)
+        within += sum(r <= TIE for r in lost) / len(picks)
+        regret = statistics.fmean(lost)
         regrets.append(regret)
-        worst.append((regret, pick.name, best.name, pick.rows[0]))
-        for a, b in combinations(opts, 2):
-            m, p = a.measured / b.measured, a.predicted / b.predicted
-            ratio_errs.append(abs(p / m - 1))
-            if abs(m - 1) > APART:
+        worst.append((regret, picks[0].name, best.name, picks[0].rows[0]))
+        for a, b in combinations(opts, 2):  # symmetric in a and b: logs of the ratios
+            m, p = math.log(a.measured / b.measured), math.log(a.predicted / b.predicted)
+            ratio_errs.append(math.exp(abs(p - m)) - 1)
+            if abs(m) > math.log(1 + APART):
                 pairs += 1
-                agree += (m > 1) == (p > 1)
+                agree += (m > 0) == (p > 0)
         own_errs += [abs(o.predicted / o.measured - 1) for o in opts]
+    misses = [r for r in regrets if r > 0]
     worst.sort(reverse=True)
     n = len(sets)
+    missed = {"misses": len(misses), "miss_regret_median_pct": 100 * statistics.median(misses) if misses else None,
+              "miss_regret_mean_pct": 100 * statistics.fmean(misses) if misses else None}
     if rule:
         return {"top1": top1 / n if n else None, "top1_within_3pct": within / n if n else None,
                 "regret_median_pct": 100 * statistics.median(regrets) if regrets else None,
                 "regret_p90_pct": 100 * _q(regrets, 0.9) if regrets else None,
-                "regret_mean_pct": 100 * statistics.fmean(regrets) if regrets else None,
-                "random_top1": statistics.fmean(1 / len(s) for s in sets) if sets else None}
+                "regret_mean_pct": 100 * statistics.fmean(regrets) if regrets else None, **missed,
+                "rule_ties": ties, "random_top1": statistics.fmean(1 / len(s) for s in sets) if sets else None}
     return {
         "sets": n, "options": sum(len(s) for s in sets),
         "top1": top1 / n if n else None, "top1_within_3pct": within / n if n else None,
         "regret_median_pct": 100 * statistics.median(regrets) if regrets else None,
         "regret_p90_pct": 100 * _q(regrets, 0.9) if regrets else None,
-        "regret_mean_pct": 100 * statistics.fmean(regrets) if regrets else None,
+        "regret_mean_pct": 100 * statistics.fmean(regrets) if regrets else None, **missed,
         "pairs_scored": pairs, "pairwise_order": agree / pairs if pairs else None,
         "ratio_err_median_pct": 100 * statistics.median(ratio_errs) if ratio_errs else None,
         "own_err_median_pct": 100 * statistics.median(own_errs) if own_errs else None,
@@ -241,8 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     r = res["layout_rule_of_thumb"]
     print(f"{'(rule)':9s} {'':5s} {'':5s} {pct(r['top1']):>6s} {pct(r['top1_within_3pct']):>6s} "
           f"{num(r['regret_median_pct']):>10s} {num(r['regret_p90_pct']):>6s} {num(r['regret_mean_pct']):>6s}"
-          f"   (layout sets: least tp*pp*cp, then largest micro-batch, then no recompute; a random pick: "
-          f"top-1 {pct(r['random_top1'])})")
+          f"   (layout sets: least tp*pp*cp, then largest micro-batch, then no recompute, its ties at their "
+          f"mean ({r['rule_ties']} sets); a random pick: top-1 {pct(r['random_top1'])})")
+    lay = res["layout"]
+    print(f"misses (layout): the model {lay['misses']}, lost {num(lay['miss_regret_median_pct'])} median, "
+          f"{num(lay['miss_regret_mean_pct'])} mean; the rule {r['misses']}, {num(r['miss_regret_median_pct'])}, "
+          f"{num(r['miss_regret_mean_pct'])}")
     for kind in KINDS:
         for w in res[kind]["worst"]:
             print(f"  {kind}: picked {w['picked']} ({w['row']}), best measured {w['best']}: {w['regret_pct']}% lost")

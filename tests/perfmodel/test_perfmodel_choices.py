@@ -37,22 +37,31 @@ def test_score_sets_arithmetic():
     assert s["regret_mean_pct"] == pytest.approx(5.0) and s["regret_median_pct"] == pytest.approx(5.0)
     # pairs measured > 5 % apart: (a,b) disagree, (a,c) agree, (b,c) agree; (x,y) 1 % apart is not scored
     assert s["pairs_scored"] == 3 and s["pairwise_order"] == pytest.approx(2 / 3)
-    ratio_ab = abs((80 / 95) / (100 / 90) - 1)
-    ratio_ac = abs((80 / 40) / (100 / 50) - 1)
-    ratio_bc = abs((95 / 40) / (90 / 50) - 1)
-    ratio_xy = abs((190 / 150) / (200 / 198) - 1)
+    def sym(p: float, m: float) -> float:  # the same for a/b and b/a
+        return max(p / m, m / p) - 1
+
+    ratio_ab = sym(80 / 95, 100 / 90)
+    ratio_ac = sym(80 / 40, 100 / 50)
+    ratio_bc = sym(95 / 40, 90 / 50)
+    ratio_xy = sym(190 / 150, 200 / 198)
     expect = sorted([ratio_ab, ratio_ac, ratio_bc, ratio_xy])
     assert s["ratio_err_median_pct"] == pytest.approx(100 * (expect[1] + expect[2]) / 2)
     assert s["worst"] == [{"regret_pct": 10.0, "picked": "b", "best": "a", "row": "b"}]
     # the rule of thumb picks the least model parallelism: b in the first set (10 % lost), x in the second
     r = m.score_sets([wrong, right], rule=True)
     assert r["top1"] == pytest.approx(0.5) and r["regret_mean_pct"] == pytest.approx(5.0)
-    assert r["random_top1"] == pytest.approx((1 / 3 + 1 / 2) / 2)
+    assert r["random_top1"] == pytest.approx((1 / 3 + 1 / 2) / 2) and r["rule_ties"] == 0
+    # options the rule cannot tell apart count at their mean (the first in the file decided before)
+    tied = [opt("p", 100, 1, ["p"], (1, -1, False)), opt("q", 80, 1, ["q"], (1, -1, False))]
+    t = m.score_sets([tied], rule=True)
+    assert t["top1"] == pytest.approx(0.5) and t["regret_mean_pct"] == pytest.approx(10.0) and t["rule_ties"] == 1
+    assert s["misses"] == 1 and s["miss_regret_mean_pct"] == pytest.approx(10.0)
 
 
 def _row(rid, lay, devices=8, hardware="h100", measured=100.0, predicted=100.0, mp=1, mb=1):
-    return {"row_id": rid, "source": "s", "model": "m", "global_batch": 64, "precision": "bf16",
-            "framework": "megatron", "hardware": hardware, "devices": devices,
+    return {"row_id": rid, "file": "f", "table": "t", "source": "s", "model": "m", "global_batch": 64,
+            "precision": "bf16", "framework": "megatron", "software": "Megatron-LM", "trained": (False, 0),
+            "hardware": hardware, "devices": devices,
             "layout": (("dp", str(devices // mp)), ("tp", str(mp))), "model_parallel": mp, "micro_batch": mb,
             "recompute": "none", "measured": measured, "predicted": predicted}
 
@@ -72,6 +81,13 @@ def test_choice_sets_group_and_merge_repeats():
     assert {o.name: (o.measured, o.predicted) for o in hw} == {"h100": (110, 110), "a100": (40, 45)}
     (scale,) = sets["scale"]  # h100 at 8 and 16 devices
     assert {o.name for o in scale} == {"8", "16"}
+    # the model reads two runs alike whose software differs (a kernel library on and off): not a repeat, left out;
+    # LoRA against full training is not a layout choice: another set
+    other = {**_row("tp1-c", 1, measured=200, predicted=110), "software": "Megatron-LM + Thunder"}
+    lora = {**_row("lora", 2, mp=2, measured=300, predicted=300), "trained": (True, 16)}
+    # tp1's runs now differ in software: dropped; tp2 alone is no choice, nor is the LoRA run in a set of its own
+    assert m.choice_sets([*rows, other, lora])["layout"] == []
+    assert len(m.choice_sets([*rows, lora])["layout"]) == 1  # tp1 and tp2 of full training, as above
 
 
 def test_runs_on_a_repository_csv(capsys):
