@@ -192,6 +192,20 @@ def test_the_profilers_own_cost_is_left_out_of_the_idle_rule(tmp_path: Path) -> 
     assert "profiled step 1.00 ms, unprofiled 0.65 ms (1.54x)" in con.export_text()
 
 
+def test_the_profiler_adjustment_never_takes_out_data_wait(tmp_path: Path) -> None:
+    """Wait steps that ran faster for another reason (their batches prefetched at start-up): the 45 % data wait
+    was taken out of the idle rule as "the profiler's cost" and the step read compute-bound (review of audit 17)."""
+    ev = [host("ProfilerStep#7", 0, 100_000, cat="user_annotation"),
+          host("stride.data", 0, 45_000, cat="user_annotation"),  # 45 ms waiting for a batch (idle inside)
+          host("aten::mm", 45_000, 55_000)]  # 55 ms of compute
+    for unprofiled in (None, 56_000):
+        t = {"schemaVersion": 1, "traceEvents": ev}
+        if unprofiled is not None:
+            t["stride_unprofiled_step"] = {"median_us": unprofiled, "steps_us": [unprofiled] * 3}
+        r = rank0(tmp_path, t, f"t{unprofiled}.json")
+        assert r["verdict"]["bound"] == "data-bound", (unprofiled, r["verdict"])
+
+
 def test_a_foreign_trace_keeps_its_idle_and_says_where_the_profiler_is(tmp_path: Path) -> None:
     r = rank0(tmp_path, op_dense(None))
     assert r["verdict"]["bound"] == "host-bound"
