@@ -22,6 +22,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--factor", type=int, default=2, help="size multiplier between steps (default 2)")
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per size (default 20)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up iterations per size (default 5)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="time the --iters calls this many times per size and report the median (default 1, as "
+                             "nccl-tests; 5 on a shared host whose load moves between sizes)")
     parser.add_argument("--backend", default=None,
                         help="torch.distributed backend (default: nccl with CUDA, else gloo)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -52,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
         sizes = size_ladder(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes), args.factor)
     except ValueError as exc:
         return _fail(str(exc))
-    if args.iters < 1 or args.warmup < 0:
-        return _fail(f"--iters {args.iters} must be >= 1 and --warmup {args.warmup} >= 0")
+    if args.iters < 1 or args.warmup < 0 or args.repeats < 1:
+        return _fail(f"--iters {args.iters} and --repeats {args.repeats} must be >= 1 and --warmup {args.warmup} >= 0")
     import torch
 
     from stride.comm.launch import CommJob, run_spawned, run_torchrun, under_torchrun
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if under_torchrun() else args.nproc
     if msg := _size_problem(names, sizes, world) or _memory_problem(names, sizes[-1], world, local):
         return _fail(msg)
-    job = CommJob(names, sizes, args.iters, args.warmup, backend)
+    job = CommJob(names, sizes, args.iters, args.warmup, backend, repeats=args.repeats)
     if under_torchrun():
         rows, rank, world = run_torchrun(job)
         if rank != 0:

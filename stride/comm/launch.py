@@ -33,6 +33,7 @@ class CommJob:
     warmup: int
     backend: str
     budget_bytes: int = 1 << 31
+    repeats: int = 1  # timed batches per size; their median (a shared host's noise)
 
 
 def under_torchrun() -> bool:
@@ -53,7 +54,7 @@ def _worker(rank: int, world: int, port: int, job: CommJob, out_path: str) -> No
     torch.set_num_threads(1)
     dist.init_process_group(job.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        rows = run_benchmark(job.collectives, job.sizes, job.iters, job.warmup, job.budget_bytes)
+        rows = run_benchmark(job.collectives, job.sizes, job.iters, job.warmup, job.budget_bytes, job.repeats)
         if rank == 0:
             tmp = out_path + ".tmp"
             Path(tmp).write_text(json.dumps([r.to_dict() for r in rows]))
@@ -132,7 +133,7 @@ def run_torchrun(job: CommJob) -> tuple[list[Row], int, int]:
     torch.set_num_threads(1)
     dist.init_process_group(job.backend)
     try:
-        rows = run_benchmark(job.collectives, job.sizes, job.iters, job.warmup, job.budget_bytes)
+        rows = run_benchmark(job.collectives, job.sizes, job.iters, job.warmup, job.budget_bytes, job.repeats)
         return rows, dist.get_rank(), dist.get_world_size()
     finally:
         dist.destroy_process_group()

@@ -156,7 +156,7 @@ def comm_profile(out: Path, nproc: int = 2, max_bytes: str = "16M", timeout: flo
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     comm_args = ["comm", "--collectives", "all_reduce,all_gather,reduce_scatter", "--min-bytes", "4K",
-                 "--max-bytes", max_bytes, "--factor", "4", "--iters", "20", "--backend", "gloo",
+                 "--max-bytes", max_bytes, "--factor", "4", "--iters", "20", "--repeats", "5", "--backend", "gloo",
                  "--profile-out", str(out)]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            "-m", "stride.perfmodel.local_runs", "--comm-worker", str(out), *comm_args]

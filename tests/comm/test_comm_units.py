@@ -281,3 +281,35 @@ def test_the_planner_skips_a_noisy_fit_in_a_profile_written_before_the_floor(tmp
         read_comm_profile(p, "hw")
     p.write_text(head + good.replace("fit_r2 = 0.945\n", ""))  # no fit_r2 at all (hand-written): taken as it is
     assert set(read_comm_profile(p, "hw")) == {"all_reduce"}
+
+
+def test_repeats_report_the_median_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--repeats N times the batch of calls N times and reports the median: one batch on a shared host moved by
+    +-0.5 ms between sizes, and the start-up / bandwidth fit was left out as noise (the local check's profile)."""
+    from stride.comm import bench
+
+    class Fake:
+        def __init__(self, *a) -> None:
+            pass
+
+        def check(self) -> None:
+            return None
+
+        def run(self) -> None:
+            pass
+
+    batches = iter([5e-3, 1e-3, 2e-3])
+    warmups: list[int] = []
+
+    def time_calls(run, n, warmup):
+        warmups.append(warmup)
+        return next(batches)
+
+    monkeypatch.setattr(bench.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(bench.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(bench, "Prepared", Fake)
+    monkeypatch.setattr(bench, "slowest_rank", lambda s: s)
+    monkeypatch.setattr(bench, "time_calls", time_calls)
+    (row,) = bench.run_benchmark(["all_reduce"], [4096], iters=20, warmup=5, repeats=3)
+    assert row.time_us == pytest.approx(2e3)  # the median of 5, 1 and 2 ms
+    assert warmups == [5, 0, 0]  # warmed up once
