@@ -12,7 +12,6 @@ and, when the command died of a fault, names the file that changed (stride.data.
 from __future__ import annotations
 
 import faulthandler
-import itertools
 import json
 import os
 import subprocess
@@ -27,8 +26,7 @@ from stride.data.fault_watcher import REPLACED, describe_change
 
 # The files this process maps, while their maps live: token -> {"path", "dev", "ino", "size", "mtime_ns" when mapped}.
 MAPPED: dict[int, dict[str, Any]] = {}
-_tokens = itertools.count()
-_issued = [0]  # tokens issued so far: `mark` reads it, so a caller knows which maps were made after a point
+_issued = [0]  # tokens issued so far (each map's token is the count before it): `mark` reads it
 _note: dict[str, Any] = {}  # what note_faults set up: "prefix", and once a file is mapped, "watcher" (a Popen)
 WATCHER = Path(__file__).with_name("fault_watcher.py")  # the watcher process's script (its docstring says how)
 
@@ -69,14 +67,13 @@ def _tell(message: dict[str, Any]) -> None:
         pass
 
 
-def record(path: Path, mapped: np.memmap, store: Path | None = None) -> None:
-    """Record `path` as mapped by this process while `mapped` lives; `store`: the store it is part of or derived
-    from (a derived cache may live outside it), by which a run asks about its own files only."""
+def record(path: Path, mapped: np.memmap) -> None:
+    """Record `path` as mapped by this process while `mapped` lives."""
     st = os.stat(path)
-    token = next(_tokens)
-    _issued[0] = token + 1
+    token = _issued[0]
+    _issued[0] += 1
     entry = MAPPED[token] = {"path": str(path.resolve()), "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
-                             "mtime_ns": st.st_mtime_ns, "store": str((store or path.parent).resolve())}
+                             "mtime_ns": st.st_mtime_ns}
     _tell({"token": token, **entry})
     weakref.finalize(mapped, _unmapped, token)
 
@@ -92,15 +89,12 @@ def mark() -> int:
     return _issued[0]
 
 
-def mapped_changes(in_place_only: bool = False, store: Path | None = None, tokens: range | None = None) -> list[str]:
+def mapped_changes(in_place_only: bool = False, tokens: range | None = None) -> list[str]:
     """The files this process maps that are not what they were when they were mapped (inode, size, modification
     time), each in words, once each. `in_place_only`: only the changes the maps see (truncated, grown, written in
-    place), not a file removed or replaced by a new one, whose old bytes the map still reads. `store`: only that
-    store's files and the caches derived from it (another run in this process may map other stores); `tokens`:
-    only the maps made in that range (`mark`)."""
-    want = str(store.resolve()) if store is not None else None
-    entries = [e for t, e in list(MAPPED.items())
-               if (want is None or e["store"] == want) and (tokens is None or t in tokens)]
-    notes = dict.fromkeys(n for e in entries if (n := describe_change(e["path"], e["dev"], e["ino"], e["size"],
-                                                                        e["mtime_ns"])))
+    place), not a file removed or replaced by a new one, whose old bytes the map still reads. `tokens`: only the
+    maps made in that range (`mark`): a run's own, its store's files and the caches derived from it, not those of
+    another run in this process."""
+    entries = [e for t, e in list(MAPPED.items()) if tokens is None or t in tokens]
+    notes = dict.fromkeys(n for e in entries if (n := describe_change(**e)))
     return [n for n in notes if not n.endswith(REPLACED)] if in_place_only else list(notes)

@@ -231,7 +231,7 @@ def derived_features(values: torch.Tensor, store_path: Path, values_sha: str, co
         log.warning("stride: %s cannot be written (a read-only store): derived feature cache %s kept in %s",
                     store_path, name, out.parent)
     mapped = np.memmap(out, dtype=np_dtype, mode="c", shape=(n, len(cols)))
-    mapped_files.record(out, mapped, store_path)  # named, should it be changed in place while mapped (audit 16, M3)
+    mapped_files.record(out, mapped)  # named, should the cache be changed in place while mapped (audit 16, M3)
     return mapped
 
 

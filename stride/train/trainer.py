@@ -95,17 +95,16 @@ class Trainer:
         self.inputs_from = {"model": "config" if model is None else "caller",
                             "data": "config" if train_data is None else "caller",
                             "loss": "config" if loss_fn is None else "caller"}
-        # the store the config's data maps, and the maps this trainer made of it (summary.json `data_changed_in_place`,
-        # the checkpoint callback's check): not another trainer's of the same store alive in this process
-        self._data_store = Path(self.cfg.data.store) if train_data is None and self.cfg.data.source == "store" \
-            else None
         bundle = None
         first_map = mapped_files.mark()
+        from_store = train_data is None and self.cfg.data.source == "store"
         if model is None or train_data is None:
             bundle = build_data(self.cfg.data, t.batch_size, self.device)
             train_data = train_data if train_data is not None else bundle.train
             val_data = val_data if val_data is not None else bundle.val
-        self._data_maps = range(first_map, mapped_files.mark())
+        # the maps this trainer made of the config's store (summary.json `data_changed_in_place`, the checkpoint
+        # callback's check): not another trainer's of the same store alive in this process; None: not a store's
+        self._data_maps = range(first_map, mapped_files.mark()) if from_store else None
         if model is None:
             assert bundle is not None
             model = build_model(self.cfg.model, bundle.n_features, bundle.seq_len, bundle.n_horizons)
@@ -466,9 +465,9 @@ class Trainer:
     def data_changed_in_place(self) -> list[str] | None:
         """TrainerView: files of the config's data store written in place since this trainer mapped them (None: a
         caller's data, not checked)."""
-        if self._data_store is None:
+        if self._data_maps is None:
             return None
-        return mapped_files.mapped_changes(in_place_only=True, store=self._data_store, tokens=self._data_maps)
+        return mapped_files.mapped_changes(in_place_only=True, tokens=self._data_maps)
 
     def _end_step_timing(self, tally: LoopTally, rows: int | None = None) -> dict[str, float]:
         """Close the step's timer; steps after the warm-up count towards throughput and the breakdown. `rows`: the
