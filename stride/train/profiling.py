@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import statistics
 import time
 import uuid
@@ -36,7 +35,7 @@ from stride.parallel.ranks import rank_and_world
 from stride.profile.one_run import RUN_ID_KEY
 from stride.profile.run_meta import HOST_KEY, UNPROFILED_KEY
 from stride.train.callbacks import Callback, TrainerView
-from stride.train.resources import PINNED_APART_ENV
+from stride.train.resources import ranks_sharing_cores, usable_cores
 
 profiling_active = torch._C._autograd._profiler_enabled  # torch.profiler or the autograd profiler records
 _NULL = contextlib.nullcontext()
@@ -53,14 +52,10 @@ def shared_run_id() -> str:
 
 def host_metadata() -> dict[str, int | None]:
     """The host's usable cores, this rank's intra-op threads and the ranks on its host (LOCAL_WORLD_SIZE, as
-    torchrun sets it; 1 without a process group; None where neither says). A rank pinned to cores of its own
-    (PINNED_APART_ENV) counts as the one rank on those cores: its affinity is what it shares with nobody."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    local = os.environ.get("LOCAL_WORLD_SIZE", "")
-    ranks = int(local) if local.isdigit() and int(local) > 0 else 1 if rank_and_world()[1] == 1 else None
-    if os.environ.get(PINNED_APART_ENV) == "1":
-        ranks = 1
-    return {"cores": cores, "intra_op_threads": torch.get_num_threads(), "ranks_on_host": ranks}
+    torchrun sets it; 1 without a process group; None where neither says). A rank pinned to cores of its own counts
+    as the one rank on those cores: its affinity is what it shares with nobody (`ranks_sharing_cores`)."""
+    ranks = ranks_sharing_cores(default=1 if rank_and_world()[1] == 1 else None)
+    return {"cores": usable_cores(), "intra_op_threads": torch.get_num_threads(), "ranks_on_host": ranks}
 
 
 def phase_range(name: str) -> contextlib.AbstractContextManager[Any]:

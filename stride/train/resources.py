@@ -219,17 +219,26 @@ def usable_cores() -> int:
 PINNED_APART_ENV = "STRIDE_RANKS_PINNED_APART"
 
 
+def ranks_sharing_cores(here: int | None = None, default: int | None = 1) -> int | None:
+    """The ranks whose threads share this process's cores: 1 for a rank pinned apart, else `here` where the caller
+    knows it, else torchrun's LOCAL_WORLD_SIZE, else `default`."""
+    if os.environ.get(PINNED_APART_ENV) == "1":
+        return 1
+    if here is not None:
+        return here
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return int(local) if local.isdigit() and int(local) > 0 else default
+
+
 def threads_warning(cfg: RunConfig, ranks_here: int | None = None) -> str | None:
     """Why `train.threads` will oversubscribe this host's cores, or None (not set, or within them)."""
     threads = cfg.train.threads
     if threads is None:
         return None
-    ranks = ranks_here if ranks_here is not None else int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    # a rank pinned apart counts alone (`stride plan`'s local runs, `stride bench` scaling): "1 x 2 processes = 2
+    # threads exceeds the 1 usable cores" was said of two ranks pinned a core each
+    ranks = ranks_sharing_cores(ranks_here) or 1
     cores = usable_cores()
-    if os.environ.get(PINNED_APART_ENV) == "1":
-        # each rank on cores of its own (`stride plan`'s local runs, `stride bench` scaling): "1 x 2 processes = 2
-        # threads exceeds the 1 usable cores" was said of two ranks pinned a core each
-        ranks = 1
     total = threads * max(ranks, 1)
     if total <= cores:
         return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,7 +17,7 @@ from stride.metrics.step_timer import StepTimer
 from stride.optim.factory import optimizer_impl
 from stride.parallel.context import Parallel
 from stride.train.precision import Precision
-from stride.train.resources import PINNED_APART_ENV, usable_cores
+from stride.train.resources import ranks_sharing_cores, usable_cores
 
 
 @dataclass
@@ -76,8 +75,7 @@ def comm_cost(exposed: float, hidden: float, total: float | None, cpu: bool, cor
     if cpu:
         cores = cores if cores is not None else usable_cores()
         threads = threads if threads is not None else torch.get_num_threads()
-        if ranks is None:  # a rank pinned to cores of its own shares them with nobody
-            ranks = 1 if os.environ.get(PINNED_APART_ENV) == "1" else int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        ranks = ranks_sharing_cores(ranks) or 1  # a rank pinned to cores of its own shares them with nobody
         free = ranks * (threads + 1) <= cores
     return {"comm_core_free": free, "comm_cost_fraction": (exposed + (hidden if free is False else 0.0)) / total}
 
