@@ -104,23 +104,28 @@ class Hardware:
             return min(1.0, mamf / peak)
         return self.matmul_efficiency
 
-    def collective_time(self, name: str, nbytes: float, n: int) -> float | None:
-        """Measured alpha + beta * bytes for `name` on a group of `n`, if profiled at that size. An all-reduce the
-        profile lacks (`stride comm` leaves out a fit it cannot resolve: timings too noisy on a loaded host) is
-        its two halves, a reduce-scatter and an all-gather of the same bytes (a ring all-reduce moves exactly those),
-        where both were measured: before, it fell to the link model, whose links a CPU entry only assumes (a
-        2-rank gloo all-reduce of 3 MB was priced at 0.01 ms against about 2.5 ms measured)."""
+    def collective_fit(self, name: str, n: int) -> tuple[float, float] | None:
+        """Measured (alpha seconds, seconds per byte) of `name` on a group of `n`, if profiled at that size. An
+        all-reduce the profile lacks (`stride comm` leaves out a fit it cannot resolve: timings too noisy on a loaded
+        host) is its two halves, a reduce-scatter and an all-gather of the same bytes (a ring all-reduce moves
+        exactly those), where both were measured at `n`: one start-up (gloo runs it as one collective: the larger
+        of theirs) and both halves' bytes; 4.2 ms for 4 MB on 2 gloo ranks against 2.8 ms measured, where the two
+        collectives' plain sum said 5.2 ms. Before, it fell to the link model, whose links a CPU entry only assumes
+        (a 2-rank gloo all-reduce of 3 MB was priced at 0.01 ms against about 2.5 ms measured)."""
+        if n <= 1:
+            return None
         fit = self.collectives.get(name)
         if fit is None and name == "all_reduce":
             halves = [self.collectives.get(h) for h in ("reduce_scatter", "all_gather")]
-            if any(h is None or h[2] != n for h in halves) or n <= 1:
+            if any(h is None or h[2] != n for h in halves):
                 return None
-            # one start-up (gloo runs it as one collective), both halves' bytes: 4.2 ms for 4 MB on 2 gloo ranks
-            # against 2.8 ms measured, where the two collectives' plain sum said 5.2 ms
-            return max(h[0] for h in halves) + sum(h[1] for h in halves) * nbytes  # type: ignore[index]
-        if fit is None or fit[2] != n or n <= 1:
-            return None
-        return fit[0] + fit[1] * nbytes
+            return max(h[0] for h in halves), sum(h[1] for h in halves)  # type: ignore[index]
+        return (fit[0], fit[1]) if fit is not None and fit[2] == n else None
+
+    def collective_time(self, name: str, nbytes: float, n: int) -> float | None:
+        """Measured alpha + beta * bytes for `name` on a group of `n` (`collective_fit`), if profiled there."""
+        fit = self.collective_fit(name, n)
+        return None if fit is None else fit[0] + fit[1] * nbytes
 
     @property
     def memory_bytes(self) -> float:

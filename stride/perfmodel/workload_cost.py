@@ -103,16 +103,10 @@ def cpu_core_free(hw: Hardware, dp: int) -> bool:
 
 
 def _coll_start(hw: Hardware, name: str, n: int, net: float, whole: float) -> float:
-    """The start-up (latency) part of a collective's time `whole`: the measured profile's alpha (an all-reduce
-    priced from its halves: the larger of theirs, both measured at `n` ranks); without a profile, none of it."""
-    fit = hw.collectives.get(name)
-    if fit is None and name == "all_reduce":
-        halves = [hw.collectives.get(h) for h in ("reduce_scatter", "all_gather")]
-        fit = (max(h[0] for h in halves), 0.0, n) if all(h is not None and h[2] == n for h in halves) \
-            else None  # type: ignore[index]
-    if fit is None or fit[2] != n:
-        return 0.0
-    return min(whole, fit[0] / net)
+    """The start-up (latency) part of a collective's time `whole`: the measured profile's alpha (`collective_fit`);
+    without a profile, none of it."""
+    fit = hw.collective_fit(name, n)
+    return 0.0 if fit is None else min(whole, fit[0] / net)
 
 
 def ddp_buckets(trace: WorkloadCensus, bucket_mb: float) -> list[float]:
