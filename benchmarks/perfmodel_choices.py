@@ -65,8 +65,7 @@ class Option:
 
 def _layout_key(lay) -> tuple:
     d = dataclasses.asdict(lay)
-    for k in ("precision",):  # fixed by the set
-        d.pop(k, None)
+    d.pop("precision", None)  # fixed by the set
     return tuple(sorted((k, repr(v)) for k, v in d.items()))
 
 
@@ -85,13 +84,12 @@ def collect(files: list[Path]) -> list[dict]:
                     continue
                 inp = row_inputs(row, catalog)
                 lay = inp.layout
-                devices = lay.dp * lay.tp * lay.pp * lay.cp
                 out.append({
                     "row_id": rid, "file": f.stem, "source": (row.get("source") or "").strip(),
                     "table": (row.get("group") or "").strip(), "software": (row.get("framework") or "").strip(),
                     "trained": (lay.frozen, lay.lora_rank),
                     "model": repr(dataclasses.astuple(inp.spec)), "hardware": inp.hardware.name,
-                    "devices": devices, "global_batch": inp.global_batch, "precision": lay.precision,
+                    "devices": lay.devices, "global_batch": inp.global_batch, "precision": lay.precision,
                     "framework": lay.framework,
                     "layout": _layout_key(lay), "model_parallel": lay.tp * lay.pp * lay.cp,
                     "micro_batch": lay.micro_batch, "recompute": lay.recompute,
@@ -191,20 +189,17 @@ def score_sets(sets: list[list[Option]], rule: bool = False) -> dict:
     misses = [r for r in regrets if r > 0]
     worst.sort(reverse=True)
     n = len(sets)
-    missed = {"misses": len(misses), "miss_regret_median_pct": 100 * statistics.median(misses) if misses else None,
+    picked = {"top1": top1 / n if n else None, "top1_within_3pct": within / n if n else None,
+              "regret_median_pct": 100 * statistics.median(regrets) if regrets else None,
+              "regret_p90_pct": 100 * _q(regrets, 0.9) if regrets else None,
+              "regret_mean_pct": 100 * statistics.fmean(regrets) if regrets else None,
+              "misses": len(misses), "miss_regret_median_pct": 100 * statistics.median(misses) if misses else None,
               "miss_regret_mean_pct": 100 * statistics.fmean(misses) if misses else None}
     if rule:
-        return {"top1": top1 / n if n else None, "top1_within_3pct": within / n if n else None,
-                "regret_median_pct": 100 * statistics.median(regrets) if regrets else None,
-                "regret_p90_pct": 100 * _q(regrets, 0.9) if regrets else None,
-                "regret_mean_pct": 100 * statistics.fmean(regrets) if regrets else None, **missed,
-                "rule_ties": ties, "random_top1": statistics.fmean(1 / len(s) for s in sets) if sets else None}
+        return {**picked, "rule_ties": ties,
+                "random_top1": statistics.fmean(1 / len(s) for s in sets) if sets else None}
     return {
-        "sets": n, "options": sum(len(s) for s in sets),
-        "top1": top1 / n if n else None, "top1_within_3pct": within / n if n else None,
-        "regret_median_pct": 100 * statistics.median(regrets) if regrets else None,
-        "regret_p90_pct": 100 * _q(regrets, 0.9) if regrets else None,
-        "regret_mean_pct": 100 * statistics.fmean(regrets) if regrets else None, **missed,
+        "sets": n, "options": sum(len(s) for s in sets), **picked,
         "pairs_scored": pairs, "pairwise_order": agree / pairs if pairs else None,
         "ratio_err_median_pct": 100 * statistics.median(ratio_errs) if ratio_errs else None,
         "own_err_median_pct": 100 * statistics.median(own_errs) if own_errs else None,

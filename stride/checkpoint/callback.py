@@ -119,7 +119,7 @@ class CheckpointCallback(Callback):
         try:
             self.store.save(state, trainer.step, meta, asynchronous=asynchronous,
                             stage_in_background=asynchronous and self.staging == "background",
-                            check=lambda: [n for n in trainer.data_changed_in_place() or ()])
+                            check=lambda: trainer.data_changed_in_place() or [])
         except SaveVetoed as veto:
             raise self._changed_data(trainer, veto.views) from None
         if final:
