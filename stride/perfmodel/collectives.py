@@ -32,17 +32,47 @@ class Link:
     alpha_s: float
 
 
+# NVLink meshes without a switch: for a board of n GPUs, the links between each pair (a symmetric table, 0 = none).
+# "hybrid-cube-mesh": V100 (and P100) SXM2 boards. 8 GPUs (HGX-1: DGX-1, AWS p3.16xlarge, Azure NDv2) are joined as
+# `nvidia-smi topo -m` prints a DGX-1 (Microway, "nvidia-smi: Control Your GPUs", section "Reviewing System/GPU
+# Topology and NVLink"; NV1 / NV2 = one / two bonded links): each GPU's 6 links go 1 or 2 to four peers, none to
+# the other three. 4-GPU boards join every pair by 2 links (6 links, 3 peers). A ring over a group runs on the links
+# between its members: at most as many links as the worst-joined member has to the others, each link a sixth of the
+# GPU's NVLink bandwidth. So a TP-2 pair of a DGX-1 gets one link (25 GB/s), not the 150 GB/s a switch would give.
+_DGX1 = ((0, 1, 1, 2, 2, 0, 0, 0), (1, 0, 2, 1, 0, 2, 0, 0), (1, 2, 0, 2, 0, 0, 1, 0), (2, 1, 2, 0, 0, 0, 0, 1),
+         (2, 0, 0, 0, 0, 1, 1, 2), (0, 2, 0, 0, 1, 0, 2, 1), (0, 0, 1, 0, 1, 2, 0, 2), (0, 0, 0, 1, 2, 1, 2, 0))
+_FULL4 = tuple(tuple(0 if i == j else 2 for j in range(4)) for i in range(4))
+MESHES: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {"hybrid-cube-mesh": {8: _DGX1, 4: _FULL4}}
+
+
+def mesh_fraction(hw: Hardware, per_domain: int, stride: int) -> float:
+    """Share of a device's scale-up bandwidth a group gets on `hw`'s mesh: the fewest links any member has to the
+    other members of its group (every group of the board: the slowest sets the pace), over the links a device has.
+    1.0 on a switch, or on a board size the mesh has no table for (a DGX-2's 16 V100s meet through NVSwitch)."""
+    table = MESHES.get(hw.scaleup_mesh, {}).get(hw.scaleup_domain)
+    if table is None or per_domain <= 1:
+        return 1.0
+    n = len(table)
+    fewest = min(sum(table[i][j] for j in group if j != i)
+                 for start in range(n) if start % (stride * per_domain) < stride
+                 for group in [[start + k * stride for k in range(per_domain) if start + k * stride < n]]
+                 for i in group)
+    return fewest / sum(table[0])
+
+
 def group_link(hw: Hardware, size: int, stride: int = 1, net_efficiency: float = 1.0) -> Link:
     """Bottleneck link of a group of `size` ranks spaced `stride` apart in rank order.
 
     Ranks are packed into scale-up domains of `hw.scaleup_domain` devices in order. Each level runs
     at the bus bandwidth NCCL reaches on it (the catalog's `*_busbw_fraction` of line rate) times the
-    `network` efficiency factor (1.0 = as published)."""
+    `network` efficiency factor (1.0 = as published); on a mesh (`scaleup_mesh`), a group's share of the
+    scale-up links (`mesh_fraction`)."""
     if size <= 1:
         return Link("local", math.inf, 0.0)
     domain = hw.scaleup_domain
     per_domain = max(1, min(size, domain // stride)) if stride < domain else 1
-    up_bw = hw.scaleup_bw_gbps * 1e9 * hw.scaleup_busbw_fraction * net_efficiency
+    up_bw = hw.scaleup_bw_gbps * 1e9 * hw.scaleup_busbw_fraction * net_efficiency \
+        * mesh_fraction(hw, per_domain, stride)
     if per_domain >= size:
         return Link("scale-up", up_bw, hw.scaleup_latency_us * 1e-6)
     out_bw = min(up_bw, per_domain * hw.scaleout_bw_gbps * 1e9 * hw.scaleout_busbw_fraction * net_efficiency)

@@ -50,6 +50,9 @@ class Hardware:
     # fraction of the link's line rate NCCL's bus bandwidth reaches (nccl-tests busbw / spec), per level
     scaleup_busbw_fraction: float = 1.0
     scaleout_busbw_fraction: float = 1.0
+    # GPUs joined point to point by NVLink links, not through a switch (collectives.MESHES): a group gets the links
+    # between its members, not the whole `scaleup_bw_gbps`; "" = a switch, every group the full bandwidth
+    scaleup_mesh: str = ""
     aliases: tuple[str, ...] = ()
     vendor: str = ""  # nvidia | amd | google | intel | cpu: groups the GEMM efficiency and the intervals
     generation: str = ""  # hopper, ampere, tpu-v5p, ...: groups the error intervals
@@ -240,6 +243,12 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be a list of strings")
             values[key] = tuple(v)
+        elif key == "scaleup_mesh":
+            from stride.perfmodel.collectives import MESHES  # the tables live with the code that reads them
+            if v not in MESHES:
+                raise ConfigError(f"{where}: hardware `{name}`.scaleup_mesh `{v}` is not one of "
+                                  f"{', '.join(repr(m) for m in MESHES)}{suggest(str(v), list(MESHES))}")
+            values[key] = v
         elif key in ("source", "notes", "vendor", "generation", "memory_type"):
             values[key] = str(v)
         elif key == "sources":
