@@ -154,6 +154,9 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
     if re.search(r"\bh800\b", low):
         changes["scaleup_bw_gbps"] = 200.0  # H800: NVLink cut to 400 GB/s bidir
         notes.append("H800: NVLink 400 GB/s bidir")
+    if re.search(r"\ba800\b", low):
+        changes["scaleup_bw_gbps"] = 200.0  # A800: the A100 with NVLink cut to 400 GB/s bidir (NVIDIA A800 datasheet)
+        notes.append("A800: NVLink 400 GB/s bidir")
     if mem is not None and abs(mem - hw.memory_gib) > 0.5:
         changes["memory_gib"] = mem
         changes["usable_memory_gib"] = None  # the catalog's figure was of its own size: the default share applies

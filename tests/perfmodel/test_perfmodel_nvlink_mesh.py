@@ -73,3 +73,14 @@ def test_a_hardware_file_names_a_bad_mesh(tmp_path: Path) -> None:
         load_catalog(f)
     f.write_text('[hardware.y]\nbase = "a100-80gb"\nscaleup_mesh = "hybrid-cube-mesh"\nscaleup_domain = 8\n')
     assert c.group_link(load_catalog(f).get("y"), 2, 1).bw < c.group_link(load_catalog().get("a100-80gb"), 2, 1).bw
+
+
+@pytest.mark.parametrize(("text", "part"), [("A800-SXM4-80GB", "a100-80gb"), ("NVIDIA A800 40GB", "a100-40gb")])
+def test_a800_is_an_a100_with_its_nvlink_cut(text: str, part: str) -> None:
+    """The A800 (NVIDIA's datasheet: NVLink 400 GB/s) is read as an A100 with 200 GB/s a direction, as the H800."""
+    from stride.perfmodel.hw_text import resolve
+
+    hw, notes = resolve(text, load_catalog())
+    assert (hw.name, hw.scaleup_bw_gbps) == (part, 200.0)
+    assert "A800: NVLink 400 GB/s bidir" in notes
+    assert resolve("A100 80GB SXM", load_catalog())[0].scaleup_bw_gbps == 300.0
