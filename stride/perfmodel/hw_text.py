@@ -298,7 +298,9 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
         pick = compute or other or parts
         if len(pick) > 1:
             pick = sorted(pick, key=lambda p: -int((re.search(r"(\d+)\s*x\b", p) or re.search("()", "")).group(1) or 1))
-        raw = pick[0] if pick else raw
+        # one network of several; a single rate keeps the clauses that qualify it ("..., one HCA per node")
+        if len(stated) > 1:
+            raw = pick[0] if pick else raw
     low = raw.lower()
     if not low.strip() or re.match(r"\s*(not stated|none|n/a)", low):
         return None

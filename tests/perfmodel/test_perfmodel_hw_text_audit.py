@@ -38,6 +38,11 @@ def _row(gpu: str = "H100 SXM", inter: str = "", intra: str = "", per_node: str 
     # host-bus figures inside a network description are not the network's
     ("ROCE2; Data bandwidth for GPU-PCIe: 504 GB/s; PCIe-NIC: 500 GB/s", 8, None),
     ("not stated (DGX H100: 8x400G NDR assumed)", 8, None),
+    # one rate with its qualifier in another clause: the clause still applies (it was dropped at the comma, and a
+    # node's one EDR HCA read as 12.5 GB/s for each of its 8 GPUs: DLPerf's V100 rows 45% too fast)
+    ("InfiniBand 100 Gb/s (4X EDR, one Mellanox MT27700 HCA per node)", 8, 100 / 8 / 8),
+    ("8 InfiniBand adapters per server, 100 GB/sec between servers", 16, 100 / 16),
+    ("Storage: 2x 100 Gb/s, Compute: 8x 400 Gb/s NDR", 8, 50.0),  # several networks: the compute one
 ])
 def test_port_speeds_and_slow_links_are_read(text: str, per_node: int, gbytes: float | None) -> None:
     got = link_gbytes_per_device(text, per_node)
