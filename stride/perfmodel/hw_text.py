@@ -263,6 +263,17 @@ _NETWORK = (r"infiniband|\bib\b|roce|ethernet|\befa\b|gbe\b|\b[nhxe]dr\b|connect
             r"slingshot|rdma")
 # a host bus's figures beside a network in a description of the node ("ROCE2; GPU-PCIe: 504 GB/s")
 _HOST_BUS = r"pci-?e"
+# networks named by their generation, Gb/s a port: InfiniBand EDR 100, HDR 200 (HDR100: 100), NDR 400 (NDR200:
+# 200), XDR 800 (the InfiniBand Trade Association's roadmap); Intel Omni-Path 100
+_GENERATION_RATE = r"\b([ehnx]dr)(100|200)?\b|\bomni-?path\b|\bopa\b"
+_GENERATION_GBITS = {"edr": 100, "hdr": 200, "ndr": 400, "xdr": 800}
+_MAX_NIC_GBYTES = 100.0  # the fastest NIC a GPU has (ConnectX-8, 800 Gb/s)
+
+
+def _generation_gbits(m: re.Match[str]) -> int:
+    if not m.group(1):
+        return 100  # Omni-Path
+    return int(m.group(2)) if m.group(2) else _GENERATION_GBITS[m.group(1).lower()]
 
 
 def _rate(text: str) -> tuple[float, re.Match[str]] | None:
@@ -287,6 +298,11 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     GPU. A system description listing several networks ("Storage: 2x ..., Compute: 8x ..., Management: ...")
     is read at its compute network."""
     raw = re.sub(r"\((?:[^()]*?)(?:assumed|not stated)(?:[^()]*?)\)", "", text or "")
+    if not scale_up and not _rate(raw):  # a network named by its generation only: "4x HDR200 InfiniBand per node"
+        named = list(re.finditer(_GENERATION_RATE, raw, re.I))
+        if named:
+            m = named[-1]  # the last: "Omni-Path (OPA), 4 OmniPath links per node" counts the links at the end
+            raw = f"{raw[:m.end()]} {_generation_gbits(m)} Gb/s{raw[m.end():]}"
     if not scale_up:  # the compute network of a multi-network description: named so, else the most NICs
         split = re.split(r"[;,]|\+\s(?=\d)", raw)
         stated = [p for p in split if _rate(p)]
@@ -308,12 +324,12 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     if not rate:
         return None
     value, m = rate
-    mult = re.search(r"(\d+)\s*x\s*(?:[A-Za-z0-9-]+\s+){0,5}?" + re.escape(m.group(1)), raw)
+    mult = re.search(r"(\d+)\s*[x*×]\s*(?:[A-Za-z0-9-]+\s+|\(){0,5}?" + re.escape(m.group(1)), raw)
     # a count written without "x" before the adapters it counts: "8 NVIDIA Mellanox 400 Gbps HDR InfiniBand HCAs"
     not_adapters = r"(?!nodes?\b|servers?\b|hosts?\b|gpus?\b|with\b)"
     mult = mult or re.search(r"(?<![\d.])(\d{1,2})\s+(?:" + not_adapters + r"[A-Za-z][\w-]*\s+){0,5}?"
-                             + re.escape(m.group(1)) + r"(?![\d.])[^;,]*?\b(?:hcas?|nics?|adapters?|rails?)\b",
-                             raw, re.I)
+                             + re.escape(m.group(1)) + r"(?![\d.])[^;,]*?\b(?:hcas?|nics?|adapters?|rails?"
+                             + ("" if scale_up else r"|links?") + r")\b", raw, re.I)
     nics = bool(mult and 1 < int(mult.group(1)) <= 64)
     if nics:
         value *= int(mult.group(1))
@@ -321,6 +337,9 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     if "bidir" in low or (scale_up and re.search(r"nvlink|nvswitch|xgmi|infinity fabric", low)
                           and not re.search(r"per direction|unidir|each way", low)):
         value /= 2
-    if re.search(r"per (node|vm|host|server)|aggregate", low) or (nics and not per_device and not scale_up):
+    node = re.search(r"per (node|vm|host|server)|aggregate|node-to-node", low) or (nics and not scale_up)
+    # no NIC moves more than 800 Gb/s (100 GB/s) for one GPU: a larger figure not said to be a GPU's is the node's
+    # ("3.2 Tbps RoCE", "1.6 Tbps RDMA node-to-node": 8 x 400 and 8 x 200 Gb/s)
+    if not per_device and (node or (not scale_up and value > _MAX_NIC_GBYTES)):
         value /= max(1, per_node)
     return value if value > 0 else None

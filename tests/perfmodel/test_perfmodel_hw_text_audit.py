@@ -43,6 +43,17 @@ def _row(gpu: str = "H100 SXM", inter: str = "", intra: str = "", per_node: str 
     ("InfiniBand 100 Gb/s (4X EDR, one Mellanox MT27700 HCA per node)", 8, 100 / 8 / 8),
     ("8 InfiniBand adapters per server, 100 GB/sec between servers", 16, 100 / 16),
     ("Storage: 2x 100 Gb/s, Compute: 8x 400 Gb/s NDR", 8, 50.0),  # several networks: the compute one
+    # a network named by its generation only; counts written with "*" or before a parenthesis; a per-GPU figure
+    # is not divided by a "per VM" beside it; more than one 800 Gb/s NIC's worth for a GPU is the node's total
+    ("4x HDR200 InfiniBand per node (JUWELS Booster, DragonFly+)", 4, 4 * 200 / 8 / 4),
+    ("HDR InfiniBand, full fat tree (Selene)", 8, 200 / 8),
+    ("Omni-Path Architecture (OPA), 4 OmniPath links per node", 8, 4 * 100 / 8 / 8),
+    ("4 * 100Gb RoCE (inter-machine bandwidth, doc hardware table)", 8, 4 * 100 / 8 / 8),
+    ("8x HDR InfiniBand (200 Gb/s per HDR) per node", 8, 200 / 8),
+    ("200 Gb/s HDR InfiniBand per GPU (8 per VM)", 8, 200 / 8),
+    ("3.2 Tbps RoCE (IBM Cloud cluster) for GPU-to-GPU communication", 8, 3200 / 8 / 8),
+    ("1.6 Tbps RDMA node-to-node", 8, 1600 / 8 / 8),
+    ("800 Gb/s RDMA", 8, 100.0),  # one ConnectX-8 a GPU is possible: kept as written
 ])
 def test_port_speeds_and_slow_links_are_read(text: str, per_node: int, gbytes: float | None) -> None:
     got = link_gbytes_per_device(text, per_node)
