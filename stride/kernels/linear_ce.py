@@ -98,6 +98,8 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tar
             f"linear_cross_entropy: x must be [N, D] and weight [V, D], "
             f"got {tuple(x.shape)} and {tuple(weight.shape)}"
         )
+    if weight.shape[0] == 0:  # no classes: the torch path failed in gather, the Triton path returned NaN (audit 19)
+        raise ValueError(f"linear_cross_entropy: weight must have at least one class (row), got {tuple(weight.shape)}")
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"linear_cross_entropy: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
     if target.shape != (x.shape[0],) or target.dtype not in (torch.int64, torch.int32):

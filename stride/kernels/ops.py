@@ -18,7 +18,13 @@ import torch
 
 from stride.config.schema import Kernels
 from stride.kernels import linear_ce, reference
-from stride.kernels.runtime import notice_once, triton_available, triton_runs_on
+from stride.kernels.runtime import (
+    MAX_ROW_WIDTH,
+    SUPPORTED_DTYPES,
+    notice_once,
+    triton_available,
+    triton_runs_on,
+)
 
 KERNEL_CHOICES: tuple[str, ...] = typing.get_args(Kernels)  # `train.kernels`, declared in the config schema
 
@@ -45,8 +51,9 @@ def _flat_linear_ce(chunk_ce: linear_ce.ChunkCE) -> Callable[..., torch.Tensor]:
                 f"linear_cross_entropy: target shape {tuple(target.shape)} must be x shape "
                 f"{tuple(x.shape)} without its last dimension"
             )
+        # rows given, not -1: with D = 0 reshape(-1, 0) was ambiguous (a RuntimeError naming no op)
         return linear_ce.linear_cross_entropy(
-            x.reshape(-1, x.shape[-1]), weight, bias, target.reshape(-1),
+            x.reshape(target.numel(), x.shape[-1]), weight, bias, target.reshape(-1),
             ignore_index=ignore_index, chunk_rows=chunk_rows, chunk_ce=chunk_ce,
         )
 
@@ -54,9 +61,32 @@ def _flat_linear_ce(chunk_ce: linear_ce.ChunkCE) -> Callable[..., torch.Tensor]:
     return fn
 
 
+# The inputs whose dtype and shape a Triton op's kernel is written for, by position and by keyword
+DATA_ARGS: dict[str, tuple[str, ...]] = {
+    "rms_norm": ("x",), "layer_norm": ("x",), "swiglu": ("gate", "up"), "rope": ("x",), "ts_loss": ("pred", "target"),
+}
+
+
+def _kernel_refuses(name: str, args: tuple, kwargs: dict) -> str | None:
+    """Why the Triton kernel cannot take these inputs although the torch reference can, or None.
+
+    float64 data (the kernels load and store fp32 / bf16 / fp16) and norm rows wider than one program holds
+    (MAX_ROW_WIDTH): the Triton ops raised TypeError / ValueError where the torch ops computed (audit 19), so the
+    same call worked or failed by `train.kernels`. Integer inputs are not listed: every op set refuses them."""
+    data = [args[i] if i < len(args) else kwargs.get(n) for i, n in enumerate(DATA_ARGS.get(name, ()))]
+    for t in data:
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype not in SUPPORTED_DTYPES:
+            return f"dtype {t.dtype}"
+    x = data[0] if data else None
+    if name in ("rms_norm", "layer_norm") and isinstance(x, torch.Tensor) and x.dim() and x.shape[-1] > MAX_ROW_WIDTH:
+        return f"rows of {x.shape[-1]} values (the kernel holds at most {MAX_ROW_WIDTH})"
+    return None
+
+
 def _triton(module: str, name: str, fallback: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """A Triton op that imports its module on first use and runs the torch fallback for tensors
-    Triton cannot take here (CPU tensors without the interpreter)."""
+    """A Triton op that imports its module on first use and runs the torch fallback, with a one-time notice, for
+    tensors Triton cannot take here (CPU tensors without the interpreter) or inputs its kernel is not written for
+    (float64, norm rows over MAX_ROW_WIDTH)."""
 
     @functools.wraps(fallback)
     def op(*args, **kwargs):
@@ -70,6 +100,12 @@ def _triton(module: str, name: str, fallback: Callable[..., torch.Tensor]) -> Ca
                 f"stride.kernels: {name} got tensors on {tensors[0].device if tensors else '?'}, "
                 "where Triton cannot run; using the PyTorch fallback",
             )
+            return fallback(*args, **kwargs)
+        refused = _kernel_refuses(name, args, kwargs)
+        if refused is not None:
+            notice_once(f"triton-{name}-{refused.split()[0]}",
+                        f"stride.kernels: {name} got {refused}, which its Triton kernel does not take; "
+                        "using the PyTorch fallback")
             return fallback(*args, **kwargs)
         return getattr(importlib.import_module(f"stride.kernels.{module}"), name)(*args, **kwargs)
 

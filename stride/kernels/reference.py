@@ -31,9 +31,27 @@ def check_norm_input(op: str, x: torch.Tensor) -> None:
     check_floating(op, x)
 
 
+def check_norm_params(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    """weight (and bias, if given) must be floating [D] for x [..., D], on every op set: the torch ops broadcast a
+    [1] weight where the Triton ops refused it, gave a broadcasting RuntimeError for a [7] weight, took an integer
+    weight, and an AttributeError for weight None (audit 19)."""
+    d = x.shape[-1]
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is None and name == "bias":
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a tensor of shape [{d}], got {type(t).__name__}")
+        if t.shape != (d,):
+            raise ValueError(f"{op}: {name} must have shape [{d}] for x of shape {tuple(x.shape)}, "
+                             f"got {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{op}: {name} dtype {t.dtype} is not supported; use a floating-point tensor")
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """y = x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
     check_norm_input("rms_norm", x)
+    check_norm_params("rms_norm", x, weight)
     xf = x.float()
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (y * weight.float()).to(x.dtype)
@@ -44,6 +62,7 @@ def layer_norm(
 ) -> torch.Tensor:
     """LayerNorm over the last dimension, computed in float32."""
     check_norm_input("layer_norm", x)
+    check_norm_params("layer_norm", x, weight, bias)
     b = None if bias is None else bias.float()
     return F.layer_norm(x.float(), (x.shape[-1],), weight.float(), b, eps).to(x.dtype)
 

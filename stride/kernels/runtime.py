@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
+import math
 import os
 
 import torch
@@ -105,4 +106,5 @@ def as_rows(name: str, x: torch.Tensor, width: int) -> torch.Tensor:
         raise ValueError(f"{name}: last dimension must be {width}, got shape {tuple(x.shape)}")
     if width > MAX_ROW_WIDTH:
         raise ValueError(f"{name}: row width {width} exceeds the kernel limit {MAX_ROW_WIDTH}")
-    return x.contiguous().view(-1, width)
+    # rows given, not -1: with width 0 view(-1, 0) was ambiguous (a RuntimeError that named no op)
+    return x.contiguous().view(math.prod(x.shape[:-1]), width)

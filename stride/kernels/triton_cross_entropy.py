@@ -30,7 +30,10 @@ def _ce_rows_kernel(
         cols = start + tl.arange(0, BLOCK_V)
         z = tl.load(base + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
         m_new = tl.maximum(m, tl.max(z, axis=0))
-        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(z - m_new), axis=0)
+        # while every logit so far is -inf (a masked leading block of classes, e.g. a -inf bias), shift by 0, not by
+        # m_new: exp(-inf - -inf) is NaN, and that NaN made the whole row's loss and gradient NaN (audit 19)
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - shift) + tl.sum(tl.exp(z - shift), axis=0)
         m = m_new
     lse = m + tl.log(s)
     # the caller refuses targets outside [0, n_cols) (linear_ce._check_target_range); the mask keeps the kernel

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from stride.kernels.reference import check_norm_input
+from stride.kernels.reference import check_norm_input, check_norm_params
 from stride.kernels.runtime import as_rows, check_float, reduction_programs, row_tile
 from stride.kernels.triton_cast import cast_to, emulate_bf16
 
@@ -92,10 +92,9 @@ def _forward(x, weight, bias, eps, is_rms):
     op = "rms_norm" if is_rms else "layer_norm"
     check_norm_input(op, x)
     check_float(f"{op} x", x)
+    check_norm_params(op, x, weight, bias)
     d = x.shape[-1]
-    if weight.shape != (d,) or (bias is not None and bias.shape != (d,)):
-        raise ValueError(f"norm: weight/bias must be [{d}] for input of shape {tuple(x.shape)}")
-    x2 = as_rows("norm input", x, d)
+    x2 = as_rows(f"{op} x", x, d)
     n = x2.shape[0]
     y = torch.empty_like(x2)
     rstd = torch.empty(n, dtype=torch.float32, device=x.device)

@@ -69,6 +69,8 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float, 
     block_m = max(1, min(64, 4096 // block_h))
     if rows is None:
         rows = block_h == half
+    elif rows and block_h != half:  # tl.arange(0, HALF) needs a power of two: an InterpreterError deep in Triton
+        raise ValueError(f"rope: rows=True needs D/2 a power of two, got D = {d}; use rows=None or False")
     if n_rows and rows:
         _rope_rows_kernel[(triton.cdiv(n_rows, block_m),)](
             xc, cos, sin, y, n_rows, t, sign, HALF=half, BLOCK_M=block_m, EMU=emulate_bf16(y), num_warps=4

@@ -28,7 +28,7 @@ def _swiglu_fwd(A, B, OUT, n, BLOCK: tl.constexpr, EMU: tl.constexpr):
 
 
 @triton.jit
-def _swiglu_bwd(A, B, DOUT, DA, DB, n, BLOCK: tl.constexpr, EMU: tl.constexpr):
+def _swiglu_bwd(A, B, DOUT, DA, DB, n, BLOCK: tl.constexpr, EMU_A: tl.constexpr, EMU_B: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     a = tl.load(A + offs, mask=mask, other=0.0).to(tl.float32)
@@ -37,19 +37,19 @@ def _swiglu_bwd(A, B, DOUT, DA, DB, n, BLOCK: tl.constexpr, EMU: tl.constexpr):
     sig = 1.0 / (1.0 + tl.exp(-a))
     silu = a * sig
     da = g * b * sig * (1.0 + a * (1.0 - sig))
-    tl.store(DA + offs, cast_to(da, DA.dtype.element_ty, EMU), mask=mask)
-    tl.store(DB + offs, cast_to(g * silu, DB.dtype.element_ty, EMU), mask=mask)
+    tl.store(DA + offs, cast_to(da, DA.dtype.element_ty, EMU_A), mask=mask)
+    tl.store(DB + offs, cast_to(g * silu, DB.dtype.element_ty, EMU_B), mask=mask)
 
 
 class SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up):
         check_float("swiglu gate", gate)
-        if gate.shape != up.shape or gate.dtype != up.dtype:
-            raise ValueError(
-                f"swiglu: gate {tuple(gate.shape)}/{gate.dtype} and up {tuple(up.shape)}/{up.dtype} "
-                "must have one shape and dtype"
-            )
+        check_float("swiglu up", up)
+        if gate.shape != up.shape:
+            raise ValueError(f"swiglu: gate {tuple(gate.shape)} and up {tuple(up.shape)} must have one shape")
+        # gate and up may differ in dtype, as on the torch path (both are read as fp32; the output takes gate's
+        # dtype, each gradient its input's): a bf16 up beside an fp32 gate was a ValueError here only (audit 19)
         a, b = gate.contiguous(), up.contiguous()
         out = torch.empty_like(a)
         n = a.numel()
@@ -66,7 +66,7 @@ class SwiGLUFunction(torch.autograd.Function):
         n = a.numel()
         if n:
             _swiglu_bwd[(triton.cdiv(n, BLOCK),)](
-                a, b, g, da, db, n, BLOCK=BLOCK, EMU=emulate_bf16(da), num_warps=4
+                a, b, g, da, db, n, BLOCK=BLOCK, EMU_A=emulate_bf16(da), EMU_B=emulate_bf16(db), num_warps=4
             )
         return da, db
 

@@ -57,6 +57,10 @@ def _ts_loss_kernel(
             t2 = tau[None, :]
             el = tl.maximum(t2 * e, (t2 - 1.0) * e)
             d = tl.where(e > 0, -t2, tl.where(e < 0, 1.0 - t2, 0.5 - t2))
+        if KIND != 0:
+            # a NaN residual (NaN in pred or target) gives a NaN gradient there, as the torch path's Huber: the
+            # comparisons above are false for NaN and made it a finite -delta or 0.5 - tau (audit 19)
+            d = tl.where(r == r, d, r)
         el = tl.where(mask, el, 0.0)
         acc += tl.sum(el, axis=0)
         if NEED_GRAD:
