@@ -74,6 +74,10 @@ class CheckpointFolder:
         self.no_dist = not (dist.is_available() and dist.is_initialized())
         self.lineage = Lineage(checksums)  # which checkpoints are this run's (retention deletes only those)
         self._lock: Path | None = None
+        # rank 0's manifest entries (shards and .metadata) and checksum of the checkpoint newest_valid chose last, and
+        # the files this rank has checked in its own view of it: load() checks the rest of what it reads
+        self._chosen: tuple[str, dict[str, Any], str] | None = None
+        self._view_checked: tuple[str, set[str]] | None = None
         # what prepare() changed that a run which saves nothing puts back (release(restore=True)): the folders it
         # made (the topmost first) with the times of the one above them, and the checkpoint folder's own times
         self._made: list[Path] = []
@@ -223,6 +227,7 @@ class CheckpointFolder:
             choice, files, algo = box[0]
             if choice.folder is None:
                 return choice
+            self._chosen = (choice.folder.name, files, algo)
             # this rank's own path to it (the same path as rank 0's, where the folder is the same one)
             views = self.gather("" if self.rank == 0 else self._view_problem(self.folder(choice.step), files, algo),
                                 "checkpoint resume-choice check (every rank verifies its own shards)")
@@ -252,7 +257,9 @@ class CheckpointFolder:
         try:
             if not folder.is_dir():
                 return f"{folder.name} is missing"
-            return check_entries(folder, files, mine, algo, self.checksums)
+            why = check_entries(folder, files, mine, algo, self.checksums)
+            self._view_checked = (folder.name, set(mine)) if not why else None
+            return why
         except OSError as exc:
             return f"{exc.filename or folder.name} cannot be read ({exc.strerror or exc})"
 
@@ -264,8 +271,23 @@ class CheckpointFolder:
         listed = set((manifest or {}).get("files") or {})
         try:
             reader = SafeFileSystemReader(folder, listed)
-            keys = set(reader.read_metadata().state_dict_metadata)
-            state = make_template(keys)
+            md = reader.read_metadata()
+            state = make_template(set(md.state_dict_metadata))
+            local: tuple[str, str] | None = None
+            if self.pg is not None and self.rank != 0:
+                local = ("view", self._read_set_problem(folder, state, md, manifest or {}))
+        except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
+            if self.pg is None:
+                raise CheckpointLoadError(f"{folder.name}: {self._why(exc)}") from exc
+            local, cause = ("error", self._why(exc)), exc
+        else:
+            cause = None
+        if self.pg is not None:  # every rank agrees before DCP's collective read: all load, or all fall back
+            views = self.gather(local if local and local[1] else None,
+                                "checkpoint load check (every rank verifies the files it reads)")
+            if why := _load_check_problem(views):
+                raise CheckpointLoadError(f"{folder.name}: {why}") from cause
+        try:
             with collective(f"checkpoint load (DCP) of {folder.name}"):
                 dcp.load(state, storage_reader=SafeFileSystemReader(folder, listed), planner=SafeLoadPlanner(),
                          process_group=self.pg, no_dist=self.no_dist)
@@ -274,6 +296,34 @@ class CheckpointFolder:
         self.lineage.adopt(manifest)
         self.lineage.mark_verified(folder)
         return state
+
+    def _read_set_problem(self, folder: Path, state: dict[str, Any], md: Any, manifest: dict[str, Any]) -> str:
+        """'' if every file this rank's load will read is in its view of `folder` as rank 0's manifest lists it (sizes,
+        and checksums with verify = checksum); otherwise what differs, in words.
+
+        newest_valid has each rank check its own shards, but a rank reads other ranks' files too: what DCP saved
+        once for all (a TP rank's replicated parameters and their optimizer state, DDP's whole model, a stage's
+        entries a layout change moves) is read by every rank that holds it. A rank's view in which such a file held
+        other bytes (a stale NFS client cache, a partial copy) loaded them unchecked: under tp = 2, rank 1 trained on
+        with an embedding entry of 5e36 and exit 0 (outside audit 18). DCP's own planner says which files this rank
+        reads; those not checked yet are checked here."""
+        planner = SafeLoadPlanner()
+        planner.set_up_planner(state, md, False)
+        plan = planner.create_local_plan()
+        reads = sorted({str(md.storage_data[item.storage_index].relative_path) for item in plan.items})
+        done = self._view_checked[1] if self._view_checked and self._view_checked[0] == folder.name else set()
+        todo = [r for r in reads if r not in done]
+        if not todo:
+            return ""
+        if self._chosen is not None and self._chosen[0] == folder.name:
+            files, algo = self._chosen[1], self._chosen[2]
+        else:  # loaded without newest_valid: this rank's own view of the manifest
+            files, algo = manifest.get("files") or {}, FORMATS.get(str(manifest.get("format")), CHECKSUM)
+        try:
+            why = check_entries(folder, files, todo, algo, self.checksums)
+        except OSError as exc:
+            return f"{Path(exc.filename).name if exc.filename else 'a shard'} cannot be read ({exc.strerror or exc})"
+        return f"{why} ({SHARED})" if why else ""
 
     def fall_back(self, failed: Choice, exc: BaseException) -> Choice:
         """After `failed` would not load: the next older valid checkpoint, with the reason among the skipped.
@@ -349,6 +399,19 @@ class CheckpointFolder:
     def __del__(self) -> None:  # a run that ended in an exception never closed its store: let the folder go
         with contextlib.suppress(Exception):
             self.release()
+
+
+def _load_check_problem(views: list[tuple[str, str] | None]) -> str:
+    """What the ranks' checks before a load found, in words ('' for nothing): files that differ in a rank's view
+    of the folder, or a failure (reading `.metadata`, building the template, planning) on some ranks."""
+    bad = [(r, v) for r, v in enumerate(views) if v is not None]
+    if not bad:
+        return ""
+    texts = {text for _, (_, text) in bad}
+    if len(texts) == 1 and len(bad) == len(views) and bad[0][1][0] == "error":  # the same failure everywhere
+        return texts.pop()
+    return "; ".join(f"in rank {r}'s view of the folder, {text}" if kind == "view" else f"on rank {r}: {text}"
+                     for r, (kind, text) in bad)
 
 
 def look_again(see: Callable[[], T], done: Callable[[T], bool]) -> T:

@@ -281,22 +281,11 @@ class SafeFileSystemReader(FileSystemReader):
         self.listed = set(listed) if listed is not None else None
         self._reading: str = "?"  # the shard file of the entry being read
 
-    def _slice_file(self, file: Any, sinfo: _StorageInfo) -> Any:
-        self._reading = str(sinfo.relative_path)
-        return super()._slice_file(file, sinfo)
-
-    def read_data(self, plan: Any, planner: Any) -> Any:
-        try:
-            return super().read_data(plan, planner)
-        except pickle.UnpicklingError as exc:
-            raise ShardEntryError(f"a shard entry in {self._reading} is not what DCP wrote (an edited or "
-                                  "mismatched .metadata, or other bytes in the shard)") from exc
-
-
-class ShardEntryError(pickle.UnpicklingError):
-    """A tensor or value in a shard that torch's weights-only unpickler refused; the message is stride's, one line."""
-
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        # A method of this reader, not of ShardEntryError below, where audit 16's change had left it: then this
+        # reader was DCP's, whose read_metadata is a plain pickle.load, on every rank at every load (the allow-list
+        # ran only in rank 0's check before): a rank whose view held other .metadata bytes of the same size
+        # (verify = "size") ran the pickle's code (outside audit 18)
         path = self._get_metadata_path(kwargs.get("rank"))
         with self.fs.create_stream(path, "rb") as f:
             md = load_metadata_safely(f.read(), self.folder, self.listed)
@@ -304,6 +293,31 @@ class ShardEntryError(pickle.UnpicklingError):
             md.storage_meta = StorageMeta()
         md.storage_meta.load_id = self.load_id
         return md
+
+    def _slice_file(self, file: Any, sinfo: _StorageInfo) -> Any:
+        self._reading = str(sinfo.relative_path)
+        self._entry = (int(sinfo.offset), int(sinfo.length))
+        return super()._slice_file(file, sinfo)
+
+    def read_data(self, plan: Any, planner: Any) -> Any:
+        self._entry: tuple[int, int] | None = None
+        try:
+            return super().read_data(plan, planner)
+        except pickle.UnpicklingError as exc:
+            raise ShardEntryError(f"a shard entry in {self._reading} is not what DCP wrote (an edited or "
+                                  "mismatched .metadata, or other bytes in the shard)") from exc
+        except (EOFError, RuntimeError, ValueError) as exc:
+            # torch.load's own words name no file ("EOFError: " alone for an entry cut short, or miniz's "failed
+            # finding central directory"): the shard and the entry's bytes, then the cause (outside audit 18)
+            where = f" bytes {self._entry[0]}-{sum(self._entry)}" if self._entry else ""
+            first = " ".join(str(exc).split()).split(". ")[0][:200]  # miniz adds four sentences of advice
+            cause = f"{type(exc).__name__} ({first})" if first else type(exc).__name__
+            raise ShardEntryError(f"{cause} reading its .distcp shards, at {self._reading}{where}: one is not what "
+                                  "DCP wrote (cut short, or other bytes)") from exc
+
+
+class ShardEntryError(pickle.UnpicklingError):
+    """A tensor or value in a shard that torch's weights-only unpickler refused; the message is stride's, one line."""
 
 
 class SafeLoadPlanner(DefaultLoadPlanner):

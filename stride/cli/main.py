@@ -105,6 +105,12 @@ def _main(argv: list[str], program: bool = False) -> int:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"stride {name}: config error: {exc}", file=sys.stderr)
+        if "torch.distributed" in sys.modules:  # a refused resume holds the trainer's gloo groups (see below)
+            from stride.cli.train import release_process_groups
+
+            _drop_tracebacks(exc)
+            del exc
+            release_process_groups()
         return 2
     except OSError as exc:  # a path the user gave: missing, a file for a directory, no permission, disk full
         from stride.errors import describe_os_error

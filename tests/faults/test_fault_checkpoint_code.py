@@ -67,6 +67,27 @@ def test_any_global_outside_the_exact_allow_list_is_refused(finished_run: Path, 
         load_metadata_safely(data)
 
 
+def test_the_reader_every_load_uses_reads_metadata_through_the_allow_list(finished_run: Path, tmp_path: Path) -> None:
+    """`SafeFileSystemReader` is what `dcp.load` reads with on every rank: its `read_metadata` must be the safe one.
+    Audit 16 had moved that method into another class, so the reader was DCP's own (a plain pickle.load) and only
+    rank 0's check before the load used the allow-list (outside audit 18)."""
+    import shutil
+
+    from stride.checkpoint.safe_read import SafeFileSystemReader
+
+    folder = tmp_path / "step"
+    shutil.copytree(finished_run / "checkpoints" / "step_00000024", folder)
+    canary = tmp_path / "CANARY"
+    (folder / ".metadata").write_bytes(popen_metadata(_metadata(finished_run), canary_command(canary)))
+    assert "read_metadata" in vars(SafeFileSystemReader)
+    with pytest.raises(pickle.UnpicklingError):
+        SafeFileSystemReader(folder).read_metadata()
+    time.sleep(0.3)
+    assert not canary.exists(), "the reader dcp.load uses ran a shell command"
+    (folder / ".metadata").write_bytes(_metadata(finished_run))
+    assert SafeFileSystemReader(folder).read_metadata().state_dict_metadata
+
+
 def test_a_real_metadata_still_loads(finished_run: Path) -> None:
     md = load_metadata_safely(_metadata(finished_run))
     assert "model.embed.weight" in md.state_dict_metadata or md.state_dict_metadata
