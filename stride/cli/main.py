@@ -105,6 +105,10 @@ def _main(argv: list[str], program: bool = False) -> int:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"stride {name}: config error: {exc}", file=sys.stderr)
+        if name == "train":  # a rank of `stride train --nproc`: tell the launcher it refused (not a crash)
+            from stride.launch.torchrun import record_refusal
+
+            record_refusal()
         if "torch.distributed" in sys.modules:  # a refused resume holds the trainer's gloo groups (see below)
             from stride.cli.train import release_process_groups
 

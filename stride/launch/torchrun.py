@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from types import FrameType
@@ -24,6 +25,29 @@ from stride.launch.script_values import HOST_PORT, check_all, check_pattern
 def inside_launcher() -> bool:
     """True in a process torchrun started (it sets these for every worker)."""
     return "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
+
+
+# Where a rank `stride train --nproc` started leaves why it refused (exit status 2: a config error, a checkpoint
+# that does not fit the config, none valid to resume): torchrun reports any rank's exit as its own failure (exit 1,
+# its ChildFailedError traceback), which read like a crash (outside audit 18)
+STATUS_DIR_ENV = "STRIDE_LAUNCH_STATUS_DIR"
+REFUSED = 2
+
+
+def record_refusal() -> None:
+    """In a rank of `stride train --nproc`: note for the launcher that this rank refused (exit status 2)."""
+    folder, rank = os.environ.get(STATUS_DIR_ENV), os.environ.get("RANK")
+    if folder and rank is not None and rank.isdigit():
+        with contextlib.suppress(OSError), open(os.path.join(folder, f"rank{rank}"), "w") as f:
+            f.write(str(REFUSED))  # (the launcher's folder gone: it falls back to torchrun's report)
+
+
+def _refused_ranks(folder: str) -> list[int]:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(int(n[4:]) for n in names if n.startswith("rank") and n[4:].isdigit())
 
 
 def torchrun_command(
@@ -82,7 +106,8 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     sees them all finish. torchrun also starts with SIGUSR1 ignored (its agent does not handle it), which
     its workers inherit until stride's handler replaces it.
     """
-    env = {**env, **lifeline.env_for_ranks()}
+    status = tempfile.TemporaryDirectory(prefix="stride-launch-")
+    env = {**env, **lifeline.env_for_ranks(), STATUS_DIR_ENV: status.name}
     stop = _Stop(_nproc_of(cmd))
     previous = stop.install()  # before torchrun starts: a signal from now on is the run's
     try:
@@ -97,12 +122,21 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
                 code = stop.proc.wait(timeout=WATCH_S)
                 if stop.code is not None:
                     return stop.code
+                refused = _refused_ranks(status.name) if code != 0 else []
+                if refused and (not watch.gone or int(watch.gone[0]) in refused):
+                    # the rank that ended the job refused: its reason is above; the run's status is the refusal's
+                    print(f"stride train: rank{'s' if len(refused) > 1 else ''} {', '.join(map(str, refused))} "
+                          f"refused (the reason is above; torchrun's report of it as a failed child is not a crash): "
+                          f"nothing was trained or written past the refusal (exit status {REFUSED})",
+                          file=sys.stderr, flush=True)
+                    return REFUSED
                 if code != 0 and (line := watch.failure_line(code)):
                     print(line, file=sys.stderr, flush=True)
                 return code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        status.cleanup()
 
 
 class _Stop:

@@ -86,3 +86,35 @@ def test_ranks_that_end_together_get_no_line(tmp_path: Path) -> None:
     watch.live = {10**9: "0", 10**9 + 1: "1"}  # pids that do not exist: both ended before this look
     watch.poll(os.getpid())
     assert watch.gone == [] and watch.live == {} and watch.failure_line(1) is None
+
+
+@linux_only
+def test_ranks_that_refuse_are_reported_as_a_refusal_with_exit_status_2(tmp_path: Path) -> None:
+    """Rank 1 refuses to start (a config error: `stride train` exits 2 and notes it for the launcher) while rank 0
+    runs on. torchrun calls that a failed child and exits 1, and the launcher's line read like a crash ("ended first
+    ... killed, or it failed"): now the job's status is the refusal's, 2, with one line saying so (outside audit
+    18)."""
+    mark = uuid.uuid4().hex
+    refuse = textwrap.dedent(f"""
+        import os, sys, time
+        if os.environ["RANK"] == "1":
+            from stride.cli.main import main
+            sys.exit(main(["train", {str(REPO / "configs" / "quickstart.toml")!r}, "--set", "foo.bar=1",
+                           "--out", {str(tmp_path / "run")!r}]))
+        while True:
+            time.sleep(0.05)
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", lifeline.ENV_LAUNCHER)}
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, AGENT, refuse], env={**env, MARK: mark,
+                            "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, err[-3000:]
+        assert "stride train: config error: --set foo.bar=1: unknown section `foo`" in err
+        lines = [ln for ln in err.splitlines() if ln.startswith("stride train:") and "config error" not in ln]
+        assert len(lines) == 1 and lines[0].startswith("stride train: rank 1 refused"), err
+        assert "exit status 2" in lines[0]
+        assert "ended first" not in err
+    finally:
+        kill(marked(MARK, mark))
