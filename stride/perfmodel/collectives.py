@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from stride.perfmodel.hardware import Hardware
+from stride.perfmodel.hardware import MESHES, Hardware
 
 ALGORITHMS = ("ring", "tree")
 
@@ -30,19 +30,6 @@ class Link:
     name: str  # "scale-up" | "scale-out" | "local"
     bw: float  # bytes/s per device, one direction
     alpha_s: float
-
-
-# NVLink meshes without a switch: for a board of n GPUs, the links between each pair (a symmetric table, 0 = none).
-# "hybrid-cube-mesh": V100 (and P100) SXM2 boards. 8 GPUs (HGX-1: DGX-1, AWS p3.16xlarge, Azure NDv2) are joined as
-# `nvidia-smi topo -m` prints a DGX-1 (Microway, "nvidia-smi: Control Your GPUs", section "Reviewing System/GPU
-# Topology and NVLink"; NV1 / NV2 = one / two bonded links): each GPU's 6 links go 1 or 2 to four peers, none to
-# the other three. 4-GPU boards join every pair by 2 links (6 links, 3 peers). A ring over a group runs on the links
-# between its members: at most as many links as the worst-joined member has to the others, each link a sixth of the
-# GPU's NVLink bandwidth. So a TP-2 pair of a DGX-1 gets one link (25 GB/s), not the 150 GB/s a switch would give.
-_DGX1 = ((0, 1, 1, 2, 2, 0, 0, 0), (1, 0, 2, 1, 0, 2, 0, 0), (1, 2, 0, 2, 0, 0, 1, 0), (2, 1, 2, 0, 0, 0, 0, 1),
-         (2, 0, 0, 0, 0, 1, 1, 2), (0, 2, 0, 0, 1, 0, 2, 1), (0, 0, 1, 0, 1, 2, 0, 2), (0, 0, 0, 1, 2, 1, 2, 0))
-_FULL4 = tuple(tuple(0 if i == j else 2 for j in range(4)) for i in range(4))
-MESHES: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {"hybrid-cube-mesh": {8: _DGX1, 4: _FULL4}}
 
 
 def mesh_fraction(hw: Hardware, per_domain: int, stride: int) -> float:

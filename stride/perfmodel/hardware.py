@@ -32,6 +32,19 @@ DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 USABLE_MEMORY_FRACTION = 0.99
 
 
+# NVLink meshes without a switch: for a board of n GPUs, the links between each pair (a symmetric table, 0 = none).
+# "hybrid-cube-mesh": V100 (and P100) SXM2 boards. 8 GPUs (HGX-1: DGX-1, AWS p3.16xlarge, Azure NDv2) are joined as
+# `nvidia-smi topo -m` prints a DGX-1 (Microway, "nvidia-smi: Control Your GPUs", section "Reviewing System/GPU
+# Topology and NVLink"; NV1 / NV2 = one / two bonded links): each GPU's 6 links go 1 or 2 to four peers, none to
+# the other three. 4-GPU boards join every pair by 2 links (6 links, 3 peers). A ring over a group runs on the links
+# between its members: at most as many links as the worst-joined member has to the others, each link a sixth of the
+# GPU's NVLink bandwidth. So a TP-2 pair of a DGX-1 gets one link (25 GB/s), not the 150 GB/s a switch would give.
+_DGX1 = ((0, 1, 1, 2, 2, 0, 0, 0), (1, 0, 2, 1, 0, 2, 0, 0), (1, 2, 0, 2, 0, 0, 1, 0), (2, 1, 2, 0, 0, 0, 0, 1),
+         (2, 0, 0, 0, 0, 1, 1, 2), (0, 2, 0, 0, 1, 0, 2, 1), (0, 0, 1, 0, 1, 2, 0, 2), (0, 0, 0, 1, 2, 1, 2, 0))
+_FULL4 = tuple(tuple(0 if i == j else 2 for j in range(4)) for i in range(4))
+MESHES: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {"hybrid-cube-mesh": {8: _DGX1, 4: _FULL4}}
+
+
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator (or CPU socket) and the fabric around it; SI units in fields' names."""
@@ -50,7 +63,7 @@ class Hardware:
     # fraction of the link's line rate NCCL's bus bandwidth reaches (nccl-tests busbw / spec), per level
     scaleup_busbw_fraction: float = 1.0
     scaleout_busbw_fraction: float = 1.0
-    # GPUs joined point to point by NVLink links, not through a switch (collectives.MESHES): a group gets the links
+    # GPUs joined point to point by NVLink links, not through a switch (MESHES above): a group gets the links
     # between its members, not the whole `scaleup_bw_gbps`; "" = a switch, every group the full bandwidth
     scaleup_mesh: str = ""
     aliases: tuple[str, ...] = ()
@@ -244,7 +257,6 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be a list of strings")
             values[key] = tuple(v)
         elif key == "scaleup_mesh":
-            from stride.perfmodel.collectives import MESHES  # the tables live with the code that reads them
             if v not in MESHES:
                 raise ConfigError(f"{where}: hardware `{name}`.scaleup_mesh `{v}` is not one of "
                                   f"{', '.join(repr(m) for m in MESHES)}{suggest(str(v), list(MESHES))}")
