@@ -43,7 +43,7 @@ class Costs:
         high = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16"}.get(p, "bf16")
         self.peak_high = hw.peak_flops(high)
         self.low = p in ("fp8", "fp4")
-        self.recipe = recipe(lay.fp8_recipe, hw.generation) if self.low else None
+        self.recipe = recipe(lay.fp8_recipe) if self.low else None
         self.peak_low = hw.peak_flops(self.recipe.gemm_dtype) if self.recipe else self.peak_high
         self.gemm_eff = gemm_efficiency(hw, eff, high)
         self.gemm_eff_low = gemm_efficiency(hw, eff, self.recipe.gemm_dtype) if self.recipe else self.gemm_eff

@@ -23,7 +23,6 @@ input (1 B instead of 2). With FSDP, torchao tensorwise can all-gather FP8 weigh
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -53,18 +52,10 @@ _RECIPES = {
 }
 
 
-def recipe(name: str, generation: str = "") -> Recipe:
-    """The recipe as it runs on a part of `generation`. Transformer Engine's per-tensor recipes (delayed, current)
-    write one FP8 copy on Blackwell, whose FP8 GEMMs take every layout, and a second, transposed one before it
-    (TransformerEngine d0067d0da transformer_engine/pytorch/utils.py:658 is_non_tn_fp8_gemm_supported, sm100 and
-    up; tensor/float8_tensor.py:423-428: one `_data` buffer backs both usages, no `_transpose`). MXFP8's block
-    scales run along one orientation, so it writes both on every part."""
+def recipe(name: str) -> Recipe:
     if name not in _RECIPES:
         raise ConfigError(f"unknown low-precision recipe `{name}`; known: {', '.join(RECIPES)}")
-    r = _RECIPES[name]
-    if name in ("delayed", "current") and generation == "blackwell":
-        return dataclasses.replace(r, cast_write=1.0)
-    return r
+    return _RECIPES[name]
 
 
 _FORMATS = r"(?:nv|mx)?fp[48]\w*|float8\w*|\bmxfp\w*"

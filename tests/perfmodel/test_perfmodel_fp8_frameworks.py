@@ -41,20 +41,6 @@ def test_cast_traffic_per_recipe(recipe: str, per_elem: float) -> None:
     assert cached == pytest.approx(per_elem * 1024 * 2048 / bw, rel=1e-12)
 
 
-@pytest.mark.parametrize(("recipe", "hopper", "blackwell"), [
-    ("delayed", 2 + 2, 2 + 1), ("current", 4 + 2, 4 + 1), ("mxfp8", 2 + 2 + 2 / 32, 2 + 2 + 2 / 32),
-    ("tensorwise", 4 + 2, 4 + 2),  # torchao's tensorwise is not Transformer Engine's: it transposes everywhere
-])
-def test_te_per_tensor_recipes_write_one_copy_on_blackwell(recipe: str, hopper: float, blackwell: float) -> None:
-    """Transformer Engine's delayed and current scaling keep one FP8 copy on Blackwell (its FP8 GEMMs take every
-    layout) and two (one transposed) before; MXFP8 writes both orientations everywhere."""
-    for part, per_elem in (("h100-sxm", hopper), ("b200", blackwell)):
-        hw = load_catalog().get(part)
-        c = Costs(hw, EFF, Layout(precision="fp8", fp8_recipe=recipe), SPEC)
-        _, bwd = c.casts(G, weights_cached=False)
-        assert bwd == pytest.approx(per_elem * 1024 * 4096 / (hw.memory_bw * EFF.memory), rel=1e-12)
-
-
 def test_nvfp4_needs_a_part_with_an_fp4_peak() -> None:
     with pytest.raises(Exception, match="no fp4 peak"):
         Costs(H100, EFF, Layout(precision="fp4", fp8_recipe="nvfp4"), SPEC)
