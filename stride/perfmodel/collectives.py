@@ -34,8 +34,11 @@ class Link:
 
 def mesh_fraction(hw: Hardware, per_domain: int, stride: int) -> float:
     """Share of a device's scale-up bandwidth a group gets on `hw`'s mesh: the fewest links any member has to the
-    other members of its group (every group of the board: the slowest sets the pace), over the links a device has.
-    1.0 on a switch, or on a board size the mesh has no table for (a DGX-2's 16 V100s meet through NVSwitch)."""
+    other members of its group (every group of the board: the slowest sets the pace), over the links a device has,
+    and at least one link's worth: a member with no link to the others (a group of 3, a pipeline hop from GPU 3 to
+    GPU 4 of a DGX-1) reaches them through a GPU linked to both (NCCL's NVB path) or over PCIe (16 GB/s at Gen3 x16),
+    assumed one link. 1.0 on a switch, or on a board size the mesh has no table for (a DGX-2's 16 V100s meet
+    through NVSwitch)."""
     table = MESHES.get(hw.scaleup_mesh, {}).get(hw.scaleup_domain)
     if table is None or per_domain <= 1:
         return 1.0
@@ -44,7 +47,7 @@ def mesh_fraction(hw: Hardware, per_domain: int, stride: int) -> float:
                  for start in range(n) if start % (stride * per_domain) < stride
                  for group in [[start + k * stride for k in range(per_domain) if start + k * stride < n]]
                  for i in group)
-    return fewest / sum(table[0])
+    return max(fewest, 1) / sum(table[0])
 
 
 def group_link(hw: Hardware, size: int, stride: int = 1, net_efficiency: float = 1.0) -> Link:

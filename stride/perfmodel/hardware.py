@@ -257,9 +257,10 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be a list of strings")
             values[key] = tuple(v)
         elif key == "scaleup_mesh":
-            if v not in MESHES:
+            if v not in MESHES and v != "":  # "" takes a base's mesh away (a PCIe or switched box)
                 raise ConfigError(f"{where}: hardware `{name}`.scaleup_mesh `{v}` is not one of "
-                                  f"{', '.join(repr(m) for m in MESHES)}{suggest(str(v), list(MESHES))}")
+                                  f"{', '.join(repr(m) for m in MESHES)} or \"\" (a switch)"
+                                  f"{suggest(str(v), list(MESHES))}")
             values[key] = v
         elif key in ("source", "notes", "vendor", "generation", "memory_type"):
             values[key] = str(v)

@@ -265,7 +265,7 @@ _NETWORK = (r"infiniband|\bib\b|roce|ethernet|\befa\b|gbe\b|\b[nhxe]dr\b|connect
 _HOST_BUS = r"pci-?e"
 # networks named by their generation, Gb/s a port: InfiniBand EDR 100, HDR 200 (HDR100: 100), NDR 400 (NDR200:
 # 200), XDR 800 (the InfiniBand Trade Association's roadmap); Intel Omni-Path 100
-_GENERATION_RATE = r"\b([ehnx]dr)(100|200)?\b|\bomni-?path\b|\bopa\b"
+_GENERATION_RATE = r"(?:\b|(?<=\d[xX]))([ehnx]dr)(100|200|400|800)?\b|\bomni-?path\b|\bopa\b"
 _GENERATION_GBITS = {"edr": 100, "hdr": 200, "ndr": 400, "xdr": 800}
 _MAX_NIC_GBYTES = 100.0  # the fastest NIC a GPU has (ConnectX-8, 800 Gb/s)
 
@@ -324,20 +324,37 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     if not rate:
         return None
     value, m = rate
-    mult = re.search(r"(\d+)\s*[x*×]\s*(?:[A-Za-z0-9-]+\s+|\(){0,5}?" + re.escape(m.group(1)), raw)
+    # the clause the rate is in ("..., 2 x X710 10GBASE-T": a count in another clause is another network's)
+    lo = max(raw.rfind(",", 0, m.start()), raw.rfind(";", 0, m.start())) + 1
+    clause = raw[lo:m.start()] + m.group(1)  # up to the rate's number (every rate pattern starts with it)
+    mult = re.search(r"(\d+)\s*[x*×]\s*(?:[A-Za-z0-9-]+\s+|\(){0,5}?" + re.escape(m.group(1)) + "$", clause)
     # a count written without "x" before the adapters it counts: "8 NVIDIA Mellanox 400 Gbps HDR InfiniBand HCAs"
     not_adapters = r"(?!nodes?\b|servers?\b|hosts?\b|gpus?\b|with\b)"
+    adapters = r"hcas?|nics?|adapters?|rails?|ports?" + ("" if scale_up else r"|links?")
     mult = mult or re.search(r"(?<![\d.])(\d{1,2})\s+(?:" + not_adapters + r"[A-Za-z][\w-]*\s+){0,5}?"
-                             + re.escape(m.group(1)) + r"(?![\d.])[^;,]*?\b(?:hcas?|nics?|adapters?|rails?"
-                             + ("" if scale_up else r"|links?") + r")\b", raw, re.I)
-    nics = bool(mult and 1 < int(mult.group(1)) <= 64)
-    if nics:
-        value *= int(mult.group(1))
-    per_device = re.search(r"per (gpu|device|accelerator|card|chip)", low)
+                             + re.escape(m.group(1)) + r"(?![\d.])[^;,]*?\b(?:" + adapters + r")\b",
+                             raw[lo:], re.I)
+    after = raw[m.end():]
+    if not mult and not scale_up:  # ... or after it: "NDR 400 Gb/s InfiniBand, 8 HCAs per node", "HDR, 8 per node"
+        mult = re.search(r"(?<![\d.])(\d{1,2})\s*(?:x\s*)?(?:[A-Za-z][\w-]*\s+){0,3}?(?:" + adapters + r")\b|"
+                         r"(?<![\d.])(\d{1,2})\s+per\s+(?:node|server|host|vm)\b", after, re.I)
+    count = int(next(g for g in mult.groups() if g)) if mult else 1
+    nics = 1 < count <= 64
+    # which the figure is, a GPU's or the node's: the first qualifier after it, else any ("3.2 Tbps per node (400
+    # Gbps per GPU)" is the node's; "200 Gb/s HDR per GPU (8 per VM)" a GPU's)
+    device_words = r"per (?:gpu|device|accelerator|card|chip)\b|/\s*(?:gpu|device|accelerator)\b"
+    node_words = r"per (?:node|vm|host|server)\b|aggregate|node-to-node"
+    first = re.search(f"({device_words})|({node_words})", after.lower()) or \
+        re.search(f"({device_words})|({node_words})", low)
+    per_device = bool(first and first.group(1))
+    if per_device:
+        nics = False  # a GPU's own rate: a count beside it is the node's NICs, one a GPU
+    elif nics:
+        value *= count
     if "bidir" in low or (scale_up and re.search(r"nvlink|nvswitch|xgmi|infinity fabric", low)
                           and not re.search(r"per direction|unidir|each way", low)):
         value /= 2
-    node = re.search(r"per (node|vm|host|server)|aggregate|node-to-node", low) or (nics and not scale_up)
+    node = bool(first and first.group(2)) or (nics and not scale_up)
     # no NIC moves more than 800 Gb/s (100 GB/s) for one GPU: a larger figure not said to be a GPU's is the node's
     # ("3.2 Tbps RoCE", "1.6 Tbps RDMA node-to-node": 8 x 400 and 8 x 200 Gb/s)
     if not per_device and (node or (not scale_up and value > _MAX_NIC_GBYTES)):

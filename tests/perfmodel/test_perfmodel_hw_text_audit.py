@@ -54,6 +54,17 @@ def _row(gpu: str = "H100 SXM", inter: str = "", intra: str = "", per_node: str 
     ("3.2 Tbps RoCE (IBM Cloud cluster) for GPU-to-GPU communication", 8, 3200 / 8 / 8),
     ("1.6 Tbps RDMA node-to-node", 8, 1600 / 8 / 8),
     ("800 Gb/s RDMA", 8, 100.0),  # one ConnectX-8 a GPU is possible: kept as written
+    # the outside review of those readings: which qualifier a figure has is the first one after it; a count after
+    # the rate counts too; generation names written onto their speed
+    ("8 x 400 Gb/s NDR InfiniBand, one per GPU", 8, 50.0),
+    ("3.2 Tbps per node (400 Gbps per GPU)", 8, 50.0),
+    ("NDR 400 Gb/s InfiniBand, 8 HCAs per node", 8, 50.0),
+    ("Slingshot-11 200 Gb/s, 4 NICs per node", 4, 25.0),
+    ("HDR InfiniBand, 8 per node", 8, 25.0),
+    ("NDR400 InfiniBand", 8, 50.0),
+    ("4xHDR per node", 4, 25.0),
+    ("Omni-Path 100 Gb/s, 4 links per node", 8, 4 * 100 / 8 / 8),  # as "4 OmniPath links" above
+    ("6 x BCM57508 200GbE, 2 x X710 10GBASE-T", 8, 6 * 200 / 8 / 8),  # the other clause's count is its own
 ])
 def test_port_speeds_and_slow_links_are_read(text: str, per_node: int, gbytes: float | None) -> None:
     got = link_gbytes_per_device(text, per_node)

@@ -41,6 +41,27 @@ def test_group_bandwidth_on_a_dgx1(size: int, stride: int, links: int) -> None:
     assert link.bw == pytest.approx(links * per_link, rel=1e-12)
 
 
+@pytest.mark.parametrize("domain", [4, 8])
+def test_every_group_gets_at_least_one_link(domain: int) -> None:
+    """A group with a member linked to none of the others (3 ranks, stride 3, a pipeline hop from GPU 3 to 4) runs
+    through a GPU linked to both or over PCIe: one link's worth, never 0 (`stride plan --hardware v100 --devices 6`
+    divided by zero; outside review)."""
+    hw = _v100(domain)
+    one = hw.scaleup_bw_gbps * 1e9 * hw.scaleup_busbw_fraction / 6
+    for size in range(2, 17):
+        for stride in (1, 2, 3, 4, 5, 6, 8):
+            link = c.group_link(hw, size, stride)
+            assert link.bw > 0  # across boards: the scale-out figure
+            assert link.name != "scale-up" or link.bw >= one * (1 - 1e-12)
+
+
+def test_layouts_of_six_v100s_are_priced() -> None:
+    spec = PRESETS["gpt3-1.3b"]
+    for lay in (Layout(dp=3, tp=2, micro_batch=2, precision="fp16"), Layout(dp=6, micro_batch=2, precision="fp16"),
+                Layout(dp=2, pp=3, micro_batch=2, precision="fp16", schedule="1f1b")):
+        assert predict(spec, lay, _v100(8), 48).step_time_s > 0
+
+
 def test_four_gpu_board_pairs_get_two_links_and_a_dgx2_is_switched() -> None:
     full = _v100(8).scaleup_bw_gbps * 1e9 * _v100(8).scaleup_busbw_fraction
     assert c.group_link(_v100(4), 2, 1).bw == pytest.approx(full / 3, rel=1e-12)
@@ -69,8 +90,11 @@ def test_tp2_on_a_dgx1_pays_for_its_one_link() -> None:
 def test_a_hardware_file_names_a_bad_mesh(tmp_path: Path) -> None:
     f = tmp_path / "hw.toml"
     f.write_text('[hardware.x]\nbase = "v100"\nscaleup_mesh = "hybrid-cube"\n')
-    with pytest.raises(ConfigError, match=r"scaleup_mesh `hybrid-cube` is not one of 'hybrid-cube-mesh'"):
+    with pytest.raises(ConfigError, match=r"scaleup_mesh `hybrid-cube` is not one of 'hybrid-cube-mesh' or"):
         load_catalog(f)
+    f.write_text('[hardware.z]\nbase = "v100"\nscaleup_mesh = ""\n')  # a base's mesh taken away (a switched box)
+    assert c.group_link(load_catalog(f).get("z"), 2, 1).bw == pytest.approx(
+        c.group_link(dataclasses.replace(_v100(8), scaleup_mesh=""), 2, 1).bw)
     f.write_text('[hardware.y]\nbase = "a100-80gb"\nscaleup_mesh = "hybrid-cube-mesh"\nscaleup_domain = 8\n')
     assert c.group_link(load_catalog(f).get("y"), 2, 1).bw < c.group_link(load_catalog().get("a100-80gb"), 2, 1).bw
 
