@@ -267,9 +267,11 @@ class CheckpointFolder:
         """DCP load into the template `make_template(saved keys)` builds; no arbitrary unpickling, and only
         the files the manifest lists. A failure is a CheckpointLoadError naming the folder and the cause
         (on every rank: DCP's read is collective). Loading continues the checkpoint's lineage."""
-        manifest = read_manifest(folder)
-        listed = set((manifest or {}).get("files") or {})
-        try:
+        manifest: dict[str, Any] | None = None
+        listed: set[str] = set()
+        try:  # everything that can fail on one rank only is inside: every rank reaches the gather below (review)
+            manifest = read_manifest(folder)
+            listed = set((manifest or {}).get("files") or {})
             reader = SafeFileSystemReader(folder, listed)
             md = reader.read_metadata()
             state = make_template(set(md.state_dict_metadata))

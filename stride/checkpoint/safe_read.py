@@ -307,6 +307,9 @@ class SafeFileSystemReader(FileSystemReader):
             raise ShardEntryError(f"a shard entry in {self._reading} is not what DCP wrote (an edited or "
                                   "mismatched .metadata, or other bytes in the shard)") from exc
         except (EOFError, RuntimeError, ValueError) as exc:
+            if isinstance(exc, RuntimeError) and not re.search(r"PytorchStreamReader|central directory|zip archive|"
+                                                               r"file_read|unexpected (end|eof)", str(exc), re.I):
+                raise  # not the shard's bytes (out of memory, a device error): as it came (outside review)
             # torch.load's own words name no file ("EOFError: " alone for an entry cut short, or miniz's "failed
             # finding central directory"): the shard and the entry's bytes, then the cause (outside audit 18)
             where = f" bytes {self._entry[0]}-{sum(self._entry)}" if self._entry else ""

@@ -101,6 +101,10 @@ def _main(argv: list[str], program: bool = False) -> int:
         note_faults(f"stride {name}")
     from stride.config.errors import ConfigError
 
+    if name == "train":
+        from stride.launch.torchrun import clear_refusal
+
+        clear_refusal()
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

@@ -34,12 +34,24 @@ STATUS_DIR_ENV = "STRIDE_LAUNCH_STATUS_DIR"
 REFUSED = 2
 
 
+def _status_file() -> str | None:
+    folder, rank = os.environ.get(STATUS_DIR_ENV), os.environ.get("RANK")
+    return os.path.join(folder, f"rank{rank}") if folder and rank is not None and rank.isdigit() else None
+
+
 def record_refusal() -> None:
     """In a rank of `stride train --nproc`: note for the launcher that this rank refused (exit status 2)."""
-    folder, rank = os.environ.get(STATUS_DIR_ENV), os.environ.get("RANK")
-    if folder and rank is not None and rank.isdigit():
-        with contextlib.suppress(OSError), open(os.path.join(folder, f"rank{rank}"), "w") as f:
+    if (path := _status_file()) is not None:
+        with contextlib.suppress(OSError), open(path, "w") as f:
             f.write(str(REFUSED))  # (the launcher's folder gone: it falls back to torchrun's report)
+
+
+def clear_refusal() -> None:
+    """At a rank's start: a refusal noted by this rank in an earlier attempt (torchrun's --max-restarts) is not this
+    attempt's (outside review: a later crash read as that refusal)."""
+    if (path := _status_file()) is not None:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def _refused_ranks(folder: str) -> list[int]:

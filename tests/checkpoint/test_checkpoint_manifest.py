@@ -123,3 +123,17 @@ def test_threads_asking_at_once_whether_the_crc_setting_is_per_thread_leave_it_o
         assert flag[0] is True
     finally:
         dcp_io._crc_per_thread.cache_clear()  # the real torch's answer is asked again by the next test
+
+
+@pytest.mark.parametrize("files", [1, True, "x"])
+def test_a_load_with_a_manifest_that_lists_no_files_is_a_load_error(tmp_path: Path, files: object) -> None:
+    """A manifest whose `files` is not a table raised TypeError before the ranks' agreement (outside review of audit
+    18): one rank left load() while the others waited in the gather. It is a CheckpointLoadError like any other."""
+    from stride.checkpoint.errors import CheckpointLoadError
+    from stride.checkpoint.folder import CheckpointFolder
+
+    step = tmp_path / "step_00000002"
+    step.mkdir()
+    (step / "manifest.json").write_text(json.dumps({"format": FORMAT, "files": files}))
+    with pytest.raises(CheckpointLoadError, match="step_00000002"):
+        CheckpointFolder(tmp_path).load(step, lambda keys: {})

@@ -118,3 +118,15 @@ def test_ranks_that_refuse_are_reported_as_a_refusal_with_exit_status_2(tmp_path
         assert "ended first" not in err
     finally:
         kill(marked(MARK, mark))
+
+
+def test_a_refusal_of_an_earlier_attempt_is_cleared_when_the_rank_starts_again(tmp_path: Path, monkeypatch) -> None:
+    """torchrun --max-restarts: rank 1 refused in attempt 1, then attempt 2 crashed: the crash is not a refusal."""
+    from stride.launch import torchrun
+
+    monkeypatch.setenv(torchrun.STATUS_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    torchrun.record_refusal()
+    assert torchrun._refused_ranks(str(tmp_path)) == [1]
+    torchrun.clear_refusal()  # what `stride train` does first in the next attempt
+    assert torchrun._refused_ranks(str(tmp_path)) == []
