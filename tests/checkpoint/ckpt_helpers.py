@@ -99,3 +99,17 @@ def mounted_tmpfs(mnt: Path, size: str):
         pytest.skip(f"cannot mount a size-limited tmpfs here (needs root/CAP_SYS_ADMIN): {r.stderr.strip()}")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def stderr_of_all(procs: list[subprocess.Popen], timeout: float = 150) -> list[str]:
+    """Each rank's stderr once every rank has ended (a hard limit: any still running then is killed)."""
+    errs = []
+    try:
+        for p in procs:
+            errs.append(p.communicate(timeout=timeout)[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    return errs

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ckpt_helpers import REPO, write_config
+from ckpt_helpers import REPO, stderr_of_all, write_config
 
 from stride.checkpoint import verify
 
@@ -45,15 +45,7 @@ def _launch(script: Path, args: list[str], world: int = 2, **extra_env: str) -> 
 
 def _finish(procs: list[subprocess.Popen], timeout: float = 150) -> list[str]:
     """Wait for every rank (hard limit), then return their stderr; all must exit 0."""
-    errs = []
-    try:
-        for p in procs:
-            errs.append(p.communicate(timeout=timeout)[1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+    errs = stderr_of_all(procs, timeout)
     for rank, (p, err) in enumerate(zip(procs, errs, strict=True)):
         assert p.returncode == 0, f"rank {rank} exited with {p.returncode}:\n{err[-3000:]}"
     return errs

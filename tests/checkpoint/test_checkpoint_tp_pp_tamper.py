@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ckpt_helpers import REPO, dead_pid, write_config
+from ckpt_helpers import REPO, dead_pid, stderr_of_all, write_config
 from test_checkpoint_distributed_faults import HERE, _finish, _launch, _port
 
 from stride.checkpoint.manifest import write_manifest
@@ -260,15 +260,7 @@ def test_a_refused_resume_at_tp_2_releases_every_rank_before_it_exits(tmp_path: 
     seen.mkdir()
     procs = _launch(driver, ["train", str(cfg), "--out", str(out), "--no-progress", "--set", "optim.lr=0.002"],
                     SEEN=str(seen))
-    errs = []
-    try:
-        for p in procs:
-            errs.append(p.communicate(timeout=150)[1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+    errs = stderr_of_all(procs)
     for rank, (p, err) in enumerate(zip(procs, errs, strict=True)):
         assert p.returncode == 2, f"rank {rank} exited with {p.returncode}:\n{err[-3000:]}"
         assert "stride train: config error: checkpoint " in err and "optim.lr: 0.001 (checkpoint) -> 0.002 (now)" in err
