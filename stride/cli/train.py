@@ -118,7 +118,10 @@ def _train(cfg, args: argparse.Namespace) -> int:
                 print(f"stride train: {plain(result.already_finished)}", file=sys.stderr)
             if result.summary:
                 print_summary(result.summary, term if term.is_terminal else Console(width=120))
-            print(f"run directory: {result.run_dir}")
+            from stride.shown_text import plain
+
+            # metrics.out_dir and --out are text from a config file: an ESC in one recoloured the terminal (audit 20)
+            print(f"run directory: {plain(result.run_dir)}")
     del trainer
     release_process_groups()
     return code

@@ -58,6 +58,21 @@ class Matches:
 
 
 @dataclass(frozen=True)
+class MaxBytes:
+    """A string of at most `max` bytes in UTF-8 (a file name's limit counts bytes: an emoji is 4)."""
+
+    max: int
+    why: str
+
+    def describe(self) -> str:
+        return f"at most {self.max} bytes in UTF-8: {self.why}"
+
+    def violated(self, value: str) -> str | None:
+        n = len(value.encode("utf-8", "surrogatepass"))
+        return None if n <= self.max else f"is {n} bytes long in UTF-8; it must be {self.describe()}"
+
+
+@dataclass(frozen=True)
 class Length:
     """A list's number of items."""
 

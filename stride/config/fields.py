@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from stride.config import schema
-from stride.config.constraints import FINITE, Length, Matches, Range
-from stride.config.errors import ConfigError, suggest
+from stride.config.constraints import FINITE, Length, Matches, MaxBytes, Range
+from stride.config.errors import ConfigError, clipped, suggest
 
 _NONE_WORDS = {"none", "null"}
-_CONSTRAINTS = (Range, Matches, Length)
+_CONSTRAINTS = (Range, Matches, Length, MaxBytes)
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ def describe(tp: Any) -> str:
     else:
         text = words.get(base, getattr(base, "__name__", str(base)))
     for c in constraints:
-        text += f" ({c.describe()})" if isinstance(c, Length) else f" {c.describe()}" if isinstance(c, Range) \
-            else f" ({c.expected})"
+        text += f" ({c.describe()})" if isinstance(c, Length | MaxBytes) else f" {c.describe()}" \
+            if isinstance(c, Range) else f" ({c.expected})"
     return text
 
 
@@ -154,7 +154,7 @@ def coerce(value: Any, tp: Any, key: str, where: str = "") -> Any:
     for c in constraints:
         problem = c.violated(value)
         if problem:
-            raise ConfigError(f"{at}`{key}` = {value!r} {problem}")
+            raise ConfigError(f"{at}`{key}` = {clipped(repr(value))} {problem}")
     if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
         # TOML's integers are 64-bit; Python's parser takes any size (after the field's own range, which says more)
         raise ConfigError(f"{at}`{key}` = {value} is outside the 64-bit integers TOML allows")
@@ -200,8 +200,11 @@ def _coerce_base(value: Any, tp: Any, key: str, where: str) -> Any:
         raise ConfigError(f"{at}`{key}` expects a number, got {type(value).__name__} {value!r}")
     if tp is str:
         if isinstance(value, str):
+            if "\x00" in value:  # no name, path or URI holds one: os.mkdir raised "embedded null byte" (audit 20)
+                raise ConfigError(f"{at}`{key}` = {clipped(repr(value))} holds a NUL character (\\x00), which no "
+                                  "name, path or URI can")
             return value
-        raise ConfigError(f"{at}`{key}` expects a string, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{at}`{key}` expects a string, got {type(value).__name__} {clipped(repr(value))}")
     if tp is Any:
         return value
     raise ConfigError(f"{at}`{key}` has an unsupported annotation {tp!r}")

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from stride.config.errors import ConfigError, suggest
+from stride.config.errors import ConfigError, clipped, suggest
 from stride.config.fields import coerce, fields_of
 from stride.config.schema import RunConfig
 from stride.config.validate import validate
@@ -129,7 +129,7 @@ def load_config(
         _apply_table(cfg, table, "config table")
     for text in overrides or []:
         key, value = parse_override(text)
-        set_key(cfg, key, value, f"--set {text}")
+        set_key(cfg, key, value, f"--set {clipped(text)}")
     validate(cfg)
     return cfg
 

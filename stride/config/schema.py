@@ -14,11 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from stride.config.constraints import Length, Matches, Range
+from stride.config.constraints import Length, Matches, MaxBytes, Range
 
 Positive = Range(gt=0)
 NonNegative = Range(ge=0)
 Fraction = Range(ge=0, lt=1)
+# What no name a person reads may hold (outside audit 20): C0 and C1 control characters and DEL (ESC and CSI drive a
+# terminal: recolour, retitle, hide lines; NUL ends a C string; a line break splits a log line) and the bidirectional
+# embeddings, overrides and isolates (U+202A-202E, U+2066-2069: they show a name's characters in another order).
+# Emoji, right-to-left scripts and the plain LRM/RLM marks are names like any other.
+NAME_CHARS = r"\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 Seed = Range(ge=0, le=2**63 - 1)  # NumPy takes no seed below 0, torch none from 2**64: room for derived seeds (+ 1)
 
 Loss = Literal["mse", "huber", "quantile"]
@@ -208,8 +213,9 @@ class TrainConfig:
     threads: Annotated[int, Positive] | None = None
     """torch intra-op threads per process; None keeps torch's default (all cores; 1 per rank under --nproc). More
     threads than the process's usable cores (os.sched_getaffinity) is a warning: they contend and slow each step."""
-    name: Annotated[str, Matches(r"[^/\x00-\x1f\x7f]+", "a name without / or control characters (it ends the "
-                                 "run directory's name)")] = "run"
+    name: Annotated[str, Matches(rf"[^/{NAME_CHARS}]+", "a name without /, control characters or bidirectional "
+                                 "overrides (it ends the run directory's name)"),
+                     MaxBytes(200, "the run directory's name (<stamp>-<name>) must fit a file name's 255")] = "run"
     """Name of the run: the run directory's suffix and the progress bar's label."""
 
 
@@ -321,7 +327,8 @@ class MetricsConfig:
     """TensorBoard scalars under <run dir>/tensorboard."""
     prometheus: bool = False
     """Serve /metrics for a Prometheus scraper while training."""
-    prometheus_host: Annotated[str, Matches(r"(?s).*\S.*", "an address to bind (127.0.0.1: localhost)")] = "127.0.0.1"
+    prometheus_host: Annotated[str, Matches(r"[A-Za-z0-9._:%-]{1,253}", "an address to bind: a host name or an IP "
+                                            "address (127.0.0.1: localhost)")] = "127.0.0.1"
     """Address the endpoint binds: localhost unless told otherwise."""
     prometheus_port: Annotated[int, Range(ge=0, le=65535)] = 0
     """Port of the endpoint; 0: a free one, written to <run dir>/prometheus.json."""
@@ -329,17 +336,23 @@ class MetricsConfig:
     """Seconds between samples of CPU, RSS and NVML GPU health (<run dir>/system.jsonl); 0: off."""
     mlflow: bool = False
     """Log to MLflow (the `mlflow` extra): the config as params, each metrics.jsonl record, summary.json; rank 0."""
-    mlflow_tracking_uri: Annotated[str, Matches(r"\S*", "a tracking URI without spaces, or empty")] = ""
+    mlflow_tracking_uri: Annotated[str, Matches(rf"[^\s{NAME_CHARS}]*", "a tracking URI without spaces or control "
+                                                "characters, or empty")] = ""
     """Where MLflow runs go: a server (http://host:5000), databricks, file:/path; empty: <run dir>/mlflow."""
-    mlflow_experiment: Annotated[str, Matches(r"(?s).*\S.*", "an experiment name")] = "stride"
+    mlflow_experiment: Annotated[str, Matches(rf"(?=.*\S)[^{NAME_CHARS}]{{1,500}}", "an experiment name of at most 500 "
+                                              "characters (MLflow's limit), without control characters or "
+                                              "bidirectional overrides")] = "stride"
     """The MLflow experiment runs are logged under (made if missing)."""
     wandb: bool = False
     """Log to Weights & Biases (the `wandb` extra), the same content as MLflow, under <run dir>/wandb; rank 0."""
     wandb_mode: WandbMode = "offline"
     """offline: written to <run dir>/wandb only (`wandb sync` uploads it later); online: live (after `wandb login`)."""
-    wandb_project: Annotated[str, Matches(r"[^/\\#?%:\s]+", "a W&B project name (no spaces, /\\#?%:)")] = "stride"
+    wandb_project: Annotated[str, Matches(rf"[^/\\#?%:\s{NAME_CHARS}]{{1,128}}",
+                                          "a W&B project name of at most 128 characters (W&B's limit; no spaces, "
+                                          "control characters, /\\#?%:)")] = "stride"
     """The W&B project runs are logged under."""
-    wandb_name: str = ""
+    wandb_name: Annotated[str, Matches(rf"[^{NAME_CHARS}]*", "a run name without control characters or "
+                                       "bidirectional overrides, or empty")] = ""
     """The W&B run's display name; empty: train.name."""
 
 

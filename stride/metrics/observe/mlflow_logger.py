@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from stride.config.loader import config_to_toml
 from stride.metrics.observe.tracking import (
     earlier_tracking,
     flat_config,
@@ -29,7 +30,20 @@ from stride.metrics.run_dir import json_text
 from stride.train.callbacks import Callback, TrainerView
 
 PARAMS_PER_CALL = 100  # MLflow's log_batch limit on params
+PARAM_CHARS = 6000  # MLflow's limit on a param's value (mlflow.utils.validation.MAX_PARAM_VAL_LENGTH)
+TAG_CHARS = 8000  # and on a tag's (MAX_TAG_VAL_LENGTH)
+CONFIG_ARTIFACT = "config.toml"  # the whole resolved config, logged where a param had to be shortened
 MAX_IN_FLIGHT = 64  # asynchronous metric batches held before the oldest are waited for
+
+
+def shortened(value: str, limit: int) -> str:
+    """`value` within MLflow's `limit` characters. MLflow's client cut a longer param to its first 6000 characters
+    with only a log warning (a 7000-character `checkpoint.dir` was logged cut, outside audit 20); here the cut says
+    so, and where the whole value is."""
+    if len(value) <= limit:
+        return value
+    note = f"... [cut: {len(value)} characters; the whole value is in the run's {CONFIG_ARTIFACT} artifact]"
+    return value[:limit - len(note)] + note
 
 
 class MLflowCallback(Callback):
@@ -58,7 +72,8 @@ class MLflowCallback(Callback):
         self.client = client = mlflow.MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(self.experiment)
         exp_id = exp.experiment_id if exp is not None else client.create_experiment(self.experiment)
-        config = {k: str(v) for k, v in flat_config(trainer.cfg).items()}
+        whole = {k: str(v) for k, v in flat_config(trainer.cfg).items()}
+        config = {k: shortened(v, PARAM_CHARS) for k, v in whole.items()}
         logged = self._continue(trainer, uri)
         if logged is None:
             tags = {"stride.run_dir": str(trainer.run_dir.path) if trainer.run_dir is not None else ""}
@@ -72,7 +87,9 @@ class MLflowCallback(Callback):
             client.log_batch(self.run_id, params=params[i:i + PARAMS_PER_CALL])
         for k, v in config.items():
             if k in logged and logged[k] != v:
-                client.set_tag(self.run_id, f"stride.now.{k}", v)
+                client.set_tag(self.run_id, f"stride.now.{k}", shortened(whole[k], TAG_CHARS))
+        if any(config[k] != whole[k] for k in config):  # a shortened param: the whole values beside it
+            client.log_text(self.run_id, config_to_toml(trainer.cfg), CONFIG_ARTIFACT)
         remember_tracking(trainer, "mlflow", {"tracking_uri": uri, "run_id": self.run_id})
 
     def _continue(self, trainer: TrainerView, uri: str) -> dict[str, str] | None:

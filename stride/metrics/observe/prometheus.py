@@ -12,7 +12,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from stride.config.errors import ConfigError
 from stride.metrics.observe.system import SystemCallback
+from stride.shown_text import plain
 from stride.train.callbacks import Callback, TrainerView
 
 
@@ -37,7 +39,15 @@ class PrometheusCallback(Callback):
         self.url: str | None = None
 
     def on_fit_start(self, trainer: TrainerView) -> None:
-        self.server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        try:
+            self.server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except (OSError, UnicodeError, ValueError) as exc:
+            # a name that does not resolve, a port in use, an address not here: the socket library's words alone
+            # ("Name or service not known", or a UnicodeError traceback from the idna codec), naming no key (audit 20)
+            reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__
+            raise ConfigError(f"`metrics.prometheus_host` = {self.host!r}, `metrics.prometheus_port` = "
+                              f"{self.port}: cannot serve /metrics there: {plain(reason)} (127.0.0.1 and port 0 bind "
+                              "a free local port)") from None
         host, port = self.server.server_address[:2]
         self.url = f"http://{host}:{port}/metrics"
         if trainer.run_dir is not None:

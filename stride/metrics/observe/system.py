@@ -7,6 +7,7 @@ Sampling in a thread keeps the step loop free of syscalls; samples go to `<run d
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from pathlib import Path
@@ -152,9 +153,11 @@ class SystemCallback(Callback):
     def __init__(self, period_s: float) -> None:
         self.period_s = period_s
         self.sampler: SystemSampler | None = None
+        self._had: int | None = None  # system.jsonl's size before this run appended to it (None: there was none)
 
     def on_fit_start(self, trainer: TrainerView) -> None:
         out = trainer.run_dir.path / "system.jsonl" if trainer.run_dir is not None else None
+        self._had = out.stat().st_size if out is not None and out.is_file() else None
         self.sampler = SystemSampler(self.period_s, out)
         self.sampler.start()
 
@@ -163,5 +166,17 @@ class SystemCallback(Callback):
             summary["system"] = self.sampler.stop()
 
     def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
-        if self.sampler is not None:  # the thread would go on writing system.jsonl into a folder let go
-            self.sampler.stop()
+        if self.sampler is None:
+            return
+        self.sampler.stop()  # the thread would go on writing system.jsonl into a folder let go
+        run = trainer.run_dir
+        if run is not None and not run.written:
+            # A run that failed before it wrote anything of its own (an observer after this one could not start: an
+            # address that does not bind) leaves the folder as it found it, which RunDir.close() then removes if it
+            # made it: a folder holding only system.jsonl was left behind (outside audit 20).
+            path = run.path / "system.jsonl"
+            with contextlib.suppress(OSError):
+                if self._had is None:
+                    path.unlink()
+                else:
+                    os.truncate(path, self._had)
