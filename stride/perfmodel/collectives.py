@@ -43,10 +43,9 @@ def mesh_fraction(hw: Hardware, per_domain: int, stride: int) -> float:
     if table is None or per_domain <= 1:
         return 1.0
     n = len(table)
-    fewest = min(sum(table[i][j] for j in group if j != i)
-                 for start in range(n) if start % (stride * per_domain) < stride
-                 for group in [[start + k * stride for k in range(per_domain) if start + k * stride < n]]
-                 for i in group)
+    groups = (list(range(start, n, stride))[:per_domain]  # every group of the board, by its first rank
+              for start in range(n) if start % (stride * per_domain) < stride)
+    fewest = min(sum(table[i][j] for j in group if j != i) for group in groups for i in group)
     return max(fewest, 1) / sum(table[0])
 
 

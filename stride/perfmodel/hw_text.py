@@ -151,12 +151,10 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
         notes.append("A100 memory size not stated: 80GB assumed")
     if hw.name == "h100-sxm" and not re.search(r"sxm|hgx|dgx|nvl|pcie", low):
         notes.append("H100 form factor not stated: SXM assumed")
-    if re.search(r"\bh800\b", low):
-        changes["scaleup_bw_gbps"] = 200.0  # H800: NVLink cut to 400 GB/s bidir
-        notes.append("H800: NVLink 400 GB/s bidir")
-    if re.search(r"\ba800\b", low):
-        changes["scaleup_bw_gbps"] = 200.0  # A800: the A100 with NVLink cut to 400 GB/s bidir (NVIDIA A800 datasheet)
-        notes.append("A800: NVLink 400 GB/s bidir")
+    for cut in ("h800", "a800"):  # the China-market H100 and A100: NVLink cut to 400 GB/s bidir (their datasheets)
+        if re.search(rf"\b{cut}\b", low):
+            changes["scaleup_bw_gbps"] = 200.0
+            notes.append(f"{cut.upper()}: NVLink 400 GB/s bidir")
     if mem is not None and abs(mem - hw.memory_gib) > 0.5:
         changes["memory_gib"] = mem
         changes["usable_memory_gib"] = None  # the catalog's figure was of its own size: the default share applies
@@ -342,10 +340,9 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     nics = 1 < count <= 64
     # which the figure is, a GPU's or the node's: the first qualifier after it, else any ("3.2 Tbps per node (400
     # Gbps per GPU)" is the node's; "200 Gb/s HDR per GPU (8 per VM)" a GPU's)
-    device_words = r"per (?:gpu|device|accelerator|card|chip)\b|/\s*(?:gpu|device|accelerator)\b"
-    node_words = r"per (?:node|vm|host|server)\b|aggregate|node-to-node"
-    first = re.search(f"({device_words})|({node_words})", after.lower()) or \
-        re.search(f"({device_words})|({node_words})", low)
+    qualifier = (r"(per (?:gpu|device|accelerator|card|chip)\b|/\s*(?:gpu|device|accelerator)\b)|"
+                 r"(per (?:node|vm|host|server)\b|aggregate|node-to-node)")  # group 1 a GPU's, 2 the node's
+    first = re.search(qualifier, after.lower()) or re.search(qualifier, low)
     per_device = bool(first and first.group(1))
     if per_device:
         nics = False  # a GPU's own rate: a count beside it is the node's NICs, one a GPU
