@@ -254,12 +254,17 @@ class CheckpointFolder:
         them (sizes, and checksums with verify = checksum); otherwise what differs, in words. A rank reads
         about 1/world of the checkpoint here, and the page cache keeps it for the load that follows."""
         mine = [".metadata", *sorted(k for k in files if (m := SHARD_RE.match(k)) and int(m.group(1)) == self.rank)]
+        why = self._check_in_view(folder, files, mine, algo)
+        self._view_checked = (folder.name, set(mine)) if not why else None
+        return why
+
+    def _check_in_view(self, folder: Path, files: dict[str, Any], names: list[str], algo: str) -> str:
+        """'' if `names` are in this rank's view of `folder` as `files` (rank 0's manifest entries) lists them;
+        otherwise what differs, in words (check_entries'), or that the folder is missing or a file unreadable."""
         try:
             if not folder.is_dir():
                 return f"{folder.name} is missing"
-            why = check_entries(folder, files, mine, algo, self.checksums)
-            self._view_checked = (folder.name, set(mine)) if not why else None
-            return why
+            return check_entries(folder, files, names, algo, self.checksums)
         except OSError as exc:
             return f"{exc.filename or folder.name} cannot be read ({exc.strerror or exc})"
 
@@ -321,10 +326,7 @@ class CheckpointFolder:
             files, algo = self._chosen[1], self._chosen[2]
         else:  # loaded without newest_valid: this rank's own view of the manifest
             files, algo = manifest.get("files") or {}, FORMATS.get(str(manifest.get("format")), CHECKSUM)
-        try:
-            why = check_entries(folder, files, todo, algo, self.checksums)
-        except OSError as exc:
-            return f"{Path(exc.filename).name if exc.filename else 'a shard'} cannot be read ({exc.strerror or exc})"
+        why = self._check_in_view(folder, files, todo, algo)
         return f"{why} ({SHARED})" if why else ""
 
     def fall_back(self, failed: Choice, exc: BaseException) -> Choice:

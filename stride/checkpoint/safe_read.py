@@ -280,6 +280,7 @@ class SafeFileSystemReader(FileSystemReader):
         self.folder = Path(path)
         self.listed = set(listed) if listed is not None else None
         self._reading: str = "?"  # the shard file of the entry being read
+        self._entry: tuple[int, int] | None = None  # and that entry's (offset, length) in it
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         # A method of this reader, not of ShardEntryError below, where audit 16's change had left it: then this
@@ -300,7 +301,7 @@ class SafeFileSystemReader(FileSystemReader):
         return super()._slice_file(file, sinfo)
 
     def read_data(self, plan: Any, planner: Any) -> Any:
-        self._entry: tuple[int, int] | None = None
+        self._entry = None
         try:
             return super().read_data(plan, planner)
         except pickle.UnpicklingError as exc:

@@ -52,6 +52,13 @@ def _losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in rows if "loss" in r and "step" in r}
 
 
+def _resumed_from_step_3_exactly(out: Path, run: Path) -> None:
+    """The resumed run logged steps 4.. and, in the same layout, the uninterrupted run's losses bit for bit."""
+    got, want = _losses(out), _losses(run)
+    assert sorted(got) == list(range(4, STEPS + 1))
+    assert {s: got[s] for s in got} == {s: want[s] for s in got}
+
+
 def _copy(whole: Path, out: Path, steps: tuple[int, ...]) -> Path:
     for s in steps:
         shutil.copytree(whole / "checkpoints" / f"step_{s:08d}", out / "checkpoints" / f"step_{s:08d}")
@@ -104,9 +111,7 @@ def test_damaged_checkpoints_fall_back_naming_each_file_and_resume_exactly(tmp_p
     assert "skipped step_00000006: __1_1.distcp is missing" in err, err[-3000:]
     assert "resuming from step_00000003" in err
     assert not (ck / leftover).exists()
-    got, want = _losses(out), _losses(run)
-    assert sorted(got) == list(range(4, STEPS + 1))
-    assert {s: got[s] for s in got} == {s: want[s] for s in got}  # the same layout: bit for bit
+    _resumed_from_step_3_exactly(out, run)  # the same layout: bit for bit
 
 
 @pytest.mark.parametrize(("saved", "now"), [("tp", "pp"), ("pp", "tp")])
@@ -193,9 +198,7 @@ def test_a_shard_that_differs_in_rank_1s_view_of_rank_0s_file_is_never_loaded(tm
             "checksum (corrupted, or another copy) (checkpoint.dir must be a folder every node shares") in err, \
         err[-3000:]
     assert "falling back to step_00000003" in err and "resuming from step_00000003" in err
-    got, want = _losses(out), _losses(run)
-    assert sorted(got) == list(range(4, STEPS + 1))
-    assert {s: got[s] for s in got} == {s: want[s] for s in got}  # before: 0.10, 0.05, 0.26, ... off from step 7
+    _resumed_from_step_3_exactly(out, run)  # before: 0.10, 0.05, 0.26, ... off from step 7
 
 
 def test_a_crafted_metadata_in_rank_1s_view_never_runs_code(tmp_path: Path, whole) -> None:
@@ -231,9 +234,7 @@ def test_a_crafted_metadata_in_rank_1s_view_never_runs_code(tmp_path: Path, whol
             "torch.distributed.checkpoint.metadata:torch._strobelight.cli_function_profiler.subprocess.Popen") in err, \
         err[-3000:]
     assert "falling back to step_00000003" in err and "resuming from step_00000003" in err
-    got, want = _losses(out), _losses(run)
-    assert sorted(got) == list(range(4, STEPS + 1))
-    assert {s: got[s] for s in got} == {s: want[s] for s in got}
+    _resumed_from_step_3_exactly(out, run)
 
 
 DRIVER = """
