@@ -115,7 +115,7 @@ def default_kernel(framework: str, generation: str) -> str:
 def attention_tflops(kernel: str, hw: Hardware, seq: int, head_dim: int) -> tuple[float, float] | None:
     """(forward, backward) causal TFLOP/s of `kernel` on `hw`, or None where no figure reaches it
     (TPUs, CPUs: the caller falls back on a fraction of the peak)."""
-    if hw.vendor not in ("nvidia", "amd", "intel") or hw.generation == "volta":  # FA needs sm80+
+    if hw.vendor not in ("nvidia", "amd", "intel") or hw.generation in ("volta", "turing"):  # FA needs sm80+
         return None
     gen = hw.generation
     ref = _REFERENCE.get(gen)

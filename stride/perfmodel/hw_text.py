@@ -25,16 +25,22 @@ _FAMILIES: list[tuple[str, str]] = [
     (r"\bgh200\b|grace[ -]?hopper", "gh200"), (r"\bh200\b", "h200"),
     (r"\bh[18]00\b.*\bpcie\b|\bh[18]00-pcie", "h100-pcie"),
     (r"\bh100[ -]?nvl\b(?!\d)", "h100-nvl"), (r"\bh[18]00\b", "h100-sxm"),
-    (r"\ba[18]00\b", "a100-80gb"), (r"\bv100\b", "v100"), (r"\bl40s\b", "l40s"),
+    (r"\ba[18]00\b", "a100-80gb"), (r"\bv100\b", "v100"), (r"\bl40s\b", "l40s"), (r"\bl40\b", "l40"),
+    (r"\bh20\b", "h20"), (r"\ba30\b", "a30"), (r"\ba40\b", "a40"), (r"\ba10g\b", "a10g"), (r"\ba10\b", "a10"),
+    (r"\bl4\b", "l4"), (r"\bt4\b", "t4"), (r"\b(?:rtx[ -]?)?a6000\b", "rtx-a6000"),
+    (r"\brtx[ -]?6000[ -]?ada\b|\b6000 ada\b", "rtx-6000-ada"), (r"\b(?:rtx[ -]?)?3090[ -]?ti\b", "rtx-3090-ti"),
+    (r"\b(?:rtx[ -]?)?3090\b", "rtx-3090"),
+    (r"\b(?:rtx[ -]?)?4090\b", "rtx-4090"), (r"\bmi250x\b", "mi250x"), (r"\bmi210\b", "mi210"),
     (r"\bmi355x\b", "mi355x"), (r"\bmi350x\b", "mi350x"), (r"\bmi325x\b", "mi325x"), (r"\bmi300x\b", "mi300x"),
     (r"gaudi[ -]?3|hl-325", "gaudi3"), (r"gaudi[ -]?2|hl-225", "gaudi2"),
     (r"\bv6e\b|trillium", "tpu-v6e"), (r"\bv5p\b", "tpu-v5p"),
-    (r"\bv5e\b|v5 ?lite", "tpu-v5e"), (r"tpu[ -]?v4\b|\bv4-\d+\b", "tpu-v4"),
+    (r"\bv5e\b|v5 ?lite", "tpu-v5e"), (r"tpu[ -]?v4\b|\bv4-\d+\b", "tpu-v4"), (r"tpu[ -]?v3\b|\bv3-\d+\b", "tpu-v3"),
 ]
 # parts users name that the catalog does not hold: refused with this name in the reason
-_KNOWN_MISSING = (r"\bb100\b", r"\bh20\b", r"\bmi250x?\b", r"\bmi210\b", r"gaudi[ -]?1\b", r"tpu[ -]?v[23]\b",
-                  r"\bt4\b", r"\bl4\b", r"\brtx\b", r"\bp100\b", r"\ba10g?\b", r"\ba40\b", r"\ba6000\b", r"trainium",
-                  r"\bmi100\b", r"\bcs-?[23]\b", r"\bipu\b")
+_KNOWN_MISSING = (r"\bb100\b", r"\bmi250\b", r"gaudi[ -]?1\b", r"tpu[ -]?v2\b", r"\brtx[ -]?(?:50\d0|[a-z]?\d{4}\b)",
+                  r"\brtx\b", r"\bp100\b", r"\ba[2-6]000\b", r"trainium", r"\bmi100\b", r"\bcs-?[23]\b", r"\bipu\b")
+# the same part with less memory, picked where the text gives a size at most the smaller one's
+_SMALLER_MEMORY = {"a100-80gb": "a100-40gb", "a100-pcie-80gb": "a100-pcie-40gb"}
 # card forms a part also comes in, with other clocks, power, memory and no NVSwitch ("A100 PCIe", "H200 NVL"):
 # read as the catalog's entry of that form, or refused by name (an SXM entry would be the wrong part)
 _FORMS = {"pcie": r"\bpci-?e\b|-pcie", "nvl": r"\bnvl\b(?!\d)|-nvl\b(?!\d)"}
@@ -44,7 +50,7 @@ DESCRIBE_EXAMPLE = "e.g. 'H100 SXM 96GB 3.35TB/s @ 500 W' or 'H100 SXM 835 TFLOP
 _LINK_CLAUSE = (r"nvlink|nvswitch|pci-?e|infiniband|\bib\b|roce|ethernet|\bgbe\b|xgmi|infinity fabric|\bici\b|"
                 r"\blinks?\b|interconnect|network|\bnics?\b|bidir|per direction|each way|scale-?(?:up|out)|fabric|"
                 r"connectx|\bdcn\b|\befa\b")
-_TPU_CORES = {"tpu-v4": 2, "tpu-v5p": 2}  # `v4-N` / `v5p-N` slices count TensorCores, 2 per chip
+_TPU_CORES = {"tpu-v3": 2, "tpu-v4": 2, "tpu-v5p": 2}  # `v3-N` / `v4-N` / `v5p-N` slices count TensorCores, 2 per chip
 
 # Cloud instances and VM families users name instead of the part: (pattern, the part as text, scale-out GB/s
 # per GPU). Recalled from the providers' instance pages (AWS EC2 P4/P5/P6 accelerated-computing table, GCP
@@ -145,15 +151,19 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
     if mem is not None and not 1 <= mem <= 10000:
         raise ValueError(f"gpu {raw!r}: memory {mem:g} GB is not a device's memory (1-10000 GB per device); write "
                          "the per-device size, e.g. '80GB'")
-    if hw.name == "a100-80gb" and mem is not None and mem <= 40 and "a100-40gb" in catalog.devices:
-        hw = catalog.devices["a100-40gb"]
-    elif hw.name == "a100-80gb" and mem is None:
-        notes.append("A100 memory size not stated: 80GB assumed")
+    small = _SMALLER_MEMORY.get(hw.name)
+    if small and mem is not None and mem <= catalog.devices.get(small, hw).memory_gib and small in catalog.devices:
+        hw = catalog.devices[small]
+    elif small and mem is None:
+        notes.append(f"A100 memory size not stated: {hw.memory_gib:g}GB assumed")
+    if hw.name == "mi250x" and mem is not None and abs(mem - 2 * hw.memory_gib) <= 0.5:
+        notes.append(f"MI250X {mem:g} GB is the package's two GCDs: one GCD ({hw.memory_gib:g} GB) per device")
+        mem = None
     if hw.name == "h100-sxm" and not re.search(r"sxm|hgx|dgx|nvl|pcie", low):
         notes.append("H100 form factor not stated: SXM assumed")
     for cut in ("h800", "a800"):  # the China-market H100 and A100: NVLink cut to 400 GB/s bidir (their datasheets)
         if re.search(rf"\b{cut}\b", low):
-            changes["scaleup_bw_gbps"] = 200.0
+            changes["scaleup_bw_gbps"] = min(hw.scaleup_bw_gbps, 200.0)  # a PCIe card's link stays PCIe
             notes.append(f"{cut.upper()}: NVLink 400 GB/s bidir")
     if mem is not None and abs(mem - hw.memory_gib) > 0.5:
         changes["memory_gib"] = mem

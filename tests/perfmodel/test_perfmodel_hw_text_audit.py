@@ -93,9 +93,7 @@ def test_a_scale_out_rate_no_network_gives_is_refused_naming_the_column(text: st
 # 2. PCIe / NVL cards: the catalog's entry of that form, else refused by name (never the SXM part)
 
 @pytest.mark.parametrize(("text", "named"), [
-    ("A100 PCIe", "`A100 PCIe` is not in the catalog"), ("A100 PCIe 80GB", "`A100 PCIe` is not in the catalog"),
-    ("A100 PCIe 40GB", "`A100 PCIe` is not in the catalog"), ("H200 NVL", "`H200 NVL` is not in the catalog"),
-    ("A800 PCIe", "`A800 PCIe` is not in the catalog"),
+    ("H200 NVL", "`H200 NVL` is not in the catalog"), ("B200 PCIe", "`B200 PCIe` is not in the catalog"),
 ])
 def test_a_pcie_or_nvl_card_the_catalog_lacks_is_refused(text: str, named: str) -> None:
     with pytest.raises(ValueError, match=named):
@@ -105,7 +103,9 @@ def test_a_pcie_or_nvl_card_the_catalog_lacks_is_refused(text: str, named: str) 
 @pytest.mark.parametrize(("text", "name", "domain"), [
     ("H100 PCIe", "h100-pcie", 2), ("H800 PCIe", "h100-pcie", 2), ("H100 NVL", "h100-nvl", 2),
     ("L40S PCIe", "l40s", 8), ("8x L40S 48GB", "l40s", 8), ("GB200 NVL72", "gb200", 72),
-    ("A100 80GB SXM4", "a100-80gb", 8),
+    ("A100 80GB SXM4", "a100-80gb", 8), ("A100 PCIe", "a100-pcie-80gb", 8), ("A100 PCIe 40GB", "a100-pcie-40gb", 8),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb", 8), ("V100 PCIe 16GB", "v100-pcie", 8),
+    ("A800 PCIe", "a100-pcie-80gb", 8),
 ])
 def test_forms_the_catalog_holds_resolve_to_them(text: str, name: str, domain: int) -> None:
     hw, _ = resolve(text, CAT)
@@ -114,10 +114,10 @@ def test_forms_the_catalog_holds_resolve_to_them(text: str, name: str, domain: i
 
 def test_a_pcie_entry_added_by_the_user_is_used(tmp_path: Path) -> None:
     f = tmp_path / "hw.toml"
-    f.write_text('[hardware.a100-pcie]\nbase = "a100-80gb"\ndisplay_name = "NVIDIA A100 PCIe 80GB"\n'
-                 "scaleup_domain = 2\ntdp_w = 300\n")
-    hw, _ = resolve("A100 PCIe 80GB", load_catalog(f))
-    assert (hw.name, hw.scaleup_domain, hw.tdp_w) == ("a100-pcie", 2, 300)
+    f.write_text('[hardware.h200-nvl]\nbase = "h200"\ndisplay_name = "NVIDIA H200 NVL 141GB"\n'
+                 "scaleup_domain = 2\ntdp_w = 600\n")
+    hw, _ = resolve("H200 NVL", load_catalog(f))
+    assert (hw.name, hw.scaleup_domain, hw.tdp_w) == ("h200-nvl", 2, 600)
 
 
 # 3. power caps: refused when not a power or not credible; noted when above board power or beside a stated peak

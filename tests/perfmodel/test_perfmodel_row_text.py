@@ -54,7 +54,7 @@ def test_power_cap_and_a_missing_form_factor_are_noted() -> None:
 
 
 @pytest.mark.parametrize(("text", "says"), [("B100", "`B100` is not in the catalog"), ("Z9000", "not a part"),
-                                            ("", "gpu is blank"), ("TPU v3-32", "TPU V3")])
+                                            ("", "gpu is blank"), ("TPU v2-32", "TPU V2")])
 def test_unknown_parts_are_refused_by_name(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         resolve(text, CAT)

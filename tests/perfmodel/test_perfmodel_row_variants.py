@@ -348,11 +348,11 @@ def test_global_batch_in_tokens() -> None:
         ({"zero_or_fsdp": "ZeRO-Infinity (NVMe)"}, "offload"),
         ({"zero_or_fsdp": "FSDP with CPU offload"}, "offload"),
         ({"recompute": "activation offloading to CPU"}, "offload"),
-        ({"gpu": "RTX 4090"}, "RTX"),
-        ({"gpu": "MI250X"}, "MI250X"),
-        ({"gpu": "A10G"}, "A10G"),
+        ({"gpu": "RTX 5090"}, "RTX 5090"),
+        ({"gpu": "MI250"}, "MI250"),
+        ({"gpu": "RTX A5000"}, "RTX A5000"),
         ({"gpu": "Trainium2"}, "TRAINIUM"),
-        ({"gpu": "NVIDIA A100 80GB PCIe"}, "A100 PCIe"),  # no PCIe A100 in the catalog: not the SXM part's NVLink
+        ({"gpu": "NVIDIA H200 NVL"}, "H200 NVL"),  # no H200 NVL in the catalog: not the SXM part's NVLink
         ({"model": "some 9B model", **NO_DIMS}, "`hidden` is blank"),
         ({"arch": "MoE"}, "number of experts"),
         ({"ffn_act": "tanh"}, "ffn_act 'tanh'"),
