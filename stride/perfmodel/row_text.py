@@ -203,6 +203,11 @@ _RECOMPUTE_WORDS = [
     # kernels re-run, no GEMM: costed as no recompute (published.py notes it)
     (r"^\W*(--recompute-modules\W*)?((layer_?)?norm|(moe_)?act(ivation)?)"
      r"(\W+((layer_?)?norm|(moe_)?act(ivation)?))*\W*$", "none"),
+    # checkpointing named by module: OLMo-core's `selected_modules: blocks.*.feed_forward` re-runs the FFN; the
+    # DeepSeek-V3 report's "recomputation of all RMSNorm operations and MLA up-projections" is Megatron's selective
+    # module list (norms, mla_up_proj) in words
+    (r"selected_modules\W.*\b(feed_forward|ffn|mlp)\b", "mlp"),
+    (r"recomputation of\b.*\b(norms?|rmsnorm|layernorm|up[-_ ]?proj\w*)\b", "selective"),
     # Megatron's --recompute-activations is selective (arguments.py: "recompute activation to allow for training
     # with larger models ... selective"); torchtitan's SAC is selective activation checkpointing
     (r"selective|attention core|core attention|\bsac\b|recompute[-_ ]activations\b", "selective"),
@@ -230,7 +235,7 @@ def recompute_every(text: str) -> int:
 
 
 # words that make a clause of the recompute cell speak of recompute (or state a mode) at all
-_NAMES_RECOMPUTE = (r"checkpoint|ckpt|recompute|remat|\bac\b|\bacg\b|\bsac\b|selective|saveable|save_dot|policy|"
+_NAMES_RECOMPUTE = (r"checkpoint|ckpt|recomput|remat|selected_modules|\bac\b|\bacg\b|\bsac\b|selective|saveable|save_dot|policy|"
                     r"offload|minimal|no_batch_dims|every layer|uniform|"
                     # a mode alone, or "full" not naming another thing ("full CUDA graphs", "FSDP full shard")
                     r"^\W*(none|no|off|false|disabled|0|full|on|true|yes|enabled)\W*(\(|$)")
