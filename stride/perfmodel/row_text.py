@@ -235,8 +235,8 @@ def recompute_every(text: str) -> int:
 
 
 # words that make a clause of the recompute cell speak of recompute (or state a mode) at all
-_NAMES_RECOMPUTE = (r"checkpoint|ckpt|recomput|remat|selected_modules|\bac\b|\bacg\b|\bsac\b|selective|saveable|save_dot|policy|"
-                    r"offload|minimal|no_batch_dims|every layer|uniform|"
+_NAMES_RECOMPUTE = (r"checkpoint|ckpt|recomput|remat|selected_modules|\bac\b|\bacg\b|\bsac\b|selective|saveable|"
+                    r"save_dot|policy|offload|minimal|no_batch_dims|every layer|uniform|"
                     # a mode alone, or "full" not naming another thing ("full CUDA graphs", "FSDP full shard")
                     r"^\W*(none|no|off|false|disabled|0|full|on|true|yes|enabled)\W*(\(|$)")
 
