@@ -36,6 +36,13 @@ _FAMILIES: list[tuple[str, str]] = [
     (r"\bv6e\b|trillium", "tpu-v6e"), (r"\bv5p\b", "tpu-v5p"),
     (r"\bv5e\b|v5 ?lite", "tpu-v5e"), (r"tpu[ -]?v4\b|\bv4-\d+\b", "tpu-v4"), (r"tpu[ -]?v3\b|\bv3-\d+\b", "tpu-v3"),
 ]
+# a datacenter generation named without its part ("NVIDIA Ampere GPUs (part not named in the paper)"): the one
+# training part of that generation at cluster scale, noted as assumed (after every named part: first match wins)
+_GENERATION_ONLY: list[tuple[str, str, str]] = [
+    (r"\bampere\b", "a100-80gb",
+     "Ampere part not named: A100 SXM4 80GB assumed (an A800 computes the same, NVLink 400 GB/s)"),
+    (r"\bhopper\b", "h100-sxm", "Hopper part not named: H100 SXM5 80GB assumed"),
+]
 # parts users name that the catalog does not hold: refused with this name in the reason
 _KNOWN_MISSING = (r"\bb100\b", r"\bmi250\b", r"gaudi[ -]?1\b", r"tpu[ -]?v2\b", r"\brtx[ -]?(?:50\d0|[a-z]?\d{4}\b)",
                   r"\brtx\b", r"\bp100\b", r"\ba[2-6]000\b", r"trainium", r"\bmi100\b", r"\bcs-?[23]\b", r"\bipu\b")
@@ -131,6 +138,10 @@ def resolve(text: str | None, catalog: Catalog) -> tuple[Hardware, list[str]]:
         hw = catalog.get(raw)
     except Exception:  # noqa: BLE001 - fall through to the family rules
         name, said = next(((n, m.group(0)) for pat, n in _FAMILIES if (m := re.search(pat, low))), (None, ""))
+        generic = next(((n, why) for pat, n, why in _GENERATION_ONLY if re.search(pat, low)), None)
+        if name is None and generic and not any(re.search(p, low) for p in _KNOWN_MISSING):
+            name, said = generic[0], ""
+            notes.append(generic[1])
         if name is None or name not in catalog.devices:
             miss = next((m.group(0) for p in _KNOWN_MISSING if (m := re.search(p, low))), None)
             what = f"`{miss.upper()}` is not in the catalog" if miss else "is not a part the catalog knows"

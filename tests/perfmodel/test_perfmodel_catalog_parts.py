@@ -86,3 +86,15 @@ def test_t4_runs_fp16_and_refuses_bf16() -> None:
     eff = load_efficiency(EFFICIENCY_FILE)
     assert predict_row({**ROW, "gpu": "T4", "precision": "fp16 mixed"}, CAT, eff).get("reason") is None
     assert "bf16" in (predict_row({**ROW, "gpu": "T4"}, CAT, eff).get("reason") or "")
+
+
+@pytest.mark.parametrize(("text", "name"), [("NVIDIA Ampere GPUs (part not named in the paper)", "a100-80gb"),
+                                            ("Hopper GPUs", "h100-sxm")])
+def test_a_generation_named_without_its_part_is_its_training_part_noted_as_assumed(text: str, name: str) -> None:
+    hw, notes = resolve(text, CAT)
+    assert hw.name == name and any("part not named" in n and "assumed" in n for n in notes)
+
+
+def test_a_named_part_missing_from_the_catalog_is_not_taken_for_its_generation() -> None:
+    with pytest.raises(ValueError, match="`RTX A5000`"):
+        resolve("RTX A5000 (Ampere)", CAT)
