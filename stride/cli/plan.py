@@ -22,7 +22,9 @@ from stride.config.errors import ConfigError
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", choices=["calibrate", "probe"],
+    # no argparse `choices`: with them a mistyped option's value ("--devcies 8") was reported as an invalid action
+    # "8" and the option never named (audit 21, L1); without, argparse names the unknown option, and _run the action
+    parser.add_argument("action", nargs="?", metavar="{calibrate,probe}",
                         help="calibrate: fit factors from runs; probe: measure this machine into a hardware TOML "
                              "(default: none, plan)")
     parser.add_argument("runs", nargs="*", help="run directories (with summary.json) for `calibrate` (default: none)")
@@ -130,7 +132,10 @@ def _scaleout(hw, text: str, notes: list[str]):
     word = _LINK_WORDS.search(text)
     if not word:
         return hw
-    gbytes = link_gbytes_per_device(_link_text(text), hw.scaleup_domain)
+    try:
+        gbytes = link_gbytes_per_device(_link_text(text), hw.scaleup_domain)
+    except ValueError as exc:  # a count of 0, a NaN rate: one line naming the text
+        raise ConfigError(f"--hardware: {exc}") from None
     if not gbytes or gbytes <= 0 or not math.isfinite(gbytes):
         if any("scale-out" in n for n in notes):  # an instance type already set it (hw_text.resolve)
             return hw
@@ -324,6 +329,12 @@ def _precision_hint(message: str, workload: bool = False) -> str:
     return f"{message}; pass {how}"
 
 
+# ceilings far above any real job (audit 22, F3: --devices 1e20 searched for minutes); the planner's `MAX_DEVICES`
+PLAN_LIMITS = {"devices": 1 << 20, "global_batch": 1 << 30, "seq": 1 << 26}
+PLAN_LIMIT_WHY = {"devices": "the largest training clusters hold about 10^5", "global_batch": "sequences a step",
+                  "seq": "tokens a sequence"}
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
     """A number outside its range is an error naming the option: 0 is a value, not "not given" (`--global-batch 0`
     became the default batch, `--tokens -1` printed negative hours)."""
@@ -331,6 +342,10 @@ def _check_numbers(args: argparse.Namespace) -> None:
         value = getattr(args, dest)
         if value is not None and value < 1:
             raise ConfigError(f"--{dest.replace('_', '-')} must be >= 1, got {value}")
+        most = PLAN_LIMITS.get(dest)
+        if value is not None and most is not None and value > most:  # the layout search walks divisors: 1e20 hung
+            raise ConfigError(f"--{dest.replace('_', '-')} must be at most {most:,} ({PLAN_LIMIT_WHY[dest]}), got "
+                              f"{value:.3g}")
     if args.tokens is not None and not (math.isfinite(args.tokens) and args.tokens > 0):
         raise ConfigError(f"--tokens must be a finite number > 0, got {args.tokens:g}")
     if args.compare_hardware is not None and not args.compare_hardware.strip(" ,"):
@@ -396,6 +411,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from stride.perfmodel.hardware import load_catalog
+
+    if args.action not in (None, "calibrate", "probe"):
+        raise ConfigError(f"`{args.action}` is not an action of stride plan (calibrate, probe; none: plan); a value "
+                          "given without its option? (e.g. --devices 8)")
 
     if args.action == "calibrate":
         from stride.perfmodel.calibrate import calibrate_cli

@@ -17,13 +17,22 @@ from dataclasses import dataclass, field, replace
 from stride.perfmodel import collectives as coll
 from stride.perfmodel.block_time import BlockTime, block_time, exposed
 from stride.perfmodel.efficiency import Efficiency
-from stride.perfmodel.flops import embedding_params, executed_flops, head_params, layer_params, logits_gemm, model_flops
+from stride.perfmodel.flops import (
+    causal_model_flops,
+    embedding_params,
+    executed_flops,
+    head_params,
+    layer_params,
+    logits_gemm,
+    model_flops,
+)
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.kernels import Costs
 from stride.perfmodel.layout import FP32_STORAGE, LOOPED, Layout, check_layout, stage_blocks
-from stride.perfmodel.memory_model import predict_memory
+from stride.perfmodel.memory_model import predict_memory, saved_per_block
 from stride.perfmodel.model_spec import TransformerSpec
+from stride.perfmodel.offload import offload_time
 
 GIB = 2**30
 _exposed = exposed  # the name workload_cost imports
@@ -95,7 +104,7 @@ def _inflight(lay: Layout, m: int, device: int = 0) -> float:
     return float(min(m, held))
 
 
-def bubble_share(lay: Layout, blk: BlockTime) -> float:
+def bubble_share(lay: Layout, blk: BlockTime, microbatches: int = 0) -> float:
     """The schedule's bubble as a share of 1F1B's, (p - 1) (F + B + W) a step for per-stage micro-batch times F
     (forward, with any recompute), B (input gradients) and W (weight gradients). Interleaving divides it by the
     chunks; ZB-H1 fills it with W down to (F + B - W), ZB-H2 and V-ZB to max(0, F + B - 2W) (Qi et al., ICLR
@@ -112,7 +121,27 @@ def bubble_share(lay: Layout, blk: BlockTime) -> float:
     once = lay.schedule in ("zb-h1", "zb-interleaved")
     left = f + b - w if once else max(0.0, f + b - 2 * w)  # W fills the bubble once, or twice
     # zero bubble interleaved: ZB-H1's filling of the interleaved schedule's bubble, (p - 1)(F + B - W) / v
-    return left / max(f + b + w, 1e-30) / (lay.vpp if lay.schedule == "zb-interleaved" else 1)
+    share = left / max(f + b + w, 1e-30) / (lay.vpp if lay.schedule == "zb-interleaved" else 1)
+    # the W that fills the bubble is other micro-batches' W: with one micro-batch there is none (the step is the
+    # forward and backward chain through every stage, as 1F1B's), and the filling grows to the closed forms
+    # above by p micro-batches, linearly between (an interpolation, not from the papers; audit 22, F2: at m = 1
+    # the step was half the chain)
+    fill = min(1.0, (microbatches - 1) / max(lay.pp - 1, 1)) if microbatches else 1.0
+    return 1.0 - (1.0 - share) * fill
+
+
+def pipeline_link(hw: Hardware, lay: Layout, net: float) -> coll.Link:
+    """The link a pipeline's stage-to-stage sends cross: its slowest hop. Stages sit t*cp*dp ranks apart; where the
+    pp stages span more than one scale-up domain, some hop leaves the node and every micro-batch waits on it, at
+    the sending device's own share of the network (the hop's pair is the group: `group_link` of 2 ranks a domain
+    apart). Before, the pair of the first two stages was priced, inside one node for dp*tp*cp < the domain, so a
+    pipeline over 25 GbE was costed at NVLink speed (audit 22, F1)."""
+    if lay.pp <= 1:
+        return coll.Link("local", float("inf"), 0)
+    stride = lay.tp * lay.cp * lay.dp
+    if lay.pp * stride > hw.scaleup_domain and stride < hw.scaleup_domain:
+        stride = hw.scaleup_domain
+    return coll.group_link(hw, 2, stride, net)
 
 
 def _device_params(spec: TransformerSpec, lay: Layout, blocks: list[int]) -> list[float]:
@@ -193,12 +222,19 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     stages[0] += t_embed
     head_stage = 0 if lay.v_shape else p - 1  # V-shape: the last chunk is on device 0
     stages[head_stage] += t_logits
-    pp_link = coll.group_link(hw, 2, t * lay.cp * lay.dp, net) if p > 1 else coll.Link("local", float("inf"), 0)
+    pp_link = pipeline_link(hw, lay, net)
     act_msg = tokens * h * 2 * c.act / t  # Megatron scatter/gather: each TP rank ships its 1/t slice
     t_p2p_mb = 2 * v * coll.p2p_time(act_msg, pp_link) if p > 1 else 0.0
+    if p > 1 and pp_link.name == "scale-out":
+        # a hop across nodes: the in-node figure stays on the path as before (the development rows support it: the
+        # send/receive pairing), what the slower link adds runs under the stage's compute (asynchronous isend/irecv)
+        # as far as that reaches. Priced whole, the held-out median went 11.2 -> 11.5 %; hidden whole (Megatron's
+        # overlap_p2p_comm), interleaved rows read too fast (11.7 %); this 11.1 % (docs/perfmodel.md, audit 22)
+        near = 2 * v * coll.p2p_time(act_msg, coll.group_link(hw, 2, t * lay.cp * lay.dp, net))
+        t_p2p_mb = near + exposed(max(0.0, t_p2p_mb - near), max(stages), eff)
     slowest = max(range(p), key=lambda i: stages[i])
     t_mb = stages[slowest] + t_p2p_mb
-    bubble = (p - 1) * bubble_share(lay, blk) * (sum(stages) / p + t_p2p_mb) if p > 1 else 0.0
+    bubble = (p - 1) * bubble_share(lay, blk, m) * (sum(stages) / p + t_p2p_mb) if p > 1 else 0.0
 
     # ---- data parallel and optimizer ------------------------------------------------------
     p_dev = _device_params(spec, lay, blocks)
@@ -263,6 +299,16 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     opt_bytes = (26 + 2 * gbytes) if (fw.master_weights and not lay.pure_bf16) or lay.precision in FP32_STORAGE \
         else 14
     t_opt = c.memory(opt_params * opt_bytes)
+    fsdp_fp32 = lay.framework in ("fsdp1", "fsdp2", "maxtext") and lay.precision not in FP32_STORAGE
+    a_saved = saved_per_block(spec, lay, c.fused)[0] if lay.offload_activations else 0.0
+    off = offload_time(lay, hw, eff, opt_params=opt_params, grad_bytes=4 if fw.master_weights else gbytes,
+                       weight_bytes=wire_w, param_shard_bytes=p_stage / sd * (4 if fsdp_fp32 else wire_w),
+                       microbatches=m, act_bytes_per_block=a_saved,
+                       offloaded_blocks=min(lay.offload_activations, blocks[slowest]),
+                       forward_s=blocks[slowest] * (blk.total - blk.backward), backward_s=backward_window,
+                       step_compute_s=m * t_mb)
+    if off.optimizer is not None:
+        t_opt = off.optimizer
 
     breakdown = {k: m * blocks[slowest] * val for k, val in blk.terms.items()}
     breakdown["embedding"] = m * t_embed if slowest == 0 else 0.0
@@ -271,20 +317,27 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     breakdown["pp_bubble"] = bubble
     breakdown["dp_comm"] = dp_exposed
     breakdown["optimizer"] = t_opt
-    step = m * t_mb + bubble + dp_exposed + t_opt
+    breakdown["offload"] = off.exposed
+    step = m * t_mb + bubble + dp_exposed + t_opt + off.exposed
     # the host launches every kernel: a step is never shorter than its kernels' launches (tiny models, tiny
     # micro-batches); on a GPU that time hides under kernels longer than it, so it is a floor, not a term
     host = m * blocks[slowest] * kernels_per_block(lay, c.fused) * hw.kernel_overhead_us * 1e-6
     breakdown["host_bound"] = max(0.0, host - step)
     step = max(step, host)
     add_comm(pp_link, 2 * v * act_msg * m)
+    if off.bytes_moved:
+        comm["host"] = off.bytes_moved
 
     mem = predict_memory(spec, lay, hw, [(blocks[d], p_dev[d], _inflight(lay, m, d), d == head_stage)
                                          for d in range(p)], gbytes, c.fused, _recompute_share(lay, blocks))
     n_tok = global_batch * spec.seq
-    mflops = model_flops(spec, n_tok)
-    hflops = executed_flops(spec, n_tok, lay.recompute if lay.recompute in ("none", "selective", "full")
-                            else "selective" if lay.recompute == "op-sac" else "full")
+    # MFU and HFU count the attention core's causal half (what the kernel runs: causal_model_flops), a recomputed
+    # core's too
+    halved = model_flops(spec, n_tok) - causal_model_flops(spec, n_tok)  # 3 passes' halves (forward, 2x backward)
+    mflops = model_flops(spec, n_tok) - halved
+    rc_exec = lay.recompute if lay.recompute in ("none", "selective", "full") else \
+        "selective" if lay.recompute == "op-sac" else "full"
+    hflops = executed_flops(spec, n_tok, rc_exec) - halved * (4 / 3 if rc_exec != "none" else 1)
     devices = lay.devices
     peak = c.peak_low
     return Prediction(

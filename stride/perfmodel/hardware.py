@@ -45,6 +45,11 @@ _FULL4 = tuple(tuple(0 if i == j else 2 for j in range(4)) for i in range(4))
 MESHES: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {"hybrid-cube-mesh": {8: _DGX1, 4: _FULL4}}
 
 
+# where a catalog entry does not give its host link: PCIe Gen4 x16, 32 GB/s per direction; and a host share of 50
+# GB/s of memory bandwidth per device (a 2-socket DDR4-3200 server, ~410 GB/s, over 8 GPUs). Assumed.
+HOST_LINK_GBPS = 32.0
+HOST_MEMORY_GBPS = 50.0
+
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator (or CPU socket) and the fabric around it; SI units in fields' names."""
@@ -84,6 +89,11 @@ class Hardware:
     # on a CPU (`cpu = true`) the host also runs the kernel, so it adds; on an accelerator it hides
     # under the kernel unless the kernel is shorter
     kernel_overhead_us: float = 10.0
+    # what host (CPU) offloading pays: the device's link to host memory, GB/s per direction (PCIe Gen3 x16 16, Gen4
+    # 32, Gen5 64; NVLink-C2C on Grace parts), and the host memory bandwidth one device's share of the host has for
+    # an optimizer step run there. 0: not in the entry, PCIe Gen4 x16 (32) and 50 GB/s assumed (HOST_* defaults)
+    host_link_gbps: float = 0.0
+    host_memory_gbps: float = 0.0
     fsdp_unit_overhead_us: float = 0.0  # FSDP2 host work per unit per step (hooks, DTensor), measured
     # per-rank compute time with every core of a host running a rank, over one rank alone (CPU
     # hosts: shared memory system and caches); measured by `stride plan probe`
@@ -111,6 +121,16 @@ class Hardware:
         a CPU host (up to `scaleup_domain` of them) share the host's."""
         sharing = max(1, min(ranks, self.scaleup_domain)) if self.cpu else 1
         return per_rank_bytes * sharing <= self.usable_memory_bytes
+
+    @property
+    def host_link_bytes_per_s(self) -> float:
+        """Bytes a second one device moves to or from host memory at the line rate (HOST_LINK_GBPS where unknown)."""
+        return (self.host_link_gbps or HOST_LINK_GBPS) * 1e9
+
+    @property
+    def host_memory_bytes_per_s(self) -> float:
+        """Host memory bandwidth one device's share of its host has (HOST_MEMORY_GBPS where unknown)."""
+        return (self.host_memory_gbps or HOST_MEMORY_GBPS) * 1e9
 
     def matmul_fraction(self, dtype: str) -> float | None:
         """Fraction of the `dtype` peak the best large GEMM reaches: the MAMF figure where the catalog has
@@ -162,6 +182,11 @@ class Hardware:
 _REQUIRED = ("peak_tflops", "memory_gib", "memory_bw_tbps", "scaleup_bw_gbps", "scaleup_domain",
              "scaleup_latency_us", "scaleout_bw_gbps", "scaleout_latency_us", "price_per_hour_usd")
 _FIELDS = {f.name: f for f in dataclasses.fields(Hardware)} | {"comm_profile": None}
+# ceilings 100-1000x past today's parts: a value above is a typo or a unit slip, refused naming the field
+_PLAUSIBLE_MAX = {"memory_gib": 1e5, "usable_memory_gib": 1e5, "memory_bw_tbps": 1e3, "scaleup_bw_gbps": 1e5,
+                  "scaleout_bw_gbps": 1e5, "host_link_gbps": 1e5, "host_memory_gbps": 1e5, "scaleup_latency_us": 1e6,
+                  "scaleout_latency_us": 1e6, "price_per_hour_usd": 1e5, "tdp_w": 1e5, "kernel_overhead_us": 1e6,
+                  "fsdp_unit_overhead_us": 1e6, "runtime_overhead_gib": 1e4, "contention_slowdown": 1e3}
 
 
 _MAX_FILE_BYTES = 16 << 20  # a hardware catalog or comm profile is KiBs
@@ -237,8 +262,9 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
         if dt not in DTYPES:
             raise ConfigError(f"{where}: hardware `{name}`.peak_tflops has unknown dtype `{dt}`"
                               f"{suggest(dt, list(DTYPES))}")
-        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v < math.inf:  # NaN fails too
-            raise ConfigError(f"{where}: hardware `{name}`.peak_tflops.{dt} must be a positive number, got {v!r}")
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v <= 1e6:  # NaN and 1e300 fail too
+            raise ConfigError(f"{where}: hardware `{name}`.peak_tflops.{dt} must be a positive number of TFLOP/s "
+                              f"up to 1e6, got {v!r}")
     values: dict[str, Any] = {"name": name, "display_name": entry.get("display_name", name)}
     for key in _FIELDS:
         if key in ("name", "display_name") or key not in entry:
@@ -287,6 +313,9 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
             if key in ("matmul_efficiency", "attention_efficiency", "scaleup_busbw_fraction",
                        "scaleout_busbw_fraction") and not 0 < v <= 1:
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be in (0, 1], got {v!r}")
+            most = _PLAUSIBLE_MAX.get(key)
+            if most is not None and v > most:  # 1e300 GiB printed `Infinity` into --json (audit 22, F7)
+                raise ConfigError(f"{where}: hardware `{name}`.{key} = {v:g} is past any device ({most:g} at most)")
             values[key] = float(v)
     if "matmul_efficiency" not in values and "bf16" in values.get("mamf_tflops", {}):
         values["matmul_efficiency"] = values["mamf_tflops"]["bf16"] / values["peak_tflops"]["bf16"]

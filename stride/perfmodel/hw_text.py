@@ -154,7 +154,18 @@ def resolve(text: str | None, catalog: Catalog) -> tuple[Hardware, list[str]]:
     return hw, notes
 
 
+def _no_non_numbers(text: str, what: str) -> None:
+    """A NaN or infinite figure where a number with its unit belongs ("@ nan W", "inf GB", "nan Gb/s") is an error:
+    the number readers skip it, so the catalog's figure was used and nothing said so (audit 22, F7)."""
+    m = re.search(r"(?<![\w.])([+-]?(?:nan|inf(?:inity)?))\s*(?:w(?:atts?)?|gi?b|tb|gbps|gb/s|gb|tflops?)\b",
+                  (text or "").lower())
+    if m:
+        raise ValueError(f"{what} {text.strip()!r}: {m.group(1)!r} is not a number; write the figure, or leave it out "
+                         "to take the catalog's")
+
+
 def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]) -> Hardware:
+    _no_non_numbers(raw, "gpu")
     changes: dict[str, object] = {}
     # memory as vendors write it ("80GB") or as tools report it ("184.3 GiB"): the catalog's memory_gib holds
     # the vendor's GB figure, so both are read as that number
@@ -317,6 +328,9 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     GPU. A system description listing several networks ("Storage: 2x ..., Compute: 8x ..., Management: ...")
     is read at its compute network."""
     raw = re.sub(r"\((?:[^()]*?)(?:assumed|not stated)(?:[^()]*?)\)", "", text or "")
+    _no_non_numbers(raw, "link")
+    if re.search(r"(?<![\w.])0+\s*[x×*]\s*(?=\d|[a-z])", raw, re.I):  # "0x 400G InfiniBand" was read as one NIC
+        raise ValueError(f"link {raw.strip()!r}: a count of 0 links or NICs is no link; write the count, e.g. '8x'")
     if not scale_up and not _rate(raw):  # a network named by its generation only: "4x HDR200 InfiniBand per node"
         named = list(re.finditer(_GENERATION_RATE, raw, re.I))
         if named:

@@ -66,7 +66,13 @@ class Costs:
         if self.hw.attention_efficiency is None:
             rates = attention_tflops(self.attention_kernel, self.hw, self.spec.seq // self.lay.cp, self.spec.head_dim)
             if rates is not None:
-                f, b = (r * 1e12 * self.eff.flash for r in rates)
+                # the curves are 16-bit kernels; an fp32/tf32 run's fused attention (memory-efficient SDPA: no
+                # FlashAttention kernel takes fp32) goes at most at that precision's share of the 16-bit peak (audit
+                # 22, F4: fp32 at the bf16 rate read an MFU of 700 %)
+                sixteen = self.hw.peak_tflops.get("bf16", self.hw.peak_tflops.get("fp16", 0.0)) * 1e12
+                wide = self.lay.precision in ("fp32", "tf32") and sixteen > 0
+                scale = min(1.0, self.peak_high / sixteen) if wide else 1.0
+                f, b = (r * 1e12 * self.eff.flash * scale for r in rates)
                 return causal_flops / f, 2.5 * causal_flops / b
         rate = self.peak_high * (self.hw.attention_efficiency or self.eff.attention)
         return causal_flops / rate, 2.5 * causal_flops / rate

@@ -99,6 +99,13 @@ class Layout:
     # framework's context parallelism (ring or all-gather) as before (USP's Ulysses x ring hybrid;
     # Megatron-Core --cp-comm-type a2a is ulysses = cp)
     ulysses: int = 1
+    # host (CPU) offload (offload.py): the optimizer states and step on the host (DeepSpeed ZeRO-Offload
+    # `offload_optimizer`, FSDP's CPU offload); the sharded parameters on the host, copied in for each gather
+    # (ZeRO-3 `offload_param`, FSDP's CPU offload; needs zero = 3); the saved activations of the first N blocks of
+    # each stage copied out in forward and back in backward (Megatron-Core `cpu_offloading_num_layers`)
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    offload_activations: int = 0
 
     @property
     def shard_dp(self) -> int:
@@ -136,7 +143,9 @@ class Layout:
         prec += "-pure" if self.pure_bf16 else ""
         parts += [zero, f"mb{self.micro_batch}", rc, prec] + (["frozen"] if self.frozen else []) + (
             [f"lora{self.lora_rank}"] if self.lora_rank else [])
-        return " ".join(parts)
+        offload = [w for w, on in (("optimizer", self.offload_optimizer), ("params", self.offload_params),
+                                   (f"act{self.offload_activations}", self.offload_activations)) if on]
+        return " ".join(parts + ([f"offload-{'+'.join(offload)}"] if offload else []))
 
 
 def stage_blocks(layers: int, pp: int, vpp: int = 1, split: str = "even", v_shape: bool = False) -> list[int]:
@@ -174,6 +183,13 @@ def check_layout(layout: Layout, spec: TransformerSpec, global_batch: int) -> in
         raise ConfigError(f"layout: `recompute_layers` must be an integer >= 0, got {lay.recompute_layers!r}")
     if lay.zero not in (0, 1, 2, 3):
         raise ConfigError(f"layout: `zero` must be 0, 1, 2 or 3, got {lay.zero!r}")
+    if not isinstance(lay.offload_activations, int) or isinstance(lay.offload_activations, bool) \
+            or lay.offload_activations < 0:
+        raise ConfigError(f"layout: `offload_activations` must be an integer >= 0 (blocks per stage), got "
+                          f"{lay.offload_activations!r}")
+    if lay.offload_params and lay.zero != 3:
+        raise ConfigError(f"layout: offloading the parameters needs them sharded (zero = 3, FSDP), not zero = "
+                          f"{lay.zero}: unsharded parameters are used whole by every rank")
     for name, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE_MODES), ("precision", PRECISIONS),
                           ("attention", ATTENTION), ("stage_split", STAGE_SPLITS), ("fp8_recipe", RECIPES),
                           ("attn_kernel", ("auto", *KERNELS)),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from stride.perfmodel.flops import ATTENTION_CORE, active_params, layer_gemms, model_flops
+from stride.perfmodel.flops import active_params, causal_model_flops, model_flops
 from stride.perfmodel.model_spec import TransformerSpec
 from stride.perfmodel.row_text import number
 
@@ -87,8 +87,7 @@ def flops_per_token(metric: str, spec: TransformerSpec, context: str = "") -> tu
     """FLOPs per trained token under the convention `metric` names, and that convention's name. `context`: the
     row's other text (framework, notes), which dates a Megatron count (megatron_halves_attention)."""
     if megatron_halves_attention(metric, context):
-        core = sum(g.flops for g in layer_gemms(spec, spec.seq) if g.name in ATTENTION_CORE)
-        return (model_flops(spec, spec.seq) - 1.5 * spec.layers * core) / spec.seq, "megatron (causal half, 2025-03+)"
+        return causal_model_flops(spec, spec.seq) / spec.seq, "megatron (causal half, 2025-03+)"
     t = (metric or "").lower().replace(" ", "")
     s, L, h, V = spec.seq, spec.layers, spec.hidden, spec.vocab
     attn_dim = spec.q_dim

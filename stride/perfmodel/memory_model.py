@@ -96,6 +96,12 @@ def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False) -> d
             states["grads"] += float(gbytes) * params
     if lay.framework == "ddp" and z == 0 and dp > 1:
         states["grads"] += 4.0 * params  # DDP buckets copy the gradients (gradient_as_bucket_view=False)
+    if lay.offload_optimizer:  # the fp32 master copy and the moments live on the host (offload.py)
+        states["optimizer"] = 0.0
+    if lay.offload_params:  # sharded weights on the host; the gathered units are the buffers' (predict_memory)
+        states["params"] = 0.0
+        if fsdp:  # FSDP's CPU offload moves the sharded gradients to the host as they are reduced
+            states["grads"] = 0.0
     return states
 
 
@@ -119,21 +125,20 @@ def nccl_buffer_bytes(lay: Layout, hw: Hardware) -> float:
     return float(sum(NCCL_COMM_BYTES[min(g, 3)] for g in groups))
 
 
-def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: list[tuple[int, float, float, bool]],
-                   gbytes: int, fused: bool, rc_share: float = 1.0) -> Memory:
-    """Peak of the fullest pipeline device. `devices`: per device its blocks, parameters, micro-batches in flight
-    and whether it computes the logits. The first device holds the most micro-batches, the last the logits, but
-    where the first and last stages hold fewer blocks (Megatron's embedding/loss split, uneven splits) the second
-    holds the most activations: the Zero Bubble paper's 1F1B runs (round 12, layers = k p - 2) measured 30-72 GB
-    where device 0 alone gave 12-25 GB. `rc_share`: the share of blocks that recompute (Megatron's block
-    method), the others keep all their activations."""
-    fw = FRAMEWORKS[lay.framework]
+def _saved_mode(lay: Layout) -> str:
+    """The recompute mode as what backward keeps: full-like modes keep a block's input, mlp-in keeps all."""
+    rc = "full" if lay.recompute in ("full", "mlp", "full-except-qkv") else lay.recompute
+    return "none" if rc == "mlp-in" else rc
+
+
+def saved_per_block(spec: TransformerSpec, lay: Layout, fused: bool) -> tuple[float, float]:
+    """Bytes one block saves for backward per micro-batch on one device: (with the layout's recompute, without
+    any). Routed MoE copies, eager PyTorch's extra saved tensors and FP8's 1-byte saved inputs included."""
     act = 2 if lay.precision in ("fp32", "tf32") else 1
     tokens = lay.micro_batch * spec.seq / lay.cp
     flash = lay.attention == "flash"
     t = lay.tp
-    rc = "full" if lay.recompute in ("full", "mlp", "full-except-qkv") else lay.recompute
-    rc = "none" if rc == "mlp-in" else rc
+    rc = _saved_mode(lay)
     a_layer = act * layer_activation_bytes(spec, lay.micro_batch, t, lay.sp, lay.cp, rc, flash)
     a_full = act * layer_activation_bytes(spec, lay.micro_batch, t, lay.sp, lay.cp, "none", flash)
     f = spec.expert_ffn if spec.moe else spec.ffn
@@ -148,6 +153,23 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: li
         a_layer += eager if rc in ("none", "selective") else 0.0
     if lay.precision in ("fp8", "fp4") and rc in ("none", "selective"):
         a_layer -= tokens * (2 * spec.hidden / (t if lay.sp else 1) + (spec.q_dim + f) / t)  # FP8 saved inputs
+    return a_layer, a_full
+
+
+def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: list[tuple[int, float, float, bool]],
+                   gbytes: int, fused: bool, rc_share: float = 1.0) -> Memory:
+    """Peak of the fullest pipeline device. `devices`: per device its blocks, parameters, micro-batches in flight
+    and whether it computes the logits. The first device holds the most micro-batches, the last the logits, but
+    where the first and last stages hold fewer blocks (Megatron's embedding/loss split, uneven splits) the second
+    holds the most activations: the Zero Bubble paper's 1F1B runs (round 12, layers = k p - 2) measured 30-72 GB
+    where device 0 alone gave 12-25 GB. `rc_share`: the share of blocks that recompute (Megatron's block
+    method), the others keep all their activations."""
+    fw = FRAMEWORKS[lay.framework]
+    tokens = lay.micro_batch * spec.seq / lay.cp
+    t = lay.tp
+    rc = _saved_mode(lay)
+    a_layer, a_full = saved_per_block(spec, lay, fused)
+    f = spec.expert_ffn if spec.moe else spec.ffn
     gated_in = 2 * f if spec.gated else f
     scratch = 2 * tokens * gated_in / t * 2  # backward of the MLP: input-gradient and product buffers
     per_logit = 4.0 if lay.fused_loss else (2.0 + 8.0 if fw.ce_bytes_per_logit > 8 else 4.0)
@@ -160,7 +182,11 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: li
     a_mean = rc_share * a_layer + (1 - rc_share) * a_full
 
     def stage(n_blocks: int, p: float, k: float, with_logits: bool) -> dict[str, float]:
-        acts = k * n_blocks * a_mean + (a_full if rc != "none" else 0.0)
+        # offloaded blocks (Megatron's cpu_offloading_num_layers) leave the device; one block's worth stays in flight
+        out = min(lay.offload_activations, n_blocks)
+        # a recomputing block re-materialises what it did not save, one block at a time (its saved part is counted
+        # already: full recompute's input; selective with a flash core saves as much as none, so nothing more)
+        acts = k * (n_blocks - out) * a_mean + (a_mean if out else 0.0) + (a_full - a_layer if rc != "none" else 0.0)
         train = {**_states(lay, p, gbytes), "activations": acts,
                  "buffers": scratch + gathered + (logits if with_logits else 0.0)}
         step = {**_states(lay, p, gbytes, at_step=True), "activations": 0.0, "buffers": 0.0}

@@ -156,12 +156,14 @@ _SPEC_KEYS = {
     "layers": int, "hidden": int, "heads": int, "kv_heads": int, "ffn": int, "act": str, "vocab": int,
     "seq": int, "tied_embeddings": bool, "learned_pos": bool, "bias": bool, "dropout": bool, "name": str,
     "head_dim": int, "experts": int, "top_k": int, "moe_every": int, "moe_ffn": int, "capacity": float,
+    "window": int, "window_layers": int,
 }
 _SPEC_ALIASES = {"kv": "kv_heads", "ffn_hidden": "ffn", "ffn_act": "act", "seq_len": "seq", "n_layers": "layers",
                  "d_model": "hidden", "n_heads": "heads", "topk": "top_k", "num_experts": "experts"}
 _FIELD = {"head_dim": "head_dim_override"}
 KEY_HELP = ("keys: layers, hidden, heads, kv (kv_heads), ffn, act (" + "|".join(ACTIVATIONS) + "), vocab, seq, "
-            "head_dim, experts, top_k, moe_every, moe_ffn, capacity, tied_embeddings, learned_pos, bias, dropout, name")
+            "head_dim, experts, top_k, moe_every, moe_ffn, capacity, window (sliding-window tokens), window_layers "
+            "(how many blocks use it; default: every block), tied_embeddings, learned_pos, bias, dropout, name")
 
 
 def parse_model_spec(spec: str) -> TransformerSpec:
@@ -209,6 +211,8 @@ def parse_model_spec(spec: str) -> TransformerSpec:
     if moe_keys and not experts:
         raise ConfigError(f"--model: {', '.join(moe_keys)} given for a dense model (experts is 0): set experts=N "
                           f"for a mixture of experts (in {spec!r})")
+    if values.get("window") and "window_layers" not in values:  # a window said alone is every block's
+        values["window_layers"] = values.get("layers", base.layers if base is not None else 0)
     values = {_FIELD.get(k, k): v for k, v in values.items()}
     if base is not None:
         return dataclasses.replace(base, **values)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ framework (`PARALLELISM`): DDP is data parallel only, so the planner never recom
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stride.config.errors import ConfigError
 from stride.perfmodel.costmodel import Prediction, predict
@@ -152,7 +152,10 @@ def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_
                             out.append(Layout(dp=dp, tp=tp, pp=pp, zero=zero, sp=tp > 1, schedule=sched, vpp=v,
                                               micro_batch=mb, recompute=rc, precision=precision,
                                               attention=attention, framework=framework, fp8_recipe=fp8_recipe,
-                                              tp_overlap=FRAMEWORKS[framework].tp_overlap, stage_split=split))
+                                              tp_overlap=FRAMEWORKS[framework].tp_overlap, stage_split=split,
+                                              # NCCL's own choice of ring or tree for the all-reduce: a ring pays
+                                              # every hop's latency (131 ms at 8192 devices, audit 22 F8)
+                                              algo="auto"))
     return out
 
 
@@ -170,9 +173,31 @@ def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
         raise ConfigError(f"no layout of {spec.name} on {devices} x {hw.name} divides global batch {global_batch}: "
                           f"pick a batch divisible by the data-parallel sizes (e.g. {devices})")
     preds = [predict(spec, lay, hw, global_batch, eff) for lay in layouts]
+    notes: list[str] = []
+    if not any(p.fits for p in preds):  # nothing fits on the devices: what the framework's host offload buys
+        extra = [v for lay in layouts for v in offload_variants(lay)]
+        preds += [predict(spec, lay, hw, global_batch, eff) for lay in extra]
+        if extra:
+            notes.append(f"no layout fits in device memory: {len(extra)} layouts with {framework}'s host offload "
+                         "(optimizer states, sharded parameters) added; the host link and host memory bandwidth are "
+                         "the catalog's (offload.py)")
     fits = _ties_by_memory(sorted((p for p in preds if p.fits), key=lambda p: p.step_time_s))
     over = sorted((p for p in preds if not p.fits), key=lambda p: p.step_time_s)
-    return PlanResult(fits, over, len(preds), search_notes(layouts, global_batch, devices, framework, bool(fits)))
+    return PlanResult(fits, over, len(preds),
+                      notes + search_notes(layouts, global_batch, devices, framework, bool(fits)))
+
+
+def offload_variants(lay: Layout) -> list[Layout]:
+    """The host-offload forms of `lay` its framework runs: DeepSpeed's offload_optimizer (ZeRO >= 1) and offload_param
+    (ZeRO-3); FSDP's CPU offload (parameters, gradients and optimizer together; fully sharded); Megatron-Core's
+    --optimizer-cpu-offload (with the distributed optimizer)."""
+    fw, z = lay.framework, lay.zero
+    out = []
+    if (fw == "deepspeed" and z >= 1) or (fw.startswith("megatron") and z == 1):
+        out.append(replace(lay, offload_optimizer=True))
+    if fw in ("deepspeed", "fsdp1", "fsdp2") and z == 3:
+        out.append(replace(lay, offload_optimizer=True, offload_params=True))
+    return out
 
 
 def search_notes(layouts: list[Layout], global_batch: int, devices: int, framework: str, fits: bool) -> list[str]:
@@ -242,6 +267,9 @@ def distinct_alternatives(result: PlanResult, n: int = 5) -> list[Prediction]:
     return out
 
 
+MAX_DEVICES = 1 << 20  # far above any real job; the layout search walks divisors (1e30 devices did not end)
+
+
 def parse_fleet(text: str, names: list[str]) -> list[tuple[str, int | None]]:
     """`h100-sxm:64,h200:64,a100-80gb:128` -> [(name, devices)]; a bare name takes --devices."""
     out: list[tuple[str, int | None]] = []
@@ -250,10 +278,10 @@ def parse_fleet(text: str, names: list[str]) -> list[tuple[str, int | None]]:
         if count:
             try:
                 n = int(float(count))
-            except ValueError:
-                raise ConfigError(f"--compare-hardware: `{part}`: the device count must be a number") from None
-            if n < 1:
-                raise ConfigError(f"--compare-hardware: `{part}`: the device count must be >= 1")
+            except (ValueError, OverflowError):  # "inf" was an OverflowError traceback (audit 22, F3)
+                raise ConfigError(f"--compare-hardware: `{part}`: the device count must be a whole number") from None
+            if n < 1 or n > MAX_DEVICES:
+                raise ConfigError(f"--compare-hardware: `{part}`: the device count must be from 1 to {MAX_DEVICES:,}")
             out.append((name.strip(), n))
         else:
             out.append((name.strip(), None))

@@ -429,6 +429,15 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         sp = True
         notes.append("sp blank: sequence parallelism assumed on with tensor parallelism")
     ep = int(moe.get("ep", 1)) if spec.moe else 1
+    off_opt, off_params, off_act = rt.offload_switches(str(row.get("zero_or_fsdp") or ""), rc_text)
+    off_act = spec.layers if off_act < 0 else off_act  # "activation offloading" without a count: every block
+    if off_params and zero != 3:
+        raise ValueError(f"zero_or_fsdp {row.get('zero_or_fsdp')!r}: parameters offloaded without their sharding "
+                         "(ZeRO-3 / FSDP full shard) is not a layout the frameworks run")
+    for what, on in (("the optimizer states and step", off_opt), ("the sharded parameters", off_params),
+                     (f"the saved activations of {off_act} blocks a stage", off_act)):
+        if on:
+            notes.append(f"host offload of {what}: host link and host memory bandwidth from the catalog (offload.py)")
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=sp, schedule=schedule, vpp=vpp, micro_batch=micro,
         recompute=recompute or "none", precision=prec, attention="materialized" if materialized else "flash",
@@ -447,9 +456,11 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         lora_dropout=lora_dropout, cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
         ulysses=rt.ulysses(str(row.get("framework") or ""), everything, cp),
         pure_bf16=prec in ("bf16", "fp16") and rt.pure_bf16(str(row.get("precision") or "")),
+        offload_optimizer=off_opt, offload_params=off_params, offload_activations=off_act,
     )
     if dp * cp == 1 and layout.zero:  # ZeRO/FSDP shards over dp x cp (Layout.state_shards): nothing to shard
-        layout = dataclasses.replace(layout, zero=0)
+        layout = dataclasses.replace(layout, zero=0, offload_params=False, offload_optimizer=layout.offload_optimizer
+                                     or layout.offload_params)
     return RowInputs(rid, spec, layout, hw, gb, recompute is None, None, tuple(notes),
                      rt.memory_kind(" ".join(str(row.get(k) or "") for k in ("notes", "meas_peak_mem_gib"))),
                      zero_auto=rt.unstated(str(row.get("zero_or_fsdp") or "")) and dp > 1,
