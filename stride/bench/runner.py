@@ -109,7 +109,7 @@ _SUMMARY_KEYS = ("timesteps_per_s", "mfu", "flops_per_step", "peak_mem_bytes", "
                  "step_time_breakdown_s", "time_to_target_s", "target_val_loss", "final_val_loss",
                  "final_train_loss", "steps", "skipped_steps", "saved_activation_bytes", "params", "params_sha256",
                  "optimizer_impl", "exposed_comm_fraction", "comm_cost_fraction", "comm_core_free",
-                 "peak_flops_per_s", "peak_clock_ghz")
+                 "peak_flops_per_s", "peak_clock_ghz", "run_queue_waiting_threads", "contention_note")
 
 RATES_AT = ("the median of the {n} throughput figures (its step time: {step}); MFU and timesteps/s at that same "
             "step time")

@@ -48,11 +48,20 @@ def noisy_note(workloads: list[dict[str, Any]]) -> str:
     figure (outside audit 12). Empty where every cv is at most NOISY_CV."""
     noisy = [f"{plain(w['name'])} {100 * w['throughput']['cv']:.0f}%" for w in workloads
              if (w["throughput"].get("cv") or 0.0) > NOISY_CV]
-    if not noisy:
-        return ""
-    return (f"\nspread above {100 * NOISY_CV:.0f}% ({', '.join(noisy)}): the host was busy while these ran; their "
-            "figures do not compare with a quiet run's (rerun, or compare with `stride compare`, which widens its "
-            "noise band by the spread)")
+    # a steady but starved run has a tight spread: its threads' wait for cores says it (audit 21, H1: 500x slow at
+    # a 1.4 % cv)
+    starved = [f"{plain(w['name'])} {w['run_queue_waiting_threads']:.2f}" for w in workloads
+               if w.get("contention_note") and w.get("run_queue_waiting_threads") is not None]
+    out = ""
+    if noisy:
+        out += (f"\nspread above {100 * NOISY_CV:.0f}% ({', '.join(noisy)}): the host was busy while these ran; "
+                "their figures do not compare with a quiet run's (rerun, or compare with `stride compare`, which "
+                "widens its noise band by the spread)")
+    if starved:
+        out += (f"\nthreads waiting for cores other processes held ({', '.join(starved)} threads on average): these "
+                "figures are of a contended host and can be tens of times slow, whatever their spread (rerun on a "
+                "quiet host, or with train.threads=1)")
+    return out
 
 
 def tradeoff_table(workload: str, matrix: dict[str, dict[str, Any]]) -> Table:

@@ -186,8 +186,10 @@ def _write_report(store, plan, points, price) -> None:
             _log(f"every point trained alone (pack size 1): {c['sweep_device_s']:.1f} s of runs; {pairs}")
         elif c["train_speedup"]:
             _log(f"training steps: {c['sweep_train_s']:.1f} s packed against {c['one_by_one_s']:.1f} s one by one "
-                 f"({c['train_speedup']:.2f}x; packs' wall time {c['sweep_device_s']:.1f} s with set-up and "
-                 f"validation); {pairs}")
+                 f"({c['train_speedup']:.2f}x"
+                 + (f", UNRELIABLE: the one-by-one rate was {c['speedup_unreliable']}" if c.get("speedup_unreliable")
+                    else "")
+                 + f"; packs' wall time {c['sweep_device_s']:.1f} s with set-up and validation); {pairs}")
         else:  # no speed-up figure (every point diverged before one was measured): the pairs are still said
             _log(pairs)
 

@@ -53,6 +53,10 @@ def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_h
         "one_by_one_methods": list(dict.fromkeys(p["one_by_one_rate"]["method"] for p in done
                                                  if isinstance(p.get("one_by_one_rate"), dict)
                                                  and p["one_by_one_rate"].get("method"))),
+        # why a lone-model rate behind the speed-ups cannot carry them (sizing.SoloRate.unreliable); None: it can
+        "speedup_unreliable": "; ".join(dict.fromkeys(p["one_by_one_rate"]["unreliable"] for p in done
+                                                      if isinstance(p.get("one_by_one_rate"), dict)
+                                                      and p["one_by_one_rate"].get("unreliable"))) or None,
     }
     if price_per_hour is not None:
         out["sweep_usd"] = device_s / 3600 * price_per_hour
@@ -134,7 +138,9 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
     cost_line = (f"sweep: {c['sweep_device_s']:.1f} s of device time in {c['packs']} pack(s) (wall clock "
                  f"{c['sweep_wall_clock_s']:.1f} s), of which {c['sweep_train_s']:.1f} s training steps; one by one: "
                  f"{c['one_by_one_s']:.1f} s of training steps"
-                 + (f" ({c['train_speedup']:.2f}x on training steps)" if c["train_speedup"] else "")
+                 + (f" ({c['train_speedup']:.2f}x on training steps" + (
+                     f", UNRELIABLE: the one-by-one rate was {c['speedup_unreliable']})" if c.get("speedup_unreliable")
+                     else ")") if c["train_speedup"] else "")
                  + (f"; ${c['sweep_usd']:.4f} against ${c['one_by_one_usd']:.4f}" if price_per_hour is not None
                     else ""))
     methods = [f"one by one, measured: {m}" for m in c["one_by_one_methods"]]

@@ -44,6 +44,7 @@ import torch
 from stride.config import RunConfig
 from stride.config.errors import ConfigError
 from stride.data.build import build_data
+from stride.metrics.contention import CONTENDED_THREADS, ContentionClock
 from stride.metrics.memory import SavedActivations
 from stride.models.losses import make_loss
 from stride.models.registry import build_model
@@ -203,6 +204,23 @@ class SoloRate:
     timed_s: float  # seconds of the timed steps, all windows
     warmup_steps: int  # steps run untimed first: the throwaway run's and the timed run's own first ones
     capped: bool = False  # the wall-time cap (SOLO_MAX_S) stopped the timed run before its planned steps
+    waiting_threads: float | None = None  # threads waiting for cores during the timed run (metrics.contention)
+
+    def unreliable(self) -> str | None:
+        """Why the rate cannot carry a speed-up figure, or None: cut short by the cap, windows below
+        SOLO_MIN_WINDOW_STEPS steps, windows apart by more than a third, or threads starved of cores (audit 21, M1:
+        two one-step windows of a contended host made a 35x "speed-up")."""
+        why = []
+        if self.capped:
+            why.append(f"cut at the {SOLO_MAX_S:g} s cap")
+        if self.windows and self.window_steps < SOLO_MIN_WINDOW_STEPS:
+            why.append(f"windows of {self.window_steps} step{'s' if self.window_steps != 1 else ''} (at least "
+                       f"{SOLO_MIN_WINDOW_STEPS} wanted)")
+        if len(self.windows) > 1 and min(self.windows) > 0 and max(self.windows) / min(self.windows) > 4 / 3:
+            why.append(f"windows {min(self.windows):,.0f}-{max(self.windows):,.0f} samples/s apart")
+        if self.waiting_threads is not None and self.waiting_threads >= CONTENDED_THREADS:
+            why.append(f"{self.waiting_threads:.2f} threads waiting for cores other processes held")
+        return "; ".join(why) or None
 
     def describe(self) -> str:
         lo, hi = min(self.windows, default=0.0), max(self.windows, default=0.0)
@@ -214,7 +232,7 @@ class SoloRate:
     def as_dict(self) -> dict[str, Any]:
         return {"samples_per_s": self.samples_per_s, "windows": self.windows, "window_steps": self.window_steps,
                 "timed_s": self.timed_s, "warmup_steps": self.warmup_steps, "capped": self.capped,
-                "method": self.describe()}
+                "waiting_threads": self.waiting_threads, "unreliable": self.unreliable(), "method": self.describe()}
 
 
 def _window_steps(step_s: float) -> int:
@@ -280,7 +298,10 @@ def measure_solo(cfg: RunConfig) -> SoloRate:
     try:  # a class whose first point diverges (the grid's largest lr) has no rate: its points get no estimate
         warm, _ = _run_alone(cfg, SOLO_WARMUP_STEPS, SOLO_SKIP)
         n = _window_steps(min(warm[SOLO_SKIP:] or warm))  # its fastest step: a cold start's slow ones cut none short
+        waits = ContentionClock()
+        waits.start()
         times, capped = _run_alone(cfg, SOLO_SKIP + SOLO_WINDOWS * n, SOLO_SKIP, SOLO_MAX_S)
+        waiting = waits.waiting_threads()
         times = times[SOLO_SKIP:]
     except TrainingDiverged:
         return SoloRate(0.0, [], 0, 0.0, 0)
@@ -289,7 +310,7 @@ def measure_solo(cfg: RunConfig) -> SoloRate:
     used = [times[k * n : (k + 1) * n] for k in range(SOLO_WINDOWS) if len(times) >= (k + 1) * n]  # whole only
     windows = [n * cfg.train.batch_size / sum(w) for w in used if sum(w) > 0]
     return SoloRate(statistics.median(windows) if windows else 0.0, windows, n, sum(map(sum, used)),
-                    len(warm) + SOLO_SKIP, capped)
+                    len(warm) + SOLO_SKIP, capped, waiting)
 
 
 def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int = 3, chunk: int | None = None,

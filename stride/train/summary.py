@@ -10,6 +10,7 @@ from torch import nn
 
 from stride.config import config_hash
 from stride.config.schema import RunConfig
+from stride.metrics.contention import contention_note
 from stride.metrics.hashing import params_sha256
 from stride.metrics.memory import peak_memory
 from stride.metrics.peak import Peak, device_peak, mfu_fields
@@ -35,6 +36,7 @@ class LoopTally:
     wall: float = 0.0  # this process's loop
     time_before: float | None = 0.0  # the run's training seconds before this process (None: unknown, an old checkpoint)
     lost_time: float | None = 0.0  # training seconds killed processes spent past their last checkpoint (None: unknown)
+    waiting_threads: float | None = None  # threads waiting for a core on average over the loop (metrics.contention)
 
 
 class Summarised(Protocol):
@@ -139,6 +141,11 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "step_time_breakdown_s": {k: v for k, v in breakdown.items() if k != "total"},
         "timed_steps": timer.steps,
         "timing_note": warmup_note(t.steps, tally.start_step, tr.cfg.metrics.skip_steps),  # None: steady-state figures
+        # this process's threads waiting for a core, on average over the loop (other processes on the host): above a
+        # quarter of a thread the figures are of a contended host and `contention_note` says so (audit 21, H1)
+        "run_queue_waiting_threads": tally.waiting_threads,
+        "contention_note": contention_note(tally.waiting_threads, torch.get_num_threads())
+        if tr.device.type == "cpu" else None,
         # per rank under every layout (MFU is against one device's peak): the model FLOPs of this rank's batch,
         # under TP its group's / tp, under pp the mean stage's (docs/parallel.md); their sum over ranks is the step's
         # of the mean timed step: counted once on the first batch, x the timed steps' mean samples / that batch's

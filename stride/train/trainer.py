@@ -9,6 +9,7 @@ records config, environment, metrics.jsonl and summary.json.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from stride.config.validate import validate
 from stride.data import mapped_files
 from stride.data.build import build_data
 from stride.files.strict_json import finite_number
+from stride.metrics.contention import ContentionClock
 from stride.metrics.flops import count_train_flops
 from stride.metrics.memory import SavedActivations, reset_peak
 from stride.metrics.observe.build import check_observer_packages
@@ -54,6 +56,8 @@ from stride.train.schedule import build_scheduler, sync_lr, trained_lr
 from stride.train.summary import LoopTally, run_summary
 
 _NULL = contextlib.nullcontext()
+
+log = logging.getLogger("stride")
 
 
 @dataclass
@@ -423,6 +427,8 @@ class Trainer:
         elif self.step > 0:
             self._lost_time = self._add_lost_segment(run)
         self._clock_start, self._clock_stop = tally.t_start, None
+        waits = ContentionClock()
+        waits.start()
         tally.time_before, tally.lost_time = self._time_before, self._lost_time
         try:
             while self.step < t.steps:
@@ -450,7 +456,10 @@ class Trainer:
             progress.close()
         self._clock_stop = time.perf_counter()
         tally.wall = self._clock_stop - tally.t_start
+        tally.waiting_threads = waits.waiting_threads()
         summary = run_summary(self, tally, loss_sum)
+        if summary.get("contention_note") and self.par.is_rank0:
+            log.warning("stride: warning: %s", summary["contention_note"])
         if self.diverged_at is not None:  # no on_fit_end: the callbacks are aborted (no final checkpoint)
             error = diverged(summary, self.diverged_at, run.path if run else None)
             if run is not None:

@@ -1,0 +1,65 @@
+"""Whether this process's threads get their cores: the time they spent runnable but waiting for one.
+
+torch's intra-op threads meet at every operator, so one thread that waits for a core holds back the others: with
+one of two cores taken by another process, a quick-start run went from 2,659 to 37 samples/s and nothing said so
+(outside audit 21, H1). Linux counts each thread's run-queue wait (`/proc/<pid>/task/<tid>/schedstat`, field 2, ns);
+its growth over the run divided by the wall time is how many threads were, on average, waiting for a core. Reading
+it costs a few small files at the start and the end of a run (measured here, not sampled: no thread of its own).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# average threads waiting for a core above which a run's figures are said to be of a contended host: a quarter of
+# a thread (a quiet 2-core host reads 0.00-0.05 for a 2-thread run; the audit's busy core read about 1)
+CONTENDED_THREADS = 0.25
+
+
+def run_queue_wait_s(pid: str = "self") -> float | None:
+    """Seconds all threads of the process have waited runnable for a core since they started; None off Linux."""
+    total, seen = 0.0, False
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        if len(fields) >= 2 and fields[1].isdigit():
+            total += int(fields[1]) / 1e9
+            seen = True
+    return total if seen else None
+
+
+@dataclass
+class ContentionClock:
+    """Run-queue wait over a stretch of wall time: `start()`, then `waiting_threads()`."""
+
+    wait0: float | None = None
+    t0: float = 0.0
+
+    def start(self) -> None:
+        self.wait0, self.t0 = run_queue_wait_s(), time.perf_counter()
+
+    def waiting_threads(self) -> float | None:
+        """Threads that were waiting for a core, on average, since `start()`; None where not measured."""
+        now = run_queue_wait_s()
+        wall = time.perf_counter() - self.t0
+        if self.wait0 is None or now is None or wall <= 0:
+            return None
+        return max(0.0, (now - self.wait0) / wall)
+
+
+def contention_note(waiting: float | None, threads: int) -> str | None:
+    """A line for the run's summary where its threads waited for cores enough to move its figures, else None."""
+    if waiting is None or waiting < CONTENDED_THREADS:
+        return None
+    return (f"on average {waiting:.2f} of this process's threads ({threads} torch threads) waited for a core that "
+            "other processes held: every figure is of a contended host and can be tens of times slow; rerun on a "
+            "quiet host, or with train.threads below the free cores (e.g. train.threads=1)")
+
