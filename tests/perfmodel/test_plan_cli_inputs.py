@@ -177,3 +177,14 @@ def test_every_plan_option_has_help_stating_its_default() -> None:
     assert lacking == []
     text = parser.format_help()
     assert "(default: 8)" in text and "(default: bf16)" in text  # --top, --precision
+
+
+def test_a_mistyped_option_is_named_not_taken_for_an_action(capsys: pytest.CaptureFixture) -> None:
+    """`--devcies 8` was "invalid choice: '8' (choose from 'calibrate', 'probe')" (outside audit 21, L1)."""
+    try:
+        rc = main(["plan", "--model", "llama3-8b", "--devcies", "8"])
+    except SystemExit as exc:
+        rc = exc.code
+    assert rc == 2 and "unrecognized arguments: --devcies" in capsys.readouterr().err
+    assert main(["plan", "--model", "llama3-8b", "8"]) == 2
+    assert "is not an action of stride plan" in capsys.readouterr().err
