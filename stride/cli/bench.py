@@ -130,7 +130,10 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
     except KeyboardInterrupt as exc:  # SweepStopped (SIGTERM, Ctrl-C), or a second signal's
         progress.close()
         done = len(journal.entries)
-        where = f"are in {out / 'results.json'}" if done else "(none finished, nothing written)"
+        # no results.json yet; the unfinished workload's folder stays for the resume (audit 21, L2: "nothing
+        # written" beside a folder of four files)
+        where = f"are in {out / 'results.json'}" if done else "(none finished: no results written; the unfinished " \
+            "workload's folder stays for the resume)"
         console.print(literal(f"stopped ({exc.args[0] if exc.args else 'interrupted'}): {done} of {len(plan)} run(s) "
                               f"finished {where}; rerun with --out {out} to resume"), soft_wrap=True)
         return None

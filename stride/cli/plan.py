@@ -553,7 +553,7 @@ def _plan_workload(args, hw, notes: list[str], eff) -> int:
     if not best:
         con.print("[red]no layout fits in memory[/]")
         return 1
-    t = Table(title="fitting layouts, fastest first")
+    t = Table(title="fitting layouts, fastest first (within 0.5 %: less memory first)")
     for col in ("#", "layout", "step s", "samples/s/dev", "MFU", "mem GiB"):
         t.add_column(col, justify="left" if col == "layout" else "right")
     for i, p in enumerate(res.ranked[: args.top], 1):
@@ -621,7 +621,8 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
             con.print(f"  {p.layout.short()}: needs {p.peak_mem_gib:.1f} GiB of {_usable(hw)}")
         return
     lo, hi, basis = interval
-    t = Table(title="fitting layouts, fastest first (80% interval from held-out residuals of the same kind)")
+    t = Table(title="fitting layouts, fastest first (within 0.5 %: less memory first; 80% interval from held-out "
+                    "residuals of the same kind)")
     for col in ("#", "layout", "step s", "80% interval", "tok/s/dev", "80% interval ", "MFU", "mem GiB", "$/step"):
         t.add_column(col, justify="left" if col == "layout" else "right")
     for i, p in enumerate(result.ranked[:top], 1):

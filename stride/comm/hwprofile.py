@@ -65,6 +65,10 @@ def profile_tables(rows: list[Row], backend: str, world: int) -> dict[str, dict]
 
 
 
+# a fitted bandwidth this far above the best any measured size reached is the slope of a latency floor, not a link
+BANDWIDTH_PAST_MEASURED = 1.5
+
+
 def unresolved(fit: dict) -> str | None:
     """Why a fit cannot go into a profile, or None if it can. The planner refuses a profile with beta = 0
     (a link that moves bytes in no time), and the fit holds beta at 0 where time did not grow with size. A fit
@@ -77,6 +81,11 @@ def unresolved(fit: dict) -> str | None:
     if not (isinstance(r2, int | float) and r2 >= MIN_R2):
         return (f"bandwidth not resolved (the fitted line explains under {MIN_R2:.0%} of the timings' variance, "
                 f"r2 below {MIN_R2}: noise)")
+    seen = [b / t * 1e-3 for b, t in zip(fit.get("sizes_bytes") or [], fit.get("time_us") or [], strict=False) if t > 0]
+    bw = 1e-3 / fit["beta_us_per_byte"]
+    if seen and bw > BANDWIDTH_PAST_MEASURED * max(seen):  # gloo send_recv: 6.87 GB/s fitted, 3.02 at most measured
+        return (f"bandwidth not resolved (the fit's {bw:.3g} GB/s is above every measured size's {max(seen):.3g} GB/s "
+                f"by more than {BANDWIDTH_PAST_MEASURED:g}x: a latency floor set its slope, audit 21 L3)")
     return None
 
 

@@ -53,8 +53,9 @@ def set_key(cfg: RunConfig, dotted: str, value: Any, where: str = "--set") -> No
                           + (_home(dotted) if len(parts) == 1 else ""))
     sec_name, key = parts
     sections = {f.name for f in dataclasses.fields(RunConfig)}
-    if sec_name not in sections:
-        raise ConfigError(f"{where}: unknown section `{sec_name}`{suggest(sec_name, sorted(sections))}")
+    if sec_name not in sections:  # the sections listed, as a TOML file's unknown [section] is (audit 21, L4)
+        raise ConfigError(f"{where}: unknown section `{sec_name}`{suggest(sec_name, sorted(sections))}; sections are "
+                          f"{', '.join(f.name for f in dataclasses.fields(RunConfig))}")
     specs = fields_of(sec_name)
     if key not in specs:
         full = [f"{sec_name}.{k}" for k in specs]

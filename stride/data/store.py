@@ -221,8 +221,10 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
     """Open a committed store; `verify` recomputes every checksum (reads every byte) and checks the contents."""
     path = Path(path)
     man_path = path / "manifest.json"
+    if not path.exists():  # "not a stride store: no manifest.json" read as if a folder were there (audit 21, L4)
+        raise StoreError(f"{path}: no such directory (a store is the folder `stride data ingest` or `synth` wrote)")
     if not man_path.is_file():
-        hint = " (an interrupted ingestion leaves only a .tmp- directory)" if path.exists() else ""
+        hint = " (an interrupted ingestion leaves only a .tmp- directory)"
         raise StoreError(f"{path}: not a stride store: no manifest.json{hint}")
     try:
         manifest = json.loads(man_path.read_text())
