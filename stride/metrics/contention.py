@@ -55,10 +55,15 @@ class ContentionClock:
         return max(0.0, (now - self.wait0) / wall)
 
 
-def contention_note(waiting: float | None, threads: int) -> str | None:
-    """A line for the run's summary where its threads waited for cores enough to move its figures, else None."""
+def contention_note(waiting: float | None, threads: int, cores: int | None = None) -> str | None:
+    """A line for the run's summary where its threads waited for cores enough to move its figures, else None. With
+    more threads than the process's usable `cores` the wait is its own (review of 2026-12-06, M2), and said so."""
     if waiting is None or waiting < CONTENDED_THREADS:
         return None
+    if cores is not None and threads > cores:
+        return (f"on average {waiting:.2f} of this process's threads waited for a core: its {threads} torch threads "
+                f"are more than the {cores} cores it may use, so they wait on each other; every figure can be many "
+                f"times slow; set train.threads <= {cores}")
     return (f"on average {waiting:.2f} of this process's threads ({threads} torch threads) waited for a core that "
             "other processes held: every figure is of a contended host and can be tens of times slow; rerun on a "
             "quiet host, or with train.threads below the free cores (e.g. train.threads=1)")

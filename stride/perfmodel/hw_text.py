@@ -27,8 +27,10 @@ _FAMILIES: list[tuple[str, str]] = [
     (r"\bh100[ -]?nvl\b(?!\d)", "h100-nvl"), (r"\bh[18]00\b", "h100-sxm"),
     (r"\ba[18]00\b", "a100-80gb"), (r"\bv100\b", "v100"), (r"\bl40s\b", "l40s"), (r"\bl40\b", "l40"),
     (r"\bh20\b", "h20"), (r"\ba30\b", "a30"), (r"\ba40\b", "a40"), (r"\ba10g\b", "a10g"), (r"\ba10\b", "a10"),
-    (r"\bl4\b", "l4"), (r"\bt4\b", "t4"), (r"\b(?:rtx[ -]?)?a6000\b", "rtx-a6000"),
-    (r"\brtx[ -]?6000[ -]?ada\b|\b6000 ada\b", "rtx-6000-ada"), (r"\b(?:rtx[ -]?)?3090[ -]?ti\b", "rtx-3090-ti"),
+    (r"\bl4\b", "l4"), (r"\bt4\b", "t4"),
+    # "A6000 Ada" / "RTX A6000 Ada" are common names of the RTX 6000 Ada: before the Ampere RTX A6000's rule
+    (r"\b(?:rtx[ -]?)?a?6000[ -]?ada\b", "rtx-6000-ada"), (r"\b(?:rtx[ -]?)?a6000\b", "rtx-a6000"),
+    (r"\b(?:rtx[ -]?)?3090[ -]?ti\b", "rtx-3090-ti"),
     (r"\b(?:rtx[ -]?)?3090\b", "rtx-3090"),
     (r"\b(?:rtx[ -]?)?4090\b", "rtx-4090"), (r"\bmi250x\b", "mi250x"), (r"\bmi210\b", "mi210"),
     (r"\bmi355x\b", "mi355x"), (r"\bmi350x\b", "mi350x"), (r"\bmi325x\b", "mi325x"), (r"\bmi300x\b", "mi300x"),
@@ -39,9 +41,10 @@ _FAMILIES: list[tuple[str, str]] = [
 # a datacenter generation named without its part ("NVIDIA Ampere GPUs (part not named in the paper)"): the one
 # training part of that generation at cluster scale, noted as assumed (after every named part: first match wins)
 _GENERATION_ONLY: list[tuple[str, str, str]] = [
-    (r"\bampere\b", "a100-80gb",
+    # not Ampere Altra (an Arm CPU), Jetson / Orin (embedded), GeForce or workstation Ampere cards
+    (r"^(?!.*\b(altra|jetson|orin|geforce|rtx|quadro|laptop)\b).*\bampere\b", "a100-80gb",
      "Ampere part not named: A100 SXM4 80GB assumed (an A800 computes the same, NVLink 400 GB/s)"),
-    (r"\bhopper\b", "h100-sxm", "Hopper part not named: H100 SXM5 80GB assumed"),
+    (r"^(?!.*\b(grace|jetson|geforce)\b).*\bhopper\b", "h100-sxm", "Hopper part not named: H100 SXM5 80GB assumed"),
 ]
 # parts users name that the catalog does not hold: refused with this name in the reason
 _KNOWN_MISSING = (r"\bb100\b", r"\bmi250\b", r"gaudi[ -]?1\b", r"tpu[ -]?v2\b", r"\brtx[ -]?(?:50\d0|[a-z]?\d{4}\b)",
@@ -184,8 +187,8 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
     if hw.name == "h100-sxm" and not re.search(r"sxm|hgx|dgx|nvl|pcie", low):
         notes.append("H100 form factor not stated: SXM assumed")
     for cut in ("h800", "a800"):  # the China-market H100 and A100: NVLink cut to 400 GB/s bidir (their datasheets)
-        if re.search(rf"\b{cut}\b", low):
-            changes["scaleup_bw_gbps"] = min(hw.scaleup_bw_gbps, 200.0)  # a PCIe card's link stays PCIe
+        if re.search(rf"\b{cut}\b", low) and hw.scaleup_bw_gbps > 200.0:  # a PCIe card's link stays PCIe
+            changes["scaleup_bw_gbps"] = 200.0
             notes.append(f"{cut.upper()}: NVLink 400 GB/s bidir")
     if mem is not None and abs(mem - hw.memory_gib) > 0.5:
         changes["memory_gib"] = mem

@@ -98,6 +98,10 @@ def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False) -> d
         states["grads"] += 4.0 * params  # DDP buckets copy the gradients (gradient_as_bucket_view=False)
     if lay.offload_optimizer:  # the fp32 master copy and the moments live on the host (offload.py)
         states["optimizer"] = 0.0
+        if lay.framework == "deepspeed":  # each reduced gradient partition is copied to the host's fp32 buffer as
+            # the backward produces it (stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu): the
+            # device holds the reduction buckets (the buffers' share), not the partition
+            states["grads"] = 0.0
     if lay.offload_params:  # sharded weights on the host; the gathered units are the buffers' (predict_memory)
         states["params"] = 0.0
         if fsdp:  # FSDP's CPU offload moves the sharded gradients to the host as they are reduced

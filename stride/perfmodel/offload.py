@@ -2,7 +2,8 @@
 
 Three mechanisms, each a Layout switch:
 - optimizer (DeepSpeed ZeRO-Offload `offload_optimizer: cpu`, FSDP's CPU offload): each rank's gradient shard goes
-  to the host as backward produces it (hidden under backward where it fits), the host runs the optimizer step over
+  to the host as backward produces it (hidden under backward where it fits; DeepSpeed every micro-batch, the running
+  sum coming back to be added to), the host runs the optimizer step over
   the shard, streaming its states at host memory bandwidth (DeepSpeed's vectorised CPU Adam is memory-bound: it
   reads the fp32 gradient, master weight and two moments and writes three of them and a 16-bit copy, 30 bytes a
   parameter), and the updated 16-bit weights come back before the next forward (not hidden);
@@ -57,11 +58,16 @@ def offload_time(lay: Layout, hw: Hardware, eff: Efficiency, *, opt_params: floa
         return out
     link = hw.host_link_bytes_per_s * HOST_COPY_EFFICIENCY
     if lay.offload_optimizer:
-        d2h = opt_params * grad_bytes / link
+        # DeepSpeed accumulates a step's micro-batches on the host: each micro-batch's gradient shard goes out, and
+        # the sum so far comes back to be added to (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu); the
+        # other frameworks accumulate on the device and send the step's sum once
+        outs, backs = (microbatches, microbatches - 1) if lay.framework == "deepspeed" else (1, 0)
+        d2h = outs * opt_params * grad_bytes / link
+        back = backs * opt_params * grad_bytes / link
         h2d = 0.0 if lay.offload_params else opt_params * weight_bytes / link  # else: in with the next gathers
         out.optimizer = opt_params * CPU_ADAM_BYTES_PER_PARAM / (hw.host_memory_bytes_per_s * CPU_OPTIMIZER_EFFICIENCY)
-        out.exposed += exposed(d2h, backward_s, eff) + h2d
-        out.bytes_moved += opt_params * (grad_bytes + (0 if lay.offload_params else weight_bytes))
+        out.exposed += exposed(d2h, outs * backward_s, eff) + exposed(back, backs * forward_s, eff) + h2d
+        out.bytes_moved += opt_params * ((outs + backs) * grad_bytes + (0 if lay.offload_params else weight_bytes))
     if lay.offload_params:
         h2d = microbatches * 2 * param_shard_bytes / link
         out.exposed += exposed(h2d, step_compute_s, eff)

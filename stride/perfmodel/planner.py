@@ -174,7 +174,8 @@ def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
                           f"pick a batch divisible by the data-parallel sizes (e.g. {devices})")
     preds = [predict(spec, lay, hw, global_batch, eff) for lay in layouts]
     notes: list[str] = []
-    if not any(p.fits for p in preds):  # nothing fits on the devices: what the framework's host offload buys
+    if not any(p.fits for p in preds) and not hw.cpu:  # nothing fits on the devices: what host offload buys (on a
+        # CPU host the device memory is the host's: offloading frees nothing, review of 2026-12-06 H1)
         extra = [v for lay in layouts for v in offload_variants(lay)]
         preds += [predict(spec, lay, hw, global_batch, eff) for lay in extra]
         if extra:
@@ -192,11 +193,12 @@ def offload_variants(lay: Layout) -> list[Layout]:
     (ZeRO-3); FSDP's CPU offload (parameters, gradients and optimizer together; fully sharded); Megatron-Core's
     --optimizer-cpu-offload (with the distributed optimizer)."""
     fw, z = lay.framework, lay.zero
+    one = lay.dp * lay.cp == 1  # one replica: ZeRO-Offload on one GPU (DeepSpeed stage 2/3 with nothing to shard)
     out = []
-    if (fw == "deepspeed" and z >= 1) or (fw.startswith("megatron") and z == 1):
+    if (fw == "deepspeed" and (z >= 1 or one)) or (fw.startswith("megatron") and (z == 1 or one)):
         out.append(replace(lay, offload_optimizer=True))
-    if fw in ("deepspeed", "fsdp1", "fsdp2") and z == 3:
-        out.append(replace(lay, offload_optimizer=True, offload_params=True))
+    if fw in ("deepspeed", "fsdp1", "fsdp2") and (z == 3 or one):
+        out.append(replace(lay, zero=3, offload_optimizer=True, offload_params=True))
     return out
 
 

@@ -459,8 +459,9 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         offload_optimizer=off_opt, offload_params=off_params, offload_activations=off_act,
     )
     if dp * cp == 1 and layout.zero:  # ZeRO/FSDP shards over dp x cp (Layout.state_shards): nothing to shard
-        layout = dataclasses.replace(layout, zero=0, offload_params=False, offload_optimizer=layout.offload_optimizer
-                                     or layout.offload_params)
+        # ...but a parameter offload keeps the layout's stage 3 (DeepSpeed offload_param on one GPU: the parameters
+        # live on the host and come in for each use)
+        layout = dataclasses.replace(layout, zero=3 if layout.offload_params else 0)
     return RowInputs(rid, spec, layout, hw, gb, recompute is None, None, tuple(notes),
                      rt.memory_kind(" ".join(str(row.get(k) or "") for k in ("notes", "meas_peak_mem_gib"))),
                      zero_auto=rt.unstated(str(row.get("zero_or_fsdp") or "")) and dp > 1,

@@ -81,15 +81,22 @@ _OFFLOAD_OPTIMIZER = r"offload[ _]?optim|optim\w*\W{1,3}(cpu\W{1,3})?offload|zer
 
 
 def offload_switches(zero_text: str | None, recompute_text: str | None) -> tuple[bool, bool, int]:
-    """(optimizer, parameters, activation blocks; -1 = every block) the row's words put on the host."""
-    z = (zero_text or "").lower().replace("-", "_")
-    params = offloads(z) and bool(re.search(_OFFLOAD_PARAMS, z))
-    optimizer = offloads(z) and (params and "fsdp" in z or bool(re.search(_OFFLOAD_OPTIMIZER, z)))
+    """(optimizer, parameters, activation blocks; -1 = every block) the row's words put on the host. Each clause
+    (split at , ; and parentheses) is read alone, so "offload_optimizer: cpu, offload_param: none" offloads the
+    optimizer only and a "pin_memory=false" beside an offload cancels nothing (review of 2026-12-06, M3)."""
+    z = (zero_text or "").lower().replace("-", "_").replace("w/o", "without")
+    fsdp = "fsdp" in z
+    optimizer = params = False
+    for clause in (c for c in re.split(r"[,;()]", z) if offloads(c)):
+        p = bool(re.search(_OFFLOAD_PARAMS, clause)) or (fsdp and bool(re.search(r"cpu[ _]?offload", clause)))
+        params |= p
+        optimizer |= p and fsdp or bool(re.search(_OFFLOAD_OPTIMIZER, clause))
     r = (recompute_text or "").lower().replace("-", "_")
     blocks = 0
     if offloads(r) and not re.search(r"remat_policy|_offloaded", r):
-        m = re.search(r"offload\w*?num_?layers\W{0,3}(\d+)|(\d+)\s*(?:layers?|blocks?)\W{0,3}offload", r)
-        blocks = int(m.group(1) or m.group(2)) if m else -1
+        m = re.search(r"offload\w*?num_?layers\W{0,3}(\d+)|(\d+)\s*(?:layers?|blocks?)\W{0,3}offload|"
+                      r"offload\w*\s+(?:of\s+)?(\d+)\s*(?:layers?|blocks?)", r)
+        blocks = int(next(g for g in m.groups() if g)) if m else -1
     return optimizer, params, blocks
 
 
@@ -225,8 +232,12 @@ _RECOMPUTE_WORDS = [
     # checkpointing named by module: OLMo-core's `selected_modules: blocks.*.feed_forward` re-runs the FFN; the
     # DeepSeek-V3 report's "recomputation of all RMSNorm operations and MLA up-projections" is Megatron's selective
     # module list (norms, mla_up_proj) in words
-    (r"selected_modules\W.*\b(feed_forward|ffn|mlp)\b", "mlp"),
-    (r"recomputation of\b.*\b(norms?|rmsnorm|layernorm|up[-_ ]?proj\w*)\b", "selective"),
+    (r"selected_modules\W(?!.*attention).*\b(feed_forward|ffn|mlp)\b", "mlp"),
+    (r"selected_modules\W.*attention.*\b(feed_forward|ffn|mlp)\b|selected_modules\W.*\b(feed_forward|ffn|mlp)\b"
+     r".*attention", "full"),
+    (r"selected_modules\W.*attention", "selective"),
+    (r"^(?!.*\b(full|every layer|all layers|whole)\b).*recomputation of\b.*\b(norms?|rmsnorm|layernorm|"
+     r"up[-_ ]?proj\w*)\b", "selective"),
     # Megatron's --recompute-activations is selective (arguments.py: "recompute activation to allow for training
     # with larger models ... selective"); torchtitan's SAC is selective activation checkpointing
     (r"selective|attention core|core attention|\bsac\b|recompute[-_ ]activations\b", "selective"),
@@ -278,7 +289,8 @@ def recompute(text: str) -> str | None:
     # (--gradient_checkpointing); fsdp_activation_checkpointing false") -> the one that is on. A config's granularity
     # key decides alone ("recompute_granularity None; recompute_method uniform": the method is unused)
     clauses = _top_level_clauses(text or "")
-    if len(clauses) > 1 and not re.search(r"granularity|\bacg\b", (text or "").lower()):
+    # a module list is one statement across its commas ("selected_modules: blocks.*.attention, blocks.*.feed_forward")
+    if len(clauses) > 1 and not re.search(r"granularity|\bacg\b|selected_modules", (text or "").lower()):
         # a clause about something else ("CUDA graphs on", NeMo's GB200 rows) says nothing of recompute: its
         # bare "on" is not a mode
         modes = {_recompute_words(c) for c in clauses if re.search(_NAMES_RECOMPUTE, c.lower())} - {None}

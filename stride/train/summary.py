@@ -144,7 +144,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         # this process's threads waiting for a core, on average over the loop (other processes on the host): above a
         # quarter of a thread the figures are of a contended host and `contention_note` says so (audit 21, H1)
         "run_queue_waiting_threads": tally.waiting_threads,
-        "contention_note": contention_note(tally.waiting_threads, torch.get_num_threads())
+        "contention_note": contention_note(tally.waiting_threads, torch.get_num_threads(), usable_cores())
         if tr.device.type == "cpu" else None,
         # per rank under every layout (MFU is against one device's peak): the model FLOPs of this rank's batch,
         # under TP its group's / tp, under pp the mean stage's (docs/parallel.md); their sum over ranks is the step's

@@ -28,6 +28,8 @@ PARTS = {
     "NVIDIA L40 48GB": ("l40", 181, 48, 32),
     "A40": ("a40", 149.7, 48, 32),
     "RTX A6000": ("rtx-a6000", 154.8, 48, 32),
+    "A6000 Ada": ("rtx-6000-ada", 364.2, 48, 32),  # a common name of the RTX 6000 Ada (review M6)
+    "RTX A6000 Ada": ("rtx-6000-ada", 364.2, 48, 32),
     "RTX 6000 Ada Generation": ("rtx-6000-ada", 364.2, 48, 32),
     "GeForce RTX 3090": ("rtx-3090", 71, 24, 32),  # GeForce: FP32 accumulate at half the FP16-accumulate rate
     "RTX 3090 Ti": ("rtx-3090-ti", 80, 24, 32),
@@ -98,3 +100,14 @@ def test_a_generation_named_without_its_part_is_its_training_part_noted_as_assum
 def test_a_named_part_missing_from_the_catalog_is_not_taken_for_its_generation() -> None:
     with pytest.raises(ValueError, match="`RTX A5000`"):
         resolve("RTX A5000 (Ampere)", CAT)
+
+
+@pytest.mark.parametrize("text", ["Ampere Altra", "Jetson AGX Orin (Ampere)", "GeForce Ampere laptop GPU"])
+def test_an_ampere_that_is_no_datacenter_gpu_is_not_an_a100(text: str) -> None:
+    with pytest.raises(ValueError):
+        resolve(text, CAT)
+
+
+def test_an_a800_pcie_keeps_its_pcie_link_and_is_not_said_nvlink() -> None:
+    hw, notes = resolve("A800 PCIe 80GB", CAT)
+    assert hw.scaleup_bw_gbps == 32 and not any("NVLink" in n for n in notes)

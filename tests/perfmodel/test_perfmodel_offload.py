@@ -37,6 +37,13 @@ BASE = Layout(dp=4, zero=3, micro_batch=1, recompute="full", framework="deepspee
     ("", "activation offloading to CPU", (False, False, -1)),
     ("", "cpu_offloading_num_layers=None", (False, False, 0)),
     ("", "remat_policy=qkv_proj_offloaded", (False, False, 0)),  # MaxText's policy: remat, not host offload
+    # each clause alone (review of 2026-12-06, M3): a "none" beside another clause's offload cancels only its own
+    ("offload_param: none, offload_optimizer: cpu", "", (True, False, 0)),
+    ("offload_optimizer: cpu, offload_param: none", "", (True, False, 0)),
+    ("ZeRO-3 with offload, pin_memory=false", "", (True, False, 0)),
+    ("ZeRO-3 w/o offload", "", (False, False, 0)),
+    ("ZeRO-3 with CPU offload", "", (True, False, 0)),  # DeepSpeed's "CPU offload": the optimizer
+    ("", "offload 10 layers", (False, False, 10)),
 ])
 def test_offload_words(zero_text: str, rc_text: str, want: tuple) -> None:
     assert offload_switches(zero_text, rc_text) == want
@@ -104,3 +111,21 @@ def test_the_planner_turns_to_offload_only_when_nothing_fits() -> None:
     assert any("host offload" in n for n in res.notes)
     roomy = search(SPEC, CAT.get("h100-sxm"), 8, 64, EFF, framework="deepspeed")
     assert roomy.ranked and not any("offload" in p.layout.short() for p in roomy.ranked + roomy.rejected_memory)
+
+
+def test_deepspeed_sends_every_micro_batch_and_keeps_16_bit_gradients() -> None:
+    """ZeRO-Offload accumulates on the host: m micro-batches move m gradient shards out and m - 1 sums back (review
+    of 2026-12-06, M7); the device keeps no gradient partition (each goes to the host's fp32 buffer)."""
+    hw = CAT.get("a100-80gb")
+    lay = dataclasses.replace(BASE, offload_optimizer=True)
+    one, many = predict(SPEC, lay, hw, 4, EFF), predict(SPEC, lay, hw, 64, EFF)  # 1 and 16 micro-batches a replica
+    assert many.comm_bytes_per_device["host"] > 20 * one.comm_bytes_per_device["host"]
+    assert one.memory_bytes["grads"] == 0
+
+
+def test_offload_is_planned_on_one_device_and_never_on_a_cpu_host() -> None:
+    one = search(SPEC, CAT.get("rtx-4090"), 1, 8, EFF, framework="deepspeed")
+    assert one.ranked and all("offload" in p.layout.short() for p in one.ranked)
+    cpu = search(TransformerSpec(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, act="swiglu",
+                                 vocab=128256, seq=4096), CAT.get("epyc-9654"), 2, 8, EFF, framework="deepspeed")
+    assert not any("offload" in p.layout.short() for p in cpu.ranked + cpu.rejected_memory)

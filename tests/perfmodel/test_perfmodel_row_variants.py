@@ -232,6 +232,9 @@ RECOMPUTE = [
     ("recomputation of all RMSNorm operations and MLA up-projections during back-propagation", "selective"),
     ("selected_modules: blocks.*.feed_forward (TransformerActivationCheckpointingMode.selected_modules)", "mlp"),
     ("no recomputation", "none"),
+    ("full recomputation of every layer including the layernorm", "full"),  # review of 2026-12-06, M4
+    ("selected_modules: blocks.*.attention, blocks.*.feed_forward", "full"),
+    ("selected_modules: blocks.*.attention", "selective"),
 ]
 
 

@@ -55,8 +55,10 @@ def test_a_thread_sharing_its_core_with_a_busy_process_is_measured_waiting() -> 
 
 def test_the_note_names_the_wait_and_the_way_out() -> None:
     assert contention_note(None, 2) is None and contention_note(CONTENDED_THREADS / 2, 2) is None
-    note = contention_note(0.87, 2)
-    assert note is not None and "0.87" in note and "train.threads=1" in note
+    note = contention_note(0.87, 2, 2)
+    assert note is not None and "0.87" in note and "other processes" in note and "train.threads=1" in note
+    own = contention_note(1.53, 4, 2)  # more threads than cores: the wait is the run's own (review M2)
+    assert own is not None and "more than the 2 cores" in own and "other processes" not in own
 
 
 def test_a_run_records_its_threads_wait_and_notes_a_starved_one(tmp_path, monkeypatch, caplog) -> None:
@@ -84,6 +86,8 @@ def test_a_sweep_speedup_from_a_capped_or_starved_lone_rate_is_labelled_unreliab
     bad = SoloRate(37.0, [37.0, 37.5], 1, 3.45, 12, capped=True, waiting_threads=0.9)
     why = bad.unreliable()
     assert why and "cap" in why and "windows of 1 step" in why and "0.90 threads" in why
+    slow = SoloRate(5.0, [5.0, 5.02, 4.98], 1, 3.0, 12)  # a slow model's 1-step windows, steady: by design (M1)
+    assert slow.unreliable() is None
     pack = {"wall_s": 10.0, "time": 10.0, "train_s": 8.0, "one_by_one_rate": bad.as_dict()}
     c = cost([{"one_by_one_s": 280.0}], [pack], None)
     assert c["train_speedup"] == pytest.approx(35.0) and c["speedup_unreliable"] == why
