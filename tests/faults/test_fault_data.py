@@ -225,7 +225,7 @@ def test_a_store_or_column_missing_in_train_is_one_line(store: Path, tmp_path: P
             "--set", "train.steps=1", "--set", "train.batch_size=4", "--set", "data.seq_len=8",
             "--set", "data.horizons=[1]"]
     res = stride_main("train", *base, "--set", f"data.store={tmp_path / 'nope'}")
-    one_line_error(res, "`data.store`", "nope", "not a stride store")
+    one_line_error(res, "`data.store`", "nope", "no such directory")
     res = stride_main("train", *base, "--set", f"data.store={store}", "--set", 'data.columns=["F1"]')
     one_line_error(res, "`data.columns`", "no column 'F1'", "did you mean 'f1'")
 
