@@ -115,12 +115,21 @@ def run(args: argparse.Namespace) -> int:
     cb = ProfilerCallback(traces, wait=args.wait, warmup=args.warmup, active=args.steps)
     trainer = Trainer(config=cfg, out=args.out, callbacks=[cb], overwrite=args.overwrite)
     result = trainer.fit()
+    on_cpu = trainer.device.type == "cpu"
+    # the trainer (its model, an FSDP2 mesh) holds the process groups: drop it and them now, not at interpreter exit,
+    # where a gloo thread ended by the finalizing interpreter aborted rank 1 (SIGABRT, "terminate called without an
+    # active exception": 1 of the CI runs of 2026-12-06), as `stride train` does
+    del trainer
+    if world > 1:
+        from stride.cli.train import release_process_groups
+
+        release_process_groups()
     if rank != 0:
         return 0  # rank 0 analyses every rank's trace
     if world > 1:
         wait_for_traces(cb.out_dir, world)
     speeds = None
-    if trainer.device.type == "cpu" and cfg.train.precision == "fp32" and world == 1:
+    if on_cpu and cfg.train.precision == "fp32" and world == 1:
         speeds = workload_speeds(args.config, args.overrides)
     report = analyze_traces([cb.out_dir], run_precision=cfg.train.precision,
                             dtype_speeds=(lambda t: speeds) if speeds
