@@ -282,6 +282,14 @@ def _run_alone(cfg: RunConfig, steps: int, skip: int, limit_s: float | None = No
     return list(trainer.timer.step_seconds), False
 
 
+def _on_cpu(cfg: RunConfig) -> bool:
+    """The Trainer of `cfg` runs on the CPU (train.device cpu, or auto without CUDA)."""
+    import torch
+
+    device = cfg.train.device
+    return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+
+
 def measure_solo(cfg: RunConfig) -> SoloRate:
     """Samples/s of one model of `cfg` trained alone by the ordinary Trainer, measured to hold (module docstring).
 
@@ -299,7 +307,9 @@ def measure_solo(cfg: RunConfig) -> SoloRate:
         waits = ContentionClock()
         waits.start()
         times, capped = _run_alone(cfg, SOLO_SKIP + SOLO_WINDOWS * n, SOLO_SKIP, SOLO_MAX_S)
-        waiting = waits.waiting_threads()
+        # the host's threads matter where they run the model: on a GPU they only launch kernels (review L5), and
+        # the run summaries say contention on CPU runs only
+        waiting = waits.waiting_threads() if _on_cpu(cfg) else None
         times = times[SOLO_SKIP:]
     except TrainingDiverged:
         return SoloRate(0.0, [], 0, 0.0, 0)
