@@ -192,7 +192,8 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: li
         # already: full recompute's input; selective with a flash core saves as much as none, so nothing more)
         acts = k * (n_blocks - out) * a_mean + (a_mean if out else 0.0) + (a_full - a_layer if rc != "none" else 0.0)
         train = {**_states(lay, p, gbytes), "activations": acts,
-                 "buffers": scratch + gathered + (logits if with_logits else 0.0)}
+                 # current and prefetched unit: one where the stage holds one block (audit 22, F6: counted twice)
+                 "buffers": scratch + gathered * min(2, max(n_blocks, 1)) / 2 + (logits if with_logits else 0.0)}
         step = {**_states(lay, p, gbytes, at_step=True), "activations": 0.0, "buffers": 0.0}
         return max(train, step, key=lambda parts: sum(parts.values()))
 

@@ -98,3 +98,14 @@ def test_f9_model_takes_a_sliding_window_for_every_block_unless_told() -> None:
     spec = parse_model_spec("llama3-8b,window=4096")
     assert (spec.window, spec.window_layers) == (4096, 32)
     assert parse_model_spec("llama3-8b,window=4096,window_layers=16").window_layers == 16
+
+
+def test_f6_a_one_block_fsdp_stage_gathers_one_unit_not_two() -> None:
+    """Current and prefetched unit are one where the stage holds one block (counted twice before: ZeRO-3 needed
+    2.6x ZeRO-2's memory on a 1-layer model)."""
+    def buffers(layers: int) -> float:
+        spec = TransformerSpec(layers=layers, hidden=8192, heads=64, kv_heads=64, ffn=32768, act="gelu", vocab=8,
+                               seq=16)
+        return predict(spec, Layout(dp=8, zero=3, framework="fsdp2"), H100, 8, EFF).memory_bytes["buffers"]
+
+    assert buffers(1) == pytest.approx(buffers(4) / 2, rel=0.01)
