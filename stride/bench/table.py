@@ -58,9 +58,9 @@ def noisy_note(workloads: list[dict[str, Any]]) -> str:
                 "their figures do not compare with a quiet run's (rerun, or compare with `stride compare`, which "
                 "widens its noise band by the spread)")
     if starved:
-        out += (f"\nthreads waiting for cores other processes held ({', '.join(starved)} threads on average): these "
-                "figures are of a contended host and can be tens of times slow, whatever their spread (rerun on a "
-                "quiet host, or with train.threads=1)")
+        out += (f"\nthreads waiting for cores ({', '.join(starved)} threads on average; results.json "
+                "`contention_note` says whose): these figures are of a contended host and can be tens of times slow, "
+                "whatever their spread (rerun on a quiet host, or with fewer train.threads)")
     return out
 
 
