@@ -87,6 +87,13 @@ def cost_unit(throughput_unit: str) -> str:
 def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, str]:
     """(kind, advice) of one workload entry; `precision` is the lower-precision advice that the
     measurements allow (see `precision_evidence`), None where none measured faster."""
+    if w.get("contention_note"):  # a starved run's phase shares are of the host, not the model (audit 21, H1: the
+        # contention was diagnosed as an optimizer bottleneck, "compile the optimizer step")
+        waiting = w.get("run_queue_waiting_threads")
+        many = f"{waiting:.2f} threads on average" if isinstance(waiting, int | float) else "its threads"
+        return "contended host", (f"the run's threads waited for cores ({many}): its phase shares and rates are of "
+                                  "a contended host, not of the workload; rerun on a quiet host (or with fewer "
+                                  "train.threads) before acting on a bottleneck")
     b = w["step_time_breakdown_s"]
     total = sum(b.values()) or 1.0
     share = {k: v / total for k, v in b.items()}

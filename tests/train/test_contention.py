@@ -93,3 +93,13 @@ def test_a_sweep_speedup_from_a_capped_or_starved_lone_rate_is_labelled_unreliab
     assert c["train_speedup"] == pytest.approx(35.0) and c["speedup_unreliable"] == why
     assert cost([{"one_by_one_s": 280.0}], [{**pack, "one_by_one_rate": good.as_dict()}], None)[
         "speedup_unreliable"] is None
+
+
+def test_a_contended_workload_gets_no_bottleneck_advice() -> None:
+    """Audit 21: a starved mlp_tiny was told to compile its optimizer step (the optimizer read 33 % of the step)."""
+    from stride.report.recommend import bottleneck
+
+    w = {"step_time_breakdown_s": {"forward": 0.2, "backward": 0.4, "optimizer": 0.4}, "mfu": 0.004,
+         "contention_note": "on average 0.98 ...", "run_queue_waiting_threads": 0.98}
+    kind, advice = bottleneck(w)
+    assert kind == "contended host" and "0.98 threads" in advice and "compile" not in advice
