@@ -86,7 +86,7 @@ def unresolved(fit: dict) -> str | None:
     bw = 1e-3 / fit["beta_us_per_byte"]
     # gloo send_recv: 6.87 GB/s fitted at r2 0.66, 3.02 at most measured; a clean fit (r2 >= CLEAN_R2) is kept, as
     # a fast link's at a short sweep (NVLink: 330 GB/s fitted, 182 measured at 16 MB) is
-    if seen and isinstance(r2, int | float) and r2 < CLEAN_R2 and bw > BANDWIDTH_PAST_MEASURED * max(seen):
+    if seen and r2 < CLEAN_R2 and bw > BANDWIDTH_PAST_MEASURED * max(seen):
         return (f"bandwidth not resolved (the fit's {bw:.3g} GB/s is above every measured size's {max(seen):.3g} GB/s "
                 f"by more than {BANDWIDTH_PAST_MEASURED:g}x: a latency floor set its slope, audit 21 L3)")
     return None

@@ -67,4 +67,3 @@ def contention_note(waiting: float | None, threads: int, cores: int | None = Non
     return (f"on average {waiting:.2f} of this process's threads ({threads} torch threads) waited for a core that "
             "other processes held: every figure is of a contended host and can be tens of times slow; rerun on a "
             "quiet host, or with train.threads below the free cores (e.g. train.threads=1)")
-

@@ -333,8 +333,8 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     n_tok = global_batch * spec.seq
     # MFU and HFU count the attention core's causal half (what the kernel runs: causal_model_flops), a recomputed
     # core's too
-    halved = model_flops(spec, n_tok) - causal_model_flops(spec, n_tok)  # 3 passes' halves (forward, 2x backward)
-    mflops = model_flops(spec, n_tok) - halved
+    mflops = causal_model_flops(spec, n_tok)
+    halved = model_flops(spec, n_tok) - mflops  # 3 passes' halves (forward, 2x backward)
     rc_exec = lay.recompute if lay.recompute in ("none", "selective", "full") else \
         "selective" if lay.recompute == "op-sac" else "full"
     hflops = executed_flops(spec, n_tok, rc_exec) - halved * (4 / 3 if rc_exec != "none" else 1)

@@ -168,8 +168,7 @@ def causal_model_flops(spec: TransformerSpec, tokens: int) -> float:
     """Model FLOPs with the attention core's causal half only: what a causal kernel runs, and Megatron-Core's own
     count since 2025-03 (measured.py). A step cannot do more of these per second than the peak, so the planner's MFU
     stays under 100 % where attention dominates (the full square counted 1.02x at 262k tokens, audit 22)."""
-    core = sum(g.flops for g in layer_gemms(spec, spec.seq) if g.name in ATTENTION_CORE) * tokens / spec.seq
-    return model_flops(spec, tokens) - 1.5 * spec.layers * core
+    return model_flops(spec, tokens) - 1.5 * recompute_flops(spec, tokens, "selective")  # selective = every core
 
 
 def executed_flops(spec: TransformerSpec, tokens: int, recompute: str = "none") -> float:

@@ -50,6 +50,7 @@ MESHES: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {"hybrid-cube-mesh":
 HOST_LINK_GBPS = 32.0
 HOST_MEMORY_GBPS = 50.0
 
+
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator (or CPU socket) and the fabric around it; SI units in fields' names."""

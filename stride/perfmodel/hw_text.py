@@ -176,10 +176,10 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
     if mem is not None and not 1 <= mem <= 10000:
         raise ValueError(f"gpu {raw!r}: memory {mem:g} GB is not a device's memory (1-10000 GB per device); write "
                          "the per-device size, e.g. '80GB'")
-    small = _SMALLER_MEMORY.get(hw.name)
-    if small and mem is not None and mem <= catalog.devices.get(small, hw).memory_gib and small in catalog.devices:
-        hw = catalog.devices[small]
-    elif small and mem is None:
+    small = catalog.devices.get(_SMALLER_MEMORY.get(hw.name, ""))
+    if small is not None and mem is not None and mem <= small.memory_gib:
+        hw = small
+    elif hw.name in _SMALLER_MEMORY and mem is None:
         notes.append(f"A100 memory size not stated: {hw.memory_gib:g}GB assumed")
     if hw.name == "mi250x" and mem is not None and abs(mem - 2 * hw.memory_gib) <= 0.5:
         notes.append(f"MI250X {mem:g} GB is the package's two GCDs: one GCD ({hw.memory_gib:g} GB) per device")

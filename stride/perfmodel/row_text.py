@@ -68,6 +68,11 @@ _NO_OFFLOAD = (r"\b(no|without|disabled?|not)\W{1,3}((cpu|activation|optimizer|p
                r"offload\w*\W{0,3}(not (stated|given|known|said)|unstated|unknown|n/a|unclear)")
 
 
+def _offloads_to_host(text: str | None) -> bool:
+    """The text offloads to the host, not a MaxText remat policy's "offloaded" (qkv_proj_offloaded: recompute)."""
+    return offloads(text) and not re.search(r"remat_policy|_offloaded", (text or "").lower())
+
+
 def offloads(text: str | None) -> bool:
     """The text says something is offloaded to the host (not only that offloading is off)."""
     low = re.sub(_NO_OFFLOAD, " ", (text or "").lower().replace("-", "_"))
@@ -93,7 +98,7 @@ def offload_switches(zero_text: str | None, recompute_text: str | None) -> tuple
         optimizer |= p and fsdp or bool(re.search(_OFFLOAD_OPTIMIZER, clause))
     r = (recompute_text or "").lower().replace("-", "_")
     blocks = 0
-    if offloads(r) and not re.search(r"remat_policy|_offloaded", r):
+    if _offloads_to_host(r):
         m = re.search(r"offload\w*?num_?layers\W{0,3}(\d+)|(\d+)\s*(?:layers?|blocks?)\W{0,3}offload|"
                       r"offload\w*\s+(?:of\s+)?(\d+)\s*(?:layers?|blocks?)", r)
         blocks = int(next(g for g in m.groups() if g)) if m else -1
@@ -275,7 +280,7 @@ def recompute(text: str) -> str | None:
     """Recompute mode from words, or None where the row does not say (chosen later: cheapest that fits)."""
     if unstated(text):
         return None
-    if offloads(text) and not re.search(r"remat_policy|_offloaded", (text or "").lower()):
+    if _offloads_to_host(text):
         # the offload clauses are offload_switches'; the rest says the recompute mode, or nothing
         text = re.sub(r"[^;,()]*offload\w*[^;,()]*(\([^)]*\))?", " ", text or "")
         if unstated(text.strip(" ;,()")):

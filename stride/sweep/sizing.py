@@ -283,11 +283,10 @@ def _run_alone(cfg: RunConfig, steps: int, skip: int, limit_s: float | None = No
 
 
 def _on_cpu(cfg: RunConfig) -> bool:
-    """The Trainer of `cfg` runs on the CPU (train.device cpu, or auto without CUDA)."""
-    import torch
+    """The Trainer of `cfg` runs on the CPU (the device it resolves `train.device` to)."""
+    from stride.train.device import resolve_device
 
-    device = cfg.train.device
-    return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    return resolve_device(cfg.train.device).type == "cpu"
 
 
 def measure_solo(cfg: RunConfig) -> SoloRate:
