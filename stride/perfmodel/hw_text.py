@@ -25,18 +25,28 @@ _FAMILIES: list[tuple[str, str]] = [
     (r"\bgh200\b|grace[ -]?hopper", "gh200"), (r"\bh200\b", "h200"),
     (r"\bh[18]00\b.*\bpcie\b|\bh[18]00-pcie", "h100-pcie"),
     (r"\bh100[ -]?nvl\b(?!\d)", "h100-nvl"), (r"\bh[18]00\b", "h100-sxm"),
+    (r"\bb100\b", "b100"),
     (r"\ba[18]00\b", "a100-80gb"), (r"\bv100\b", "v100"), (r"\bl40s\b", "l40s"), (r"\bl40\b", "l40"),
+    (r"\bl20\b", "l20"),
     (r"\bh20\b", "h20"), (r"\ba30\b", "a30"), (r"\ba40\b", "a40"), (r"\ba10g\b", "a10g"), (r"\ba10\b", "a10"),
     (r"\bl4\b", "l4"), (r"\bt4\b", "t4"),
     # "A6000 Ada" / "RTX A6000 Ada" are common names of the RTX 6000 Ada: before the Ampere RTX A6000's rule
     (r"\b(?:rtx[ -]?)?a?6000[ -]?ada\b", "rtx-6000-ada"), (r"\b(?:rtx[ -]?)?a6000\b", "rtx-a6000"),
+    # the Blackwell workstation / server card: "RTX PRO 6000", "RTX 6000 Blackwell" (not the Turing Quadro RTX 6000)
+    (r"\brtx[ -]?pro[ -]?6000\b|\brtx[ -]?6000[ -]?blackwell\b", "rtx-pro-6000-blackwell"),
+    # the Ampere RTX A5000 / A4000, not the RTX 5000 / 4000 Ada ("A5000 Ada" is refused by name below)
+    (r"\b(?:rtx[ -]?)?a5000\b(?![ -]?ada)", "rtx-a5000"), (r"\b(?:rtx[ -]?)?a4000\b(?![ -]?ada)", "rtx-a4000"),
     (r"\b(?:rtx[ -]?)?3090[ -]?ti\b", "rtx-3090-ti"),
     (r"\b(?:rtx[ -]?)?3090\b", "rtx-3090"),
-    (r"\b(?:rtx[ -]?)?4090\b", "rtx-4090"), (r"\bmi250x\b", "mi250x"), (r"\bmi210\b", "mi210"),
+    (r"\b(?:rtx[ -]?)?4090\b", "rtx-4090"), (r"\b(?:rtx[ -]?)?5090\b(?![ -]?(?:ti|d)\b)", "rtx-5090"),
+    (r"\bmi250x\b", "mi250x"), (r"\bmi250\b", "mi250"), (r"\bmi210\b", "mi210"), (r"\bmi100\b", "mi100"),
     (r"\bmi355x\b", "mi355x"), (r"\bmi350x\b", "mi350x"), (r"\bmi325x\b", "mi325x"), (r"\bmi300x\b", "mi300x"),
     (r"gaudi[ -]?3|hl-325", "gaudi3"), (r"gaudi[ -]?2|hl-225", "gaudi2"),
+    # Trainium (Trn1): one device = one NeuronCore-v2 (see _neuron_device); Trainium2/3 are refused by name below
+    (r"trainium(?![ -]?[23]\b)|\btrn1n?\b|neuron ?core-?v2", "trainium"),
     (r"\bv6e\b|trillium", "tpu-v6e"), (r"\bv5p\b", "tpu-v5p"),
     (r"\bv5e\b|v5 ?lite", "tpu-v5e"), (r"tpu[ -]?v4\b|\bv4-\d+\b", "tpu-v4"), (r"tpu[ -]?v3\b|\bv3-\d+\b", "tpu-v3"),
+    (r"tpu[ -]?v2\b|\bv2-\d+\b", "tpu-v2"),
 ]
 # a datacenter generation named without its part ("NVIDIA Ampere GPUs (part not named in the paper)"): the one
 # training part of that generation at cluster scale, noted as assumed (after every named part: first match wins)
@@ -47,8 +57,9 @@ _GENERATION_ONLY: list[tuple[str, str, str]] = [
     (r"^(?!.*\b(grace|jetson|geforce)\b).*\bhopper\b", "h100-sxm", "Hopper part not named: H100 SXM5 80GB assumed"),
 ]
 # parts users name that the catalog does not hold: refused with this name in the reason
-_KNOWN_MISSING = (r"\bb100\b", r"\bmi250\b", r"gaudi[ -]?1\b", r"tpu[ -]?v2\b", r"\brtx[ -]?(?:50\d0|[a-z]?\d{4}\b)",
-                  r"\brtx\b", r"\bp100\b", r"\ba[2-6]000\b", r"trainium", r"\bmi100\b", r"\bcs-?[23]\b", r"\bipu\b")
+_KNOWN_MISSING = (r"trainium[ -]?[23]\b|\btrn[23]\b", r"gaudi[ -]?1\b", r"\b(?:rtx[ -]?)?a?[45]000[ -]?ada\b",
+                  r"\brtx[ -]?(?:50\d0(?:[ -]?(?:ti|d)\b)?|[a-z]?\d{4}\b)", r"\brtx\b", r"\bp100\b", r"\ba[2-6]000\b",
+                  r"\bcs-?[23]\b", r"\bipu\b")
 # the same part with less memory, picked where the text gives a size at most the smaller one's
 _SMALLER_MEMORY = {"a100-80gb": "a100-40gb", "a100-pcie-80gb": "a100-pcie-40gb"}
 # card forms a part also comes in, with other clocks, power, memory and no NVSwitch ("A100 PCIe", "H200 NVL"):
@@ -60,7 +71,8 @@ DESCRIBE_EXAMPLE = "e.g. 'H100 SXM 96GB 3.35TB/s @ 500 W' or 'H100 SXM 835 TFLOP
 _LINK_CLAUSE = (r"nvlink|nvswitch|pci-?e|infiniband|\bib\b|roce|ethernet|\bgbe\b|xgmi|infinity fabric|\bici\b|"
                 r"\blinks?\b|interconnect|network|\bnics?\b|bidir|per direction|each way|scale-?(?:up|out)|fabric|"
                 r"connectx|\bdcn\b|\befa\b")
-_TPU_CORES = {"tpu-v3": 2, "tpu-v4": 2, "tpu-v5p": 2}  # `v3-N` / `v4-N` / `v5p-N` slices count TensorCores, 2 per chip
+# `v2-N` / `v3-N` / `v4-N` / `v5p-N` slices count TensorCores, 2 per chip
+_TPU_CORES = {"tpu-v2": 2, "tpu-v3": 2, "tpu-v4": 2, "tpu-v5p": 2}
 
 # Cloud instances and VM families users name instead of the part: (pattern, the part as text, scale-out GB/s
 # per GPU). Recalled from the providers' instance pages (AWS EC2 P4/P5/P6 accelerated-computing table, GCP
@@ -151,10 +163,32 @@ def resolve(text: str | None, catalog: Catalog) -> tuple[Hardware, list[str]]:
             raise ValueError(f"gpu {raw!r}: {what} (known: {', '.join(catalog.names())}); add it with "
                              f"--hardware-file or describe it from a catalog part ({DESCRIBE_EXAMPLE})") from None
         hw = _form_factor(catalog.devices[name], re.split(r"[ -]", said)[0], raw, low, catalog)
+    if hw.name == "trainium":
+        hw = _neuron_device(hw, raw, low, notes)
     hw = _modify(hw, raw, low, catalog, notes)
     if instance:
         hw = dataclasses.replace(hw, scaleout_bw_gbps=instance[1])
     return hw, notes
+
+
+def _neuron_device(hw: Hardware, raw: str, low: str, notes: list[str]) -> Hardware:
+    """A Trainium text as the catalog's device, one NeuronCore-v2 (half a chip), as the Neuron SDK and its published
+    tables count TP/PP/DP. A text that counts chips and names no NeuronCore is refused (the per-chip count would
+    halve the devices and double each one's share of the work); trn1n.32xlarge alone sets its links."""
+    if re.search(r"\bchips?\b", low) and not re.search(r"neuron ?cores?|\bcores?\b|\bnc\b", low):
+        raise ValueError(f"gpu {raw!r}: the catalog's Trainium device is one NeuronCore-v2, half a Trainium chip, as "
+                         "Neuron counts TP/PP/DP; count NeuronCores (2 a chip, 32 a trn1.32xlarge) and say so, e.g. "
+                         "'Trainium NeuronCore-v2'")
+    notes.append("Trainium: one device = one NeuronCore-v2 (half a chip: 95 of its 190 bf16 TFLOP/s, 16 of its 32 GiB)")
+    trn1n, trn1 = re.search(r"\btrn1n\b", low), re.search(r"\btrn1\b(?!n)", low)
+    if trn1n and not trn1:
+        notes.append("trn1n.32xlarge: NeuronLink-v2 768 GB/s a chip (192 each way a NeuronCore), EFA 1600 Gb/s "
+                     "(6.25 GB/s a NeuronCore)")
+        return dataclasses.replace(hw, scaleup_bw_gbps=2 * hw.scaleup_bw_gbps, scaleout_bw_gbps=2 * hw.scaleout_bw_gbps)
+    if trn1n and trn1:
+        notes.append("trn1.32xlarge and trn1n.32xlarge both named: the trn1.32xlarge's links assumed (NeuronLink-v2 "
+                     "384 GB/s a chip, EFA 800 Gb/s)")
+    return hw
 
 
 def _no_non_numbers(text: str, what: str) -> None:
@@ -181,8 +215,11 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
         hw = small
     elif hw.name in _SMALLER_MEMORY and mem is None:
         notes.append(f"A100 memory size not stated: {hw.memory_gib:g}GB assumed")
-    if hw.name == "mi250x" and mem is not None and abs(mem - 2 * hw.memory_gib) <= 0.5:
-        notes.append(f"MI250X {mem:g} GB is the package's two GCDs: one GCD ({hw.memory_gib:g} GB) per device")
+    if hw.name in ("mi250x", "mi250") and mem is not None and abs(mem - 2 * hw.memory_gib) <= 0.5:
+        notes.append(f"{hw.name.upper()} {mem:g} GB is the package's two GCDs: one GCD ({hw.memory_gib:g} GB) a device")
+        mem = None
+    if hw.name == "trainium" and mem is not None and abs(mem - 2 * hw.memory_gib) <= 0.5:
+        notes.append(f"Trainium {mem:g} GB is the chip's: one NeuronCore-v2 ({hw.memory_gib:g} GB) a device")
         mem = None
     if hw.name == "h100-sxm" and not re.search(r"sxm|hgx|dgx|nvl|pcie", low):
         notes.append("H100 form factor not stated: SXM assumed")
@@ -379,7 +416,9 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     # which the figure is, a GPU's or the node's: the first qualifier after it, else any ("3.2 Tbps per node (400
     # Gbps per GPU)" is the node's; "200 Gb/s HDR per GPU (8 per VM)" a GPU's)
     qualifier = (r"(per (?:gpu|device|accelerator|card|chip)\b|/\s*(?:gpu|device|accelerator)\b)|"
-                 r"(per (?:node|vm|host|server)\b|aggregate|node-to-node)")  # group 1 a GPU's, 2 the node's
+                 r"(per (?:node|vm|host|server|instance)\b|aggregate|node-to-node|\.\d*xlarge\b)")
+    # group 1 a GPU's, 2 the node's (an EC2 instance size after the rate, "800 Gbps (trn1.32xlarge)", is the node's:
+    # AWS quotes EFA per instance)
     first = re.search(qualifier, after.lower()) or re.search(qualifier, low)
     per_device = bool(first and first.group(1))
     if per_device:
@@ -389,7 +428,10 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     if "bidir" in low or (scale_up and re.search(r"nvlink|nvswitch|xgmi|infinity fabric", low)
                           and not re.search(r"per direction|unidir|each way", low)):
         value /= 2
-    node = bool(first and first.group(2)) or (nics and not scale_up)
+    # AWS quotes EFA bandwidth per instance (p4d 400 Gb/s, p5 3,200, trn1 800: the EC2 instance-type pages), so a
+    # bare EFA rate is the node's
+    efa = not scale_up and re.search(r"\befa\b|elastic fabric adapter", low)
+    node = bool(first and first.group(2)) or (nics and not scale_up) or bool(efa and not per_device)
     # no NIC moves more than 800 Gb/s (100 GB/s) for one GPU: a larger figure not said to be a GPU's is the node's
     # ("3.2 Tbps RoCE", "1.6 Tbps RDMA node-to-node": 8 x 400 and 8 x 200 Gb/s)
     if not per_device and (node or (not scale_up and value > _MAX_NIC_GBYTES)):

@@ -10,7 +10,7 @@ import pytest
 
 from stride.perfmodel.efficiency import EFFICIENCY_FILE, load_efficiency
 from stride.perfmodel.hardware import load_catalog
-from stride.perfmodel.hw_text import resolve
+from stride.perfmodel.hw_text import link_gbytes_per_device, resolve
 from stride.perfmodel.predict_rows import predict_row
 
 CAT = load_catalog()
@@ -39,6 +39,20 @@ PARTS = {
     "MI250X": ("mi250x", 191.5, 64, 50),  # one GCD, as frameworks count devices
     "AMD Instinct MI210": ("mi210", 181, 64, 32),
     "TPU v3-32": ("tpu-v3", 123, 32, 70),
+    # added later from the vendors' documents (Trainium re-read in the AWS Neuron docs; the rest recalled)
+    "AWS Trainium": ("trainium", 95, 16, 96),  # one NeuronCore-v2, half a chip (190 TFLOP/s, 32 GiB a chip)
+    "trn1.32xlarge (NeuronCore-v2)": ("trainium", 95, 16, 96),
+    "GeForce RTX 5090": ("rtx-5090", 209.5, 32, 64),  # FP32 accumulate: half the FP16-accumulate 419
+    "RTX PRO 6000 Blackwell Server Edition": ("rtx-pro-6000-blackwell", 500, 96, 64),
+    "RTX PRO 6000 Blackwell Workstation Edition 96GB": ("rtx-pro-6000-blackwell", 500, 96, 64),
+    "RTX A5000": ("rtx-a5000", 111.1, 24, 32),
+    "NVIDIA RTX A4000": ("rtx-a4000", 76.7, 16, 32),
+    "L20 48GB": ("l20", 119.5, 48, 32),
+    "H200 NVL": ("h200-nvl", 835.5, 141, 450),
+    "HGX B100": ("b100", 1750, 192, 900),
+    "AMD Instinct MI100": ("mi100", 92.3, 32, 32),  # CDNA1: bf16 at half the fp16 matrix rate (184.6)
+    "MI250": ("mi250", 181, 64, 50),  # one GCD, as the MI250X
+    "TPU v2-8": ("tpu-v2", 45, 16, 62),
 }
 
 
@@ -57,12 +71,76 @@ def test_mi250x_package_memory_is_read_per_gcd() -> None:
     assert hw.memory_gib == 64 and any("two GCDs" in n for n in notes)
 
 
-@pytest.mark.parametrize(("text", "named"), [("RTX 5090", "`RTX 5090`"), ("MI250", "`MI250`"),
-                                             ("RTX A5000", "`RTX A5000`"), ("Quadro RTX 6000", "`RTX 6000`"),
-                                             ("TPU v2-8", "`TPU V2`"), ("MI100", "`MI100`")])
+@pytest.mark.parametrize(("text", "named"), [("RTX 5080", "`RTX 5080`"), ("RTX 5090 Ti", "`RTX 5090 TI`"),
+                                             ("RTX 5090 D", "`RTX 5090 D`"), ("Quadro RTX 6000", "`RTX 6000`"),
+                                             ("RTX 5000 Ada", "`RTX 5000 ADA`"), ("RTX A5000 Ada", "`RTX A5000 ADA`"),
+                                             ("RTX 4000 Ada", "`RTX 4000 ADA`"), ("RTX A2000", "`RTX A2000`"),
+                                             ("Trainium2", "`TRAINIUM2`"), ("trn2.48xlarge", "`TRN2`"),
+                                             ("Titan RTX", "`RTX`"), ("RTX 2080 Ti", "`RTX 2080`")])
 def test_parts_still_missing_are_refused_by_name(text: str, named: str) -> None:
     with pytest.raises(ValueError, match=named):
         resolve(text, CAT)
+
+
+@pytest.mark.parametrize(("text", "name"), [("RTX 5090", "rtx-5090"), ("RTX 4090", "rtx-4090"), ("B100", "b100"),
+                                            ("B200", "b200"), ("MI250", "mi250"), ("MI250X", "mi250x"),
+                                            ("A5000", "rtx-a5000"), ("RTX 6000 Ada", "rtx-6000-ada"),
+                                            ("A6000", "rtx-a6000"), ("RTX PRO 6000", "rtx-pro-6000-blackwell"),
+                                            ("H200 NVL", "h200-nvl"), ("H200", "h200"), ("H100 NVL", "h100-nvl"),
+                                            ("L20", "l20"), ("L40", "l40"), ("TPU v2", "tpu-v2"), ("TPU v3", "tpu-v3")])
+def test_a_new_part_does_not_catch_its_near_namesakes(text: str, name: str) -> None:
+    assert resolve(text, CAT)[0].name == name
+
+
+TRN1_ROW_GPU = ("AWS Trainium (trn1.32xlarge/trn1n.32xlarge as the table writes it; 16 Trainium chips = 32 "
+                "NeuronCore-v2 per instance; the table's TP/PP/DP count NeuronCores, 1 device here = 1 NeuronCore-v2, "
+                "2 per Trainium chip)")
+
+
+def test_a_neuron_table_row_reads_as_one_neuroncore_with_the_trn1_links() -> None:
+    hw, notes = resolve(TRN1_ROW_GPU, CAT)
+    assert hw.name == "trainium" and hw.peak_tflops["bf16"] == 95 and hw.memory_gib == 16
+    assert hw.memory_bw_tbps == pytest.approx(0.41) and hw.scaleup_domain == 32
+    assert hw.scaleout_bw_gbps == pytest.approx(800 / 8 / 32)  # EFA 800 Gb/s a trn1.32xlarge over 32 NeuronCores
+    assert any("one NeuronCore-v2" in n for n in notes) and any("both named" in n for n in notes)
+
+
+def test_a_trn1n_doubles_the_neuronlink_and_efa_of_a_neuroncore() -> None:
+    hw, notes = resolve("trn1n.32xlarge", CAT)
+    assert (hw.scaleup_bw_gbps, hw.scaleout_bw_gbps) == (192, pytest.approx(1600 / 8 / 32))
+
+
+@pytest.mark.parametrize("text", ["Trainium chip", "16 Trainium chips", "AWS Trainium (per chip)"])
+def test_trainium_counted_in_chips_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="NeuronCore"):
+        resolve(text, CAT)
+
+
+def test_a_trainium_chip_memory_is_read_per_neuroncore() -> None:
+    hw, notes = resolve("Trainium 32GB", CAT)
+    assert hw.memory_gib == 16 and any("chip's" in n for n in notes)
+
+
+def test_efa_per_instance_named_by_its_instance_size_is_the_nodes() -> None:
+    text = "EFA: 800 Gbps (trn1.32xlarge) or 1600 Gbps (trn1n.32xlarge); table names both instance types"
+    assert link_gbytes_per_device(text, 32) == pytest.approx(100 / 32)
+
+
+@pytest.mark.parametrize("text", ["AWS Elastic Fabric Adapter (EFA), 400 Gbps",
+                                  "AWS Elastic Fabric Adapter (EFA) with GPUDirect, 400 Gb/s per instance",
+                                  "400 Gb/s InfiniBand per instance"])
+def test_a_bare_efa_rate_or_one_per_instance_is_the_nodes(text: str) -> None:
+    # AWS quotes EFA per instance (p4d.24xlarge: 400 Gb/s for 8 A100): 6.25 GB/s a GPU, not 50
+    assert link_gbytes_per_device(text, 8) == pytest.approx(50 / 8)
+
+
+def test_an_efa_rate_said_to_be_a_gpus_stays_the_gpus() -> None:
+    assert link_gbytes_per_device("EFA, 400 Gbps per GPU", 8) == pytest.approx(50)
+
+
+def test_mi250_package_memory_is_read_per_gcd() -> None:
+    hw, notes = resolve("MI250 128GB", CAT)
+    assert hw.memory_gib == 64 and any("two GCDs" in n for n in notes)
 
 
 ROW = dict(row_id="p", source="t", model="GPT-2 124M", arch="GPT-2 (LayerNorm, GELU, learned positions, tied)",
@@ -71,7 +149,8 @@ ROW = dict(row_id="p", source="t", model="GPT-2 124M", arch="GPT-2 (LayerNorm, G
            dp="2", cp="1", zero_or_fsdp="none", recompute="none", precision="bf16", framework="PyTorch DDP")
 
 
-@pytest.mark.parametrize("text", ["RTX 4090", "RTX 3090", "A10G", "L4", "A100 PCIe 40GB", "MI250X", "H20"])
+@pytest.mark.parametrize("text", ["RTX 4090", "RTX 3090", "A10G", "L4", "A100 PCIe 40GB", "MI250X", "H20", "RTX 5090",
+                                  "RTX A5000", "RTX A4000", "L20", "MI100", "MI250", "Trainium NeuronCore-v2"])
 def test_a_small_ddp_run_on_each_part_is_answered_slower_on_the_slower_part(text: str) -> None:
     eff = load_efficiency(EFFICIENCY_FILE)
     out = predict_row({**ROW, "gpu": text}, CAT, eff)
@@ -82,6 +161,15 @@ def test_a_small_ddp_run_on_each_part_is_answered_slower_on_the_slower_part(text
     # the same run on an A100 SXM (312 dense, 2 TB/s, NVLink) is at least as fast as on any of these
     sxm = predict_row({**ROW, "gpu": "A100 SXM4 80GB"}, CAT, eff)["tokens_per_s_per_gpu"]
     assert tps <= sxm * 1.02
+
+
+@pytest.mark.parametrize(("text", "predecessor"), [("RTX PRO 6000 Blackwell", "RTX 6000 Ada"), ("H200 NVL", "H100 NVL"),
+                                             ("B100", "H100 SXM")])
+def test_a_new_faster_part_is_answered_faster_than_its_predecessor(text: str, predecessor: str) -> None:
+    eff = load_efficiency(EFFICIENCY_FILE)
+    out = predict_row({**ROW, "gpu": text}, CAT, eff)
+    assert out.get("reason") is None, out.get("reason")
+    assert out["tokens_per_s_per_gpu"] > predict_row({**ROW, "gpu": predecessor}, CAT, eff)["tokens_per_s_per_gpu"]
 
 
 def test_t4_runs_fp16_and_refuses_bf16() -> None:
@@ -98,8 +186,19 @@ def test_a_generation_named_without_its_part_is_its_training_part_noted_as_assum
 
 
 def test_a_named_part_missing_from_the_catalog_is_not_taken_for_its_generation() -> None:
-    with pytest.raises(ValueError, match="`RTX A5000`"):
-        resolve("RTX A5000 (Ampere)", CAT)
+    with pytest.raises(ValueError, match="`RTX A2000`"):
+        resolve("RTX A2000 (Ampere)", CAT)
+
+
+def test_a_plan_runs_on_each_new_part() -> None:
+    eff = load_efficiency(EFFICIENCY_FILE)
+    row = {**ROW, "model": "Llama-2-7B", "arch": "llama", "layers": "32", "hidden": "4096", "heads": "32",
+           "kv_heads": "32", "ffn_hidden": "11008", "ffn_act": "swiglu", "vocab": "32000", "seq_len": "4096",
+           "global_batch_seqs": "64", "micro_batch": "1", "num_gpus": "32", "gpus_per_node": "32", "tp": "8",
+           "dp": "4", "zero_or_fsdp": "zero1", "recompute": "full"}
+    out = predict_row({**row, "gpu": TRN1_ROW_GPU}, CAT, eff)
+    assert out.get("reason") is None, out.get("reason")
+    assert 0 < out["mfu"] < 1
 
 
 @pytest.mark.parametrize("text", ["Ampere Altra", "Jetson AGX Orin (Ampere)", "GeForce Ampere laptop GPU"])

@@ -16,7 +16,7 @@ SHARED = PERFMODEL
 
 def test_catalog_loads_every_seeded_device() -> None:
     cat = load_catalog()
-    assert len(cat.devices) == 43
+    assert len(cat.devices) == 54
     assert all(hw.source and hw.vendor and hw.generation for hw in cat.devices.values())
     for name in ("h100-pcie", "h100-nvl", "h200", "b200", "b300", "gb300", "mi300x", "mi325x", "mi355x", "tpu-v4",
                  "tpu-v5e", "tpu-v5p", "tpu-v6e", "gaudi3", "l40s", "gaudi2", "mi350x"):

@@ -93,7 +93,7 @@ def test_a_scale_out_rate_no_network_gives_is_refused_naming_the_column(text: st
 # 2. PCIe / NVL cards: the catalog's entry of that form, else refused by name (never the SXM part)
 
 @pytest.mark.parametrize(("text", "named"), [
-    ("H200 NVL", "`H200 NVL` is not in the catalog"), ("B200 PCIe", "`B200 PCIe` is not in the catalog"),
+    ("B300 PCIe", "`B300 PCIe` is not in the catalog"), ("B200 PCIe", "`B200 PCIe` is not in the catalog"),
 ])
 def test_a_pcie_or_nvl_card_the_catalog_lacks_is_refused(text: str, named: str) -> None:
     with pytest.raises(ValueError, match=named):
@@ -114,10 +114,10 @@ def test_forms_the_catalog_holds_resolve_to_them(text: str, name: str, domain: i
 
 def test_a_pcie_entry_added_by_the_user_is_used(tmp_path: Path) -> None:
     f = tmp_path / "hw.toml"
-    f.write_text('[hardware.h200-nvl]\nbase = "h200"\ndisplay_name = "NVIDIA H200 NVL 141GB"\n'
+    f.write_text('[hardware.b200-pcie]\nbase = "b200"\ndisplay_name = "NVIDIA B200 PCIe"\n'
                  "scaleup_domain = 2\ntdp_w = 600\n")
-    hw, _ = resolve("H200 NVL", load_catalog(f))
-    assert (hw.name, hw.scaleup_domain, hw.tdp_w) == ("h200-nvl", 2, 600)
+    hw, _ = resolve("B200 PCIe", load_catalog(f))
+    assert (hw.name, hw.scaleup_domain, hw.tdp_w) == ("b200-pcie", 2, 600)
 
 
 # 3. power caps: refused when not a power or not credible; noted when above board power or beside a stated peak

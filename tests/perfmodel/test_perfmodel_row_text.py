@@ -53,8 +53,8 @@ def test_power_cap_and_a_missing_form_factor_are_noted() -> None:
     assert any("SXM assumed" in n for n in notes)
 
 
-@pytest.mark.parametrize(("text", "says"), [("B100", "`B100` is not in the catalog"), ("Z9000", "not a part"),
-                                            ("", "gpu is blank"), ("TPU v2-32", "TPU V2")])
+@pytest.mark.parametrize(("text", "says"), [("P100", "`P100` is not in the catalog"), ("Z9000", "not a part"),
+                                            ("", "gpu is blank"), ("RTX 5080", "`RTX 5080` is not in the catalog")])
 def test_unknown_parts_are_refused_by_name(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         resolve(text, CAT)
@@ -144,7 +144,7 @@ def test_uneven_pipeline_stages() -> None:
 
 
 @pytest.mark.parametrize(("change", "reason"), [
-    ({"layers": ""}, "`layers` is blank"), ({"gpu": "B100"}, "B100"), ({"ffn_act": "tanh"}, "ffn_act 'tanh'"),
+    ({"layers": ""}, "`layers` is blank"), ({"gpu": "P100"}, "P100"), ({"ffn_act": "tanh"}, "ffn_act 'tanh'"),
     ({"num_gpus": ""}, "`num_gpus` is blank"), ({"seq_len": "x"}, "`seq_len` must be a positive integer"),
     ({"arch": "GPT MoE model"}, "number of experts"), ({"dp": "3"}, "!= num_gpus"),
     ({"hidden": "1024", "vocab": ""}, "`vocab` is blank"), ({"recompute": "sometimes"}, "recompute"),
