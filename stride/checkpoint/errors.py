@@ -16,6 +16,14 @@ class ConfigMismatchError(CheckpointError, ConfigError):
     """
 
 
+class LastCheckpointUnusableError(ConfigMismatchError):
+    """A finished run cannot be extended exactly: the checkpoint of its last step was skipped (corrupted or
+    incomplete). Nothing in the config is wrong, so the CLI calls it a checkpoint error; it is still a refusal
+    (exit status 2, nothing trained, no file changed), as every other `train.steps` refusal (audit 21, L4)."""
+
+    label = "checkpoint error"
+
+
 class CheckpointLoadError(CheckpointError):
     """A checkpoint that verified could not be loaded (on every rank alike); resume falls back past it."""
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stride.checkpoint.errors import ConfigMismatchError
+from stride.checkpoint.errors import ConfigMismatchError, LastCheckpointUnusableError
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
 from stride.files.step_names import holds_steps, step_name
@@ -144,9 +144,10 @@ def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: in
             f"train.steps changed from {saved} to {steps}, but {where} stopped at step {step} of {saved}: "
             f"finish it first (train.steps = {saved}), then raise train.steps to extend it")
     if ended != step:
-        raise ConfigMismatchError(f"{where} ended at step {ended}, after that checkpoint "
-                                  f"({_why_no_last(meta, skipped, ended)}): it cannot be extended exactly; use "
-                                  "another --out")
+        last_skipped = any(s.startswith(f"{step_name(ended)}:") for s in skipped or [])
+        raise (LastCheckpointUnusableError if last_skipped else ConfigMismatchError)(
+            f"{where} ended at step {ended}, after that checkpoint ({_why_no_last(meta, skipped, ended)}): it "
+            "cannot be extended exactly; use another --out")
     if steps < ended:
         raise ConfigMismatchError(
             f"train.steps = {steps} is below the {ended} steps {where} already trained: a finished run is not "

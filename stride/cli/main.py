@@ -108,7 +108,7 @@ def _main(argv: list[str], program: bool = False) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"stride {name}: config error: {exc}", file=sys.stderr)
+        print(f"stride {name}: {exc.label}: {exc}", file=sys.stderr)
         if name == "train":  # a rank of `stride train --nproc`: tell the launcher it refused (not a crash)
             from stride.launch.torchrun import record_refusal
 

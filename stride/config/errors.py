@@ -8,6 +8,8 @@ import difflib
 class ConfigError(ValueError):
     """A config key, type or value is wrong; the message names the key and the source."""
 
+    label = "config error"  # how the CLI prefixes the message (a refusal that is not the config's says so)
+
 
 def suggest(name: str, candidates: list[str]) -> str:
     """' (did you mean `x`?)' for the closest candidate, or ''."""

@@ -21,6 +21,7 @@ import pytest
 from ckpt_helpers import REPO, Crash, CrashAt, ckpt_config, reference_sha, write_config
 
 from stride.checkpoint import ConfigMismatchError, RunExistsError
+from stride.checkpoint.errors import LastCheckpointUnusableError
 from stride.launch.repro import reproduce
 from stride.train.callbacks import Callback
 from stride.train.schedule import lr_factor
@@ -202,6 +203,10 @@ def test_an_extension_past_a_skipped_last_checkpoint_names_the_skipped_one(tmp_p
     assert "ended at step 24" in msg and "step_00000024: " in msg
     assert "was skipped; put back a valid step_00000024" in msg
     assert shard.name in msg and "save_at_end" not in msg
+    # nothing in the config is wrong: the CLI calls it a checkpoint error (audit 21, L4)
+    assert isinstance(info.value, LastCheckpointUnusableError) and info.value.label == "checkpoint error"
+    rc, _, stderr = cli_train(str(write_config(tmp_path / "run.toml", "train.steps=36")), "--out", str(out))
+    assert rc == 2 and stderr.startswith("stride train: checkpoint error: the run whose newest valid checkpoint")
     assert folder_bytes(out) == before
     out2 = tmp_path / "no_last"
     run(out2, "checkpoint.save_at_end=false", "train.steps=23")  # newest checkpoint at 21, ended at 23
@@ -216,7 +221,7 @@ def test_an_extension_past_a_skipped_last_checkpoint_names_the_skipped_one(tmp_p
         run(out2, "checkpoint.save_at_end=false", "train.steps=30")
     msg = str(info.value)
     assert "checkpoint.save_at_end = false; newer ones were skipped too: step_00000021" in msg
-    assert "put back" not in msg
+    assert "put back" not in msg and info.value.label == "config error"  # the run's own setting left no last one
 
 
 def test_without_checkpoints_a_rerun_is_refused_until_overwrite(tmp_path: Path) -> None:
