@@ -18,6 +18,7 @@ import torch
 
 from stride.config.schema import Kernels
 from stride.kernels import linear_ce, reference
+from stride.kernels.compile_cache import isolate_inductor_cache
 from stride.kernels.runtime import (
     MAX_ROW_WIDTH,
     SUPPORTED_DTYPES,
@@ -149,6 +150,7 @@ def _triton_ops() -> KernelOps:
 def _compiled_ops() -> KernelOps:
     """torch.compile (inductor) of the references; the chunked linear+CE stays eager (its chunk loop
     is already the memory saving, and compiling it would unroll one graph per chunk count)."""
+    isolate_inductor_cache()
     c = functools.partial(torch.compile, dynamic=None)
     return KernelOps(name="compile", **{op: c(ref) for op, (_, ref) in FUSED.items()},
                      linear_cross_entropy=_flat_linear_ce(linear_ce.torch_chunk_cross_entropy))

@@ -14,6 +14,7 @@ import torch
 
 from stride.config.errors import ConfigError, suggest
 from stride.config.schema import OptimConfig
+from stride.kernels.compile_cache import isolate_inductor_cache
 
 OptimizerBuilder = Callable[[Iterable[torch.nn.Parameter], OptimConfig, float | torch.Tensor], torch.optim.Optimizer]
 
@@ -109,6 +110,7 @@ _RANGE_NOTE = _DropOptimizerRangeNote()
 
 def compiled_step(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
     """optimizer.step compiled with inductor: fuses the per-parameter update into few kernels."""
+    isolate_inductor_cache()
     log = logging.getLogger("torch._dynamo.variables.ctx_manager")
     if _RANGE_NOTE not in log.filters:
         log.addFilter(_RANGE_NOTE)

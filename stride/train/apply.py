@@ -17,6 +17,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 
 from stride.config.errors import ConfigError
+from stride.kernels.compile_cache import isolate_inductor_cache
 from stride.models.plan import blocks_of, plan_of
 
 # torch's wrapper (as torchtitan uses): non-reentrant checkpointing (kwargs, compile), and state-dict
@@ -51,4 +52,5 @@ def apply_compile(model: nn.Module, mode: str) -> nn.Module:
     """torch.compile the model (inductor). The optimizer step is compiled in stride.optim.factory."""
     if mode == "off":
         return model
+    isolate_inductor_cache()
     return torch.compile(model)
