@@ -43,7 +43,7 @@ _FAMILIES: list[tuple[str, str]] = [
     (r"\bmi355x\b", "mi355x"), (r"\bmi350x\b", "mi350x"), (r"\bmi325x\b", "mi325x"), (r"\bmi300x\b", "mi300x"),
     (r"gaudi[ -]?3|hl-325", "gaudi3"), (r"gaudi[ -]?2|hl-225", "gaudi2"),
     # Trainium (Trn1): one device = one NeuronCore-v2 (see _neuron_device); Trainium2/3 are refused by name below
-    (r"trainium(?![ -]?[23]\b)|\btrn1n?\b|neuron ?core-?v2", "trainium"),
+    (r"trainium(?![ -]?v?[23]\b)|\btrn1n?\b|neuron ?core-?v2", "trainium"),
     (r"\bv6e\b|trillium", "tpu-v6e"), (r"\bv5p\b", "tpu-v5p"),
     (r"\bv5e\b|v5 ?lite", "tpu-v5e"), (r"tpu[ -]?v4\b|\bv4-\d+\b", "tpu-v4"), (r"tpu[ -]?v3\b|\bv3-\d+\b", "tpu-v3"),
     (r"tpu[ -]?v2\b|\bv2-\d+\b", "tpu-v2"),
@@ -57,7 +57,7 @@ _GENERATION_ONLY: list[tuple[str, str, str]] = [
     (r"^(?!.*\b(grace|jetson|geforce)\b).*\bhopper\b", "h100-sxm", "Hopper part not named: H100 SXM5 80GB assumed"),
 ]
 # parts users name that the catalog does not hold: refused with this name in the reason
-_KNOWN_MISSING = (r"trainium[ -]?[23]\b|\btrn[23]\b", r"gaudi[ -]?1\b", r"\b(?:rtx[ -]?)?a?[45]000[ -]?ada\b",
+_KNOWN_MISSING = (r"trainium[ -]?v?[23]\b|\btrn[23]\b", r"gaudi[ -]?1\b", r"\b(?:rtx[ -]?)?a?[45]000[ -]?ada\b",
                   r"\brtx[ -]?(?:50\d0(?:[ -]?(?:ti|d)\b)?|[a-z]?\d{4}\b)", r"\brtx\b", r"\bp100\b", r"\ba[2-6]000\b",
                   r"\bcs-?[23]\b", r"\bipu\b")
 # the same part with less memory, picked where the text gives a size at most the smaller one's
@@ -175,7 +175,9 @@ def _neuron_device(hw: Hardware, raw: str, low: str, notes: list[str]) -> Hardwa
     """A Trainium text as the catalog's device, one NeuronCore-v2 (half a chip), as the Neuron SDK and its published
     tables count TP/PP/DP. A text that counts chips and names no NeuronCore is refused (the per-chip count would
     halve the devices and double each one's share of the work); trn1n.32xlarge alone sets its links."""
-    if re.search(r"\bchips?\b", low) and not re.search(r"neuron ?cores?|\bcores?\b|\bnc\b", low):
+    # AWS's pages call a chip a chip, a "Trainium device" or a "Trainium accelerator" (16 a trn1.32xlarge)
+    if re.search(r"\b(?:chips?|devices?|accelerators?)\b|\b16 per (?:instance|node)\b", low) \
+            and not re.search(r"neuron ?cores?|\bcores?\b|\bnc\b", low):
         raise ValueError(f"gpu {raw!r}: the catalog's Trainium device is one NeuronCore-v2, half a Trainium chip, as "
                          "Neuron counts TP/PP/DP; count NeuronCores (2 a chip, 32 a trn1.32xlarge) and say so, e.g. "
                          "'Trainium NeuronCore-v2'")
@@ -254,6 +256,9 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
     signed, watt = low.replace("\u2212", "-"), r"(-?\d+(?:\.\d+)?)\s*w(?:atts?)?\b"
     watts = _num(r"@\s*" + watt, signed)
     watts = _num(r"(?<![\w.])" + watt, signed) if watts is None else watts
+    if watts is None and hw.name == "rtx-pro-6000-blackwell" and re.search(r"max[ -]?q", low):
+        watts = 300.0  # the Max-Q Workstation Edition: the same chip at 300 W (NVIDIA's RTX PRO 6000 Blackwell family)
+        notes.append("RTX PRO 6000 Blackwell Max-Q: 300 W")
     if watts is None and tflops is None and re.search(r"power[ -]?(limit|cap|capped)", low):
         raise ValueError(f"gpu {raw!r}: a power limit without its value (the clock it sets can move the answer by "
                          "more than 10%; write it, e.g. '@ 700 W')")
@@ -292,7 +297,7 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
     if re.search(r"dgx-?2", low):
         changes["scaleup_domain"] = 16
         notes.append("DGX-2: 16 GPUs on NVSwitch")
-    m = re.search(r"\b(?:v4|v5p|v5e|v6e|v5litepod)-(\d+)\b", low)
+    m = re.search(r"\b(?:v2|v3|v4|v5p|v5e|v6e|v5litepod)-(\d+)\b", low)
     if m and hw.name.startswith("tpu"):
         chips = int(m.group(1)) // _TPU_CORES.get(hw.name, 1)
         if chips >= 1 and chips != hw.scaleup_domain:
@@ -400,7 +405,9 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     # the clause the rate is in ("..., 2 x X710 10GBASE-T": a count in another clause is another network's)
     lo = max(raw.rfind(",", 0, m.start()), raw.rfind(";", 0, m.start())) + 1
     clause = raw[lo:m.start()] + m.group(1)  # up to the rate's number (every rate pattern starts with it)
-    mult = re.search(r"(\d+)\s*[x*×]\s*(?:[A-Za-z0-9-]+\s+|\(){0,5}?" + re.escape(m.group(1)) + "$", clause)
+    # (an EC2 instance size, "p5.48xlarge", is no count: review of round 29, M2)
+    mult = re.search(r"(?<![\w.])(\d+)\s*[x*×](?!large)\s*(?:[A-Za-z0-9-]+\s+|\(){0,5}?" + re.escape(m.group(1)) + "$",
+                     clause)
     # a count written without "x" before the adapters it counts: "8 NVIDIA Mellanox 400 Gbps HDR InfiniBand HCAs"
     not_adapters = r"(?!nodes?\b|servers?\b|hosts?\b|gpus?\b|with\b)"
     adapters = r"hcas?|nics?|adapters?|rails?|ports?" + ("" if scale_up else r"|links?")
@@ -415,7 +422,9 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
     nics = 1 < count <= 64
     # which the figure is, a GPU's or the node's: the first qualifier after it, else any ("3.2 Tbps per node (400
     # Gbps per GPU)" is the node's; "200 Gb/s HDR per GPU (8 per VM)" a GPU's)
-    qualifier = (r"(per (?:gpu|device|accelerator|card|chip)\b|/\s*(?:gpu|device|accelerator)\b)|"
+    # "per H100", "per MI300X", "per NeuronCore" name a device too (a letter before the digits: "per 16 GPUs" does not)
+    qualifier = (r"(per (?:gpu|device|accelerator|card|chip|neuron ?core|[a-z]{1,3}\d{2,4}[a-z]*)\b|"
+                 r"/\s*(?:gpu|device|accelerator)\b)|"
                  r"(per (?:node|vm|host|server|instance)\b|aggregate|node-to-node|\.\d*xlarge\b)")
     # group 1 a GPU's, 2 the node's (an EC2 instance size after the rate, "800 Gbps (trn1.32xlarge)", is the node's:
     # AWS quotes EFA per instance)
@@ -425,9 +434,11 @@ def link_gbytes_per_device(text: str | None, per_node: int, scale_up: bool = Fal
         nics = False  # a GPU's own rate: a count beside it is the node's NICs, one a GPU
     elif nics:
         value *= count
-    if "bidir" in low or (scale_up and re.search(r"nvlink|nvswitch|xgmi|infinity fabric", low)
+    if "bidir" in low or (scale_up and re.search(r"nvlink|nvswitch|xgmi|infinity fabric|neuronlink", low)
                           and not re.search(r"per direction|unidir|each way", low)):
         value /= 2
+    if scale_up and "neuronlink" in low and not re.search(r"per neuron ?core", low):
+        value /= 2  # AWS quotes NeuronLink a Trainium chip's; a device here is one of its two NeuronCores
     # AWS quotes EFA bandwidth per instance (p4d 400 Gb/s, p5 3,200, trn1 800: the EC2 instance-type pages), so a
     # bare EFA rate is the node's
     efa = not scale_up and re.search(r"\befa\b|elastic fabric adapter", low)

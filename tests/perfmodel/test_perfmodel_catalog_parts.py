@@ -92,6 +92,32 @@ def test_a_new_part_does_not_catch_its_near_namesakes(text: str, name: str) -> N
     assert resolve(text, CAT)[0].name == name
 
 
+# texts as papers write them (no alias matches them whole: the family rules of hw_text read them; review M5)
+@pytest.mark.parametrize(("text", "name"), [
+    ("NVIDIA B100 192GB", "b100"), ("NVIDIA B200 180GB", "b200"), ("NVIDIA L20 48GB PCIe", "l20"),
+    ("NVIDIA L40 48GB", "l40"), ("AMD MI250 OAM", "mi250"), ("AMD Instinct MI250X OAM", "mi250x"),
+    ("AMD Instinct MI100 32GB", "mi100"), ("NVIDIA H200 NVL 141GB", "h200-nvl"), ("NVIDIA H200 SXM 141GB", "h200"),
+    ("NVIDIA GeForce RTX 5090 32GB", "rtx-5090"), ("NVIDIA RTX A5000 24GB", "rtx-a5000"),
+    ("NVIDIA RTX A4000 16GB", "rtx-a4000"), ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-blackwell"),
+    ("Cloud TPU v2 Pod", "tpu-v2"),
+])
+def test_a_new_part_written_as_papers_write_it_reads_as_its_entry(text: str, name: str) -> None:
+    assert resolve(text, CAT)[0].name == name
+
+
+def test_the_max_q_rtx_pro_6000_runs_at_300_w() -> None:
+    full, _ = resolve("RTX PRO 6000 Blackwell Workstation Edition", CAT)
+    maxq, notes = resolve("RTX PRO 6000 Blackwell Max-Q Workstation Edition", CAT)
+    assert maxq.peak_tflops["bf16"] == pytest.approx(full.peak_tflops["bf16"] * (300 / 600) ** (1 / 3))
+    assert any("300 W" in n for n in notes)
+
+
+@pytest.mark.parametrize(("text", "chips"), [("TPU v2-32", 16), ("TPU v3-128", 64)])
+def test_a_tpu_v2_or_v3_slice_counts_tensorcores(text: str, chips: int) -> None:
+    hw, notes = resolve(text, CAT)
+    assert hw.scaleup_domain == chips and any("TPU slice" in n for n in notes)
+
+
 TRN1_ROW_GPU = ("AWS Trainium (trn1.32xlarge/trn1n.32xlarge as the table writes it; 16 Trainium chips = 32 "
                 "NeuronCore-v2 per instance; the table's TP/PP/DP count NeuronCores, 1 device here = 1 NeuronCore-v2, "
                 "2 per Trainium chip)")
@@ -110,7 +136,9 @@ def test_a_trn1n_doubles_the_neuronlink_and_efa_of_a_neuroncore() -> None:
     assert (hw.scaleup_bw_gbps, hw.scaleout_bw_gbps) == (192, pytest.approx(1600 / 8 / 32))
 
 
-@pytest.mark.parametrize("text", ["Trainium chip", "16 Trainium chips", "AWS Trainium (per chip)"])
+@pytest.mark.parametrize("text", ["Trainium chip", "16 Trainium chips", "AWS Trainium (per chip)",
+                                  "16 Trainium devices", "Trainium accelerators (16 per trn1.32xlarge)",
+                                  "Trn1, 16 accelerators", "Trainium (16 per instance)"])
 def test_trainium_counted_in_chips_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="NeuronCore"):
         resolve(text, CAT)
@@ -134,8 +162,22 @@ def test_a_bare_efa_rate_or_one_per_instance_is_the_nodes(text: str) -> None:
     assert link_gbytes_per_device(text, 8) == pytest.approx(50 / 8)
 
 
-def test_an_efa_rate_said_to_be_a_gpus_stays_the_gpus() -> None:
-    assert link_gbytes_per_device("EFA, 400 Gbps per GPU", 8) == pytest.approx(50)
+@pytest.mark.parametrize(("text", "per_node", "gbytes"), [
+    ("EFA, 400 Gbps per GPU", 8, 50), ("400 Gbps EFA per H100", 8, 50), ("EFA 200 Gbps per NeuronCore", 32, 25),
+    ("400 Gb/s per 16 GPUs EFA", 16, 50 / 16)])
+def test_an_efa_rate_said_to_be_a_devices_stays_the_devices(text: str, per_node: int, gbytes: float) -> None:
+    assert link_gbytes_per_device(text, per_node) == pytest.approx(gbytes)
+
+
+@pytest.mark.parametrize(("text", "gbytes"), [("p5.48xlarge EFA 3.2 Tbps", 50), ("ml.p4d.24xlarge 400 Gbps", 6.25)])
+def test_an_instance_size_is_no_nic_count(text: str, gbytes: float) -> None:
+    assert link_gbytes_per_device(text, 8) == pytest.approx(gbytes)
+
+
+@pytest.mark.parametrize(("text", "gbytes"), [("NeuronLink-v2 384 GB/s", 96), ("NeuronLink 768 GB/s (trn1n)", 192),
+                                              ("NeuronLink-v2 192 GB/s per direction per NeuronCore", 192)])
+def test_a_neuronlink_rate_is_a_chips_both_ways_split_over_its_two_neuroncores(text: str, gbytes: float) -> None:
+    assert link_gbytes_per_device(text, 32, scale_up=True) == pytest.approx(gbytes)
 
 
 def test_mi250_package_memory_is_read_per_gcd() -> None:
@@ -190,13 +232,15 @@ def test_a_named_part_missing_from_the_catalog_is_not_taken_for_its_generation()
         resolve("RTX A2000 (Ampere)", CAT)
 
 
-def test_a_plan_runs_on_each_new_part() -> None:
+@pytest.mark.parametrize("gpu", [TRN1_ROW_GPU, "RTX 5090", "RTX PRO 6000 Blackwell", "RTX A5000", "RTX A4000", "L20",
+                                 "H200 NVL", "B100", "MI100", "MI250", "TPU v2"])
+def test_a_plan_runs_on_each_new_part(gpu: str) -> None:
     eff = load_efficiency(EFFICIENCY_FILE)
     row = {**ROW, "model": "Llama-2-7B", "arch": "llama", "layers": "32", "hidden": "4096", "heads": "32",
            "kv_heads": "32", "ffn_hidden": "11008", "ffn_act": "swiglu", "vocab": "32000", "seq_len": "4096",
            "global_batch_seqs": "64", "micro_batch": "1", "num_gpus": "32", "gpus_per_node": "32", "tp": "8",
-           "dp": "4", "zero_or_fsdp": "zero1", "recompute": "full"}
-    out = predict_row({**row, "gpu": TRN1_ROW_GPU}, CAT, eff)
+           "dp": "4", "zero_or_fsdp": "zero1", "recompute": "full", "precision": "fp16" if gpu == "MI100" else "bf16"}
+    out = predict_row({**row, "gpu": gpu}, CAT, eff)
     assert out.get("reason") is None, out.get("reason")
     assert 0 < out["mfu"] < 1
 
