@@ -8,8 +8,9 @@ an empty folder); in the other order the process died ("double free or corruptio
 gave NaN. So a cache folder shared by two kinds of host (a network home, a shared TORCHINDUCTOR_CACHE_DIR, a
 container image baked on another machine) returns wrong numbers silently; `make test` under ATEN_CPU_CAPABILITY=avx2
 with the folder this host had filled had 5 failures and 19 errors (compiled steps off, a pipeline run diverged),
-all gone with an empty folder. Every compile stride applies first moves the cache to a subfolder named by the
-instruction set: the cost is one cold compile per instruction set a folder serves.
+all gone with an empty folder. Every compile stride applies (train.apply, the optimizer step, the pipeline's blocks,
+the "compile" kernel set) first moves the cache to a subfolder named by the instruction set: the cost is one cold
+compile per instruction set a folder serves.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from torch.distributed.tensor import DTensor
 
 from stride.config.errors import ConfigError
 from stride.config.schema import ParallelConfig
+from stride.kernels.compile_cache import isolate_inductor_cache
 from stride.metrics.flops import count_train_flops
 from stride.models.losses import LossFn
 from stride.models.plan import blocks_of
@@ -207,6 +208,7 @@ class Pipeline:
         if compile_mode != "off":
             # Per block, in place (module.compile keeps the class and the parameter names): the
             # stage's submodule must stay the FSDP/DDP module the schedule drives.
+            isolate_inductor_cache()
             for block in blocks_of(model) or ():
                 block.compile()
         layout = mesh.layout

@@ -67,3 +67,19 @@ def test_the_key_names_the_capability_aten_runs() -> None:
 
     key = isa_key()
     assert key.startswith(f"cpu-{torch.backends.cpu.get_cpu_capability().lower()}-") and len(key.split("-")[-1]) == 10
+
+
+def test_every_module_that_compiles_moves_the_cache_first() -> None:
+    """A compile site that does not call isolate_inductor_cache reads kernels cached under another instruction set
+    (the pipeline's per-block compile was one: its run diverged at step 1 under ATEN_CPU_CAPABILITY=avx2)."""
+    import re
+
+    sites = []
+    for path in sorted((REPO / "stride").rglob("*.py")):
+        text = path.read_text()
+        if re.search(r"torch\.compile\(|\.compile\(\)|functools\.partial\(torch\.compile", text) and \
+                path.name != "compile_cache.py":
+            sites.append(path.relative_to(REPO).as_posix())
+            assert "isolate_inductor_cache()" in text, f"{path}: compiles without isolate_inductor_cache()"
+    assert {"stride/train/apply.py", "stride/optim/factory.py", "stride/kernels/ops.py",
+            "stride/parallel/pipeline.py"} <= set(sites)
