@@ -144,10 +144,10 @@ def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: in
             f"train.steps changed from {saved} to {steps}, but {where} stopped at step {step} of {saved}: "
             f"finish it first (train.steps = {saved}), then raise train.steps to extend it")
     if ended != step:
-        last_skipped = any(s.startswith(f"{step_name(ended)}:") for s in skipped or [])
-        raise (LastCheckpointUnusableError if last_skipped else ConfigMismatchError)(
-            f"{where} ended at step {ended}, after that checkpoint ({_why_no_last(meta, skipped, ended)}): it "
-            "cannot be extended exactly; use another --out")
+        at_end = _skipped_at(skipped, ended)
+        raise (LastCheckpointUnusableError if at_end else ConfigMismatchError)(
+            f"{where} ended at step {ended}, after that checkpoint ({_why_no_last(meta, skipped, ended, at_end)}): "
+            "it cannot be extended exactly; use another --out")
     if steps < ended:
         raise ConfigMismatchError(
             f"train.steps = {steps} is below the {ended} steps {where} already trained: a finished run is not "
@@ -157,15 +157,18 @@ def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: in
     return Verdict("extend", ended, [*history, saved])
 
 
-def _why_no_last(meta: dict[str, Any], skipped: list[str] | None, ended: int) -> str:
+def _skipped_at(skipped: list[str] | None, ended: int) -> str | None:
+    """The skipped entry ("step_00000024: <reason>") of the run's last step, None if that one was not skipped."""
+    return next((s for s in skipped or [] if s.startswith(f"{step_name(ended)}:")), None)
+
+
+def _why_no_last(meta: dict[str, Any], skipped: list[str] | None, ended: int, at_end: str | None) -> str:
     """Why the run's last step has no usable checkpoint: the one of that step was skipped (named, with the reason:
     a valid copy put back would extend the run), the run did not save one at its end, or none is there. Newer
-    checkpoints skipped short of the end are named too (restoring them would not help)."""
+    checkpoints skipped short of the end are named too (restoring them would not help). `at_end`: _skipped_at's."""
     skipped = skipped or []
-    last = step_name(ended)
-    at_end = [s for s in skipped if s.startswith(f"{last}:")]
     if at_end:
-        return f"{at_end[0]} was skipped; put back a valid {last} to extend the run"
+        return f"{at_end} was skipped; put back a valid {step_name(ended)} to extend the run"
     if (meta.get("config") or {}).get("checkpoint", {}).get("save_at_end") is False:
         why = "checkpoint.save_at_end = false"
     else:

@@ -15,6 +15,7 @@ compile per instruction set a folder serves.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -24,6 +25,7 @@ ENV = "TORCHINDUCTOR_CACHE_DIR"
 _FLAGS = ("avx512", "amx", "avx2", "avx_vnni", "fma", "f16c", "sve", "asimd", "bf16", "i8mm")
 
 
+@functools.cache  # ATen reads its capability once a process; the CPU does not change under it
 def isa_key() -> str:
     """`cpu-<ATen capability>-<hash of the vector flags>`: equal on hosts that run the same compiled CPU code."""
     import torch

@@ -60,6 +60,10 @@ _GENERATION_ONLY: list[tuple[str, str, str]] = [
 _KNOWN_MISSING = (r"trainium[ -]?v?[23]\b|\btrn[23]\b", r"gaudi[ -]?1\b", r"\b(?:rtx[ -]?)?a?[45]000[ -]?ada\b",
                   r"\brtx[ -]?(?:50\d0(?:[ -]?(?:ti|d)\b)?|[a-z]?\d{4}\b)", r"\brtx\b", r"\bp100\b", r"\ba[2-6]000\b",
                   r"\bcs-?[23]\b", r"\bipu\b")
+# parts whose catalog device is half of what a text's memory may describe (frameworks count GCDs, Neuron NeuronCores):
+# (name, the whole, the device) for the note where the text gives the whole's memory
+_HALF_A_PACKAGE = {"mi250x": ("MI250X", "package's two GCDs", "GCD"), "mi250": ("MI250", "package's two GCDs", "GCD"),
+                   "trainium": ("Trainium", "chip's", "NeuronCore-v2")}
 # the same part with less memory, picked where the text gives a size at most the smaller one's
 _SMALLER_MEMORY = {"a100-80gb": "a100-40gb", "a100-pcie-80gb": "a100-pcie-40gb"}
 # card forms a part also comes in, with other clocks, power, memory and no NVSwitch ("A100 PCIe", "H200 NVL"):
@@ -217,11 +221,9 @@ def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]
         hw = small
     elif hw.name in _SMALLER_MEMORY and mem is None:
         notes.append(f"A100 memory size not stated: {hw.memory_gib:g}GB assumed")
-    if hw.name in ("mi250x", "mi250") and mem is not None and abs(mem - 2 * hw.memory_gib) <= 0.5:
-        notes.append(f"{hw.name.upper()} {mem:g} GB is the package's two GCDs: one GCD ({hw.memory_gib:g} GB) a device")
-        mem = None
-    if hw.name == "trainium" and mem is not None and abs(mem - 2 * hw.memory_gib) <= 0.5:
-        notes.append(f"Trainium {mem:g} GB is the chip's: one NeuronCore-v2 ({hw.memory_gib:g} GB) a device")
+    half = _HALF_A_PACKAGE.get(hw.name)
+    if half and mem is not None and abs(mem - 2 * hw.memory_gib) <= 0.5:
+        notes.append(f"{half[0]} {mem:g} GB is the {half[1]}: one {half[2]} ({hw.memory_gib:g} GB) a device")
         mem = None
     if hw.name == "h100-sxm" and not re.search(r"sxm|hgx|dgx|nvl|pcie", low):
         notes.append("H100 form factor not stated: SXM assumed")
