@@ -20,6 +20,16 @@ from stride.perfmodel.precision import recipe
 LOW_PRECISION_GEMMS = ("qkv", "attn_out", "mlp_in", "mlp_out", "expert_in", "expert_out")
 
 
+# An RMSNorm written as PyTorch ops (Hugging Face's LlamaRMSNorm, torchtitan's and torchtune's, nn.RMSNorm before
+# torch 2.9) moves, per element of a 16-bit activation, forward: the fp32 upcast 2+4 B, pow 4+4, mean 4, the scaling
+# multiply 4+4, the downcast 4+2, the weight multiply 2+2 = 36 B, where one fused kernel reads 2 and writes 2: 32 B
+# more (its autograd backward runs the mirror chain: the 2x of block_time's backward). A rotary embedding so written
+# (HF's q*cos + rotate_half(q)*sin: multiply 4, negate half 2, concatenate 4, multiply 4, add 6; torchtitan's complex
+# product: upcast 6, complex multiply 8, downcast 6) moves ~20 B per q/k element where one rotary kernel's 6 are
+# counted: 14 B more. Both read from the libraries' code, not fitted.
+EAGER_RMSNORM_EXTRA = 32.0
+EAGER_ROPE_EXTRA = 14.0
+
 # parts with no matmul figure at all (a user's own entry): the median MAMF fraction of the catalog's GPUs
 DEFAULT_MATMUL_FRACTION = 0.80
 
@@ -111,7 +121,8 @@ class Costs:
         Fused kernels (Megatron/TE, XLA, torch.compile): two norms, two residual/bias-dropout-adds,
         the activation (gelu/relu: read f write f; gated: read 2f write f). Eager PyTorch adds the
         attention layout copies (q/k/v and output transposes), unfused RoPE and the gated product
-        as its own kernel."""
+        as its own kernel; model code that writes its RMSNorm and RoPE as chains of ops (layout.eager_norm,
+        eager_rope: Hugging Face, torchtitan, torchtune) adds those chains' passes."""
         s, h = self.spec, self.spec.hidden
         f = s.expert_ffn * s.top_k * s.capacity if s.moe else s.ffn
         # XLA:TPU fuses activation, residual and casts into the dots (the norms remain); XLA:GPU calls
@@ -125,6 +136,10 @@ class Costs:
         if not self.fused:
             rope = 0 if s.learned_pos else 6 * (s.q_dim + s.kv_dim)
             tp_part += 6 * (s.q_dim + s.kv_dim) + 2 * s.q_dim + rope + (2 * f if s.gated else 0)
+            if self.lay.eager_norm:  # two RMSNorms a block
+                rep += 2 * EAGER_RMSNORM_EXTRA * h
+            if self.lay.eager_rope and not s.learned_pos:
+                tp_part += EAGER_ROPE_EXTRA * (s.q_dim + s.kv_dim)
         if s.moe:
             tp_part += 4 * s.top_k * h  # token permute and unpermute (read + write each)
         return rep / shard, tp_part

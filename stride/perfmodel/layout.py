@@ -72,6 +72,10 @@ class Layout:
     stage_split: str = "even"  # how blocks fall on pipeline stages when layers % (pp*vpp) != 0
     compile: bool = False  # torch.compile: elementwise ops fused
     fused_loss: bool = False  # chunked / fused cross-entropy: no fp32 logits
+    # uncompiled model code whose RMSNorm / rotary embedding run as chains of PyTorch ops (Hugging Face transformers,
+    # torchtitan, torchtune, litgpt: kernels.Costs.elementwise_per_token), not one kernel each
+    eager_norm: bool = False
+    eager_rope: bool = False
     grad_reduce_fp32: bool | None = None  # None: the framework's default
     # hybrid sharding (HSDP, MaxText ici_fsdp x dcn_data_parallelism): ZeRO states sharded over groups of
     # `shard` data-parallel ranks (0: all of dp), replicated over dp / shard groups whose gradients are

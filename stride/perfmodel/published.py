@@ -111,6 +111,21 @@ def _attention_kernel(row: dict) -> str:
     return kernel_from_text(run) or kernel_from_text(str(row.get("source") or "")) or "auto"
 
 
+def _eager_ops(row: dict, spec: TransformerSpec, framework: str, compile_on: bool) -> tuple[bool, bool]:
+    """(RMSNorm, rotary embedding) run as chains of eager PyTorch ops: uncompiled model code of a library that writes
+    them so (row_text.eager_model) under a framework profile without fused kernels, unless a fused kernel is named;
+    torchtitan's nn.RMSNorm is one kernel on the torch of August 2025 on (row_text.torch_rmsnorm_fused)."""
+    if compile_on or FRAMEWORKS[framework].fused_elementwise:
+        return False, False
+    text = " ".join(str(row.get(k) or "") for k in ("framework", "model", "arch", "notes"))
+    if not rt.eager_model(text):
+        return False, False
+    arch = " ".join(str(row.get(k) or "") for k in ("arch", "model"))
+    titan_fused = "torchtitan" in text.lower() and rt.torch_rmsnorm_fused(text)
+    norm = rt.rmsnorm(arch, spec.gated) and not rt.fused_norm_named(text) and not titan_fused
+    return norm, not spec.learned_pos and not rt.fused_rope_named(text)
+
+
 def _run_date(text: str) -> tuple[int, int] | None:
     """The latest date the row's text gives: an arXiv id (year and month) where there is one, else a year
     (taken as its last month: a year alone cannot place a run before a month of it)."""
@@ -438,6 +453,11 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
                      (f"the saved activations of {off_act} blocks a stage", off_act)):
         if on:
             notes.append(f"host offload of {what}: host link and host memory bandwidth from the catalog (offload.py)")
+    compile_on = compiled(str(row.get("framework") or ""))
+    eager_norm, eager_rope = _eager_ops(row, spec, framework, compile_on)
+    if eager_norm or eager_rope:
+        parts = " and ".join(p for p, on in (("RMSNorm", eager_norm), ("rotary embedding", eager_rope)) if on)
+        notes.append(f"uncompiled model code: its {parts} costed as chains of PyTorch ops")
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=sp, schedule=schedule, vpp=vpp, micro_batch=micro,
         recompute=recompute or "none", precision=prec, attention="materialized" if materialized else "flash",
@@ -450,7 +470,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
                                   r"fp8[ _-]param[ _-]gather\W{0,3}(true|1)|fp8[ _-]params\W{0,3}(true|1)", everything))
         and prec in ("fp8", "fp4"),
         attn_kernel=_attention_kernel(row),
-        shard=shard if zero else 0, stage_split=split, compile=compiled(str(row.get("framework") or "")),
+        shard=shard if zero else 0, stage_split=split, compile=compile_on,
+        eager_norm=eager_norm, eager_rope=eager_rope,
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
         recompute_layers=rc_layers, frozen=frozen, lora_rank=lora_rank, lora_targets=lora_targets,
         lora_dropout=lora_dropout, cp_channels=rt.cp_channels(everything) if cp > 1 else 0,

@@ -585,3 +585,72 @@ def pure_bf16(text: str) -> bool:
     low = (text or "").lower()  # the whole cell: clean() keeps only what precedes a parenthesis
     return bool(re.search(r"pure[ _-]?(?:bf16|bfloat16|fp16|16[- ]bit)|(?:no|without)\s+(?:an?\s+)?fp32 master|"
                           r"amp_training\W{0,3}false", low))
+
+
+# Model code that runs its RMSNorm and rotary embedding as chains of PyTorch ops when it is not compiled: Hugging Face
+# transformers (LlamaRMSNorm: upcast, pow, mean, rsqrt, multiply, downcast, weight; apply_rotary_pos_emb with
+# rotate_half), torchtitan (its RMSNorm class to 2025-03, then nn.RMSNorm; complex-number RoPE), torchtune, litgpt,
+# IBM fms and the trainers built on them (VectorLM, ATorch, axolotl, LLaMA-Factory, TRL, ms-swift).
+_EAGER_MODEL = (r"hugging ?face|\bhf\b|transformers|for ?causal ?lm|torchtitan|torchtune|lit-?gpt|\bfms\b|ibm-fms|"
+                r"vectorlm|atorch|axolotl|accelerate|llama[- ]?factory|\btrl\b|ms-swift|eager")
+# ...unless a stack with kernels of its own runs the model (Liger patches HF's norm, RoPE, SwiGLU and loss; XTuner
+# dispatches HF's RMSNorm to its Triton kernel (xtuner/model/modules/dispatch/__init__.py); Transformer Engine layers;
+# Unsloth; a Thunder/nvFuser/XLA/Neuron/Habana graph; Megatron/NeMo; NVIDIA's MLPerf containers)
+_FUSED_STACK = (r"liger|xtuner|apex|transformer[ _-]?engine|\bte\b|unsloth|thunder jit|nvfuser|\bxla\b|neuron|"
+                r"habana|gaudi|megatron|nemo|mlperf|nvidia release|meta internal")
+_FUSED_NORM = r"fused[_ -]?(?:rms[_ -]?)?(?:layer[_ -]?)?norm|triton[_ -]?(?:rms[_ -]?|layer[_ -]?)?norm"
+_FUSED_ROPE = r"fused[_ -]?(?:rotary|rope)|(?:rotary|rope)[_ -]?(?:kernel|triton|cuda)"
+_MONTHS = {m: i + 1 for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
+                                          "dec"))}
+
+
+def eager_model(text: str) -> bool:
+    """The text names model code that runs as PyTorch ops (HF transformers, torchtitan, torchtune, litgpt, fms and
+    the trainers on them) and no stack that brings fused kernels for it (Liger, Transformer Engine, Megatron...)."""
+    low = _negated_kernels((text or "").lower())
+    return bool(re.search(_EAGER_MODEL, low)) and not re.search(_FUSED_STACK, low)
+
+
+def _negated_kernels(low: str) -> str:
+    """The text without kernel libraries said to be off ("Liger-Kernel OFF", "use_liger=False", "without Liger"),
+    which name what a run compared with rather than what it ran."""
+    lib = r"(?:liger(?:[- _]?kernels?)?|use_liger(?:_kernel)?|unsloth|apex|transformer[ _-]?engine)"
+    low = re.sub(lib + r"\s*[:=]?\s*(?:off|false|disabled|none|no|0)\b", " ", low)
+    return re.sub(r"\b(?:no|without|not|w/o)\W{1,3}" + lib, " ", low)
+
+
+def fused_norm_named(text: str) -> bool:
+    """A fused RMSNorm/LayerNorm kernel named (torchtitan's norm_type fused_rmsnorm, flash-attn's, a Triton one)."""
+    return bool(re.search(_FUSED_NORM, (text or "").lower()))
+
+
+def fused_rope_named(text: str) -> bool:
+    """A fused rotary-embedding kernel named (flash-attn's apply_rotary, a Triton/CUDA one)."""
+    return bool(re.search(_FUSED_ROPE, (text or "").lower()))
+
+
+def rmsnorm(arch: str, gated: bool) -> bool:
+    """The model normalises with RMSNorm: said so, else not LayerNorm where that is said, else a gated MLP (the
+    Llama family; GPT-2, BERT, MPT, OPT, Falcon and Pythia pair LayerNorm with GELU)."""
+    low = (arch or "").lower()
+    if re.search(r"rms[ _-]?norm", low):
+        return True
+    return False if re.search(r"layer[ _-]?norm", low) else gated
+
+
+# torch.nn.RMSNorm runs one fused CUDA kernel forward and one backward (aten::_fused_rms_norm, pytorch/pytorch#153666)
+# from the nightlies of August 2025 (torch 2.9); before, it was the same chain of ops as the hand-written ones.
+TORCH_FUSED_RMSNORM_SINCE = (2025, 8)
+
+
+def torch_rmsnorm_fused(text: str) -> bool:
+    """The run's torch has the fused nn.RMSNorm: a torch version of 2.9 or later, else a month of August 2025 or later
+    ("2025-09-17", "Sept 2025"); a bare year or nothing is read as before (most published torchtitan runs are)."""
+    low = (text or "").lower()
+    versions = [(int(a), int(b)) for a, b in re.findall(r"(?:torch|pytorch)\W{0,3}(?:==|v)?\s*(2)\.(\d+)", low)]
+    if versions:
+        return max(versions) >= (2, 9)
+    dates = [(int(y), int(m)) for y, m in re.findall(r"\b(20\d\d)-(\d\d)(?:-\d\d)?\b", low) if 1 <= int(m) <= 12]
+    dates += [(int(y), _MONTHS[m[:3]]) for m, y in re.findall(
+        r"\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+(20\d\d)\b", low)]
+    return bool(dates) and max(dates) >= TORCH_FUSED_RMSNORM_SINCE
