@@ -44,6 +44,7 @@ _FAMILIES: list[tuple[str, str]] = [
     (r"gaudi[ -]?3|hl-325", "gaudi3"), (r"gaudi[ -]?2|hl-225", "gaudi2"),
     # Trainium (Trn1): one device = one NeuronCore-v2 (see _neuron_device); Trainium2/3 are refused by name below
     (r"trainium(?![ -]?v?[23]\b)|\btrn1n?\b|neuron ?core-?v2", "trainium"),
+    (r"ironwood|\btpu[ -]?v?7x?\b|\btpu7x\b", "tpu7x"),  # before v6e: "TPU v6e ... (Ironwood)" is a TPU7x
     (r"\bv6e\b|trillium", "tpu-v6e"), (r"\bv5p\b", "tpu-v5p"),
     (r"\bv5e\b|v5 ?lite", "tpu-v5e"), (r"tpu[ -]?v4\b|\bv4-\d+\b", "tpu-v4"), (r"tpu[ -]?v3\b|\bv3-\d+\b", "tpu-v3"),
     (r"tpu[ -]?v2\b|\bv2-\d+\b", "tpu-v2"),

@@ -53,6 +53,7 @@ PARTS = {
     "AMD Instinct MI100": ("mi100", 92.3, 32, 32),  # CDNA1: bf16 at half the fp16 matrix rate (184.6)
     "MI250": ("mi250", 181, 64, 50),  # one GCD, as the MI250X
     "TPU v2-8": ("tpu-v2", 45, 16, 62),
+    "Google TPU7x (Ironwood)": ("tpu7x", 2307, 192, 600),  # one chip (JAX shows two devices a chip)
 }
 
 
@@ -87,8 +88,13 @@ def test_parts_still_missing_are_refused_by_name(text: str, named: str) -> None:
                                             ("A5000", "rtx-a5000"), ("RTX 6000 Ada", "rtx-6000-ada"),
                                             ("A6000", "rtx-a6000"), ("RTX PRO 6000", "rtx-pro-6000-blackwell"),
                                             ("H200 NVL", "h200-nvl"), ("H200", "h200"), ("H100 NVL", "h100-nvl"),
-                                            ("L20", "l20"), ("L40", "l40"), ("TPU v2", "tpu-v2"), ("TPU v3", "tpu-v3")])
-def test_a_new_part_does_not_catch_its_near_namesakes(text: str, name: str) -> None:
+                                            ("L20", "l20"), ("L40", "l40"), ("TPU v2", "tpu-v2"), ("TPU v3", "tpu-v3"),
+                                            ("TPU v6e", "tpu-v6e"), ("TPU v5p", "tpu-v5p"), ("TPU 70B run", None)])
+def test_a_new_part_does_not_catch_its_near_namesakes(text: str, name: str | None) -> None:
+    if name is None:  # a TPU size, not a part: no TPU7x
+        with pytest.raises(ValueError):
+            resolve(text, CAT)
+        return
     assert resolve(text, CAT)[0].name == name
 
 
@@ -99,7 +105,9 @@ def test_a_new_part_does_not_catch_its_near_namesakes(text: str, name: str) -> N
     ("AMD Instinct MI100 32GB", "mi100"), ("NVIDIA H200 NVL 141GB", "h200-nvl"), ("NVIDIA H200 SXM 141GB", "h200"),
     ("NVIDIA GeForce RTX 5090 32GB", "rtx-5090"), ("NVIDIA RTX A5000 24GB", "rtx-a5000"),
     ("NVIDIA RTX A4000 16GB", "rtx-a4000"), ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-blackwell"),
-    ("Cloud TPU v2 Pod", "tpu-v2"),
+    ("Cloud TPU v2 Pod", "tpu-v2"), ("Ironwood TPU (tpu7x-4x4x4)", "tpu7x"), ("TPU v7", "tpu7x"),
+    # blind round 30's transcription: a v6e entry with Ironwood's figures, named in parentheses
+    ("TPU v6e 2307 TFLOPS 192GB 7.37TB/s (Ironwood TPU7x, tpu7x-4x4x4)", "tpu7x"),
 ])
 def test_a_new_part_written_as_papers_write_it_reads_as_its_entry(text: str, name: str) -> None:
     assert resolve(text, CAT)[0].name == name

@@ -16,10 +16,10 @@ SHARED = PERFMODEL
 
 def test_catalog_loads_every_seeded_device() -> None:
     cat = load_catalog()
-    assert len(cat.devices) == 54
+    assert len(cat.devices) == 55
     assert all(hw.source and hw.vendor and hw.generation for hw in cat.devices.values())
     for name in ("h100-pcie", "h100-nvl", "h200", "b200", "b300", "gb300", "mi300x", "mi325x", "mi355x", "tpu-v4",
-                 "tpu-v5e", "tpu-v5p", "tpu-v6e", "gaudi3", "l40s", "gaudi2", "mi350x"):
+                 "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x", "gaudi3", "l40s", "gaudi2", "mi350x"):
         assert cat.get(name).peak_flops("bf16") > 0
     aliases = [a.lower() for hw in cat.devices.values() for a in hw.aliases]
     assert len(aliases) == len(set(aliases)), "an alias names two devices"
