@@ -51,6 +51,9 @@ def test_an_impossible_measurement_is_not_scored(over: dict, words: str) -> None
     ("MFU against a peak of 989 TFLOP/s", 989e12),
     ("MFU = TFLOPs / 312 TFLOP/s", 312e12),
     ("MFU over the H100 peak", None),
+    # a peak written before each part it belongs to (blind round 30's torchtitan A100 rows read 989 and were refused)
+    ("over the bf16 dense peak (989 TFLOP/s H100 SXM, 312 A100)", None),
+    ("peak 989 TFLOP/s per H100", 989e12),
 ])
 def test_a_peak_named_in_the_text(text: str, peak: float | None) -> None:
     assert _peak_in_text(text) == peak
