@@ -135,14 +135,16 @@ def op_sac_share(spec: TransformerSpec, name: str) -> float:
     matmuls, attention and reduce-scatters but only every other matmul of a block (torchtitan
     models/llama3/infra/parallelize.py `_get_custom_policy`: "Only save every other mm"); the rest of the block
     is re-run. In a block's order wq, wk, wv, wo, w1, w3, w2 (gated) that re-runs wk, wo and w3: the K share of
-    the fused QKV, the output projection, half the fused gate/up; ungated (w1, w2) it re-runs w2."""
+    the fused QKV, the output projection, half the fused gate/up; ungated (w1, w2) it re-runs w2. The routed experts
+    run as `torch._grouped_mm`, which no version of the save list holds (f738a03bf llama3/infra/parallelize.py:237;
+    distributed/activation_checkpoint.py `_get_default_save_ops` at b5bcd76c6): they are all re-run."""
     if name == "qkv":
         return spec.kv_dim / (spec.q_dim + 2 * spec.kv_dim)
-    if name == "attn_out":
+    if name in ("attn_out", "expert_in", "expert_out"):
         return 1.0
-    if name in ("mlp_in", "expert_in"):
+    if name == "mlp_in":
         return 0.5 if spec.gated else 0.0
-    if name in ("mlp_out", "expert_out"):
+    if name == "mlp_out":
         return 0.0 if spec.gated else 1.0
     return 0.0
 

@@ -134,6 +134,9 @@ def compiled(text: str) -> bool:
     low = (text or "").lower()
     low = re.sub(r"(torch\.compile|\bcompiled?)\s*[:=]?\s*(no|false|off|disabled|none|0)\b|"
                  r"\b(no|without|not|disabled)\W{0,3}(torch\.)?compiled?\b", " ", low)
+    # the loss alone compiled (torchtitan's compile.components = ['loss']): the model runs eager (fused_loss reads it)
+    low = re.sub(r"(?:torch\.)?compiled?\b[^;.]{0,20}?\bloss[ -]only\b|"
+                 r"(?:compile\.)?components\W{0,4}\[\W{0,2}loss\W{0,2}\]", " ", low)
     return bool(re.search(r"torch\.compile|\bcompile[d]?\b|inductor", low))
 
 

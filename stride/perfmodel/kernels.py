@@ -29,6 +29,12 @@ LOW_PRECISION_GEMMS = ("qkv", "attn_out", "mlp_in", "mlp_out", "expert_in", "exp
 # counted: 14 B more. Both read from the libraries' code, not fitted.
 EAGER_RMSNORM_EXTRA = 32.0
 EAGER_ROPE_EXTRA = 14.0
+# An MoE layer so written (torchtitan's MoE.forward at f738a03bf, models/moe.py, and its expert_parallel wrapper) moves,
+# per element of each routed token copy (top_k x hidden), forward: torch.gather of the routed rows 2+2, the fp32 score
+# multiply (upcast 2+4, multiply 4+4, downcast 4+2), the grouped-GEMM alignment permute and unpermute 2+2 each, and
+# scatter_add into the output 2 read + 2+2 = 38 B, where one fused permute and unpermute are counted as 4: 34 B more.
+# Hugging Face's MoE blocks (a loop over experts with index_add_) move at least as much.
+EAGER_MOE_ROUTING_EXTRA = 34.0
 
 # parts with no matmul figure at all (a user's own entry): the median MAMF fraction of the catalog's GPUs
 DEFAULT_MATMUL_FRACTION = 0.80
@@ -142,6 +148,8 @@ class Costs:
                 tp_part += EAGER_ROPE_EXTRA * (s.q_dim + s.kv_dim)
         if s.moe:
             tp_part += 4 * s.top_k * h  # token permute and unpermute (read + write each)
+            if not self.fused and (self.lay.eager_norm or self.lay.eager_rope):  # eager model code's routing chain
+                tp_part += EAGER_MOE_ROUTING_EXTRA * s.top_k * h
         return rep / shard, tp_part
 
     def loss_bytes_per_logit(self) -> float:

@@ -123,8 +123,8 @@ def _peak_in_text(metric: str) -> float | None:
     if len(set(re.findall(r"(?<![a-z\d.])(\d{3,5}(?:\.\d+)?)\s*(?:,|\)|tflop|$)", rest))) > 1:
         return None
     # "(989 TFLOP/s H100 SXM, 312 A100)": a peak beside each part it names (blind round 30)
-    if len(set(re.findall(r"(?<![a-z\d.])(\d{3,5}(?:\.\d+)?)(?:\s*tflop\S*)?\s+(?:[a-z]+\s+)?(?:a|h|b|gb|v|mi)\d{2,3}\b",
-                          rest))) > 1:
+    beside = r"(?<![a-z\d.])(\d{3,5}(?:\.\d+)?)(?:\s*tflop\S*)?\s+(?:[a-z]+\s+)?(?:a|h|b|gb|v|mi)\d{2,3}\b"
+    if len(set(re.findall(beside, rest))) > 1:
         return None
     return float(m.group(1) or m.group(2)) * 1e12
 

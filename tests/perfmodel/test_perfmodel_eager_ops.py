@@ -12,10 +12,11 @@ from test_perfmodel_row_variants import BASE  # the same base row; pytest puts t
 from stride.perfmodel import row_text as rt
 from stride.perfmodel.costmodel import predict
 from stride.perfmodel.efficiency import Efficiency
+from stride.perfmodel.frameworks import compiled, fused_loss
 from stride.perfmodel.hardware import load_catalog
-from stride.perfmodel.kernels import EAGER_RMSNORM_EXTRA, EAGER_ROPE_EXTRA, Costs
+from stride.perfmodel.kernels import EAGER_MOE_ROUTING_EXTRA, EAGER_RMSNORM_EXTRA, EAGER_ROPE_EXTRA, Costs
 from stride.perfmodel.layout import Layout
-from stride.perfmodel.model_spec import PRESETS
+from stride.perfmodel.model_spec import PRESETS, TransformerSpec
 from stride.perfmodel.published import row_inputs
 
 CAT = load_catalog()
@@ -104,3 +105,32 @@ def test_torch_compile_gains_what_torchtitan_measured_closer() -> None:
     te = predict(eager.spec, eager.layout, eager.hardware, eager.global_batch, eff).step_time_s
     tc = predict(comp.spec, comp.layout, comp.hardware, comp.global_batch, eff).step_time_s
     assert 1.10 < te / tc < 1.20
+
+
+@pytest.mark.parametrize("text, model, loss", [
+    ("torchtitan @f738a03bf, torch.compile: loss only (toml components ['loss'])", False, True),
+    ("torchtitan (main, early Oct 2025); torch.compile on loss only (compile.components=['loss'])", False, True),
+    ("torchtitan, compile.components = ['model', 'loss']", True, True),
+    ("torchtitan, torch.compile: yes", True, False),
+])
+def test_a_compiled_loss_alone_leaves_the_model_eager(text: str, model: bool, loss: bool) -> None:
+    """torchtitan's `compile.components = ['loss']` compiles the loss, not the blocks (round 23's and 30's
+    DeepSeek-V3 16B rows were read as compiled models)."""
+    assert (compiled(text), fused_loss(text)) == (model, loss)
+
+
+def test_eager_moe_routing_costs_its_chain_by_hand() -> None:
+    """torchtitan's uncompiled MoE layer: gather, fp32 score multiply, alignment permute/unpermute and scatter_add move
+    34 B more per routed element (top_k x hidden) than the one fused permute/unpermute counted; compiled, nothing."""
+    hw, eff = CAT.get("h100-sxm"), Efficiency()
+    spec = TransformerSpec(layers=27, hidden=2048, heads=16, kv_heads=16, ffn=10944, act="swiglu", vocab=102400,
+                           seq=4096, experts=64, top_k=6, moe_ffn=1408)
+    base = Layout(dp=8, ep=8, zero=3, micro_batch=8, framework="fsdp2", precision="bf16")
+    eager = dataclasses.replace(base, eager_norm=True, eager_rope=True)
+    r0, t0 = Costs(hw, eff, base, spec).elementwise_per_token(1)
+    r1, t1 = Costs(hw, eff, eager, spec).elementwise_per_token(1)
+    assert t1 - t0 == pytest.approx(EAGER_ROPE_EXTRA * (spec.q_dim + spec.kv_dim)
+                                    + EAGER_MOE_ROUTING_EXTRA * spec.top_k * spec.hidden)
+    dense = dataclasses.replace(spec, experts=0, top_k=1, moe_ffn=0)
+    d0, d1 = (Costs(hw, eff, lay, dense).elementwise_per_token(1)[1] for lay in (base, eager))
+    assert d1 - d0 == pytest.approx(EAGER_ROPE_EXTRA * (dense.q_dim + dense.kv_dim))  # no routing without experts

@@ -92,6 +92,16 @@ def test_op_sac_reruns_every_other_matmul() -> None:
     assert steps["op-sac"].breakdown_s["attention"] == pytest.approx(steps["none"].breakdown_s["attention"])
 
 
+def test_op_sac_reruns_the_routed_experts_whole() -> None:
+    """The routed experts run as torch._grouped_mm, which torchtitan's save list never held: op-level SAC re-runs
+    all of their GEMMs (the dense MLP's every other one); a MoE block's recompute is its experts' forward."""
+    from stride.perfmodel.model_spec import TransformerSpec
+    moe = TransformerSpec(layers=4, hidden=2048, heads=16, kv_heads=16, ffn=1408, act="swiglu", vocab=1024, seq=4096,
+                          experts=64, top_k=6)
+    assert op_sac_share(moe, "expert_in") == op_sac_share(moe, "expert_out") == 1.0
+    assert op_sac_share(moe, "mlp_in") == 0.5 and op_sac_share(moe, "mlp_out") == 0.0
+
+
 def test_layer_sac_recomputes_one_block_in_n() -> None:
     every2 = row_inputs(_llama8b_row(recompute="selective layer"), load_catalog())
     assert every2.layout.recompute == "full" and every2.layout.recompute_layers == 16
