@@ -50,9 +50,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fp8-recipe", default="delayed",
                         help="fp8: delayed | current | tensorwise | rowwise | rowwise_gw_hp | mxfp8 (fp4: nvfp4) "
                              "(default: %(default)s)")
-    parser.add_argument("--framework", default="megatron",
+    parser.add_argument("--framework", default=None,
                         help="framework profile: megatron, megatron-legacy, deepspeed, ddp, fsdp1, fsdp2, torchtune, "
-                             "maxtext (default: %(default)s)")
+                             "maxtext (default: maxtext on a TPU, else megatron)")
     parser.add_argument("--efficiency", help="calibration JSON with efficiency factors (default: the shipped "
                         "data/perfmodel/efficiency.json)")
     parser.add_argument("--top", type=int, default=8, help="rows of the ranked table, >= 1 (default: %(default)s)")
@@ -163,9 +163,7 @@ def _device(catalog, text: str, quiet: bool = False):
         hw, notes = resolve(text, catalog)
     except ValueError as exc:
         if "not a part the catalog knows" in str(exc):  # a part it knows to be missing (B100) says so itself
-            from stride.config.errors import suggest
-
-            raise ConfigError(f"--hardware: unknown hardware `{text}`{suggest(text, catalog.names())}; known: "
+            raise ConfigError(f"--hardware: unknown hardware `{text}`{catalog.suggest(text)}; known: "
                               f"{', '.join(catalog.names())}; add it with --hardware-file, or describe it from a "
                               f"catalog part ({DESCRIBE_EXAMPLE})") from None
         raise ConfigError(f"--hardware: {exc}") from None
@@ -357,8 +355,10 @@ def _interval(table, hw, args: argparse.Namespace, moe: bool) -> tuple[float, fl
     """(lo, hi) multipliers of a predicted time on `hw` and which residuals they come from: the 80% interval of
     the run's kind in `table` (the shipped intervals.py table), as `--from-csv` rows get it."""
     from stride.perfmodel.intervals import run_kind, time_factors
+    from stride.perfmodel.planner import default_framework
 
-    q10, q90, basis = table.bounds(run_kind(hw.generation or hw.name, args.precision, args.framework, moe))
+    framework = args.framework or default_framework(hw)
+    q10, q90, basis = table.bounds(run_kind(hw.generation or hw.name, args.precision, framework, moe))
     return (*time_factors(q10, q90), basis)
 
 
@@ -454,7 +454,8 @@ def _run(args: argparse.Namespace) -> int:
         return _plan_workload(args, *_device(catalog, args.hardware, quiet=not args.json), eff)
     from stride.perfmodel.frameworks import get_framework
 
-    args.framework = get_framework(args.framework).name
+    if args.framework is not None:
+        args.framework = get_framework(args.framework).name
     if not args.model or (args.devices is None and args.compare_hardware in (None, "all")):
         raise ConfigError("stride plan needs --model (or --workload) and --devices or --compare-hardware "
                           "NAME:COUNT,... "
@@ -470,6 +471,15 @@ def _run(args: argparse.Namespace) -> int:
         return _compare(args, spec, catalog, eff)
     gb = args.global_batch if args.global_batch is not None else default_global_batch(spec, args.devices)
     hw, notes = _device(catalog, args.hardware, quiet=not args.json)
+    slice_note = next((n for n in notes if n.startswith("TPU slice of ")), None)
+    if slice_note and hw.scaleup_domain != args.devices:  # "TPU v5p-128" names 64 chips; --devices decides
+        msg = (f"--hardware names a slice of {hw.scaleup_domain} chips but --devices is {args.devices}: planned on "
+               f"{args.devices} chips (pass --devices {hw.scaleup_domain} for the whole slice)")
+        notes.append(msg)
+    if args.framework is None:  # a TPU runs JAX/XLA (MaxText), not Megatron (first-contact audit of 2026-12-06)
+        from stride.perfmodel.planner import default_framework
+
+        args.framework = default_framework(hw)
     t0 = time.perf_counter()
     result = search(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
     seconds = time.perf_counter() - t0
@@ -496,11 +506,23 @@ def _run(args: argparse.Namespace) -> int:
             "ranked": [out(p) for p in result.ranked[: args.top]],
             "alternatives": [{**out(p), "why_slower": explain(p, best)} for p in alts] if best else [],
             "fastest_not_fitting": [out(p) for p in result.rejected_memory[:3]],
+            "closest_not_fitting": [out(p) for p in result.closest_not_fitting()],
+            "fits_from_devices": _fits_from(args, spec, hw, gb, eff, result)[0],
         }))
         return 0 if best else 1  # as the table: no layout fits is a failure, whichever the output
     _print_plan(result, alts, spec, hw, args.devices, gb, seconds, args.top, (lo, hi, basis),
-                _hardware_lines(args.hardware, notes), check)
+                _hardware_lines(args.hardware, notes), check, _fits_from(args, spec, hw, gb, eff, result))
     return 0 if result.best else 1
+
+
+def _fits_from(args, spec, hw, gb: int, eff, result) -> tuple[int | None, object]:
+    """Where nothing fits: the fewest devices on which something does (planner.fits_from), else (None, None)."""
+    from stride.perfmodel.planner import fits_from
+
+    if result.best is not None:
+        return None, None
+    found = fits_from(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
+    return found if found else (None, None)
 
 
 def _plan_workload(args, hw, notes: list[str], eff) -> int:
@@ -599,7 +621,8 @@ def _memory_lines(result, check: dict | None) -> list[str]:
 
 
 def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tuple[float, float, str],
-                hardware_lines: list[str] = (), check: dict | None = None) -> None:
+                hardware_lines: list[str] = (), check: dict | None = None,
+                fits_from: tuple[int | None, object] = (None, None)) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -616,9 +639,18 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
     for line in result.notes:  # what limited the search (the framework's parallelism, the batch's divisors)
         con.print(f"note: {line}", markup=False, highlight=False)
     if not result.best:
-        con.print("[red]no layout fits in memory[/]")
-        for p in result.rejected_memory[:3]:
-            con.print(f"  {p.layout.short()}: needs {p.peak_mem_gib:.1f} GiB of {_usable(hw)}")
+        con.print(f"[red]no layout fits in memory[/] on {devices} x {hw.display_name}; the closest need:",
+                  highlight=False)
+        for p in result.closest_not_fitting():
+            con.print(f"  {p.layout.short()}: {p.peak_mem_gib:.1f} GiB of {_usable(hw)}", markup=False,
+                      highlight=False)
+        n, p = fits_from
+        if n is not None:
+            con.print(f"fits from {n} devices: fastest there {p.layout.short()}, {secs(p.step_time_s)} s a step "
+                      f"(`--devices {n}`); or a shorter --seq, a smaller model, fp8", markup=False, highlight=False)
+        else:
+            con.print("no device count up to 16,384 fits it: a shorter --seq or a smaller model", markup=False,
+                      highlight=False)
         return
     lo, hi, basis = interval
     t = Table(title="fitting layouts, fastest first (within 0.5 %: less memory first; 80% interval from held-out "
@@ -693,7 +725,8 @@ def _compare(args, spec, catalog, eff) -> int:
             r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * lo, r["hours_to_budget"] * hi
     seconds = time.perf_counter() - t0
     if args.json:
-        print(json.dumps({"model": spec.name, "tokens": args.tokens, "sort": args.sort, "framework": args.framework,
+        print(json.dumps({"model": spec.name, "tokens": args.tokens, "sort": args.sort,
+                          "framework": args.framework or "each part's own (maxtext on a TPU, else megatron)",
                           "precision": args.precision, "search_seconds": seconds, "hardware": rows}))
     else:
         print_compare(rows, spec.name, args.tokens, args.sort, seconds)

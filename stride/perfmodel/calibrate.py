@@ -93,6 +93,7 @@ class RunInputs:
     device: str | None = None  # summary.json's device type ("cpu", "cuda"); None in runs that lack it
     threads: int | None = None  # intra-op threads per process: train.threads, else env.json torch_threads
     threads_from: str = ""
+    contention: str | None = None  # summary.json's contention_note: the run measured a busy host
 
     def predict(self, hw: Hardware, eff: Efficiency) -> Prediction:
         p = self.config.parallel
@@ -186,8 +187,18 @@ def run_inputs(run_dir: Path) -> RunInputs:
     threads, threads_from = ((t.threads, "config.toml train.threads") if t.threads else
                              (env.get("torch_threads"), "env.json torch_threads"))
     device = str(summary["device"]).split(":")[0] if summary.get("device") else None
+    note = summary.get("contention_note")
     return RunInputs(run_dir, cfg, trace, layout, t.batch_size, float(step), world, device,
-                     int(threads) if threads else None, threads_from)
+                     int(threads) if threads else None, threads_from, note if isinstance(note, str) else None)
+
+
+def contention_warnings(runs: list[RunInputs]) -> list[str]:
+    """Runs whose own summary says the host was busy while they ran: their step times measure the load as much as the
+    hardware, so factors fitted to them are not the hardware's (first-contact audit of 2026-12-06: the general "check
+    that the host was not busy" went out while each run's summary said it was)."""
+    return [f"{r.run_dir} was measured on a busy host ({r.contention}): factors fitted to it describe that load, "
+            "not the hardware; rerun it on a quiet host before writing them to an efficiency file"
+            for r in runs if r.contention]
 
 
 def check_hardware(runs: list[RunInputs], hw: Hardware) -> None:
@@ -410,7 +421,7 @@ def calibrate_cli(args: argparse.Namespace) -> int:
                                                        "the default factors") + " were kept, not fitted")
     # factors the fit kept are already said not to be fitted; factors it moved on too few runs are said here
     under = [] if disagree and kept else underdetermined_warnings(runs, hw, start=start)
-    warnings = [*thread_warnings(runs, hw), *disagree, *under,
+    warnings = [*contention_warnings(runs), *thread_warnings(runs, hw), *disagree, *under,
                 *factor_warnings(eff, tuple(n for _, names in stages(runs, start=start) for n in names), hw)]
     for w in warnings:
         print(f"stride plan calibrate: warning: {w}", file=sys.stderr)

@@ -350,12 +350,21 @@ class Catalog:
     def names(self) -> list[str]:
         return list(self.devices)
 
+    def suggest(self, name: str) -> str:
+        """' (did you mean ...?)' for an unknown name: every entry of a family the name begins ("tpu": all TPUs, not
+        the nearest spelling alone), else the closest name."""
+        key = _norm(name)
+        family = [n for n in self.names() if len(key) >= 2 and _norm(n).startswith(key)]
+        if len(family) > 1:
+            return f" (did you mean one of {', '.join(f'`{n}`' for n in family)}?)"
+        return suggest(name, self.names())
+
     def get(self, name: str) -> Hardware:
         key = _norm(name)
         for hw in self.devices.values():
             if key == _norm(hw.name) or key in (_norm(a) for a in hw.aliases):
                 return hw
-        raise ConfigError(f"unknown hardware `{name}`{suggest(name, self.names())}; "
+        raise ConfigError(f"unknown hardware `{name}`{self.suggest(name)}; "
                           f"known: {', '.join(self.names())}")
 
 

@@ -33,6 +33,11 @@ class PlanResult:
     def best(self) -> Prediction | None:
         return self.ranked[0] if self.ranked else None
 
+    def closest_not_fitting(self, n: int = 3) -> list[Prediction]:
+        """The layouts that miss by the least memory (what to start from when nothing fits; the fastest ones that
+        do not fit are the largest micro-batches, the furthest from fitting)."""
+        return sorted(self.rejected_memory, key=lambda p: p.peak_mem_bytes)[:n]
+
 
 def smooth(x: float) -> int:
     """The number of the form 2^k or 3 x 2^k nearest `x` in ratio (at least 1): every such number has the small
@@ -188,6 +193,30 @@ def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
                       notes + search_notes(layouts, global_batch, devices, framework, bool(fits)))
 
 
+def default_framework(hw: Hardware) -> str:
+    """The framework a part is planned with when none is named: JAX/XLA (MaxText) on a TPU, else Megatron-Core."""
+    return "maxtext" if hw.vendor == "google" else "megatron"
+
+
+def fits_from(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int, eff: Efficiency | None = None,
+              precision: str = "bf16", framework: str = "megatron", fp8_recipe: str = "delayed",
+              most: int = 16384) -> tuple[int, Prediction] | None:
+    """The fewest devices (doubling from 2 x `devices`, up to `most`) on which some layout fits, with its fastest
+    layout; None where none does. The global batch is kept where it divides the count, else the default of that
+    count (a batch of 8 sequences cannot spread over 16 replicas). Answers "how many do I need" when nothing fits."""
+    n = devices * 2
+    while n <= most:
+        gb = global_batch if global_batch % n == 0 else default_global_batch(spec, n)
+        try:
+            res = search(spec, hw, n, gb, eff, precision, framework, fp8_recipe)
+        except ConfigError:
+            res = None
+        if res is not None and res.best is not None:
+            return n, res.best
+        n *= 2
+    return None
+
+
 def offload_variants(lay: Layout) -> list[Layout]:
     """The host-offload forms of `lay` its framework runs: DeepSpeed's offload_optimizer (ZeRO >= 1) and offload_param
     (ZeRO-3); FSDP's CPU offload (parameters, gradients and optimizer together; fully sharded); Megatron-Core's
@@ -295,14 +324,15 @@ def parse_fleet(text: str, names: list[str]) -> list[tuple[str, int | None]]:
 
 def compare_hardware(spec: TransformerSpec, fleet: list[tuple[Hardware, int]], global_batch: int | None,
                      eff: Efficiency | None = None, token_budget: float = 1e12, precision: str = "bf16",
-                     sort: str = "time", framework: str = "megatron") -> list[dict]:
+                     sort: str = "time", framework: str | None = None) -> list[dict]:
     """Best fitting layout per (device type, count), with time (hours) and cost to `token_budget` tokens,
-    ranked by time or cost; a device type that cannot run it says why."""
+    ranked by time or cost; a device type that cannot run it says why. `framework` None: each part's own
+    (default_framework)."""
     rows = []
     for hw, devices in fleet:
         gb = global_batch if global_batch is not None else default_global_batch(spec, devices)
         try:
-            res = search(spec, hw, devices, gb, eff, precision, framework)
+            res = search(spec, hw, devices, gb, eff, precision, framework or default_framework(hw))
         except ConfigError as exc:
             rows.append({"hardware": hw.name, "devices": devices, "reason": str(exc)})
             continue

@@ -71,3 +71,22 @@ def test_a_summary_that_is_a_device_is_named_as_one(tmp_path: Path) -> None:
     (d / "summary.json").symlink_to("/dev/zero")
     with pytest.raises(ConfigError, match=rf"^run file {d / 'summary.json'} is a character device, not a regular"):
         run_inputs(d)
+
+
+def test_a_run_whose_summary_says_the_host_was_busy_is_named(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The run's own contention note reaches calibrate's warnings (stderr and the JSON), naming the run (first-contact
+    audit of 2026-12-06: only a general "check that the host was not busy" went out)."""
+    note = "the host was busy: 0.84 threads waited for a core on average"
+    d = _run(tmp_path, contention_note=note, run_queue_waiting_threads=0.84)
+    assert run_inputs(d).contention == note
+    assert main(["plan", "calibrate", str(d), "--hardware", "epyc-9654"]) == 0
+    cap = capsys.readouterr()
+    said = [w for w in json.loads(cap.out)["warnings"] if "busy host" in w]
+    assert len(said) == 1 and str(d) in said[0] and note in said[0] and said[0] in cap.err
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    for f in ("config.toml", "summary.json"):
+        (quiet / f).write_text((d / f).read_text())
+    (quiet / "summary.json").write_text(json.dumps(GOOD))
+    assert run_inputs(quiet).contention is None
