@@ -12,7 +12,9 @@ DESCRIPTION = (
     "repeated runs. Within-run spread can understate what a second run differs by: repeat runs to see that. "
     "A `stride train` run folder is one measurement (no cv): against another, the band is the 2 % floor, 'assumed'. "
     "Verdict: 'within noise' where |B/A - 1| <= band, else faster or slower; the table shows more digits where "
-    "rounding would hide which side of the band the ratio is on.")
+    "rounding would hide which side of the band the ratio is on. A side whose run says its host was contended (its "
+    "threads waited for cores: `contention_note` in summary.json or results.json) gets no verdict: 'no verdict: the "
+    "host was busy', with the run's note under the table; rerun on a quiet host.")
 EPILOG = ("exit status: 0 compared; 2 for an unreadable or impossible input, or any row refused (different "
           "workloads, workload versions or throughput units), after the table where other rows were compared")
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from stride.bench.stats import one_run
 from stride.files.strict_json import finite_number
+from stride.report.contended import contended_verdict, contention
 from stride.shown_text import literal, plain
 
 # What defines a workload (`section.key` of the config; `model.*`: the whole model table), with `world_size`
@@ -127,12 +128,18 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
                 "unit_mismatch": f"{name}: throughput units differ: A in {ua!r}, B in {ub!r}; stride knows no "
                                  "conversion between them, so no ratio (compare results measured in one unit)"}
     ratio, verdict = judge(wa["throughput"], wb["throughput"])
+    # a side measured on a contended host: its figure can be tens of times slow at any spread (a train run's one
+    # figure was judged "slower" against the 2 % floor), so the ratio is shown and judged by no band
+    busy = contended_verdict({"A": wa, "B": wb})
     mem = wb["peak_mem_bytes"] / wa["peak_mem_bytes"] if wa.get("peak_mem_bytes") and wb.get("peak_mem_bytes") else None
-    return {"name": name, "ratio": ratio, "verdict": verdict, "mem_ratio": mem, "unit": wa["throughput"]["unit"],
+    return {"name": name, "ratio": ratio, "verdict": busy if busy and ratio is not None else verdict,
+            "mem_ratio": mem, "unit": wa["throughput"]["unit"],
             "a_median": wa["throughput"]["median"], "b_median": wb["throughput"]["median"],
             "noise_band": noise_band(wa["throughput"], wb["throughput"]),
             "noise_measured": noise_measured(wa["throughput"]) or noise_measured(wb["throughput"]),
-            "peak_note": peak_note(wa, wb)}
+            "peak_note": peak_note(wa, wb),
+            # the runs' own notes, whose threads waited and what to do: for --json and the table's caption
+            "contention_notes": {side: note for side, w in (("A", wa), ("B", wb)) if (note := contention(w))}}
 
 
 PEAK_DIFF = 0.05  # MFU peaks of the two sides further apart than this are said
@@ -200,6 +207,7 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
         table.add_row(literal(r["name"]), med(r, "a"), med(r, "b"), ratio, band,
                       f"{r['mem_ratio']:.3f}" if r.get("mem_ratio") else "-", literal(r["verdict"]))
     notes = [f"{r['name']}: {r['peak_note']}" for r in rows if r.get("peak_note")]
+    notes += [f"{r['name']}: {side}: {note}" for r in rows for side, note in (r.get("contention_notes") or {}).items()]
     if notes:
         table.caption = literal("\n".join(map(plain, notes)), lines=True)  # one line a note
     return table

@@ -15,12 +15,27 @@ from typing import Any
 
 from stride.bench.results import RESULTS_MAX_BYTES, ResultsError, load_results, make_results
 from stride.files.input_file import InputFileError, read_input_text
+from stride.files.strict_json import finite_number
 
 KINDS = "a results.json, a `stride bench` directory or a `stride train` run directory"
 # Figures that cannot be negative (rates, times, sizes, counts), as a summary.json or a results entry names
 # them; MFU is achieved over peak FLOP/s, which stride leaves null rather than write above 1.
 NON_NEGATIVE = ("samples_per_s", "timesteps_per_s", "step_time_s", "wall_time_s", "flops_per_step", "peak_mem_bytes",
-                "time_to_target_s", "steps", "skipped_steps", "saved_activation_bytes", "params", "world_size")
+                "time_to_target_s", "steps", "skipped_steps", "saved_activation_bytes", "params", "world_size",
+                "run_queue_waiting_threads")
+
+
+def contention_problem(s: dict[str, Any]) -> str | None:
+    """What is wrong with a summary's or results entry's contention fields (a note that is not text, a wait that is
+    not a number), or None. Refused rather than read past: a note that is not text counts as none
+    (stride.report.contended), and the run would be judged as measured on a quiet host."""
+    note, waiting = s.get("contention_note"), s.get("run_queue_waiting_threads")
+    if note is not None and not isinstance(note, str):
+        return f"contention_note = {note!r} is not text or null (the run's note on a contended host)"
+    if waiting is not None and not finite_number(waiting):
+        return (f"run_queue_waiting_threads = {waiting!r} is not a number or null (threads waiting for a core on "
+                "average)")
+    return None
 
 
 def range_problem(figures: dict[str, Any]) -> str | None:
@@ -83,7 +98,7 @@ def _load_checked(p: Path) -> dict[str, Any]:
     seen: dict[str, int] = {}
     for i, w in enumerate(res["workloads"]):
         name = str(w["name"])[:40]
-        if why := range_problem(w) or count_problem(w["throughput"]):
+        if why := range_problem(w) or count_problem(w["throughput"]) or contention_problem(w):
             raise ResultsError(f"{p}: workloads[{i}] ({name}): {why}")
         if w["name"] in seen:
             raise ResultsError(f"{p}: workloads[{i}] ({name}) is listed twice (also workloads[{seen[w['name']]}]): "
@@ -107,7 +122,7 @@ def _read_json(p: Path, what: str) -> dict[str, Any]:
 def results_from_run(run: Path) -> dict[str, Any]:
     """A one-workload results object from a `stride train` run directory."""
     s = _read_json(run / "summary.json", "run summary")
-    if why := range_problem(s):
+    if why := range_problem(s) or contention_problem(s):
         raise ResultsError(f"{run / 'summary.json'}: {why}")
     env = _read_json(run / "env.json", "run environment file") if (run / "env.json").is_file() else {}
     cfg: dict[str, Any] = {}
@@ -128,7 +143,10 @@ def results_from_run(run: Path) -> dict[str, Any]:
                                  "skipped_steps", "saved_activation_bytes", "params", "params_sha256",
                                  # read by the report's communication rule and compare's peak check
                                  "exposed_comm_fraction", "comm_cost_fraction", "comm_core_free",
-                                 "peak_flops_per_s", "peak_clock_ghz")},
+                                 "peak_flops_per_s", "peak_clock_ghz",
+                                 # whether the run's host was contended (stride.metrics.contention), as a bench
+                                 # entry carries it: compare then gives no verdict, report no bottleneck of the model
+                                 "run_queue_waiting_threads", "contention_note")},
         "world_size": s.get("world_size"),  # processes: part of what a run measured (stride compare checks it)
         "peak_mem_bytes": s.get("peak_mem_bytes") or 0,
         "step_time_breakdown_s": s.get("step_time_breakdown_s") or {},
