@@ -89,9 +89,11 @@ def _missing_hint(p: Path) -> str:
     hint = "" if p.is_absolute() else f" (looked for {p.resolve()}: relative paths are read from the current directory)"
     folder = p.resolve().parent
     if folder.is_dir():
-        near = difflib.get_close_matches(p.name, [c.name for c in folder.glob("*.toml")], n=1)
+        # on the stems: the shared ".toml" made "none.toml" near "newhw.toml" (first-contact audit of 2026-12-06)
+        stems = {c.stem: c.name for c in folder.glob("*.toml")}
+        near = difflib.get_close_matches(p.stem, list(stems), n=1, cutoff=0.75)
         if near:
-            hint += f"; did you mean {p.with_name(near[0])}?"
+            hint += f"; did you mean {p.with_name(stems[near[0]])}?"
     return hint
 
 

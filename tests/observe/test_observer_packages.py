@@ -55,3 +55,14 @@ def test_ctrl_c_without_checkpoints_says_where_it_stopped_and_what_is_kept(tmp_p
     assert code == 130
     assert "stride train: stopped (interrupted) after step 3 of 50; no checkpoint (checkpoint.enabled = false)" in err
     assert "--set checkpoint.enabled=true makes a Ctrl-C resumable" in err
+
+
+def test_a_missing_config_suggests_no_unrelated_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Names are compared without their shared `.toml`: `none.toml` beside `newhw.toml` suggested it (first-contact
+    audit of 2026-12-06); a near miss of the stem still gets its suggestion."""
+    (tmp_path / "newhw.toml").write_text("")
+    (tmp_path / "quickstart.toml").write_text("")
+    for name, said in (("none.toml", None), ("quickstat.toml", "quickstart.toml")):
+        assert main(["train", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert ("did you mean" in err) is (said is not None) and (said is None or said in err), err
