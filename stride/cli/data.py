@@ -108,6 +108,42 @@ def _interrupted(cmd: str, out: str, marker: str, before: tuple[int, int] | None
     return 130
 
 
+class SynthProgress:
+    """A bar of the files synth has written (day, files, time left) on a terminal; nothing elsewhere, where the
+    one summary line is the output. A long synth wrote nothing for minutes (a day of 1s bars takes seconds).
+    Redrawn from the writing loop at most every `refresh_s` (no refresh thread), as TrainProgress does."""
+
+    def __init__(self, n_assets: int, console: Any = None, refresh_s: float = 0.5) -> None:
+        from rich.console import Console
+
+        self.console = console if console is not None else Console(stderr=True)
+        self.n_assets, self.refresh_s = max(n_assets, 1), refresh_s
+        self._bar: Any = None
+        self._next = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if not self.console.is_terminal:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("files"), TimeRemainingColumn(), console=self.console,
+                                 auto_refresh=False, transient=True)
+            self._task = self._bar.add_task("synth", total=total)
+            self._bar.start()
+        now = time.perf_counter()
+        if now >= self._next or done >= total:
+            self._next = now + self.refresh_s
+            day = min(done // self.n_assets + 1, -(-total // self.n_assets))
+            self._bar.update(self._task, completed=done, description=f"synth day {day}", refresh=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
 def run_synth(args: argparse.Namespace) -> int:
     from stride.data.simulator import synthesize
     from stride.errors import one_line
@@ -118,15 +154,21 @@ def run_synth(args: argparse.Namespace) -> int:
         return 2
     t0 = time.perf_counter()
     before = _stamp(Path(args.out) / "_stride_synth.json")
+    progress = SynthProgress(args.assets)
     try:
-        info = synthesize(args.out, args.assets, args.days, args.freq, args.seed, args.levels, args.overwrite)
+        info = synthesize(args.out, args.assets, args.days, args.freq, args.seed, args.levels, args.overwrite,
+                          progress=progress)
     except (ValueError, FileExistsError) as exc:
+        progress.close()
         print(f"stride data synth: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        progress.close()
         return _interrupted("synth", args.out, "_stride_synth.json", before,
                             f"{one_line(args.out)} was written whole (its _stride_synth.json is new)", "output",
                             "write it")
+    finally:
+        progress.close()
     print(f"wrote {info['files']} files, {info['rows']:,} rows ({info['assets']} assets x {info['days']} days x "
           f"{info['bars_per_day']} bars) to {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0

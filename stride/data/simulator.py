@@ -7,6 +7,10 @@ profile of volatility and volume, an overnight gap, rare jumps, and an L2 book o
 best bid and ask straddle the mid exactly (mid = (bid_1 + ask_1) / 2), with the spread widening
 with volatility. Deterministic by seed: day d draws from `default_rng([seed, d])`, and state
 (variance, price) flows from day to day. Memory is one day of all assets, whatever `days` is.
+
+That day is large at fine bars (`--assets 100000 --freq 1s` holds about 856 GiB of it; the process was killed for
+memory after 9 s, without a word, leaving its temporary folder): `synthesize` estimates the day's peak and the
+output's size from the shape before it allocates or writes anything and refuses, in one line, what cannot fit.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,6 +178,100 @@ class SynthError(StrideError, ValueError):
     exit_code = 2
 
 
+class SynthTooLarge(StrideError, ValueError):
+    """A synth that cannot fit this host's memory or its disk: what it needs, what is there, and what to lower."""
+
+    exit_code = 2  # as `stride train` refuses a run that does not fit: the options are what must change
+
+
+# Bytes `MarketSimulator.day` holds at its peak per (asset, bar) cell: float64 arrays alive at once, 19 for the
+# bars (shocks, returns, variance path, prices, wicks, quotes, ...) and 6 per book level (its two prices, the depth
+# draws and the two rounded sizes), plus the jumps' bool mask. Measured with tracemalloc: 153, 201, 393 and 633 B
+# at --levels 0, 1, 5, 10 (200 assets x 390 bars and 50 x 23400 alike); RSS peaks measured lower (pages of
+# `np.empty` never touched). Besides, per asset: its state (six arrays of one value) and its symbol; per bar: the
+# market and sector shocks and the intraday profile, whatever the assets.
+DAY_ARRAYS, LEVEL_ARRAYS, CELL_EXTRA, ASSET_BYTES, BAR_BYTES = 19, 6, 1, 128, 128
+# A floor on the Parquet output, measured over 1s..390min bars and 0..10 levels: 2.1 to 390 B a value (1s bars
+# compress most: their prices repeat), 2.7 to 14.5 KB of footer and metadata a file (about 150 B a column).
+VALUE_BYTES_FLOOR, FILE_BYTES_FLOOR, COLUMN_META_FLOOR = 1.5, 1500, 150
+# Coarser bar lengths offered when --freq is too fine (each divides the 6.5 h session).
+FREQS = ("1s", "5s", "10s", "15s", "30s", "1min", "5min", "10min", "15min", "30min", "65min", "390min")
+
+
+def columns(levels: int) -> int:
+    """Value columns a synth file holds (timestamp and symbol aside): 7 bar columns, 4 per book level."""
+    return 7 + 4 * levels
+
+
+def day_bytes(n_assets: int, bars: int, levels: int) -> int:
+    """Peak bytes of simulating one day of `n_assets` x `bars` (see DAY_ARRAYS)."""
+    cell = 8 * (DAY_ARRAYS + LEVEL_ARRAYS * levels) + CELL_EXTRA
+    return n_assets * (bars * cell + ASSET_BYTES) + bars * BAR_BYTES
+
+
+def output_bytes(n_assets: int, n_days: int, bars: int, levels: int) -> int:
+    """A floor on the bytes the Parquet tree takes: one file per asset and day."""
+    cols = columns(levels)
+    per_file = FILE_BYTES_FLOOR + COLUMN_META_FLOOR * cols + int(bars * (cols + 1) * VALUE_BYTES_FLOOR)
+    return n_assets * n_days * per_file
+
+
+def _free_space(path: Path) -> tuple[int, int | None]:
+    """(bytes, inodes) free to this user on the filesystem of `path` (its nearest existing folder); inodes None
+    where the filesystem does not count them (btrfs, some network mounts)."""
+    where = next((q for q in (path, *path.parents) if q.is_dir()), Path("/"))
+    st = os.statvfs(where)
+    return st.f_bavail * st.f_frsize, (st.f_favail if st.f_files else None)
+
+
+def check_room(out: Path, n_assets: int, n_days: int, freq: str, levels: int) -> None:
+    """Refuse (SynthTooLarge, one line) a synth whose day does not fit the memory available now or whose output
+    does not fit the disk at `out`; nothing is allocated. The available memory is `stride train`'s
+    (stride.train.resources.host_available), so both commands say the same of one host."""
+    from stride.train import resources
+
+    bars = SESSION_SECONDS // parse_freq(freq)
+    if n_assets < 1 or n_days < 1 or levels < 0:
+        return  # MarketSimulator says what is wrong with them
+    need, have = day_bytes(n_assets, bars, levels), resources.host_available()
+    size = resources._size
+    shape = f"--assets {n_assets} x --freq {freq} ({bars} bar{'s' if bars > 1 else ''} a day) x --levels {levels}"
+    if need > have:
+        cell = 8 * (DAY_ARRAYS + LEVEL_ARRAYS * levels) + CELL_EXTRA
+        fixes = []
+        most = max(have - bars * BAR_BYTES, 0) // (bars * cell + ASSET_BYTES)
+        fixes.append(f"--assets {most} or fewer" if most else "fewer --assets")
+        coarser = [f for f in FREQS if parse_freq(f) > SESSION_SECONDS // bars]
+        fits = next((f for f in coarser if day_bytes(n_assets, SESSION_SECONDS // parse_freq(f), levels) <= have),
+                    None)
+        if fits is not None:
+            fixes.append(f"a coarser --freq ({fits} fits)")
+        if levels and day_bytes(n_assets, bars, 0) <= have:
+            fixes.append("fewer --levels (0: bars only, fits)")
+        elif levels:
+            fixes.append("fewer --levels")
+        raise SynthTooLarge(
+            f"{shape} does not fit in memory: the simulator holds one day of every asset at once, about "
+            f"{size(need)} ({n_assets} x {bars} cells x {cell} B: {columns(levels)} columns and their "
+            f"intermediates in float64), and {size(have)} is available; use {', '.join(fixes[:-1])}"
+            f"{' or ' if len(fixes) > 1 else ''}{fixes[-1]} (--days does not change the memory: days are written "
+            "one at a time)")
+    disk, inodes = _free_space(Path(os.path.abspath(out)))
+    files = n_assets * n_days
+    written = output_bytes(n_assets, n_days, bars, levels)
+    if written > disk:
+        lower = "--days, --assets or --levels" if levels else "--days or --assets"
+        raise SynthTooLarge(
+            f"{shape} x --days {n_days} does not fit on the disk of --out {out}: its {files:,} Parquet files take at "
+            f"least {size(written)} and {size(disk)} is free; lower {lower}, use a coarser --freq, or another --out")
+    entries = 2 * files + n_days + 1  # a file and a symbol folder per asset and day, a date folder a day
+    if inodes is not None and entries > inodes:
+        raise SynthTooLarge(
+            f"{shape} x --days {n_days} does not fit on the disk of --out {out}: it makes {entries:,} files and "
+            f"folders (one file per asset and day) and the filesystem has room for {inodes:,} more; lower --days or "
+            "--assets, or use another --out")
+
+
 def synth_marker(path: Path) -> dict[str, Any] | None:
     """The completion marker of a finished synth output in `path`, or None (none, unreadable, another format)."""
     try:
@@ -207,7 +305,8 @@ def _existing(out: Path, overwrite: bool) -> str:
 
 
 def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str = "1min", seed: int = 0,
-               levels: int = 5, overwrite: bool = False) -> dict[str, int]:
+               levels: int = 5, overwrite: bool = False,
+               progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
     """Write `out/date=YYYY-MM-DD/symbol=SNNN/part-0.parquet`, one day at a time, and `out/_stride_synth.json`;
     returns counts.
 
@@ -215,10 +314,13 @@ def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str
     written last, and renamed into place; in an empty `out` it is built inside it and its entries moved up
     (`store.fill_empty`). An interrupted synth (Ctrl-C, a crash: the folder is removed; kill -9: the next synth
     there removes it, and ingest refuses it) never leaves a half tree at `out`. `overwrite` replaces only an
-    earlier synth output (its marker).
+    earlier synth output (its marker). A synth whose day does not fit in memory, or whose output does not fit the
+    disk, is refused first (`check_room`). `progress(files written, files in all)` is called before the first
+    file and after each.
     """
     out = Path(out)
     old = _existing(out, overwrite)
+    check_room(out, n_assets, n_days, freq, levels)
     sim = MarketSimulator(n_assets, n_days, freq, seed, params=SimParams(levels=levels))
     whole = Path(os.path.abspath(out))  # `--out .`: its Path.parent is itself
     whole.parent.mkdir(parents=True, exist_ok=True)
@@ -229,6 +331,9 @@ def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str
     files = rows = 0
     try:
         tmp.mkdir()
+        total = n_assets * n_days
+        if progress is not None:
+            progress(0, total)
         for date, ts, cols in sim.days():
             for i, sym in enumerate(sim.symbols):
                 part = tmp / f"date={date}" / f"symbol={sym}"
@@ -238,6 +343,8 @@ def synthesize(out: str | Path, n_assets: int = 64, n_days: int = 250, freq: str
                 pq.write_table(table, part / "part-0.parquet")
                 files += 1
                 rows += len(ts)
+                if progress is not None:
+                    progress(files, total)
         info = {"files": files, "rows": rows, "assets": n_assets, "days": n_days, "bars_per_day": sim.bars}
         (tmp / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "version": 1, **info, "freq": freq,
                                               "seed": seed, "levels": levels, "start": str(sim.dates[0])}, indent=1))

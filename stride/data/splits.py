@@ -109,7 +109,21 @@ def _named(key: str, fn, *args):
         raise StoreError(f"`{key}`: {exc}") from None
 
 
-def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSources:
+# Said where the validation split is empty and the caller did not say whether the run validates (`validation`
+# None): the data is built before, and apart from, `train.val_every`.
+VALIDATION_NEEDED = (" (validation windows are needed even with train.val_every = 0: the data is built from [data] "
+                     "alone, which does not say whether the run validates)")
+# What makes each split of a store larger, beside a longer store.
+GROW_SPLIT = {"train": "lower data.val_fraction, data.test_fraction or data.seq_len",
+              "val": "raise data.val_fraction, or lower data.embargo or data.seq_len",
+              "test": "raise data.test_fraction, or lower data.embargo or data.seq_len"}
+
+
+def build_store_sources(cfg: DataConfig, store: Store | None = None, *,
+                        validation: bool | None = None) -> StoreSources:
+    """The store's train / validation / test window sources. `validation` False: the run never validates, so an
+    empty validation split is allowed (its source then has no window); None or True: refused, as an empty train
+    split (and an empty test split with `test_fraction` > 0) always is."""
     store = store or _named("data.store", open_store, cfg.store)
     cols = [_named("data.columns", store.column, c) for c in cfg.columns] if cfg.columns else \
         list(range(len(store.columns)))
@@ -123,11 +137,15 @@ def build_store_sources(cfg: DataConfig, store: Store | None = None) -> StoreSou
     ranges = split_ranges(store, cfg)
     warm = (f", normalize_window={cfg.normalize_window}: the first {cfg.normalize_window - 1} rows of each symbol "
             "are rolling warm-up" if cfg.normalize == "rolling" else "")
-    for name in ("train", "val") + (("test",) if cfg.test_fraction > 0 else ()):
+    needed = ("train",) + (("val",) if validation is not False else ()) + (("test",) if cfg.test_fraction > 0 else ())
+    for name in needed:
         if _count(ranges[name]) == 0:
+            grow = GROW_SPLIT[name] + (", or lower data.normalize_window" if warm else "")
+            note = VALIDATION_NEEDED if name == "val" and validation is None else ""
             raise ConfigError(f"[data]: the {name} split of {store.path} is empty (seq_len={cfg.seq_len}, "
                               f"horizons={cfg.horizons}, val_fraction={cfg.val_fraction}, "
-                              f"test_fraction={cfg.test_fraction}, embargo={cfg.embargo}{warm})")
+                              f"test_fraction={cfg.test_fraction}, embargo={cfg.embargo}{warm}); {grow}, or use "
+                              f"a store with more rows{note}")
     sha = store.manifest["files"]["values.bin"]["sha256"]
     # Rows the training windows read (history included): the split's rows only, never later ones.
     train_rows = [(int(lo) - cfg.seq_len + 1, int(hi)) for lo, hi in ranges["train"]]

@@ -103,7 +103,7 @@ class Trainer:
         first_map = mapped_files.mark()
         from_store = train_data is None and self.cfg.data.source == "store"
         if model is None or train_data is None:
-            bundle = build_data(self.cfg.data, t.batch_size, self.device)
+            bundle = build_data(self.cfg.data, t.batch_size, self.device, validation=t.val_every > 0)
             train_data = train_data if train_data is not None else bundle.train
             val_data = val_data if val_data is not None else bundle.val
         # the maps this trainer made of the config's store (summary.json `data_changed_in_place`, the checkpoint
