@@ -139,7 +139,7 @@ def check_entries(folder: Path, files: dict[str, Any], rels: list[str], algo: st
         if not p.is_file():
             return f"{rel} is missing"
         if (size := p.stat().st_size) != info["bytes"]:
-            return f"{rel} has {size} bytes, the manifest says {info['bytes']}"
+            return f"{rel} has {size} bytes, the manifest says {info['bytes']} bytes"
     if checksums:
         for rel, h in zip(rels, checksum_files([folder / r for r in rels], algo), strict=True):
             if h != files[rel].get(algo):

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stride.config.schema import RunConfig
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -78,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
     return _train(cfg, args)
 
 
-def _train(cfg, args: argparse.Namespace) -> int:
+def _train(cfg: RunConfig, args: argparse.Namespace) -> int:
     from stride.checkpoint import Preempted
+    from stride.metrics.peak import peak_warning_shown_as_line
     from stride.report.summary_table import print_summary
     from stride.train.trainer import Trainer
 
@@ -87,7 +93,8 @@ def _train(cfg, args: argparse.Namespace) -> int:
         cfg.metrics.progress = False
     trainer = Trainer(config=cfg, out=args.out, overwrite=getattr(args, "overwrite", False))
     try:
-        result = trainer.fit()
+        with peak_warning_shown_as_line(partial(_note, trainer.par.is_rank0)):
+            result = trainer.fit()
     except Preempted as stop:
         # Every rank stopped after the same step and the checkpoint is committed. Return instead of
         # letting the SystemExit's traceback carry the trainer (and its gloo groups) into interpreter
@@ -99,12 +106,13 @@ def _train(cfg, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         # Ctrl-C without checkpoints (with them it is a Preempted save): say where it stopped and what is kept
         # (outside audit 12: "stopped (interrupted)" alone)
-        kept = "no checkpoint (checkpoint.enabled = false): the same command starts over; --set " \
-               "checkpoint.enabled=true makes a Ctrl-C resumable" if not cfg.checkpoint.enabled else \
-               "the same command resumes from the newest committed checkpoint, if any"
         if trainer.par.is_rank0:
-            print(f"stride train: stopped (interrupted) after step {trainer.step} of {cfg.train.steps}; {kept}",
-                  file=sys.stderr)
+            from stride.checkpoint.rerun import earlier_run
+
+            run = trainer.run_dir.path if trainer.run_dir is not None else None
+            left = run is not None and earlier_run(run) is not None
+            line = interrupted_line(cfg, trainer.step, args.out, getattr(args, "overwrite", False), left)
+            print(f"stride train: {line}", file=sys.stderr)
         code = 130
     else:
         code = 0
@@ -125,6 +133,37 @@ def _train(cfg, args: argparse.Namespace) -> int:
     del trainer
     release_process_groups()
     return code
+
+
+def interrupted_line(cfg: RunConfig, step: int, out: str | None, overwrite: bool, left: bool) -> str:
+    """What a Ctrl-C without a resumable checkpoint stopped, and what the same command does next: with `--out` and a
+    partial run `left` in it (metrics.jsonl), rerunning is refused (stride.checkpoint.rerun) unless --overwrite
+    replaces it; it said "the same command starts over", which then failed with exit status 2."""
+    from stride.shown_text import plain
+
+    stopped = f"stopped (interrupted) after step {step} of {cfg.train.steps}"
+    c = cfg.checkpoint
+    if c.enabled and c.resume == "auto":
+        return f"{stopped}; the same command resumes from the newest committed checkpoint, if any"
+    why = "no checkpoint (checkpoint.enabled = false)" if not c.enabled else "no resume (checkpoint.resume = never)"
+    if out is None:
+        then = "the same command starts over in a new run folder"
+    elif overwrite or not left:
+        then = "the same command starts over"
+    else:
+        then = (f"{plain(out)} keeps this run's partial metrics, so rerunning needs --overwrite (which replaces them) "
+                "or another --out")
+    hint = "; --set checkpoint.enabled=true makes a Ctrl-C resumable" if not c.enabled else ""
+    return f"{stopped}; {why}: {then}{hint}"
+
+
+def _note(rank0: bool, line: str) -> None:
+    """A warning of the run as one line on stderr, as stride's other notes (`stride: warning: ...`): rank 0's only,
+    where every rank computes the same figures (the summary's MFU)."""
+    if rank0:
+        from stride.shown_text import plain
+
+        print(f"stride: warning: {plain(line)}", file=sys.stderr, flush=True)
 
 
 def release_process_groups() -> None:

@@ -85,6 +85,10 @@ def _fmt(v: Any, none: str = "-") -> str:
         return none
     if isinstance(v, float):
         return f"{v:.4g}" if math.isfinite(v) else str(v)
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, float) for x in v):
+        # an interval (ci95): 3 significant digits an end, what a few seeds' noise supports; str() gave 17
+        # (`[-0.0722972678512862, 0.0658270570010474]`). Rounding keeps each end's sign: `significant` agrees
+        return "[" + ", ".join(f"{x:.3g}" if math.isfinite(x) else str(x) for x in v) + "]"
     return str(v)
 
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
+import re
 import socket
 import sys
 import time
@@ -308,13 +310,73 @@ def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]
     start_index = _next_pack_index(store)  # packs.jsonl is checked here, before anything is measured or trained
     ray = check_ray(opts) if todo and opts.backend == "ray" else None
     t0 = time.perf_counter()
-    jobs, plans = plan_jobs(todo, store, opts, start_index=start_index) if todo else ([], {})
-    rates = one_by_one_rates(todo, plans, opts.log, opts.stop) if todo else {}
-    rec = Recorder(store, points, rates, opts.log)
-    if jobs:
-        (run_ray(jobs, rec, opts, ray) if opts.backend == "ray" else run_local(jobs, rec, opts.stop))
+    with ContentionOnce(opts.log) as contention:  # the Trainers of this process: the probe's and the lone points'
+        jobs, plans = plan_jobs(todo, store, opts, start_index=start_index) if todo else ([], {})
+        rates = one_by_one_rates(todo, plans, opts.log, opts.stop) if todo else {}
+        rec = Recorder(store, points, rates, opts.log)
+        if jobs:
+            (run_ray(jobs, rec, opts, ray) if opts.backend == "ray" else run_local(jobs, rec, opts.stop))
+    contention.tally()
     return {"wall_s": time.perf_counter() - t0, "trained": rec.written,
             "classes": [{"size": v.size, "why": v.why} for v in plans.values()]}
+
+
+class ContentionOnce(logging.Filter):
+    """Says the Trainer's contention warning once a sweep, in the sweep's words, and the figures of all at the end.
+
+    Every Trainer warns at the end of its run where its threads waited for cores (stride.train.trainer, from
+    stride.metrics.contention.contention_note); a sweep runs many in this process (the probe's, the one-by-one
+    rate's, each point trained alone), and a contended host printed the same line for each: 7 for a 6-point sweep.
+    Within `with`, the first goes to `log` with the remedy as a `--set` (it applies to every point), the later ones
+    are only counted; `tally()` says how many runs it held for and their range, where more than one."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        super().__init__()
+        self.log = log
+        self.waiting: list[float | None] = []  # threads waiting for a core, each contended run's (None: not read)
+        self._logger = logging.getLogger("stride")  # the Trainer's (stride.train.trainer.log)
+
+    def __enter__(self) -> ContentionOnce:
+        self._logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        note = _contention_note(record)
+        if note is None:
+            return True  # any other record passes as it was
+        m = re.match(r"on average (\d+(?:\.\d+)?) of this process's threads", note)
+        self.waiting.append(float(m.group(1)) if m else None)
+        if len(self.waiting) == 1:
+            self.log(f"warning: {_as_sweep_advice(note)}; said once for all of this sweep's runs")
+        return False
+
+    def tally(self) -> None:
+        """One line for the runs after the first that waited for cores (nothing where there were none)."""
+        if len(self.waiting) < 2:
+            return
+        figures = sorted(w for w in self.waiting if w is not None)
+        spread = "" if not figures else (f" ({figures[0]:.2f} threads waiting for a core on average)"
+                                         if figures[0] == figures[-1] else
+                                         f" ({figures[0]:.2f}-{figures[-1]:.2f} threads waiting for a core on average)")
+        self.log(f"the contention warning held for {len(self.waiting)} of this sweep's runs{spread}: its timings "
+                 "and speed-up are of a busy host")
+
+
+def _contention_note(record: logging.LogRecord) -> str | None:
+    """The note of the Trainer's contention warning (`log.warning("stride: warning: %s", note)`), else None."""
+    if record.msg != "stride: warning: %s" or not isinstance(record.args, tuple) or len(record.args) != 1:
+        return None
+    note = record.args[0]
+    return note if isinstance(note, str) and "waited for a core" in note else None
+
+
+def _as_sweep_advice(note: str) -> str:
+    """The note's remedy as the option of `stride sweep` that applies it to every point (`--set train.threads=N`)."""
+    note = re.sub(r"\(e\.g\. train\.threads=(\d+)\)", r"(e.g. --set train.threads=\1)", note)
+    return re.sub(r"set train\.threads <= (\d+)", r"--set train.threads=\1 (or fewer)", note)
 
 
 def _next_pack_index(store: SweepStore) -> int:

@@ -8,6 +8,7 @@ where an uninterrupted one-process run ends (not bit for bit: another layout sum
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,8 @@ def test_layout_and_execution_changes_resume_and_are_reported(tmp_path: Path, ca
         "train.grad_accum: 1 (checkpoint) -> 2 (now)",
     ]
     err = capsys.readouterr().err
-    assert "continuing at step 3; with another layout or execution settings (allowed" in err
+    assert re.search(r"continuing at step 3 \(found and loaded in \d+\.\d\d s\); with another layout or execution "
+                     r"settings \(allowed", err), err[-3000:]
     assert "train.grad_accum: 1 (checkpoint) -> 2 (now)" in err
     # the same global batch in two micro-batches: the same training, up to rounding
     assert _max_diff(rec.params, reference[0]) < 1e-6  # 6e-8 measured
