@@ -227,14 +227,14 @@ def _free_space(path: Path) -> tuple[int, int | None]:
 def check_room(out: Path, n_assets: int, n_days: int, freq: str, levels: int) -> None:
     """Refuse (SynthTooLarge, one line) a synth whose day does not fit the memory available now or whose output
     does not fit the disk at `out`; nothing is allocated. The available memory is `stride train`'s
-    (stride.train.resources.host_available), so both commands say the same of one host."""
-    from stride.train import resources
+    (stride.files.host.available_memory_bytes), so both commands say the same of one host."""
+    from stride.files import host
 
     bars = SESSION_SECONDS // parse_freq(freq)
     if n_assets < 1 or n_days < 1 or levels < 0:
         return  # MarketSimulator says what is wrong with them
-    need, have = day_bytes(n_assets, bars, levels), resources.host_available()
-    size = resources._size
+    need, have = day_bytes(n_assets, bars, levels), host.available_memory_bytes()
+    size = host.binary_size
     shape = f"--assets {n_assets} x --freq {freq} ({bars} bar{'s' if bars > 1 else ''} a day) x --levels {levels}"
     if need > have:
         cell = 8 * (DAY_ARRAYS + LEVEL_ARRAYS * levels) + CELL_EXTRA

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from stride.config.errors import ConfigError
 from stride.config.schema import OptimConfig, RunConfig
+from stride.files import host
 
 if TYPE_CHECKING:
     import torch
@@ -135,10 +136,8 @@ def _device(cfg: RunConfig, device: torch.device | str | None) -> torch.device:
 
 
 def host_available() -> int:
-    """Bytes of host memory available now (MemAvailable: free plus reclaimable cache), as `stride comm` reads it."""
-    import psutil
-
-    return int(psutil.virtual_memory().available)
+    """Bytes of host memory available now (stride.files.host, which `stride data synth` reads too)."""
+    return host.available_memory_bytes()
 
 
 def device_available(device: torch.device) -> int:
@@ -196,16 +195,7 @@ def _refusal(cfg: RunConfig, est: MemoryEstimate, where: str, need: int, have: i
             f"lower {' and '.join(keys for _, _, keys in shown) or 'the model or the data'}")
 
 
-def _size(n: int | float) -> str:
-    """Bytes in binary units: '74.5 GiB'; beyond EiB as a power of ten of EiB."""
-    if n < 1024:
-        return f"{int(n)} B"
-    v = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        v /= 1024
-        if v < 1024 or unit == "EiB":
-            break
-    return f"{v:.3g} {unit}"
+_size = host.binary_size
 
 
 def usable_cores() -> int:

@@ -19,7 +19,7 @@ from stride.cli import data as cli_data
 from stride.cli.main import main
 from stride.data import simulator
 from stride.data.simulator import MarketSimulator, SimParams, synthesize
-from stride.train import resources
+from stride.files import host as host_memory
 
 GiB = 2**30
 
@@ -35,7 +35,7 @@ class NotBuilt:
 def host(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     """Sets the host memory `stride train` and `stride data synth` see as available."""
     def set_available(n: int) -> None:
-        monkeypatch.setattr(resources, "host_available", lambda: n)
+        monkeypatch.setattr(host_memory, "available_memory_bytes", lambda: n)
     return set_available
 
 
