@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stride.config.errors import clipped
 from stride.data.store import StoreError, StoreWriter
 from stride.errors import StrideError, one_line
 from stride.files.input_file import not_found_or_special
@@ -143,7 +144,23 @@ def _check_names(schema: pa.Schema, path: Path) -> None:
                               ) from None
 
 
-def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, dtype: str
+def _not_a_number(col: Any, row0: int = 0) -> str:
+    """' (row N: 'x' is not a number)' for the first value of a text column that does not read as a number, or '':
+    a CSV column that pyarrow typed as text for one stray cell was refused without saying which (first-contact audit
+    of 2026-12-06)."""
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return ""
+    for i, v in enumerate(col.to_pylist()):
+        if v is None:
+            continue
+        try:
+            float(v)
+        except ValueError:
+            return f" (row {row0 + i}, 0-based data row: {clipped(repr(v), 40)} is not a number)"
+    return ""
+
+
+def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, dtype: str, row0: int = 0
                 ) -> tuple[np.ndarray, list, list]:
     """[rows, columns] float32 of the feature columns; where a finite source value leaves the store dtype's
     range: [(row, column, value)] (the first of each column); and integers float32 cannot hold exactly (above
@@ -154,7 +171,8 @@ def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, d
         col = chunk.column(c)
         if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
             where = f" (numeric in {first})" if first is not None and first != path else ""
-            raise IngestError(f"{path}: column {c!r} has type {col.type}{where}; feature columns must be numeric")
+            raise IngestError(f"{path}: column {c!r} has type {col.type}{where}{_not_a_number(col, row0)}; feature "
+                              "columns must be numeric")
         src = col.to_numpy(zero_copy_only=False)
         with np.errstate(over="ignore", invalid="ignore"):
             vals[:, j] = np.asarray(src, dtype=np.float32)
@@ -387,8 +405,9 @@ def ingest(
                     for c in schema:
                         t = chunk.schema.field(c).type
                         if not (pa.types.is_floating(t) or pa.types.is_integer(t)):
-                            raise IngestError(f"{path}: column {c!r} has type {t}; feature columns must be numeric "
-                                              "(choose columns with --columns)")
+                            raise IngestError(f"{path}: column {c!r} has type {t}"
+                                              f"{_not_a_number(chunk.column(c), row0)}; feature columns must be "
+                                              "numeric (choose columns with --columns)")
                     first_file = path
                     writer = StoreWriter(out, schema, dtype=dtype, overwrite=overwrite)
                 elif columns is None and sorted(names) != sorted(schema):
@@ -400,7 +419,7 @@ def ingest(
                                       f"{sorted(set(schema) - set(names))}")
                 assert writer is not None
                 n = chunk.num_rows
-                vals, over, changed = _to_float32(chunk, schema, path, first_file, dtype)
+                vals, over, changed = _to_float32(chunk, schema, path, first_file, dtype, row0)
                 for j, count, r, value, stored in changed:
                     rounded.setdefault(j, [0, (path, r + row0, value, stored)])[0] += count
                 if symbol_col in chunk.schema.names:

@@ -54,3 +54,13 @@ def test_time_col_naming_a_text_column_is_said_so(tmp_path: Path, capsys: pytest
     assert "a.csv: timestamp column 'note' does not parse" in err
     assert "'timestamp' has type" not in err
     assert not (tmp_path / "st").exists()
+
+
+def test_a_stray_cell_in_a_number_column_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One cell pyarrow cannot read as a number types the whole column as text: the refusal names its row and value
+    (it said only "column 'price' has type string": first-contact audit of 2026-12-06)."""
+    (tmp_path / "a.csv").write_text("timestamp,symbol,price,volume\n2024-01-02T14:30:00Z,A,1.0,10\n"
+                                    "2024-01-02T14:31:00Z,A,1.5,11\n2024-01-02T14:32:00Z,A,1.2x,12\n")
+    rc, err = _ingest(capsys, str(tmp_path / "a.csv"), "--out", str(tmp_path / "st"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "column 'price' has type string (row 2, 0-based data row: '1.2x' is not a number)" in err
