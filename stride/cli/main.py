@@ -8,8 +8,13 @@ so `stride --help` stays fast and a command's heavy imports (torch, pyarrow) cos
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
+import warnings
+from collections.abc import Iterator
+from typing import TextIO
 
 # (command name, module under stride.cli, one-line help). Add new commands here.
 COMMANDS: list[tuple[str, str, str]] = [
@@ -76,6 +81,26 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED
 
 
+@contextlib.contextmanager
+def stride_warnings_as_lines(name: str) -> Iterator[None]:
+    """Within: a warning of stride's own (a class defined in a stride module, e.g. the peak one MFU would divide by
+    being below what a run achieved) is shown as `stride NAME: warning: message` on rank 0, not Python's file, line
+    and source (`summary.py:155: PeakBelowAchievedWarning: ...`, seen through `stride bench`, `profile` and `repro`:
+    first-contact audit of 2026-12-06); every other warning as before. The warning itself is unchanged."""
+    with warnings.catch_warnings():  # restores showwarning on the way out
+        before = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+            if not category.__module__.startswith("stride."):
+                before(message, category, filename, lineno, file, line)
+            elif os.environ.get("RANK", "0") == "0":  # every rank computes the same figures
+                print(f"stride {name}: warning: {message}", file=sys.stderr, flush=True)
+
+        warnings.showwarning = show
+        yield
+
+
 def _main(argv: list[str], program: bool = False) -> int:
     parser = build_parser()
     if not argv or argv[0] in ("-h", "--help"):
@@ -106,7 +131,8 @@ def _main(argv: list[str], program: bool = False) -> int:
 
         clear_refusal()
     try:
-        return int(args.func(args) or 0)
+        with stride_warnings_as_lines(name):
+            return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"stride {name}: {exc.label}: {exc}", file=sys.stderr)
         if name == "train":  # a rank of `stride train --nproc`: tell the launcher it refused (not a crash)
