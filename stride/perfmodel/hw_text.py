@@ -208,8 +208,20 @@ def _no_non_numbers(text: str, what: str) -> None:
                          "to take the catalog's")
 
 
+def _no_negatives(text: str, what: str) -> None:
+    """A figure written with a minus sign ("H100 SXM -80GB") is an error: the number readers took its digits, so a
+    plan ran at 80 GB without a word while "0GB" was refused (first-contact audit of 2026-12-06). A hyphen inside a
+    name ("H100-SXM5-80GB") is no sign."""
+    m = re.search(r"(?:^|[\s(,;:=])(-\s*\d+(?:\.\d+)?)\s*(?:w(?:atts?)?|gi?b|tb|gbps|gb/s|gb|tflops?)\b",
+                  (text or "").lower())
+    if m:
+        raise ValueError(f"{what} {text.strip()!r}: {m.group(1)!r} is negative; write the figure without a sign, or "
+                         "leave it out to take the catalog's")
+
+
 def _modify(hw: Hardware, raw: str, low: str, catalog: Catalog, notes: list[str]) -> Hardware:
     _no_non_numbers(raw, "gpu")
+    _no_negatives(raw, "gpu")
     changes: dict[str, object] = {}
     # memory as vendors write it ("80GB") or as tools report it ("184.3 GiB"): the catalog's memory_gib holds
     # the vendor's GB figure, so both are read as that number

@@ -262,3 +262,13 @@ def test_an_ampere_that_is_no_datacenter_gpu_is_not_an_a100(text: str) -> None:
 def test_an_a800_pcie_keeps_its_pcie_link_and_is_not_said_nvlink() -> None:
     hw, notes = resolve("A800 PCIe 80GB", CAT)
     assert hw.scaleup_bw_gbps == 32 and not any("NVLink" in n for n in notes)
+
+
+@pytest.mark.parametrize("text", ["H100 SXM -80GB", "H100 SXM @ -500 W", "H100 SXM 80GB -3.35TB/s"])
+def test_a_figure_with_a_minus_sign_is_refused(text: str) -> None:
+    """Its digits were read and the sign dropped: a plan at 80 GB without a word (first-contact audit of 2026-12-06);
+    a hyphen inside a name is no sign."""
+    with pytest.raises(ValueError, match="is negative"):
+        resolve(text, CAT)
+    assert resolve("H100-SXM5-80GB", CAT)[0].memory_gib == 80
+
