@@ -211,8 +211,8 @@ def _no_non_numbers(text: str, what: str) -> None:
 def _no_negatives(text: str, what: str) -> None:
     """A figure written with a minus sign ("H100 SXM -80GB") is an error: the number readers took its digits, so a
     plan ran at 80 GB without a word while "0GB" was refused (first-contact audit of 2026-12-06). A hyphen inside a
-    name ("H100-SXM5-80GB") is no sign."""
-    m = re.search(r"(?:^|[\s(,;:=])(-\s*\d+(?:\.\d+)?)\s*(?:w(?:atts?)?|gi?b|tb|gbps|gb/s|gb|tflops?)\b",
+    name ("H100-SXM5-80GB") is no sign. A power cap's sign is the power reader's to refuse."""
+    m = re.search(r"(?:^|[\s(,;:=])(-\s*\d+(?:\.\d+)?)\s*(?:gi?b|tb|gbps|gb/s|gb|tflops?)\b",  # a power cap: below
                   (text or "").lower())
     if m:
         raise ValueError(f"{what} {text.strip()!r}: {m.group(1)!r} is negative; write the figure without a sign, or "
