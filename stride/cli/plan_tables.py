@@ -134,14 +134,19 @@ def error_summary(rows: list[dict]) -> str | None:
 def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds: float) -> None:
     t = Table(title=literal(f"{name}: time and cost to {tokens:.3g} tokens, best layout per fleet, by {sort} "
                             f"({seconds:.2f} s)"))
-    for col in ("#", "hardware", "devices", "best layout", "tok/s/dev", "MFU", "hours", "80% interval", "cost $"):
+    for col in ("#", "hardware", "devices", "global batch", "best layout", "tok/s/dev", "MFU", "hours", "80% interval",
+                "cost $"):
         t.add_column(col, justify="left" if col in ("hardware", "best layout") else "right")
     for i, r in enumerate(rows, 1):
         if "reason" in r:
-            add_row(t, "-", r["hardware"], str(r["devices"]), literal(r["reason"], "dim"), "", "", "", "", "")
+            add_row(t, "-", r["hardware"], str(r["devices"]), "", literal(r["reason"], "dim"), "", "", "", "", "")
         else:
-            add_row(t, str(i), r["hardware"], str(r["devices"]), r["layout"], f"{r['tokens_per_s_per_device']:,.0f}",
-                      f"{r['mfu'] * 100:.1f}%", f"{r['hours_to_budget']:,.1f}",
-                      f"{r['hours_to_budget_lo']:,.1f} - {r['hours_to_budget_hi']:,.1f}",
-                      f"{r['cost_to_budget_usd']:,.0f}")
+            add_row(t, str(i), r["hardware"], str(r["devices"]), f"{r['global_batch']:,}", r["layout"],
+                    f"{r['tokens_per_s_per_device']:,.0f}", f"{r['mfu'] * 100:.1f}%", f"{r['hours_to_budget']:,.1f}",
+                    f"{r['hours_to_budget_lo']:,.1f} - {r['hours_to_budget_hi']:,.1f}",
+                    f"{r['cost_to_budget_usd']:,.0f}")
+    batches = {r["global_batch"] for r in rows if "reason" not in r}
+    if len(batches) > 1:  # each fleet at its own default: larger fleets ran larger steps (outside audit of the planner)
+        t.caption = ("the fleets ran different global batches (each its default, devices x a power of two): a larger "
+                     "batch hides communication and can train worse; pass --global-batch N to compare at one")
     _console().print(t)

@@ -20,6 +20,7 @@ from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.layout import LOOPED, Layout
 from stride.perfmodel.model_spec import TransformerSpec
+from stride.perfmodel.precision import check_recipe_on
 
 
 @dataclass
@@ -142,22 +143,28 @@ def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_
                 continue
             per_dp = global_batch // dp
             scheds = [("none", 1)] if pp == 1 else [("1f1b", 1)]
-            if pp > 1 and split == "even" and spec.layers % (2 * pp) == 0:
-                scheds.append(("interleaved", 2))
-                if framework in ZBV_FRAMEWORKS:
-                    scheds += [("zbv", 2), ("zb-interleaved", 2)]
+            if pp > 1 and split == "even" and spec.layers % (2 * pp) == 0 and framework in ZBV_FRAMEWORKS:
+                scheds += [("zbv", 2), ("zb-interleaved", 2)]
+            # interleaved over 2, 4 or 8 chunks a stage, where the chunks split the blocks evenly or with the
+            # embedding and the loss as chunks of their own (Megatron's account-for-embedding/loss split: Llama 3
+            # 405B's 126 blocks on pp16 x v8, which the search had left for 2 chunks on other shapes; outside audit
+            # of the planner, 2026-12-06)
+            if pp > 1:
+                scheds += [("interleaved", v) for v in (2, 4, 8)
+                           if spec.layers % (pp * v) == 0 or (spec.layers + 2) % (pp * v) == 0]
             for mb in micro_batches(per_dp):
                 m = per_dp // mb
                 for sched, v in scheds:
                     if sched in LOOPED and m % pp:
                         continue
+                    chunk_split = split if v == 1 else ("even" if spec.layers % (pp * v) == 0 else "embedding-loss")
                     for zero in (zeros if dp > 1 else (0,)):
                         # flash attention already recomputes its core: selective == none there
                         for rc in ("none", "full") if attention == "flash" else ("none", "selective", "full"):
                             out.append(Layout(dp=dp, tp=tp, pp=pp, zero=zero, sp=tp > 1, schedule=sched, vpp=v,
                                               micro_batch=mb, recompute=rc, precision=precision,
                                               attention=attention, framework=framework, fp8_recipe=fp8_recipe,
-                                              tp_overlap=FRAMEWORKS[framework].tp_overlap, stage_split=split,
+                                              tp_overlap=FRAMEWORKS[framework].tp_overlap, stage_split=chunk_split,
                                               # NCCL's own choice of ring or tree for the all-reduce: a ring pays
                                               # every hop's latency (131 ms at 8192 devices, audit 22 F8)
                                               algo="auto"))
@@ -172,6 +179,8 @@ def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
     eff = eff or Efficiency()
     if precision == "fp4":
         fp8_recipe = "nvfp4"
+    if precision in ("fp8", "fp4"):
+        check_recipe_on(fp8_recipe, hw.generation, hw.name)
     layouts = candidate_layouts(spec, hw, devices, global_batch, precision, framework=framework,
                                 fp8_recipe=fp8_recipe)
     if not layouts:

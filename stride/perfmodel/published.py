@@ -36,6 +36,7 @@ from stride.perfmodel.intervals import run_kind
 from stride.perfmodel.layout import LOOPED, Layout
 from stride.perfmodel.measured import measured_tokens_per_s
 from stride.perfmodel.model_spec import PRESETS, TransformerSpec
+from stride.perfmodel.precision import check_recipe_on
 
 
 @dataclass
@@ -453,6 +454,11 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
                      (f"the saved activations of {off_act} blocks a stage", off_act)):
         if on:
             notes.append(f"host offload of {what}: host link and host memory bandwidth from the catalog (offload.py)")
+    # a block-scaled recipe named (MXFP8, NVFP4) on a part without the tensor cores for it: not a run. DeepSeek-style
+    # blockwise FP8 (128-wide blocks scaled in software, Hopper's TE Float8BlockScaling) is read as mxfp8's costs
+    # but runs on Hopper: only the MX / NV formats named are checked
+    if prec in ("fp8", "fp4") and re.search(r"mx ?fp|nvfp4|mx", str(row.get("precision") or "").lower()):
+        check_recipe_on(recipe, hw.generation, str(row.get("gpu") or hw.name))
     compile_on = compiled(str(row.get("framework") or ""))
     eager_norm, eager_rope = _eager_ops(row, spec, framework, compile_on)
     if eager_norm or eager_rope:

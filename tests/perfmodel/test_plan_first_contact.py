@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_perfmodel_row_variants import BASE  # the same base row; pytest puts this folder on sys.path
 
 from stride.cli.main import main
 from stride.config.errors import ConfigError
 from stride.perfmodel.hardware import load_catalog
 from stride.perfmodel.model_spec import PRESETS
 from stride.perfmodel.planner import compare_hardware, search
+from stride.perfmodel.published import row_inputs
 
 
 def _plan_json(capsys: pytest.CaptureFixture, *argv: str) -> dict:
@@ -51,3 +53,45 @@ def test_a_slice_that_is_not_devices_is_said(capsys: pytest.CaptureFixture) -> N
     assert any("slice of 64 chips but --devices is 8" in n for n in out["hardware_notes"])
     whole = _plan_json(capsys, "--devices", "64", "--hardware", "TPU v5p-128")
     assert not any("--devices is" in n for n in whole["hardware_notes"])
+
+
+# --- an outside audit of the planner (2026-12-06) ------------------------------------------------------------------
+
+
+def test_a_block_scaled_recipe_needs_its_tensor_cores() -> None:
+    cat, spec = load_catalog(), PRESETS["llama3-8b"]
+    with pytest.raises(ConfigError, match="mxfp8.*block-scaled tensor cores"):
+        search(spec, cat.get("h100-sxm"), 8, 64, None, "fp8", "megatron", "mxfp8")
+    assert search(spec, cat.get("b200"), 8, 64, None, "fp8", "megatron", "mxfp8").best is not None
+    row = {**BASE, "gpu": "H100 SXM", "precision": "MXFP8 (torchao)", "framework": "torchtitan"}
+    assert "block-scaled tensor cores" in (row_inputs(row, cat).reason or "")
+    blockwise = {**row, "precision": "FP8 blockwise (1x128 tiles, 128x128 weight blocks)"}  # Hopper runs it
+    assert row_inputs(blockwise, cat).reason is None
+
+
+def test_the_planner_interleaves_over_more_than_two_chunks() -> None:
+    """Llama 3 405B's 126 blocks on pp16 x v8 (the embedding and loss as chunks): the search had only v2."""
+    from stride.perfmodel.planner import candidate_layouts
+
+    cat = load_catalog()
+    lays = candidate_layouts(PRESETS["llama3-405b"], cat.get("h100-sxm"), 8192, 2048)
+    chunks = {(lay.pp, lay.vpp) for lay in lays if lay.schedule == "interleaved"}
+    assert (16, 8) in chunks and (8, 8) in chunks
+    assert all(lay.stage_split in ("even", "embedding-loss") for lay in lays if lay.schedule == "interleaved")
+
+
+def test_compare_says_when_the_fleets_ran_different_batches(capsys: pytest.CaptureFixture) -> None:
+    assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:64,h100-sxm:1024"]) == 0
+    out = capsys.readouterr().out
+    assert "global batch" in out and "ran different global batches" in out
+    assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:64,h100-sxm:1024",
+                 "--global-batch", "1024"]) == 0
+    assert "ran different global batches" not in capsys.readouterr().out
+
+
+def test_the_mfu_column_names_a_low_precision_peak_and_tf32_plans(capsys: pytest.CaptureFixture) -> None:
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--precision", "fp8"]) == 0
+    assert "MFU (fp8 peak)" in capsys.readouterr().out
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--hardware", "a100-80gb", "--precision",
+                 "tf32"]) == 0
+    assert "tf32" in capsys.readouterr().out
