@@ -95,3 +95,12 @@ def test_the_mfu_column_names_a_low_precision_peak_and_tf32_plans(capsys: pytest
     assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--hardware", "a100-80gb", "--precision",
                  "tf32"]) == 0
     assert "tf32" in capsys.readouterr().out
+
+
+def test_an_interval_from_every_part_says_so() -> None:
+    from stride.perfmodel.intervals import load_intervals, run_kind
+
+    table = load_intervals()
+    mi300x = table.bounds(run_kind("cdna3", "bf16", "megatron", False))[2]
+    assert mi300x.startswith("*|") and "no cdna3 rows of this kind: every part's" in mi300x
+    assert "every part's" not in table.bounds(run_kind("hopper", "bf16", "megatron", False))[2]
