@@ -151,12 +151,11 @@ def _size_problem(names: list[str], sizes: list[int], world: int) -> str | None:
 
 def _memory_problem(names: list[str], max_bytes: int, world: int, local: int) -> str | None:
     """Refuse a --max-bytes this host cannot hold (16G would allocate several 16 GiB buffers per rank)."""
-    import psutil
-
     from stride.comm.collectives import peak_bytes
+    from stride.files.host import available_memory_bytes
 
     need = local * max(peak_bytes(n, max_bytes, world) for n in names)
-    have = psutil.virtual_memory().available
+    have = available_memory_bytes()
     if need <= have:
         return None
     return (f"--max-bytes {max_bytes / 2**30:.3g} GiB: about {need / 2**30:.1f} GiB needed ({local} ranks here, "

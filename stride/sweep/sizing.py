@@ -38,16 +38,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import psutil
 import torch
 
 from stride.config import RunConfig
 from stride.config.errors import ConfigError
 from stride.data.build import build_data
+from stride.files import host
 from stride.metrics.contention import CONTENDED_THREADS, ContentionClock
 from stride.metrics.memory import SavedActivations
 from stride.models.losses import make_loss
 from stride.models.registry import build_model
+from stride.train import resources
 from stride.train.callbacks import Callback
 from stride.train.device import resolve_device, seed_everything
 
@@ -113,9 +114,10 @@ class MemoryModel:
 
 
 def available_bytes(device: torch.device) -> int:
+    """Free bytes where the pack's models live: the CUDA device's, else the host's (as `stride train` reads them)."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    return int(psutil.virtual_memory().available)
+        return resources.device_available(device)
+    return host.available_memory_bytes()
 
 
 def memory_model(cfg: RunConfig) -> MemoryModel:
