@@ -43,6 +43,14 @@ RECOMPUTED_GEMMS = {
 STAGE_SPLITS = ("even", "uneven", "embedding-loss")
 
 
+def stage_split(layers: int, pp: int, vpp: int) -> str:
+    """How `layers` blocks fall on pp x vpp stages: evenly; with the embedding and the loss counted as a stage
+    each where that divides (Megatron's account-for-embedding/loss split); else unevenly."""
+    if layers % (pp * vpp) == 0:
+        return "even"
+    return "embedding-loss" if (layers + 2) % (pp * vpp) == 0 else "uneven"
+
+
 @dataclass(frozen=True)
 class Layout:
     """dp x tp x pp x cp devices. `zero` is the ZeRO stage over the dp group (3 = FSDP); `ep`

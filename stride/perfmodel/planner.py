@@ -18,7 +18,7 @@ from stride.perfmodel.costmodel import Prediction, predict
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
-from stride.perfmodel.layout import LOOPED, Layout
+from stride.perfmodel.layout import LOOPED, Layout, stage_split
 from stride.perfmodel.model_spec import TransformerSpec
 from stride.perfmodel.precision import check_recipe_on
 
@@ -135,29 +135,26 @@ def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_
             if pp > max_pp or pp > spec.layers or (pp > 1 and not runs.pp):
                 continue
             zeros = runs.zero_with_pp if pp > 1 and runs.zero_with_pp is not None else runs.zero
-            # layers that pp does not divide: the embedding and loss as stages, or short end stages
-            split = "even" if spec.layers % pp == 0 else (
-                "embedding-loss" if (spec.layers + 2) % pp == 0 else "uneven")
             dp = devices // (tp * pp)
             if global_batch % dp:
                 continue
             per_dp = global_batch // dp
             scheds = [("none", 1)] if pp == 1 else [("1f1b", 1)]
-            if pp > 1 and split == "even" and spec.layers % (2 * pp) == 0 and framework in ZBV_FRAMEWORKS:
+            if pp > 1 and stage_split(spec.layers, pp, 2) == "even" and framework in ZBV_FRAMEWORKS:
                 scheds += [("zbv", 2), ("zb-interleaved", 2)]
             # interleaved over 2, 4 or 8 chunks a stage, where the chunks split the blocks evenly or with the
             # embedding and the loss as chunks of their own (Megatron's account-for-embedding/loss split: Llama 3
             # 405B's 126 blocks on pp16 x v8, which the search had left for 2 chunks on other shapes; outside audit
             # of the planner, 2026-12-06)
             if pp > 1:
-                scheds += [("interleaved", v) for v in (2, 4, 8)
-                           if spec.layers % (pp * v) == 0 or (spec.layers + 2) % (pp * v) == 0]
+                scheds += [("interleaved", v) for v in (2, 4, 8) if stage_split(spec.layers, pp, v) != "uneven"]
             for mb in micro_batches(per_dp):
                 m = per_dp // mb
                 for sched, v in scheds:
                     if sched in LOOPED and m % pp:
                         continue
-                    chunk_split = split if v == 1 else ("even" if spec.layers % (pp * v) == 0 else "embedding-loss")
+                    # layers that pp x v does not divide: the embedding and loss as stages, or short end stages
+                    chunk_split = stage_split(spec.layers, pp, v)
                     for zero in (zeros if dp > 1 else (0,)):
                         # flash attention already recomputes its core: selective == none there
                         for rc in ("none", "full") if attention == "flash" else ("none", "selective", "full"):

@@ -16,8 +16,9 @@ from stride.perfmodel.costmodel import GIB, Prediction, predict
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.hardware import Catalog
 from stride.perfmodel.intervals import IntervalTable, apply, load_intervals
+from stride.perfmodel.layout import stage_split
 from stride.perfmodel.measured import has_measurement
-from stride.perfmodel.published import RowInputs, read_rows, row_inputs, stage_split
+from stride.perfmodel.published import RowInputs, read_rows, row_inputs
 
 _ASSUMPTION = re.compile(r"assumed|not stated|\bblank\b|\bused\b|\bchose\b|no profile|without a dtype")
 

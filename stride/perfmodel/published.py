@@ -33,7 +33,7 @@ from stride.perfmodel.frameworks import FRAMEWORKS, compiled, framework_from_tex
 from stride.perfmodel.hardware import Catalog, Hardware
 from stride.perfmodel.hw_text import link_gbytes_per_device, resolve
 from stride.perfmodel.intervals import run_kind
-from stride.perfmodel.layout import LOOPED, Layout
+from stride.perfmodel.layout import LOOPED, Layout, stage_split
 from stride.perfmodel.measured import measured_tokens_per_s
 from stride.perfmodel.model_spec import PRESETS, TransformerSpec
 from stride.perfmodel.precision import check_recipe_on
@@ -135,14 +135,6 @@ def _run_date(text: str) -> tuple[int, int] | None:
     later = max((y for y, _ in arxiv), default=0)
     dates = arxiv + [(y, 12) for y in map(int, re.findall(r"\b(20\d\d)\b", text)) if y > later]
     return max(dates) if dates else None
-
-
-def stage_split(layers: int, pp: int, vpp: int) -> str:
-    """How `layers` blocks fall on pp x vpp stages: evenly; with the embedding and the loss counted as a stage
-    each where that divides (Megatron's account-for-embedding/loss split); else unevenly."""
-    if layers % (pp * vpp) == 0:
-        return "even"
-    return "embedding-loss" if (layers + 2) % (pp * vpp) == 0 else "uneven"
 
 
 # a fused attention kernel said to be off: "USE_FLASH_ATTN=0", "flash attention: disabled", "flash-attn not installed";
