@@ -65,6 +65,25 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+# Context parallelism is tried only where each rank keeps at least this many tokens of a sequence: below it the
+# ring's K/V transfers outgrow the attention steps they hide under, and no published layout splits shorter
+# sequences (MLPerf's Llama 3.1 8B: cp2 at 8,192 tokens; NeMo's long-context table: cp up to 32 at 1M tokens).
+MIN_CP_TOKENS = 4096
+MAX_CP = 32
+
+
+def context_degrees(seq: int, devices: int, runs_cp: bool) -> list[int]:
+    """The cp degrees to try: 1, and where the framework runs it, each power of two that divides the devices and
+    leaves every rank MIN_CP_TOKENS or more of a sequence split in 2 x cp chunks (the load-balanced causal split of
+    Megatron-Core and torchtitan needs seq % (2 * cp) == 0)."""
+    out = [1]
+    c = 2
+    while runs_cp and c <= MAX_CP and devices % c == 0 and seq % (2 * c) == 0 and seq // c >= MIN_CP_TOKENS:
+        out.append(c)
+        c *= 2
+    return out
+
+
 def micro_batches(per_dp: int) -> list[int]:
     """The micro-batch sizes to try for `per_dp` sequences a data-parallel replica takes a step: for each power of
     two up to `per_dp`, the largest divisor of `per_dp` not above it (so 1, 2, 4, ... where they divide, and the
@@ -83,7 +102,7 @@ class Parallelism:
     """What a framework runs besides plain data parallelism (frameworks.py documents each profile)."""
     tp: bool  # tensor parallel (+ sequence parallel)
     pp: bool  # pipeline parallel
-    cp: bool  # context parallel (the search does not try cp > 1 yet; recorded so the rule stays in one place)
+    cp: bool  # context parallel (ring attention; candidate_layouts tries it for long sequences: context_degrees)
     zero: tuple[int, ...]  # ZeRO stages over dp > 1 (3 = FSDP / fully sharded)
     zero_with_pp: tuple[int, ...] | None = None  # the stages allowed with pp > 1, where fewer (None: `zero`)
 
@@ -130,12 +149,12 @@ def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_
     runs = parallelism(framework)
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= hw.scaleup_domain and spec.heads % t == 0
            and devices % t == 0 and (t == 1 or runs.tp)]
-    for tp in tps:
-        for pp in _divisors(devices // tp):
+    for tp, cp in ((t, c) for t in tps for c in context_degrees(spec.seq, devices // t, runs.cp)):
+        for pp in _divisors(devices // (tp * cp)):
             if pp > max_pp or pp > spec.layers or (pp > 1 and not runs.pp):
                 continue
             zeros = runs.zero_with_pp if pp > 1 and runs.zero_with_pp is not None else runs.zero
-            dp = devices // (tp * pp)
+            dp = devices // (tp * pp * cp)
             if global_batch % dp:
                 continue
             per_dp = global_batch // dp
@@ -158,8 +177,8 @@ def candidate_layouts(spec: TransformerSpec, hw: Hardware, devices: int, global_
                     for zero in (zeros if dp > 1 else (0,)):
                         # flash attention already recomputes its core: selective == none there
                         for rc in ("none", "full") if attention == "flash" else ("none", "selective", "full"):
-                            out.append(Layout(dp=dp, tp=tp, pp=pp, zero=zero, sp=tp > 1, schedule=sched, vpp=v,
-                                              micro_batch=mb, recompute=rc, precision=precision,
+                            out.append(Layout(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=tp > 1, schedule=sched,
+                                              vpp=v, micro_batch=mb, recompute=rc, precision=precision,
                                               attention=attention, framework=framework, fp8_recipe=fp8_recipe,
                                               tp_overlap=FRAMEWORKS[framework].tp_overlap, stage_split=chunk_split,
                                               # NCCL's own choice of ring or tree for the all-reduce: a ring pays

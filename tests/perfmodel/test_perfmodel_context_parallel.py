@@ -121,3 +121,41 @@ def test_row_reads_the_cap_only_with_context_parallelism() -> None:
     flat = row_inputs({**row, "cp": "1", "dp": "256", "global_batch_seqs": "256"}, load_catalog())
     assert flat.reason is None, flat.reason
     assert flat.layout.cp_channels == 0
+
+
+# --- the planner's search over context parallelism (long sequences) ---
+
+def test_context_degrees_keep_min_tokens_a_rank_and_the_2cp_split() -> None:
+    from stride.perfmodel.planner import MIN_CP_TOKENS, context_degrees
+    assert context_degrees(4096, 64, True) == [1]  # 2,048 tokens a rank at cp2: below the floor
+    assert context_degrees(8192, 64, True) == [1, 2]  # MLPerf's Llama 3.1 8B: cp2 at 8,192 tokens
+    assert context_degrees(131072, 64, True) == [1, 2, 4, 8, 16, 32]
+    assert context_degrees(131072, 12, True) == [1, 2, 4]  # cp must divide the devices
+    assert context_degrees(131072, 64, False) == [1]  # a framework without context parallelism
+    assert all(131072 // c >= MIN_CP_TOKENS for c in context_degrees(131072, 1024, True))
+
+
+def test_search_tries_cp_only_where_the_framework_runs_it() -> None:
+    from stride.perfmodel.planner import candidate_layouts
+    hw = load_catalog().get("h100-sxm")
+    spec = dataclasses.replace(PRESETS["llama3-8b"], seq=65536)
+    for fw, runs_cp in (("megatron", True), ("fsdp2", True), ("deepspeed", False), ("fsdp1", False)):
+        lays = candidate_layouts(spec, hw, 32, 32, framework=fw)
+        cps = {lay.cp for lay in lays}
+        assert (cps == {1, 2, 4, 8, 16}) is runs_cp, (fw, cps)
+        assert all(lay.devices == 32 for lay in lays)
+
+
+def test_long_sequence_plan_uses_context_parallelism_like_nemo() -> None:
+    # NeMo's long-sequence table (performance_summary, Llama 2 7B on H100): 131,072 tokens on 128 GPUs ran
+    # tp4 cp4 at 555 TFLOP/s a GPU, 1M tokens on 1,024 GPUs tp8 cp32 at 536 (0.97x). Without cp the search could
+    # only shard by tp and pp: its best plans fell from 34 % MFU to 1.4 % (pp32 at 1M tokens).
+    from stride.perfmodel.planner import search
+    hw = load_catalog().get("h100-sxm")
+    mfu = {}
+    for seq, n in ((131072, 128), (1048576, 1024)):
+        spec = dataclasses.replace(PRESETS["llama2-7b"], seq=seq)
+        best = search(spec, hw, n, 1048576 * 4 // seq).best
+        assert best is not None and best.layout.cp >= 8, best
+        mfu[seq] = best.mfu
+    assert mfu[1048576] / mfu[131072] > 0.8
