@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _train(cfg: RunConfig, args: argparse.Namespace) -> int:
     from stride.checkpoint import Preempted
-    from stride.metrics.peak import peak_warning_shown_as_line
     from stride.report.summary_table import print_summary
     from stride.train.trainer import Trainer
 
@@ -93,8 +91,9 @@ def _train(cfg: RunConfig, args: argparse.Namespace) -> int:
         cfg.metrics.progress = False
     trainer = Trainer(config=cfg, out=args.out, overwrite=getattr(args, "overwrite", False))
     try:
-        with peak_warning_shown_as_line(partial(_note, trainer.par.is_rank0)):
-            result = trainer.fit()
+        # stride's own warnings (the peak one MFU would divide by) are one line each: cli.main's
+        # stride_warnings_as_lines, around every command
+        result = trainer.fit()
     except Preempted as stop:
         # Every rank stopped after the same step and the checkpoint is committed. Return instead of
         # letting the SystemExit's traceback carry the trainer (and its gloo groups) into interpreter
@@ -155,15 +154,6 @@ def interrupted_line(cfg: RunConfig, step: int, out: str | None, overwrite: bool
                 "or another --out")
     hint = "; --set checkpoint.enabled=true makes a Ctrl-C resumable" if not c.enabled else ""
     return f"{stopped}; {why}: {then}{hint}"
-
-
-def _note(rank0: bool, line: str) -> None:
-    """A warning of the run as one line on stderr, as stride's other notes (`stride: warning: ...`): rank 0's only,
-    where every rank computes the same figures (the summary's MFU)."""
-    if rank0:
-        from stride.shown_text import plain
-
-        print(f"stride: warning: {plain(line)}", file=sys.stderr, flush=True)
 
 
 def release_process_groups() -> None:

@@ -7,11 +7,10 @@ the achieved figure as a lower bound of the peak instead of an MFU above 100 %.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 
@@ -71,27 +70,6 @@ def device_peak(device: torch.device, precision: str, override: float | None = N
 
 class PeakBelowAchievedWarning(UserWarning):
     """A run achieved more FLOP/s than the peak its MFU divides by: the peak is wrong."""
-
-
-@contextlib.contextmanager
-def peak_warning_shown_as_line(show: Callable[[str], None]) -> Iterator[None]:
-    """Within: a PeakBelowAchievedWarning goes to `show` as its message alone; other warnings are shown as before.
-
-    For a command's user: Python's own display gave the file, line and source of the summary code that computed
-    the MFU (`summary.py:155: PeakBelowAchievedWarning: ...` and a line of code) around a message that is whole on
-    its own. The warning itself is unchanged (filters, `pytest.warns` and library callers see it as before)."""
-    with warnings.catch_warnings():  # restores the filters and showwarning on the way out
-        shown_before = warnings.showwarning
-
-        def display(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                    file: TextIO | None = None, line: str | None = None) -> None:
-            if issubclass(category, PeakBelowAchievedWarning):
-                show(str(message))
-            else:
-                shown_before(message, category, filename, lineno, file, line)
-
-        warnings.showwarning = display
-        yield
 
 
 def mfu_fields(achieved: float | None, peak: Peak, recheck: Callable[[], Peak] | None = None) -> dict[str, Any]:

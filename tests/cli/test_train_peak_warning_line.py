@@ -19,7 +19,7 @@ def test_the_warning_is_one_clean_line(tmp_path: Path, capsys) -> None:
                  "data.n_steps=1024", "--set", "metrics.peak_flops=1", "--no-progress", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     said = [line for line in err.splitlines() if "MFU would be" in line]
-    assert len(said) == 1 and said[0].startswith("stride: warning: MFU would be "), err
+    assert len(said) == 1 and said[0].startswith("stride train: warning: MFU would be "), err
     assert "PeakBelowAchievedWarning" not in err and "summary.py" not in err and "mfu_fields(" not in err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mfu"] is None and summary["mfu_error"] in said[0]
