@@ -218,9 +218,13 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
         tp_bytes_f = 2 * coll.all_reduce_bytes_per_device(msg, t)
     else:
         t_tp_f, tp_bytes_f = 0.0, 0.0
+    # the layout copies beside each collective (Layout.tp_copies): read and write the gathered tensor, 4 a pass,
+    # on the compute stream (not hidden by an overlap of the collectives)
+    t_copy_f = 4 * c.memory(2 * msg) if t > 1 and lay.sp and lay.tp_copies else 0.0
     t_tp = (2 + tp_rc) * t_tp_f
     if lay.tp_overlap:
         t_tp = exposed(t_tp, gemm_f + gemm_b + gemm_rc, eff)
+    t_tp += (2 + tp_rc) * t_copy_f
     add_comm(tp_link, tp_bytes_f, 2 + tp_rc)
 
     t_cp = 0.0
@@ -259,5 +263,5 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
         "ep_comm": t_ep,
         "lora": lora_f + lora_b + lora_rc,
     }
-    backward = lora_b + gemm_b + t_core_b + 2 * t_ew_f + t_sm_b + cast_b + t_tp_f + t_ep / 2
+    backward = lora_b + gemm_b + t_core_b + 2 * t_ew_f + t_sm_b + cast_b + t_tp_f + t_copy_f + t_ep / 2
     return BlockTime(terms, backward, comm, sum(c.wgrad(g) for g in lin))

@@ -84,6 +84,9 @@ class Layout:
     # torchtitan, torchtune, litgpt: kernels.Costs.elementwise_per_token), not one kernel each
     eager_norm: bool = False
     eager_rope: bool = False
+    # each TP all-gather / reduce-scatter also copies the gathered activation (torchtitan before its dim-0 sequence
+    # sharding: row_text.torchtitan_tp_copies)
+    tp_copies: bool = False
     grad_reduce_fp32: bool | None = None  # None: the framework's default
     # hybrid sharding (HSDP, MaxText ici_fsdp x dcn_data_parallelism): ZeRO states sharded over groups of
     # `shard` data-parallel ranks (0: all of dp), replicated over dp / shard groups whose gradients are

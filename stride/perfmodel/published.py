@@ -456,6 +456,11 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if eager_norm or eager_rope:
         parts = " and ".join(p for p, on in (("RMSNorm", eager_norm), ("rotary embedding", eager_rope)) if on)
         notes.append(f"uncompiled model code: its {parts} costed as chains of PyTorch ops")
+    tp_copies = tp > 1 and sp and framework == "fsdp2" and rt.torchtitan_tp_copies(
+        " ".join(str(row.get(k) or "") for k in ("framework", "notes", "source_locator")))
+    if tp_copies:
+        notes.append("torchtitan's sequence parallelism before its dim-0 sharding (2026-08): each TP collective's "
+                     "layout copy (torch.cat / chunk of the gathered activation) costed")
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=sp, schedule=schedule, vpp=vpp, micro_batch=micro,
         recompute=recompute or "none", precision=prec, attention="materialized" if materialized else "flash",
@@ -470,6 +475,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         attn_kernel=_attention_kernel(row),
         shard=shard if zero else 0, stage_split=split, compile=compile_on,
         eager_norm=eager_norm, eager_rope=eager_rope,
+        tp_copies=tp_copies,
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
         recompute_layers=rc_layers, frozen=frozen, lora_rank=lora_rank, lora_targets=lora_targets,
         lora_dropout=lora_dropout, cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
