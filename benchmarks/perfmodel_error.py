@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", action="append", default=[], help="a further development CSV (repeatable)")
     ap.add_argument("--hardware-file", default=None)
     ap.add_argument("--no-loho", action="store_true", help="skip leave-one-hardware-out")
+    ap.add_argument("--workers", type=int, default=1, help="processes fitting the held-out folds side by side")
     ap.add_argument("--write", action="store_true", help="write data/perfmodel/intervals.json and efficiency.json")
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     ap.add_argument("--local", action="store_true", help="local CPU check instead of published rows")
@@ -54,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     samples, skipped, n_rows, n_meas = ev.load_samples(ev.data_files(args.csv), catalog)
     say(f"{len(samples)} rows answered of {n_meas} with a measurement ({n_rows} rows)")
     say("leave one source out:")
-    loso, loso_fits = ev.held_out(samples, lambda s: s.source, say)
+    loso, loso_fits = ev.held_out(samples, lambda s: s.source, say, args.workers)
     loho, loho_fits = ({}, {}) if args.no_loho else (None, None)
     if loho is None:
         say("leave one hardware generation out:")
-        loho, loho_fits = ev.held_out(samples, lambda s: s.generation, say)
+        loho, loho_fits = ev.held_out(samples, lambda s: s.generation, say, args.workers)
     all_fit = ev.fit(samples)
     effs = {src: ev.Efficiency(**f) for src, f in loso_fits.items()}
     mem = ev.memory_errors(samples, effs)
