@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BLOOM = ROOT / "data" / "perfmodel" / "holdout" / "round24_reports.csv"
+BLOOM = ROOT / "data" / "perfmodel" / "round24_reports.csv"
 
 
 def _choices():
@@ -92,7 +92,7 @@ def test_choice_sets_group_and_merge_repeats():
 
 def test_runs_on_a_repository_csv(capsys):
     if not BLOOM.exists():
-        pytest.skip("data/perfmodel/holdout/round24_reports.csv is missing")
+        pytest.skip("data/perfmodel/round24_reports.csv is missing")
     m = _choices()
     assert m.main([str(BLOOM), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)

@@ -20,7 +20,7 @@ from stride.perfmodel.model_spec import PRESETS
 from stride.perfmodel.predict_rows import predict_row
 from stride.perfmodel.published import read_rows
 
-HOLDOUT = Path(__file__).resolve().parents[2] / "data" / "perfmodel" / "holdout"
+DATA = Path(__file__).resolve().parents[2] / "data" / "perfmodel"
 
 
 def test_the_second_device_holds_the_most_under_an_embedding_loss_split() -> None:
@@ -52,7 +52,7 @@ def test_micro_batches_in_flight_per_device(sched: str, v: int, want: list[float
 def test_the_zero_bubble_papers_memory_is_predicted_from_its_script() -> None:
     """Round 12's Zero Bubble rows (its 1F1B runs; the fork's script runs Megatron's unfused attention with dropout,
     the rows say so): every peak within 15% of the measured one, over four model sizes and two micro-batch sizes."""
-    path = HOLDOUT / "round12_memory_pretraining.csv"
+    path = DATA / "round12_memory_pretraining.csv"
     catalog, eff = load_catalog(), shipped_efficiency()
     errs = {}
     for row in read_rows(path):

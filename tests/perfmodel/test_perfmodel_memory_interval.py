@@ -82,7 +82,8 @@ def test_the_plan_names_the_fastest_layout_clear_of_the_memory_error() -> None:
     # nothing ranked ahead of it is clear: every layout before it is over at the upper end (the ranking is fastest
     # first, with step times within the planner's tie ordered by memory: a slightly faster layout that needs more
     # memory can rank after it)
-    at = [p["layout"] for p in plan["ranked"]].index(clear["layout"])
+    names = [p["layout"] for p in plan["ranked"]]  # the top of the ranking: the clear one may come after it
+    at = names.index(clear["layout"]) if clear["layout"] in names else len(names)
     ahead = plan["ranked"][:at]
     assert all(p["peak_mem_gib_hi"] > usable for p in ahead)
     assert all(p["step_time_s"] >= clear["step_time_s"] * (1 - TIE) for p in plan["ranked"][at:] if
