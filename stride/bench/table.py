@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from stride.bench.stats import spread_text
+from stride.metrics.contention import entry_contention, entry_waiting_threads
 from stride.shown_text import add_row, literal, plain  # names and units come from results (input)
 
 
@@ -50,8 +51,8 @@ def noisy_note(workloads: list[dict[str, Any]]) -> str:
              if (w["throughput"].get("cv") or 0.0) > NOISY_CV]
     # a steady but starved run has a tight spread: its threads' wait for cores says it (audit 21, H1: 500x slow at
     # a 1.4 % cv)
-    starved = [f"{plain(w['name'])} {w['run_queue_waiting_threads']:.2f}" for w in workloads
-               if w.get("contention_note") and w.get("run_queue_waiting_threads") is not None]
+    starved = [f"{plain(w['name'])} {v:.2f}" for w in workloads
+               if entry_contention(w) and (v := entry_waiting_threads(w)) is not None]
     out = ""
     if noisy:
         out += (f"\nspread above {100 * NOISY_CV:.0f}% ({', '.join(noisy)}): the host was busy while these ran; "

@@ -9,9 +9,13 @@ it costs a few small files at the start and the end of a run (measured here, not
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from stride.files.strict_json import finite_number
 
 # average threads waiting for a core above which a run's figures are said to be of a contended host: a quarter of
 # a thread (a quiet 2-core host reads 0.00-0.05 for a 2-thread run; the audit's busy core read about 1)
@@ -67,3 +71,28 @@ def contention_note(waiting: float | None, threads: int, cores: int | None = Non
     return (f"on average {waiting:.2f} of this process's threads ({threads} torch threads) waited for a core that "
             "other processes held: every figure is of a contended host and can be tens of times slow; rerun on a "
             "quiet host, or with train.threads below the free cores (e.g. train.threads=1)")
+
+
+def entry_contention(w: dict[str, Any]) -> str | None:
+    """A run summary's or results entry's contention note (its figures are of a contended host, and the note says
+    whose threads waited and what to do), or None: not contended, or not measured. The note's presence is the one
+    test every reader makes (`stride compare`, `report`, `bench`, `plan calibrate`), never a second threshold on the
+    figure: a GPU run's host threads only launch kernels, and its summary leaves the note empty whatever they waited."""
+    note = w.get("contention_note")
+    return note if isinstance(note, str) and note.strip() else None
+
+
+def entry_waiting_threads(w: dict[str, Any]) -> float | None:
+    """Threads that waited for a core, on average over the run, as the entry records them (None: not recorded)."""
+    v = w.get("run_queue_waiting_threads")
+    return float(v) if finite_number(v) and v >= 0 else None
+
+
+# The LogRecord attribute of the run's contention warning: (note, threads waiting for a core on average or None). A
+# caller that runs many Trainers in one process (`stride sweep`) knows the warning by it, not by its words.
+CONTENTION_RECORD = "stride_contention"
+
+
+def warn_contended(logger: logging.Logger, note: str, waiting: float | None) -> None:
+    """The run's contention warning, one line on `logger`, with its note and measured wait on the record."""
+    logger.warning("stride: warning: %s", note, extra={CONTENTION_RECORD: (note, waiting)})

@@ -31,6 +31,7 @@ from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
 from stride.files.input_file import InputFileError, json_object, read_input_text
 from stride.files.strict_json import finite_number
+from stride.metrics.contention import entry_contention
 from stride.perfmodel.census import WorkloadCensus
 from stride.perfmodel.census_workload import workload_census
 from stride.perfmodel.costmodel import Prediction
@@ -187,9 +188,8 @@ def run_inputs(run_dir: Path) -> RunInputs:
     threads, threads_from = ((t.threads, "config.toml train.threads") if t.threads else
                              (env.get("torch_threads"), "env.json torch_threads"))
     device = str(summary["device"]).split(":")[0] if summary.get("device") else None
-    note = summary.get("contention_note")
     return RunInputs(run_dir, cfg, trace, layout, t.batch_size, float(step), world, device,
-                     int(threads) if threads else None, threads_from, note if isinstance(note, str) else None)
+                     int(threads) if threads else None, threads_from, entry_contention(summary))
 
 
 def contention_warnings(runs: list[RunInputs]) -> list[str]:

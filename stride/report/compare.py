@@ -10,7 +10,8 @@ from rich.table import Table
 
 from stride.bench.stats import one_run
 from stride.files.strict_json import finite_number
-from stride.report.contended import contended_verdict, contention
+from stride.metrics.contention import entry_contention
+from stride.report.contended import contended_verdict
 from stride.shown_text import literal, plain
 
 # What defines a workload (`section.key` of the config; `model.*`: the whole model table), with `world_size`
@@ -139,7 +140,7 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
             "noise_measured": noise_measured(wa["throughput"]) or noise_measured(wb["throughput"]),
             "peak_note": peak_note(wa, wb),
             # the runs' own notes, whose threads waited and what to do: for --json and the table's caption
-            "contention_notes": {side: note for side, w in (("A", wa), ("B", wb)) if (note := contention(w))}}
+            "contention_notes": {side: note for side, w in (("A", wa), ("B", wb)) if (note := entry_contention(w))}}
 
 
 PEAK_DIFF = 0.05  # MFU peaks of the two sides further apart than this are said

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from stride.files.input_file import InputFileError, InputFileMissing, read_input_text
+from stride.metrics.contention import entry_contention, entry_waiting_threads
 from stride.metrics.dtype_speed import DtypeSpeeds, host_speeds, precision_line
-from stride.report.contended import contention, waiting_threads
 
 DATA_BOUND = 0.10  # data wait above 10 % of the step: the loader is on the critical path
 # PPO's rollout (policy inference and environment steps, no grad) above 25 % of an update: the environment, as data
@@ -88,9 +88,9 @@ def cost_unit(throughput_unit: str) -> str:
 def bottleneck(w: dict[str, Any], precision: str | None = None) -> tuple[str, str]:
     """(kind, advice) of one workload entry; `precision` is the lower-precision advice that the
     measurements allow (see `precision_evidence`), None where none measured faster."""
-    if contention(w):  # a starved run's phase shares are of the host, not the model (audit 21, H1: the contention
+    if entry_contention(w):  # a starved run's phase shares are of the host, not the model (audit 21, H1: the contention
         # was diagnosed as an optimizer bottleneck, "compile the optimizer step"); a train run's entry carries it too
-        waiting = waiting_threads(w)
+        waiting = entry_waiting_threads(w)
         many = f"{waiting:.2f} threads on average" if waiting is not None else "its threads"
         return "contended host", (f"the run's threads waited for cores ({many}): its phase shares and rates are of "
                                   "a contended host, not of the workload; rerun on a quiet host (or with fewer "

@@ -33,6 +33,7 @@ from typing import Any
 from stride.config.errors import ConfigError
 from stride.files.input_file import InputFileError, InputFileMissing, read_input_bytes
 from stride.files.strict_json import finite_number
+from stride.metrics.contention import CONTENTION_RECORD
 from stride.sweep.grid import Point
 from stride.sweep.jobs import PackJob, ray_job, run_job
 from stride.sweep.packed_model import chunk_bounds
@@ -324,8 +325,8 @@ def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]
 class ContentionOnce(logging.Filter):
     """Says the Trainer's contention warning once a sweep, in the sweep's words, and the figures of all at the end.
 
-    Every Trainer warns at the end of its run where its threads waited for cores (stride.train.trainer, from
-    stride.metrics.contention.contention_note); a sweep runs many in this process (the probe's, the one-by-one
+    Every Trainer warns at the end of its run where its threads waited for cores (stride.train.trainer, through
+    stride.metrics.contention.warn_contended); a sweep runs many in this process (the probe's, the one-by-one
     rate's, each point trained alone), and a contended host printed the same line for each: 7 for a 6-point sweep.
     Within `with`, the first goes to `log` with the remedy as a `--set` (it applies to every point), the later ones
     are only counted; `tally()` says how many runs it held for and their range, where more than one."""
@@ -344,11 +345,11 @@ class ContentionOnce(logging.Filter):
         self._logger.removeFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        note = _contention_note(record)
-        if note is None:
+        found = getattr(record, CONTENTION_RECORD, None)  # the Trainer's warning (metrics.contention.warn_contended)
+        if found is None:
             return True  # any other record passes as it was
-        m = re.match(r"on average (\d+(?:\.\d+)?) of this process's threads", note)
-        self.waiting.append(float(m.group(1)) if m else None)
+        note, waiting = found
+        self.waiting.append(waiting)
         if len(self.waiting) == 1:
             self.log(f"warning: {_as_sweep_advice(note)}; said once for all of this sweep's runs")
         return False
@@ -363,14 +364,6 @@ class ContentionOnce(logging.Filter):
                                          f" ({figures[0]:.2f}-{figures[-1]:.2f} threads waiting for a core on average)")
         self.log(f"the contention warning held for {len(self.waiting)} of this sweep's runs{spread}: its timings "
                  "and speed-up are of a busy host")
-
-
-def _contention_note(record: logging.LogRecord) -> str | None:
-    """The note of the Trainer's contention warning (`log.warning("stride: warning: %s", note)`), else None."""
-    if record.msg != "stride: warning: %s" or not isinstance(record.args, tuple) or len(record.args) != 1:
-        return None
-    note = record.args[0]
-    return note if isinstance(note, str) and "waited for a core" in note else None
 
 
 def _as_sweep_advice(note: str) -> str:

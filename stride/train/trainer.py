@@ -27,7 +27,7 @@ from stride.config.validate import validate
 from stride.data import mapped_files
 from stride.data.build import build_data
 from stride.files.strict_json import finite_number
-from stride.metrics.contention import ContentionClock
+from stride.metrics.contention import ContentionClock, warn_contended
 from stride.metrics.flops import count_train_flops
 from stride.metrics.memory import SavedActivations, reset_peak
 from stride.metrics.observe.build import check_observer_packages
@@ -459,7 +459,7 @@ class Trainer:
         tally.waiting_threads = waits.waiting_threads()
         summary = run_summary(self, tally, loss_sum)
         if summary.get("contention_note") and self.par.is_rank0:
-            log.warning("stride: warning: %s", summary["contention_note"])
+            warn_contended(log, summary["contention_note"], summary.get("run_queue_waiting_threads"))
         if self.diverged_at is not None:  # no on_fit_end: the callbacks are aborted (no final checkpoint)
             error = diverged(summary, self.diverged_at, run.path if run else None)
             if run is not None:

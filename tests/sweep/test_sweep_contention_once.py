@@ -10,7 +10,7 @@ import pytest
 from sweep_fixtures import mlp_toml
 
 from stride.cli.main import main
-from stride.metrics.contention import ContentionClock, contention_note
+from stride.metrics.contention import ContentionClock, contention_note, warn_contended
 from stride.sweep.runner import ContentionOnce
 
 TRAINER_LOG = logging.getLogger("stride")  # stride.train.trainer's logger
@@ -18,7 +18,7 @@ TRAINER_LOG = logging.getLogger("stride")  # stride.train.trainer's logger
 
 def _warn(waiting: float, threads: int = 2, cores: int = 2) -> None:
     """The Trainer's contention warning, as stride.train.trainer logs it at the end of a run."""
-    TRAINER_LOG.warning("stride: warning: %s", contention_note(waiting, threads, cores))
+    warn_contended(TRAINER_LOG, contention_note(waiting, threads, cores), waiting)
 
 
 def test_the_warning_is_said_once_with_the_remedy_as_a_set_and_the_figures_at_the_end(caplog) -> None:
