@@ -218,6 +218,11 @@ class TrainConfig:
                      MaxBytes(200, "the run directory's name (<stamp>-<name>) must fit a file name's 255")] = "run"
     """Name of the run: the run directory's suffix and the progress bar's label."""
 
+    @property
+    def validates(self) -> bool:
+        """Whether the run validates at all (`val_every` 0: never): the data it builds need no validation split."""
+        return self.val_every > 0
+
 
 @dataclass
 class ParallelConfig:

@@ -34,7 +34,7 @@ def _model_and_batch(cfg: RunConfig, batch: bool) -> tuple[nn.Module, torch.Tens
     from stride.data.build import build_data
     from stride.models.registry import build_model
 
-    bundle = build_data(cfg.data, cfg.train.batch_size, validation=cfg.train.val_every > 0)  # a bad [data] fails here
+    bundle = build_data(cfg.data, cfg.train.batch_size, validation=cfg.train.validates)  # a bad [data] fails here
     args = (cfg.model, bundle.n_features, bundle.seq_len, bundle.n_horizons)
     x = None
     if batch:  # only the pipeline check reads it

@@ -25,7 +25,7 @@ def census_inputs(cfg: RunConfig, micro_batch: int | None = None, name: str = ""
     t = cfg.train
     if t.kernels != "torch":
         raise ConfigError(f"`train.kernels` = {t.kernels!r}: the operator census models the torch kernels only")
-    bundle = build_data(cfg.data, t.batch_size, validation=t.val_every > 0)
+    bundle = build_data(cfg.data, t.batch_size, validation=t.validates)
     x0, y0 = next(iter(bundle.train))
     mb = micro_batch or max(1, t.batch_size // t.grad_accum)
     m = cfg.model

@@ -72,7 +72,7 @@ class PackData:
     def _stream(c: RunConfig, train_data: Any, val_data: Any) -> Stream:
         bs, seed = c.train.batch_size, c.train.seed
         if train_data is None:
-            b = build_data(c.data, bs, validation=c.train.val_every > 0)
+            b = build_data(c.data, bs, validation=c.train.validates)
             return Stream(b.train, b.val, (b.n_features, b.seq_len, b.n_horizons))
         train = as_batches(train_data, bs, seed)
         val = as_batches(val_data, bs, seed, shuffle=False, drop_last=False) if val_data is not None else None

@@ -123,7 +123,7 @@ def available_bytes(device: torch.device) -> int:
 def memory_model(cfg: RunConfig) -> MemoryModel:
     """Measure one model of `cfg` (built as `stride train` builds it) on one real batch."""
     device = resolve_device(cfg.train.device)
-    data = build_data(cfg.data, cfg.train.batch_size, validation=cfg.train.val_every > 0)
+    data = build_data(cfg.data, cfg.train.batch_size, validation=cfg.train.validates)
     seed_everything(cfg.train.seed)
     model = build_model(cfg.model, data.n_features, data.seq_len, data.n_horizons).to(device)
     x, y = next(iter(data.train))

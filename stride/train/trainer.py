@@ -103,7 +103,7 @@ class Trainer:
         first_map = mapped_files.mark()
         from_store = train_data is None and self.cfg.data.source == "store"
         if model is None or train_data is None:
-            bundle = build_data(self.cfg.data, t.batch_size, self.device, validation=t.val_every > 0)
+            bundle = build_data(self.cfg.data, t.batch_size, self.device, validation=t.validates)
             train_data = train_data if train_data is not None else bundle.train
             val_data = val_data if val_data is not None else bundle.val
         # the maps this trainer made of the config's store (summary.json `data_changed_in_place`, the checkpoint
@@ -522,7 +522,7 @@ class Trainer:
     def _validate(self, tally: LoopTally) -> None:
         """Every `train.val_every` steps and at the last: validation loss, and the time the target was reached."""
         t, step = self.cfg.train, self.step
-        if self.val_data is None or not t.val_every or (step % t.val_every and step != t.steps):
+        if self.val_data is None or not t.validates or (step % t.val_every and step != t.steps):
             return
         v0 = time.perf_counter()
         tally.val_loss = self.evaluate(self.wrapped)
