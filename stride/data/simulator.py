@@ -203,10 +203,14 @@ def columns(levels: int) -> int:
     return 7 + 4 * levels
 
 
+def cell_bytes(levels: int) -> int:
+    """Peak bytes a day's simulation holds per (asset, bar) cell (see DAY_ARRAYS)."""
+    return 8 * (DAY_ARRAYS + LEVEL_ARRAYS * levels) + CELL_EXTRA
+
+
 def day_bytes(n_assets: int, bars: int, levels: int) -> int:
-    """Peak bytes of simulating one day of `n_assets` x `bars` (see DAY_ARRAYS)."""
-    cell = 8 * (DAY_ARRAYS + LEVEL_ARRAYS * levels) + CELL_EXTRA
-    return n_assets * (bars * cell + ASSET_BYTES) + bars * BAR_BYTES
+    """Peak bytes of simulating one day of `n_assets` x `bars`."""
+    return n_assets * (bars * cell_bytes(levels) + ASSET_BYTES) + bars * BAR_BYTES
 
 
 def output_bytes(n_assets: int, n_days: int, bars: int, levels: int) -> int:
@@ -237,7 +241,7 @@ def check_room(out: Path, n_assets: int, n_days: int, freq: str, levels: int) ->
     size = host.binary_size
     shape = f"--assets {n_assets} x --freq {freq} ({bars} bar{'s' if bars > 1 else ''} a day) x --levels {levels}"
     if need > have:
-        cell = 8 * (DAY_ARRAYS + LEVEL_ARRAYS * levels) + CELL_EXTRA
+        cell = cell_bytes(levels)
         fixes = []
         most = max(have - bars * BAR_BYTES, 0) // (bars * cell + ASSET_BYTES)
         fixes.append(f"--assets {most} or fewer" if most else "fewer --assets")

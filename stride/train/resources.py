@@ -153,11 +153,11 @@ def check_memory(cfg: RunConfig, device: torch.device | str | None = None, *, ra
     estimate. Nothing is allocated: call it before the data and the model are built."""
     dev = _device(cfg, device)
     est = estimate_memory(cfg, dev, ranks_here=ranks_here, model=model, data=data)
-    host = host_available()
-    if est.host_bytes > host:
+    free_host = host_available()
+    if est.host_bytes > free_host:
         generating = est.data_peak >= est.data_kept + est.host_model_bytes  # the peak: while the data is generated
         data = (est.data_peak, "while it is generated") if generating else (est.data_kept, "kept for training")
-        raise ConfigError(_refusal(cfg, est, "host memory", est.host_bytes, host, "available",
+        raise ConfigError(_refusal(cfg, est, "host memory", est.host_bytes, free_host, "available",
                                    0 if generating else est.host_model_bytes, data))
     if est.on_device:
         free = device_available(dev)
@@ -182,20 +182,19 @@ def _refusal(cfg: RunConfig, est: MemoryEstimate, where: str, need: int, have: i
                if model_part > est.model_bytes else "built whole, before it is trained or split")
         set_keys = [f"`model.{k}`" for k in MODEL_SIZE_KEYS if getattr(m, k) is not None]
         parts.append((model_part, f"the model of {', '.join(keys)} has {est.params:.3g} parameters: "
-                      f"{_size(model_part)} {how}", " or ".join(set_keys) or "`model.size`"))
+                      f"{host.binary_size(model_part)} {how}", " or ".join(set_keys) or "`model.size`"))
     if data[0]:
         parts.append((data[0], f"the synthetic market of `data.n_assets` = {d.n_assets} x `data.n_steps` = "
-                      f"{d.n_steps} takes {_size(data[0])} {data[1]}", "`data.n_assets` or `data.n_steps`"))
+                      f"{d.n_steps} takes {host.binary_size(data[0])} {data[1]}",
+                      "`data.n_assets` or `data.n_steps`"))
     parts.sort(key=lambda x: -x[0])
     shown = [x for i, x in enumerate(parts) if i == 0 or x[0] * 10 >= need]
     procs = f" for the {est.ranks_here} processes on this host" if est.ranks_here > 1 and where == "host memory" \
         else ""
-    return (f"the run does not fit in memory: it needs about {_size(need)} of {where}{procs}, {_size(have)} {state}: "
+    return (f"the run does not fit in memory: it needs about {host.binary_size(need)} of {where}{procs}, "
+            f"{host.binary_size(have)} {state}: "
             f"{'; '.join(what for _, what, _ in shown) or 'the model and the data'} (activations not counted); "
             f"lower {' and '.join(keys for _, _, keys in shown) or 'the model or the data'}")
-
-
-_size = host.binary_size
 
 
 def usable_cores() -> int:
