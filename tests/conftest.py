@@ -8,6 +8,7 @@ kernel module, whichever directory pytest collects first: hence here, in the roo
 import os
 import random
 import secrets
+import signal
 import tempfile
 
 import pytest
@@ -17,6 +18,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 # stride's per-host dtype probe (stride.metrics.dtype_speed) keeps its figures here, not in ~/.cache
 os.environ.setdefault("STRIDE_CACHE_DIR", tempfile.mkdtemp(prefix="stride-test-cache-"))
+# A suite started as a background job of a non-interactive shell (`nohup make test &`, a CI runner's step) inherits
+# SIGINT ignored, and so would every process it starts: the Ctrl-C tests would then watch a child ignore their
+# SIGINT and fail. A Python handler here (not SIG_IGN) is reset to the default at exec, so children see Ctrl-C as a
+# terminal delivers it (a CPython child then raises KeyboardInterrupt), whatever the suite inherited.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
