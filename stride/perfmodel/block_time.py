@@ -6,7 +6,8 @@
   the run's kernel on this part (attention_kernels.py), backward at its own (2.5x forward FLOPs);
   sliding-window blocks only their window's band of it (TransformerSpec.window_work);
   materialised attention (pre-2023
-  Megatron) runs it as batched GEMMs writing the s x s scores, plus softmax/dropout traffic.
+  Megatron) runs it as batched GEMMs writing the s x s scores, plus softmax/dropout traffic: one fused kernel's, or
+  in uncompiled PyTorch the op-by-op chain's (eager_score_bytes).
 - elementwise: memory-bound passes (kernels.Costs.elementwise_per_token), 2x in backward.
 - casts: FP8/FP4 quantisation of GEMM inputs, weights (unless cached) and output gradients.
 - TP: 2 all-reduces (or all-gather + reduce-scatter with SP) forward and 2 backward, exposed
@@ -149,6 +150,21 @@ def op_sac_share(spec: TransformerSpec, name: str) -> float:
     return 0.0
 
 
+def eager_score_bytes(fp32: bool, dropout: int) -> tuple[float, float]:
+    """Bytes per score (forward, backward) of attention written op by op in uncompiled PyTorch (HF's eager
+    attention, nanoGPT's manual one): scale, mask and softmax are separate kernels, and under 16-bit autocast the
+    softmax runs in fp32 (autocast's fp32 list) between two casts. 16-bit: scale 4 (read 2, write 2), mask 4, cast
+    up 6, softmax 8, cast down 6 = 28 forward; backward cast 6, softmax 12 (read the output and its gradient, write
+    4), cast 6, mask 4, scale 4 = 32. fp32: scale 8, mask 8, softmax 8 = 24; backward softmax 12, mask 8, scale 8 =
+    28. Dropout on the probabilities: read, write and a 1-byte mask each way (5 at 16 bits, 9 at fp32). Six times
+    the fused kernel's 16-bit traffic: the materialised 16-bit eager rows (FlashAttention's HF GPT-2 baseline, HF's
+    BERT blogs and docs, nanoT5, GPT-2 medium on a 3090 Ti, HF Accelerate on MI250X) read 35-183% fast with the
+    fused kernel's bytes, their fp32 rows 6-25% slow (blind round 32)."""
+    if fp32:
+        return 24 + 9 * dropout, 28 + 9 * dropout
+    return 28 + 5 * dropout, 32 + 5 * dropout
+
+
 def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency, c: Costs, tokens: int,
                moe: bool = False) -> BlockTime:
     t, net = lay.tp, eff.network
@@ -191,8 +207,9 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     # Korthikanti 2022, the Zero Bubble paper) read 4-17% slow.
     drop = 1 if spec.dropout else 0
     scores_tok = 0.0 if flash else (spec.heads / t) * spec.seq
-    t_sm_f = c.memory(tokens * (4 + 5 * drop) * scores_tok * c.act)
-    t_sm_b = c.memory(tokens * (6 + 5 * drop) * scores_tok * c.act)
+    sm_f, sm_b = ((4 + 5 * drop) * c.act, (6 + 5 * drop) * c.act) if c.fused else eager_score_bytes(c.act == 2, drop)
+    t_sm_f = c.memory(tokens * sm_f * scores_tok)
+    t_sm_b = c.memory(tokens * sm_b * scores_tok)
     # op-sac re-runs the block's forward with saved ops replayed: every elementwise kernel runs again, and the
     # TP all-gathers (not in its save list) but not the reduce-scatters
     ew_rc = {"full": 1.0, "full-except-qkv": 1.0, "op-sac": 1.0, "mlp": mlp_share,

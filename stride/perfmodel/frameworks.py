@@ -137,7 +137,8 @@ def compiled(text: str) -> bool:
     # the loss alone compiled (torchtitan's compile.components = ['loss']): the model runs eager (fused_loss reads it)
     low = re.sub(r"(?:torch\.)?compiled?\b[^;.]{0,20}?\bloss[ -]only\b|"
                  r"(?:compile\.)?components\W{0,4}\[\W{0,2}loss\W{0,2}\]", " ", low)
-    return bool(re.search(r"torch\.compile|\bcompile[d]?\b|inductor", low))
+    # PyTorch/XLA (torch-neuronx on Trainium) traces the model into a graph its compiler fuses: compiled as well
+    return bool(re.search(r"torch\.compile|\bcompile[d]?\b|inductor|neuronx|torch[-_ ]?xla|pytorch/xla", low))
 
 
 def fused_loss(text: str) -> bool:

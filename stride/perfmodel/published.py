@@ -145,8 +145,12 @@ _FLASH_OFF = (r"(?:flash[-_ ]?(?:attn|attention)\w*|use[-_]flash[-_]attn\w*)(?:\
 # the scores said materialised; not "rematerialised" (recompute), nor a negation: "causal mask not materialized"
 # (DISTFLASHATTN's Megatron baseline, blind round 18: read as materialised attention, predicted 3.5x slow)
 _MATERIALISED = r"(?<!re)(?<!not )(?<!never )(?<!non-)(?<!un)materiali[sz]ed"
+# attention written out op by op: "manual causal attention" (build-nanogpt before its SDPA commit, blind round 32),
+# "naive" / "eager" / "vanilla" attention, HF's attn_implementation="eager", SDPA's math backend
+_OP_BY_OP = (r"\b(?:manual|naive|eager|vanilla)\W{0,3}(?:causal\W{0,3})?(?:self[- ])?attention|masked softmax|"
+             r"attn_implementation\W{0,4}eager|\bmath (?:sdpa )?(?:backend|attention)")
 # any word that the run's attention is not a fused kernel
-_ATTENTION_OFF = _MATERIALISED + r"|\b(?:no|without)\s+flash|" + _FLASH_OFF
+_ATTENTION_OFF = _MATERIALISED + r"|\b(?:no|without)\s+flash|" + _OP_BY_OP + "|" + _FLASH_OFF
 # Transformer Engine's cuDNN fused attention named on: a fused kernel even where its flash backend is off
 # (NeMo recipes set NVTE_FUSED_ATTN=1 with NVTE_FLASH_ATTN=0: cuDNN's kernel runs, the scores never materialise)
 # (not when negated: "non-fused attention", "no fused attention", "fused attention off")
@@ -205,6 +209,12 @@ def _fill_from_preset(row: dict, notes: list[str]) -> dict:
 _SHAPES = ((0.125, 12, 768), (0.35, 24, 1024), (0.76, 24, 1536), (1.3, 24, 2048), (2.7, 32, 2560), (6.7, 32, 4096),
            (13.0, 40, 5120), (175.0, 96, 12288))
 _MOE_WORDS = r"\bmoe\b|mixture[- ]of[- ]experts|mixtral|experts"
+# a dense row that says what it is not: "dense FP8 run (no experts)" (blind round 32, refused as a MoE without counts)
+_NOT_MOE = r"\b(?:no|not|non|without)[- ](?:an? )?(?:moe|experts|mixture[- ]of[- ]experts)\b"
+
+
+def _says_moe(text: str) -> bool:
+    return bool(re.search(_MOE_WORDS, re.sub(_NOT_MOE, " ", text.lower())))
 
 
 def _family_width(size: float, tp: int) -> int:
@@ -226,7 +236,7 @@ def _fill_from_size(row: dict, notes: list[str]) -> dict:
     and active parameters differ); the vocabulary is left to `_spec` (assumed there, or refused for a narrow model)."""
     if not (rt.blank(row.get("hidden")) and rt.blank(row.get("layers"))) or rt.blank(row.get("params_b")):
         return row
-    if re.search(_MOE_WORDS, " ".join(str(row.get(k) or "") for k in ("arch", "model", "notes")).lower()):
+    if _says_moe(" ".join(str(row.get(k) or "") for k in ("arch", "model", "notes"))):
         return row
     try:
         size = float(str(row.get("params_b")).strip())
@@ -284,7 +294,7 @@ def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float
     bias = _words(arch, r"\bbiases\b|\bbias\b", r"no bias")
     dropout = _words(arch, r"dropout", r"no dropout|dropout 0\b")
     moe = rt.moe(arch)
-    if re.search(_MOE_WORDS, low) and "experts" not in moe:
+    if _says_moe(low) and "experts" not in moe:
         raise ValueError("MoE model: the number of experts is not stated (write e.g. '8 experts, top-2')")
     window = rt.sliding_window(arch)
     kv = _int(row, "kv_heads", heads)
@@ -436,7 +446,10 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
             (_run_date(fw_text) or SELECTIVE_SINCE) >= SELECTIVE_SINCE:
         sp = True
         notes.append("sp blank: sequence parallelism assumed on with tensor parallelism")
-    ep = int(moe.get("ep", 1)) if spec.moe else 1
+    # expert parallelism where the model's words say it, else where the layout's do (the framework cell: "expert
+    # parallel 16 across 2 nodes", blind round 32, was read as no EP: experts replicated, no all-to-all costed)
+    ep_said = moe.get("ep") or rt.moe(" ".join(str(row.get(k) or "") for k in ("framework", "zero_or_fsdp"))).get("ep")
+    ep = int(ep_said or 1) if spec.moe else 1
     off_opt, off_params, off_act = rt.offload_switches(str(row.get("zero_or_fsdp") or ""), rc_text)
     off_act = spec.layers if off_act < 0 else off_act  # "activation offloading" without a count: every block
     if off_params and zero != 3:

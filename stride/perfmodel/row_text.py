@@ -285,6 +285,11 @@ def recompute(text: str) -> str | None:
         text = re.sub(r"[^;,()]*offload\w*[^;,()]*(\([^)]*\))?", " ", text or "")
         if unstated(text.strip(" ;,()")):
             return None
+    # a block count of 0 checkpoints no block, whatever the granularity says (NeMo's GPT-3 5B config of 2022:
+    # "activations_checkpoint_granularity: full, method: block, num_layers: 0", blind round 32, was read as full)
+    if re.search(r"num[-_ ]layers\W{0,3}0(?![.\d])|\bno (?:layers?|blocks?) (?:is |are )?(?:recomputed|checkpointed)",
+                 (text or "").lower()):
+        return "none"
     # torchtitan's per-op SAC (selective_ac_option "op") re-runs every other matmul, unlike Megatron's selective
     if re.search(_OP_SAC, (text or "").lower()):
         return "op-sac"
@@ -492,7 +497,8 @@ def moe(text: str) -> dict[str, float]:
     m = re.search(r"capacity[ _]factor\s*[=:]?\s*(\d+(?:\.\d+)?)", low)
     if m:
         out["capacity"] = float(m.group(1))
-    m = re.search(r"(?:expert[-_ ](?:model[-_ ])?parallel(?:ism)?(?:[-_ ]size)?|\bep)\s*[=:]?\s*(\d+)", low)
+    # Megatron's --expert-model-parallel-size, torchtitan's expert_parallel_degree, "EP 8"
+    m = re.search(r"(?:expert[-_ ](?:model[-_ ])?parallel(?:ism)?(?:[-_ ](?:size|degree))?|\bep)\s*[=:]?\s*(\d+)", low)
     if m:
         out["ep"] = float(m.group(1))
     m = re.search(r"(?:moe[-_ ]ffn[-_ ]hidden[-_ ]size|moe[-_ ]intermediate[-_ ]size|expert[-_ ]ffn(?:[-_ ]size)?)"
