@@ -287,8 +287,8 @@ def recompute(text: str) -> str | None:
             return None
     # a block count of 0 checkpoints no block, whatever the granularity says (NeMo's GPT-3 5B config of 2022:
     # "activations_checkpoint_granularity: full, method: block, num_layers: 0", blind round 32, was read as full)
-    if re.search(r"num[-_ ]layers\W{0,3}0(?![.\d])|\bno (?:layers?|blocks?) (?:is |are )?(?:recomputed|checkpointed)",
-                 (text or "").lower()):
+    if re.search(r"(?<!offloading_)num[-_ ]layers\W{0,3}0(?![.\d])|"
+                 r"\bno (?:layers?|blocks?) (?:is |are )?(?:recomputed|checkpointed)", (text or "").lower()):
         return "none"
     # torchtitan's per-op SAC (selective_ac_option "op") re-runs every other matmul, unlike Megatron's selective
     if re.search(_OP_SAC, (text or "").lower()):

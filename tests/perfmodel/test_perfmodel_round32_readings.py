@@ -101,6 +101,7 @@ def test_ep_in_the_framework_cell_is_read_where_the_model_cells_are_silent() -> 
     ("full; no layers recomputed", "none"),
     ("full (recompute_num_layers 1)", "full"),
     ("full, uniform, recompute_num_layers 0.5", "full"),
+    ("full (recompute_num_layers 1); cpu_offloading_num_layers=0", "full"),  # no offload, not no recompute
 ])
 def test_a_block_count_of_zero_checkpoints_nothing(text: str, mode: str) -> None:
     assert rt.recompute(text) == mode
