@@ -3,8 +3,6 @@ expert-parallel degree said in the framework cell, and a NeMo config that checkp
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from test_perfmodel_row_variants import BASE  # the same base row; pytest puts this folder on sys.path
 
@@ -43,7 +41,7 @@ def test_eager_score_bytes_count_every_kernel_of_the_chain() -> None:
     assert eager_score_bytes(True, 1) == (33, 37)
 
 
-def _softmax_seconds(framework: str, precision: str = "bf16") -> tuple[float, Costs]:
+def _elementwise_seconds(framework: str, precision: str = "bf16") -> tuple[float, Costs]:
     inp = row_inputs({**GPT2, "framework": framework, "precision": precision}, CAT)
     lay, spec, hw = inp.layout, inp.spec, inp.hardware
     c = Costs(hw, Efficiency(), lay, spec)
@@ -52,8 +50,8 @@ def _softmax_seconds(framework: str, precision: str = "bf16") -> tuple[float, Co
 
 
 def test_an_uncompiled_manual_attention_pays_the_chain_and_a_compiled_one_the_fused_kernel() -> None:
-    eager, c = _softmax_seconds("PyTorch eager, manual causal attention")
-    fused, _ = _softmax_seconds("PyTorch, torch.compile on, manual causal attention")
+    eager, c = _elementwise_seconds("PyTorch eager, manual causal attention")
+    fused, _ = _elementwise_seconds("PyTorch, torch.compile on, manual causal attention")
     assert not c.fused
     # the score traffic alone, by hand: 16 x 1024 tokens x 12 heads x 1024 scores a token, 60 B vs 10 B a score
     scores = 16 * 1024 * 12 * 1024
@@ -109,7 +107,7 @@ def test_a_block_count_of_zero_checkpoints_nothing(text: str, mode: str) -> None
 
 def test_the_nemo_5b_row_runs_without_recompute() -> None:
     row = {**BASE, "recompute": "activations_checkpoint_granularity: full, method: block, num_layers: 0"}
-    assert dataclasses.asdict(row_inputs(row, CAT).layout)["recompute"] == "none"
+    assert row_inputs(row, CAT).layout.recompute == "none"
 
 
 def test_a_dense_row_that_says_no_experts_is_not_read_as_moe() -> None:
