@@ -33,6 +33,7 @@ def _model_and_batch(cfg: RunConfig, batch: bool) -> tuple[nn.Module, torch.Tens
     """The model for the checks and, with `batch`, one global batch's inputs (None where the data yields none)."""
     from stride.data.build import build_data
     from stride.models.registry import build_model
+    from stride.models.size import on_meta
 
     bundle = build_data(cfg.data, cfg.train.batch_size, validation=cfg.train.validates)  # a bad [data] fails here
     args = (cfg.model, bundle.n_features, bundle.seq_len, bundle.n_horizons)
@@ -43,7 +44,7 @@ def _model_and_batch(cfg: RunConfig, batch: bool) -> tuple[nn.Module, torch.Tens
         except Exception:  # nothing to learn here about the layout; the ranks will say what is wrong with the data
             x = None
     try:
-        with torch.device("meta"):
+        with on_meta():
             return build_model(*args), x
     except ConfigError:
         raise

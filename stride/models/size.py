@@ -9,15 +9,41 @@ blocks is counted from builds of one and two blocks: on meta a transformer block
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from stride.config.errors import ConfigError
 from stride.config.schema import ModelConfig
 
 BUILT_LAYERS = 8  # up to this many blocks the model is built on meta as configured; above, counted from 1 and 2
+
+
+# In-place fills (torch.nn.init's, and the tensor methods they call): on a meta tensor they fill nothing, yet
+# PyTorch runs them through its Python meta decompositions, whose first use imports torch._dynamo (1.5 s on a
+# 2-core host, paid by a `stride train --nproc` launcher, which trains nothing, for its size and layout checks).
+_RANDOM_FILLS = (torch.Tensor.normal_, torch.Tensor.uniform_)
+
+
+class _NoFillsOnMeta(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        if func in _RANDOM_FILLS or getattr(func, "__module__", None) == "torch.nn.init":  # nn.init.normal_, ...
+            t = args[0] if args else kwargs.get("tensor")  # nn.init hands its tensor on by keyword
+            if isinstance(t, torch.Tensor) and t.is_meta:
+                return t  # what the fill returns; a meta tensor has no values to fill
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def on_meta() -> Iterator[None]:
+    """Build modules on the meta device (shapes only), without running their random initialisation."""
+    with torch.device("meta"), _NoFillsOnMeta():
+        yield
 
 
 @dataclass(frozen=True)
@@ -55,7 +81,7 @@ def _meta_size(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int)
     from stride.models.registry import build_model
 
     try:
-        with torch.device("meta"):
+        with on_meta():
             model = build_model(cfg, n_features, seq_len, n_horizons)
     except ConfigError:
         raise

@@ -15,8 +15,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Partial
-from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
 from stride.config.errors import ConfigError
 from stride.models.plan import TensorParallelPlan, blocks_of, plan_of
@@ -38,6 +36,7 @@ def on_local_shards(kernel: Callable) -> Callable:
     kernel takes plain tensors only. The weight's gradient sums over tokens, so on each rank it is
     a partial sum over that rank's tokens: `Partial`, reduced where the gradient is used.
     """
+    from torch.distributed.tensor import DTensor, Partial  # here, not at the top: see apply_tp
 
     def run(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         if not isinstance(x, DTensor):
@@ -54,6 +53,10 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = Tr
 
     stride.parallel.layout.check_model has run the model's own checks (`parallel_plan.check_tp`) first.
     """
+    # DTensor's imports (1.4 s on a 2-core host) are paid by a rank that applies TP, not by every process that
+    # imports the layout checks (the launcher's preflight, one-process runs)
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
     plan = tp_plan(model, sequence_parallel)
     blocks = blocks_of(model)
     assert blocks is not None, "check_model requires blocks for tp > 1"

@@ -35,7 +35,14 @@ class RMSNorm(nn.Module):
 
 
 def rope_cache(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables [seq_len, head_dim/2] for rotary position embeddings."""
+    """cos/sin tables [seq_len, head_dim/2] for rotary position embeddings, on the default device.
+
+    Under `torch.device("meta")` (the launcher's and the resource check's size and layout checks) only their
+    shape: computed there, these float64 ops would run through PyTorch's meta decompositions, whose first use
+    imports torch._dynamo (1.5 s of a `stride train --nproc` launcher's start on a 2-core host)."""
+    if torch.get_default_device().type == "meta":
+        shape = (seq_len, (head_dim + 1) // 2)
+        return torch.empty(shape, dtype=torch.float32), torch.empty(shape, dtype=torch.float32)
     inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     ang = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv)
     return ang.cos().float(), ang.sin().float()

@@ -24,14 +24,6 @@ every position).
 from __future__ import annotations
 
 from torch import nn
-from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    PrepareModuleOutput,
-    RowwiseParallel,
-    SequenceParallel,
-)
 
 from stride.config.errors import ConfigError
 from stride.models.plan import ParallelPlan, TensorParallelPlan
@@ -41,6 +33,11 @@ ATTN_IN = ("wq", "wk", "wv")  # split by heads (column-wise); `wo` row-wise
 
 def block_plan(sequence_parallel: bool) -> dict:
     """Plan for one TransformerBlock, keyed by sub-module names."""
+    # DTensor's imports take 1.4 s (sympy, its op table) on a 2-core host: paid here, by a rank that applies
+    # tensor parallelism, not by every process that only names the plan (the launcher, one-process runs)
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
+
     # Each sub-layer's input enters as one DTensor that its column-wise projections share (three in
     # attention, two in the MLP): their input gradients add up as one Partial and are reduced once
     # (all-reduce, or reduce-scatter under SP) instead of once per projection.
@@ -67,6 +64,9 @@ def root_plan(entry: str, sequence_parallel: bool) -> dict:
     and give the final norm (and the head after it) the whole sequence again."""
     if not sequence_parallel:
         return {}
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInput, PrepareModuleOutput
+
     return {
         entry: PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)),
         "norm": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
