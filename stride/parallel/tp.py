@@ -54,7 +54,7 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = Tr
     stride.parallel.layout.check_model has run the model's own checks (`parallel_plan.check_tp`) first.
     """
     # DTensor's imports (1.4 s on a 2-core host) are paid by a rank that applies TP, not by every process that
-    # imports the layout checks (the launcher's preflight, one-process runs)
+    # imports the layout checks (a `--nproc` launcher's preflight at tp = 1)
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
     plan = tp_plan(model, sequence_parallel)

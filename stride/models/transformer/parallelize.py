@@ -33,8 +33,8 @@ ATTN_IN = ("wq", "wk", "wv")  # split by heads (column-wise); `wo` row-wise
 
 def block_plan(sequence_parallel: bool) -> dict:
     """Plan for one TransformerBlock, keyed by sub-module names."""
-    # DTensor's imports take 1.4 s (sympy, its op table) on a 2-core host: paid here, by a rank that applies
-    # tensor parallelism, not by every process that only names the plan (the launcher, one-process runs)
+    # DTensor's imports take 1.4 s (sympy, its op table) on a 2-core host: paid here, by a process that applies
+    # or checks tensor parallelism, not by every one that imports the model (a `--nproc` launcher at tp = 1)
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
 
