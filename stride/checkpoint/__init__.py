@@ -8,7 +8,16 @@ torch.distributed.checkpoint and DTensor with it (1.9 s on a 2-core host) throug
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ below loads each on first use, as stride/__init__
+    from stride.checkpoint.callback import CheckpointCallback
+    from stride.checkpoint.errors import CheckpointError, ConfigMismatchError
+    from stride.checkpoint.guard import StepGuard
+    from stride.checkpoint.manifest import verify
+    from stride.checkpoint.rerun import RunExistsError, RunFinished
+    from stride.checkpoint.signals import Preempted
+    from stride.checkpoint.store import CheckpointStore
 
 _WHERE = {"CheckpointCallback": "callback", "CheckpointError": "errors", "ConfigMismatchError": "errors",
           "StepGuard": "guard", "verify": "manifest", "RunExistsError": "rerun", "RunFinished": "rerun",
