@@ -165,7 +165,7 @@ def test_no_selective_recompute_before_it_was_published() -> None:
 
 
 def test_holdout_rows_are_never_fitted() -> None:
-    """The held-out rounds (26-33) stay out of the development set: the fit and the held-out judge glob the top
+    """The held-out rounds (26-34) stay out of the development set: the fit and the held-out judge glob the top
     level of data/perfmodel only; the holdout files still read (each row answered or refused by name)."""
     from stride.perfmodel.evaluate import DATA_DIR, data_files
     from stride.perfmodel.predict_rows import predict_csv
