@@ -29,6 +29,7 @@ from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.kernels import Costs
 from stride.perfmodel.layout import RECOMPUTED_GEMMS, Layout
 from stride.perfmodel.model_spec import TransformerSpec
+from stride.perfmodel.qlora import dequant_bytes_per_use
 
 # TE recipes cache a weight's FP8 copy across micro-batches (Megatron passes is_first_microbatch)
 _TE_RECIPES = ("delayed", "current", "mxfp8", "nvfp4")
@@ -186,7 +187,10 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     cast_f, cast_b = sum(x[0] for x in casts), sum(x[1] for x in casts)
     cast_rc = sum(x[0] * share[g.name] for g, x in zip(lin, casts, strict=True))
     lora_f, lora_b = lora_adapter_time(c, lin, lay) if lay.frozen and lay.lora_rank else (0.0, 0.0)
-    lora_rc = lora_f if lay.recompute == "full" else 0.0  # the block re-run with its adapters
+    if lay.frozen and lay.base_4bit:  # QLoRA: each frozen weight dequantised for the forward and the input gradient
+        deq = sum(c.memory(g.batch * g.k * g.n * dequant_bytes_per_use(lay.base_double_quant)) for g in lin)
+        lora_f, lora_b = lora_f + deq, lora_b + deq
+    lora_rc = lora_f if lay.recompute == "full" else 0.0  # the block re-run with its adapters (and dequantisation)
     if flash:
         t_core_f, t_core_b = c.flash_attention(sum(g.flops for g in core) * 0.5 * spec.window_work)
         # selective recompute of a flash core re-runs its forward too (Megatron checkpoints core attention;

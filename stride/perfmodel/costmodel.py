@@ -33,6 +33,7 @@ from stride.perfmodel.layout import FP32_STORAGE, LOOPED, Layout, check_layout, 
 from stride.perfmodel.memory_model import predict_memory, saved_per_block
 from stride.perfmodel.model_spec import TransformerSpec
 from stride.perfmodel.offload import offload_time
+from stride.perfmodel.qlora import frozen_bytes_per_param
 
 GIB = 2**30
 _exposed = exposed  # the name workload_cost imports
@@ -241,7 +242,9 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     p_stage = max(p_dev)  # the most parameters: a middle device where the end stages are a block short
     fp32_reduce = fw.grad_reduce_fp32 if lay.grad_reduce_fp32 is None else lay.grad_reduce_fp32
     gbytes = 4 if lay.precision in FP32_STORAGE or (fp32_reduce and lay.precision != "fp16") else 2
-    wire_w = 1 if lay.fp8_gather else (4 if lay.precision in FP32_STORAGE else 2)
+    wire_w: float = 1 if lay.fp8_gather else (4 if lay.precision in FP32_STORAGE else 2)
+    if lay.frozen and lay.base_4bit:  # QLoRA: FSDP gathers (and offload moves) the packed 4-bit blocks
+        wire_w = frozen_bytes_per_param(spec, lay.base_double_quant, wide=wire_w)
     # gradients reduce over dp x cp: context-parallel ranks hold the same weights (Layout.state_shards)
     dp, sd = lay.dp * lay.cp, lay.state_shards
     dp_link = coll.group_link(hw, sd, t, net)  # the (shard) group the ZeRO collectives run over

@@ -103,6 +103,10 @@ class Layout:
     lora_rank: int = 0
     lora_targets: str = "attention"
     lora_dropout: float = 0.0
+    # QLoRA: the frozen base weights of the blocks stored in 4 bits (bitsandbytes NF4/FP4; double quantisation of
+    # their constants or not), dequantised for every matmul (qlora.py)
+    base_4bit: bool = False
+    base_double_quant: bool = False
     # weights, gradients and AdamW states all 16-bit, no fp32 master copy (a model loaded in bf16 and trained so, as
     # Hugging Face's Trainer does without amp): what the framework profile says otherwise (torchtune's is)
     pure_bf16: bool = False

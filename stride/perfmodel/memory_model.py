@@ -26,6 +26,7 @@ from stride.perfmodel.frameworks import FRAMEWORKS
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.layout import Layout
 from stride.perfmodel.model_spec import TransformerSpec
+from stride.perfmodel.qlora import frozen_bytes_per_param, stored_bytes
 
 GIB = 2**30
 
@@ -47,9 +48,11 @@ def eager_saved_per_token(spec: TransformerSpec, f: int) -> float:
     return rms + rope + spec.q_dim + (f if spec.gated else 0)
 
 
-def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False) -> dict[str, float]:
+def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False, frozen_w: float | None = None
+            ) -> dict[str, float]:
     """Weights, gradients and optimizer state bytes for `params` parameters on one device; frozen (LoRA) weights
-    have neither gradients nor optimizer state (the adapters' are left out: < 0.1% of the weights).
+    have neither gradients nor optimizer state (the adapters' are left out: < 0.1% of the weights); `frozen_w`: the
+    bytes a frozen parameter occupies where not the precision's (QLoRA's 4-bit blocks, qlora.frozen_bytes_per_param).
 
     `at_step`: during the optimizer step rather than forward/backward. They differ where Megatron keeps 16-bit
     gradients (fp16 without --accumulate-allreduce-grads-in-fp32, the default; bf16 where the reduction is 16-bit):
@@ -63,7 +66,7 @@ def _states(lay: Layout, params: float, gbytes: int, at_step: bool = False) -> d
     V100, reads -6% so and -18% without it."""
     fw = FRAMEWORKS[lay.framework]
     if lay.frozen:
-        w = 4.0 if lay.precision in ("fp32", "tf32") else 2.0
+        w = frozen_w or (4.0 if lay.precision in ("fp32", "tf32") else 2.0)
         return {"params": w * params / (lay.state_shards if lay.zero == 3 else 1), "grads": 0.0, "optimizer": 0.0}
     dp, z = lay.state_shards, lay.zero  # hybrid sharding: states shard over the shard group (x cp) only
     if lay.precision in ("fp32", "tf32"):
@@ -179,8 +182,9 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: li
     per_logit = 4.0 if lay.fused_loss else (2.0 + 8.0 if fw.ce_bytes_per_logit > 8 else 4.0)
     logits = tokens * spec.vocab / t * per_logit
     gathered = 0.0
+    frozen_w = frozen_bytes_per_param(spec, lay.base_double_quant) if lay.frozen and lay.base_4bit else None
     if lay.zero == 3:  # current and prefetched unit, bf16 weights and their unsharded gradients
-        wire = 1.0 if lay.fp8_gather else 2.0
+        wire = 1.0 if lay.fp8_gather else stored_bytes(lay.base_double_quant) if frozen_w else 2.0
         gathered = 2 * layer_params(spec, spec.moe) / t / max(1, lay.ep if spec.moe else 1) * (wire + gbytes)
 
     a_mean = rc_share * a_layer + (1 - rc_share) * a_full
@@ -191,10 +195,10 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: li
         # a recomputing block re-materialises what it did not save, one block at a time (its saved part is counted
         # already: full recompute's input; selective with a flash core saves as much as none, so nothing more)
         acts = k * (n_blocks - out) * a_mean + (a_mean if out else 0.0) + (a_full - a_layer if rc != "none" else 0.0)
-        train = {**_states(lay, p, gbytes), "activations": acts,
+        train = {**_states(lay, p, gbytes, frozen_w=frozen_w), "activations": acts,
                  # current and prefetched unit: one where the stage holds one block (audit 22, F6: counted twice)
                  "buffers": scratch + gathered * min(2, max(n_blocks, 1)) / 2 + (logits if with_logits else 0.0)}
-        step = {**_states(lay, p, gbytes, at_step=True), "activations": 0.0, "buffers": 0.0}
+        step = {**_states(lay, p, gbytes, at_step=True, frozen_w=frozen_w), "activations": 0.0, "buffers": 0.0}
         return max(train, step, key=lambda parts: sum(parts.values()))
 
     worst = max((stage(*d) for d in devices), key=lambda parts: sum(parts.values()))

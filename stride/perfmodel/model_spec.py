@@ -45,7 +45,7 @@ class TransformerSpec:
     top_k: int = 1
     moe_every: int = 1
     moe_ffn: int = 0
-    capacity: float = 1.0  # capacity factor of a token-dropping router (1.0: dropless / exact)
+    capacity: float = 1.0  # capacity factor of a token-dropping router (1.0: dropless / exact; experts / top_k: dense)
     # sliding-window attention: `window_layers` of the blocks attend to the last `window` tokens only (Mistral,
     # Gemma 2/3, gpt-oss, Olmo 3); 0: every block attends to the whole causal prefix
     window: int = 0
@@ -69,8 +69,10 @@ class TransformerSpec:
             raise ConfigError(f"model `{self.name}`: heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
         if self.experts and self.top_k > self.experts:
             raise ConfigError(f"model `{self.name}`: top_k {self.top_k} exceeds experts {self.experts}")
-        if not 0.5 <= self.capacity <= 8:
-            raise ConfigError(f"model `{self.name}`: capacity factor must be in [0.5, 8], got {self.capacity!r}")
+        # up to 8, or every expert on every token (experts / top_k: a dense dispatch, as transformers' Llama 4 runs)
+        most = max(8.0, self.experts / self.top_k) if self.experts else 8.0
+        if not 0.5 <= self.capacity <= most:
+            raise ConfigError(f"model `{self.name}`: capacity factor must be in [0.5, {most:g}], got {self.capacity!r}")
         for f in ("window", "window_layers"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:

@@ -346,6 +346,11 @@ def _hardware(row: dict, catalog: Catalog, notes: list[str]) -> Hardware:
 def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     notes: list[str] = []
     spec, moe = _spec(row, notes)
+    if spec.moe and rt.hf_dense_experts(" ".join(str(row.get(k) or "") for k in ("model", "arch")),
+                                        " ".join(str(row.get(k) or "") for k in ("framework", "notes"))):
+        spec = dataclasses.replace(spec, capacity=spec.experts / spec.top_k)
+        notes.append(f"transformers' Llama 4 MoE computes all {spec.experts} experts on every token (dense dispatch): "
+                     f"expert work and activations costed at {spec.capacity:g}x the routed top-{spec.top_k}")
     n_gpus = _int(row, "num_gpus", what="the device count sets tokens/s per device")
     tp, pp, cp = _int(row, "tp", 1), _int(row, "pp", 1), _int(row, "cp", 1)
     dp = _int(row, "dp", max(1, n_gpus // (tp * pp * cp)))
@@ -438,7 +443,15 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         notes.append(f"recompute {rc_text!r} re-runs norms/activations only (elementwise): costed as none, assumed")
     # LoRA / PEFT: the base weights are frozen, only adapters train (no weight gradients of the base GEMMs)
     peft_text = " ".join(str(row.get(k) or "") for k in ("arch", "model", "framework", "notes"))
-    frozen = bool(re.search(r"\blora\b|\bpeft\b|adapter[_ ]dim", peft_text.lower()))
+    # QLoRA said of the run (not of what the notes left out: "the QLoRA tables not transcribed", round 22)
+    run_text = " ".join(str(row.get(k) or "") for k in ("precision", "arch", "model", "framework"))
+    frozen = bool(re.search(r"\blora\b|\bpeft\b|adapter[_ ]dim", peft_text.lower())) or \
+        bool(re.search(r"\bqlora\b", run_text.lower()))
+    base_4bit, double_quant = rt.four_bit_base(run_text)
+    base_4bit = base_4bit and frozen
+    if base_4bit:
+        notes.append("QLoRA: the blocks' frozen weights stored in 4 bits (NF4" + (", double-quantised constants"
+                     if double_quant else "") + "), dequantised for each forward, input gradient and recompute")
     lora_rank, lora_targets, lora_dropout, lora_notes = rt.lora(peft_text) if frozen else (0, "attention", 0.0, [])
     notes.extend(lora_notes)
     sp = rt.flag(str(row.get("sp") or "")) and tp > 1
@@ -491,7 +504,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         tp_copies=tp_copies,
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
         recompute_layers=rc_layers, frozen=frozen, lora_rank=lora_rank, lora_targets=lora_targets,
-        lora_dropout=lora_dropout, cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
+        lora_dropout=lora_dropout, base_4bit=base_4bit, base_double_quant=double_quant,
+        cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
         ulysses=rt.ulysses(str(row.get("framework") or ""), everything, cp),
         pure_bf16=prec in ("bf16", "fp16") and rt.pure_bf16(str(row.get("precision") or "")),
         offload_optimizer=off_opt, offload_params=off_params, offload_activations=off_act,

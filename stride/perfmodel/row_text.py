@@ -276,11 +276,20 @@ _NAMES_RECOMPUTE = (r"checkpoint|ckpt|recomput|remat|selected_modules|\bac\b|\ba
                     r"^\W*(none|no|off|false|disabled|0|full|on|true|yes|enabled)\W*(\(|$)")
 
 
+_OFFLOADED_CHECKPOINTS = (r"(?:checkpoint\w*|recomput\w*)\W{1,3}(?:with\W{1,3})?(?:cpu\W{1,3}|host\W{1,3})?offload|"
+                          r"offload\w*\W{1,3}(?:gradient|activation)[ _]checkpoint|"
+                          r"gradient_checkpointing\W{1,3}offload")
+
+
 def recompute(text: str) -> str | None:
     """Recompute mode from words, or None where the row does not say (chosen later: cheapest that fits)."""
     if unstated(text):
         return None
     if _offloads_to_host(text):
+        # checkpointing whose checkpoints go to the host (transformers / Axolotl / Unsloth `gradient_checkpointing:
+        # offload`): every block recomputed, its saved input offloaded (offload_switches counts the offload)
+        if re.search(_OFFLOADED_CHECKPOINTS, (text or "").lower()):
+            return "full"
         # the offload clauses are offload_switches'; the rest says the recompute mode, or nothing
         text = re.sub(r"[^;,()]*offload\w*[^;,()]*(\([^)]*\))?", " ", text or "")
         if unstated(text.strip(" ;,()")):
@@ -683,3 +692,36 @@ def torchtitan_tp_copies(text: str) -> bool:
         return False
     dates = _months(low)
     return not dates or max(dates) < TORCHTITAN_TP_DIM0_SINCE
+
+
+# QLoRA's base weights in 4 bits, said so: "QLoRA", "NF4", bitsandbytes' load_in_4bit / bnb_4bit_* / Linear4bit, or
+# 4-bit base / frozen / quantized weights ("adamw_torch_4bit", a 4-bit optimizer, is not it)
+_FOUR_BIT_BASE = (r"\bqlora\b|\bnf4\b|load[_ ]in[_ ]4[_ ]?bit|\bbnb[_ ]4[_ ]?bit|linear4bit|"
+                  r"4[- ]?bit\W{1,3}(?:nf4\W{1,3})?(?:base|frozen|quanti[sz]ed)\W{1,3}(?:model\W{1,3})?weights|"
+                  r"(?:base|frozen) weights\W{1,3}(?:in\W{1,3})?(?:nf4\W{1,3})?4[- ]?bit")
+_DOUBLE_QUANT = (r"double[_ -]?quant\w*(?:\W{1,3}(?:true|on|yes|1)\b|(?!\W{1,3}(?:false|off|no|0)\b))|"
+                 r"compress_statistics\W{1,3}true")
+
+
+def four_bit_base(text: str) -> tuple[bool, bool]:
+    """(the frozen base weights are 4-bit, their constants double-quantised) from a row's words."""
+    low = (text or "").lower()
+    on = bool(re.search(_FOUR_BIT_BASE, low))
+    return on, on and bool(re.search(_DOUBLE_QUANT, low))
+
+
+# transformers' Llama 4 MoE (Llama4TextMoe.forward, 4.51 on: `routed_in = hidden_states.repeat(num_experts, 1)` scaled
+# by the router's sigmoid scores, zero off the top-k, then one batched matmul over every expert) runs every expert on
+# every token; Axolotl's linearized experts (monkeypatch/models/llama4/modeling.py, 9f986f5e7) loop over all of them on
+# the same repeated input. Unsloth's grouped-GEMM MoE, a hub kernel (use_kernels) or torchtitan / Megatron / MaxText
+# route each token to its top-k only.
+_HF_STACK = r"hugging ?face|transformers|axolotl|\btrl\b|accelerate|llama[- ]?factory|hf trainer|\bpeft\b"
+_SPARSE_MOE_KERNELS = (r"unsloth|grouped[_ -]?(?:gemm|mm)|use_kernels|kernels? hub|megablocks|scattermoe|torchtitan|"
+                       r"megatron|nemo|maxtext|deepspeed-moe|vllm")
+
+
+def hf_dense_experts(model_text: str, run_text: str) -> bool:
+    """A Llama 4 MoE run on transformers' model code (or Axolotl's patch of it), which computes every expert."""
+    model, run = (model_text or "").lower(), (run_text or "").lower()
+    return bool(re.search(r"llama[-_ ]?4", model) and re.search(_HF_STACK, run)
+                and not re.search(_SPARSE_MOE_KERNELS, run))
