@@ -35,6 +35,14 @@ EAGER_ROPE_EXTRA = 14.0
 # scatter_add into the output 2 read + 2+2 = 38 B, where one fused permute and unpermute are counted as 4: 34 B more.
 # Hugging Face's MoE blocks (a loop over experts with index_add_) move at least as much.
 EAGER_MOE_ROUTING_EXTRA = 34.0
+# Megatron-Core's GPT-OSS experts without Transformer Engine's op fuser (row_text.megatron_eager_expert_epilogue), per
+# routed row, read from its code: the eager clamp of each GLU half (read and write 2 B of each of the 2 f values) and
+# the torch.cat that joins them (the same again) before the compiled activation, 16 B per fc1-output column forward,
+# about 12 backward (two clamp gradients); fc2's bias scaled by the fp32 router probability (b * p, t + b * p in fp32,
+# torch.cat of the per-expert fp32 pieces, the cast back: 2 + 4 + 4 + 4 + 4 + 4 + 4 + 2 = 28 B per hidden value)
+# forward, about 22 backward (the cast's, the add's and the bias/probability reductions). That is 28 f + 50 h bytes a
+# row; block_time costs elementwise bytes once forward and twice backward, so a third of it is counted here.
+EXPERT_EPILOGUE_BYTES = (28.0 / 3, 50.0 / 3)  # (per expert-ffn column, per hidden value)
 
 # parts with no matmul figure at all (a user's own entry): the median MAMF fraction of the catalog's GPUs
 DEFAULT_MATMUL_FRACTION = 0.80
@@ -150,6 +158,9 @@ class Costs:
             tp_part += 4 * s.top_k * h  # token permute and unpermute (read + write each)
             if not self.fused and (self.lay.eager_norm or self.lay.eager_rope):  # eager model code's routing chain
                 tp_part += EAGER_MOE_ROUTING_EXTRA * s.top_k * h
+            if self.lay.eager_expert_epilogue:
+                per_f, per_h = EXPERT_EPILOGUE_BYTES
+                tp_part += s.top_k * s.capacity * (per_f * s.expert_ffn + per_h * h)
         return rep / shard, tp_part
 
     def loss_bytes_per_logit(self) -> float:

@@ -87,6 +87,9 @@ class Layout:
     # each TP all-gather / reduce-scatter also copies the gathered activation (torchtitan before its dim-0 sequence
     # sharding: row_text.torchtitan_tp_copies)
     tp_copies: bool = False
+    # Megatron-Core's GPT-OSS experts without the op fuser: a clamp + cat before the fused activation and an fp32 bias
+    # pass after fc2 on every routed row (row_text.megatron_eager_expert_epilogue; kernels.EXPERT_EPILOGUE_BYTES)
+    eager_expert_epilogue: bool = False
     grad_reduce_fp32: bool | None = None  # None: the framework's default
     # hybrid sharding (HSDP, MaxText ici_fsdp x dcn_data_parallelism): ZeRO states sharded over groups of
     # `shard` data-parallel ranks (0: all of dp), replicated over dp / shard groups whose gradients are

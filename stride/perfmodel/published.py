@@ -487,6 +487,12 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if tp_copies:
         notes.append("torchtitan's sequence parallelism before its dim-0 sharding (2026-08): each TP collective's "
                      "layout copy (torch.cat / chunk of the gathered activation) costed")
+    epilogue = spec.moe and framework == "megatron" and rt.megatron_eager_expert_epilogue(
+        " ".join(str(row.get(k) or "") for k in ("model", "arch", "ffn_act")),
+        " ".join(str(row.get(k) or "") for k in ("framework", "precision", "notes")))
+    if epilogue:
+        notes.append("GPT-OSS's experts on Megatron-Core without the op fuser: the GLU's clamps and the fp32 fc2-bias "
+                     "pass costed on every routed row")
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=sp, schedule=schedule, vpp=vpp, micro_batch=micro,
         recompute=recompute or "none", precision=prec, attention="materialized" if materialized else "flash",
@@ -501,7 +507,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         attn_kernel=_attention_kernel(row),
         shard=shard if zero else 0, stage_split=split, compile=compile_on,
         eager_norm=eager_norm, eager_rope=eager_rope,
-        tp_copies=tp_copies,
+        tp_copies=tp_copies, eager_expert_epilogue=epilogue,
         fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
         recompute_layers=rc_layers, frozen=frozen, lora_rank=lora_rank, lora_targets=lora_targets,
         lora_dropout=lora_dropout, base_4bit=base_4bit, base_double_quant=double_quant,

@@ -694,6 +694,27 @@ def torchtitan_tp_copies(text: str) -> bool:
     return not dates or max(dates) < TORCHTITAN_TP_DIM0_SINCE
 
 
+# GPT-OSS's experts (a GLU clamped at 7 with a +1 offset on its linear half, biases on both expert linears) on
+# Megatron-Core without Transformer Engine's op fuser, which the bf16 perf recipes turn off
+# (Megatron-Bridge perf_recipes/_common.py `use_transformer_engine_op_fuser=False`): the clamps and their torch.cat run
+# eagerly before the compiled quick-GEGLU (megatron/core/fusions/fused_bias_geglu.py, 2e29a5e1e3), and the fc2 bias,
+# scaled by the router probability, is added by TEGroupedMLP._apply_bias as an fp32 pass per expert, concatenated and
+# cast back (moe/experts.py, a329dd6da5). The fused path: the op fuser with the CuTe DSL grouped MLP (TE
+# ScaledClampedQGeGLU and GroupedLinear(scale_bias=True); MCore 6815c0fefe), which the full-iteration MXFP8 recipes
+# (_apply_gpt_oss_120b_full_iter_fp8mx_configs) turn on; Primus-Turbo's fused activation with probabilities.
+_CLAMPED_GLU_MODEL = r"gpt[-_ ]?oss"
+_EXPERT_PATH_FUSED = (r"op[-_ ]?fuser|cutedsl[-_ ]?fused[-_ ]?grouped[-_ ]?mlp|fused[-_ ]grouped[-_ ]mlp|"
+                      r"full[-_ ]iter\w*fp8[-_ ]?mx|fused[-_ ]act\w*[-_ ]with[-_ ]probs")
+
+
+def megatron_eager_expert_epilogue(model_text: str, run_text: str) -> bool:
+    """GPT-OSS's clamped GLU and expert biases named (the model, or a clamp in a GLU with biases) and no fused expert
+    path named: Megatron-Core runs the clamps and the fc2 bias as eager passes over every routed row."""
+    model, run = (model_text or "").lower(), (run_text or "").lower()
+    named = re.search(_CLAMPED_GLU_MODEL, model) or ("clamp" in model and "bias" in model)
+    return bool(named) and not re.search(_EXPERT_PATH_FUSED, run)
+
+
 # QLoRA's base weights in 4 bits, said so: "QLoRA", "NF4", bitsandbytes' load_in_4bit / bnb_4bit_* / Linear4bit, or
 # 4-bit base / frozen / quantized weights ("adamw_torch_4bit", a 4-bit optimizer, is not it)
 _FOUR_BIT_BASE = (r"\bqlora\b|\bnf4\b|load[_ ]in[_ ]4[_ ]?bit|\bbnb[_ ]4[_ ]?bit|linear4bit|"
