@@ -731,11 +731,11 @@ def four_bit_base(text: str) -> tuple[bool, bool]:
     return on, on and bool(re.search(_DOUBLE_QUANT, low))
 
 
-# transformers' Llama 4 MoE (Llama4TextMoe.forward, 4.51 on: `routed_in = hidden_states.repeat(num_experts, 1)` scaled
-# by the router's sigmoid scores, zero off the top-k, then one batched matmul over every expert) runs every expert on
-# every token; Axolotl's linearized experts (monkeypatch/models/llama4/modeling.py, 9f986f5e7) loop over all of them on
-# the same repeated input. Unsloth's grouped-GEMM MoE, a hub kernel (use_kernels) or torchtitan / Megatron / MaxText
-# route each token to its top-k only.
+# transformers' Llama 4 MoE (Llama4TextMoe.forward as released in 4.51, April 2025, and as read in later versions:
+# `routed_in = hidden_states.repeat(num_experts, 1)` scaled by the router's sigmoid scores, zero off the top-k, then one
+# batched matmul over every expert) runs every expert on every token; Axolotl's linearized experts
+# (monkeypatch/models/llama4/modeling.py, 9f986f5e7) loop over all of them on the same repeated input. Unsloth's
+# grouped-GEMM MoE, a hub kernel (use_kernels) or torchtitan / Megatron / MaxText route each token to its top-k only.
 _HF_STACK = r"hugging ?face|transformers|axolotl|\btrl\b|accelerate|llama[- ]?factory|hf trainer|\bpeft\b"
 _SPARSE_MOE_KERNELS = (r"unsloth|grouped[_ -]?(?:gemm|mm)|use_kernels|kernels? hub|megablocks|scattermoe|torchtitan|"
                        r"megatron|nemo|maxtext|deepspeed-moe|vllm")
