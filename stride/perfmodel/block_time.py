@@ -187,7 +187,7 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     cast_f, cast_b = sum(x[0] for x in casts), sum(x[1] for x in casts)
     cast_rc = sum(x[0] * share[g.name] for g, x in zip(lin, casts, strict=True))
     lora_f, lora_b = lora_adapter_time(c, lin, lay) if lay.frozen and lay.lora_rank else (0.0, 0.0)
-    if lay.frozen and lay.base_4bit:  # QLoRA: each frozen weight dequantised for the forward and the input gradient
+    if lay.qlora:  # QLoRA: each frozen weight dequantised for the forward and the input gradient
         deq = sum(c.memory(g.batch * g.k * g.n * dequant_bytes_per_use(lay.base_double_quant)) for g in lin)
         lora_f, lora_b = lora_f + deq, lora_b + deq
     lora_rc = lora_f if lay.recompute == "full" else 0.0  # the block re-run with its adapters (and dequantisation)

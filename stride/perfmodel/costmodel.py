@@ -243,7 +243,7 @@ def predict(spec: TransformerSpec, lay: Layout, hw: Hardware, global_batch: int,
     fp32_reduce = fw.grad_reduce_fp32 if lay.grad_reduce_fp32 is None else lay.grad_reduce_fp32
     gbytes = 4 if lay.precision in FP32_STORAGE or (fp32_reduce and lay.precision != "fp16") else 2
     wire_w: float = 1 if lay.fp8_gather else (4 if lay.precision in FP32_STORAGE else 2)
-    if lay.frozen and lay.base_4bit:  # QLoRA: FSDP gathers (and offload moves) the packed 4-bit blocks
+    if lay.qlora:  # QLoRA: FSDP gathers (and offload moves) the packed 4-bit blocks
         wire_w = frozen_bytes_per_param(spec, lay.base_double_quant, wide=wire_w)
     # gradients reduce over dp x cp: context-parallel ranks hold the same weights (Layout.state_shards)
     dp, sd = lay.dp * lay.cp, lay.state_shards

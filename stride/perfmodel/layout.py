@@ -130,6 +130,11 @@ class Layout:
     offload_activations: int = 0
 
     @property
+    def qlora(self) -> bool:
+        """Frozen base weights stored in 4 bits: what the time, memory and gather costs of QLoRA key on."""
+        return self.frozen and self.base_4bit
+
+    @property
     def shard_dp(self) -> int:
         """Data-parallel ranks the ZeRO/FSDP states are sharded over."""
         return self.shard if 0 < self.shard < self.dp else self.dp

@@ -182,7 +182,7 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: li
     per_logit = 4.0 if lay.fused_loss else (2.0 + 8.0 if fw.ce_bytes_per_logit > 8 else 4.0)
     logits = tokens * spec.vocab / t * per_logit
     gathered = 0.0
-    frozen_w = frozen_bytes_per_param(spec, lay.base_double_quant) if lay.frozen and lay.base_4bit else None
+    frozen_w = frozen_bytes_per_param(spec, lay.base_double_quant) if lay.qlora else None
     if lay.zero == 3:  # current and prefetched unit, bf16 weights and their unsharded gradients
         wire = 1.0 if lay.fp8_gather else stored_bytes(lay.base_double_quant) if frozen_w else 2.0
         gathered = 2 * layer_params(spec, spec.moe) / t / max(1, lay.ep if spec.moe else 1) * (wire + gbytes)

@@ -297,6 +297,12 @@ def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float
     if _says_moe(low) and "experts" not in moe:
         raise ValueError("MoE model: the number of experts is not stated (write e.g. '8 experts, top-2')")
     window = rt.sliding_window(arch)
+    experts, top_k, capacity = int(moe.get("experts", 0)), int(moe.get("top_k", 1)), float(moe.get("capacity", 1.0))
+    if experts and rt.hf_dense_experts(" ".join(str(row.get(k) or "") for k in ("model", "arch")),
+                                       " ".join(str(row.get(k) or "") for k in ("framework", "notes"))):
+        capacity = experts / top_k  # every expert on every token: the capacity a dense dispatch runs at
+        notes.append(f"transformers' Llama 4 MoE computes all {experts} experts on every token (dense dispatch): "
+                     f"expert work and activations costed at {capacity:g}x the routed top-{top_k}")
     kv = _int(row, "kv_heads", heads)
     if heads % kv:
         notes.append(f"kv_heads {kv} does not divide heads {heads}: {heads} used")
@@ -308,8 +314,8 @@ def _spec(row: dict, notes: list[str]) -> tuple[TransformerSpec, dict[str, float
         tied_embeddings=gpt_style if tied is None else tied, learned_pos=gpt_style if learned is None else learned,
         bias=gpt_style if bias is None else bias, dropout=gpt_style if dropout is None else dropout,
         name=str(row.get("model") or "").strip() or "row", head_dim_override=int(hd.group(1)) if hd else 0,
-        experts=int(moe.get("experts", 0)), top_k=int(moe.get("top_k", 1)), moe_every=int(moe.get("moe_every", 1)),
-        capacity=float(moe.get("capacity", 1.0)), moe_ffn=int(moe.get("moe_ffn", 0)),
+        experts=experts, top_k=top_k, moe_every=int(moe.get("moe_every", 1)), capacity=capacity,
+        moe_ffn=int(moe.get("moe_ffn", 0)),
         window=window[0] if window else 0,
     )
     if window:
@@ -346,11 +352,6 @@ def _hardware(row: dict, catalog: Catalog, notes: list[str]) -> Hardware:
 def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     notes: list[str] = []
     spec, moe = _spec(row, notes)
-    if spec.moe and rt.hf_dense_experts(" ".join(str(row.get(k) or "") for k in ("model", "arch")),
-                                        " ".join(str(row.get(k) or "") for k in ("framework", "notes"))):
-        spec = dataclasses.replace(spec, capacity=spec.experts / spec.top_k)
-        notes.append(f"transformers' Llama 4 MoE computes all {spec.experts} experts on every token (dense dispatch): "
-                     f"expert work and activations costed at {spec.capacity:g}x the routed top-{spec.top_k}")
     n_gpus = _int(row, "num_gpus", what="the device count sets tokens/s per device")
     tp, pp, cp = _int(row, "tp", 1), _int(row, "pp", 1), _int(row, "cp", 1)
     dp = _int(row, "dp", max(1, n_gpus // (tp * pp * cp)))
