@@ -124,8 +124,10 @@ class BlockTime:
                          {n: v * k for n, v in self.comm_bytes.items()}, self.weight_grad * k)
 
     def plus(self, other: BlockTime) -> BlockTime:
-        keys = set(self.terms) | set(other.terms)
-        links = set(self.comm_bytes) | set(other.comm_bytes)
+        # Insertion order, not a set's: `total` sums in this order, and a set's follows PYTHONHASHSEED, so
+        # two processes would differ in the last bits.
+        keys = dict.fromkeys([*self.terms, *other.terms])
+        links = dict.fromkeys([*self.comm_bytes, *other.comm_bytes])
         return BlockTime({k: self.terms.get(k, 0.0) + other.terms.get(k, 0.0) for k in keys},
                          self.backward + other.backward,
                          {k: self.comm_bytes.get(k, 0.0) + other.comm_bytes.get(k, 0.0) for k in links},
