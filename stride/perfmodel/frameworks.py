@@ -137,6 +137,17 @@ def compiled(text: str) -> bool:
     # the loss alone compiled (torchtitan's compile.components = ['loss']): the model runs eager (fused_loss reads it)
     low = re.sub(r"(?:torch\.)?compiled?\b[^;.]{0,20}?\bloss[ -]only\b|"
                  r"(?:compile\.)?components\W{0,4}\[\W{0,2}loss\W{0,2}\]", " ", low)
+    # A graph captured but run op by op fuses nothing: torch.compile's `aot_eager` backend (no Inductor code
+    # generation: SimpleFSDP's default, torchtitan graph_trainer's default backend at fca8ab7be, March 2026) and
+    # graph_trainer's aot_fx_trace pass pipeline, whose `inductor_compilation` defaults to "regional": Inductor
+    # compiles only the regions tagged for it (FlexAttention; RMSNorm under numerics_changing_optim) "while leaving
+    # the rest interpreted" (experiments/graph_trainer/configs.py and passes.py, 27aa49077, June 2026). Only
+    # `inductor_compilation full` fuses the model's elementwise ops there. Not HF Accelerate's or torchtitan's
+    # "regional compilation" (torch.compile of each block, through Inductor).
+    if not re.search(r"full[ _-]?inductor|inductor[ _-]?compilation\W{0,3}full", low) and \
+            re.search(r"aot_eager|graph[ _-]?trainer|aot_fx_trace|regional[ _-]?inductor|"
+                      r"inductor[ _-]?compilation\W{0,3}regional", low):
+        return False
     # PyTorch/XLA (torch-neuronx on Trainium) traces the model into a graph its compiler fuses: compiled as well
     return bool(re.search(r"torch\.compile|\bcompile[d]?\b|inductor|neuronx|torch[-_ ]?xla|pytorch/xla", low))
 
