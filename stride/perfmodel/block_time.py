@@ -195,6 +195,11 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     lora_rc = lora_f if lay.recompute == "full" else 0.0  # the block re-run with its adapters (and dequantisation)
     if flash:
         t_core_f, t_core_b = c.flash_attention(sum(g.flops for g in core) * 0.5 * spec.window_work)
+        ring = lay.cp // lay.ulysses
+        if lay.cp_unbalanced and ring > 1 and spec.window_work == 1.0:
+            # contiguous chunks under the causal mask: the last chunk's rank does (2r - 1) / r of the mean core work
+            # (chunk i attends to i full chunks and half its own) and sets the pace (Layout.cp_unbalanced)
+            t_core_f, t_core_b = ((2 * ring - 1) / ring * x for x in (t_core_f, t_core_b))
         # selective recompute of a flash core re-runs its forward too (Megatron checkpoints core attention;
         # MaxText's minimal policies do not save the kernel's softmax statistics)
         core_rc = t_core_f if lay.recompute in ("full", "mlp", "full-except-qkv", "selective") else 0.0

@@ -121,6 +121,11 @@ class Layout:
     # framework's context parallelism (ring or all-gather) as before (USP's Ulysses x ring hybrid;
     # Megatron-Core --cp-comm-type a2a is ulysses = cp)
     ulysses: int = 1
+    # context parallelism over contiguous chunks of the sequence with no load balancing (MaxText's
+    # context_parallel_load_balance off; Megatron's and torchtitan's zigzag / round-robin split on by default): under
+    # the causal mask the rank holding the last chunk attends to every earlier one, (2r - 1) / r of the mean work over
+    # r ring or all-gather ranks, and every rank waits for it (block_time)
+    cp_unbalanced: bool = False
     # host (CPU) offload (offload.py): the optimizer states and step on the host (DeepSpeed ZeRO-Offload
     # `offload_optimizer`, FSDP's CPU offload); the sharded parameters on the host, copied in for each gather
     # (ZeRO-3 `offload_param`, FSDP's CPU offload; needs zero = 3); the saved activations of the first N blocks of

@@ -494,6 +494,9 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if epilogue:
         notes.append("GPT-OSS's experts on Megatron-Core without the op fuser: the GLU's clamps and the fp32 fc2-bias "
                      "pass costed on every routed row")
+    if cp > 1 and rt.cp_unbalanced(everything):
+        notes.append("context parallelism without load balancing: the attention of the rank holding the sequence's "
+                     "last chunk (the most work under the causal mask) sets the pace")
     layout = Layout(
         dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=sp, schedule=schedule, vpp=vpp, micro_batch=micro,
         recompute=recompute or "none", precision=prec, attention="materialized" if materialized else "flash",
@@ -514,6 +517,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         lora_dropout=lora_dropout, base_4bit=base_4bit, base_double_quant=double_quant,
         cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
         ulysses=rt.ulysses(str(row.get("framework") or ""), everything, cp),
+        cp_unbalanced=cp > 1 and rt.cp_unbalanced(everything),
         pure_bf16=prec in ("bf16", "fp16") and rt.pure_bf16(str(row.get("precision") or "")),
         offload_optimizer=off_opt, offload_params=off_params, offload_activations=off_act,
     )

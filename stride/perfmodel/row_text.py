@@ -371,6 +371,16 @@ def cp_channels(text: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def cp_unbalanced(text: str) -> bool:
+    """Context parallelism said to run without load balancing (Layout.cp_unbalanced): "no load balancing" beside
+    context parallelism, MaxText's `context_parallel_load_balance` false, torchtitan's `load_balance=False`. Not a
+    MoE router's balancing ("no load balancing loss", "aux-loss-free load balancing")."""
+    low = (text or "").lower()
+    return bool(re.search(r"\b(?:no|without|disabled?)\s+(?:cp\s+|context[- ]parallel(?:ism)?\s+)?load[ _-]?balanc(?:e|ing)\b"
+                          r"(?!\s*(?:loss|aux))|context_parallel_load_balance\W{0,3}(?:false|0)\b|"
+                          r"\bload_balance\W{0,3}(?:false|0)\b", low))
+
+
 def ulysses(framework: str, everything: str, cp: int) -> int:
     """DeepSpeed-Ulysses' all-to-all degree inside context parallelism `cp` (Layout.ulysses): a stated degree
     ("ulysses 4 x ring 2", USP's hybrid; "ulysses-degree 4"), else all of cp where the framework cell names Ulysses

@@ -159,3 +159,45 @@ def test_long_sequence_plan_uses_context_parallelism_like_nemo() -> None:
         assert best is not None and best.layout.cp >= 8, best
         mfu[seq] = best.mfu
     assert mfu[1048576] / mfu[131072] > 0.8
+
+
+@pytest.mark.parametrize("text, unbalanced", [
+    ("MaxText, ici_context_parallelism=64, no load balancing, packing off", True),
+    ("context_parallel_load_balance: false", True),
+    ("torchtitan CP with _cp_options load_balance=False", True),
+    ("without context parallel load balancing", True),
+    # a MoE router's balancing is not the sequence split's
+    ("aux-loss-free load balancing, no load balancing loss", False),
+    ("--moe-router-force-load-balancing", False),
+    ("SP-Ring with the load-balanced (zigzag) token reordering", False),
+])
+def test_cp_without_load_balancing_from_text(text: str, unbalanced: bool) -> None:
+    assert rt.cp_unbalanced(text) is unbalanced
+
+
+def test_unbalanced_cp_charges_the_last_chunks_attention_by_hand() -> None:
+    """Contiguous chunks under the causal mask: over r ranks chunk i attends to i whole chunks and half its own, so the
+    last rank does (r - 1/2) chunk-squares of work against a mean of r/2: (2r - 1) / r. MaxText's 64-way CP rows
+    without load balancing (round 33) read 1.4-2x fast when every rank was given the mean."""
+    hw, spec = load_catalog().get("h100-sxm"), dataclasses.replace(PRESETS["llama3-8b"], seq=65536)
+    base = Layout(dp=1, cp=8, zero=3, micro_batch=1, framework="megatron", precision="bf16")
+    even = predict(spec, base, hw, 1, EFF).breakdown_s["attention"]
+    late = predict(spec, dataclasses.replace(base, cp_unbalanced=True), hw, 1, EFF).breakdown_s["attention"]
+    assert late == pytest.approx(even * 15 / 8, rel=1e-9)
+    # Ulysses ranks hold the whole sequence for their heads: only the ring part of cp is uneven (ring 2: 3/2)
+    usp = dataclasses.replace(base, ulysses=4)
+    even = predict(spec, usp, hw, 1, EFF).breakdown_s["attention"]
+    late = predict(spec, dataclasses.replace(usp, cp_unbalanced=True), hw, 1, EFF).breakdown_s["attention"]
+    assert late == pytest.approx(even * 3 / 2, rel=1e-9)
+
+
+def test_row_reads_unbalanced_cp_only_with_context_parallelism() -> None:
+    row = {"row_id": "r", "model": "Llama 3 8B", "layers": "32", "seq_len": "65536", "global_batch_seqs": "1",
+           "gpu": "H100 SXM", "num_gpus": "8", "tp": "1", "cp": "8", "dp": "1", "precision": "bf16",
+           "recompute": "full", "framework": "MaxText, ici_context_parallelism=8, no load balancing"}
+    inp = row_inputs(row, load_catalog())
+    assert inp.reason is None, inp.reason
+    assert inp.layout.cp_unbalanced and any("load balancing" in n for n in inp.notes)
+    flat = row_inputs({**row, "cp": "1", "dp": "8", "global_batch_seqs": "8"}, load_catalog())
+    assert flat.reason is None, flat.reason
+    assert not flat.layout.cp_unbalanced
