@@ -376,8 +376,9 @@ def cp_unbalanced(text: str) -> bool:
     context parallelism, MaxText's `context_parallel_load_balance` false, torchtitan's `load_balance=False`. Not a
     MoE router's balancing ("no load balancing loss", "aux-loss-free load balancing")."""
     low = (text or "").lower()
-    return bool(re.search(r"\b(?:no|without|disabled?)\s+(?:cp\s+|context[- ]parallel(?:ism)?\s+)?load[ _-]?balanc(?:e|ing)\b"
-                          r"(?!\s*(?:loss|aux))|context_parallel_load_balance\W{0,3}(?:false|0)\b|"
+    return bool(re.search(r"\b(?:no|without|disabled?)\s+(?:cp\s+|context[- ]parallel(?:ism)?\s+)?"
+                          r"load[ _-]?balanc(?:e|ing)\b(?!\s*(?:loss|aux))|"
+                          r"context_parallel_load_balance\W{0,3}(?:false|0)\b|"
                           r"\bload_balance\W{0,3}(?:false|0)\b", low))
 
 
