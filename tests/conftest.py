@@ -26,10 +26,38 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+SEEDS_ENV = "STRIDE_TEST_SEEDS"
+
+
+def _seeds(spec: str) -> list[int]:
+    """`STRIDE_TEST_SEEDS`: "1266434485" (replay one), "0-399" (a range, both ends), or a comma list of either."""
+    out: list[int] = []
+    for part in spec.replace(" ", "").split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise pytest.UsageError(f"{SEEDS_ENV}={spec!r}: expected seeds like '7', '0-99' or '3,9,100-120'")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """With STRIDE_TEST_SEEDS set, every test that takes the `seed` fixture runs once per seed listed: the replay of
+    a seed a failure printed, or a sweep over many (tests/kernels' error bounds were checked over seeds 0-399 so)."""
+    spec = os.environ.get(SEEDS_ENV)
+    if not spec or "seed" not in metafunc.fixturenames:
+        return
+    direct = any("seed" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize") if m.args)
+    if not direct:  # a test that parametrizes `seed` itself keeps its own values
+        metafunc.parametrize("seed", _seeds(spec), indirect=True)
+
+
 @pytest.fixture
-def seed() -> int:
-    """A fresh seed each run; tests put it in their assert messages so a failure can be replayed."""
-    s = random.SystemRandom().randrange(2**31)
+def seed(request: pytest.FixtureRequest) -> int:
+    """A fresh seed each run; tests put it in their assert messages so a failure can be replayed
+    (`STRIDE_TEST_SEEDS=<seed> pytest ...`)."""
+    s = getattr(request, "param", None)
+    if s is None:
+        s = random.SystemRandom().randrange(2**31)
     torch.manual_seed(s)
     return s
 
