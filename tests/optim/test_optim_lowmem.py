@@ -18,7 +18,10 @@ KW = {"betas": (0.9, 0.95), "weight_decay": 0.01}
 def test_sqrt_v_grid_round_trip_error_is_bounded(seed):
     """sqrt(v) codes: zeros stay exactly 0, no positive value becomes 0, and every value comes back within
     half a grid step (in units of its fp32 bit pattern, one unit being <= 2^-23 relative): ~0.2% in a
-    block that spans a factor 2, however large or small its values."""
+    block that spans a factor 2, however large or small its values. Plus the rounding of the fp32 arithmetic on
+    grid positions (the encoder's (bits - base) / step, the decoder's code x step): up to 2^-23 of 256 steps each,
+    which in a block spanning 16 binades is tens of units beside a half-step of ~380,000 (seed 10 of a sweep over
+    seeds 0-19 read 3 units over the bare half-step)."""
     g = torch.Generator().manual_seed(seed)
     narrow = (1 + torch.rand(32, BLOCK, generator=g)) * torch.logspace(-30, 30, 32)[:, None]  # within 2x
     wide = torch.exp(3 * torch.randn(8, BLOCK, generator=g))  # ~16 binades
@@ -34,7 +37,8 @@ def test_sqrt_v_grid_round_trip_error_is_bounded(seed):
     _, step, flag = grid(bounds)
     assert torch.equal(flag, (r == 0).any(1))
     bit_err = (back.view(torch.int32).long() - r.view(torch.int32).long()).abs()
-    assert (bit_err <= step[:, None] / 2 + 2).all(), f"seed={seed}"
+    arithmetic = 2 * 256 * step[:, None] * 2.0**-23  # two fp32 roundings of numbers up to 256 steps
+    assert (bit_err <= step[:, None] / 2 + 2 + arithmetic).all(), f"seed={seed}"
     rel = ((back - r).abs() / r.clamp_min(1e-38))[: len(narrow)]
     assert rel.max() <= 2.1e-3, f"seed={seed} {rel.max()}"
     lo = bounds[:, 0].float().abs()
