@@ -193,9 +193,9 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
         deq = sum(c.memory(g.batch * g.k * g.n * dequant_bytes_per_use(lay.base_double_quant)) for g in lin)
         lora_f, lora_b = lora_f + deq, lora_b + deq
     lora_rc = lora_f if lay.recompute == "full" else 0.0  # the block re-run with its adapters (and dequantisation)
+    u, ring = lay.ulysses, lay.cp // lay.ulysses  # context parallelism: Ulysses ranks inside ring/all-gather ones
     if flash:
         t_core_f, t_core_b = c.flash_attention(sum(g.flops for g in core) * 0.5 * spec.window_work)
-        ring = lay.cp // lay.ulysses
         if lay.cp_unbalanced and ring > 1 and spec.window_work == 1.0:
             # contiguous chunks under the causal mask: the last chunk's rank does (2r - 1) / r of the mean core work
             # (chunk i attends to i full chunks and half its own) and sets the pace (Layout.cp_unbalanced)
@@ -256,7 +256,6 @@ def block_time(spec: TransformerSpec, lay: Layout, hw: Hardware, eff: Efficiency
     add_comm(tp_link, tp_bytes_f, 2 + tp_rc)
 
     t_cp = 0.0
-    u, ring = lay.ulysses, lay.cp // lay.ulysses
     kv_chunk = tokens * 2 * spec.kv_dim * 2 * c.act / t  # this rank's K and V (its TP heads)
     if u > 1:
         t_cp, kv_chunk = ulysses_time(spec, u, t, tokens, c, hw, net, core_rc > 0, add_comm)

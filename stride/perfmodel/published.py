@@ -494,7 +494,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     if epilogue:
         notes.append("GPT-OSS's experts on Megatron-Core without the op fuser: the GLU's clamps and the fp32 fc2-bias "
                      "pass costed on every routed row")
-    if cp > 1 and rt.cp_unbalanced(everything):
+    cp_unbalanced = cp > 1 and rt.cp_unbalanced(everything)
+    if cp_unbalanced:
         notes.append("context parallelism without load balancing: the attention of the rank holding the sequence's "
                      "last chunk (the most work under the causal mask) sets the pace")
     layout = Layout(
@@ -517,7 +518,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         lora_dropout=lora_dropout, base_4bit=base_4bit, base_double_quant=double_quant,
         cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
         ulysses=rt.ulysses(str(row.get("framework") or ""), everything, cp),
-        cp_unbalanced=cp > 1 and rt.cp_unbalanced(everything),
+        cp_unbalanced=cp_unbalanced,
         pure_bf16=prec in ("bf16", "fp16") and rt.pure_bf16(str(row.get("precision") or "")),
         offload_optimizer=off_opt, offload_params=off_params, offload_activations=off_act,
     )
