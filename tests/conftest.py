@@ -46,7 +46,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     spec = os.environ.get(SEEDS_ENV)
     if not spec or "seed" not in metafunc.fixturenames:
         return
-    direct = any("seed" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize") if m.args)
+    def names(arg: object) -> list[str]:
+        return [n.strip() for n in arg.split(",")] if isinstance(arg, str) else list(arg)  # type: ignore[call-overload]
+
+    direct = any("seed" in names(m.args[0]) for m in metafunc.definition.iter_markers("parametrize") if m.args)
     if not direct:  # a test that parametrizes `seed` itself keeps its own values
         metafunc.parametrize("seed", _seeds(spec), indirect=True)
 
