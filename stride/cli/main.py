@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C stopped
+PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a command whose reader (`| head`) left
 MAPS_STORES = ("train", "bench", "sweep", "profile", "repro", "data")  # commands that may map a data store's files
 
 
@@ -74,11 +75,51 @@ def main(argv: list[str] | None = None) -> int:
     program = argv is None  # this process is the `stride` command (not a caller's main([...]), as in the tests)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(argv, program)
+        code = _main(argv, program)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a reader that left is found here, not in the flush at interpreter exit
+        return code
     except KeyboardInterrupt:
         name = argv[0] if argv and any(c[0] == argv[0] for c in COMMANDS) else None
         print(f"stride {name}: stopped (interrupted)" if name else "stride: stopped (interrupted)", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:
+        if not stdout_closed():  # a pipe of the command's own (a child's stdin): not the reader of stdout
+            raise
+        return _quiet_for_closed_stdout()
+    except SystemExit as exc:
+        # rich's Console answers a closed stdout with SystemExit(1), raised while handling the BrokenPipeError
+        # (Console.on_broken_pipe; it has pointed stdout at os.devnull already)
+        if exc.code == 1 and isinstance(exc.__context__, BrokenPipeError):
+            return _quiet_for_closed_stdout()
+        raise
+
+
+def stdout_closed() -> bool:
+    """Whether stdout's reader has gone (`stride ... | head` after head exits): the pipe reports an error or hang-up.
+    True where that cannot be asked (no poll(), a stdout without a file descriptor)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):
+        return True
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def _quiet_for_closed_stdout() -> int:
+    """The end of a command whose stdout was closed: no message, no traceback, the status a shell gives a process
+    SIGPIPE killed. stdout is pointed at os.devnull so that the flush at interpreter exit, of what is still buffered,
+    does not fail again ("Exception ignored ... BrokenPipeError"), as Python's docs on SIGPIPE recommend."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # a stdout without a file descriptor (a caller's StringIO)
+        pass
+    return PIPE_CLOSED
 
 
 @contextlib.contextmanager
@@ -147,6 +188,8 @@ def _main(argv: list[str], program: bool = False) -> int:
             release_process_groups()
         return 2
     except OSError as exc:  # a path the user gave: missing, a file for a directory, no permission, disk full
+        if isinstance(exc, BrokenPipeError) and stdout_closed():
+            raise  # `| head` left: main() ends the command quietly
         from stride.errors import describe_os_error
 
         print(f"stride {name}: {describe_os_error(exc)}", file=sys.stderr)
