@@ -7,6 +7,7 @@ not with the size of the JSON text.
 
 from __future__ import annotations
 
+import itertools
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -237,7 +238,11 @@ MAX_US = float(2**53)  # µs (285 years): beyond, a time is not a trace's and fl
 
 
 def _check_times(path: Path, what: str, rows: np.ndarray, names: list[str]) -> None:
-    """Event times are finite, within MAX_US, and durations are not negative (NaN, 1e999, 1e300 are refused)."""
+    """Event times are finite, within MAX_US, and durations are not negative (NaN, 1e999, 1e300 are refused); no
+    time is negative: torch.profiler (Kineto) writes µs since the epoch or since a base it takes before the trace,
+    and clamps a time that would fall a few ns before that base to 0 ("Chrome trace and json processing will throw a
+    parser error"), so a negative ts is a trace whose times were changed (negated: a trace mirrored in time was
+    analysed as steps 7, 6, 5 and "host-bound, 72 % idle", outside audit)."""
     ts, dur = rows[:, 0], rows[:, 1]
     bad = ~(np.abs(ts) <= MAX_US) | ~((dur >= 0) & (dur <= MAX_US))
     if bad.any():
@@ -245,6 +250,31 @@ def _check_times(path: Path, what: str, rows: np.ndarray, names: list[str]) -> N
         raise TraceError(f"{path}: a {what} event (name {names[int(rows[k, 2])][:60]!r}) has ts={float(ts[k])!r}, "
                          f"dur={float(dur[k])!r}: times must be finite numbers of microseconds up to {MAX_US:.0f} "
                          "and durations >= 0")
+    negative = ts < 0
+    if negative.any():
+        k = int(np.flatnonzero(negative)[0])
+        raise TraceError(f"{path}: a {what} event (name {names[int(rows[k, 2])][:60]!r}) has ts={float(ts[k])!r}: a "
+                         f"profiler trace's times are never negative (they count microseconds from a base before the "
+                         f"trace), so this trace's times were changed (negated, mirrored?); refused")
+
+
+STEP_OVERLAP_US = 1.0  # ProfilerStep#N ends before #N+1 starts (one record_function exits, the next enters); 1 µs
+# of overlap is allowed for a writer that rounds ts and dur each to whole µs (none of ../shared/traces overlaps)
+
+
+def _check_steps(path: Path, steps: list[Step]) -> None:
+    """The host's ProfilerStep intervals, in time order, are numbered upwards and do not overlap: each is one call of
+    `prof.step()` to the next. A trace whose steps run backwards (7 before 6 before 5: a trace mirrored in time) or
+    overlap each other has no step windows to analyse; it is refused, naming the two steps."""
+    for a, b in itertools.pairwise(steps):
+        if b.number < a.number:
+            raise TraceError(f"{path}: ProfilerStep#{b.number} (ts={b.ts!r}) comes after ProfilerStep#{a.number} "
+                             f"(ts={a.ts!r}): its profiler steps run backwards in time (the trace's times were "
+                             f"changed: mirrored?); refused")
+        if a.end - b.ts > STEP_OVERLAP_US:
+            raise TraceError(f"{path}: ProfilerStep#{a.number} [{a.ts!r}, {a.end!r}] overlaps ProfilerStep#{b.number} "
+                             f"[{b.ts!r}, {b.end!r}] by {a.end - b.ts:g} µs: a profiler step ends before the next "
+                             f"begins, so the trace's times were changed; refused")
 
 
 def load_trace(path: str | Path) -> RankTrace:
@@ -274,6 +304,8 @@ def load_trace(path: str | Path) -> RankTrace:
                          f"annotations, runtime calls, kernels) among its {c.n} events: nothing to analyse")
     for what, rows in (("device", dev), ("host", host)):
         _check_times(p, what, rows, names)
+    steps = sorted(c.steps.values(), key=lambda s: s.ts)
+    _check_steps(p, steps)
 
     def i(col: np.ndarray) -> np.ndarray:
         return col.astype(np.int64)
@@ -284,6 +316,6 @@ def load_trace(path: str | Path) -> RankTrace:
         dev_stream=i(dev[:, 4]), dev_corr=i(dev[:, 5]),
         host_ts=host[:, 0].copy(), host_dur=host[:, 1].copy(), host_name=i(host[:, 2]), host_cat=i(host[:, 3]),
         host_tid=i(host[:, 4]), host_corr=i(host[:, 5]),
-        steps=sorted(c.steps.values(), key=lambda s: s.ts), fractional_ts=c.fractional_ts, n_events=c.n,
+        steps=steps, fractional_ts=c.fractional_ts, n_events=c.n,
         pids=frozenset(c.pids), malformed=dict(c.malformed), malformed_first=c.malformed_first,
     )

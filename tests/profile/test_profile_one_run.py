@@ -136,8 +136,9 @@ def test_one_stride_run_id_is_one_run_even_where_the_clocks_disagree(tmp_path: P
 
 def test_the_profilers_base_time_is_part_of_the_clock(tmp_path: Path) -> None:
     """Newer Kineto writes ts relative to baseTimeNanoseconds: the same ts under bases 25 min apart is not one run;
-    other ts under other bases at the same moment is."""
-    a, b = cpu_trace(0), cpu_trace(1)
+    other ts under other bases at the same moment is. (Kineto's ts are never negative: each rank's events are 25 min
+    after its base, and the later base's rank is moved back to its own zero.)"""
+    a, b = shifted(cpu_trace(0), MIN25_US), shifted(cpu_trace(1), MIN25_US)
     a["baseTimeNanoseconds"], b["baseTimeNanoseconds"] = 1_790_000_000_000_000_000, 1_790_000_000_000_000_000 + int(
         MIN25_US * 1e3)
     with pytest.raises(TraceError, match="25.0 min after"):
