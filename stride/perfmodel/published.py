@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from stride.config.errors import ConfigError
+from stride.config.errors import ConfigError, clipped
 from stride.files.input_file import not_found_or_special
 from stride.perfmodel import row_text as rt
 from stride.perfmodel.attention_kernels import kernel_from_text
@@ -73,15 +73,33 @@ class RowInputs:
                         bool(self.spec and self.spec.moe))
 
 
+# the columns `_int` reads: a cell of one that holds no number is refused before any preset fills the row's blanks
+INT_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch_seqs",
+               "micro_batch", "num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "vpp")
+_NON_FINITE = re.compile(r"[-+]?(?:nan|inf|infinity)")
+
+
+def _check_number(key: str, raw: object) -> None:
+    """A count cell that is written but holds no number is named for what it holds: "`seq_len` is 'nan', not a
+    number" (a NaN had been read as blank, "`seq_len` is blank", and an optional column's NaN as its default)."""
+    text = rt.clean(str(raw)) if raw is not None else ""
+    if _NON_FINITE.fullmatch(text):
+        raise ValueError(f"`{key}` is {clipped(str(raw))!r}, not a {'number' if 'nan' in text else 'finite number'}")
+    if not rt.blank(raw) and rt.count(str(raw), binary_k=key == "seq_len") is None:
+        finite = "finite " if re.search(r"\d", str(raw)) else ""  # "1e999": digits, but past a float's range
+        raise ValueError(f"`{key}` is {clipped(str(raw))!r}, not a {finite}number")
+
+
 def _int(row: dict, key: str, default: int | None = None, what: str = "") -> int:
     raw = row.get(key)
+    _check_number(key, raw)
     if rt.blank(raw):
         if default is None:
             raise ValueError(f"`{key}` is blank: {what or 'needed'}")
         return default
     v = rt.count(raw, binary_k=key == "seq_len")
     if v is None or v < 1 or abs(v - round(v)) > 1e-6 or v > 1e9:
-        raise ValueError(f"`{key}` must be a positive integer, got {raw!r}")
+        raise ValueError(f"`{key}` must be a positive integer, got {clipped(str(raw))!r}")
     return int(round(v))
 
 
@@ -350,6 +368,8 @@ def _hardware(row: dict, catalog: Catalog, notes: list[str]) -> Hardware:
 
 
 def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
+    for key in INT_COLUMNS:  # before a preset or the size fills a blank: a NaN is not a blank to fill
+        _check_number(key, row.get(key))
     notes: list[str] = []
     spec, moe = _spec(row, notes)
     n_gpus = _int(row, "num_gpus", what="the device count sets tokens/s per device")
