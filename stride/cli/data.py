@@ -196,7 +196,13 @@ def run_ingest(args: argparse.Namespace) -> int:
         return _interrupted("ingest", args.out, "manifest.json", before,
                             f"the store {one_line(args.out)} was written whole (check: stride data inspect "
                             f"{one_line(args.out)} --verify)", "store", "ingest")
-    m = open_store(out).manifest
+    try:  # the store was checked as open_store reads it before it was committed; it may have been changed since
+        m = open_store(out).manifest
+    except StoreError as exc:
+        from stride.errors import one_line
+
+        print(f"stride data ingest: {one_line(str(exc))}", file=sys.stderr)
+        return 2
     print(f"store {out}: {m['n_rows']:,} rows x {len(m['columns'])} columns ({m['dtype']}), "
           f"{len(m['symbols'])} symbols, {m['time_range'][0]} .. {m['time_range'][1]}, "
           f"{time.perf_counter() - t0:.1f} s")

@@ -401,7 +401,7 @@ def ingest(
                 ts = _timestamps_ns(tcol, path, time_col, time_format, unit, row0)
                 if schema is None:
                     schema = list(columns) if columns else names  # in the order asked for
-                    _check_columns(path, columns, names, schema, time_col, symbol_col)
+                    _check_columns(path, columns, names, schema, time_col, symbol_col, chunk.schema.names)
                     for c in schema:
                         t = chunk.schema.field(c).type
                         if not (pa.types.is_floating(t) or pa.types.is_integer(t)):
@@ -679,8 +679,18 @@ def _rounding_note(rounded: dict[int, list], schema: list[str]) -> str:
 
 
 def _check_columns(path: Path, asked: list[str] | None, names: list[str], schema: list[str], time_col: str,
-                   symbol_col: str) -> None:
-    """The feature columns: at least one, each once, each in the file and none the time or symbol column."""
+                   symbol_col: str, header: list[str]) -> None:
+    """The feature columns: at least one, each once, each named, each in the file and none the time or symbol
+    column. A column without a name (a CSV header `timestamp,symbol,px,`) was written into a store whose manifest
+    the reader then refused, left at --out (audit of 2026-12-07): `header` is the file's column names in order, to
+    say which."""
+    for i, c in enumerate(header):
+        if c in schema and not c.strip():
+            where = "of the header " if SUFFIXES.get(path.suffix) == "csv" else ""
+            what = "has no name" if not c else f"has no name (only whitespace: {c!r})"
+            fix = "name it in the header" if where else "name it"
+            raise IngestError(f"{path}: column {i + 1} {where}{what}: a store's columns are named; {fix}, or choose "
+                              "the feature columns with --columns")
     for c in asked or []:
         if c in (time_col, symbol_col):
             role = "timestamp" if c == time_col else "symbol"

@@ -16,7 +16,9 @@ ingestion into the same parent folder removes once its process is gone (stride.f
 A manifest is input like any file: `open_store` checks its shape (dtype, columns, row count, symbol runs
 that tile the rows exactly) before reading a byte, and that the data files are the store's own (no
 symbolic link out of the folder); `verify` also checks every symbol run against the timestamps and
-every value for NaN/inf. `--overwrite` replaces only a folder that is a stride store.
+every value for NaN/inf. `StoreWriter.commit` runs the same checks on the staged store before it is moved into
+place, so that nothing is committed that `open_store` refuses. `--overwrite` replaces only a folder that is a stride
+store.
 
 A store is replaced (ingest writes a new one and renames it in), never edited in place: a mapped file truncated or
 overwritten in place (`truncate`, `cp` over it, `rsync --inplace`) kills the process that maps it with SIGBUS at
@@ -217,23 +219,13 @@ def _verify_contents(path: Path, m: dict[str, Any], vals: np.ndarray, ts: np.nda
             raise StoreError(f"{path}: values.bin holds NaN or inf at row {row}")
 
 
-def open_store(path: str | Path, verify: bool = False) -> Store:
-    """Open a committed store; `verify` recomputes every checksum (reads every byte) and checks the contents."""
-    path = Path(path)
-    man_path = path / "manifest.json"
-    if not path.exists():  # "not a stride store: no manifest.json" read as if a folder were there (audit 21, L4)
-        raise StoreError(f"{path}: no such directory (a store is the folder `stride data ingest` or `synth` wrote)")
-    if not man_path.is_file():
-        hint = " (an interrupted ingestion leaves only a .tmp- directory)"
-        raise StoreError(f"{path}: not a stride store: no manifest.json{hint}")
-    try:
-        manifest = json.loads(man_path.read_text())
-    except (ValueError, RecursionError) as exc:
-        raise StoreError(one_line(f"{man_path}: not valid JSON ({exc})")) from None
-    except OSError as exc:
-        raise StoreError(f"{man_path}: cannot be read ({exc.strerror or exc})") from None
+def _check_store(path: Path, manifest: Any, verify: bool = False) -> None:
+    """Everything `open_store` checks before mapping a byte: the manifest's shape, and each data file inside the
+    store, of the manifest's size, its sampled blocks matching (every byte's sha256 with `verify`). Also run by
+    `StoreWriter.commit` on the staged store before it is moved into place, so that no store is committed that
+    its reader refuses."""
     _check_manifest(path, manifest)
-    np_dtype, width = DTYPES[manifest["dtype"]]
+    width = DTYPES[manifest["dtype"]][1]
     n, c = int(manifest["n_rows"]), len(manifest["columns"])
     root = path.resolve()
     for name, want in (("values.bin", n * c * width), ("timestamps.bin", n * 8)):
@@ -254,6 +246,26 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
             _check_sample(path, f, meta["sample"], c * width if name == "values.bin" else 8)
         if verify and _sha256(f) != meta["sha256"]:
             raise StoreError(f"{f}: sha256 differs from the manifest (the file was changed or damaged)")
+
+
+def open_store(path: str | Path, verify: bool = False) -> Store:
+    """Open a committed store; `verify` recomputes every checksum (reads every byte) and checks the contents."""
+    path = Path(path)
+    man_path = path / "manifest.json"
+    if not path.exists():  # "not a stride store: no manifest.json" read as if a folder were there (audit 21, L4)
+        raise StoreError(f"{path}: no such directory (a store is the folder `stride data ingest` or `synth` wrote)")
+    if not man_path.is_file():
+        hint = " (an interrupted ingestion leaves only a .tmp- directory)"
+        raise StoreError(f"{path}: not a stride store: no manifest.json{hint}")
+    try:
+        manifest = json.loads(man_path.read_text())
+    except (ValueError, RecursionError) as exc:
+        raise StoreError(one_line(f"{man_path}: not valid JSON ({exc})")) from None
+    except OSError as exc:
+        raise StoreError(f"{man_path}: cannot be read ({exc.strerror or exc})") from None
+    _check_store(path, manifest, verify)
+    np_dtype = DTYPES[manifest["dtype"]][0]
+    n, c = int(manifest["n_rows"]), len(manifest["columns"])
     # mode "c" (copy-on-write): writable for torch, never written back to the file.
     vals = np.memmap(path / "values.bin", dtype=np_dtype, mode="c", shape=(n, c)) if n else np.zeros((0, c), np_dtype)
     t = torch.from_numpy(vals)
@@ -355,6 +367,10 @@ class StoreWriter:
         if dtype not in DTYPES:
             raise StoreError(f"store dtype {dtype!r} is not one of {', '.join(DTYPES)}")
         self.out = Path(out)
+        if not columns or not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(columns):
+            # what the manifest check refuses, refused before anything is written (ingest names the input's column)
+            raise StoreError(one_line(f"{self.out}: columns {list(columns)!r}: a store's columns must be a non-empty "
+                                      "list of distinct names"))
         self.empty = _empty_dir(self.out)  # an empty folder is used as it is: nothing in it to replace
         if os.path.lexists(self.out) and not self.empty and not is_store(self.out):
             raise StoreError(f"{self.out} exists and is not a stride store (no stride-store manifest.json): "
@@ -447,8 +463,16 @@ class StoreWriter:
         if start == 0:
             self.abort()
             raise StoreError(f"{self.out}: no rows were ingested")
+        text = json.dumps(manifest, indent=1)
+        try:  # the reader's own checks, on the staged store as it would be read: never commit what open_store refuses
+            _check_store(self.tmp, json.loads(text))
+        except StoreError as exc:
+            self.abort()
+            why = str(exc).replace(f"{self.tmp}{os.sep}", "")
+            raise StoreError(one_line(f"{self.out}: not written: the store would be refused when opened ({why})")
+                             ) from None
         man_tmp = self.tmp / "manifest.json.part"
-        man_tmp.write_text(json.dumps(manifest, indent=1))
+        man_tmp.write_text(text)
         man_tmp.rename(self.tmp / "manifest.json")  # the store is complete only now
         if self.empty:
             if not empty_but(self.out, own=self.tmp):  # an entry added since the start
