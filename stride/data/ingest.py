@@ -6,7 +6,9 @@ wrong stops the ingestion with an error naming the file, column and first bad ro
 temporary directory: nothing half-written is left that looks like a store. A file that cannot be read
 (not the format its name says, deleted midway, a `.npy` of Python objects: never unpickled) is one
 such error; so is a finite value beyond the store dtype's range (1e300 would become inf), which no
-fill policy replaces. `--out` may not be, hold or sit inside a source.
+fill policy replaces, and a CSV number beyond float64 itself (1e400, which pyarrow reads as inf). `--out` may not
+be, hold or sit inside a source. A feature column without a name is refused before anything is written (the store's
+reader refuses it), and the store is checked as its reader checks it before it is committed.
 
 Integer timestamps carry no unit: 1704189600 is seconds (2024-01-02), 1704189600000 milliseconds of the same
 moment. Reading every integer as nanoseconds put a file of Unix seconds on one day of 1970. The unit is read
@@ -163,7 +165,7 @@ def _not_a_number(col: Any, row0: int = 0) -> str:
 def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, dtype: str, row0: int = 0
                 ) -> tuple[np.ndarray, list, list]:
     """[rows, columns] float32 of the feature columns; where a finite source value leaves the store dtype's
-    range: [(row, column, value)] (the first of each column); and integers float32 cannot hold exactly (above
+    range: [(row, column, value as shown)] (the first of each column); and integers float32 cannot hold exactly (above
     2^24): [(column, how many, first row, value, stored value)]."""
     vals = np.empty((chunk.num_rows, len(schema)), np.float32)
     over, rounded = [], []
@@ -180,13 +182,79 @@ def _to_float32(chunk: Any, schema: list[str], path: Path, first: Path | None, d
             # a float64 bound: a Python float beside a float32 column is cast to float32, overflowing with a warning
             big = np.flatnonzero(np.isfinite(src) & (np.abs(src) >= np.float64(OVERFLOW[dtype])))
             if len(big):
-                over.append((int(big[0]), j, float(src[big[0]])))
+                over.append((int(big[0]), j, f"{float(src[big[0]]):g}"))
         elif dtype == "float32":  # bfloat16 stores round every value to 3 digits, as documented
             changed = _changed_integers(np.asarray(src), vals[:, j])
             if len(changed):
                 r = int(changed[0])
                 rounded.append((j, len(changed), r, int(src[r]), int(vals[r, j])))
     return vals, over, rounded
+
+
+# The texts pyarrow reads as an infinity (case-insensitive, blanks around): any other text that parsed to inf is a
+# number beyond float64 (1e400), out of range like 1e300 (audit of 2026-12-07: it became inf, then 0 or the value
+# before under a fill policy).
+INF_TEXT = r"^\s*[+-]?inf(inity)?\s*$"
+
+
+def _csv_source(path: Path) -> Any:
+    return pa.CompressedInputStream(str(path), "gzip") if path.suffix == ".gz" else str(path)
+
+
+class CsvText:
+    """A CSV's feature columns as text, read by a second streaming reader that follows the first: rows are asked for
+    in file order, chunk after chunk, so the file is read again at most once (and only where a value read as inf)."""
+
+    def __init__(self, path: Path, columns: list[str]) -> None:
+        self.path, self.columns = path, columns
+        self._reader: Any = None
+        self._batches: list[pa.RecordBatch] = []
+        self._start = 0  # the file row of the first buffered batch
+        self._window: tuple[int, int, pa.Table] | None = None
+
+    def rows(self, row0: int, n: int) -> pa.Table:
+        """The text of rows [row0, row0 + n) (row0 never below an earlier call's)."""
+        if self._window is not None and self._window[:2] == (row0, n):
+            return self._window[2]
+        if self._reader is None:
+            import pyarrow.csv as pcsv
+
+            opts = pcsv.ConvertOptions(column_types={c: pa.string() for c in self.columns},
+                                       include_columns=self.columns)
+            self._reader = pcsv.open_csv(_csv_source(self.path), convert_options=opts)
+        have = self._start + sum(b.num_rows for b in self._batches)
+        while have < row0 + n:
+            try:
+                batch = self._reader.read_next_batch()
+            except StopIteration:
+                raise IngestError(f"{self.path}: the file changed while it was being ingested (it holds fewer rows "
+                                  "than were read)") from None
+            self._batches.append(batch)
+            have += batch.num_rows
+        while self._batches and self._start + self._batches[0].num_rows <= row0:
+            self._start += self._batches.pop(0).num_rows
+        table = pa.Table.from_batches(self._batches).slice(row0 - self._start, n)
+        self._window = (row0, n, table)
+        return table
+
+
+def _overflowed_text(chunk: Any, schema: list[str], texts: CsvText, row0: int) -> list:
+    """[(row, column, text)] of the first value per column that read as inf but whose text is a number (1e400,
+    -1e400, 400 digits): beyond float64 when parsed, so beyond every store dtype."""
+    found = []
+    for j, c in enumerate(schema):
+        col = chunk.column(c)
+        if not pa.types.is_floating(col.type):
+            continue
+        inf = np.flatnonzero(np.asarray(pc.fill_null(pc.is_inf(col), False).to_numpy(zero_copy_only=False)))
+        if not len(inf):
+            continue
+        cells = texts.rows(row0, chunk.num_rows).column(c).take(pa.array(inf))
+        literal = pc.fill_null(pc.match_substring_regex(cells, INF_TEXT, ignore_case=True), True)
+        number = np.flatnonzero(~np.asarray(literal.to_numpy(zero_copy_only=False)))
+        if len(number):
+            found.append((int(inf[number[0]]), j, clipped(cells[int(number[0])].as_py().strip(), 60)))
+    return found
 
 
 def _changed_integers(src: np.ndarray, f32: np.ndarray) -> np.ndarray:
@@ -230,9 +298,8 @@ def read_chunks(path: Path, time_col: str, time_format: str | None = None) -> It
     elif kind == "csv":
         import pyarrow.csv as pcsv
 
-        src: Any = pa.CompressedInputStream(str(path), "gzip") if path.suffix == ".gz" else str(path)
         types = {time_col: pa.string()} if time_format else {}
-        yield from pcsv.open_csv(src, convert_options=pcsv.ConvertOptions(column_types=types))
+        yield from pcsv.open_csv(_csv_source(path), convert_options=pcsv.ConvertOptions(column_types=types))
     elif kind == "numpy":
         yield _numpy_table(path, time_col)
     else:
@@ -386,6 +453,7 @@ def ingest(
         for path in files:
             row0 = 0
             file_sym, _ = path_symbol(path, root, symbol_col)
+            texts: CsvText | None = None  # the CSV's cells as text, read again only where a value parsed to inf
             for chunk in _readable_chunks(path, time_col, time_format):
                 names = [n for n in chunk.schema.names if n not in (time_col, symbol_col)]
                 if time_col not in chunk.schema.names:
@@ -420,6 +488,9 @@ def ingest(
                 assert writer is not None
                 n = chunk.num_rows
                 vals, over, changed = _to_float32(chunk, schema, path, first_file, dtype, row0)
+                if SUFFIXES.get(path.suffix) == "csv":  # an inf there may be a number beyond float64 (1e400)
+                    texts = texts if texts is not None else CsvText(path, schema)
+                    over += _overflowed_text(chunk, schema, texts, row0)
                 for j, count, r, value, stored in changed:
                     rounded.setdefault(j, [0, (path, r + row0, value, stored)])[0] += count
                 if symbol_col in chunk.schema.names:
@@ -438,7 +509,7 @@ def ingest(
                     syms = np.full(n, file_sym, dtype=object)  # sp500.csv.gz -> sp500; symbol=ESH4/ -> ESH4
                 if over:
                     r, c, value = min(over)
-                    raise IngestError(f"{path}: column {schema[c]!r} has {value:g} at row {r + row0} (0-based data "
+                    raise IngestError(f"{path}: column {schema[c]!r} has {value} at row {r + row0} (0-based data "
                                       f"row; symbol {syms[r]}), beyond {dtype}'s range (largest "
                                       f"{_largest(dtype):.4g}): the store cannot hold it; rescale the column (fill "
                                       "policies never replace it)")

@@ -1,8 +1,10 @@
-"""`stride data ingest` input defect of the audit of 2026-12-07: each refusal is one line naming the input file and
+"""`stride data ingest` input defects of the audit of 2026-12-07: each refusal is one line naming the input file and
 what is wrong in it, exit 2, and nothing at --out (docs/data.md: a failed ingest writes nothing).
 
 1. A CSV header with an unnamed column (`timestamp,symbol,px,`) was committed into a store whose manifest the reader
    then refused ("stride data: st/manifest.json: columns must be a non-empty list of distinct names"), left at --out.
+2. A number too large for float64 (`1e400`) was read as inf and, under a fill policy, replaced by 0 or the value
+   before, where a finite value beyond the store's range is always an error.
 """
 
 from __future__ import annotations
@@ -85,3 +87,55 @@ def test_commit_runs_the_readers_checks_on_the_staged_store(tmp_path: Path, bad:
                                          r"opened \(manifest.json: "):
         w.commit(bad)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- 2: numbers beyond float64 ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["error", "zero", "ffill"])
+@pytest.mark.parametrize("text", ["1e400", "-1e400", "1" + "0" * 400], ids=["1e400", "-1e400", "401-digits"])
+@pytest.mark.parametrize("name", ["a.csv", "a.csv.gz"])
+def test_a_number_beyond_float64_is_out_of_range_under_every_fill_policy(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, text: str, name: str) -> None:
+    src = tmp_path / "o"
+    src.mkdir()
+    body = (f"timestamp,symbol,px,vol\n2024-01-02T10:00:00Z,AAA,1.0,10\n2024-01-02T10:01:00Z,AAA,{text},11\n"
+            "2024-01-02T10:02:00Z,AAA,1.2,12\n").encode()
+    (src / name).write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    line = _one_line(*_ingest(capsys, src, "--out", tmp_path / "s2", "--fill-policy", policy))
+    shown = text if len(text) <= 40 else "(401 characters)"
+    assert f"{src / name}: column 'px' has " in line and shown in line, line
+    assert "at row 1 (0-based data row; symbol AAA), beyond float32's range" in line, line
+    assert "inf" not in line.split("has ")[1].split(" at row")[0]
+    _nothing_written(tmp_path, "o")
+
+
+@pytest.mark.parametrize("policy", ["zero", "ffill"])
+def test_the_texts_inf_and_nan_keep_their_fill_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      policy: str) -> None:
+    """Only a number that overflows is out of range: the texts inf, -Infinity, +INF and nan are filled as before,
+    also in a CSV that holds one such number in a later chunk than its infs (the text is read again where needed)."""
+    src = tmp_path / "o"
+    src.mkdir()
+    rows = ["timestamp,symbol,px,vol", "2024-01-02T10:00:00Z,AAA,1.0,10"]
+    rows += [f"2024-01-02T10:{i:02d}:00Z,AAA,{v},11" for i, v in enumerate(["inf", "-Infinity", "+INF", "nan"], 1)]
+    (src / "a.csv").write_text("\n".join(rows) + "\n")
+    rc, err = _ingest(capsys, src, "--out", tmp_path / "st", "--fill-policy", policy)
+    assert rc == 0, err
+    want = [1.0, 0.0, 0.0, 0.0, 0.0] if policy == "zero" else [1.0] * 5
+    assert open_store(tmp_path / "st").values[:, 0].tolist() == want
+
+
+def test_an_overflowing_number_after_many_infs_in_a_big_csv_is_found(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Several read chunks (pyarrow reads 1 MiB blocks), infs in each, the overflow far down."""
+    src = tmp_path / "o"
+    src.mkdir()
+    n = 120_000
+    cells = np.where(np.arange(n) % 7 == 3, "inf", "1.5").astype(object)
+    cells[100_003] = "-2e308"
+    t0 = np.datetime64("2024-01-02T00:00:00", "s")
+    lines = [f"{t0 + i}Z,AAA,{c}" for i, c in enumerate(cells)]
+    (src / "a.csv").write_text("timestamp,symbol,px\n" + "\n".join(lines) + "\n")
+    line = _one_line(*_ingest(capsys, src, "--out", tmp_path / "st", "--fill-policy", "zero"))
+    assert "a.csv: column 'px' has -2e308 at row 100003 (0-based data row; symbol AAA)" in line, line
+    _nothing_written(tmp_path, "o")
