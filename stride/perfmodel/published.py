@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from stride.config.errors import ConfigError, clipped
+from stride.config.errors import ConfigError, clipped, suggest
 from stride.files.input_file import not_found_or_special
 from stride.perfmodel import row_text as rt
 from stride.perfmodel.attention_kernels import kernel_from_text
@@ -557,21 +557,38 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
 WIDTH_ERROR = "\0width"
 
 
+# The columns a header must name: the row's id and the inputs the model assumes nothing for (the part, its count, the
+# model's depth, width and sequence). A row may leave layers, hidden and seq_len blank where its model names a preset
+# or params_b its size, but a file without the column is not in the format: deleting `hidden` from a header had every
+# row refused as "`hidden` is blank". Every other column may be left out of the header (read as blank: assumed, noted).
+REQUIRED_COLUMNS = ("row_id", "layers", "hidden", "seq_len", "gpu", "num_gpus")
+_NEEDS = ", ".join(REQUIRED_COLUMNS[:-1]) + f" and {REQUIRED_COLUMNS[-1]}"
+# the format's columns (data/perfmodel/README.md): a name outside them may be a misspelling of a required one
+COLUMNS = (
+    "row_id", "group", "source", "source_locator", "model", "arch", "params_b", "layers", "hidden", "heads",
+    "kv_heads", "ffn_hidden", "ffn_act", "vocab", "seq_len", "global_batch_seqs", "micro_batch", "gpu", "num_gpus",
+    "gpus_per_node", "intra_node_link", "inter_node_link", "tp", "pp", "dp", "cp", "vpp", "sp", "zero_or_fsdp",
+    "pp_schedule", "recompute", "precision", "framework", "meas_iter_time_s", "meas_tokens_per_s_per_gpu",
+    "meas_tflops_per_gpu", "tflops_metric", "meas_mfu_pct", "meas_hfu_or_pct_peak", "meas_peak_mem_gib",
+    "derived_iter_time_s", "derived_tokens_per_s_per_gpu", "uncertain_fields", "notes")
+
+
 def read_rows(path: str | Path) -> list[dict]:
-    """CSV rows as dicts; a missing file or header is a ConfigError naming the file. A row with more or fewer
-    fields than the header (empty cells past the last column aside) carries why (under WIDTH_ERROR) and is
-    refused alone, naming its line and the columns it lacks: a truncated row would otherwise read its lost
-    columns as blank and be predicted on assumed values, and one bad row never stops the file. An empty cell
-    that is present is blank, as the format allows."""
+    """CSV rows as dicts. A file stride cannot read as the format's CSV is a ConfigError naming the file: missing,
+    empty, binary or UTF-16, a header without a column of REQUIRED_COLUMNS (all missing ones named) or naming a
+    column twice. A row with more or fewer fields than the header (empty cells past the last column aside) carries
+    why (under WIDTH_ERROR) and is refused alone, naming its line and the columns it lacks: a truncated row would
+    otherwise read its lost columns as blank and be predicted on assumed values, and one bad row never stops the
+    file. An empty cell that is present is blank, as the format allows. A header with no rows gives []."""
     p = Path(path)
     if not p.is_file():  # a FIFO or a device is named for what it is ("file not found" was wrong)
         raise ConfigError(f"--from-csv: {not_found_or_special(p)}" if p.exists()
                           else f"--from-csv: file not found: {p}")
+    _check_text(p)
     try:
         with p.open(newline="", encoding="utf-8-sig", errors="replace") as fh:
             reader = csv.DictReader(fh)
-            if not reader.fieldnames or "row_id" not in reader.fieldnames:
-                raise ConfigError(f"{p}: expected a CSV header with a `row_id` column")
+            reader.fieldnames = _header(p, reader.fieldnames)
             rows = []
             for r in reader:
                 row, why = dict(r), _width_error(p, reader, r)
@@ -582,6 +599,56 @@ def read_rows(path: str | Path) -> list[dict]:
             return rows
     except csv.Error as exc:
         raise ConfigError(f"{p}: not a readable CSV: {exc}") from None
+
+
+def _check_text(p: Path) -> None:
+    """Refuses a file that is not text a CSV reader can take, naming what it is: empty, UTF-16 (Excel's "Unicode
+    text"), or holding NUL bytes (a binary file). Before, each read as a header "without a `row_id` column"."""
+    with p.open("rb") as fh:
+        head = fh.read(8192)
+    if not head.strip():
+        raise ConfigError(f"{p} is empty: expected a CSV header naming the columns (at least {_NEEDS}), then a "
+                          "row per run")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConfigError(f"{p} is UTF-16 text (it starts with UTF-16's byte-order mark); save it as UTF-8 (in "
+                          "Excel: \"CSV UTF-8\"): stride reads UTF-8 CSV")
+    if b"\0" in head:
+        raise ConfigError(f"{p} holds NUL bytes: a binary file (or UTF-16 text), not a UTF-8 CSV")
+
+
+def _header(p: Path, names: list[str] | None) -> list[str]:
+    """The header's column names, stripped of spaces around them and of empty names after the last (a header's
+    trailing comma had every row refused as missing a column named ''), or a ConfigError naming each required
+    column it lacks and each it names twice."""
+    names = [str(n).strip() for n in names or ()]
+    while names and not names[-1]:
+        names.pop()
+    if not names:
+        raise ConfigError(f"{p}: the first line is blank: expected a CSV header naming the columns (at least {_NEEDS})")
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        listed = ", ".join(f"{c!r}{suggest(c, [n for n in names if n not in COLUMNS])}" for c in missing)
+        hint = ""
+        sep = next((s for s in (";", "\t", "|") if len(names) == 1 and s in names[0]), None)
+        if sep:
+            hint = f"; the line is one field holding {sep!r}s: stride reads comma-separated values"
+        elif any("\ufffd" in n for n in names):
+            hint = "; the line is not UTF-8 text"
+        if len(missing) == len(REQUIRED_COLUMNS):  # not a header of the format at all
+            raise ConfigError(f"{p}: the first line is not a published-results CSV header: it names none of "
+                              f"{_NEEDS}{hint} (data/perfmodel/README.md)")
+        raise ConfigError(f"{p}: the header has no column{'s' if len(missing) > 1 else ''} {listed}{hint} (a "
+                          f"published-results CSV needs {_NEEDS}; any other column may be left out: "
+                          "data/perfmodel/README.md)")
+    seen: dict[str, list[int]] = {}
+    for i, n in enumerate(names, 1):
+        if n:
+            seen.setdefault(n, []).append(i)
+    twice = [f"{n!r} (columns {', '.join(map(str, at))})" for n, at in seen.items() if len(at) > 1]
+    if twice:
+        raise ConfigError(f"{p}: the header names {'; '.join(twice)} more than once: a row's cells there would be "
+                          "read from the last one only")
+    return names
 
 
 def _width_error(p: Path, reader: csv.DictReader, row: dict) -> str | None:

@@ -1,7 +1,13 @@
-"""`stride plan --from-csv`: a count cell that holds no number is named for what it holds (an outside audit).
+"""`stride plan --from-csv` on files that are not quite the format (an outside audit, and its neighbours).
 
-Each test failed before its fix: `nan` in a count column read as blank ("`seq_len` is blank", a preset's value for a
-blank width, or an optional column's default without a word), and `inf` / `abc` as "must be a positive integer".
+Each test failed before its fix, unless it says it guards behaviour that already held:
+1. a header without a column the model needs (`hidden` deleted) had every row refused as "`hidden` is blank" and
+   exited 1 "no row could be predicted"; it is now one file-level error naming every missing column, exit 2 as the
+   other input errors of `stride plan`;
+2. `nan` in a count column read as blank ("`seq_len` is blank", or an optional column's default without a word);
+4. neighbours: a column named twice (silently read from the last), a header's trailing comma (every row refused as
+   missing a column named ''), spaces around names, an empty file, UTF-16, a binary file, a semicolon-separated
+   file (each reported as a header "without a `row_id` column").
 """
 
 from __future__ import annotations
@@ -48,6 +54,47 @@ def _without(tmp_path: Path, *drop: str) -> Path:
     return p
 
 
+# -- 1. a header without a column the model needs ---------------------------------------------------------------
+
+@pytest.mark.parametrize("drop,named", [
+    (("hidden",), "the header has no column 'hidden'"),
+    (("seq_len", "hidden", "num_gpus"), "the header has no columns 'hidden', 'seq_len', 'num_gpus'"),
+    (("gpu",), "the header has no column 'gpu'"),
+    (("row_id",), "the header has no column 'row_id'"),
+], ids=["hidden", "three", "gpu", "row_id"])
+def test_a_missing_required_column_is_one_file_level_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           drop: tuple[str, ...], named: str) -> None:
+    p = _without(tmp_path, *drop)
+    for more in ((), ("--json",)):
+        code, out, err = _plan(capsys, p, *more)
+        assert code == 2 and out == ""  # before: a table of 27 "not modelled" rows, exit 1
+        assert err.strip().splitlines() == [
+            f"stride plan: config error: {p}: {named} (a published-results CSV needs {NEEDS}; any other column may "
+            "be left out: data/perfmodel/README.md)"]
+
+
+def test_a_misspelt_required_column_is_suggested(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "typo.csv"
+    p.write_text(_text([ROW]).replace("seq_len", "seq_length", 1))
+    code, _, err = _plan(capsys, p)
+    assert code == 2 and "no column 'seq_len' (did you mean `seq_length`?)" in err
+    # a format column is never offered for a missing one ("hidden" is close to "ffn_hidden")
+    code, _, err = _plan(capsys, _without(tmp_path, "hidden"))
+    assert code == 2 and "did you mean" not in err
+
+
+def test_optional_columns_may_be_left_out_of_the_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Guards what already held: a header of the required columns alone is predicted (the rest assumed, noted)."""
+    need = ["row_id", "layers", "hidden", "seq_len", "gpu", "num_gpus"]
+    p = tmp_path / "few.csv"
+    p.write_text(_text([{"row_id": "f1", "layers": "32", "hidden": "4096", "seq_len": "4096", "gpu": "H100 SXM",
+                         "num_gpus": "8"}], need))
+    code, out, _ = _plan(capsys, p, "--json")
+    (row,) = json.loads(out)
+    assert code == 0 and row.get("reason") is None and row["iter_time_s"] > 0
+    assert any("vocab not stated" in a for a in row["assumed"])
+
+
 # -- 2. a count cell that holds no number ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value,reason", [
@@ -89,3 +136,64 @@ def test_nan_is_not_filled_from_the_models_preset(tmp_path: Path, capsys: pytest
     blank, nan = json.loads(out)
     assert code == 0 and blank.get("reason") is None and any("preset" in a for a in blank["assumed"])
     assert nan["reason"] == "`hidden` is 'nan', not a number"
+
+
+# -- 4. neighbours ------------------------------------------------------------------------------------------------
+
+def test_a_column_named_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the row's value was read from the last of the two, silently (here: a width of 4096, not 2048)."""
+    p = tmp_path / "twice.csv"
+    p.write_text(_text([ROW]).replace("\n", ",hidden\n", 1).replace("note\"\n", "note\",4096\n"))
+    code, out, err = _plan(capsys, p, "--json")
+    assert code == 2 and out == ""
+    assert f"{p}: the header names 'hidden' (columns 4, 17) more than once" in err
+
+
+def test_a_trailing_comma_in_the_header_is_not_a_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every row had been refused: "line 2 has 16 fields, the header 17: missing  (truncated?)"."""
+    p = tmp_path / "trailing.csv"
+    p.write_text(_text([ROW]).replace("\n", ",\n", 1))
+    code, out, _ = _plan(capsys, p, "--json")
+    (row,) = json.loads(out)
+    assert code == 0 and row.get("reason") is None and row["iter_time_s"] > 0
+
+
+def test_spaces_around_header_names_are_not_part_of_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`row_id, layers, hidden, ...` (a comma and a space) had every row refused as "`layers` is blank"."""
+    p = tmp_path / "spaced.csv"
+    text = _text([ROW])
+    head, rest = text.split("\n", 1)
+    p.write_text(head.replace(",", ", ") + "\n" + rest)
+    code, out, _ = _plan(capsys, p, "--json")
+    (row,) = json.loads(out)
+    assert code == 0 and row.get("reason") is None and row["iter_time_s"] > 0
+
+
+@pytest.mark.parametrize("data,named", [
+    (b"", "is empty: expected a CSV header naming the columns"),
+    (b"  \n\n", "is empty: expected a CSV header naming the columns"),
+    (b"\n" + _text([ROW]).encode(), "the first line is blank: expected a CSV header"),
+    (_text([ROW]).encode("utf-16"), "is UTF-16 text (it starts with UTF-16's byte-order mark); save it as UTF-8"),
+    (bytes(range(256)) * 4, "holds NUL bytes: a binary file (or UTF-16 text), not a UTF-8 CSV"),
+    (_text([ROW]).replace(",", ";").encode(), "the first line is not a published-results CSV header: it names none of "
+                                              f"{NEEDS}; the line is one field holding ';'s: stride reads "
+                                              "comma-separated values"),
+], ids=["empty", "blank-lines", "blank-first-line", "utf16", "binary", "semicolons"])
+def test_a_file_that_is_not_the_format_is_named_for_what_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               data: bytes, named: str) -> None:
+    """Each had been "expected a CSV header with a `row_id` column"."""
+    p = tmp_path / "odd.csv"
+    p.write_bytes(data)
+    code, out, err = _plan(capsys, p, "--json")
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"stride plan: config error: {p}") and named in line
+
+
+def test_a_utf8_byte_order_mark_is_read_past(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Guards what already held: Excel's "CSV UTF-8" starts with a BOM; the first column is still `row_id`."""
+    p = tmp_path / "bom.csv"
+    p.write_bytes(b"\xef\xbb\xbf" + _text([ROW]).replace("\n", "\r\n").encode())
+    code, out, _ = _plan(capsys, p, "--json")
+    (row,) = json.loads(out)
+    assert code == 0 and row["row_id"] == "r1" and row.get("reason") is None
