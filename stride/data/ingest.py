@@ -118,15 +118,22 @@ def _load_numpy(path: Path, time_col: str) -> pa.Table:
 def _readable_chunks(path: Path, time_col: str, time_format: str | None = None
                      ) -> Iterator[pa.RecordBatch | pa.Table]:
     """read_chunks, with every way a file can fail to read turned into an IngestError naming it."""
+    header: list[str] = []
     try:
         for chunk in read_chunks(path, time_col, time_format):
             _check_names(chunk.schema, path)
+            header = chunk.schema.names
             yield chunk
     except FileNotFoundError:
         raise IngestError(f"{path}: the file disappeared while it was being ingested") from None
     except (OSError, EOFError, zlib.error, ValueError, pa.ArrowException) as exc:
         if isinstance(exc, IngestError):
             raise
+        # a CSV block whose timestamps are of another kind than the first block's, which typed the column
+        m = re.match(r"In CSV column #(\d+): CSV conversion error to (timestamp|int)", str(exc))
+        if m and time_col in header and header.index(time_col) == int(m.group(1)) and \
+                (mix := _csv_time_mix(path, time_col)) is not None:
+            raise IngestError(f"{path}: timestamp column {time_col!r} {mix}") from None
         what = "not a gzip file" if path.suffix == ".gz" and "zlib" in str(exc) else str(exc)
         if "allow_pickle" in what or "Python objects" in what:
             what = "it holds Python objects (dtype object); only numeric arrays are read, nothing is unpickled"
@@ -374,16 +381,100 @@ class TimeUnit:
                 f"1970-01-01 UTC ({how})")
 
 
+# What one text timestamp is, for saying what a column mixes: an integer (an epoch), ISO-8601 with a zone offset
+# (`Z`, `+01:00`, `+0100`, `+01`) or without one.
+_INTEGER_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+_ISO_TEXT = re.compile(r"\s*\d{4}-\d{2}-\d{2}(?:[T ]\d{2}(?::?\d{2}(?::?\d{2}(?:[.,]\d+)?)?)?"
+                       r"(?P<zone>[Zz]|[+-]\d{2}(?::?\d{2})?)?)?\s*")
+
+
+def _time_kinds(values: list, row0: int, firsts: dict[str, tuple[int, str]]) -> None:
+    """Add to `firsts` the first row and value of each kind of text timestamp in `values` (rows from `row0`):
+    int, zoned, naive, other."""
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if _INTEGER_TEXT.fullmatch(v):
+            kind = "int"
+        else:
+            m = _ISO_TEXT.fullmatch(v)
+            kind = "other" if m is None else "zoned" if m.group("zone") else "naive"
+        if kind not in firsts:
+            firsts[kind] = (row0 + i, v)
+
+
+def _time_mix(firsts: dict[str, tuple[int, str]]) -> str | None:
+    """What a timestamp column mixes, naming the first row of each kind (`_time_kinds`), or None."""
+    def shown(kind: str, what: str) -> str:
+        row, v = firsts[kind]
+        return f"row {row} {clipped(repr(v), 40)} {what}"
+
+    if "int" in firsts and len(firsts) > 1:
+        text = min((k for k in firsts if k != "int"), key=lambda k: firsts[k][0])
+        pair = sorted([("int", "is an integer (epoch)"), (text, "is text")], key=lambda kw: firsts[kw[0]][0])
+        return (f"mixes integer (epoch) timestamps and text: {', '.join(shown(*kw) for kw in pair)}; write every "
+                "timestamp one way (integers since 1970, with --time-unit, or ISO-8601 text)")
+    if "zoned" in firsts and "naive" in firsts:
+        naive_first = firsts["naive"][0] < firsts["zoned"][0]
+        pair = [("naive", "has no zone offset"), ("zoned", "has one")] if naive_first else \
+            [("zoned", "has a zone offset"), ("naive", "has none")]
+        return (f"mixes timestamps with and without a zone offset: {', '.join(shown(*kw) for kw in pair)}; write "
+                "every timestamp with its offset (2024-01-02T10:00:00Z), or every one without (read as UTC)")
+    return None
+
+
+def _iso_timestamps(col: Any, path: Path, time_col: str, row0: int) -> Any:
+    """A text timestamp column as timestamp[ns]: ISO-8601 without a zone offset (read as UTC), or with one in every
+    row. A column that mixes the two, or integers and text, says so naming a row of each (it blamed a valid value
+    and suggested --time-format: audit of 2026-12-07); anything else does not parse as ISO-8601."""
+    errors = []
+    for tz in (None, "UTC"):  # pyarrow parses an offset only into a zoned type, and none into a zoned one
+        try:
+            return pc.cast(col, pa.timestamp("ns", tz))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            errors.append(exc)
+    firsts: dict[str, tuple[int, str]] = {}
+    _time_kinds(col.to_pylist(), row0, firsts)
+    mix = _time_mix(firsts)
+    if mix is not None:
+        raise IngestError(f"{path}: timestamp column {time_col!r} {mix}")
+    zoned_first = "zoned" in firsts and firsts["zoned"] == min(firsts.values())
+    exc = errors[1] if zoned_first else errors[0]  # the error of the first value's kind
+    raise IngestError(f"{path}: timestamp column {time_col!r} does not parse as ISO-8601 (pass --time-format, e.g. "
+                      f"'%m/%d/%Y'): {exc}")
+
+
+def _csv_time_mix(path: Path, time_col: str) -> str | None:
+    """What a CSV's timestamp column mixes, read again as text (`_time_mix`), or None: pyarrow types a CSV column
+    from its first block and fails at the first value of another kind in a later block without saying its row."""
+    import pyarrow.csv as pcsv
+
+    firsts: dict[str, tuple[int, str]] = {}
+    row0 = 0
+    try:
+        opts = pcsv.ConvertOptions(column_types={time_col: pa.string()}, include_columns=[time_col])
+        for batch in pcsv.open_csv(_csv_source(path), convert_options=opts):
+            _time_kinds(batch.column(0).to_pylist(), row0, firsts)
+            row0 += batch.num_rows
+            if (mix := _time_mix(firsts)) is not None:
+                return mix
+    except (OSError, pa.ArrowException):
+        return None
+    return None
+
+
 def _timestamps_ns(col: pa.Array | pa.ChunkedArray, path: Path, time_col: str, fmt: str | None,
                    unit: TimeUnit | None = None, row0: int = 0) -> np.ndarray:
     """int64 nanoseconds since 1970-01-01 UTC of a timestamp, date, string or integer column (integers in `unit`)."""
     integer = pa.types.is_integer(col.type)
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+    if (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)) and fmt:
         try:
-            col = pc.strptime(col, format=fmt, unit="ns") if fmt else pc.cast(col, pa.timestamp("ns"))
+            col = pc.strptime(col, format=fmt, unit="ns")
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            how = f"with --time-format {fmt!r}" if fmt else "as ISO-8601 (pass --time-format, e.g. '%m/%d/%Y')"
-            raise IngestError(f"{path}: timestamp column {time_col!r} does not parse {how}: {exc}") from None
+            raise IngestError(f"{path}: timestamp column {time_col!r} does not parse with --time-format {fmt!r}: "
+                              f"{exc}") from None
+    elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        col = _iso_timestamps(col, path, time_col, row0)
     if pa.types.is_timestamp(col.type):
         col = pc.cast(col, pa.timestamp("ns", col.type.tz)).cast(pa.int64())
     elif pa.types.is_date(col.type):

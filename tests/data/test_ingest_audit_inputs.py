@@ -5,6 +5,8 @@ what is wrong in it, exit 2, and nothing at --out (docs/data.md: a failed ingest
    then refused ("stride data: st/manifest.json: columns must be a non-empty list of distinct names"), left at --out.
 2. A number too large for float64 (`1e400`) was read as inf and, under a fill policy, replaced by 0 or the value
    before, where a finite value beyond the store's range is always an error.
+3. Timestamps with and without a zone offset in one file (or integer epochs beside text) blamed a valid value and
+   suggested --time-format.
 """
 
 from __future__ import annotations
@@ -139,3 +141,75 @@ def test_an_overflowing_number_after_many_infs_in_a_big_csv_is_found(tmp_path: P
     line = _one_line(*_ingest(capsys, src, "--out", tmp_path / "st", "--fill-policy", "zero"))
     assert "a.csv: column 'px' has -2e308 at row 100003 (0-based data row; symbol AAA)" in line, line
     _nothing_written(tmp_path, "o")
+
+
+# -- 3: timestamps of two kinds in one file ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("first", "second", "has"), [
+    ("2024-01-02T10:00:00", "2024-01-02T10:01:00Z", ("has no zone offset", "has one")),
+    ("2024-01-02T10:00:00+01:00", "2024-01-02T10:01:00", ("has a zone offset", "has none")),
+])
+def test_timestamps_with_and_without_a_zone_offset_are_said_to_be_mixed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], first: str, second: str, has: tuple[str, str]) -> None:
+    src = tmp_path / "n"
+    src.mkdir()
+    (src / "a.csv").write_text(f"timestamp,symbol,px\n{first},AAA,1.0\n{second},AAA,1.1\n")
+    line = _one_line(*_ingest(capsys, src, "--out", tmp_path / "st"))
+    assert f"{src / 'a.csv'}: timestamp column 'timestamp' mixes timestamps with and without a zone offset" in line
+    assert f"row 0 '{first}' {has[0]}" in line and f"row 1 '{second}' {has[1]}" in line, line
+    assert "--time-format" not in line and "Failed to parse" not in line, line
+    _nothing_written(tmp_path, "n")
+
+
+@pytest.mark.parametrize(("first", "second", "kinds"), [
+    ("1704189600", "2024-01-02T10:01:00Z", ("is an integer (epoch)", "is text")),
+    ("2024-01-02T10:00:00Z", "1704189660", ("is text", "is an integer (epoch)")),
+])
+def test_epochs_beside_text_timestamps_are_said_to_be_mixed(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            first: str, second: str, kinds: tuple[str, str]) -> None:
+    src = tmp_path / "e"
+    src.mkdir()
+    (src / "a.csv").write_text(f"timestamp,symbol,px\n{first},AAA,1.0\n{second},AAA,1.1\n")
+    line = _one_line(*_ingest(capsys, src, "--out", tmp_path / "st"))
+    assert f"{src / 'a.csv'}: timestamp column 'timestamp' mixes integer (epoch) timestamps and text" in line, line
+    assert f"row 0 '{first}' {kinds[0]}" in line and f"row 1 '{second}' {kinds[1]}" in line, line
+    assert "--time-format" not in line, line
+    _nothing_written(tmp_path, "e")
+
+
+T0, T1 = np.datetime64("2024-01-02T10:00:00", "s"), np.datetime64("2024-01-03T10:00:00", "s")
+
+
+@pytest.mark.parametrize(("early", "late", "has"), [
+    (lambda i: f"{T0 + i}", lambda i: f"{T1 + i}Z", "without a zone offset"),
+    (lambda i: f"{T0 + i}Z", lambda i: f"{T1 + i}", "without a zone offset"),
+    (lambda i: str(1704189600 + i), lambda i: f"{T1 + i}Z", "integer (epoch)"),
+    (lambda i: f"{T0 + i}", lambda i: str(1704276000 + i), "integer (epoch)"),
+], ids=["naive-then-zoned", "zoned-then-naive", "epochs-then-text", "text-then-epochs"])
+def test_a_mix_past_the_first_block_of_a_csv_names_both_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             early, late, has: str) -> None:
+    """pyarrow types a CSV column from its first block; a later block of the other kind failed in the reader
+    ("CSV conversion error to timestamp[s]: expected no zone offset in ..."), without a row."""
+    src = tmp_path / "n"
+    src.mkdir()
+    n = 3000
+    lines = [f"{early(i)},AAA,1.0" for i in range(40_000)] + [f"{late(i)},AAA,1.0" for i in range(n)]
+    (src / "a.csv").write_text("timestamp,symbol,px\n" + "\n".join(lines) + "\n")
+    line = _one_line(*_ingest(capsys, src, "--out", tmp_path / "st"))
+    assert f"{src / 'a.csv'}: timestamp column 'timestamp' mixes" in line and has in line, line
+    assert f"row 0 '{early(0)}'" in line and f"row 40000 '{late(0)}'" in line, line
+    _nothing_written(tmp_path, "n")
+
+
+def test_zoned_text_timestamps_outside_a_csv_are_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Parquet column of ISO text with offsets was refused with "expected no zone offset" (pyarrow types a CSV's
+    such column as a UTC timestamp itself); it is read as UTC, as the CSV's is."""
+    src = tmp_path / "z"
+    src.mkdir()
+    pq.write_table(pa.table({"timestamp": ["2024-01-02T10:00:00Z", "2024-01-02T11:01:00+01:00"], "px": [1.0, 2.0]}),
+                   src / "AAA.parquet")
+    rc, err = _ingest(capsys, src, "--out", tmp_path / "st")
+    assert rc == 0, err
+    ts = open_store(tmp_path / "st").timestamps
+    assert [str(np.datetime64(int(t), "ns")) for t in ts] == ["2024-01-02T10:00:00.000000000",
+                                                               "2024-01-02T10:01:00.000000000"]
