@@ -443,7 +443,12 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(rows))
         else:
             print_rows(rows)
-        if rows and all(r.get("reason") for r in rows):  # nothing predicted: a script must not read it as success
+        # nothing predicted, whether every row was refused or the file holds none: a script must not read either
+        # as success (a header alone had exited 0 with "0 rows"); the output above stays the one list of rows
+        if not rows:
+            print(f"stride plan: {args.from_csv} has a header and no rows: nothing to predict", file=sys.stderr)
+            return 1
+        if all(r.get("reason") for r in rows):
             print(f"stride plan: no row of {args.from_csv} could be predicted (each row's reason says why)",
                   file=sys.stderr)
             return 1

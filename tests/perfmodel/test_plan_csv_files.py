@@ -5,6 +5,7 @@ Each test failed before its fix, unless it says it guards behaviour that already
    exited 1 "no row could be predicted"; it is now one file-level error naming every missing column, exit 2 as the
    other input errors of `stride plan`;
 2. `nan` in a count column read as blank ("`seq_len` is blank", or an optional column's default without a word);
+3. a header with no rows exited 0 ("0 rows") while a file whose rows were all refused exited 1; both exit 1 now;
 4. neighbours: a column named twice (silently read from the last), a header's trailing comma (every row refused as
    missing a column named ''), spaces around names, an empty file, UTF-16, a binary file, a semicolon-separated
    file (each reported as a header "without a `row_id` column").
@@ -136,6 +137,28 @@ def test_nan_is_not_filled_from_the_models_preset(tmp_path: Path, capsys: pytest
     blank, nan = json.loads(out)
     assert code == 0 and blank.get("reason") is None and any("preset" in a for a in blank["assumed"])
     assert nan["reason"] == "`hidden` is 'nan', not a number"
+
+
+# -- 3. a file with no rows --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [_text([]), _text([]) + "\n\n"], ids=["header", "header-and-blank-lines"])
+def test_a_header_without_rows_exits_1_as_nothing_predicted(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            text: str) -> None:
+    p = tmp_path / "empty_rows.csv"
+    p.write_text(text)
+    code, out, err = _plan(capsys, p, "--json")
+    assert code == 1 and json.loads(out) == []  # the output is still the (empty) list of rows
+    assert err.strip().splitlines() == [f"stride plan: {p} has a header and no rows: nothing to predict"]
+    code, _, err = _plan(capsys, p)
+    assert code == 1 and f"{p} has a header and no rows" in err
+
+
+def test_every_row_refused_still_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Guards what already held: the same status as a file with no rows."""
+    p = tmp_path / "refused.csv"
+    p.write_text(_text([{**ROW, "gpu": "Z999 accelerator"}]))
+    code, _, err = _plan(capsys, p, "--json")
+    assert code == 1 and f"no row of {p} could be predicted" in err
 
 
 # -- 4. neighbours ------------------------------------------------------------------------------------------------
