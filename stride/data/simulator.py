@@ -43,11 +43,13 @@ LEFTOVER = re.compile(r"^synth-[0-9a-f]{8}-")  # the rest of a tagged temporary 
 
 def parse_freq(freq: str) -> int:
     """'1min', '5min', '30s', '30min' -> seconds per bar (must divide the 6.5 h session: no whole hour does)."""
-    m = re.fullmatch(r"(\d+)\s*(s|sec|min|m|h)", freq.strip())
+    m = re.fullmatch(r"([+-]?\d+)\s*(s|sec|min|m|h)", freq.strip())
     if not m:
         raise ValueError(f"frequency {freq!r}: expected a number and a unit, e.g. 1min, 5min, 30s, 30min")
     sec = int(m.group(1)) * _UNITS[m.group(2)]
-    if sec <= 0 or SESSION_SECONDS % sec:
+    if sec <= 0:  # 0 "did not divide the session" (audit of 2026-12-07), -1min "expected a number"
+        raise ValueError(f"frequency {freq!r} ({sec} s): a bar length must be positive, e.g. 1min, 5min, 30s, 30min")
+    if SESSION_SECONDS % sec:
         raise ValueError(f"frequency {freq!r} ({sec} s) does not divide the {SESSION_SECONDS} s session")
     return sec
 
