@@ -107,8 +107,9 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
     """Suite, batch, tradeoff and ttt sweeps: variants one by one, results.json after each, resumable."""
     from rich.text import Text
 
-    from stride.bench.journal import ResultsJournal
+    from stride.bench.journal import ResultsJournal, ResumeError
     from stride.bench.progress import SweepProgress
+    from stride.bench.results import ResultsError
     from stride.bench.stop import StopRequest
     from stride.bench.sweeps import plan_sweep, run_sweep, sweep_sections
     from stride.bench.table import ttt_line
@@ -119,7 +120,14 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
     plan = plan_sweep(args.sweep, [WORKLOADS[n] for n in names], args.overrides, batch_sizes=args.batch_sizes,
                       variants=args.variants, seeds=args.seeds)
     suite = f"{args.sweep}-sweep" if args.sweep else ("custom" if args.workloads else args.suite)
-    journal = ResultsJournal(out, suite, fingerprint(), [v.name for v in plan], sweep_sections(args.sweep))
+    try:
+        journal = ResultsJournal(out, suite, fingerprint(), [v.name for v in plan], sweep_sections(args.sweep))
+    except ResumeError as exc:
+        if isinstance(exc.__cause__, ResultsError):  # results.json itself cannot be read: bad input, not the config's
+            from stride.files.input_file import InputFileError
+
+            raise InputFileError(str(exc), out / "results.json") from exc  # said as `stride report` says it
+        raise
     console.print(Text.assemble(("bench", "bold"), literal(
         f" {len(plan)} run(s) of {', '.join(names)}; {out / 'results.json'} is rewritten after each; if stopped, the "
         f"same command with --out {out} resumes")), soft_wrap=True)  # a path is text, not markup: `runs/[x]`

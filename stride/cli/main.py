@@ -175,7 +175,8 @@ def _main(argv: list[str], program: bool = False) -> int:
         with stride_warnings_as_lines(name):
             return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"stride {name}: {exc.label}: {exc}", file=sys.stderr)
+        # a refusal that is no config problem may set label = "" (the folder holds another run): said as StrideError's
+        print(f"stride {name}: {exc.label}: {exc}" if exc.label else f"stride {name}: {exc}", file=sys.stderr)
         if name == "train":  # a rank of `stride train --nproc`: tell the launcher it refused (not a crash)
             from stride.launch.torchrun import record_refusal
 
