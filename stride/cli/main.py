@@ -64,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C stopped
+WRONG_KIND_OF_PATH = (FileExistsError, NotADirectoryError, IsADirectoryError)
 PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a command whose reader (`| head`) left
+# commands whose --out names a folder (a run, bench results, a sweep): one naming a file is refused before they start
+OUT_IS_A_FOLDER = ("train", "bench", "sweep", "profile", "repro", "launch")
 MAPS_STORES = ("train", "bench", "sweep", "profile", "repro", "data")  # commands that may map a data store's files
 
 
@@ -159,6 +162,10 @@ def _main(argv: list[str], program: bool = False) -> int:
     cmd_parser = argparse.ArgumentParser(prog=f"stride {name}", description=entry[2])
     mod.register(cmd_parser)
     args = cmd_parser.parse_args(argv[1:])
+    refusal = out_refusal(getattr(args, "out", None)) if name in OUT_IS_A_FOLDER else None
+    if refusal is not None:
+        print(f"stride {name}: {refusal}", file=sys.stderr)
+        return 2
     if program and name in MAPS_STORES:
         # a store file changed in place kills the process with SIGBUS, which no Python code survives: a watcher
         # names the file then (stride.data.mapped_files; these commands load torch anyway)
@@ -194,7 +201,10 @@ def _main(argv: list[str], program: bool = False) -> int:
         from stride.errors import describe_os_error
 
         print(f"stride {name}: {describe_os_error(exc)}", file=sys.stderr)
-        return 1
+        # a path of the wrong kind (--out naming a file, or a file in its path) is bad input: 2, as every refusal of
+        # what the user gave (it was 1 for train, bench, sweep and profile, outside audit); a missing permission,
+        # a full disk and the like are the machine's state: 1
+        return 2 if isinstance(exc, WRONG_KIND_OF_PATH) else 1
     except Exception as exc:
         # A failed checkpoint save or load gets its message, not a traceback; the previous
         # checkpoint is intact (stride.checkpoint guarantees it).
@@ -220,6 +230,22 @@ def _main(argv: list[str], program: bool = False) -> int:
             release_process_groups()
             return code
         raise
+
+
+def out_refusal(out: str | os.PathLike[str] | None) -> str | None:
+    """What is wrong with an --out that must be a folder, or None: a regular file at that path or at one of its
+    parents is bad input (exit 2, as `stride data synth --out FILE` says it); it was `FileExistsError` text and exit 1
+    from train, bench, profile and repro (outside audit)."""
+    if out is None:
+        return None
+    from pathlib import Path
+
+    from stride.errors import file_in_path, one_line
+
+    blocker = file_in_path(Path(out))
+    if blocker is None:
+        return None
+    return one_line(f"--out {out}: {blocker} is a file, not a directory; give a directory path")
 
 
 def _drop_tracebacks(exc: BaseException) -> None:

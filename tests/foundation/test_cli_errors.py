@@ -30,14 +30,15 @@ def test_version() -> None:
 
 
 def test_an_output_path_under_a_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Before: FileExistsError / NotADirectoryError tracebacks from mkdir."""
+    """Before: FileExistsError / NotADirectoryError tracebacks from mkdir; then mkdir's text and exit 1; bad input: 2
+    (every command's --out: tests/cli/test_out_is_a_file.py)."""
     f = tmp_path / "results.json"
     f.write_text("{}")
-    assert main(["train", str(ROOT / "configs/quickstart.toml"), "--out", str(f), *TINY]) == 1
-    assert one_line_error(capsys) == f"stride train: {f}: a file of that name exists where a directory is needed; " \
-                                     "give another path"
-    assert main(["train", str(ROOT / "configs/quickstart.toml"), "--out", str(f / "run"), *TINY]) == 1
-    assert one_line_error(capsys) == f"stride train: {f / 'run'}: {f} is a file, not a directory"
+    assert main(["train", str(ROOT / "configs/quickstart.toml"), "--out", str(f), *TINY]) == 2
+    assert one_line_error(capsys) == f"stride train: --out {f}: {f} is a file, not a directory; give a directory path"
+    assert main(["train", str(ROOT / "configs/quickstart.toml"), "--out", str(f / "run"), *TINY]) == 2
+    assert one_line_error(capsys) == f"stride train: --out {f / 'run'}: {f} is a file, not a directory; give a " \
+                                     "directory path"
 
 
 def test_comm_names_the_mistake_before_measuring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
