@@ -16,6 +16,11 @@ class StrideError(Exception):
     exit_code = 1
 
 
+# operating-system errors that say a path the user gave is the wrong kind of thing (a file where a folder belongs, or
+# the reverse): bad input, exit status 2; a missing permission or a full disk is the machine's state, 1
+WRONG_KIND_OF_PATH = (FileExistsError, NotADirectoryError, IsADirectoryError)
+
+
 def one_line(text: str) -> str:
     """`text` on one line: line breaks and other control characters escaped, as a user typed them."""
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)

@@ -38,7 +38,11 @@ class RunFinished(Exception):  # noqa: N818 (not an error: fit() returns the fin
 
 
 class RunExistsError(ConfigError):
-    """The run folder holds an earlier run that this one would overwrite (exit status 2, one line)."""
+    """The run folder holds an earlier run that this one would overwrite (exit status 2, one line). A ConfigError, as
+    a rank of `stride train --nproc` reports a refusal (not a crash), but not the config's fault: no "config error"
+    label, as the other folder refusals."""
+
+    label = ""
 
 
 @dataclass

@@ -223,20 +223,13 @@ def run_inspect(args: argparse.Namespace) -> int:
 
         print(f"stride data inspect: {one_line(str(exc))}", file=sys.stderr)
         return 2
-    try:
-        return _print_inspect(args, st)
-    except BrokenPipeError:  # `| head`: the reader is gone; no "Broken pipe" line, the status a SIGPIPE gives
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush writes nowhere
-        return 141
+    return _print_inspect(args, st)  # a closed stdout (`| head`): cli.main ends the command quietly, status 141
 
 
 def _print_inspect(args: argparse.Namespace, st: Any) -> int:
     m = st.manifest
     if args.json:
         print(json.dumps({k: v for k, v in m.items() if k != "symbols"} | {"n_symbols": len(m["symbols"])}))
-        sys.stdout.flush()  # a closed pipe is found here, inside the handler, not at exit
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -64,7 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C stopped
-WRONG_KIND_OF_PATH = (FileExistsError, NotADirectoryError, IsADirectoryError)
 PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a command whose reader (`| head`) left
 # commands whose --out names a folder (a run, bench results, a sweep): one naming a file is refused before they start
 OUT_IS_A_FOLDER = ("train", "bench", "sweep", "profile", "repro", "launch")
@@ -198,7 +197,7 @@ def _main(argv: list[str], program: bool = False) -> int:
     except OSError as exc:  # a path the user gave: missing, a file for a directory, no permission, disk full
         if isinstance(exc, BrokenPipeError) and stdout_closed():
             raise  # `| head` left: main() ends the command quietly
-        from stride.errors import describe_os_error
+        from stride.errors import WRONG_KIND_OF_PATH, describe_os_error
 
         print(f"stride {name}: {describe_os_error(exc)}", file=sys.stderr)
         # a path of the wrong kind (--out naming a file, or a file in its path) is bad input: 2, as every refusal of

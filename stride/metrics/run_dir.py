@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from stride.errors import StrideError, describe_os_error, one_line, os_reason
+from stride.errors import WRONG_KIND_OF_PATH, StrideError, describe_os_error, one_line, os_reason
 from stride.files import run_lock, strict_json
 from stride.files.owner import remove_abandoned, tagged_name
 from stride.metrics.env import fingerprint
@@ -40,6 +40,15 @@ RUN_FILES = ("config.toml", "env.json", "metrics.jsonl", "summary.json", "system
 
 class RunDirError(StrideError):
     """The run folder cannot be written (a full disk, no permission); the message names the file."""
+
+    @classmethod
+    def from_os(cls, exc: OSError, path: Path) -> RunDirError:
+        """The error for `exc` on `path`: exit status 2 where the path is the wrong kind of thing (a file where the
+        folder belongs: `metrics.out_dir` naming a file), as `--out` naming one; 1 for the machine's state."""
+        err = cls(one_line(describe_os_error(exc, path)))
+        if isinstance(exc, WRONG_KIND_OF_PATH):
+            err.exit_code = 2
+        return err
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -89,7 +98,7 @@ class RunDir:
             path.mkdir(parents=True, exist_ok=True)
             self._lock: Path | None = run_lock.acquire(path)
         except OSError as exc:
-            raise RunDirError(one_line(describe_os_error(exc, path))) from None
+            raise RunDirError.from_os(exc, path) from None
         remove_abandoned(path, other_hosts=True, rest=_FILE_TMP)  # temporary files of killed runs (we hold the lock)
         self._metrics: TextIO | None = None
         self._flushed = 0.0  # time.monotonic() of the last flush of metrics.jsonl
@@ -112,7 +121,7 @@ class RunDir:
             except FileExistsError:
                 path, i = Path(f"{base}-{i}"), i + 1
             except OSError as exc:
-                raise RunDirError(one_line(describe_os_error(exc, path))) from None
+                raise RunDirError.from_os(exc, path) from None
         run = cls(path)
         run._made = True
         return run

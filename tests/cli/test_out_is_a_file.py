@@ -58,3 +58,14 @@ def test_a_path_of_the_wrong_kind_met_later_is_bad_input_too(capsys: pytest.Capt
     assert main(["compare"]) == code
     err = capsys.readouterr().err
     assert err.startswith("stride compare: x") and len(err.splitlines()) == 1
+
+
+def test_metrics_out_dir_naming_a_file_is_refused_with_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The run folder's parent from the config (`metrics.out_dir`, no --out) naming a file: the same bad input, 2
+    (it was 1: the run folder's own OSError said the machine's state)."""
+    f = tmp_path / "afile"
+    f.write_text("x\n")
+    assert main(["train", CONFIG, "--set", f'metrics.out_dir="{f}"', "--set", "train.steps=1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"{f} is a file, not a directory" in err, err
+    assert f.read_text() == "x\n" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

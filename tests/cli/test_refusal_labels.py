@@ -47,3 +47,20 @@ def test_a_config_error_without_a_label_is_said_without_one(capsys: pytest.Captu
     monkeypatch.setattr("stride.cli.compare.register", register)
     assert main(["compare"]) == 2
     assert capsys.readouterr().err == "stride compare: run1 holds a finished run; use another --out\n"
+
+
+def test_a_rerun_of_a_finished_run_without_checkpoints_is_not_a_config_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tiny_run import MLP_TINY_TOML
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(MLP_TINY_TOML)
+    out = tmp_path / "run1"
+    assert main(["train", str(cfg), "--out", str(out)]) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert main(["train", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"stride train: {out} holds a finished run"), err
+    assert "config error" not in err and len(err.splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # nothing written
