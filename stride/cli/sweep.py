@@ -209,13 +209,16 @@ def _log_best(results, top: int = 5) -> None:
             what = (f"all {n} seeds diverged" if row["diverged"] == n else f"no final val loss ({seeds_text(row)})")
             _log(f"  {what}  {name}")
             continue
-        if k > 1:
+        if k > 1 and row["sd"] is None:  # a spread past the float range (extreme losses in the point files)
+            spread = f"(sd past the float range over {seeds_text(row)})"
+        elif k > 1:
             spread = f"+- {row['sd']:.4f} (sd over {seeds_text(row)})"
         elif n == 1:
             spread = f"(1 seed: seed noise unknown; add seeds with {MORE_SEEDS})"
         else:  # one seed left of several: not more seeds, the divergence is the result
             spread = f"({seeds_text(row)}: seed noise unknown)"
-        _log(f"  {row['mean']:.4f} {spread}  {name}")
+        mean = f"{row['mean']:.4f}" if abs(row["mean"]) < 1e6 else f"{row['mean']:.4g}"  # 1e307 was 308 digits
+        _log(f"  {mean} {spread}  {name}")
     if len(rows) > top:
         hidden = rows[top:]
         some = sum(r["diverged"] > 0 for r in hidden)

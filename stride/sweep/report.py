@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections import Counter
 from itertools import combinations
 from pathlib import Path
@@ -27,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stride.report.svg import spread_chart
-from stride.sweep.stats import MORE_SEEDS, diff_interval, holm, welch
+from stride.sweep.stats import MORE_SEEDS, diff_interval, holm, mean_sd, welch
 
 SEED_KEYS = ("train.seed", "data.seed")
 SUMMARY_COLUMNS = ("status", "steps", "final_train_loss", "final_val_loss", "time_to_target_s", "diverged_at_step",
@@ -88,8 +87,8 @@ def configuration_stats(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for name, rs in configurations(results).items():
         vals = [v for v in map(_val, rs) if v is not None]
-        rows.append({"configuration": name, "mean": statistics.fmean(vals) if vals else None,
-                     "sd": statistics.stdev(vals) if len(vals) > 1 else None, "seeds": len(vals), "trained": len(rs),
+        mean, sd = mean_sd(vals)  # None past the float range (extreme values), never an OverflowError
+        rows.append({"configuration": name, "mean": mean, "sd": sd, "seeds": len(vals), "trained": len(rs),
                      "diverged": sum(map(_diverged, rs))})
     return sorted(rows, key=lambda r: (r["mean"] is None, r["diverged"] > 0, r["mean"] or 0.0, r["configuration"]))
 
@@ -99,6 +98,8 @@ ALL_DIVERGED = "every seed of a side diverged (no loss to compare)"
 SOME_DIVERGED = "seeds diverged on a side (a mean over its survivors only)"
 NO_LOSS = "fewer than 2 seeds with a final val loss on a side"
 ONE_SEED = "seed noise unknown with fewer than 2 seeds per configuration"
+IDENTICAL = "seeds gave identical results on both sides: seed noise unknown"
+NO_FIGURE = "final val losses too large for the test's figures"
 
 
 def _why_untested(sa: dict[str, Any], sb: dict[str, Any]) -> str | None:
@@ -110,6 +111,8 @@ def _why_untested(sa: dict[str, Any], sb: dict[str, Any]) -> str | None:
         return ONE_SEED
     if sa["seeds"] < 2 or sb["seeds"] < 2:
         return NO_LOSS
+    if sa["sd"] == 0 and sb["sd"] == 0:  # zero spread on both sides: a t of inf and p = 0 would claim certainty
+        return IDENTICAL
     return None
 
 
@@ -118,8 +121,9 @@ def pairwise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     and the 95 % interval of the difference (`ci95`; `ci95_method`: Welch's t interval below
     BOOTSTRAP_MIN_SEEDS seeds a side, whose percentile bootstrap covers far less than 95 %, else the bootstrap);
     `significant` when Holm's p < 0.05 and the interval excludes 0. No test (the test's figures and
-    `significant` None: no claim either way; `not_tested` says why) with fewer than 2 seeds on a side, or with
-    diverged seeds on a side (module docstring); Holm adjusts over the tested pairs."""
+    `significant` None: no claim either way; `not_tested` says why) with fewer than 2 seeds on a side, with
+    diverged seeds on a side (module docstring), or where every seed of both sides gave the same loss (no spread:
+    seed noise unknown, where Welch's t was inf and p 0); Holm adjusts over the tested pairs."""
     by_name = configurations(results)
     confs = {k: [v for v in map(_val, rs) if v is not None] for k, rs in by_name.items()}
     stats = {row["configuration"]: row for row in configuration_stats(results)}
@@ -127,11 +131,12 @@ def pairwise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for a, b in combinations(sorted(confs), 2):
         why = _why_untested(stats[a], stats[b])
         w, ci = (welch(confs[a], confs[b]), diff_interval(confs[a], confs[b])) if why is None else (None, None)
+        if why is None and w is None:  # no finite figures (values near the float range): no test, said why
+            why, ci = NO_FIGURE, None
         pairs.append({"a": a, "b": b, "n_a": len(confs[a]), "n_b": len(confs[b]),
                       "trained_a": stats[a]["trained"], "trained_b": stats[b]["trained"],
                       "diverged_a": stats[a]["diverged"], "diverged_b": stats[b]["diverged"],
-                      "mean_a": statistics.fmean(confs[a]) if confs[a] else None,
-                      "mean_b": statistics.fmean(confs[b]) if confs[b] else None,
+                      "mean_a": stats[a]["mean"], "mean_b": stats[b]["mean"],
                       "diff": w.diff if w else None, "t": w.t if w else None, "df": w.df if w else None,
                       "p": w.p if w else None, "ci95": list(ci[0]) if ci else None,
                       "ci95_method": ci[1] if ci else None, "not_tested": why})
@@ -205,8 +210,8 @@ def plots(results: list[dict[str, Any]], keys: list[str]) -> list[str]:
                 continue
             other = " ".join(f"{k}={json.dumps(x)}" for k, x in r["values"].items() if k != key and k not in SEED_KEYS)
             series.setdefault(other or "all", {}).setdefault(pos[json.dumps(r["values"][key])], []).append(v)
-        spread = {name: [(x, statistics.fmean(ys), min(ys), max(ys)) for x, ys in sorted(pts.items())]
-                  for name, pts in series.items()}
+        spread = {name: [(x, m, min(ys), max(ys)) for x, ys in sorted(pts.items())
+                         if (m := mean_sd(ys)[0]) is not None] for name, pts in series.items()}
         charts.append(spread_chart(spread, f"final val loss vs {key} (mean; whisker: seeds min..max)",
                                    f"log10({key})" if log else key, "final val loss", ticks))
     return charts

@@ -153,8 +153,8 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
           "", md_cell(cost_line), "", *(m for line in methods for m in (md_cell(line), "")), *_md_table(rows, cols), "",
           "## Configurations", "", f"{CONF_LEGEND}.", "", *_md_table(conf_rows, CONF_COLS), "",
           "## Pairs of configurations", "", f"{significance_line(pairs)}. A pair differs when Holm p < 0.05 and the "
-          "95 % interval of the difference excludes 0; n/a: fewer than 2 seeds on a side, or diverged seeds on a "
-          "side (diverged_a, diverged_b), no test.", "",
+          "95 % interval of the difference excludes 0; n/a: fewer than 2 seeds on a side, diverged seeds on a "
+          "side (diverged_a, diverged_b), or identical results of every seed on both sides: no test.", "",
           f"{CI95_LEGEND}.", "",
           *_md_table(pairs, PAIR_COLS, "n/a")]
     atomic_write_text(root / "summary.md", "\n".join(md) + "\n")
@@ -166,8 +166,8 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
             f"<h2>Configurations</h2><p>{escape(CONF_LEGEND)}.</p>{_html_table(conf_rows, CONF_COLS)}"
             f"<h2>Pairs of configurations</h2><p>{escape(significance_line(pairs))}.</p><p>diff = mean final val "
             "loss of a minus b over seeds; Welch's t and df, two-sided p (raw and Holm-adjusted over the tested "
-            f"pairs), 95 % interval ({escape(CI95_LEGEND)}); n/a: fewer than 2 seeds on a side, or diverged seeds "
-            "on a side (diverged_a, diverged_b), no test.</p>"
+            f"pairs), 95 % interval ({escape(CI95_LEGEND)}); n/a: fewer than 2 seeds on a side, diverged seeds "
+            "on a side (diverged_a, diverged_b), or identical results of every seed on both sides: no test.</p>"
             f"{_html_table(pairs, PAIR_COLS, 'n/a')}")
     atomic_write_text(root / "report.html", html)
     return section

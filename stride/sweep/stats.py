@@ -130,19 +130,55 @@ class Welch:
     se: float  # standard error of diff: sqrt(var(a)/n_a + var(b)/n_b)
 
 
+def _mean_var(xs: list[float]) -> tuple[float, float] | None:
+    """Mean and sample variance of 2 or more values, either inf where it is past the float range; None when a value
+    is not finite. `statistics.variance` raised OverflowError ("integer division result too large for a float") on
+    values near 1e308 (audit, #1) and `fmean` raises on a sum past the range: where they overflow, the values are
+    scaled by the largest magnitude, so a mean or variance that fits a float is still found."""
+    if not all(math.isfinite(x) for x in xs):
+        return None
+    try:
+        return statistics.fmean(xs), statistics.variance(xs)
+    except OverflowError:
+        scale = max(abs(x) for x in xs)
+        ys = [x / scale for x in xs]
+        return statistics.fmean(ys) * scale, statistics.variance(ys) * scale * scale  # float products: inf, no raise
+
+
+def mean_sd(xs: list[float]) -> tuple[float | None, float | None]:
+    """Mean and sample sd (None with fewer than 2 values) of `xs`, never raising on finite inputs: a mean or sd past
+    the float range is None (no figure) rather than an OverflowError from `statistics`."""
+    if len(xs) < 2:
+        return (xs[0] if xs and math.isfinite(xs[0]) else None), None
+    mv = _mean_var(xs)
+    if mv is None:
+        return None, None
+    mean, var = mv
+    return (mean if math.isfinite(mean) else None), (math.sqrt(var) if math.isfinite(var) else None)
+
+
 def welch(a: list[float], b: list[float]) -> Welch | None:
-    """Welch's unequal-variance t-test of mean(a) = mean(b); None with fewer than 2 values on a side."""
+    """Welch's unequal-variance t-test of mean(a) = mean(b); None with fewer than 2 values on a side, where both
+    sides' seeds gave identical results (zero spread on both: seed noise unknown, not certainty; it was t = inf,
+    p = 0 and a zero-width interval), or where the figures do not fit a float (extreme values)."""
     if len(a) < 2 or len(b) < 2:
         return None
-    ma, mb = statistics.fmean(a), statistics.fmean(b)
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    ma_va, mb_vb = _mean_var(a), _mean_var(b)
+    if ma_va is None or mb_vb is None:
+        return None
+    (ma, va), (mb, vb) = ma_va, mb_vb
+    va, vb = va / len(a), vb / len(b)
     diff = ma - mb
     se2 = va + vb
-    if se2 == 0:
-        return Welch(diff, math.copysign(math.inf, diff) if diff else 0.0, float(len(a) + len(b) - 2),
-                     0.0 if diff else 1.0, 0.0)
+    if se2 == 0 or not all(map(math.isfinite, (ma, mb, diff, se2))):
+        return None
     t = diff / math.sqrt(se2)
-    df = se2 * se2 / ((va * va) / (len(a) - 1) + (vb * vb) / (len(b) - 1))  # Welch-Satterthwaite
+    try:
+        df = se2 * se2 / ((va * va) / (len(a) - 1) + (vb * vb) / (len(b) - 1))  # Welch-Satterthwaite
+    except (OverflowError, ZeroDivisionError):
+        return None
+    if not (math.isfinite(t) and math.isfinite(df) and df > 0):
+        return None
     return Welch(diff, t, df, _two_sided_p(t, df), math.sqrt(se2))
 
 

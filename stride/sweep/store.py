@@ -82,7 +82,9 @@ MODES = ("solo", "packed")
 # summary numbers the report computes with (None: not measured, or non-finite when written: strict_json's null)
 SUMMARY_NUMBERS = ("final_val_loss", "final_train_loss", "steps", "diverged_at_step", "time_to_target_s",
                    "samples_per_s", "step_time_s", "train_time_s", "wall_time_s", "peak_mem_bytes", "params")
-NON_NEGATIVE = ("steps", "diverged_at_step", "time_to_target_s", "samples_per_s", "step_time_s", "train_time_s",
+# a loss is mse, huber or pinball: never below 0 (a final_val_loss of -1e308 ended the report in an OverflowError)
+NON_NEGATIVE = ("final_val_loss", "final_train_loss", "steps", "diverged_at_step", "time_to_target_s", "samples_per_s",
+                "step_time_s", "train_time_s",
                 "wall_time_s", "peak_mem_bytes", "params", "one_by_one_s")
 
 
@@ -127,6 +129,30 @@ def point_problem(obj: Any, pid: str, values: dict[str, Any] | None = None) -> s
     pack = obj.get("pack")
     if not (isinstance(pack, dict) and all(type(pack.get(k)) is int and pack[k] >= 0 for k in ("index", "size"))):
         return "its pack (index, size) is missing or not whole numbers"
+    return history_problem(s, obj.get("history"))
+
+
+def history_problem(s: dict[str, Any], history: Any) -> str | None:
+    """Where the summary disagrees with the point's own log (`history`, as the run wrote both): its final val loss
+    is the last logged val_loss, its final train loss the train loss logged at its last step (where one was), and
+    no entry is past its steps. A hand edit of `summary.final_val_loss` re-ranked the sweep without a word."""
+    if history is None:
+        return None
+    if not (isinstance(history, list) and all(isinstance(h, dict) for h in history)):
+        return "its history is not a list of tables"
+    steps = [h["step"] for h in history if type(h.get("step")) is int]
+    if s.get("steps") is not None and steps and max(steps) > s["steps"]:
+        return f"summary.steps is {s['steps']}, but its history goes to step {max(steps)}"
+    vals = [h for h in history if "val_loss" in h]
+    v = s.get("final_val_loss")
+    if v is not None and vals and vals[-1]["val_loss"] != v:
+        return (f"summary.final_val_loss is {v}, but its history's last val_loss (step {vals[-1].get('step')}) is "
+                f"{vals[-1]['val_loss']}")
+    train = [h for h in history if "loss" in h]
+    t = s.get("final_train_loss")
+    if t is not None and train and train[-1].get("step") == s.get("steps") and train[-1]["loss"] != t:
+        return (f"summary.final_train_loss is {t}, but its history's loss at step {s.get('steps')} is "
+                f"{train[-1]['loss']}")
     return None
 
 

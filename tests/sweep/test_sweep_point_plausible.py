@@ -1,0 +1,127 @@
+"""Audit of `stride sweep` (#1, #2, #6): implausible or hand-edited point files, and statistics of extreme or
+identical seeds.
+
+#1: a point file with `summary.final_val_loss` -1e308 ended the report in an OverflowError traceback from
+`statistics.variance`; a loss below 0 is now refused in one line naming the file and field (exit 2), and the
+statistics never raise on extreme finite values (1e308: no figure, no test, said why).
+#2: `summary.final_val_loss` edited to 0.5 (its history still ending at the real val loss) was accepted and
+re-ranked the sweep; a summary that disagrees with its own history is refused, naming the file.
+#6: `welch([1, 1], [2, 2])` gave t = -inf, p = 0 and a zero-width interval: certainty from seeds that gave one
+value each; now no test, and the report says the seeds gave identical results.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stride.cli.main import main
+from stride.sweep.report import IDENTICAL, NO_FIGURE, configuration_stats, pairwise, significance_line
+from stride.sweep.stats import diff_interval, mean_sd, welch
+
+GRID = ["--grid", "optim.lr=1e-3,2e-3", "--grid", "train.seed=0..1", "--pack", "2"]
+
+
+def sweep(config: Path, out: Path) -> list[str]:
+    return ["sweep", str(config), *GRID, "--out", str(out)]
+
+
+@pytest.fixture(scope="module")
+def finished(config, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sw") / "s"
+    assert main(sweep(config, out)) == 0
+    return out
+
+
+@pytest.fixture
+def copy(finished, tmp_path) -> Path:
+    return Path(shutil.copytree(finished, tmp_path / "s"))
+
+
+def points(out: Path) -> list[Path]:
+    return sorted((out / "points").glob("*.json"))
+
+
+def edit(path: Path, change) -> None:
+    obj = json.loads(path.read_text())
+    change(obj)
+    path.write_text(json.dumps(obj))
+
+
+def refused(config, out, capsys) -> str:
+    assert main(sweep(config, out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    return err[0]
+
+
+def test_a_negative_loss_is_refused_naming_the_file_and_field(config, copy, capsys) -> None:
+    path = points(copy)[0]
+    edit(path, lambda o: o["summary"].update(final_val_loss=-1e308))
+    line = refused(config, copy, capsys)
+    assert str(path) in line and "summary.final_val_loss is -1e+308, below 0" in line
+
+
+def test_a_final_val_loss_that_its_history_does_not_end_at_is_refused(config, copy, capsys) -> None:
+    path = points(copy)[0]
+    edit(path, lambda o: o["summary"].update(final_val_loss=0.5))
+    line = refused(config, copy, capsys)
+    assert str(path) in line and "summary.final_val_loss is 0.5, but its history's last val_loss" in line
+    assert f"delete {path}" in line  # how to recompute the point
+
+
+def test_a_train_loss_or_steps_that_disagree_with_the_history_are_refused(config, copy, capsys) -> None:
+    path = points(copy)[0]
+    edit(path, lambda o: o["summary"].update(steps=1))
+    assert "summary.steps is 1, but its history goes to step" in refused(config, copy, capsys)
+    edit(path, lambda o: o["summary"].update(steps=4, final_train_loss=0.01))
+    assert "summary.final_train_loss is 0.01, but its history's loss at step 4" in refused(config, copy, capsys)
+
+
+def test_extreme_but_consistent_losses_give_a_report_not_a_traceback(config, copy, capsys) -> None:
+    def huge(o):
+        o["summary"]["final_val_loss"] = 1e308
+        for h in o["history"]:
+            if "val_loss" in h:
+                h["val_loss"] = 1e308
+
+    for path in points(copy)[:3]:
+        edit(path, huge)
+    assert main(sweep(config, copy)) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and NO_FIGURE in err
+    pairs = json.loads((copy / "results.json").read_text())["sweep"]["pairs"]
+    assert all(p["significant"] is None for p in pairs)
+
+
+def test_statistics_never_raise_on_extreme_finite_values() -> None:
+    for a, b in [([-1e308, 1.4, 1.5], [1.4, 1.45, 1.44]), ([1e308, 1e308], [1.0, 2.0]), ([1e308, -1e308], [1, 2])]:
+        assert welch(a, b) is None and diff_interval(a, b) is None
+    assert mean_sd([1e308, 1e308]) == (1e308, 0.0)
+    assert mean_sd([1e308, 1.0, 1.0])[1] is None  # the variance is past the float range: no sd
+    assert welch([1.0, 2.0, 3.0], [2.0, 3.0, 5.0]).p == pytest.approx(0.28462717876142, rel=1e-9)
+
+
+def result(lr: float, seed: int, val: float) -> dict:
+    return {"id": f"{lr}-{seed}", "label": "", "values": {"optim.lr": lr, "train.seed": seed},
+            "summary": {"status": "done", "final_val_loss": val}}
+
+
+def test_identical_seeds_on_both_sides_are_not_a_certain_difference() -> None:
+    assert welch([1.0, 1.0], [2.0, 2.0]) is None and diff_interval([1.0, 1.0], [2.0, 2.0]) is None
+    results = [result(lr, s, v) for lr, v in ((1e-3, 1.0), (2e-3, 2.0)) for s in (0, 1)]
+    (pair,) = pairwise(results)
+    assert pair["not_tested"] == IDENTICAL and pair["p"] is None and pair["significant"] is None
+    assert pair["ci95"] is None and pair["p_holm"] is None
+    line = significance_line([pair])
+    assert "identical results" in line and "seed noise unknown" in line and "differ beyond" not in line
+    assert [c["sd"] for c in configuration_stats(results)] == [0.0, 0.0]
+
+
+def test_one_side_without_spread_is_still_tested() -> None:
+    results = [result(1e-3, s, 1.0) for s in (0, 1)] + [result(2e-3, s, v) for s, v in ((0, 2.0), (1, 3.0))]
+    (pair,) = pairwise(results)
+    assert pair["not_tested"] is None and pair["p"] is not None
