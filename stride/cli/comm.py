@@ -41,10 +41,14 @@ def run(args: argparse.Namespace) -> int:
     from stride.config.errors import suggest
 
     names = [c.strip() for c in args.collectives.split(",") if c.strip()]
+    if not names:  # `--collectives ,` or `--collectives ''` was "unknown collective(s) []"
+        return _fail(f"--collectives {args.collectives!r}: the list is empty; name at least one of: "
+                     f"{', '.join(COLLECTIVES)}")
     unknown = [c for c in names if c not in COLLECTIVES]
-    if unknown or not names:
-        hint = suggest(unknown[0].lower(), list(COLLECTIVES)) if unknown else ""
-        return _fail(f"--collectives: unknown collective(s) {unknown or names}{hint}; known: {', '.join(COLLECTIVES)}")
+    if unknown:
+        hint = suggest(unknown[0].lower(), list(COLLECTIVES))
+        return _fail(f"--collectives: unknown collective(s) {', '.join(unknown)}{hint}; "
+                     f"known: {', '.join(COLLECTIVES)}")
     if args.profile_out:  # checked before minutes of measuring, not when writing the result
         out = Path(args.profile_out)
         if out.is_dir():
@@ -52,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         if not out.parent.is_dir():
             return _fail(f"--profile-out {out}: the directory {out.parent} does not exist")
     try:
-        sizes = size_ladder(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes), args.factor)
+        sizes = size_ladder(parse_bytes(args.min_bytes, "--min-bytes"), parse_bytes(args.max_bytes, "--max-bytes"),
+                            args.factor)
     except ValueError as exc:
         return _fail(str(exc))
     if args.iters < 1 or args.warmup < 0 or args.repeats < 1:
@@ -70,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if under_torchrun() else args.nproc
     if msg := _size_problem(names, sizes, world) or _memory_problem(names, sizes[-1], world, local):
         return _fail(msg)
+    if (msg := cores_warning(local)) and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        print(f"stride comm: warning: {msg}", file=sys.stderr)
     job = CommJob(names, sizes, args.iters, args.warmup, backend, repeats=args.repeats)
     if under_torchrun():
         rows, rank, world = run_torchrun(job)
@@ -152,14 +159,28 @@ def _size_problem(names: list[str], sizes: list[int], world: int) -> str | None:
 def _memory_problem(names: list[str], max_bytes: int, world: int, local: int) -> str | None:
     """Refuse a --max-bytes this host cannot hold (16G would allocate several 16 GiB buffers per rank)."""
     from stride.comm.collectives import peak_bytes
-    from stride.files.host import available_memory_bytes
+    from stride.files.host import available_memory_bytes, binary_size
 
     need = local * max(peak_bytes(n, max_bytes, world) for n in names)
     have = available_memory_bytes()
     if need <= have:
         return None
-    return (f"--max-bytes {max_bytes / 2**30:.3g} GiB: about {need / 2**30:.1f} GiB needed ({local} ranks here, "
-            f"buffers and result check of the largest size), {have / 2**30:.1f} GiB available; lower --max-bytes")
+    return (f"--max-bytes: the largest size, {binary_size(max_bytes)}: about {binary_size(need)} needed ({local} "
+            f"ranks here, buffers and result check of the largest size), {binary_size(have)} available; "
+            "lower --max-bytes")
+
+
+def cores_warning(local: int) -> str | None:
+    """Why `local` ranks on this host will oversubscribe its usable cores (each rank runs one intra-op thread, plus
+    gloo's own), or None. `--nproc 64` on 2 cores printed nothing for a minute, then timings of the scheduler."""
+    from stride.train.resources import usable_cores
+
+    cores = usable_cores()
+    if local <= cores:
+        return None
+    return (f"{local} processes on the {cores} usable cores of this host (os.sched_getaffinity) will oversubscribe "
+            "them: the timings will mostly measure the scheduler, not the collectives; "
+            + (f"use --nproc {cores} or fewer" if cores >= 2 else "on one core any two ranks take turns on it"))
 
 
 def fit_line(name: str, fit: dict) -> str:

@@ -15,7 +15,7 @@ from stride.comm.timing import slowest_rank, time_calls
 class Row:
     collective: str
     bytes: int
-    count: int  # float32 elements in the size's buffer (nccl-tests' "count")
+    count: int  # nccl-tests' "count": float32 elements per rank where the buffer is split (Collective.shown_count)
     time_us: float
     algbw_GBps: float
     busbw_GBps: float
@@ -55,6 +55,7 @@ def run_benchmark(collectives: list[str], sizes: list[int], iters: int, warmup: 
             sec = statistics.median(slowest_rank(time_calls(p.run, n_it, min(warmup, n_it) if k == 0 else 0))
                                     for k in range(max(1, repeats)))
             algbw = real_bytes / sec / 1e9
-            rows.append(Row(name, real_bytes, count, sec * 1e6, algbw, algbw * coll.bus_factor(world), not bad,
+            rows.append(Row(name, real_bytes, coll.shown_count(count, world), sec * 1e6, algbw,
+                            algbw * coll.bus_factor(world), not bad,
                             err if err else ("wrong result on another rank" if bad else None)))
     return rows

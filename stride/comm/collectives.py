@@ -1,7 +1,11 @@
 """The benchmarked collectives: buffers, the call, the expected result, and nccl-tests' bus factor.
 
 Sizes follow nccl-tests: `nbytes` is the per-rank send buffer for all_reduce, broadcast, all_to_all
-and send/recv, the gathered output for all_gather, and the input for reduce_scatter. Bus bandwidth =
+and send/recv, the gathered output for all_gather, and the input for reduce_scatter. The element count
+shown beside it is nccl-tests' `count` too (the count argument of the call, its `paramcount`): the
+whole buffer for all_reduce, broadcast and send/recv, but one rank's share where the buffer is split
+over the ranks: the per-rank input of all_gather, the per-rank output of reduce_scatter, the chunk sent
+to each peer by all_to_all (nccl-tests' all_gather.cu, reduce_scatter.cu, alltoall.cu). Bus bandwidth =
 algorithm bandwidth x factor(n): all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n;
 broadcast and send/recv 1. Each collective's check fills ranks with distinct small integers (exact
 in float32) and compares the result element by element with what the collective must produce.
@@ -49,6 +53,11 @@ class Collective:
     count_for: Callable[[int, int], int]
     # per-rank buffers as a multiple of nbytes (an upper bound: a shard of 1/n counted whole)
     buffers: int = 1
+
+    def shown_count(self, count: int, world: int) -> int:
+        """nccl-tests' `count` of a buffer of `count` elements (count_for's): one rank's share (its `paramcount`)
+        where the collective splits the buffer over the ranks, else the whole buffer."""
+        return count // world if self.count_for is _split else count
 
     def min_bytes(self, world: int) -> int:
         """Smallest size the benchmark runs (it skips smaller ones): one float32 per rank for a collective that

@@ -45,7 +45,7 @@ def test_no_size_of_broadcast_is_skipped_at_64_ranks(monkeypatch: pytest.MonkeyP
     assert _comm([*argv, "--collectives", "broadcast,all_reduce,send_recv"], monkeypatch) == 0
     assert "skipped" not in capsys.readouterr().err
     assert _comm([*argv, "--collectives", "broadcast,all_gather"], monkeypatch) == 0
-    err = capsys.readouterr().err.strip().splitlines()
+    err = [ln for ln in capsys.readouterr().err.strip().splitlines() if "warning:" not in ln]  # 64 ranks > cores
     assert err == ["stride comm: note: 8, 16, 32, 64, 128 B skipped for all_gather (below 256 B, one float32 per "
                    "rank at 64 ranks)"]
 
@@ -68,6 +68,6 @@ def test_four_bytes_run_on_two_ranks_for_the_whole_buffer_collectives() -> None:
     rows = json.loads(res.stdout.strip().splitlines()[-1])["rows"]
     assert sorted((r["collective"], r["bytes"], r["count"]) for r in rows) == sorted([
         ("all_reduce", 4, 1), ("all_reduce", 8, 2), ("broadcast", 4, 1), ("broadcast", 8, 2),
-        ("send_recv", 4, 1), ("send_recv", 8, 2), ("all_gather", 8, 2)])
+        ("send_recv", 4, 1), ("send_recv", 8, 2), ("all_gather", 8, 1)])  # all_gather: per-rank count
     assert all(r["correct"] for r in rows), rows
     assert "note: 4 B skipped for all_gather (below 8 B, one float32 per rank at 2 ranks)" in res.stderr

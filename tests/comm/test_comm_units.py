@@ -242,7 +242,7 @@ def test_max_bytes_beyond_available_memory_is_refused(monkeypatch: pytest.Monkey
     monkeypatch.setattr(psutil, "virtual_memory", lambda: mem(4 << 30))
     assert _comm(["--collectives", "all_reduce", "--min-bytes", "1G", "--max-bytes", "1G"], monkeypatch) == 2
     err = capsys.readouterr().err  # all_reduce: (1 buffer + 6) x 1 GiB x 2 ranks
-    assert "about 14.0 GiB needed (2 ranks here" in err and "4.0 GiB available" in err
+    assert "the largest size, 1 GiB: about 14 GiB needed (2 ranks here" in err and "4 GiB available" in err
 
 
 def test_probe_reads_the_comm_profile_before_probing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
