@@ -182,6 +182,11 @@ def expand(config: str | Path | None, overrides: list[str], grid: list[str],
     if not grid:
         raise ConfigError("no --grid given: a sweep needs at least one axis, e.g. --grid train.seed=0..3")
     axes = [parse_axis(g) for g in grid]
+    fixed = {parse_override(o)[0].strip(): o for o in overrides if "=" in o}
+    for a in axes:  # the grid sets the key for every point: the --set was dropped without a word
+        if a.key in fixed:
+            raise ConfigError(f"--set {fixed[a.key]} and --grid {a.text} both set `{a.key}`: the grid's values would "
+                              "replace the --set's at every point; drop one of them")
     seen: set[str] = set()
     for a in axes:
         if a.key in seen:

@@ -87,3 +87,10 @@ def test_values_keep_the_type_they_were_written_with():
     """Only the duplicate check applies the key's type: the point ids of existing sweeps hash the values as
     written (an int 1 for a float key), so those stay."""
     assert parse_axis("optim.lr=1,2").values == [1, 2] and type(parse_axis("optim.lr=1,2").values[0]) is int
+
+
+def test_a_set_that_the_grid_overrides_is_refused_naming_the_key():
+    """Audit: `--grid train.seed=0..2 --set train.seed=3` dropped the --set without a word."""
+    with pytest.raises(ConfigError, match=r"--set train.seed=3 and --grid train.seed=0..2 both set `train.seed`"):
+        expand(CFG, ["train.seed=3"], ["optim.lr=1e-3,3e-3", "train.seed=0..2"])
+    expand(CFG, ["train.steps=10"], ["train.seed=0..2"])  # another key: fine
