@@ -215,6 +215,12 @@ class SweepStore:
                     f"earlier stride (split version {was}, now {SPLIT_VERSION}: the synthetic source's embargo now "
                     "counts from the last training target); their validation losses do not compare with new points': "
                     "start the sweep again in another --out")
+        else:  # no sweep.json: a report file there that no sweep wrote would be replaced without a word
+            for name in REPORT_FILES:
+                if (self.root / name).exists() and not _sweep_wrote(self.root / name):
+                    raise ConfigError(f"{self.root / name}: not a `stride sweep` report, and a sweep writes its "
+                                      f"{name} there (no sweep.json beside it: no earlier sweep wrote it); move it, "
+                                      "or use another --out")
         text = strict_json.dumps(plan, indent=2, default=str)
         self.values = {p["id"]: p["values"] for p in json.loads(text)["points"]}
         self.hashes = {p["id"]: p["config_hash"] for p in plan["points"]}
@@ -306,6 +312,34 @@ class SweepStore:
 
     def results(self, ids: list[str]) -> list[dict[str, Any]]:
         return [r for r in (self.read(i) for i in ids) if r is not None]
+
+
+REPORT_FILES = ("report.html", "summary.md", "results.json", "table.parquet")  # stride.sweep.report_files writes
+REPORT_MARKS = {"report.html": b"<!doctype html><meta charset='utf-8'><title>stride sweep</title>",
+                "summary.md": b"# stride sweep: ", "table.parquet": b"PAR1"}
+
+
+def _sweep_wrote(path: Path) -> bool:
+    """Whether `path` (a report file in a folder without sweep.json) reads as `stride sweep`'s own: its first bytes,
+    and for results.json and table.parquet their sweep section or columns. A sweep resumed after its sweep.json was
+    deleted (to extend the grid) keeps its own report files; a user's report.html or summary.md was replaced."""
+    if not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+        if path.name == "results.json":
+            obj = json.loads(read_input_text(path, limit=PLAN_MAX_BYTES, what="results file"))
+            return isinstance(obj, dict) and isinstance(obj.get("sweep"), dict)
+        if not head.startswith(REPORT_MARKS[path.name]):
+            return False
+        if path.name == "table.parquet":
+            import pyarrow.parquet as pq
+
+            return {"point", "label", "mode", "one_by_one_s"} <= set(pq.read_schema(path).names)
+    except Exception:  # noqa: BLE001 (unreadable, not JSON, not parquet: not a sweep's file)
+        return False
+    return True
 
 
 def _plan_problem(obj: Any) -> str | None:
