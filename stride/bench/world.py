@@ -156,11 +156,12 @@ def throughput_of(summary: dict[str, Any], unit: str) -> float:
     return float(value)
 
 
-def world_sweep(w: Workload, device: str, out: Path, world_sizes: list[int], strategies: list[str],
-                scalings: list[str], extra: list[str] | None = None, repeats: int = 1,
-                log: Callable[[str], None] = print
-                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, CorePlan]]:
-    """(results.json entries, scaling points, the core plan of each world size) for workload `w`."""
+def plan_world(w: Workload, device: str, world_sizes: list[int], strategies: list[str], scalings: list[str],
+               extra: list[str] | None = None, repeats: int = 1) -> tuple[Any, str, list[Point]]:
+    """(the workload's config, the device, the sweep's points) of a world sweep of `w`: every check of the command
+    line against the workload (its kind, torchrun, the GPUs, --world-sizes, --strategies, --scaling), with nothing
+    printed or run, so `stride bench` refuses a bad one before its first line (`--world-sizes 0` printed "bench
+    mlp_tiny: world sweep ..." before the error)."""
     if w.kind != "supervised":
         raise ConfigError(f"--sweep world: {w.name} runs its own loop ({w.kind}), not the Trainer; "
                           "choose a supervised workload")
@@ -168,8 +169,7 @@ def world_sweep(w: Workload, device: str, out: Path, world_sizes: list[int], str
         raise ConfigError("--sweep world starts torchrun itself: run `stride bench` outside torchrun")
     if repeats < 1:
         raise ConfigError(f"--repeats {repeats}: need >= 1")
-    extra = list(extra or [])
-    base_cfg = workload_config(w, w.name, device, extra)
+    base_cfg = workload_config(w, w.name, device, list(extra or []))
     dev = "cuda" if device == "auto" and _cuda() else ("cpu" if device == "auto" else device)
     if dev.startswith("cuda"):
         import torch
@@ -177,7 +177,16 @@ def world_sweep(w: Workload, device: str, out: Path, world_sizes: list[int], str
         if max(world_sizes) > torch.cuda.device_count():
             raise ConfigError(f"--world-sizes {max(world_sizes)} needs that many GPUs; "
                               f"{torch.cuda.device_count()} visible")
-    points = plan_points(base_cfg.train.batch_size, world_sizes, strategies, scalings)
+    return base_cfg, dev, plan_points(base_cfg.train.batch_size, world_sizes, strategies, scalings)
+
+
+def world_sweep(w: Workload, device: str, out: Path, world_sizes: list[int], strategies: list[str],
+                scalings: list[str], extra: list[str] | None = None, repeats: int = 1,
+                log: Callable[[str], None] = print
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, CorePlan]]:
+    """(results.json entries, scaling points, the core plan of each world size) for workload `w`."""
+    _, dev, points = plan_world(w, device, world_sizes, strategies, scalings, extra, repeats)
+    extra = list(extra or [])
     plans = {n: core_plan(n, pin=dev == "cpu") for n in {p.world_size for p in points}}
     for n, plan in sorted(plans.items()):
         log(f"  {n} rank(s): {plan.describe()}")

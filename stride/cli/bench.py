@@ -157,7 +157,7 @@ def _variants(args: argparse.Namespace, names: list[str], out: Path, console: An
 def _world(args: argparse.Namespace, names: list[str], out: Path, console: Any) -> dict[str, Any]:
     from stride.bench.results import make_results
     from stride.bench.workloads import WORKLOADS
-    from stride.bench.world import load_avg, scaling_section, world_sweep
+    from stride.bench.world import load_avg, plan_world, scaling_section, world_sweep
     from stride.metrics.env import fingerprint
     from stride.metrics.run_dir import RunDir
     from stride.shown_text import literal
@@ -166,6 +166,8 @@ def _world(args: argparse.Namespace, names: list[str], out: Path, console: Any) 
         console.print(literal(line), soft_wrap=True)
 
     world = _world_args(args)
+    for n in names:  # every workload's plan checked before the first line is printed or the first run starts
+        plan_world(WORKLOADS[n], args.device, *world, args.overrides, args.repeats)
     entries: list[dict[str, Any]] = []
     points: list[dict[str, Any]] = []
     plans: dict = {}
@@ -224,6 +226,8 @@ def _check_args(args: argparse.Namespace) -> None:
                               "again under the same name); nothing was run")
     _check_sweep_options(args)
     _fill_defaults(args)
+    if args.sweep == "world":
+        _world_args(args)  # --world-sizes, --strategies, --scaling: their form, before anything is printed
     check_device(args.device, "--device ")
 
 
@@ -341,4 +345,12 @@ def _world_args(args: argparse.Namespace) -> tuple[list[int], list[str], list[st
             sizes.append(int(v))
         except ValueError as exc:
             raise ConfigError(f"--world-sizes: {v!r} is not a process count") from exc
-    return sizes, parse_list(args.strategies, "--strategies"), parse_list(args.scaling, "--scaling")
+        if sizes[-1] < 1:
+            raise ConfigError(f"--world-sizes: {sizes[-1]} is not a process count (need >= 1); nothing was run")
+    strategies, scalings = parse_list(args.strategies, "--strategies"), parse_list(args.scaling, "--scaling")
+    # a value given twice is refused as --batch-sizes and --variants refuse one (it was dropped without a word)
+    for option, values in (("--world-sizes", sizes), ("--strategies", strategies), ("--scaling", scalings)):
+        repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if repeated is not None:
+            raise ConfigError(f"{option}: {repeated} is listed twice; give each once; nothing was run")
+    return sizes, strategies, scalings

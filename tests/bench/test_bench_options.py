@@ -174,3 +174,24 @@ def test_a_prices_file_that_is_not_a_regular_file_is_named_as_such(tmp_path: Pat
     assert main(["report", str(tmp_path), "--prices", str(prices)]) == 2  # `stride report`: the same words
     err = capsys.readouterr().err
     assert f"stride report: prices file {prices} is {what}, not a regular file" in err, err
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--sweep", "world", "--world-sizes", "0"], ["--world-sizes: 0 is not a process count"]),
+    (["--sweep", "world", "--world-sizes", "1,-2"], ["--world-sizes: -2 is not a process count"]),
+    (["--sweep", "world", "--world-sizes", "1,1"], ["--world-sizes: 1 is listed twice; give each once"]),
+    (["--sweep", "world", "--world-sizes", "2", "4", "2"], ["--world-sizes: 2 is listed twice"]),
+    (["--sweep", "world", "--world-sizes", "2", "--strategies", "ddp,ddp"], ["--strategies: ddp is listed twice"]),
+    (["--sweep", "world", "--world-sizes", "2", "--scaling", "weak", "weak"], ["--scaling: weak is listed twice"]),
+    (["--sweep", "world", "--world-sizes", "2", "--strategies", "fsdb"], ["--strategies: 'fsdb' is not a strategy"]),
+    (["--sweep", "world", "--world-sizes", "2", "--workloads", "mlp_tiny", "ppo_market_making"],
+     ["ppo_market_making runs its own loop"]),
+], ids=["zero", "negative", "1,1", "2 4 2", "strategies", "scaling", "unknown-strategy", "second-workload-ppo"])
+def test_a_world_sweep_command_line_is_refused_before_its_first_line(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     argv: list[str], words: list[str]) -> None:
+    """`--sweep world --world-sizes 0` printed "bench mlp_tiny: world sweep ..." before the config error (and a bad
+    second workload was found only after the first one's sweep had run); `--world-sizes 1,1` was de-duplicated
+    without a word where `--batch-sizes 8 8` and a repeated --variants are refused."""
+    line = _refused(capsys, tmp_path / "out", argv, *words)
+    assert line.startswith("stride bench: config error: ") and "world sweep ..." not in line
