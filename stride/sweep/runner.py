@@ -181,7 +181,7 @@ class Recorder:
 
     def point(self, item: dict[str, Any]) -> None:
         p = self.by_id[item["id"]]
-        result = {"id": p.id, "label": p.label, "values": p.values, "config_hash": self.store.plan_hash(p.id),
+        result = {"id": p.id, "label": p.label, "values": p.values, "plan_config_hash": self.store.plan_hash(p.id),
                   "mode": item["mode"], "pack": item["pack"],
                   "summary": item["summary"], "history": item["history"], "run_dir": item.get("run_dir"),
                   "one_by_one_s": self.one_by_one_s(p, item), "one_by_one_method": self.one_by_one_method(p, item)}

@@ -19,9 +19,10 @@ loader only, and one it cannot load (crafted, damaged, missing) is one line nami
 the point again (`load_state`).
 
 Point ids hash only the grid values, so each point file also carries the config_hash of the point's config as
-the plan has it (`config_hash`), and a point file whose hash is not the plan's for that id is refused: with
-sweep.json deleted (the way around "holds another sweep"), a sweep of another base config or --set took the
-old points as finished and ranked them beside its own (audit 10, F4). Point files written before the field are
+the plan has it (`plan_config_hash`; `config_hash` in files written before: its summary's config_hash is another,
+of the config the run trained with, see PLAN_HASH), and a point file whose hash is not the plan's for that id is
+refused: with sweep.json deleted (the way around "holds another sweep"), a sweep of another base config or --set
+took the old points as finished and ranked them beside its own (audit 10, F4). Point files written before the field are
 not checked for it. A sweep.json or packs.jsonl that parses but has the wrong shape is one line naming the file
 (SweepFileError), as a damaged point file is. Each is read through stride.files.input_file: a regular file only (a
 FIFO or a link to /dev/zero is refused in one line, never read: one filled the memory, audit 14 M3) and up to a
@@ -77,6 +78,18 @@ class SweepFileError(StrideError):
     exit_code = 2
 
 
+# A point file's hash of its config as the sweep's plan has it (sweep.json's points' config_hash: the base config,
+# --set and the grid values). Its summary's own `config_hash` is of the config the run trained with, which the sweep
+# adjusts for display (metrics.progress off): another hash of another config, so this one has its own name. Point
+# files written before it was renamed hold it as `config_hash` (OLD_PLAN_HASH), still read.
+PLAN_HASH, OLD_PLAN_HASH = "plan_config_hash", "config_hash"
+
+
+def plan_hash_of(obj: dict[str, Any]) -> Any:
+    """A point file's plan config hash, under its name or the one it had before (None: written before either)."""
+    return obj.get(PLAN_HASH, obj.get(OLD_PLAN_HASH))
+
+
 STATUSES = ("done", "target", "diverged")  # how a point ends (stride.sweep.jobs, stride.sweep.packed_train)
 MODES = ("solo", "packed")
 # summary numbers the report computes with (None: not measured, or non-finite when written: strict_json's null)
@@ -120,8 +133,9 @@ def point_problem(obj: Any, pid: str, values: dict[str, Any] | None = None) -> s
         return why
     if not isinstance(obj.get("label"), str) or not isinstance(obj.get("values"), dict):
         return "its label or values are missing"
-    if obj.get("config_hash") is not None and not isinstance(obj["config_hash"], str):
-        return f"its config_hash is {json.dumps(obj['config_hash'])[:40]}, not text"
+    for key in (PLAN_HASH, OLD_PLAN_HASH):
+        if obj.get(key) is not None and not isinstance(obj[key], str):
+            return f"its {key} is {json.dumps(obj[key])[:40]}, not text"
     if values is not None and obj["values"] != values:
         return f"its values {json.dumps(obj['values'])[:80]} are not the plan's {json.dumps(values)[:80]}"
     if obj.get("mode") not in MODES:
@@ -262,10 +276,10 @@ class SweepStore:
         if why is not None:
             raise SweepPointError(f"{path}: {why}: not a finished point of this sweep (point files are written "
                                   f"whole: it was edited or damaged); {_retrain(self.root, pid)}")
-        mine, theirs = self.hashes.get(pid), obj.get("config_hash")
+        mine, theirs = self.hashes.get(pid), plan_hash_of(obj)
         if mine is not None and theirs is not None and theirs != mine:
             raise SweepPointError(
-                f"{path}: trained with another config than this sweep's point {pid} (config_hash {theirs}, this "
+                f"{path}: trained with another config than this sweep's point {pid} ({PLAN_HASH} {theirs}, this "
                 f"sweep's {mine}: another base config or --set, in a directory whose sweep.json is not the one it was "
                 f"written with); it would be ranked beside points trained otherwise: use another --out, or "
                 f"{_retrain(self.root, pid)}")

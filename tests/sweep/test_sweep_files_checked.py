@@ -92,3 +92,27 @@ def test_a_sweep_json_of_the_wrong_shape_is_one_line(config, copy, capsys, text,
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert err[0] == f"stride sweep: {copy / 'sweep.json'}: not a stride sweep file ({why}); use another --out"
+
+
+def _rename_to_old(path: Path, value=None) -> None:
+    obj = json.loads(path.read_text())
+    h = obj.pop("plan_config_hash")
+    obj["config_hash"] = h if value is None else value
+    path.write_text(json.dumps(obj))
+
+
+def test_the_plan_hash_has_its_own_name_and_old_files_are_still_read(config, copy, capsys) -> None:
+    """Audit #7: a point file's top-level `config_hash` (the plan's config) differed from its summary's (the config
+    the run trained with, progress off): two hashes, one name. The plan's is `plan_config_hash` now; a file written
+    before, with it as `config_hash`, is still checked against the plan."""
+    plan = {p["id"]: p["config_hash"] for p in json.loads((copy / "sweep.json").read_text())["points"]}
+    paths = sorted((copy / "points").glob("*.json"))
+    for path in paths:
+        obj = json.loads(path.read_text())
+        assert obj["plan_config_hash"] == plan[obj["id"]] and "config_hash" not in obj
+    _rename_to_old(paths[0])
+    assert main(["sweep", str(config), *GRID, "--out", str(copy)]) == 0
+    capsys.readouterr()
+    _rename_to_old(paths[1], "0" * 16)
+    assert main(["sweep", str(config), *GRID, "--out", str(copy)]) == 2
+    assert "trained with another config" in capsys.readouterr().err
