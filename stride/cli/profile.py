@@ -12,6 +12,13 @@ from stride.files import strict_json
 
 WARN_TRACED_STEPS = 20  # above this a note says what the trace will cost
 MAX_TRACED_STEPS = 1000  # above this the profiler's memory, not the analysis, is what the run would measure
+# The longest traced step over the shortest above this is warned of: the verdict reads the steps' summed breakdown,
+# which one long step then outweighs. The quick-start MLP on a shared 2-core host: 10 steps after --wait 4 took
+# 3.0-3.8 ms (1.3x), two steps under load 4.0 and 7.3 ms (1.8x); two steps after --wait 2 took 10.7 and 240 ms (22x;
+# the audit's 4.7 and 241 ms, 51x), a first step still allocating read "memory-bound". 3x is above the jitter, far
+# below such outliers.
+SPREAD_MAX_OVER_MIN = 3.0
+FEW_STEPS = 2  # this many analysed steps or fewer: the verdict is said to rest on too few
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -136,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
                             else lambda t: speeds_of_trace(t.has_device, t.meta.get("host_name")))
     if speeds:
         report["dtype_speeds"] = {"basis": speeds.basis, "samples_per_s": speeds.per_dtype}  # the evidence
+    report["step_spread"] = step_spread(report)
     if result.run_dir:
         (result.run_dir / "analysis.json").write_text(strict_json.dumps(report, default=float, indent=1))
     if args.json:
@@ -144,5 +152,40 @@ def run(args: argparse.Namespace) -> int:
     from stride.profile.render import render_report
 
     render_report(report)
+    for line in report["step_spread"]["warnings"]:
+        print(f"stride profile: warning: {line}")
     print(f"traces: {cb.out_dir}; analysis: {result.run_dir / 'analysis.json' if result.run_dir else '-'}")
     return 0
+
+
+def step_spread(report: dict) -> dict:
+    """The traced steps' durations per rank, and what they say of the verdict: `warnings` (lines) where the longest
+    step took more than SPREAD_MAX_OVER_MIN times the shortest (a step still warming up, or a stall: the mean and the
+    verdict are of neither) or where FEW_STEPS steps or fewer were analysed. Each warned rank's verdict gets the line
+    as its `caveat` too (the JSON's reader sees it beside the bound). `stride profile` 2 steps of 4.7 and 241 ms
+    reported "memory-bound" from their 122.85 ms mean without a word."""
+    ranks, warnings = {}, []
+    many = len(report.get("ranks", {})) > 1
+    for rank, r in report.get("ranks", {}).items():
+        spans = [s["span_us"] / 1e3 for s in r.get("per_step", []) if (s.get("span_us") or 0) > 0]
+        if not spans:
+            continue
+        lo, hi = min(spans), max(spans)
+        mean = sum(spans) / len(spans)
+        sd = (sum((x - mean) ** 2 for x in spans) / len(spans)) ** 0.5
+        ranks[rank] = {"steps": len(spans), "min_ms": lo, "max_ms": hi, "mean_ms": mean,
+                       "max_over_min": hi / lo, "cv": sd / mean}
+        who = f"rank {rank}: " if many else ""
+        said = []
+        if hi / lo > SPREAD_MAX_OVER_MIN:
+            said.append(f"{who}the {len(spans)} traced steps took {lo:.1f} to {hi:.1f} ms ({hi / lo:.0f}x apart, "
+                        f"more than {SPREAD_MAX_OVER_MIN:g}x): the verdict reads their summed time, which the longest "
+                        "step outweighs, and a step still warming up (allocating, filling caches) or stalled is not a "
+                        "typical one; trace more steps after a longer warm-up, e.g. --steps 10 --wait 10")
+        if len(spans) <= FEW_STEPS:
+            said.append(f"{who}the verdict rests on {len(spans)} traced step{'s' if len(spans) > 1 else ''}, too few "
+                        "to tell a typical step from an outlier; use --steps 5 or more")
+        if said and isinstance(r.get("verdict"), dict):
+            r["verdict"]["caveat"] = "; ".join(said)
+        warnings += said
+    return {"threshold_max_over_min": SPREAD_MAX_OVER_MIN, "ranks": ranks, "warnings": warnings}
