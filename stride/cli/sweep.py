@@ -172,7 +172,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def _write_report(store, plan, points, price) -> None:
     from stride.sweep.report import significance_line
-    from stride.sweep.report_files import write_report
+    from stride.sweep.report_files import unreliable_text, write_report
     from stride.sweep.runner import load_pack_log
 
     results = store.results([p.id for p in points])
@@ -187,8 +187,7 @@ def _write_report(store, plan, points, price) -> None:
         elif c["train_speedup"]:
             _log(f"training steps: {c['sweep_train_s']:.1f} s packed against {c['one_by_one_s']:.1f} s one by one "
                  f"({c['train_speedup']:.2f}x"
-                 + (f", UNRELIABLE: the one-by-one rate was {c['speedup_unreliable']}" if c.get("speedup_unreliable")
-                    else "")
+                 + (f", UNRELIABLE: {unreliable_text(c)}" if unreliable_text(c) else "")
                  + f"; packs' wall time {c['sweep_device_s']:.1f} s with set-up and validation); {pairs}")
         else:  # no speed-up figure (every point diverged before one was measured): the pairs are still said
             _log(pairs)

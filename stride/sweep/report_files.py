@@ -58,10 +58,37 @@ def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_h
                                                       if isinstance(p.get("one_by_one_rate"), dict)
                                                       and p["one_by_one_rate"].get("unreliable"))) or None,
     }
+    out["packs_unreliable"] = packs_spread(results, done)
     if price_per_hour is not None:
         out["sweep_usd"] = device_s / 3600 * price_per_hour
         out["one_by_one_usd"] = alone_s / 3600 * price_per_hour
     return out
+
+
+PACK_SPREAD = 4 / 3  # as the lone rate's windows (sizing.SoloRate.unreliable): more than a third apart
+
+
+def packs_spread(results: list[dict[str, Any]], packs: list[dict[str, Any]]) -> str | None:
+    """Why the packs' own timings cannot carry a speed-up, or None: packs of one size whose training time per
+    model-step is more than a third apart (identical packs took 0.37 s and 7.0 s on a contended host and the
+    0.09x "speed-up" was printed as sound, the label only looking at the lone rate)."""
+    steps = {r.get("id"): (r.get("summary") or {}).get("steps") or 0 for r in results}
+    by_size: dict[int, list[float]] = {}
+    for p in packs:
+        model_steps = sum(steps.get(i, 0) for i in p.get("ids", []))
+        if not p.get("solo") and p.get("size", 0) > 1 and model_steps and p.get("train_s"):
+            by_size.setdefault(p["size"], []).append(p["train_s"] / model_steps)
+    why = [f"{len(t)} packs of {n} took {min(t) * 1e3:.3g}-{max(t) * 1e3:.3g} ms a model-step"
+           for n, t in sorted(by_size.items()) if len(t) > 1 and max(t) > PACK_SPREAD * min(t)]
+    return "; ".join(why) or None
+
+
+def unreliable_text(c: dict[str, Any]) -> str | None:
+    """The UNRELIABLE label's reasons for a speed-up figure: the lone rate's and the packs' own."""
+    why = ([f"the one-by-one rate was {c['speedup_unreliable']}"] if c.get("speedup_unreliable") else []) + (
+        [f"the packs' times were apart ({c['packs_unreliable']}: a contended host)"] if c.get("packs_unreliable")
+        else [])
+    return "; ".join(why) or None
 
 
 def _entry(r: dict[str, Any]) -> dict[str, Any]:
@@ -142,9 +169,9 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
     cost_line = (f"sweep: {c['sweep_device_s']:.1f} s of device time in {c['packs']} pack(s) (wall clock "
                  f"{c['sweep_wall_clock_s']:.1f} s), of which {c['sweep_train_s']:.1f} s training steps; one by one: "
                  f"{c['one_by_one_s']:.1f} s of training steps"
-                 + (f" ({c['train_speedup']:.2f}x on training steps" + (
-                     f", UNRELIABLE: the one-by-one rate was {c['speedup_unreliable']})" if c.get("speedup_unreliable")
-                     else ")") if c["train_speedup"] else "")
+                 + (f" ({c['train_speedup']:.2f}x on training steps"
+                    + (f", UNRELIABLE: {unreliable_text(c)})" if unreliable_text(c) else ")") if c["train_speedup"]
+                    else "")
                  + (f"; ${c['sweep_usd']:.4f} against ${c['one_by_one_usd']:.4f}" if price_per_hour is not None
                     else ""))
     methods = [f"one by one, measured: {m}" for m in c["one_by_one_methods"]]

@@ -125,3 +125,17 @@ def test_one_side_without_spread_is_still_tested() -> None:
     results = [result(1e-3, s, 1.0) for s in (0, 1)] + [result(2e-3, s, v) for s, v in ((0, 2.0), (1, 3.0))]
     (pair,) = pairwise(results)
     assert pair["not_tested"] is None and pair["p"] is not None
+
+
+def test_identical_packs_far_apart_label_the_speedup_unreliable() -> None:
+    """Audit #3: identical packs took 0.37 s and 7.0 s and "0.09x" was printed without the UNRELIABLE label."""
+    from stride.sweep.report_files import cost, unreliable_text
+
+    results = [{"id": i, "one_by_one_s": 0.35, "summary": {"steps": 60}} for i in "abcd"]
+    packs = [{"ids": ["a", "b"], "size": 2, "solo": False, "wall_s": 0.5, "time": 1.0, "train_s": 0.37},
+             {"ids": ["c", "d"], "size": 2, "solo": False, "wall_s": 7.2, "time": 9.0, "train_s": 7.0}]
+    c = cost(results, packs, None)
+    assert c["speedup_unreliable"] is None and "2 packs of 2 took" in c["packs_unreliable"]
+    assert unreliable_text(c).startswith("the packs' times were apart")
+    steady = [{**packs[0]}, {**packs[1], "train_s": 0.4}]
+    assert cost(results, steady, None)["packs_unreliable"] is None
