@@ -107,6 +107,8 @@ class ReproReport:
     def _likely_cause(self) -> str:
         """Another layout reduces gradients in another order (and a mid-run change is not replayed at all)."""
         cause = self.layout_differs
+        if not self.config_hash_match:  # re-run on purpose with --allow-edited-config: the first cause
+            cause = "config.toml was edited after the run" + (f"; {cause}" if cause else "")
         return f" (likely cause: {cause})" if cause else ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -288,6 +290,97 @@ def summary_problem(summary: dict[str, Any], steps: int | None) -> str | None:
     return None
 
 
+class EditedConfigError(RunFolderError):
+    """config.toml no longer hashes to the config_hash the run recorded: it was edited after the run, and re-running
+    it would not re-run the recorded run (exit status 2, nothing re-run)."""
+
+
+def _dict_hash(table: dict[str, Any]) -> str:
+    """`config_hash` of a config as its dict (a checkpoint's meta.json `config`): the same JSON, the same digest."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def recorded_config(run_dir: Path, cfg: RunConfig, recorded_hash: str) -> dict[str, Any] | None:
+    """The resolved config the run recorded, where it kept one: a checkpoint's meta.json (`config`) whose content
+    hashes to summary.json's `config_hash` (so an edited or older meta.json is not taken for it). None: no
+    checkpoint of this run holds it (summary.json and env.json record only the hash)."""
+    from stride.checkpoint.safe_read import META
+
+    roots = []
+    for d in dict.fromkeys((cfg.checkpoint.dir, "checkpoints")):
+        root = Path(d) if Path(d).is_absolute() else run_dir / d
+        if root.is_dir():
+            roots.append(root)
+    for root in roots:
+        with contextlib.suppress(OSError):
+            for meta in sorted(root.glob(f"step_*/{META}"), reverse=True):
+                with contextlib.suppress(RunFolderError, InputFileError, ValueError, OSError):
+                    text = _read_run_file(meta, "checkpoint meta")
+                    table = json.loads(text) if text is not None else None
+                    conf = table.get("config") if isinstance(table, dict) else None
+                    if isinstance(conf, dict) and _dict_hash(conf) == recorded_hash:
+                        return conf
+    return None
+
+
+def config_changes(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`section.key recorded -> now` for every value that differs (a key one side lacks: `<absent>`)."""
+    now = json.loads(json.dumps(now))  # tuples as lists, as the recorded JSON holds them
+    out = []
+    for sec in sorted(set(recorded) | set(now)):
+        a, b = recorded.get(sec), now.get(sec)
+        if not (isinstance(a, dict) and isinstance(b, dict)):
+            if a != b:
+                out.append(f"{sec} {_shown(a) if sec in recorded else '<absent>'} -> "
+                           f"{_shown(b) if sec in now else '<absent>'}")
+            continue
+        for key in sorted(set(a) | set(b)):
+            va, vb = a.get(key, "<absent>"), b.get(key, "<absent>")
+            if va != vb:
+                out.append(f"{sec}.{key} {_shown(va) if key in a else '<absent>'} -> "
+                           f"{_shown(vb) if key in b else '<absent>'}")
+    return out
+
+
+def edited_config_message(run_dir: Path, cfg: RunConfig, summary: dict[str, Any], env: dict[str, Any]) -> str:
+    """Why a config.toml that does not hash to the recorded config_hash is refused: the keys that differ from the
+    resolved config the run recorded (a checkpoint's meta.json), or, where the run kept none, that the file was
+    edited after the run; and how to re-run a change on purpose."""
+    from stride.config import config_to_dict
+
+    cfg_path = run_dir / "config.toml"
+    recorded = recorded_config(run_dir, cfg, summary["config_hash"])
+    how = ("; to re-run a changed value on purpose, restore config.toml and pass the change with --set KEY=VALUE, "
+           "or pass --allow-edited-config to re-run config.toml as it is now")
+    if recorded is not None:
+        changes = config_changes(recorded, config_to_dict(cfg))
+        if changes:
+            sets = " ".join(f"--set {c.split(' ', 1)[0]}={c.rsplit(' -> ', 1)[1]}" for c in changes[:4])
+            return (f"{cfg_path} was edited after the run: it differs from the config the run recorded (its "
+                    f"checkpoint's meta.json, config_hash {summary['config_hash']}) in {'; '.join(changes)}; "
+                    f"nothing was re-run (stride repro re-runs the recorded run){how} (e.g. {sets})")
+    commit_then = env.get("git_commit")
+    from stride.metrics.env import _git
+
+    repo = Path(__file__).resolve().parents[2]
+    commit_now = _git(["rev-parse", "HEAD"], repo)
+    schema_diff = None  # whether stride/config changed between the recorded commit and this one ('' : not)
+    if isinstance(commit_then, str) and commit_now and commit_then != commit_now:
+        schema_diff = _git(["diff", "--stat", commit_then, commit_now, "--", "stride/config"], repo)
+    other_code = (f" (or was written by a stride whose config schema differs: recorded at commit "
+                  f"{_shown(commit_then)}, this is {_shown(commit_now)})"
+                  if isinstance(commit_then, str) and commit_now and commit_then != commit_now and schema_diff != ""
+                  else "")
+    kept = "the run kept no copy of its resolved config (a checkpoint's meta.json) to name the keys that differ"
+    if recorded is not None:  # the same values, another hash: not an edit of a value
+        kept = "its values are those the run recorded (a checkpoint's meta.json), so the schema or its writing differs"
+    return (f"{cfg_path} no longer hashes to the config_hash the run recorded ({summary['config_hash']}): it was "
+            f"edited after the run{other_code}; {kept}; nothing was re-run (stride repro re-runs the recorded run)"
+            + how)
+
+
 def check_run_files(run_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Before anything is re-run: summary.json, env.json and config.toml are regular files (a RunFolderError naming
     one that is a FIFO, a device, a directory, ...), the JSON ones objects, and the summary fields repro reads what
@@ -306,9 +399,11 @@ def check_run_files(run_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any
 
 
 def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: float = 1e-5,
-              overrides: list[str] | None = None, nproc: int | None = None) -> ReproReport:
+              overrides: list[str] | None = None, nproc: int | None = None,
+              allow_edited_config: bool = False) -> ReproReport:
     """Re-run `run_dir`'s recorded config into `out` (default `<run_dir>-repro`) on `nproc` processes (default:
-    the recorded world size) and compare."""
+    the recorded world size) and compare. A config.toml edited after the run (it no longer hashes to the recorded
+    config_hash) is an EditedConfigError naming what changed, nothing re-run, unless `allow_edited_config`."""
     from stride.train.trainer import Trainer
 
     checked_summary, checked_env = check_run_files(Path(run_dir))
@@ -338,11 +433,14 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, tolerance: flo
         raise ConfigError(f"{run_dir} trained on {' and '.join(from_caller)} passed to Trainer(...) in Python, which "
                           "config.toml does not describe: stride repro re-runs only runs whose config builds them; "
                           "re-run the script that made it")
-    cfg = load_config(cfg_path, overrides or [])
-    # The run directory's place is not part of the experiment: compare the hash as recorded (before the
-    # rerun's own display setting below, which is part of the hash: a run recorded with its progress bar on
-    # was reported as a config mismatch).
-    hash_match = config_hash(cfg) == summary["config_hash"]
+    # The file as it is, without --set: the overrides are changes asked for on purpose; the file is what the run
+    # recorded, unless it was edited after the run (hashed before the rerun's own display setting below, which is
+    # part of the hash: a run recorded with its progress bar on was reported as a config mismatch).
+    file_cfg = load_config(cfg_path)
+    hash_match = config_hash(file_cfg) == summary["config_hash"]
+    if not hash_match and not allow_edited_config:
+        raise EditedConfigError(edited_config_message(run_dir, file_cfg, summary, env))
+    cfg = load_config(cfg_path, overrides) if overrides else file_cfg
     cfg.metrics.progress = False
     rerun = Path(out) if out is not None else default_rerun_dir(run_dir)
     recorded_world = summary.get("world_size")
