@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stride.config import RunConfig
+from stride.metrics.contention import ContentionClock
 from stride.train.callbacks import Callback
 
 LOG_KEYS = ("step", "loss", "val_loss", "lr", "time_s")
@@ -105,6 +106,10 @@ def ray_job(job: PackJob) -> dict[str, Any]:
     """The Ray task body: the results travel back to the driver, which writes them, with the pack's own wall time
     (from when the task started running: a pack that waited in Ray's queue behind others had that wait counted
     as device time when the driver timed it from submission; audit 10, F10)."""
+    from stride.sweep.runner import _waiting
+
     t0 = time.perf_counter()
+    clock = ContentionClock()
+    clock.start()
     items = run_job(job)
-    return {"items": items, "wall_s": time.perf_counter() - t0}
+    return {"items": items, "wall_s": time.perf_counter() - t0, "waiting_threads": _waiting(job, clock)}

@@ -9,6 +9,7 @@ from typing import Any
 
 from stride.bench.results import make_results
 from stride.files import strict_json
+from stride.metrics.contention import CONTENDED_THREADS
 from stride.metrics.env import fingerprint
 from stride.metrics.run_dir import atomic_write_text
 from stride.shown_text import md_cell
@@ -71,7 +72,8 @@ PACK_SPREAD = 4 / 3  # as the lone rate's windows (sizing.SoloRate.unreliable): 
 def packs_spread(results: list[dict[str, Any]], packs: list[dict[str, Any]]) -> str | None:
     """Why the packs' own timings cannot carry a speed-up, or None: packs of one size whose training time per
     model-step is more than a third apart (identical packs took 0.37 s and 7.0 s on a contended host and the
-    0.09x "speed-up" was printed as sound, the label only looking at the lone rate)."""
+    0.09x "speed-up" was printed as sound, the label only looking at the lone rate), or packs whose threads waited
+    for cores (run-queue time, as the lone rate's check: stride.metrics.contention.CONTENDED_THREADS)."""
     steps = {r.get("id"): (r.get("summary") or {}).get("steps") or 0 for r in results}
     by_size: dict[int, list[float]] = {}
     for p in packs:
@@ -80,13 +82,16 @@ def packs_spread(results: list[dict[str, Any]], packs: list[dict[str, Any]]) -> 
             by_size.setdefault(p["size"], []).append(p["train_s"] / model_steps)
     why = [f"{len(t)} packs of {n} took {min(t) * 1e3:.3g}-{max(t) * 1e3:.3g} ms a model-step"
            for n, t in sorted(by_size.items()) if len(t) > 1 and max(t) > PACK_SPREAD * min(t)]
+    waits = [w for p in packs if isinstance(w := p.get("waiting_threads"), int | float) and w >= CONTENDED_THREADS]
+    if waits:  # the lone rate's run-queue check, applied to each pack
+        why.append(f"{len(waits)} pack(s) with up to {max(waits):.2f} threads waiting for cores other processes held")
     return "; ".join(why) or None
 
 
 def unreliable_text(c: dict[str, Any]) -> str | None:
     """The UNRELIABLE label's reasons for a speed-up figure: the lone rate's and the packs' own."""
     why = ([f"the one-by-one rate was {c['speedup_unreliable']}"] if c.get("speedup_unreliable") else []) + (
-        [f"the packs' times were apart ({c['packs_unreliable']}: a contended host)"] if c.get("packs_unreliable")
+        [f"the packs' timings were of a contended host ({c['packs_unreliable']})"] if c.get("packs_unreliable")
         else [])
     return "; ".join(why) or None
 

@@ -33,7 +33,7 @@ from typing import Any
 from stride.config.errors import ConfigError
 from stride.files.input_file import InputFileError, InputFileMissing, read_input_bytes
 from stride.files.strict_json import finite_number
-from stride.metrics.contention import CONTENTION_RECORD
+from stride.metrics.contention import CONTENTION_RECORD, ContentionClock
 from stride.sweep.grid import Point
 from stride.sweep.jobs import PackJob, ray_job, run_job
 from stride.sweep.packed_model import chunk_bounds
@@ -193,7 +193,7 @@ class Recorder:
                  f"{'-' if val is None else f'{val:.4f}'}")
 
     def pack(self, job: PackJob, items: list[dict[str, Any]], wall_s: float, backend: str,
-             error: str | None = None) -> None:
+             error: str | None = None, waiting: float | None = None) -> None:
         """Append the pack's timing: its wall time (set-up and validation included) and its training steps' time."""
         if job.solo:  # points one after another: their step times add up
             train_s = sum(_train_s(it["summary"]) for it in items)
@@ -203,11 +203,21 @@ class Recorder:
         rate = None if job.solo or first is None else self.rates.get(pack_key(first.config))
         line = json.dumps({"index": job.index, "ids": job.ids, "size": len(job.ids), "solo": job.solo,
                            "wall_s": wall_s, "train_s": train_s, "backend": backend, "error": error,
-                           "time": time.time(), "one_by_one_rate": rate.as_dict() if rate else None}) + "\n"
+                           "time": time.time(), "one_by_one_rate": rate.as_dict() if rate else None,
+                           # threads waiting for a core while the pack ran (CPU packs; None: not measured)
+                           "waiting_threads": waiting}) + "\n"
         with open(self.store.root / "packs.jsonl", "a+b") as f:
             end = f.seek(0, os.SEEK_END)
             cut = end > 0 and (f.seek(end - 1), f.read(1))[1] != b"\n"  # a line cut by a kill: end it first
             f.write((b"\n" if cut else b"") + line.encode())
+
+
+def _waiting(job: PackJob, clock: ContentionClock) -> float | None:
+    """Threads that waited for a core while the pack ran, for a CPU pack (as the lone rate's: a GPU pack's host
+    threads only launch kernels); None elsewhere or where the run queue cannot be read."""
+    from stride.sweep.sizing import _on_cpu
+
+    return clock.waiting_threads() if job.configs and _on_cpu(job.configs[0]) else None
 
 
 def _train_s(s: dict[str, Any]) -> float:
@@ -221,8 +231,10 @@ def run_local(jobs: list[PackJob], rec: Recorder, stop: Callable[[], None] | Non
         if stop is not None:
             stop()
         t0 = time.perf_counter()
+        clock = ContentionClock()
+        clock.start()
         items = run_job(job, on_point=rec.point, check=stop)
-        rec.pack(job, items, time.perf_counter() - t0, "local")
+        rec.pack(job, items, time.perf_counter() - t0, "local", waiting=_waiting(job, clock))
 
 
 def _reachable(address: str, timeout: float = 5.0) -> None:
@@ -289,7 +301,8 @@ def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options, ray: Any) -> None
                 continue
             for item in out["items"]:
                 rec.point(item)
-            rec.pack(job, out["items"], out["wall_s"], "ray")  # the task's own time, not its wait in the queue
+            # the task's own time (not its wait in the queue) and its own run-queue wait
+            rec.pack(job, out["items"], out["wall_s"], "ray", waiting=out.get("waiting_threads"))
     finally:
         for ref in pending:  # stopped: the packs still queued or running are cancelled (a cluster we did not start)
             with contextlib.suppress(Exception):  # a task that ended meanwhile: nothing to cancel
@@ -395,6 +408,9 @@ def pack_record_problem(rec: Any) -> str | None:
         return f"train_s is {json.dumps(rec['train_s'])[:40]}, not a finite number >= 0"
     if rec.get("error") is not None and not isinstance(rec["error"], str):
         return f"error is {json.dumps(rec['error'])[:40]}, not text"
+    if rec.get("waiting_threads") is not None and not (finite_number(rec["waiting_threads"])
+                                                       and rec["waiting_threads"] >= 0):
+        return f"waiting_threads is {json.dumps(rec['waiting_threads'])[:40]}, not a finite number >= 0"
     rate = rec.get("one_by_one_rate")
     if rate is not None and not (isinstance(rate, dict) and (rate.get("method") is None
                                                              or isinstance(rate["method"], str))):

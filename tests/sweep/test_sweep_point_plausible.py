@@ -136,6 +136,16 @@ def test_identical_packs_far_apart_label_the_speedup_unreliable() -> None:
              {"ids": ["c", "d"], "size": 2, "solo": False, "wall_s": 7.2, "time": 9.0, "train_s": 7.0}]
     c = cost(results, packs, None)
     assert c["speedup_unreliable"] is None and "2 packs of 2 took" in c["packs_unreliable"]
-    assert unreliable_text(c).startswith("the packs' times were apart")
+    assert unreliable_text(c).startswith("the packs' timings were of a contended host (2 packs of 2 took")
     steady = [{**packs[0]}, {**packs[1], "train_s": 0.4}]
     assert cost(results, steady, None)["packs_unreliable"] is None
+    starved = [{**packs[0], "waiting_threads": 0.9}, {**packs[1], "train_s": 0.4, "waiting_threads": 0.0}]
+    assert "1 pack(s) with up to 0.90 threads waiting" in cost(results, starved, None)["packs_unreliable"]
+
+
+def test_each_pack_records_its_run_queue_wait(config, finished) -> None:
+    from stride.sweep.runner import load_pack_log
+
+    recs = load_pack_log(finished)
+    assert recs and all("waiting_threads" in r for r in recs)
+    assert all(r["waiting_threads"] is None or r["waiting_threads"] >= 0 for r in recs)
