@@ -85,14 +85,24 @@ def _loss_curves(results: dict[str, Any], results_dir: Path, notes: list[str]) -
             notes.append(f"{plain(w['name'])}: no loss curve: {exc}")
             continue
         pts = []
-        for line in text.splitlines():
+        *whole, cut = text.split("\n")  # `cut`: after the last newline, a line a kill can leave cut short
+        bad: list[int] = []  # the numbers of whole lines that are not JSON (stride top refuses them; said here)
+        for n, line in enumerate([*whole, cut], 1):
+            if not line.strip():
+                continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a crash can leave the last line cut; the rest is still good
+            except (ValueError, RecursionError):
+                if n <= len(whole):  # a whole line: damaged or edited; a cut last one is a killed run's, left out
+                    bad.append(n)
+                continue
             if isinstance(rec, dict) and all(isinstance(rec.get(k), int | float) and math.isfinite(rec[k])
                                              for k in ("loss", "time_s")):
                 pts.append((rec["time_s"], rec["loss"]))  # a diverged run's NaN losses have no place on the axis
+        if bad:  # was left out without a word, while `stride top` refused the same file
+            notes.append(f"{plain(w['name'])}: {plain(path)}: {len(bad)} line(s) that are not JSON left out of the "
+                         f"loss curve (the first: line {bad[0]}); stride writes whole JSON lines: the file is damaged "
+                         "or was edited")
         if pts:
             curves[w["name"]] = pts
     return curves
