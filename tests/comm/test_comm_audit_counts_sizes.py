@@ -9,21 +9,12 @@ and `1e3` were "expected a number"; `--max-bytes 99999999999999999999999` said "
 from __future__ import annotations
 
 import pytest
+from comm_fakes import run_comm
 
 from stride.comm.bench import Row
 from stride.comm.sizes import parse_bytes
 
-
-def _comm(argv: list[str], monkeypatch: pytest.MonkeyPatch, rows: list[Row] | None = None) -> int:
-    import stride.comm.launch
-    from stride.cli.main import main
-
-    def fake(job: object, nproc: int) -> list[Row]:
-        assert rows is not None, "the benchmark ran; the arguments should have been refused first"
-        return rows
-
-    monkeypatch.setattr(stride.comm.launch, "run_spawned", fake)
-    return main(["comm", *argv])
+_comm = run_comm
 
 
 def test_count_is_nccl_tests_count_and_the_bandwidths_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:

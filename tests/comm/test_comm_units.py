@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from comm_fakes import run_comm
 
 from stride.comm.bench import Row, iters_for
 from stride.comm.collectives import COLLECTIVES
@@ -114,17 +115,7 @@ def _rows(name: str, points: list[tuple[int, float]]) -> list[Row]:
     return [Row(name, b, b // 4, t, 0.0, 0.0, True) for b, t in points]
 
 
-def _comm(argv: list[str], monkeypatch: pytest.MonkeyPatch, rows: list[Row] | None = None) -> int:
-    """Run `stride comm` with `run_spawned` returning `rows` (or failing the test if it is reached)."""
-    import stride.comm.launch
-    from stride.cli.main import main
-
-    def fake(job: object, nproc: int) -> list[Row]:
-        assert rows is not None, "the benchmark ran; the arguments should have been refused first"
-        return rows
-
-    monkeypatch.setattr(stride.comm.launch, "run_spawned", fake)
-    return main(["comm", *argv])
+_comm = run_comm
 
 
 def _profile_beside_a_clean_fit(rows: list, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

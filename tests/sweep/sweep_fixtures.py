@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import shutil
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from stride.cli.main import main
 from stride.config import RunConfig, load_config
 from stride.models.registry import build_model
 from stride.train.device import seed_everything
@@ -94,3 +97,23 @@ def drawing_source(cfg, batch_size):
 
     torch.rand(1)
     return build_synthetic(dataclasses.replace(cfg, source="synthetic"), batch_size)
+
+
+# a 2 x 2 grid in one pack of 2 per configuration: the finished sweep the point-file tests edit copies of
+GRID = ["--grid", "optim.lr=1e-3,2e-3", "--grid", "train.seed=0..1", "--pack", "2"]
+
+
+def sweep_argv(config: Path, out: Path) -> list[str]:
+    return ["sweep", str(config), *GRID, "--out", str(out)]
+
+
+def finished_sweep(config: Path, tmp_path_factory) -> Path:  # noqa: ANN001 (pytest's TempPathFactory)
+    """The GRID sweep of `config`, finished, in a new folder (a module-scoped fixture's body)."""
+    out = tmp_path_factory.mktemp("sw") / "s"
+    assert main(sweep_argv(config, out)) == 0
+    return out
+
+
+def copy_of(finished: Path, tmp_path: Path) -> Path:
+    """A copy of a finished sweep that a test may edit."""
+    return Path(shutil.copytree(finished, tmp_path / "s"))

@@ -18,31 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_fixtures import mlp_toml
+from sweep_fixtures import mlp_toml, sweep_argv
 
 import stride.sweep.runner
 from stride.cli.main import main
 from stride.cli.sweep import _log_best
 from stride.sweep.store import point_problem
 
-GRID = ["--grid", "optim.lr=1e-3,2e-3", "--grid", "train.seed=0..1", "--pack", "2"]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def sweep(config: Path, out: Path) -> list[str]:
-    return ["sweep", str(config), *GRID, "--out", str(out)]
-
-
-@pytest.fixture(scope="module")
-def finished(config, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("sw") / "s"
-    assert main(sweep(config, out)) == 0
-    return out
-
-
-@pytest.fixture
-def copy(finished, tmp_path) -> Path:
-    return Path(shutil.copytree(finished, tmp_path / "s"))
 
 
 def first_point(out: Path) -> Path:
@@ -91,7 +74,7 @@ def test_a_damaged_point_file_is_refused_before_training(change, why, config, co
     path = first_point(copy)
     edit(path, change)
     before = {p.name: p.read_bytes() for p in (copy / "points").iterdir()}
-    rc = main(sweep(config, copy))
+    rc = main(sweep_argv(config, copy))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert err[0].startswith(f"stride sweep: {path}: {why}"), err[0]
@@ -104,12 +87,12 @@ def test_a_damaged_point_file_is_refused_before_training(change, why, config, co
 def test_a_point_file_that_does_not_parse_is_refused_not_retrained(config, copy, capsys) -> None:
     path = first_point(copy)
     path.write_text(path.read_text()[:40])
-    rc = main(sweep(config, copy))
+    rc = main(sweep_argv(config, copy))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith(f"stride sweep: {path}: not valid JSON (")
     path.unlink()  # what the line says: delete the point's files, run the same command
     path.with_suffix(".state.pt").unlink()
-    assert main(sweep(config, copy)) == 0
+    assert main(sweep_argv(config, copy)) == 0
     assert "resuming: 3 of 4 points already finished" in capsys.readouterr().err
     assert json.loads(path.read_text())["summary"]["status"] in ("done", "target")
 
@@ -117,7 +100,7 @@ def test_a_point_file_that_does_not_parse_is_refused_not_retrained(config, copy,
 def test_another_points_file_under_this_name_is_refused(config, copy, capsys) -> None:
     a, b = sorted((copy / "points").glob("*.json"))[:2]
     shutil.copyfile(b, a)
-    assert main(sweep(config, copy)) == 2
+    assert main(sweep_argv(config, copy)) == 2
     assert f"{a}: its id is \"{b.stem}\", not '{a.stem}'" in capsys.readouterr().err
 
 
@@ -149,14 +132,14 @@ def test_ctrl_c_keeps_the_finished_points_in_one_line(config, tmp_path, monkeypa
 
     monkeypatch.setattr(stride.sweep.runner, "run_job", first_pack_then_ctrl_c)
     out = tmp_path / "s"
-    assert main(sweep(config, out)) == 130
+    assert main(sweep_argv(config, out)) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (f"stride sweep: stopped (interrupted): 2 of 4 points finished and are kept in {out}; run the "
                        "same command again to resume it")
     assert not any("Traceback" in line for line in err)
     assert len(list((out / "points").glob("*.json"))) == 2 and (out / "report.html").is_file()
     monkeypatch.setattr(stride.sweep.runner, "run_job", real)
-    assert main(sweep(config, out)) == 0
+    assert main(sweep_argv(config, out)) == 0
     assert "resuming: 2 of 4 points already finished" in capsys.readouterr().err
 
 

@@ -13,32 +13,14 @@ value each; now no test, and the report says the seeds gave identical results.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from sweep_fixtures import sweep_argv
 
 from stride.cli.main import main
 from stride.sweep.report import IDENTICAL, NO_FIGURE, configuration_stats, pairwise, significance_line
 from stride.sweep.stats import diff_interval, mean_sd, welch
-
-GRID = ["--grid", "optim.lr=1e-3,2e-3", "--grid", "train.seed=0..1", "--pack", "2"]
-
-
-def sweep(config: Path, out: Path) -> list[str]:
-    return ["sweep", str(config), *GRID, "--out", str(out)]
-
-
-@pytest.fixture(scope="module")
-def finished(config, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("sw") / "s"
-    assert main(sweep(config, out)) == 0
-    return out
-
-
-@pytest.fixture
-def copy(finished, tmp_path) -> Path:
-    return Path(shutil.copytree(finished, tmp_path / "s"))
 
 
 def points(out: Path) -> list[Path]:
@@ -52,7 +34,7 @@ def edit(path: Path, change) -> None:
 
 
 def refused(config, out, capsys) -> str:
-    assert main(sweep(config, out)) == 2
+    assert main(sweep_argv(config, out)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0]
     return err[0]
@@ -90,7 +72,7 @@ def test_extreme_but_consistent_losses_give_a_report_not_a_traceback(config, cop
 
     for path in points(copy)[:3]:
         edit(path, huge)
-    assert main(sweep(config, copy)) == 0
+    assert main(sweep_argv(config, copy)) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and NO_FIGURE in err
     pairs = json.loads((copy / "results.json").read_text())["sweep"]["pairs"]
