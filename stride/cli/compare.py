@@ -42,9 +42,13 @@ def run(args: argparse.Namespace) -> int:
     # every line here can quote the inputs (names, config values): `plain`, so nothing in them acts on the terminal
     try:
         (a, _), (b, _) = resolve(args.a), resolve(args.b)
-        rows = compare_results(a, b)
     except ResultsError as exc:
         print(f"stride compare: {plain(exc)}", file=sys.stderr)
+        return 2
+    try:
+        rows = compare_results(a, b)
+    except ResultsError as exc:  # a figure of the pair, not of one file (a ratio that is no number): both named
+        print(plain(f"stride compare: A = {args.a}, B = {args.b}: {exc}"), file=sys.stderr)
         return 2
     for side, res in (("A", a), ("B", b)):
         if res.get("partial"):

@@ -70,6 +70,11 @@ def judge(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, str]:
     if not a.get("median") or not b.get("median"):
         return None, "n/a"
     ratio = b["median"] / a["median"]
+    if not math.isfinite(ratio) or ratio == 0:  # a median of 1e-310 (inputs check each figure's range, not this)
+        from stride.bench.results import ResultsError
+
+        raise ResultsError(f"throughput.median B / A = {b['median']!r} / {a['median']!r} is not a finite, positive "
+                           "ratio: one of them is no measurement (a damaged or edited file)")
     unmeasured = "" if noise_measured(a) or noise_measured(b) else " (noise not measured: 1 run each, 2 % assumed)"
     if within_band(ratio, noise_band(a, b)):
         return ratio, "within noise" + unmeasured
@@ -128,7 +133,10 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
                 "b_median": wb["throughput"]["median"], "verdict": "units differ: not comparable",
                 "unit_mismatch": f"{name}: throughput units differ: A in {ua!r}, B in {ub!r}; stride knows no "
                                  "conversion between them, so no ratio (compare results measured in one unit)"}
-    ratio, verdict = judge(wa["throughput"], wb["throughput"])
+    try:
+        ratio, verdict = judge(wa["throughput"], wb["throughput"])
+    except ValueError as exc:  # a ResultsError: which workload
+        raise type(exc)(f"workload {name}: {exc}") from None
     # a side measured on a contended host: its figure can be tens of times slow at any spread (a train run's one
     # figure was judged "slower" against the 2 % floor), so the ratio is shown and judged by no band
     busy = contended_verdict({"A": wa, "B": wb})
@@ -201,7 +209,7 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
         v = r.get(f"{side}_median")
         if r.get("missing") == side.upper():
             return "not measured"
-        return "-" if v is None else f"{v:,.0f}"
+        return "-" if v is None else number(v)
 
     for r in rows:
         ratio, band = shown(r)
@@ -214,6 +222,12 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
     return table
 
 
+def number(v: float) -> str:
+    """A median as the table prints it: whole units with thousands separators up to 1e9, scientific beyond (a
+    damaged file's 1e308 was printed as a 309-digit integer)."""
+    return f"{v:,.0f}" if 1 <= abs(v) < 1e9 or v == 0 else f"{v:.3g}" if abs(v) < 1 else f"{v:.3e}"
+
+
 def shown(r: dict[str, Any]) -> tuple[str, str]:
     """(ratio, band) as the table prints them, to one precision (ratio 0.001 with the band in 0.1 %), with more digits
     where those would contradict the verdict: 0.978 beside ±2.2 % reads as on the band's edge, yet 0.9779 is outside
@@ -223,7 +237,9 @@ def shown(r: dict[str, Any]) -> tuple[str, str]:
     if not ratio:
         return "-", "-"
     if not band:
-        return f"{ratio:.3f}", "-"
+        return f"{ratio:.3f}" if 1e-3 <= ratio < 1e6 else f"{ratio:.3e}", "-"
+    if not 1e-3 <= ratio < 1e6:  # far outside any band: the digits cannot contradict the verdict
+        return f"{ratio:.3e}", f"±{100 * band:.1f}%" + ("" if r.get("noise_measured") else " assumed")
     within = within_band(ratio, band)
     for digits in range(3, 13):  # by 12 digits the shown figures are those within_band judged
         rt, bt = f"{ratio:.{digits}f}", f"{100 * band:.{digits - 2}f}"

@@ -38,6 +38,18 @@ def contention_problem(s: dict[str, Any]) -> str | None:
     return None
 
 
+# The most any rate of a run can be, per second (samples, timesteps or tokens): no machine computes above about 1e19
+# FLOP/s (the largest supercomputers are near 1e18), and no sample, timestep or token of any model costs fewer than
+# about 1e4 FLOPs (this repository's tiny MLP: about 2e6 a sample), so 1e15/s is a bound no measurement reaches, with
+# room to spare. A figure above it is a damaged or crafted file: a 1e308 median was printed as a 309-digit integer
+# and judged "faster" by a ratio of 1e300.
+RATE_MAX_PER_S = 1e15
+# and the least a measured rate above 0 can be: one sample in 30 years (0 stays: no measurement, shown "n/a"); a
+# 1e-310 median made the ratio of two medians overflow, or read as 0 ("slower")
+RATE_MIN_PER_S = 1e-9
+RATES = ("samples_per_s", "timesteps_per_s", "throughput.median", "throughput.min", "throughput.max")
+
+
 def range_problem(figures: dict[str, Any]) -> str | None:
     """The first figure of a summary.json or results entry outside its possible range (a negative rate or
     time, an MFU above 1, NaN), which would otherwise be shown and judged as measured; None: all possible.
@@ -51,6 +63,12 @@ def range_problem(figures: dict[str, Any]) -> str | None:
             return f"{key} = {v!r} is not a finite number"
         if v < 0 or (key == "mfu" and v > 1):
             return f"{key} = {v!r} is impossible ({'MFU is a fraction from 0 to 1' if key == 'mfu' else 'below 0'})"
+        if key in RATES and 0 < v < RATE_MIN_PER_S:
+            return (f"{key} = {v:.6g} is impossible: a measured rate above 0 is at least {RATE_MIN_PER_S:.0e} a "
+                    "second (one sample in 30 years); the file is damaged or edited")
+        if key in RATES and v > RATE_MAX_PER_S:
+            return (f"{key} = {v:.6g} is impossible: no run measures above {RATE_MAX_PER_S:.0e} a second (that is "
+                    "beyond the FLOP/s of any machine at any model's FLOPs a sample); the file is damaged or edited")
     return None
 
 
