@@ -3,6 +3,8 @@
 Reads what the trainer already writes (metrics.jsonl, system.jsonl, summary.json), so it works on
 a run started anywhere whose directory is visible here, and needs no connection to the process.
 
+A folder that does not exist yet is waited for (said once on stderr; --timeout counts the wait, and a folder that
+never appeared is exit status 2 then; --once does not wait).
 Following stops when summary.json appears (exit status 0), at --timeout (0), or when the run's process is gone
 without writing one (exit status 1): the folder's lock file (stride.files.run_lock) names a pid on this host that
 no longer runs, so nothing will be written again; a killed run used to be followed forever. A pid on another host
@@ -249,20 +251,38 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    if not args.run_dir.is_dir():
-        what = "a file, not a run directory" if args.run_dir.is_file() else "no such directory"
-        raise TopInputError(f"{args.run_dir}: {what}")
     if args.interval <= 0:
         raise TopInputError(f"--interval = {args.interval} must be > 0")
     if args.timeout is not None and args.timeout < 0:
         raise TopInputError(f"--timeout = {args.timeout} must be >= 0")
+    start = time.monotonic()  # --timeout counts from here: the wait for the folder is part of it
+    waited = False
+    if not args.run_dir.is_dir():
+        if args.run_dir.exists() or args.once:  # --once shows what is there now: nothing to show is an error
+            what = "a file, not a run directory" if args.run_dir.exists() else "no such directory"
+            raise TopInputError(f"{args.run_dir}: {what}")
+        # `stride top DIR` started before `stride train --out DIR` made the folder: wait for it, as for its files
+        # (this exited 2 at once, "no such directory", a second before the folder appeared)
+        print(f"stride top: {args.run_dir} does not exist yet: waiting for the run to create it "
+              + (f"(up to --timeout {args.timeout:g} s; Ctrl-C stops)" if args.timeout is not None
+                 else "(Ctrl-C stops)"), file=sys.stderr)
+        waited = True
+        while not args.run_dir.is_dir():
+            if args.run_dir.exists():
+                raise TopInputError(f"{args.run_dir}: a file, not a run directory")
+            if args.timeout is not None and time.monotonic() - start >= args.timeout:
+                raise TopInputError(f"{args.run_dir}: no such directory after waiting {args.timeout:g} s "
+                                    "(--timeout): did the run start, with this --out?")
+            time.sleep(args.interval if args.timeout is None
+                       else max(0.0, min(args.interval, args.timeout - (time.monotonic() - start))))
     if not any((args.run_dir / f).exists() for f in RUN_FILES):
         runs = sorted(p.parent.name for p in args.run_dir.glob("*/metrics.jsonl"))
         if args.once or runs:  # a bench directory, or nothing to show: say where the runs are
             hint = f"; runs inside it: {', '.join(runs)} (e.g. stride top {args.run_dir / runs[0]})" if runs else ""
             raise TopInputError(f"{args.run_dir} holds no run files ({', '.join(RUN_FILES)}){hint}")
-        print(f"stride top: no run files in {args.run_dir} yet: waiting for the run to start (Ctrl-C stops)",
-              file=sys.stderr)
+        if not waited:  # said once: the line above already says it waits for the run
+            print(f"stride top: no run files in {args.run_dir} yet: waiting for the run to start (Ctrl-C stops)",
+                  file=sys.stderr)
     view = RunView(args.run_dir)
     try:
         view.check_writer()
@@ -273,7 +293,6 @@ def run(args: argparse.Namespace) -> int:
             if view.gone is not None and view.summary is None:
                 print(_gone_line(view, following=False), file=sys.stderr)
             return 0
-        start = time.monotonic()
         with Live(view.render(), console=console, refresh_per_second=4) as live:
             while (view.summary is None and view.gone is None
                    and (args.timeout is None or time.monotonic() - start < args.timeout)):
