@@ -102,14 +102,20 @@ def run_job(job: PackJob, on_point: Callable[[dict[str, Any]], None] | None = No
     return done
 
 
+def pack_waiting_threads(job: PackJob, clock: ContentionClock) -> float | None:
+    """Threads that waited for a core while the pack ran, for a CPU pack (as the lone rate's: a GPU pack's host
+    threads only launch kernels); None elsewhere or where the run queue cannot be read."""
+    from stride.sweep.sizing import _on_cpu
+
+    return clock.waiting_threads() if job.configs and _on_cpu(job.configs[0]) else None
+
+
 def ray_job(job: PackJob) -> dict[str, Any]:
     """The Ray task body: the results travel back to the driver, which writes them, with the pack's own wall time
     (from when the task started running: a pack that waited in Ray's queue behind others had that wait counted
     as device time when the driver timed it from submission; audit 10, F10)."""
-    from stride.sweep.runner import _waiting
-
     t0 = time.perf_counter()
     clock = ContentionClock()
     clock.start()
     items = run_job(job)
-    return {"items": items, "wall_s": time.perf_counter() - t0, "waiting_threads": _waiting(job, clock)}
+    return {"items": items, "wall_s": time.perf_counter() - t0, "waiting_threads": pack_waiting_threads(job, clock)}

@@ -35,7 +35,7 @@ from stride.files.input_file import InputFileError, InputFileMissing, read_input
 from stride.files.strict_json import finite_number
 from stride.metrics.contention import CONTENTION_RECORD, ContentionClock
 from stride.sweep.grid import Point
-from stride.sweep.jobs import PackJob, ray_job, run_job
+from stride.sweep.jobs import PackJob, pack_waiting_threads, ray_job, run_job
 from stride.sweep.packed_model import chunk_bounds
 from stride.sweep.packing import check_packable, pack_key, split_keys
 from stride.sweep.sizing import SoloRate, check_fits, measure_solo, probe
@@ -212,14 +212,6 @@ class Recorder:
             f.write((b"\n" if cut else b"") + line.encode())
 
 
-def _waiting(job: PackJob, clock: ContentionClock) -> float | None:
-    """Threads that waited for a core while the pack ran, for a CPU pack (as the lone rate's: a GPU pack's host
-    threads only launch kernels); None elsewhere or where the run queue cannot be read."""
-    from stride.sweep.sizing import _on_cpu
-
-    return clock.waiting_threads() if job.configs and _on_cpu(job.configs[0]) else None
-
-
 def _train_s(s: dict[str, Any]) -> float:
     if s.get("train_time_s") is not None:
         return float(s["train_time_s"])
@@ -234,7 +226,7 @@ def run_local(jobs: list[PackJob], rec: Recorder, stop: Callable[[], None] | Non
         clock = ContentionClock()
         clock.start()
         items = run_job(job, on_point=rec.point, check=stop)
-        rec.pack(job, items, time.perf_counter() - t0, "local", waiting=_waiting(job, clock))
+        rec.pack(job, items, time.perf_counter() - t0, "local", waiting=pack_waiting_threads(job, clock))
 
 
 def _reachable(address: str, timeout: float = 5.0) -> None:
