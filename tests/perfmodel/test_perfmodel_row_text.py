@@ -145,7 +145,7 @@ def test_uneven_pipeline_stages() -> None:
 
 @pytest.mark.parametrize(("change", "reason"), [
     ({"layers": ""}, "`layers` is blank"), ({"gpu": "P100"}, "P100"), ({"ffn_act": "tanh"}, "ffn_act 'tanh'"),
-    ({"num_gpus": ""}, "`num_gpus` is blank"), ({"seq_len": "x"}, "`seq_len` must be a positive integer"),
+    ({"num_gpus": ""}, "`num_gpus` is blank"), ({"seq_len": "x"}, "`seq_len` is 'x', not a number"),
     ({"arch": "GPT MoE model"}, "number of experts"), ({"dp": "3"}, "!= num_gpus"),
     ({"hidden": "1024", "vocab": ""}, "`vocab` is blank"), ({"recompute": "sometimes"}, "recompute"),
 ])
