@@ -190,11 +190,15 @@ def config_to_toml(cfg: RunConfig) -> str:
 
 
 def config_hash(cfg: RunConfig) -> str:
+    try:  # the JSON of config_view is config_to_dict's, without copying every value first
+        return table_hash(config_view(cfg))
+    except TypeError:  # a value JSON cannot hold as it is (a dataclass inside a section): asdict's form
+        return table_hash(config_to_dict(cfg))
+
+
+def table_hash(table: dict) -> str:
+    """`config_hash` of a config given as its dict (config_to_dict's form, or a checkpoint's recorded `config`)."""
     import hashlib
     import json
 
-    try:  # the JSON of config_view is config_to_dict's, without copying every value first
-        blob = json.dumps(config_view(cfg), sort_keys=True).encode()
-    except TypeError:  # a value JSON cannot hold as it is (a dataclass inside a section): asdict's form
-        blob = json.dumps(config_to_dict(cfg), sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()[:16]

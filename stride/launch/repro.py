@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from stride.config import ConfigError, RunConfig, config_hash, load_config
+from stride.config.loader import table_hash
 from stride.errors import StrideError
 from stride.files.input_file import InputFileError, json_object, read_input_text
 from stride.files.strict_json import finite_number
@@ -295,13 +296,6 @@ class EditedConfigError(RunFolderError):
     it would not re-run the recorded run (exit status 2, nothing re-run)."""
 
 
-def _dict_hash(table: dict[str, Any]) -> str:
-    """`config_hash` of a config as its dict (a checkpoint's meta.json `config`): the same JSON, the same digest."""
-    import hashlib
-
-    return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def recorded_config(run_dir: Path, cfg: RunConfig, recorded_hash: str) -> dict[str, Any] | None:
     """The resolved config the run recorded, where it kept one: a checkpoint's meta.json (`config`) whose content
     hashes to summary.json's `config_hash` (so an edited or older meta.json is not taken for it). None: no
@@ -320,7 +314,7 @@ def recorded_config(run_dir: Path, cfg: RunConfig, recorded_hash: str) -> dict[s
                     text = _read_run_file(meta, "checkpoint meta")
                     table = json.loads(text) if text is not None else None
                     conf = table.get("config") if isinstance(table, dict) else None
-                    if isinstance(conf, dict) and _dict_hash(conf) == recorded_hash:
+                    if isinstance(conf, dict) and table_hash(conf) == recorded_hash:
                         return conf
     return None
 
