@@ -159,6 +159,7 @@ def _device(catalog, text: str, quiet: bool = False):
 
     from stride.perfmodel.hw_text import DESCRIBE_EXAMPLE, resolve
 
+    _unread_figures(text)
     try:
         hw, notes = resolve(text, catalog)
     except ValueError as exc:
@@ -173,6 +174,30 @@ def _device(catalog, text: str, quiet: bool = False):
         for note in notes:
             print(f"stride plan: note: --hardware {text!r}: {note}", file=sys.stderr)
     return hw, notes
+
+
+# a figure in exponent notation ("1e30 TFLOPS", "1e30 TB/s", "@ 1e30 W"): the text readers take plain digits only
+# (memory aside, which reads and range-checks "1e3GB"), so such a figure was skipped and the catalog part planned
+# without a word (planner audit of 2026-12-07). "v5e-256" is a name: a letter before the digit
+_EXPONENT_FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?e[+-]?\d+)(?!\s*gi?b\b(?!/| ?/s|ps))\s*([a-z/$%@]*)")
+# a price: nothing in a --hardware text sets one ("H100 $-3/h" planned at the catalog's $3 without a word)
+_PRICE_WORDS = re.compile(r"\$|\busd\b|/\s*(?:h|hr|hour)\b|\bper\s+hour\b|\bprice\b")
+
+
+def _unread_figures(text: str) -> None:
+    """Refuse, naming the figure, what a --hardware text states that the readers would skip: a figure in exponent
+    notation, or a price (it belongs in a --hardware-file entry's price_per_hour_usd)."""
+    low = (text or "").lower()
+    m = _EXPONENT_FIGURE.search(low)
+    if m:
+        unit = f" {m.group(2)}" if m.group(2) else ""
+        raise ConfigError(f"--hardware {text!r}: {m.group(1)!r}{unit} is written with an exponent, which the "
+                          "--hardware reader does not take for a peak, bandwidth or power figure; write it in plain "
+                          "digits (e.g. '989 TFLOPS', '3.35TB/s', '@ 500 W'), or leave it out to take the catalog's")
+    if _PRICE_WORDS.search(low):
+        raise ConfigError(f"--hardware {text!r}: states a price, which a --hardware text does not set (the plan would "
+                          "use the catalog's); give it as price_per_hour_usd (a number >= 0, USD per device-hour) in a "
+                          "--hardware-file entry")
 
 
 def _display_memory(hw, catalog):

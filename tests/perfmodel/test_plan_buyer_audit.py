@@ -1,0 +1,35 @@
+"""`stride plan` as a buyer reads it (planner audit of 2026-12-07): each test failed before its fix.
+
+- a --hardware text with a figure in exponent notation ("1e30 TFLOPS") or a price ("$-3/h") was planned as the
+  catalog part without a word; now refused naming the figure;
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stride.cli.main import main
+
+
+@pytest.mark.parametrize("text, figure", [("H100 SXM 1e30 TFLOPS", "1e30"), ("H100 SXM 1e30 TB/s", "1e30"),
+                                          ("H100 SXM @ 1e30 W", "1e30")])
+def test_an_exponent_figure_in_the_hardware_text_is_refused(text: str, figure: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--hardware", text]) == 2
+    err = capsys.readouterr().err
+    assert figure in err and "exponent" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", ["H100 SXM $-3/h", "H100 SXM 2 USD per hour"])
+def test_a_price_in_the_hardware_text_is_refused_pointing_at_the_file_field(
+        text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--hardware", text]) == 2
+    assert "price_per_hour_usd" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["TPU v5e-256", "H100 SXM 96GB @ 500 W"])
+def test_names_and_plain_figures_are_still_read(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "gpt3-1.3b", "--devices", "8", "--hardware", text, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["best"] is not None
