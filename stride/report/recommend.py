@@ -7,6 +7,7 @@ say where to look first, stated in every recommendation so a reader can judge th
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -61,11 +62,21 @@ def load_prices(path: str | Path | None = None) -> dict[str, float]:
     return {k: float(v) for k, v in prices.items()}
 
 
+def _names_part(key: str, gpu: str) -> bool:
+    """Whether price key `key` names the part in device name `gpu`: the key as whole tokens, any case ("H100" in
+    "NVIDIA H100 80GB HBM3"), never inside a longer model number ("L4" is not the "L40S", "H200" not the "GH200")."""
+    return re.search(rf"(?<![a-z0-9]){re.escape(key.lower())}(?![a-z0-9])", gpu.lower()) is not None
+
+
 def price_for(env: dict[str, Any], prices: dict[str, float]) -> tuple[float | None, str]:
+    """USD an hour for the results' devices (one GPU's price times their count, or the CPU's) and the key it came
+    from. The longest key that names the GPU wins: a plain substring test took the first key in the file, so an
+    L40S was priced as an L4 and a GH200 as an H200 (planner audit of 2026-12-07)."""
+    keys = sorted((k for k in prices if k != "cpu"), key=len, reverse=True)
     for gpu in env.get("gpus") or []:
-        for key, v in prices.items():
-            if key != "cpu" and key in gpu:
-                return v * len(env["gpus"]), key
+        for key in keys:
+            if _names_part(key, str(gpu)):
+                return prices[key] * len(env["gpus"]), key
     if not env.get("gpus") and "cpu" in prices:
         return prices["cpu"], "cpu"
     return None, "no price"
