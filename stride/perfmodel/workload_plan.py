@@ -14,7 +14,7 @@ from stride.perfmodel.costmodel import Prediction
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.hardware import Hardware
 from stride.perfmodel.layout import Layout
-from stride.perfmodel.planner import PlanResult
+from stride.perfmodel.planner import PlanResult, _ties_by_memory
 from stride.perfmodel.workload_cost import interpolate, predict_workload
 
 
@@ -87,7 +87,9 @@ def search_workload(spec: str, hw: Hardware, devices: int, global_batch: int | N
                 lay = Layout(dp=devices, zero=zero, micro_batch=mb, recompute=rc, precision=tr.precision,
                              framework="fsdp2" if zero else "ddp")
                 preds.append(predict_workload(tr, lay, hw, gb, eff, p.ddp_bucket_mb, fsdp_bytes))
-    fits = sorted((x for x in preds if x.fits), key=lambda x: x.step_time_s)
+    # the model plan's rule, which the table's title states: step times within 0.5 % are one speed, the smaller
+    # memory first (this search had sorted by time alone under that title: planner audit of 2026-12-07)
+    fits = _ties_by_memory(sorted((x for x in preds if x.fits), key=lambda x: x.step_time_s))
     over = sorted((x for x in preds if not x.fits), key=lambda x: x.step_time_s)
     return WorkloadPlan(name, cfg, traces, PlanResult(fits, over, len(preds)), gb)
 
