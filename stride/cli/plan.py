@@ -537,12 +537,27 @@ def _run(args: argparse.Namespace) -> int:
             "alternatives": [{**out(p), "why_slower": explain(p, best)} for p in alts] if best else [],
             "fastest_not_fitting": [out(p) for p in result.rejected_memory[:3]],
             "closest_not_fitting": [out(p) for p in result.closest_not_fitting()],
-            "fits_from_devices": _fits_from(args, spec, hw, gb, eff, result)[0],
+            "fits_from_devices": (found := _fits_from(args, spec, hw, gb, eff, result)[0]),
+            # where nothing fits and no count was found: which counts were tried (none past 16,384)
+            "fits_from_note": _no_fit_anywhere(args.devices) if best is None and found is None else None,
         }))
         return 0 if best else 1  # as the table: no layout fits is a failure, whichever the output
     _print_plan(result, alts, spec, hw, args.devices, gb, seconds, args.top, (lo, hi, basis),
                 _hardware_lines(args.hardware, notes), check, _fits_from(args, spec, hw, gb, eff, result))
     return 0 if result.best else 1
+
+
+def _no_fit_anywhere(devices: int) -> str:
+    """What the search for a fitting device count tried when it found none: doublings of --devices up to
+    FITS_FROM_MOST, or nothing where --devices is past half of it ("no device count up to 16,384 fits it" was
+    printed for 20,000 devices, where no count was tried at all; planner audit of 2026-12-07)."""
+    from stride.perfmodel.planner import FITS_FROM_MOST
+
+    if devices * 2 > FITS_FROM_MOST:
+        return (f"no more devices were tried (the search for a count that fits stops at {FITS_FROM_MOST:,}, and "
+                f"{devices:,} is already past half of it): a shorter --seq or a smaller model")
+    return (f"no count from {devices * 2:,} to {FITS_FROM_MOST:,} devices (doubling --devices) fits it: a shorter "
+            "--seq or a smaller model")
 
 
 def _fits_from(args, spec, hw, gb: int, eff, result) -> tuple[int | None, object]:
@@ -679,8 +694,7 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
             con.print(f"fits from {n} devices: fastest there {p.layout.short()}, {secs(p.step_time_s)} s a step "
                       f"(`--devices {n}`); or a shorter --seq, a smaller model, fp8", markup=False, highlight=False)
         else:
-            con.print("no device count up to 16,384 fits it: a shorter --seq or a smaller model", markup=False,
-                      highlight=False)
+            con.print(_no_fit_anywhere(devices), markup=False, highlight=False)
         return
     lo, hi, basis = interval
     t = Table(title="fitting layouts, fastest first (within 0.5 %: less memory first; 80% interval from held-out "

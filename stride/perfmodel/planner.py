@@ -223,9 +223,12 @@ def default_framework(hw: Hardware) -> str:
     return "maxtext" if hw.vendor == "google" else "megatron"
 
 
+FITS_FROM_MOST = 16384  # the largest device count `fits_from` tries
+
+
 def fits_from(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int, eff: Efficiency | None = None,
               precision: str = "bf16", framework: str = "megatron", fp8_recipe: str = "delayed",
-              most: int = 16384) -> tuple[int, Prediction] | None:
+              most: int = FITS_FROM_MOST) -> tuple[int, Prediction] | None:
     """The fewest devices (doubling from 2 x `devices`, up to `most`) on which some layout fits, with its fastest
     layout; None where none does. The global batch is kept where it divides the count, else the default of that
     count (a batch of 8 sequences cannot spread over 16 replicas). Answers "how many do I need" when nothing fits."""

@@ -46,3 +46,16 @@ def test_the_workload_plan_ranks_ties_by_memory_as_its_table_says(capsys: pytest
     ranked = json.loads(capsys.readouterr().out)["ranked"]
     head = [p for p in ranked if p["step_time_s"] <= ranked[0]["step_time_s"] * (1 + TIE)]
     assert ranked[0]["peak_mem_gib"] == min(p["peak_mem_gib"] for p in head)
+
+
+@pytest.mark.parametrize("devices, said", [(20000, "no more devices were tried"), (2, "no count from 4 to 16,384")])
+def test_nothing_fits_says_which_device_counts_were_tried(devices: int, said: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """20,000 devices where nothing fits printed "no device count up to 16,384 fits it": no count had been tried."""
+    model = "layers=1,hidden=2000000,heads=1,vocab=1000,seq=128"
+    assert main(["plan", "--model", model, "--devices", str(devices), "--global-batch", str(devices)]) == 1
+    out = capsys.readouterr().out
+    assert said in " ".join(out.split()) and "up to 16,384 fits" not in out
+    assert main(["plan", "--model", model, "--devices", str(devices), "--global-batch", str(devices), "--json"]) == 1
+    res = json.loads(capsys.readouterr().out)
+    assert res["fits_from_devices"] is None and said in res["fits_from_note"]
