@@ -492,7 +492,13 @@ def _run(args: argparse.Namespace) -> int:
                           "(or --from-csv FILE, --list-hardware, --list-models, or `calibrate RUNS...`)")
     from stride.perfmodel.intervals import load_intervals
     from stride.perfmodel.model_spec import parse_model_spec
-    from stride.perfmodel.planner import default_global_batch, distinct_alternatives, explain, search
+    from stride.perfmodel.planner import (
+        default_batch_note,
+        default_global_batch,
+        distinct_alternatives,
+        explain,
+        search,
+    )
 
     spec = parse_model_spec(args.model)
     if args.seq is not None:
@@ -512,6 +518,8 @@ def _run(args: argparse.Namespace) -> int:
         args.framework = default_framework(hw)
     t0 = time.perf_counter()
     result = search(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
+    if args.global_batch is None and (line := default_batch_note(spec, args.devices, gb)):
+        result.notes.append(line)
     seconds = time.perf_counter() - t0
     alts = distinct_alternatives(result)
     table = load_intervals()  # once: the time and the memory intervals
@@ -744,7 +752,7 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
 def _compare(args, spec, catalog, eff) -> int:
     from stride.cli.plan_tables import print_compare
     from stride.perfmodel.intervals import load_intervals
-    from stride.perfmodel.planner import compare_hardware, parse_fleet
+    from stride.perfmodel.planner import compare_hardware, default_batch_note, parse_fleet
 
     if args.compare_hardware == "all":
         fleet = [(hw, args.devices) for hw in catalog.devices.values() if not hw.cpu]
@@ -771,6 +779,8 @@ def _compare(args, spec, catalog, eff) -> int:
         else:
             lo, hi, r["interval_basis"] = _interval(table, parts[r["hardware"]], args, spec.moe)
             r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * lo, r["hours_to_budget"] * hi
+            if args.global_batch is None and (line := default_batch_note(spec, r["devices"], r["global_batch"])):
+                r["note"] = line
     seconds = time.perf_counter() - t0
     if args.json:
         print(json.dumps({"model": spec.name, "tokens": args.tokens, "sort": args.sort,

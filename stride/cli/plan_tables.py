@@ -150,3 +150,6 @@ def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds
         t.caption = ("the fleets ran different global batches (each its default, devices x a power of two): a larger "
                      "batch hides communication and can train worse; pass --global-batch N to compare at one")
     _console().print(t)
+    for r in rows:  # a default batch far past its target (planner.default_batch_note)
+        if r.get("note"):
+            _console().print(literal(f"note: {r['hardware']} x {r['devices']}: {r['note']}"))

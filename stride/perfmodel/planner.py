@@ -50,7 +50,10 @@ def smooth(x: float) -> int:
     return min(cands, key=lambda c: (abs(math.log(c / x)), c))
 
 
-def default_global_batch(spec: TransformerSpec, devices: int, target_tokens: float = 4e6) -> int:
+DEFAULT_BATCH_TOKENS = 4e6  # the tokens a step the default global batch aims at
+
+
+def default_global_batch(spec: TransformerSpec, devices: int, target_tokens: float = DEFAULT_BATCH_TOKENS) -> int:
     """About `target_tokens` per step: `devices` x m sequences, m the per-device share rounded to a power of two or
     three times one (`smooth`; within -18 % / +22 % of the target from two sequences a device). Every dp the
     search tries divides `devices` (dp = devices / (tp x pp)), so each replica takes (tp x pp) x m sequences, a
@@ -58,6 +61,19 @@ def default_global_batch(spec: TransformerSpec, devices: int, target_tokens: flo
     `devices` (before) could leave a replica a prime count: 4 devices at seq 1024 took 3908 = 4 x 977, micro-batch
     1 or 977 only, a 17 % slower best plan that ranked 4 H100s dearer than 8 (audit 4)."""
     return devices * smooth(target_tokens / spec.seq / devices)
+
+
+def default_batch_note(spec: TransformerSpec, devices: int, global_batch: int) -> str | None:
+    """A line where the default global batch is far past its target: with more devices than DEFAULT_BATCH_TOKENS
+    fill at one sequence each, every device still takes one (llama3-8b on 100,000 H100s planned 819M tokens a step
+    under a help text that says "about 4M tokens", and said nothing; planner audit of 2026-12-07). None otherwise."""
+    tokens = global_batch * spec.seq
+    if tokens <= 2 * DEFAULT_BATCH_TOKENS:
+        return None
+    return (f"the default global batch is {global_batch:,} sequences ({global_batch // devices:,} a device), "
+            f"{tokens:,.0f} tokens a step: {tokens / DEFAULT_BATCH_TOKENS:,.0f}x the {DEFAULT_BATCH_TOKENS:,.0f} it "
+            "aims at, as no device takes less than one sequence; a batch that large may train worse per token. "
+            "Pass --global-batch N for a smaller one (fewer replicas, more tensor / pipeline parallelism)")
 
 
 def _divisors(n: int) -> list[int]:

@@ -59,3 +59,17 @@ def test_nothing_fits_says_which_device_counts_were_tried(devices: int, said: st
     assert main(["plan", "--model", model, "--devices", str(devices), "--global-batch", str(devices), "--json"]) == 1
     res = json.loads(capsys.readouterr().out)
     assert res["fits_from_devices"] is None and said in res["fits_from_note"]
+
+
+def test_a_default_batch_far_past_its_target_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    """llama3-8b on 100,000 H100s: the default batch was one sequence a device, 819M tokens a step, under a help text
+    that says "about 4M tokens", and nothing said so. A given --global-batch, or a default near 4M, says nothing."""
+    assert main(["plan", "--model", "llama3-8b", "--devices", "100000", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("819,200,000 tokens a step" in n and "--global-batch" in n for n in notes)
+    for given in (["--devices", "100000", "--global-batch", "100000"], ["--devices", "64"]):
+        assert main(["plan", "--model", "llama3-8b", *given, "--json"]) == 0
+        assert not any("default global batch" in n for n in json.loads(capsys.readouterr().out)["notes"])
+    assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:100000,h200:64", "--json"]) == 0
+    rows = {r["devices"]: r for r in json.loads(capsys.readouterr().out)["hardware"]}
+    assert "819,200,000 tokens" in rows[100000]["note"] and "note" not in rows[64]
