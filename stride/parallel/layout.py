@@ -118,6 +118,17 @@ def _has(module: nn.Module, name: str) -> bool:
     return True
 
 
+def check_precision(layout: Layout, precision: str) -> None:
+    """fp16's loss scaler cannot unscale a tensor-parallel model's gradients: they mix DTensors (the sharded
+    layers') and plain tensors (the rest) in one foreach call, which torch refuses mid-step (a traceback after
+    the launch). FSDP2 alone (every parameter a DTensor) scales fine."""
+    if layout.tp > 1 and precision == "fp16":
+        raise ConfigError(
+            f"`train.precision` = 'fp16' with `parallel.tp` = {layout.tp}: the fp16 loss scaler cannot unscale "
+            "tensor-parallel gradients (DTensor and plain tensors mixed); use 'bf16' (no loss scaling needed) or 'fp32'"
+        )
+
+
 def check_batch(layout: Layout, batch_size: int, grad_accum: int) -> None:
     """Every data-parallel rank gets the same whole number of samples per micro-batch."""
     if batch_size % (layout.dp * grad_accum):
@@ -136,6 +147,7 @@ def check_layout(
     before launching any rank (stride.launch.preflight).
     """
     layout = resolve_layout(cfg.parallel, world_size)
+    check_precision(layout, cfg.train.precision)
     check_model(layout, model, tokens, cfg.parallel.sequence_parallel)
     check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
     return layout, check_pipeline(layout, cfg, model)

@@ -32,6 +32,9 @@ def _trainer(monkeypatch, world: int, *overrides: str) -> Trainer:
         (2, ["parallel.dp_shard=2", "train.batch_size=6", "train.grad_accum=2"], "multiple of 4"),
         (4, ["parallel.dp_replicate=2", "parallel.tp=2"], "DDP does not take tensor-parallel"),
         (2, ["parallel.tp=2", "data.seq_len=15"], "sequence parallel splits the 15 tokens"),
+        # fp16's scaler unscaled DTensor and plain grads in one foreach call: a traceback at the first step
+        (2, ["parallel.tp=2", "train.precision='fp16'"], "`train.precision` = 'fp16' with `parallel.tp` = 2"),
+        (4, ["parallel.tp=2", "parallel.dp_shard=2", "train.precision='fp16'"], "fp16' with `parallel.tp` = 2"),
     ],
 )
 def test_impossible_layout_fails_before_process_groups(monkeypatch, world, overrides, message):
@@ -95,3 +98,20 @@ def test_sequence_parallel_needs_the_models_entry_and_final_norm():
                                          "set `parallel.sequence_parallel` = false"):
         check_model(_tp_layout(), model, 16, True)
     check_model(_tp_layout(), model, 16, False)  # without SP only the blocks are addressed
+
+
+def test_tp_with_fp16_is_refused_before_the_launch(tmp_path):
+    """`stride train --nproc 2` with tp=2 and fp16: one config-error line naming both keys, exit 2, no rank started
+    (it was a rank's RuntimeError traceback from GradScaler.unscale_ at the first step)."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    r = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), "--nproc", "2", "--out", str(tmp_path / "r"),
+                        *[a for o in BASE + ["parallel.tp=2", "train.precision='fp16'", "train.steps=2"]
+                          for a in ("--set", o)]], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "train.precision" in lines[0] and "parallel.tp" in lines[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
