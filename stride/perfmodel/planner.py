@@ -381,8 +381,20 @@ def compare_hardware(spec: TransformerSpec, fleet: list[tuple[Hardware, int]], g
             rows.append({"hardware": hw.name, "devices": devices, "reason": str(exc)})
             continue
         best = res.best
-        if best is None:
-            rows.append({"hardware": hw.name, "devices": devices, "reason": "no layout fits in memory"})
+        if best is None:  # how close, from how many it fits, and what limited the search (planner audit of
+            # 2026-12-07: the row said "no layout fits in memory" and nothing else, where the plan says all three)
+            fw = framework or default_framework(hw)
+            close = res.closest_not_fitting(1)
+            why = "no layout fits in memory"
+            if close:
+                why += (f" (the closest needs {close[0].peak_mem_gib:,.1f} GiB of "
+                        f"{hw.usable_memory_bytes / 2**30:.1f} usable)")
+            found = fits_from(spec, hw, devices, gb, eff, precision, fw)
+            why += (f"; fits from {found[0]:,} devices" if found else
+                    f"; no doubling of the count up to {FITS_FROM_MOST:,} devices fits it"
+                    if 2 * devices <= FITS_FROM_MOST else "")
+            why += "".join(f"; {n}" for n in res.notes if n.startswith("framework "))
+            rows.append({"hardware": hw.name, "devices": devices, "reason": why})
             continue
         seconds = token_budget / (best.tokens_per_s_per_device * devices)
         rows.append({

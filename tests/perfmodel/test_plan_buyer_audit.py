@@ -73,3 +73,13 @@ def test_a_default_batch_far_past_its_target_is_said(capsys: pytest.CaptureFixtu
     assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:100000,h200:64", "--json"]) == 0
     rows = {r["devices"]: r for r in json.loads(capsys.readouterr().out)["hardware"]}
     assert "819,200,000 tokens" in rows[100000]["note"] and "note" not in rows[64]
+
+
+def test_a_fleet_where_nothing_fits_says_how_close_and_from_how_many(capsys: pytest.CaptureFixture[str]) -> None:
+    """--compare-hardware said "no layout fits in memory" and nothing else, where the plan of the same fleet names the
+    closest layout's memory, the count it fits from, and the framework that limited the search."""
+    assert main(["plan", "--model", "llama3-70b", "--compare-hardware", "tpu-v5e:8,h200:64", "--json"]) == 0
+    rows = {r["hardware"]: r for r in json.loads(capsys.readouterr().out)["hardware"]}
+    why = rows["tpu-v5e"]["reason"]
+    assert "closest needs" in why and "fits from 128 devices" in why and "framework maxtext" in why
+    assert "reason" not in rows["h200"]
