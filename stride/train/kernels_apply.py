@@ -13,8 +13,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from stride.config.errors import ConfigError
 from stride.config.schema import ModelConfig
 from stride.kernels.ops import get_ops
+from stride.kernels.runtime import interpreter_enabled, triton_available
 from stride.models.transformer.layers import Attention, RMSNorm, SwiGLU
 
 # model module -> (its attribute that takes a fused op, the KernelOps field that fills it)
@@ -23,6 +25,18 @@ KERNEL_SLOTS: dict[type[nn.Module], tuple[str, str]] = {
     SwiGLU: ("kernel", "swiglu"),
     Attention: ("rope_kernel", "rope"),
 }
+
+
+def check_kernels_compile(kernels: str, compile_mode: str) -> None:
+    """`train.kernels` = "triton" run by the Triton interpreter (TRITON_INTERPRET=1, no GPU) under `train.compile`:
+    dynamo traces the interpreter's Python and fails at the first step (an InterpreterError traceback). Refused up
+    front; on a GPU the kernels compile, and without the interpreter "triton" falls back to torch (said once)."""
+    if kernels == "triton" and compile_mode != "off" and interpreter_enabled() and triton_available():
+        raise ConfigError(
+            f"`train.kernels` = 'triton' with `train.compile` = {compile_mode!r} under TRITON_INTERPRET=1: "
+            "torch.compile cannot trace the Triton interpreter; set `train.compile` = 'off' (or kernels = "
+            "'compile' / 'torch', or run on a GPU without TRITON_INTERPRET)"
+        )
 
 
 def apply_kernels(model: nn.Module, kernels: str) -> tuple[str, int]:

@@ -45,7 +45,7 @@ from stride.train.callbacks import Callback, overrides
 from stride.train.device import configure_process, resolve_device, seed_rank_stream
 from stride.train.divergence import LossWatch, diverged
 from stride.train.evaluate import validation_loss
-from stride.train.kernels_apply import apply_kernels
+from stride.train.kernels_apply import apply_kernels, check_kernels_compile
 from stride.train.loss import resolve_loss
 from stride.train.output_check import check_output
 from stride.train.precision import Precision
@@ -88,6 +88,7 @@ class Trainer:
         self.cfg = config if config is not None else RunConfig()
         validate(self.cfg)
         check_observer_packages(self.cfg)  # a missing tracker library: one line now, not a traceback mid-run
+        check_kernels_compile(self.cfg.train.kernels, self.cfg.train.compile)  # before any data or model is built
         t = self.cfg.train
         self.device = Parallel.device_for(resolve_device(t.device))  # cuda:LOCAL_RANK under a launcher
         # a config that cannot fit is refused before anything is built (and too many threads warned of)
