@@ -211,6 +211,9 @@ def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
     eff = eff or Efficiency()
     if precision == "fp4":
         fp8_recipe = "nvfp4"
+        if "fp4" not in hw.peak_tflops:  # the recipe check below told an fp4 plan to pick an --fp8-recipe, which an
+            # fp4 plan does not read; the part has no fp4 at all (planner audit of 2026-12-07)
+            raise ConfigError(f"hardware `{hw.name}` has no fp4 peak (it lists: {', '.join(sorted(hw.peak_tflops))})")
     if precision in ("fp8", "fp4"):
         check_recipe_on(fp8_recipe, hw.generation, hw.name)
     layouts = candidate_layouts(spec, hw, devices, global_batch, precision, framework=framework,

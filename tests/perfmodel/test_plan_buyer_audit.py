@@ -83,3 +83,11 @@ def test_a_fleet_where_nothing_fits_says_how_close_and_from_how_many(capsys: pyt
     why = rows["tpu-v5e"]["reason"]
     assert "closest needs" in why and "fits from 128 devices" in why and "framework maxtext" in why
     assert "reason" not in rows["h200"]
+
+
+def test_fp4_on_a_part_without_fp4_asks_for_another_precision(capsys: pytest.CaptureFixture[str]) -> None:
+    """--precision fp4 on an H100 told the user to pick --fp8-recipe tensorwise, rowwise or delayed: an fp4 plan
+    reads no --fp8-recipe (it runs nvfp4), and the H100 has no fp4 at all."""
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--precision", "fp4"]) == 2
+    err = capsys.readouterr().err
+    assert "no fp4 peak" in err and "--precision bf16" in err and "--fp8-recipe" not in err
