@@ -21,6 +21,7 @@ class Precision:
         self.device = device
         self.dtype = PRECISION_DTYPES[precision]
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+        self._unscaled = False  # unscale() ran since the last step (GradScaler refuses a second unscale_)
 
     def autocast(self) -> contextlib.AbstractContextManager[None]:
         """torch.autocast for bf16/fp16; for fp32 a shared no-op context (no generator per step: 1.7 us saved)."""
@@ -34,14 +35,25 @@ class Precision:
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         if self.scaler:
             self.scaler.unscale_(optimizer)
+            self._unscaled = True
 
     def step(self, optimizer: torch.optim.Optimizer, step_fn) -> bool:
-        """Run the optimizer step; with fp16, skip it on inf/nan grads. Returns whether it stepped."""
+        """Run the optimizer step as `step_fn` (optimizer.step, or its compiled form); with fp16, skip it on inf/nan
+        grads. Returns whether it stepped."""
         if self.scaler is None:
             step_fn()
             return True
         scale_before = self.scaler.get_scale()
-        self.scaler.step(optimizer)
+        if step_fn == optimizer.step:
+            self.scaler.step(optimizer)  # GradScaler's own path (a fused optimizer unscales inside its kernel)
+        else:
+            # GradScaler.step calls optimizer.step itself, which would bypass a compiled step (train.compile =
+            # model+optimizer): unscale, read the overflow flag, and run step_fn where the scaler would step
+            if not self._unscaled:
+                self.scaler.unscale_(optimizer)
+            if not sum(v.item() for v in self.scaler._found_inf_per_device(optimizer).values()):
+                step_fn()
+        self._unscaled = False
         self.scaler.update()
         return self.scaler.get_scale() >= scale_before
 

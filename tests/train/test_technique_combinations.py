@@ -24,3 +24,31 @@ def test_triton_kernels_under_the_interpreter_with_compile_are_refused_up_front(
     # either alone still runs
     cfg = load_config(overrides=TINY + ["train.kernels='triton'", "train.steps=1"])
     Trainer(config=cfg, write_run_dir=False)
+
+
+def _fp16(clip: float | None, *extra: str):
+    cfg = load_config(overrides=TINY + ["train.precision='fp16'", "train.steps=3", "optim.warmup_steps=0", *extra])
+    cfg.train.grad_clip = clip  # None: no clipping, so no unscale before the step
+    return cfg
+
+
+@pytest.mark.parametrize("clip", [1.0, None])
+def test_fp16_with_a_compiled_optimizer_step_runs_the_compiled_step(clip):
+    """precision=fp16 + compile=model+optimizer: GradScaler.step called optimizer.step itself, so the compiled step
+    never ran (0 calls in 3 steps) while the config said model+optimizer. Now the compiled step runs every step that
+    has no overflow, after the unscale, with and without clipping (which unscales first), and trains as eager fp16."""
+    t = Trainer(config=_fp16(clip, "train.compile='model+optimizer'"), write_run_dir=False)
+    t.setup()
+    calls = []
+    compiled = t._opt_step
+
+    def counted() -> None:
+        calls.append(1)
+        compiled()
+
+    t._opt_step = counted
+    s = t.fit().summary
+    assert len(calls) == 3 - s["skipped_steps"] and len(calls) >= 2
+    e = Trainer(config=_fp16(clip), write_run_dir=False).fit().summary
+    assert s["skipped_steps"] == e["skipped_steps"]
+    assert s["final_train_loss"] == pytest.approx(e["final_train_loss"], rel=1e-3)
