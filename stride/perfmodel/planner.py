@@ -218,9 +218,15 @@ def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
         check_recipe_on(fp8_recipe, hw.generation, hw.name)
     layouts = candidate_layouts(spec, hw, devices, global_batch, precision, framework=framework,
                                 fp8_recipe=fp8_recipe)
-    if not layouts:
+    if not layouts:  # the replica counts the layouts have (every one divides `devices`): say the smallest, which is
+        # what a batch below it needs (a 4-way-splittable model on 65,536 devices with a batch of 1 was told "e.g.
+        # 65536", never that 16,384 replicas is the fewest it can have; planner audit of 2026-12-07)
+        dps = sorted({lay.dp for lay in candidate_layouts(spec, hw, devices, devices, precision, framework=framework,
+                                                          fp8_recipe=fp8_recipe)})
         raise ConfigError(f"no layout of {spec.name} on {devices} x {hw.name} divides global batch {global_batch}: "
-                          f"pick a batch divisible by the data-parallel sizes (e.g. {devices})")
+                          f"its layouts have {', '.join(f'{d:,}' for d in dps[:6])}{', ...' if len(dps) > 6 else ''} "
+                          f"data-parallel replicas, so --global-batch must be a multiple of one of them (the fewest: "
+                          f"{dps[0]:,}), or plan fewer devices")
     preds = [predict(spec, lay, hw, global_batch, eff) for lay in layouts]
     notes: list[str] = []
     if not any(p.fits for p in preds) and not hw.cpu:  # nothing fits on the devices: what host offload buys (on a

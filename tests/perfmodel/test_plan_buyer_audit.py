@@ -91,3 +91,12 @@ def test_fp4_on_a_part_without_fp4_asks_for_another_precision(capsys: pytest.Cap
     assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--precision", "fp4"]) == 2
     err = capsys.readouterr().err
     assert "no fp4 peak" in err and "--precision bf16" in err and "--fp8-recipe" not in err
+
+
+def test_a_batch_below_the_fewest_replicas_names_that_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """A model that splits at most 4 ways (2 heads, 2 layers) on 65,536 devices with a batch of 1 was told to pick "a
+    batch divisible by the data-parallel sizes (e.g. 65536)": never that 16,384 replicas is the fewest it can have."""
+    model = "layers=2,hidden=128,heads=2,vocab=1000,seq=128"
+    assert main(["plan", "--model", model, "--devices", "65536", "--global-batch", "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "global batch 1" in err and "the fewest: 16,384" in err and "Traceback" not in err
