@@ -787,5 +787,5 @@ def _compare(args, spec, catalog, eff) -> int:
                           "framework": args.framework or "each part's own (maxtext on a TPU, else megatron)",
                           "precision": args.precision, "search_seconds": seconds, "hardware": rows}))
     else:
-        print_compare(rows, spec.name, args.tokens, args.sort, seconds)
+        print_compare(rows, spec.name, args.tokens, args.sort, seconds, args.precision)
     return 0 if any("reason" not in r for r in rows) else 1

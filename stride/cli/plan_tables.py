@@ -131,11 +131,15 @@ def error_summary(rows: list[dict]) -> str | None:
             f"{inside} of {len(scored)} ({100 * inside / len(scored):.0f}%)")
 
 
-def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds: float) -> None:
+def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds: float,
+                  precision: str = "bf16") -> None:
     t = Table(title=literal(f"{name}: time and cost to {tokens:.3g} tokens, best layout per fleet, by {sort} "
                             f"({seconds:.2f} s)"))
-    for col in ("#", "hardware", "devices", "global batch", "best layout", "tok/s/dev", "MFU", "hours", "80% interval",
-                "cost $"):
+    # as the plan's table: MFU over the peak of the precision the GEMMs run in, named where not the 16-bit one (an fp4
+    # fleet's 21.7 % read beside bf16 figures as a poor fit; planner audit of 2026-12-07)
+    mfu_col = "MFU" if precision in ("bf16", "fp16") else f"MFU ({precision} peak)"
+    for col in ("#", "hardware", "devices", "global batch", "best layout", "tok/s/dev", mfu_col, "hours",
+                "80% interval", "cost $"):
         t.add_column(col, justify="left" if col in ("hardware", "best layout") else "right")
     for i, r in enumerate(rows, 1):
         if "reason" in r:

@@ -100,3 +100,9 @@ def test_a_batch_below_the_fewest_replicas_names_that_count(capsys: pytest.Captu
     assert main(["plan", "--model", model, "--devices", "65536", "--global-batch", "1"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "global batch 1" in err and "the fewest: 16,384" in err and "Traceback" not in err
+
+
+def test_the_compare_table_names_the_peak_its_mfu_is_over(capsys: pytest.CaptureFixture[str]) -> None:
+    """The plan's table heads an fp8 / fp4 plan's MFU "MFU (fp4 peak)"; the --compare-hardware table said "MFU"."""
+    assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "b200:8", "--precision", "fp4"]) == 0
+    assert "MFU (fp4 peak)" in capsys.readouterr().out
