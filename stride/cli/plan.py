@@ -545,9 +545,11 @@ def _run(args: argparse.Namespace) -> int:
             "alternatives": [{**out(p), "why_slower": explain(p, best)} for p in alts] if best else [],
             "fastest_not_fitting": [out(p) for p in result.rejected_memory[:3]],
             "closest_not_fitting": [out(p) for p in result.closest_not_fitting()],
-            "fits_from_devices": (found := _fits_from(args, spec, hw, gb, eff, result)[0]),
+            "fits_from_devices": (found := _fits_from(args, spec, hw, gb, eff, result))[0],
+            # the batch there: that count's default where this plan's does not divide it
+            "fits_from_global_batch": found[1].global_batch if found[1] is not None else None,
             # where nothing fits and no count was found: which counts were tried (none past 16,384)
-            "fits_from_note": _no_fit_anywhere(args.devices) if best is None and found is None else None,
+            "fits_from_note": _no_fit_anywhere(args.devices) if best is None and found[0] is None else None,
         }))
         return 0 if best else 1  # as the table: no layout fits is a failure, whichever the output
     _print_plan(result, alts, spec, hw, args.devices, gb, seconds, args.top, (lo, hi, basis),
@@ -699,7 +701,11 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
                       highlight=False)
         n, p = fits_from
         if n is not None:
-            con.print(f"fits from {n} devices: fastest there {p.layout.short()}, {secs(p.step_time_s)} s a step "
+            # the batch there is said where it is not this plan's: fits_from takes that count's default where this
+            # batch does not divide it (seq 1M on 8 H100s: "2419 s a step" at 32 sequences, under a header of 8)
+            other = f" at global batch {p.global_batch:,} (that count's default; this plan's is {gb:,})" \
+                if p.global_batch != gb else ""
+            con.print(f"fits from {n} devices: fastest there {p.layout.short()}, {secs(p.step_time_s)} s a step{other} "
                       f"(`--devices {n}`); or a shorter --seq, a smaller model, fp8", markup=False, highlight=False)
         else:
             con.print(_no_fit_anywhere(devices), markup=False, highlight=False)

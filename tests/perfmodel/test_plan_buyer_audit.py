@@ -106,3 +106,14 @@ def test_the_compare_table_names_the_peak_its_mfu_is_over(capsys: pytest.Capture
     """The plan's table heads an fp8 / fp4 plan's MFU "MFU (fp4 peak)"; the --compare-hardware table said "MFU"."""
     assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "b200:8", "--precision", "fp4"]) == 0
     assert "MFU (fp4 peak)" in capsys.readouterr().out
+
+
+def test_fits_from_says_the_batch_it_was_planned_at(capsys: pytest.CaptureFixture[str]) -> None:
+    """seq 1M on 8 H100s: "fits from 32 devices: ... 2419 s a step" was a step of 32 sequences (that count's default)
+    under a header of 8, and did not say so."""
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--seq", "1000000"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "fits from 32 devices" in out and "at global batch 32 (that count's default; this plan's is 8)" in out
+    assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--seq", "1000000", "--json"]) == 1
+    res = json.loads(capsys.readouterr().out)
+    assert (res["fits_from_devices"], res["fits_from_global_batch"], res["global_batch"]) == (32, 32, 8)
