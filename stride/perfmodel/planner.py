@@ -68,7 +68,7 @@ def default_batch_note(spec: TransformerSpec, devices: int, global_batch: int) -
     fill at one sequence each, every device still takes one (llama3-8b on 100,000 H100s planned 819M tokens a step
     under a help text that says "about 4M tokens", and said nothing; planner audit of 2026-12-07). None otherwise."""
     tokens = global_batch * spec.seq
-    if tokens <= 2 * DEFAULT_BATCH_TOKENS:
+    if tokens <= 4 * DEFAULT_BATCH_TOKENS:  # up to 16M tokens: the batches of published large runs (Llama 3 405B)
         return None
     return (f"the default global batch is {global_batch:,} sequences ({global_batch // devices:,} a device), "
             f"{tokens:,.0f} tokens a step: {tokens / DEFAULT_BATCH_TOKENS:,.0f}x the {DEFAULT_BATCH_TOKENS:,.0f} it "

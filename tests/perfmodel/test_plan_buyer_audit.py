@@ -67,7 +67,7 @@ def test_a_default_batch_far_past_its_target_is_said(capsys: pytest.CaptureFixtu
     assert main(["plan", "--model", "llama3-8b", "--devices", "100000", "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert any("819,200,000 tokens a step" in n and "--global-batch" in n for n in notes)
-    for given in (["--devices", "100000", "--global-batch", "100000"], ["--devices", "64"]):
+    for given in (["--devices", "100000", "--global-batch", "100000"], ["--devices", "64"], ["--devices", "1024"]):
         assert main(["plan", "--model", "llama3-8b", *given, "--json"]) == 0
         assert not any("default global batch" in n for n in json.loads(capsys.readouterr().out)["notes"])
     assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:100000,h200:64", "--json"]) == 0
