@@ -65,6 +65,8 @@ def _adafactor(params, cfg: OptimConfig, lr):
     return Adafactor(params, lr=lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
 
 
+TORCH_IMPL_OPTIMIZERS = ("adamw", "sgd")  # the optimizers `optim.impl` selects an implementation of
+
 OPTIMIZERS: dict[str, OptimizerBuilder] = {
     "adamw": _adamw, "sgd": _sgd, "adamw_triton": _adamw_triton, "adamw8bit": _adamw8bit, "adafactor": _adafactor,
 }
@@ -78,6 +80,13 @@ def build_optimizer(
         raise ConfigError(
             f"`optim.name` = {cfg.name!r} is not an optimizer{suggest(cfg.name, list(OPTIMIZERS))}; "
             f"optimizers are {', '.join(OPTIMIZERS)}"
+        )
+    if cfg.impl != "auto" and cfg.name not in TORCH_IMPL_OPTIMIZERS:
+        # stride's own optimizers have one step each (their Triton or torch path is chosen by the device): a torch
+        # implementation asked of them was ignored, and summary.json's `optimizer_impl` then disagreed with the config
+        raise ConfigError(
+            f"`optim.impl` = {cfg.impl!r} chooses torch's implementation of {' or '.join(TORCH_IMPL_OPTIMIZERS)}; "
+            f"`optim.name` = {cfg.name!r} has its own step: leave `optim.impl` = 'auto'"
         )
     lr: float | torch.Tensor = torch.tensor(cfg.lr) if tensor_lr else cfg.lr
     return OPTIMIZERS[cfg.name](params, cfg, lr)

@@ -52,3 +52,21 @@ def test_fp16_with_a_compiled_optimizer_step_runs_the_compiled_step(clip):
     e = Trainer(config=_fp16(clip), write_run_dir=False).fit().summary
     assert s["skipped_steps"] == e["skipped_steps"]
     assert s["final_train_loss"] == pytest.approx(e["final_train_loss"], rel=1e-3)
+
+
+@pytest.mark.parametrize("name", ["adamw8bit", "adafactor", "adamw_triton"])
+def test_a_torch_impl_asked_of_strides_own_optimizer_is_refused(name, tmp_path):
+    """`optim.impl` = 'fused' with adamw8bit trained with the 8-bit torch path and summary.json said
+    optimizer_impl 'torch' against a config saying 'fused'; now one config-error line naming both keys, exit 2."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    r = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), "--out", str(tmp_path / "r"),
+                        *[a for o in TINY + [f"optim.name='{name}'", "optim.impl='fused'", "train.steps=2"]
+                          for a in ("--set", o)]], capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert "`optim.impl` = 'fused'" in lines[0] and f"`optim.name` = '{name}'" in lines[0]
+    assert not (tmp_path / "r" / "summary.json").exists()
