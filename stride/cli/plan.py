@@ -776,7 +776,8 @@ def _compare(args, spec, catalog, eff) -> int:
                                   "96GB @ 500 W') is planned with --hardware TEXT --devices N") from None
             fleet.append((part, count if count is not None else args.devices))
     t0 = time.perf_counter()
-    rows = compare_hardware(spec, fleet, args.global_batch, eff, args.tokens, args.precision, args.sort, args.framework)
+    rows = compare_hardware(spec, fleet, args.global_batch, eff, args.tokens, args.precision, args.sort, args.framework,
+                            fits_from_hint=args.compare_hardware != "all")
     parts = {hw.name: hw for hw, _ in fleet}
     table = load_intervals()  # once for every part's row
     for r in rows:

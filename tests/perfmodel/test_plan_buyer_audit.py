@@ -117,3 +117,12 @@ def test_fits_from_says_the_batch_it_was_planned_at(capsys: pytest.CaptureFixtur
     assert main(["plan", "--model", "llama3-8b", "--devices", "8", "--seq", "1000000", "--json"]) == 1
     res = json.loads(capsys.readouterr().out)
     assert (res["fits_from_devices"], res["fits_from_global_batch"], res["global_batch"]) == (32, 32, 8)
+
+
+def test_a_bare_compare_of_every_part_does_not_search_counts_for_each_that_fails(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The count a failing fleet fits from is up to a dozen more searches: over every part of the catalog (a 1T model,
+    54 parts) it took the compare from 7 s to 84 s, so a bare --compare-hardware leaves it to a plan of the part."""
+    assert main(["plan", "--model", "llama3-70b", "--compare-hardware", "--devices", "8", "--json"]) == 0
+    failed = [r["reason"] for r in json.loads(capsys.readouterr().out)["hardware"] if "reason" in r]
+    assert any("closest needs" in r for r in failed) and not any("fits from" in r for r in failed)
