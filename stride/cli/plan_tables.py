@@ -131,6 +131,12 @@ def error_summary(rows: list[dict]) -> str | None:
             f"{inside} of {len(scored)} ({100 * inside / len(scored):.0f}%)")
 
 
+def _small(x: float, decimals: int) -> str:
+    """`x` with thousands separators and `decimals` places, or three significant digits where that would print 0 (a
+    1e6-token budget read "0.0" hours and "0" dollars; planner audit of 2026-12-07)."""
+    return f"{x:,.{decimals}f}" if x == 0 or x >= 10 ** -decimals * 10 else f"{x:.3g}"
+
+
 def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds: float,
                   precision: str = "bf16") -> None:
     t = Table(title=literal(f"{name}: time and cost to {tokens:.3g} tokens, best layout per fleet, by {sort} "
@@ -146,9 +152,9 @@ def print_compare(rows: list[dict], name: str, tokens: float, sort: str, seconds
             add_row(t, "-", r["hardware"], str(r["devices"]), "", literal(r["reason"], "dim"), "", "", "", "", "")
         else:
             add_row(t, str(i), r["hardware"], str(r["devices"]), f"{r['global_batch']:,}", r["layout"],
-                    f"{r['tokens_per_s_per_device']:,.0f}", f"{r['mfu'] * 100:.1f}%", f"{r['hours_to_budget']:,.1f}",
-                    f"{r['hours_to_budget_lo']:,.1f} - {r['hours_to_budget_hi']:,.1f}",
-                    f"{r['cost_to_budget_usd']:,.0f}")
+                    f"{r['tokens_per_s_per_device']:,.0f}", f"{r['mfu'] * 100:.1f}%", _small(r['hours_to_budget'], 1),
+                    f"{_small(r['hours_to_budget_lo'], 1)} - {_small(r['hours_to_budget_hi'], 1)}",
+                    _small(r['cost_to_budget_usd'], 0))
     batches = {r["global_batch"] for r in rows if "reason" not in r}
     if len(batches) > 1:  # each fleet at its own default: larger fleets ran larger steps (outside audit of the planner)
         t.caption = ("the fleets ran different global batches (each its default, devices x a power of two): a larger "

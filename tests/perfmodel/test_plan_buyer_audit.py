@@ -126,3 +126,10 @@ def test_a_bare_compare_of_every_part_does_not_search_counts_for_each_that_fails
     assert main(["plan", "--model", "llama3-70b", "--compare-hardware", "--devices", "8", "--json"]) == 0
     failed = [r["reason"] for r in json.loads(capsys.readouterr().out)["hardware"] if "reason" in r]
     assert any("closest needs" in r for r in failed) and not any("fits from" in r for r in failed)
+
+
+def test_a_small_budget_prints_its_hours_and_cost_not_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tokens 1e6 on 8 H100s printed "0.0" hours, "0.0 - 0.0" and "0" dollars."""
+    assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:8", "--tokens", "1e6"]) == 0
+    out = capsys.readouterr().out
+    assert "0.00396" in out and "0.0 - 0.0" not in out and "0.095" in out
