@@ -786,8 +786,14 @@ def _compare(args, spec, catalog, eff) -> int:
         else:
             lo, hi, r["interval_basis"] = _interval(table, parts[r["hardware"]], args, spec.moe)
             r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * lo, r["hours_to_budget"] * hi
-            if args.global_batch is None and (line := default_batch_note(spec, r["devices"], r["global_batch"])):
-                r["note"] = line
+            lines = [line] if args.global_batch is None and (
+                line := default_batch_note(spec, r["devices"], r["global_batch"])) else []
+            step_tokens = r["global_batch"] * spec.seq
+            if args.tokens < step_tokens:  # hours and cost of a fraction of one step (planner audit of 2026-12-07)
+                lines.append(f"--tokens {args.tokens:g} is less than one step ({step_tokens:,} tokens): the hours and "
+                             "cost are that fraction of a step's")
+            if lines:
+                r["note"] = "; ".join(lines)
     seconds = time.perf_counter() - t0
     if args.json:
         print(json.dumps({"model": spec.name, "tokens": args.tokens, "sort": args.sort,

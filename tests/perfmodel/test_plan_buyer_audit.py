@@ -133,3 +133,12 @@ def test_a_small_budget_prints_its_hours_and_cost_not_zero(capsys: pytest.Captur
     assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:8", "--tokens", "1e6"]) == 0
     out = capsys.readouterr().out
     assert "0.00396" in out and "0.0 - 0.0" not in out and "0.095" in out
+
+
+def test_a_budget_below_one_step_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tokens 1e6 where a step is 4.2M tokens priced a quarter of a step without a word."""
+    assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:8", "--tokens", "1e6", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["hardware"]
+    assert "less than one step (4,194,304 tokens)" in row["note"]
+    assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:8", "--json"]) == 0
+    assert "note" not in json.loads(capsys.readouterr().out)["hardware"][0]
