@@ -118,15 +118,32 @@ def _has(module: nn.Module, name: str) -> bool:
     return True
 
 
-def check_precision(layout: Layout, precision: str) -> None:
+def check_precision(layout: Layout, precision: str, mp_param_dtype: str = "none") -> None:
     """fp16's loss scaler cannot unscale a tensor-parallel model's gradients: they mix DTensors (the sharded
     layers') and plain tensors (the rest) in one foreach call, which torch refuses mid-step (a traceback after
-    the launch). FSDP2 alone (every parameter a DTensor) scales fine."""
+    the launch). FSDP2 alone (every parameter a DTensor) scales fine. FSDP2 computing in fp16
+    (`parallel.mp_param_dtype`) needs the loss scaler, which only `train.precision` = 'fp16' runs."""
     if layout.tp > 1 and precision == "fp16":
         raise ConfigError(
             f"`train.precision` = 'fp16' with `parallel.tp` = {layout.tp}: the fp16 loss scaler cannot unscale "
             "tensor-parallel gradients (DTensor and plain tensors mixed); use 'bf16' (no loss scaling needed) or 'fp32'"
         )
+    if layout.dp_shard > 1 and mp_param_dtype == "fp16" and precision != "fp16":
+        raise ConfigError(
+            f"`parallel.mp_param_dtype` = 'fp16' with `train.precision` = {precision!r}: FSDP would compute and take "
+            "gradients in fp16 without loss scaling (small gradients flush to zero); set `train.precision` = 'fp16' "
+            "(dynamic loss scaling) or `parallel.mp_param_dtype` = 'bf16'"
+        )
+
+
+def compute_precision(precision: str, layout: Layout | None, mp_param_dtype: str) -> str:
+    """The dtype the model's matmuls run in (MFU's peak, summary.json `compute_precision`): `train.precision`'s
+    autocast, else FSDP2's `mp_param_dtype` where FSDP runs (dp_shard > 1: parameters gathered in it), else fp32."""
+    if precision != "fp32":
+        return precision
+    if layout is not None and layout.dp_shard > 1 and mp_param_dtype != "none":
+        return mp_param_dtype
+    return precision
 
 
 def check_batch(layout: Layout, batch_size: int, grad_accum: int) -> None:
@@ -147,7 +164,7 @@ def check_layout(
     before launching any rank (stride.launch.preflight).
     """
     layout = resolve_layout(cfg.parallel, world_size)
-    check_precision(layout, cfg.train.precision)
+    check_precision(layout, cfg.train.precision, cfg.parallel.mp_param_dtype)
     check_model(layout, model, tokens, cfg.parallel.sequence_parallel)
     check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
     return layout, check_pipeline(layout, cfg, model)

@@ -49,6 +49,7 @@ class Summarised(Protocol):
     device: torch.device
     model: nn.Module
     precision: Precision
+    compute_precision: str  # the matmuls' dtype (stride.parallel.layout.compute_precision)
     peak: Peak
     flops_per_step: int | None
     flops_samples: int  # the samples (over data-parallel ranks) of the step flops_per_step was counted on
@@ -152,7 +153,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "flops_per_step": flops,
         "achieved_flops_per_s": achieved,
         # peak_flops_per_s, peak_flops_source, mfu, mfu_error
-        **mfu_fields(achieved, tr.peak, lambda: device_peak(tr.device, t.precision, tr.cfg.metrics.peak_flops,
+        **mfu_fields(achieved, tr.peak, lambda: device_peak(tr.device, tr.compute_precision, tr.cfg.metrics.peak_flops,
                                                             fresh=True)),
         "peak_mem_bytes": mem,  # the largest over ranks (one process: its own)
         "peak_mem_kind": mem_kind,
@@ -185,6 +186,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
                     tr.device.type == "cpu"),
         "device": str(tr.device),
         "precision": t.precision,
+        "compute_precision": tr.compute_precision,  # the matmuls' dtype: `precision`, or FSDP2's mp_param_dtype
         "kernels": tr.kernels_impl,
         "optimizer_impl": optimizer_impl(tr.optimizer),  # the implementation that ran (a fallback says so)
         "params": tr.n_params,

@@ -38,6 +38,7 @@ from stride.models.losses import LossFn
 from stride.models.registry import build_model
 from stride.optim.factory import build_optimizer, compiled_step
 from stride.parallel.context import Parallel
+from stride.parallel.layout import compute_precision
 from stride.train.apply import apply_activation_checkpointing, apply_compile
 from stride.train.batches import Batch, as_batches, data_position, endless, resumed_stream
 from stride.train.callback_set import abort_callbacks, callbacks_for
@@ -267,7 +268,10 @@ class Trainer:
         elif cfg.metrics.flops:
             flops = count_train_flops(self.model, self.loss_fn, x0[:micro], y0[:micro]) * t.grad_accum
         self.flops_per_step = self.par.rank_flops(flops)  # counted before TP: the TP group's, shared by its ranks
-        self.peak = device_peak(self.device, t.precision, cfg.metrics.peak_flops)
+        # the dtype the matmuls run in: autocast's, or FSDP2's mp_param_dtype under fp32 autocast (MFU's peak)
+        self.compute_precision = compute_precision(t.precision, self.par.layout if self.par.enabled else None,
+                                                   cfg.parallel.mp_param_dtype)
+        self.peak = device_peak(self.device, self.compute_precision, cfg.metrics.peak_flops)
         # Techniques applied from outside, in the documented order (see stride.train.apply).
         self.n_tp = self.par.apply_tp(self.model)
         self.n_ac = apply_activation_checkpointing(self.model, t.activation_checkpointing, t.ac_every)

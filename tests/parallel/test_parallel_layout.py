@@ -35,6 +35,9 @@ def _trainer(monkeypatch, world: int, *overrides: str) -> Trainer:
         # fp16's scaler unscaled DTensor and plain grads in one foreach call: a traceback at the first step
         (2, ["parallel.tp=2", "train.precision='fp16'"], "`train.precision` = 'fp16' with `parallel.tp` = 2"),
         (4, ["parallel.tp=2", "parallel.dp_shard=2", "train.precision='fp16'"], "fp16' with `parallel.tp` = 2"),
+        # FSDP computing in fp16 without the loss scaler: small gradients flushed to zero, and nothing said
+        (2, ["parallel.dp_shard=2", "parallel.mp_param_dtype='fp16'"], "`parallel.mp_param_dtype` = 'fp16' with"),
+        (2, ["parallel.dp_shard=2", "parallel.mp_param_dtype='fp16'", "train.precision='bf16'"], "mp_param_dtype"),
     ],
 )
 def test_impossible_layout_fails_before_process_groups(monkeypatch, world, overrides, message):
@@ -115,3 +118,35 @@ def test_tp_with_fp16_is_refused_before_the_launch(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "train.precision" in lines[0] and "parallel.tp" in lines[0], r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_compute_precision_is_fsdp_mixed_precision_under_fp32_autocast():
+    """FSDP2 with mp_param_dtype computes in it: MFU's peak and summary.json `compute_precision` say that dtype
+    (the summary said precision fp32 and divided by the fp32 peak while the matmuls ran in bf16)."""
+    from stride.parallel.layout import compute_precision
+
+    fsdp = Layout(world_size=2, dp_replicate=1, dp_shard=2, tp=1, pp=1)
+    ddp = Layout(world_size=2, dp_replicate=2, dp_shard=1, tp=1, pp=1)
+    assert compute_precision("fp32", fsdp, "bf16") == "bf16"
+    assert compute_precision("fp32", fsdp, "none") == "fp32"
+    assert compute_precision("bf16", fsdp, "fp16") == "bf16"  # autocast's dtype wins
+    assert compute_precision("fp32", ddp, "bf16") == "fp32"  # not FSDP: the key is unused (and said so)
+    assert compute_precision("fp32", None, "bf16") == "fp32"
+
+
+def test_fsdp_bf16_mixed_precision_run_reports_its_compute_dtype(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    over = ["model.name='mlp'", "data.n_assets=4", "data.n_steps=1024", "data.seq_len=8", "data.horizons=[1, 5]",
+            "train.batch_size=32", "train.val_every=0", "train.threads=1", "metrics.progress=false", "train.steps=3",
+            "parallel.dp_shard=2", "parallel.mp_param_dtype='bf16'"]
+    r = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), "--nproc", "2", "--out", str(tmp_path / "r"),
+                        *[a for o in over for a in ("--set", o)]], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert (s["precision"], s["compute_precision"]) == ("fp32", "bf16")
+    assert ":bf16" in s["peak_flops_source"] or s["peak_flops_source"].startswith("config:"), s["peak_flops_source"]
