@@ -401,7 +401,9 @@ def compare_hardware(spec: TransformerSpec, fleet: list[tuple[Hardware, int]], g
             if fits_from_hint:  # up to a dozen more searches a fleet: a bare --compare-hardware of every part
                 # skips it (a 1T model over 54 parts took 84 s against 7)
                 found = fits_from(spec, hw, devices, gb, eff, precision, fw)
-                why += (f"; fits from {found[0]:,} devices" if found else
+                at = f" (at global batch {found[1].global_batch:,}, that count's default)" \
+                    if found and found[1].global_batch != gb else ""
+                why += (f"; fits from {found[0]:,} devices{at}" if found else
                         f"; no doubling of the count up to {FITS_FROM_MOST:,} devices fits it"
                         if 2 * devices <= FITS_FROM_MOST else "")
             why += "".join(f"; {n}" for n in res.notes if n.startswith("framework "))

@@ -142,3 +142,12 @@ def test_a_budget_below_one_step_is_said(capsys: pytest.CaptureFixture[str]) -> 
     assert "less than one step (4,194,304 tokens)" in row["note"]
     assert main(["plan", "--model", "llama3-8b", "--compare-hardware", "h100-sxm:8", "--json"]) == 0
     assert "note" not in json.loads(capsys.readouterr().out)["hardware"][0]
+
+
+def test_a_fleet_that_fits_from_more_devices_says_the_batch_there(capsys: pytest.CaptureFixture[str]) -> None:
+    """As the plan's "fits from N devices": a fleet's count comes with the batch it was planned at where that is the
+    count's default, not the fleet's."""
+    assert main(["plan", "--model", "llama3-8b", "--seq", "1000000", "--compare-hardware", "h100-sxm:8",
+                 "--json"]) == 1
+    (row,) = json.loads(capsys.readouterr().out)["hardware"]
+    assert "fits from 32 devices (at global batch 32, that count's default)" in row["reason"]
