@@ -36,7 +36,7 @@ from stride.metrics.run_dir import RunDir
 from stride.metrics.step_timer import StepTimer
 from stride.models.losses import LossFn
 from stride.models.registry import build_model
-from stride.optim.factory import build_optimizer, compiled_step
+from stride.optim.factory import build_optimizer, check_compiled_step, compiled_step
 from stride.parallel.context import Parallel
 from stride.parallel.layout import compute_precision
 from stride.train.apply import apply_activation_checkpointing, apply_compile
@@ -90,6 +90,7 @@ class Trainer:
         validate(self.cfg)
         check_observer_packages(self.cfg)  # a missing tracker library: one line now, not a traceback mid-run
         check_kernels_compile(self.cfg.train.kernels, self.cfg.train.compile)  # before any data or model is built
+        check_compiled_step(self.cfg.optim.name, self.cfg.train.compile)
         t = self.cfg.train
         self.device = Parallel.device_for(resolve_device(t.device))  # cuda:LOCAL_RANK under a launcher
         # a config that cannot fit is refused before anything is built (and too many threads warned of)

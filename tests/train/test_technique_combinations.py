@@ -70,3 +70,13 @@ def test_a_torch_impl_asked_of_strides_own_optimizer_is_refused(name, tmp_path):
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
     assert "`optim.impl` = 'fused'" in lines[0] and f"`optim.name` = '{name}'" in lines[0]
     assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_adafactor_with_a_compiled_optimizer_step_is_refused_up_front():
+    """compile=model+optimizer with adafactor: dynamo broke the graph on each tensor's step count, recompiled per
+    parameter up to its limit (26 warning lines) and the "compiled" step ran slower than eager; now refused."""
+    cfg = load_config(overrides=TINY + ["optim.name='adafactor'", "train.compile='model+optimizer'", "train.steps=1"])
+    with pytest.raises(ConfigError, match=r"`train.compile` = 'model\+optimizer' with `optim.name` = 'adafactor'"):
+        Trainer(config=cfg, write_run_dir=False)
+    Trainer(config=load_config(overrides=TINY + ["optim.name='adafactor'", "train.compile='model'"]),
+            write_run_dir=False)
