@@ -188,6 +188,7 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "precision": t.precision,
         "compute_precision": tr.compute_precision,  # the matmuls' dtype: `precision`, or FSDP2's mp_param_dtype
         "kernels": tr.kernels_impl,
+        "compile": t.compile,  # what torch.compile wrapped: off, model (per block under a pipeline), model+optimizer
         "optimizer_impl": optimizer_impl(tr.optimizer),  # the implementation that ran (a fallback says so)
         "params": tr.n_params,
         "params_sha256": params_sha256(par.pipeline.full_state(tr.model) if par.pipeline else tr.model),

@@ -80,3 +80,13 @@ def test_adafactor_with_a_compiled_optimizer_step_is_refused_up_front():
         Trainer(config=cfg, write_run_dir=False)
     Trainer(config=load_config(overrides=TINY + ["optim.name='adafactor'", "train.compile='model'"]),
             write_run_dir=False)
+
+
+def test_summary_names_the_compile_mode():
+    """summary.json named precision, kernels and the optimizer's implementation but not whether the model (and the
+    optimizer step) was compiled: two runs differing only in train.compile had summaries that could not tell."""
+    s = Trainer(config=load_config(overrides=TINY + ["train.steps=2"]), write_run_dir=False).fit().summary
+    assert s["compile"] == "off"
+    s = Trainer(config=load_config(overrides=TINY + ["train.steps=2", "train.compile='model'"]),
+                write_run_dir=False).fit().summary
+    assert s["compile"] == "model"
