@@ -57,6 +57,17 @@ class Precision:
         self.scaler.update()
         return self.scaler.get_scale() >= scale_before
 
+    def skip(self, optimizer: torch.optim.Optimizer) -> None:
+        """A step a callback skipped (the checkpoint guard's spike skip or rollback, or another rank's vote): with fp16,
+        end the scaler's step as a skipped one would (unscale, then update: an overflow still halves the scale).
+        Without it the next step's unscale_ raised 'unscale_() has already been called ... since the last update()'."""
+        if self.scaler is None:
+            return
+        if not self._unscaled:
+            self.scaler.unscale_(optimizer)
+        self._unscaled = False
+        self.scaler.update()
+
     def state_dict(self) -> dict:
         return self.scaler.state_dict() if self.scaler else {}
 

@@ -360,6 +360,7 @@ class Trainer:
                 grad_norm = self.par.clip_grad_norm(self._params, t.grad_clip)  # DTensor-aware
             if self._gates and not self._allow_update(loss_sum, grad_norm):
                 self.skipped_steps += 1  # e.g. the checkpoint callback's guard: a non-finite loss or grad norm
+                self.precision.skip(self.optimizer)  # fp16: the scaler's step ends here too
             elif not self.precision.step(self.optimizer, self._opt_step):
                 self.skipped_steps += 1
             self.optimizer.zero_grad(set_to_none=True)

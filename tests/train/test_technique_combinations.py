@@ -90,3 +90,14 @@ def test_summary_names_the_compile_mode():
     s = Trainer(config=load_config(overrides=TINY + ["train.steps=2", "train.compile='model'"]),
                 write_run_dir=False).fit().summary
     assert s["compile"] == "model"
+
+
+def test_fp16_with_the_checkpoint_guard_skipping_a_spike_keeps_training(tmp_path):
+    """precision=fp16 + checkpoint.spike_action=skip: the guard skipped a step after the clip had unscaled the
+    gradients, the scaler never ended that step, and the next step died with GradScaler's 'unscale_() has already
+    been called on this optimizer since the last update()' traceback."""
+    cfg = load_config(overrides=TINY + ["train.precision='fp16'", "train.steps=40", "checkpoint.enabled=true",
+                                        "checkpoint.spike_threshold=1.01", "checkpoint.spike_action='skip'"])
+    s = Trainer(config=cfg, out=tmp_path / "run").fit().summary
+    assert s["steps"] == 40 and s["skipped_steps"] > 0
+    assert s["loss_scale"] is not None and s["final_train_loss"] == pytest.approx(s["final_train_loss"])  # finite
