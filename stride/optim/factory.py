@@ -130,6 +130,15 @@ def check_compiled_step(optim_name: str, compile_mode: str) -> None:
             f"`train.compile` = 'model+optimizer' with `optim.name` = {optim_name!r}: its step does not compile "
             "(graph breaks on its per-tensor step count; slower than eager); use `train.compile` = 'model'"
         )
+    if compile_mode == "model+optimizer" and optim_name == "adamw_triton":
+        from stride.kernels.runtime import interpreter_enabled, triton_available
+
+        if interpreter_enabled() and triton_available():  # its Triton step runs in the interpreter, which dynamo
+            # cannot trace (an InterpreterError traceback at the first step); on a GPU the kernel compiles
+            raise ConfigError(
+                "`train.compile` = 'model+optimizer' with `optim.name` = 'adamw_triton' under TRITON_INTERPRET=1: "
+                "torch.compile cannot trace the Triton interpreter; use `train.compile` = 'model'"
+            )
 
 
 def compiled_step(optimizer: torch.optim.Optimizer) -> Callable[[], None]:

@@ -101,3 +101,15 @@ def test_fp16_with_the_checkpoint_guard_skipping_a_spike_keeps_training(tmp_path
     s = Trainer(config=cfg, out=tmp_path / "run").fit().summary
     assert s["steps"] == 40 and s["skipped_steps"] > 0
     assert s["loss_scale"] is not None and s["final_train_loss"] == pytest.approx(s["final_train_loss"])  # finite
+
+
+def test_adamw_triton_compiled_step_under_the_interpreter_is_refused_up_front(monkeypatch):
+    """TRITON_INTERPRET=1 + optim.name=adamw_triton + compile=model+optimizer: dynamo traced the interpreter's step
+    and died at the first step (26 warning lines, then a TorchRuntimeError traceback); now a ConfigError."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    cfg = load_config(overrides=TINY + ["optim.name='adamw_triton'", "train.compile='model+optimizer'"])
+    with pytest.raises(ConfigError, match=r"`optim.name` = 'adamw_triton' under TRITON_INTERPRET=1"):
+        Trainer(config=cfg, write_run_dir=False)
+    Trainer(config=load_config(overrides=TINY + ["optim.name='adamw_triton'", "train.compile='model'"]),
+            write_run_dir=False)
