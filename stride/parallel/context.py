@@ -146,9 +146,12 @@ class Parallel:
         watchdog.set_step(step)
 
     def optim_config(self, o: OptimConfig, model: nn.Module) -> OptimConfig:
-        """foreach/fused kernels take tensors of one kind on one mesh: fall back to the for-loop otherwise."""
+        """foreach/fused kernels take tensors of one kind on one mesh: fall back to the for-loop otherwise (torch's
+        optimizers only: stride's own have one step each, and `optim.impl` is refused for them)."""
+        from stride.optim.factory import TORCH_IMPL_OPTIMIZERS
+
         kinds = {(p.device_mesh, p.placements) if isinstance(p, DTensor) else None for p in model.parameters()}
-        if len(kinds) > 1 and o.impl != "for-loop":
+        if len(kinds) > 1 and o.impl != "for-loop" and o.name in TORCH_IMPL_OPTIMIZERS:
             return dataclasses.replace(o, impl="for-loop")
         return o
 

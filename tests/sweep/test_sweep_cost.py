@@ -26,4 +26,5 @@ def test_a_sweep_of_lone_points_is_no_faster_than_one_by_one(tmp_path: Path) -> 
     cost = json.loads((out / "results.json").read_text())["sweep"]["cost"]
     assert cost["one_by_one_s"] == pytest.approx(cost["sweep_train_s"], rel=1e-9)
     assert cost["train_speedup"] == pytest.approx(1.0, rel=1e-9)
-    assert "(1.00x on training steps)" in (out / "summary.md").read_text()
+    # (a contended host adds ", UNRELIABLE: ..." before the parenthesis closes: a true note on the measurement)
+    assert "(1.00x on training steps" in (out / "summary.md").read_text()
