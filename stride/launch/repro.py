@@ -356,13 +356,13 @@ def edited_config_message(run_dir: Path, cfg: RunConfig, summary: dict[str, Any]
                     f"checkpoint's meta.json, config_hash {summary['config_hash']}) in {'; '.join(changes)}; "
                     f"nothing was re-run (stride repro re-runs the recorded run){how} (e.g. {sets})")
     commit_then = env.get("git_commit")
-    from stride.metrics.env import _git
+    from stride.metrics.env import git_output
 
     repo = Path(__file__).resolve().parents[2]
-    commit_now = _git(["rev-parse", "HEAD"], repo)
+    commit_now = git_output(["rev-parse", "HEAD"], repo)
     schema_diff = None  # whether stride/config changed between the recorded commit and this one ('' : not)
     if isinstance(commit_then, str) and commit_now and commit_then != commit_now:
-        schema_diff = _git(["diff", "--stat", commit_then, commit_now, "--", "stride/config"], repo)
+        schema_diff = git_output(["diff", "--stat", commit_then, commit_now, "--", "stride/config"], repo)
     other_code = (f" (or was written by a stride whose config schema differs: recorded at commit "
                   f"{_shown(commit_then)}, this is {_shown(commit_now)})"
                   if isinstance(commit_then, str) and commit_now and commit_then != commit_now and schema_diff != ""

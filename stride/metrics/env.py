@@ -15,7 +15,9 @@ import torch
 PACKAGES = ("torch", "numpy", "triton", "pyarrow", "rich", "stride")
 
 
-def _git(args: list[str], cwd: Path) -> str | None:
+def git_output(args: list[str], cwd: Path) -> str | None:
+    """`git ARGS` run in `cwd`, its stdout stripped; None where git is missing, fails, or takes over 5 s: the
+    fingerprint and `stride repro`'s edited-config message say "unknown" rather than fail on a copy without git."""
     try:
         out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
@@ -63,9 +65,9 @@ def fingerprint() -> dict[str, Any]:
     gpus = []
     if torch.cuda.is_available():
         gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    status = _git(["status", "--porcelain"], repo)
+    status = git_output(["status", "--porcelain"], repo)
     return {
-        "git_commit": _git(["rev-parse", "HEAD"], repo),
+        "git_commit": git_output(["rev-parse", "HEAD"], repo),
         "git_dirty": bool(status) if status is not None else None,
         "python": platform.python_version(),
         "packages": versions,
