@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stride.report.svg import spread_chart
-from stride.sweep.stats import MORE_SEEDS, diff_interval, holm, mean_sd, welch
+from stride.sweep.stats import MORE_SEEDS, diff_interval, holm, mean_sd, no_seed_spread, welch
 
 SEED_KEYS = ("train.seed", "data.seed")
 SUMMARY_COLUMNS = ("status", "steps", "final_train_loss", "final_val_loss", "time_to_target_s", "diverged_at_step",
@@ -98,11 +98,13 @@ ALL_DIVERGED = "every seed of a side diverged (no loss to compare)"
 SOME_DIVERGED = "seeds diverged on a side (a mean over its survivors only)"
 NO_LOSS = "fewer than 2 seeds with a final val loss on a side"
 ONE_SEED = "seed noise unknown with fewer than 2 seeds per configuration"
-IDENTICAL = "seeds gave identical results on both sides: seed noise unknown"
+IDENTICAL = "seeds gave identical results on both sides (no spread a float holds): seed noise unknown"
 NO_FIGURE = "final val losses too large for the test's figures"
 
 
-def _why_untested(sa: dict[str, Any], sb: dict[str, Any]) -> str | None:
+def _why_untested(sa: dict[str, Any], sb: dict[str, Any], a: list[float], b: list[float]) -> str | None:
+    """Why the pair of configurations with stats rows `sa`, `sb` and final val losses `a`, `b` is not tested (None:
+    it is)."""
     if any(s["diverged"] and not s["seeds"] for s in (sa, sb)):
         return ALL_DIVERGED
     if sa["diverged"] or sb["diverged"]:
@@ -111,7 +113,7 @@ def _why_untested(sa: dict[str, Any], sb: dict[str, Any]) -> str | None:
         return ONE_SEED
     if sa["seeds"] < 2 or sb["seeds"] < 2:
         return NO_LOSS
-    if sa["sd"] == 0 and sb["sd"] == 0:  # zero spread on both sides: a t of inf and p = 0 would claim certainty
+    if no_seed_spread(a, b):  # a t of inf and p = 0 would claim certainty; welch's own test of it, not a second
         return IDENTICAL
     return None
 
@@ -129,7 +131,7 @@ def pairwise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     stats = {row["configuration"]: row for row in configuration_stats(results)}
     pairs = []
     for a, b in combinations(sorted(confs), 2):
-        why = _why_untested(stats[a], stats[b])
+        why = _why_untested(stats[a], stats[b], confs[a], confs[b])
         w, ci = (welch(confs[a], confs[b]), diff_interval(confs[a], confs[b])) if why is None else (None, None)
         if why is None and w is None:  # no finite figures (values near the float range): no test, said why
             why, ci = NO_FIGURE, None

@@ -157,20 +157,40 @@ def mean_sd(xs: list[float]) -> tuple[float | None, float | None]:
     return (mean if math.isfinite(mean) else None), (math.sqrt(var) if math.isfinite(var) else None)
 
 
-def welch(a: list[float], b: list[float]) -> Welch | None:
-    """Welch's unequal-variance t-test of mean(a) = mean(b); None with fewer than 2 values on a side, where both
-    sides' seeds gave identical results (zero spread on both: seed noise unknown, not certainty; it was t = inf,
-    p = 0 and a zero-width interval), or where the figures do not fit a float (extreme values)."""
+def _moments(a: list[float], b: list[float]) -> tuple[float, float, float, float] | None:
+    """mean(a), var(a) / n_a, mean(b), var(b) / n_b: Welch's terms; None with fewer than 2 values on a side or a
+    value that is not finite."""
     if len(a) < 2 or len(b) < 2:
         return None
     ma_va, mb_vb = _mean_var(a), _mean_var(b)
     if ma_va is None or mb_vb is None:
         return None
     (ma, va), (mb, vb) = ma_va, mb_vb
-    va, vb = va / len(a), vb / len(b)
+    return ma, va / len(a), mb, vb / len(b)
+
+
+def no_seed_spread(a: list[float], b: list[float]) -> bool:
+    """Whether neither side's seeds spread in a way a float holds: Welch's squared standard error var(a)/n_a +
+    var(b)/n_b is 0 (identical results, or differences whose squares underflow, as 0, 0, 3e-162). A t-test would
+    claim certainty there (t = inf, p = 0) where seed noise is unknown. The one test of this fact: `welch` gives no
+    test and the sweep report says why (stride.sweep.report.IDENTICAL). Two checks of their own disagreed: the
+    report's sd == 0 on both sides, welch's sum == 0; for 0, 0, 3e-162 against 1, 1, 1 the sd is 2e-162, not 0, but
+    its variance 5e-324 over 3 seeds is, and the report called the pair's losses "too large for the test"."""
+    m = _moments(a, b)
+    return m is not None and m[1] + m[3] == 0
+
+
+def welch(a: list[float], b: list[float]) -> Welch | None:
+    """Welch's unequal-variance t-test of mean(a) = mean(b); None with fewer than 2 values on a side, where both
+    sides' seeds gave identical results (`no_seed_spread`: seed noise unknown, not certainty; it was t = inf,
+    p = 0 and a zero-width interval), or where the figures do not fit a float (extreme values)."""
+    m = _moments(a, b)
+    if m is None or no_seed_spread(a, b):
+        return None
+    ma, va, mb, vb = m
     diff = ma - mb
-    se2 = va + vb
-    if se2 == 0 or not all(map(math.isfinite, (ma, mb, diff, se2))):
+    se2 = va + vb  # > 0: no_seed_spread is this sum == 0
+    if not all(map(math.isfinite, (ma, mb, diff, se2))):
         return None
     t = diff / math.sqrt(se2)
     try:

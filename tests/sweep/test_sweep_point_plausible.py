@@ -20,7 +20,7 @@ from sweep_fixtures import sweep_argv
 
 from stride.cli.main import main
 from stride.sweep.report import IDENTICAL, NO_FIGURE, configuration_stats, pairwise, significance_line
-from stride.sweep.stats import diff_interval, mean_sd, welch
+from stride.sweep.stats import diff_interval, mean_sd, no_seed_spread, welch
 
 
 def points(out: Path) -> list[Path]:
@@ -101,6 +101,25 @@ def test_identical_seeds_on_both_sides_are_not_a_certain_difference() -> None:
     line = significance_line([pair])
     assert "identical results" in line and "seed noise unknown" in line and "differ beyond" not in line
     assert [c["sd"] for c in configuration_stats(results)] == [0.0, 0.0]
+
+
+def test_a_spread_that_underflows_is_no_spread_for_the_report_and_the_test_alike() -> None:
+    """Review: the report's IDENTICAL (sd == 0 on both sides) and welch's None (var/n sums to 0) were two checks of
+    one fact. 0, 0, 3e-162 has sd 2.2e-162 but a variance of 5e-324 that is 0 over 3 seeds: welch gave no test, the
+    report said "too large for the test's figures". Both now ask stride.sweep.stats.no_seed_spread."""
+    a, b = [0.0, 0.0, 3e-162], [1.0, 1.0, 1.0]
+    assert mean_sd(a)[1] == pytest.approx(2.2227587494850775e-162) and no_seed_spread(a, b)
+    results = [result(1e-3, s, v) for s, v in enumerate(a)] + [result(2e-3, s, v) for s, v in enumerate(b)]
+    (pair,) = pairwise(results)
+    assert pair["not_tested"] == IDENTICAL and pair["p"] is None and welch(a, b) is None
+    # boundary values: where one says no spread, the other agrees; a measurable spread is tested
+    for a, b, none in [([0.0, 0.0, 3e-162], [1.0, 1.0, 1.0], True), ([0.0, 1e-300], [1.0, 1.0], True),
+                       ([0.0, 5e-324], [2.0, 2.0], True), ([0.0, 1e-50], [1.0, 1.0], False),
+                       ([1.0, 1.0 + 2**-52], [1.0, 1.0], False), ([1.0, 1.0], [2.0, 3.0], False)]:
+        results = [result(1e-3, s, v) for s, v in enumerate(a)] + [result(2e-3, s, v) for s, v in enumerate(b)]
+        (pair,) = pairwise(results)
+        assert no_seed_spread(a, b) is none and (welch(a, b) is None) is none, (a, b)
+        assert (pair["not_tested"] == IDENTICAL) is none and (pair["p"] is None) is none, (a, b)
 
 
 def test_one_side_without_spread_is_still_tested() -> None:
