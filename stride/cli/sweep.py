@@ -182,7 +182,7 @@ def _write_report(store, plan, points, price) -> None:
         _log_best(results)
         c = section["cost"]
         pairs = significance_line(section["pairs"])
-        if packs and all(q.get("solo") or q.get("size") == 1 for q in packs):  # nothing was packed
+        if packs and not c["packed_packs"]:  # nothing was packed: no speed-up figure, nor a note on one
             _log(f"every point trained alone (pack size 1): {c['sweep_device_s']:.1f} s of runs; {pairs}")
         elif c["train_speedup"]:
             _log(f"training steps: {c['sweep_train_s']:.1f} s packed against {c['one_by_one_s']:.1f} s one by one "

@@ -26,15 +26,24 @@ from stride.sweep.report import (
 from stride.sweep.stats import BOOTSTRAP_MIN_SEEDS
 
 
+def packed(pack: dict[str, Any]) -> bool:
+    """Whether a packs.jsonl record trained models together: not `--pack 1`'s points one after another (`solo`), not
+    a pack of one. Only these carry a packing speed-up; a lone point's is 1.00x of itself by construction."""
+    return not pack.get("solo") and pack.get("size") != 1
+
+
 def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_hour: float | None) -> dict[str, Any]:
     """Device time of the sweep's packs against the points' training time one by one (and dollars with a price).
 
     One by one: a point that ran alone is its measured training steps' time; a packed point is its steps at the solo
     throughput measured for its class (training steps only). The sweep: the wall times of the packs that
     finished (validation and set-up included; the probe and packs cut off by a kill are not counted), and
-    their training steps alone (`sweep_train_s`, the like-for-like figure: `train_speedup`).
+    their training steps alone (`sweep_train_s`, the like-for-like figure: `train_speedup`). The speed-ups, and the
+    reasons they are unreliable, only where some finished pack trained models together (`packed_packs`): a sweep of
+    lone points showed "1.00x ..., UNRELIABLE" when one of its lone runs waited for cores, a note on nothing.
     """
     done = [p for p in packs if not p.get("error")]
+    together = [p for p in done if packed(p)]
     device_s = sum(p["wall_s"] for p in done)
     estimates = [r.get("one_by_one_s") for r in results]
     alone_s = sum(v for v in estimates if v is not None)
@@ -43,23 +52,24 @@ def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_h
     out = {
         "sweep_device_s": device_s,
         "sweep_train_s": train_s,
-        "train_speedup": alone_s / train_s if train_s and alone_s else None,
+        "train_speedup": alone_s / train_s if together and train_s and alone_s else None,
         "sweep_wall_clock_s": (max(p["time"] for p in done) - min(starts)) if done else 0.0,
         "one_by_one_s": alone_s,
         "points_without_estimate": sum(v is None for v in estimates),
-        "speedup": alone_s / device_s if device_s and alone_s else None,
+        "speedup": alone_s / device_s if together and device_s and alone_s else None,
         "packs": len(done),
+        "packed_packs": len(together),  # of `packs`, those that trained models together (0: every point alone)
         "price_per_hour_usd": price_per_hour,
         # how each class's lone-model rate behind `one_by_one_s` was measured (sizing.measure_solo), once a class
-        "one_by_one_methods": list(dict.fromkeys(p["one_by_one_rate"]["method"] for p in done
+        "one_by_one_methods": list(dict.fromkeys(p["one_by_one_rate"]["method"] for p in together
                                                  if isinstance(p.get("one_by_one_rate"), dict)
                                                  and p["one_by_one_rate"].get("method"))),
         # why a lone-model rate behind the speed-ups cannot carry them (sizing.SoloRate.unreliable); None: it can
-        "speedup_unreliable": "; ".join(dict.fromkeys(p["one_by_one_rate"]["unreliable"] for p in done
+        "speedup_unreliable": "; ".join(dict.fromkeys(p["one_by_one_rate"]["unreliable"] for p in together
                                                       if isinstance(p.get("one_by_one_rate"), dict)
                                                       and p["one_by_one_rate"].get("unreliable"))) or None,
     }
-    out["packs_unreliable"] = packs_spread(results, done)
+    out["packs_unreliable"] = packs_spread(results, together)
     if price_per_hour is not None:
         out["sweep_usd"] = device_s / 3600 * price_per_hour
         out["one_by_one_usd"] = alone_s / 3600 * price_per_hour
@@ -176,6 +186,7 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
                  f"{c['one_by_one_s']:.1f} s of training steps"
                  + (f" ({c['train_speedup']:.2f}x on training steps"
                     + (f", UNRELIABLE: {unreliable_text(c)})" if unreliable_text(c) else ")") if c["train_speedup"]
+                    else " (not packed: every point trained alone)" if c["packs"] and not c["packed_packs"]
                     else "")
                  + (f"; ${c['sweep_usd']:.4f} against ${c['one_by_one_usd']:.4f}" if price_per_hour is not None
                     else ""))
