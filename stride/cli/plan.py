@@ -497,6 +497,7 @@ def _run(args: argparse.Namespace) -> int:
         default_global_batch,
         distinct_alternatives,
         explain,
+        price_note,
         search,
     )
 
@@ -519,6 +520,8 @@ def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     result = search(spec, hw, args.devices, gb, eff, args.precision, args.framework, args.fp8_recipe)
     if args.global_batch is None and (line := default_batch_note(spec, args.devices, gb)):
+        result.notes.append(line)
+    if result.best is not None and (line := price_note(hw)):  # the $/step column reads 0
         result.notes.append(line)
     seconds = time.perf_counter() - t0
     alts = distinct_alternatives(result)
@@ -758,7 +761,7 @@ def _print_plan(result, alts, spec, hw, devices, gb, seconds, top, interval: tup
 def _compare(args, spec, catalog, eff) -> int:
     from stride.cli.plan_tables import print_compare
     from stride.perfmodel.intervals import load_intervals
-    from stride.perfmodel.planner import compare_hardware, default_batch_note, parse_fleet
+    from stride.perfmodel.planner import compare_hardware, default_batch_note, parse_fleet, price_note
 
     if args.compare_hardware == "all":
         fleet = [(hw, args.devices) for hw in catalog.devices.values() if not hw.cpu]
@@ -788,6 +791,8 @@ def _compare(args, spec, catalog, eff) -> int:
             r["hours_to_budget_lo"], r["hours_to_budget_hi"] = r["hours_to_budget"] * lo, r["hours_to_budget"] * hi
             lines = [line] if args.global_batch is None and (
                 line := default_batch_note(spec, r["devices"], r["global_batch"])) else []
+            if price := price_note(parts[r["hardware"]], args.sort):  # a $0 part tops --sort cost: say why
+                lines.append(price)
             step_tokens = r["global_batch"] * spec.seq
             if args.tokens < step_tokens:  # hours and cost of a fraction of one step (planner audit of 2026-12-07)
                 lines.append(f"--tokens {args.tokens:g} is less than one step ({step_tokens:,} tokens): the hours and "

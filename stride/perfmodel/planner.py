@@ -375,6 +375,18 @@ def parse_fleet(text: str, names: list[str]) -> list[tuple[str, int | None]]:
     return out
 
 
+def price_note(hw: Hardware, sort: str | None = None) -> str | None:
+    """A line where `hw` has no price (price_per_hour_usd = 0, as a --hardware-file entry for hardware one already owns
+    may give): its cost reads 0, which ranks it first by cost. A cost of 0 is not counted, not a saving (a $0/h entry
+    topped `--sort cost` above every priced part without a word; outside review of the planner). None: priced."""
+    if hw.price_per_hour_usd > 0:
+        return None
+    ranks = ", so by cost it ranks first, ahead of every priced part" if sort == "cost" else ""
+    return (f"{hw.name} is priced at 0 USD a device-hour (price_per_hour_usd = 0): its cost reads 0, which means not "
+            f"counted{ranks}; give its hourly cost (e.g. amortised) as price_per_hour_usd in a --hardware-file entry "
+            "to compare by cost")
+
+
 def compare_hardware(spec: TransformerSpec, fleet: list[tuple[Hardware, int]], global_batch: int | None,
                      eff: Efficiency | None = None, token_budget: float = 1e12, precision: str = "bf16",
                      sort: str = "time", framework: str | None = None, fits_from_hint: bool = True) -> list[dict]:
