@@ -1,7 +1,8 @@
 """Re-run a recorded run from its run directory and say whether the result matches.
 
-A run directory holds the resolved `config.toml`, `env.json` (git commit, dirty state, package
-versions, hardware) and `summary.json` (params_sha256, config_hash, final loss). In deterministic
+A run directory holds the resolved `config.toml` (and a copy, `config.recorded.toml`, that names the keys of a
+config.toml edited after the run), `env.json` (git commit, dirty state, package versions, hardware) and
+`summary.json` (params_sha256, config_hash, final loss). In deterministic
 mode the re-run must reproduce the parameters bit for bit; otherwise the final loss must agree
 within a relative tolerance. Differences in code version and packages are reported beside the
 verdict because they are the usual reason a match fails.
@@ -296,12 +297,21 @@ class EditedConfigError(RunFolderError):
     it would not re-run the recorded run (exit status 2, nothing re-run)."""
 
 
-def recorded_config(run_dir: Path, cfg: RunConfig, recorded_hash: str) -> dict[str, Any] | None:
-    """The resolved config the run recorded, where it kept one: a checkpoint's meta.json (`config`) whose content
-    hashes to summary.json's `config_hash` (so an edited or older meta.json is not taken for it). None: no
-    checkpoint of this run holds it (summary.json and env.json record only the hash)."""
+def recorded_config(run_dir: Path, cfg: RunConfig, recorded_hash: str) -> tuple[dict[str, Any], str] | None:
+    """The resolved config the run recorded and where, where it kept one whose content hashes to summary.json's
+    `config_hash` (so an edited or older copy is not taken for it): the copy of config.toml the run folder keeps
+    (stride.metrics.run_dir.RECORDED_CONFIG, written with config.toml), else a checkpoint's meta.json (`config`).
+    None: neither (a run written before the copy was kept, and without checkpoints)."""
     from stride.checkpoint.safe_read import META
+    from stride.config import config_to_dict
+    from stride.metrics.run_dir import RECORDED_CONFIG
 
+    copy_path = run_dir / RECORDED_CONFIG
+    if os.path.lexists(copy_path):
+        with contextlib.suppress(ConfigError):  # not a regular file, not TOML, not a valid config: not the record
+            kept = load_config(copy_path)
+            if config_hash(kept) == recorded_hash:
+                return config_to_dict(kept), RECORDED_CONFIG
     roots = []
     for d in dict.fromkeys((cfg.checkpoint.dir, "checkpoints")):
         root = Path(d) if Path(d).is_absolute() else run_dir / d
@@ -315,7 +325,7 @@ def recorded_config(run_dir: Path, cfg: RunConfig, recorded_hash: str) -> dict[s
                     table = json.loads(text) if text is not None else None
                     conf = table.get("config") if isinstance(table, dict) else None
                     if isinstance(conf, dict) and table_hash(conf) == recorded_hash:
-                        return conf
+                        return conf, "its checkpoint's meta.json"
     return None
 
 
@@ -340,20 +350,22 @@ def config_changes(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 def edited_config_message(run_dir: Path, cfg: RunConfig, summary: dict[str, Any], env: dict[str, Any]) -> str:
     """Why a config.toml that does not hash to the recorded config_hash is refused: the keys that differ from the
-    resolved config the run recorded (a checkpoint's meta.json), or, where the run kept none, that the file was
-    edited after the run; and how to re-run a change on purpose."""
+    resolved config the run recorded (`recorded_config`: the run folder's copy or a checkpoint's meta.json), or,
+    where the run kept none, that the file was edited after the run; and how to re-run a change on purpose."""
     from stride.config import config_to_dict
+    from stride.metrics.run_dir import RECORDED_CONFIG
 
     cfg_path = run_dir / "config.toml"
-    recorded = recorded_config(run_dir, cfg, summary["config_hash"])
+    found = recorded_config(run_dir, cfg, summary["config_hash"])
+    recorded, where = found if found is not None else (None, "")
     how = ("; to re-run a changed value on purpose, restore config.toml and pass the change with --set KEY=VALUE, "
            "or pass --allow-edited-config to re-run config.toml as it is now")
     if recorded is not None:
         changes = config_changes(recorded, config_to_dict(cfg))
         if changes:
             sets = " ".join(f"--set {c.split(' ', 1)[0]}={c.rsplit(' -> ', 1)[1]}" for c in changes[:4])
-            return (f"{cfg_path} was edited after the run: it differs from the config the run recorded (its "
-                    f"checkpoint's meta.json, config_hash {summary['config_hash']}) in {'; '.join(changes)}; "
+            return (f"{cfg_path} was edited after the run: it differs from the config the run recorded ({where}, "
+                    f"config_hash {summary['config_hash']}) in {'; '.join(changes)}; "
                     f"nothing was re-run (stride repro re-runs the recorded run){how} (e.g. {sets})")
     commit_then = env.get("git_commit")
     from stride.metrics.env import git_output
@@ -367,9 +379,10 @@ def edited_config_message(run_dir: Path, cfg: RunConfig, summary: dict[str, Any]
                   f"{_shown(commit_then)}, this is {_shown(commit_now)})"
                   if isinstance(commit_then, str) and commit_now and commit_then != commit_now and schema_diff != ""
                   else "")
-    kept = "the run kept no copy of its resolved config (a checkpoint's meta.json) to name the keys that differ"
+    kept = (f"the run kept no copy of its resolved config ({RECORDED_CONFIG}, a checkpoint's meta.json) that hashes "
+            "to it, to name the keys that differ")
     if recorded is not None:  # the same values, another hash: not an edit of a value
-        kept = "its values are those the run recorded (a checkpoint's meta.json), so the schema or its writing differs"
+        kept = f"its values are those the run recorded ({where}), so the schema or its writing differs"
     return (f"{cfg_path} no longer hashes to the config_hash the run recorded ({summary['config_hash']}): it was "
             f"edited after the run{other_code}; {kept}; nothing was re-run (stride repro re-runs the recorded run)"
             + how)

@@ -34,8 +34,13 @@ FLUSH_S = 0.1  # seconds a metrics.jsonl line may wait in the buffer (RunDir.log
 
 _FILE_TMP = re.compile(r"^[A-Za-z0-9_.-]+\.(json|toml|jsonl|html|md)$")  # the rest of a tagged file's name
 # What a run writes in its folder (the trainer, the observers, `stride profile`): what --overwrite removes.
-RUN_FILES = ("config.toml", "env.json", "metrics.jsonl", "summary.json", "system.jsonl", "prometheus.json",
-             "analysis.json", "tensorboard", "mlflow", "wandb", "tracking.json", "traces", "report.html", "summary.md")
+# A copy of config.toml as the run wrote it, for the run's own reading only: config.toml is the user's to edit, and
+# `stride repro` names the keys an edit changed against this copy (stride.launch.repro.recorded_config), where it
+# hashes to summary.json's config_hash; before, only a run with checkpoints (their meta.json) could name them.
+RECORDED_CONFIG = "config.recorded.toml"
+RUN_FILES = ("config.toml", RECORDED_CONFIG, "env.json", "metrics.jsonl", "summary.json", "system.jsonl",
+             "prometheus.json", "analysis.json", "tensorboard", "mlflow", "wandb", "tracking.json", "traces",
+             "report.html", "summary.md")
 
 
 class RunDirError(StrideError):
@@ -145,6 +150,7 @@ class RunDir:
             (config_toml, env), self._pending_record = self._pending_record, None
             self.written = True
             atomic_write_text(self.path / "config.toml", config_toml)
+            atomic_write_text(self.path / RECORDED_CONFIG, config_toml)
             atomic_write_text(self.path / "env.json", json_text(env))
 
     def write_json(self, name: str, obj: Any) -> None:

@@ -2,13 +2,16 @@
 
 Before: a warning that blamed TOML's missing null or a schema change, then a re-run of the edited config reported
 as "MISMATCH ... 5.80e-02", exit 1. Now: refused, exit 2, nothing re-run; the keys that differ from the config the
-run recorded (a checkpoint's meta.json, checked against summary.json's config_hash) are named where the run kept
-one, else the file is said to have been edited after the run. `--allow-edited-config` re-runs it on purpose.
+run recorded (the run folder's config.recorded.toml or a checkpoint's meta.json, checked against summary.json's
+config_hash) are named where the run kept one, else the file is said to have been edited after the run.
+`--allow-edited-config` re-runs it on purpose. (A review found a run without checkpoints could not name the keys:
+nothing else recorded the resolved config; the run folder now keeps config.recorded.toml.)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -18,6 +21,7 @@ import pytest
 from stride.cli.main import main
 from stride.config import load_config
 from stride.launch.repro import EditedConfigError, reproduce
+from stride.metrics.run_dir import RECORDED_CONFIG, RUN_FILES
 from stride.train.trainer import Trainer
 
 TINY = ["data.n_assets=4", "data.n_steps=1024", "data.seq_len=16", "train.batch_size=32", "train.steps=4",
@@ -32,10 +36,12 @@ def recorded(tmp_path_factory) -> Path:
     return run
 
 
-def _edited(recorded: Path, tmp_path: Path, *, keep_checkpoints: bool) -> Path:
+def _edited(recorded: Path, tmp_path: Path, *, keep_checkpoints: bool, keep_copy: bool = True) -> Path:
     run = Path(shutil.copytree(recorded, tmp_path / "run"))
     if not keep_checkpoints:
         shutil.rmtree(run / "checkpoints")
+    if not keep_copy:  # a run folder written before the copy was kept
+        (run / RECORDED_CONFIG).unlink()
     cfg = run / "config.toml"
     text, n = re.subn(r"(?m)^lr = .*$", "lr = 0.003", cfg.read_text())
     assert n == 1
@@ -54,16 +60,46 @@ def test_an_edited_config_names_the_changed_key_and_nothing_is_re_run(recorded: 
     assert not (tmp_path / "r").exists()
 
 
-def test_without_a_recorded_config_the_edit_is_the_primary_reason(recorded: Path, tmp_path: Path) -> None:
+def test_a_run_without_checkpoints_names_the_changed_key_from_its_recorded_copy(
+        recorded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = _edited(recorded, tmp_path, keep_checkpoints=False)
+    assert (run / RECORDED_CONFIG).read_text() == (recorded / "config.toml").read_text()  # written with config.toml
+    assert RECORDED_CONFIG in RUN_FILES  # and cleared with it by --overwrite
+    assert main(["repro", str(run), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "was edited after the run" in err and f"recorded ({RECORDED_CONFIG}, config_hash" in err, err
+    assert "optim.lr 0.001 -> 0.003" in err and "--set optim.lr=0.003" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_without_a_recorded_config_the_edit_is_the_primary_reason(recorded: Path, tmp_path: Path) -> None:
+    run = _edited(recorded, tmp_path, keep_checkpoints=False, keep_copy=False)
     with pytest.raises(EditedConfigError, match=r"config.toml no longer hashes to the config_hash the run recorded "
                                                  r"\(\w+\): it was edited after the run") as exc:
         reproduce(run, tmp_path / "r")
     assert exc.value.exit_code == 2 and not (tmp_path / "r").exists()
+    assert f"kept no copy of its resolved config ({RECORDED_CONFIG}, a checkpoint's meta.json)" in str(exc.value)
+
+
+@pytest.mark.parametrize("copy", ["edited", "not toml", "fifo"])
+def test_a_recorded_copy_that_does_not_hash_to_the_record_is_not_taken_for_it(recorded: Path, tmp_path: Path,
+                                                                             copy: str) -> None:
+    run = _edited(recorded, tmp_path, keep_checkpoints=False)
+    kept = run / RECORDED_CONFIG
+    if copy == "edited":  # edited alike: it no longer hashes to summary.json's config_hash
+        kept.write_text((run / "config.toml").read_text())
+    elif copy == "not toml":
+        kept.write_text("[optim\n")
+    else:
+        kept.unlink()
+        os.mkfifo(kept)
+    with pytest.raises(EditedConfigError, match="no longer hashes .* edited after the run") as exc:
+        reproduce(run, tmp_path / "r")
+    assert "optim.lr" not in str(exc.value) and not (tmp_path / "r").exists()
 
 
 def test_a_meta_json_that_does_not_hash_to_the_record_is_not_taken_for_it(recorded: Path, tmp_path: Path) -> None:
-    run = _edited(recorded, tmp_path, keep_checkpoints=True)
+    run = _edited(recorded, tmp_path, keep_checkpoints=True, keep_copy=False)
     (meta,) = run.glob("checkpoints/step_*/meta.json")
     m = json.loads(meta.read_text())
     m["config"]["optim"]["lr"] = 0.003  # edited too: it no longer hashes to summary.json's config_hash
