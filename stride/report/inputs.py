@@ -21,8 +21,8 @@ KINDS = "a results.json, a `stride bench` directory or a `stride train` run dire
 # Figures that cannot be negative (rates, times, sizes, counts), as a summary.json or a results entry names
 # them; MFU is achieved over peak FLOP/s, which stride leaves null rather than write above 1.
 NON_NEGATIVE = ("samples_per_s", "timesteps_per_s", "step_time_s", "wall_time_s", "flops_per_step", "peak_mem_bytes",
-                "time_to_target_s", "steps", "skipped_steps", "saved_activation_bytes", "params", "world_size",
-                "run_queue_waiting_threads")
+                "time_to_target_s", "lost_time_s", "steps", "skipped_steps", "saved_activation_bytes", "params",
+                "world_size", "run_queue_waiting_threads")
 
 
 def contention_problem(s: dict[str, Any]) -> str | None:
@@ -164,7 +164,9 @@ def results_from_run(run: Path) -> dict[str, Any]:
                                  "peak_flops_per_s", "peak_clock_ghz",
                                  # whether the run's host was contended (stride.metrics.contention), as a bench
                                  # entry carries it: compare then gives no verdict, report no bottleneck of the model
-                                 "run_queue_waiting_threads", "contention_note")},
+                                 "run_queue_waiting_threads", "contention_note",
+                                 # training seconds restarts repeated: the report's cost to target counts them
+                                 "lost_time_s")},
         "world_size": s.get("world_size"),  # processes: part of what a run measured (stride compare checks it)
         "peak_mem_bytes": s.get("peak_mem_bytes") or 0,
         "step_time_breakdown_s": s.get("step_time_breakdown_s") or {},

@@ -68,18 +68,37 @@ def _names_part(key: str, gpu: str) -> bool:
     return re.search(rf"(?<![a-z0-9]){re.escape(key.lower())}(?![a-z0-9])", gpu.lower()) is not None
 
 
-def price_for(env: dict[str, Any], prices: dict[str, float]) -> tuple[float | None, str]:
-    """USD an hour for the results' devices (one GPU's price times their count, or the CPU's) and the key it came
-    from. The longest key that names the GPU wins: a plain substring test took the first key in the file, so an
-    L40S was priced as an L4 and a GH200 as an H200 (planner audit of 2026-12-07)."""
+def price_for(env: dict[str, Any], prices: dict[str, float], devices: int | None = None) -> tuple[float | None, str]:
+    """USD an hour for the devices a run used (one GPU's price times `devices`, or the CPU host's) and the key it came
+    from. `devices`: the GPUs the run ran on (`run_devices`); None: every GPU env.json lists. The longest key that
+    names the GPU wins: a plain substring test took the first key in the file, so an L40S was priced as an L4 and a
+    GH200 as an H200 (planner audit of 2026-12-07)."""
     keys = sorted((k for k in prices if k != "cpu"), key=len, reverse=True)
     for gpu in env.get("gpus") or []:
         for key in keys:
             if _names_part(key, str(gpu)):
-                return prices[key] * len(env["gpus"]), key
+                return prices[key] * (devices if devices is not None else len(env["gpus"])), key
     if not env.get("gpus") and "cpu" in prices:
         return prices["cpu"], "cpu"
     return None, "no price"
+
+
+def run_devices(entry: dict[str, Any], env: dict[str, Any]) -> int | None:
+    """The GPUs a results entry ran on: its world size (one GPU a rank, every node's counted), or 1 where it records
+    none (a `stride bench` workload trains in the bench's own process); None on a host without GPUs, whose price is
+    the whole machine's. env.json lists the GPUs of rank 0's host, used or not: a one-process run on an 8-GPU node
+    was priced at 8 GPUs, and a 16-rank run over two such nodes at 8 (outside review of the report's cost)."""
+    if not env.get("gpus"):
+        return None
+    n = entry.get("world_size")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+
+
+def seconds_lost(entry: dict[str, Any]) -> float:
+    """Training seconds a run paid for twice: what killed processes trained past their last checkpoint
+    (summary.json's `lost_time_s`, a lower bound), outside the training clock `time_to_target_s` is on; 0 unknown."""
+    lost = entry.get("lost_time_s")
+    return float(lost) if isinstance(lost, int | float) and not isinstance(lost, bool) and lost > 0 else 0.0
 
 
 def pct(fraction: float) -> str:
@@ -205,7 +224,6 @@ def recommend(results: dict[str, Any], prices: dict[str, float],
     """One recommendation per workload group. `speeds`: the dtype speeds measured on the machine the
     results come from; "host" (default) measures this host's when the results were made here."""
     env = results.get("environment", {})
-    price, price_key = price_for(env, prices)
     if speeds == "host":
         speeds = _host_speeds(env)
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -215,8 +233,11 @@ def recommend(results: dict[str, Any], prices: dict[str, float],
     for base, ws in groups.items():
         best = max(ws, key=lambda w: w["throughput"]["median"] or 0.0)
         kind, advice = bottleneck(best, precision_evidence(results, ws, speeds))
-        tput = best["throughput"]["median"] or 0.0
+        tput = best["throughput"]["median"] or 0.0  # the whole run's (every rank's samples), not one device's
         ttt = best.get("time_to_target_s")
+        devices = run_devices(best, env)
+        price, price_key = price_for(env, prices, devices)  # USD an hour for every device the run used
+        lost = seconds_lost(best)
         out.append({
             "workload": base,
             "fastest": best["name"],
@@ -226,10 +247,14 @@ def recommend(results: dict[str, Any], prices: dict[str, float],
             "bottleneck": kind,
             "advice": advice,
             # per million of the throughput's own unit (samples, tokens, env steps): `cost_unit`
-            "usd_per_million_samples": price / 3600 / tput * 1e6 if price and tput else None,
+            "usd_per_million_samples": price / 3600 / tput * 1e6 if price is not None and tput else None,
             "cost_unit": cost_unit(best["throughput"]["unit"]),
-            "usd_per_run_to_target": price * ttt / 3600 if price and ttt else None,
+            # the training clock to the target, plus the seconds restarts trained again (paid for, off that clock)
+            "usd_per_run_to_target": price * (ttt + lost) / 3600 if price is not None and ttt else None,
             "price_key": price_key,
+            "usd_per_hour": price,  # every device the run used (0: the table's price is 0, the cost not counted)
+            "devices_priced": devices,  # GPUs (None: the CPU host, priced whole)
+            "lost_time_s": lost,
         })
     return out
 

@@ -287,11 +287,19 @@ def _charts(results: dict[str, Any], results_dir: Path, notes: list[str]) -> lis
 def _cost_text(r: dict[str, Any]) -> str:
     """The cost sentence, with only the figures that exist; a missing price is said in words."""
     if r["usd_per_million_samples"] is None:
+        if r.get("usd_per_hour") is not None:  # priced, but nothing was measured
+            return "Cost: not computed (no throughput measured)"
         return f"Cost: not computed (no price for this machine in the price table: {r['price_key']})"
+    if r.get("usd_per_hour") == 0:  # 0.0000 USD would read as free
+        return f"Cost: not counted (the price table gives {r['price_key']} 0 USD an hour)"
+    n = r.get("devices_priced")
+    key = f"{r['price_key']} x {n} GPU{'s' if n != 1 else ''}" if n else r["price_key"]
     # per million of what the throughput counts (tokens/s: tokens, env steps/s: env steps), which the cost is of
-    parts = [f"{r['usd_per_million_samples']:.4f} USD per million {r.get('cost_unit') or 'samples'} ({r['price_key']})"]
+    parts = [f"{r['usd_per_million_samples']:.4f} USD per million {r.get('cost_unit') or 'samples'} ({key})"]
     if r["usd_per_run_to_target"] is not None:
-        parts.append(f"{r['usd_per_run_to_target']:.4f} USD per run to target")
+        lost = r.get("lost_time_s") or 0.0
+        parts.append(f"{r['usd_per_run_to_target']:.4f} USD per run to target"
+                     + (f" (with {lost:.1f} s that restarts trained again)" if lost else ""))
     return "Cost: " + ", ".join(parts)
 
 
