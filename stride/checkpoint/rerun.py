@@ -50,6 +50,9 @@ class Verdict:
     kind: str  # "resume" | "extend" | "finished"
     ended_at: int | None = None  # the step the earlier run ended at (finished or extended)
     extended_from: list[int] = field(default_factory=list)  # train.steps of every segment before this one
+    # finished: why its last step has no checkpoint that passed verification (None: the newest valid one is of its
+    # last step), so raising train.steps cannot extend it (`finished_message`)
+    last_unusable: str | None = None
 
 
 def earlier_run(path: Path) -> dict[str, Any] | None:
@@ -141,7 +144,12 @@ def decide(step: int, meta: dict[str, Any], summary_steps: int | None, steps: in
     if ended is None and step >= saved:
         ended = step  # saved at its last step; the summary was not written (stopped while finishing)
     if steps == saved:
-        return Verdict("finished", ended, history) if ended is not None else Verdict("resume", None, history)
+        if ended is None:
+            return Verdict("resume", None, history)
+        # summary.json says it ended after the newest valid checkpoint: the one of its last step failed the
+        # verifier (skipped, with the reason) or was never saved, so an extension would be refused (below)
+        last = _why_no_last(meta, skipped, ended, _skipped_at(skipped, ended)) if ended != step else None
+        return Verdict("finished", ended, history, last)
     where = f"the run whose newest valid checkpoint is {folder}"
     if ended is None:
         raise ConfigMismatchError(
@@ -180,13 +188,18 @@ def _why_no_last(meta: dict[str, Any], skipped: list[str] | None, ended: int, at
     return why + ("; newer ones were skipped too: " + "; ".join(skipped) if skipped else "")
 
 
-def finished_message(run: Path | None, ended: int, steps: int, has_summary: bool) -> str:
+def finished_message(run: Path | None, ended: int, steps: int, has_summary: bool,
+                     last_unusable: str | None = None) -> str:
+    """What a rerun of a finished run says. `last_unusable` (Verdict.last_unusable): why no verified checkpoint of its
+    last step is there; the advice to raise train.steps is then not given, as the extension would be refused (its
+    checkpoint of step 290 failed its checksum, and the message still said "it continues from step 290")."""
     where = str(run) if run is not None else "the checkpoint folder"
     tail = "" if has_summary else " (it has no summary.json: it stopped while writing it)"
     if not has_summary and run is not None and not (run / "metrics.jsonl").is_file():
         tail = " (a checkpoint at its last step with no run beside it, as `stride sweep --export` writes one)"
     stopped = "" if ended == steps else f" (it stopped at step {ended}: the target was reached)"
+    further = (f"To train it further raise train.steps (it continues from step {ended})" if last_unusable is None else
+               f"It cannot be trained further from here: no valid checkpoint of step {ended} ({last_unusable})")
     return (f"{where} holds this run, finished at step {ended}{stopped}{tail}: nothing trained, no file changed. "
-            f"To train it further raise train.steps (it continues from step {ended}); to start over use another "
-            "--out, or --overwrite")
+            f"{further}; to start over use another --out, or --overwrite")
 
