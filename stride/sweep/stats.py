@@ -193,10 +193,12 @@ def welch(a: list[float], b: list[float]) -> Welch | None:
     if not all(map(math.isfinite, (ma, mb, diff, se2))):
         return None
     t = diff / math.sqrt(se2)
-    try:
-        df = se2 * se2 / ((va * va) / (len(a) - 1) + (vb * vb) / (len(b) - 1))  # Welch-Satterthwaite
-    except (OverflowError, ZeroDivisionError):
-        return None
+    # Welch-Satterthwaite, in variances scaled by the larger one: the formula is scale-free, and squaring raw
+    # variances underflowed to 0 / 0 for seed spreads below ~1e-81 (a real difference then got no test) and overflowed
+    # to inf above ~1e77
+    scale = max(va, vb)
+    ra, rb = va / scale, vb / scale
+    df = (ra + rb) ** 2 / (ra * ra / (len(a) - 1) + rb * rb / (len(b) - 1))
     if not (math.isfinite(t) and math.isfinite(df) and df > 0):
         return None
     return Welch(diff, t, df, _two_sided_p(t, df), math.sqrt(se2))

@@ -201,3 +201,19 @@ def test_coverage_at_few_seeds_welch_holds_95_and_the_bootstrap_did_not(n):
             boot_hits += blo <= 0 <= bhi
     assert 0.93 <= welch_hits / trials <= 0.99
     assert boot_hits / 300 < 0.87
+
+
+@pytest.mark.parametrize("scale", [1e-155, 1e-150, 1e-3, 1.0, 1e3, 1e150, 1e153])
+def test_welch_degrees_of_freedom_hold_at_any_scale_of_spread(scale: float) -> None:
+    """The Welch-Satterthwaite df depends only on the ratio of the two sides' variances: the same seeds' spread at
+    1e-155 or 1e153 gives the df it gives at 1 (squaring raw variances underflowed to 0 / 0 below ~1e-81, so a
+    one-unit difference between sides got no test, and overflowed above ~1e77)."""
+    a = [scale * x for x in (0.0, 1.0, 0.5)]
+    b = [1e6 * scale + scale * x for x in (0.0, 2.0)]
+    ref = welch([0.0, 1.0, 0.5], [1e6, 1e6 + 2.0])
+    w = welch(a, b)
+    assert ref is not None and w is not None
+    assert math.isclose(w.df, ref.df, rel_tol=1e-9) and math.isclose(w.t, ref.t, rel_tol=1e-6)
+    # by hand: va = 0.25/3, vb = 2/2; df = (va + vb)^2 / (va^2/2 + vb^2/1)
+    va, vb = 0.25 / 3, 2.0 / 2
+    assert math.isclose(ref.df, (va + vb) ** 2 / (va * va / 2 + vb * vb / 1), rel_tol=1e-12)
