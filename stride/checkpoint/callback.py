@@ -238,7 +238,7 @@ class CheckpointCallback(Callback):
                 assert self.verdict.ended_at is not None
                 run = trainer.run_dir.path if trainer.run_dir is not None else None
                 raise RunFinished(finished_message(run, self.verdict.ended_at, trainer.cfg.train.steps,
-                                                   summary is not None), summary or {})
+                                                   summary is not None, self.verdict.last_unusable), summary or {})
             # meta.json's record of the data, before anything is loaded (the same on every rank)
             if changed := train_state.data_changed(trainer, [], choice.meta or {}, str(choice.folder)):
                 raise ConfigMismatchError(changed)

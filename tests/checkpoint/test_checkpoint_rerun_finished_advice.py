@@ -56,3 +56,20 @@ def test_a_finished_run_whose_last_checkpoint_fails_its_checksum_is_not_told_to_
     assert "raise train.steps" not in msg
     assert "no valid checkpoint of step 24" in msg and f"step_00000024: {shard.name} does not match" in msg
     assert "put back a valid step_00000024" in msg
+
+
+def test_the_rerun_itself_says_so(finished: Path) -> None:
+    """End to end: the same config on the same folder again, through the trainer's checkpoint callback."""
+    shard = next((finished / "checkpoints" / "step_00000024").glob("*.distcp"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    before = (finished / "summary.json").read_bytes()
+    try:
+        result = Trainer(config=ckpt_config(), out=finished).fit()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    msg = result.already_finished or ""
+    assert "finished at step 24" in msg and "raise train.steps" not in msg
+    assert "no valid checkpoint of step 24" in msg
+    assert (finished / "summary.json").read_bytes() == before  # nothing changed
