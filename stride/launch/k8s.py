@@ -123,28 +123,9 @@ def _replica(job: K8sJob, replicas: int) -> dict[str, Any]:
     }
 
 
-def check_precision_for_pods(job: K8sJob) -> None:
-    """Refuse, before anything is rendered, a precision every pod's trainer would refuse at its start:
-    `stride.parallel.layout.check_precision` (fp16 with tp > 1, FSDP computing in fp16 without the loss scaler), the
-    check `stride train --nproc` and `stride launch slurm` run with the whole layout. The launcher's config check
-    leaves the checks that read the model to the pods when the model or the data exist only in the image
-    (`check_before_launch(model_here=False)`), and this one, which reads no model, went with them: the job was
-    written and its pods failed. A config that does not load is left to that check, which refuses it in its words."""
-    from stride.config import load_config
-    from stride.parallel.layout import check_precision, resolve_layout
-
-    try:
-        cfg = load_config(job.config, [*RESUME_SETS, *job.overrides])  # as every pod loads it
-        layout = resolve_layout(cfg.parallel, job.nodes * job.nproc)
-    except ConfigError:
-        return
-    check_precision(layout, cfg.train.precision, cfg.parallel.mp_param_dtype)
-
-
 def build_manifests(job: K8sJob) -> list[dict[str, Any]]:
-    """[ConfigMap with the TOML config, PyTorchJob]; a job whose pods would refuse its precision is refused here."""
+    """[ConfigMap with the TOML config, PyTorchJob]."""
     job.check()
-    check_precision_for_pods(job)
     meta = {"name": job.name, "namespace": job.namespace, "labels": {"app.kubernetes.io/name": "stride"}}
     cm = {"apiVersion": "v1", "kind": "ConfigMap",
           "metadata": {**meta, "name": f"{job.name}-config"},

@@ -20,7 +20,7 @@ from torch import nn
 
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
-from stride.parallel.layout import Layout, check_batch, check_layout, resolve_layout
+from stride.parallel.layout import Layout, check_batch, check_layout, check_precision, resolve_layout
 from stride.parallel.pipeline_plan import PipelinePlan
 
 
@@ -76,11 +76,14 @@ def check_before_launch(cfg: RunConfig, world_size: int, *, model_here: bool = T
     """Raise the ConfigError a rank would raise for this layout at `world_size` processes, or return the layout.
 
     `model_here=False`: the data or the model exist only where the job runs (a store or a `module:factory` inside
-    a Kubernetes pod's image), so the checks that read the model are left to the ranks; degrees and batch still run.
+    a Kubernetes pod's image), so the checks that read the model are left to the ranks; degrees, batch and precision
+    still run.
     """
     layout = resolve_layout(cfg.parallel, world_size)
     if not model_here and (layout.tp > 1 or layout.pp > 1):
         check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
+        # reads no model: a precision every rank would refuse (fp16 with tp > 1) must not wait for the pods
+        check_precision(layout, cfg.train.precision, cfg.parallel.mp_param_dtype)
         return layout
     # check_model and check_pipeline read the model only for tp > 1 / pp > 1: otherwise an empty module stands in
     model, x = _model_and_batch(cfg, layout.pp > 1) if layout.tp > 1 or layout.pp > 1 else (nn.Module(), None)
