@@ -107,14 +107,22 @@ def render_report(report: dict, console: Console | None = None) -> None:
                                     literal(" — " + "; ".join(v["reasons"]))))
             for rec in v["recommendations"]:
                 con.print(literal(f"  • {rec}"))
-    if report["stragglers"]:
-        s = Table(title="stragglers")
+    if report.get("stragglers_note"):  # a part of the run's ranks: nothing to say either way
+        con.print(literal(report["stragglers_note"], "yellow"))
+    elif report["stragglers"]:
+        s = Table(title=literal(f"stragglers (collective lag: {report['stragglers'][0]['lag_measure']})"))
         for col in ("rank", "collective start lag us", "step start lag us", "threshold us"):
             s.add_column(col, justify="right")
         for row in report["stragglers"]:
             s.add_row(literal(row["rank"]), _f(row["collective_start_lag_us"], ""), _f(row["step_start_lag_us"], ""),
                       _f(row["threshold_us"], ""))
         con.print(s)
+        top = report["stragglers"][0]
+        for w in top.get("waiting_ranks") or []:
+            con.print(literal(f"rank {w['rank']} waits for rank {top['rank']}: {w['wait_us_per_step'] / 1e3:.2f} ms "
+                              f"per step ({_f(w['wait_pct_of_step'])} of its step) of its "
+                              f"{w['collective_us_per_step'] / 1e3:.2f} ms in collectives, against rank "
+                              f"{top['rank']}'s {top['collective_us_per_step'] / 1e3:.2f} ms"))
     else:
         con.print("no stragglers")
 
