@@ -112,6 +112,7 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
         "rank_source": t.rank_source,
         # events left out as malformed (a trace with more than MALFORMED_MAX of them is refused): said, not hidden
         "malformed_events": t.malformed_summary(),
+        "duplicate_events": t.duplicates_summary(),  # exact copies of an event, dropped: counted once, said
         "device": device,
         "steps": [w.step for w in windows],
         **fig,

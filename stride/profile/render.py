@@ -83,6 +83,8 @@ def render_report(report: dict, console: Console | None = None) -> None:
                               f"bandwidth-bound (elementwise, reductions, copies, norms) {_f(ot['bandwidth_pct'])}, "
                               f"other {_f(ot['other_pct'])}, compiled graphs {_f(ot['compiled_pct'])}, data loader "
                               f"{_f(ot['data_loading_pct'])}"))
+        if (r.get("idle_breakdown") or {}).get("note"):
+            con.print(literal(f"rank {rank}: {r['idle_breakdown']['note']}", "yellow"))
         if r.get("data_wait_note"):
             con.print(literal(f"rank {rank}: {r['data_wait_note']}"))
         rule = r.get("comm_overlap_rule")
@@ -101,6 +103,11 @@ def render_report(report: dict, console: Console | None = None) -> None:
             con.print(literal(f"rank {rank}: {bad['count']:,} of the trace's {bad['of']:,} events left out as "
                               f"malformed ({reasons}; first: {bad['first']}): the figures above are without them",
                               "yellow"))
+        dup = r.get("duplicate_events") or {}
+        if dup.get("count"):  # dropped, not counted twice: said, so the trace's damage is not hidden either
+            con.print(literal(f"rank {rank}: {dup['count']:,} of the trace's {dup['of']:,} events are exact duplicates "
+                              "of another (same name, ts, dur, pid, tid, category and args), dropped: each event is "
+                              "counted once", "yellow"))
         if r["verdict"]:
             v = r["verdict"]
             con.print(Text.assemble(literal(f"rank {rank}: {v['bound']}", "bold"),

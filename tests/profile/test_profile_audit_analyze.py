@@ -13,10 +13,12 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).parent))
 from shared_data import TRACES, need_shared  # noqa: E402
-from synth import cpu_trace, host, write  # noqa: E402
+from synth import cpu_trace, gpu_trace, host, launch, write  # noqa: E402
 
 from stride.profile.analyze import analyze_traces  # noqa: E402
+from stride.profile.errors import TraceError  # noqa: E402
 from stride.profile.render import render_report  # noqa: E402
+from stride.profile.trace_model import load_trace  # noqa: E402
 
 
 def _rank(rank: int, step_at: float, enter_at: float, coll_dur: float) -> dict:
@@ -93,3 +95,103 @@ def test_trace_filter_is_two_of_128_ranks() -> None:
 def test_all_ranks_given_has_no_note(tmp_path: Path) -> None:
     rep = analyze_traces([_late_rank_1(tmp_path)])
     assert "stragglers_note" not in rep and "ranks_given" not in rep
+
+
+# -- 4: a GPU run recorded without its kernels (CUPTI range profiling) ----------------------------------------------
+def test_cupti_range_profiler_trace_is_refused_as_a_gpu_run_without_kernels() -> None:
+    p = need_shared(TRACES / "hta/cupti_profiler")
+    with pytest.raises(TraceError, match=r"a GPU run without kernel events: 1,862 CUDA runtime calls \(104 kernel "
+                                         r"launches or copies\) and 77 cuda_profiler_range events.*no CPU verdict"):
+        analyze_traces([p])  # was: device "cpu", "compute-bound ... matmul/conv 60%"
+
+
+def test_launches_without_kernels_are_refused(tmp_path: Path) -> None:
+    ev = [host("ProfilerStep#1", 0, 100, cat="user_annotation"), host("aten::mm", 0, 90),
+          launch(10, 1), launch(20, 2)]
+    with pytest.raises(TraceError, match=r"a GPU run without kernel events: 2 CUDA runtime calls \(2 kernel launches"):
+        analyze_traces([write(tmp_path / "g.json", {"traceEvents": ev})])
+
+
+# -- 5: exact duplicate events ---------------------------------------------------------------------------------------
+def _figures(rep: dict) -> tuple:
+    r = rep["ranks"][next(iter(rep["ranks"]))]
+    return (r["temporal_breakdown"], r["idle_breakdown"], [(k["name"], k["count"], k["total_us"])
+                                                           for k in r["top_kernels"]], r["annotations"])
+
+
+@pytest.mark.parametrize("make", [gpu_trace, cpu_trace])
+def test_duplicated_events_are_dropped_and_counted(tmp_path: Path, make) -> None:
+    once = make()
+    twice = make()
+    twice["traceEvents"] = [dict(e) for e in twice["traceEvents"] for _ in (0, 1)]
+    a = analyze_traces([write(tmp_path / "once.json", once)])
+    b = analyze_traces([write(tmp_path / "twice.json", twice)])
+    n = len(once["traceEvents"])
+    assert _figures(b) == _figures(a)  # was: every count and kernel total doubled
+    assert b["ranks"][next(iter(b["ranks"]))]["duplicate_events"] == {"count": n, "of": 2 * n}
+    assert a["ranks"][next(iter(a["ranks"]))]["duplicate_events"] == {"count": 0, "of": n}
+    out = io.StringIO()
+    render_report(b, Console(file=out, width=300))
+    assert f"{n} of the trace's {2 * n} events are exact duplicates of another" in out.getvalue()
+
+
+def test_events_alike_but_for_their_args_are_kept() -> None:
+    """HTA's trace_diff control trace holds 643 complete events alike in name, ts, dur, pid and tid (zero-length
+    runtime calls) that differ in their args (correlation ids): not duplicates."""
+    t = load_trace(need_shared(TRACES / "hta/trace_diff/control/control.json.gz"))
+    assert t.duplicates == 0
+
+
+# -- 6 and 10: kernels without `cat`, events without `name` or `tid` --------------------------------------------------
+def _padded_gpu(n_pad: int) -> dict:
+    t = gpu_trace()
+    t["traceEvents"] += [host("aten::view", 1 + 0.001 * i, 0.0005) for i in range(n_pad)]
+    return t
+
+
+def test_kernels_without_cat_are_malformed(tmp_path: Path) -> None:
+    t = gpu_trace()
+    for e in t["traceEvents"]:
+        if e["cat"] == "kernel":
+            del e["cat"]
+    with pytest.raises(TraceError, match=r"2 of its 8 events \(25\.0%\) are malformed \(cat is missing: 2; first: "
+                                         r"traceEvents\[5\] \(name 'volta_sgemm_128x64_nn'\): cat is missing"):
+        analyze_traces([write(tmp_path / "t.json", t)])  # was: the kernels vanished, "host-bound, idle 99.9%"
+    t = _padded_gpu(200)
+    del t["traceEvents"][5]["cat"]
+    m = analyze_traces([write(tmp_path / "one.json", t)])["ranks"]["3"]["malformed_events"]
+    assert m["count"] == 1 and m["reasons"] == {"cat is missing": 1}
+
+
+@pytest.mark.parametrize(("key", "index"), [("name", 5), ("tid", 2)])
+def test_events_without_name_or_tid_are_malformed(tmp_path: Path, key: str, index: int) -> None:
+    t = _padded_gpu(200)
+    del t["traceEvents"][index][key]  # a kernel without a name; a host runtime call without a thread
+    m = analyze_traces([write(tmp_path / "t.json", t)])["ranks"]["3"]["malformed_events"]
+    assert m["count"] == 1 and m["reasons"] == {f"{key} is missing": 1}  # was: 0, analysed as a kernel named ""
+
+
+# -- 7: kernels without args: no correlation to their launch --------------------------------------------------------
+def test_idle_split_without_launch_correlation_is_not_measured(tmp_path: Path) -> None:
+    t = gpu_trace()
+    for e in t["traceEvents"]:
+        if e["cat"] in ("kernel", "gpu_memcpy"):
+            del e["args"]
+    ib = analyze_traces([write(tmp_path / "t.json", t)])["ranks"]["3"]["idle_breakdown"]
+    # idle 40: 10 data wait; of the other 30, [0,10) and [60,70) end at kernels whose launch is unknown (20 of 30)
+    assert ib["host_wait_pct"] is None and ib["kernel_wait_pct"] is None and ib["other_pct"] is None  # was 0 / 25 / 50
+    assert ib["data_wait_pct"] == pytest.approx(25.0) and ib["unknown_launch_pct"] == pytest.approx(50.0)
+    assert ib["note"].startswith("host/kernel wait not measured: 66.7% of the idle time outside data loading")
+    whole = analyze_traces([write(tmp_path / "w.json", gpu_trace())])["ranks"]["3"]["idle_breakdown"]
+    assert (whole["host_wait_pct"], whole["kernel_wait_pct"], whole["unknown_launch_pct"]) == (25.0, 25.0, 0.0)
+    assert "note" not in whole
+
+
+# -- 8: an annotation nested in another of its label ------------------------------------------------------------------
+def test_nested_annotation_instances_are_a_union(tmp_path: Path) -> None:
+    ev = [host("ProfilerStep#1", 0, 100, cat="user_annotation"), host("aten::mm", 0, 90),
+          host("## forward ##", 10, 80, cat="user_annotation"), host("## forward ##", 20, 60, cat="user_annotation"),
+          host("## forward ##", 95, 10, cat="user_annotation")]
+    (row,) = analyze_traces([write(tmp_path / "a.json", {"traceEvents": ev})])["ranks"]["0"]["annotations"]
+    # [10,90) holds [20,80); [95,100) clipped at the step's end: 85 us, not 80 + 60 + 5 = 145 (145%)
+    assert (row["name"], row["count"], row["total_us"], row["pct_of_step"]) == ("forward", 3, 85.0, 85.0)
