@@ -16,11 +16,13 @@ from typing import Any
 import torch
 
 from stride.optim.dtensor import reject_dtensor
-from stride.optim.state import KeepStateDtypes, check_hyperparameters
+from stride.optim.state import KeepStateDtypes, StateSpec, as_number, check_betas, check_hyperparameters, is_real_number
 
 
 class Adafactor(KeepStateDtypes, torch.optim.Optimizer):
     """betas = (beta1 or None for no momentum, beta2); eps regularises g^2 (paper's eps1)."""
+
+    _group_keys_needed = frozenset({"clip_threshold", "momentum_dtype"})
 
     def __init__(
         self,
@@ -35,13 +37,40 @@ class Adafactor(KeepStateDtypes, torch.optim.Optimizer):
         params = list(params)
         flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
         reject_dtensor(flat, "Adafactor", "factored row/column moments need the full matrix, not a shard")
-        b1, b2 = betas
-        if (b1 is not None and not 0.0 <= b1 < 1.0) or not 0.0 <= b2 < 1.0:
-            raise ValueError(f"Adafactor: betas must lie in [0, 1) (beta1 may be None), got {betas}")
-        check_hyperparameters("Adafactor", lr, eps, weight_decay)
-        defaults = {"lr": lr, "betas": (b1, b2), "eps": eps, "weight_decay": weight_decay,
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                     "clip_threshold": clip_threshold, "momentum_dtype": momentum_dtype}
+        self._check_group(defaults, "")
+        defaults["betas"] = tuple(betas)
         super().__init__(params, defaults)
+
+    def _check_group(self, group: dict[str, Any], where: str) -> None:
+        """The constructor's checks, for its defaults and for every param group (given, added or loaded). eps must
+        be > 0 in fp32: g^2 + eps of a zero gradient is rsqrt'ed (eps = 0 gave 0 * inf = NaN parameters);
+        clip_threshold > 0 (inf: no clipping; 0 divided the update by inf, a negative one flipped it)."""
+        check_hyperparameters("Adafactor", group["lr"], group["eps"], group["weight_decay"], where)
+        check_betas("Adafactor", group["betas"], where, beta1_may_be_none=True)
+        eps = as_number(group["eps"])
+        if not float(torch.tensor(float(eps), dtype=torch.float32)) > 0.0:
+            raise ValueError(f"Adafactor: {where}eps must be > 0 (in fp32, the smallest is about 1.4e-45): it is "
+                             f"added to g^2 before a reciprocal square root, got {group['eps']!r}")
+        d = as_number(group["clip_threshold"])
+        if not is_real_number(d) or not d > 0.0:
+            raise ValueError(f"Adafactor: {where}clip_threshold must be a number > 0 (float('inf') turns the update "
+                             f"clipping off), got {group['clip_threshold']!r}")
+        dt = group["momentum_dtype"]
+        if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+            raise ValueError(f"Adafactor: {where}momentum_dtype must be a floating-point torch.dtype (the first "
+                             f"moment is stored in it), got {dt!r}")
+
+    def _state_spec(self, p: torch.Tensor, group: dict[str, Any]) -> StateSpec:
+        f32 = torch.float32
+        if p.dim() >= 2:
+            spec = {"row_sq": (tuple(p.shape[:-1]), f32, True), "col_sq": ((*p.shape[:-2], p.shape[-1]), f32, True)}
+        else:
+            spec = {"exp_avg_sq": (tuple(p.shape), f32, True)}
+        if group["betas"][0] is not None:
+            spec["exp_avg"] = (tuple(p.shape), group["momentum_dtype"], True)
+        return spec
 
     def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
         state = self.state[p]

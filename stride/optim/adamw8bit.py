@@ -18,6 +18,7 @@ formats are refused.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,13 @@ from stride.optim.adamw8bit_codes import (
 )
 from stride.optim.adamw8bit_format1 import checkpoint_template, upgrade_state_dict
 from stride.optim.dtensor import reject_dtensor
-from stride.optim.state import KeepStateDtypes, RecordsPath, check_hyperparameters
+from stride.optim.state import (
+    KeepStateDtypes,
+    RecordsPath,
+    StateSpec,
+    check_betas,
+    check_hyperparameters,
+)
 
 IMPLS = ("auto", "triton", "torch")
 
@@ -197,6 +204,8 @@ class AdamW8bit(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
     included when TRITON_INTERPRET=1; torch with a notice elsewhere), "torch".
     """
 
+    _group_keys_needed = frozenset({"min_8bit_size"})
+
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
@@ -212,16 +221,49 @@ class AdamW8bit(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
         reject_dtensor(
             flat, "AdamW8bit", "block-wise quantised state lives per local shard and DCP cannot reshard it"
         )
-        if not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"AdamW8bit: betas must lie in [0, 1), got {betas}")
-        check_hyperparameters("AdamW8bit", lr, eps, weight_decay)
         if impl not in IMPLS:
             raise ValueError(f"AdamW8bit: impl={impl!r} is not one of {', '.join(IMPLS)}")
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                    "min_8bit_size": min_8bit_size, "state_format": STATE_FORMAT}
+        self._check_group(defaults, "")
+        defaults["betas"] = tuple(betas)
         self.impl = impl
         self._scratch = Scratch()  # the torch path's reused CPU temporaries (not state: never saved)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                    "min_8bit_size": min_8bit_size, "state_format": STATE_FORMAT}
         super().__init__(params, defaults)
+
+    def _check_group(self, group: dict[str, Any], where: str) -> None:
+        """The constructor's checks, for its defaults and for every param group (given, added or loaded).
+
+        beta1 > 0 needs beta1^2 < beta2: the stored u = m / (sqrt(v) + eps) is bounded (by
+        sqrt((1 - beta1)^2 / ((1 - beta2) (1 - beta1^2 / beta2)))) only then; otherwise u of a value whose
+        gradient shrinks grows without bound, sets its block's absmax scale and the block's other codes lose their
+        resolution (drift from AdamW 3-223% at betas (0.9, 0.0)-(0.9, 0.1), outside audit)."""
+        check_hyperparameters("AdamW8bit", group["lr"], group["eps"], group["weight_decay"], where)
+        b1, b2 = check_betas("AdamW8bit", group["betas"], where)
+        if b1 > 0.0 and b1 * b1 >= b2:
+            raise ValueError(f"AdamW8bit: {where}betas {tuple(group['betas'])!r} have beta1^2 >= beta2; its 8-bit "
+                             "first moment is stored as m / (sqrt(v) + eps), which is bounded only for beta1^2 < "
+                             "beta2 (or beta1 = 0). Use beta2 > beta1^2 (e.g. (0.9, 0.95)), or FusedAdamW "
+                             "(fp32 moments) for these betas")
+        size = group["min_8bit_size"]
+        if not isinstance(size, numbers.Integral) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"AdamW8bit: {where}min_8bit_size must be an integer >= 0 (tensors with fewer values keep "
+                             f"fp32 moments), got {size!r}")
+
+    def _state_spec(self, p: torch.Tensor, group: dict[str, Any]) -> StateSpec:
+        """fp32 moments below min_8bit_size (converted from other floats), else format 2's codes (exact dtypes)."""
+        if p.numel() < group["min_8bit_size"]:
+            return {k: (tuple(p.shape), torch.float32, True) for k in ("exp_avg", "exp_avg_sq")}
+        blocks = -(-p.numel() // BLOCK)
+        return {k: (tuple(v.shape), v.dtype, False) for k, v in zero_q8_state(blocks, "meta").items()}
+
+    def _spec_note(self, p: torch.Tensor, group: dict[str, Any]) -> str:
+        n, size = p.numel(), group["min_8bit_size"]
+        if n < size:
+            return f" (its {n} values are fewer than min_8bit_size={size}: fp32 moments)"
+        return (f" (its {n} values, at least min_8bit_size={size}, keep 8-bit moments in {-(-n // BLOCK)} blocks "
+                f"of {BLOCK}; fp32 moments of another optimizer, such as torch.optim.AdamW or FusedAdamW, are not "
+                "converted: start this optimizer's state afresh)")
 
     def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
         state = self.state[p]
@@ -235,12 +277,11 @@ class AdamW8bit(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
             state.update(zero_q8_state(-(-p.numel() // BLOCK), p.device))
         return state
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def _prepare_state_dict(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """Loads state format 2, converts format 1 (e4m3, written before format 2 existed), and refuses
-        any other with a message that names the format found."""
-        super().load_state_dict(upgrade_state_dict(state_dict))
-        for group in self.param_groups:
-            group["state_format"] = STATE_FORMAT
+        any other with a message that names the format found; then every state is checked against its
+        parameter (KeepStateDtypes.load_state_dict)."""
+        return upgrade_state_dict(state_dict)
 
     def checkpoint_template(self, optim_sd: dict[str, Any], saved_keys: set[str]) -> dict[str, Any]:
         """For stride.checkpoint's DCP load: the template adapted to a checkpoint of state format 1

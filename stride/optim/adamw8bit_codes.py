@@ -15,7 +15,8 @@ was worse). Two codes replace e4m3:
   transcendental functions: exactly reproducible in the Triton kernel.
 * **m: stored as the normalised update u = m / (sqrt(v_hat) + eps)**, int8 linear codes with one
   absmax scale per block; the next step rebuilds m = u * (sqrt(v_hat) + eps) from the decoded sqrt(v).
-  u is scale-free (|u| <= ~1.2 for betas (0.9, 0.95)), so blocks whose gradients span decades need no
+  u is scale-free (|u| <= ~1.2 for betas (0.9, 0.95); bounded only for beta1^2 < beta2, which AdamW8bit
+  requires), so blocks whose gradients span decades need no
   wide code, and the code's error lands on the update in proportion to the block's largest update,
   which is what moves the parameters. The quantity stored is the step's own update (times the bias
   correction 1 - beta1^t, folded into the scale), so encoding costs no extra division.

@@ -18,7 +18,7 @@ from torch.optim.adam import adam as torch_adam
 
 from stride.kernels.runtime import notice_once, triton_runs_on
 from stride.optim.dtensor import is_dtensor
-from stride.optim.state import KeepStateDtypes, RecordsPath, check_hyperparameters
+from stride.optim.state import KeepStateDtypes, RecordsPath, StateSpec, check_betas, check_hyperparameters
 
 IMPLS = ("auto", "triton", "torch")
 
@@ -45,7 +45,7 @@ class FusedAdamW(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
     where it cannot run), "torch" (always the torch path).
     """
 
-    _fixed_state_dtypes = {"exp_avg": torch.float32, "exp_avg_sq": torch.float32}  # what both paths compute in
+    _group_keys_foreign = frozenset({"clip_threshold", "momentum_dtype"})  # Adafactor's
 
     def __init__(
         self,
@@ -58,11 +58,19 @@ class FusedAdamW(RecordsPath, KeepStateDtypes, torch.optim.Optimizer):
     ) -> None:
         if impl not in IMPLS:
             raise ValueError(f"FusedAdamW: impl={impl!r} is not one of {', '.join(IMPLS)}")
-        check_hyperparameters("FusedAdamW", lr, eps, weight_decay)
-        if not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"FusedAdamW: betas must lie in [0, 1), got {betas}")
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        self._check_group(defaults, "")
+        defaults["betas"] = tuple(betas)
         self.impl = impl
-        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+        super().__init__(params, defaults)
+
+    def _check_group(self, group: dict[str, Any], where: str) -> None:
+        """The constructor's checks, for its defaults and for every param group (given, added or loaded)."""
+        check_hyperparameters("FusedAdamW", group["lr"], group["eps"], group["weight_decay"], where)
+        check_betas("FusedAdamW", group["betas"], where)
+
+    def _state_spec(self, p: torch.Tensor, group: dict[str, Any]) -> StateSpec:
+        return {k: (tuple(p.shape), torch.float32, True) for k in ("exp_avg", "exp_avg_sq")}
 
     def _init_state(self, p: torch.Tensor) -> dict[str, Any]:
         state = self.state[p]

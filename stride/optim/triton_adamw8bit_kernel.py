@@ -132,6 +132,23 @@ def f32(x: float) -> float:
     return float(torch.tensor(x, dtype=torch.float32))
 
 
+def check_q8_buffers(i: int, p: torch.Tensor, g: torch.Tensor, s: dict[str, torch.Tensor], p_ty: torch.dtype,
+                     g_ty: torch.dtype) -> None:
+    """The kernel reads and writes through raw pointers: codes for ceil(numel / 256) blocks in format 2's dtypes,
+    one param and grad dtype per launch. A mismatch is a write past the end of a buffer (heap corruption: 8-bit state
+    of a smaller parameter loaded, outside audit), never a result; shapes are metadata, so this costs no sync."""
+    blocks = -(-p.numel() // 256)
+    want = {"exp_avg_normed_codes": ((blocks, 256), torch.int8), "exp_avg_normed_scale": ((blocks,), torch.float32),
+            "exp_avg_sqrt_grid_codes": ((blocks, 256), torch.uint8),
+            "exp_avg_sqrt_grid_bounds": ((blocks, 2), torch.bfloat16)}
+    bad = [f"{k} missing" if k not in s else f"{k} {tuple(s[k].shape)} {s[k].dtype}" for k, (shape, dt) in want.items()
+           if k not in s or tuple(s[k].shape) != shape or s[k].dtype != dt or not s[k].is_contiguous()]
+    if bad or p.dtype != p_ty or g.dtype != g_ty or g.numel() != p.numel():
+        raise ValueError(f"adamw8bit_multi_tensor: tensor {i}: param {p.dtype} {p.numel()}, grad {g.dtype} "
+                         f"{g.numel()}; state {', '.join(bad) or 'ok'}: the kernel needs {blocks} contiguous blocks of "
+                         "codes (int8, fp32 scales, uint8, bf16 bounds) and one dtype and size per parameter")
+
+
 def adamw8bit_multi_tensor(
     params: list[torch.Tensor],
     grads: list[torch.Tensor],
@@ -152,6 +169,8 @@ def adamw8bit_multi_tensor(
     if not params:
         return
     device = params[0].device
+    for i, (p, g, s) in enumerate(zip(params, grads, states, strict=True)):
+        check_q8_buffers(i, p, g, s, params[0].dtype, grads[0].dtype)
     addr = [
         [p.data_ptr(), g.data_ptr(), s["exp_avg_normed_codes"].data_ptr(), s["exp_avg_normed_scale"].data_ptr(),
          s["exp_avg_sqrt_grid_codes"].data_ptr(), s["exp_avg_sqrt_grid_bounds"].data_ptr(), p.numel()]

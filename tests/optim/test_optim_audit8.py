@@ -43,7 +43,8 @@ def test_a_bf16_torch_adamw_state_loads_with_fp32_moments_and_steps(impl: str) -
 def test_a_moment_of_another_shape_is_refused_by_name() -> None:
     p, sd = _torch_adamw_state(torch.float32)
     sd["state"][0]["exp_avg"] = torch.zeros(10)
-    with pytest.raises(ValueError, match=r"'exp_avg' of parameter 0 has shape \(10,\), its parameter \(3000,\)"):
+    with pytest.raises(ValueError, match=r"parameter 0 \(group 0, position 0, shape \(3000,\)\): "
+                                         r"state 'exp_avg' has shape \(10,\), expected \(3000,\)"):
         FusedAdamW([p]).load_state_dict(sd)
 
 
