@@ -195,3 +195,26 @@ def test_nested_annotation_instances_are_a_union(tmp_path: Path) -> None:
     (row,) = analyze_traces([write(tmp_path / "a.json", {"traceEvents": ev})])["ranks"]["0"]["annotations"]
     # [10,90) holds [20,80); [95,100) clipped at the step's end: 85 us, not 80 + 60 + 5 = 145 (145%)
     assert (row["name"], row["count"], row["total_us"], row["pct_of_step"]) == ("forward", 3, 85.0, 85.0)
+
+
+# -- 9: `stride profile`'s summary.json step time ---------------------------------------------------------------------
+def test_profile_summary_step_time_is_the_unprofiled_one_with_both_labelled() -> None:
+    from types import SimpleNamespace
+
+    from stride.cli.profile import step_time_labels
+
+    # the audit's run: 8 timed steps, 5 traced at 72.45 ms mean, the unprofiled median 57.84 ms; the trainer's mean
+    # over all 8 (67.99 ms) was summary.json's step_time_s
+    cb = SimpleNamespace(unprofiled_step_s=0.05784, active_step_times=[{"total": x} for x in
+                                                                      (0.0700, 0.0720, 0.0730, 0.0740, 0.07325)])
+    summary = {"step_time_s": 0.06799, "timed_steps": 8}
+    step_time_labels(cb).on_fit_end(None, summary)
+    assert summary["step_time_s"] == 0.05784  # was 0.06799: neither
+    assert summary["step_time_profiled_s"] == pytest.approx(0.07245)
+    assert summary["step_time_unprofiled_s"] == 0.05784 and summary["step_time_timed_steps_s"] == 0.06799
+    assert summary["step_time_note"].startswith("step_time_s is the median of the unprofiled steps before the "
+                                                "profiler started (57.84 ms); the profiled steps took 72.45 ms (1.25x)")
+    bare = {"step_time_s": 0.06799, "timed_steps": 8}
+    step_time_labels(SimpleNamespace(unprofiled_step_s=None, active_step_times=[])).on_fit_end(None, bare)
+    assert bare["step_time_s"] == 0.06799 and bare["step_time_unprofiled_s"] is None
+    assert bare["step_time_note"].startswith("no unprofiled step was timed")
