@@ -35,8 +35,13 @@ def _norm_fwd(
     if IS_RMS:
         xc = x
     else:
-        mean = tl.sum(x, axis=1) / n_cols
-        xc = tl.where(mask, x - mean[:, None], 0.0)
+        # shifted by the row's first value: a constant row gives xc = 0 exactly (y = bias, as F.layer_norm), and a
+        # row with a large mean loses nothing to it (x - x0 is exact for values within a factor 2 of each other).
+        # MEAN holds the mean of x - x0; the backward shifts the same way.
+        x0 = tl.sum(tl.where(cols[None, :] == 0, x, 0.0), axis=1)
+        xs = tl.where(mask, x - x0[:, None], 0.0)
+        mean = tl.sum(xs, axis=1) / n_cols
+        xc = tl.where(mask, xs - mean[:, None], 0.0)
         tl.store(MEAN + rows, mean, mask=rmask)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
     y = xc * rstd[:, None] * w[None, :]
@@ -70,8 +75,9 @@ def _norm_bwd(
         if IS_RMS:
             xhat = x * rstd[:, None]
         else:
-            mean = tl.load(MEAN + rows, mask=rmask, other=0.0)
-            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+            mean = tl.load(MEAN + rows, mask=rmask, other=0.0)  # of x - x0, as in the forward
+            x0 = tl.sum(tl.where(cols[None, :] == 0, x, 0.0), axis=1)
+            xhat = tl.where(mask, ((x - x0[:, None]) - mean[:, None]) * rstd[:, None], 0.0)
         wdy = dy * w[None, :]
         c1 = tl.sum(xhat * wdy, axis=1) / n_cols
         if IS_RMS:
