@@ -89,27 +89,23 @@ def wait_for_traces(folder: Path, world: int, timeout_s: float = 120.0) -> None:
 
 
 def label_step_time(summary: dict, unprofiled_s: float | None, profiled_s: list[float]) -> None:
-    """summary.json's step time as the unprofiled steps' (the trainer's, without the profiler), beside the profiled
-    steps' and the mean over all timed steps, each labelled. The trainer's `step_time_s` is the mean over its timed
-    steps, profiled and unprofiled alike: 5 traced of 8 timed read 67.99 ms, neither the profiled 72.45 nor the
-    unprofiled 57.84 (outside audit). `samples_per_s` and the MFU stay the trainer's, over all its timed steps."""
+    """The profiled and the unprofiled steps' times beside summary.json's step time, each labelled, and a note on
+    what the step time covers. The trainer's `step_time_s` is the mean over its timed steps, profiled and unprofiled
+    alike (5 traced of 8 timed read 67.99 ms, neither the profiled 72.45 nor the unprofiled 57.84: outside audit);
+    it stays the figure `samples_per_s` and the MFU are computed from (samples/s = batch / step time). The
+    unprofiled figure is the median of the `--wait` steps, the run's earliest, which may still be warming up (a
+    contended host read 1,072 ms unprofiled against 385 ms profiled), so it is given beside, not instead."""
     timed = summary.get("step_time_s")
     profiled = sum(profiled_s) / len(profiled_s) if profiled_s else None
-    summary["step_time_timed_steps_s"] = timed
     summary["step_time_profiled_s"] = profiled
     summary["step_time_unprofiled_s"] = unprofiled_s
-    if unprofiled_s is None:
-        summary["step_time_note"] = ("no unprofiled step was timed (--wait 2 or more times them): step_time_s is the "
-                                     "mean over the trainer's timed steps, profiled ones included")
-        return
-    summary["step_time_s"] = unprofiled_s
-    overhead = (f"; the profiled steps took {profiled * 1e3:.2f} ms ({profiled / unprofiled_s:.2f}x), the "
-                "profiler's own cost included" if profiled else "")
-    summary["step_time_note"] = (f"step_time_s is the median of the unprofiled steps before the profiler started "
-                                 f"({unprofiled_s * 1e3:.2f} ms){overhead}; samples_per_s and mfu are over all "
-                                 f"{summary.get('timed_steps', '?')} timed steps (step_time_timed_steps_s "
-                                 f"{timed * 1e3 if isinstance(timed, float) else float('nan'):.2f} ms), profiled "
-                                 "ones included")
+    ms = (lambda x: f"{x * 1e3:.2f} ms" if isinstance(x, float) else "-")  # noqa: E731
+    summary["step_time_note"] = (
+        f"step_time_s ({ms(timed)}) is the mean over all {summary.get('timed_steps', '?')} timed steps, profiled ones "
+        f"included, as samples_per_s and mfu are; the profiled steps took {ms(profiled)} (the profiler's own cost "
+        "included), the unprofiled --wait steps before the profiler started "
+        + (f"{ms(unprofiled_s)} (median; the run's earliest steps, which may still be warming up)"
+           if unprofiled_s is not None else "were not timed (--wait 2 or more times them)"))
 
 
 def step_time_labels(cb):  # -> Callback (torch is imported only when a profile runs)
