@@ -107,6 +107,8 @@ def check_ts_loss(
     if kind not in LOSS_KINDS:
         raise ValueError(f"ts_loss: kind {kind!r} is not one of {', '.join(LOSS_KINDS)}")
     check_floating("ts_loss", pred, target)
+    if target.dim() and target.shape[-1] == 0:  # the mean over no horizons: 0/0, and a [rows, 0] view failed
+        raise ValueError(f"ts_loss: target {tuple(target.shape)} has no horizons (H = 0)")
     if kind == "huber" and not delta > 0:  # the Triton kernel took delta <= 0 and returned 0 or a negative loss
         raise ValueError(f"ts_loss: huber delta must be > 0, got {delta}")
     if kind == "quantile":

@@ -62,6 +62,8 @@ def _rope_rows_kernel(X, COS, SIN, Y, n_rows, seq_len, sign, HALF: tl.constexpr,
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float, rows: bool | None) -> torch.Tensor:
     xc = x.contiguous()
     t, d = x.shape[-2], x.shape[-1]
+    if d == 0:  # an empty head dimension: the empty result the torch op gives (n_rows below divides by d)
+        return torch.empty_like(xc)
     half = d // 2
     n_rows = xc.numel() // d
     y = torch.empty_like(xc)
