@@ -3,6 +3,7 @@ reference page all come from it, and every value outside it is a one-line error 
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 
@@ -133,3 +134,20 @@ def test_config_show_lists_every_key_with_value_default_and_doc(capsys) -> None:
     assert capsys.readouterr().out == reference_markdown()
     assert main(["config", "show", "--section", "trian"]) == 2
     assert "did you mean `train`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("betas, ok", [("[0.9,0.5]", False), ("[0.9,0.81]", False), ("[0.9,0.82]", True),
+                                       ("[0.0,0.0]", True), ("[0.9,0.95]", True)])
+def test_adamw8bit_betas_it_would_refuse_are_a_config_error_before_a_run(betas: str, ok: bool) -> None:
+    """AdamW8bit refuses beta1^2 >= beta2 when built (its stored update is unbounded there); the config says so first,
+    so a run or a sweep point fails before it starts, and the other optimizers still take those betas."""
+    config = Path(__file__).resolve().parents[2] / "configs" / "quickstart.toml"
+    sets = ["optim.name=adamw8bit", f"optim.betas={betas}"]
+    if ok:
+        load_config(config, sets)
+    else:
+        shown = ", ".join(str(float(v)) for v in betas.strip("[]").split(","))
+        with pytest.raises(ConfigError, match=re.escape(f"`optim.betas` = [{shown}] with `optim.name` = 'adamw8bit': "
+                                                        "beta1^2 >= beta2")):
+            load_config(config, sets)
+    load_config(config, ["optim.name=adamw", f"optim.betas={betas}"])
