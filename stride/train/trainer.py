@@ -31,6 +31,7 @@ from stride.metrics.contention import ContentionClock, warn_contended
 from stride.metrics.flops import count_train_flops
 from stride.metrics.memory import SavedActivations, reset_peak
 from stride.metrics.observe.build import check_observer_packages
+from stride.metrics.observe.sink import Sink
 from stride.metrics.peak import device_peak
 from stride.metrics.run_dir import RunDir
 from stride.metrics.step_timer import StepTimer
@@ -472,10 +473,21 @@ class Trainer:
             if run is not None:
                 run.write_json("summary.json", summary)
             raise error
+        # The run's own callbacks end first (the checkpoint callback's final save and its summary keys), then
+        # summary.json is written, and only then do the sinks copy the run elsewhere (TensorBoard, Prometheus,
+        # MLflow, W&B): a sink failing at the end (MLflow's store on a full disk) cannot cost summary.json (outside
+        # audit of the sinks: it did). What the sinks add (their run ids, a failure) is written over it after.
+        sinks = [cb for cb in self.callbacks if isinstance(cb, Sink)]
         for cb in self.callbacks:
-            cb.on_fit_end(self, summary)
+            if not isinstance(cb, Sink):
+                cb.on_fit_end(self, summary)
         if run is not None:
             run.write_json("summary.json", summary)
+        if sinks:
+            for cb in sinks:
+                cb.on_fit_end(self, summary)
+            if run is not None:
+                run.write_json("summary.json", summary)
         return TrainResult(summary, run.path if run else None, list(self.history))
 
     def data_changed_in_place(self) -> list[str] | None:

@@ -2,7 +2,8 @@
 
 - parameters: the resolved config, flattened to `section.key` (what config.toml holds);
 - metrics: every record the trainer logs (the metrics.jsonl lines, through `on_log`), numbers only,
-  nested keys joined with a dot (`breakdown_s.forward`), at the record's step;
+  nested keys joined with a dot (`breakdown_s.forward`), at the record's step; a validation record's
+  `time_s` is named `val_time_s` (one name, one value per step);
 - files: summary.json's text as the run folder writes it, and a report of the run where one is there.
 
 Only global rank 0 logs: the trainer logs the same (rank-averaged) record on every rank. A run that
@@ -47,6 +48,16 @@ def flat_metrics(rec: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
             out.update(flat_metrics(value, f"{name}."))
         elif isinstance(value, int | float) and not isinstance(value, bool) and name != "step":
             out[name] = float(value)
+    return out
+
+
+def tracked_metrics(rec: Mapping[str, Any]) -> dict[str, float]:
+    """`flat_metrics` of a record as the trackers get it: a validation record's clock is `val_time_s`. The
+    training record of the same step carries `time_s` too, and two values of one name at one step left a reader
+    of MLflow or W&B to guess which was which (outside audit of the sinks); metrics.jsonl keeps `time_s` in both."""
+    out = flat_metrics(rec)
+    if "val_loss" in rec and "loss" not in rec and "time_s" in out:
+        out["val_time_s"] = out.pop("time_s")
     return out
 
 
