@@ -174,6 +174,13 @@ def _check_manifest(path: Path, m: Any) -> None:
         info = files.get(name) if isinstance(files, dict) else None
         if not isinstance(info, dict) or type(info.get("bytes")) is not int or not isinstance(info.get("sha256"), str):
             raise bad(f"files.{name} must give its bytes and sha256")
+        # the shape the writer recorded must be the one n_rows and columns give (an edited shape passed
+        # `inspect --verify`, outside audit of the sinks; an edited column list was blamed on values.bin's size)
+        want = [n, len(cols)] if name == "values.bin" else [n]
+        if "shape" in info and info["shape"] != want:
+            raise bad(f"files.{name}.shape {info['shape']!r} does not match n_rows {n}"
+                      + (f" x {len(cols)} columns" if name == "values.bin" else "")
+                      + " (the manifest was edited; re-ingest the store to repair it)")
         smp = info.get("sample")  # absent in stores committed before sampled digests: sizes only
         if smp is not None and not (isinstance(smp, dict) and type(smp.get("block_bytes")) is int
                                     and 0 < smp["block_bytes"] <= 1 << 24 and isinstance(smp.get("offsets"), list)
