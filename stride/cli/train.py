@@ -127,6 +127,11 @@ def _train(cfg: RunConfig, args: argparse.Namespace) -> int:
                 print_summary(result.summary, term if term.is_terminal else Console(width=120))
             from stride.shown_text import plain
 
+            # a sink that failed mid-run warned once, maybe thousands of lines up: said again at the end
+            for sink, why in ((result.summary or {}).get("sink_failures") or {}).items():
+                print(f"stride train: {plain(sink)} stopped logging during the run: {plain(why)} (the run's own "
+                      "files are complete; summary.json's sink_failures)", file=sys.stderr)
+
             # metrics.out_dir and --out are text from a config file: an ESC in one recoloured the terminal (audit 20)
             print(f"run directory: {plain(result.run_dir)}")
     del trainer

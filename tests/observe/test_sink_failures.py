@@ -193,3 +193,25 @@ def test_prometheus_before_the_first_step_exports_nan_not_zero(tmp_path: Path) -
     m = parse_metrics(generate_latest(cb.registry).decode())
     assert all(math.isnan(m[k]) for k in ("stride_train_loss", "stride_val_loss", "stride_learning_rate",
                                           "stride_mfu_ratio"))
+
+
+def test_the_cli_says_again_at_the_end_which_sink_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`stride train` ends with a line naming the failed sink (its warning may be far up a long log), exit 0."""
+    pytest.importorskip("mlflow")
+    from mlflow.exceptions import MlflowException
+
+    from stride.cli.main import main
+    from stride.metrics.observe.mlflow_logger import MLflowCallback
+
+    def full(self) -> None:
+        raise MlflowException("[Errno 28] No space left on device")
+
+    monkeypatch.setattr(MLflowCallback, "_flush", full)
+    sets = [a for kv in [*SMALL, "metrics.mlflow=true", "metrics.progress=false"] for a in ("--set", kv)]
+    rc = main(["train", "configs/quickstart.toml", *sets, "--out", str(tmp_path / "run")])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "stride train: warning: MLflow (file://" in err  # the warning when it failed (the CLI prints warnings)
+    assert "stride train: MLflow stopped logging during the run: MlflowException: [Errno 28] No space left on device" \
+        in err
