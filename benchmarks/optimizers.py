@@ -113,18 +113,30 @@ def baseline_maker(rev: str) -> Maker:
     import importlib.util
     import subprocess
     import tempfile
+    import types
 
     root = Path(__file__).resolve().parents[1]
-    src = subprocess.run(["git", "show", f"{rev}:stride/optim/adamw8bit.py"], cwd=root, capture_output=True,
-                         text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / f"adamw8bit_at_{rev}.py"
-    path.write_text(src)
-    name = f"adamw8bit_at_{rev}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up there
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
+    folder = Path(tempfile.mkdtemp())
+
+    def load(module: str, replace: dict[str, str]) -> types.ModuleType:
+        src = subprocess.run(["git", "show", f"{rev}:stride/optim/{module}.py"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout
+        for a, b in replace.items():
+            src = src.replace(a, b)
+        name = f"{module}_at_{rev}"
+        path = folder / f"{name}.py"
+        path.write_text(src)
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # dataclasses look their module up there
+        assert spec.loader is not None
+        spec.loader.exec_module(mod)
+        return mod
+
+    # the revision's own state helpers too: its AdamW8bit subclasses them, and today's base class asks its
+    # subclasses for checks an older one does not define
+    load("state", {})
+    mod = load("adamw8bit", {"from stride.optim.state import": f"from state_at_{rev} import"})
     return lambda ps, lr: mod.AdamW8bit(ps, lr=lr, **HP)
 
 
