@@ -10,6 +10,7 @@ would misdraw a version-2 file instead of refusing it.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def validate_scaling(sc: Any, where: str) -> None:
         for key in REQUIRED_THROUGHPUT_KEYS:
             if not isinstance(p["throughput"], dict) or key not in p["throughput"]:
                 raise ResultsError(f"{at}: throughput is missing {key!r}")
-        if why := throughput_order_problem(p["throughput"]):
+        if why := throughput_order_problem(p["throughput"]) or cv_problem(p["throughput"]):
             raise ResultsError(f"{at}: {why}")
         for key in ("speedup", "efficiency", "exposed_comm_fraction"):
             if not _number_or_none(p[key]):
@@ -70,6 +71,62 @@ def validate_scaling(sc: Any, where: str) -> None:
         if p["per_rank_batch"] * n != p["global_batch"]:
             raise ResultsError(f"{at}: per_rank_batch {p['per_rank_batch']} x {n} ranks != global_batch "
                                f"{p['global_batch']}")
+        if why := point_consistency_problem(p):
+            raise ResultsError(f"{at}: {why}")
+
+
+# Figures of one point that stride derives from each other, compared to this relative precision: JSON keeps
+# 17 digits, so stride's own files agree to ~1e-15; an edited figure is off by far more.
+DERIVED_RTOL = 1e-6
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=DERIVED_RTOL, abs_tol=1e-12)
+
+
+def point_consistency_problem(p: dict[str, Any]) -> str | None:
+    """A point whose derived figures contradict their sources (None: consistent). efficiency is speed-up / N in
+    both modes, and oversubscribed is ranks_per_core > 1 with ranks_per_core = N / cores: an edited efficiency of
+    5.0 beside a speed-up of 0.88 at N=2, or `oversubscribed` false at 2 ranks a core, was shown and advised on."""
+    n, eff, sp = p["world_size"], p["efficiency"], p["speedup"]
+    if finite_number(eff) and finite_number(sp) and not _close(eff, sp / n):
+        return (f"efficiency {eff!r} != speedup / world_size = {sp!r} / {n} = {sp / n:.6g}: stride derives one "
+                "from the other; the file is damaged or edited")
+    cores, rpc, over = p.get("cores"), p.get("ranks_per_core"), p["oversubscribed"]
+    if not isinstance(over, bool):
+        return f"oversubscribed {over!r} is not true or false"
+    if rpc is not None and not (finite_number(rpc) and rpc > 0):
+        return f"ranks_per_core {rpc!r} is not a positive number"
+    if cores is not None and not (isinstance(cores, int) and not isinstance(cores, bool) and cores > 0):
+        return f"cores {cores!r} is not a positive count"
+    if rpc is not None and cores is not None and not _close(rpc, n / cores):
+        return f"ranks_per_core {rpc!r} != world_size / cores = {n} / {cores}"
+    if rpc is not None and over != (rpc > 1):
+        return (f"oversubscribed {str(over).lower()} beside ranks_per_core {rpc!r}: oversubscribed means more than "
+                "one rank a core (ranks_per_core > 1)")
+    if rpc is None and cores is not None and over != (n > cores):
+        return f"oversubscribed {str(over).lower()} beside {n} ranks on {cores} cores"
+    return None
+
+
+def cv_problem(t: dict[str, Any]) -> str | None:
+    """A cv its own measurements cannot have (None: possible, or not checkable). The population cv of n values
+    >= 0 is at most sqrt(n - 1) (all but one at 0), and their sd at most (max - min) / 2 over a mean of at least
+    min, so cv <= (max - min) / (2 min); min == max: cv 0. compare widens its noise band by the cv, so an
+    impossible one (1e9, or 0.9 beside min == max) turned any change into "within noise"."""
+    cv, n, lo, hi = t.get("cv"), t.get("n"), t.get("min"), t.get("max")
+    if not finite_number(cv) or cv < 0:
+        return None  # null, or a type or range the other checks name
+    if finite_number(n) and n >= 1 and n == int(n) and cv > math.sqrt(n - 1) * (1 + DERIVED_RTOL):
+        return (f"throughput.cv = {cv!r} is impossible for throughput.n = {n!r} measurements: the cv of n values "
+                f">= 0 is at most sqrt(n - 1) = {math.sqrt(n - 1):.4g}; the file is damaged or edited")
+    if finite_number(lo) and finite_number(hi) and lo > 0 and hi >= lo:
+        bound = (hi - lo) / lo / 2  # not / (2 * lo): 2 * 1e308 overflows
+        if cv > bound * (1 + DERIVED_RTOL) + 1e-12:
+            return (f"throughput.cv = {cv!r} is impossible beside throughput.min = {lo!r} and max = {hi!r}: "
+                    f"measurements in that range have a cv of at most (max - min) / (2 min) = {bound:.4g}; the file "
+                    "is damaged or edited")
+    return None
 
 
 def throughput_order_problem(t: dict[str, Any]) -> str | None:
@@ -98,6 +155,8 @@ def workload_type_problem(w: dict[str, Any]) -> str | None:
     if not isinstance(w["name"], str):
         return f"name {w['name']!r} is not a string"
     t = w["throughput"]
+    if not isinstance(t["unit"], str) or not t["unit"].strip():
+        return f"throughput.unit {t['unit']!r} is not a unit (text such as 'samples/s')"
     for key in ("median", "min", "max", "cv"):
         if not _number_or_none(t[key]):
             return f"throughput.{key} {t[key]!r} is not a finite number or null"
@@ -163,7 +222,8 @@ def validate_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
         for key in REQUIRED_THROUGHPUT_KEYS:
             if key not in w["throughput"]:
                 raise ResultsError(f"{where}: workloads[{i}].throughput is missing {key!r}")
-        if why := workload_type_problem(w) or throughput_order_problem(w["throughput"]):
+        if why := (workload_type_problem(w) or throughput_order_problem(w["throughput"])
+                   or cv_problem(w["throughput"])):
             raise ResultsError(f"{where}: workloads[{i}] ({str(w.get('name'))[:40]}): {why}")
     if why := partial_problem(obj.get("partial")):
         raise ResultsError(f"{where}: {why}")

@@ -47,6 +47,9 @@ RATE_MAX_PER_S = 1e15
 # and the least a measured rate above 0 can be: one sample in 30 years (0 stays: no measurement, shown "n/a"); a
 # 1e-310 median made the ratio of two medians overflow, or read as 0 ("slower")
 RATE_MIN_PER_S = 1e-9
+# What MFU divides by and the clock a CPU peak was read at: above 0 where given (null: unknown). A negative peak made
+# compare's peak note vanish (its test skips peaks <= 0) while the MFUs beside it were shown as measured.
+POSITIVE = ("peak_flops_per_s", "peak_clock_ghz")
 RATES = ("samples_per_s", "timesteps_per_s", "throughput.median", "throughput.min", "throughput.max")
 
 
@@ -56,11 +59,14 @@ def range_problem(figures: dict[str, Any]) -> str | None:
     A value that is not a number is left to the type checks of whoever reads it."""
     nested = [(f"{sec}.{k}", v) for sec in ("throughput", "step_time_breakdown_s")
               if isinstance(figures.get(sec), dict) for k, v in figures[sec].items() if k not in ("unit", "n")]
-    for key, v in [(k, figures.get(k)) for k in ("mfu", *NON_NEGATIVE)] + nested:
+    for key, v in [(k, figures.get(k)) for k in ("mfu", *NON_NEGATIVE, *POSITIVE)] + nested:
         if not isinstance(v, int | float) or isinstance(v, bool):
             continue
         if not math.isfinite(v):
             return f"{key} = {v!r} is not a finite number"
+        if key in POSITIVE and v <= 0:
+            return (f"{key} = {v!r} is impossible: a peak FLOP/s or clock is above 0 (null where unknown); the file "
+                    "is damaged or edited")
         if v < 0 or (key == "mfu" and v > 1):
             return f"{key} = {v!r} is impossible ({'MFU is a fraction from 0 to 1' if key == 'mfu' else 'below 0'})"
         if key in RATES and 0 < v < RATE_MIN_PER_S:

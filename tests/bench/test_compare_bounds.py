@@ -21,8 +21,10 @@ from stride.report.compare import compare_results
 
 
 def _results(path: Path, median: float) -> Path:
-    entry: dict[str, Any] = {"name": "w", "throughput": {"unit": "samples/s", "median": median, "min": median,
-                                                         "max": median, "cv": 0.01, "n": 3},
+    entry: dict[str, Any] = {"name": "w", "throughput": {"unit": "samples/s", "median": median,
+                                                         # a cv of 1 % needs a spread (min == max: cv 0)
+                                                         "min": 0.98 * median, "max": 1.02 * median, "cv": 0.01,
+                                                         "n": 3},
                              "mfu": None, "peak_mem_bytes": 1, "step_time_breakdown_s": {}, "time_to_target_s": None}
     path.write_text(json.dumps(make_results("quick", {}, [entry])))
     return path
@@ -53,7 +55,8 @@ def test_a_ratio_that_is_no_number_is_refused_in_python_too() -> None:
     """compare_results on results made in Python (no range check of a file): an overflowing ratio is refused."""
     def res(median: float) -> dict[str, Any]:
         return make_results("quick", {}, [{"name": "w", "throughput": {"unit": "samples/s", "median": median,
-                                                                         "min": median, "max": median, "cv": 0.01},
+                                                                         "min": 0.98 * median, "max": 1.02 * median,
+                                                                         "cv": 0.01},
                                             "mfu": None, "peak_mem_bytes": 1, "step_time_breakdown_s": {},
                                             "time_to_target_s": None}])
     with pytest.raises(ResultsError, match=r"workload w: throughput.median B / A = 1000.0 / 1e-310 is not a finite"):
