@@ -150,3 +150,20 @@ def point_record(workload: str, p: Point, unit: str, throughputs: list[float], s
         "ranks_per_core": p.world_size / cores,
         "oversubscribed": p.world_size > cores,
     }
+
+
+def oversubscribed_entries(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{entry name: its scaling point} for the world-sweep points with more ranks than cores."""
+    points = (results.get("scaling") or {}).get("points") or []
+    return {p["entry"]: p for p in points if p.get("oversubscribed") and isinstance(p.get("entry"), str)}
+
+
+def host_mfu(mfu: float | None, point: dict[str, Any]) -> float | None:
+    """An oversubscribed point's MFU over the peak of the cores the host has: the whole job's achieved FLOP/s over
+    `cores` cores' peak. Each rank's MFU divides its FLOP/s by one core's peak (a rank runs one intra-op thread), so
+    N ranks' MFUs assume N cores; on fewer, the job's FLOP/s over the host's peak is mfu x N / cores (4 ranks on 2
+    cores: a rank's 3.3 % is the host's 6.7 %). None where the figures are missing."""
+    n, cores = point.get("world_size"), point.get("cores")
+    if mfu is None or not isinstance(n, int) or not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
+        return None
+    return mfu * n / cores

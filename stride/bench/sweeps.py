@@ -11,7 +11,9 @@ the parameter hashes.
 
 from __future__ import annotations
 
+import math
 import shutil
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,11 +165,25 @@ def tradeoff_summary(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
     return matrix
 
 
+def median_with_misses(times: list[float | None]) -> float | None:
+    """The median time to target over every seed, a miss (None) counted as never (infinite); None where that median
+    is not reached: more than half the seeds missed, or, with an even count, half (the midpoint of a hit and a miss
+    is never). The hits' median alone, {8.9, 11.5} of 3 seeds with one miss, read 10.2 s, a time a seed reaches the
+    target with a probability of a third; over all seeds it is 11.5 s."""
+    if not times:
+        return None
+    med = statistics.median(sorted(math.inf if t is None else float(t) for t in times))
+    return med if math.isfinite(med) else None
+
+
 def ttt_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """MLPerf-style: median and spread of the seeds that reach the target; misses counted, never averaged in."""
+    """MLPerf-style: median and spread of the seeds that reach the target (`seconds`), misses counted, never
+    averaged in; and `median_all_s`, the median over every seed with a miss counted as never (`median_with_misses`),
+    the figure a run of this workload to its target is priced at."""
     times = [e["time_to_target_s"] for e in entries if e["time_to_target_s"] is not None]
     return {"target_val_loss": entries[0]["target_val_loss"] if entries else None, "runs": len(entries),
-            "missed": len(entries) - len(times), "seconds": spread(times)}
+            "missed": len(entries) - len(times), "seconds": spread(times),
+            "median_all_s": median_with_misses([e["time_to_target_s"] for e in entries])}
 
 
 def by_workload(entries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

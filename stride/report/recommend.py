@@ -219,30 +219,113 @@ def _host_speeds(env: dict[str, Any]) -> DtypeSpeeds | None:
     return host_speeds(env.get("torch_threads"))
 
 
-def recommend(results: dict[str, Any], prices: dict[str, float],
-              speeds: DtypeSpeeds | None | str = "host") -> list[dict[str, Any]]:
-    """One recommendation per workload group. `speeds`: the dtype speeds measured on the machine the
-    results come from; "host" (default) measures this host's when the results were made here."""
-    env = results.get("environment", {})
-    if speeds == "host":
-        speeds = _host_speeds(env)
+SEED = re.compile(r"seed\d+")  # a `--sweep ttt` entry: the workload + "+seed<k>"
+
+
+def seed_group(ws: list[dict[str, Any]]) -> bool:
+    """Whether a workload group is seeds of one configuration (a `--sweep ttt`), not configurations to choose from."""
+    return len(ws) > 1 and all(SEED.fullmatch(w["name"].partition("+")[2]) for w in ws)
+
+
+def ttt_groups(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{workload: `ttt_summary` of its seeds} for every seed group with a target: the results.json
+    `time_to_target` section, recomputed from the entries (the section is not checked when read; the entries are)."""
+    from stride.bench.sweeps import ttt_summary
+
+    out = {}
+    for base, ws in _groups(results).items():
+        if seed_group(ws) and any(w.get("target_val_loss") is not None for w in ws):
+            out[base] = ttt_summary(ws)
+    return out
+
+
+def _groups(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for w in results["workloads"]:
         groups.setdefault(w["name"].split("+")[0], []).append(w)
+    return groups
+
+
+def not_alternatives(results: dict[str, Any]) -> dict[str, str]:
+    """{entry name: why it is not ranked as a configuration of its workload}: a world-sweep point with more ranks
+    than cores (its figures are of time-shared cores), and a weak-scaling point, whose global batch is N times the
+    baseline's: another workload (N times the samples a step), not another way to run the baseline's. The report
+    recommended `weak n4` on 2 cores as the fastest configuration and priced it."""
+    points = (results.get("scaling") or {}).get("points") or []
+    base_batch = {p["workload"]: p.get("global_batch") for p in points if p["scaling"] == "baseline"}
+    out = {}
+    for p in points:
+        name = p.get("entry")
+        if not isinstance(name, str) or p["scaling"] == "baseline":
+            continue
+        why = []
+        if p.get("oversubscribed"):
+            why.append(f"oversubscribed: {p['world_size']} ranks on {p.get('cores')} cores")
+        b = base_batch.get(p["workload"])
+        if p["scaling"] == "weak" and b is not None and p.get("global_batch") != b:
+            why.append(f"weak scaling: global batch {p.get('global_batch')}, not the baseline's {b}: another workload")
+        if why:
+            out[name] = "; ".join(why)
+    return out
+
+
+def recommend(results: dict[str, Any], prices: dict[str, float],
+              speeds: DtypeSpeeds | None | str = "host") -> list[dict[str, Any]]:
+    """One recommendation per workload group. `speeds`: the dtype speeds measured on the machine the
+    results come from; "host" (default) measures this host's when the results were made here.
+
+    A group of seeds (a `--sweep ttt`) is one configuration: its figures are the median seed's and the median over
+    the seeds, and its run to target is priced at the median over every seed with a miss counted as never (the
+    fastest seed's 8.9 s was priced while a third of the seeds never reached the target). A group of configurations
+    ranks only the alternatives of one workload (`not_alternatives`)."""
+    import statistics
+
+    env = results.get("environment", {})
+    if speeds == "host":
+        speeds = _host_speeds(env)
+    skip = not_alternatives(results)
+    ttts = ttt_groups(results)
     out = []
-    for base, ws in groups.items():
-        best = max(ws, key=lambda w: w["throughput"]["median"] or 0.0)
+    for base, ws in _groups(results).items():
+        seeds = seed_group(ws)
+        ranked = ws if seeds else [w for w in ws if w["name"] not in skip] or ws
+        left_out = {} if seeds or ranked is ws else {w["name"]: skip[w["name"]] for w in ws if w["name"] in skip}
+        if seeds:  # the median seed's figures stand for the configuration's (lower median, as a world point's)
+            order = sorted(ws, key=lambda w: w["throughput"]["median"] or 0.0)
+            best = order[(len(order) - 1) // 2]
+            measured = [w["throughput"]["median"] for w in ws if w["throughput"]["median"] is not None]
+            tput = statistics.median(measured) if measured else 0.0
+        else:
+            best = max(ranked, key=lambda w: w["throughput"]["median"] or 0.0)
+            tput = best["throughput"]["median"] or 0.0  # the whole run's (every rank's samples), not one device's
         kind, advice = bottleneck(best, precision_evidence(results, ws, speeds))
-        tput = best["throughput"]["median"] or 0.0  # the whole run's (every rank's samples), not one device's
-        ttt = best.get("time_to_target_s")
+        summary = ttts.get(base)
+        target = best.get("target_val_loss")
+        ttt_note = None
+        if summary is not None:
+            ttt = summary["median_all_s"]
+            missed, runs = summary["missed"], summary["runs"]
+            goal = "?" if summary["target_val_loss"] is None else format(summary["target_val_loss"], "g")
+            ttt_note = (f"median over {runs} seeds, a miss counted as never; {missed} of {runs} missed" if ttt
+                        else f"not computed: {missed} of {runs} seeds missed the target (val loss {goal}), so the "
+                             "median over the seeds, a miss counted as never, is not reached")
+        else:
+            ttt = best.get("time_to_target_s")
+            if ttt is None and target is not None:
+                hit = [w["name"] for w in ranked if w is not best and w.get("time_to_target_s") is not None]
+                ttt_note = (f"not computed: {best['name']} missed the target (val loss {target:g})"
+                            + (f"; {len(hit)} other configuration(s) reached it ({', '.join(hit)})" if hit else ""))
         devices = run_devices(best, env)
         price, price_key = price_for(env, prices, devices)  # USD an hour for every device the run used
         lost = seconds_lost(best)
         out.append({
             "workload": base,
             "fastest": best["name"],
-            "configurations": len(ws),  # 1: nothing to choose from, the report does not call it fastest
+            "seeds": len(ws) if seeds else None,  # a seed group: one configuration, not "fastest of N"
+            "configurations": 1 if seeds else len(ranked),  # 1: nothing to choose from, not called fastest
+            "not_ranked": left_out,  # {entry: why}: not an alternative of this workload
             "throughput": tput,
+            "throughput_range": ((min(measured), max(measured)) if seeds and measured else None),
             "unit": best["throughput"]["unit"],
             "bottleneck": kind,
             "advice": advice,
@@ -251,6 +334,8 @@ def recommend(results: dict[str, Any], prices: dict[str, float],
             "cost_unit": cost_unit(best["throughput"]["unit"]),
             # the training clock to the target, plus the seconds restarts trained again (paid for, off that clock)
             "usd_per_run_to_target": price * (ttt + lost) / 3600 if price is not None and ttt else None,
+            "time_to_target_s": ttt,
+            "to_target_note": ttt_note,  # how the time to target was taken, or why there is no cost to target
             "price_key": price_key,
             "usd_per_hour": price,  # every device the run used (0: the table's price is 0, the cost not counted)
             "devices_priced": devices,  # GPUs (None: the CPU host, priced whole)

@@ -10,12 +10,13 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from stride.bench.scaling import host_mfu, oversubscribed_entries
 from stride.bench.stats import spread_text
 from stride.files.input_file import InputFileError, read_input_text
 from stride.metrics.run_dir import atomic_write_text
 from stride.report.axes import ema, smoothing_span
 from stride.report.inputs import resolve
-from stride.report.recommend import recommend, scaling_advice
+from stride.report.recommend import recommend, scaling_advice, ttt_groups
 from stride.report.svg import hbar_chart, line_chart
 from stride.shown_text import md_cell, plain
 
@@ -227,17 +228,60 @@ def _head(results: dict[str, Any]) -> list[str]:
             *HEAD[4:]]
 
 
+def _ttt_cell(w: dict[str, Any]) -> str:
+    """An entry's time to target: seconds, "missed (target X)" where it had a target and did not reach it, "-" where it
+    had none (a miss read "-", the same as no target)."""
+    ttt, target = w.get("time_to_target_s"), w.get("target_val_loss")
+    if ttt is not None:
+        return format(ttt, ".1f")
+    if finite(target):
+        return f"missed (target {target:g})"
+    return "-"
+
+
+def finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+HOST_MFU = ("host peak: an oversubscribed point's MFU is the whole job's FLOP/s over the peak of the cores the host "
+            "has (each rank's own MFU divides by a core each, cores the host does not have)")
+
+
+def _mfu_cell(w: dict[str, Any], mixed: bool, over: dict[str, dict[str, Any]]) -> str:
+    """MFU in percent; an oversubscribed world point's against the host's real peak, marked (`host_mfu`)."""
+    p = over.get(w["name"])
+    if p is not None and w["mfu"] is not None:
+        v = host_mfu(w["mfu"], p)
+        if v is not None:
+            return f"{100 * v:.1f}% (host peak, {p['world_size']} ranks on {p['cores']} cores)"
+    return _fmt(w["mfu"] and 100 * w["mfu"], ".1f") + "%" + (" (mean)" if mixed and not _at_median(w) else "")
+
+
 def _rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
     mixed = len({_at_median(w) for w in results["workloads"]}) > 1
+    over = oversubscribed_entries(results)
     for w in results["workloads"]:
         t = w["throughput"]
         cv = spread_text(t)
-        mfu = _fmt(w["mfu"] and 100 * w["mfu"], ".1f") + "%" + (" (mean)" if mixed and not _at_median(w) else "")
         rows.append([w["name"], f"{_fmt(t['median'], ',.0f')} {t['unit']}", cv,
-                     mfu, f"{w['peak_mem_bytes'] / 2**20:,.0f} MiB",
-                     _fmt(w.get("final_val_loss"), ".4f"), _fmt(w.get("time_to_target_s"), ".1f")])
+                     _mfu_cell(w, mixed, over), f"{w['peak_mem_bytes'] / 2**20:,.0f} MiB",
+                     _fmt(w.get("final_val_loss"), ".4f"), _ttt_cell(w)])
     return rows
+
+
+def _table_notes(results: dict[str, Any]) -> list[str]:
+    """What the results table's cells need said beside them."""
+    return [HOST_MFU] if any(w["mfu"] is not None for w in results["workloads"]
+                             if w["name"] in oversubscribed_entries(results)) else []
+
+
+def ttt_lines(results: dict[str, Any]) -> list[str]:
+    """One line per `--sweep ttt` workload: the median over every seed (a miss counted as never), the seeds that
+    reached the target, and the misses (results.json's `time_to_target`, which the report never showed)."""
+    from stride.bench.table import ttt_line
+
+    return [ttt_line(base, r).strip() for base, r in ttt_groups(results).items()]
 
 
 def _scaling_html(results: dict[str, Any]) -> str:
@@ -285,7 +329,8 @@ def _charts(results: dict[str, Any], results_dir: Path, notes: list[str]) -> lis
 
 
 def _cost_text(r: dict[str, Any]) -> str:
-    """The cost sentence, with only the figures that exist; a missing price is said in words."""
+    """The cost sentence, with only the figures that exist; a missing price is said in words, and so is a cost to
+    target that cannot be computed where the run had a target (missed: it was left out without a word)."""
     if r["usd_per_million_samples"] is None:
         if r.get("usd_per_hour") is not None:  # priced, but nothing was measured
             return "Cost: not computed (no throughput measured)"
@@ -296,18 +341,40 @@ def _cost_text(r: dict[str, Any]) -> str:
     key = f"{r['price_key']} x {n} GPU{'s' if n != 1 else ''}" if n else r["price_key"]
     # per million of what the throughput counts (tokens/s: tokens, env steps/s: env steps), which the cost is of
     parts = [f"{r['usd_per_million_samples']:.4f} USD per million {r.get('cost_unit') or 'samples'} ({key})"]
+    note = r.get("to_target_note")
     if r["usd_per_run_to_target"] is not None:
         lost = r.get("lost_time_s") or 0.0
-        parts.append(f"{r['usd_per_run_to_target']:.4f} USD per run to target"
-                     + (f" (with {lost:.1f} s that restarts trained again)" if lost else ""))
+        # a seed group's time to target is a statistic over the seeds: which one, said
+        said = [f"{r['time_to_target_s']:.1f} s to target, {note}"] if note and r.get("time_to_target_s") else []
+        said += [f"with {lost:.1f} s that restarts trained again"] if lost else []
+        parts.append(f"{r['usd_per_run_to_target']:.4f} USD per run to target" + (f" ({'; '.join(said)})"
+                                                                                   if said else ""))
+    elif note:
+        parts.append(f"per run to target: {note}")
     return "Cost: " + ", ".join(parts)
 
 
 def _measured_text(r: dict[str, Any]) -> str:
-    """"fastest of N" only where there was a choice; a single configuration is just what was measured."""
-    n = r.get("configurations", 2)
-    what = f"fastest of {n} configurations" if n > 1 else "one configuration measured"
-    return f"{what}: {r['fastest']} at {r['throughput']:,.0f} {r['unit']}"
+    """"fastest of N" only where there was a choice; a single configuration is just what was measured; seeds of one
+    configuration are seeds (they were called configurations and the fastest seed chosen)."""
+    if r.get("seeds"):
+        lo_hi = r.get("throughput_range")
+        span = f" (seeds from {lo_hi[0]:,.0f} to {lo_hi[1]:,.0f})" if lo_hi else ""
+        text = (f"one configuration over {r['seeds']} seeds: median {r['throughput']:,.0f} {r['unit']} across the "
+                f"seeds{span}; the median seed {r['fastest']} stands for it")
+    else:
+        n = r.get("configurations", 2)
+        what = f"fastest of {n} configurations" if n > 1 else "one configuration measured"
+        text = f"{what}: {r['fastest']} at {r['throughput']:,.0f} {r['unit']}"
+    left = r.get("not_ranked") or {}
+    if left:
+        text += "; not ranked: " + ", ".join(f"{k} ({v})" for k, v in left.items())
+    return text
+
+
+TTT_NOTE = ("Time to target over seeds: the median over every seed, a miss counted as never (not reached where half "
+            "or more missed), beside the median, min and max of the seeds that reached it; the cost per run to target "
+            "is priced at the median over every seed.")
 
 
 class SweepFolderError(ValueError):
@@ -347,6 +414,10 @@ def render_report(source: str | Path, prices: dict[str, float],
     recs, advice, rows = recommend(results, prices), scaling_advice(results), _rows(results)  # once, for both files
     env = results["environment"]
     head = _head(results)
+    tnotes, ttts = _table_notes(results), ttt_lines(results)
+    tnotes_html = "".join(f"<p>{_h(n)}</p>" for n in tnotes)
+    ttt_html = (f"<h2>Time to target</h2><ul>{''.join(f'<li>{_h(t)}</li>' for t in ttts)}</ul><p>{_h(TTT_NOTE)}</p>"
+                if ttts else "")
     table = "".join(f"<tr>{''.join(f'<td>{_h(c)}</td>' for c in r)}</tr>" for r in rows)
     rec_html = "".join(
         f"<li><b>{_h(r['workload'])}</b>: {_h(_measured_text(r))}; bottleneck "
@@ -372,7 +443,7 @@ torch {_h(_torch(env))}; commit {_h(str(env.get('git_commit'))[:12])}.</p>
 {stopped}<h2>Results</h2><table><tr>{''.join(f'<th>{_h(h)}</th>' for h in head)}</tr>{table}</table>
 <p>Throughput: median over equal windows of steps after warm-up, with min/max and coefficient of variation
 ("1 run": a single measurement, no spread).</p>
-{_scaling_html(results)}
+{tnotes_html}{ttt_html}{_scaling_html(results)}
 <h2>Recommendations</h2><ul>{rec_html}</ul>
 <h2>Plots</h2>{left_out}{''.join(charts)}
 </body></html>
@@ -383,6 +454,9 @@ torch {_h(_torch(env))}; commit {_h(str(env.get('git_commit'))[:12])}.</p>
         md += [f"Partial results: stopped after {m(partial['done'])} of {m(partial['planned'])} runs.", ""]
     md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(map(m, r)) + " |" for r in rows]
+    md += [""] + [m(n) for n in tnotes] if tnotes else []
+    if ttts:
+        md += ["", "## Time to target", "", *(f"- {m(t)}" for t in ttts), "", m(TTT_NOTE)]
     srows = _scaling_rows(results)
     if srows:
         sc = results["scaling"]
