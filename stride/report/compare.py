@@ -103,6 +103,16 @@ def workload_differences(wa: dict[str, Any], wb: dict[str, Any]) -> list[tuple[s
     return diffs
 
 
+def unchecked_workload(wa: dict[str, Any], wb: dict[str, Any]) -> str | None:
+    """Which side has no `config` to check the workload with (None: both have one). Without it WORKLOAD_KEYS are
+    not compared, and batch 256 against 128 read "within noise" without a word."""
+    missing = [side for side, w in (("A", wa), ("B", wb)) if not (isinstance(w.get("config"), dict) and w["config"])]
+    if not missing:
+        return None
+    return (f"{' and '.join(missing)} {'has' if len(missing) == 1 else 'have'} no config, so the batch size, model and "
+            "data were not compared")
+
+
 def _setting(cfg: dict[str, Any], sec: str, key: str, defaults: dict[str, Any]) -> Any:
     table = cfg.get(sec)
     return table.get(key, defaults[sec][key]) if isinstance(table, dict) else defaults[sec][key]
@@ -142,6 +152,8 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
     busy = contended_verdict({"A": wa, "B": wb})
     mem = wb["peak_mem_bytes"] / wa["peak_mem_bytes"] if wa.get("peak_mem_bytes") and wb.get("peak_mem_bytes") else None
     return {"name": name, "ratio": ratio, "verdict": busy if busy and ratio is not None else verdict,
+            # a ratio of possibly two workloads: said under the table and in --json (the verdict's text is kept)
+            "workload_unchecked": unchecked_workload(wa, wb),
             "mem_ratio": mem, "unit": wa["throughput"]["unit"],
             "a_median": wa["throughput"]["median"], "b_median": wb["throughput"]["median"],
             "noise_band": noise_band(wa["throughput"], wb["throughput"]),
@@ -215,7 +227,9 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
         ratio, band = shown(r)
         table.add_row(literal(r["name"]), med(r, "a"), med(r, "b"), ratio, band,
                       f"{r['mem_ratio']:.3f}" if r.get("mem_ratio") else "-", literal(r["verdict"]))
-    notes = [f"{r['name']}: {r['peak_note']}" for r in rows if r.get("peak_note")]
+    notes = [f"{r['name']}: workload not checked: {r['workload_unchecked']}; the verdict is of two throughputs that "
+             "may be of different workloads" for r in rows if r.get("workload_unchecked")]
+    notes += [f"{r['name']}: {r['peak_note']}" for r in rows if r.get("peak_note")]
     notes += [f"{r['name']}: {side}: {note}" for r in rows for side, note in (r.get("contention_notes") or {}).items()]
     if notes:
         table.caption = literal("\n".join(map(plain, notes)), lines=True)  # one line a note
