@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     from stride.bench.results import ResultsError
     from stride.files import strict_json
-    from stride.report.compare import compare_results, compare_table, mismatch_message
+    from stride.report.compare import compare_results, compare_table, mismatch_message, statistic
     from stride.report.inputs import resolve
     from stride.shown_text import plain
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(strict_json.dumps(rows))
     else:
-        Console(width=140).print(compare_table(rows, args.a, args.b))
+        Console(width=140).print(compare_table(rows, args.a, args.b, statistic(a), statistic(b)))
     if refused:  # the other rows have their verdicts; these had none
         print(plain(f"stride compare: A = {args.a}, B = {args.b}: {refused}"), file=sys.stderr)
         return 2

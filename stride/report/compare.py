@@ -131,7 +131,10 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
     va, vb = wa.get("version"), wb.get("version")
     if va != vb:  # a version bump changed the workload's definition (steps, windows...): no verdict, exit 2
         def said(v: Any) -> str:
-            return "no version (a `stride train` run or a hand-written entry)" if v is None else f"version {v!r}"
+            if v is None:
+                return "no version (a `stride train` run or a hand-written entry)"
+            # "3" against 3 read as two versions with no word of why
+            return f"version {v!r} (text, not a number)" if isinstance(v, str) else f"version {v!r}"
 
         return {"name": name, "ratio": None, "a_median": wa["throughput"]["median"],
                 "b_median": wb["throughput"]["median"], "verdict": f"versions differ ({va} vs {vb}): not comparable",
@@ -210,11 +213,20 @@ def compare_results(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]
     return rows
 
 
-def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str = "B") -> Table:
+def statistic(results: dict[str, Any]) -> str:
+    """What a side's throughput figures are: a `stride train` run's is its samples over its timed steps (a mean, one
+    measurement), a bench entry's the median of its windows (a run folder's figure was headed "median")."""
+    runs = all(w.get("source") == "stride train" for w in results["workloads"])
+    return "over timed steps" if runs else "median"
+
+
+def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str = "B", a_stat: str = "median",
+                  b_stat: str = "median") -> Table:
     """The rows as a rich table; a side that did not measure a workload reads "not measured", never 0. Names,
-    verdicts (which quote config values) and notes come from the two inputs: Text cells, shown as written."""
+    verdicts (which quote config values) and notes come from the two inputs: Text cells, shown as written.
+    `a_stat`, `b_stat`: what each side's figure is (`statistic`), in its column's heading."""
     table = Table(title=literal(f"stride compare: B / A  (A = {a_label}, B = {b_label})"))
-    for col in ("workload", "A median", "B median", "B/A throughput", "noise band", "B/A memory", "verdict"):
+    for col in ("workload", f"A {a_stat}", f"B {b_stat}", "B/A throughput", "noise band", "B/A memory", "verdict"):
         table.add_column(col, justify="left" if col in ("workload", "verdict") else "right")
 
     def med(r: dict[str, Any], side: str) -> str:

@@ -156,6 +156,9 @@ def results_from_run(run: Path) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as exc:
             raise ResultsError(f"{run / 'config.toml'}: not valid TOML ({exc})") from exc
     tput = s.get("samples_per_s")
+    if tput is not None and not finite_number(tput):  # named as the file names it, not as throughput.median
+        raise ResultsError(f"{run / 'summary.json'}: samples_per_s = {str(tput)[:40]!r} is not a number or null (the "
+                           "run's throughput.median)")
     entry = {
         "name": s.get("name") or run.name, "version": None, "config": cfg, "source": "stride train",
         "throughput": {"unit": "samples/s", "median": tput, "min": tput, "max": tput, "cv": None,
