@@ -68,9 +68,11 @@ def contention_note(waiting: float | None, threads: int, cores: int | None = Non
         return (f"on average {waiting:.2f} of this process's threads waited for a core: its {threads} torch threads "
                 f"are more than the {cores} cores it may use, so they wait on each other; every figure can be many "
                 f"times slow; set train.threads <= {cores}")
+    # one torch thread already: fewer threads is no remedy (outside audit: the advice went to runs at 1 thread)
+    fewer = "" if threads <= 1 else ", or with train.threads below the free cores (e.g. train.threads=1)"
     return (f"on average {waiting:.2f} of this process's threads ({threads} torch threads) waited for a core that "
-            "other processes held: every figure is of a contended host and can be tens of times slow; rerun on a "
-            "quiet host, or with train.threads below the free cores (e.g. train.threads=1)")
+            f"other processes held: every figure is of a contended host and can be tens of times slow; rerun on a "
+            f"quiet host{fewer}")
 
 
 def entry_contention(w: dict[str, Any]) -> str | None:

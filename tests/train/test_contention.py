@@ -59,6 +59,8 @@ def test_the_note_names_the_wait_and_the_way_out() -> None:
     assert note is not None and "0.87" in note and "other processes" in note and "train.threads=1" in note
     own = contention_note(1.53, 4, 2)  # more threads than cores: the wait is the run's own (review M2)
     assert own is not None and "more than the 2 cores" in own and "other processes" not in own
+    one = contention_note(0.87, 1, 2)  # a run at 1 thread already: fewer threads is no way out
+    assert one is not None and one.endswith("can be tens of times slow; rerun on a quiet host")
 
 
 def test_a_run_records_its_threads_wait_and_notes_a_starved_one(tmp_path, monkeypatch, caplog) -> None:
