@@ -227,6 +227,17 @@ def _assumed_collectives(hw, devices: int) -> list[str]:
             f"measurement; {how}"]
 
 
+def _assumed_price(hw) -> list[str]:
+    """A note where a `stride plan probe` entry's cost rests on a price it does not set: the probe measures no price,
+    so the entry inherits its base part's assumed one ($1.0 a device-hour from epyc-9654), and a --workload plan
+    showed that cost with no word (an outside audit of local calibration)."""
+    if not hw.probed_threads or "price_per_hour_usd" not in hw.assumed or hw.price_per_hour_usd <= 0:
+        return []
+    return [f"cost is priced at {hw.price_per_hour_usd:g} USD a device-hour, an assumed figure ({hw.name} is a "
+            "`stride plan probe` entry, which measures no price and inherits its base part's): give this machine's "
+            "hourly cost as price_per_hour_usd in the hardware file, and take it off `assumed`, to compare by cost"]
+
+
 def _hardware_lines(text: str, notes: list[str]) -> list[str]:
     """What a --hardware text changed, for a table's header: the text, then one line each."""
     return [f"  --hardware {text!r} read as:", *(f"    {n}" for n in notes)] if notes else []
@@ -523,6 +534,8 @@ def _run(args: argparse.Namespace) -> int:
         result.notes.append(line)
     if result.best is not None and (line := price_note(hw)):  # the $/step column reads 0
         result.notes.append(line)
+    if result.best is not None:
+        result.notes.extend(_assumed_price(hw))
     seconds = time.perf_counter() - t0
     alts = distinct_alternatives(result)
     table = load_intervals()  # once: the time and the memory intervals
@@ -592,7 +605,7 @@ def _plan_workload(args, hw, notes: list[str], eff) -> int:
     seconds = time.perf_counter() - t0
     res, best = plan.result, plan.result.best
     tr = next(iter(plan.traces.values()))
-    assumed = _assumed_collectives(hw, args.devices)
+    assumed = _assumed_collectives(hw, args.devices) + (_assumed_price(hw) if best else [])
     if args.json:
         print(json.dumps({
             "workload": plan.name, "hardware": hw.name, "hardware_text": args.hardware, "hardware_notes": notes,

@@ -13,7 +13,10 @@ runs keeps the shared factors, and a note says so.
 
 The hardware must be the one the runs ran on: runs whose summary.json says `device = "cpu"` are refused
 against a GPU entry (the default `--hardware h100-sxm` fitted CPU runs without a word), and a run whose
-thread count differs from the one a `stride plan probe` entry was measured at is named in a warning.
+thread count differs from the one a `stride plan probe` entry was measured at is named in a warning, as is one whose
+env.json CPU differs from the probe's. A run that did not finish or timed no step is refused; one that timed its
+warm-up is named. A fitted factor on an end of its range and a calibration run the fit misses by more than 25 % are
+named; missed by more than 10x, nothing is written (the hardware entry cannot describe the machine).
 """
 
 from __future__ import annotations
@@ -95,6 +98,9 @@ class RunInputs:
     threads: int | None = None  # intra-op threads per process: train.threads, else env.json torch_threads
     threads_from: str = ""
     contention: str | None = None  # summary.json's contention_note: the run measured a busy host
+    timing: str | None = None  # summary.json's timing_note: warm-up steps timed, not steady-state
+    cpu_model: str | None = None  # env.json's cpu_model and cpu_count: the machine the run ran on
+    cpu_count: int | None = None
 
     def predict(self, hw: Hardware, eff: Efficiency) -> Prediction:
         p = self.config.parallel
@@ -141,6 +147,10 @@ def run_inputs(run_dir: Path) -> RunInputs:
     """Config, trace, layout and measured step time of one run directory."""
     from stride.config import load_config
 
+    if not os.path.lexists(run_dir):  # "missing summary.json" read as a damaged run, not a mistyped path
+        raise ConfigError(f"{run_dir}: no such run directory")
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: not a directory (a run directory holds config.toml and summary.json)")
     summ_p, cfg_p = run_dir / "summary.json", run_dir / "config.toml"
     for p in (summ_p, cfg_p):
         if not os.path.lexists(p):
@@ -152,6 +162,8 @@ def run_inputs(run_dir: Path) -> RunInputs:
     env = _read_json(env_p, run_dir) if os.path.lexists(env_p) else {}
     if why := run_file_problem(summary, rank0_obj, env):  # before the config is read or the model censused
         raise ConfigError(f"{run_dir}/{why}: edited or damaged")
+    if why := unfinished(summary):
+        raise ConfigError(f"{run_dir}: {why}: its step time measures no training step; leave it out or rerun it")
     cfg = load_config(cfg_p)
     t, par = cfg.train, cfg.parallel
     world = int(summary.get("world_size") or 1)
@@ -188,8 +200,56 @@ def run_inputs(run_dir: Path) -> RunInputs:
     threads, threads_from = ((t.threads, "config.toml train.threads") if t.threads else
                              (env.get("torch_threads"), "env.json torch_threads"))
     device = str(summary["device"]).split(":")[0] if summary.get("device") else None
+    timing = summary.get("timing_note")
+    model, count = env.get("cpu_model"), env.get("cpu_count")
     return RunInputs(run_dir, cfg, trace, layout, t.batch_size, float(step), world, device,
-                     int(threads) if threads else None, threads_from, entry_contention(summary))
+                     int(threads) if threads else None, threads_from, entry_contention(summary),
+                     timing if isinstance(timing, str) and timing else None,
+                     model if isinstance(model, str) and model else None,
+                     count if type(count) is int and count >= 1 else None)
+
+
+def unfinished(summary: dict) -> str | None:
+    """Why a run's summary says it trained no step to time (None: it did): a status other than finished (a
+    divergence stops a run, but its steps were timed), or no step (timed). Such a run was fitted without a word
+    (status failed, steps 0, its step_time_s read as measured)."""
+    status = summary.get("status")
+    if status is not None and status not in ("finished", "diverged"):
+        return f"summary.json status = {json.dumps(status)[:40]} (the run did not finish)"
+    for key in ("steps", "timed_steps"):
+        if summary.get(key) == 0:
+            return f"summary.json {key} = 0"
+    return None
+
+
+def timing_warnings(runs: list[RunInputs]) -> list[str]:
+    """Runs whose summary says their step time includes the warm-up (train.steps not above metrics.skip_steps): a
+    first step's allocation and autotuning counted as training, so factors fitted to them are too low; named, as
+    contended runs are (contention_warnings)."""
+    return [f"{r.run_dir} is not steady-state ({r.timing}): factors fitted to it count the warm-up; rerun it with "
+            "more steps before writing them to an efficiency file" for r in runs if r.timing]
+
+
+def machine_warnings(runs: list[RunInputs], hw: Hardware) -> tuple[list[str], list[str]]:
+    """(warnings, notes): runs whose env.json names another CPU model or core count than the one `hw` was probed
+    on (`probed_cpu_model`, `probed_cpu_count`): the probe's peaks and bandwidth are not that machine's, and runs
+    from elsewhere were fitted without a word. A probe entry from before the probe recorded its CPU: one note."""
+    if not hw.cpu or not hw.probed_threads:
+        return [], []
+    if not hw.probed_cpu_model:
+        return [], [f"hardware `{hw.name}` does not record the CPU it was probed on (a probe file from an older "
+                    "stride): whether the runs ran on that machine is not checked; probe again to have it checked"]
+    out = []
+    for r in runs:
+        if r.cpu_model and r.cpu_model != hw.probed_cpu_model:
+            out.append(f"{r.run_dir} ran on CPU {r.cpu_model!r} (env.json cpu_model) but hardware `{hw.name}` was "
+                       f"probed on CPU {hw.probed_cpu_model!r}: its figures are not that machine's; calibrate runs of "
+                       "the probed machine, or probe the one the runs ran on")
+        elif r.cpu_count and hw.probed_cpu_count and r.cpu_count != hw.probed_cpu_count:
+            out.append(f"{r.run_dir} ran on a host of {r.cpu_count} CPUs (env.json cpu_count) but hardware "
+                       f"`{hw.name}` was probed on one of {hw.probed_cpu_count}: another machine, or another size of "
+                       "it; calibrate runs of the probed machine, or probe the one the runs ran on")
+    return out, []
 
 
 def contention_warnings(runs: list[RunInputs]) -> list[str]:
@@ -247,6 +307,75 @@ def factor_warnings(eff: Efficiency, fitted: tuple[str, ...], hw: Hardware) -> l
              "used the threads it was probed with, or that the model sees their work"
              for name in fitted if 0 < getattr(eff, name) < FAR_BELOW and not _low_precision(name, hw)]
     return above + below
+
+
+def bound_warnings(eff: Efficiency, fitted: tuple[str, ...], hw: Hardware) -> list[str]:
+    """Fitted factors on an end of their fit range (`_bounds`): the runs wanted a value past it, so the fit stopped
+    short and misses them; the factor is the bound, not a measurement (network 0.2, gemm 0.3 and memory 0.3 went by
+    without a word, one FSDP run then predicted 53 % fast)."""
+    bounds, out = _bounds(hw), []
+    for name in fitted:
+        v = getattr(eff, name)
+        lo, hi = bounds[name]
+        end = ("lower", lo) if v is not None and v <= lo * (1 + 1e-3) else (
+            ("upper", hi) if v is not None and v >= hi * (1 - 1e-3) else None)
+        if end:
+            out.append(f"fitted {name} = {v:g} sits on its {end[0]} bound ({end[1]:g}): the runs wanted a value past "
+                       "it, so it is the bound, not a measurement, and the runs it reads may be missed; check "
+                       f"hardware `{hw.name}`'s {_figure(name)} against the machine the runs ran on")
+    return out
+
+
+# a calibration run the fitted factors miss by more than this fraction is named; by more than MISS_REFUSE times (too
+# slow or too fast) the hardware entry cannot describe the machine, and nothing is written (peak_tflops 1e-9 fitted
+# its runs at +1e9 % and printed the factors)
+MISS_WARN = 0.25
+MISS_REFUSE = 10.0
+
+
+def miss_warnings(rep: list[dict]) -> tuple[list[str], list[str]]:
+    """(warnings, refusals): calibration runs the fit misses by more than MISS_WARN, and by more than MISS_REFUSE
+    times, each with its error."""
+    warn, refuse = [], []
+    for r in rep:
+        ratio = r["predicted_step_s"] / r["measured_step_s"]
+        said = (f"{r['run']} ({r['err_pct']:+.3g} %: predicted {r['predicted_step_s']:.3g} s/step, measured "
+                f"{r['measured_step_s']:.3g})")
+        if not 1 / MISS_REFUSE <= ratio <= MISS_REFUSE:
+            refuse.append(said)
+        elif abs(ratio - 1) > MISS_WARN:
+            warn.append(f"the fitted factors miss calibration run {said}, past {MISS_WARN:.0%}: the model does not "
+                        "describe that run with these factors; predictions like it will be as far off")
+    return warn, refuse
+
+
+# below these a CPU entry's figure is no CPU's (a probe of one slow core measured 0.1 TFLOP/s fp64, 14 GB/s copies)
+CPU_FLOOR = {"memory_bw_tbps": 1e-3, "peak_tflops": 1e-3}
+
+
+def cpu_range_warnings(hw: Hardware) -> list[str]:
+    """A CPU entry's bandwidth or peaks above every CPU of the catalog, or below CPU_FLOOR: a typo or a unit slip
+    (memory_bw_tbps = 900 fitted without a word), which the factors then absorb."""
+    if not hw.cpu:
+        return []
+    cpus = [h for h in load_catalog().devices.values() if h.cpu]
+    top_bw = max(cpus, key=lambda h: h.memory_bw_tbps)
+    figures = [("memory_bw_tbps", hw.memory_bw_tbps, top_bw.memory_bw_tbps, top_bw.name, "TB/s")]
+    for dtype, v in sorted(hw.peak_tflops.items()):
+        have = [h for h in cpus if dtype in h.peak_tflops]
+        if have:
+            top = max(have, key=lambda h: h.peak_tflops[dtype])
+            figures.append((f"peak_tflops.{dtype}", v, top.peak_tflops[dtype], top.name, "TFLOP/s"))
+    out = []
+    for field, v, most, part, unit in figures:
+        floor = CPU_FLOOR[field.partition(".")[0]]
+        if v > most:
+            out.append(f"hardware `{hw.name}`'s {field} = {v:g} {unit} is above every CPU in the catalog (`{part}`: "
+                       f"{most:g}): a typo or a unit slip? the factors fitted against it are not this machine's")
+        elif v < floor:
+            out.append(f"hardware `{hw.name}`'s {field} = {v:g} {unit} is below any CPU's ({floor:g}): a typo or a "
+                       "unit slip? the factors fitted against it are not this machine's")
+    return out
 
 
 def underdetermined_warnings(runs: list[RunInputs], hw: Hardware, factors: tuple[str, ...] | None = None,
@@ -410,6 +539,7 @@ def calibrate_cli(args: argparse.Namespace) -> int:
     start = load_efficiency(args.efficiency, note="stride plan calibrate") if args.efficiency else None
     runs = [run_inputs(Path(r)) for r in args.runs]
     check_hardware(runs, hw)
+    machine, machine_notes = machine_warnings(runs, hw)
     disagree = disagreements(runs, hw, start or Efficiency())
     eff, rep = calibrate(runs, hw, start)
     base = start or Efficiency()
@@ -421,11 +551,19 @@ def calibrate_cli(args: argparse.Namespace) -> int:
                                                        "the default factors") + " were kept, not fitted")
     # factors the fit kept are already said not to be fitted; factors it moved on too few runs are said here
     under = [] if disagree and kept else underdetermined_warnings(runs, hw, start=start)
-    warnings = [*contention_warnings(runs), *thread_warnings(runs, hw), *disagree, *under,
-                *factor_warnings(eff, tuple(n for _, names in stages(runs, start=start) for n in names), hw)]
+    fitted = tuple(n for _, names in stages(runs, start=start) for n in names)
+    missed, refused = miss_warnings(rep)
+    warnings = [*cpu_range_warnings(hw), *machine, *contention_warnings(runs), *timing_warnings(runs),
+                *thread_warnings(runs, hw), *disagree, *under, *factor_warnings(eff, fitted, hw),
+                *bound_warnings(eff, fitted, hw), *missed]
     for w in warnings:
         print(f"stride plan calibrate: warning: {w}", file=sys.stderr)
-    notes = precision_notes(runs, eff, hw, start)
+    if refused:
+        raise ConfigError(f"the fitted factors miss their own calibration runs by more than {MISS_REFUSE:g}x: "
+                          f"{'; '.join(refused)}; hardware `{hw.name}` cannot describe the machine these runs ran "
+                          "on (check its peak_tflops, memory_bw_tbps and kernel_overhead_us, or probe it again with "
+                          "`stride plan probe`); no factors written")
+    notes = [*machine_notes, *precision_notes(runs, eff, hw, start)]
     for n in notes:
         print(f"stride plan calibrate: note: {n}", file=sys.stderr)
     print(json.dumps({"hardware": hw.name, "efficiency": eff.to_dict(), "runs": rep, "warnings": warnings,

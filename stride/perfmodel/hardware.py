@@ -102,6 +102,10 @@ class Hardware:
     cpu: bool = False
     # threads per process the entry's figures were measured at (`stride plan probe`); 0: not measured here
     probed_threads: int = 0
+    # the probed host's CPU (env.json's cpu_model, os.cpu_count()): calibrate names runs from another machine;
+    # "" / 0: a probe file written before it recorded them
+    probed_cpu_model: str = ""
+    probed_cpu_count: int = 0
     # measured collectives (`stride comm --profile-out`, file named by `comm_profile`):
     # name -> (alpha seconds, seconds per byte, world size it was measured at)
     collectives: dict[str, tuple[float, float, int]] = field(default_factory=dict)
@@ -289,7 +293,7 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
                                   f"{', '.join(repr(m) for m in MESHES)} or \"\" (a switch)"
                                   f"{suggest(str(v), list(MESHES))}")
             values[key] = v
-        elif key in ("source", "notes", "vendor", "generation", "memory_type"):
+        elif key in ("source", "notes", "vendor", "generation", "memory_type", "probed_cpu_model"):
             values[key] = str(v)
         elif key == "sources":
             if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
@@ -304,7 +308,7 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
         elif key == "collectives":
             raise ConfigError(f"{where}: hardware `{name}`: give measured collectives as "
                               "comm_profile = \"<stride comm --profile-out file>\"")
-        elif key in ("scaleup_domain", "probed_threads"):
+        elif key in ("scaleup_domain", "probed_threads", "probed_cpu_count"):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be an integer >= 1, got {v!r}")
             values[key] = v
@@ -314,6 +318,10 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
             if key in ("matmul_efficiency", "attention_efficiency", "scaleup_busbw_fraction",
                        "scaleout_busbw_fraction") and not 0 < v <= 1:
                 raise ConfigError(f"{where}: hardware `{name}`.{key} must be in (0, 1], got {v!r}")
+            if key == "contention_slowdown" and v < 1:  # 0 made a 2-rank CPU plan's compute free (0.5 ms, not 44)
+                raise ConfigError(f"{where}: hardware `{name}`.contention_slowdown = {v:g} is below 1: it multiplies "
+                                  "each rank's compute time where ranks share a CPU host (1: they do not slow each "
+                                  "other; `stride plan probe` measures it, never below 1)")
             most = _PLAUSIBLE_MAX.get(key)
             if most is not None and v > most:  # 1e300 GiB printed `Infinity` into --json (audit 22, F7)
                 raise ConfigError(f"{where}: hardware `{name}`.{key} = {v:g} is past any device ({most:g} at most)")
@@ -328,6 +336,30 @@ def _check_entry(name: str, entry: dict[str, Any], where: str) -> Hardware:
         raise ConfigError(f"{where}: hardware `{name}`.usable_memory_gib must be in (0, memory_gib = "
                           f"{values['memory_gib']:g}], got {usable:g}")
     return Hardware(**values)
+
+
+# what `stride plan probe` measures and writes into its entry (probe.hardware_toml); memory_gib unless it lists it as
+# assumed. A probe entry (one with `probed_threads`) lacking one took its base part's datasheet figure without a word
+# (a 96-core EPYC's 0.46 TB/s on a 1-thread Intel Xeon)
+PROBE_MEASURED = ("peak_tflops.fp64", "peak_tflops.fp32", "peak_tflops.bf16", "memory_gib", "memory_bw_tbps",
+                  "kernel_overhead_us", "fsdp_unit_overhead_us", "contention_slowdown")
+
+
+def _probe_entry_gaps(entry: dict[str, Any]) -> list[str]:
+    """The fields `stride plan probe` measures that a probe-written `entry` (it has `probed_threads`) lacks."""
+    if "probed_threads" not in entry:
+        return []
+    peaks = entry.get("peak_tflops")
+    assumed = entry.get("assumed") if isinstance(entry.get("assumed"), list) else []
+    gaps = []
+    for f in PROBE_MEASURED:
+        dtype = f.partition(".")[2]
+        if dtype:
+            if not isinstance(peaks, dict) or dtype not in peaks:
+                gaps.append(f)
+        elif f not in entry and f not in assumed:
+            gaps.append(f)
+    return gaps
 
 
 def _read_table(path: Path) -> dict[str, dict[str, Any]]:
@@ -380,6 +412,10 @@ def load_catalog(extra: str | Path | None = None, default: Path = DEFAULT_CATALO
     where = {k: str(default) for k in raw}
     if extra is not None:
         for name, entry in _read_table(Path(extra)).items():
+            if gaps := _probe_entry_gaps(entry):
+                raise ConfigError(f"{extra}: [hardware.{name}] lacks {', '.join(gaps)} (measured by `stride plan "
+                                  "probe`): its base part's datasheet figure would stand in for this machine's; "
+                                  "probe again, or give the measured value")
             base_name = entry.get("base", name if name in raw else None)
             if base_name is not None:
                 if base_name not in raw:

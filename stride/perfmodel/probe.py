@@ -14,6 +14,7 @@ rank on a 23 GiB machine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from stride.metrics.env import cpu_model
 from stride.metrics.peak import measured_matmul_peak
 
 
@@ -169,7 +171,7 @@ def host_memory_gib() -> float:
     return min(total, limit) / 2**30 if limit else total / 2**30
 
 
-def probe(threads: int | None = None) -> dict[str, float]:
+def probe(threads: int | None = None) -> dict:
     """Measure at `threads` threads in this process (pinned to one core when 1 thread, after the
     contention check, whose processes must spread over the cores)."""
     contention = contention_slowdown(min(2, os.cpu_count() or 1)) if threads == 1 else 1.0
@@ -190,10 +192,13 @@ def probe(threads: int | None = None) -> dict[str, float]:
         "contention_slowdown": contention,
         "threads": torch.get_num_threads(),
         "memory_gib": host_memory_gib(),
+        # as env.json records them: calibrate compares each run's to these (runs from another machine)
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count() or 1,
     }
 
 
-def hardware_toml(name: str, m: dict[str, float], comm_profile: str | None = None, cores: int | None = None) -> str:
+def hardware_toml(name: str, m: dict, comm_profile: str | None = None, cores: int | None = None) -> str:
     # memory measured (host_memory_gib) replaces the base part's 768 GiB; without it, the base's stays, assumed
     measured_mem = m.get("memory_gib")
     assumed = [*([] if measured_mem else ["memory_gib"]), "scaleup_bw_gbps", "scaleup_latency_us",
@@ -214,6 +219,8 @@ def hardware_toml(name: str, m: dict[str, float], comm_profile: str | None = Non
         f"contention_slowdown = {m['contention_slowdown']:.4g}",
         "cpu = true",
         f"probed_threads = {int(m['threads'])}",
+        *([f"probed_cpu_model = {json.dumps(str(m['cpu_model']))}"] if m.get("cpu_model") else []),
+        *([f"probed_cpu_count = {int(m['cpu_count'])}"] if m.get("cpu_count") else []),
         f"scaleup_domain = {cores or os.cpu_count() or 1}",
         "assumed = [" + ", ".join(f'"{a}"' for a in assumed) + "]",
     ]
@@ -222,10 +229,9 @@ def hardware_toml(name: str, m: dict[str, float], comm_profile: str | None = Non
     return "\n".join(lines) + "\n"
 
 
-def probe_niced(threads: int = 1) -> dict[str, float]:
+def probe_niced(threads: int = 1) -> dict:
     """`probe` in a child process pinned to one core (one thread) in a niced session of its own, as
     stride.perfmodel.local_runs measures training runs, so both see the machine alike."""
-    import json
     import sys
 
     from stride.perfmodel.local_runs import run_niced
@@ -239,8 +245,6 @@ def probe_niced(threads: int = 1) -> dict[str, float]:
 
 
 def probe_cli(args: argparse.Namespace) -> int:
-    import json
-
     if args.comm_profile:  # read as the planner will, before minutes of probing: a bad profile fails here
         from stride.perfmodel.hardware import read_comm_profile
 

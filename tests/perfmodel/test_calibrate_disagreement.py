@@ -47,7 +47,11 @@ def test_two_disagreeing_runs_of_one_layout_are_named(tmp_path: Path, capsys: py
     (line,) = [w for w in out["warnings"] if "apart" in w]
     assert slow in line and fast in line and "0.46 s/step" in line and "0.052 s/step" in line and "8.8x apart" in line
     assert any("the default factors were kept" in w for w in out["warnings"])
-    assert err.count("stride plan calibrate: warning:") == 2
+    # and each run the kept factors miss by more than 25 %, with its error (the default factors: 0.0838 s/step)
+    missed = [w for w in out["warnings"] if "miss calibration run" in w]
+    assert [m.split(" (")[0].rpartition(" ")[2] for m in missed] == [slow, fast]
+    assert "(-81.8 %: predicted 0.0838 s/step, measured 0.46)" in missed[0] and "(+61.2 %" in missed[1]
+    assert err.count("stride plan calibrate: warning:") == 4
     assert "8.8x apart" in err and "default factors were kept" in err
 
 
@@ -58,5 +62,6 @@ def test_runs_that_agree_or_differ_in_shape_warn_not(tmp_path: Path, capsys: pyt
     out, err = _calibrate(tmp_path, [a, b, c], capsys)
     # no disagreement is named; what is said is that 2 distinct runs cannot pin 4 factors
     # (the made-up step times also fit factors far below 1, which are named apart: not what this test is about)
-    (under,) = [w for w in out["warnings"] if "slower than hardware" not in w]
+    (under,) = [w for w in out["warnings"] if "slower than hardware" not in w and " bound (" not in w
+                and "miss calibration run" not in w]
     assert "3 run(s) (2 distinct to the model) fit 4 factor(s)" in under and "apart" not in err and "kept" not in err
