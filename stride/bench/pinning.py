@@ -6,16 +6,21 @@ the efficiency then measures that). The parent decides the plan (`core_plan`) an
 ranks in `STRIDE_PIN_CORES`; each rank pins every thread it has to `cores[LOCAL_RANK % len(cores)]`
 before torch starts its thread pools (`pin_from_env`). More ranks than cores share cores round-robin:
 the plan says so (`oversubscribed`), and an efficiency measured that way describes the box, not the code.
+
+`stride train --nproc N` on CPU pins its ranks with the same `pin_threads` by default (stride.train.rank_cores,
+`parallel.pin_ranks`): each rank on `train.threads` cores of its own where N x train.threads fit the usable cores.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 
 from stride.metrics.env import available_cores
+from stride.train.rank_cores import pin_threads
 from stride.train.resources import PINNED_APART_ENV
+
+__all__ = ["ENV", "CorePlan", "core_plan", "pin_from_env", "pin_threads"]
 
 ENV = "STRIDE_PIN_CORES"  # comma-separated core ids, in rank order; absent: no pinning
 
@@ -62,15 +67,6 @@ def core_plan(world_size: int, pin: bool = True, cores: tuple[int, ...] | None =
     if not hasattr(os, "sched_setaffinity"):
         return CorePlan(world_size, cores, False, "this OS has no sched_setaffinity")
     return CorePlan(world_size, cores, True)
-
-
-def pin_threads(core: int) -> None:
-    """Pin this process and every thread it already has to `core` (threads made later inherit it)."""
-    task_dir = "/proc/self/task"
-    tids = [int(t) for t in os.listdir(task_dir)] if os.path.isdir(task_dir) else [0]
-    for tid in tids:
-        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-            os.sched_setaffinity(tid, {core})
 
 
 def pin_from_env() -> int | None:

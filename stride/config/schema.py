@@ -268,6 +268,12 @@ class ParallelConfig:
     """DDP: time each bucket's all-reduce to split exposed from hidden communication in summary.json."""
     collective_timeout_s: Annotated[float, Positive] = 600.0
     """Seconds a rank may wait in one collective before the job ends, naming the rank, the operation and the step."""
+    pin_ranks: Literal["auto"] | bool = "auto"
+    """Pin each local rank to cores of its own (`train.threads` cores each, within the launcher's CPU affinity;
+    summary.json `rank_pinning`). auto: the CPU ranks of `stride train --nproc N` where N x train.threads fit the
+    usable cores (2 ranks on 2 cores: about half the step time, docs/parallel.md); true: any launcher's ranks, GPU
+    runs too, where they fit; false: never (several jobs on one host each pin from the first core of its affinity:
+    give each its own with taskset, or set false)."""
 
 
 @dataclass

@@ -101,6 +101,47 @@ def launcher_env(threads: int | None) -> dict[str, str]:
     return env
 
 
+# Idle cores of the launcher's affinity just before torchrun starts, for the ranks' `parallel.pin_ranks = "auto"`
+# (stride.train.rank_cores): a rank pinned to a core another process keeps busy cannot move off it, and its partner
+# waits for it at every collective. 2 ranks of a tiny FSDP2 model on 2 cores beside a test suite (load 2-7.5): median
+# 108 ms a step pinned (83-304) against 87 ms unpinned (72-136); beside one steady busy process pinning still won,
+# 80.8 against 90.8 ms (docs/parallel.md). Read from /proc/stat over IDLE_WINDOW_S.
+HOST_IDLE_ENV = "STRIDE_HOST_IDLE_CORES"
+IDLE_WINDOW_S = 0.3
+
+
+def _cpu_times() -> dict[int, tuple[int, int]]:
+    """Per CPU: (idle jiffies, all jiffies) from /proc/stat; {} where there is none."""
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        with open("/proc/stat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and len(fields) >= 5 and all(x.isdigit() for x in fields):
+            vals = [int(x) for x in fields[:8]]
+            out[int(name[3:])] = (vals[3] + vals[4], sum(vals))  # idle + iowait; user .. steal
+    return out
+
+
+def idle_cores(window_s: float = IDLE_WINDOW_S) -> float | None:
+    """Cores of this process's affinity that sat idle over the next `window_s` (0.0 .. their count); None off Linux."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    before = _cpu_times()
+    if not cpus or not before:
+        return None
+    time.sleep(window_s)
+    after = _cpu_times()
+    idle = 0.0
+    for c in cpus:
+        if c not in before or c not in after or after[c][1] <= before[c][1]:
+            return None
+        idle += (after[c][0] - before[c][0]) / (after[c][1] - before[c][1])
+    return idle
+
+
 def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     """Run torchrun in the foreground; its exit status is the run's.
 
@@ -118,8 +159,11 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     sees them all finish. torchrun also starts with SIGUSR1 ignored (its agent does not handle it), which
     its workers inherit until stride's handler replaces it.
     """
+    idle = idle_cores()  # before torchrun and its ranks load the cores themselves
     status = tempfile.TemporaryDirectory(prefix="stride-launch-")
     env = {**env, **lifeline.env_for_ranks(), STATUS_DIR_ENV: status.name}
+    if idle is not None:
+        env[HOST_IDLE_ENV] = f"{idle:.2f}"
     stop = _Stop(_nproc_of(cmd))
     previous = stop.install()  # before torchrun starts: a signal from now on is the run's
     try:

@@ -198,6 +198,8 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         # [data] (whose seq_len, for one, then says nothing of the data)
         "inputs_from": dict(tr.inputs_from),
         "data_loader": tr.data_loader,  # the loader's settings, why, and the probe's figures (stride.data.probe)
+        # a launcher's ranks: the cores each local rank was pinned to, or why not (parallel.pin_ranks); null: 1 process
+        "rank_pinning": rp.record() if (rp := getattr(tr, "rank_pinning", None)) is not None else None,
         # store files this rank maps that were truncated, grown or written in place during the run: its batches from
         # then on were read from other bytes (a removed or replaced file is not listed: the map keeps the old one);
         # null: the data came from the caller, not checked

@@ -53,6 +53,7 @@ from stride.train.output_check import check_output
 from stride.train.precision import Precision
 from stride.train.profiling import phase_range, profiling_active
 from stride.train.progress import TrainProgress
+from stride.train.rank_cores import pin_this_rank
 from stride.train.resources import check_resources
 from stride.train.schedule import build_scheduler, sync_lr, trained_lr
 from stride.train.summary import LoopTally, run_summary
@@ -94,6 +95,9 @@ class Trainer:
         check_compiled_step(self.cfg.optim.name, self.cfg.train.compile)
         t = self.cfg.train
         self.device = Parallel.device_for(resolve_device(t.device))  # cuda:LOCAL_RANK under a launcher
+        # a rank of `stride train --nproc` on CPU: on cores of its own where they fit (parallel.pin_ranks), before the
+        # threads check, the data probe (which counts this process's cores) and torch's and gloo's threads
+        self.rank_pinning = pin_this_rank(self.cfg.parallel.pin_ranks, self.device.type == "cpu", t.threads)
         # a config that cannot fit is refused before anything is built (and too many threads warned of)
         check_resources(self.cfg, self.device, model=model is None, data=model is None or train_data is None)
         self._on_host = self.device.type == "cpu"
