@@ -158,6 +158,17 @@ def oversubscribed_entries(results: dict[str, Any]) -> dict[str, dict[str, Any]]
     return {p["entry"]: p for p in points if p.get("oversubscribed") and isinstance(p.get("entry"), str)}
 
 
+HOST_MFU_NOTE = ("host peak: an oversubscribed point's MFU is the whole job's FLOP/s over the peak of the cores the "
+                 "host has (each rank's own MFU divides by a core each, cores the host does not have)")
+
+
+def host_mfu_note(results: dict[str, Any]) -> str | None:
+    """HOST_MFU_NOTE where a table shows an oversubscribed point's MFU over the host's peak (`host_mfu`), else None:
+    the one caption `stride bench`'s table and the report's both print."""
+    over = oversubscribed_entries(results)
+    return HOST_MFU_NOTE if any(w["mfu"] is not None for w in results["workloads"] if w["name"] in over) else None
+
+
 def host_mfu(mfu: float | None, point: dict[str, Any]) -> float | None:
     """An oversubscribed point's MFU over the peak of the cores the host has: the whole job's achieved FLOP/s over
     `cores` cores' peak. Each rank's MFU divides its FLOP/s by one core's peak (a rank runs one intra-op thread), so

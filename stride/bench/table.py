@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from stride.bench.scaling import host_mfu, oversubscribed_entries
+from stride.bench.scaling import host_mfu, host_mfu_note, oversubscribed_entries
 from stride.bench.stats import spread_text
 from stride.metrics.contention import entry_contention, entry_waiting_threads
 from stride.shown_text import add_row, literal, plain  # names and units come from results (input)
@@ -36,9 +36,7 @@ def results_table(results: dict[str, Any]) -> Table:
             f"{w['final_val_loss']:.4f}" if w.get("final_val_loss") is not None else "-",
             f"{ttt:.1f} s" if ttt is not None else ("missed" if w.get("target_val_loss") is not None else "-"),
         )
-    host = ("\nhost peak: an oversubscribed point's MFU is the whole job's FLOP/s over the peak of the cores the host "
-            "has (each rank's own divides by a core each, cores the host does not have)"
-            if any(w["mfu"] is not None for w in results["workloads"] if w["name"] in over) else "")
+    host = f"\n{note}" if (note := host_mfu_note(results)) else ""
     table.caption = literal(("throughput and MFU: the median of each workload's throughput figures and MFU at that "
                              "same step time (results.json `rates_at`); phase shares: "
                              "mean over the timed steps") + host + noisy_note(results["workloads"]), lines=True)

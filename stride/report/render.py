@@ -10,7 +10,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from stride.bench.scaling import host_mfu, oversubscribed_entries
+from stride.bench.scaling import host_mfu, host_mfu_note, oversubscribed_entries
 from stride.bench.stats import spread_text
 from stride.files.input_file import InputFileError, read_input_text
 from stride.metrics.run_dir import atomic_write_text
@@ -243,10 +243,6 @@ def finite(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-HOST_MFU = ("host peak: an oversubscribed point's MFU is the whole job's FLOP/s over the peak of the cores the host "
-            "has (each rank's own MFU divides by a core each, cores the host does not have)")
-
-
 def _mfu_cell(w: dict[str, Any], mixed: bool, over: dict[str, dict[str, Any]]) -> str:
     """MFU in percent; an oversubscribed world point's against the host's real peak, marked (`host_mfu`)."""
     p = over.get(w["name"])
@@ -272,8 +268,8 @@ def _rows(results: dict[str, Any]) -> list[list[str]]:
 
 def _table_notes(results: dict[str, Any]) -> list[str]:
     """What the results table's cells need said beside them."""
-    return [HOST_MFU] if any(w["mfu"] is not None for w in results["workloads"]
-                             if w["name"] in oversubscribed_entries(results)) else []
+    note = host_mfu_note(results)
+    return [note] if note else []
 
 
 def ttt_lines(results: dict[str, Any]) -> list[str]:
