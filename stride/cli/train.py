@@ -73,12 +73,14 @@ def run(args: argparse.Namespace) -> int:
 
         check_resources(cfg, ranks_here=nproc, warn=False)  # a config that cannot fit: refused once, here
         check_before_launch(cfg, nproc * args.nnodes)  # a bad layout fails here, once, before any rank
+        auto_pin = cfg.parallel.pin_ranks == "auto"  # the only setting whose ranks read the host's idle cores
         if args.out and args.nnodes == 1:  # the ranks of this job hold the run folder as one (stride.files.run_lock)
             from stride.files import run_lock
 
             with run_lock.held(Path(args.out)) as lock:
-                return run_torchrun(cmd, {**launcher_env(cfg.train.threads or 1), **run_lock.env_for_ranks(lock)})
-        return run_torchrun(cmd, launcher_env(cfg.train.threads or 1))
+                return run_torchrun(cmd, {**launcher_env(cfg.train.threads or 1), **run_lock.env_for_ranks(lock)},
+                                    measure_idle=auto_pin)
+        return run_torchrun(cmd, launcher_env(cfg.train.threads or 1), measure_idle=auto_pin)
     return _train(cfg, args)
 
 

@@ -142,7 +142,7 @@ def idle_cores(window_s: float = IDLE_WINDOW_S) -> float | None:
     return idle
 
 
-def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
+def run_torchrun(cmd: list[str], env: dict[str, str], measure_idle: bool = True) -> int:
     """Run torchrun in the foreground; its exit status is the run's.
 
     Death: torchrun and every worker end with this process, however it ends (`kill -9` too), within about
@@ -159,7 +159,10 @@ def run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     sees them all finish. torchrun also starts with SIGUSR1 ignored (its agent does not handle it), which
     its workers inherit until stride's handler replaces it.
     """
-    idle = idle_cores()  # before torchrun and its ranks load the cores themselves
+    # before torchrun and its ranks load the cores themselves; only where a rank reads it (`parallel.pin_ranks` =
+    # "auto", two ranks or more on this node): otherwise IDLE_WINDOW_S of start-up for nothing
+    nproc = _nproc_of(cmd)
+    idle = idle_cores() if measure_idle and (nproc is None or nproc >= 2) else None
     status = tempfile.TemporaryDirectory(prefix="stride-launch-")
     env = {**env, **lifeline.env_for_ranks(), STATUS_DIR_ENV: status.name}
     if idle is not None:

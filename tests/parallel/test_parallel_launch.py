@@ -39,7 +39,7 @@ def test_bad_layout_fails_before_launch(tmp_path, capsys):
     assert "needs --rdzv-endpoint" in capsys.readouterr().err
 
 
-def _no_launch(cmd, env):
+def _no_launch(cmd, env, **kw):
     raise AssertionError(f"launched despite a bad layout: {cmd}")
 
 
@@ -64,7 +64,7 @@ def test_model_dependent_layout_errors_fail_once_before_launch(monkeypatch, caps
 
 def test_valid_tp_and_pp_layouts_pass_the_check_and_launch(monkeypatch, tmp_path):
     launched: list[list[str]] = []
-    monkeypatch.setattr(torchrun_mod, "run_torchrun", lambda cmd, env: launched.append(cmd) or 0)
+    monkeypatch.setattr(torchrun_mod, "run_torchrun", lambda cmd, env, **kw: launched.append(cmd) or 0)
     cfg = tmp_path / "c.toml"
     cfg.write_text("")
     for extra in (["parallel.tp=2"], ["parallel.pp=2"], ["parallel.dp_shard=2"]):
