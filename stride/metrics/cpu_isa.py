@@ -19,10 +19,13 @@ The clock is the highest the OS reports (cpufreq's maximum, else /proc/cpuinfo's
 `@ x GHz` of the model name). Only cpufreq's maximum is a boost clock: under a hypervisor `cpu MHz` is
 often the base clock (an Intel Xeon guest under KVM reports 2.60 GHz while one core's fp32 GEMM runs at
 220 GFLOP/s, 3.4 GHz x 64 FLOPs a cycle, so a peak at 2.60 GHz sat below what torch reaches). Where the
-clock is not cpufreq's maximum, the clock used is at least the one a measured fp32 GEMM implies: its
-FLOP/s on one core / the ISA's fp32 FLOPs a cycle / `GEMM_SHARE_BOUND` (`gemm_clock_mhz`, measured once
-a process, ~0.1 s). A run that still beats the peak gets `stride.metrics.peak.mfu_fields`'s loud error,
-never an MFU over 100 %.
+clock is not cpufreq's maximum, the clock used is at least the one a measured GEMM implies: its FLOP/s on
+one core / the ISA's FLOPs a cycle for its dtype / `GEMM_SHARE_BOUND` (`gemm_clock_mhz`, measured once a
+process, ~0.1 s), for fp32 and for each of bf16 and fp16 that has units of its own. Why not fp32 alone: torch's
+fp32 GEMM is MKL's, which on AMD takes a slower path; on an AMD EPYC guest (family 26, model 2, `cpu MHz`
+2.60 GHz) one core's fp32 GEMM ran at 110 GFLOP/s (1.9 GHz implied) while its bf16 GEMM (oneDNN, AVX512_BF16) ran at
+486-511 GFLOP/s, above the 333 GFLOP/s bf16 peak at 2.60 GHz: 4.2 GHz x 128 FLOPs a cycle / 0.9 is the clock.
+A run that still beats the peak gets `stride.metrics.peak.mfu_fields`'s loud error, never an MFU over 100 %.
 """
 
 from __future__ import annotations
@@ -148,10 +151,12 @@ def _host_clock_key(fp32_per_cycle: int) -> str:
     return f"{platform.node()}|{info.model}|flags:{flags_digest(info)}|{fp32_per_cycle}FLOP/cycle"
 
 
-def gemm_clock_mhz(fp32_per_cycle: int, n: int = 512, seconds: float = 0.08, fresh: bool = False) -> float:
-    """The clock (MHz) one core ran at no lower than: torch's best fp32 n x n GEMM on one thread / FLOPs per cycle /
-    GEMM_SHARE_BOUND, the highest seen on this host (kept in `clock_cache_path`). Measured once a process, and
-    again where `fresh`.
+def gemm_clock_mhz(fp32_per_cycle: int, n: int = 512, seconds: float = 0.08, fresh: bool = False,
+                   others: tuple[tuple[torch.dtype, int], ...] = ()) -> float:
+    """The clock (MHz) one core ran at no lower than: torch's best n x n GEMM on one thread / FLOPs per cycle /
+    GEMM_SHARE_BOUND, in fp32 and in each (dtype, FLOPs per cycle) of `others` (the dtypes with units of their own:
+    on AMD, MKL's fp32 GEMM runs far below the FMA ports while oneDNN's bf16 GEMM does not, module docstring), the
+    highest seen on this host (kept in `clock_cache_path`). Measured once a process, and again where `fresh`.
 
     One thread, so the other cores' load does not lower the GEMM itself. But the clock can: with the other
     core busy (a test worker, say), an Intel Xeon KVM guest (model 167) ran the GEMM at a rate implying
@@ -165,10 +170,10 @@ def gemm_clock_mhz(fp32_per_cycle: int, n: int = 512, seconds: float = 0.08, fre
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            best = measured_matmul_peak(torch.device("cpu"), torch.float32, n=n, seconds=seconds)
+            mhz = max(measured_matmul_peak(torch.device("cpu"), dtype, n=n, seconds=seconds) / per_cycle
+                      for dtype, per_cycle in ((torch.float32, fp32_per_cycle), *others)) / GEMM_SHARE_BOUND / 1e6
         finally:
             torch.set_num_threads(threads)
-        mhz = best / fp32_per_cycle / GEMM_SHARE_BOUND / 1e6
         path, key = clock_cache_path(), _host_clock_key(fp32_per_cycle)
         # several threads or processes (ranks, test workers) may write it at once: read and write under the lock,
         # so the highest clock stays
@@ -182,6 +187,13 @@ def gemm_clock_mhz(fp32_per_cycle: int, n: int = 512, seconds: float = 0.08, fre
     return _GEMM_MHZ[fp32_per_cycle]
 
 
+def own_unit_dtypes(info: CpuInfo) -> tuple[tuple[torch.dtype, int], ...]:
+    """(dtype, FLOPs per cycle) of bf16 and fp16 where the instruction set has units of their own (not the fp32
+    units after a conversion): their GEMMs imply a clock as fp32's does (`gemm_clock_mhz`)."""
+    own = ((dtype, flops_per_cycle(info, name)) for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)))
+    return tuple((dtype, n) for dtype, (n, why) in own if not why.startswith("no "))
+
+
 _CLOCK_FILE_LOCK = threading.Lock()
 
 
@@ -191,17 +203,17 @@ def _clock_of(seen: object) -> float:
 
 def peak_clock(info: CpuInfo, measure: bool, fresh: bool = False) -> tuple[float | None, str]:
     """(MHz, where it came from) for the peak: cpufreq's maximum as is; any other clock (or none) raised to the
-    clock a measured fp32 GEMM implies where `measure` (this machine) and that is higher (`fresh`: measured
+    clock a measured GEMM implies where `measure` (this machine) and that is higher (`fresh`: measured
     again, see `gemm_clock_mhz`)."""
     if info.mhz_source == "clock: cpufreq max" or not measure:
         return info.mhz, info.mhz_source
     per_cycle, _ = flops_per_cycle(info, "fp32")
-    floor = gemm_clock_mhz(per_cycle, fresh=fresh)
+    floor = gemm_clock_mhz(per_cycle, fresh=fresh, others=own_unit_dtypes(info))
     if info.mhz is not None and info.mhz >= floor:
         return info.mhz, info.mhz_source
     os_said = (f"{info.mhz / 1e3:.2f} GHz from {info.mhz_source.removeprefix('clock: ')}" if info.mhz
                else "no clock from the OS")
-    return floor, f"clock: a measured fp32 GEMM / {GEMM_SHARE_BOUND} ({os_said})"
+    return floor, f"clock: a measured GEMM / {GEMM_SHARE_BOUND} ({os_said})"
 
 
 def isa_peak(dtype: str, threads: int | None = None, info: CpuInfo | None = None,

@@ -1,7 +1,7 @@
 """The best observed FLOP/s of a square matmul in one dtype: the library's kernel speed on this device.
 
 Below both `stride.metrics.peak` (the fallback peak, the dtype comparison) and `stride.metrics.cpu_isa`
-(the clock a one-core fp32 GEMM implies), which both time it this way.
+(the clock a one-core GEMM implies), which both time it this way.
 """
 
 from __future__ import annotations
