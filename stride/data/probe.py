@@ -2,7 +2,7 @@
 
 `plan_loader` answers, for one window source and batch size on this host and device:
 - **copy**: the C kernel as one memcpy a window, or with page-head hints `AHEAD` windows ahead, with
-  or without the next windows' lines hinted while pages copy as 4 or `LINES` (12) interleaved streams
+  or without the next windows' lines hinted while pages copy as 1, 4 or `LINES` (12) interleaved streams
   (`lines`), and, for batches at least the size of the L2 cache, with or without streaming stores, or the numpy
   fallback: timed in shuffled rounds (CPU time of this thread, `BURST` batches back to back), each timing on
   batches no other timing read, so none finds its windows in cache; of the variants within `TIE` of the
@@ -52,12 +52,12 @@ from stride.files.user_cache import user_cache_dir
 
 log = logging.getLogger("stride.data")
 
-PROBE_VERSION = 8  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
+PROBE_VERSION = 9  # 2: `ahead` (windows whose page heads are hinted) replaced `read_ahead` (bytes); 3: `lines`;
 # 4: `lines` is the number of page streams (0, 4 or LINES), no longer on/off; 5: the fewest streams within TIE;
 # 6: prefetch only where it takes at least half of a batch's cost off the main thread (PREFETCH_TAKE_SHARE);
 # 7: copy variants timed over BURST batches, not 2, and TIE 2 %, not 5 %; 8: page heads hinted 2 windows ahead
 # (gather.AHEAD), not 4, and the log-price picks hinted once a window (copy_kernel.c); 12 streams must beat 4 by
-# MANY_STREAMS_MARGIN
+# MANY_STREAMS_MARGIN; 9: 1 page stream (the next window's lines hinted one window ahead) timed too
 BUDGET_S = 0.3  # measuring time, split among the variants
 FRESH_BATCHES = 256  # batches of window ids cycled through (1 GiB of 16 KiB windows at batch 256: past any L3)
 TIE = 0.02  # copy variants this close to the fastest count as level (choose_copy)
@@ -221,9 +221,14 @@ def measure(source: Any, batch: int, device: torch.device, budget_s: float = BUD
     variants: dict[str, dict[str, Any]] = {"numpy": {"use_native": False}}
     if native.load() is not None:
         variants["native_ahead0"] = {"ahead": 0, "stream": False, "lines": 0}  # one memcpy a window
-        # page-head hints, with 0, 4 (glibc's memcpy) or LINES interleaved page streams (LINES won here: 12 streams
-        # took 16-17% off a float32 batch against 4, AMD EPYC; another core may keep fewer misses in flight)
-        for lines in sorted({0, 4, LINES}):
+        # page-head hints, with 0, 1, 4 (glibc's memcpy) or LINES interleaved page streams (LINES won on the first AMD
+        # EPYC host: 12 streams took 16-17% off a float32 batch against 4; another core keeps fewer misses in
+        # flight). 1 stream: one window after another, each line of the next window hinted as the same line of this
+        # one copies (a software prefetch one window ahead): on the AMD EPYC family 26 host (Zen 5) random 16 KiB
+        # windows lose 40 % of a contiguous copy's bandwidth with plain memcpy, and that stream of hints won
+        # back the most (the loader's windows per CPU-second 1.10x those with page-head hints alone, 4 streams 0.92x;
+        # variants alternated in one process, 6 rounds of 400 batches, load 1.3; docs/data.md)
+        for lines in sorted({0, 1, 4, LINES}):
             for st in ((False, True) if big else (False,)):
                 variants[f"native_ahead{AHEAD}{f'_lines{lines}' if lines else ''}{'_stream' if st else ''}"] = \
                     {"ahead": AHEAD, "stream": st, "lines": lines}

@@ -26,7 +26,8 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("norm", ["none", "shift+scale", "scale"])
 @pytest.mark.parametrize("settings", [{"ahead": 0, "stream": False}, {"ahead": 4, "stream": True},
                                       {"ahead": 500, "stream": False}, {"ahead": 0, "stream": False, "lines": 4},
-                                      {"ahead": 4, "stream": True, "lines": True}])
+                                      {"ahead": 4, "stream": True, "lines": True},
+                                      {"ahead": 2, "stream": True, "lines": 1}])
 # t = 24: a window under one 4 KiB page; t = 60: 2.2 pages (float32), so 12 page streams copy windows
 # in groups of 6 (bf16: 1.1 pages, in twelves; 4 streams: pairs and fours), each with a tail; t = 200:
 # 7.2 pages (float32), 7 at once (bf16: 3.6 pages, in fours); t = 800: 28.9 pages, a window's pages 12,
@@ -163,7 +164,8 @@ def test_row_windows_give_the_reference_batch_bit_for_bit(case: str, targets: st
         xr = xr.float()
     for threads in (1, 3):
         for settings in ({"ahead": 0, "stream": False}, {"ahead": 4, "stream": True}, {"ahead": 64},
-                         {"ahead": 4, "lines": 4, "stream": True}, {"ahead": 2, "lines": 0}):
+                         {"ahead": 4, "lines": 4, "stream": True}, {"ahead": 2, "lines": 0},
+                         {"ahead": 2, "lines": 1, "stream": False}):
             src = RowWindows(rows, rows[:, 2], ranges, t, hz, shift=shift, scale=scale, target_scale=ts,
                              batch_dtype=dtype)
             src.configure_gather(threads, **settings)
