@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -10,7 +10,7 @@ from torch import nn
 
 from stride.config import config_hash
 from stride.config.schema import RunConfig
-from stride.metrics.contention import contention_note
+from stride.metrics.contention import OtherProcessesClock, contention_note
 from stride.metrics.hashing import params_sha256
 from stride.metrics.memory import peak_memory
 from stride.metrics.peak import Peak, device_peak, mfu_fields
@@ -37,6 +37,8 @@ class LoopTally:
     time_before: float | None = 0.0  # the run's training seconds before this process (None: unknown, an old checkpoint)
     lost_time: float | None = 0.0  # training seconds killed processes spent past their last checkpoint (None: unknown)
     waiting_threads: float | None = None  # threads waiting for a core on average over the loop (metrics.contention)
+    # started with the tally, as the loop starts: the cores' worth other processes used on this process's cores
+    others: OtherProcessesClock = field(default_factory=OtherProcessesClock.started)
 
 
 class Summarised(Protocol):
@@ -121,6 +123,7 @@ def mean_step_flops(counted: int | None, counted_samples: int, timed_samples: in
 def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dict[str, Any]:
     """The summary of a run. Every rank calls it: the loss mean and a pipeline's parameter gather are collectives."""
     t, timer, par = tr.cfg.train, tr.timer, tr.par
+    other = tally.others.cores() if tr.device.type == "cpu" else None  # before the collectives below
     breakdown = timer.mean()
     step_s = breakdown["total"]
     samples_per_s = tally.timed_samples / timer.totals["total"] if timer.totals.get("total") else None
@@ -142,10 +145,16 @@ def run_summary(tr: Summarised, tally: LoopTally, loss_sum: torch.Tensor) -> dic
         "step_time_breakdown_s": {k: v for k, v in breakdown.items() if k != "total"},
         "timed_steps": timer.steps,
         "timing_note": warmup_note(t.steps, tally.start_step, tr.cfg.metrics.skip_steps),  # None: steady-state figures
-        # this process's threads waiting for a core, on average over the loop (other processes on the host): above a
-        # quarter of a thread the figures are of a contended host and `contention_note` says so (audit 21, H1)
+        # this process's threads waiting for a core, on average over the loop, all of them: its own background
+        # threads (gloo's) waiting on its compute count too (a pinned 1-thread gloo rank, quiet host: 0.10-0.43)
         "run_queue_waiting_threads": tally.waiting_threads,
-        "contention_note": contention_note(tally.waiting_threads, torch.get_num_threads(), usable_cores())
+        # cores' worth of CPU time other processes (and the kernel's interrupts) used on the cores this process may
+        # run on, on average over the loop: their non-idle time less the CPU time of this process and of the run's
+        # other processes on them (its local ranks, its loader workers); CPU runs only (None elsewhere)
+        "other_processes_cores": other,
+        # where min(waiting, other processes' cores) is a quarter of a thread or more (or the torch threads outnumber
+        # the cores and the wait is 0.25+), the figures are of a contended host and the note says so (audit 21, H1)
+        "contention_note": contention_note(tally.waiting_threads, torch.get_num_threads(), usable_cores(), other)
         if tr.device.type == "cpu" else None,
         # per rank under every layout (MFU is against one device's peak): the model FLOPs of this rank's batch,
         # under TP its group's / tp, under pp the mean stage's (docs/parallel.md); their sum over ranks is the step's
