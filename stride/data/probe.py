@@ -102,8 +102,19 @@ def copy_settings(plan: dict[str, Any]) -> dict[str, Any]:
     return {"use_native": plan["native"], "ahead": plan["ahead"], "stream": plan["stream"], "lines": plan["lines"]}
 
 
+# set to "1" where each local rank runs on cores of its own (stride.train.resources.PINNED_APART_ENV, a layer above)
+PINNED_APART_ENV = "STRIDE_RANKS_PINNED_APART"
+
+
 def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """This process's share of the cores it may run on (its CPU affinity): the other local ranks of its launcher
+    share them (torchrun's LOCAL_WORLD_SIZE), unless each rank was pinned to cores of its own. 2 ranks of 1 torch
+    thread on 2 cores, unpinned, counted a free core each that did not exist (review of 2027-01)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if os.environ.get(PINNED_APART_ENV) != "1" and local.isdigit() and int(local) > 1:
+        return max(1, cores // int(local))
+    return cores
 
 
 def _cpuinfo() -> list[str]:
