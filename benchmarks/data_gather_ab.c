@@ -6,7 +6,8 @@
  * into a destination in cache or one of 16 outside it, with memcpy, streaming stores, hints of the page
  * heads of the block k ahead (the kernel's), whole next blocks prefetched, 4 blocks interleaved, or a
  * block's 4 pages copied as interleaved streams with the next block's lines hinted (the kernel's `lines`, as 1, 2 or
- * 3 blocks at once: 4, 8 or 12 page streams).
+ * 3 blocks at once: 4, 8 or 12 page streams), or its lines in order with the next block's same line hinted (`lines`
+ * = 1), over random blocks and over consecutive ones (`seq_`: the same code, so the gap is what randomness costs).
  * Variants run in a shuffled order every round; medians of GB/s per CPU-second of the thread.
  *
  *   cc -O3 -march=native -o /tmp/gather_ab benchmarks/data_gather_ab.c
@@ -25,8 +26,8 @@
 #define ROW 128
 #define NB (4 << 20)
 enum { FILEMAP, ANON, HUGE };
-enum { CONTIG, MEMCPY, NT, HEADS, WHOLE_T0, WHOLE_T1, INTERLEAVE4, LINES4, LINES8, LINES12 };
-typedef struct { const char *name; int src, mode, blk, k, fresh; } variant;
+enum { CONTIG, MEMCPY, NT, HEADS, WHOLE_T0, WHOLE_T1, INTERLEAVE4, LINES4, LINES8, LINES12, LINES1 };
+typedef struct { const char *name; int src, mode, blk, k, fresh, seq; } variant; /* seq: the blocks one after another */
 static const variant V[] = {
     {"contig_file", FILEMAP, CONTIG, NB, 0, 0},        {"contig_anon4k", ANON, CONTIG, NB, 0, 0},
     {"contig_huge", HUGE, CONTIG, NB, 0, 0},           {"contig_file_fresh_dst", FILEMAP, CONTIG, NB, 0, 1},
@@ -41,6 +42,10 @@ static const variant V[] = {
     {"lines4_k4_file", FILEMAP, LINES4, 16384, 4, 0},      {"lines4_k4_huge", HUGE, LINES4, 16384, 4, 0},
     {"lines4_k4_file_fresh_dst", FILEMAP, LINES4, 16384, 4, 1}, {"lines8_k4_file", FILEMAP, LINES8, 16384, 4, 0},
     {"lines12_k4_file", FILEMAP, LINES12, 16384, 4, 0},
+    /* the kernel's `lines` = 1: a window's lines in order, each line of the next window hinted as the same line of
+     * this one copies; and the same copies over consecutive blocks (`seq_`): what randomness itself costs */
+    {"lines1_k2_file", FILEMAP, LINES1, 16384, 2, 0},  {"seq_lines1_k2_file", FILEMAP, LINES1, 16384, 2, 0, 1},
+    {"seq16k_file", FILEMAP, MEMCPY, 16384, 0, 0, 1},
 };
 #define NV ((int)(sizeof V / sizeof *V))
 
@@ -88,6 +93,19 @@ static void run(const variant *v, char *dst, const char *src, const int64_t *st)
                         _mm512_storeu_si512((void *)(d + p + i), _mm512_loadu_si512((const void *)(s + p + i)));
                     }
                 }
+        }
+        return;
+    }
+    if (v->mode == LINES1) {
+        for (int j = 0; j < v->k; j++) heads(src + st[j] * ROW, v->blk);
+        for (int b = 0; b < nb; b++) {
+            const char *s = src + st[b] * ROW, *n = b + 1 < nb ? src + st[b + 1] * ROW : 0;
+            char *d = dst + (size_t)b * v->blk;
+            if (b + v->k < nb) heads(src + st[b + v->k] * ROW, v->blk);
+            for (int i = 0; i < v->blk; i += 64) {
+                if (n) _mm_prefetch(n + i, _MM_HINT_T1);
+                _mm512_storeu_si512((void *)(d + i), _mm512_loadu_si512((const void *)(s + i)));
+            }
         }
         return;
     }
@@ -139,6 +157,10 @@ int main(int argc, char **argv) {
         for (int oi = 0; oi < NV; oi++) {
             const variant *v = &V[order[oi]];
             for (int b = 0; b < NB / v->blk; b++) st[b] = rnd() % (sn / ROW - v->blk / ROW);
+            if (v->seq) { /* one random start, the blocks after it */
+                st[0] = rnd() % (sn / ROW - NB / ROW);
+                for (int b = 1; b < NB / v->blk; b++) st[b] = st[b - 1] + v->blk / ROW;
+            }
             char *d = v->fresh ? fresh + (size_t)NB * (r % 16) : dst;
             double t0 = cpu_now();
             run(v, d, srcs[v->src], st);
