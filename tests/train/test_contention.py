@@ -4,9 +4,11 @@ summary, the log, `stride bench`'s table and `stride sweep`'s speed-up."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing as mp
 import os
+import signal
 import sys
 import threading
 import time
@@ -167,15 +169,34 @@ def test_threads_waiting_on_their_own_process_are_not_put_on_other_processes() -
     assert note is None if other < CONTENDED_THREADS else "other processes used" in note, (waiting, other, note)
 
 
+def _stranger_spinning(seconds: float) -> int:
+    """The pid of a busy process on core 0 that is not this process's child (its parent exits at once, as another
+    job's process would be: the run's own children count as the run's)."""
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.close(r)
+        grandchild = os.fork()
+        if grandchild == 0:
+            _spin(seconds)
+            os._exit(0)
+        os.write(w, str(grandchild).encode())
+        os._exit(0)
+    os.close(w)
+    pid = int(os.read(r, 32))
+    os.close(r)
+    os.waitpid(middle, 0)
+    return pid
+
+
 @linux
 def test_a_busy_process_on_the_same_core_is_counted_as_other_processes_cores() -> None:
-    """A busy process pinned to this process's one core uses about half of it: OtherProcessesClock says so, and the note
-    puts the wait on it, with its share."""
+    """A busy process of another job pinned to this process's one core uses about half of it: OtherProcessesClock
+    says so, and the note puts the wait on it, with its share."""
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {0})
+    stranger = _stranger_spinning(1.5)
     try:
-        child = mp.get_context("fork").Process(target=_spin, args=(1.5,))
-        child.start()
         time.sleep(0.1)
         clock, others = ContentionClock(), OtherProcessesClock.started()
         clock.start()
@@ -183,9 +204,11 @@ def test_a_busy_process_on_the_same_core_is_counted_as_other_processes_cores() -
         while time.perf_counter() < end:
             pass
         waiting, other = clock.waiting_threads(), others.cores()
-        child.join()
     finally:
         os.sched_setaffinity(0, before)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stranger, signal.SIGTERM)
+    assert stranger not in others.run0
     assert waiting is not None and other is not None and other >= CONTENDED_THREADS, (waiting, other)
     note = contention_note(waiting, 1, 1, other)
     assert note is not None and f"other processes used {other:.2f} of its 1 core" in note, note
