@@ -109,7 +109,7 @@ PINNED_APART_ENV = "STRIDE_RANKS_PINNED_APART"
 def usable_cores() -> int:
     """This process's share of the cores it may run on (its CPU affinity): the other local ranks of its launcher
     share them (torchrun's LOCAL_WORLD_SIZE), unless each rank was pinned to cores of its own. 2 ranks of 1 torch
-    thread on 2 cores, unpinned, counted a free core each that did not exist (review of 2027-01)."""
+    thread on 2 cores, unpinned, counted a free core each that did not exist (review of 2026-12-07)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
     if os.environ.get(PINNED_APART_ENV) != "1" and local.isdigit() and int(local) > 1:

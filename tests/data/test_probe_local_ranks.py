@@ -1,4 +1,4 @@
-"""The loader probe counts a rank's share of the cores (review of 2027-01): two unpinned ranks of 1 torch thread on
+"""The loader probe counts a rank's share of the cores (review of 2026-12-07): two unpinned ranks of 1 torch thread on
 2 cores each saw a free core for a prefetch thread and gather helpers, which did not exist."""
 
 from __future__ import annotations

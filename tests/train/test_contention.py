@@ -120,7 +120,7 @@ def test_a_contended_workload_gets_no_bottleneck_advice() -> None:
     assert kind == "contended host" and "0.98 threads" in advice and "compile" not in advice
 
 
-# Review of 2027-01: a rank of `stride train --nproc 2` pinned to one core read 0.22-0.39 threads waiting on a quiet
+# Review of 2026-12-07: a rank of `stride train --nproc 2` pinned to one core read 0.22-0.39 threads waiting on a quiet
 # host, gloo's own threads waiting for the rank's main thread, and its summary said "a core that other processes held
 # ... rerun on a quiet host". A wait is now put on other processes only as far as they used the process's cores.
 
