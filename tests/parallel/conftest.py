@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 COMBINED = Path(__file__).with_name("combined_worker.py")
-ORDER = ("correctness", "tp_optim", "user_model", "pipeline")  # the pipeline part ends with its crash-and-resume runs
+# the pipeline part ends with its crash-and-resume runs
+ORDER = ("correctness", "tp_optim", "user_model", "rank_streams", "pipeline")
 
 
 @dataclass

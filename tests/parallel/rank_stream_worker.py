@@ -2,13 +2,15 @@
 `max_with_rank` (the summary's peak memory over ranks) returns for a few per-rank values, and the validation loss
 right after set-up (each replica evaluates its slice of every batch).
 
-Run with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set. Usage: python rank_stream_worker.py OUT_DIR LAYOUT"""
+Under torchrun, its `run_names` from combined_worker.py (the launch tests/parallel/conftest.py shares between this
+package's modules): each named layout set up in turn on the one process group, every rank writing
+OUT_DIR/LAYOUT.rankR.json. As a script, with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set:
+python rank_stream_worker.py OUT_DIR LAYOUT[,LAYOUT...]"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -41,12 +43,27 @@ def after_setup(layout: str) -> dict:
             "val_sizes": [len(x) for x, _ in trainer.val_data][:100]}
 
 
-if __name__ == "__main__":
-    out, layout = Path(sys.argv[1]), sys.argv[2]
-    got = after_setup(layout)
-    (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(got))
+def run_names(out_dir: Path, names: list[str]) -> None:
+    """Each named layout in turn, on the process group already initialised; every rank writes its own file."""
+    import torch.distributed as dist
+
+    for name in names:
+        got = after_setup(name)
+        (out_dir / f"{name}.rank{dist.get_rank()}.json").write_text(json.dumps(got))
+        dist.barrier()
+
+
+def main(out: str, names: list[str]) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    run_names(Path(out), names)
     # the process groups go now, as `stride train` lets them go: left to interpreter exit, gloo's threads aborted
     # the process now and then ("terminate called without an active exception", exit -6; 1-2 of 6 runs)
     from stride.cli.train import release_process_groups
 
     release_process_groups()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2].split(","))

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,12 +15,6 @@ import torch
 from stride.train.device import seed_rank_stream
 
 WORKER = Path(__file__).with_name("rank_stream_worker.py")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_rank_streams_differ_and_rank_0_keeps_the_seed() -> None:
@@ -36,18 +28,15 @@ def test_rank_streams_differ_and_rank_0_keeps_the_seed() -> None:
     assert not torch.equal(draws[0], draws[1]) and not torch.equal(draws[1], draws[2])
 
 
-def _two_ranks(tmp_path: Path, layout: str) -> tuple[dict, dict]:
-    port, procs = str(_port()), []
-    for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": port, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
-               "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), str(tmp_path), layout], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        _, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err[-3000:]
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+LAYOUTS = ["ddp", "fsdp", "tp"]
+# set up under torchrun by rank_stream_worker.py, in the launches this package's modules share (conftest.py): one
+# 2-rank launch for the three layouts, where each had a launch of its own
+TORCHRUN_PART, TORCHRUN_RUNS = "rank_streams", {2: LAYOUTS}
+
+
+def _two_ranks(torchrun_runs, layout: str) -> tuple[dict, dict]:
+    runs = torchrun_runs.folder(TORCHRUN_PART)
+    r0, r1 = (json.loads((runs / f"{layout}.rank{r}.json").read_text()) for r in (0, 1))
     return r0, r1
 
 
@@ -67,9 +56,9 @@ def one_process() -> dict:
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("layout", ["ddp", "fsdp", "tp"])
-def test_two_ranks_share_the_weights_not_the_dropout_masks(tmp_path: Path, layout: str, one_process: dict) -> None:
-    r0, r1 = _two_ranks(tmp_path, layout)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_two_ranks_share_the_weights_not_the_dropout_masks(torchrun_runs, layout: str, one_process: dict) -> None:
+    r0, r1 = _two_ranks(torchrun_runs, layout)
     if layout == "ddp":  # replicas of one model (FSDP and TP shards hold different slices, hashed apart)
         assert r0["weights"] == r1["weights"] == one_process["weights"]
     assert r0["masks"] != r1["masks"]
