@@ -1,7 +1,7 @@
 """One rank of the resharding test: train 2 steps and save, or load; write a per-tensor hash of the full state.
 
-Run with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set (WORLD_SIZE=1: one plain process).
-Usage: python ckpt_reshard_worker.py save|load CKPT_DIR OUT_JSON
+Run with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set. Usage: python ckpt_reshard_worker.py save|load CKPT_DIR
+OUT_JSON. World size 1 is one plain process with no process group: the test calls `run` in its own process.
 """
 
 from __future__ import annotations
@@ -47,11 +47,8 @@ def full_hashes(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, str]:
     return out
 
 
-def main() -> None:
-    mode, ckpt, out_json = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        dist.init_process_group("gloo")
+def run(mode: str, ckpt: Path, out_json: Path, world: int = 1) -> None:
+    """Save (after 2 training steps) or load at `world` ranks; rank 0 writes the full state's hashes to out_json."""
     model, opt = build(world)
     store = CheckpointStore(ckpt, log=lambda m: None)
     if mode == "save":
@@ -75,6 +72,14 @@ def main() -> None:
     store.close()
     if world == 1 or dist.get_rank() == 0:
         out_json.write_text(json.dumps(hashes, indent=1))
+
+
+def main() -> None:
+    mode, ckpt, out_json = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        dist.init_process_group("gloo")
+    run(mode, ckpt, out_json, world)
     if world > 1:
         dist.destroy_process_group()
 

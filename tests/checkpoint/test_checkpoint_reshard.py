@@ -1,4 +1,6 @@
-"""Save at 2 ranks (FSDP2, gloo) and load at 1 and at 4, and 1 -> 2: identical parameters and optimizer state."""
+"""Save at 2 ranks (FSDP2, gloo) and load at 1 and at 4, and 1 -> 2: identical parameters and optimizer state.
+
+World size 1 is one plain process (no process group): the test's own, as the worker's `run`."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ def _port() -> int:
 
 
 def run_ranks(world: int, *args: str) -> None:
+    if world == 1:  # one plain process, no process group: this one (a subprocess cost a start-up of torch and DCP)
+        _in_this_process(*args)
+        return
     port = str(_port())
     procs = []
     for rank in range(world):
@@ -34,6 +39,28 @@ def run_ranks(world: int, *args: str) -> None:
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-3000:]
+
+
+def _in_this_process(mode: str, ckpt: str, out_json: str) -> None:
+    """The worker's `run` at world size 1, as its own process ran it (one thread, warnings ignored), leaving this one's
+    torch RNG and thread count as they were."""
+    import warnings
+
+    import torch
+
+    sys.path.insert(0, str(WORKER.parent))
+    try:
+        from ckpt_reshard_worker import run
+    finally:
+        sys.path.remove(str(WORKER.parent))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DCP's "assuming the intent is to save in a single process"
+            run(mode, Path(ckpt), Path(out_json))
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
