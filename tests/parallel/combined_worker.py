@@ -2,8 +2,8 @@
 one launch per world size (tests/parallel/conftest.py) instead of one each.
 
 argv: OUT, then PART=NAME,NAME,... for each part (correctness: parallel_worker.py, pipeline: pipeline_worker.py,
-user_model: user_model.py, tp_optim: tp_optim_driver.py, rank_streams: rank_stream_worker.py, tp_mfu:
-tp_mfu_worker.py). Each part's runs go to OUT/PART as its own worker writes them; after a part's last run rank 0
+user_model: user_model.py, tp_optim: tp_optim_driver.py, rank_streams: rank_stream_worker.py, tp_mfu and layout:
+summary_worker.py). Each part's runs go to OUT/PART as its own worker writes them; after a part's last run rank 0
 writes OUT/PART/.done-WORLD. A run that fails ends the launch: the parts before it stay complete and their tests go
 on, the others report the failure.
 """
@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 WORKERS = {"correctness": "parallel_worker", "pipeline": "pipeline_worker", "user_model": "user_model",
-           "tp_optim": "tp_optim_driver", "rank_streams": "rank_stream_worker", "tp_mfu": "tp_mfu_worker"}
+           "tp_optim": "tp_optim_driver", "rank_streams": "rank_stream_worker", "tp_mfu": "summary_worker",
+           "layout": "summary_worker"}
 
 
 def main(out: str, parts: list[str]) -> None:

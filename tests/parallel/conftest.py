@@ -20,7 +20,7 @@ import pytest
 
 COMBINED = Path(__file__).with_name("combined_worker.py")
 # the pipeline part ends with its crash-and-resume runs
-ORDER = ("correctness", "tp_optim", "user_model", "rank_streams", "tp_mfu", "pipeline")
+ORDER = ("correctness", "tp_optim", "user_model", "rank_streams", "tp_mfu", "layout", "pipeline")
 
 
 @dataclass

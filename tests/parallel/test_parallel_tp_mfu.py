@@ -13,14 +13,14 @@ import json
 
 import pytest
 import torch
-from tp_mfu_worker import LAYOUTS, TINY
+from summary_worker import TP_MFU as TINY
 
 from stride.config import load_config
 from stride.train.trainer import Trainer
 
-# trained under torchrun by tp_mfu_worker.py, in the 4-rank launch this package's modules share (conftest.py): a
+# trained under torchrun by summary_worker.py, in the 4-rank launch this package's modules share (conftest.py): a
 # `stride train --nproc 4` of its own cost this test a launch of 4 processes more
-TORCHRUN_PART, TORCHRUN_RUNS = "tp_mfu", {4: list(LAYOUTS)}
+TORCHRUN_PART, TORCHRUN_RUNS = "tp_mfu", {4: ["tp_mfu_fsdp_tp"]}
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +40,9 @@ def one_process_flops() -> int:
 # One layout, TP inside data parallelism: its expected count (one process's over 4) divides by the TP degree and by
 # the data-parallel one, so it fails for the group's count (over 2) as well as for a data-parallel slip. A second
 # case at tp = 2 alone (over 2, the group's over 1) went through the same `rank_flops` and cost one launch more.
-@pytest.mark.parametrize(("nproc", "layout"), [(4, "fsdp_tp")])
-def test_tp_reports_flops_and_mfu_per_rank(torchrun_runs, one_process_flops: int, nproc: int, layout: str) -> None:
-    s = json.loads((torchrun_runs.folder(TORCHRUN_PART) / f"{layout}.json").read_text())
+@pytest.mark.parametrize(("nproc", "run"), [(4, "tp_mfu_fsdp_tp")])
+def test_tp_reports_flops_and_mfu_per_rank(torchrun_runs, one_process_flops: int, nproc: int, run: str) -> None:
+    s = json.loads((torchrun_runs.folder(TORCHRUN_PART) / f"{run}.json").read_text())
     assert s["world_size"] == nproc and "tp" in s["parallel"]
     # the same global batch over nproc ranks: each does 1/nproc of one process's FLOPs
     assert s["flops_per_step"] == one_process_flops // nproc
