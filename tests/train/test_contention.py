@@ -174,14 +174,21 @@ def _stranger_spinning(seconds: float) -> int:
     job's process would be: the run's own children count as the run's)."""
     r, w = os.pipe()
     middle = os.fork()
-    if middle == 0:
-        os.close(r)
-        grandchild = os.fork()
-        if grandchild == 0:
-            _spin(seconds)
+    if middle == 0:  # a fork of this pytest worker: nothing may unwind into its copy of pytest, whatever happens
+        try:
+            os.close(r)
+            grandchild = os.fork()
+            if grandchild == 0:
+                try:
+                    # the worker's handlers are inherited: after a Ray test, Ray's SIGTERM handler raised SystemExit
+                    # in the spinner, and the forked pytest reported this test failed (clean-clone CI, AMD EPYC)
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    _spin(seconds)
+                finally:
+                    os._exit(0)
+            os.write(w, str(grandchild).encode())
+        finally:
             os._exit(0)
-        os.write(w, str(grandchild).encode())
-        os._exit(0)
     os.close(w)
     pid = int(os.read(r, 32))
     os.close(r)
