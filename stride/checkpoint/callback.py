@@ -314,6 +314,15 @@ class CheckpointCallback(Callback):
             self._rollback(trainer, self.guard.rollback_reason)
             return
         stop = self._agreed_stop(trainer)
+        if stop and trainer.step >= trainer.cfg.train.steps:
+            # The run ends here anyway: finish it (on_fit_end's final checkpoint, then summary.json) and exit 0. A
+            # stop taken as at any other step saved and exited without summary.json, and the rerun then found the
+            # run finished at its last checkpoint and never wrote one (outside audit of checkpoints under faults).
+            local = self.signal.received
+            self._notice(f"{signal.Signals(local or stop).name} at step {trainer.step}, the run's last step"
+                         f"{'' if local else ' (received by another rank)'}: finishing it (final checkpoint and "
+                         "summary.json), then exiting")
+            stop = 0
         if stop:
             local = self.signal.received
             name = signal.Signals(local or stop).name
