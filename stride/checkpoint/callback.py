@@ -71,6 +71,7 @@ class CheckpointCallback(Callback):
         self.resume_changes: list[str] = []  # allowed config differences from the checkpoint resumed
         self.rollbacks = 0
         self.last_saved: int | None = None
+        self._store: dict[str, Any] | None = None  # the data store's path and sha256s (train_state.store_identity)
 
     # -- helpers -------------------------------------------------------------------------------
     def _notice(self, msg: str) -> None:
@@ -104,6 +105,8 @@ class CheckpointCallback(Callback):
             n, batch = train_state.data_shape(trainer.data_position())
             if n is not None and batch is not None:  # the config does not cover a store's content (audit 16, M1)
                 self._meta_cache["data"] = {"n_windows": n, "batch_size": batch}
+            if self._store is not None:  # ... nor does the window count cover it: the store's files' sha256 (a key
+                self._meta_cache["data_store"] = self._store  # of its own: an older stride's check of `data` passes)
         return self._meta_cache
 
     def save(self, trainer: TrainerView, *, final: bool = False) -> float:
@@ -204,6 +207,7 @@ class CheckpointCallback(Callback):
         self.guard.stop_request = lambda: self.signal.received or 0
         self._trainer = trainer
         self.guard.before_update = self._fence
+        self._store = self._store_identity(trainer)
         self.staging = "loop"
         if c.async_save:
             self.staging, why = choose_staging(c.staging, trainer.device, _state_buffers(trainer.model))
@@ -242,6 +246,10 @@ class CheckpointCallback(Callback):
             # meta.json's record of the data, before anything is loaded (the same on every rank)
             if changed := train_state.data_changed(trainer, [], choice.meta or {}, str(choice.folder)):
                 raise ConfigMismatchError(changed)
+            if changed := train_state.store_changed(self._store, choice.meta or {}, str(choice.folder)):
+                if not trainer.cfg.checkpoint.force_resume:
+                    raise ConfigMismatchError(changed)
+                self._notice(changed.split(": the store was", 1)[0] + " (forced: continuing on this data)")
             try:
                 self._load(trainer, choice)
                 break
@@ -279,6 +287,17 @@ class CheckpointCallback(Callback):
         # the time apart from the last skip reason, which it read as part of (`... the manifest says 705193 in 0.03 s`)
         self._notice(f"{choice.describe()}; continuing at step {trainer.step} (found and loaded in "
                      f"{time.perf_counter() - t0:.2f} s)" + changed)
+
+    def _store_identity(self, trainer: TrainerView) -> dict[str, Any] | None:
+        """The data store's identity (train_state.store_identity), rank 0's on every rank: every rank then refuses or
+        resumes alike, and meta.json records what rank 0 saw."""
+        ident = train_state.store_identity(trainer.cfg.data)
+        if rank_and_world()[1] > 1 and trainer.cfg.data.source == "store":
+            box = [ident]
+            with collective("checkpoint data-store identity broadcast"):
+                dist.broadcast_object_list(box, src=0)
+            ident = box[0]
+        return ident
 
     def _earlier_summary(self, trainer: TrainerView) -> dict[str, Any] | None:
         """The run folder's summary.json (rank 0 reads it, every rank gets it), None without one."""

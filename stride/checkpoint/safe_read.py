@@ -210,7 +210,10 @@ def meta_problem(meta: dict[str, Any]) -> str | None:
     for key, ok in (("world_size", lambda v: type(v) is int and v > 0), ("step", lambda v: type(v) is int),
                     ("extended_from", lambda v: isinstance(v, list) and all(type(s) is int for s in v)),
                     ("data", lambda v: isinstance(v, dict) and set(v) == {"n_windows", "batch_size"}
-                     and all(type(x) is int and x >= 0 for x in v.values()))):
+                     and all(type(x) is int and x >= 0 for x in v.values())),
+                    ("data_store", lambda v: isinstance(v, dict) and set(v) == {"path", "sha256"}
+                     and isinstance(v["path"], str) and isinstance(v["sha256"], dict)
+                     and all(isinstance(k, str) and isinstance(x, str) for k, x in v["sha256"].items()))):
         if key in meta and not ok(meta[key]):
             return f"{key} {meta[key]!r} is not what stride writes there"
     return None

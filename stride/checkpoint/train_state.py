@@ -9,6 +9,7 @@ travel as one JSON string per section: DCP stores a string as bytes, and JSON ne
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -269,9 +270,54 @@ def data_changed(trainer: TrainerView, positions: list[tuple[Any, ...] | None], 
         then = seen.pop()
     if then == (n, batch):
         return None
-    return (f"checkpoint {folder} was taken on data of {then[0]} windows in batches of {then[1]}; this run's data "
-            f"has {n} windows in batches of {batch}: the data changed since (a store re-ingested or edited?), and a "
-            "run cannot continue on other data; restore the data, or use another --out to start over")
+    cfg = getattr(trainer, "cfg", None)
+    store = (f" (the store {Path(cfg.data.store).absolute()})"
+             if cfg is not None and cfg.data.source == "store" and cfg.data.store else "")
+    return (f"checkpoint {folder} was taken on data of {then[0]} windows in batches of {then[1]}; this run's data"
+            f"{store} has {n} windows in batches of {batch}: the data changed since (a store re-ingested or edited?), "
+            "and a run cannot continue on other data; restore the data, or use another --out to start over")
+
+
+def store_identity(data: Any) -> dict[str, Any] | None:
+    """The store a `data.source = "store"` run reads: its path and the sha256 of each of its files, as its manifest
+    (written at ingestion) records them; None for another source, or a manifest without them (the store's own
+    open refuses such a one). Read from the manifest alone: no byte of the data is hashed here.
+
+    The config names the store's folder, not its content, and the window count (meta.json's `data`) only sees a
+    re-ingestion that changed the store's length: a store replaced by other data of the same shape (a re-ingest
+    with corrected prices, `--overwrite`) resumed without a word and trained on other data than the checkpoint's
+    steps had (outside audit of checkpoints under faults, 2026-12-07)."""
+    if getattr(data, "source", None) != "store" or not getattr(data, "store", ""):
+        return None
+    path = Path(data.store)
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    sums = {name: info["sha256"] for name, info in (files.items() if isinstance(files, dict) else ())
+            if isinstance(info, dict) and isinstance(info.get("sha256"), str)}
+    return {"path": str(path.absolute()), "sha256": dict(sorted(sums.items()))} if sums else None
+
+
+def store_changed(now: dict[str, Any] | None, meta: dict[str, Any], folder: str) -> str | None:
+    """Why the store this run reads (`now`, store_identity's) holds other data than the one the checkpoint was taken
+    on (meta.json's `data_store`), in words; None where they match, or where either is not known (another source,
+    a checkpoint of a stride before this check)."""
+    saved = meta.get("data_store")
+    if now is None or not isinstance(saved, dict) or not isinstance(saved.get("sha256"), dict):
+        return None
+    then_sums, now_sums = saved["sha256"], now["sha256"]
+    differ = sorted(k for k in set(then_sums) | set(now_sums) if then_sums.get(k) != now_sums.get(k))
+    if not differ:
+        return None
+    where = (f"the store {now['path']}" if saved.get("path") == now["path"]
+             else f"the store {saved.get('path')} (this run reads {now['path']})")
+    files = ", ".join(f"{k} sha256 {str(then_sums.get(k))[:12]}... then, {str(now_sums.get(k))[:12]}... now"
+                      for k in differ)
+    return (f"checkpoint {folder} was taken on other data than {where} holds ({files}): the store was re-ingested or "
+            "replaced since, and the run would continue on other data than its steps so far trained on; restore that "
+            "store, use another --out to start over, or set checkpoint.force_resume = true to continue on this data")
 
 
 def ranks_disagree(trainer: TrainerView, positions: list[tuple[Any, ...] | None], step: int,
