@@ -253,13 +253,16 @@ class Trainer:
         self._stream = endless(self.train_data)
         _, first = next(self._stream)
         self._pending = self._to_device(self.par.local_batch(*first))
-        micro = len(self._pending[0]) // t.grad_accum  # per rank
         x0, y0 = self._pending
+        # FLOPs are counted on one micro-batch of this size (per rank); a first batch of fewer rows than grad_accum:
+        # on all of it, once (it trains as that many one-row micro-batches, FLOPs being linear in the rows)
+        micro = len(x0) // t.grad_accum
+        counted_rows, times = (micro, t.grad_accum) if micro else (len(x0), 1)
         # Data-parallel replicas: every one trains a batch of this rank's size (`local_batch` refuses another size,
         # and the layout check makes train.batch_size divide by dp x grad_accum), so a step's samples over all ranks
         # are this rank's x dp: counted from each batch's length on the host, no collective.
         self._dp = self.par.layout.dp if self.par.enabled else 1
-        self.flops_samples = micro * t.grad_accum * self._dp  # the samples of the step the FLOPs are counted on
+        self.flops_samples = counted_rows * times * self._dp  # the samples of the step the FLOPs are counted on
         check_output(self.model, self.loss_fn, cfg, x0, y0, self.precision.autocast)  # stride.train.output_check
         # Timesteps per sample: T of a [B, T, F] window, or of a [B, T] token sequence.
         self.seq_len = x0.shape[1] if x0.dim() >= 3 or (x0.dim() == 2 and not x0.is_floating_point()) else 1
@@ -272,7 +275,7 @@ class Trainer:
             flops = self.par.split_pipeline(self.model, x0, y0, self.loss_fn, cfg.metrics.flops,
                                             self.precision.autocast)
         elif cfg.metrics.flops:
-            flops = count_train_flops(self.model, self.loss_fn, x0[:micro], y0[:micro]) * t.grad_accum
+            flops = count_train_flops(self.model, self.loss_fn, x0[:counted_rows], y0[:counted_rows]) * times
         self.flops_per_step = self.par.rank_flops(flops)  # counted before TP: the TP group's, shared by its ranks
         # the dtype the matmuls run in: autocast's, or FSDP2's mp_param_dtype under fp32 autocast (MFU's peak)
         self.compute_precision = compute_precision(t.precision, self.par.layout if self.par.enabled else None,
@@ -319,7 +322,14 @@ class Trainer:
         if self._plain and (self.saved_activation_bytes is not None or not self._measures) and not profiling_active():
             return self._plain_step(x, y)
         t, timer, accum = self.cfg.train, self.timer, self.cfg.train.grad_accum
-        micro = x.shape[0] // accum  # not len(): a tensor's __len__ is a slower call, every step
+        rows = x.shape[0]  # not len(): a tensor's __len__ is a slower call, every step
+        micro = rows // accum
+        # A batch that does not split into grad_accum equal parts (an iterable's short last batch): micro-batch i is
+        # rows [i * rows // accum, (i + 1) * rows // accum) (sizes differ by at most one; fewer rows than micro-batches
+        # leaves some empty, skipped) and its mean loss is weighted by its share of the rows, so the step trains every
+        # row and its loss and gradient are the whole batch's mean, as with grad_accum = 1. The remainder used to be
+        # dropped, and a batch of fewer rows than grad_accum trained empty micro-batches: a NaN loss, a diverged run.
+        uneven = micro * accum != rows
         # One micro-step: the loss is the step's loss as it is (no zeros, division or sum: 3 tensor ops
         # and a DivBackward node a step, ~18 us, for the same bits); accumulation sums loss / accum.
         loss_sum = torch.zeros((), device=self.device) if accum > 1 else None
@@ -334,9 +344,15 @@ class Trainer:
             timer.mark_split("pipeline_wait", compute if self.device.type == "cpu" else {})
             accum = 0  # no micro-step loop below
         for i in range(accum):
+            if uneven:
+                lo, hi = i * rows // accum, (i + 1) * rows // accum
+                if lo == hi:
+                    continue  # an empty micro-batch (never the last: it holds at least one row)
+            else:
+                lo, hi = i * micro, (i + 1) * micro
             # Gradients are communicated on the last micro-step only (DDP no_sync / FSDP2 sync off).
             with self.par.grad_sync(i == accum - 1) if self.par.enabled else _NULL:
-                xm, ym = (x, y) if accum == 1 else (x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro])
+                xm, ym = (x, y) if accum == 1 else (x[lo:hi], y[lo:hi])
                 measure = self.saved_activation_bytes is None and self._measures
                 saved = SavedActivations(self.model) if measure else None
                 with phase_range("stride.forward"):
@@ -344,7 +360,9 @@ class Trainer:
                         saved.__enter__()
                     with self.precision.autocast():
                         loss = self.loss_fn(self.wrapped(xm), ym)
-                        if accum > 1:
+                        if uneven:
+                            loss = loss * ((hi - lo) / rows)
+                        elif accum > 1:
                             loss = loss / accum
                     if saved is not None:
                         saved.__exit__(None, None, None)
@@ -503,9 +521,10 @@ class Trainer:
 
     def _end_step_timing(self, tally: LoopTally, rows: int | None = None) -> dict[str, float]:
         """Close the step's timer; steps after the warm-up count towards throughput and the breakdown. `rows`: the
-        length of this rank's batch (`x.shape[0]`, known on the host): the step trained its whole micro-batches
-        (`train_step` drops a remainder under grad_accum), on each data-parallel rank. None (a caller without the
-        batch: benchmarks/overhead_sources.py times this loop body across versions): `train.batch_size`."""
+        length of this rank's batch (`x.shape[0]`, known on the host): the step trained all of it (`train_step` splits
+        a batch that grad_accum does not divide into micro-batches of nearly equal size), on each data-parallel rank.
+        None (a caller without the batch: benchmarks/overhead_sources.py times this loop body across versions):
+        `train.batch_size`."""
         t, skip, timer = self.cfg.train, self.cfg.metrics.skip_steps, self.timer
         record = self.step - tally.start_step > skip or t.steps - tally.start_step <= skip  # warm-up of this process
         # CUDA: the step's events resolve (one host sync) only where their figures are read: log
@@ -514,7 +533,7 @@ class Trainer:
         resolve = not timer.defer or not self.step % self.cfg.metrics.log_every or self.step >= t.steps \
             or profiling_active()
         parts = timer.end_step(record=record, resolve=resolve)
-        samples = t.batch_size if rows is None else (rows - rows % t.grad_accum) * self._dp
+        samples = t.batch_size if rows is None else rows * self._dp
         self.step_samples.append(samples)
         if record:
             tally.timed_samples += samples  # global: every data-parallel rank's samples

@@ -66,11 +66,12 @@ def test_a_constant_batch_of_its_own_size(tmp_path: Path) -> None:
     assert s["flops_per_step"] == 16 * PER_SAMPLE_FLOPS
 
 
-def test_grad_accum_counts_whole_micro_batches(tmp_path: Path) -> None:
-    """Under grad_accum = 2 a 15-sample batch trains two micro-batches of 7 (train_step leaves the 15th out)."""
+def test_grad_accum_counts_every_row(tmp_path: Path) -> None:
+    """Under grad_accum = 2 a 15-sample batch trains micro-batches of 7 and 8 (it used to leave the 15th out, and count
+    14): every row is trained and counted."""
     tr, s = _fit(tmp_path, [16, 15], steps=4, skip=0, accum=2)
-    assert tr.step_samples == [16, 14, 16, 14]
-    assert s["samples_per_s"] == pytest.approx(60 / sum(tr.timer.step_seconds), rel=1e-9)
+    assert tr.step_samples == [16, 15, 16, 15]
+    assert s["samples_per_s"] == pytest.approx(62 / sum(tr.timer.step_seconds), rel=1e-9)
 
 
 def test_bench_windows_use_each_steps_samples() -> None:
