@@ -57,6 +57,7 @@ from stride.train.rank_cores import pin_this_rank
 from stride.train.resources import check_resources
 from stride.train.schedule import build_scheduler, sync_lr, trained_lr
 from stride.train.summary import LoopTally, run_summary
+from stride.train.unused_keys import notice_unused_keys
 
 _NULL = contextlib.nullcontext()
 
@@ -90,6 +91,7 @@ class Trainer:
         `overwrite`: replace an earlier run in `out` (else it is continued by checkpoints, or refused)."""
         self.cfg = config if config is not None else RunConfig()
         validate(self.cfg)
+        notice_unused_keys(self.cfg)  # a switch the config's other choices leave without effect: said, not silent
         check_observer_packages(self.cfg)  # a missing tracker library: one line now, not a traceback mid-run
         check_kernels_compile(self.cfg.train.kernels, self.cfg.train.compile)  # before any data or model is built
         check_compiled_step(self.cfg.optim.name, self.cfg.train.compile)
