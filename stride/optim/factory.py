@@ -117,10 +117,15 @@ class _DropOptimizerRangeNote(logging.Filter):
 _RANGE_NOTE = _DropOptimizerRangeNote()
 
 
-# optimizers whose step torch.compile cannot trace whole: Adafactor reads each tensor's step count and the lr as
-# Python numbers (graph breaks), so dynamo recompiled per parameter, hit its recompile limit with 26 warning lines,
-# and the compiled step ran slower than eager (quick start: 3.2 vs 2.6 ms a step)
-UNCOMPILED_STEP_OPTIMIZERS = ("adafactor",)
+# optimizers whose step torch.compile does not compile, and why (the error's words). Adafactor reads each tensor's step
+# count and the lr as Python numbers (graph breaks), so dynamo recompiled per parameter, hit its recompile limit with
+# 26 warning lines, and the compiled step ran slower than eager (quick start: 3.2 vs 2.6 ms a step). AdamW8bit's step
+# is `torch.compiler.disable`d for the same reason (5.8 s a step recompiling against 5.7 ms eager): it ran eager while
+# summary.json said model+optimizer (outside audit of the efficiency switches).
+UNCOMPILED_STEP_OPTIMIZERS: dict[str, str] = {
+    "adafactor": "graph breaks on its per-tensor step count; slower than eager",
+    "adamw8bit": "its step is excluded from torch.compile, as its step counts recompiled it every step; it runs eager",
+}
 
 
 def check_compiled_step(optim_name: str, compile_mode: str) -> None:
@@ -128,7 +133,7 @@ def check_compiled_step(optim_name: str, compile_mode: str) -> None:
     if compile_mode == "model+optimizer" and optim_name in UNCOMPILED_STEP_OPTIMIZERS:
         raise ConfigError(
             f"`train.compile` = 'model+optimizer' with `optim.name` = {optim_name!r}: its step does not compile "
-            "(graph breaks on its per-tensor step count; slower than eager); use `train.compile` = 'model'"
+            f"({UNCOMPILED_STEP_OPTIMIZERS[optim_name]}); use `train.compile` = 'model'"
         )
     if compile_mode == "model+optimizer" and optim_name == "adamw_triton":
         from stride.kernels.runtime import interpreter_enabled, triton_available

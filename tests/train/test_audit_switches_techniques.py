@@ -104,3 +104,16 @@ def test_the_trainer_says_which_keys_had_no_effect(caplog: pytest.LogCaptureFixt
     assert lines == ["stride.train: no effect in this run: `train.ac_every` = 5 acts on "
                      "`train.activation_checkpointing` = 'every_k' only"]
 
+
+def test_adamw8bit_with_a_compiled_optimizer_step_is_refused_up_front() -> None:
+    """compile=model+optimizer with adamw8bit: its step is `torch.compiler.disable`d, so the "compiled" step ran eager
+    while summary.json said model+optimizer; now a ConfigError naming both keys, as for adafactor."""
+    from stride.config import ConfigError
+
+    over = ["model.name='mlp'", "train.threads=1", "metrics.progress=false", "train.val_every=0"]
+    cfg = load_config("configs/quickstart.toml", over + ["optim.name='adamw8bit'", "train.compile='model+optimizer'"])
+    with pytest.raises(ConfigError, match=r"`train.compile` = 'model\+optimizer' with `optim.name` = 'adamw8bit'"):
+        Trainer(config=cfg, write_run_dir=False)
+    cfg = load_config("configs/quickstart.toml", over + ["optim.name='adamw8bit'", "train.compile='model'"])
+    Trainer(config=cfg, write_run_dir=False)
+
