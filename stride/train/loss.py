@@ -18,6 +18,13 @@ def resolve_loss(model: nn.Module, cfg: RunConfig, given: LossFn | None = None) 
     if own is not None:
         return own
     m = cfg.model
-    loss = kernel_loss(cfg.train.kernels, m) or make_loss(m.loss, huber_delta=m.huber_delta, quantiles=m.quantiles)
+    fused = kernel_loss(cfg.train.kernels, m)
+    loss = fused or make_loss(m.loss, huber_delta=m.huber_delta, quantiles=m.quantiles)
     loss.stride_loss = m.loss  # type: ignore[attr-defined]  # the output it needs is known (train/output_check.py)
+    loss.stride_fused = fused is not None  # type: ignore[attr-defined]  # what `train.kernels` acted on (the trainer)
     return loss
+
+
+def loss_is_fused(loss: LossFn) -> bool:
+    """Whether `resolve_loss` gave the fused kernel loss (a caller's or the model's own loss is never replaced)."""
+    return bool(getattr(loss, "stride_fused", False))

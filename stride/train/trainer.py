@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from stride.config.validate import validate
 from stride.data import mapped_files
 from stride.data.build import build_data
 from stride.files.strict_json import finite_number
+from stride.kernels.runtime import notice_once
 from stride.metrics.contention import ContentionClock, warn_contended
 from stride.metrics.flops import count_train_flops
 from stride.metrics.memory import SavedActivations, reset_peak
@@ -48,7 +50,7 @@ from stride.train.device import configure_process, resolve_device, seed_rank_str
 from stride.train.divergence import LossWatch, diverged
 from stride.train.evaluate import validation_loss
 from stride.train.kernels_apply import apply_kernels, check_kernels_compile
-from stride.train.loss import resolve_loss
+from stride.train.loss import loss_is_fused, resolve_loss
 from stride.train.output_check import check_output
 from stride.train.precision import Precision
 from stride.train.profiling import phase_range, profiling_active
@@ -125,6 +127,15 @@ class Trainer:
         self.model = model.to(self.device)  # the raw module: hashing, FLOPs, state dicts
         self.kernels_impl, self.kernel_modules = apply_kernels(self.model, t.kernels)
         self.loss_fn = resolve_loss(model, self.cfg, loss_fn)
+        if self.kernels_impl != "torch" and not self.kernel_modules and not loss_is_fused(self.loss_fn):
+            # fused kernels asked of a model with none of the modules they replace and a loss of its own (or the
+            # caller's): nothing ran fused, and summary.json's `kernels` said the kernels' name (outside audit)
+            if int(os.environ.get("RANK", "0")) == 0:
+                notice_once("train-kernels-unused", f"stride.train: `train.kernels` = {t.kernels!r} has no effect in "
+                            f"this run: {type(self.model).__name__} has no RMSNorm, SwiGLU or attention module to "
+                            "fuse and its loss is not [model] loss (the caller's or the model's own); summary.json "
+                            "says kernels 'torch'")
+            self.kernels_impl = "torch"
         # Layout checked before any process group; then mesh (N > 1 processes) and per-rank data.
         self.par = Parallel.create(self.cfg, self.model, self.device, self.cfg.data.seq_len // self.cfg.model.patch_len)
         seed_rank_stream(t.seed, self.par.rank)  # weights are drawn: from here each rank its own dropout masks

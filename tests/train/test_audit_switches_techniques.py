@@ -117,3 +117,19 @@ def test_adamw8bit_with_a_compiled_optimizer_step_is_refused_up_front() -> None:
     cfg = load_config("configs/quickstart.toml", over + ["optim.name='adamw8bit'", "train.compile='model'"])
     Trainer(config=cfg, write_run_dir=False)
 
+
+def test_fused_kernels_that_replace_nothing_are_reported_as_torch(caplog: pytest.LogCaptureFixture) -> None:
+    """`train.kernels` = 'compile' with a caller's model (no RMSNorm, SwiGLU or attention) and the caller's loss: no op
+    was fused, yet summary.json said kernels 'compile'. Now it says 'torch' and a notice says why; a model the kernels
+    do act on (its loss at least: the built-in MLP's [model] loss is the fused one) keeps the kernels' name."""
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 16, 3), torch.randn(64, 2)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 2))
+    cfg = small_config(train__kernels="compile", train__steps=2, data__seq_len=16)
+    with caplog.at_level(logging.WARNING, logger="stride"):
+        tr = Trainer(model=model, train_data=(x, y), config=cfg, write_run_dir=False,
+                     loss_fn=lambda p, t: torch.nn.functional.mse_loss(p, t))
+    assert tr.fit().summary["kernels"] == "torch"
+    assert any("`train.kernels` = 'compile' has no effect" in r.getMessage() for r in caplog.records)
+    built = Trainer(config=small_config(train__kernels="compile", model__name="mlp"), write_run_dir=False)
+    assert built.kernels_impl == "compile"
