@@ -41,11 +41,20 @@ def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_h
     their training steps alone (`sweep_train_s`, the like-for-like figure: `train_speedup`). The speed-ups, and the
     reasons they are unreliable, only where some finished pack trained models together (`packed_packs`): a sweep of
     lone points showed "1.00x ..., UNRELIABLE" when one of its lone runs waited for cores, a note on nothing.
+
+    Both sides count the same points: those of the finished packs (`counted_ids`). A pack stopped by Ctrl-C, SIGTERM
+    or a kill writes no record, but the members it had finished are kept as points: their one-by-one time was
+    counted while their pack's time was not, and the rerun's packs held only the rest: `--grid train.steps=150,600
+    --grid train.seed=0,1 --pack 4` killed (-9) after its 150-step members finished counted 1,500 model-steps one by
+    one against a resumed pack that trained 1,200, a speed-up 1.25x too high by construction (more where the short
+    members are nearly as long as the rest). They are counted out of both sides, and said (`points_outside_packs`).
     """
     done = [p for p in packs if not p.get("error")]
     together = [p for p in done if packed(p)]
     device_s = sum(p["wall_s"] for p in done)
-    estimates = [r.get("one_by_one_s") for r in results]
+    ids = counted_ids(done)
+    counted = [r for r in results if r.get("id") in ids]
+    estimates = [r.get("one_by_one_s") for r in counted]
     alone_s = sum(v for v in estimates if v is not None)
     starts = [p["time"] - p["wall_s"] for p in done]
     train_s = sum(p.get("train_s") or 0.0 for p in done)
@@ -56,6 +65,8 @@ def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_h
         "sweep_wall_clock_s": (max(p["time"] for p in done) - min(starts)) if done else 0.0,
         "one_by_one_s": alone_s,
         "points_without_estimate": sum(v is None for v in estimates),
+        # finished points of no finished pack (their pack was stopped): on neither side of the speed-ups
+        "points_outside_packs": len(results) - len(counted),
         "speedup": alone_s / device_s if together and device_s and alone_s else None,
         "packs": len(done),
         "packed_packs": len(together),  # of `packs`, those that trained models together (0: every point alone)
@@ -74,6 +85,12 @@ def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_h
         out["sweep_usd"] = device_s / 3600 * price_per_hour
         out["one_by_one_usd"] = alone_s / 3600 * price_per_hour
     return out
+
+
+def counted_ids(done: list[dict[str, Any]]) -> set[str]:
+    """The points of the finished packs (`done`: records without an error), each point once: the points the cost
+    figures count on both sides."""
+    return {i for p in done for i in p.get("ids", [])}
 
 
 PACK_SPREAD = 4 / 3  # as the lone rate's windows (sizing.SoloRate.unreliable): more than a third apart
@@ -189,7 +206,9 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
                     else " (not packed: every point trained alone)" if c["packs"] and not c["packed_packs"]
                     else "")
                  + (f"; ${c['sweep_usd']:.4f} against ${c['one_by_one_usd']:.4f}" if price_per_hour is not None
-                    else ""))
+                    else "")
+                 + (f"; {c['points_outside_packs']} finished point(s) of no finished pack (one a stop cut short) "
+                    "are on neither side" if c["points_outside_packs"] else ""))
     methods = [f"one by one, measured: {m}" for m in c["one_by_one_methods"]]
     md = [f"# stride sweep: {len(results)} of {len(plan['points'])} points", "",
           f"grid: {md_cell(' '.join(plan['grid']))}",

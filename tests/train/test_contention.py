@@ -103,10 +103,10 @@ def test_a_sweep_speedup_from_a_capped_or_starved_lone_rate_is_labelled_unreliab
     assert why and "cap" in why and "windows of 1 step" in why and "0.90 threads" in why
     slow = SoloRate(5.0, [5.0, 5.02, 4.98], 1, 3.0, 12)  # a slow model's 1-step windows, steady: by design (M1)
     assert slow.unreliable() is None
-    pack = {"wall_s": 10.0, "time": 10.0, "train_s": 8.0, "one_by_one_rate": bad.as_dict()}
-    c = cost([{"one_by_one_s": 280.0}], [pack], None)
+    pack = {"ids": ["a"], "wall_s": 10.0, "time": 10.0, "train_s": 8.0, "one_by_one_rate": bad.as_dict()}
+    c = cost([{"id": "a", "one_by_one_s": 280.0}], [pack], None)
     assert c["train_speedup"] == pytest.approx(35.0) and c["speedup_unreliable"] == why
-    assert cost([{"one_by_one_s": 280.0}], [{**pack, "one_by_one_rate": good.as_dict()}], None)[
+    assert cost([{"id": "a", "one_by_one_s": 280.0}], [{**pack, "one_by_one_rate": good.as_dict()}], None)[
         "speedup_unreliable"] is None
 
 
