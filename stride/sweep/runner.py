@@ -76,6 +76,8 @@ def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index
     classes: dict[str, list[Point]] = {}
     for p in points:
         classes.setdefault(pack_key(p.config), []).append(p)
+    for members in classes.values():  # before any class is probed or trained
+        check_builds(members[0])
     if len(classes) > 1:
         keys = split_keys([c[0].config for c in classes.values()])
         opts.log(f"{len(classes)} packing classes: the points differ in {', '.join(keys)} (keys that change shapes "
@@ -117,6 +119,20 @@ def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index
         opts.log(f"{len(members)} point(s) of `{cfg.model.name}` in {n_packs} pack(s) of up to {plan.size}"
                  f"{_chunks_text(-(-len(members) // n_packs), plan.chunk)} ({plan.why})")
     return jobs, plans
+
+
+def check_builds(p: Point) -> None:
+    """A ConfigError naming the grid point when its model's builder refuses its config (heads that do not divide
+    `model.d_model`): the model is built on the meta device (shapes only, milliseconds), once a packing class, as
+    `stride train` checks it. Such a config passes the grid's checks (`validate_relations`) and failed only when
+    its class came to train: `--grid model.d_model=32,30 --pack 1` trained the d_model=32 points, then stopped
+    with the builder's line, naming no point, and the same command again stopped there again."""
+    from stride.train.resources import estimate_memory
+
+    try:
+        estimate_memory(p.config, data=False)
+    except ConfigError as exc:
+        raise ConfigError(f"--grid point {p.label}: {exc}; checked before any point of the sweep trains") from None
 
 
 def _chunks_text(largest: int, chunk: int | None) -> str:
