@@ -133,3 +133,14 @@ def test_fused_kernels_that_replace_nothing_are_reported_as_torch(caplog: pytest
     assert any("`train.kernels` = 'compile' has no effect" in r.getMessage() for r in caplog.records)
     built = Trainer(config=small_config(train__kernels="compile", model__name="mlp"), write_run_dir=False)
     assert built.kernels_impl == "compile"
+
+
+def test_fused_sgd_is_a_switch_that_runs() -> None:
+    """`optim.impl` = 'fused' with sgd was refused ("not available for sgd here") though torch's SGD has a fused CPU
+    kernel; now it runs it (summary.json optimizer_impl 'fused') and trains the weights of the foreach step."""
+    runs = {}
+    for impl in ("foreach", "fused"):
+        tr = Trainer(config=small_config(optim__name="sgd", optim__impl=impl, model__name="mlp"), write_run_dir=False)
+        runs[impl] = (tr.fit().summary["optimizer_impl"], _params(tr))
+    assert runs["fused"][0] == "fused" and runs["foreach"][0] == "foreach"
+    torch.testing.assert_close(runs["fused"][1], runs["foreach"][1], rtol=0, atol=1e-6)
