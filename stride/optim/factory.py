@@ -121,7 +121,7 @@ _RANGE_NOTE = _DropOptimizerRangeNote()
 # summary.json said model+optimizer (outside audit of the efficiency switches).
 UNCOMPILED_STEP_OPTIMIZERS: dict[str, str] = {
     "adafactor": "graph breaks on its per-tensor step count; slower than eager",
-    "adamw8bit": "its step is excluded from torch.compile, as its step counts recompiled it every step; it runs eager",
+    "adamw8bit": "it is excluded from torch.compile, whose tracing recompiled it every step, and runs eager",
 }
 
 
