@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stride.config import RunConfig
-from stride.metrics.contention import ContentionClock
+from stride.metrics.contention import ContentionClock, OtherProcessesClock
 from stride.train.callbacks import Callback
 
 LOG_KEYS = ("step", "loss", "val_loss", "lr", "time_s")
@@ -102,12 +102,34 @@ def run_job(job: PackJob, on_point: Callable[[dict[str, Any]], None] | None = No
     return done
 
 
-def pack_waiting_threads(job: PackJob, clock: ContentionClock) -> float | None:
-    """Threads that waited for a core while the pack ran, for a CPU pack (as the lone rate's: a GPU pack's host
-    threads only launch kernels); None elsewhere or where the run queue cannot be read."""
-    from stride.sweep.sizing import _on_cpu
+@dataclass
+class PackClock:
+    """A pack's run-queue wait and other processes' use of its cores, from `started()` to `reading()`.
 
-    return clock.waiting_threads() if job.configs and _on_cpu(job.configs[0]) else None
+    The wait alone (`ContentionClock`) counts every thread of this process, the pack's own lanes and torch's
+    OpenMP threads waiting on each other too; it is put on other processes only as far as they used this process's
+    cores (`OtherProcessesClock`, `stride.metrics.contention.foreign_wait`), as the Trainer's contention note does.
+    Before, packs.jsonl recorded the whole wait and the report labelled the speed-up "UNRELIABLE: ... threads
+    waiting for cores other processes held" wherever it passed a quarter of a thread."""
+
+    waits: ContentionClock
+    others: OtherProcessesClock
+
+    @classmethod
+    def started(cls) -> PackClock:
+        waits = ContentionClock()
+        waits.start()
+        return cls(waits, OtherProcessesClock.started())
+
+    def reading(self, job: PackJob) -> dict[str, float | None]:
+        """`waiting_threads` (threads that waited for a core, on average) and `other_processes_cores` (cores' worth
+        other processes used on this process's cores) for a CPU pack, as packs.jsonl records them; both None for a
+        pack on a GPU (its host threads only launch kernels, as for the lone rate) or where not measured."""
+        from stride.sweep.sizing import _on_cpu
+
+        if not (job.configs and _on_cpu(job.configs[0])):
+            return {"waiting_threads": None, "other_processes_cores": None}
+        return {"waiting_threads": self.waits.waiting_threads(), "other_processes_cores": self.others.cores()}
 
 
 def ray_job(job: PackJob) -> dict[str, Any]:
@@ -115,7 +137,6 @@ def ray_job(job: PackJob) -> dict[str, Any]:
     (from when the task started running: a pack that waited in Ray's queue behind others had that wait counted
     as device time when the driver timed it from submission; audit 10, F10)."""
     t0 = time.perf_counter()
-    clock = ContentionClock()
-    clock.start()
+    clock = PackClock.started()
     items = run_job(job)
-    return {"items": items, "wall_s": time.perf_counter() - t0, "waiting_threads": pack_waiting_threads(job, clock)}
+    return {"items": items, "wall_s": time.perf_counter() - t0, **clock.reading(job)}

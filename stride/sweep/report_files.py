@@ -9,7 +9,7 @@ from typing import Any
 
 from stride.bench.results import make_results
 from stride.files import strict_json
-from stride.metrics.contention import CONTENDED_THREADS
+from stride.metrics.contention import CONTENDED_THREADS, foreign_wait
 from stride.metrics.env import fingerprint
 from stride.metrics.run_dir import atomic_write_text
 from stride.shown_text import md_cell
@@ -100,7 +100,8 @@ def packs_spread(results: list[dict[str, Any]], packs: list[dict[str, Any]]) -> 
     """Why the packs' own timings cannot carry a speed-up, or None: packs of one size whose training time per
     model-step is more than a third apart (identical packs took 0.37 s and 7.0 s on a contended host and the
     0.09x "speed-up" was printed as sound, the label only looking at the lone rate), or packs whose threads waited
-    for cores (run-queue time, as the lone rate's check: stride.metrics.contention.CONTENDED_THREADS)."""
+    for cores other processes held (run-queue time, at most their use of the pack's cores: `pack_foreign_wait`; as the
+    lone rate's check, stride.metrics.contention.CONTENDED_THREADS)."""
     steps = {r.get("id"): (r.get("summary") or {}).get("steps") or 0 for r in results}
     by_size: dict[int, list[float]] = {}
     for p in packs:
@@ -109,10 +110,21 @@ def packs_spread(results: list[dict[str, Any]], packs: list[dict[str, Any]]) -> 
             by_size.setdefault(p["size"], []).append(p["train_s"] / model_steps)
     why = [f"{len(t)} packs of {n} took {min(t) * 1e3:.3g}-{max(t) * 1e3:.3g} ms a model-step"
            for n, t in sorted(by_size.items()) if len(t) > 1 and max(t) > PACK_SPREAD * min(t)]
-    waits = [w for p in packs if isinstance(w := p.get("waiting_threads"), int | float) and w >= CONTENDED_THREADS]
+    waits = [w for p in packs if (w := pack_foreign_wait(p)) is not None and w >= CONTENDED_THREADS]
     if waits:  # the lone rate's run-queue check, applied to each pack
         why.append(f"{len(waits)} pack(s) with up to {max(waits):.2f} threads waiting for cores other processes held")
     return "; ".join(why) or None
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def pack_foreign_wait(p: dict[str, Any]) -> float | None:
+    """The part of a pack's run-queue wait that other processes can have caused: at most the cores' worth they used
+    on its cores (`other_processes_cores`; a record written before it was measured: the whole wait). A pack's own
+    threads waiting on each other are no busy host (stride.sweep.jobs.PackClock)."""
+    return foreign_wait(_number(p.get("waiting_threads")), _number(p.get("other_processes_cores")))
 
 
 def unreliable_text(c: dict[str, Any]) -> str | None:

@@ -33,9 +33,9 @@ from typing import Any
 from stride.config.errors import ConfigError
 from stride.files.input_file import InputFileError, InputFileMissing, read_input_bytes
 from stride.files.strict_json import finite_number
-from stride.metrics.contention import CONTENTION_RECORD, ContentionClock
+from stride.metrics.contention import CONTENTION_RECORD
 from stride.sweep.grid import Point
-from stride.sweep.jobs import PackJob, pack_waiting_threads, ray_job, run_job
+from stride.sweep.jobs import PackClock, PackJob, ray_job, run_job
 from stride.sweep.packed_model import chunk_bounds
 from stride.sweep.packing import check_packable, pack_key, split_keys
 from stride.sweep.sizing import SoloRate, check_fits, measure_solo, probe
@@ -209,8 +209,9 @@ class Recorder:
                  f"{'-' if val is None else f'{val:.4f}'}")
 
     def pack(self, job: PackJob, items: list[dict[str, Any]], wall_s: float, backend: str,
-             error: str | None = None, waiting: float | None = None) -> None:
-        """Append the pack's timing: its wall time (set-up and validation included) and its training steps' time."""
+             error: str | None = None, waiting: float | None = None, other: float | None = None) -> None:
+        """Append the pack's timing: its wall time (set-up and validation included) and its training steps' time;
+        `waiting`, `other`: its run-queue wait and other processes' cores (PackClock.reading)."""
         if job.solo:  # points one after another: their step times add up
             train_s = sum(_train_s(it["summary"]) for it in items)
         else:  # one pack: its steps are every member's
@@ -220,8 +221,12 @@ class Recorder:
         line = json.dumps({"index": job.index, "ids": job.ids, "size": len(job.ids), "solo": job.solo,
                            "wall_s": wall_s, "train_s": train_s, "backend": backend, "error": error,
                            "time": time.time(), "one_by_one_rate": rate.as_dict() if rate else None,
-                           # threads waiting for a core while the pack ran (CPU packs; None: not measured)
-                           "waiting_threads": waiting}) + "\n"
+                           # threads waiting for a core while the pack ran, all of this process's, its own
+                           # lanes' waits on each other too (CPU packs; None: not measured) ...
+                           "waiting_threads": waiting,
+                           # ... and the cores' worth other processes used on its cores meanwhile: the wait is put
+                           # on them only up to this (metrics.contention.foreign_wait; None: not measured)
+                           "other_processes_cores": other}) + "\n"
         with open(self.store.root / "packs.jsonl", "a+b") as f:
             end = f.seek(0, os.SEEK_END)
             cut = end > 0 and (f.seek(end - 1), f.read(1))[1] != b"\n"  # a line cut by a kill: end it first
@@ -239,10 +244,11 @@ def run_local(jobs: list[PackJob], rec: Recorder, stop: Callable[[], None] | Non
         if stop is not None:
             stop()
         t0 = time.perf_counter()
-        clock = ContentionClock()
-        clock.start()
+        clock = PackClock.started()
         items = run_job(job, on_point=rec.point, check=stop)
-        rec.pack(job, items, time.perf_counter() - t0, "local", waiting=pack_waiting_threads(job, clock))
+        read = clock.reading(job)
+        rec.pack(job, items, time.perf_counter() - t0, "local", waiting=read["waiting_threads"],
+                 other=read["other_processes_cores"])
 
 
 def _reachable(address: str, timeout: float = 5.0) -> None:
@@ -310,7 +316,8 @@ def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options, ray: Any) -> None
             for item in out["items"]:
                 rec.point(item)
             # the task's own time (not its wait in the queue) and its own run-queue wait
-            rec.pack(job, out["items"], out["wall_s"], "ray", waiting=out.get("waiting_threads"))
+            rec.pack(job, out["items"], out["wall_s"], "ray", waiting=out.get("waiting_threads"),
+                     other=out.get("other_processes_cores"))
     finally:
         for ref in pending:  # stopped: the packs still queued or running are cancelled (a cluster we did not start)
             with contextlib.suppress(Exception):  # a task that ended meanwhile: nothing to cancel
@@ -416,9 +423,9 @@ def pack_record_problem(rec: Any) -> str | None:
         return f"train_s is {json.dumps(rec['train_s'])[:40]}, not a finite number >= 0"
     if rec.get("error") is not None and not isinstance(rec["error"], str):
         return f"error is {json.dumps(rec['error'])[:40]}, not text"
-    if rec.get("waiting_threads") is not None and not (finite_number(rec["waiting_threads"])
-                                                       and rec["waiting_threads"] >= 0):
-        return f"waiting_threads is {json.dumps(rec['waiting_threads'])[:40]}, not a finite number >= 0"
+    for key in ("waiting_threads", "other_processes_cores"):
+        if rec.get(key) is not None and not (finite_number(rec[key]) and rec[key] >= 0):
+            return f"{key} is {json.dumps(rec[key])[:40]}, not a finite number >= 0"
     rate = rec.get("one_by_one_rate")
     if rate is not None and not (isinstance(rate, dict) and (rate.get("method") is None
                                                              or isinstance(rate["method"], str))):

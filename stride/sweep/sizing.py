@@ -44,7 +44,12 @@ from stride.config import RunConfig
 from stride.config.errors import ConfigError
 from stride.data.build import build_data
 from stride.files import host
-from stride.metrics.contention import CONTENDED_THREADS, ContentionClock
+from stride.metrics.contention import (
+    CONTENDED_THREADS,
+    ContentionClock,
+    OtherProcessesClock,
+    foreign_wait,
+)
 from stride.metrics.memory import SavedActivations
 from stride.models.losses import make_loss
 from stride.models.registry import build_model
@@ -207,6 +212,8 @@ class SoloRate:
     warmup_steps: int  # steps run untimed first: the throwaway run's and the timed run's own first ones
     capped: bool = False  # the wall-time cap (SOLO_MAX_S) stopped the timed run before its planned steps
     waiting_threads: float | None = None  # threads waiting for cores during the timed run (metrics.contention)
+    # cores' worth other processes used on this process's cores meanwhile: the wait counts up to this (None: all)
+    other_processes_cores: float | None = None
 
     def unreliable(self) -> str | None:
         """Why the rate cannot carry a speed-up figure, or None: cut short by the cap (steps slower than the warm-up
@@ -218,8 +225,9 @@ class SoloRate:
                        f"step{'s' if self.window_steps != 1 else ''})")
         if len(self.windows) > 1 and min(self.windows) > 0 and max(self.windows) / min(self.windows) > 4 / 3:
             why.append(f"windows {min(self.windows):,.0f}-{max(self.windows):,.0f} samples/s apart")
-        if self.waiting_threads is not None and self.waiting_threads >= CONTENDED_THREADS:
-            why.append(f"{self.waiting_threads:.2f} threads waiting for cores other processes held")
+        foreign = foreign_wait(self.waiting_threads, self.other_processes_cores)  # not its own threads' waits
+        if foreign is not None and foreign >= CONTENDED_THREADS:
+            why.append(f"{foreign:.2f} threads waiting for cores other processes held")
         return "; ".join(why) or None
 
     def describe(self) -> str:
@@ -232,7 +240,8 @@ class SoloRate:
     def as_dict(self) -> dict[str, Any]:
         return {"samples_per_s": self.samples_per_s, "windows": self.windows, "window_steps": self.window_steps,
                 "timed_s": self.timed_s, "warmup_steps": self.warmup_steps, "capped": self.capped,
-                "waiting_threads": self.waiting_threads, "unreliable": self.unreliable(), "method": self.describe()}
+                "waiting_threads": self.waiting_threads, "other_processes_cores": self.other_processes_cores,
+                "unreliable": self.unreliable(), "method": self.describe()}
 
 
 def _window_steps(step_s: float) -> int:
@@ -307,10 +316,11 @@ def measure_solo(cfg: RunConfig) -> SoloRate:
         n = _window_steps(min(warm[SOLO_SKIP:] or warm))  # its fastest step: a cold start's slow ones cut none short
         waits = ContentionClock()
         waits.start()
+        others = OtherProcessesClock.started()
         times, capped = _run_alone(cfg, SOLO_SKIP + SOLO_WINDOWS * n, SOLO_SKIP, SOLO_MAX_S)
         # the host's threads matter where they run the model: on a GPU they only launch kernels (review L5), and
         # the run summaries say contention on CPU runs only
-        waiting = waits.waiting_threads() if _on_cpu(cfg) else None
+        waiting, other = (waits.waiting_threads(), others.cores()) if _on_cpu(cfg) else (None, None)
         times = times[SOLO_SKIP:]
     except TrainingDiverged:
         return SoloRate(0.0, [], 0, 0.0, 0)
@@ -319,7 +329,7 @@ def measure_solo(cfg: RunConfig) -> SoloRate:
     used = [times[k * n : (k + 1) * n] for k in range(SOLO_WINDOWS) if len(times) >= (k + 1) * n]  # whole only
     windows = [n * cfg.train.batch_size / sum(w) for w in used if sum(w) > 0]
     return SoloRate(statistics.median(windows) if windows else 0.0, windows, n, sum(map(sum, used)),
-                    len(warm) + SOLO_SKIP, capped, waiting)
+                    len(warm) + SOLO_SKIP, capped, waiting, other)
 
 
 def probe(cfg: RunConfig, max_n: int, budget_s: float = 60.0, timed_steps: int = 3, chunk: int | None = None,
