@@ -26,7 +26,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import StagingOptions
 
-from stride.checkpoint.dcp_io import TimedStager, shard_writer
+from stride.checkpoint.dcp_io import TimedStager, shard_writer, write_failure
 from stride.checkpoint.errors import CheckpointError, SaveVetoed
 from stride.checkpoint.folder import SHARED, CheckpointFolder, Choice, look_again
 from stride.checkpoint.manifest import MANIFEST, SHARD_RE, describe_files, fsync_path, write_manifest
@@ -96,7 +96,7 @@ class CheckpointStore(CheckpointFolder):
             else:
                 upload = response
                 parts["stage_copy_s"] = stager.last_s
-            self._inflight = self._pool.submit(self._finish, upload, stager, tmp, step, meta, t0)
+            self._inflight = self._pool.submit(self._finish, upload, stager, tmp, step, meta, t0, writer)
             parts["launch_s"] = time.perf_counter() - t2 - parts.get("stage_copy_s", 0.0)
             self.last_stall_parts = parts
             return time.perf_counter() - t0
@@ -107,13 +107,15 @@ class CheckpointStore(CheckpointFolder):
                 dcp.save(state, storage_writer=writer, process_group=self.pg, no_dist=self.no_dist)
         except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
             err = exc
+        err = err or write_failure(writer)  # a file that one of DCP's writer threads failed to write (dcp_io)
         self.last_phases = {"dcp_s": time.perf_counter() - t_dcp}
         self._settle(err, tmp, step, meta, t0, background=False)
         parts["write_s"] = time.perf_counter() - t2
         self.last_stall_parts = parts
         return time.perf_counter() - t0
 
-    def _finish(self, fut: Any, stager: TimedStager, tmp: Path, step: int, meta: dict[str, Any], t0: float) -> None:
+    def _finish(self, fut: Any, stager: TimedStager, tmp: Path, step: int, meta: dict[str, Any], t0: float,
+                writer: Any = None) -> None:
         """The background half of an async save: wait for DCP's write, then vote and commit."""
         err: BaseException | None = None
         t_dcp = time.perf_counter()
@@ -122,6 +124,7 @@ class CheckpointStore(CheckpointFolder):
                 fut.result()
         except (Exception, CheckpointException) as exc:  # DCP's CheckpointException is a BaseException
             err = exc
+        err = err or (write_failure(writer) if writer is not None else None)  # (dcp_io: a writer thread's failure)
         self.last_phases = {"dcp_s": time.perf_counter() - t_dcp, "stage_copy_s": stager.last_s}
         self._settle(err, tmp, step, meta, t0, background=True)
 
