@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stride.config import RunConfig
 from stride.config.errors import ConfigError
 from stride.files.input_file import InputFileError, InputFileMissing, read_input_bytes
 from stride.files.strict_json import finite_number
@@ -281,6 +282,15 @@ def check_ray(opts: Options) -> Any:
 RAY_POLL_S = 0.5  # how often the driver, waiting for Ray tasks, looks at the stop request
 
 
+def task_threads(configs: list[RunConfig], cpus: int) -> None:
+    """As `stride launch ray`: a Ray task's torch threads are the CPUs Ray reserved for it (`--cpus-per-pack`), where
+    `train.threads` is not set. Set before the packs are planned, so the probe and the lone model's rate (the
+    speed-up's one-by-one side), measured in this process, run at the threads the packs will have: they ran at
+    torch's default (every core here) while each pack's task trained on --cpus-per-pack threads."""
+    for c in configs:
+        c.train.threads = cpus if c.train.threads is None else c.train.threads
+
+
 def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options, ray: Any) -> None:
     """Run the packs as Ray tasks; `ray`: the module `check_ray` returned before anything was measured."""
     from stride.launch.ray_train import init_ray, shutdown_ray
@@ -292,9 +302,7 @@ def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options, ray: Any) -> None
     if opts.retake is not None:
         opts.retake()  # ray.init's SIGTERM handler exits at once: SIGTERM stops the sweep as Ctrl-C does
     failed: list[str] = []
-    for job in jobs:  # as `stride launch ray`: a task's torch threads are the CPUs Ray reserved for it
-        for c in job.configs:
-            c.train.threads = opts.cpus_per_pack if c.train.threads is None else c.train.threads
+    task_threads([c for job in jobs for c in job.configs], opts.cpus_per_pack)  # as `run` set them before planning
     pending: dict[Any, tuple[PackJob, float]] = {}
     try:
         task = ray.remote(num_cpus=opts.cpus_per_pack)(ray_job)
@@ -338,6 +346,8 @@ def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]
         opts.log(f"resuming: {len(points) - len(todo)} of {len(points)} points already finished in {store.root}")
     start_index = _next_pack_index(store)  # packs.jsonl is checked here, before anything is measured or trained
     ray = check_ray(opts) if todo and opts.backend == "ray" else None
+    if ray is not None:
+        task_threads([p.config for p in todo], opts.cpus_per_pack)
     t0 = time.perf_counter()
     with ContentionOnce(opts.log) as contention:  # the Trainers of this process: the probe's and the lone points'
         jobs, plans = plan_jobs(todo, store, opts, start_index=start_index) if todo else ([], {})
