@@ -97,11 +97,17 @@ def test_checker_catches_a_collective_that_does_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.dist
 @pytest.mark.slow
-def test_a_port_taken_between_its_choice_and_the_bind_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_port_taken_between_its_choice_and_the_bind_is_retried(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """CI failed once with EADDRINUSE: the free port was released before rank 0 bound it and another job's process
-    took it. The first port offered here is held by a listening socket; the run goes on with the next one."""
+    took it. The first port offered here is held by a listening socket; the run goes on with the next one.
+
+    The run is `stride comm` at 4 and 8 B on 2 ranks (audit 7, #15, tests/comm/test_comm_min_bytes.py): the
+    collectives that send the whole buffer run one float32, all_gather skips 4 B (one float32 per rank). One spawn
+    of 2 ranks for both checks, where each had its own."""
     import socket
 
+    from stride.cli.main import main
     from stride.comm import launch
 
     held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -110,9 +116,16 @@ def test_a_port_taken_between_its_choice_and_the_bind_is_retried(monkeypatch: py
     ports = iter([held.getsockname()[1], launch._free_port()])
     monkeypatch.setattr(launch, "_free_port", lambda: next(ports))
     try:
-        job = launch.CommJob(collectives=["all_reduce"], sizes=[1024], iters=1, warmup=0, backend="gloo")
-        rows = launch.run_spawned(job, 2)
+        rc = main(["comm", "--nproc", "2", "--min-bytes", "4", "--max-bytes", "8", "--collectives",
+                   "all_reduce,broadcast,send_recv,all_gather", "--iters", "1", "--warmup", "0", "--json"])
     finally:
         held.close()
-    assert [(r.collective, r.bytes) for r in rows] == [("all_reduce", 1024)] and rows[0].correct
+    out, err = capsys.readouterr()
+    assert rc == 0, err[-2000:]
     assert next(ports, None) is None  # both ports were asked for: the held one failed, the second ran
+    rows = json.loads(out.strip().splitlines()[-1])["rows"]
+    assert sorted((r["collective"], r["bytes"], r["count"]) for r in rows) == sorted([
+        ("all_reduce", 4, 1), ("all_reduce", 8, 2), ("broadcast", 4, 1), ("broadcast", 8, 2),
+        ("send_recv", 4, 1), ("send_recv", 8, 2), ("all_gather", 8, 1)])  # all_gather: per-rank count
+    assert all(r["correct"] for r in rows), rows
+    assert "note: 4 B skipped for all_gather (below 8 B, one float32 per rank at 2 ranks)" in err
