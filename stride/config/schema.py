@@ -183,7 +183,9 @@ class TrainConfig:
     batch_size: Annotated[int, Positive] = 64
     """Global batch in samples (all ranks together), split into grad_accum micro-batches."""
     grad_accum: Annotated[int, Positive] = 1
-    """Micro-batches per optimizer step: the same update in less activation memory, one gradient sync per step."""
+    """Micro-batches per optimizer step: the same update in less activation memory, one gradient sync per step.
+    Each micro-batch's mean loss is weighted by its share of the rows: a loss that averages over the valid tokens
+    only (ignore_index padding) gives the row-weighted mean of the micro-batches' means, not the token mean."""
     precision: Precision = "fp32"
     """Autocast dtype: bf16 (no loss scaling needed), fp16 (dynamic loss scaling); parameters stay fp32. fp32 on
     CUDA multiplies in TF32 (`allow_tf32`, set for the process: 3e-4 relative error against float64 on an H200,
