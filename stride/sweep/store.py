@@ -219,8 +219,8 @@ class SweepStore:
             mine = [(p["id"], p["config_hash"]) for p in plan["points"]]
             theirs = [(p.get("id"), p.get("config_hash")) for p in old.get("points", [])]
             if old.get("schema") != SCHEMA or mine != theirs:
-                raise ConfigError(f"{self.root} holds another sweep (other points or configs); resume it with its own "
-                                  "config and --grid, or use another --out")
+                raise ConfigError(f"{self.root} holds another sweep ({_what_differs(old, plan)}); resume it with its "
+                                  "own config and --grid, or use another --out")
             was = old.get("split_version", 1)  # plans written before the field are version 1
             finished = [p["id"] for p in plan["points"] if self.result_path(p["id"]).exists()]
             if was != SPLIT_VERSION and finished:
@@ -354,6 +354,29 @@ def _sweep_wrote(path: Path) -> bool:
     except Exception:  # noqa: BLE001 (unreadable, not JSON, not parquet: not a sweep's file)
         return False
     return True
+
+
+def _shown(v: Any, option: str = "", limit: int = 120) -> str:
+    """A plan's value for a message: a list of options as the command line has them (`--grid a=1,2`; none: "none")."""
+    if isinstance(v, list) and all(isinstance(g, str) for g in v):
+        text = " ".join(f"{option} {g}" for g in v) or "none"
+    else:
+        text = str(v)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _what_differs(old: dict[str, Any], plan: dict[str, Any]) -> str:
+    """What tells the sweep in the folder (sweep.json, `old`) from this command's (`plan`), for the refusal: its grid,
+    or, with the same grid, its config file or --set, or else the configs' hashes (the same file, edited). It said
+    only "other points or configs", and a user who added a seed or changed a --set had to find which."""
+    if old.get("grid") != plan["grid"]:
+        return f"its grid is {_shown(old.get('grid'), '--grid')}; this command's is {_shown(plan['grid'], '--grid')}"
+    if old.get("config") != plan["config"]:
+        return f"the same grid of another config file: {_shown(old.get('config'))}, not {_shown(plan['config'])}"
+    if old.get("overrides") != plan["overrides"]:
+        return (f"the same grid with other --set: {_shown(old.get('overrides'), '--set')}, not "
+                f"{_shown(plan['overrides'], '--set')}")
+    return "the same grid, config file and --set, but the configs differ: the config file was edited since"
 
 
 def _plan_problem(obj: Any) -> str | None:
