@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from nproc_run import children_killed_after
 
 import stride.train.rank_cores as rank_cores
+from stride.cli.main import main
 from stride.config import load_config
 from stride.config.errors import ConfigError
 from stride.launch.lifeline import ENV_LAUNCHER
@@ -147,13 +148,14 @@ TINY = ["--set", "model.d_model=32", "--set", "model.n_layers=2", "--set", "data
         "--set", "train.threads=1", "--set", "parallel.dp_shard=2"]
 
 
-def _train(tmp_path: Path, name: str, *extra: str) -> dict:
+def _train(tmp_path: Path, capfd: pytest.CaptureFixture[str], name: str, *extra: str) -> dict:
+    """`stride train --nproc 2` with this process as the launcher (the ranks are torchrun's processes as ever)."""
     out = tmp_path / name
-    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "LOCAL_RANK", "RANK", PINNED_APART_ENV)}
-    proc = subprocess.run([sys.executable, "-m", "stride", "train", str(tmp_path / "c.toml"), "--nproc", "2",
-                           "--out", str(out), "--no-progress", *TINY, *extra],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    with children_killed_after(300):
+        rc = main(["train", str(tmp_path / "c.toml"), "--nproc", "2", "--out", str(out), "--no-progress", *TINY,
+                   *extra])
+    err = capfd.readouterr().err
+    assert rc == 0, err[-3000:]
     return json.loads((out / "summary.json").read_text())
 
 
@@ -161,24 +163,27 @@ def _train(tmp_path: Path, name: str, *extra: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs 2 usable cores and sched_setaffinity")
-def test_two_ranks_are_pinned_apart_and_train_the_same_weights(tmp_path: Path) -> None:
+def test_two_ranks_are_pinned_apart_and_train_the_same_weights(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Pinned on request, and by default unless the host was busy at launch; unpinned ranks train the same weights.
 
     The unpinned run is the default's where the host was busy at launch (a test suite beside it, as in CI), else one
     with `pin_ranks = false`: two launches or three where three always ran (the switched-off rank's plan is checked
     in-process above)."""
+    for var in ("WORLD_SIZE", "LOCAL_RANK", "RANK", PINNED_APART_ENV):
+        monkeypatch.delenv(var, raising=False)
     (tmp_path / "c.toml").write_text("")
     cores = sorted(os.sched_getaffinity(0))
-    pinned = _train(tmp_path, "pinned", "--set", "parallel.pin_ranks=true")  # pinned whatever else runs here
+    pinned = _train(tmp_path, capfd, "pinned", "--set", "parallel.pin_ranks=true")  # pinned whatever else runs here
     assert pinned["rank_pinning"] == {"setting": True, "pinned": True,
                                       "cores_by_local_rank": [[cores[0]], [cores[1]]],
                                       "reason": "2 local ranks x 1 core(s) each, apart"}
     assert pinned["data_loader"]["prefetch"] == 0  # the probe counted this rank's one core: no thread beside it
-    auto = _train(tmp_path, "auto")  # the default: pinned, unless other processes kept the cores busy
+    auto = _train(tmp_path, capfd, "auto")  # the default: pinned, unless other processes kept the cores busy
     assert auto["rank_pinning"]["setting"] == "auto"
     if auto["rank_pinning"]["pinned"]:
         assert auto["rank_pinning"] == {**pinned["rank_pinning"], "setting": "auto"}
-        plain = _train(tmp_path, "plain", "--set", "parallel.pin_ranks=false")
+        plain = _train(tmp_path, capfd, "plain", "--set", "parallel.pin_ranks=false")
         assert plain["rank_pinning"]["setting"] is False
     else:
         assert "busy at launch" in auto["rank_pinning"]["reason"]
