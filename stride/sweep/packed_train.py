@@ -152,17 +152,28 @@ class PackedTrainer:
         shared = self.data.shared
         if not shared:
             x, y = x[ch.lo : ch.hi], y[ch.lo : ch.hi]
-        micro = (x.shape[0] if shared else x.shape[1]) // accum
+        rows = x.shape[0] if shared else x.shape[1]
+        micro = rows // accum
+        # As Trainer.train_step: a batch grad_accum does not divide (an iterable's short last batch) trains every
+        # row, micro-batch k being rows [k * rows // accum, (k + 1) * rows // accum) (empty ones skipped), each mean
+        # loss weighted by its share of the rows; equal micro-batches keep loss / accum (the same bits). The pack
+        # dropped the remainder (and a batch of fewer rows than grad_accum trained empty micro-batches: NaN), so a
+        # packed model left its solo run's weights there.
+        uneven = micro * accum != rows
         loss_sum = None
         for k in range(accum):
+            a, b = (k * rows // accum, (k + 1) * rows // accum) if uneven else (k * micro, (k + 1) * micro)
+            if a == b:
+                continue  # an empty micro-batch (never the last: it holds at least one row)
             if accum == 1:
                 xm, ym = x, y
             elif shared:
-                xm, ym = x[k * micro : (k + 1) * micro], y[k * micro : (k + 1) * micro]
+                xm, ym = x[a:b], y[a:b]
             else:
-                xm, ym = x[:, k * micro : (k + 1) * micro], y[:, k * micro : (k + 1) * micro]
+                xm, ym = x[:, a:b], y[:, a:b]
             with record_function("stride.forward"), self.precision.autocast():
-                loss = self.loss(self.model.forward(ch, xm, shared), ym, ch.lo, ch.hi) / accum
+                loss = self.loss(self.model.forward(ch, xm, shared), ym, ch.lo, ch.hi)
+                loss = loss * ((b - a) / rows) if uneven else loss / accum
             with record_function("stride.backward"):
                 loss.sum().backward()  # d(sum)/d(loss_i) = 1: each model gets its own gradient, nothing mixes
             loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
