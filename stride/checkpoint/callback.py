@@ -333,12 +333,13 @@ class CheckpointCallback(Callback):
             self._rollback(trainer, self.guard.rollback_reason)
             return
         stop = self._agreed_stop(trainer)
-        if stop and trainer.step >= trainer.cfg.train.steps:
+        if stop and (last := _ends_here(trainer)):
             # The run ends here anyway: finish it (on_fit_end's final checkpoint, then summary.json) and exit 0. A
-            # stop taken as at any other step saved and exited without summary.json, and the rerun then found the
-            # run finished at its last checkpoint and never wrote one (outside audit of checkpoints under faults).
+            # stop taken as at any other step saved and exited without summary.json: the rerun then found the run
+            # finished at its last checkpoint and never wrote one, or (the target reached) trained on past the
+            # step the run ended at (outside audit of checkpoints under faults).
             local = self.signal.received
-            self._notice(f"{signal.Signals(local or stop).name} at step {trainer.step}, the run's last step"
+            self._notice(f"{signal.Signals(local or stop).name} at step {trainer.step}, {last}"
                          f"{'' if local else ' (received by another rank)'}: finishing it (final checkpoint and "
                          "summary.json), then exiting")
             stop = 0
@@ -435,6 +436,23 @@ class CheckpointCallback(Callback):
         if self.store is not None and rank_and_world()[1] == 1:
             with contextlib.suppress(Exception):
                 self.store.close()
+
+
+def _ends_here(trainer: TrainerView) -> str:
+    """Why the run ends at this step whatever a stop signal says ('' if it does not): its last step, or the step
+    whose validation reached `train.target_val_loss` (the trainer stops after it; its record is in the history,
+    alike on every rank)."""
+    t = trainer.cfg.train
+    if trainer.step >= t.steps:
+        return "the run's last step"
+    if t.target_val_loss is not None:
+        for rec in reversed(trainer.history):
+            if rec.get("step") != trainer.step:
+                break
+            val = rec.get("val_loss")
+            if isinstance(val, int | float) and val <= t.target_val_loss:
+                return f"where the run reached train.target_val_loss = {t.target_val_loss:g}"
+    return ""
 
 
 def choose_staging(asked: str, device: torch.device, buffers: list[str]) -> tuple[str, str]:

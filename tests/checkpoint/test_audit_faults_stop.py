@@ -30,11 +30,11 @@ class SignalAtLog(Callback):
     """Sends this process `sig` when the step `at` is logged (before the checkpoint callback's step end: a signal
     that lands during the step's last part, its validation or its log line)."""
 
-    def __init__(self, at: int, sig: int = signal.SIGTERM) -> None:
-        self.at, self.sig = at, sig
+    def __init__(self, at: int, sig: int = signal.SIGTERM, key: str = "loss") -> None:
+        self.at, self.sig, self.key = at, sig, key
 
     def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None:
-        if record.get("step") == self.at and "loss" in record:
+        if record.get("step") == self.at and self.key in record:
             os.kill(os.getpid(), self.sig)
 
 
@@ -75,3 +75,24 @@ def test_a_stop_before_the_last_step_still_saves_and_exits_0(tmp_path: Path, res
         fit(out, callbacks=[SignalAtLog(23)])
     assert ex.value.code == 0
     assert verify(out / "checkpoints" / "step_00000023").ok and not (out / "summary.json").exists()
+
+
+def test_a_stop_in_the_step_that_reaches_the_target_finishes_the_run_there(tmp_path: Path, capsys,
+                                                                           restored_handlers) -> None:
+    """The trainer ends a run at the validation that reaches train.target_val_loss. Before, a stop signal in that
+    step saved and exited 0 without summary.json, and the same command resumed and trained on to the next
+    validation under the target (step 15 instead of 5: another run, another time to target)."""
+    ov = ("train.val_every=5", "train.val_batches=2")
+    first = fit(tmp_path / "probe", *ov, "checkpoint.enabled=false")
+    val5 = next(r["val_loss"] for r in map(json.loads, (tmp_path / "probe" / "metrics.jsonl").read_text().splitlines())
+                if r.get("step") == 5 and "val_loss" in r)
+    assert first["steps"] == 24
+    ov += (f"train.target_val_loss={val5 + 1e-7}",)  # reached at the first validation, step 5
+    ref = fit(tmp_path / "ref", *ov)
+    assert ref["steps"] == 5 and ref["time_to_target_s"] is not None
+    capsys.readouterr()
+    out = tmp_path / "run"
+    s = fit(out, *ov, callbacks=[SignalAtLog(5, key="val_loss")])  # the signal lands in that validation
+    assert "SIGTERM at step 5, where the run reached train.target_val_loss" in capsys.readouterr().err
+    assert s["steps"] == 5 and s["time_to_target_s"] is not None and s["params_sha256"] == ref["params_sha256"]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 5
