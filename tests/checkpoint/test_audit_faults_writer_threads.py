@@ -26,8 +26,7 @@ from stride.checkpoint import CheckpointError, verify
 EXTRA = "_write_files_from_queue"  # DCP's extra writer threads are named "Thread-N (_write_files_from_queue)"
 
 
-@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("when", ["open", "flush"])
+@pytest.mark.parametrize(("when", "async_save"), [("open", False), ("flush", True)], ids=["open-sync", "flush-async"])
 def test_a_file_failing_in_a_dcp_writer_thread_fails_the_save_and_keeps_the_previous(
         tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, when: str, async_save: bool) -> None:
     real = FileSystem.create_stream
