@@ -1,6 +1,5 @@
-"""For the tests that launch real `--nproc` runs: a tiny 2-rank config, a reader of its progress, the processes of
-one test's job, found by a mark every one of them inherits in its environment, and a time limit for a launch that
-runs in the test's own process."""
+"""For the tests that launch real `--nproc` runs: a tiny 2-rank config, a reader of its progress, and the
+processes of one test's job, found by a mark every one of them inherits in its environment."""
 
 from __future__ import annotations
 
@@ -9,9 +8,7 @@ import json
 import os
 import signal
 import textwrap
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -93,45 +90,3 @@ def kill(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def descendants(pid: int) -> list[int]:
-    """The live processes below `pid` (its children, theirs, ...), from /proc: torchrun's ranks are in sessions of
-    their own, but still its children."""
-    kids: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        kids.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-@contextlib.contextmanager
-def children_killed_after(timeout: float) -> Iterator[None]:
-    """For a launch this process runs itself (`main(["train", ..., "--nproc", "2"])`, which spares the test a launcher
-    process: its start-up, importing torch, and its exit, seconds each on 2 cores): past `timeout` seconds every
-    process below this one is killed, so that a hung torchrun or rank fails the test (the launch returns torchrun's
-    failure) as the timeout of a launcher run by subprocess.run did, instead of hanging the suite."""
-    done = threading.Event()
-
-    def watch() -> None:
-        if not done.wait(timeout):
-            kill(descendants(os.getpid()))
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nproc_run import children_killed_after
+from launch_guard import children_killed_after
 
 import stride.train.rank_cores as rank_cores
 from stride.cli.main import main

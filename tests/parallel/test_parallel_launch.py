@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from launch_guard import children_killed_after
 
 import stride.launch.torchrun as torchrun_mod
 from stride.cli.main import main
@@ -85,7 +86,7 @@ def test_bad_layout_from_the_command_line_is_one_error_and_no_process(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.slow
-def test_nproc_2_writes_one_run_dir_and_prints_shared_notices_once(tmp_path):
+def test_nproc_2_writes_one_run_dir_and_prints_shared_notices_once(tmp_path, capfd, monkeypatch):
     """A 1-process run resumed at --nproc 2 (torchrun, DDP): one run directory, one writer, and what every rank
     shares printed once. The resume block (and the staging choice, where 2 ranks take every core) is rank 0's to
     print; what a rank says of itself (rank 1 has no RNG state in the checkpoint) stays; "run directory:" is
@@ -95,16 +96,18 @@ def test_nproc_2_writes_one_run_dir_and_prints_shared_notices_once(tmp_path):
     cfg.write_text('[train]\nname = "dist"\n[checkpoint]\nenabled = true\nevery = 2\nasync_save = true\n')
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "LOCAL_RANK", "RANK")}
-
-    def train(*extra: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), "--out", str(out), "--no-progress",
-                               *TINY, *extra], env=env, capture_output=True, text=True, timeout=240)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc
-
-    train()
-    proc = train("--nproc", "2", "--set", "train.steps=5")
-    err = proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "stride", "train", str(cfg), "--out", str(out), "--no-progress",
+                           *TINY], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the resume at --nproc 2 with this process as the launcher (tests/launch_guard.py: a launcher process fewer)
+    for var in ("WORLD_SIZE", "LOCAL_RANK", "RANK"):
+        monkeypatch.delenv(var, raising=False)
+    with children_killed_after(240):
+        rc = main(["train", str(cfg), "--out", str(out), "--no-progress", *TINY, "--nproc", "2", "--set",
+                   "train.steps=5"])
+    proc = capfd.readouterr()
+    err = proc.err
+    assert rc == 0, err[-3000:]
     assert err.count("resuming from step_00000003") == 1, err[-3000:]
     assert err.count("world size: 1 (checkpoint) -> 2 (now)") == 1
     assert err.count("checkpoint.staging = auto") <= 1  # printed only on a node whose 2 ranks take every core
@@ -112,7 +115,7 @@ def test_nproc_2_writes_one_run_dir_and_prints_shared_notices_once(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["parallel"] == "ddp" and summary["steps"] == 5
     assert summary["per_rank_samples_per_s"] == pytest.approx(summary["samples_per_s"] / 2)
-    assert proc.stdout.count("run directory:") == 1  # rank 0 only
+    assert proc.out.count("run directory:") == 1  # rank 0 only
     lines = (out / "metrics.jsonl").read_text().splitlines()
     # steps 1-3 of the first run, 4-5 of the resumed one: one writer, no duplicated records
     assert sorted(json.loads(line)["step"] for line in lines if '"loss"' in line) == [1, 2, 3, 4, 5]
