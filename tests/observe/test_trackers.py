@@ -185,18 +185,26 @@ def test_wandb_offline_run_holds_the_same(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_under_two_ranks_only_rank_0_logs(tmp_path: Path) -> None:
+def test_under_two_ranks_only_rank_0_logs(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("mlflow", reason="the `mlflow` extra is not installed (pip install -e '.[mlflow]')")
-    import subprocess
-    import sys
+    from launch_guard import children_killed_after
+
+    from stride.cli.main import main
 
     repo = Path(__file__).resolve().parents[2]
     out = tmp_path / "run"
     sets = [a for o in [*SMALL, "metrics.mlflow=true", "train.threads=1"] for a in ("--set", o)]
-    res = subprocess.run([sys.executable, "-m", "stride", "train", str(repo / "configs/quickstart.toml"),
-                          "--nproc", "2", "--out", str(out), "--no-progress", *sets], capture_output=True, text=True,
-                         cwd=repo, timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    assert res.returncode == 0, res.stderr[-3000:]
+    # this process is the launcher (tests/launch_guard.py: a launcher process fewer); torchrun and the ranks see
+    # the environment a `stride train` started from the shell would
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("PYTHONWARNINGS", "ignore")
+    for var in ("WORLD_SIZE", "LOCAL_RANK", "RANK"):
+        monkeypatch.delenv(var, raising=False)
+    with children_killed_after(300):
+        rc = main(["train", str(repo / "configs/quickstart.toml"), "--nproc", "2", "--out", str(out), "--no-progress",
+                   *sets])
+    assert rc == 0, capfd.readouterr().err[-3000:]
     client = mlflow_store(out)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1 and runs[0].info.run_id == json.loads((out / "summary.json").read_text())["mlflow_run_id"]
