@@ -16,6 +16,21 @@ def spread(values: list[float]) -> dict[str, float | int | None]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "cv": cv, "n": len(values)}
 
 
+# 1.4826 x the median absolute deviation estimates a normal spread's sd, and one preempted step moves it little
+MAD_TO_SD = 1.4826
+
+
+def step_cv(rates: list[float]) -> float | None:
+    """The spread of one run's per-step rates, as a cv: 1.4826 x MAD / median (robust: one preempted step of 926
+    samples/s among 1,720s made 3 windows of 2 logged steps read a cv of 19 %), at most the plain population cv (so
+    it never exceeds what the rates' min and max allow). None for fewer than 3 rates."""
+    if len(rates) < 3:
+        return None
+    med = statistics.median(rates)
+    mad = statistics.median([abs(r - med) for r in rates])
+    return min(MAD_TO_SD * mad / med, statistics.pstdev(rates) / statistics.fmean(rates))
+
+
 def one_run(t: dict) -> bool:
     """Whether a throughput is one measurement (n 1, or an older file's cv 0 with min = max): its cv says nothing."""
     return t.get("n") == 1 or (t.get("n") is None and t.get("cv") == 0.0 and t.get("min") == t.get("max"))

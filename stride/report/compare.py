@@ -36,7 +36,9 @@ def mismatch_message(rows: list[dict[str, Any]]) -> str | None:
 
 
 # Each side's measured spread is the CV of its throughput measurements: for a `stride bench` entry the 3 windows of
-# one run (within-run jitter), for a world sweep point its repeated runs. The ratio of the two medians carries the
+# one run (within-run jitter), for a `stride train` run folder 3 windows of the steps its metrics.jsonl logged
+# (stride.report.inputs.run_windows; none where that file is missing or damaged), for a world sweep point its
+# repeated runs. The ratio of the two medians carries the
 # noise of both sides, so their CVs add in quadrature (the relative sd of a ratio of independent figures); the band is
 # two of those sds, at least 2 %. Windows of one run share its conditions (load, clocks, caches), so their spread can
 # understate what a second run differs by; that is why the band is not narrowed by the count of windows (sd/sqrt(n)),
@@ -163,7 +165,10 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
             "noise_measured": noise_measured(wa["throughput"]) or noise_measured(wb["throughput"]),
             "peak_note": peak_note(wa, wb),
             # the runs' own notes, whose threads waited and what to do: for --json and the table's caption
-            "contention_notes": {side: note for side, w in (("A", wa), ("B", wb)) if (note := entry_contention(w))}}
+            "contention_notes": {side: note for side, w in (("A", wa), ("B", wb)) if (note := entry_contention(w))},
+            # a run folder whose metrics.jsonl gave no spread (missing, damaged, too few steps): why its side is one
+            # figure, judged against the assumed floor
+            "spread_notes": {side: w["spread_note"] for side, w in (("A", wa), ("B", wb)) if w.get("spread_note")}}
 
 
 PEAK_DIFF = 0.05  # MFU peaks of the two sides further apart than this are said
@@ -243,6 +248,8 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
              "may be of different workloads" for r in rows if r.get("workload_unchecked")]
     notes += [f"{r['name']}: {r['peak_note']}" for r in rows if r.get("peak_note")]
     notes += [f"{r['name']}: {side}: {note}" for r in rows for side, note in (r.get("contention_notes") or {}).items()]
+    notes += [f"{r['name']}: {side}: one figure, no spread measured: {note}" for r in rows
+              for side, note in (r.get("spread_notes") or {}).items()]
     if notes:
         table.caption = literal("\n".join(map(plain, notes)), lines=True)  # one line a note
     return table
