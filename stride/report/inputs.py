@@ -207,8 +207,10 @@ def run_step_rates(run: Path, s: dict[str, Any], cfg: dict[str, Any]) -> tuple[l
     rate, steps going back in a run that did not resume) gives no spread, not an
     error: the summary's figure stands on its own, and the note says which line."""
     path = run / "metrics.jsonl"
-    if not path.is_file():
+    if not path.exists():
         return [], "no metrics.jsonl beside summary.json"
+    if not path.is_file():  # a FIFO or a device would block or never end: not read
+        return [], "metrics.jsonl is not a regular file"
     try:
         text = read_input_text(path, limit=RESULTS_MAX_BYTES, what="run metrics")
     except InputFileError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,11 @@ def test_no_metrics_on_either_side_keeps_the_assumed_floor(tmp_path: Path) -> No
     assert r["verdict"] == "slower (noise not measured: 1 run each, 2 % assumed)" and r["noise_band"] == 0.02
     none = "no metrics.jsonl beside summary.json"
     assert r["spread_notes"] == {"A": none, "B": none}
+
+
+def test_a_fifo_as_metrics_is_not_read(tmp_path: Path) -> None:
+    """A FIFO named metrics.jsonl would block a reader until something writes to it: it is named, not opened."""
+    run = _run(tmp_path / "a", 1692.0, None)
+    os.mkfifo(run / "metrics.jsonl")
+    w = resolve(run)[0]["workloads"][0]
+    assert w["spread_note"] == "metrics.jsonl is not a regular file" and w["throughput"]["cv"] is None
