@@ -18,8 +18,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from launch_guard import children_killed_after
 from nproc_run import kill, marked, steps_logged, tiny_config, wait_gone
 
+from stride.cli.main import main
 from stride.files import run_lock
 from stride.launch import lifeline
 
@@ -166,7 +168,9 @@ def _config(path: Path, steps: int) -> Path:
 @pytest.mark.dist
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["launcher", "group"])
-def test_sigkill_of_the_launcher_ends_torchrun_and_both_ranks(tmp_path: Path, target: str) -> None:
+def test_sigkill_of_the_launcher_ends_torchrun_and_both_ranks(tmp_path: Path, target: str,
+                                                              capfd: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGKILL of the launcher's pid, or of its process group, ends torchrun and both ranks at once, and leaves the
     folder free. After the kill of the pid, the documented resume (the same line again) continues the run and
     finishes it: nothing of the killed launch is in the way. (The resume was a test of its own, whose first launch
@@ -202,10 +206,16 @@ def test_sigkill_of_the_launcher_ends_torchrun_and_both_ranks(tmp_path: Path, ta
         assert logged < steps
         assert not run_lock.ranks_still_in(out)
         assert any((out / "checkpoints").glob("step_*"))  # what the same command resumes from
-        if resume:
-            res = subprocess.run(cmd, env=_env(mark), capture_output=True, text=True, timeout=300)
-            assert res.returncode == 0, res.stderr[-3000:]
-            assert "continuing at step" in res.stderr, res.stderr[-3000:]
+        if resume:  # the same command, with this process as its launcher (tests/launch_guard.py: a process fewer)
+            for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", lifeline.ENV_LAUNCHER,
+                        "STRIDE_RUN_LOCK"):
+                monkeypatch.delenv(var, raising=False)
+            monkeypatch.setenv("PYTHONPATH", str(REPO))
+            with children_killed_after(300):
+                rc = main(cmd[3:])
+            err = capfd.readouterr().err
+            assert rc == 0, err[-3000:]
+            assert "continuing at step" in err, err[-3000:]
             assert json.loads((out / "summary.json").read_text())["steps"] == steps
     finally:
         kill(pids)
