@@ -24,9 +24,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from launch_guard import children_killed_after
 from nproc_run import kill, marked, newest_step, tiny_config, wait_gone
 
 from stride.checkpoint import signals
+from stride.cli.main import main
 from stride.launch import lifeline, torchrun
 
 REPO = Path(__file__).resolve().parents[2]
@@ -297,7 +299,8 @@ STOP_CHAIN = (("SIGTERM", "launcher"), ("SIGINT", "group"), ("SIGUSR1", "group")
 @linux_only
 @pytest.mark.dist
 @pytest.mark.slow
-def test_stopped_nproc_runs_save_once_exit_0_and_the_same_command_resumes(tmp_path: Path) -> None:
+def test_stopped_nproc_runs_save_once_exit_0_and_the_same_command_resumes(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """One run stopped three times (STOP_CHAIN), each time resumed by the same command, which the next stop then
     interrupts; the last resume trains to the end. Every stop is checked as one of a fresh run was (exit status 0
     within 30 s, no traceback, one line for the run naming its signal, exactly one new checkpoint, of that step,
@@ -336,9 +339,17 @@ def test_stopped_nproc_runs_save_once_exit_0_and_the_same_command_resumes(tmp_pa
             assert not (out / "summary.json").exists()
             assert took < 30, (name, target, took)
 
-        res = subprocess.run(cmd, env=_env(mark), capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stderr[-3000:]
-        assert f"continuing at step {step}" in res.stderr, res.stderr[-3000:]
+        # the last resume, which no signal stops, with this process as its launcher (tests/launch_guard.py)
+        for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", lifeline.ENV_LAUNCHER,
+                    "STRIDE_RUN_LOCK"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("PYTHONPATH", str(REPO))
+        capfd.readouterr()
+        with children_killed_after(300):
+            rc = main(cmd[3:])
+        err = capfd.readouterr().err
+        assert rc == 0, err[-3000:]
+        assert f"continuing at step {step}" in err, err[-3000:]
         summary = json.loads((out / "summary.json").read_text())
         assert summary["steps"] == steps and summary["checkpoint"]["resumed_from"] == f"step_{step:08d}"
     finally:
