@@ -2,9 +2,9 @@
 
 A `stride train` run directory (summary.json, config.toml, env.json, metrics.jsonl) is read as a
 results file with one workload: its throughput is the run's own figure over its timed steps, with the spread
-of its metrics.jsonl step rows cut into windows as a bench entry's steps are (`run_windows`); where those rows
-cannot give one, it is one measurement with no spread (`n` = 1) and `spread_note` says why. The other figures
-are the summary's.
+of the timed steps logged in its metrics.jsonl (`run_step_rates`, made a cv by `stride.bench.stats.step_cv`);
+where those rows cannot give one, it is one measurement with no spread (`n` = 1) and `spread_note` says why. The
+other figures are the summary's.
 """
 
 from __future__ import annotations
