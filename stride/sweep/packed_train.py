@@ -40,6 +40,7 @@ from stride.sweep.packed_model import Chunk, PackedModel, chunk_bounds, default_
 from stride.sweep.packed_optim import PackedOptimizer, max_norms
 from stride.sweep.packing import check_packable, pack_key, split_keys
 from stride.train.device import resolve_device, seed_everything
+from stride.train.micro_batches import micro_batches, micro_loss
 from stride.train.precision import Precision
 
 
@@ -153,18 +154,8 @@ class PackedTrainer:
         if not shared:
             x, y = x[ch.lo : ch.hi], y[ch.lo : ch.hi]
         rows = x.shape[0] if shared else x.shape[1]
-        micro = rows // accum
-        # As Trainer.train_step: a batch grad_accum does not divide (an iterable's short last batch) trains every
-        # row, micro-batch k being rows [k * rows // accum, (k + 1) * rows // accum) (empty ones skipped), each mean
-        # loss weighted by its share of the rows; equal micro-batches keep loss / accum (the same bits). The pack
-        # dropped the remainder (and a batch of fewer rows than grad_accum trained empty micro-batches: NaN), so a
-        # packed model left its solo run's weights there.
-        uneven = micro * accum != rows
         loss_sum = None
-        for k in range(accum):
-            a, b = (k * rows // accum, (k + 1) * rows // accum) if uneven else (k * micro, (k + 1) * micro)
-            if a == b:
-                continue  # an empty micro-batch (never the last: it holds at least one row)
+        for a, b in micro_batches(rows, accum):  # the Trainer's split and weights: a packed model trains as solo
             if accum == 1:
                 xm, ym = x, y
             elif shared:
@@ -172,8 +163,7 @@ class PackedTrainer:
             else:
                 xm, ym = x[:, a:b], y[:, a:b]
             with record_function("stride.forward"), self.precision.autocast():
-                loss = self.loss(self.model.forward(ch, xm, shared), ym, ch.lo, ch.hi)
-                loss = loss * ((b - a) / rows) if uneven else loss / accum
+                loss = micro_loss(self.loss(self.model.forward(ch, xm, shared), ym, ch.lo, ch.hi), a, b, rows, accum)
             with record_function("stride.backward"):
                 loss.sum().backward()  # d(sum)/d(loss_i) = 1: each model gets its own gradient, nothing mixes
             loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()

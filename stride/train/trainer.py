@@ -51,6 +51,7 @@ from stride.train.divergence import LossWatch, diverged
 from stride.train.evaluate import validation_loss
 from stride.train.kernels_apply import apply_kernels, check_kernels_compile
 from stride.train.loss import loss_is_fused, resolve_loss
+from stride.train.micro_batches import micro_batches, micro_loss
 from stride.train.output_check import check_output
 from stride.train.precision import Precision
 from stride.train.profiling import phase_range, profiling_active
@@ -336,13 +337,6 @@ class Trainer:
             return self._plain_step(x, y)
         t, timer, accum = self.cfg.train, self.timer, self.cfg.train.grad_accum
         rows = x.shape[0]  # not len(): a tensor's __len__ is a slower call, every step
-        micro = rows // accum
-        # A batch that does not split into grad_accum equal parts (an iterable's short last batch): micro-batch i is
-        # rows [i * rows // accum, (i + 1) * rows // accum) (sizes differ by at most one; fewer rows than micro-batches
-        # leaves some empty, skipped) and its mean loss is weighted by its share of the rows, so the step trains every
-        # row and its loss and gradient are the whole batch's mean, as with grad_accum = 1. The remainder used to be
-        # dropped, and a batch of fewer rows than grad_accum trained empty micro-batches: a NaN loss, a diverged run.
-        uneven = micro * accum != rows
         # One micro-step: the loss is the step's loss as it is (no zeros, division or sum: 3 tensor ops
         # and a DivBackward node a step, ~18 us, for the same bits); accumulation sums loss / accum.
         loss_sum = torch.zeros((), device=self.device) if accum > 1 else None
@@ -356,15 +350,12 @@ class Trainer:
             compute = self.par.pipeline.compute_seconds()
             timer.mark_split("pipeline_wait", compute if self.device.type == "cpu" else {})
             accum = 0  # no micro-step loop below
-        for i in range(accum):
-            if uneven:
-                lo, hi = i * rows // accum, (i + 1) * rows // accum
-                if lo == hi:
-                    continue  # an empty micro-batch (never the last: it holds at least one row)
-            else:
-                lo, hi = i * micro, (i + 1) * micro
+        # every row once, in micro-batches of nearly equal size (stride.train.micro_batches)
+        bounds = micro_batches(rows, accum) if accum else ()
+        last = len(bounds) - 1
+        for i, (lo, hi) in enumerate(bounds):
             # Gradients are communicated on the last micro-step only (DDP no_sync / FSDP2 sync off).
-            with self.par.grad_sync(i == accum - 1) if self.par.enabled else _NULL:
+            with self.par.grad_sync(i == last) if self.par.enabled else _NULL:
                 xm, ym = (x, y) if accum == 1 else (x[lo:hi], y[lo:hi])
                 measure = self.saved_activation_bytes is None and self._measures
                 saved = SavedActivations(self.model) if measure else None
@@ -372,11 +363,7 @@ class Trainer:
                     if saved is not None:
                         saved.__enter__()
                     with self.precision.autocast():
-                        loss = self.loss_fn(self.wrapped(xm), ym)
-                        if uneven:
-                            loss = loss * ((hi - lo) / rows)
-                        elif accum > 1:
-                            loss = loss / accum
+                        loss = micro_loss(self.loss_fn(self.wrapped(xm), ym), lo, hi, rows, accum)
                     if saved is not None:
                         saved.__exit__(None, None, None)
                         self.saved_activation_bytes = saved.bytes
