@@ -158,6 +158,26 @@ class OtherProcessesClock:
         return max(0.0, (len(self.cores0) * wall - (idle - self.idle0) - ours) / wall)
 
 
+@dataclass
+class WaitClock:
+    """Run-queue wait (`ContentionClock`) and other processes' use of this process's cores (`OtherProcessesClock`)
+    over one stretch: the two figures a busy-host verdict reads together (`foreign_wait`). One clock for a sweep's
+    packs (stride.sweep.jobs) and its one-by-one rate (stride.sweep.sizing), which each started the pair themselves."""
+
+    waits: ContentionClock
+    others: OtherProcessesClock
+
+    @classmethod
+    def started(cls) -> WaitClock:
+        waits = ContentionClock()
+        waits.start()
+        return cls(waits, OtherProcessesClock.started())
+
+    def read(self) -> tuple[float | None, float | None]:
+        """(threads that waited for a core, on average; cores' worth other processes used) since the start."""
+        return self.waits.waiting_threads(), self.others.cores()
+
+
 def foreign_wait(waiting: float | None, other: float | None) -> float | None:
     """The part of `waiting` (threads waiting for a core, on average) that other processes can have caused: at most
     the cores' worth they used on this process's cores (`other`); all of it where `other` was not measured."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stride.config import RunConfig
-from stride.metrics.contention import ContentionClock, OtherProcessesClock
+from stride.metrics.contention import WaitClock
 from stride.train.callbacks import Callback
 
 LOG_KEYS = ("step", "loss", "val_loss", "lr", "time_s")
@@ -102,34 +102,22 @@ def run_job(job: PackJob, on_point: Callable[[dict[str, Any]], None] | None = No
     return done
 
 
-@dataclass
-class PackClock:
-    """A pack's run-queue wait and other processes' use of its cores, from `started()` to `reading()`.
+def pack_reading(job: PackJob, clock: WaitClock) -> dict[str, float | None]:
+    """`waiting_threads` (threads that waited for a core, on average) and `other_processes_cores` (cores' worth other
+    processes used on this process's cores) since `clock` started, as packs.jsonl records them; both None for a pack
+    on a GPU (its host threads only launch kernels, as for the lone rate) or where not measured.
 
-    The wait alone (`ContentionClock`) counts every thread of this process, the pack's own lanes and torch's
-    OpenMP threads waiting on each other too; it is put on other processes only as far as they used this process's
-    cores (`OtherProcessesClock`, `stride.metrics.contention.foreign_wait`), as the Trainer's contention note does.
-    Before, packs.jsonl recorded the whole wait and the report labelled the speed-up "UNRELIABLE: ... threads
-    waiting for cores other processes held" wherever it passed a quarter of a thread."""
+    The wait alone counts every thread of this process, the pack's own lanes and torch's OpenMP threads waiting on
+    each other too; the report puts it on other processes only as far as they used this process's cores
+    (`stride.metrics.contention.foreign_wait`), as the Trainer's contention note does. Before, packs.jsonl recorded
+    the whole wait and the report labelled the speed-up "UNRELIABLE: ... threads waiting for cores other processes
+    held" wherever it passed a quarter of a thread."""
+    from stride.sweep.sizing import _on_cpu
 
-    waits: ContentionClock
-    others: OtherProcessesClock
-
-    @classmethod
-    def started(cls) -> PackClock:
-        waits = ContentionClock()
-        waits.start()
-        return cls(waits, OtherProcessesClock.started())
-
-    def reading(self, job: PackJob) -> dict[str, float | None]:
-        """`waiting_threads` (threads that waited for a core, on average) and `other_processes_cores` (cores' worth
-        other processes used on this process's cores) for a CPU pack, as packs.jsonl records them; both None for a
-        pack on a GPU (its host threads only launch kernels, as for the lone rate) or where not measured."""
-        from stride.sweep.sizing import _on_cpu
-
-        if not (job.configs and _on_cpu(job.configs[0])):
-            return {"waiting_threads": None, "other_processes_cores": None}
-        return {"waiting_threads": self.waits.waiting_threads(), "other_processes_cores": self.others.cores()}
+    if not (job.configs and _on_cpu(job.configs[0])):
+        return {"waiting_threads": None, "other_processes_cores": None}
+    waiting, other = clock.read()
+    return {"waiting_threads": waiting, "other_processes_cores": other}
 
 
 def ray_job(job: PackJob) -> dict[str, Any]:
@@ -137,6 +125,6 @@ def ray_job(job: PackJob) -> dict[str, Any]:
     (from when the task started running: a pack that waited in Ray's queue behind others had that wait counted
     as device time when the driver timed it from submission; audit 10, F10)."""
     t0 = time.perf_counter()
-    clock = PackClock.started()
+    clock = WaitClock.started()
     items = run_job(job)
-    return {"items": items, "wall_s": time.perf_counter() - t0, **clock.reading(job)}
+    return {"items": items, "wall_s": time.perf_counter() - t0, **pack_reading(job, clock)}

@@ -123,7 +123,7 @@ def _number(v: Any) -> float | None:
 def pack_foreign_wait(p: dict[str, Any]) -> float | None:
     """The part of a pack's run-queue wait that other processes can have caused: at most the cores' worth they used
     on its cores (`other_processes_cores`; a record written before it was measured: the whole wait). A pack's own
-    threads waiting on each other are no busy host (stride.sweep.jobs.PackClock)."""
+    threads waiting on each other are no busy host (stride.sweep.jobs.pack_reading)."""
     return foreign_wait(_number(p.get("waiting_threads")), _number(p.get("other_processes_cores")))
 
 

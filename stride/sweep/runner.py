@@ -34,9 +34,9 @@ from stride.config import RunConfig
 from stride.config.errors import ConfigError
 from stride.files.input_file import InputFileError, InputFileMissing, read_input_bytes
 from stride.files.strict_json import finite_number
-from stride.metrics.contention import CONTENTION_RECORD
+from stride.metrics.contention import CONTENTION_RECORD, WaitClock
 from stride.sweep.grid import Point
-from stride.sweep.jobs import PackClock, PackJob, ray_job, run_job
+from stride.sweep.jobs import PackJob, pack_reading, ray_job, run_job
 from stride.sweep.packed_model import chunk_bounds
 from stride.sweep.packing import check_packable, pack_key, split_keys
 from stride.sweep.sizing import SoloRate, check_fits, measure_solo, probe
@@ -212,7 +212,7 @@ class Recorder:
     def pack(self, job: PackJob, items: list[dict[str, Any]], wall_s: float, backend: str,
              error: str | None = None, waiting: float | None = None, other: float | None = None) -> None:
         """Append the pack's timing: its wall time (set-up and validation included) and its training steps' time;
-        `waiting`, `other`: its run-queue wait and other processes' cores (PackClock.reading)."""
+        `waiting`, `other`: its run-queue wait and other processes' cores (stride.sweep.jobs.pack_reading)."""
         if job.solo:  # points one after another: their step times add up
             train_s = sum(_train_s(it["summary"]) for it in items)
         else:  # one pack: its steps are every member's
@@ -245,9 +245,9 @@ def run_local(jobs: list[PackJob], rec: Recorder, stop: Callable[[], None] | Non
         if stop is not None:
             stop()
         t0 = time.perf_counter()
-        clock = PackClock.started()
+        clock = WaitClock.started()
         items = run_job(job, on_point=rec.point, check=stop)
-        read = clock.reading(job)
+        read = pack_reading(job, clock)
         rec.pack(job, items, time.perf_counter() - t0, "local", waiting=read["waiting_threads"],
                  other=read["other_processes_cores"])
 

@@ -44,12 +44,7 @@ from stride.config import RunConfig
 from stride.config.errors import ConfigError
 from stride.data.build import build_data
 from stride.files import host
-from stride.metrics.contention import (
-    CONTENDED_THREADS,
-    ContentionClock,
-    OtherProcessesClock,
-    foreign_wait,
-)
+from stride.metrics.contention import CONTENDED_THREADS, WaitClock, foreign_wait
 from stride.metrics.memory import SavedActivations
 from stride.models.losses import make_loss
 from stride.models.registry import build_model
@@ -314,13 +309,11 @@ def measure_solo(cfg: RunConfig) -> SoloRate:
     try:  # a class whose first point diverges (the grid's largest lr) has no rate: its points get no estimate
         warm, _ = _run_alone(cfg, SOLO_WARMUP_STEPS, SOLO_SKIP)
         n = _window_steps(min(warm[SOLO_SKIP:] or warm))  # its fastest step: a cold start's slow ones cut none short
-        waits = ContentionClock()
-        waits.start()
-        others = OtherProcessesClock.started()
+        clock = WaitClock.started()
         times, capped = _run_alone(cfg, SOLO_SKIP + SOLO_WINDOWS * n, SOLO_SKIP, SOLO_MAX_S)
         # the host's threads matter where they run the model: on a GPU they only launch kernels (review L5), and
         # the run summaries say contention on CPU runs only
-        waiting, other = (waits.waiting_threads(), others.cores()) if _on_cpu(cfg) else (None, None)
+        waiting, other = clock.read() if _on_cpu(cfg) else (None, None)
         times = times[SOLO_SKIP:]
     except TrainingDiverged:
         return SoloRate(0.0, [], 0, 0.0, 0)
