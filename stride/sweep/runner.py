@@ -292,7 +292,8 @@ def task_threads(configs: list[RunConfig], cpus: int) -> None:
 
 
 def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options, ray: Any) -> None:
-    """Run the packs as Ray tasks; `ray`: the module `check_ray` returned before anything was measured."""
+    """Run the packs as Ray tasks; `ray`: the module `check_ray` returned before anything was measured. The packs'
+    configs hold their task's threads already (`task_threads`, set by `run` before planning)."""
     from stride.launch.ray_train import init_ray, shutdown_ray
 
     try:
@@ -302,7 +303,6 @@ def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options, ray: Any) -> None
     if opts.retake is not None:
         opts.retake()  # ray.init's SIGTERM handler exits at once: SIGTERM stops the sweep as Ctrl-C does
     failed: list[str] = []
-    task_threads([c for job in jobs for c in job.configs], opts.cpus_per_pack)  # as `run` set them before planning
     pending: dict[Any, tuple[PackJob, float]] = {}
     try:
         task = ray.remote(num_cpus=opts.cpus_per_pack)(ray_job)
