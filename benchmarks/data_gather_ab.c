@@ -7,11 +7,14 @@
  * heads of the block k ahead (the kernel's), whole next blocks prefetched, 4 blocks interleaved, or a
  * block's 4 pages copied as interleaved streams with the next block's lines hinted (the kernel's `lines`, as 1, 2 or
  * 3 blocks at once: 4, 8 or 12 page streams), or its lines in order with the next block's same line hinted (`lines`
- * = 1), over random blocks and over consecutive ones (`seq_`: the same code, so the gap is what randomness costs).
- * Variants run in a shuffled order every round; medians of GB/s per CPU-second of the thread.
+ * = 1; `_dN`: the line N blocks on hinted), over random blocks and over consecutive ones (`seq_`: the same code,
+ * so the gap is what randomness costs); the batch's blocks as one stream whose line D bytes on is hinted as each line
+ * copies (`streamD`), and `rep movsb` (`rep`: a whole 4 MiB block, or each block with its next block's lines of
+ * every 1 KiB hinted first). Variants run in a shuffled order every round; medians of GB/s per CPU-second of the
+ * thread. SEED (optional) draws other random blocks.
  *
  *   cc -O3 -march=native -o /tmp/gather_ab benchmarks/data_gather_ab.c
- *   dd if=/dev/urandom of=/tmp/store.bin bs=4M count=64 && /tmp/gather_ab /tmp/store.bin 256 60
+ *   dd if=/dev/urandom of=/tmp/store.bin bs=4M count=64 && /tmp/gather_ab /tmp/store.bin 256 60 [SEED]
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -26,8 +29,9 @@
 #define ROW 128
 #define NB (4 << 20)
 enum { FILEMAP, ANON, HUGE };
-enum { CONTIG, MEMCPY, NT, HEADS, WHOLE_T0, WHOLE_T1, INTERLEAVE4, LINES4, LINES8, LINES12, LINES1 };
-typedef struct { const char *name; int src, mode, blk, k, fresh, seq; } variant; /* seq: the blocks one after another */
+enum { CONTIG, MEMCPY, NT, HEADS, WHOLE_T0, WHOLE_T1, INTERLEAVE4, LINES4, LINES8, LINES12, LINES1, STREAMD, REP };
+/* seq: the blocks one after another; d: LINES1's distance in blocks, STREAMD's in bytes, REP's hinted chunk (0: none) */
+typedef struct { const char *name; int src, mode, blk, k, fresh, seq, d; } variant;
 static const variant V[] = {
     {"contig_file", FILEMAP, CONTIG, NB, 0, 0},        {"contig_anon4k", ANON, CONTIG, NB, 0, 0},
     {"contig_huge", HUGE, CONTIG, NB, 0, 0},           {"contig_file_fresh_dst", FILEMAP, CONTIG, NB, 0, 1},
@@ -44,8 +48,15 @@ static const variant V[] = {
     {"lines12_k4_file", FILEMAP, LINES12, 16384, 4, 0},
     /* the kernel's `lines` = 1: a window's lines in order, each line of the next window hinted as the same line of
      * this one copies; and the same copies over consecutive blocks (`seq_`): what randomness itself costs */
-    {"lines1_k2_file", FILEMAP, LINES1, 16384, 2, 0},  {"seq_lines1_k2_file", FILEMAP, LINES1, 16384, 2, 0, 1},
+    {"lines1_k2_file", FILEMAP, LINES1, 16384, 2, 0, 0, 1},  {"seq_lines1_k2_file", FILEMAP, LINES1, 16384, 2, 0, 1, 1},
     {"seq16k_file", FILEMAP, MEMCPY, 16384, 0, 0, 1},
+    /* how far ahead the lines are hinted: 1, 2 or 4 blocks, or D bytes on in the batch's stream (session 36) */
+    {"lines1_k0_d1_file", FILEMAP, LINES1, 16384, 0, 0, 0, 1}, {"lines1_k0_d2_file", FILEMAP, LINES1, 16384, 0, 0, 0, 2},
+    {"lines1_k0_d4_file", FILEMAP, LINES1, 16384, 0, 0, 0, 4},  {"streamD8k_file", FILEMAP, STREAMD, 16384, 0, 0, 0, 8192},
+    {"streamD16k_file", FILEMAP, STREAMD, 16384, 0, 0, 0, 16384}, {"streamD32k_file", FILEMAP, STREAMD, 16384, 0, 0, 0, 32768},
+    /* rep movsb: one 4 MiB block (the host's fastest contiguous copy?), and random blocks with hints */
+    {"contig_rep_file", FILEMAP, REP, NB, 0, 0},  {"rep16k_file", FILEMAP, REP, 16384, 0, 0},
+    {"rep16k_hint1k_file", FILEMAP, REP, 16384, 0, 0, 0, 1024},
 };
 #define NV ((int)(sizeof V / sizeof *V))
 
@@ -96,12 +107,46 @@ static void run(const variant *v, char *dst, const char *src, const int64_t *st)
         }
         return;
     }
-    if (v->mode == LINES1) {
-        for (int j = 0; j < v->k; j++) heads(src + st[j] * ROW, v->blk);
+    if (v->mode == STREAMD) { /* the blocks as one stream; the line D bytes on in it hinted as each line copies. The
+        block and D are run-time values, so each line's hint costs a division: the same hints with both as
+        compile-time constants copied at 0.57-0.58 of contig_file against 0.74-0.77 (session 36, AMD EPYC family 26):
+        on that host how fast the hints issue matters, not only where they point */
+        const int64_t D = v->d, L = v->blk, total = (int64_t)nb * L;
+        for (int64_t q = 0; q < D && q < total; q += 64) _mm_prefetch(src + st[q / L] * ROW + q % L, _MM_HINT_T1);
         for (int b = 0; b < nb; b++) {
-            const char *s = src + st[b] * ROW, *n = b + 1 < nb ? src + st[b + 1] * ROW : 0;
+            const char *s = src + st[b] * ROW;
+            char *d = dst + (size_t)b * L;
+            for (int64_t i = 0; i < L; i += 64) {
+                const int64_t q = (int64_t)b * L + i + D;
+                if (q < total) _mm_prefetch(src + st[q / L] * ROW + q % L, _MM_HINT_T1);
+                _mm512_storeu_si512((void *)(d + i), _mm512_loadu_si512((const void *)(s + i)));
+            }
+        }
+        return;
+    }
+    if (v->mode == REP) { /* rep movsb, a block at a time (or d bytes at a time, the next block's lines of them hinted) */
+        const int c = v->d > 0 ? v->d : v->blk;
+        for (int b = 0; b < nb; b++) {
+            const char *s = src + st[b] * ROW, *n = v->d > 0 && b + 1 < nb ? src + st[b + 1] * ROW : 0;
+            for (int i = 0; i < v->blk; i += c) {
+                if (n) for (int l = 0; l < c; l += 64) _mm_prefetch(n + i + l, _MM_HINT_T1);
+                void *dd = dst + (size_t)b * v->blk + i;
+                const void *ss = s + i;
+                size_t cnt = (size_t)c;
+                __asm__ volatile("rep movsb" : "+D"(dd), "+S"(ss), "+c"(cnt) : : "memory");
+            }
+        }
+        return;
+    }
+    if (v->mode == LINES1) { /* the line d blocks on hinted as each line copies (and page heads k blocks on) */
+        const int dn = v->d > 0 ? v->d : 1;
+        for (int j = 0; j < v->k; j++) heads(src + st[j] * ROW, v->blk);
+        for (int j = 1; j < dn && j < nb; j++)
+            for (int i = 0; i < v->blk; i += 64) _mm_prefetch(src + st[j] * ROW + i, _MM_HINT_T1);
+        for (int b = 0; b < nb; b++) {
+            const char *s = src + st[b] * ROW, *n = b + dn < nb ? src + st[b + dn] * ROW : 0;
             char *d = dst + (size_t)b * v->blk;
-            if (b + v->k < nb) heads(src + st[b + v->k] * ROW, v->blk);
+            if (v->k && b + v->k < nb) heads(src + st[b + v->k] * ROW, v->blk);
             for (int i = 0; i < v->blk; i += 64) {
                 if (n) _mm_prefetch(n + i, _MM_HINT_T1);
                 _mm512_storeu_si512((void *)(d + i), _mm512_loadu_si512((const void *)(s + i)));
@@ -130,9 +175,10 @@ static void run(const variant *v, char *dst, const char *src, const int64_t *st)
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: %s STORE_FILE [MiB=128] [rounds=60]\n", argv[0]); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: %s STORE_FILE [MiB=128] [rounds=60] [SEED]\n", argv[0]); return 2; }
     size_t sn = (size_t)(argc > 2 ? atoi(argv[2]) : 128) << 20;
     int reps = argc > 3 ? atoi(argv[3]) : 60;
+    if (argc > 4) rs ^= (uint64_t)atoll(argv[4]) * 0x9E3779B97F4A7C15ull;
     char *srcs[3];
     int fd = open(argv[1], O_RDONLY);
     srcs[FILEMAP] = mmap(0, sn, PROT_READ, MAP_PRIVATE, fd, 0);
