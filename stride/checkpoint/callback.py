@@ -70,6 +70,7 @@ class CheckpointCallback(Callback):
         self.verdict = Verdict("resume")  # what the rerun rules said about the checkpoint resumed (rerun.decide)
         self.resume_changes: list[str] = []  # allowed config differences from the checkpoint resumed
         self.rollbacks = 0
+        self.rollback_events: list[dict[str, Any]] = []  # from_step, to_step, reason of each rollback of this process
         self.last_saved: int | None = None
         self._store: dict[str, Any] | None = None  # the data store's path and sha256s (train_state.store_identity)
 
@@ -364,6 +365,8 @@ class CheckpointCallback(Callback):
             raise Preempted(0)
         if c.every and trainer.step % c.every == 0 and trainer.step < trainer.cfg.train.steps:
             trainer.timer.add("checkpoint", self.save(trainer))
+            if c.nan_rollback_after or c.spike_action == "rollback":
+                trainer.keep_rollback_point()  # the loop's tallies here, for a rollback to this checkpoint
 
     def _agreed_stop(self, trainer: TrainerView) -> int:
         """The signal every rank stops on at the end of this step (0: none).
@@ -399,8 +402,14 @@ class CheckpointCallback(Callback):
         self.rollbacks += 1
         at = trainer.step
         self._load(trainer, choice)
+        # the steps after the checkpoint are trained again: their first records leave metrics.jsonl (into
+        # rollbacks.jsonl) and the summary's timings, so each step is counted and logged once (Trainer.rolled_back)
+        event = {"rollback": self.rollbacks, "from_step": at, "to_step": trainer.step, "reason": reason}
+        self.rollback_events.append(event)
+        trainer.rolled_back(at, event)
         self.log(f"{reason}: rolled back from step {at} to {choice.folder.name} "
-                 f"(rollback {self.rollbacks} of at most {c.max_rollbacks})")
+                 f"(rollback {self.rollbacks} of at most {c.max_rollbacks}); the records of steps "
+                 f"{trainer.step + 1}-{at} moved from metrics.jsonl to rollbacks.jsonl")
 
     def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         assert self.store is not None and self.guard is not None
@@ -423,6 +432,10 @@ class CheckpointCallback(Callback):
             "resume_changes": list(self.resume_changes),
             "extended_from": list(self.verdict.extended_from),  # train.steps of the earlier segments of this run
             "rollbacks": self.rollbacks,
+            # each rollback of this process (from_step, to_step, reason); the steps it trained again, counted once
+            # in timed_steps and metrics.jsonl, were trained twice: rolled_back_steps
+            "rollback_events": [dict(e) for e in self.rollback_events],
+            "rolled_back_steps": sum(e["from_step"] - e["to_step"] for e in self.rollback_events),
             "nonfinite_steps": self.guard.nonfinite_steps,
             "loss_spikes": self.guard.spikes,
         }

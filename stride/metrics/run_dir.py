@@ -38,7 +38,10 @@ _FILE_TMP = re.compile(r"^[A-Za-z0-9_.-]+\.(json|toml|jsonl|html|md)$")  # the r
 # `stride repro` names the keys an edit changed against this copy (stride.launch.repro.recorded_config), where it
 # hashes to summary.json's config_hash; before, only a run with checkpoints (their meta.json) could name them.
 RECORDED_CONFIG = "config.recorded.toml"
-RUN_FILES = ("config.toml", RECORDED_CONFIG, "env.json", "metrics.jsonl", "summary.json", "system.jsonl",
+# The records a rollback took out of metrics.jsonl (the steps it trained again), one line per rollback with its
+# from_step, to_step and reason: metrics.jsonl holds one record per step, and the rollback stays visible here.
+ROLLBACKS = "rollbacks.jsonl"
+RUN_FILES = ("config.toml", RECORDED_CONFIG, "env.json", "metrics.jsonl", ROLLBACKS, "summary.json", "system.jsonl",
              "prometheus.json", "analysis.json", "tensorboard", "mlflow", "wandb", "tracking.json", "traces",
              "report.html", "summary.md")
 
@@ -232,6 +235,44 @@ class RunDir:
         if len(keep) < len(lines):
             self.written = True
             atomic_write_text(path, "".join(keep))
+
+    def roll_back_records(self, step: int, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """A rollback in the loop to the checkpoint of `step`: metrics.jsonl keeps the records up to `step`, as a
+        resume's cut does (the steps after it are trained and logged again, so each step keeps one record), and the
+        records it drops go, with `event` (from_step, to_step, reason), as one line into rollbacks.jsonl, so the
+        rolled-back steps stay visible. Returns the dropped records. Before, both copies of the steps stayed in
+        metrics.jsonl, the rolled-back ones first."""
+        self.flush()  # the lines logged so far reach the file (and a resume's pending cut is made)
+        if self._metrics is not None:  # the file is replaced below: the next line opens the new one
+            with contextlib.suppress(OSError):
+                self._metrics.close()
+            self._metrics = None
+        path = self.path / "metrics.jsonl"
+        try:
+            lines = path.read_text().splitlines(keepends=True)
+        except FileNotFoundError:
+            lines = []
+        except OSError as exc:
+            raise RunDirError(one_line(f"cannot read {path}: {os_reason(exc)}")) from None
+        keep, dropped = [], []
+        for line in lines:
+            record = _record(line)
+            if record is not None and record["step"] <= step:
+                keep.append(line)
+            elif record is not None:
+                dropped.append(record)
+        self.written = True
+        if len(keep) < len(lines):
+            atomic_write_text(path, "".join(keep))
+        target = self.path / ROLLBACKS
+        try:
+            with open(target, "a") as f:
+                f.write(strict_json.dumps({**event, "records": dropped}) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise RunDirError(one_line(f"cannot write {target}: {os_reason(exc)}")) from None
+        return dropped
 
     def clear(self, names: tuple[str, ...]) -> None:
         """Delete these entries of the folder (--overwrite: an earlier run's files); others are left alone."""

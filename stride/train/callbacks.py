@@ -80,6 +80,16 @@ class TrainerView(Protocol):
         """Continue the training data from `position` (as `data_position` gave it) at the next step."""
         ...
 
+    def keep_rollback_point(self) -> None:
+        """The loop's tallies at this step (a checkpoint of it was just taken): a rollback to it restores them."""
+        ...
+
+    def rolled_back(self, from_step: int, event: Mapping[str, Any]) -> None:
+        """A checkpoint was loaded in the loop at `from_step` (`step` is now its step): the steps after it are
+        trained again, so their records and timings go (rank 0 moves the records to rollbacks.jsonl with `event`),
+        and every callback's `on_rollback` is called."""
+        ...
+
 
 class Callback:
     """Hooks into `Trainer.fit()`, in the order the trainer holds its callbacks. Override what you need."""
@@ -103,6 +113,11 @@ class Callback:
 
     def on_step_end(self, trainer: TrainerView) -> None:
         """After each optimizer step, its logging and validation."""
+
+    def on_rollback(self, trainer: TrainerView, from_step: int) -> None:
+        """A rollback in the loop (the checkpoint callback's step guard) took the run from `from_step` back to
+        `trainer.step`: the steps after it are trained and logged again. The records logged past it are gone from
+        `trainer.history` and metrics.jsonl; a callback that copied them elsewhere hides or marks them here."""
 
     def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         """After the last step; may add keys to `summary` (summary.json) before it is written."""

@@ -66,6 +66,24 @@ _NULL = contextlib.nullcontext()
 
 log = logging.getLogger("stride")
 
+ROLLBACK_POINTS = 8  # loop tallies kept for rollbacks: the newest checkpoints' (and the loop start's)
+
+
+@dataclass
+class _LoopPoint:
+    """The loop's tallies at a step a checkpoint holds. A rollback to that checkpoint restores them, so the summary
+    counts every step that stands once (timed_steps, throughput, step time, samples) and no rolled-back one, as
+    metrics.jsonl then holds one record per step (docs/checkpoint.md, "Rollbacks")."""
+
+    totals: dict[str, float]
+    timed: int
+    walls: int
+    samples: int
+    timed_samples: int
+    comm: tuple[float, float]
+    val_loss: float | None
+    time_to_target: float | None
+
 
 @dataclass
 class TrainResult:
@@ -174,6 +192,8 @@ class Trainer:
         self._clock_start: float | None = None  # perf_counter at this process's loop start
         self._clock_stop: float | None = None  # ... and at its end (the clock stops with the loop)
         self.run_dir: RunDir | None = None
+        self._tally: LoopTally | None = None  # the loop's, while it runs (rollbacks restore parts of it)
+        self._points: dict[int, _LoopPoint] = {}  # step -> the loop's tallies there (keep_rollback_point)
         self._pending: Batch | None = None
         self._plain = self._host_batches = False  # set by setup()
         self._measures = True
@@ -238,6 +258,53 @@ class Trainer:
     def resume_data(self, position: Mapping[str, Any]) -> None:
         self._pending = None  # setup()'s prefetched first batch belongs to step 0 of a fresh start
         self._stream = resumed_stream(self.train_data, position, self.step)
+
+    def keep_rollback_point(self) -> None:
+        """TrainerView: remember the loop's tallies at this step (a checkpoint of it was just taken; the timer
+        holds its stall) for a rollback to it; the newest ROLLBACK_POINTS are kept, and the loop's start."""
+        tally = self._tally
+        if tally is None:
+            return
+        timer = self.timer
+        timer.flush()  # CUDA: the steps still pending are booked first
+        self._points[self.step] = _LoopPoint(dict(timer.totals), timer.steps, len(timer.step_seconds),
+                                             len(self.step_samples), tally.timed_samples,
+                                             (tally.comm_exposed, tally.comm_hidden), tally.val_loss,
+                                             tally.time_to_target)
+        for step in sorted(self._points)[:-ROLLBACK_POINTS]:
+            if step != tally.start_step:
+                del self._points[step]
+
+    def rolled_back(self, from_step: int, event: Mapping[str, Any]) -> None:
+        """TrainerView: a checkpoint was loaded in the loop at `from_step` (`self.step` is its step). The steps after
+        it will be trained again: their records leave the history and metrics.jsonl (rank 0 moves them to
+        rollbacks.jsonl, one line with `event`), the timer, samples and validation figures go back to the values
+        at that step, and the callbacks hear of it (`on_rollback`): a reader keyed by step sees each step once."""
+        to, tally = self.step, self._tally
+        self.history[:] = [r for r in self.history if r["step"] <= to]
+        if self.run_dir is not None:
+            clock = self._clock(tally) if tally is not None else None
+            self.run_dir.roll_back_records(to, {**event, "time_s": clock})
+        point = self._points.get(to)
+        if point is not None and tally is not None:
+            timer = self.timer
+            timer.flush()
+            timer.totals.clear()
+            timer.totals.update(point.totals)
+            timer.steps = point.timed
+            del timer.step_seconds[point.walls:]
+            del self.step_samples[point.samples:]
+            tally.timed_samples = point.timed_samples
+            tally.comm_exposed, tally.comm_hidden = point.comm
+            tally.val_loss, tally.time_to_target = point.val_loss, point.time_to_target
+        elif tally is not None:  # a checkpoint older than the tallies kept: the figures keep the rolled-back steps
+            log.warning("stride.train: rolled back to step %d, older than the loop tallies kept: summary.json's "
+                        "timed_steps and throughput still count the %d rolled-back steps", to, from_step - to)
+        for step in [s for s in self._points if s > to]:
+            del self._points[step]
+        for cb in self.callbacks:
+            if overrides(cb, "on_rollback"):
+                cb.on_rollback(self, from_step)
 
     # -- the step -------------------------------------------------------------------------
     def _to_device(self, batch: Batch) -> Batch:
@@ -457,6 +524,8 @@ class Trainer:
         elif self.step > 0:
             self._lost_time = self._add_lost_segment(run)
         self._clock_start, self._clock_stop = tally.t_start, None
+        self._tally, self._points = tally, {}
+        self.keep_rollback_point()  # where a rollback to the checkpoint resumed (or step 0's) leaves the tallies
         waits = ContentionClock()
         waits.start()
         tally.time_before, tally.lost_time = self._time_before, self._lost_time
@@ -484,6 +553,7 @@ class Trainer:
                 self.diverged_at = self._losses.read(self.par)[1]
         finally:
             progress.close()
+            self._tally = None
         self._clock_stop = time.perf_counter()
         tally.wall = self._clock_stop - tally.t_start
         tally.waiting_threads = waits.waiting_threads()

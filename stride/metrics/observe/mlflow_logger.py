@@ -19,6 +19,9 @@ A run resumed from a checkpoint logs again the steps after that checkpoint that 
 the later timestamp. The run's tag `stride.resumed_at` lists the steps it was resumed at ("20" or "20,40"), so a
 reader can tell: at a step after a resume step, take the value logged last. TensorBoard hides the stopped
 process's values itself (stride.metrics.observe.tensorboard); metrics.jsonl holds the redone ones only.
+A rollback in the loop (the step guard's) is the same for MLflow: the steps it trains again hold both values,
+the redone one last, and the tag `stride.rolled_back` lists the rollbacks as `from>to` ("9>6" or "9>6,15>12");
+metrics.jsonl holds the redone values only, rollbacks.jsonl the rolled-back ones.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ CONFIG_ARTIFACT = "config.toml"  # the whole resolved config, logged where a par
 MAX_IN_FLIGHT = 64  # asynchronous metric batches held before the oldest are waited for
 PROBE_S = 5.0  # how long a tracking server has to accept a connection before the run is refused
 RESUMED_TAG = "stride.resumed_at"
+ROLLED_BACK_TAG = "stride.rolled_back"
 
 
 def shown_uri(uri: str) -> str:
@@ -190,6 +194,13 @@ class MLflowCallback(Sink):
             old, self._pending = self._pending[:-MAX_IN_FLIGHT // 2], self._pending[-MAX_IN_FLIGHT // 2:]
             for op in old:
                 op.wait()
+
+    def _rollback(self, trainer: TrainerView, from_step: int) -> None:
+        if self.run_id is None:
+            return
+        before = self.client.get_run(self.run_id).data.tags.get(ROLLED_BACK_TAG)
+        now = f"{from_step}>{trainer.step}"
+        self.client.set_tag(self.run_id, ROLLED_BACK_TAG, f"{before},{now}" if before else now)
 
     def _flush(self) -> None:
         """Wait for the metrics in flight (an error in one is raised here)."""

@@ -57,6 +57,8 @@ class Sink(Callback):
 
     def _step_end(self, trainer: TrainerView) -> None: ...
 
+    def _rollback(self, trainer: TrainerView, from_step: int) -> None: ...
+
     def _end(self, trainer: TrainerView, summary: dict[str, Any]) -> None: ...
 
     def _close(self, trainer: TrainerView, exc: BaseException | None) -> None:
@@ -83,6 +85,13 @@ class Sink(Callback):
         if self.failed is None:
             try:
                 self._step_end(trainer)
+            except Exception as exc:  # noqa: BLE001
+                self._fail(trainer, exc)
+
+    def on_rollback(self, trainer: TrainerView, from_step: int) -> None:
+        if self.failed is None:
+            try:
+                self._rollback(trainer, from_step)
             except Exception as exc:  # noqa: BLE001
                 self._fail(trainer, exc)
 

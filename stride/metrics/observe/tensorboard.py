@@ -11,7 +11,9 @@ refused by a later callback, a Prometheus port in use) leaves no empty events fi
 writable before the first step. Each session's file starts with TensorBoard's purge marker at the step after
 the one it starts from: a run resumed from its checkpoint at step 20 after a kill at step 25 shows steps 21-25
 once (the redone ones), as metrics.jsonl does; the killed process's values at those steps are hidden by
-TensorBoard's readers (EventAccumulator, the TensorBoard UI), though they stay in the older file.
+TensorBoard's readers (EventAccumulator, the TensorBoard UI), though they stay in the older file. A rollback in
+the loop (the step guard's, back to the checkpoint at step 6 from step 9) writes the same marker at step 7 into
+the open file: the rolled-back values of steps 7-9 are hidden and the redone ones shown, as in metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class EventFile:
     """One TensorBoard event file, written synchronously (TFRecord framing, tensorboard's own protos)."""
 
     def __init__(self, folder: Path, purge_step: int) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.summary.writer.record_writer import RecordWriter
 
         folder.mkdir(parents=True, exist_ok=True)
@@ -78,8 +80,14 @@ class EventFile:
         self._records = RecordWriter(self._file)
         self._event = Event
         self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
-        # TensorBoard's readers drop every earlier value at steps >= purge_step (torch's SummaryWriter purge_step)
-        self._write(Event(wall_time=time.time(), step=purge_step, session_log=SessionLog(status=SessionLog.START)))
+        self.purge(purge_step)
+
+    def purge(self, step: int) -> None:
+        """TensorBoard's readers drop every value written before this at steps >= `step` (torch's SummaryWriter
+        purge_step: a session START marker, which they honour anywhere in a file)."""
+        from tensorboard.compat.proto.event_pb2 import SessionLog
+
+        self._write(self._event(wall_time=time.time(), step=step, session_log=SessionLog(status=SessionLog.START)))
         self.flush()
 
     def _write(self, event: Any) -> None:
@@ -161,6 +169,11 @@ class TensorBoardCallback(Sink):
                     if g.get(key) is not None:
                         w.scalar(f"gpu{g['index']}/{key}", g[key], step)
         w.flush()
+
+    def _rollback(self, trainer: TrainerView, from_step: int) -> None:
+        """The steps after `trainer.step` are trained again: their values so far are hidden from here on."""
+        self._logged = False  # the step's memory and system scalars belonged to the rolled-back step
+        self._open().purge(trainer.step + 1)
 
     def _end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         w = self._open()

@@ -15,6 +15,12 @@ its 7-byte header). That also means a process killed with SIGKILL can leave the 
 checkpoints cover (outside audit of the sinks: the file held only its header after steps 1-20 and a checkpoint at
 20): W&B 0.31 has no public call that makes its service write the file out mid-run (`run.log` only queues), so
 this is documented, not fixed; metrics.jsonl and the checkpoint hold those steps.
+
+A rollback in the loop (the step guard's, from step 9 back to the checkpoint at step 6): W&B's steps only
+increase, so its history keeps the rolled-back values of steps 7-9 and would drop the redone ones with a warning
+each; they are not sent (the next value logged is step 10's), and the run's summary key `stride/rolled_back` lists
+the rollbacks as `from>to` ("9>6"). metrics.jsonl holds the redone values (rollbacks.jsonl the rolled-back ones),
+and TensorBoard shows the redone ones.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class WandbCallback(Sink):
         self.mode, self.project, self.run_name = mode, project, name
         self.run: Any = None
         self._dir = ""
+        self._skip_through = 0  # the step a rollback left: W&B holds it and would drop the redone steps up to it
+        self._rolled_back: list[str] = []
 
     def where(self) -> str:
         return self._dir
@@ -70,8 +78,14 @@ class WandbCallback(Sink):
         remember_tracking(trainer, "wandb", {"id": self.run.id})
 
     def _log(self, trainer: TrainerView, rec: Mapping[str, Any]) -> None:
-        if self.run is not None:
+        if self.run is not None and int(rec["step"]) > self._skip_through:
             self.run.log(tracked_metrics(rec), step=int(rec["step"]))
+
+    def _rollback(self, trainer: TrainerView, from_step: int) -> None:
+        if self.run is not None:
+            self._skip_through = max(self._skip_through, from_step)
+            self._rolled_back.append(f"{from_step}>{trainer.step}")
+            self.run.summary["stride/rolled_back"] = ",".join(self._rolled_back)
 
     def _end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if self.run is None:
