@@ -162,6 +162,8 @@ class _Collector:
                 if cat == "cuda_profiler_range":
                     self.profiler_ranges += 1
                 continue
+            if "dur" not in ev:  # no interval: a kernel without one was read as 0 µs long, its time lost (exit 0)
+                self.bad_times(first + k, ev)
             name = ev.get("name")
             args = ev.get("args")
             tid = ev.get("tid")
@@ -216,7 +218,9 @@ class _Collector:
 
     def bad_times(self, index: int, ev: dict) -> None:
         """A complete event whose ts or dur is not a number has no interval: refused (not dropped), as a
-        negative dur is, so that a trace of such events is not analysed as an empty one."""
+        negative dur is, so that a trace of such events is not analysed as an empty one. A missing dur too, on the
+        events stride reads: Kineto writes one on every complete event, and read as 0 a kernel's time vanished from
+        the step (compute 93.3 % of a step its kernels kept busy 95 %, outside audit)."""
         field = "ts" if type(ev.get("ts")) not in (int, float) else "dur"
         what = f"is {ev[field]!r}"[:60] + ", not a number of microseconds" if field in ev else "is missing"
         raise TraceError(f"{self.path}: traceEvents[{index}] (name {str(ev.get('name', '?'))[:60]!r}): "
