@@ -35,6 +35,7 @@ from stride.profile.classify import (
     RUNTIME_CATS,
     cpu_op_class,
     device_kind,
+    gpu_kernel_class,
     is_compiled_code,
     is_data_annotation,
     is_ddp_reducer,
@@ -63,7 +64,8 @@ class Activity:
     sorted_launch: np.ndarray | None = None
     # CPU traces: time per operator class (OP_CLASS_NAMES, and "data" for the loader's operators), each a union
     # over threads of the instants whose innermost operator is of that class, and "in_compiled": the union of
-    # compiled regions and inductor kernels, whole; None on GPU traces
+    # compiled regions and inductor kernels, whole; GPU traces: the compute kernels' time by class
+    # (`_gpu_kernel_classes`: math, bandwidth, other; the rest empty)
     op_classes: dict[str, iv.Intervals] | None = None
     data_annotated: bool = False  # the trace has a data-loading annotation (data wait is measured through them)
 
@@ -251,5 +253,24 @@ def build_activity(t: RankTrace) -> Activity:
         compute=compute, comm=u(kind == COMM), memory=u(kind == MEMORY),
         other=u((kind != COMPUTE) & (kind != COMM) & (kind != MEMORY)), busy=iv.union(ts, end),
         ev_ts=ts, ev_end=end, ev_name=name, ev_kind=kind, ev_launch=launch, ev_lane=lane,
+        op_classes=_gpu_kernel_classes(t, ts, end, name, kind),
         data_annotated=bool(data_annotation_mask(t).any()),
     )
+
+
+def _gpu_kernel_classes(t: RankTrace, ts: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.ndarray,
+                        ) -> dict[str, iv.Intervals]:
+    """The compute kernels' time split by what bounds them (`classify.gpu_kernel_class`), disjoint and adding up to
+    the compute union: matmul/conv kernels' time, bandwidth-bound kernels' time outside it, the rest outside both."""
+    cls = np.array([gpu_kernel_class(n) for n in t.names], dtype=np.int8)[name] if len(name) else np.zeros(0, np.int8)
+    comp = kind == COMPUTE
+
+    def u(mask: np.ndarray) -> iv.Intervals:
+        return iv.union(ts[mask], end[mask])
+
+    math, bw = u(comp & (cls == OP_MATH)), u(comp & (cls == OP_MEMORY))
+    math_bw = iv.union(np.concatenate([math[0], bw[0]]), np.concatenate([math[1], bw[1]]))
+    empty = (np.zeros(0), np.zeros(0))
+    other = iv.subtract(u(comp & (cls == OP_OTHER)), math_bw)
+    return {"math": math, "bandwidth": iv.subtract(bw, math), "other": other, "compiled": empty, "data": empty,
+            "in_compiled": empty}

@@ -184,6 +184,9 @@ def summarize(t: Times, on_gpu: bool, data_measured: bool = True) -> dict:
             ib["note"] = (f"host/kernel wait not measured: {100.0 * t.idle_unknown_launch / split:.1f}% of the idle "
                           "time outside data loading ends at kernels without a correlation id linking them to their "
                           "launch (no args), so whether the host was late cannot be told")
+    if on_gpu:  # the compute share split by what bounds its kernels (`activity._gpu_kernel_classes`)
+        out["kernel_time"] = {"math_pct": pct(t.op_math, t.span), "bandwidth_pct": pct(t.op_memory, t.span),
+                              "other_pct": pct(t.op_other, t.span)}
     if not on_gpu:
         out["operator_time"] = {
             "math_pct": pct(t.op_math, t.span), "bandwidth_pct": pct(t.op_memory, t.span),

@@ -151,6 +151,43 @@ _MEMORY = re.compile(
 )
 
 
+# GPU compute kernels by what bounds them, from their names (HTA's kernel type calls them all "compute"): matmul,
+# convolution, attention and FFT kernels do many operations per byte; PyTorch's elementwise, reduction, norm, softmax,
+# indexing, concatenation and optimizer kernels, and inductor's pointwise/reduction kernels, about one, so memory
+# bandwidth sets their pace. A step of vectorized_elementwise_kernel alone read "compute-bound: fewer, larger
+# matmuls" (outside audit of `stride analyze`). The kernel's own name is read, not its template arguments (an
+# elementwise kernel's functor may be named anything). Names matching neither are OP_OTHER: no opinion.
+_GPU_MATH = re.compile(
+    r"gemm|gemv|splitkreduce|cutlass|cublas|xmma|nvjet|mma|conv(?!ert)|fprop|dgrad|wgrad|winograd|scudnn|fft"
+    r"|flash|fmha|attention|attn|triton_tem_|triton_mm|bmm")
+_GPU_BANDWIDTH = re.compile(
+    r"elementwise|reduce|catarray|multi_tensor_apply|norm|softmax|dropout|pool|index|gather|scatter|embedding"
+    r"|copy|fill|nchwtonhwc|nhwctonchw|transpose|triton_poi_|triton_red_|triton_per_|cross_entropy|nll"
+    r"|rowwisemoments|computefusedparams|gammabeta|adam|sgd|distribution|bernoulli|cumsum|scan|upsample|where")
+_ANON_NS = re.compile(r"\(anonymous namespace\)::")
+
+
+def gpu_kernel_base(name: str) -> str:
+    """`void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, ...)` -> `at::native::
+    cunn_softmaxforward`: the kernel's own (lower-case) name without return type, template or call arguments."""
+    s = _ANON_NS.sub("", name).strip().removeprefix("void ").strip()
+    cut = min((i for i in (s.find("<"), s.find("(")) if i >= 0), default=len(s))
+    return s[:cut].lower()
+
+
+def gpu_kernel_class(name: str) -> int:
+    """What bounds a GPU compute kernel, by its own name: OP_MATH (matmul/conv/attention/FFT), OP_MEMORY
+    (elementwise, reductions, norms, indexing, copies: bandwidth-bound) or OP_OTHER (not recognised)."""
+    base = gpu_kernel_base(name)
+    if base.startswith(("cudnn::ops::nchwtonhwc", "cudnn::ops::nhwctonchw")):  # cuDNN's layout copies
+        return OP_MEMORY
+    if _GPU_MATH.search(base):
+        return OP_MATH
+    if _GPU_BANDWIDTH.search(base):
+        return OP_MEMORY
+    return OP_OTHER
+
+
 def is_compiled_code(name: str) -> bool:
     """A compiled region (torch.compile's wrappers) or a kernel inductor generated: time inside it is compiled code."""
     return bool(_COMPILED.search(name) or _INDUCTOR_POINTWISE.search(name) or _INDUCTOR_MATH.search(name))

@@ -83,6 +83,11 @@ def render_report(report: dict, console: Console | None = None) -> None:
                               f"bandwidth-bound (elementwise, reductions, copies, norms) {_f(ot['bandwidth_pct'])}, "
                               f"other {_f(ot['other_pct'])}, compiled graphs {_f(ot['compiled_pct'])}, data loader "
                               f"{_f(ot['data_loading_pct'])}"))
+        kt = r.get("kernel_time")  # GPU traces: the compute share by what bounds its kernels
+        if kt:
+            con.print(literal(f"rank {rank}: compute kernels, % of the step: matmul/conv {_f(kt['math_pct'])}, "
+                              f"bandwidth-bound (elementwise, reductions, norms, indexing) {_f(kt['bandwidth_pct'])}, "
+                              f"other {_f(kt['other_pct'])}"))
         if (r.get("idle_breakdown") or {}).get("note"):
             con.print(literal(f"rank {rank}: {r['idle_breakdown']['note']}", "yellow"))
         if r.get("data_wait_note"):

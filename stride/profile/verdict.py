@@ -162,6 +162,8 @@ def step_verdict(fig: dict, tiny: dict | None = None, precision: str | None = No
     comm = tb["exposed_comm_pct"] or 0.0
     mem = tb["exposed_memory_pct"] or 0.0
     compute = tb["compute_pct"] or 0.0
+    kt = fig.get("kernel_time") or {}  # compute kernels by what bounds them: bandwidth-bound ones are memory's
+    bw = kt.get("bandwidth_pct") or 0.0
     reasons: list[str] = []
     if idle > IDLE_BOUND_PCT:
         data = tb.get("data_wait_pct") or 0.0
@@ -179,12 +181,21 @@ def step_verdict(fig: dict, tiny: dict | None = None, precision: str | None = No
     elif tiny and tiny.get("dominant"):
         bound = "launch-bound"
         reasons.append(_tiny_reason(tiny))
+    elif bw + mem > MEMORY_BOUND_PCT and bw + mem >= compute - bw:
+        bound = "memory-bound"
+        math = kt.get("math_pct") or 0.0
+        reasons.append(f"bandwidth-bound kernels (elementwise, reductions, norms, indexing) {bw:.1f}% of the step and "
+                       f"exposed copies/sets {mem:.1f}% (together > {MEMORY_BOUND_PCT}%), matmul/conv kernels "
+                       f"{math:.1f}%, other compute {max(compute - bw - math, 0.0):.1f}%"
+                       + _borderline((bw + mem, MEMORY_BOUND_PCT), (bw + mem, compute - bw)))
     else:
         bound, why = _largest(compute, comm, mem, "exposed memory copies/sets", raw_idle)
         reasons.append(why)
     if without and idle <= IDLE_BOUND_PCT < raw_idle:
         reasons.append(_profiler_note(fig, raw_idle, idle))
     recs = recommendations(bound, device)
+    if bound == "memory-bound" and bw > mem:  # the kernels, not the copies: fusing them comes first
+        recs.reverse()
     if bound == "compute-bound" and precision:
         recs.insert(0, precision)
     return {"bound": bound, "reasons": reasons, "recommendations": recs + _data_line(bound, tb),
