@@ -32,7 +32,18 @@ from stride.checkpoint.errors import (
     StoreChangedError,
 )
 from stride.checkpoint.guard import StepGuard
-from stride.checkpoint.rerun import RunExistsError, RunFinished, Verdict, decide, finished_message, read_summary
+from stride.checkpoint.rerun import (
+    SUMMARY_KEY,
+    RunExistsError,
+    RunFinished,
+    Verdict,
+    decide,
+    finished_message,
+    read_summary,
+    recorded_summary,
+    recorded_text,
+    recovered_message,
+)
 from stride.checkpoint.signals import REPEAT_WINDOW_S, Preempted, PreemptionSignal
 from stride.checkpoint.store import CheckpointStore, Choice
 from stride.config import config_hash, config_to_dict
@@ -110,15 +121,17 @@ class CheckpointCallback(Callback):
                 self._meta_cache["data_store"] = self._store  # of its own: an older stride's check of `data` passes)
         return self._meta_cache
 
-    def save(self, trainer: TrainerView, *, final: bool = False) -> float:
-        """Checkpoint the trainer's current step; returns (and books) the stall in seconds."""
+    def save(self, trainer: TrainerView, *, final: bool = False, summary: dict[str, Any] | None = None) -> float:
+        """Checkpoint the trainer's current step; returns (and books) the stall in seconds. `summary`: the run's
+        summary.json as it stands at the final save, recorded in meta.json (a rerun writes it if the process is
+        stopped before it writes summary.json: stride.checkpoint.rerun.recorded_summary)."""
         assert self.store is not None and self.guard is not None
         if trainer.run_dir is not None:
             trainer.run_dir.flush()  # every step this checkpoint holds is in metrics.jsonl before it exists
         asynchronous = trainer.cfg.checkpoint.async_save and not final
         t0 = time.perf_counter()
         state = train_state.capture(trainer, self.guard.state_dict())
-        meta = self._meta(trainer)
+        meta = self._meta(trainer) if summary is None else {**self._meta(trainer), SUMMARY_KEY: summary}
         capture_s = time.perf_counter() - t0
         try:
             self.store.save(state, trainer.step, meta, asynchronous=asynchronous,
@@ -237,11 +250,21 @@ class CheckpointCallback(Callback):
         while choice.folder is not None:  # one that fails to load: the next older valid one (or an error)
             assert choice.step is not None
             self.resume_changes = self._check_config(trainer, choice)
-            self.verdict = decide(choice.step, choice.meta or {}, ended if isinstance(ended, int) else None,
-                                  trainer.cfg.train.steps, choice.folder, choice.skipped)
+            recorded = recorded_summary(choice.meta or {}, choice.folder) if summary is None else None
+            # a final checkpoint records the summary: the run ended at its step (its last, or where it reached
+            # train.target_val_loss), whether or not summary.json was written
+            ended_at = ended if isinstance(ended, int) else choice.step if recorded is not None else None
+            self.verdict = decide(choice.step, choice.meta or {}, ended_at, trainer.cfg.train.steps, choice.folder,
+                                  choice.skipped)
             if self.verdict.kind == "finished":
                 assert self.verdict.ended_at is not None
                 run = trainer.run_dir.path if trainer.run_dir is not None else None
+                if recorded is not None and trainer.run_dir is not None and run is not None \
+                        and (run / "metrics.jsonl").is_file():
+                    # stopped between the final checkpoint and summary.json: write the summary it recorded
+                    trainer.run_dir.write_json("summary.json", recorded)
+                    raise RunFinished(recovered_message(run, self.verdict.ended_at, trainer.cfg.train.steps,
+                                                       choice.folder), recorded)
                 raise RunFinished(finished_message(run, self.verdict.ended_at, trainer.cfg.train.steps,
                                                    summary is not None, self.verdict.last_unusable), summary or {})
             # meta.json's record of the data, before anything is loaded (the same on every rank)
@@ -414,14 +437,23 @@ class CheckpointCallback(Callback):
     def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         assert self.store is not None and self.guard is not None
         if trainer.cfg.checkpoint.save_at_end and self.last_saved != trainer.step:
-            self.save(trainer, final=True)
+            # the summary as it stands goes into the final checkpoint: a process stopped between the checkpoint's
+            # commit and summary.json's write leaves a run whose rerun writes summary.json from it (rerun.py)
+            record = dict(summary)
+            self._add_section(trainer, record, [*self.store.saved_steps, trainer.step])
+            self.save(trainer, final=True, summary=recorded_text(record))
         self.store.close()
         self.signal.uninstall()
-        summary["checkpoint_count"] = len(self.store.saved_steps)
+        self._add_section(trainer, summary, list(self.store.saved_steps))
+
+    def _add_section(self, trainer: TrainerView, summary: dict[str, Any], saved: list[int]) -> None:
+        """summary.json's checkpoint keys; `saved`: the steps this process saved."""
+        assert self.store is not None and self.guard is not None
+        summary["checkpoint_count"] = len(saved)
         summary["checkpoint_stall_s"] = self.stall_s
         summary["checkpoint"] = {
             "dir": str(self.store.root),
-            "saved_steps": list(self.store.saved_steps),
+            "saved_steps": list(saved),
             "stall_s": self.stall_s,
             "stall_parts_s": dict(self.stall_parts),  # capture, wait_previous, prepare, stage_copy/write, launch
             "save_s": list(self.store.save_seconds),

@@ -12,6 +12,10 @@ The rules (docs/checkpoint.md, "Rerunning a run"):
   so): nothing is trained and no file changes (`RunFinished`); `train.steps` grew past a finished run's
   end: the run is extended from its last checkpoint to the new count; anything else that changed
   `train.steps` (shortening, or changing it before the run finished) is refused.
+- A run finished at its last checkpoint without summary.json (its process was stopped between the final save's
+  commit and the summary's write): the final checkpoint's meta.json records the summary as it stood then
+  (`recorded_summary`), and the rerun writes it, trains nothing and says so in one line. Before, the rerun called
+  the run finished and no summary.json was ever written.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from stride.checkpoint.errors import ConfigMismatchError, LastCheckpointUnusable
 from stride.config.errors import ConfigError
 from stride.config.schema import RunConfig
 from stride.files.step_names import holds_steps, step_name
-from stride.metrics.run_dir import RUN_FILES, RunDir
+from stride.metrics.run_dir import RUN_FILES, RunDir, json_text
+
+SUMMARY_KEY = "summary"  # meta.json of a run's final checkpoint: summary.json as it stood at the save
 
 
 class RunFinished(Exception):  # noqa: N818 (not an error: fit() returns the finished run's summary)
@@ -203,3 +209,35 @@ def finished_message(run: Path | None, ended: int, steps: int, has_summary: bool
     return (f"{where} holds this run, finished at step {ended}{stopped}{tail}: nothing trained, no file changed. "
             f"{further}; to start over use another --out, or --overwrite")
 
+
+
+def recorded_text(summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` as summary.json would hold it (strict JSON: a non-finite number null and named in
+    `nonfinite_fields`), for the final checkpoint's meta.json."""
+    out = json.loads(json_text(summary))
+    return out if isinstance(out, dict) else {}
+
+
+def recorded_summary(meta: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+    """The summary the final checkpoint in `folder` recorded (its `meta`), as a rerun writes it into a run folder that
+    has none, with `summary_note` saying where it came from and what it lacks; None: no summary recorded (a
+    checkpoint of an older stride, or not a run's final one)."""
+    rec = meta.get(SUMMARY_KEY)
+    if not isinstance(rec, dict) or not rec or rec.get("steps") != meta.get("step"):
+        return None
+    return {**rec, "summary_note": (
+        f"written by a rerun from {folder.name}/meta.json: the process that trained the run was stopped after its "
+        "final checkpoint and before writing summary.json. Every figure is that process's, as it computed them "
+        "before the final save; checkpoint_count and checkpoint.saved_steps include the final save, but "
+        "checkpoint_stall_s, checkpoint.stall_s, stall_parts_s and save_s lack its time, and what the callbacks after "
+        "the checkpoint add at the end is missing: `system` (system.jsonl holds its samples) and the sinks' keys "
+        "(tensorboard_dir, mlflow_run_id, wandb_run_id)")}
+
+
+def recovered_message(run: Path, ended: int, steps: int, folder: Path) -> str:
+    """The one line of a rerun that wrote a finished run's missing summary.json (`recorded_summary`)."""
+    stopped = "" if ended == steps else f" (it stopped at step {ended}: the target was reached)"
+    return (f"{run} holds this run, finished at step {ended}{stopped}, without summary.json (its process was stopped "
+            "after the "
+            f"final checkpoint and before writing it): wrote summary.json from {folder.name}/meta.json's record of "
+            "it; nothing trained, no other file changed")

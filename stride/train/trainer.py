@@ -574,6 +574,7 @@ class Trainer:
             if not isinstance(cb, Sink):
                 cb.on_fit_end(self, summary)
         if run is not None:
+            _hold_before_summary()
             run.write_json("summary.json", summary)
         if sinks:
             for cb in sinks:
@@ -650,6 +651,19 @@ class Trainer:
             self.run_dir.log(rec)
         for cb in self._loggers:
             cb.on_log(self, rec)
+
+
+HOLD_BEFORE_SUMMARY = "STRIDE_TEST_HOLD_BEFORE_SUMMARY"
+
+
+def _hold_before_summary() -> None:
+    """Tests only (unset, the default: one environment lookup at the run's end). `STRIDE_TEST_HOLD_BEFORE_SUMMARY=PATH`
+    writes this process's id to PATH and waits (up to 600 s) between the final checkpoint's commit and summary.json's
+    write, so a test can kill the process in that window (tests/checkpoint/test_checkpoint_summary_window.py)."""
+    path = os.environ.get(HOLD_BEFORE_SUMMARY)
+    if path:
+        Path(path).write_text(str(os.getpid()))
+        time.sleep(600)
 
 
 def _seconds(v: Any) -> float | None:

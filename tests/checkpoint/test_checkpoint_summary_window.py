@@ -1,0 +1,105 @@
+"""A process stopped between its final checkpoint and summary.json: the rerun writes the summary and says so.
+
+Before: the rerun found the checkpoint at the last step, called the run finished ("it has no summary.json: it
+stopped while writing it") and no summary.json was ever written; `stride report`/`compare` found no run there.
+Now the final checkpoint's meta.json records the summary as it stood at the save, and the rerun of the same
+command writes it (one line on stderr, nothing trained).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ckpt_helpers import REPO, cli, fit, write_config
+
+from stride.train.trainer import HOLD_BEFORE_SUMMARY
+
+OVERRIDES = ("train.val_every=8",)
+# the figures the training computed: the rerun's summary must carry them as the uninterrupted run's
+SAME = ("steps", "start_step", "status", "final_train_loss", "final_val_loss", "params_sha256", "config_hash",
+        "params", "skipped_steps", "timed_steps", "world_size")
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_a_kill_before_summary_json_is_finished_by_the_rerun(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "cfg.toml", *OVERRIDES)
+    ref = cli(config, tmp_path / "ref")
+    assert ref.returncode == 0, ref.stderr
+
+    out, hold = tmp_path / "run", tmp_path / "holding"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", HOLD_BEFORE_SUMMARY: str(hold)}
+    proc = subprocess.Popen([sys.executable, "-m", "stride", "train", str(config), "--out", str(out), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while not hold.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hold.exists(), f"the run never reached the hold (exit {proc.poll()})"
+        time.sleep(0.1)  # the pid is written whole
+        assert int(hold.read_text()) == proc.pid
+        # in the window: the final checkpoint committed, summary.json not written
+        assert (out / "checkpoints" / "step_00000024" / "manifest.json").is_file()
+        assert not (out / "summary.json").exists()
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    metrics = (out / "metrics.jsonl").read_bytes()
+
+    rerun = cli(config, out)
+    assert rerun.returncode == 0, rerun.stderr
+    said = [line for line in rerun.stderr.splitlines() if "without summary.json" in line]
+    assert len(said) == 1 and "wrote summary.json from step_00000024/meta.json" in said[0], rerun.stderr
+    assert "nothing trained" in said[0]
+    got, want = _summary(out), _summary(tmp_path / "ref")
+    assert {k: got[k] for k in SAME} == {k: want[k] for k in SAME}
+    assert got["checkpoint"]["saved_steps"] == want["checkpoint"]["saved_steps"] == [3, 6, 9, 12, 15, 18, 21, 24]
+    assert got["checkpoint_count"] == want["checkpoint_count"]
+    assert "summary_note" in got and "summary_note" not in want
+    assert (out / "metrics.jsonl").read_bytes() == metrics  # nothing trained, nothing logged
+
+    # and the run is now an ordinary finished one: the next rerun changes nothing
+    again = cli(config, out)
+    assert again.returncode == 0 and "holds this run, finished at step 24:" in again.stderr, again.stderr
+    assert _summary(out) == got
+
+
+def test_a_lost_summary_json_is_written_from_the_final_checkpoint(tmp_path: Path) -> None:
+    """In process: summary.json removed after the run (as if never written) comes back from the final checkpoint,
+    with the figures the run computed; a run with summary.json and a checkpoint without a record are left alone."""
+    out = tmp_path / "run"
+    first = fit(out, *OVERRIDES)
+    (out / "summary.json").unlink()
+    again = fit(out, *OVERRIDES)
+    assert (out / "summary.json").is_file()
+    written = _summary(out)
+    assert {k: written[k] for k in SAME} == {k: first[k] for k in SAME} == {k: again[k] for k in SAME}
+    assert written["samples_per_s"] == first["samples_per_s"]  # the training process's own figure, not re-measured
+    assert written["checkpoint"]["saved_steps"] == first["checkpoint"]["saved_steps"]
+
+
+def test_a_target_stopped_run_without_summary_json_is_not_trained_on(tmp_path: Path) -> None:
+    """A run that reached train.target_val_loss at step 8 (of 24) and lost summary.json: its final checkpoint says it
+    ended there, so the rerun writes the summary of step 8 (before: it resumed at step 8 and trained on)."""
+    out = tmp_path / "run"
+    ov = (*OVERRIDES, "train.target_val_loss=100")  # reached at the first validation, step 8
+    first = fit(out, *ov)
+    assert first["steps"] == 8 and first["time_to_target_s"] is not None
+    (out / "summary.json").unlink()
+    lines = (out / "metrics.jsonl").read_bytes()
+    again = fit(out, *ov)
+    written = _summary(out)
+    assert written["steps"] == again["steps"] == 8 and written["params_sha256"] == first["params_sha256"]
+    assert written["time_to_target_s"] == first["time_to_target_s"]
+    assert (out / "metrics.jsonl").read_bytes() == lines
