@@ -11,6 +11,7 @@ import copy
 import math
 
 import torch
+from sized_batches import SizedBatches
 from sweep_fixtures import config, max_param_diff, reference_loss, tensor_data
 
 from stride.models.registry import build_model
@@ -21,19 +22,9 @@ from stride.train.trainer import Trainer
 FP64_TOL = 1e-10
 
 
-class _Batches:
-    """An iterable of (x, y) batches of the given sizes, the same every epoch (not a list: a list of two is read
-    as a tensor pair)."""
-
-    def __init__(self, cfg, sizes: list[int]) -> None:
-        x, y = tensor_data(cfg, sum(sizes), 0, torch.float64)
-        self.items, at = [], 0
-        for n in sizes:
-            self.items.append((x[at : at + n], y[at : at + n]))
-            at += n
-
-    def __iter__(self):
-        return iter(self.items)
+def _batches(cfg, sizes: list[int]) -> SizedBatches:
+    """Float64 batches of the given sizes from the sweep tests' data, the same every epoch."""
+    return SizedBatches.slices(*tensor_data(cfg, sum(sizes), 0, torch.float64), sizes)
 
 
 def _solo(cfg, train, val) -> Trainer:
@@ -49,7 +40,7 @@ def _solo(cfg, train, val) -> Trainer:
 def test_a_pack_trains_every_row_of_batches_grad_accum_does_not_divide() -> None:
     common = ("train.grad_accum=4", "train.batch_size=16", "train.steps=6", "optim.warmup_steps=0")
     cfgs = [config("mlp", *common, "train.seed=0"), config("mlp", *common, "train.seed=1", "optim.lr=0.01")]
-    train = _Batches(cfgs[0], [16, 15, 3])  # 15: not divided by 4; 3: fewer rows than micro-batches
+    train = _batches(cfgs[0], [16, 15, 3])  # 15: not divided by 4; 3: fewer rows than micro-batches
     val = tensor_data(cfgs[0], 32, 1, torch.float64)
     pt = PackedTrainer(cfgs, train_data=train, val_data=val, dtype=torch.float64)
     pt.fit()

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
 from helpers import small_config  # noqa: E402
+from sized_batches import SizedBatches  # noqa: E402
 
 from stride.train.trainer import Trainer  # noqa: E402
 
@@ -21,16 +22,9 @@ SEQ, FEAT, H = 8, 3, 2
 LR = 0.5  # plain SGD (no momentum, no decay): the update is lr x the gradient, so any error in it shows
 
 
-class Batches:
-    """An iterable of (x, y) whose batches have the sizes given, in turn (an epoch ending in short batches)."""
-
-    def __init__(self, sizes: list[int]) -> None:
-        self.sizes = sizes
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(1)
-        for n in self.sizes:
-            yield torch.randn(n, SEQ, FEAT, generator=g), torch.randn(n, H, generator=g)
+def _batches(sizes: list[int]) -> SizedBatches:
+    """Batches of the sizes given, in turn (an epoch ending in short batches)."""
+    return SizedBatches.random(sizes, SEQ, FEAT, H, seed=1)
 
 
 def _model() -> torch.nn.Module:
@@ -44,7 +38,7 @@ def _train(sizes: list[int], accum: int, clip: float | None, steps: int, **extra
                        optim__lr=LR, optim__momentum=0.0, optim__weight_decay=0.0, optim__warmup_steps=0,
                        optim__schedule="constant", metrics__log_every=1, **extra)
     cfg.train.grad_clip = clip
-    tr = Trainer(model=_model(), train_data=Batches(sizes), config=cfg, write_run_dir=False)
+    tr = Trainer(model=_model(), train_data=_batches(sizes), config=cfg, write_run_dir=False)
     return tr, tr.fit().summary
 
 
@@ -52,7 +46,7 @@ def _reference(sizes: list[int], clip: float | None, steps: int) -> tuple[torch.
     """The same steps in float64, each over its whole batch at once: loss, gradient, clip, p -= lr x grad."""
     model = copy.deepcopy(_model()).double()
     losses = []
-    batches = list(Batches(sizes))
+    batches = list(_batches(sizes))
     for s in range(steps):
         x, y = batches[s % len(batches)]
         loss = F.mse_loss(model(x.double()), y.double())

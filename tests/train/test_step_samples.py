@@ -12,6 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "foundation"))
 from helpers import small_config  # noqa: E402
+from sized_batches import SizedBatches  # noqa: E402
 
 from stride.bench.runner import throughput_windows  # noqa: E402
 from stride.train.trainer import Trainer  # noqa: E402
@@ -20,23 +21,16 @@ SEQ, FEAT, HORIZONS = 16, 3, 2
 PER_SAMPLE_FLOPS = 2 * 2 * SEQ * FEAT * HORIZONS  # Linear(48 -> 2): forward and weight gradient, 2 FLOPs a MAC
 
 
-class Batches:
-    """An iterable of (x, y) whose batches have the sizes given, in turn (its own batch size, a short last batch)."""
-
-    def __init__(self, sizes: list[int]) -> None:
-        self.sizes = sizes
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(0)
-        for n in self.sizes:
-            yield torch.randn(n, SEQ, FEAT, generator=g), torch.randn(n, HORIZONS, generator=g)
+def _batches(sizes: list[int]) -> SizedBatches:
+    """Batches of the sizes given, in turn (its own batch size, a short last batch)."""
+    return SizedBatches.random(sizes, SEQ, FEAT, HORIZONS, seed=0)
 
 
 def _fit(tmp_path: Path, sizes: list[int], steps: int, skip: int, accum: int = 1) -> tuple[Trainer, dict]:
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(SEQ * FEAT, HORIZONS))
     cfg = small_config(train__batch_size=64, train__steps=steps, metrics__skip_steps=skip, metrics__flops=True,
                        metrics__log_every=1, train__grad_accum=accum, data__seq_len=SEQ)
-    tr = Trainer(model=model, train_data=Batches(sizes), config=cfg, out=tmp_path / "run")
+    tr = Trainer(model=model, train_data=_batches(sizes), config=cfg, out=tmp_path / "run")
     return tr, tr.fit().summary
 
 
