@@ -1,5 +1,5 @@
-"""`python -m stride` (and `torchrun -m stride`) is the `stride` command."""
+"""`python -m stride` (and `torchrun -m stride`) is the `stride` command, ended as the console script ends it."""
 
-from stride.cli.main import main
+from stride.cli.main import entry
 
-raise SystemExit(main())
+entry()

@@ -46,6 +46,6 @@ if __name__ == "__main__":
         print(f"stride.bench: local rank {os.environ.get('LOCAL_RANK', '0')} pinned to core {core}", file=sys.stderr)
     if os.environ.get(SCHED_ENV):
         atexit.register(sched_report, os.environ[SCHED_ENV], started)
-    from stride.cli.main import main
+    from stride.cli.main import entry
 
-    raise SystemExit(main(sys.argv[1:]))
+    entry(sys.argv[1:])  # sched_report runs among the atexit handlers, then the process ends (stride.cli.process_exit)

@@ -97,6 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
+def entry(argv: list[str] | None = None) -> None:
+    """The `stride` program (console script, `python -m stride`, a rank's `python -m stride.bench.rank_entry`):
+    `main(argv)`, then the process ends without the interpreter's slow teardown (stride.cli.process_exit;
+    STRIDE_FULL_EXIT=1 turns that off). Never returns. Callers in their own interpreter call `main([...])`, which
+    returns the status."""
+    from stride.cli.process_exit import end_process
+
+    end_process(lambda: main(argv))
+
+
 def stdout_closed() -> bool:
     """Whether stdout's reader has gone (`stride ... | head` after head exits): the pipe reports an error or hang-up.
     True where that cannot be asked (no poll(), a stdout without a file descriptor)."""
@@ -262,4 +272,4 @@ def _drop_tracebacks(exc: BaseException) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()
