@@ -127,16 +127,19 @@ def _sweep(args: argparse.Namespace, out: Path, axes: list, points: list[Point],
                    probe_s=args.probe_s, chunk=None if chunk == "auto" else int(chunk), log=_log, stop=stop.check,
                    retake=stop.retake)
     interrupted: str | None = None
+    failed: str | None = None
     try:
         with stop.installed():
             info = run_sweep(points, store, opts)
-    except SweepError as exc:
-        _log(str(exc))
-        return 1
+    except SweepError as exc:  # failed packs (after every other pack ran) or an unreachable Ray cluster
+        failed = str(exc)
     except KeyboardInterrupt as exc:  # SIGTERM or Ctrl-C (SweepStopped), or a KeyboardInterrupt from elsewhere:
         interrupted = stop_reason(exc)  # every finished point is on disk whole (points/<id>.json, written last)
     finally:  # the report of the points finished so far, however the sweep ended
         _write_report(store, plan, points, args.price_per_hour)
+    if failed is not None:  # the last line, after the report's, on both backends: how many failed, exit status 1
+        _log(failed)
+        return 1
     if interrupted is not None:
         return _stopped(store, points, interrupted)
     _log(f"trained {info['trained']} point(s) in {info['wall_s']:.1f} s; report: {out / 'report.html'}")
@@ -178,10 +181,12 @@ def _write_report(store, plan, points, price) -> None:
     results = store.results([p.id for p in points])
     if results:
         packs = load_pack_log(store.root)
-        section = write_report(store.root, plan, results, packs, price)
-        _log_best(results)
+        failed = store.failures([p.id for p in points])  # their last attempt's pack raised: said in the report
+        seeds = [p.config.train.seed for p in points]
+        section = write_report(store.root, plan, results, packs, price, failed=failed, seeds=seeds)
+        _log_best(results, advice=section["seed_advice"])
         c = section["cost"]
-        pairs = significance_line(section["pairs"])
+        pairs = significance_line(section["pairs"], section["seed_advice"])
         if packs and not c["packed_packs"]:  # nothing was packed: no speed-up figure, nor a note on one
             _log(f"every point trained alone (pack size 1): {c['sweep_device_s']:.1f} s of runs; {pairs}")
         elif c["train_speedup"]:
@@ -193,12 +198,13 @@ def _write_report(store, plan, points, price) -> None:
             _log(pairs)
 
 
-def _log_best(results, top: int = 5) -> None:
+def _log_best(results, top: int = 5, advice: str = f"add seeds with {MORE_SEEDS}") -> None:
     """The configurations ranked as the report ranks them (stride.sweep.report.configuration_stats): lowest mean
     final val loss first, those with diverged seeds after those without, each with how many seeds its mean is over
     of how many trained and how many diverged (a configuration with 4 of 6 seeds diverged came first on its 2
     survivors with nothing said). The sd only where there are 2 or more seeds (one seed's "+- 0.0000" claimed a
-    noise-free value). A loss that is not a finite number counts as no loss, as in the report's statistics."""
+    noise-free value). A loss that is not a finite number counts as no loss, as in the report's statistics. `advice`:
+    what gives a lone seed its noise (stride.sweep.report.seed_advice: not the grid's own seeds again)."""
     from stride.sweep.report import configuration_stats, seeds_text
 
     rows = configuration_stats(results)
@@ -213,7 +219,7 @@ def _log_best(results, top: int = 5) -> None:
         elif k > 1:
             spread = f"+- {row['sd']:.4f} (sd over {seeds_text(row)})"
         elif n == 1:
-            spread = f"(1 seed: seed noise unknown; add seeds with {MORE_SEEDS})"
+            spread = f"(1 seed: seed noise unknown; {advice})"
         else:  # one seed left of several: not more seeds, the divergence is the result
             spread = f"({seeds_text(row)}: seed noise unknown)"
         mean = f"{row['mean']:.4f}" if abs(row["mean"]) < 1e6 else f"{row['mean']:.4g}"  # 1e307 was 308 digits

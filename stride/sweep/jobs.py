@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import copy
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stride.config import RunConfig
+from stride.config.errors import ConfigError
 from stride.metrics.contention import WaitClock
 from stride.train.callbacks import Callback
 
@@ -102,6 +104,39 @@ def run_job(job: PackJob, on_point: Callable[[dict[str, Any]], None] | None = No
     return done
 
 
+def failure_of(exc: BaseException) -> dict[str, str]:
+    """A pack's error as the sweep records it: one line (the exception's type and first line) and the traceback."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return {"error": line[:300], "traceback": "".join(traceback.format_exception(exc))}
+
+
+def run_job_caught(job: PackJob, on_point: Callable[[dict[str, Any]], None] | None = None,
+                   check: Callable[[], None] | None = None, run: Callable[..., Any] | None = None
+                   ) -> tuple[list[dict[str, Any]], dict[str, str] | None]:
+    """`run_job`, with a pack that raises kept as a failure: (the points it finished, None or `failure_of` its error).
+
+    The same in this process and in a Ray task, so the two backends record a failed pack alike: before, a local pack
+    that raised ended the whole sweep with a traceback, while on Ray the other packs went on. A ConfigError still
+    raises (a refusal of what the user gave, the same for every pack of its class); so do a stop (SweepStopped) and
+    Ctrl-C, which are not Exceptions. `run`: the pack's trainer call (default `run_job`; the runner passes its own
+    name for it, which tests replace to stop a sweep at a chosen pack)."""
+    done: list[dict[str, Any]] = []
+
+    def keep(item: dict[str, Any]) -> None:
+        done.append(item)
+        if on_point is not None:
+            on_point(item)
+
+    try:
+        (run or run_job)(job, on_point=keep, check=check)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (any error of a pack's training is that pack's failure)
+        return done, failure_of(exc)
+    return done, None
+
+
 def pack_reading(job: PackJob, clock: WaitClock) -> dict[str, float | None]:
     """`waiting_threads` (threads that waited for a core, on average) and `other_processes_cores` (cores' worth other
     processes used on this process's cores) since `clock` started, as packs.jsonl records them; both None for a pack
@@ -123,8 +158,13 @@ def pack_reading(job: PackJob, clock: WaitClock) -> dict[str, float | None]:
 def ray_job(job: PackJob) -> dict[str, Any]:
     """The Ray task body: the results travel back to the driver, which writes them, with the pack's own wall time
     (from when the task started running: a pack that waited in Ray's queue behind others had that wait counted
-    as device time when the driver timed it from submission; audit 10, F10)."""
+    as device time when the driver timed it from submission; audit 10, F10). A pack that raised hands back the points
+    it finished and its failure (`run_job_caught`), as the local backend records them: before, the task's exception
+    lost the points it had finished, which the local backend kept."""
     t0 = time.perf_counter()
     clock = WaitClock.started()
-    items = run_job(job)
-    return {"items": items, "wall_s": time.perf_counter() - t0, **pack_reading(job, clock)}
+    try:
+        items, failure = run_job_caught(job)
+    except ConfigError as exc:  # raised again by the driver, as the local backend raises it
+        return {"items": [], "config_error": str(exc), "wall_s": time.perf_counter() - t0}
+    return {"items": items, "failure": failure, "wall_s": time.perf_counter() - t0, **pack_reading(job, clock)}

@@ -149,26 +149,50 @@ def pairwise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return pairs
 
 
-def _reasons(untested: list[dict[str, Any]]) -> str:
-    """Why the untested pairs were not tested: the one reason, or each with its count. Adding seeds is suggested
-    only where too few seeds were trained: it does not help a configuration whose seeds diverged."""
+def seed_advice(plan: dict[str, Any], results: list[dict[str, Any]], seeds: list[Any] | None = None) -> str:
+    """What gives a configuration with fewer than 2 finished seeds its seed noise, as the report suggests it.
+
+    Where the grid already has 2 or more seeds a configuration (the product of its seed axes), only its unfinished
+    points are missing (a stopped or failed sweep): the same command again trains them. Before, such a sweep said
+    "add seeds with --grid train.seed=0..2" when its grid was `--grid train.seed=0..2` already. Where it has one seed,
+    the advice is a seed axis of seeds the grid does not have, beside the one it has (`seeds`: the seeds its points
+    train with; seed 0 gives `--grid train.seed=0..2`, seed 5 `5..7`), in another folder: a sweep folder holds one
+    grid, and a changed grid is refused there."""
+    per_conf = math.prod(len(a["values"]) for a in plan.get("axes", []) if a.get("key") in SEED_KEYS)
+    if per_conf >= 2:
+        left = len(plan.get("points", [])) - len(results)
+        return (f"the grid has {per_conf} seeds a configuration, {left} point(s) not finished: run the same command "
+                "again to train them")
+    have = sorted({v for v in (seeds or []) if isinstance(v, int) and not isinstance(v, bool)})
+    if not have:
+        return f"add seeds with {MORE_SEEDS}"
+    grid = sorted({*have, have[-1] + 1, have[-1] + 2})
+    text = f"{grid[0]}..{grid[-1]}" if grid == list(range(grid[0], grid[-1] + 1)) else ",".join(map(str, grid))
+    return f"add seeds with --grid train.seed={text} in another --out (a sweep folder holds one grid)"
+
+
+def _reasons(untested: list[dict[str, Any]], advice: str) -> str:
+    """Why the untested pairs were not tested: the one reason, or each with its count. Advice on seeds (`advice`,
+    from seed_advice) is given only where too few seeds were trained: it does not help a configuration whose seeds
+    diverged."""
     counts = Counter(p.get("not_tested") or ONE_SEED for p in untested)
     text = (next(iter(counts)) if len(counts) == 1
             else "; ".join(f"{why}, {n} pair{'s' if n > 1 else ''}" for why, n in counts.items()))
-    return text + (f"; add seeds with {MORE_SEEDS}" if ONE_SEED in counts else "")
+    return text + (f"; {advice}" if ONE_SEED in counts else "")
 
 
-def significance_line(pairs: list[dict[str, Any]]) -> str:
+def significance_line(pairs: list[dict[str, Any]], advice: str = f"add seeds with {MORE_SEEDS}") -> str:
     """How many pairs differ beyond seed noise, claimed only of the pairs that were tested (seed noise known, no
-    diverged seeds on a side: "0 of 1 pairs differ" would read as a tested result), and why the others were not."""
+    diverged seeds on a side: "0 of 1 pairs differ" would read as a tested result), and why the others were not;
+    `advice`: what gives too few seeds their noise (seed_advice: the grid's seeds are not suggested again)."""
     tested = [p for p in pairs if p["significant"] is not None]
     if not pairs:
         return "one configuration: no pairs to compare"
     untested = [p for p in pairs if p["significant"] is None]
     if not tested:
-        return f"no claim on which configurations differ: {_reasons(untested)}"
+        return f"no claim on which configurations differ: {_reasons(untested, advice)}"
     line = f"{sum(p['significant'] for p in tested)} of {len(tested)} configuration pairs differ beyond seed noise"
-    return line + (f"; {len(untested)} pair(s) not tested: {_reasons(untested)}" if untested else "")
+    return line + (f"; {len(untested)} pair(s) not tested: {_reasons(untested, advice)}" if untested else "")
 
 
 def seeds_text(row: dict[str, Any]) -> str:

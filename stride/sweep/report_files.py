@@ -18,6 +18,7 @@ from stride.sweep.report import (
     configuration_stats,
     pairwise,
     plots,
+    seed_advice,
     seeds_text,
     significance_line,
     table_rows,
@@ -85,6 +86,16 @@ def cost(results: list[dict[str, Any]], packs: list[dict[str, Any]], price_per_h
         out["sweep_usd"] = device_s / 3600 * price_per_hour
         out["one_by_one_usd"] = alone_s / 3600 * price_per_hour
     return out
+
+
+def failed_line(failed: list[dict[str, Any]]) -> str:
+    """The report's line on the points whose last attempt failed ("" where none did): how many, and each one's error."""
+    if not failed:
+        return ""
+    shown = "; ".join(f"{f.get('id')} ({f.get('label', '?')}): {f.get('error')}" for f in failed[:5])
+    return (f"{len(failed)} point(s) FAILED (their pack raised; not in the statistics): {shown}"
+            + (f"; {len(failed) - 5} more" if len(failed) > 5 else "")
+            + "; tracebacks in failed/; the same command again retries them")
 
 
 def counted_ids(done: list[dict[str, Any]]) -> set[str]:
@@ -190,8 +201,12 @@ CI95_LEGEND = (f"ci95: 95 % interval of the difference; ci95_method welch_t (few
 
 
 def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]], packs: list[dict[str, Any]],
-                 price_per_hour: float | None = None) -> dict[str, Any]:
-    """Write every report file into `root`; returns the sweep section (axes, pairs, cost)."""
+                 price_per_hour: float | None = None, failed: list[dict[str, Any]] | None = None,
+                 seeds: list[Any] | None = None) -> dict[str, Any]:
+    """Write every report file into `root`; returns the sweep section (axes, pairs, cost). `failed`: the failure
+    records of the points whose pack raised (SweepStore.failures), said in every report file; `seeds`: the seeds
+    the grid's points train with (what a suggestion of more seeds adds to: report.seed_advice)."""
+    failed = list(failed or [])
     root = Path(root)
     keys = [a["key"] for a in plan["axes"]]
     order = {p["id"]: i for i, p in enumerate(plan["points"])}
@@ -200,9 +215,11 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
     write_parquet(rows, root / "table.parquet")
     pairs = pairwise(results)
     confs = configuration_stats(results)
+    advice = seed_advice(plan, results, seeds)
     section = {"grid": plan["grid"], "axes": plan["axes"], "points": len(plan["points"]), "finished": len(results),
+               "failed": [{k: f.get(k) for k in ("id", "label", "pack", "error", "traceback")} for f in failed],
                "seed_keys": [k for k in keys if k in SEED_KEYS], "configurations": confs, "pairs": pairs,
-               "cost": cost(results, packs, price_per_hour)}
+               "cost": cost(results, packs, price_per_hour), "seed_advice": advice}
     conf_rows = [{**c, "rank": i + 1, "configuration": c["configuration"] or "(seeds only)", "over": seeds_text(c)}
                  for i, c in enumerate(confs)]
     obj = make_results("sweep", fingerprint(), [_entry(r) for r in results])
@@ -222,11 +239,15 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
                  + (f"; {c['points_outside_packs']} finished point(s) of no finished pack (one a stop cut short) "
                     "are on neither side" if c["points_outside_packs"] else ""))
     methods = [f"one by one, measured: {m}" for m in c["one_by_one_methods"]]
+    fail_line = failed_line(failed)
+    fail_md, fail_html = ([md_cell(fail_line), ""], f"<p>{escape(fail_line)}</p>") if fail_line else ([], "")
+    sig = significance_line(pairs, advice)
     md = [f"# stride sweep: {len(results)} of {len(plan['points'])} points", "",
           f"grid: {md_cell(' '.join(plan['grid']))}",
-          "", md_cell(cost_line), "", *(m for line in methods for m in (md_cell(line), "")), *_md_table(rows, cols), "",
+          "", *fail_md, md_cell(cost_line), "", *(m for line in methods for m in (md_cell(line), "")),
+          *_md_table(rows, cols), "",
           "## Configurations", "", f"{CONF_LEGEND}.", "", *_md_table(conf_rows, CONF_COLS), "",
-          "## Pairs of configurations", "", f"{significance_line(pairs)}. A pair differs when Holm p < 0.05 and the "
+          "## Pairs of configurations", "", f"{sig}. A pair differs when Holm p < 0.05 and the "
           "95 % interval of the difference excludes 0; n/a: fewer than 2 seeds on a side, diverged seeds on a "
           "side (diverged_a, diverged_b), or identical results of every seed on both sides: no test.", "",
           f"{CI95_LEGEND}.", "",
@@ -236,9 +257,9 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
     html = ("<!doctype html><meta charset='utf-8'><title>stride sweep</title><style>body{font-family:sans-serif}"
             "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
             f"<h1>stride sweep: {len(results)} of {len(plan['points'])} points</h1><p>{escape(' '.join(plan['grid']))}"
-            f"</p><p>{escape(cost_line)}</p>{charts}<h2>Points</h2>{_html_table(rows, cols)}"
+            f"</p>{fail_html}<p>{escape(cost_line)}</p>{charts}<h2>Points</h2>{_html_table(rows, cols)}"
             f"<h2>Configurations</h2><p>{escape(CONF_LEGEND)}.</p>{_html_table(conf_rows, CONF_COLS)}"
-            f"<h2>Pairs of configurations</h2><p>{escape(significance_line(pairs))}.</p><p>diff = mean final val "
+            f"<h2>Pairs of configurations</h2><p>{escape(sig)}.</p><p>diff = mean final val "
             "loss of a minus b over seeds; Welch's t and df, two-sided p (raw and Holm-adjusted over the tested "
             f"pairs), 95 % interval ({escape(CI95_LEGEND)}); n/a: fewer than 2 seeds on a side, diverged seeds "
             "on a side (diverged_a, diverged_b), or identical results of every seed on both sides: no test.</p>"

@@ -36,7 +36,7 @@ from stride.files.input_file import InputFileError, InputFileMissing, read_input
 from stride.files.strict_json import finite_number
 from stride.metrics.contention import CONTENTION_RECORD, WaitClock
 from stride.sweep.grid import Point
-from stride.sweep.jobs import PackJob, pack_reading, ray_job, run_job
+from stride.sweep.jobs import PackJob, failure_of, pack_reading, ray_job, run_job, run_job_caught
 from stride.sweep.packed_model import chunk_bounds
 from stride.sweep.packing import check_packable, pack_key, split_keys
 from stride.sweep.sizing import SoloRate, check_fits, measure_solo, probe
@@ -69,6 +69,7 @@ class ClassPlan:
     why: str
     chunk: int | None = None  # models a step of its packs trains at once
     packed: bool = False  # a pack of one that still trains packed (a lone point with dropout: plan_jobs)
+    failure: dict[str, str] | None = None  # its probe or lone-model run raised (jobs.failure_of): its points failed
 
 
 def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index: int = 0
@@ -105,11 +106,16 @@ def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index
         elif opts.pack == "auto":  # trains packs of 2, 4, 8, ... models: said first (it ran 7-35 s without a word)
             opts.log(f"{len(members):,} point(s) of `{cfg.model.name}`: probing pack sizes (up to about "
                      f"{opts.probe_s:g} s, --probe-s; --pack N skips the probe)")
-            pr = probe(cfg, len(members), opts.probe_s, chunk=opts.chunk, check=opts.stop)
-            plan, mem = ClassPlan(pr.size, pr.solo, pr.why), pr.memory
+            try:
+                pr = probe(cfg, len(members), opts.probe_s, chunk=opts.chunk, check=opts.stop)
+                plan, mem = ClassPlan(pr.size, pr.solo, pr.why), pr.memory
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (the model's own training raised: a failure of its points)
+                plan = _failed_class(cfg, len(members), "probing pack sizes", exc, opts.log)
         else:
             plan = ClassPlan(min(int(opts.pack), len(members)), None, f"--pack {opts.pack}")
-        if plan.size > 1:  # the chunk of its largest pack that fits (or one clear line why none does)
+        if plan.size > 1 and plan.failure is None:  # the chunk of its largest pack that fits (or one line why not)
             plan.chunk = check_fits(cfg, plan.size, mem, opts.chunk)[1]
         plans[key] = plan
         n_packs = math.ceil(len(members) / plan.size)
@@ -120,6 +126,15 @@ def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index
         opts.log(f"{len(members)} point(s) of `{cfg.model.name}` in {n_packs} pack(s) of up to {plan.size}"
                  f"{_chunks_text(-(-len(members) // n_packs), plan.chunk)} ({plan.why})")
     return jobs, plans
+
+
+def _failed_class(cfg: RunConfig, n: int, doing: str, exc: Exception, log: Callable[[str], None]) -> ClassPlan:
+    """A class whose own training raised before its packs ran (the probe's or the lone model's run): its points are
+    recorded as failed (`run`) and the other classes go on, as for a pack that raises. Before, the error ended the
+    sweep with a traceback before any pack ran."""
+    failure = failure_of(exc)
+    log(f"{n} point(s) of `{cfg.model.name}`: FAILED while {doing}: {failure['error']}")
+    return ClassPlan(1, None, f"failed while {doing}", failure=failure)
 
 
 def check_builds(p: Point) -> None:
@@ -153,9 +168,17 @@ def one_by_one_rates(points: list[Point], plans: dict[str, ClassPlan],
     read 19k-31k when it timed 3 steps of a fresh process's first Trainer, and the speed-up read 1.6-12x)."""
     out = {}
     for key, plan in plans.items():
-        if plan.solo is None and plan.size > 1:
-            cfg = next(p.config for p in points if pack_key(p.config) == key)
-            plan.solo = measure_solo(cfg)
+        if plan.solo is None and plan.size > 1 and plan.failure is None:
+            members = [p for p in points if pack_key(p.config) == key]
+            try:
+                plan.solo = measure_solo(members[0].config)
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (the model's own training raised: a failure of its points)
+                failed = _failed_class(members[0].config, len(members), "timing the lone model", exc,
+                                       log or (lambda _: None))
+                plan.failure, plan.why = failed.failure, failed.why
+                continue
             if check is not None:
                 check()
         if plan.solo is not None and plan.solo.samples_per_s:
@@ -173,6 +196,32 @@ class Recorder:
         self.store, self.log, self.rates = store, log, rates
         self.by_id = {p.id: p for p in points}
         self.written = 0
+        self.failed: list[str] = []  # points whose pack raised, in order
+        self.failed_packs: list[str] = []  # "pack K: error" of each failed pack
+
+    def failure(self, job: PackJob, items: list[dict[str, Any]], failure: dict[str, str]) -> None:
+        """A pack that raised: each of its points it had not finished is recorded as failed (DIR/failed/<id>.json, the
+        traceback in DIR/failed/pack-<k>.txt) and said in one line; a rerun of the same command trains them again (they
+        have no point file). The same for both backends (jobs.run_job_caught)."""
+        tb = self.store.write_traceback(job.index, failure["traceback"])
+        finished = {it["id"] for it in items}
+        self.failed_packs.append(f"pack {job.index}: {failure['error']}")
+        for pid in job.ids:
+            if pid in finished:  # finished before the error (a member that stopped earlier): kept as a point
+                continue
+            p = self.by_id[pid]
+            self.store.write_failure(pid, {"id": pid, "label": p.label, "values": p.values, "pack": job.index,
+                                           "error": failure["error"], "traceback": str(tb), "time": time.time()})
+            self.failed.append(pid)
+            self.log(f"point {pid} ({p.label}): FAILED in pack {job.index}: {failure['error']} (traceback: {tb})")
+
+    def failed_text(self, total: int) -> str:
+        """The sweep's last line when packs failed (exit status 1), the same on both backends."""
+        packs = "; ".join(self.failed_packs[:3]) + ("; ..." if len(self.failed_packs) > 3 else "")
+        return (f"{len(self.failed)} of {total} point(s) FAILED, in {len(self.failed_packs)} pack(s) ({packs}); each "
+                f"failed point's error is in {self.store.root / 'failed'}/<id>.json, its pack's traceback in "
+                f"pack-<k>.txt there; trained {self.written} point(s), kept: run the same command again to retry the "
+                "failed and unfinished points")
 
     def one_by_one_s(self, p: Point, item: dict[str, Any]) -> float | None:
         """The point's training time alone: measured when it ran alone, else its steps at the class's solo
@@ -246,10 +295,12 @@ def run_local(jobs: list[PackJob], rec: Recorder, stop: Callable[[], None] | Non
             stop()
         t0 = time.perf_counter()
         clock = WaitClock.started()
-        items = run_job(job, on_point=rec.point, check=stop)
+        items, failure = run_job_caught(job, on_point=rec.point, check=stop, run=run_job)
         read = pack_reading(job, clock)
-        rec.pack(job, items, time.perf_counter() - t0, "local", waiting=read["waiting_threads"],
-                 other=read["other_processes_cores"])
+        if failure is not None:  # recorded, and the next packs go on (as on Ray)
+            rec.failure(job, items, failure)
+        rec.pack(job, items, time.perf_counter() - t0, "local", failure["error"] if failure else None,
+                 waiting=read["waiting_threads"], other=read["other_processes_cores"])
 
 
 def _reachable(address: str, timeout: float = 5.0) -> None:
@@ -302,7 +353,6 @@ def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options, ray: Any) -> None
         raise SweepError(f"cannot connect to a Ray cluster at {opts.ray_address}: {str(exc).splitlines()[0]}") from None
     if opts.retake is not None:
         opts.retake()  # ray.init's SIGTERM handler exits at once: SIGTERM stops the sweep as Ctrl-C does
-    failed: list[str] = []
     pending: dict[Any, tuple[PackJob, float]] = {}
     try:
         task = ray.remote(num_cpus=opts.cpus_per_pack)(ray_job)
@@ -316,25 +366,27 @@ def run_ray(jobs: list[PackJob], rec: Recorder, opts: Options, ray: Any) -> None
             job, t0 = pending.pop(ready[0])
             try:
                 out = ray.get(ready[0])
-            except Exception as exc:  # a task's error (RayTaskError wraps the worker's exception)
+            except Exception as exc:  # the task itself failed (its worker died): RayTaskError, WorkerCrashedError
                 msg = str(exc).strip().splitlines()[-1][:300]
-                failed.append(f"pack {job.index} ({len(job.ids)} points): {msg}")
+                rec.failure(job, [], {"error": msg, "traceback": str(exc)})
                 rec.pack(job, [], time.perf_counter() - t0, "ray", msg)
                 continue
+            if out.get("config_error") is not None:  # as the local backend: a refusal of what the user gave stops
+                raise ConfigError(out["config_error"])
             for item in out["items"]:
                 rec.point(item)
+            failure = out.get("failure")
+            if failure is not None:  # the pack raised: its finished points are written above, the rest failed
+                rec.failure(job, out["items"], failure)
             # the task's own time (not its wait in the queue) and its own run-queue wait
-            rec.pack(job, out["items"], out["wall_s"], "ray", waiting=out.get("waiting_threads"),
-                     other=out.get("other_processes_cores"))
+            rec.pack(job, out["items"], out["wall_s"], "ray", failure["error"] if failure else None,
+                     waiting=out.get("waiting_threads"), other=out.get("other_processes_cores"))
     finally:
         for ref in pending:  # stopped: the packs still queued or running are cancelled (a cluster we did not start)
             with contextlib.suppress(Exception):  # a task that ended meanwhile: nothing to cancel
                 ray.cancel(ref, force=True)
         if started:
             shutdown_ray(ray)
-    if failed:
-        raise SweepError(f"{len(failed)} pack(s) failed on Ray ({'; '.join(failed)}); the finished points are kept: "
-                         "run the same command to train the rest")
 
 
 def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]:
@@ -353,9 +405,16 @@ def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]
         jobs, plans = plan_jobs(todo, store, opts, start_index=start_index) if todo else ([], {})
         rates = one_by_one_rates(todo, plans, opts.log, opts.stop) if todo else {}
         rec = Recorder(store, points, rates, opts.log)
+        failed = {k for k, v in plans.items() if v.failure is not None}
+        for job in jobs:  # a class whose probe or lone run raised: its points failed, the others go on
+            if pack_key(job.configs[0]) in failed:
+                rec.failure(job, [], plans[pack_key(job.configs[0])].failure or {})
+        jobs = [j for j in jobs if pack_key(j.configs[0]) not in failed]
         if jobs:
             (run_ray(jobs, rec, opts, ray) if opts.backend == "ray" else run_local(jobs, rec, opts.stop))
     contention.tally()
+    if rec.failed:  # every other pack ran; the report is written by the caller, then this line, exit status 1
+        raise SweepError(rec.failed_text(len(points)))
     return {"wall_s": time.perf_counter() - t0, "trained": rec.written,
             "classes": [{"size": v.size, "why": v.why} for v in plans.values()]}
 

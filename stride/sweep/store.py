@@ -6,6 +6,8 @@
     DIR/points/<id>.state.pt    its final model and optimizer state (tensors only), written before the
                                 .json: a point whose .json exists can always be exported
     DIR/runs/<id>/              the run directory of a point trained one by one (--pack 1)
+    DIR/failed/<id>.json        a point whose pack raised (not a config error): the error in one line, its pack, the
+                                traceback's file (DIR/failed/pack-<k>.txt); deleted when the point finishes
 
 A point is finished exactly when its .json exists; resuming skips those and trains the rest. A point file is
 checked when it is read (`point_problem`: what the report and the statistics read, a known status, finite
@@ -58,6 +60,7 @@ STATE_KEYS = ("model", "optim", "step", "data")  # a point's state (PackedTraine
 # what a sweep's files may weigh: sweep.json holds ~200 bytes a point (a million-point grid: 200 MB), a point file a
 # few KiB (its summary and log), packs.jsonl ~250 bytes a pack
 PLAN_MAX_BYTES, POINT_MAX_BYTES, PACK_LOG_MAX_BYTES = 1 << 30, 256 << 20, 256 << 20
+FAILED_DIR = "failed"  # DIR/failed/: the points whose last attempt failed, and their packs' tracebacks
 
 
 class SweepStateError(StrideError):
@@ -298,6 +301,40 @@ class SweepStore:
                 os.fsync(f.fileno())
             os.replace(tmp, self.state_path(pid))
         atomic_write_text(self.result_path(pid), strict_json.dumps(result, indent=1) + "\n")
+        self.failure_path(pid).unlink(missing_ok=True)  # an earlier attempt's failure: the point is finished now
+
+    # -- failed points ---------------------------------------------------------------------------
+    def failure_path(self, pid: str) -> Path:
+        return self.root / FAILED_DIR / f"{pid}.json"
+
+    def write_failure(self, pid: str, record: dict[str, Any]) -> None:
+        """Record that the point's last attempt failed (its pack raised): no point file, so a rerun trains it."""
+        self.failure_path(pid).parent.mkdir(exist_ok=True)
+        atomic_write_text(self.failure_path(pid), strict_json.dumps(record, indent=1) + "\n")
+
+    def write_traceback(self, index: int, text: str) -> Path:
+        """The failed pack's traceback, in the sweep folder (the line on the console holds only its last line)."""
+        path = self.root / FAILED_DIR / f"pack-{index}.txt"
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_text(path, text)
+        return path
+
+    def failures(self, ids: list[str]) -> list[dict[str, Any]]:
+        """The failure records of the points among `ids` that are not finished (their last attempt failed). A record
+        that cannot be read is still a failure: it says so rather than hide the point."""
+        out = []
+        for pid in ids:
+            path = self.failure_path(pid)
+            if not path.exists() or self.result_path(pid).exists():
+                continue
+            try:
+                rec = json.loads(read_input_text(path, limit=POINT_MAX_BYTES, what="failure record"))
+                if not isinstance(rec, dict):
+                    raise ValueError("not a JSON object")
+            except (InputFileError, ValueError, RecursionError) as exc:
+                rec = {"id": pid, "error": f"(its failure record {path} is unreadable: {str(exc)[:80]})"}
+            out.append(rec)
+        return out
 
     def load_state(self, pid: str) -> dict[str, Any]:
         """The finished point's state, read by torch's restricted (weights-only) unpickler. A file it refuses (a

@@ -200,8 +200,8 @@ def test_one_seed_per_configuration_makes_no_claim_about_seed_noise(config, tmp_
                  "train.val_every=4", "--pack", "2", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     best = [line for line in err.splitlines() if "optim.lr=" in line and "point " not in line]
-    assert len(best) == 2 and all("(1 seed: seed noise unknown; add seeds with --grid train.seed=0..2)" in line
-                                  for line in best), best
+    assert len(best) == 2 and all("(1 seed: seed noise unknown; add seeds with --grid train.seed=0..2 in another "
+                                  "--out (a sweep folder holds one grid))" in line for line in best), best
     assert "+-" not in err and "sd over" not in err and "differ beyond seed noise" not in err
     assert "no claim on which configurations differ: seed noise unknown with fewer than 2 seeds" in err
     summary = (out / "summary.md").read_text()
