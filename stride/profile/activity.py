@@ -69,9 +69,14 @@ class Activity:
     op_classes: dict[str, iv.Intervals] | None = None
     data_annotated: bool = False  # the trace has a data-loading annotation (data wait is measured through them)
 
+    start_order: np.ndarray | None = None  # event indices by start; the longest event's duration (`kernels`)
+    longest: float = 0.0
+
     def __post_init__(self) -> None:
         order = np.argsort(self.ev_ts, kind="stable")
         self.sorted_ts, self.sorted_launch = self.ev_ts[order], self.ev_launch[order]
+        self.start_order = order
+        self.longest = float((self.ev_end - self.ev_ts).max()) if len(self.ev_ts) else 0.0
 
 
 def name_kinds(t: RankTrace) -> np.ndarray:

@@ -29,7 +29,8 @@ def annotation_breakdown(t: RankTrace, windows: list[Window], k: int = 12) -> li
     if not m.any() or not windows:
         return []
     if t.steps:
-        bounds = [(s.ts, s.end) for s in t.steps if s.number in {w.step for w in windows}]
+        listed = {w.step for w in windows}  # once, not per step: quadratic in the steps of a long trace
+        bounds = [(s.ts, s.end) for s in t.steps if s.number in listed]
     else:
         bounds = [(w.start, w.end) for w in windows]
     host_span = sum(e - s for s, e in bounds)

@@ -19,17 +19,19 @@ TINY_TIME_BOUND_PCT = 25.0  # tiny kernels taking a quarter of the kernel time s
 
 
 def _in_windows(act: Activity, windows: list[Window]) -> np.ndarray:
-    """Events overlapping some window (windows are sorted and disjoint: one binary search per event end)."""
-    if not windows:
-        return np.zeros(len(act.ev_ts), dtype=bool)
-    starts = np.array([w.start for w in windows])
-    ends = np.array([w.end for w in windows])
-    # the first window ending after the event starts; the event overlaps it if it ends after that start
-    k = np.searchsorted(ends, act.ev_ts, side="right")
-    ok = k < len(windows)
-    out = np.zeros(len(act.ev_ts), dtype=bool)
-    out[ok] = act.ev_end[ok] > starts[k[ok]]
-    return out
+    """Indices, ascending, of the events overlapping some window (starting before its end, ending after its start).
+    Each window reads only the events starting in [start - longest event, end) by binary search over the starts:
+    the verdict of every step asks for its own window, and a mask over all events per step made a trace of 30,000
+    steps (1.7 M events, 235 MB) take 166 s, quadratic in the steps (outside audit of `stride analyze`)."""
+    if not windows or not len(act.ev_ts):
+        return np.zeros(0, dtype=np.int64)
+    order, starts = act.start_order, act.sorted_ts
+    parts = []
+    for w in windows:
+        idx = order[np.searchsorted(starts, w.start - act.longest, side="left"):
+                    np.searchsorted(starts, w.end, side="left")]
+        parts.append(idx[act.ev_end[idx] > w.start])
+    return np.unique(np.concatenate(parts))
 
 
 def self_times(ts: np.ndarray, end: np.ndarray, lane: np.ndarray) -> np.ndarray:
@@ -52,7 +54,7 @@ def self_times(ts: np.ndarray, end: np.ndarray, lane: np.ndarray) -> np.ndarray:
 
 def top_kernels(act: Activity, names: list[str], windows: list[Window], k: int = 10) -> list[dict]:
     m = _in_windows(act, windows)
-    if not m.any():
+    if not len(m):
         return []
     nid, dur, kind = act.ev_name[m], act.ev_end[m] - act.ev_ts[m], act.ev_kind[m]
     delay = act.ev_ts[m] - act.ev_launch[m]
