@@ -548,8 +548,9 @@ def ingest(
             for chunk in _readable_chunks(path, time_col, time_format):
                 names = [n for n in chunk.schema.names if n not in (time_col, symbol_col)]
                 if time_col not in chunk.schema.names:
-                    have = ", ".join(chunk.schema.names)
-                    raise IngestError(f"{path}: no timestamp column {time_col!r} (columns: {have})")
+                    have, hdr = ", ".join(chunk.schema.names), chunk.schema.names
+                    raise IngestError(f"{path}: no timestamp column {time_col!r}{_near(time_col, hdr)} (columns: "
+                                      f"{have}){_delimiter_hint(hdr)}; name it with --time-col")
                 # the time column first: a --time-col that names a text column is said to be that, not reported as
                 # the default `timestamp` column turned feature and found non-numeric
                 tcol = chunk.column(time_col)
@@ -566,7 +567,8 @@ def ingest(
                         if not (pa.types.is_floating(t) or pa.types.is_integer(t)):
                             raise IngestError(f"{path}: column {c!r} has type {t}"
                                               f"{_not_a_number(chunk.column(c), row0)}; feature columns must be "
-                                              "numeric (choose columns with --columns)")
+                                              "numeric (choose columns with --columns)"
+                                              f"{_symbol_hint(c, t, symbol_col, chunk.schema.names)}")
                     first_file = path
                     writer = StoreWriter(out, schema, dtype=dtype, overwrite=overwrite)
                 elif columns is None and sorted(names) != sorted(schema):
@@ -840,6 +842,36 @@ def _rounding_note(rounded: dict[int, list], schema: list[str]) -> str:
             f"16,777,216: {'; '.join(parts)}; rescale the column (e.g. volume in thousands) to keep every digit")
 
 
+def _near(name: str, names: list[str]) -> str:
+    """' (did you mean 'Date'?)' for the file's column closest to a name it lacks (same letters in another case
+    first), or '': `--time-col date` on a `Date` header listed the columns without pointing at the one meant
+    (first-contact audit of 2026-12-07)."""
+    import difflib
+
+    close = [n for n in names if n.lower() == name.lower()] or difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _delimiter_hint(names: list[str]) -> str:
+    """'; the header looks separated by ';' ...' where a CSV read as one column holds another separator: a
+    `time;ticker;bid` file read as one column named `time;ticker;bid`, reported only as a missing time column."""
+    if len(names) != 1:
+        return ""
+    sep = next((c for c in (";", "\t", "|") if c in names[0]), None)
+    return (f"; the header looks separated by {sep!r}, and stride reads comma-separated CSV: save the file with commas"
+            if sep else "")
+
+
+def _symbol_hint(column: str, typ: Any, symbol_col: str, header: list[str]) -> str:
+    """'; if 'ticker' names the instrument, pass --symbol-col ticker' for a text column where the file has no
+    column named as --symbol-col: the likely reason a text column is among the features is that the file's symbol
+    column has another name (first-contact audit of 2026-12-07: `ticker` was refused as a non-numeric feature with
+    no word of --symbol-col)."""
+    if symbol_col in header or not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        return ""
+    return f"; if {column!r} names the instrument, pass --symbol-col {column}"
+
+
 def _check_columns(path: Path, asked: list[str] | None, names: list[str], schema: list[str], time_col: str,
                    symbol_col: str, header: list[str]) -> None:
     """The feature columns: at least one, each once, each named, each in the file and none the time or symbol
@@ -859,7 +891,8 @@ def _check_columns(path: Path, asked: list[str] | None, names: list[str], schema
             raise IngestError(f"{path}: requested column {c!r} is the {role} column, not a feature column")
     missing = sorted(set(asked or []) - set(names))
     if missing:
-        raise IngestError(f"{path}: requested columns {missing} are not in the file (columns: {', '.join(names)})")
+        raise IngestError(f"{path}: requested columns {missing} are not in the file{_near(missing[0], names)} "
+                          f"(columns: {', '.join(names)})")
     for c in schema:  # printed by `stride data inspect` and in errors, as symbols are (_check_symbol_text)
         bad = next((ch for ch in c if unicodedata.category(ch) in ("Cc", "Zl", "Zp")), None)
         if bad is not None:

@@ -1,0 +1,58 @@
+"""`stride data ingest` names the likely fix for a newcomer's own CSV (first-contact audit of 2026-12-07).
+
+Before, each of these listed the file's columns and left the user to spot the cause: `--time-col date` on a `Date`
+header, a `ticker` column (stride's default symbol column is `symbol`) refused as a non-numeric feature with no word
+of --symbol-col, a semicolon-separated file reported only as lacking a `time` column, and a misspelt `--columns` name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stride.cli.main import main
+
+TICKS = "time,ticker,bid,ask\n2024-01-02 14:30:00,AAPL,1.0,1.1\n2024-01-02 14:31:00,AAPL,1.1,1.2\n"
+
+
+def _ingest(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *args: str) -> str:
+    src = tmp_path / "ticks.csv"
+    src.write_text(text)
+    rc = main(["data", "ingest", str(src), "--out", str(tmp_path / "st"), *args])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "st").exists()
+    return err
+
+
+def test_a_time_column_in_another_case_is_pointed_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _ingest(tmp_path, capsys, TICKS.replace("time,", "Date,", 1), "--time-col", "date")
+    assert "no timestamp column 'date' (did you mean 'Date'?)" in err, err
+    assert "--time-col" in err
+
+
+def test_a_text_column_beside_no_symbol_column_names_symbol_col(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    err = _ingest(tmp_path, capsys, TICKS, "--time-col", "time")
+    assert "column 'ticker' has type string" in err, err
+    assert "pass --symbol-col ticker" in err, err
+
+
+def test_a_text_column_beside_the_symbol_column_gets_no_symbol_hint(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    text = "time,symbol,note,bid\n2024-01-02 14:30:00,AAPL,x,1.0\n2024-01-02 14:31:00,AAPL,y,1.1\n"
+    err = _ingest(tmp_path, capsys, text, "--time-col", "time")
+    assert "column 'note' has type string" in err and "--symbol-col" not in err, err
+
+
+def test_a_semicolon_separated_file_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _ingest(tmp_path, capsys, TICKS.replace(",", ";"), "--time-col", "time")
+    assert "no timestamp column 'time'" in err
+    assert "separated by ';'" in err and "comma-separated" in err, err
+
+
+def test_a_misspelt_feature_column_is_pointed_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _ingest(tmp_path, capsys, TICKS, "--time-col", "time", "--symbol-col", "ticker", "--columns", "bid,aks")
+    assert "requested columns ['aks'] are not in the file (did you mean 'ask'?)" in err, err
