@@ -163,14 +163,16 @@ _GPU_MATH = re.compile(
 _GPU_BANDWIDTH = re.compile(
     r"elementwise|reduce|catarray|multi_tensor_apply|norm|softmax|dropout|pool|index|gather|scatter|embedding"
     r"|copy|fill|nchwtonhwc|nhwctonchw|transpose|triton_poi_|triton_red_|triton_per_|cross_entropy|nll"
-    r"|rowwisemoments|computefusedparams|gammabeta|adam|sgd|distribution|bernoulli|cumsum|scan|upsample|where")
+    r"|rowwisemoments|computefusedparams|gammabeta|adam|sgd|distribution|bernoulli|cumsum|scan|upsample|where"
+    r"|bn_fw|bn_bw|batchnorm|radixsort|sort|bounds_check|scalepackedtensor")
 _ANON_NS = re.compile(r"\(anonymous namespace\)::")
+_ENABLE_IF = re.compile(r"^std::enable_if<.*?>::type\s+")  # a templated return type before the kernel's name
 
 
 def gpu_kernel_base(name: str) -> str:
     """`void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, ...)` -> `at::native::
     cunn_softmaxforward`: the kernel's own (lower-case) name without return type, template or call arguments."""
-    s = _ANON_NS.sub("", name).strip().removeprefix("void ").strip()
+    s = _ENABLE_IF.sub("", _ANON_NS.sub("", name).strip().removeprefix("void ").strip())
     cut = min((i for i in (s.find("<"), s.find("(")) if i >= 0), default=len(s))
     return s[:cut].lower()
 
