@@ -27,15 +27,16 @@ _WS = re.compile(r"[ \t\n\r]*")
 
 
 def open_text(path: Path) -> TextIO:
-    """Open `.json` or `.json.gz` (detected by magic bytes, not only by name) as text."""
+    """Open `.json` or `.json.gz` (detected by magic bytes, not only by name) as text; a UTF-8 byte-order mark (some
+    Windows editors and tools write one) is skipped: such a trace was refused as "starts with '\\ufeff'"."""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
     except OSError as exc:
         raise TraceError(f"{path}: cannot open: {exc.strerror or exc}") from exc
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")
 
 
 def _gzip_cut_short(path: Path) -> str:

@@ -124,3 +124,14 @@ def test_a_gzip_cut_in_half_says_what_is_true(tmp_path: Path) -> None:
     assert "near character" not in msg and "end-of-stream marker" in msg
     decoded = int(msg.split("decompress to ")[1].split(" bytes")[0].replace(",", ""))
     assert 0 < decoded < len(text)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_utf8_byte_order_mark_is_skipped(tmp_path: Path, gz: bool) -> None:
+    """A trace saved with a UTF-8 BOM (some Windows tools write one) reads as without it; before it was refused
+    as "not a JSON trace: starts with '\\ufeff'" (outside audit of `stride analyze`)."""
+    raw = b"\xef\xbb\xbf" + json.dumps(DOC).encode("utf-8")
+    p = tmp_path / ("bom.json.gz" if gz else "bom.json")
+    p.write_bytes(gzip.compress(raw) if gz else raw)
+    meta, events = _collect(p)
+    assert meta == {k: v for k, v in DOC.items() if k != "traceEvents"} and events == DOC["traceEvents"]
