@@ -260,7 +260,11 @@ def open_store(path: str | Path, verify: bool = False) -> Store:
     path = Path(path)
     man_path = path / "manifest.json"
     if not path.exists():  # "not a stride store: no manifest.json" read as if a folder were there (audit 21, L4)
-        raise StoreError(f"{path}: no such directory (a store is the folder `stride data ingest` or `synth` wrote)")
+        # a config's relative `data.store` is read from the current directory, not the config's folder: say where
+        where = "" if path.is_absolute() else f"; looked for {path.resolve()}: relative paths are read from the " \
+            "current directory"
+        raise StoreError(f"{path}: no such directory (a store is the folder `stride data ingest` or `synth` "
+                         f"wrote{where})")
     if not man_path.is_file():
         hint = " (an interrupted ingestion leaves only a .tmp- directory)"
         raise StoreError(f"{path}: not a stride store: no manifest.json{hint}")

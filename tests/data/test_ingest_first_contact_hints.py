@@ -56,3 +56,14 @@ def test_a_semicolon_separated_file_says_so(tmp_path: Path, capsys: pytest.Captu
 def test_a_misspelt_feature_column_is_pointed_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     err = _ingest(tmp_path, capsys, TICKS, "--time-col", "time", "--symbol-col", "ticker", "--columns", "bid,aks")
     assert "requested columns ['aks'] are not in the file (did you mean 'ask'?)" in err, err
+
+
+def test_a_missing_relative_store_says_where_it_was_looked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config's `data.store = "st1"` run from another folder said only `st1: no such directory`: a relative path
+    is read from the current directory (not the config's folder), and the message now says which path it tried."""
+    monkeypatch.chdir(tmp_path)
+    rc = main(["data", "inspect", "st1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"looked for {tmp_path.resolve() / 'st1'}" in err and "current directory" in err, err
