@@ -25,8 +25,9 @@ from stride.bench.progress import fmt_duration
 from stride.bench.rank_entry import SCHED_ENV
 from stride.bench.runner import make_entry, workload_config
 from stride.bench.scaling import Point, plan_points, point_record
+from stride.bench.stats import run_step_rates, step_cv
 from stride.bench.workloads import Workload
-from stride.config import config_to_toml
+from stride.config import config_to_dict, config_to_toml
 from stride.config.errors import ConfigError
 from stride.launch.torchrun import inside_launcher, launcher_env, torchrun_command
 
@@ -215,10 +216,36 @@ def world_sweep(w: Workload, device: str, out: Path, world_sizes: list[int], str
         entry = make_entry(w, name, cfg0, tputs, METHOD, _median_summary(sums, tputs),
                            run_dir=str(out / name / "rep0" / "run"), world_size=p.world_size,
                            scaling=p.scaling, strategy=p.strategy)
+        if len(tputs) == 1:  # --repeats 1: no spread over runs; its own timed steps' spread, as compare's run folder
+            one_run_spread(entry, out / name / "rep0" / "run", sums[0], cfg0)
         entries.append(entry)
         records.append(point_record(w.name, p, w.throughput_unit, tputs, sums, base_tputs, base_sums,
                                     base.global_batch, slots, name))
     return entries, records, plans
+
+
+ONE_RUN_SPREAD = ("; one run: its cv is the robust spread (1.4826 x MAD / median) of its {n} timed steps' samples/s "
+                  "logged in rank 0's metrics.jsonl, which holds no drift between runs (--repeats 3 measures that)")
+
+
+def one_run_spread(entry: dict[str, Any], run: Path, summary: dict[str, Any], cfg: Any) -> None:
+    """Give a point of one run (`--repeats 1`) the spread of its own timed steps, as `stride compare` gives a `stride
+    train` run folder (stride.bench.stats.run_step_rates, step_cv): the cv, n (the timed steps), min and max.
+
+    Its one figure had no spread, so `stride compare` judged two such points against an assumed 2 %: of 28 pairs of
+    identical mlp_tiny points (8 sweeps, AMD EPYC family 26 model 2, 2 cores, shared) it called 26 (1 rank) and 27
+    (2 ranks) faster or slower; with their steps' spread 21 and 3 (docs/bench.md, world sweep). What is left is drift
+    between runs, which no run's own steps show: a one-run verdict is a hint, `--repeats 3` the measurement. Where the
+    steps give none (metrics.jsonl missing, damaged or under 3 timed steps) the figure stays one run and `spread_note`
+    says why, as compare's run folder does."""
+    rates, why = run_step_rates(run, summary, config_to_dict(cfg))
+    cv = step_cv(rates)
+    if cv is None:
+        entry["spread_note"] = f"one run per point (--repeats 1), and {why}"
+        return
+    t = entry["throughput"]
+    t.update(cv=cv, n=len(rates), min=min(*rates, t["median"]), max=max(*rates, t["median"]))
+    entry["throughput_method"] += ONE_RUN_SPREAD.format(n=len(rates))
 
 
 def _median_summary(summaries: list[dict[str, Any]], tputs: list[float]) -> dict[str, Any]:
