@@ -108,7 +108,8 @@ class DataConfig:
     kwargs: dict = field(default_factory=dict)
     """Keyword arguments passed to a `module:factory` data source (a TOML table); synthetic and store take none."""
     store: str = ""
-    """Store source: the directory `stride data ingest` wrote."""
+    """Store source: the directory `stride data ingest` wrote; a relative path is read from the current directory,
+    not the config's folder."""
     columns: list[str] = field(default_factory=list)
     """Store source: feature columns the model sees, in this order; empty: every column."""
     target_column: str = "close"
