@@ -106,3 +106,28 @@ def test_gemm_step_with_some_elementwise_stays_compute_bound(tmp_path: Path) -> 
     assert r["kernel_time"] == {"math_pct": pytest.approx(60.0), "bandwidth_pct": pytest.approx(30.0),
                                 "other_pct": 0.0}
     assert r["verdict"]["bound"] == "compute-bound"
+
+
+@pytest.mark.parametrize("cat", ["cpu_op", "Operator"])
+def test_cpu_step_scopes_filed_as_operators(tmp_path: Path, cat: str) -> None:
+    """Older torch.profiler traces file `ProfilerStep#N` and `enumerate(DataLoader)#...` with the operators. Per
+    1000 µs step: the loader 300 µs (an `aten::stack` of 100 inside), two `aten::mm` of 100 µs: busy 20 %, data
+    wait 30 %, the rest idle. Before: "compute-bound, idle 0.0%", ProfilerStep#1-3 the top operators."""
+    def trace(scope_cat: str) -> dict:
+        ev = []
+        for k in range(3):
+            s = 10_000.0 + 1000.0 * k
+            ev += [host(f"ProfilerStep#{k + 1}", s, 1000.0, cat=scope_cat),
+                   host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", s, 300.0, cat=scope_cat),
+                   host("aten::stack", s + 100.0, 100.0), host("aten::mm", s + 300.0, 100.0),
+                   host("aten::mm", s + 600.0, 100.0)]
+        return {"schemaVersion": 1, "traceEvents": ev}
+
+    got = analyze_traces([write(tmp_path / "old.json", trace(cat))])["ranks"]["0"]
+    ref = analyze_traces([write(tmp_path / "new.json", trace("user_annotation"))])["ranks"]["0"]
+    tb = got["temporal_breakdown"]
+    assert tb["compute_pct"] == pytest.approx(20.0) and tb["idle_pct"] == pytest.approx(80.0)
+    assert tb["data_wait_pct"] == pytest.approx(30.0)
+    assert got["verdict"]["bound"] == "host-bound"  # idle 80 %, data wait 30 % < half of it
+    assert [r["name"] for r in got["top_kernels"]] == ["aten::mm", "aten::stack"]
+    assert tb == ref["temporal_breakdown"] and got["verdict"] == ref["verdict"]
