@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
+
 from stride.files.input_file import not_found_or_special
+from stride.profile import intervals as iv
 from stride.profile.activity import build_activity
 from stride.profile.annotations import annotation_breakdown, data_spans
 from stride.profile.breakdown import Times, pct, summarize, window_times
@@ -18,7 +21,7 @@ from stride.profile.precision_advice import DtypeSpeeds, precision_line
 from stride.profile.run_meta import overlap_rule, unprofiled_step_us
 from stride.profile.stragglers import find_stragglers, rank_steps
 from stride.profile.trace_model import RankTrace, distributed_info, load_trace
-from stride.profile.verdict import NO_ACTIVITY, no_activity_verdict, rank_verdict, step_verdict
+from stride.profile.verdict import IDLE_BOUND_PCT, NO_ACTIVITY, no_activity_verdict, rank_verdict, step_verdict
 from stride.profile.windows import analysed_windows
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -72,6 +75,32 @@ def _step_time(span: float, idle: float, n_steps: int, unprofiled: float | None,
     return out
 
 
+def per_device(t: RankTrace, windows: list) -> list[dict] | None:
+    """Where one trace holds the kernels of several devices (one process driving two GPUs: naive model or pipeline
+    parallelism), each device's busy and idle share of the analysed steps; None for one device. The breakdown is of
+    their union: two GPUs taking turns, each idle half the step, read "compute-bound, idle 0.0%" (outside audit)."""
+    if not len(t.dev_ts) or not windows:
+        return None
+    keep = ~np.isin(t.dev_cat, t.cat_ids(frozenset({"cuda_sync"})))
+    devices = sorted(int(d) for d in np.unique(t.dev_device[keep]) if d >= 0)
+    if len(devices) < 2:
+        return None
+    span = sum(w.span for w in windows)
+    out = []
+    for d in devices:
+        m = keep & (t.dev_device == d)
+        busy = iv.union(t.dev_ts[m], t.dev_ts[m] + t.dev_dur[m])
+        b = sum(iv.length(iv.clip(busy, w.start, w.end)) for w in windows)
+        out.append({"device": d, "busy_pct": pct(b, span), "idle_pct": pct(span - b, span)})
+    return out
+
+
+def _devices_line(devices: list[dict]) -> str:
+    return (f"kernels of {len(devices)} devices in one trace: the figures are of their union, so a device idle while "
+            "another works counts as busy; each device's idle: "
+            + ", ".join(f"device {d['device']} {d['idle_pct']:.1f}%" for d in devices))
+
+
 def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
                  precision: str | None = None, ranks_by_host_name: int | None = None) -> tuple[dict, object]:
     """stride's own figures for one rank, per step and over all analysed steps. `precision` is the
@@ -123,6 +152,17 @@ def analyze_rank(t: RankTrace, top_k: int = 10, drop_last_step: bool = False,
         "verdict": (None if not windows else rank_verdict(fig, per_step, tiny, precision, device) if recorded
                     else {**no_activity_verdict(device), "steps_by_bound": {NO_ACTIVITY: len(per_step)}}),
     }
+    devices = per_device(t, windows)
+    if devices:
+        result["devices"] = devices
+        result["devices_note"] = _devices_line(devices)
+        idlest = max(devices, key=lambda d: d["idle_pct"] or 0.0)
+        v = result["verdict"]
+        if v and "reasons" in v and (idlest["idle_pct"] or 0.0) > IDLE_BOUND_PCT >= (fig["temporal_breakdown"]
+                                                                                   ["idle_pct"] or 0.0):
+            v["reasons"].append(f"device {idlest['device']} is idle {idlest['idle_pct']:.1f}% of the step (> "
+                                f"{IDLE_BOUND_PCT}%) while another device works: this verdict is of the devices' "
+                                "union; balance the work between them (pipeline micro-batches)")
     if not act.on_gpu and not act.data_annotated:  # said in the table too: "-" alone would not say why
         result["data_wait_note"] = (f"data wait not measured: no data-loading annotation in the trace "
                                     f"({DATA_ANNOTATIONS_DOC}); data loaded outside one counts as idle")

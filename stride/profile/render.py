@@ -88,6 +88,8 @@ def render_report(report: dict, console: Console | None = None) -> None:
             con.print(literal(f"rank {rank}: compute kernels, % of the step: matmul/conv {_f(kt['math_pct'])}, "
                               f"bandwidth-bound (elementwise, reductions, norms, indexing) {_f(kt['bandwidth_pct'])}, "
                               f"other {_f(kt['other_pct'])}"))
+        if r.get("devices_note"):  # one trace, several GPUs: the figures are of their union
+            con.print(literal(f"rank {rank}: {r['devices_note']}", "yellow"))
         if (r.get("idle_breakdown") or {}).get("note"):
             con.print(literal(f"rank {rank}: {r['idle_breakdown']['note']}", "yellow"))
         if r.get("data_wait_note"):

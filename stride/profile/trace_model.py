@@ -59,6 +59,7 @@ class RankTrace:
     malformed: dict[str, int] = field(default_factory=dict)  # events left out: {"ph is a list": 3, ...}
     malformed_first: str | None = None  # the first of them: "traceEvents[7]: ph is a list, not a string"
     duplicates: int = 0  # exact copies of a kept complete event, dropped (`_drop_duplicates`)
+    dev_device: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # device index, -1: unknown
 
     def malformed_summary(self) -> dict[str, Any]:
         """What `stride analyze` reports of the events it left out as malformed (count 0: none)."""
@@ -99,9 +100,9 @@ MALFORMED_MAX = 0.01
 
 
 class _Collector:
-    """Batch callback: keeps `X` events of the device and host categories, six numbers each.
+    """Batch callback: keeps `X` events of the device and host categories, six numbers each (a device event seven).
 
-    A device row is (ts, dur, name id, category id, stream, correlation); a host row is (ts, dur,
+    A device row is (ts, dur, name id, category id, stream, correlation, device); a host row is (ts, dur,
     name id, category id, thread id, correlation). Ids and correlations are exact in float64. Malformed
     events are counted by reason in `malformed` and left out (MALFORMED_MAX).
     """
@@ -192,7 +193,9 @@ class _Collector:
                 corr = -1
             if is_dev:
                 stream = args.get("stream", -1)
-                dev_ext((ts, dur, nid, cid, stream if type(stream) is int else -1, corr))
+                device = args.get("device", pid)  # Kineto: the device index, also the device events' pid
+                dev_ext((ts, dur, nid, cid, stream if type(stream) is int else -1, corr,
+                         device if type(device) is int and device >= 0 else -1))
                 self.dev_key.append(key)
             else:
                 t_id = tids.get(tid)
@@ -349,7 +352,7 @@ def load_trace(path: str | Path) -> RankTrace:
     for n, i in c.cat_ids.items():
         cats[i] = n
 
-    dev = np.frombuffer(c.dev, dtype=np.float64).reshape(-1, 6) if len(c.dev) else np.zeros((0, 6))
+    dev = np.frombuffer(c.dev, dtype=np.float64).reshape(-1, 7) if len(c.dev) else np.zeros((0, 7))
     host = np.frombuffer(c.host, dtype=np.float64).reshape(-1, 6) if len(c.host) else np.zeros((0, 6))
     dev, dup_dev = _drop_duplicates(dev, c.dev_key)
     host, dup_host = _drop_duplicates(host, c.host_key)
@@ -384,7 +387,7 @@ def load_trace(path: str | Path) -> RankTrace:
     return RankTrace(
         path=p, rank=rank, rank_source=source, meta=meta, names=names, cats=cats,
         dev_ts=dev[:, 0].copy(), dev_dur=dev[:, 1].copy(), dev_name=i(dev[:, 2]), dev_cat=i(dev[:, 3]),
-        dev_stream=i(dev[:, 4]), dev_corr=i(dev[:, 5]),
+        dev_stream=i(dev[:, 4]), dev_corr=i(dev[:, 5]), dev_device=i(dev[:, 6]),
         host_ts=host[:, 0].copy(), host_dur=host[:, 1].copy(), host_name=i(host[:, 2]), host_cat=i(host[:, 3]),
         host_tid=i(host[:, 4]), host_corr=i(host[:, 5]),
         steps=steps, fractional_ts=c.fractional_ts, n_events=c.n,

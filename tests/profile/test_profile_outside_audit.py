@@ -131,3 +131,26 @@ def test_cpu_step_scopes_filed_as_operators(tmp_path: Path, cat: str) -> None:
     assert got["verdict"]["bound"] == "host-bound"  # idle 80 %, data wait 30 % < half of it
     assert [r["name"] for r in got["top_kernels"]] == ["aten::mm", "aten::stack"]
     assert tb == ref["temporal_breakdown"] and got["verdict"] == ref["verdict"]
+
+
+def test_one_trace_of_two_gpus_says_each_devices_idle(tmp_path: Path) -> None:
+    """One process driving two GPUs that take turns (GEMM [0, 500) on device 0, [500, 1000) on device 1): their
+    union is busy the whole step, each device half of it. Before: "compute-bound, idle 0.0%" and nothing else."""
+    ev: list[dict] = []
+    corr = 0
+    for k in range(3):
+        s = 10_000.0 + 1000.0 * k
+        ev.append(host(f"ProfilerStep#{k + 1}", s, 1000.0, cat="user_annotation"))
+        for device, at in ((0, 0.0), (1, 500.0)):
+            corr += 1
+            kern = kernel(GEMM, s + at, 500.0, 7 + device, corr)
+            kern["pid"], kern["args"]["device"] = device, device
+            ev += [launch(s + device, corr), kern]
+    r = analyze_traces([write(tmp_path / "two.json", {"schemaVersion": 1, "traceEvents": ev})])["ranks"]["0"]
+    assert r["temporal_breakdown"]["idle_pct"] == pytest.approx(0.0)  # the union, as HTA's definition has it
+    assert r["devices"] == [{"device": 0, "busy_pct": pytest.approx(50.0), "idle_pct": pytest.approx(50.0)},
+                            {"device": 1, "busy_pct": pytest.approx(50.0), "idle_pct": pytest.approx(50.0)}]
+    assert "device 0 50.0%, device 1 50.0%" in r["devices_note"]
+    assert any("device 0 is idle 50.0% of the step" in x for x in r["verdict"]["reasons"])
+    one = analyze_traces([write(tmp_path / "one.json", steps([(GEMM, 0.0, 500.0, 7)]))])["ranks"]["0"]
+    assert "devices" not in one and "devices_note" not in one
