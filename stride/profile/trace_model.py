@@ -309,9 +309,11 @@ def _check_times(path: Path, what: str, rows: np.ndarray, names: list[str]) -> N
     bad = ~(np.abs(ts) <= MAX_US) | ~((dur >= 0) & (dur <= MAX_US))
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
+        # an epoch time in ns (1.7e18) passes 2^53 µs; one in µs (1.7e15) does not: say what it likely is
+        ns = " (nanoseconds since the epoch? trace times are microseconds)" if 1e17 < abs(float(ts[k])) < 1e20 else ""
         raise TraceError(f"{path}: a {what} event (name {names[int(rows[k, 2])][:60]!r}) has ts={float(ts[k])!r}, "
                          f"dur={float(dur[k])!r}: times must be finite numbers of microseconds up to {MAX_US:.0f} "
-                         "and durations >= 0")
+                         f"and durations >= 0{ns}")
     negative = ts < 0
     if negative.any():
         k = int(np.flatnonzero(negative)[0])

@@ -50,3 +50,13 @@ def test_events_stride_does_not_read_may_lack_dur(tmp_path: Path) -> None:
                                  "tid": "PyTorch Profiler", "ts": 10_000.0})
     r = analyze_traces([write(tmp_path / "t.json", trace)])["ranks"]["0"]
     assert r["temporal_breakdown"]["compute_pct"] == pytest.approx(95.0)
+
+
+def test_epoch_nanoseconds_are_named_as_such(tmp_path: Path) -> None:
+    """Times written in ns since the epoch (1.7e18) are refused as before, and the line says what they look like."""
+    trace = gemm_steps()
+    for e in trace["traceEvents"]:
+        e["ts"], e["dur"] = int(e["ts"] * 1000) + 1_700_000_000_000_000_000, e["dur"] * 1000
+    with pytest.raises(TraceError, match=r"ns\.json: .*durations >= 0 \(nanoseconds since the epoch\? trace times "
+                                         r"are microseconds\)"):
+        analyze_traces([write(tmp_path / "ns.json", trace)])
