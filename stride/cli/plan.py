@@ -656,7 +656,10 @@ def _plan_workload(args, hw, notes: list[str], eff) -> int:
     con.print(t)
     terms = ", ".join(f"{k} {v:.4f}s" for k, v in best.breakdown_s.items() if v > 0)
     con.print(f"best: {describe(best.layout)}: {terms}")
-    con.print(f"  run it with: {' '.join('--set ' + s for s in settings(best.layout, plan.global_batch))}")
+    # a layout of N ranks needs N processes: without --nproc the --set lines alone trained one process (first-contact
+    # audit of 2026-12-07: "2 rank(s), ddp" printed no --nproc, and its settings name no parallel key)
+    nproc = f"--nproc {best.layout.dp} " if best.layout.dp > 1 else ""
+    con.print(f"  run it with: {nproc}{' '.join('--set ' + s for s in settings(best.layout, plan.global_batch))}")
     for p in res.ranked[1:4]:
         con.print(f"  {describe(p.layout)}: {explain(p, best)}")
     return 0
