@@ -29,6 +29,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from types import FrameType
 from typing import NoReturn
 
 FULL_EXIT_ENV = "STRIDE_FULL_EXIT"  # "1": end through the interpreter's full shutdown (slower, same outcome)
@@ -37,14 +38,32 @@ FLUSH_FAILED = 120  # CPython's status when flushing stdout/stderr at exit fails
 
 def end_process(run: Callable[[], int | None]) -> NoReturn:
     """Call `run` (a command's main) and end the process with its status: `run`'s return value or the code of the
-    SystemExit it raised (None: 0; a message: printed to stderr, 1). Other exceptions propagate unchanged."""
+    SystemExit it raised (None: 0; a message: printed to stderr, 1). Other exceptions propagate unchanged. Called
+    by stride.cli.main.entry from the process's top (`process_top`); anywhere else, under `python -i`, or with
+    STRIDE_FULL_EXIT=1 it raises SystemExit(status) instead, for the interpreter's own end."""
+    top = process_top(sys._getframe(2))  # end_process <- entry <- the code that called entry
     try:
         code = run()
     except SystemExit as exc:
         code = exc.code
-    if os.environ.get(FULL_EXIT_ENV, "") not in ("", "0"):
-        raise SystemExit(code)
+    if not top or sys.flags.inspect or os.environ.get(FULL_EXIT_ENV, "") not in ("", "0"):
+        raise SystemExit(code)  # the interpreter's own end, as before
     fast_exit(exit_status(code))
+
+
+def process_top(frame: FrameType | None) -> bool:
+    """Whether `frame` is the process's own top: a script's or `python -m`'s module code with nothing above it but
+    runpy. Not when a tool runs stride inside its own code and acts after it (`python -m cProfile -m stride` writes
+    its profile, `coverage run` saves its data, `pdb` stops at the end): those keep the interpreter's end."""
+    if frame is None or frame.f_code.co_name != "<module>":
+        return False
+    outer = frame.f_back
+    while outer is not None:
+        code = outer.f_code
+        if code.co_name not in ("_run_code", "_run_module_as_main") or "runpy" not in code.co_filename:
+            return False
+        outer = outer.f_back
+    return True
 
 
 def exit_status(code: object) -> int:

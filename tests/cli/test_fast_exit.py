@@ -176,3 +176,31 @@ def test_train_run_folder_complete(tmp_path: Path) -> None:
     events.Reload()
     loss_tags = [t for t in events.Tags()["scalars"] if "loss" in t]
     assert loss_tags and max(e.step for e in events.Scalars(loss_tags[0])) == 2
+
+
+TEARDOWN_MARK = ("import sys\nclass _Teardown:\n    def __del__(self):\n"
+                 "        sys.__stderr__.write('teardown ran\\n')\n_mark = _Teardown()\n")
+
+
+@pytest.mark.parametrize("how", ["console script", "python -m stride", "rank_entry", "cProfile", "python -i"])
+def test_fast_end_only_at_the_process_top(tmp_path: Path, how: str) -> None:
+    """The real entry points end fast; a tool that runs stride inside its own code and acts after it (cProfile
+    writes its profile) and `python -i` get the interpreter's end. A sitecustomize object's __del__ says whether
+    the teardown ran."""
+    (tmp_path / "sitecustomize.py").write_text(TEARDOWN_MARK)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("STRIDE_FULL_EXIT", None)
+    prof = tmp_path / "out.prof"
+    cmd = {"console script": [str(Path(sys.executable).with_name("stride")), "--version"],
+           "python -m stride": [sys.executable, "-m", "stride", "--version"],
+           "rank_entry": [sys.executable, "-m", "stride.bench.rank_entry", "--version"],
+           "cProfile": [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "stride", "--version"],
+           "python -i": [sys.executable, "-i", "-m", "stride", "--version"]}[how]
+    if not Path(cmd[0]).exists():
+        pytest.skip("no stride console script beside this Python")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, input="", timeout=300)
+    assert r.returncode == 0 and "stride " in r.stdout, r.stderr
+    fast = how in ("console script", "python -m stride", "rank_entry")
+    assert ("teardown ran" in r.stderr) != fast, r.stderr
+    if how == "cProfile":
+        assert prof.stat().st_size > 0
