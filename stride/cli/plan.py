@@ -80,10 +80,24 @@ def _eff(args, catalog=None):
 
     if not args.efficiency:
         return shipped_efficiency()
+    _refuse_empty(args.efficiency)
     data = read_json(args.efficiency)  # once: the factors and the part they were measured on
     eff = load_efficiency(args.efficiency, note="stride plan", data=data)  # factors it does not set: the shipped fit's
     _warn_other_hardware(args, catalog, data.get("hardware") if isinstance(data, dict) else None)
     return eff
+
+
+def _refuse_empty(path: str) -> None:
+    """An empty --efficiency file is most often the `> eff.json` of a `stride plan calibrate` that refused (its
+    error says why, and the shell's redirection left the file): say that, rather than the JSON parser's
+    `Expecting value: line 1 column 1 (char 0)` (first-contact audit of 2026-12-07)."""
+    from pathlib import Path
+
+    with contextlib.suppress(OSError):
+        if Path(path).is_file() and Path(path).stat().st_size == 0:
+            raise ConfigError(f"{path}: the efficiency file is empty: it is the JSON `stride plan calibrate RUNS ... > "
+                              f"{path}` prints, and a calibrate that refused (its error says why) leaves the "
+                              "redirected file empty; rerun the calibrate, or drop --efficiency")
 
 
 def _warn_other_hardware(args, catalog, measured_on: object) -> None:
