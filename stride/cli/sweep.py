@@ -179,11 +179,13 @@ def _write_report(store, plan, points, price) -> None:
     from stride.sweep.runner import load_pack_log
 
     results = store.results([p.id for p in points])
-    if results:
+    failed = store.failures([p.id for p in points])  # their last attempt's pack raised: said in the report
+    if results or failed:  # every point failed: the report still lists them
         packs = load_pack_log(store.root)
-        failed = store.failures([p.id for p in points])  # their last attempt's pack raised: said in the report
         seeds = [p.config.train.seed for p in points]
         section = write_report(store.root, plan, results, packs, price, failed=failed, seeds=seeds)
+        if not results:  # every point failed: the report lists them; no ranking, cost or pairs to say
+            return
         _log_best(results, advice=section["seed_advice"])
         c = section["cost"]
         pairs = significance_line(section["pairs"], section["seed_advice"])

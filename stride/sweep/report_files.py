@@ -253,7 +253,7 @@ def write_report(root: Path, plan: dict[str, Any], results: list[dict[str, Any]]
           f"{CI95_LEGEND}.", "",
           *_md_table(pairs, PAIR_COLS, "n/a")]
     atomic_write_text(root / "summary.md", "\n".join(md) + "\n")
-    charts = "".join(f"<div>{c}</div>" for c in plots(results, keys))
+    charts = "".join(f"<div>{c}</div>" for c in plots(results, keys)) if results else ""  # all failed: none
     html = ("<!doctype html><meta charset='utf-8'><title>stride sweep</title><style>body{font-family:sans-serif}"
             "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
             f"<h1>stride sweep: {len(results)} of {len(plan['points'])} points</h1><p>{escape(' '.join(plan['grid']))}"

@@ -116,15 +116,21 @@ def plan_jobs(points: list[Point], store: SweepStore, opts: Options, start_index
         else:
             plan = ClassPlan(min(int(opts.pack), len(members)), None, f"--pack {opts.pack}")
         if plan.size > 1 and plan.failure is None:  # the chunk of its largest pack that fits (or one line why not)
-            plan.chunk = check_fits(cfg, plan.size, mem, opts.chunk)[1]
+            try:  # builds the model and runs it on one batch (its activations)
+                plan.chunk = check_fits(cfg, plan.size, mem, opts.chunk)[1]
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (the model's own build or forward raised)
+                plan = _failed_class(cfg, len(members), "sizing its packs (memory model)", exc, opts.log)
         plans[key] = plan
         n_packs = math.ceil(len(members) / plan.size)
         for k in range(n_packs):
             part = members[k * len(members) // n_packs : (k + 1) * len(members) // n_packs]
             jobs.append(PackJob(start_index + len(jobs), [p.id for p in part], [p.config for p in part],
                                 plan.size == 1 and not plan.packed, str(store.root), plan.chunk))
-        opts.log(f"{len(members)} point(s) of `{cfg.model.name}` in {n_packs} pack(s) of up to {plan.size}"
-                 f"{_chunks_text(-(-len(members) // n_packs), plan.chunk)} ({plan.why})")
+        if plan.failure is None:  # a failed class said so (_failed_class): none of its packs runs
+            opts.log(f"{len(members)} point(s) of `{cfg.model.name}` in {n_packs} pack(s) of up to {plan.size}"
+                     f"{_chunks_text(-(-len(members) // n_packs), plan.chunk)} ({plan.why})")
     return jobs, plans
 
 
@@ -134,7 +140,7 @@ def _failed_class(cfg: RunConfig, n: int, doing: str, exc: Exception, log: Calla
     sweep with a traceback before any pack ran."""
     failure = failure_of(exc)
     log(f"{n} point(s) of `{cfg.model.name}`: FAILED while {doing}: {failure['error']}")
-    return ClassPlan(1, None, f"failed while {doing}", failure=failure)
+    return ClassPlan(n, None, f"failed while {doing}", failure=failure)  # one record of all its points
 
 
 def check_builds(p: Point) -> None:

@@ -127,17 +127,18 @@ def test_a_pack_that_raises_is_recorded_and_the_sweep_goes_on(cfg, boom, tmp_pat
     assert json.loads((out / "results.json").read_text())["sweep"]["failed"] == []
 
 
-def test_a_model_that_raises_while_timed_alone_fails_its_points_only(cfg, boom, tmp_path, capsys) -> None:
-    """The lone model's timing (the speed-up's one-by-one side) trains the model before any pack: its error there
-    failed the sweep before any pack ran."""
+@pytest.mark.parametrize("at, doing", [("1", "sizing its packs (memory model)"), ("3", "timing the lone model")])
+def test_a_model_that_raises_before_its_packs_fails_its_points_only(cfg, boom, tmp_path, capsys, at, doing) -> None:
+    """The memory model runs the model on one batch, and the lone model's timing (the speed-up's one-by-one side)
+    trains it, both before any pack: its error there ended the sweep before any pack ran."""
     name, flag = boom
-    flag.write_text("any 3")
+    flag.write_text(f"any {at}")
     out = tmp_path / "s"
     capsys.readouterr()
     assert main(["sweep", str(cfg), "--grid", f"model.name={name},mlp", "--grid", "train.seed=0,1", "--pack", "2",
                  "--out", str(out)]) == 1
     err = capsys.readouterr().err
-    assert f"2 point(s) of `{name}`: FAILED while timing the lone model: RuntimeError: injected failure" in err
+    assert f"2 point(s) of `{name}`: FAILED while {doing}: RuntimeError: injected failure at forward {at}" in err
     assert len(list((out / "failed").glob("*.json"))) == 2 and len(by_seed(out)) == 2
     assert "2 of 4 point(s) FAILED" in err.rstrip().splitlines()[-1]
 
@@ -188,9 +189,25 @@ def test_ray_records_a_failed_pack_as_the_local_backend_does(ray_factory, cfg, t
         err = capsys.readouterr().err
         failed = {f.name: {k: v for k, v in json.loads(f.read_text()).items() if k not in ("time", "traceback")}
                   for f in (out / "failed").glob("*.json")}
-        packs = [json.loads(line)["error"] for line in (out / "packs.jsonl").read_text().splitlines()]
+        lines = (out / "packs.jsonl").read_text().splitlines()
+        packs = sorted((r["index"], r["error"]) for r in map(json.loads, lines))  # Ray's tasks end in any order
         runs[backend] = (code, failed, packs, _same_form(err, out), by_seed(out))
     assert runs["local"] == runs["ray"]
     code, failed, packs, lines, survivors = runs["ray"]
     assert code == 1 and len(failed) == 2 and len(survivors) == 2 and lines[-1].startswith("stride sweep: 2 of 4")
     assert "injected failure" in (tmp_path / "ray" / "failed" / "pack-0.txt").read_text()
+
+
+def test_a_sweep_whose_every_point_failed_still_reports_them(cfg, boom, tmp_path, capsys) -> None:
+    """No point finished: the report files still list the failures (they were not written at all)."""
+    name, flag = boom
+    flag.write_text("any 3")
+    out = tmp_path / "s"
+    capsys.readouterr()
+    assert main(["sweep", str(cfg), "--grid", f"model.name={name}", "--grid", "train.seed=0,1", "--pack", "2",
+                 "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.rstrip().splitlines()[-1].startswith("stride sweep: 2 of 2 point(s) FAILED")
+    assert "no pairs to compare" not in err
+    assert "2 point(s) FAILED" in (out / "summary.md").read_text() and "FAILED" in (out / "report.html").read_text()
+    assert len(json.loads((out / "results.json").read_text())["sweep"]["failed"]) == 2
