@@ -138,6 +138,8 @@ def _sweep(args: argparse.Namespace, out: Path, axes: list, points: list[Point],
     finally:  # the report of the points finished so far, however the sweep ended
         _write_report(store, plan, points, args.price_per_hour)
     if failed is not None:  # the last line, after the report's, on both backends: how many failed, exit status 1
+        if exported is not None and store.done(exported.id):  # its point finished: another pack's failure is no reason
+            _export(store, exported, Path(args.export_to), args.config, args.overrides, state)
         _log(failed)
         return 1
     if interrupted is not None:

@@ -211,3 +211,16 @@ def test_a_sweep_whose_every_point_failed_still_reports_them(cfg, boom, tmp_path
     assert "no pairs to compare" not in err
     assert "2 point(s) FAILED" in (out / "summary.md").read_text() and "FAILED" in (out / "report.html").read_text()
     assert len(json.loads((out / "results.json").read_text())["sweep"]["failed"]) == 2
+
+
+def test_an_exported_point_that_finished_is_exported_beside_a_failed_pack(cfg, boom, tmp_path, capsys) -> None:
+    """`--export` of a point that finished: another pack's failure does not skip the export (exit status still 1)."""
+    name, flag = boom
+    flag.write_text("packed 3")
+    out, run = tmp_path / "s", tmp_path / "exported"
+    capsys.readouterr()
+    assert main(["sweep", str(cfg), "--grid", f"model.name={name},mlp", "--grid", "train.seed=0,1", "--pack", "2",
+                 "--export", "2", "--export-to", str(run), "--out", str(out)]) == 1  # point 2: mlp, seed 0
+    err = capsys.readouterr().err
+    assert "exported to" in err and list((run / "checkpoints").glob("step_*"))
+    assert err.rstrip().splitlines()[-1].startswith("stride sweep: 2 of 4 point(s) FAILED")
