@@ -863,10 +863,14 @@ def _delimiter_hint(names: list[str]) -> str:
 
 
 def _symbol_hint(column: str, typ: Any, symbol_col: str, header: list[str]) -> str:
-    """'; if 'ticker' names the instrument, pass --symbol-col ticker' for a text column where the file has no
-    column named as --symbol-col: the likely reason a text column is among the features is that the file's symbol
-    column has another name (first-contact audit of 2026-12-07: `ticker` was refused as a non-numeric feature with
-    no word of --symbol-col)."""
+    """For a feature column of a date or time type: that a store has one timestamp column. Else '; if 'ticker' names
+    the instrument, pass --symbol-col ticker' for a text column where the file has no column named as --symbol-col:
+    the likely reason a text column is among the features is that the file's symbol column has another name
+    (first-contact audit of 2026-12-07: `ticker` was refused as a non-numeric feature with no word of --symbol-col)."""
+    if pa.types.is_time(typ) or pa.types.is_date(typ) or pa.types.is_timestamp(typ):
+        # a `date,time,...` file: the time of day read as a feature (first-contact audit of 2026-12-07)
+        return (f"; {column!r} holds times or dates, and a store has one timestamp column (--time-col): join the date "
+                "and the time of day into one column (e.g. 2024-01-02T14:30:00), or leave it out with --columns")
     if symbol_col in header or not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         return ""
     return f"; if {column!r} names the instrument, pass --symbol-col {column}"

@@ -67,3 +67,10 @@ def test_a_missing_relative_store_says_where_it_was_looked_for(tmp_path: Path, c
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert f"looked for {tmp_path.resolve() / 'st1'}" in err and "current directory" in err, err
+
+
+def test_a_separate_time_of_day_column_says_to_join_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`date,time,bid` with --time-col date: the time of day was refused as a non-numeric feature (type time32[s])."""
+    text = "date,time,bid\n2024-01-02,14:30:00,1.0\n2024-01-02,14:31:00,1.1\n"
+    err = _ingest(tmp_path, capsys, text, "--time-col", "date")
+    assert "column 'time' has type time32" in err and "join the date and the time of day into one column" in err, err
