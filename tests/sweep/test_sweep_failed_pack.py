@@ -55,6 +55,26 @@ def build(n_features, seq_len, n_horizons):
     return Boom(n_features, seq_len, n_horizons, mode, int(at))
 '''
 
+LOSSY = '''
+from torch import nn
+
+
+class Lossy(nn.Module):
+    """A model that brings its own loss: packed training refuses it (a ConfigError) when its pack builds it."""
+
+    def __init__(self, n_features, seq_len, n_horizons):
+        super().__init__()
+        self.lin = nn.Linear(n_features * seq_len, n_horizons)
+        self.loss = nn.MSELoss()
+
+    def forward(self, x):
+        return self.lin(x.flatten(-2))
+
+
+def build(n_features, seq_len, n_horizons):
+    return Lossy(n_features, seq_len, n_horizons)
+'''
+
 KEEP = ("status", "steps", "final_train_loss", "final_val_loss", "params_sha256")
 
 
@@ -152,6 +172,7 @@ def ray_factory(tmp_path_factory: pytest.TempPathFactory, ray_auth_token: str) -
 
     folder = tmp_path_factory.mktemp("rayfactory")
     (folder / "boom_on_ray.py").write_text(FACTORY)
+    (folder / "lossy_on_ray.py").write_text(LOSSY)
     temp = Path(tempfile.mkdtemp(prefix="stride-ray-"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
@@ -166,6 +187,7 @@ def ray_factory(tmp_path_factory: pytest.TempPathFactory, ray_auth_token: str) -
             ray.shutdown()
             subprocess.run(["rm", "-rf", str(temp)], check=False)
             sys.modules.pop("boom_on_ray", None)
+            sys.modules.pop("lossy_on_ray", None)
 
 
 def _same_form(text: str, out: Path) -> list[str]:
@@ -211,6 +233,20 @@ def test_a_sweep_whose_every_point_failed_still_reports_them(cfg, boom, tmp_path
     assert "no pairs to compare" not in err
     assert "2 point(s) FAILED" in (out / "summary.md").read_text() and "FAILED" in (out / "report.html").read_text()
     assert len(json.loads((out / "results.json").read_text())["sweep"]["failed"]) == 2
+
+
+@pytest.mark.slow
+def test_a_config_error_in_a_pack_stops_the_sweep_on_both_backends(ray_factory, cfg, tmp_path, capsys) -> None:
+    """A refusal of the config found only when a pack builds its models (a model with its own loss under --pack 2)
+    stops the sweep with its line and exit status 2 on both backends. Before, on Ray it was a failed pack (exit 1)."""
+    ends = {}
+    for backend in ("local", "ray"):
+        capsys.readouterr()
+        code = main(["sweep", str(cfg), "--grid", "model.name=mlp,lossy_on_ray:build", "--grid", "train.seed=0,1",
+                     "--pack", "2", "--backend", backend, "--out", str(tmp_path / backend)])
+        ends[backend] = (code, capsys.readouterr().err.rstrip().splitlines()[-1])
+    assert ends["local"] == ends["ray"]
+    assert ends["ray"][0] == 2 and "brings its own loss" in ends["ray"][1], ends
 
 
 def test_an_exported_point_that_finished_is_exported_beside_a_failed_pack(cfg, boom, tmp_path, capsys) -> None:
