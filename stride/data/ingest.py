@@ -440,8 +440,36 @@ def _iso_timestamps(col: Any, path: Path, time_col: str, row0: int) -> Any:
         raise IngestError(f"{path}: timestamp column {time_col!r} {mix}")
     zoned_first = "zoned" in firsts and firsts["zoned"] == min(firsts.values())
     exc = errors[1] if zoned_first else errors[0]  # the error of the first value's kind
-    raise IngestError(f"{path}: timestamp column {time_col!r} does not parse as ISO-8601 (pass --time-format, e.g. "
-                      f"'%m/%d/%Y'): {exc}")
+    raise IngestError(f"{path}: timestamp column {time_col!r} does not parse as ISO-8601 (pass --time-format, "
+                      f"{_format_example(col)}): {exc}")
+
+
+# Common non-ISO layouts, tried on a text time column that is not ISO-8601 to suggest its --time-format
+TIME_FORMATS = ("%m/%d/%Y", "%d/%m/%Y", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M", "%m/%d/%Y %H:%M:%S", "%d/%m/%Y %H:%M:%S",
+                "%d.%m.%Y", "%d.%m.%Y %H:%M:%S", "%Y%m%d", "%Y%m%d %H:%M:%S", "%Y%m%d %H%M%S", "%Y/%m/%d",
+                "%Y/%m/%d %H:%M:%S", "%d-%b-%Y", "%d-%b-%Y %H:%M:%S", "%m/%d/%Y %I:%M:%S %p", "%m/%d/%Y %I:%M %p")
+
+
+def _format_example(col: Any, sample: int = 1000) -> str:
+    """"e.g. '%m/%d/%Y %H:%M' (it reads every value tried)" for the first common layout that reads the column's first
+    `sample` texts, both where day and month could swap, else "e.g. '%m/%d/%Y'": the fixed example did not match a
+    `01/02/2024 14:30` column, and a second try with it failed again (first-contact audit of 2026-12-07)."""
+    import datetime as dt
+
+    texts = [v for v in col.slice(0, sample).to_pylist() if isinstance(v, str)] if len(col) else []
+    fits = []
+    for fmt in TIME_FORMATS:
+        try:
+            for v in texts:
+                dt.datetime.strptime(v, fmt)
+        except ValueError:
+            continue
+        fits.append(fmt)
+    if not texts or not fits:
+        return "e.g. '%m/%d/%Y'"
+    if len(fits) > 1:
+        return f"one of {', '.join(repr(f) for f in fits)}: each reads the first {len(texts):,} values; check which"
+    return f"e.g. {fits[0]!r}, which reads the first {len(texts):,} values"
 
 
 def _csv_time_mix(path: Path, time_col: str) -> str | None:

@@ -74,3 +74,13 @@ def test_a_separate_time_of_day_column_says_to_join_it(tmp_path: Path, capsys: p
     text = "date,time,bid\n2024-01-02,14:30:00,1.0\n2024-01-02,14:31:00,1.1\n"
     err = _ingest(tmp_path, capsys, text, "--time-col", "date")
     assert "column 'time' has type time32" in err and "join the date and the time of day into one column" in err, err
+
+
+def test_a_non_iso_time_column_gets_a_format_that_reads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`01/13/2024 14:30` was answered "pass --time-format, e.g. '%m/%d/%Y'", which fails on the same column."""
+    text = "time,ticker,bid\n01/12/2024 14:30,A,1.0\n01/13/2024 14:31,A,1.1\n"
+    err = _ingest(tmp_path, capsys, text, "--time-col", "time", "--symbol-col", "ticker")
+    assert "e.g. '%m/%d/%Y %H:%M', which reads the first 2 values" in err, err
+    ambiguous = "time,ticker,bid\n01/02/2024,A,1.0\n01/03/2024,A,1.1\n"
+    err = _ingest(tmp_path, capsys, ambiguous, "--time-col", "time", "--symbol-col", "ticker")
+    assert "one of '%m/%d/%Y', '%d/%m/%Y'" in err and "check which" in err, err
