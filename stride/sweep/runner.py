@@ -12,6 +12,9 @@ report's cost figures; on Ray it is the task's own, from when the pack started r
 a pack queued behind others had its wait counted as device time). `--ray-address` is checked (Ray installed, the
 address well formed and listening) before the solo measurement and the probe, which took up to a minute before
 the refusal. A packs.jsonl line that parses but is not a pack's record is one line naming the file and line.
+A pack (or a class, while sized, probed or timed alone) whose training raises anything but a ConfigError fails its
+unfinished points only, alike on both backends (jobs.run_job_caught, Recorder.failure): recorded in DIR/failed/, the
+other packs run, and `run` ends with a SweepError saying how many failed (exit status 1) after all of them.
 """
 
 from __future__ import annotations
@@ -411,11 +414,14 @@ def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]
         jobs, plans = plan_jobs(todo, store, opts, start_index=start_index) if todo else ([], {})
         rates = one_by_one_rates(todo, plans, opts.log, opts.stop) if todo else {}
         rec = Recorder(store, points, rates, opts.log)
-        failed = {k for k, v in plans.items() if v.failure is not None}
-        for job in jobs:  # a class whose probe or lone run raised: its points failed, the others go on
-            if pack_key(job.configs[0]) in failed:
-                rec.failure(job, [], plans[pack_key(job.configs[0])].failure or {})
-        jobs = [j for j in jobs if pack_key(j.configs[0]) not in failed]
+        runnable = []
+        for job in jobs:  # a class whose model raised while sized, probed or timed: its points failed, others go on
+            failure = plans[pack_key(job.configs[0])].failure
+            if failure is None:
+                runnable.append(job)
+            else:
+                rec.failure(job, [], failure)
+        jobs = runnable
         if jobs:
             (run_ray(jobs, rec, opts, ray) if opts.backend == "ray" else run_local(jobs, rec, opts.stop))
     contention.tally()
