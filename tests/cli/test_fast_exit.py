@@ -6,6 +6,7 @@ compares with `STRIDE_FULL_EXIT=1`, the interpreter's own shutdown."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import signal
@@ -161,10 +162,13 @@ def test_flush_failure_is_120() -> None:
 
 
 def test_train_run_folder_complete(tmp_path: Path) -> None:
-    """A real `python -m stride train` through the fast end: every record and TensorBoard's events are on disk."""
+    """A real `python -m stride train` through the fast end: every record, TensorBoard's events and (installed)
+    the MLflow run are on disk."""
     out = tmp_path / "run"
+    mlflow = importlib.util.find_spec("mlflow") is not None
     r = run(["train", str(QUICKSTART), "--set", "train.steps=2", "--set", "metrics.log_every=1",
-             "--set", "metrics.tensorboard=true", "--set", "metrics.flops=false", "--out", str(out)])
+             "--set", "metrics.tensorboard=true", "--set", "metrics.flops=false", "--out", str(out),
+             *(["--set", "metrics.mlflow=true"] if mlflow else [])])
     assert r.returncode == 0, r.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [rec["step"] for rec in records if "step" in rec and "loss" in rec][-1] == 2
@@ -176,6 +180,10 @@ def test_train_run_folder_complete(tmp_path: Path) -> None:
     events.Reload()
     loss_tags = [t for t in events.Tags()["scalars"] if "loss" in t]
     assert loss_tags and max(e.step for e in events.Scalars(loss_tags[0])) == 2
+    if mlflow:  # the run is FINISHED (status 3) with both steps' losses, as after the interpreter's own end
+        (meta,) = (out / "mlflow").glob("*/*/meta.yaml")
+        assert "status: 3" in meta.read_text()
+        assert len((meta.parent / "metrics" / "loss").read_text().splitlines()) == 2
 
 
 TEARDOWN_MARK = ("import sys\nclass _Teardown:\n    def __del__(self):\n"
