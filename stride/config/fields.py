@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import json
 import types
 import typing
 from dataclasses import dataclass
@@ -161,6 +162,23 @@ def coerce(value: Any, tp: Any, key: str, where: str = "") -> Any:
     return value
 
 
+def _list_hint(value: Any, item_tp: Any, key: str, where: str) -> str:
+    """'; a TOML list is written in brackets: --set 'data.columns=["mid", "spread"]'' for a list key given a scalar:
+    `--set data.columns=mid,spread` (and `[mid]`, unquoted names) was refused as "expects a list, got str" without the
+    form that works (first-contact audit of 2026-12-07)."""
+    if isinstance(value, (dict, bool)) or value is None:
+        return ""
+    parts = [p.strip().strip("'\"") for p in str(value).strip().strip("[]").split(",")]
+    parts = [p for p in parts if p]
+    if not parts:
+        return ""
+    text = _split(item_tp)[0] is str
+    shown = "[" + ", ".join(json.dumps(p) if text else p for p in parts) + "]"
+    section, _, name = key.rpartition(".")
+    form = f"--set '{key}={shown}'" if where.startswith("--set") else f"{name} = {shown} (under [{section}])"
+    return clipped(f"; a TOML list is written in brackets{', strings quoted' if text else ''}: {form}", 200)
+
+
 def _same_kind(value: Any, tp: Any) -> bool:
     base = _split(tp)[0]
     if typing.get_origin(base) is typing.Literal:
@@ -180,7 +198,8 @@ def _coerce_base(value: Any, tp: Any, key: str, where: str) -> Any:
     if origin is list:
         (item_tp,) = typing.get_args(tp) or (Any,)
         if not isinstance(value, list):
-            raise ConfigError(f"{at}`{key}` expects a list, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{at}`{key}` expects a list, got {type(value).__name__} {value!r}"
+                              f"{_list_hint(value, item_tp, key, where)}")
         return [coerce(v, item_tp, f"{key}[{i}]", where) for i, v in enumerate(value)]
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
