@@ -131,8 +131,10 @@ def run(args: argparse.Namespace) -> int:
     from stride.train.trainer import Trainer
 
     for name in ("steps", "wait", "warmup"):
-        if getattr(args, name) < (1 if name == "steps" else 0):
-            raise ConfigError(f"--{name} = {getattr(args, name)} is out of range")
+        least = 1 if name == "steps" else 0
+        if getattr(args, name) < least:  # it said only "is out of range" (first-contact audit of 2026-12-07)
+            raise ConfigError(f"--{name} = {getattr(args, name)} is out of range: it must be >= {least}"
+                              + (" (traced steps)" if name == "steps" else ""))
     # torch.profiler holds every event of every traced step in memory until the end, and the trace grows with each:
     # on the quick-start model (CPU) 3 steps wrote 3.4 MB and peaked at 0.55 GB, 12 steps 14 MB and 0.66 GB
     # (about 1.2 MB of trace and 12 MB of memory a step; more for bigger models). The analysis takes the median step.
