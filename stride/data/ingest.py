@@ -86,6 +86,11 @@ def find_sources(src: str | Path) -> list[Path]:
     files = sorted(p for p in src.rglob("*") if p.is_file() and p.suffix in SUFFIXES
                    and not any(part.startswith(".") for part in p.relative_to(src).parts))
     if not files:
+        from stride.files.store_marker import is_store
+
+        if is_store(src, through_symlink=True):  # an ingest's output given as its input (first-contact audit 12-07)
+            raise IngestError(f"{src}: is a stride store (what ingest writes), not source files: train on it as it is "
+                              f"(--set data.source=store --set data.store={src}), or ingest the files it came from")
         raise IngestError(f"{src}: no .parquet, .arrow, .csv, .npy or .npz files")
     return files
 

@@ -84,3 +84,17 @@ def test_a_non_iso_time_column_gets_a_format_that_reads_it(tmp_path: Path, capsy
     ambiguous = "time,ticker,bid\n01/02/2024,A,1.0\n01/03/2024,A,1.1\n"
     err = _ingest(tmp_path, capsys, ambiguous, "--time-col", "time", "--symbol-col", "ticker")
     assert "one of '%m/%d/%Y', '%d/%m/%Y'" in err and "check which" in err, err
+
+
+def test_a_store_given_as_the_source_says_it_is_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ingesting a store folder (what ingest wrote) said only `no .parquet, .arrow, .csv, .npy or .npz files`."""
+    src = tmp_path / "ticks.csv"
+    src.write_text(TICKS)
+    assert main(["data", "ingest", str(src), "--out", str(tmp_path / "st"), "--time-col", "time",
+                 "--symbol-col", "ticker"]) == 0
+    capsys.readouterr()
+    rc = main(["data", "ingest", str(tmp_path / "st"), "--out", str(tmp_path / "st2")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "is a stride store" in err and f"data.store={tmp_path / 'st'}" in err, err
+    assert not (tmp_path / "st2").exists()
