@@ -147,10 +147,12 @@ def rates_at_median(s: dict[str, Any], unit: str, median: float | None) -> dict[
 
 
 def make_entry(w: Workload, name: str, cfg: Any, windows: list[float], method: str, s: dict[str, Any],
-           run_dir: str | None = None, **extra: Any) -> dict[str, Any]:
+           run_dir: str | None = None, runs: int = 1, **extra: Any) -> dict[str, Any]:
     """One results.json workload entry; `method` may name the window count as {n}. Every rate of the entry
     (throughput, MFU, timesteps/s) is at one step time, the throughput's median (`rates_at`); the summary's own
-    figures, at the mean step time over its timed steps, stay under `timed_steps_mean`."""
+    figures, at the mean step time over its timed steps, stay under `timed_steps_mean`. `runs`: how many separate
+    runs the figures come from (1: windows of one run, whose spread holds no drift between runs; `stride compare`
+    says so)."""
     tput = {"unit": w.throughput_unit, **spread(windows)}
     at = rates_at_median(s, w.throughput_unit, tput["median"])
     step = f"{at['step_time_s'] * 1e3:.3f} ms" if at["step_time_s"] else "unknown"
@@ -167,5 +169,6 @@ def make_entry(w: Workload, name: str, cfg: Any, windows: list[float], method: s
         "timed_steps_mean": {"throughput": summary_rate(s, w.throughput_unit), "mfu": s.get("mfu"),
                              "timesteps_per_s": s.get("timesteps_per_s"), "step_time_s": s.get("step_time_s")},
         "run_dir": run_dir,
+        "runs": runs,
         **extra,
     }

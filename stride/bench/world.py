@@ -214,7 +214,7 @@ def world_sweep(w: Workload, device: str, out: Path, world_sizes: list[int], str
         cfg0 = runs[p][0][0]
         name = f"{w.name}+{p.label}"
         entry = make_entry(w, name, cfg0, tputs, METHOD, _median_summary(sums, tputs),
-                           run_dir=str(out / name / "rep0" / "run"), world_size=p.world_size,
+                           run_dir=str(out / name / "rep0" / "run"), runs=len(tputs), world_size=p.world_size,
                            scaling=p.scaling, strategy=p.strategy)
         if len(tputs) == 1:  # --repeats 1: no spread over runs; its own timed steps' spread, as compare's run folder
             one_run_spread(entry, out / name / "rep0" / "run", sums[0], cfg0)

@@ -168,7 +168,20 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
             "contention_notes": {side: note for side, w in (("A", wa), ("B", wb)) if (note := entry_contention(w))},
             # a run folder whose metrics.jsonl gave no spread (missing, damaged, too few steps): why its side is one
             # figure, judged against the assumed floor
-            "spread_notes": {side: w["spread_note"] for side, w in (("A", wa), ("B", wb)) if w.get("spread_note")}}
+            "spread_notes": {side: w["spread_note"] for side, w in (("A", wa), ("B", wb)) if w.get("spread_note")},
+            # both figures of one run each (`runs` 1: a run folder, a bench entry's windows, a world point of
+            # --repeats 1): the band holds each run's own spread, not the drift between runs (ONE_RUN_NOTE)
+            "one_run_each": wa.get("runs") == 1 and wb.get("runs") == 1}
+
+
+# What a band of one run each leaves out, said under the table: the helper's world-sweep audit (session 36, AMD EPYC
+# family 26 model 2, 2 cores, shared) compared every pair of 8 identical one-run mlp_tiny points; with each point's
+# timed-step spread as its band, 21 of 28 one-rank pairs and 3 of 28 two-rank pairs still read faster or slower
+# (0.72-1.40x): the load moved between the runs, which no run's own steps show (docs/bench.md, world sweep).
+ONE_RUN_NOTE = ("{names}: one run each side: the noise band is the spread within each run (its timed steps or "
+                "windows), which holds no drift between runs (another load, other clocks); identical one-run points "
+                "on a shared 2-core host read as different in 3-21 of 28 pairs (docs/bench.md). Repeated runs (a world "
+                "sweep's --repeats 3) measure it")
 
 
 PEAK_DIFF = 0.05  # MFU peaks of the two sides further apart than this are said
@@ -250,6 +263,10 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
     notes += [f"{r['name']}: {side}: {note}" for r in rows for side, note in (r.get("contention_notes") or {}).items()]
     notes += [f"{r['name']}: {side}: one figure, no spread measured: {note}" for r in rows
               for side, note in (r.get("spread_notes") or {}).items()]
+    judged = [r["name"] for r in rows if r.get("one_run_each") and r.get("ratio") is not None
+              and str(r.get("verdict", "")).startswith(("faster", "slower", "within noise"))]
+    if judged:
+        notes.append(ONE_RUN_NOTE.format(names=", ".join(judged[:3]) + (", ..." if len(judged) > 3 else "")))
     if notes:
         table.caption = literal("\n".join(map(plain, notes)), lines=True)  # one line a note
     return table

@@ -191,5 +191,6 @@ def results_from_run(run: Path) -> dict[str, Any]:
         "peak_mem_bytes": s.get("peak_mem_bytes") or 0,
         "step_time_breakdown_s": s.get("step_time_breakdown_s") or {},
         "run_dir": str(run),
+        "runs": 1,  # its spread is of one run's steps (stride compare's one-run note)
     }
     return make_results("train run", env, [entry], where=str(run / "summary.json"))
