@@ -17,6 +17,7 @@ import math
 import re
 import sys
 import time
+from pathlib import Path
 
 from stride.config.errors import ConfigError
 
@@ -91,8 +92,6 @@ def _refuse_empty(path: str) -> None:
     """An empty --efficiency file is most often the `> eff.json` of a `stride plan calibrate` that refused (its
     error says why, and the shell's redirection left the file): say that, rather than the JSON parser's
     `Expecting value: line 1 column 1 (char 0)` (first-contact audit of 2026-12-07)."""
-    from pathlib import Path
-
     with contextlib.suppress(OSError):
         if Path(path).is_file() and Path(path).stat().st_size == 0:
             raise ConfigError(f"{path}: the efficiency file is empty: it is the JSON `stride plan calibrate RUNS ... > "
@@ -488,6 +487,10 @@ def _run(args: argparse.Namespace) -> int:
         from stride.cli.plan_tables import print_rows
         from stride.perfmodel.predict_rows import predict_csv
 
+        csv = Path(args.from_csv)
+        if not csv.exists() and not csv.is_absolute():  # "file not found: data/..." from outside the clone said no more
+            raise ConfigError(f"--from-csv: file not found: {csv} (looked for {csv.resolve()}: relative paths are read "
+                              "from the current directory)")
         rows = predict_csv(args.from_csv, catalog, eff)
         if args.json:
             print(json.dumps(rows))
