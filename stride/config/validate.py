@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from stride.config.errors import ConfigError, suggest
 from stride.config.fields import check_fields
-from stride.config.schema import SHARDED_PARAM_OPTIMIZERS, RunConfig
+from stride.config.schema import SHARDED_PARAM_OPTIMIZERS, DataConfig, RunConfig
 
 
 def validate(cfg: RunConfig) -> None:
@@ -106,6 +106,17 @@ def _validate_data(cfg: RunConfig) -> None:
     if d.val_fraction + d.test_fraction >= 1:
         raise ConfigError(f"`data.test_fraction` = {d.test_fraction!r} must be in [0, 1) and leave training data "
                           f"next to `data.val_fraction` = {d.val_fraction!r}")
+    if d.source == "synthetic":
+        # store keys beside the synthetic source were ignored without a word: `--set data.store=runs/store` without
+        # data.source=store trained on the simulated market (first-contact audit of 2026-12-07)
+        default = DataConfig()
+        unused = [k for k in ("store", "columns", "target_column", "cross_days")
+                  if getattr(d, k) != getattr(default, k)]
+        if unused:
+            shown = ", ".join(f"`data.{k}` = {getattr(d, k)!r}" for k in unused)
+            raise ConfigError(f'{shown}: read only with `data.source` = "store" (it is "synthetic", so the run would '
+                              'train on the simulated market, not your data); add --set data.source=store, or remove '
+                              f"{'it' if len(unused) == 1 else 'them'}")
     if d.batch_dtype != "float32" and d.source != "store":
         raise ConfigError(f'`data.batch_dtype` = {d.batch_dtype!r} needs `data.source` = "store" '
                           f"(it is {d.source!r}; the synthetic and module:factory sources hand out float32)")
