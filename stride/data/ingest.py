@@ -583,7 +583,7 @@ def ingest(
                 if time_col not in chunk.schema.names:
                     have, hdr = ", ".join(chunk.schema.names), chunk.schema.names
                     raise IngestError(f"{path}: no timestamp column {time_col!r}{_near(time_col, hdr)} (columns: "
-                                      f"{have}){_delimiter_hint(hdr)}; name it with --time-col")
+                                      f"{have}){_delimiter_hint(hdr) or '; name it with --time-col'}")
                 # the time column first: a --time-col that names a text column is said to be that, not reported as
                 # the default `timestamp` column turned feature and found non-numeric
                 tcol = chunk.column(time_col)
@@ -887,7 +887,12 @@ def _near(name: str, names: list[str]) -> str:
 
 def _delimiter_hint(names: list[str]) -> str:
     """'; the header looks separated by ';' ...' where a CSV read as one column holds another separator: a
-    `time;ticker;bid` file read as one column named `time;ticker;bid`, reported only as a missing time column."""
+    `time;ticker;bid` file read as one column named `time;ticker;bid`, reported only as a missing time column. And
+    pandas' name for an unnamed index (`df.to_parquet` of a DatetimeIndex), which holds the times."""
+    index = next((n for n in names if n.startswith("__index_level_")), None)
+    if index is not None:
+        return (f"; {index!r} is how pandas stores an unnamed index (a DatetimeIndex's times): pass --time-col "
+                f"{index}, or name the index before writing the file")
     if len(names) != 1:
         return ""
     sep = next((c for c in (";", "\t", "|") if c in names[0]), None)

@@ -98,3 +98,16 @@ def test_a_store_given_as_the_source_says_it_is_one(tmp_path: Path, capsys: pyte
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "is a stride store" in err and f"data.store={tmp_path / 'st'}" in err, err
     assert not (tmp_path / "st2").exists()
+
+
+def test_a_pandas_unnamed_index_is_named_as_the_time_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`df.to_parquet()` of a frame on an unnamed DatetimeIndex stores the times as `__index_level_0__`; the refusal
+    listed that name without saying it holds the times."""
+    pd = pytest.importorskip("pandas")
+    idx = pd.date_range("2024-01-02 14:30", periods=5, freq="min", tz="UTC")
+    src = tmp_path / "px.parquet"
+    pd.DataFrame({"close": [1.0, 1.1, 1.2, 1.3, 1.4]}, index=idx).to_parquet(src)
+    rc = main(["data", "ingest", str(src), "--out", str(tmp_path / "st")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "pass --time-col __index_level_0__" in err, err
+    assert main(["data", "ingest", str(src), "--out", str(tmp_path / "st"), "--time-col", "__index_level_0__"]) == 0
