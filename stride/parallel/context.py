@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from stride.config.schema import OptimConfig, RunConfig
 from stride.models.losses import LossFn
@@ -26,6 +25,7 @@ from stride.parallel import watchdog
 from stride.parallel.comm_hooks import CommTimer
 from stride.parallel.data_parallel import apply_ddp, apply_fsdp, grad_sync
 from stride.parallel.layout import Layout, check_layout, env_world_size
+from stride.parallel.lazy_types import is_dtensor
 from stride.parallel.mesh import Mesh, init_mesh, local_device
 from stride.parallel.pipeline_plan import PipelinePlan
 from stride.parallel.tp import apply_tp
@@ -150,7 +150,7 @@ class Parallel:
         optimizers only: stride's own have one step each, and `optim.impl` is refused for them)."""
         from stride.optim.factory import TORCH_IMPL_OPTIMIZERS
 
-        kinds = {(p.device_mesh, p.placements) if isinstance(p, DTensor) else None for p in model.parameters()}
+        kinds = {(p.device_mesh, p.placements) if is_dtensor(p) else None for p in model.parameters()}
         if len(kinds) > 1 and o.impl != "for-loop" and o.name in TORCH_IMPL_OPTIMIZERS:
             return dataclasses.replace(o, impl="for-loop")
         return o
@@ -278,16 +278,16 @@ def clip_grad_norm(
     """Global L2 grad norm and clipping; grads may be DTensors on different meshes (FSDP x TP) and,
     under pipeline parallelism, spread over the stages of `pipeline_group` (squared norms summed)."""
     grads = [p.grad for p in params if p.grad is not None]
-    if pipeline_group is None and not any(isinstance(g, DTensor) for g in grads):
+    if pipeline_group is None and not any(is_dtensor(g) for g in grads):
         return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
     groups: dict[Any, list[torch.Tensor]] = defaultdict(list)
     for g in grads:
-        key = (g.device_mesh, g.placements) if isinstance(g, DTensor) else None
+        key = (g.device_mesh, g.placements) if is_dtensor(g) else None
         groups[key].append(g)
     sq = torch.zeros((), dtype=torch.float32, device=device)
     for gs in groups.values():
         n = torch.nn.utils.get_total_norm(gs, 2.0, foreach=False)
-        if isinstance(n, DTensor):
+        if is_dtensor(n):
             with watchdog.collective("gradient-norm all-reduce"):
                 n = n.full_tensor()
         sq = sq + n.float() ** 2

@@ -16,13 +16,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from stride.config.dtypes import PRECISION_DTYPES
 from stride.config.schema import ParallelConfig
 from stride.models.plan import blocks_of
 from stride.parallel.comm_hooks import CommTimer, register_comm_hook
+from stride.parallel.lazy_types import is_fsdp_module
 
 
 def persistent_buffers(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -71,6 +71,8 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, p: ParallelConfig) -> nn.Modu
     reshard_after_forward is False because its parameters are needed first in backward anyway.
     """
     dtype = None if p.mp_param_dtype == "none" else PRECISION_DTYPES[p.mp_param_dtype]
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # here: see stride.parallel.lazy_types
+
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
     blocks = blocks_of(model)
     if blocks is not None:
@@ -84,14 +86,14 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, p: ParallelConfig) -> nn.Modu
 def grad_sync(model: nn.Module | None, sync: bool) -> Iterator[None]:
     """Communicate gradients in this backward only when `sync` (the last accumulation micro-step)."""
     if model is None or sync:
-        if isinstance(model, FSDPModule):
-            model.set_requires_gradient_sync(True)
+        if is_fsdp_module(model):
+            model.set_requires_gradient_sync(True)  # type: ignore[operator]
         yield
     elif isinstance(model, DDP):
         with model.no_sync():
             yield
-    elif isinstance(model, FSDPModule):
-        model.set_requires_gradient_sync(False)
+    elif is_fsdp_module(model):
+        model.set_requires_gradient_sync(False)  # type: ignore[operator]
         yield
     else:
         yield

@@ -12,7 +12,6 @@ import contextlib
 import sys
 from collections.abc import Iterable
 
-from stride.checkpoint import CheckpointCallback
 from stride.config.schema import RunConfig
 from stride.metrics.observe import build_observers
 from stride.train.callbacks import Callback, TrainerView
@@ -20,8 +19,12 @@ from stride.train.callbacks import Callback, TrainerView
 
 def callbacks_for(cfg: RunConfig, given: Iterable[Callback] = ()) -> tuple[Callback, ...]:
     out = list(given)
-    if cfg.checkpoint.enabled and not any(isinstance(cb, CheckpointCallback) for cb in out):
-        out.append(CheckpointCallback())
+    if cfg.checkpoint.enabled:  # imported here: stride.checkpoint imports DCP, and DCP DTensor (0.4 s, see
+        # stride.parallel.lazy_types), which a run without checkpoints need not pay
+        from stride.checkpoint import CheckpointCallback
+
+        if not any(isinstance(cb, CheckpointCallback) for cb in out):
+            out.append(CheckpointCallback())
     have = {type(cb) for cb in out}
     out += [cb for cb in build_observers(cfg) if type(cb) not in have]
     return tuple(out)
