@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from stride.files import strict_json
 
@@ -187,10 +188,25 @@ def run(args: argparse.Namespace) -> int:
     from stride.profile.render import render_report
 
     render_report(report)
+    if speeds:
+        print(speeds_line(speeds))
     for line in report["step_spread"]["warnings"]:
         print(f"stride profile: warning: {line}")
     print(f"traces: {cb.out_dir}; analysis: {result.run_dir / 'analysis.json' if result.run_dir else '-'}")
     return 0
+
+
+def speeds_line(speeds: Any) -> str:
+    """The step's speed in each precision `stride profile` measured, as one line: README says profile "measures which
+    precision helps on your machine", and the figures were only in analysis.json (first-contact audit of 2026-12-07:
+    fp32 63.6 against bf16 34.9 samples/s on the quick start, while the printed advice said only "measure")."""
+    per = speeds.per_dtype
+    base = per.get("fp32") or 0.0
+    parts = [f"{d} {v:,.1f}" + (f" ({v / base:.2f}x fp32)" if base and d != "fp32" else "")
+             for d, v in per.items() if v]
+    what = "this workload's step" if speeds.basis == "workload" else "a matmul"
+    unit = " samples/s" if speeds.basis == "workload" else ""
+    return f"precision: {what} measured {', '.join(parts)}{unit} on this machine"
 
 
 def step_spread(report: dict) -> dict:
