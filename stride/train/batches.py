@@ -7,6 +7,7 @@ import copy
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from stride.data.loader import Batch
@@ -16,9 +17,15 @@ __all__ = ["Batch", "TensorBatches", "as_batches", "data_position", "endless", "
 
 
 def as_batches(data: Any, batch_size: int, seed: int, shuffle: bool = True, drop_last: bool = True) -> Iterable[Batch]:
-    """A (X, Y) tensor pair becomes TensorBatches; any other iterable of (x, y) is used as it is."""
-    if isinstance(data, tuple | list) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
-        return TensorBatches(data[0], data[1], batch_size, seed, shuffle, drop_last)
+    """A (X, Y) pair of tensors or numpy arrays becomes TensorBatches; any other iterable of (x, y) is used as it is.
+
+    numpy arrays are taken as tensors on the same memory (`torch.from_numpy`), dtype kept: a pair of numpy arrays was
+    iterated as an iterable of its rows, and the first "batch" was X's 1,024 rows passed as 1,024 arguments
+    (`TypeError: Parallel.local_batch() takes 3 positional arguments but 1025 were given`, first-contact audit)."""
+    if isinstance(data, tuple | list) and len(data) == 2 and all(isinstance(t, torch.Tensor | np.ndarray)
+                                                                 for t in data):
+        x, y = (torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) else t for t in data)
+        return TensorBatches(x, y, batch_size, seed, shuffle, drop_last)
     if not hasattr(data, "__iter__"):
         raise TypeError(f"training data must be an iterable of (inputs, targets) or a tensor pair, got {type(data)}")
     return data

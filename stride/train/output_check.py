@@ -17,6 +17,8 @@ What fits depends on the loss:
 from __future__ import annotations
 
 import contextlib
+import os
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +33,33 @@ SAMPLES = 2  # two, not one: a model that drops or reduces the batch dimension s
 
 class OutputShapeError(ConfigError):
     """The model's output does not fit the targets (the message says what was expected, and why)."""
+
+
+class InputMismatchError(ConfigError):
+    """The model failed on the first batch's inputs (the message says what it was given, and torch's error)."""
+
+
+def input_mismatch(model: nn.Module, xs: torch.Tensor, exc: BaseException) -> str:
+    """What a model that failed on its first batch was given, beside torch's message: the batch's shape and dtype
+    against the model's parameters' dtype. A float64 numpy array (numpy's default) against float32 weights said
+    only "mat1 and mat2 must have the same dtype", a window of the wrong width "mat1 and mat2 shapes cannot be
+    multiplied (2x448 and 320x3)" (first-contact audit): neither named the data."""
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()})
+    x_dtype = str(xs.dtype).removeprefix("torch.")
+    shape = "[B, " + ", ".join(str(d) for d in xs.shape[1:]) + "]" if xs.dim() else "[]"
+    hint = ""
+    if xs.is_floating_point() and dtypes and x_dtype not in dtypes:
+        hint = (f"; the inputs are {x_dtype} and the model's parameters {'/'.join(dtypes)}: give {dtypes[0]} data "
+                f"(a tensor's .to(torch.{dtypes[0]}), a numpy array's .astype(np.{dtypes[0]}))")
+    elif xs.dim() == 3:
+        hint = (f"; a model gets windows [B, seq_len, n_features], here seq_len {xs.shape[1]} and n_features "
+                f"{xs.shape[2]}: build it for those (a `module:factory` model is called with seq_len= and n_features=)")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)  # the model's own code's last line, if any
+              if f"{os.sep}torch{os.sep}" not in f.filename and f.filename != __file__]
+    at = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return (f"{type(model).__name__} failed on the first batch, inputs {shape} {x_dtype}: "
+            f"{type(exc).__name__}: {first}{at}{hint}")
 
 
 def _shape(shape: Sequence[int], batch: int) -> str:
@@ -66,6 +95,9 @@ def check_output(model: nn.Module, loss_fn: Callable[..., Any], cfg: RunConfig, 
     try:
         with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []), torch.no_grad(), autocast():
             out = model(xs)
+    except RuntimeError as exc:  # torch's shape and dtype errors: its own words, with what the batch was (a
+        # TypeError or ValueError of the model's own code keeps its traceback)
+        raise InputMismatchError(input_mismatch(model, xs, exc)) from exc
     finally:
         model.train(was_training)
     named = getattr(loss_fn, "stride_loss", None)
