@@ -69,6 +69,7 @@ RECOMMENDATIONS = {
 # A CPU-only trace: the "device" is the host's operators (stride.profile.activity), so its idle time is time in
 # the step when no operator ran (Python, the framework, waits), and there are no kernel launches, CUDA graphs,
 # host-device syncs or pinned memory to advise. Bounds without an entry here take RECOMMENDATIONS' (they fit both).
+NARROWER_STORAGE = "store activations in a narrower dtype"  # the generic advice a measured precision replaces
 CPU_RECOMMENDATIONS = {
     "data-bound": [
         "raise DataLoader num_workers (or use a memory-mapped / pre-batched dataset)",
@@ -100,7 +101,7 @@ CPU_RECOMMENDATIONS = {
     "memory-bound": [
         "fuse the elementwise chains: torch.compile (train.compile=model+optimizer) runs a chain of pointwise "
         "operators as one pass over memory instead of one pass per operator",
-        "store activations in a narrower dtype where accuracy allows (bf16 tensors halve the bytes each operator "
+        NARROWER_STORAGE + " where accuracy allows (bf16 tensors halve the bytes each operator "
         "moves; autocast does not do this: it leaves elementwise operators in fp32); measure, as CPU bf16 "
         "arithmetic can be slower",
         "cut copies in the step (.contiguous(), .to(), torch.cat, clone); use in-place operators where autograd "
@@ -327,6 +328,11 @@ def _cpu_step_verdict(fig: dict, tiny: dict | None, precision: str | None) -> di
         if mem > MEMORY_BOUND_PCT:
             recs.append(f"bandwidth-bound operators take {mem:.1f}% of the step too: fuse their elementwise chains "
                         "(torch.compile) and cut copies")
+    if bound == "memory-bound" and precision and precision.startswith(("use ", "keep fp32")):
+        # this workload's step measured in each dtype (stride profile): its figure, not the generic "try a narrower
+        # dtype, measure" (first-contact audit: bf16 at 0.55x fp32 was still told to try bf16, and at 1.31x not
+        # told to use it)
+        recs = [precision if r.startswith(NARROWER_STORAGE) else r for r in recs]
     if in_compiled >= COMPILED_PCT:
         recs = _compiled_already(bound, recs, in_compiled)
     return {"bound": bound, "reasons": reasons, "recommendations": recs + _data_line(bound, tb) + extra,

@@ -311,3 +311,25 @@ def test_real_pointwise_and_matmul_steps(tmp_path: Path) -> None:
                         dtype_speeds=lambda t: FAST_BF16)["ranks"]["0"]
     assert mm["verdict"]["bound"] == "compute-bound", mm["verdict"]
     assert mm["verdict"]["recommendations"][0].startswith("bf16 autocast may help")
+
+
+SLOW_BF16_STEP = DtypeSpeeds({"fp32": 978.5, "bf16": 538.2}, "workload")  # the step itself: bf16 0.55x fp32
+FAST_BF16_STEP = DtypeSpeeds({"fp32": 978.5, "bf16": 1278.5}, "workload")  # 1.31x
+
+
+def test_a_memory_bound_step_gets_its_measured_precision(tmp_path: Path) -> None:
+    """First-contact audit: a memory-bound CPU step was always told to try a narrower dtype, also where `stride
+    profile` had measured this workload's step at 0.55x fp32 in bf16, and not told to use bf16 where it measured
+    1.31x. The measured line now stands where the generic one did."""
+    for sub in ("slow", "fast", "probe"):
+        (tmp_path / sub).mkdir()
+    slow = analyse(tmp_path / "slow", pointwise_chain(), SLOW_BF16_STEP)["verdict"]
+    assert slow["bound"] == "memory-bound"
+    recs = " ".join(slow["recommendations"])
+    assert "keep fp32" in recs and "narrower dtype" not in recs
+    fast = analyse(tmp_path / "fast", pointwise_chain(), FAST_BF16_STEP)["verdict"]
+    recs = " ".join(fast["recommendations"])
+    assert "bf16 autocast: this workload's step measured 1.31x" in recs and "narrower dtype" not in recs
+    assert "torch.compile" in recs  # the rest of the memory-bound advice stays
+    matmul_only = analyse(tmp_path / "probe", pointwise_chain(), FAST_BF16)["verdict"]  # a matmul probe: no answer
+    assert "narrower dtype" in " ".join(matmul_only["recommendations"])
