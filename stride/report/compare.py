@@ -180,8 +180,8 @@ def _row(wa: dict[str, Any], wb: dict[str, Any], name: str) -> dict[str, Any]:
 # (0.72-1.40x): the load moved between the runs, which no run's own steps show (docs/bench.md, world sweep).
 ONE_RUN_NOTE = ("{names}: one run each side: the noise band is the spread within each run (its timed steps or "
                 "windows), which holds no drift between runs (another load, other clocks); identical one-run points "
-                "on a shared 2-core host read as different in up to 21 of 28 pairs (docs/bench.md). Repeated runs (a world "
-                "sweep's --repeats 3) measure it")
+                "on a shared 2-core host read as different in up to 21 of 28 pairs (docs/bench.md). Repeated runs "
+                "(a world sweep's --repeats 3) measure it")
 
 
 PEAK_DIFF = 0.05  # MFU peaks of the two sides further apart than this are said

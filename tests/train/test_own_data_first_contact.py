@@ -7,7 +7,6 @@ mat2 shapes cannot be multiplied (2x448 and 320x3)": neither named the data."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
