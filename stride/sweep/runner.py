@@ -425,6 +425,7 @@ def run(points: list[Point], store: SweepStore, opts: Options) -> dict[str, Any]
         if jobs:
             (run_ray(jobs, rec, opts, ray) if opts.backend == "ray" else run_local(jobs, rec, opts.stop))
     contention.tally()
+    store.prune_tracebacks()  # an earlier attempt's pack tracebacks whose points all finished since
     if rec.failed:  # every other pack ran; the report is written by the caller, then this line, exit status 1
         raise SweepError(rec.failed_text(len(points)))
     return {"wall_s": time.perf_counter() - t0, "trained": rec.written,

@@ -7,7 +7,8 @@
                                 .json: a point whose .json exists can always be exported
     DIR/runs/<id>/              the run directory of a point trained one by one (--pack 1)
     DIR/failed/<id>.json        a point whose pack raised (not a config error): the error in one line, its pack, the
-                                traceback's file (DIR/failed/pack-<k>.txt); deleted when the point finishes
+                                traceback's file (DIR/failed/pack-<k>.txt); deleted when the point finishes, the
+                                traceback once no record names it (at the end of the sweep)
 
 A point is finished exactly when its .json exists; resuming skips those and trains the rest. A point file is
 checked when it is read (`point_problem`: what the report and the statistics read, a known status, finite
@@ -33,6 +34,7 @@ size (PLAN_MAX_BYTES, POINT_MAX_BYTES, PACK_LOG_MAX_BYTES) far above what a swee
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -318,6 +320,29 @@ class SweepStore:
         path.parent.mkdir(exist_ok=True)
         atomic_write_text(path, text)
         return path
+
+    def prune_tracebacks(self) -> int:
+        """Delete the failed packs' traceback files that no failure record names any more (every point of that pack
+        finished on a later attempt), and failed/ itself once empty; how many were deleted. A record that cannot be
+        read keeps every traceback (nothing is deleted on a guess)."""
+        folder = self.root / FAILED_DIR
+        if not folder.is_dir():
+            return 0
+        named: set[str] = set()
+        for rec_path in folder.glob("*.json"):
+            try:
+                rec = json.loads(read_input_text(rec_path, limit=POINT_MAX_BYTES, what="failure record"))
+                named.add(Path(str(rec["traceback"])).name)
+            except (InputFileError, ValueError, RecursionError, KeyError, TypeError):
+                return 0
+        gone = 0
+        for tb in folder.glob("pack-*.txt"):
+            if tb.name not in named:
+                tb.unlink(missing_ok=True)
+                gone += 1
+        with contextlib.suppress(OSError):  # not empty: records of points still failed
+            folder.rmdir()
+        return gone
 
     def failures(self, ids: list[str]) -> list[dict[str, Any]]:
         """The failure records of the points among `ids` that are not finished (their last attempt failed). A record
