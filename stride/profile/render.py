@@ -35,7 +35,8 @@ def render_report(report: dict, console: Console | None = None) -> None:
         con.print(literal(f"skipped {sk['file']}: {sk['why']}", "yellow"))
     t = Table(title=f"Where the step time goes ({report['definitions']} definitions; % of the step"
                     + ("" if hta else ": compute + exposed comm + exposed memory + other + idle = 100")
-                    + ("; host and kernel wait: % of HTA's per-stream idle split" if hta else "")
+                    + ("; host and kernel wait: % of HTA's per-stream idle split; the verdict is from stride's own "
+                       "figures, as without --hta-compatible" if hta else "")
                     + ("; the last profiler step left out, as HTA does: --include-last-step keeps it)"
                        if report.get("last_step_dropped") else ")"))
     # the shares the verdicts rest on, which add up to the step (non-compute, their sum, is in the JSON)

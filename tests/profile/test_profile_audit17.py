@@ -274,3 +274,15 @@ def test_a_json_object_without_trace_events_in_a_directory_is_skipped(tmp_path: 
     (d / "cut.json").write_text('{"step_ms": 41')  # invalid JSON is an error wherever it is
     with pytest.raises(TraceError, match="cut.json"):
         analyze_traces([d])
+
+
+def test_the_hta_table_says_whose_figures_the_verdict_reads(tmp_path: Path) -> None:
+    """Under --hta-compatible the table holds HTA's figures and the verdict stride's (the analyzer audit of session
+    36: HTA's compute 100 % of a 4 us span beside 'host-bound, idle 99.1 %'): the title says which is which."""
+    con = Console(width=400, record=True)
+    render_report(analyze_traces([write(tmp_path / "t.json", ddp_step(stride_host=FREE_CORE))], hta_compatible=True),
+                  con)
+    assert "the verdict is from stride's own figures" in con.export_text()
+    con = Console(width=400, record=True)
+    render_report(analyze_traces([write(tmp_path / "u.json", ddp_step(stride_host=FREE_CORE))]), con)
+    assert "the verdict is from stride's own figures" not in con.export_text()
