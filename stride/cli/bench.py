@@ -196,7 +196,8 @@ def _print_tables(results: dict[str, Any], args: argparse.Namespace) -> None:
     if results.get("scaling") is not None:
         out_console.print(scaling_table(results["scaling"]))
         if args.repeats == 1:
-            out_console.print("one run per point: no spread; on a shared machine use --repeats 3 or more")
+            out_console.print("one run per point: each point's spread is its own timed steps', which holds no drift "
+                              "between runs; on a shared machine use --repeats 3 or more")
 
 
 def _check_args(args: argparse.Namespace) -> None:
