@@ -386,7 +386,9 @@ class CheckpointCallback(Callback):
                      + (f"; {copies} more stop signal(s) within {REPEAT_WINDOW_S:g} s of the first were taken as the "
                         "same request" if copies else ""))
             raise Preempted(0)
-        if c.every and trainer.step % c.every == 0 and trainer.step < trainer.cfg.train.steps:
+        if c.every and trainer.step % c.every == 0 and trainer.step < trainer.cfg.train.steps \
+                and not _ends_here(trainer):  # a run that reaches its target here saves once, at its end, with the
+            # summary in it (on_fit_end): a periodic save here left the final one out, and the summary unrecorded
             trainer.timer.add("checkpoint", self.save(trainer))
             if c.nan_rollback_after or c.spike_action == "rollback":
                 trainer.keep_rollback_point()  # the loop's tallies here, for a rollback to this checkpoint

@@ -103,3 +103,17 @@ def test_a_target_stopped_run_without_summary_json_is_not_trained_on(tmp_path: P
     assert written["steps"] == again["steps"] == 8 and written["params_sha256"] == first["params_sha256"]
     assert written["time_to_target_s"] == first["time_to_target_s"]
     assert (out / "metrics.jsonl").read_bytes() == lines
+
+
+def test_a_target_reached_on_a_checkpoint_step_still_records_the_summary(tmp_path: Path) -> None:
+    """The target reached at step 4, a periodic checkpoint's step (every = 4): the periodic save there left out the
+    final save, so no summary was recorded and a rerun without summary.json trained on to step 8 (review of the
+    session's diff). The step's one save is now the final one, with the summary."""
+    out = tmp_path / "run"
+    ov = ("train.val_every=4", "checkpoint.every=4", "train.target_val_loss=100")
+    first = fit(out, *ov)
+    assert first["steps"] == 4 and first["checkpoint"]["saved_steps"] == [4]
+    (out / "summary.json").unlink()
+    again = fit(out, *ov)
+    written = _summary(out)
+    assert written["steps"] == again["steps"] == 4 and written["params_sha256"] == first["params_sha256"]
