@@ -39,6 +39,22 @@ class InputMismatchError(ConfigError):
     """The model failed on the first batch's inputs (the message says what it was given, and torch's error)."""
 
 
+# torch's words for inputs a layer cannot take (a matmul's, a conv's, a norm's, a cat's or a view's shapes; dtypes)
+MISMATCH_WORDS = ("shapes cannot be multiplied", "size mismatch", "must match the size", "expected input",
+                  "to have", "dimension", "shape", "must have the same dtype", "expected scalar type",
+                  "expected both inputs", "found dtype")
+
+
+def mismatched_input(model: nn.Module, xs: torch.Tensor, exc: RuntimeError) -> bool:
+    """Whether a RuntimeError of the first forward is about the inputs' shape or dtype (then InputMismatchError, a
+    config error: the data or the model must change), not an out-of-memory, a device's or a collective's error, which
+    stay what they are (a sweep fails that class, a launcher reads a crash)."""
+    if isinstance(exc, torch.OutOfMemoryError) or type(exc).__name__ in ("DistBackendError", "DistError",
+                                                                            "AcceleratorError"):
+        return False
+    return any(w in str(exc).lower() for w in MISMATCH_WORDS)
+
+
 def input_mismatch(model: nn.Module, xs: torch.Tensor, exc: BaseException) -> str:
     """What a model that failed on its first batch was given, beside torch's message: the batch's shape and dtype
     against the model's parameters' dtype. A float64 numpy array (numpy's default) against float32 weights said
@@ -95,8 +111,10 @@ def check_output(model: nn.Module, loss_fn: Callable[..., Any], cfg: RunConfig, 
     try:
         with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []), torch.no_grad(), autocast():
             out = model(xs)
-    except RuntimeError as exc:  # torch's shape and dtype errors: its own words, with what the batch was (a
-        # TypeError or ValueError of the model's own code keeps its traceback)
+    except RuntimeError as exc:  # torch's shape and dtype errors: its own words, with what the batch was; any other
+        # error (out of memory, a collective's, the model's own TypeError) keeps its traceback and its kind
+        if not mismatched_input(model, xs, exc):
+            raise
         raise InputMismatchError(input_mismatch(model, xs, exc)) from exc
     finally:
         model.train(was_training)

@@ -69,3 +69,19 @@ class _Buggy(torch.nn.Module):
 def test_a_bug_in_the_models_code_keeps_its_own_error(tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(TypeError, match="a bug in the model's own code"):
         _fit(tmp_path, _data(), _Buggy())
+
+
+class _OutOfMemory(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(7, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_an_out_of_memory_on_the_first_batch_stays_one(tmp_path) -> None:  # noqa: ANN001
+    """Only shape and dtype errors are the data's: an OOM read as a config error (exit 2, a sweep stopped whole,
+    the launcher told of a refusal) with a window-shape hint beside it (review of the session's diff)."""
+    with pytest.raises(torch.OutOfMemoryError):
+        _fit(tmp_path, _data(), _OutOfMemory())
