@@ -165,6 +165,7 @@ _GPU_BANDWIDTH = re.compile(
     r"|copy|fill|nchwtonhwc|nhwctonchw|transpose|triton_poi_|triton_red_|triton_per_|cross_entropy|nll"
     r"|rowwisemoments|computefusedparams|gammabeta|adam|sgd|distribution|bernoulli|cumsum|scan|upsample|where"
     r"|bn_fw|bn_bw|batchnorm|radixsort|sort|bounds_check|scalepackedtensor")
+_GPU_BANDWIDTH_FIRST = re.compile(r"(^|::)triton_(poi|red|per)_|gammabeta")
 _ANON_NS = re.compile(r"\(anonymous namespace\)::")
 _ENABLE_IF = re.compile(r"^std::enable_if<.*?>::type\s+")  # a templated return type before the kernel's name
 
@@ -182,6 +183,10 @@ def gpu_kernel_class(name: str) -> int:
     (elementwise, reductions, norms, indexing, copies: bandwidth-bound) or OP_OTHER (not recognised)."""
     base = gpu_kernel_base(name)
     if base.startswith(("cudnn::ops::nchwtonhwc", "cudnn::ops::nhwctonchw")):  # cuDNN's layout copies
+        return OP_MEMORY
+    if _GPU_BANDWIDTH_FIRST.search(base):  # inductor's pointwise/reduction kernels are named after the ops they fuse
+        # (triton_poi_fused_convolution_relu_0 is the relu after a convolution); LayerNorm's backward GammaBeta kernel
+        # holds "mma": both read as matmul before (review of the session's diff)
         return OP_MEMORY
     if _GPU_MATH.search(base):
         return OP_MATH

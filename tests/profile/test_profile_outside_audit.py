@@ -78,6 +78,12 @@ def test_gpu_kernel_classes_by_their_own_names() -> None:
     assert gpu_kernel_class("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4>(float*)") == OP_MEMORY
     assert gpu_kernel_class("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>(int)") == OP_MEMORY
     assert gpu_kernel_class("triton_poi_fused_add_cos_sin_0") == OP_MEMORY
+    # named after the ops they fuse, or holding "mma": bandwidth-bound still (review of the session's diff)
+    assert gpu_kernel_class("triton_poi_fused_convolution_relu_0") == OP_MEMORY
+    assert gpu_kernel_class("triton_red_fused__scaled_dot_product_attention_2") == OP_MEMORY
+    assert gpu_kernel_class("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float, float>(long)"
+                            ) == OP_MEMORY
+    assert gpu_kernel_class("triton_tem_fused_mm_0") == OP_MATH
     assert gpu_kernel_class("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>(float)") == OP_MEMORY
     assert gpu_kernel_class("void cub::DeviceRadixSortOnesweepKernel<Policy800, long>(int)") == OP_MEMORY
     assert gpu_kernel_class("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, float>(int)") == OP_MATH
