@@ -12,11 +12,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from stride.optim.dtensor import is_dtensor  # the same check, below this layer (optim imports no parallel)
 
-def is_dtensor(x: Any) -> bool:
-    """isinstance(x, DTensor), without importing DTensor where no DTensor can exist yet."""
-    mod = sys.modules.get("torch.distributed.tensor")
-    return mod is not None and isinstance(x, mod.DTensor)
+__all__ = ["is_dtensor", "is_fsdp_module"]
 
 
 def is_fsdp_module(x: Any) -> bool:
