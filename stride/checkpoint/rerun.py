@@ -210,7 +210,6 @@ def finished_message(run: Path | None, ended: int, steps: int, has_summary: bool
             f"{further}; to start over use another --out, or --overwrite")
 
 
-
 def recorded_text(summary: dict[str, Any]) -> dict[str, Any]:
     """`summary` as summary.json would hold it (strict JSON: a non-finite number null and named in
     `nonfinite_fields`), for the final checkpoint's meta.json."""

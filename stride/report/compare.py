@@ -37,12 +37,12 @@ def mismatch_message(rows: list[dict[str, Any]]) -> str | None:
 
 # Each side's measured spread is the CV of its throughput measurements: for a `stride bench` entry the 3 windows of
 # one run (within-run jitter), for a `stride train` run folder the robust spread of the timed steps its metrics.jsonl
-# logged (stride.report.inputs.run_step_rates, stride.bench.stats.step_cv; none where that file is missing or
-# damaged), for a world sweep point its repeated runs. The ratio of the two medians carries the
-# noise of both sides, so their CVs add in quadrature (the relative sd of a ratio of independent figures); the band is
-# two of those sds, at least 2 %. Windows of one run share its conditions (load, clocks, caches), so their spread can
-# understate what a second run differs by; that is why the band is not narrowed by the count of windows (sd/sqrt(n)),
-# and why the docs and --help call it the measured spread, not run-to-run noise.
+# logged (stride.bench.stats.run_step_rates and step_cv; none where that file is missing or damaged), for a world
+# sweep point its repeated runs (with --repeats 1, its timed steps, as a run folder). The ratio of the two medians
+# carries the noise of both sides, so their CVs add in quadrature (the relative sd of a ratio of independent figures);
+# the band is two of those sds, at least 2 %. Windows of one run share its conditions (load, clocks, caches), so their
+# spread can understate what a second run differs by; that is why the band is not narrowed by the count of windows
+# (sd/sqrt(n)), and why the docs and --help call it the measured spread, not run-to-run noise.
 BAND_FLOOR = 0.02
 
 

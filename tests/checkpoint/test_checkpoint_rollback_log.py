@@ -3,7 +3,7 @@
 Before: `nan_rollback_after = 2` with steps 8 and 9 non-finite rolled back from step 9 to the checkpoint at step 6
 and left steps 7-9 in metrics.jsonl twice (the rolled-back records first, the non-finite ones with a null loss),
 `timed_steps` counted 27 steps of a 24-step run, TensorBoard showed the rolled-back values, and the run-folder
-spread of `stride compare` (report.inputs.run_step_rates) gave none ("steps go back").
+spread of `stride compare` (stride.bench.stats.run_step_rates) gave none ("steps go back").
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from ckpt_helpers import ckpt_config
 
-from stride.report.inputs import run_step_rates
+from stride.bench.stats import run_step_rates
 from stride.train.trainer import Trainer
 
 OVERRIDES = ("checkpoint.nan_rollback_after=2", "metrics.tensorboard=true")
