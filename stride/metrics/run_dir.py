@@ -226,7 +226,8 @@ class RunDir:
         if self._metrics is not None:
             self._metrics.flush()
         try:
-            lines = path.read_text().splitlines(keepends=True)
+            lines = path.read_text(errors="replace").splitlines(keepends=True)  # damaged bytes: a line that is no
+            # record (dropped as any unreadable line), not a UnicodeDecodeError in the middle of training
         except FileNotFoundError:
             return 0
         except OSError as exc:
@@ -249,7 +250,8 @@ class RunDir:
             self._metrics = None
         path = self.path / "metrics.jsonl"
         try:
-            lines = path.read_text().splitlines(keepends=True)
+            lines = path.read_text(errors="replace").splitlines(keepends=True)  # damaged bytes: a line that is no
+            # record (dropped as any unreadable line), not a UnicodeDecodeError in the middle of training
         except FileNotFoundError:
             lines = []
         except OSError as exc:
