@@ -190,22 +190,8 @@ def close_open_files() -> int:
             files.append(obj)
         except Exception:  # noqa: BLE001  (a half-built or broken file object: teardown would skip it too)
             continue
-    ids = {id(f) for f in files}
-    inner: set[int] = set()
-    for f in files:  # what a file object wraps: referred to directly or through its instance dict
-        for ref in gc.get_referents(f):
-            if id(ref) in ids:
-                inner.add(id(ref))
-            elif isinstance(ref, dict):
-                inner.update(id(v) for v in ref.values() if id(v) in ids)
-    layer = {io.TextIOBase: 0, io.BufferedIOBase: 1, io.RawIOBase: 2}
-
-    def order(f: object) -> tuple[int, int]:
-        depth = next((d for k, d in layer.items() if isinstance(f, k)), 0)
-        return (id(f) in inner, depth)
-
     closed = 0
-    for f in sorted(files, key=order):
+    for f in close_order(files):
         try:
             if isinstance(f, io.IOBase) and f.closed:  # closed with the wrapper closed before it
                 continue
@@ -214,6 +200,33 @@ def close_open_files() -> int:
         except Exception:  # noqa: BLE001  (a disk full at the last write: said, as CPython says it at teardown)
             _report(repr(f))
     return closed
+
+
+_LAYER = {io.TextIOBase: 0, io.BufferedIOBase: 1, io.RawIOBase: 2}  # text wraps buffered wraps raw
+
+
+def _depth(f: object) -> int:
+    return next((d for k, d in _LAYER.items() if isinstance(f, k)), 0)  # a ZipFile or temp-file wrapper: outermost
+
+
+def close_order(files: list[object]) -> list[object]:
+    """`files` in the order to close them: each before what it wraps (the file objects it refers to, directly or
+    through its instance dict), then by layer (text, buffered, raw). A reference from a lower layer up to a higher one
+    is a call-back, not a wrapping: gzip's _WriteBufferStream (raw) refers to its GzipFile (buffered), which made the
+    GzipFile count as wrapped, tied with its own write buffer; closing the buffer first lost the gzip trailer
+    (CPython 3.12 and 3.13 hold that reference; review of session 36's diff)."""
+    ids = {id(f) for f in files}
+    inner: set[int] = set()
+    for f in files:
+        depth = _depth(f)
+        refs = []
+        for ref in gc.get_referents(f):
+            if id(ref) in ids:
+                refs.append(ref)
+            elif isinstance(ref, dict):
+                refs.extend(v for v in ref.values() if id(v) in ids)
+        inner.update(id(r) for r in refs if _depth(r) >= depth)
+    return sorted(files, key=lambda f: (id(f) in inner, _depth(f)))
 
 
 def _fileno(obj: object) -> int | None:
