@@ -44,6 +44,8 @@ from stride.profile.classify import (
 )
 from stride.profile.trace_model import RankTrace
 
+LONG_EVENTS = 64  # the longest events of a trace, checked against each window apart (`Activity.long_events`)
+
 
 @dataclass
 class Activity:
@@ -70,14 +72,28 @@ class Activity:
     op_classes: dict[str, iv.Intervals] | None = None
     data_annotated: bool = False  # the trace has a data-loading annotation (data wait is measured through them)
 
-    start_order: np.ndarray | None = None  # event indices by start; the longest event's duration (`kernels`)
-    longest: float = 0.0
+    # `kernels._in_windows`: event indices by start; the longest events apart (LONG_EVENTS of them, checked against
+    # every window), and the longest duration of the others (how far back a window's search reaches)
+    start_order: np.ndarray | None = None
+    long_events: np.ndarray | None = None
+    long_ts: np.ndarray | None = None  # their starts and ends
+    long_end: np.ndarray | None = None
+    reach: float = 0.0
 
     def __post_init__(self) -> None:
         order = np.argsort(self.ev_ts, kind="stable")
         self.sorted_ts, self.sorted_launch = self.ev_ts[order], self.ev_launch[order]
         self.start_order = order
-        self.longest = float((self.ev_end - self.ev_ts).max()) if len(self.ev_ts) else 0.0
+        dur = self.ev_end - self.ev_ts
+        if len(dur) > LONG_EVENTS:
+            self.long_events = np.sort(np.argpartition(dur, -LONG_EVENTS)[-LONG_EVENTS:])
+            rest = np.ones(len(dur), dtype=bool)
+            rest[self.long_events] = False
+            self.reach = float(dur[rest].max())
+        else:
+            self.long_events = np.arange(len(dur))
+            self.reach = 0.0
+        self.long_ts, self.long_end = self.ev_ts[self.long_events], self.ev_end[self.long_events]
 
 
 def name_kinds(t: RankTrace) -> np.ndarray:

@@ -20,17 +20,21 @@ TINY_TIME_BOUND_PCT = 25.0  # tiny kernels taking a quarter of the kernel time s
 
 def _in_windows(act: Activity, windows: list[Window]) -> np.ndarray:
     """Indices, ascending, of the events overlapping some window (starting before its end, ending after its start).
-    Each window reads only the events starting in [start - longest event, end) by binary search over the starts:
+    Each window reads only the events starting in [start - reach, end) by binary search over the starts, `reach`
+    being the longest duration but for the LONG_EVENTS longest events, which are checked against each window apart:
     the verdict of every step asks for its own window, and a mask over all events per step made a trace of 30,000
-    steps (1.7 M events, 235 MB) take 166 s, quadratic in the steps (outside audit of `stride analyze`)."""
+    steps (1.7 M events, 235 MB) take 166 s, quadratic in the steps (outside audit of `stride analyze`). With the
+    longest event as the reach, one long event (a collective's wait across the trace) made every step read again all
+    the events that long before it (review of session 36's diff)."""
     if not windows or not len(act.ev_ts):
         return np.zeros(0, dtype=np.int64)
-    order, starts = act.start_order, act.sorted_ts
+    order, starts, far, far_ts, far_end = act.start_order, act.sorted_ts, act.long_events, act.long_ts, act.long_end
     parts = []
     for w in windows:
-        idx = order[np.searchsorted(starts, w.start - act.longest, side="left"):
+        idx = order[np.searchsorted(starts, w.start - act.reach, side="left"):
                     np.searchsorted(starts, w.end, side="left")]
         parts.append(idx[act.ev_end[idx] > w.start])
+        parts.append(far[(far_ts < w.end) & (far_end > w.start)])
     return np.unique(np.concatenate(parts))
 
 

@@ -73,3 +73,26 @@ def test_one_steps_figures_read_only_its_events(tmp_path: Path) -> None:
     got = _indices(_in_windows(act, [windows[99]]))
     assert len(got) == 5
     assert _Reads.read <= 40, _Reads.read  # before: 501, a mask over every event of the trace per step
+
+
+def test_one_event_across_the_whole_trace_does_not_widen_every_steps_search(tmp_path: Path) -> None:
+    """A collective's wait spanning all 200 steps: the search reached back by the longest event, so step 100 read
+    half the trace's events again (review of session 36's diff); the longest events are checked apart now."""
+    path = _trace(tmp_path)
+    import json
+
+    trace = json.loads(path.read_text())
+    trace["traceEvents"] += [launch(40.0, 99_999), kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 45.0, 199_900.0, 9,
+                                                           99_999)]
+    path.write_text(json.dumps(trace))
+    act = build_activity(load_trace(path))
+    windows = [Window(None, 1000.0 * k, 1000.0 * (k + 1)) for k in range(200)]  # the host steps' spans
+    for pick in ([windows[0]], [windows[99]], windows[5:9], windows):  # still the definition
+        want = np.flatnonzero([any(a < w.end and b > w.start for w in pick)
+                               for a, b in zip(act.ev_ts, act.ev_end, strict=True)])
+        assert np.array_equal(_indices(_in_windows(act, pick)), want)
+    act.ev_end = act.ev_end.view(_Reads)
+    act.ev_ts = act.ev_ts.view(_Reads)
+    _Reads.read = 0
+    assert len(_indices(_in_windows(act, [windows[99]]))) == 6  # its 5 kernels and the all-reduce
+    assert _Reads.read <= 40, _Reads.read  # with the all-reduce as the reach: ~500
