@@ -91,12 +91,6 @@ def _record(line: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and isinstance(record.get("step"), int) else None
 
 
-def _record_step(line: str) -> int | None:
-    """The step of one whole metrics.jsonl line, None for a line cut short or not a record."""
-    record = _record(line)
-    return record["step"] if record is not None else None
-
-
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -220,8 +214,9 @@ class RunDir:
         times = [float(t) for r in records if strict_json.finite_number(t := r.get("time_s")) and t >= 0]
         return max(times, default=None)
 
-    def _cut_records_after(self, step: int) -> None:
-        """`drop_records_after`'s cut, now."""
+    def _cut_records_after(self, step: int) -> list[dict[str, Any]]:
+        """`drop_records_after`'s cut, now; also a rollback's (`roll_back_records`). Returns the whole records it
+        dropped (a line cut short or not a record is dropped without one)."""
         path = self.path / "metrics.jsonl"
         if self._metrics is not None:
             self._metrics.flush()
@@ -229,13 +224,20 @@ class RunDir:
             lines = path.read_text(errors="replace").splitlines(keepends=True)  # damaged bytes: a line that is no
             # record (dropped as any unreadable line), not a UnicodeDecodeError in the middle of training
         except FileNotFoundError:
-            return 0
+            return []
         except OSError as exc:
             raise RunDirError(one_line(f"cannot read {path}: {os_reason(exc)}")) from None
-        keep = [line for line in lines if (at := _record_step(line)) is not None and at <= step]
+        keep, dropped = [], []
+        for line in lines:
+            record = _record(line)
+            if record is not None and record["step"] <= step:
+                keep.append(line)
+            elif record is not None:
+                dropped.append(record)
         if len(keep) < len(lines):
             self.written = True
             atomic_write_text(path, "".join(keep))
+        return dropped
 
     def roll_back_records(self, step: int, event: dict[str, Any]) -> list[dict[str, Any]]:
         """A rollback in the loop to the checkpoint of `step`: metrics.jsonl keeps the records up to `step`, as a
@@ -248,24 +250,8 @@ class RunDir:
             with contextlib.suppress(OSError):
                 self._metrics.close()
             self._metrics = None
-        path = self.path / "metrics.jsonl"
-        try:
-            lines = path.read_text(errors="replace").splitlines(keepends=True)  # damaged bytes: a line that is no
-            # record (dropped as any unreadable line), not a UnicodeDecodeError in the middle of training
-        except FileNotFoundError:
-            lines = []
-        except OSError as exc:
-            raise RunDirError(one_line(f"cannot read {path}: {os_reason(exc)}")) from None
-        keep, dropped = [], []
-        for line in lines:
-            record = _record(line)
-            if record is not None and record["step"] <= step:
-                keep.append(line)
-            elif record is not None:
-                dropped.append(record)
+        dropped = self._cut_records_after(step)
         self.written = True
-        if len(keep) < len(lines):
-            atomic_write_text(path, "".join(keep))
         target = self.path / ROLLBACKS
         try:
             with open(target, "a") as f:
