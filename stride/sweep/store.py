@@ -194,6 +194,15 @@ def _retrain(root: Path, pid: str) -> str:
             "command again")
 
 
+def _failure_record(path: Path) -> dict[str, Any]:
+    """A failed point's record (DIR/failed/<id>.json); InputFileError, ValueError (not JSON, not a JSON object) or
+    RecursionError where it cannot be one."""
+    rec = json.loads(read_input_text(path, limit=POINT_MAX_BYTES, what="failure record"))
+    if not isinstance(rec, dict):
+        raise ValueError("not a JSON object")
+    return rec
+
+
 class SweepStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -331,9 +340,8 @@ class SweepStore:
         named: set[str] = set()
         for rec_path in folder.glob("*.json"):
             try:
-                rec = json.loads(read_input_text(rec_path, limit=POINT_MAX_BYTES, what="failure record"))
-                named.add(Path(str(rec["traceback"])).name)
-            except (InputFileError, ValueError, RecursionError, KeyError, TypeError):
+                named.add(Path(str(_failure_record(rec_path)["traceback"])).name)
+            except (InputFileError, ValueError, RecursionError, KeyError):
                 return 0
         gone = 0
         for tb in folder.glob("pack-*.txt"):
@@ -353,9 +361,7 @@ class SweepStore:
             if not path.exists() or self.result_path(pid).exists():
                 continue
             try:
-                rec = json.loads(read_input_text(path, limit=POINT_MAX_BYTES, what="failure record"))
-                if not isinstance(rec, dict):
-                    raise ValueError("not a JSON object")
+                rec = _failure_record(path)
             except (InputFileError, ValueError, RecursionError) as exc:
                 rec = {"id": pid, "error": f"(its failure record {path} is unreadable: {str(exc)[:80]})"}
             out.append(rec)
