@@ -37,6 +37,7 @@ from stride.perfmodel.layout import LOOPED, Layout, stage_split
 from stride.perfmodel.measured import measured_tokens_per_s
 from stride.perfmodel.model_spec import PRESETS, TransformerSpec
 from stride.perfmodel.precision import check_recipe_on
+from stride.perfmodel.precision import recipe as precision_recipe
 
 
 @dataclass
@@ -498,6 +499,10 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
     # but runs on Hopper: only the MX / NV formats named are checked
     if prec in ("fp8", "fp4") and re.search(r"mx ?fp|nvfp4|mx", str(row.get("precision") or "").lower()):
         check_recipe_on(recipe, hw.generation, str(row.get("gpu") or hw.name))
+    # a low-precision run on a part whose datasheet lists no peak for its GEMMs (the catalog's TPU v6e: bf16 only)
+    # is refused here, as the prediction would refuse it, so a fit or an evaluation never meets it mid-way
+    if prec in ("fp8", "fp4"):
+        hw.peak_flops(precision_recipe(recipe).gemm_dtype)
     compile_on = compiled(str(row.get("framework") or ""))
     eager_norm, eager_rope = _eager_ops(row, spec, framework, compile_on)
     if eager_norm or eager_rope:

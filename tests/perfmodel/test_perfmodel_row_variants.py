@@ -365,6 +365,9 @@ def test_global_batch_in_tokens() -> None:
         ({"precision": "int4"}, "precision"),
         ({"recompute": "sometimes"}, "recompute 'sometimes'"),
         ({"num_gpus": "64", "dp": "3"}, "!= num_gpus"),
+        # the catalog's TPU v6e lists a bf16 peak only: an fp8 row is refused when read, not mid-way through a fit
+        ({"gpu": "TPU v6e", "num_gpus": "256", "gpus_per_node": "4", "precision": "fp8",
+          "framework": "MaxText", "zero_or_fsdp": "FSDP"}, "has no fp8 peak"),
     ],
 )
 def test_refusals_name_the_input(change: dict, names: str) -> None:
