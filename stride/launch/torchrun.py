@@ -174,7 +174,7 @@ def run_torchrun(cmd: list[str], env: dict[str, str], measure_idle: bool = True)
         stop.proc = subprocess.Popen(cmd, env=env, preexec_fn=setup,  # noqa: PLW1509 (single-threaded CLI)
                                      start_new_session=True)
         stop.started()
-        watch = _RankWatch(stop.nproc)
+        watch = _RankWatch(stop.nproc, _int_option(cmd, "--max-restarts="))
         while True:  # in short waits: a blocking waitpid runs no handler for a signal another thread took
             watch.poll(stop.proc.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -290,6 +290,8 @@ class _Stop:
 # The launcher's wait between looks at torchrun and its workers. torchrun's agent looks every 0.1 s
 # (--monitor-interval) and then gives the other ranks SIGTERM and time to end: a first rank's end is seen between.
 WATCH_S = 0.1
+# torchrun's count of restarts so far, in each worker's environment (0 in the first attempt)
+RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 
 
 class _RankWatch:
@@ -299,10 +301,15 @@ class _RankWatch:
     only until every worker is known (its RANK read from /proc/PID/environ), then only their stat files are read
     (a few microseconds each)."""
 
-    def __init__(self, nproc: int | None) -> None:
+    def __init__(self, nproc: int | None, max_restarts: int | None = None) -> None:
         self.nproc = nproc
+        self.max_restarts = max_restarts
         self.live: dict[int, str] = {}  # worker pid -> its RANK
-        self.gone: list[str] = []  # ranks whose process ended while torchrun ran, in the order seen
+        # ranks of the newest attempt whose process ended while torchrun ran, in the order seen: an earlier attempt's
+        # (--max-restarts) are not what ended the job; its last line named attempt 1's killed rank 1 where attempt
+        # 2's rank 0 had ended it
+        self.gone: list[str] = []
+        self.attempt = 0  # the newest workers' TORCHELASTIC_RESTART_COUNT (torchrun's restarts so far)
         self.started = self.listed = time.monotonic()
 
     def poll(self, torchrun_pid: int) -> None:
@@ -314,6 +321,9 @@ class _RankWatch:
             self.listed = now
             for pid in _children(torchrun_pid) or []:
                 if pid not in self.live and (rank := _env_value(pid, "RANK")) is not None:
+                    attempt = _env_value(pid, RESTART_COUNT_ENV) or "0"
+                    if attempt.isdigit() and int(attempt) > self.attempt:  # torchrun restarted the workers
+                        self.attempt, self.gone = int(attempt), []
                     self.live[pid] = rank
         ended = [pid for pid in self.live if (lifeline.proc_stat(pid) or ["X"])[0] in ("Z", "X")]
         if ended and len(ended) < len(self.live):  # all at once is the run's end, not one rank's failure
@@ -326,9 +336,13 @@ class _RankWatch:
         if not self.gone:
             return None
         first = self.gone[0]
-        return (f"stride train: rank {first} ended first while the other ranks ran (killed, or it failed: torchrun's "
-                f"report above gives its exit code), so the job stopped (torchrun exit status {code}); fix what "
-                "ended it, then the same command resumes from the newest committed checkpoint, if any")
+        restarts = ""
+        if self.attempt:
+            left = " (--max-restarts used up)" if self.max_restarts == self.attempt else ""
+            restarts = f" after {self.attempt} restart{'s' if self.attempt > 1 else ''}{left}"
+        return (f"stride train: rank {first} ended first while the other ranks ran{restarts} (killed, or it failed: "
+                f"torchrun's report above gives its exit code), so the job stopped (torchrun exit status {code}); fix "
+                "what ended it, then the same command resumes from the newest committed checkpoint, if any")
 
 
 def _env_value(pid: int, key: str) -> str | None:
@@ -348,8 +362,13 @@ def _name(signum: int) -> str:
 
 def _nproc_of(cmd: list[str]) -> int | None:
     """The workers per node in a `torchrun_command` line."""
+    return _int_option(cmd, "--nproc-per-node=")
+
+
+def _int_option(cmd: list[str], prefix: str) -> int | None:
+    """The whole-number value of torchrun's `prefix` option (`--max-restarts=`) in `cmd`, or None."""
     for arg in cmd:
-        if arg.startswith("--nproc-per-node="):
+        if arg.startswith(prefix):
             value = arg.split("=", 1)[1]
             return int(value) if value.isdigit() else None
     return None

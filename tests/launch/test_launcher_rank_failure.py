@@ -5,6 +5,7 @@ does, ends the others and exits 1 when one fails."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -130,3 +131,67 @@ def test_a_refusal_of_an_earlier_attempt_is_cleared_when_the_rank_starts_again(t
     assert torchrun._refused_ranks(str(tmp_path)) == [1]
     torchrun.clear_refusal()  # what `stride train` does first in the next attempt
     assert torchrun._refused_ranks(str(tmp_path)) == []
+
+
+RESTARTING_AGENT = textwrap.dedent("""
+    import os, subprocess, sys, time
+    n = int(sys.argv[1].split("=")[1])
+    restarts = int(sys.argv[2].split("=")[1])
+    for attempt in range(restarts + 1):  # torchrun --max-restarts: every worker started again after a failure
+        procs = [subprocess.Popen([sys.executable, "-c", sys.argv[3]], start_new_session=True,
+                                  env={**os.environ, "RANK": str(r), "TORCHELASTIC_RESTART_COUNT": str(attempt)})
+                 for r in range(n)]
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.1)
+        time.sleep(0.3)
+        for p in procs:
+            p.kill()
+            p.wait()
+    sys.exit(1)
+""")
+RESTART_LAUNCHER = textwrap.dedent("""
+    import os, sys
+    from stride.launch.torchrun import run_torchrun
+    sys.exit(run_torchrun([sys.executable, "-c", sys.argv[1], "--nproc-per-node=2", "--max-restarts=1", sys.argv[2]],
+                          dict(os.environ)))
+""")
+
+
+def _attempt_rank_pid(mark: str, rank: str, attempt: int, timeout: float = 30) -> int:
+    deadline = time.monotonic() + timeout
+    want = (f"RANK={rank}\0".encode(), f"TORCHELASTIC_RESTART_COUNT={attempt}\0".encode())
+    while time.monotonic() < deadline:
+        for pid in marked(MARK, mark):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+                if all(w in env for w in want):
+                    return pid
+        time.sleep(0.05)
+    raise AssertionError(f"no rank {rank} process in attempt {attempt}")
+
+
+@linux_only
+def test_the_rank_named_is_the_last_attempts_after_a_restart(tmp_path: Path) -> None:
+    """--max-restarts 1: rank 1 killed in the first attempt, rank 0 in the second, which ends the job. The line named
+    rank 1 (the first attempt's, kept across the restart); it names rank 0 and says the restarts were used up."""
+    mark = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", lifeline.ENV_LAUNCHER)}
+    proc = subprocess.Popen([sys.executable, "-c", RESTART_LAUNCHER, RESTARTING_AGENT, WORKER],
+                            env={**env, MARK: mark, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        first = _attempt_rank_pid(mark, "1", 0)
+        _attempt_rank_pid(mark, "0", 0)
+        time.sleep(0.5)  # the launcher's watch has seen both
+        os.kill(first, signal.SIGKILL)
+        second = _attempt_rank_pid(mark, "0", 1)
+        _attempt_rank_pid(mark, "1", 1)
+        time.sleep(1.5)  # past the launcher's once-a-second listing
+        os.kill(second, signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 1
+        lines = [ln for ln in err.splitlines() if ln.startswith("stride train:")]
+        assert len(lines) == 1 and "rank 0 ended first" in lines[0], err
+        assert "after 1 restart (--max-restarts used up)" in lines[0], err
+    finally:
+        kill(marked(MARK, mark))
