@@ -33,6 +33,7 @@ from stride.checkpoint.errors import (
 )
 from stride.checkpoint.guard import StepGuard
 from stride.checkpoint.rerun import (
+    LATER_KEYS,
     SUMMARY_KEY,
     RunExistsError,
     RunFinished,
@@ -443,6 +444,11 @@ class CheckpointCallback(Callback):
             # commit and summary.json's write leaves a run whose rerun writes summary.json from it (rerun.py)
             record = dict(summary)
             self._add_section(trainer, record, [*self.store.saved_steps, trainer.step])
+            # and what the callbacks after this one add at their on_fit_end (`system`, the sinks' run ids), as it
+            # stands now: a recovered summary lacked them (rerun.recorded_summary names them)
+            later = {k: v for k, v in trainer.summary_keys_to_come().items() if k not in record}
+            record.update(later)
+            record[LATER_KEYS] = sorted(later)
             self.save(trainer, final=True, summary=recorded_text(record))
         self.store.close()
         self.signal.uninstall()

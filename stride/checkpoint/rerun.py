@@ -32,6 +32,9 @@ from stride.files.step_names import holds_steps, step_name
 from stride.metrics.run_dir import RUN_FILES, RunDir, json_text
 
 SUMMARY_KEY = "summary"  # meta.json of a run's final checkpoint: summary.json as it stood at the save
+# in that record: the keys the callbacks after the checkpoint's add at their end (`system`, the sinks' run ids), which
+# the record holds as those callbacks had them at the save (Callback.summary_keys); only a recovered summary has it
+LATER_KEYS = "recorded_at_final_save"
 
 
 class RunFinished(Exception):  # noqa: N818 (not an error: fit() returns the finished run's summary)
@@ -224,13 +227,19 @@ def recorded_summary(meta: dict[str, Any], folder: Path) -> dict[str, Any] | Non
     rec = meta.get(SUMMARY_KEY)
     if not isinstance(rec, dict) or not rec or rec.get("steps") != meta.get("step"):
         return None
+    later = rec.get(LATER_KEYS)
+    if isinstance(later, list) and later:
+        what = (f"the keys of the callbacks after the checkpoint ({', '.join(map(str, later))}) are as those callbacks "
+                "had them at the save" + (" (`system`: the samples taken until then; system.jsonl holds the later "
+                                          "ones)" if "system" in later else ""))
+    else:  # recorded by a stride before Callback.summary_keys
+        what = ("what the callbacks after the checkpoint add at the end is missing: `system` (system.jsonl holds its "
+                "samples) and the sinks' keys (tensorboard_dir, mlflow_run_id, wandb_run_id)")
     return {**rec, "summary_note": (
         f"written by a rerun from {folder.name}/meta.json: the process that trained the run was stopped after its "
         "final checkpoint and before writing summary.json. Every figure is that process's, as it computed them "
         "before the final save; checkpoint_count and checkpoint.saved_steps include the final save, but "
-        "checkpoint_stall_s, checkpoint.stall_s, stall_parts_s and save_s lack its time, and what the callbacks after "
-        "the checkpoint add at the end is missing: `system` (system.jsonl holds its samples) and the sinks' keys "
-        "(tensorboard_dir, mlflow_run_id, wandb_run_id)")}
+        "checkpoint_stall_s, checkpoint.stall_s, stall_parts_s and save_s lack its time; " + what)}
 
 
 def recovered_message(run: Path, ended: int, steps: int, folder: Path) -> str:

@@ -84,6 +84,11 @@ class TrainerView(Protocol):
         """The loop's tallies at this step (a checkpoint of it was just taken): a rollback to it restores them."""
         ...
 
+    def summary_keys_to_come(self) -> dict[str, Any]:
+        """What the run's callbacks will add to summary.json at their on_fit_end, as it stands now
+        (`Callback.summary_keys` of each)."""
+        ...
+
     def rolled_back(self, from_step: int, event: Mapping[str, Any]) -> None:
         """A checkpoint was loaded in the loop at `from_step` (`step` is now its step): the steps after it are
         trained again, so their records and timings go (rank 0 moves the records to rollbacks.jsonl with `event`),
@@ -121,6 +126,13 @@ class Callback:
 
     def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         """After the last step; may add keys to `summary` (summary.json) before it is written."""
+
+    def summary_keys(self, trainer: TrainerView) -> dict[str, Any]:
+        """The keys this callback's on_fit_end adds to summary.json, as they stand now (after the last step, before
+        its on_fit_end). The final checkpoint records them with the summary: a process stopped between that save and
+        summary.json's write leaves them for the rerun that writes summary.json (stride.checkpoint.rerun); before,
+        the recovered summary lacked `system` and the sinks' run ids."""
+        return {}
 
     def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
         """fit() ended without on_fit_end (an exception, a preemption stop, or a run found finished), after this

@@ -275,6 +275,14 @@ class Trainer:
             if step != tally.start_step:
                 del self._points[step]
 
+    def summary_keys_to_come(self) -> dict[str, Any]:
+        """TrainerView: the keys the callbacks' on_fit_end will add to summary.json, as they stand now (the final
+        checkpoint records them; `Callback.summary_keys`)."""
+        out: dict[str, Any] = {}
+        for cb in self.callbacks:
+            out.update(cb.summary_keys(self))
+        return out
+
     def rolled_back(self, from_step: int, event: Mapping[str, Any]) -> None:
         """TrainerView: a checkpoint was loaded in the loop at `from_step` (`self.step` is its step). The steps after
         it will be trained again: their records leave the history and metrics.jsonl (rank 0 moves them to

@@ -67,6 +67,10 @@ def test_a_kill_before_summary_json_is_finished_by_the_rerun(tmp_path: Path) -> 
     assert got["checkpoint"]["saved_steps"] == want["checkpoint"]["saved_steps"] == [3, 6, 9, 12, 15, 18, 21, 24]
     assert got["checkpoint_count"] == want["checkpoint_count"]
     assert "summary_note" in got and "summary_note" not in want
+    # key by key: every key of the uninterrupted run's (the system sampler's `system` too: it was missing), and the
+    # marks of a recovered one
+    assert set(got) == set(want) | {"summary_note", "recorded_at_final_save"}
+    assert got["recorded_at_final_save"] == ["system"] and got["system"]["samples"] > 0
     assert (out / "metrics.jsonl").read_bytes() == metrics  # nothing trained, nothing logged
 
     # and the run is now an ordinary finished one: the next rerun changes nothing
@@ -87,6 +91,26 @@ def test_a_lost_summary_json_is_written_from_the_final_checkpoint(tmp_path: Path
     assert {k: written[k] for k in SAME} == {k: first[k] for k in SAME} == {k: again[k] for k in SAME}
     assert written["samples_per_s"] == first["samples_per_s"]  # the training process's own figure, not re-measured
     assert written["checkpoint"]["saved_steps"] == first["checkpoint"]["saved_steps"]
+
+
+def test_a_recovered_summary_has_the_keys_of_the_callbacks_after_the_checkpoint(tmp_path: Path) -> None:
+    """The system sampler's `system` and a sink's key (TensorBoard's tensorboard_dir) are added after the final
+    checkpoint recorded the summary: a recovered summary.json lacked them. Now the record holds them as those
+    callbacks had them at the save, named in `recorded_at_final_save`."""
+    out = tmp_path / "run"
+    ov = (*OVERRIDES, "metrics.system_sample_s=0.05", "metrics.tensorboard=true")
+    first = fit(out, *ov)
+    (out / "summary.json").unlink()
+    fit(out, *ov)
+    written = _summary(out)
+    assert set(written) == set(first) | {"summary_note", "recorded_at_final_save"}
+    assert written["recorded_at_final_save"] == ["system", "tensorboard_dir"]
+    assert written["tensorboard_dir"] == first["tensorboard_dir"] == str(out / "tensorboard")
+    # the samples up to the final save: as many as the run's, less those taken during and after that save
+    assert 0 < written["system"]["samples"] <= first["system"]["samples"]
+    assert written["system"]["rss_peak_bytes"] <= first["system"]["rss_peak_bytes"]
+    assert written["system"]["nvml"] == first["system"]["nvml"]
+    assert "(system, tensorboard_dir) are as those callbacks had them at the save" in written["summary_note"]
 
 
 def test_a_target_stopped_run_without_summary_json_is_not_trained_on(tmp_path: Path) -> None:

@@ -208,6 +208,9 @@ class MLflowCallback(Sink):
         for op in pending:
             op.wait()
 
+    def summary_keys(self, trainer: TrainerView) -> dict[str, Any]:
+        return {"mlflow_run_id": self.run_id} if self.failed is None and self.run_id is not None else {}
+
     def _end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if self.run_id is None:
             return

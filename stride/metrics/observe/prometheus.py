@@ -127,6 +127,9 @@ class PrometheusCallback(Sink):
         self._stop()
         summary["prometheus_url"] = self.url
 
+    def summary_keys(self, trainer: TrainerView) -> dict[str, Any]:
+        return {"prometheus_url": self.url} if self.failed is None else {}
+
     def _close(self, trainer: TrainerView, exc: BaseException | None) -> None:
         self._stop()  # the port is free again for the next run
 

@@ -139,9 +139,13 @@ class SystemSampler:
             self.sample()
         if self.nvml is not None:
             self.nvml.close()
+        return self.aggregate()
+
+    def aggregate(self) -> dict[str, Any]:
+        """The samples taken so far: count, mean CPU percent, peak RSS (summary.json `system`)."""
         return {
             "samples": self.samples,
-            "cpu_percent_mean": self.cpu_sum / self.samples,
+            "cpu_percent_mean": self.cpu_sum / self.samples if self.samples else None,
             "rss_peak_bytes": self.rss_peak,
             "nvml": self.nvml is not None,
         }
@@ -164,6 +168,9 @@ class SystemCallback(Callback):
     def on_fit_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if self.sampler is not None:
             summary["system"] = self.sampler.stop()
+
+    def summary_keys(self, trainer: TrainerView) -> dict[str, Any]:
+        return {"system": self.sampler.aggregate()} if self.sampler is not None else {}
 
     def on_fit_abort(self, trainer: TrainerView, exc: BaseException) -> None:
         if self.sampler is None:

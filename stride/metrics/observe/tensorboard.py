@@ -184,6 +184,9 @@ class TensorBoardCallback(Sink):
         w.close()
         summary["tensorboard_dir"] = str(self.log_dir)
 
+    def summary_keys(self, trainer: TrainerView) -> dict[str, Any]:
+        return {"tensorboard_dir": str(self.log_dir)} if self.failed is None and self.log_dir is not None else {}
+
     def _close(self, trainer: TrainerView, exc: BaseException | None) -> None:
         w, self.writer = self.writer, None
         if w is not None:  # what was logged up to the failure stays readable

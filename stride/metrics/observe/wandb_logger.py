@@ -87,6 +87,11 @@ class WandbCallback(Sink):
             self._rolled_back.append(f"{from_step}>{trainer.step}")
             self.run.summary["stride/rolled_back"] = ",".join(self._rolled_back)
 
+    def summary_keys(self, trainer: TrainerView) -> dict[str, Any]:
+        if self.failed is not None or self.run is None:
+            return {}
+        return {"wandb_run_id": self.run.id, "wandb_run_dir": str(Path(self.run.dir).parent)}
+
     def _end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if self.run is None:
             return
