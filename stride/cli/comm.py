@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     if msg := _backend_problem(backend):
         return _fail(msg)
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else args.nproc
+    if world < 2:  # before the sizes are split over the ranks: --nproc 0 divided by zero, a traceback
+        where = f"torchrun started {world} rank" if under_torchrun() else f"--nproc {world}"
+        return _fail(f"{where}: a collective benchmark needs at least 2 processes")
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if under_torchrun() else args.nproc
     if msg := _size_problem(names, sizes, world) or _memory_problem(names, sizes[-1], world, local):
         return _fail(msg)
