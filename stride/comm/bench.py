@@ -52,7 +52,10 @@ def run_benchmark(collectives: list[str], sizes: list[int], iters: int, warmup: 
             # every rank must agree the result was right
             bad = slowest_rank(1.0 if err else 0.0) > 0
             n_it = iters_for(real_bytes, iters, budget_bytes)
-            sec = statistics.median(slowest_rank(time_calls(p.run, n_it, min(warmup, n_it) if k == 0 else 0))
+            # the warm-up bounded by the byte budget alone, as the timed calls are; min(warmup, n_it) also capped it
+            # at --iters (`--iters 1 --warmup 5` warmed up once)
+            n_warm = iters_for(real_bytes, warmup, budget_bytes) if warmup > 0 else 0
+            sec = statistics.median(slowest_rank(time_calls(p.run, n_it, n_warm if k == 0 else 0))
                                     for k in range(max(1, repeats)))
             algbw = real_bytes / sec / 1e9
             rows.append(Row(name, real_bytes, coll.shown_count(count, world), sec * 1e6, algbw,
