@@ -247,8 +247,8 @@ def load_results(path: str | Path) -> dict[str, Any]:
         raise ResultsError(f"{p}: no such file") from exc
     except InputFileError as exc:
         raise ResultsError(str(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{p}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # an integer over 4300 digits, nesting thousands deep: not only
+        raise ResultsError(f"{p}: not valid JSON ({exc})") from None  # JSONDecodeError (they were tracebacks)
     return validate_results(obj, str(p))
 
 

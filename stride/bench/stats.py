@@ -101,7 +101,7 @@ def run_step_rates(run: Path, s: dict[str, Any], cfg: dict[str, Any]) -> tuple[l
             continue
         try:
             rec = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError, and an integer over 4300 digits (a plain ValueError)
             return [], f"metrics.jsonl line {i} is not JSON (a cut or damaged line)"
         if not isinstance(rec, dict):
             return [], f"metrics.jsonl line {i} is {type(rec).__name__}, not a JSON object"

@@ -108,8 +108,31 @@ def _numpy_table(path: Path, time_col: str) -> pa.Table:
         raise IngestError(one_line(f"{path}: cannot be read: not a complete .npz (zip) archive ({exc})")) from None
 
 
+def _npz_claims(path: Path) -> None:
+    """Refuse an .npz member whose header claims more data than the member holds. numpy allocates the claimed
+    shape before it reads a byte of a zip member: a 200-byte member claiming (10**12,) float64 was a MemoryError
+    traceback ("Unable to allocate 7.28 TiB"), one claiming 22 GiB was allocated and then read short."""
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if not info.filename.endswith(".npy"):
+                continue  # np.load names only the .npy members as arrays
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version not in ((1, 0), (2, 0)):
+                    continue  # (3, 0), a UTF-8 header: numpy's own reader checks it as it reads
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+                held = info.file_size - f.tell()
+            claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if claimed > held:
+                raise IngestError(f"{path}: cannot be read: its array {info.filename[:-4]!r} claims shape {shape} "
+                                  f"of {dtype} ({claimed:,} bytes) but holds {held:,} bytes of data (cut short or "
+                                  "edited)")
+
+
 def _load_numpy(path: Path, time_col: str) -> pa.Table:
     if path.suffix == ".npz":
+        _npz_claims(path)
         with np.load(path) as z:
             return pa.table({k: z[k] for k in z.files})
     arr = np.load(path, mmap_mode="r")

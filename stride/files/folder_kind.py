@@ -57,7 +57,7 @@ def _results_suite(path: Path) -> str | None:
     """results.json's suite; None where it does not parse or names none."""
     try:
         obj = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested thousands deep: it was a traceback of `stride report DIR`
         return None
     suite = obj.get("suite") if isinstance(obj, dict) else None
     return suite if isinstance(suite, str) else None

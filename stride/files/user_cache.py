@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from stride.files.input_file import InputFileError, read_input_text
+
 
 def user_cache_dir() -> Path:
     if os.environ.get("STRIDE_CACHE_DIR"):
@@ -22,11 +24,16 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stride"
 
 
+CACHE_MAX_BYTES = 16 << 20  # a cache file holds a few figures per host: hundreds of bytes each
+
+
 def read_json_cache(path: Path) -> dict[str, Any]:
-    """The cache file's object; {} where there is none yet or it is damaged (then it is measured again)."""
+    """The cache file's object; {} where there is none yet or it is damaged (then it is measured again). A FIFO in
+    its place is not read (it blocked every run for ever), nor a file nested too deeply for json (a RecursionError
+    traceback) or larger than CACHE_MAX_BYTES."""
     try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
+        obj = json.loads(read_input_text(path, limit=CACHE_MAX_BYTES, what="stride cache file"))
+    except (InputFileError, ValueError, RecursionError):
         return {}
     return obj if isinstance(obj, dict) else {}
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from stride.files.strict_json import finite_number
 from stride.files.user_cache import cache_lock, read_json_cache, user_cache_dir, write_json_cache
 from stride.metrics.cpu_isa import flags_digest, read_cpu_info
 from stride.metrics.peak import measured_matmul_peak
@@ -41,6 +42,11 @@ def host_key(threads: int | None = None) -> str:
     return f"{info.model}|flags:{flags_digest(info)}|threads:{threads}|torch:{torch.__version__}"
 
 
+def _figures(got: object) -> bool:
+    """Is `got` what measured_dtype_flops keeps for a host: each dtype's FLOP/s, a finite number above 0?"""
+    return isinstance(got, dict) and set(got) == set(DTYPES) and all(finite_number(v) and v > 0 for v in got.values())
+
+
 def measured_dtype_flops(threads: int | None = None, seconds: float = 0.15) -> dict[str, float]:
     """{dtype: matmul FLOP/s} on this CPU, measured once per host key and kept on disk."""
     key = host_key(threads)
@@ -49,7 +55,7 @@ def measured_dtype_flops(threads: int | None = None, seconds: float = 0.15) -> d
     path = cache_path()
     kept = read_json_cache(path)
     got = kept.get(key)
-    if not (isinstance(got, dict) and set(got) == set(DTYPES)):
+    if not _figures(got):  # none yet, or damaged or edited: measured again (a "x" or NaN left the advice a traceback)
         cpu, before = torch.device("cpu"), torch.get_num_threads()
         torch.set_num_threads(threads or before)  # measured at the thread count the key names
         try:

@@ -106,7 +106,7 @@ def read_json(path: str | Path) -> object:
         return json.loads(read_input_text(path, limit=_MAX_FILE_BYTES, what="efficiency file"))
     except InputFileError as exc:
         raise ConfigError(str(exc)) from None
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, and an integer over 4300 digits (a plain ValueError: a traceback)
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
     except RecursionError:  # arrays nested thousands deep: a traceback from json (audit 14, L4)
         raise ConfigError(f"{path}: not valid JSON: nested too deeply to read") from None

@@ -139,8 +139,9 @@ def _read_json(p: Path, what: str) -> dict[str, Any]:
         obj = json.loads(read_input_text(p, limit=RESULTS_MAX_BYTES, what=what))
     except InputFileError as exc:  # a FIFO or /dev/zero: refused, not read forever
         raise ResultsError(str(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{p}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # not only JSONDecodeError: an integer over 4300 digits is a plain
+        # ValueError, nesting thousands deep a RecursionError; both were tracebacks (or a line without the file)
+        raise ResultsError(f"{p}: not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise ResultsError(f"{p}: expected a JSON object")
     return obj

@@ -77,7 +77,7 @@ def earlier_tracking(trainer: TrainerView, tracker: str) -> dict[str, Any]:
         return {}
     try:
         found = json.loads((run_dir.path / STATE).read_text()).get(tracker)
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return {}
     return found if isinstance(found, dict) else {}
 
@@ -87,6 +87,6 @@ def remember_tracking(trainer: TrainerView, tracker: str, ids: dict[str, Any]) -
     if trainer.run_dir is None:
         return
     state: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, RecursionError):
         state = json.loads((trainer.run_dir.path / STATE).read_text())
     trainer.run_dir.write_json(STATE, {**(state if isinstance(state, dict) else {}), tracker: ids})

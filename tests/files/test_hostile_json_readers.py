@@ -1,0 +1,139 @@
+"""Hostile JSON and NumPy inputs that reached a traceback past readers built to refuse them (audit of session 37).
+
+Python's json raises three things on text that is not what stride writes: JSONDecodeError, a plain ValueError for
+an integer literal over 4300 digits (`sys.int_info.str_digits_check_threshold`), and RecursionError for arrays or
+objects nested thousands deep. Readers that caught JSONDecodeError alone let the other two through as tracebacks
+(`stride report`, `stride compare`, `stride plan --efficiency`), or printed the bare ValueError without the file.
+Each test here fails on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stride.cli.main import main
+
+DEEP = "[" * 100_000 + "]" * 100_000
+BIG_INT = "9" * 5000  # over Python's 4300-digit limit for int(str)
+
+
+@pytest.mark.parametrize("text", [DEEP, '{"steps": ' + BIG_INT + "}"], ids=["nested", "huge-int"])
+def test_report_and_compare_name_a_run_summary_that_json_cannot_read(
+        tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "RUN"
+    run.mkdir()
+    (run / "summary.json").write_text(text)
+    for argv in (["report", str(run)], ["compare", str(run), str(run)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{run / 'summary.json'}: not valid JSON" in err, err
+        assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", [DEEP, '{"suite": ' + BIG_INT + "}"], ids=["nested", "huge-int"])
+def test_report_names_a_results_json_that_json_cannot_read(
+        tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = tmp_path / "BENCH"
+    bench.mkdir()
+    (bench / "results.json").write_text(text)  # the folder's kind is asked first (folder_kind), then the file is read
+    for target in (bench, bench / "results.json"):
+        assert main(["report", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert f"{bench / 'results.json'}: not valid JSON" in err, err
+
+
+def test_a_metrics_line_with_a_huge_integer_is_a_note_not_a_traceback(tmp_path: Path) -> None:
+    from stride.bench.stats import run_step_rates
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 4, "step_time_s": 0.5, "samples_per_s": 128.0}\n'
+                                            '{"step": 5, "step_time_s": ' + BIG_INT + ', "samples_per_s": 1.0}\n')
+    rates, why = run_step_rates(tmp_path, {"steps": 6, "start_step": 0}, {"metrics": {"skip_steps": 0}})
+    assert rates == [] and why == "metrics.jsonl line 2 is not JSON (a cut or damaged line)"
+
+
+def test_plan_names_an_efficiency_file_with_a_huge_integer(tmp_path: Path) -> None:
+    from stride.config.errors import ConfigError
+    from stride.perfmodel.efficiency import read_json
+
+    path = tmp_path / "eff.json"
+    path.write_text('{"gemm": ' + BIG_INT + "}")
+    with pytest.raises(ConfigError, match=r"eff\.json: not valid JSON: Exceeds the limit"):
+        read_json(path)
+
+
+def _fake_peak(device: object, dtype: object, n: int, seconds: float) -> float:
+    return {"torch.float32": 2.0e11, "torch.bfloat16": 4.0e11, "torch.float16": 1.0e11}[str(dtype)]
+
+
+@pytest.mark.parametrize("fp32", ['"x"', "NaN", "-1", "0", "null", "[1]"])
+def test_a_damaged_dtype_speed_cache_is_measured_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       fp32: str) -> None:
+    """A cached figure that is no positive number left precision advice a TypeError ('x' <= 0) or nonsense."""
+    from stride.metrics import dtype_speed
+
+    monkeypatch.setenv("STRIDE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dtype_speed, "_MEMO", {})
+    monkeypatch.setattr(dtype_speed, "measured_matmul_peak", _fake_peak)
+    key = dtype_speed.host_key()
+    text = json.dumps({key: {"fp32": "@", "bf16": 4e11, "fp16": 1e11}})
+    dtype_speed.cache_path().write_text(text.replace('"@"', fp32))
+    assert dtype_speed.measured_dtype_flops() == {"fp32": 2.0e11, "bf16": 4.0e11, "fp16": 1.0e11}
+    assert json.loads(dtype_speed.cache_path().read_text())[key]["fp32"] == 2.0e11  # the damaged figure replaced
+
+
+def test_a_fifo_or_a_deeply_nested_cache_file_is_no_cache(tmp_path: Path) -> None:
+    """A FIFO in the cache's place blocked every command that reads it, for ever; nesting was a traceback."""
+    from stride.files.user_cache import read_json_cache
+
+    nested = tmp_path / "nested.json"
+    nested.write_text(DEEP)
+    assert read_json_cache(nested) == {}
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    got: list[dict] = []
+    reader = threading.Thread(target=lambda: got.append(read_json_cache(fifo)), daemon=True)
+    reader.start()
+    reader.join(30)  # not a timing: the old reader never returned
+    if reader.is_alive():  # free the blocked open so the thread ends, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("read_json_cache blocked on a FIFO")
+    assert got == [{}]
+
+
+def _npy_header(shape: tuple[int, ...]) -> bytes:
+    d = "{'descr': '<f8', 'fortran_order': False, 'shape': " + repr(shape) + ", }"
+    d += " " * (63 - (len(d) + 10) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode()
+
+
+def test_an_npz_member_claiming_terabytes_is_refused_naming_it(tmp_path: Path) -> None:
+    """numpy allocates a zip member's claimed shape before reading it: 7.28 TiB was a MemoryError traceback."""
+    from stride.data.ingest import IngestError, ingest
+
+    src = tmp_path / "x.npz"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("timestamp.npy", _npy_header((10**12,)) + b"\0" * 64)
+    with pytest.raises(IngestError, match=r"x\.npz: cannot be read: its array 'timestamp' claims shape "
+                                          r"\(1000000000000,\) of float64 \(8,000,000,000,000 bytes\) but holds 64"):
+        ingest(src, tmp_path / "store")
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_whole_npz_still_ingests(tmp_path: Path) -> None:
+    from stride.data.ingest import ingest
+    from stride.data.store import open_store
+
+    n = 50
+    close = np.linspace(1.0, 2.0, n)
+    np.savez_compressed(tmp_path / "x.npz", timestamp=(1704189600 + 60 * np.arange(n)).astype(np.int64), close=close)
+    ingest(tmp_path / "x.npz", tmp_path / "store")
+    store = open_store(tmp_path / "store")
+    assert store.n_rows == n
