@@ -83,6 +83,7 @@ class _LoopPoint:
     comm: tuple[float, float]
     val_loss: float | None
     time_to_target: float | None
+    val_time: float  # a rolled-back validation's time left val_time_s, as its record leaves metrics.jsonl
 
 
 @dataclass
@@ -270,7 +271,7 @@ class Trainer:
         self._points[self.step] = _LoopPoint(dict(timer.totals), timer.steps, len(timer.step_seconds),
                                              len(self.step_samples), tally.timed_samples,
                                              (tally.comm_exposed, tally.comm_hidden), tally.val_loss,
-                                             tally.time_to_target)
+                                             tally.time_to_target, tally.val_time)
         for step in sorted(self._points)[:-ROLLBACK_POINTS]:
             if step != tally.start_step:
                 del self._points[step]
@@ -304,7 +305,7 @@ class Trainer:
             del self.step_samples[point.samples:]
             tally.timed_samples = point.timed_samples
             tally.comm_exposed, tally.comm_hidden = point.comm
-            tally.val_loss, tally.time_to_target = point.val_loss, point.time_to_target
+            tally.val_loss, tally.time_to_target, tally.val_time = point.val_loss, point.time_to_target, point.val_time
         elif tally is not None:  # a checkpoint older than the tallies kept: the figures keep the rolled-back steps
             log.warning("stride.train: rolled back to step %d, older than the loop tallies kept: summary.json's "
                         "timed_steps and throughput still count the %d rolled-back steps", to, from_step - to)

@@ -9,8 +9,10 @@ spread of `stride compare` (stride.bench.stats.run_step_rates) gave none ("steps
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import pytest
 import torch
 from ckpt_helpers import ckpt_config
 
@@ -130,3 +132,51 @@ def test_mlflow_marks_the_rollback_and_holds_the_redone_values_last(tmp_path: Pa
         last[m.step] = m.value
     assert sorted(last) == list(range(1, 25))
     assert [last[st] for st in range(1, 25)] == [x["loss"] for x in _records(out)]
+
+
+def test_a_rollback_takes_its_validations_out_of_the_tallies(tmp_path: Path, monkeypatch) -> None:
+    """Validation at step 8, then steps 8-9 non-finite: rolled back from 9 to the checkpoint at 6 and step 8 validated
+    again. val_time_s kept the rolled-back validation's time (7 validations booked for the 6 that stand, session 37);
+    every other tally is checked against the run that never had the bad steps. The validation time is read on a
+    clock that each validation moves by 1000 s (no real timing)."""
+    import stride.train.trainer as trainer_mod
+
+    offset = [0.0]
+    clock = type("Clock", (), {"perf_counter": staticmethod(lambda: time.perf_counter() + offset[0]),
+                               "sleep": staticmethod(time.sleep)})
+    monkeypatch.setattr(trainer_mod, "time", clock)
+
+    class Validating(Trainer):
+        def evaluate(self, model=None):  # noqa: ANN001, ANN202
+            offset[0] += 1000.0
+            return super().evaluate(model)
+
+    def run(out: Path, bad: tuple[int, ...]):
+        calls = {"n": 0}
+
+        def loss_fn(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            loss = torch.nn.functional.mse_loss(pred, y)
+            if torch.is_grad_enabled():  # training steps only: validation calls it too
+                calls["n"] += 1
+                return loss * float("inf") if calls["n"] in bad else loss
+            return loss
+
+        try:
+            return Validating(config=ckpt_config(*OVERRIDES, "train.val_every=4"), out=out, loss_fn=loss_fn).fit()
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+    ref, got = run(tmp_path / "ref", ()), run(tmp_path / "run", (8, 9))
+    s, r = got.summary, ref.summary
+    assert s["checkpoint"]["rolled_back_steps"] == 3 and r["checkpoint"]["rollbacks"] == 0
+    assert round(r["val_time_s"] / 1000) == 6 and round(s["val_time_s"] / 1000) == 6  # 7 before
+    vals = [(x["step"], x["val_loss"]) for x in _records(tmp_path / "run") if "val_loss" in x]
+    assert vals == [(x["step"], x["val_loss"]) for x in _records(tmp_path / "ref") if "val_loss" in x]
+    assert [step for step, _ in vals] == [4, 8, 12, 16, 20, 24]
+    assert s["final_val_loss"] == r["final_val_loss"] and s["final_train_loss"] == r["final_train_loss"]
+    assert s["timed_steps"] == r["timed_steps"] == 24 and s["skipped_steps"] == r["skipped_steps"] == 0
+    assert s["step_time_breakdown_s"].keys() == r["step_time_breakdown_s"].keys()  # data wait, checkpoint: tallied
+    assert s["checkpoint"]["saved_steps"] == r["checkpoint"]["saved_steps"]
+    assert len(s["checkpoint"]["save_s"]) == len(r["checkpoint"]["save_s"]) == 8
+    assert s["samples_per_s"] * s["step_time_s"] == pytest.approx(32.0)  # 24 steps of 32 samples over their time
+    assert s["timesteps_per_s"] == pytest.approx(s["samples_per_s"] * 16)  # tokens: seq_len 16 a sample
