@@ -147,6 +147,9 @@ def _read_json(p: Path, what: str) -> dict[str, Any]:
     return obj
 
 
+CONFIG_MAX_BYTES = 16 << 20  # a run's config.toml is a few KiB
+
+
 def results_from_run(run: Path) -> dict[str, Any]:
     """A one-workload results object from a `stride train` run directory."""
     s = _read_json(run / "summary.json", "run summary")
@@ -155,10 +158,12 @@ def results_from_run(run: Path) -> dict[str, Any]:
     env = _read_json(run / "env.json", "run environment file") if (run / "env.json").is_file() else {}
     cfg: dict[str, Any] = {}
     if (run / "config.toml").is_file():
-        try:
-            cfg = tomllib.loads((run / "config.toml").read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ResultsError(f"{run / 'config.toml'}: not valid TOML ({exc})") from exc
+        try:  # read_input_text: non-UTF-8 bytes named with their offset (a UnicodeDecodeError traceback in compare)
+            cfg = tomllib.loads(read_input_text(run / "config.toml", limit=CONFIG_MAX_BYTES, what="run config"))
+        except InputFileError as exc:
+            raise ResultsError(str(exc)) from None
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise ResultsError(f"{run / 'config.toml'}: not valid TOML ({exc})") from None
     tput = s.get("samples_per_s")
     if tput is not None and not finite_number(tput):  # named as the file names it, not as throughput.median
         raise ResultsError(f"{run / 'summary.json'}: samples_per_s = {str(tput)[:40]!r} is not a number or null (the "

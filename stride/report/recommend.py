@@ -7,6 +7,7 @@ say where to look first, stated in every recommendation so a reader can judge th
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -216,7 +217,10 @@ def _host_speeds(env: dict[str, Any]) -> DtypeSpeeds | None:
 
     if env.get("gpus") or env.get("hostname") != platform.node() or env.get("cpu_model") != cpu_model():
         return None
-    return host_speeds(env.get("torch_threads"))
+    threads = env.get("torch_threads")  # env.json's word: a count this host can run, else the current count
+    # (a float or -7 was torch's RuntimeError from set_num_threads, 10**6 a million threads for the probe)
+    ok = type(threads) is int and 1 <= threads <= (os.cpu_count() or 1)
+    return host_speeds(threads if ok else None)
 
 
 SEED = re.compile(r"seed\d+")  # a `--sweep ttt` entry: the workload + "+seed<k>"

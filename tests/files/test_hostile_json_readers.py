@@ -137,3 +137,34 @@ def test_a_whole_npz_still_ingests(tmp_path: Path) -> None:
     ingest(tmp_path / "x.npz", tmp_path / "store")
     store = open_store(tmp_path / "store")
     assert store.n_rows == n
+
+
+def test_compare_names_a_run_config_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """config.toml's bytes were decoded with read_text(): a UnicodeDecodeError traceback in `stride compare`, and a
+    line naming no file in `stride report`."""
+    run = tmp_path / "RUN"
+    run.mkdir()
+    (run / "summary.json").write_text('{"name": "x", "samples_per_s": 100.0, "steps": 6}')
+    (run / "config.toml").write_bytes(b"[train]\nsteps = 6\nname = '\xff'\n")
+    for argv in (["compare", str(run), str(run)], ["report", str(run)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"run config {run / 'config.toml'} is not UTF-8 text (byte 0xff at offset 26)" in err, err
+
+
+@pytest.mark.parametrize("threads", [-7, 2.5, "2", 10**6, True])
+def test_report_probes_dtype_speed_at_no_thread_count_env_json_cannot_mean(monkeypatch: pytest.MonkeyPatch,
+                                                                           threads: object) -> None:
+    """env.json's torch_threads went to torch.set_num_threads as it was: -7 or 2.5 was torch's RuntimeError (a
+    traceback of `stride report`), 10**6 a million-thread probe. Such a count now probes at the current count."""
+    import platform
+
+    from stride.metrics.env import cpu_model
+    from stride.report import recommend
+
+    asked: list[object] = []
+    monkeypatch.setattr(recommend, "host_speeds", lambda t=None: asked.append(t))
+    env = {"hostname": platform.node(), "cpu_model": cpu_model(), "gpus": [], "torch_threads": threads}
+    recommend._host_speeds(env)
+    recommend._host_speeds({**env, "torch_threads": 1})
+    assert asked == [None, 1]
