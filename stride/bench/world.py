@@ -11,13 +11,17 @@ pairs a point with that round's baseline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from stride.bench.pinning import CorePlan, core_plan
@@ -29,6 +33,7 @@ from stride.bench.stats import run_step_rates, step_cv
 from stride.bench.workloads import Workload
 from stride.config import config_to_dict, config_to_toml
 from stride.config.errors import ConfigError
+from stride.launch import lifeline
 from stride.launch.torchrun import inside_launcher, launcher_env, torchrun_command
 
 ENTRY = ["-m", "stride.bench.rank_entry"]  # `python -m stride`, pinned first (stride.bench.rank_entry)
@@ -88,12 +93,15 @@ def run_point(w: Workload, p: Point, device: str, run_dir: Path, extra: list[str
         shutil.rmtree(out)
     config_path.write_text(text)
     cmd = rank_command([*ENTRY, "train", str(config_path), "--out", str(out), "--no-progress"], p.world_size)
-    env = {**rank_env(plan, 1 if cpu else cfg.train.threads), SCHED_ENV: str(run_dir)}
+    # torchrun and its ranks end with this process however it ends, as `stride train --nproc`'s do
+    # (stride.launch.lifeline): a bench killed by SIGTERM or SIGKILL left them training on into the point's folder
+    env = {**rank_env(plan, 1 if cpu else cfg.train.threads), SCHED_ENV: str(run_dir), **lifeline.env_for_ranks()}
     failures: list[str] = []
     for attempt in range(1, attempts + 1):
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
+                                  preexec_fn=lifeline.child_setup())  # noqa: PLW1509 (no other thread forks here)
         except subprocess.TimeoutExpired as exc:
             raise SweepError(f"{w.name} {p.label}: no result after {timeout_s:.0f} s (torchrun killed)") from exc
         log = f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
@@ -193,16 +201,23 @@ def world_sweep(w: Workload, device: str, out: Path, world_sizes: list[int], str
         log(f"  {n} rank(s): {plan.describe()}")
     runs: dict[Point, list[tuple[Any, dict[str, Any]]]] = {p: [] for p in points}
     total, done, t0 = repeats * len(points), 0, time.perf_counter()
-    for r in range(repeats):
-        order = points if r % 2 == 0 else points[::-1]
-        for p in order:
-            d = out / f"{w.name}+{p.label}" / f"rep{r}"
-            cfg, s = run_point(w, p, dev, d, extra, plans[p.world_size])
-            runs[p].append((cfg, s))
-            done += 1
-            left = (time.perf_counter() - t0) / done * (total - done)
-            log(f"  [{done}/{total}] round {r + 1}/{repeats} {p.label:16s} "
-                f"{throughput_of(s, w.throughput_unit):12,.0f} {w.throughput_unit}; ETA {fmt_duration(left)}")
+    try:
+        with sigterm_interrupts():
+            for r in range(repeats):
+                order = points if r % 2 == 0 else points[::-1]
+                for p in order:
+                    d = out / f"{w.name}+{p.label}" / f"rep{r}"
+                    cfg, s = run_point(w, p, dev, d, extra, plans[p.world_size])
+                    runs[p].append((cfg, s))
+                    done += 1
+                    left = (time.perf_counter() - t0) / done * (total - done)
+                    log(f"  [{done}/{total}] round {r + 1}/{repeats} {p.label:16s} "
+                        f"{throughput_of(s, w.throughput_unit):12,.0f} {w.throughput_unit}; ETA {fmt_duration(left)}")
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: subprocess.run has killed torchrun, the lifeline its ranks
+        why = exc.args[0] if exc.args else "SIGINT"
+        log(f"  {w.name}: stopped by {why}: {done} of {total} run(s) finished; the same command with --out {out} "
+            "resumes (finished runs are kept, the stopped one starts afresh)")
+        raise
     base = points[0]
     base_tputs = [throughput_of(s, w.throughput_unit) for _, s in runs[base]]
     base_sums = [s for _, s in runs[base]]
@@ -246,6 +261,25 @@ def one_run_spread(entry: dict[str, Any], run: Path, summary: dict[str, Any], cf
     t = entry["throughput"]
     t.update(cv=cv, n=len(rates), min=min(*rates, t["median"]), max=max(*rates, t["median"]))
     entry["throughput_method"] += ONE_RUN_SPREAD.format(n=len(rates))
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the sweep as Ctrl-C does (KeyboardInterrupt: one line, exit status 130, the point's torchrun
+    killed by subprocess.run), not by the default action, which ended this process without a word. Main thread only,
+    where handlers can be set; the earlier handler put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _median_summary(summaries: list[dict[str, Any]], tputs: list[float]) -> dict[str, Any]:
