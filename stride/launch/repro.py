@@ -320,7 +320,8 @@ def recorded_config(run_dir: Path, cfg: RunConfig, recorded_hash: str) -> tuple[
     for root in roots:
         with contextlib.suppress(OSError):
             for meta in sorted(root.glob(f"step_*/{META}"), reverse=True):
-                with contextlib.suppress(RunFolderError, InputFileError, ValueError, OSError):
+                # RecursionError: a meta.json nested thousands deep is no record either (it was a traceback)
+                with contextlib.suppress(RunFolderError, InputFileError, ValueError, OSError, RecursionError):
                     text = _read_run_file(meta, "checkpoint meta")
                     table = json.loads(text) if text is not None else None
                     conf = table.get("config") if isinstance(table, dict) else None

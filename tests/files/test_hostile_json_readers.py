@@ -168,3 +168,21 @@ def test_report_probes_dtype_speed_at_no_thread_count_env_json_cannot_mean(monke
     recommend._host_speeds(env)
     recommend._host_speeds({**env, "torch_threads": 1})
     assert asked == [None, 1]
+
+
+def test_repro_passes_over_a_checkpoint_meta_json_nested_too_deeply(tmp_path: Path) -> None:
+    """`stride repro` of an edited config looks for the recorded one in checkpoints' meta.json: one nested 100k deep
+    was a RecursionError traceback; it is no record, as an unreadable one is, and the next checkpoint's is taken."""
+    from stride.config import config_to_dict, load_config
+    from stride.config.loader import config_hash
+    from stride.launch.repro import recorded_config
+
+    cfg = load_config()
+    good = tmp_path / "checkpoints" / "step_00000003"
+    bad = tmp_path / "checkpoints" / "step_00000006"
+    good.mkdir(parents=True)
+    bad.mkdir()
+    (good / "meta.json").write_text(json.dumps({"config": config_to_dict(cfg)}))
+    (bad / "meta.json").write_text(DEEP)
+    got = recorded_config(tmp_path, cfg, config_hash(cfg))
+    assert got is not None and got[1] == "its checkpoint's meta.json" and got[0]["optim"]["lr"] == cfg.optim.lr
