@@ -18,9 +18,9 @@ this is documented, not fixed; metrics.jsonl and the checkpoint hold those steps
 
 A rollback in the loop (the step guard's, from step 9 back to the checkpoint at step 6): W&B's steps only
 increase, so its history keeps the rolled-back values of steps 7-9 and would drop the redone ones with a warning
-each; they are not sent (the next value logged is step 10's), and the run's summary key `stride/rolled_back` lists
-the rollbacks as `from>to` ("9>6"). metrics.jsonl holds the redone values (rollbacks.jsonl the rolled-back ones),
-and TensorBoard shows the redone ones.
+each; they are not sent (the next value logged is step 10's), the run is tagged `rolled-back` (the run table shows
+and filters on it) and its summary key `stride/rolled_back` lists the rollbacks as `from>to` ("9>6").
+metrics.jsonl holds the redone values (rollbacks.jsonl the rolled-back ones), and TensorBoard shows the redone ones.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ from stride.metrics.observe.tracking import (
 )
 from stride.metrics.run_dir import json_text
 from stride.train.callbacks import TrainerView
+
+ROLLED_BACK_KEY = "stride/rolled_back"  # the run's summary key: the rollbacks, "9>6,15>12"
+ROLLED_BACK_TAG = "rolled-back"  # the run's tag once a rollback happened: its history holds rolled-back values
 
 
 class WandbCallback(Sink):
@@ -84,8 +87,14 @@ class WandbCallback(Sink):
     def _rollback(self, trainer: TrainerView, from_step: int) -> None:
         if self.run is not None:
             self._skip_through = max(self._skip_through, from_step)
+            before = self.run.summary.get(ROLLED_BACK_KEY) if not self._rolled_back else None
+            if isinstance(before, str) and before:  # an online run resumed by a later process: its earlier rollbacks
+                self._rolled_back.append(before)
             self._rolled_back.append(f"{from_step}>{trainer.step}")
-            self.run.summary["stride/rolled_back"] = ",".join(self._rolled_back)
+            self.run.summary[ROLLED_BACK_KEY] = ",".join(self._rolled_back)
+            # and a tag, which the project's run table shows and filters on (a summary key is seen on the run's page)
+            if ROLLED_BACK_TAG not in self.run.tags:
+                self.run.tags = (*self.run.tags, ROLLED_BACK_TAG)
 
     def summary_keys(self, trainer: TrainerView) -> dict[str, Any]:
         if self.failed is not None or self.run is None:
