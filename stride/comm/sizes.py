@@ -40,10 +40,15 @@ def parse_bytes(text: str, what: str = "size") -> int:
 
 
 def size_ladder(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
-    if min_bytes <= 0 or max_bytes < min_bytes:
-        raise ValueError(f"sizes: need 0 < min ({min_bytes}) <= max ({max_bytes})")
+    """The sizes, named in errors by the options that give them (`sizes: need 0 < min (2048) <= max (1024)` named
+    neither)."""
+    if min_bytes <= 0:
+        raise ValueError(f"--min-bytes {min_bytes}: must be at least 1 byte")
+    if max_bytes < min_bytes:
+        raise ValueError(f"--min-bytes ({min_bytes} B) is above --max-bytes ({max_bytes} B); give a smaller "
+                         "--min-bytes or a larger --max-bytes")
     if factor < 2:
-        raise ValueError(f"size factor {factor}: must be >= 2")
+        raise ValueError(f"--factor {factor}: must be >= 2 (each size is the one before times --factor)")
     out, s = [], min_bytes
     while s <= max_bytes:
         out.append(s)

@@ -33,3 +33,17 @@ def test_one_rank_under_torchrun_is_one_line(capsys: pytest.CaptureFixture[str],
     err = capsys.readouterr().err
     assert rc == 2
     assert err.strip() == "stride comm: torchrun started 1 rank: a collective benchmark needs at least 2 processes"
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--min-bytes", "2K", "--max-bytes", "1K"],
+     "stride comm: --min-bytes (2048 B) is above --max-bytes (1024 B); give a smaller --min-bytes or a larger "
+     "--max-bytes"),
+    (["--factor", "1"], "stride comm: --factor 1: must be >= 2 (each size is the one before times --factor)"),
+])
+def test_a_bad_size_range_names_its_options(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`sizes: need 0 < min (2048) <= max (1024)` and `size factor 1` named no option."""
+    from stride.cli.main import main
+
+    assert main(["comm", *argv]) == 2
+    assert capsys.readouterr().err.strip() == line
