@@ -90,12 +90,12 @@ def plan_pipeline(
         raise ConfigError(
             f"each data-parallel rank's batch of {rank_batch} samples (`train.batch_size` / data-parallel degree) "
             f"does not split into `train.grad_accum` = {grad_accum} x `parallel.microbatches` = {micro} "
-            f"= {n} equal microbatches"
+            f"= {n} equal microbatches: {_fix_microbatches(rank_batch, grad_accum, micro)}"
         )
     if p.pp_schedule == "1f1b" and n < p.pp:
         raise ConfigError(
             f"`parallel.pp_schedule` = '1f1b' needs at least `parallel.pp` = {p.pp} microbatches per step; "
-            f"`train.grad_accum` x `parallel.microbatches` = {n}"
+            f"`train.grad_accum` x `parallel.microbatches` = {n}: {_fix_too_few(rank_batch, grad_accum, p.pp)}"
         )
     if p.pp_schedule in ("interleaved_1f1b", "zero_bubble") and n % max(1, n // p.pp):
         rounds = max(1, n // p.pp)
@@ -108,7 +108,8 @@ def plan_pipeline(
         raise ConfigError(
             f"`parallel.pp_schedule` = 'zbv' needs at least 2 x `parallel.pp` - 1 = {2 * p.pp - 1} microbatches per "
             "step; "
-            f"`train.grad_accum` x `parallel.microbatches` = {n}"
+            f"`train.grad_accum` x `parallel.microbatches` = {n}: "
+            f"{_fix_too_few(rank_batch, grad_accum, 2 * p.pp - 1)}"
         )
     if p.pp_schedule in SPLIT_BACKWARD and compile_mode != "off":
         raise ConfigError(
@@ -134,3 +135,27 @@ def plan_pipeline(
             "communication hook would not run; set `parallel.comm_hook` = 'none' or use gpipe / 1f1b / interleaved_1f1b"
         )
     return PipelinePlan(p.pp_schedule, p.pp, v, n, n_layers)
+
+
+def _fitting_microbatches(rank_batch: int, grad_accum: int, least: int = 1) -> list[int]:
+    """`parallel.microbatches` values >= `least` that split each accumulation step's share of a rank's batch."""
+    per_step = rank_batch // grad_accum
+    return [m for m in range(max(1, least), per_step + 1) if per_step % m == 0]
+
+
+def _fix_microbatches(rank_batch: int, grad_accum: int, micro: int) -> str:
+    """The fix for microbatches that do not divide the batch: values that do, or the batch to make it."""
+    fits = _fitting_microbatches(rank_batch, grad_accum)
+    shown = ", ".join(map(str, fits[:8])) + (", ..." if len(fits) > 8 else "")
+    return (f"set `parallel.microbatches` to one that divides {rank_batch // grad_accum} ({shown}), or make "
+            f"`train.batch_size` a multiple of {micro * grad_accum} x the data-parallel degree")
+
+
+def _fix_too_few(rank_batch: int, grad_accum: int, least: int) -> str:
+    """The fix for a schedule that needs at least `least` microbatches per step (grad_accum x microbatches)."""
+    need = -(-least // grad_accum)  # microbatches per accumulation step that reach `least` with grad_accum
+    fits = _fitting_microbatches(rank_batch, grad_accum, need)
+    if fits:
+        return f"set `parallel.microbatches` to {' or '.join(map(str, fits[:3]))} (>= {need}, dividing the batch)"
+    return (f"each data-parallel rank's batch of {rank_batch} samples has too few for {least} microbatches: raise "
+            f"`train.batch_size` or use `parallel.pp_schedule` = 'gpipe'")

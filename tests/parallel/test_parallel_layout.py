@@ -46,6 +46,43 @@ def test_impossible_layout_fails_before_process_groups(monkeypatch, world, overr
     assert not dist.is_initialized()
 
 
+@pytest.mark.parametrize(
+    ("world", "overrides", "fix", "fixed"),
+    [
+        # each refusal named the key and the value, but left the fix to the reader (outside audit of the layouts)
+        (3, ["parallel.tp=3", "model.d_model=48", "model.n_heads=3", "data.seq_len=15"],
+         "the MLP hidden size 128 (block 0) is not divisible by `parallel.tp` = 3: it is `model.ffn_mult` x "
+         "`model.d_model` rounded to a multiple of 8; set `model.ffn_mult` = 2.5 (hidden size a multiple of 3), or "
+         "`parallel.tp` to one that divides it (2, 4, 8, 16, 32, 64, ...)", ["model.ffn_mult=2.5"]),
+        (2, ["parallel.tp=2", "model.d_model=48", "model.n_heads=3"],
+         "`model.n_heads` = 3 is not divisible by `parallel.tp` = 2: set `parallel.tp` to one that divides it (3), "
+         "or `model.n_heads` to a multiple of 2", ["model.n_heads=4"]),
+        (2, ["parallel.pp=2", "parallel.microbatches=3"],
+         "= 3 equal microbatches: set `parallel.microbatches` to one that divides 8 (1, 2, 4, 8), or make "
+         "`train.batch_size` a multiple of 3 x the data-parallel degree", ["parallel.microbatches=4"]),
+        (2, ["parallel.pp=2", "parallel.microbatches=1"],
+         "`parallel.microbatches` = 1: set `parallel.microbatches` to 2 or 4 or 8 (>= 2, dividing the batch)",
+         ["parallel.microbatches=2"]),
+        (2, ["parallel.pp=2", "parallel.pp_schedule='zbv'", "parallel.microbatches=2", "model.n_layers=4"],
+         "`parallel.microbatches` = 2: set `parallel.microbatches` to 4 or 8 (>= 3, dividing the batch)",
+         ["parallel.microbatches=4"]),
+        (2, ["parallel.pp=2", "parallel.pp_schedule='zbv'", "parallel.microbatches=1", "model.n_layers=4",
+             "train.grad_accum=2"],
+         "`parallel.microbatches` = 2: set `parallel.microbatches` to 2 or 4 (>= 2, dividing the batch)",
+         ["parallel.microbatches=2"]),
+    ],
+)
+def test_an_impossible_layout_names_its_fix(monkeypatch, world, overrides, fix, fixed):
+    """A refusal names the key, the value and what to set instead; the first value it names passes the checks."""
+    from stride.launch.preflight import check_before_launch
+
+    with pytest.raises(ConfigError) as err:
+        _trainer(monkeypatch, world, *overrides)
+    assert fix in str(err.value), str(err.value)
+    assert not dist.is_initialized()
+    check_before_launch(load_config(overrides=BASE + overrides + fixed), world)
+
+
 def test_all_ones_under_a_launcher_means_ddp():
     layout = resolve_layout(load_config().parallel, 4)
     assert (layout.dp_replicate, layout.dp, layout.strategy) == (4, 4, "ddp")

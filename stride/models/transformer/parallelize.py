@@ -23,6 +23,8 @@ every position).
 
 from __future__ import annotations
 
+import math
+
 from torch import nn
 
 from stride.config.errors import ConfigError
@@ -79,7 +81,9 @@ def check_tp(model: nn.Module, tp: int) -> None:
     for i, block in enumerate(model.blocks):
         attn, mlp = block.attn, block.mlp
         if attn.n_heads % tp:
-            raise ConfigError(f"`model.n_heads` = {attn.n_heads} is not divisible by `parallel.tp` = {tp}")
+            raise ConfigError(f"`model.n_heads` = {attn.n_heads} is not divisible by `parallel.tp` = {tp}: set "
+                              f"`parallel.tp` to one that divides it ({_divisors(attn.n_heads)}), or `model.n_heads` "
+                              f"to a multiple of {tp} (with `model.d_model` / `model.n_heads` even)")
         # a contiguous split of each projection's rows is whole heads only if each has n_heads x head_dim rows
         rows = {w: getattr(attn, w).out_features for w in ATTN_IN}
         if set(rows.values()) != {attn.n_heads * attn.head_dim}:
@@ -90,10 +94,28 @@ def check_tp(model: nn.Module, tp: int) -> None:
             )
         if mlp.w1.out_features % tp:
             raise ConfigError(
-                f"the MLP hidden size {mlp.w1.out_features} (block {i}) is not divisible by `parallel.tp` = {tp}"
+                f"the MLP hidden size {mlp.w1.out_features} (block {i}) is not divisible by `parallel.tp` = {tp}: "
+                f"it is `model.ffn_mult` x `model.d_model` rounded to a multiple of 8; set `model.ffn_mult` = "
+                f"{_ffn_mult_for(mlp.w1.out_features, mlp.w1.in_features, tp)} (hidden size a multiple of {tp}), or "
+                f"`parallel.tp` to one that divides it ({_divisors(mlp.w1.out_features)})"
             )
         if mlp.w1.in_features % tp:
-            raise ConfigError(f"d_model = {mlp.w1.in_features} is not divisible by `parallel.tp` = {tp}")
+            raise ConfigError(f"`model.d_model` = {mlp.w1.in_features} is not divisible by `parallel.tp` = {tp}: set "
+                              f"`parallel.tp` to one that divides it ({_divisors(mlp.w1.in_features)})")
+
+
+def _divisors(n: int) -> str:
+    """The tp degrees > 1 that divide `n`, for the fix a refusal names (at most 6 shown)."""
+    d = [k for k in range(2, n + 1) if n % k == 0]
+    return ", ".join(map(str, d[:6])) + (", ..." if len(d) > 6 else "") if d else "none above 1"
+
+
+def _ffn_mult_for(hidden: int, d_model: int, tp: int) -> str:
+    """An `ffn_mult` whose hidden size (rounded to a multiple of 8, as the models do) is the multiple of
+    lcm(8, tp) nearest `hidden`: the fix a refusal names."""
+    step = math.lcm(8, tp)
+    target = max(step, round(hidden / step) * step)
+    return f"{target / d_model:.6g}"
 
 
 def transformer_plan(entry: str) -> ParallelPlan:
