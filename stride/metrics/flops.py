@@ -81,7 +81,13 @@ def count_train_flops(
     x: torch.Tensor,
     y: torch.Tensor,
 ) -> int:
-    """Forward + backward FLOPs for one batch (x, y). Grads and RNG are left as they were."""
+    """Forward + backward FLOPs for one batch (x, y). Grads and RNG are left as they were.
+
+    The first count of a process imports torch._dynamo (FlopCounterMode's dispatch mode is wrapped in
+    `torch._disable_dynamo`; with it FSDP, DTensor and sympy): ~0.9 s of CPU on the AMD EPYC host. It is not avoided
+    here on purpose: every torch optimizer pays the same import when it is built (`Optimizer.add_param_group` carries
+    the same wrapper), and every caller of this function trains with one, so a count without the import would only move
+    the cost to the optimizer (measured: benchmarks/flop_count_import.py, docs/overhead.md "The first FLOP count")."""
     grads = [p.grad for p in model.parameters()]
     with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
         counter = FlopCounterMode(display=False, custom_mapping=MODEL_FLOP_FORMULAS)
