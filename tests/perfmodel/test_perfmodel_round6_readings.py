@@ -185,7 +185,10 @@ def test_precision_column_decides_over_framework_words() -> None:
     catalog = load_catalog()
     fw = "torchtitan, torch.compile: yes, spmd_backend spmd_types (nvfp4 recipe)"
     assert row_inputs(_llama8b_row(precision="bf16 mixed", framework=fw), catalog).layout.precision == "bf16"
-    assert row_inputs(_llama8b_row(precision="", framework=fw), catalog).layout.precision == "fp4"
+    assert row_inputs(_llama8b_row(precision="", framework=fw, gpu="B200"), catalog).layout.precision == "fp4"
+    # on a part without an FP4 peak the row is refused when read, naming it (not mid-way through a fit)
+    h100 = row_inputs(_llama8b_row(precision="", framework=fw), catalog)
+    assert h100.reason and "no fp4 peak" in h100.reason, h100.reason
 
 
 def test_op_sac_memory_between_full_and_none() -> None:
