@@ -229,17 +229,19 @@ def recorded_summary(meta: dict[str, Any], folder: Path) -> dict[str, Any] | Non
         return None
     later = rec.get(LATER_KEYS)
     if isinstance(later, list) and later:
-        what = (f"the keys of the callbacks after the checkpoint ({', '.join(map(str, later))}) are as those callbacks "
-                "had them at the save" + (" (`system`: the samples taken until then; system.jsonl holds the later "
-                                          "ones)" if "system" in later else ""))
+        what = (f"; the keys of the callbacks after the checkpoint ({', '.join(map(str, later))}) are as those "
+                "callbacks had them at the save" + (" (`system`: the samples taken until then; system.jsonl holds the "
+                                                    "later ones)" if "system" in later else ""))
+    elif isinstance(later, list):  # no callback after the checkpoint adds a key
+        what = ""
     else:  # recorded by a stride before Callback.summary_keys
-        what = ("what the callbacks after the checkpoint add at the end is missing: `system` (system.jsonl holds its "
+        what = ("; what the callbacks after the checkpoint add at the end is missing: `system` (system.jsonl holds its "
                 "samples) and the sinks' keys (tensorboard_dir, mlflow_run_id, wandb_run_id)")
     return {**rec, "summary_note": (
         f"written by a rerun from {folder.name}/meta.json: the process that trained the run was stopped after its "
         "final checkpoint and before writing summary.json. Every figure is that process's, as it computed them "
         "before the final save; checkpoint_count and checkpoint.saved_steps include the final save, but "
-        "checkpoint_stall_s, checkpoint.stall_s, stall_parts_s and save_s lack its time; " + what)}
+        "checkpoint_stall_s, checkpoint.stall_s, stall_parts_s and save_s lack its time" + what)}
 
 
 def recovered_message(run: Path, ended: int, steps: int, folder: Path) -> str:

@@ -141,3 +141,20 @@ def test_a_target_reached_on_a_checkpoint_step_still_records_the_summary(tmp_pat
     again = fit(out, *ov)
     written = _summary(out)
     assert written["steps"] == again["steps"] == 4 and written["params_sha256"] == first["params_sha256"]
+
+
+def test_the_note_says_what_the_record_holds() -> None:
+    """A record of an older stride (no recorded_at_final_save) lacks the later callbacks' keys; one with the list
+    names them; an empty list (no callback after the checkpoint's adds a key) lacks nothing."""
+    from stride.checkpoint.rerun import LATER_KEYS, recorded_summary
+
+    folder = Path("step_00000024")
+
+    def note(**extra: object) -> str:
+        rec = recorded_summary({"step": 24, "summary": {"steps": 24, **extra}}, folder)
+        assert rec is not None
+        return rec["summary_note"]
+
+    assert "is missing: `system`" in note()
+    assert "missing" not in note(**{LATER_KEYS: []}) and "callbacks after" not in note(**{LATER_KEYS: []})
+    assert "(system, wandb_run_id) are as those callbacks had them" in note(**{LATER_KEYS: ["system", "wandb_run_id"]})
