@@ -152,12 +152,35 @@ def compiled(text: str) -> bool:
     return bool(re.search(r"torch\.compile|\bcompile[d]?\b|inductor|neuronx|torch[-_ ]?xla|pytorch/xla", low))
 
 
+# Liger named but off, or named for what it is not: "Liger-Kernel OFF (stock HF modeling code)", "use_liger_kernel
+# false", "the foak (non-Liger) run", "without Liger"
+_LIGER_OFF = (r"liger(?:[ _-]?kernels?)?\W{0,3}(?:off|false|disabled|none|no)\b|"
+              r"\b(?:non|no|without|not)\W{1,3}liger(?:[ _-]?kernels?)?")
+# Liger named with the kernels it patched, none of them its loss: Axolotl's "Liger plugin (glu activation, rms_norm,
+# layer_norm)" runs the model's own cross-entropy (a list of kernels: a norm, rotary or GLU named, no loss)
+_LIGER_NO_LOSS = (r"liger[^()]{0,25}\((?=[^()]*(?:norm|rope|glu))(?:(?!cross|loss|\bce\b|flce)[^()])*\)")
+
+
+def _loss_text(text: str) -> str:
+    low = re.sub(_LIGER_OFF, " ", (text or "").lower())
+    return re.sub(_LIGER_NO_LOSS, " ", low)
+
+
 def fused_loss(text: str) -> bool:
     """A loss that never materialises fp32 logits: chunked / fused / compiled with the model
     (torchtune's `compile=True` compiles the model and the loss; Inductor fuses the upcast,
     log-softmax and its backward into a few passes over the bf16 logits)."""
-    low = (text or "").lower()
+    low = _loss_text(text)
     # llm.c's "fused classifier": one kernel for the softmax, the loss and its gradient over the bf16 logits
-    return bool(re.search(r"chunked[ _-]?(cross|ce|loss)|fused[ _-]?(cross|ce|loss|classifier)|"
-                          r"linear[ _-]?cross[ _-]?entropy|"
-                          r"cross[- ]entropy[- ]loss[- ]fusion|liger|compile.{0,30}\bloss\b", low))
+    return linear_loss(text) or bool(re.search(r"chunked[ _-]?(cross|ce|loss)|fused[ _-]?(cross|ce|loss|classifier)|"
+                                               r"cross[- ]entropy[- ]loss[- ]fusion|compile.{0,30}\bloss\b", low))
+
+
+def linear_loss(text: str) -> bool:
+    """The LM head and the loss in one chunked op, so the logits are never held whole, only one chunk's: Liger's
+    fused linear cross-entropy (`LigerFusedLinearCrossEntropyLoss`; its Hugging Face patches, `AutoLigerKernelFor
+    CausalLM` and the Trainer's `use_liger_kernel`, turn it on by default), Apple's Cut Cross-Entropy, prime-rl's
+    fused LM head. A chunked loss over logits the model returns (torchtune's CEWithChunkedOutputLoss, LitGPT's
+    lm_head_chunk_size) keeps the bf16 logits: `fused_loss` only."""
+    return bool(re.search(r"fused[ _-]?linear[ _-]?cross|linear[ _-]?cross[ _-]?entropy|\bflce\b|"
+                          r"fused[ _-]?lm[ _-]?head|cut[ _-]?cross[ _-]?entropy|liger", _loss_text(text)))

@@ -80,6 +80,7 @@ class Layout:
     stage_split: str = "even"  # how blocks fall on pipeline stages when layers % (pp*vpp) != 0
     compile: bool = False  # torch.compile: elementwise ops fused
     fused_loss: bool = False  # chunked / fused cross-entropy: no fp32 logits
+    linear_loss: bool = False  # LM head fused into the loss chunk by chunk: no logits held (frameworks.linear_loss)
     # uncompiled model code whose RMSNorm / rotary embedding run as chains of PyTorch ops (Hugging Face transformers,
     # torchtitan, torchtune, litgpt: kernels.Costs.elementwise_per_token), not one kernel each
     eager_norm: bool = False

@@ -181,6 +181,8 @@ def predict_memory(spec: TransformerSpec, lay: Layout, hw: Hardware, devices: li
     scratch = 2 * tokens * gated_in / t * 2  # backward of the MLP: input-gradient and product buffers
     per_logit = 4.0 if lay.fused_loss else (2.0 + 8.0 if fw.ce_bytes_per_logit > 8 else 4.0)
     logits = tokens * spec.vocab / t * per_logit
+    if lay.linear_loss:  # one chunk of fp32 logits, about a hidden state's size (Liger sizes its chunks so), and the
+        logits = tokens * spec.hidden / t * (4.0 + 2.0)  # input's gradient the op computes in its forward
     gathered = 0.0
     frozen_w = frozen_bytes_per_param(spec, lay.base_double_quant) if lay.qlora else None
     if lay.zero == 3:  # current and prefetched unit, bf16 weights and their unsharded gradients

@@ -29,7 +29,7 @@ from stride.config.errors import ConfigError, clipped, suggest
 from stride.files.input_file import not_found_or_special
 from stride.perfmodel import row_text as rt
 from stride.perfmodel.attention_kernels import kernel_from_text
-from stride.perfmodel.frameworks import FRAMEWORKS, compiled, framework_from_text, fused_loss
+from stride.perfmodel.frameworks import FRAMEWORKS, compiled, framework_from_text, fused_loss, linear_loss
 from stride.perfmodel.hardware import Catalog, Hardware
 from stride.perfmodel.hw_text import link_gbytes_per_device, resolve
 from stride.perfmodel.intervals import run_kind
@@ -398,6 +398,7 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         notes.append(f"layers {spec.layers} over pp*vpp={pp * vpp}: {split} stages")
     hw = _hardware(row, catalog, notes)
     fw_text = " ".join(str(row.get(k) or "") for k in ("framework", "source", "zero_or_fsdp"))
+    loss_text = " ".join(str(row.get(k) or "") for k in ("framework", "zero_or_fsdp", "notes"))
     fw_low = fw_text.lower()
     named_fw = str(row.get("framework") or "")
     # a framework the row names but no profile covers is assumed (noted), not guessed from other columns' words
@@ -538,7 +539,8 @@ def _row_inputs(rid: str, row: dict, catalog: Catalog) -> RowInputs:
         shard=shard if zero else 0, stage_split=split, compile=compile_on,
         eager_norm=eager_norm, eager_rope=eager_rope,
         tp_copies=tp_copies, eager_expert_epilogue=epilogue,
-        fused_loss=fused_loss(fw_text + " " + str(row.get("notes") or "")),
+        # not the `source` cell: it names the publication ("linkedin/Liger-Kernel README"), also for the run without it
+        fused_loss=fused_loss(loss_text), linear_loss=linear_loss(loss_text),
         recompute_layers=rc_layers, frozen=frozen, lora_rank=lora_rank, lora_targets=lora_targets,
         lora_dropout=lora_dropout, base_4bit=base_4bit, base_double_quant=double_quant,
         cp_channels=rt.cp_channels(everything) if cp > 1 else 0,
