@@ -3,7 +3,7 @@ better?
 
 Every round of published runs (files `roundN_*.csv`, in `data/perfmodel/` or `data/perfmodel/holdout/`) was
 transcribed blind and scored once before it could change the model. For each origin K this script fits the
-efficiency factors twice, on the original development files alone (rounds 1-6: the files without a round number)
+efficiency factors twice, on a baseline (the original development files, rounds 1-6, or rounds <= --base-round)
 and on those plus every round up to K, and scores both on the rounds after K, which neither fit saw. Same code, same
 interval table: only the factors differ. This is the evidence for which rounds the shipped factors are fitted on
 (docs/perfmodel.md, "Rounds 7-25 join the development data").
@@ -49,10 +49,12 @@ def fit_on(files: list[Path]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--origins", default="20,25,28,30", help="comma-separated K: fit on rounds <= K, judge > K")
+    ap.add_argument("--base-round", type=int, default=0,
+                    help="the baseline fit's last round (0: the original development files; 25: the shipped fit)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     files = all_files()
-    base_files = [f for f in files if round_of(f) == 0]
+    base_files = [f for f in files if round_of(f) <= args.base_round]
     out: dict = {"base_fit": fit_on(base_files), "origins": {}}
     with tempfile.TemporaryDirectory() as tmp:
         base_eff = Path(tmp) / "base.json"
@@ -66,15 +68,16 @@ def main(argv: list[str] | None = None) -> int:
             eff = Path(tmp) / f"k{k}.json"
             eff.write_text(json.dumps({"efficiency": fit}))
             out["origins"][k] = {"fit": fit, "judged_on": [f.stem for f in test],
-                                 "original_development": score_files(test, str(base_eff))["all"],
+                                 "baseline": score_files(test, str(base_eff))["all"],
                                  "with_rounds_up_to_k": score_files(test, str(eff))["all"]}
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"factors fitted on the original development files: {out['base_fit']}")
+    base_name = "the original development files" if args.base_round == 0 else f"rounds <= {args.base_round}"
+    print(f"factors fitted on {base_name}: {out['base_fit']}")
     for k, r in out["origins"].items():
-        a, b = r["original_development"], r["with_rounds_up_to_k"]
-        print(f"K={k}: judged on rounds > {k} ({b['answered']} answered): original development "
+        a, b = r["baseline"], r["with_rounds_up_to_k"]
+        print(f"K={k}: judged on rounds > {k} ({b['answered']} answered): {base_name} "
               f"{a['median_abs_pct']:.1f} % ({a['median_signed_pct']:+.1f} %), p90 {a['p90_abs_pct']:.1f} %  |  "
               f"+ rounds <= {k} {b['median_abs_pct']:.1f} % ({b['median_signed_pct']:+.1f} %), "
               f"p90 {b['p90_abs_pct']:.1f} %   fit {r['fit']}")
