@@ -191,8 +191,11 @@ def _main(argv: list[str], program: bool = False) -> int:
         with stride_warnings_as_lines(name):
             return int(args.func(args) or 0)
     except ConfigError as exc:
-        # a refusal that is no config problem may set label = "" (the folder holds another run): said as StrideError's
-        print(f"stride {name}: {exc.label}: {exc}" if exc.label else f"stride {name}: {exc}", file=sys.stderr)
+        # a refusal that is no config problem may set label = "" (the folder holds another run): said as StrideError's.
+        # One write with its newline: print's separate "\n" let the ranks of `stride train --nproc`, which each say
+        # their refusal, glue a multi-line one (a checkpoint's config diff) onto the next rank's first line
+        said = f"stride {name}: {exc.label}: {exc}" if exc.label else f"stride {name}: {exc}"
+        sys.stderr.write(said + "\n")
         if name == "train":  # a rank of `stride train --nproc`: tell the launcher it refused (not a crash)
             from stride.launch.torchrun import record_refusal
 

@@ -119,3 +119,24 @@ def test_nproc_2_writes_one_run_dir_and_prints_shared_notices_once(tmp_path, cap
     lines = (out / "metrics.jsonl").read_text().splitlines()
     # steps 1-3 of the first run, 4-5 of the resumed one: one writer, no duplicated records
     assert sorted(json.loads(line)["step"] for line in lines if '"loss"' in line) == [1, 2, 3, 4, 5]
+
+
+def test_a_ranks_refusal_is_one_write(monkeypatch, tmp_path):
+    """Every rank of `stride train --nproc` says its refusal; as print's two writes (the text, then its newline) a
+    multi-line one (a checkpoint's config diff) glued onto the next rank's: `... -> 'bf16' (now)stride train: config
+    error: ...` (outside audit of the layouts). One write per refusal, newline included."""
+    import io
+
+    writes: list[str] = []
+
+    class Recorder(io.StringIO):
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return super().write(text)
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    assert main(["train", str(cfg), "--out", str(tmp_path / "r"), "--set", "parallel.cp=2"]) == 2
+    said = [w for w in writes if "config error" in w]
+    assert len(said) == 1 and said[0].endswith("\n") and "parallel.cp" in said[0], writes
