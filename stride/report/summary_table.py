@@ -61,7 +61,9 @@ def summary_table(s: dict[str, Any]) -> Table:
          if s.get("mfu_error") else _fmt(s["mfu"] * 100 if s["mfu"] is not None else None, ".2f") + " %"),
         (f"peak FLOP/s{rank} (source)", f"{_fmt(s['peak_flops_per_s'], '.3e')} ({s['peak_flops_source']})"),
         (f"peak memory ({s['peak_mem_kind']}{mem_where})", _fmt_bytes(s["peak_mem_bytes"])),
-        ("saved activations", _fmt_bytes(s.get("saved_activation_bytes"))),
+        # rank 0's own (its data-parallel slice), as it was unlabelled beside the job's samples/s (outside audit of the
+        # layouts: 2 DDP ranks showed half a one-process run's figure)
+        (f"saved activations{' (rank 0)' if many else ''}", _fmt_bytes(s.get("saved_activation_bytes"))),
         ("time to target", _time_to_target(s)),
     ]
     lost = s.get("lost_time_s")

@@ -103,5 +103,6 @@ def test_the_summary_table_labels_whose_figures_they_are() -> None:
     many = shown(s)
     assert "(4 ranks, fsdp+tp)" in many and "samples/s (all ranks)" in many and "MFU (per rank)" in many
     assert "achieved FLOP/s (per rank)" in many and "max over 4 ranks: rank 3" in many
+    assert "saved activations (rank 0)" in shown({**s, "saved_activation_bytes": 2**20})
     one = shown({**s, "world_size": 1, "parallel": "none", "peak_mem_rank": 0})
     assert "ranks" not in one and "per rank" not in one
