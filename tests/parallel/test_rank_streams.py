@@ -106,3 +106,13 @@ def test_the_summary_table_labels_whose_figures_they_are() -> None:
     assert "saved activations (rank 0)" in shown({**s, "saved_activation_bytes": 2**20})
     one = shown({**s, "world_size": 1, "parallel": "none", "peak_mem_rank": 0})
     assert "ranks" not in one and "per rank" not in one
+
+
+def test_compare_refuses_another_process_count_without_inviting_it() -> None:
+    """`stride compare` of a 1-rank and a 2-rank run is refused (the process count is part of the workload); its reason
+    listed "parallel layout" among what may differ: what the user had changed (outside audit of the layouts)."""
+    from stride.report.compare import _row
+
+    one, two = ({"throughput": {"median": 70.0}, "world_size": n} for n in (1, 2))
+    why = _row(one, two, "audit")["workload_mismatch"]
+    assert "world_size 1 vs 2" in why and "parallel layout at one process count" in why, why
