@@ -51,8 +51,16 @@ def _train_args(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from stride.config import load_config
+    from stride.config.errors import ConfigError
     from stride.launch.lifeline import watch_launcher
-    from stride.launch.torchrun import inside_launcher, launcher_env, run_torchrun, torchrun_command
+    from stride.launch.torchrun import (
+        inside_launcher,
+        launcher_env,
+        new_run_folder,
+        restart_problem,
+        run_torchrun,
+        torchrun_command,
+    )
 
     watch_launcher()  # a rank of `stride train --nproc`: ends with its launcher (a no-op anywhere else)
 
@@ -73,6 +81,12 @@ def run(args: argparse.Namespace) -> int:
 
         check_resources(cfg, ranks_here=nproc, warn=False)  # a config that cannot fit: refused once, here
         check_before_launch(cfg, nproc * args.nnodes)  # a bad layout fails here, once, before any rank
+        if problem := restart_problem(cfg.checkpoint.enabled, args.max_restarts):
+            raise ConfigError(problem)
+        if args.out is None and args.nnodes == 1 and args.max_restarts > 0:  # one folder for every attempt
+            args.out = new_run_folder(cfg.metrics.out_dir, cfg.train.name)
+            cmd = torchrun_command(_train_args(args), nproc=nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint,
+                                   max_restarts=args.max_restarts, node_rank=args.node_rank)
         auto_pin = cfg.parallel.pin_ranks == "auto"  # the only setting whose ranks read the host's idle cores
         if args.out and args.nnodes == 1:  # the ranks of this job hold the run folder as one (stride.files.run_lock)
             from stride.files import run_lock
@@ -91,7 +105,10 @@ def _train(cfg: RunConfig, args: argparse.Namespace) -> int:
 
     if args.no_progress:
         cfg.metrics.progress = False
-    trainer = Trainer(config=cfg, out=args.out, overwrite=getattr(args, "overwrite", False))
+    from stride.launch.torchrun import restarted
+
+    # a restart of torchrun's ranks continues the run its first attempt replaced (--overwrite), it does not replace it
+    trainer = Trainer(config=cfg, out=args.out, overwrite=getattr(args, "overwrite", False) and not restarted())
     try:
         # stride's own warnings (the peak one MFU would divide by) are one line each: cli.main's
         # stride_warnings_as_lines, around every command

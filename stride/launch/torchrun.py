@@ -91,6 +91,43 @@ def torchrun_command(
     return [*cmd, "-m", "stride", "train", *train_args]
 
 
+RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun's restarts so far, in each worker's environment
+
+
+def restarted(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """True in a rank torchrun started again after a failure (--max-restarts): its attempt continues the run the first
+    one started, so the first attempt's --overwrite is not this one's (it replaced the run, checkpoints included, at
+    every restart: a rank killed at step 12 of 30 with a checkpoint at 10 was redone from step 0)."""
+    count = env.get(RESTART_COUNT_ENV, "0")
+    return count.isdigit() and int(count) > 0
+
+
+def restart_problem(checkpoints: bool, max_restarts: int) -> str | None:
+    """Why `--max-restarts` cannot restart this run, or None. A restart continues the run in its folder from the
+    newest checkpoint; without checkpoints the folder holds the failed attempt's metrics.jsonl, and every restart was
+    refused (exit status 2, 'nothing was trained or written past the refusal' after an attempt that trained)."""
+    if max_restarts > 0 and not checkpoints:
+        return (f"--max-restarts {max_restarts}: a restart continues the run from its newest checkpoint, and "
+                "checkpoint.enabled is false, so every restart would be refused (the run folder holds the failed "
+                "attempt's records); add --set checkpoint.enabled=true (checkpoint.every sets how many steps a restart "
+                "redoes), or drop --max-restarts")
+    return None
+
+
+def new_run_folder(out_dir: str | os.PathLike[str], name: str) -> str:
+    """A new `<out_dir>/<stamp>-<name>[-i]`, the folder `stride train` makes without --out, made here by the launcher
+    and handed to the ranks as their --out, so that every attempt of torchrun's --max-restarts shares it: each
+    attempt's rank 0 made a folder of its own, and a restart began the run again from step 0 in a second folder."""
+    base = os.path.join(os.fspath(out_dir), f"{time.strftime('%Y%m%d-%H%M%S')}-{name}")
+    path, i = base, 1
+    while True:  # mkdir without exist_ok: two runs started in the same second get two folders (as RunDir.create)
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            path, i = f"{base}-{i}", i + 1
+
+
 def launcher_env(threads: int | None) -> dict[str, str]:
     """The workers' environment: restart-safe rendezvous store, and one thread set per rank."""
     env = dict(os.environ)
@@ -290,8 +327,6 @@ class _Stop:
 # The launcher's wait between looks at torchrun and its workers. torchrun's agent looks every 0.1 s
 # (--monitor-interval) and then gives the other ranks SIGTERM and time to end: a first rank's end is seen between.
 WATCH_S = 0.1
-# torchrun's count of restarts so far, in each worker's environment (0 in the first attempt)
-RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 
 
 class _RankWatch:
