@@ -98,6 +98,8 @@ def run_point(w: Workload, p: Point, device: str, run_dir: Path, extra: list[str
     env = {**rank_env(plan, 1 if cpu else cfg.train.threads), SCHED_ENV: str(run_dir), **lifeline.env_for_ranks()}
     failures: list[str] = []
     for attempt in range(1, attempts + 1):
+        if out.exists():  # a failed attempt's partial run: `stride train` refuses to start a new one over it
+            shutil.rmtree(out)
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
