@@ -80,13 +80,22 @@ def run(args: argparse.Namespace) -> int:
         from stride.train.resources import check_resources
 
         check_resources(cfg, ranks_here=nproc, warn=False)  # a config that cannot fit: refused once, here
-        check_before_launch(cfg, nproc * args.nnodes)  # a bad layout fails here, once, before any rank
+        check_before_launch(cfg, nproc * args.nnodes, ranks_here=True)  # a bad layout fails here, once, before any rank
         if problem := restart_problem(cfg.checkpoint.enabled, args.max_restarts):
             raise ConfigError(problem)
         if args.out is None and args.nnodes == 1 and args.max_restarts > 0:  # one folder for every attempt
             args.out = new_run_folder(cfg.metrics.out_dir, cfg.train.name)
-            cmd = torchrun_command(_train_args(args), nproc=nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint,
-                                   max_restarts=args.max_restarts, node_rank=args.node_rank)
+        if args.overwrite and args.out and args.nnodes == 1 and args.max_restarts > 0:
+            # replaced once, here, before the first attempt: a rank that replaced it replaced the checkpoints of the
+            # attempts before it at every restart (a rank restarted before it got there now continues the run)
+            from stride.checkpoint.rerun import open_run_folder
+
+            open_run_folder(cfg, args.out, overwrite=True).close()
+            args.overwrite = False
+        if args.out and args.max_restarts > 0 and args.nnodes == 1:
+            cmd = torchrun_command(_train_args(args), nproc=nproc, nnodes=args.nnodes,
+                                   rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
+                                   node_rank=args.node_rank)
         auto_pin = cfg.parallel.pin_ranks == "auto"  # the only setting whose ranks read the host's idle cores
         if args.out and args.nnodes == 1:  # the ranks of this job hold the run folder as one (stride.files.run_lock)
             from stride.files import run_lock

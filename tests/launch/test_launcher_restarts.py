@@ -77,3 +77,20 @@ def test_overwrite_replaces_the_run_in_the_first_attempt_only(count: str | None,
     with pytest.raises(Stop):
         main(["train", str(cfg), "--out", str(tmp_path / "run"), "--overwrite"])
     assert seen == [replaces]
+
+
+def test_overwrite_with_restarts_replaces_the_run_once_in_the_launcher(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher replaces the run before the first attempt and hands the ranks no --overwrite: a rank restarted
+    before it got as far as replacing the run continues the run this launch started, not the one it replaced."""
+    launched: list[list[str]] = []
+    monkeypatch.setattr(torchrun_mod, "run_torchrun", lambda cmd, env, **kw: launched.append(cmd) or 0)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[checkpoint]\nenabled = true\n')
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    (out / "summary.json").write_text("{}")
+    assert main(["train", str(cfg), "--nproc", "2", "--max-restarts", "1", "--out", str(out), "--overwrite"]) == 0
+    assert len(launched) == 1 and "--overwrite" not in launched[0]
+    assert not (out / "metrics.jsonl").exists() and not (out / "summary.json").exists()
