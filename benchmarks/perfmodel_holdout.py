@@ -1,6 +1,6 @@
 """The performance model on every held-out file at once: answered, error and interval coverage per file.
 
-`data/perfmodel/holdout/` holds published runs kept out of the development set (rounds 26-35; rounds 7-25 joined
+`data/perfmodel/holdout/` holds published runs kept out of the development set (rounds 26-36; rounds 7-25 joined
 the development set on 2026-12-06): each file was transcribed blind and scored once by the commit its section of
 docs/perfmodel.md names. This script scores
 the model as it is now on all of them (not blind any more: the readings fixed after each round are in), so a
