@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_resources(cfg, ranks_here=nproc, warn=False)  # a config that cannot fit: refused once, here
         check_before_launch(cfg, nproc * args.nnodes, ranks_here=True)  # a bad layout fails here, once, before any rank
-        if problem := restart_problem(cfg.checkpoint.enabled, args.max_restarts):
+        if problem := restart_problem(cfg.checkpoint.enabled, args.max_restarts, cfg.checkpoint.resume):
             raise ConfigError(problem)
         if args.out is None and args.nnodes == 1 and args.max_restarts > 0:  # one folder for every attempt
             args.out = new_run_folder(cfg.metrics.out_dir, cfg.train.name)

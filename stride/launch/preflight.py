@@ -72,14 +72,27 @@ def _check_stage_chain(model: nn.Module, plan: PipelinePlan, x: torch.Tensor | N
         return
 
 
-def check_before_launch(cfg: RunConfig, world_size: int, *, model_here: bool = True) -> Layout:
+def check_backend(cfg: RunConfig) -> None:
+    """`parallel.backend` against the device the ranks on this host resolve (`nccl` on a CPU run): it was checked
+    only in the ranks, so `--nproc 2` started two, each printed the refusal, and torchrun its failed-child report."""
+    from stride.parallel.mesh import choose_backend
+    from stride.train.device import resolve_device
+
+    choose_backend(cfg.parallel.backend, resolve_device(cfg.train.device))
+
+
+def check_before_launch(cfg: RunConfig, world_size: int, *, model_here: bool = True,
+                        ranks_here: bool = False) -> Layout:
     """Raise the ConfigError a rank would raise for this layout at `world_size` processes, or return the layout.
 
     `model_here=False`: the data or the model exist only where the job runs (a store or a `module:factory` inside
     a Kubernetes pod's image), so the checks that read the model are left to the ranks; degrees, batch and precision
-    still run.
+    still run. `ranks_here`: the ranks run on this host (`stride train --nproc`), so `parallel.backend` is checked
+    against its device; not for `stride launch`, whose job may run on GPUs a login node lacks.
     """
     layout = resolve_layout(cfg.parallel, world_size)
+    if ranks_here:  # a backend the ranks' device cannot take was refused by each of them, after the launch
+        check_backend(cfg)
     if not model_here and (layout.tp > 1 or layout.pp > 1):
         check_batch(layout, cfg.train.batch_size, cfg.train.grad_accum)
         # reads no model: a precision every rank would refuse (fp16 with tp > 1) must not wait for the pods

@@ -51,6 +51,8 @@ def _no_launch(cmd, env, **kw):
     (["parallel.pp=2", "parallel.microbatches=3"],
      "does not split into `train.grad_accum` = 1 x `parallel.microbatches` = 3"),
     (["parallel.dp_shard=2", "train.batch_size=7"], "`train.batch_size` = 7 does not split into 2 data-parallel ranks"),
+    # checked in the ranks alone: two started and each refused (outside audit of the layouts)
+    (["parallel.backend='nccl'", "train.device='cpu'"], "`parallel.backend` = 'nccl' needs a CUDA device, but the run"),
 ])
 def test_model_dependent_layout_errors_fail_once_before_launch(monkeypatch, capsys, tmp_path, overrides, message):
     """The checks that need the model (built on the meta device) run in the launching process: no rank starts."""
@@ -140,3 +142,13 @@ def test_a_ranks_refusal_is_one_write(monkeypatch, tmp_path):
     assert main(["train", str(cfg), "--out", str(tmp_path / "r"), "--set", "parallel.cp=2"]) == 2
     said = [w for w in writes if "config error" in w]
     assert len(said) == 1 and said[0].endswith("\n") and "parallel.cp" in said[0], writes
+
+
+def test_a_job_launched_elsewhere_keeps_its_backend():
+    """`stride launch` (a Slurm script written on a login node without a GPU) is not refused for `nccl`: only
+    `stride train --nproc`, whose ranks run on this host, checks the backend against this host's device."""
+    from stride.config import load_config
+    from stride.launch.preflight import check_before_launch
+
+    cfg = load_config(overrides=["parallel.backend='nccl'", "train.device='cpu'"])
+    assert check_before_launch(cfg, 2).dp_replicate == 2
