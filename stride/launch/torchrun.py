@@ -102,16 +102,19 @@ def restarted(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     return count.isdigit() and int(count) > 0
 
 
-def restart_problem(checkpoints: bool, max_restarts: int) -> str | None:
+def restart_problem(checkpoints: bool, max_restarts: int, resume: str = "auto") -> str | None:
     """Why `--max-restarts` cannot restart this run, or None. A restart continues the run in its folder from the
-    newest checkpoint; without checkpoints the folder holds the failed attempt's metrics.jsonl, and every restart was
-    refused (exit status 2, 'nothing was trained or written past the refusal' after an attempt that trained)."""
-    if max_restarts > 0 and not checkpoints:
-        return (f"--max-restarts {max_restarts}: a restart continues the run from its newest checkpoint, and "
-                "checkpoint.enabled is false, so every restart would be refused (the run folder holds the failed "
-                "attempt's records); add --set checkpoint.enabled=true (checkpoint.every sets how many steps a restart "
-                "redoes), or drop --max-restarts")
-    return None
+    newest checkpoint; without checkpoints (or with checkpoint.resume = "never") the folder holds the failed attempt's
+    metrics.jsonl, and every restart was refused (exit status 2, 'nothing was trained or written past the refusal'
+    after an attempt that trained)."""
+    if max_restarts <= 0 or (checkpoints and resume == "auto"):
+        return None
+    setting = "checkpoint.enabled is false" if not checkpoints else f'checkpoint.resume is "{resume}"'
+    fix = ("--set checkpoint.enabled=true (checkpoint.every sets how many steps a restart redoes)" if not checkpoints
+           else "--set checkpoint.resume=auto")
+    return (f"--max-restarts {max_restarts}: a restart continues the run from its newest checkpoint, and {setting}, "
+            "so every restart would be refused (the run folder holds the failed attempt's records); add "
+            f"{fix}, or drop --max-restarts")
 
 
 def new_run_folder(out_dir: str | os.PathLike[str], name: str) -> str:

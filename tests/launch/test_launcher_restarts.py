@@ -94,3 +94,14 @@ def test_overwrite_with_restarts_replaces_the_run_once_in_the_launcher(tmp_path:
     assert main(["train", str(cfg), "--nproc", "2", "--max-restarts", "1", "--out", str(out), "--overwrite"]) == 0
     assert len(launched) == 1 and "--overwrite" not in launched[0]
     assert not (out / "metrics.jsonl").exists() and not (out / "summary.json").exists()
+
+
+def test_max_restarts_with_resume_never_is_refused_before_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(torchrun_mod, "run_torchrun", _no_launch)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[checkpoint]\nenabled = true\nresume = "never"\n')
+    assert main(["train", str(cfg), "--nproc", "2", "--max-restarts", "2", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert 'checkpoint.resume is "never", so every restart would be refused' in err, err
+    assert "--set checkpoint.resume=auto," in err
