@@ -35,7 +35,8 @@ def _validate_train(cfg: RunConfig) -> None:
         raise ConfigError(
             f"`train.batch_size` = {t.batch_size} is not divisible by `train.grad_accum` = {t.grad_accum}: "
             "each micro-batch must have the same size "
-            f"(try batch_size = {t.batch_size // t.grad_accum * t.grad_accum or t.grad_accum})"
+            f"(try batch_size = {t.batch_size // t.grad_accum * t.grad_accum or t.grad_accum}; under data parallelism "
+            f"a multiple of {t.grad_accum} x the data-parallel degree, as `train.batch_size` is the global batch)"
         )
     if m.loss == "quantile" and not m.quantiles:
         raise ConfigError(f"`model.quantiles` = {m.quantiles!r} must be numbers in (0, 1) with `model.loss` = quantile")

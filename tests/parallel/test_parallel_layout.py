@@ -83,6 +83,14 @@ def test_an_impossible_layout_names_its_fix(monkeypatch, world, overrides, fix, 
     check_before_launch(load_config(overrides=BASE + overrides + fixed), world)
 
 
+def test_a_batch_that_grad_accum_does_not_split_names_the_data_parallel_multiple():
+    """`--nproc 2` with batch 16 and grad_accum 3 was told "try batch_size = 15", which 2 ranks then refused (15 is no
+    multiple of 2 x 3): the config check cannot know the world size, so it says what the multiple is under it."""
+    with pytest.raises(ConfigError, match=r"try batch_size = 15; under data parallelism a multiple of 3 x the "
+                                          r"data-parallel degree"):
+        load_config(overrides=["train.batch_size=16", "train.grad_accum=3"])
+
+
 def test_all_ones_under_a_launcher_means_ddp():
     layout = resolve_layout(load_config().parallel, 4)
     assert (layout.dp_replicate, layout.dp, layout.strategy) == (4, 4, "ddp")
