@@ -88,3 +88,63 @@ def test_bad_size_and_heads() -> None:
         build_model(small_config(model__size="smal").model, 7, 16, 2)
     with pytest.raises(ConfigError, match="n_heads"):
         build_model(small_config(model__d_model=30, model__n_heads=4).model, 7, 16, 2)
+
+
+@pytest.mark.parametrize("name", ["ts_transformer", "token_lm"])
+def test_heads_of_odd_size_and_an_mlp_of_no_width_are_refused_for_both_transformers(name: str) -> None:
+    # token_lm had no check: d_model 12 over 4 heads (head size 3) built and ran, RoPE broadcasting the odd element
+    # into a made-up pair; d_model 30 over 4 heads raised a bare ValueError naming no key
+    for d_model, heads in ((12, 4), (30, 4)):
+        with pytest.raises(ConfigError, match=r"`model.n_heads` = 4 heads of even size.*set `model.n_heads` to one of"):
+            build_model(small_config(model__name=name, model__d_model=d_model, model__n_heads=heads).model, 11, 16, 2)
+    # ffn_mult 0.01 x 64 rounds to a SwiGLU hidden size of 0: both built a zero-width MLP and trained it
+    with pytest.raises(ConfigError, match=r"`model.ffn_mult` = 0.01 .* hidden size of 0.*>= 0.125"):
+        build_model(small_config(model__name=name, model__ffn_mult=0.01).model, 11, 16, 2)
+    narrow = build_model(small_config(model__name=name, model__ffn_mult=0.125).model, 11, 16, 2)
+    assert narrow.blocks[0].mlp.w1.out_features == 8
+
+
+def _per_step_state(model: torch.nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
+    """The last layer's state at every time step [B, T, *] (what the head reads at the window's last step)."""
+    seen: list[torch.Tensor] = []
+    module = model.norm if name == "ts_transformer" else model.blocks[-1]
+    hook = module.register_forward_hook(lambda _m, _i, out: seen.append(out))
+    model(x)
+    hook.remove()
+    return seen[0].transpose(1, 2) if name == "tcn" else seen[0]
+
+
+@pytest.mark.parametrize("name", ["ts_transformer", "lstm", "tcn"])
+@pytest.mark.parametrize("ac", ["none", "full"])
+def test_causal_forecasters_ignore_the_future_exactly_in_float64(name: str, ac: str) -> None:
+    """Every step's state is unchanged (exactly) by any change after it, and the forecast from the window cut at t
+    is the head on the full window's state at t: no future step, no position offset between the two."""
+    from stride.train.apply import apply_activation_checkpointing
+
+    torch.manual_seed(0)
+    model = build_model(small_config(model__name=name).model, 5, 12, 2).double().eval()
+    apply_activation_checkpointing(model, ac)
+    x = torch.randn(3, 12, 5, dtype=torch.float64)
+    state = _per_step_state(model, name, x)
+    for t in range(11):
+        later = x.clone()
+        later[:, t + 1:] += 7.0
+        assert torch.equal(_per_step_state(model, name, later)[:, : t + 1], state[:, : t + 1])
+        cut = model(x[:, : t + 1])
+        torch.testing.assert_close(cut, model.head(state[:, t]), rtol=1e-12, atol=1e-12)
+
+
+def test_float64_transformer_norm_and_rope_run_in_float64() -> None:
+    # RMSNorm and RoPE cast to fp32 (`x.float()`) whatever the input: a float64 model was fp32-exact there (1e-8)
+    from stride.models.transformer.layers import RMSNorm, apply_rope, rope_cache
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 16, dtype=torch.float64)
+    norm = RMSNorm(16).double()
+    expected = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(norm(x), expected, rtol=1e-14, atol=1e-14)
+    cos, sin = (t.double() for t in rope_cache(8, 16))
+    y = apply_rope(x.view(4, 1, 8, 16), cos, sin)
+    x1, x2 = x.view(4, 1, 8, 16)[..., 0::2], x.view(4, 1, 8, 16)[..., 1::2]
+    torch.testing.assert_close(y[..., 0::2], x1 * cos - x2 * sin, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(y[..., 1::2], x1 * sin + x2 * cos, rtol=1e-14, atol=1e-14)

@@ -12,6 +12,11 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def ffn_hidden(ffn_mult: float, d_model: int) -> int:
+    """The SwiGLU hidden size of both transformers: ffn_mult x d_model rounded to a multiple of 8."""
+    return int(round(ffn_mult * d_model / 8)) * 8
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm: cheaper than LayerNorm (no mean, no bias), standard in modern transformers.
 
@@ -29,9 +34,10 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is not None:
             return self.kernel(x, self.weight, self.eps)
-        xf = x.float()
+        # at least fp32 (bf16 / fp16 upcast), float64 kept: a float64 reference was fp32-exact here (1e-8)
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * self.weight.float()).to(x.dtype)
+        return (y * self.weight.to(xf.dtype)).to(x.dtype)
 
 
 def rope_cache(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,7 +56,8 @@ def rope_cache(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[torc
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate pairs (x[..., 2i], x[..., 2i+1]); x is [B, heads, T, head_dim]."""
-    x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))  # at least fp32, float64 kept (as RMSNorm)
+    x1, x2 = xf[..., 0::2], xf[..., 1::2]
     c, s = cos[: x.shape[-2]], sin[: x.shape[-2]]
     out = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
     return out.to(x.dtype)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from stride.models.transformer.layers import RMSNorm, TransformerBlock, rope_cache
+from stride.models.transformer.layers import RMSNorm, TransformerBlock, ffn_hidden, rope_cache
 from stride.models.transformer.parallelize import transformer_plan
 
 
@@ -39,10 +39,10 @@ class TimeSeriesTransformer(nn.Module):
         self.patch_len, self.causal = patch_len, causal
         self.n_horizons, self.n_quantiles = n_horizons, n_quantiles
         n_tokens = seq_len // patch_len
-        ffn_hidden = int(round(ffn_mult * d_model / 8)) * 8
+        hidden = ffn_hidden(ffn_mult, d_model)
         self.embed = nn.Linear(n_features * patch_len, d_model)
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, n_heads, ffn_hidden, causal, dropout) for _ in range(n_layers)
+            TransformerBlock(d_model, n_heads, hidden, causal, dropout) for _ in range(n_layers)
         )
         self.norm = RMSNorm(d_model)
         self.head = nn.Linear(d_model, n_horizons * max(n_quantiles, 1))

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stride.models.transformer.layers import RMSNorm, TransformerBlock, rope_cache
+from stride.models.transformer.layers import RMSNorm, TransformerBlock, ffn_hidden, rope_cache
 from stride.models.transformer.parallelize import transformer_plan
 
 
@@ -22,7 +22,7 @@ class TokenLM(nn.Module):
         super().__init__()
         self.vocab = vocab
         self.tok = nn.Embedding(vocab, d_model)
-        hidden = int(round(ffn_mult * d_model / 8)) * 8
+        hidden = ffn_hidden(ffn_mult, d_model)
         self.blocks = nn.ModuleList(TransformerBlock(d_model, n_heads, hidden, True, dropout) for _ in range(n_layers))
         self.norm = RMSNorm(d_model)
         self.out = nn.Linear(d_model, vocab, bias=False)

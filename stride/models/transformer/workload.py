@@ -8,6 +8,7 @@ from torch import nn
 
 from stride.config.errors import ConfigError
 from stride.config.schema import ModelConfig
+from stride.models.transformer.layers import ffn_hidden
 from stride.models.transformer.model import TimeSeriesTransformer
 from stride.models.transformer.token_lm import TokenLM
 from stride.models.workload import n_quantiles, sized
@@ -22,18 +23,35 @@ OVERRIDES = ("d_model", "n_layers", "n_heads", "ffn_mult")  # `[model]` keys tha
 
 
 def _kwargs(cfg: ModelConfig, workload: str) -> dict[str, Any]:
+    """The size's row amended by the override keys, checked for both transformers alike (token_lm was not: heads of
+    odd size built and ran, RoPE broadcasting the odd element into a made-up pair)."""
     kw = sized(SIZES, cfg, workload)
     kw.update({key: getattr(cfg, key) for key in OVERRIDES if getattr(cfg, key) is not None})
+    d, heads = kw["d_model"], kw["n_heads"]
+    if d % heads or (d // heads) % 2:
+        raise ConfigError(
+            f"`model.d_model` = {d} must split into `model.n_heads` = {heads} heads of even size (RoPE rotates "
+            f"pairs): set `model.n_heads` to one of {_even_head_counts(d)}, or `model.d_model` to a multiple of "
+            f"{2 * heads}"
+        )
+    mult = kw.get("ffn_mult", 8 / 3)
+    if ffn_hidden(mult, d) < 8:
+        raise ConfigError(
+            f"`model.ffn_mult` = {mult:g} with `model.d_model` = {d} gives the SwiGLU a hidden size of "
+            f"{ffn_hidden(mult, d)} (ffn_mult x d_model rounded to a multiple of 8): an MLP of no width; set "
+            f"`model.ffn_mult` >= {8 / d:.4g} (hidden size 8) or leave it unset (8/3)"
+        )
     return kw
+
+
+def _even_head_counts(d_model: int) -> str:
+    """Head counts that split d_model into heads of even size (at most 6 shown)."""
+    ok = [h for h in range(1, d_model // 2 + 1) if d_model % h == 0 and (d_model // h) % 2 == 0]
+    return ", ".join(map(str, ok[:6])) + (", ..." if len(ok) > 6 else "") if ok else "none (d_model is odd)"
 
 
 def build_ts_transformer(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
     kw = _kwargs(cfg, "ts_transformer")
-    if kw["d_model"] % kw["n_heads"] or (kw["d_model"] // kw["n_heads"]) % 2:
-        raise ConfigError(
-            f"`model.d_model` = {kw['d_model']} must split into `model.n_heads` = {kw['n_heads']} heads "
-            "of even size (RoPE rotates pairs)"
-        )
     return TimeSeriesTransformer(
         n_features, seq_len, n_horizons, patch_len=cfg.patch_len, causal=cfg.causal,
         dropout=cfg.dropout, n_quantiles=n_quantiles(cfg), **kw,
