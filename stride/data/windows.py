@@ -23,6 +23,14 @@ class ArrayWindows:
     def __init__(self, features: torch.Tensor, targets: torch.Tensor, ends: np.ndarray, seq_len: int) -> None:
         self.features, self.targets, self.seq_len = features, targets, seq_len
         self.ends = np.asarray(ends, dtype=np.int64).reshape(-1, 2)  # [W, 2] (asset, end t)
+        a, n = features.shape[0], features.shape[1]
+        if len(self.ends) and (self.ends[:, 0].min() < 0 or self.ends[:, 0].max() >= a
+                               or self.ends[:, 1].min() < seq_len - 1 or self.ends[:, 1].max() >= n):
+            # the rows are one flat [A * N, F] table: a window ending before row seq_len - 1 of its asset read the
+            # previous asset's last rows as its history, silently (audit 37)
+            raise ValueError(f"window ends must be (asset in [0, {a}), t in [seq_len - 1 = {seq_len - 1}, {n})); got "
+                             f"assets {self.ends[:, 0].min()}..{self.ends[:, 0].max()}, t "
+                             f"{self.ends[:, 1].min()}..{self.ends[:, 1].max()}")
         # one flat row index over [A * N, F]; windows never cross assets (ends have a full history)
         self._rows = features.reshape(-1, features.shape[-1])
         self._gather = WindowGather(self._rows, seq_len)
@@ -86,6 +94,26 @@ def window_ends(n_assets: int, t_lo: int, t_hi: int) -> np.ndarray:
 LOG_PRICE_MAX_BYTES = 256 << 20  # the log-price column is kept in memory up to this size (32M rows)
 
 
+def _check_ranges(ranges: np.ndarray, seq_len: int, horizons: list[int], n_rows: int, n_prices: int) -> None:
+    """Refuse end-row ranges whose windows start before row 0 or whose targets read past the price column.
+
+    Why: the copy kernel reads a target's price row without a bound check, so a range ending within the largest
+    horizon of the table's end handed out targets made from memory after the column (-0.49 where the true
+    return did not exist, seen with a 50-row table) instead of an error."""
+    if not len(ranges):
+        return
+    if min(horizons, default=1) < 1:
+        raise ValueError(f"horizons {horizons} must be positive: a target is a return after the window's end")
+    first, last = int(ranges[:, 0].min()), int(ranges[:, 1].max()) - 1
+    if first < seq_len - 1:
+        raise ValueError(f"a window ending at row {first} would start at row {first - seq_len + 1}: end rows must be "
+                         f">= seq_len - 1 = {seq_len - 1}")
+    n, max_h = min(n_rows, n_prices), max(horizons, default=0)
+    if last + max_h >= n:
+        raise ValueError(f"a window ending at row {last} reads its target at row {last + max_h} (its largest horizon, "
+                         f"{max_h} rows), past the table's last row {n - 1}: end rows must be < {n - max_h}")
+
+
 class RowWindows:
     """Windows over rows of `features` [N, F] whose end rows lie in the half-open `ranges` [K, 2].
 
@@ -126,6 +154,7 @@ class RowWindows:
         self.batch_dtype = batch_dtype
         ranges = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
         ranges = ranges[ranges[:, 1] > ranges[:, 0]]
+        _check_ranges(ranges, seq_len, horizons, features.shape[0], price.shape[0])
         self.features, self.price, self.seq_len = features, price, seq_len
         self.lo = torch.from_numpy(np.ascontiguousarray(ranges[:, 0]))
         self.cum = torch.from_numpy(np.concatenate([[0], np.cumsum(ranges[:, 1] - ranges[:, 0])]))
@@ -311,6 +340,16 @@ class RowWindows:
         a = first_end - (t - 1)
         if n < 1 or a < 0 or first_end + n > self.features.shape[0]:
             raise IndexError(f"windows ending at rows {first_end}..{first_end + n - 1} leave the table")
+        # one of this source's runs must hold them all: past its end a window reads the next split's rows (or the
+        # next symbol's or day's) and its targets the rows after, past the table at its end (audit 37)
+        k = int(np.searchsorted(self._lo, first_end, side="right")) - 1
+        stop = -1 if k < 0 else int(self._lo[k] + (self._cum[k + 1] - self._cum[k]))  # its run's end, exclusive
+        if first_end + n > stop:
+            why = (f"the last window of its run ends at row {stop - 1}" if first_end < stop else
+                   f"row {first_end} is no window end of this source")
+            raise IndexError(f"windows ending at rows {first_end}..{first_end + n - 1} are not all windows of this "
+                             f"source ({why}; `runs()` lists its end-row ranges): past them a window reads another "
+                             "split's, symbol's or day's rows")
         rows = self._gather._rows  # numpy view of the table (bf16 as int16)
         slab = torch.from_numpy(np.array(rows[a : first_end + n]))  # the one copy
         if self._resident and file_rss_bytes() - self._rss_base > self._resident:
