@@ -28,7 +28,21 @@ _ACTS_ON: dict[tuple[str, str], _Acts] = {
     ("optim", "min_lr_ratio"): (lambda c: c.optim.schedule == "cosine", "`optim.schedule` = 'cosine'"),
     ("model", "huber_delta"): (lambda c: c.model.loss == "huber", "`model.loss` = 'huber'"),
     ("model", "quantiles"): (lambda c: c.model.loss == "quantile", "`model.loss` = 'quantile'"),
+    # the transformers' own keys: the other workloads' builders never read them (outside audit of the models)
+    ("model", "n_heads"): (lambda c: c.model.name in _TRANSFORMERS, "ts_transformer and token_lm"),
+    ("model", "ffn_mult"): (lambda c: c.model.name in _TRANSFORMERS, "ts_transformer and token_lm"),
+    ("model", "patch_len"): (lambda c: c.model.name == "ts_transformer", "`model.name` = 'ts_transformer'"),
+    ("model", "causal"): (lambda c: c.model.name == "ts_transformer",
+                          "`model.name` = 'ts_transformer' (token_lm is always causal, lstm and tcn are causal, "
+                          "deeplob and mlp read the whole window)"),
+    ("model", "n_layers"): (lambda c: c.model.name in _LAYERED,
+                            "ts_transformer, token_lm, mlp, lstm and tcn (deeplob has one LSTM layer; a "
+                            "`module:factory` model takes `model.kwargs`)"),
+    ("model", "d_model"): (lambda c: ":" not in c.model.name, "the built-in workloads (a `module:factory` model "
+                                                              "takes `model.kwargs`)"),
 }
+_TRANSFORMERS = ("ts_transformer", "token_lm")
+_LAYERED = ("ts_transformer", "token_lm", "mlp", "lstm", "tcn")
 _DEFAULTS = {"train": TrainConfig(), "optim": OptimConfig(), "model": ModelConfig()}
 
 

@@ -148,3 +148,24 @@ def test_float64_transformer_norm_and_rope_run_in_float64() -> None:
     x1, x2 = x.view(4, 1, 8, 16)[..., 0::2], x.view(4, 1, 8, 16)[..., 1::2]
     torch.testing.assert_close(y[..., 0::2], x1 * cos - x2 * sin, rtol=1e-14, atol=1e-14)
     torch.testing.assert_close(y[..., 1::2], x1 * sin + x2 * cos, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize(("name", "override", "named"), [
+    ("lstm", ["model.n_heads=8"], "`model.n_heads` = 8 acts on ts_transformer and token_lm"),
+    ("tcn", ["model.ffn_mult=4.0"], "`model.ffn_mult` = 4.0 acts on ts_transformer and token_lm"),
+    ("lstm", ["model.patch_len=4"], "`model.patch_len` = 4 acts on `model.name` = 'ts_transformer'"),
+    ("token_lm", ["model.causal=false"], "`model.causal` = false acts on `model.name` = 'ts_transformer'"),
+    ("deeplob", ["model.n_layers=4"], "`model.n_layers` = 4 acts on ts_transformer, token_lm, mlp"),
+])
+def test_a_model_key_the_workload_does_not_read_is_named(name: str, override: list[str], named: str) -> None:
+    """The builders of the other workloads never read the transformers' keys: `model.causal = false` on an lstm, or
+    `model.n_layers = 4` on deeplob (one LSTM layer), trained the same model as without them, with no word."""
+    from stride.config import load_config
+    from stride.train.unused_keys import unused_keys
+
+    assert unused_keys(load_config("configs/quickstart.toml", [f"model.name='{name}'"])) == []
+    unused = unused_keys(load_config("configs/quickstart.toml", [f"model.name='{name}'", *override]))
+    assert len(unused) == 1 and unused[0].startswith(named), unused
+    transformer = ["model.n_heads=8", "model.ffn_mult=4.0", "model.patch_len=4", "model.causal=false",
+                   "model.n_layers=4"]
+    assert unused_keys(load_config("configs/quickstart.toml", transformer)) == []
