@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import itertools
 import json
 import pickle
 import re
@@ -208,7 +209,11 @@ def meta_problem(meta: dict[str, Any]) -> str | None:
     if type(steps) is not int:
         return f"config.train.steps {steps!r} is not an integer"
     for key, ok in (("world_size", lambda v: type(v) is int and v > 0), ("step", lambda v: type(v) is int),
-                    ("extended_from", lambda v: isinstance(v, list) and all(type(s) is int for s in v)),
+                    # train.steps of the earlier segments: increasing counts >= 1 below this segment's, the rule
+                    # `stride repro` holds summary.json's copy to ([-5, 3] or [10**18] was resumed from, written
+                    # into summary.json, and then refused there by repro, blaming the summary)
+                    ("extended_from", lambda v: isinstance(v, list) and all(type(s) is int for s in v)
+                     and all(0 < a < b for a, b in itertools.pairwise([*v, steps]))),
                     ("data", lambda v: isinstance(v, dict) and set(v) == {"n_windows", "batch_size"}
                      and all(type(x) is int and x >= 0 for x in v.values())),
                     ("data_store", lambda v: isinstance(v, dict) and set(v) == {"path", "sha256"}
@@ -233,6 +238,10 @@ def check_checkpoint(folder: Path, step: int | None, checksums: bool = True) -> 
         return Verdict(False, f"{META} unreadable ({exc})", verdict.manifest)
     if why := meta_problem(meta):
         return Verdict(False, f"{META}: {why}", verdict.manifest)
+    if "step" in meta and meta["step"] != (verdict.manifest or {}).get("step"):  # the folder's and manifest's step
+        return Verdict(False, f"{META} says step {meta['step']}, its manifest and folder step "
+                              f"{(verdict.manifest or {}).get('step')} (edited, or copied from another checkpoint)",
+                       verdict.manifest)
     try:
         md = load_metadata_safely((folder / ".metadata").read_bytes(), folder,
                                   (verdict.manifest or {}).get("files", {}))
