@@ -253,6 +253,15 @@ def _mfu_cell(w: dict[str, Any], mixed: bool, over: dict[str, dict[str, Any]]) -
     return _fmt(w["mfu"] and 100 * w["mfu"], ".1f") + "%" + (" (mean)" if mixed and not _at_median(w) else "")
 
 
+def _name_cell(w: dict[str, Any]) -> str:
+    """A `stride train` run of several processes says so: its throughput is the job's, its MFU one rank's and its
+    memory the fullest rank's, and the row read as a one-process run's (outside audit of the layouts)."""
+    n = w.get("world_size")
+    if w.get("source") == "stride train" and type(n) is int and n > 1:
+        return f"{w['name']} ({n} ranks: throughput of all, MFU per rank, memory of the fullest)"
+    return w["name"]
+
+
 def _rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
     mixed = len({_at_median(w) for w in results["workloads"]}) > 1
@@ -260,7 +269,7 @@ def _rows(results: dict[str, Any]) -> list[list[str]]:
     for w in results["workloads"]:
         t = w["throughput"]
         cv = spread_text(t)
-        rows.append([w["name"], f"{_fmt(t['median'], ',.0f')} {t['unit']}", cv,
+        rows.append([_name_cell(w), f"{_fmt(t['median'], ',.0f')} {t['unit']}", cv,
                      _mfu_cell(w, mixed, over), f"{w['peak_mem_bytes'] / 2**20:,.0f} MiB",
                      _fmt(w.get("final_val_loss"), ".4f"), _ttt_cell(w)])
     return rows

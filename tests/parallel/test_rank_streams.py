@@ -116,3 +116,15 @@ def test_compare_refuses_another_process_count_without_inviting_it() -> None:
     one, two = ({"throughput": {"median": 70.0}, "world_size": n} for n in (1, 2))
     why = _row(one, two, "audit")["workload_mismatch"]
     assert "world_size 1 vs 2" in why and "parallel layout at one process count" in why, why
+
+
+def test_the_report_row_of_a_multi_process_run_says_whose_figures() -> None:
+    """`stride report` of a 2-rank run showed its job's samples/s, one rank's MFU and the fullest rank's memory in a
+    row that read as a one-process run's (outside audit of the layouts)."""
+    from stride.report.render import _rows
+
+    entry = {"name": "audit", "source": "stride train", "throughput": {"median": 319.0, "unit": "samples/s"},
+             "mfu": 0.022, "peak_mem_bytes": 2**29, "final_val_loss": 2.2}
+    two = _rows({"workloads": [{**entry, "world_size": 2}]})[0][0]
+    assert two == "audit (2 ranks: throughput of all, MFU per rank, memory of the fullest)", two
+    assert _rows({"workloads": [{**entry, "world_size": 1}]})[0][0] == "audit"
