@@ -70,3 +70,40 @@ def test_array_windows_never_take_another_assets_rows_as_history() -> None:
     w = ArrayWindows(feats, targets, np.array([[1, 3], [0, 19]]), t)
     x, _ = w.gather(torch.arange(2))
     assert x[:, :, 0].tolist() == [[1000.0, 1001.0, 1002.0, 1003.0], [16.0, 17.0, 18.0, 19.0]]
+
+
+def test_a_target_from_each_bars_open_is_said(tmp_path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
+    """Daily bars whose close is the open moved by a known amount: with target_column = Open, the h=1 target
+    log O[e+1] - log O[e] is the window's own last log close/open when the next open equals the close (a market
+    without overnight gaps), so a model reads it off the window. Said in one warning; the close gives none."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stride.config import load_config
+    from stride.data.ingest import ingest
+    from stride.data.splits import build_store_sources
+
+    n = 120
+    rng = np.random.default_rng(0)
+    close = 100 * np.exp(np.cumsum(0.01 * rng.standard_normal(n)))
+    opn = np.concatenate([[100.0], close[:-1]])  # each open is the previous close: no overnight gap
+    days = np.datetime64("2024-01-02", "ns") + np.arange(n).astype("timedelta64[D]")
+    (tmp_path / "src").mkdir()
+    pq.write_table(pa.table({"timestamp": days, "Open": opn, "Close": close}), tmp_path / "src" / "X.parquet")
+    ingest(tmp_path / "src", tmp_path / "st")
+
+    def source(target: str):  # noqa: ANN202
+        cfg = load_config(overrides=['data.source="store"', f'data.store="{tmp_path / "st"}"', "data.seq_len=5",
+                                     "data.horizons=[1]", "data.cross_days=true", 'data.normalize="none"',
+                                     f'data.target_column="{target}"']).data
+        return build_store_sources(cfg).val
+
+    caplog.clear()
+    val = source("Open")
+    x, y = val.gather(torch.arange(len(val)))
+    seen = (np.log(x[:, -1, 1].double().numpy()) - np.log(x[:, -1, 0].double().numpy())) * float(val.target_scale[0])
+    np.testing.assert_allclose(y[:, 0].numpy(), seen, rtol=1e-4, atol=1e-5)  # the target is in the window
+    assert "target column 'Open'" in caplog.text and "looks like each bar's open" in caplog.text
+    caplog.clear()
+    source("Close")
+    assert "looks like each bar's open" not in caplog.text
