@@ -111,7 +111,8 @@ def _per_step_state(model: torch.nn.Module, name: str, x: torch.Tensor) -> torch
     hook = module.register_forward_hook(lambda _m, _i, out: seen.append(out))
     model(x)
     hook.remove()
-    return seen[0].transpose(1, 2) if name == "tcn" else seen[0]
+    out = seen[0][0] if isinstance(seen[0], tuple) else seen[0]  # nn.LSTM (deeplob's block) returns (out, state)
+    return out.transpose(1, 2) if name == "tcn" else out
 
 
 @pytest.mark.parametrize("name", ["ts_transformer", "lstm", "tcn"])
@@ -169,3 +170,28 @@ def test_a_model_key_the_workload_does_not_read_is_named(name: str, override: li
     transformer = ["model.n_heads=8", "model.ffn_mult=4.0", "model.patch_len=4", "model.causal=false",
                    "model.n_layers=4"]
     assert unused_keys(load_config("configs/quickstart.toml", transformer)) == []
+
+
+def test_tcn_n_layers_is_its_block_count_and_blocks_that_see_only_padding_are_refused() -> None:
+    # `model.n_layers` (docs: the blocks in `model.blocks`, the unit of pipeline stages) built n_layers + 2 blocks
+    assert len(build_model(small_config(model__name="tcn", model__n_layers=3).model, 5, 16, 2).blocks) == 3
+    assert len(build_model(small_config(model__name="tcn", model__size="small").model, 5, 64, 2).blocks) == 5
+    # 5 blocks over a 16-step window: the block dilated 16 reads no step but its own (and 1 + 2 x 2 x 31 = 125 steps
+    # of receptive field over 16): refused before any training, naming the keys and the fix
+    assert len(build_model(small_config(model__name="tcn", model__n_layers=4).model, 5, 16, 2).blocks) == 4
+    with pytest.raises(ConfigError, match=r"`model.n_layers` = 5 tcn blocks .* `data.seq_len` = 16.*"
+                                          r"set `model.n_layers` <= 4, or `data.seq_len` > 16 \(receptive field: 125"):
+        build_model(small_config(model__name="tcn", model__n_layers=5).model, 5, 16, 2)
+
+
+def test_deeplob_forecasts_from_the_whole_window_and_nothing_after_it() -> None:
+    """Documented: its two centred 3-step convolutions over time let a step's features read two steps ahead inside the
+    window (as DeepLOB's do); the forecast reads the window's last step only, so steps after the window never enter."""
+    torch.manual_seed(0)
+    model = build_model(small_config(model__name="deeplob").model, 8, 12, 2).double().eval()
+    x = torch.randn(2, 12, 8, dtype=torch.float64)
+    later = x.clone()
+    later[:, 9:] += 7.0
+    state, moved = _per_step_state(model, "deeplob", x), _per_step_state(model, "deeplob", later)
+    assert torch.equal(state[:, :7], moved[:, :7]) and not torch.allclose(state[:, 7], moved[:, 7])
+    assert torch.equal(model(x[:, :9]), model(later[:, :9]))

@@ -68,7 +68,8 @@ class TCNBlock(nn.Module):
 
 
 class TCNForecaster(nn.Module):
-    """Temporal convolutional network: dilations 1, 2, 4, ... give a receptive field of 2^L * (k - 1)."""
+    """Temporal convolutional network: causal (left-padded) convolutions dilated 1, 2, 4, ..., two per block, give a
+    receptive field of 1 + 2 (k - 1)(2^L - 1) steps (61 for the 4 blocks of `tiny`, k = 3); the head reads the last."""
 
     parallel_plan = ParallelPlan(blocks="blocks")  # pipeline stages, checkpointing; no tensor parallel
 
@@ -105,8 +106,12 @@ class DeepLOBForecaster(nn.Module):
     """CNN + LSTM in the style of DeepLOB (Zhang et al., 2019) over order-book-like features.
 
     Convolutions first combine neighbouring feature columns (price/size pairs, then levels), then
-    run over time; an LSTM reads the resulting sequence. Works on any [B, T, F] input; it is meant
-    for F = 4 x levels columns of an L2 book (ask price, ask size, bid price, bid size per level).
+    run over time; an LSTM reads the resulting sequence. It forecasts from the whole window, as DeepLOB does:
+    the 3-step convolutions and pooling over time are centred (zero padding on both ends), two deep, so a step's
+    features inside the window read up to two steps ahead; only the window's last step is forecast from, where the
+    right padding is zeros, so nothing after the window enters (tests/foundation/test_models.py). Works on any
+    [B, T, F] input; it is meant for F = 4 x levels columns of an L2 book (ask price, ask size, bid price, bid size
+    per level).
     """
 
     parallel_plan = ParallelPlan(blocks="blocks")  # pipeline stages, checkpointing; no tensor parallel

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from stride.config.errors import ConfigError
 from stride.config.schema import ModelConfig
 from stride.models.recurrent.model import DeepLOBForecaster, LSTMForecaster, TCNForecaster
 from stride.models.workload import n_quantiles, sized
@@ -18,8 +19,13 @@ SIZES: dict[str, dict[str, Any]] = {
 }
 
 
-def _kwargs(cfg: ModelConfig, workload: str) -> dict[str, Any]:
-    kw = sized(SIZES, cfg, workload)
+# tcn's rows: two more blocks than the row above (small: 5 blocks, dilations 1-16, 125 steps of receptive field), so
+# that `model.n_layers`, which the docs call the blocks in `model.blocks`, is that count (it built n_layers + 2)
+TCN_SIZES: dict[str, dict[str, Any]] = {k: {**row, "n_layers": row["n_layers"] + 2} for k, row in SIZES.items()}
+
+
+def _kwargs(cfg: ModelConfig, workload: str, sizes: dict[str, dict[str, Any]] = SIZES) -> dict[str, Any]:
+    kw = sized(sizes, cfg, workload)
     if cfg.d_model is not None:
         kw["width"] = cfg.d_model
     if cfg.n_layers is not None:
@@ -34,9 +40,25 @@ def build_lstm(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int)
 
 
 def build_tcn(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
-    kw = _kwargs(cfg, "tcn")
-    return TCNForecaster(n_features, n_horizons, width=kw["width"], n_layers=kw["n_layers"] + 2,
+    kw = _kwargs(cfg, "tcn", TCN_SIZES)
+    n = kw["n_layers"]
+    if 2 ** (n - 1) >= seq_len:
+        # block i is dilated 2^i: from 2^i >= seq_len on, every tap but a step's own lands in the left padding, so
+        # those blocks are 1x1 convolutions that cost (and count as model FLOPs) k times their work
+        most = (seq_len - 1).bit_length()
+        fix = f"set `model.n_layers` <= {most}, or" if most else "set"
+        raise ConfigError(
+            f"`model.n_layers` = {n} tcn blocks are dilated up to 2^{n - 1} = {2 ** (n - 1)} steps, not shorter than "
+            f"the window `data.seq_len` = {seq_len}: the blocks from dilation {1 << most} on see no step but their "
+            f"own; {fix} `data.seq_len` > {2 ** (n - 1)} (receptive field: {tcn_receptive_field(n)} steps)"
+        )
+    return TCNForecaster(n_features, n_horizons, width=kw["width"], n_layers=n,
                          dropout=cfg.dropout, n_quantiles=n_quantiles(cfg))
+
+
+def tcn_receptive_field(n_layers: int, kernel: int = 3) -> int:
+    """Steps a TCN output sees: each block has two convolutions dilated 2^i, each adding (kernel - 1) x 2^i."""
+    return 1 + 2 * (kernel - 1) * (2**n_layers - 1)
 
 
 def build_deeplob(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
