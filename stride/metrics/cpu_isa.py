@@ -236,6 +236,19 @@ def isa_peak_with_clock(dtype: str, threads: int | None = None, info: CpuInfo | 
     if mhz is None:
         return None
     per_cycle, why = flops_per_cycle(info, dtype)
-    cores = cores_in_use(info, threads)
-    source = f"isa:{dtype}:{cores}cores x {mhz / 1e3:.2f}GHz x {per_cycle}FLOP/cycle ({why}; {mhz_source})"
+    cores, shared = core_share(info, cores_in_use(info, threads))
+    source = f"isa:{dtype}:{cores:g}cores{shared} x {mhz / 1e3:.2f}GHz x {per_cycle}FLOP/cycle ({why}; {mhz_source})"
     return cores * mhz * 1e6 * per_cycle, source, mhz
+
+
+def core_share(info: CpuInfo, cores: int) -> tuple[float, str]:
+    """A rank's cores for its peak, and a note where this node's ranks ask for more cores than it has: 4 ranks of one
+    thread on 2 cores time-share them, so each rank's peak is half a core (each counting a whole core made the
+    ranks' peaks add up to twice the machine and every MFU read half). LOCAL_WORLD_SIZE is torchrun's."""
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    except ValueError:
+        local = 1
+    if local > 1 and cores * local > info.physical_cores:
+        return info.physical_cores / local, f" ({info.physical_cores} cores shared by {local} ranks)"
+    return float(cores), ""

@@ -246,3 +246,22 @@ def test_a_bf16_gemm_faster_than_the_fp32_one_sets_the_clock(monkeypatch: pytest
     assert sorted(timed, key=str) == [torch.bfloat16, torch.float32]
     assert mhz == pytest.approx(486e9 / 128 / 0.9 / 1e6) and "2.60 GHz from cpuinfo MHz" in source
     assert mhz * 1e6 * 128 > rates[torch.bfloat16]  # the bf16 peak holds against the bf16 GEMM
+
+
+@pytest.mark.parametrize(("local", "threads", "want"), [(4, 1, 0.5), (2, 2, 1.0), (2, 1, 1.0), (1, 2, 2.0)])
+def test_ranks_sharing_the_cores_share_the_peak(monkeypatch: pytest.MonkeyPatch, local: int, threads: int,
+                                                want: float) -> None:
+    """4 ranks of one thread on a 2-core host: each rank's peak counted a whole core, so the ranks' peaks added up
+    to twice the machine and every rank's MFU read half (outside audit of the parallel layouts)."""
+    import dataclasses
+
+    from stride.metrics.cpu_isa import isa_peak_with_clock
+
+    info = dataclasses.replace(read_cpu_info(), physical_cores=2, mhz=3000.0, mhz_source="clock: cpufreq max")
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local))
+    peak, source, _ = isa_peak_with_clock("fp32", threads, info)
+    per_cycle, _ = flops_per_cycle(info, "fp32")
+    assert peak == pytest.approx(want * 3000e6 * per_cycle)
+    assert peak * local <= 2 * 3000e6 * per_cycle * (1 + 1e-12)  # the node's ranks never exceed the machine
+    assert source.startswith(f"isa:fp32:{want:g}cores"), source
