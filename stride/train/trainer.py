@@ -183,6 +183,7 @@ class Trainer:
         self.diverged_at: int | None = None  # the first step whose loss was not finite (the run stops)
         self.step = 0  # optimizer steps taken; a resumed run starts from the loaded value
         self.skipped_steps = 0
+        self._last_grad_norm: torch.Tensor | None = None  # the clipping's norm, read on log steps only
         self.saved_activation_bytes: int | None = None
         self.history: list[dict[str, Any]] = []
         # Samples each step trained, summed over the data-parallel ranks (warm-up included, as timer.step_seconds):
@@ -462,6 +463,7 @@ class Trainer:
             if t.grad_clip is not None:
                 self.precision.unscale(self.optimizer)
                 grad_norm = self.par.clip_grad_norm(self._params, t.grad_clip)  # DTensor-aware
+                self._last_grad_norm = grad_norm
             if self._gates and not self._allow_update(loss_sum, grad_norm):
                 self.skipped_steps += 1  # e.g. the checkpoint callback's guard: a non-finite loss or grad norm
                 self.precision.skip(self.optimizer)  # fp16: the scaler's step ends here too
@@ -484,6 +486,7 @@ class Trainer:
         timer.mark("backward")
         clip = self.cfg.train.grad_clip
         grad_norm = torch.nn.utils.clip_grad_norm_(self._params, clip, foreach=True) if clip is not None else None
+        self._last_grad_norm = grad_norm
         if self._gates and not self._allow_update(loss_sum, grad_norm):
             self.skipped_steps += 1
         else:
@@ -636,6 +639,9 @@ class Trainer:
             "step": step,
             "loss": loss,
             "lr": trained_lr(self.scheduler),  # the rate this step ran at, not the next one's
+            # the global gradient norm before clipping (train.grad_clip set: the clip computes it anyway; one more
+            # scalar read on a log step, after the loss's)
+            **({"grad_norm": float(self._last_grad_norm)} if self._last_grad_norm is not None else {}),
             "step_time_s": parts["total"],
             "breakdown_s": {k: v for k, v in parts.items() if k != "total"},
             # the step's own batch (train.batch_size where no step has ended: a caller timing this method alone)
