@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from stride.errors import WRONG_KIND_OF_PATH, StrideError, describe_os_error, one_line, os_reason
 from stride.files import run_lock, strict_json
+from stride.files.input_file import not_found_or_special
 from stride.files.owner import remove_abandoned, tagged_name
 from stride.metrics.env import fingerprint
 
@@ -86,7 +87,7 @@ def _record(line: str) -> dict[str, Any] | None:
         return None
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # a line nested thousands deep was a RecursionError traceback of the resume
         return None
     return record if isinstance(record, dict) and isinstance(record.get("step"), int) else None
 
@@ -206,8 +207,11 @@ class RunDir:
     def _last_time_after(self, step: int) -> float | None:
         """The largest `time_s` of the whole records past `step` (the run's clock when the killed segment logged
         last: the trainer counts it as lost time), read now, before the cut. None: no such record, or unreadable."""
+        path = self.path / "metrics.jsonl"
+        if path.exists() and not path.is_file():  # a FIFO (or a link to /dev/zero): never read, it blocked the resume
+            return None
         try:
-            lines = (self.path / "metrics.jsonl").read_text().splitlines(keepends=True)
+            lines = path.read_text().splitlines(keepends=True)
         except (OSError, UnicodeDecodeError):
             return None
         records = (r for r in map(_record, lines) if r is not None and r["step"] > step)
@@ -220,6 +224,10 @@ class RunDir:
         path = self.path / "metrics.jsonl"
         if self._metrics is not None:
             self._metrics.flush()
+        if path.exists() and not path.is_file():  # a FIFO blocked here for ever, a link to /dev/zero filled memory
+            err = RunDirError(f"{not_found_or_special(path)}: metrics.jsonl must be a regular file (move it away)")
+            err.exit_code = 2  # the wrong kind of path, as RunDirError.from_os says of one
+            raise err
         try:
             lines = path.read_text(errors="replace").splitlines(keepends=True)  # damaged bytes: a line that is no
             # record (dropped as any unreadable line), not a UnicodeDecodeError in the middle of training
