@@ -195,3 +195,15 @@ def test_deeplob_forecasts_from_the_whole_window_and_nothing_after_it() -> None:
     state, moved = _per_step_state(model, "deeplob", x), _per_step_state(model, "deeplob", later)
     assert torch.equal(state[:, :7], moved[:, :7]) and not torch.allclose(state[:, 7], moved[:, 7])
     assert torch.equal(model(x[:, :9]), model(later[:, :9]))
+
+
+def test_token_lm_logits_ignore_later_tokens_exactly_in_float64() -> None:
+    torch.manual_seed(0)
+    model = build_model(small_config(model__name="token_lm").model, 11, 12, 0).double().eval()
+    tokens = torch.randint(0, 11, (3, 12))
+    logits = model(tokens)
+    for t in range(11):
+        later = tokens.clone()
+        later[:, t + 1:] = (later[:, t + 1:] + 3) % 11
+        assert torch.equal(model(later)[:, : t + 1], logits[:, : t + 1])
+        torch.testing.assert_close(model(tokens[:, : t + 1]), logits[:, : t + 1], rtol=1e-12, atol=1e-12)
