@@ -335,7 +335,7 @@ class SweepStore:
         finished on a later attempt), and failed/ itself once empty; how many were deleted. A record that cannot be
         read keeps every traceback (nothing is deleted on a guess)."""
         folder = self.root / FAILED_DIR
-        if not folder.is_dir():
+        if folder.is_symlink() or not folder.is_dir():  # a link leads out of the sweep: not our files to delete
             return 0
         named: set[str] = set()
         for rec_path in folder.glob("*.json"):

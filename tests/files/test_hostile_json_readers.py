@@ -186,3 +186,18 @@ def test_repro_passes_over_a_checkpoint_meta_json_nested_too_deeply(tmp_path: Pa
     (bad / "meta.json").write_text(DEEP)
     got = recorded_config(tmp_path, cfg, config_hash(cfg))
     assert got is not None and got[1] == "its checkpoint's meta.json" and got[0]["optim"]["lr"] == cfg.optim.lr
+
+
+def test_a_failed_folder_linked_out_of_the_sweep_has_nothing_deleted(tmp_path: Path) -> None:
+    """prune_tracebacks deleted every pack-*.txt no record names in failed/, followed through a symlink: a sweep
+    folder whose failed/ links elsewhere lost that folder's pack-*.txt files at the end of the next sweep."""
+    from stride.sweep.store import SweepStore
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "pack-1.txt").write_text("someone else's file")
+    root = tmp_path / "sweep"
+    root.mkdir()
+    (root / "failed").symlink_to(elsewhere)
+    assert SweepStore(root).prune_tracebacks() == 0
+    assert (elsewhere / "pack-1.txt").read_text() == "someone else's file"
