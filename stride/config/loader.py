@@ -74,7 +74,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, raw = key.strip(), raw.strip()
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except ValueError as exc:  # TOMLDecodeError; an integer over 4300 digits is a plain ValueError (a traceback)
+        if not isinstance(exc, tomllib.TOMLDecodeError):
+            raise ConfigError(f"--set `{text[:60]}...`: {exc}") from None
         value = raw
     except RecursionError:  # a value nested thousands deep: a traceback from tomllib
         raise ConfigError(f"--set `{text[:60]}...`: the value is nested too deeply to read") from None
@@ -111,8 +113,8 @@ def read_toml(p: Path) -> dict[str, Any]:
                           f"{exc.start})") from exc
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
+    except ValueError as exc:  # TOMLDecodeError, and an integer over 4300 digits (a plain ValueError: a traceback)
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
     except RecursionError:  # arrays or tables nested thousands deep: a traceback from tomllib (audit 14, L4)
         raise ConfigError(f"{p}: not valid TOML: nested too deeply to read (no run config nests past a few "
                           "levels)") from None

@@ -203,7 +203,7 @@ def _load_toml(path: Path, what: str) -> dict[str, Any]:
         return tomllib.loads(read_input_text(path, limit=_MAX_FILE_BYTES, what=f"{what} file"))
     except InputFileError as exc:  # missing, a FIFO or /dev/zero (never read), too large, not UTF-8
         raise ConfigError(str(exc)) from None
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, and an integer over 4300 digits (a plain ValueError: a traceback)
         raise ConfigError(f"{what} file {path} is not valid TOML: {exc}") from None
     except RecursionError:  # arrays or tables nested thousands deep: a traceback from tomllib (audit 14, L4)
         raise ConfigError(f"{what} file {path} is not valid TOML: nested too deeply to read") from None

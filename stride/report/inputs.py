@@ -162,7 +162,7 @@ def results_from_run(run: Path) -> dict[str, Any]:
             cfg = tomllib.loads(read_input_text(run / "config.toml", limit=CONFIG_MAX_BYTES, what="run config"))
         except InputFileError as exc:
             raise ResultsError(str(exc)) from None
-        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # TOMLDecodeError; an integer over 4300 digits: a ValueError
             raise ResultsError(f"{run / 'config.toml'}: not valid TOML ({exc})") from None
     tput = s.get("samples_per_s")
     if tput is not None and not finite_number(tput):  # named as the file names it, not as throughput.median

@@ -49,8 +49,8 @@ def load_prices(path: str | Path | None = None) -> dict[str, float]:
         raise ValueError(str(exc)) from exc
     try:
         prices = tomllib.loads(text).get("prices")
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{p}: not valid TOML: {exc}") from exc
+    except ValueError as exc:  # TOMLDecodeError, and an integer over 4300 digits (its message named no file)
+        raise ValueError(f"{p}: not valid TOML: {exc}") from None
     except RecursionError:  # arrays or tables nested thousands deep: a traceback from tomllib (audit 14, L4)
         raise ValueError(f"{p}: not valid TOML: nested too deeply to read") from None
     if not isinstance(prices, dict) or not all(isinstance(v, int | float) and not isinstance(v, bool)

@@ -201,3 +201,27 @@ def test_a_failed_folder_linked_out_of_the_sweep_has_nothing_deleted(tmp_path: P
     (root / "failed").symlink_to(elsewhere)
     assert SweepStore(root).prune_tracebacks() == 0
     assert (elsewhere / "pack-1.txt").read_text() == "someone else's file"
+
+
+def test_toml_with_an_integer_over_4300_digits_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """tomllib raises a plain ValueError (not TOMLDecodeError) for such an integer: a traceback of `stride train
+    CONFIG`, `--set`, `stride plan --hardware-file`, and a line naming no file from `stride report --prices`."""
+    from stride.config import load_config
+    from stride.config.errors import ConfigError
+    from stride.perfmodel.hardware import load_catalog
+    from stride.report.recommend import load_prices
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[train]\nsteps = " + BIG_INT + "\n")
+    with pytest.raises(ConfigError, match=r"c\.toml: not valid TOML: Exceeds the limit \(4300 digits\)"):
+        load_config(cfg)
+    with pytest.raises(ConfigError, match=r"--set `train\.steps=9+\.\.\.`: Exceeds the limit \(4300 digits\)"):
+        load_config(overrides=["train.steps=" + BIG_INT])
+    hw = tmp_path / "hw.toml"
+    hw.write_text('[hardware.mine]\nbase = "h100-sxm"\nmemory_gib = ' + BIG_INT + "\n")
+    with pytest.raises(ConfigError, match=r"hardware file .*hw\.toml is not valid TOML: Exceeds the limit"):
+        load_catalog(hw)
+    prices = tmp_path / "p.toml"
+    prices.write_text("[prices]\nh100-sxm = " + BIG_INT + "\n")
+    with pytest.raises(ValueError, match=r"p\.toml: not valid TOML: Exceeds the limit"):
+        load_prices(prices)
