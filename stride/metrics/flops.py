@@ -28,6 +28,20 @@ def _rnn_layer_backward_flops(inp, w_ih, w_hh, *args, **kwargs) -> int:
     return 2 * _rnn_layer_flops(inp, w_ih, w_hh)  # input and weight gradients: two GEMMs per forward GEMM
 
 
+def _cudnn_rnn_flops(inp, weight, *args, batch_sizes=(), **kwargs) -> int:
+    """cuDNN's RNN/LSTM/GRU (every layer and direction in one op): per timestep and sample, one GEMM per 2-D weight
+    (input, hidden and projection weights, their gates included in the rows; biases are 1-D), 2 FLOPs a MAC. A
+    packed input is [sum of the batch sizes, features]."""
+    packed = args[12] if len(args) > 12 else batch_sizes  # batch_sizes, after weight_stride0 ... bidirectional
+    steps_times_batch = inp[0] if packed else inp[0] * inp[1]
+    return 2 * steps_times_batch * sum(s[0] * s[1] for s in weight if len(s) == 2)
+
+
+def _cudnn_rnn_backward_flops(inp, weight, *args, **kwargs) -> int:
+    # input (and hidden) gradients and weight gradients: two GEMMs per forward GEMM, as the oneDNN layer's above
+    return 2 * _cudnn_rnn_flops(inp, weight, batch_sizes=args[16] if len(args) > 16 else ())
+
+
 def _cpu_flash_fwd(query, key, value, *args, out_shape=None, **kwargs) -> int:
     return sdpa_flop_count(query, key, value)
 
@@ -46,6 +60,10 @@ _aten = torch.ops.aten
 if hasattr(_aten, "mkldnn_rnn_layer"):
     CPU_FLOP_FORMULAS[_aten.mkldnn_rnn_layer] = _rnn_layer_flops
     CPU_FLOP_FORMULAS[_aten.mkldnn_rnn_layer_backward] = _rnn_layer_backward_flops
+# ... nor for cuDNN's (an LSTM on CUDA counted only its input and head layers: outside audit of the models)
+if hasattr(_aten, "_cudnn_rnn"):
+    CPU_FLOP_FORMULAS[_aten._cudnn_rnn] = _cudnn_rnn_flops
+    CPU_FLOP_FORMULAS[_aten._cudnn_rnn_backward] = _cudnn_rnn_backward_flops
 if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu"):
     CPU_FLOP_FORMULAS[_aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_flash_fwd
     CPU_FLOP_FORMULAS[_aten._scaled_dot_product_flash_attention_for_cpu_backward] = _cpu_flash_bwd
