@@ -60,7 +60,8 @@ _aten = torch.ops.aten
 if hasattr(_aten, "mkldnn_rnn_layer"):
     CPU_FLOP_FORMULAS[_aten.mkldnn_rnn_layer] = _rnn_layer_flops
     CPU_FLOP_FORMULAS[_aten.mkldnn_rnn_layer_backward] = _rnn_layer_backward_flops
-# ... nor for cuDNN's (an LSTM on CUDA counted only its input and head layers: outside audit of the models)
+# ... nor for cuDNN's: an LSTM on CUDA counted only its input and head layers (outside audit of the models; counted
+# on CPU, the LSTM is 99.2 % of the lstm tiny step's 6.34 MFLOP and 68.6 % of deeplob tiny's 5.73, 4 rows of 16 steps)
 if hasattr(_aten, "_cudnn_rnn"):
     CPU_FLOP_FORMULAS[_aten._cudnn_rnn] = _cudnn_rnn_flops
     CPU_FLOP_FORMULAS[_aten._cudnn_rnn_backward] = _cudnn_rnn_backward_flops
