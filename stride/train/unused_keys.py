@@ -40,6 +40,9 @@ _ACTS_ON: dict[tuple[str, str], _Acts] = {
                             "`module:factory` model takes `model.kwargs`)"),
     ("model", "d_model"): (lambda c: ":" not in c.model.name, "the built-in workloads (a `module:factory` model "
                                                               "takes `model.kwargs`)"),
+    ("model", "dropout"): (lambda c: c.model.name in _LAYERED, "ts_transformer, token_lm, mlp, lstm and tcn (deeplob "
+                                                               "has no dropout; a `module:factory` model takes "
+                                                               "`model.kwargs`)"),
 }
 _TRANSFORMERS = ("ts_transformer", "token_lm")
 _LAYERED = ("ts_transformer", "token_lm", "mlp", "lstm", "tcn")

@@ -157,6 +157,7 @@ def test_float64_transformer_norm_and_rope_run_in_float64() -> None:
     ("lstm", ["model.patch_len=4"], "`model.patch_len` = 4 acts on `model.name` = 'ts_transformer'"),
     ("token_lm", ["model.causal=false"], "`model.causal` = false acts on `model.name` = 'ts_transformer'"),
     ("deeplob", ["model.n_layers=4"], "`model.n_layers` = 4 acts on ts_transformer, token_lm, mlp"),
+    ("deeplob", ["model.dropout=0.1"], "`model.dropout` = 0.1 acts on ts_transformer, token_lm, mlp"),
 ])
 def test_a_model_key_the_workload_does_not_read_is_named(name: str, override: list[str], named: str) -> None:
     """The builders of the other workloads never read the transformers' keys: `model.causal = false` on an lstm, or
@@ -168,7 +169,7 @@ def test_a_model_key_the_workload_does_not_read_is_named(name: str, override: li
     unused = unused_keys(load_config("configs/quickstart.toml", [f"model.name='{name}'", *override]))
     assert len(unused) == 1 and unused[0].startswith(named), unused
     transformer = ["model.n_heads=8", "model.ffn_mult=4.0", "model.patch_len=4", "model.causal=false",
-                   "model.n_layers=4"]
+                   "model.n_layers=4", "model.dropout=0.1"]
     assert unused_keys(load_config("configs/quickstart.toml", transformer)) == []
 
 
