@@ -185,6 +185,14 @@ def test_tcn_n_layers_is_its_block_count_and_blocks_that_see_only_padding_are_re
         build_model(small_config(model__name="tcn", model__n_layers=5).model, 5, 16, 2)
 
 
+def test_deeplob_of_no_channels_is_refused_naming_the_key() -> None:
+    # d_model 1: d_model // 2 = 0 channels, and torch's "input_size must be greater than zero" named no key
+    with pytest.raises(ConfigError, match=r"`model.d_model` = 1 gives deeplob 0 convolution channels.*>= 2"):
+        build_model(small_config(model__name="deeplob", model__d_model=1).model, 7, 16, 2)
+    assert build_model(small_config(model__name="deeplob", model__d_model=2).model, 7, 16, 2)(
+        torch.randn(2, 16, 7)).shape == (2, 2)
+
+
 def test_deeplob_forecasts_from_the_whole_window_and_nothing_after_it() -> None:
     """Documented: its two centred 3-step convolutions over time let a step's features read two steps ahead inside the
     window (as DeepLOB's do); the forecast reads the window's last step only, so steps after the window never enter."""

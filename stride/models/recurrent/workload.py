@@ -63,5 +63,8 @@ def tcn_receptive_field(n_layers: int, kernel: int = 3) -> int:
 
 def build_deeplob(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
     kw = _kwargs(cfg, "deeplob")
+    if kw["width"] < 2:  # was torch's "input_size must be greater than zero", from the LSTM, naming no key
+        raise ConfigError(f"`model.d_model` = {kw['width']} gives deeplob {kw['width'] // 2} convolution channels "
+                          "(d_model // 2; the LSTM's hidden size is d_model): set `model.d_model` >= 2")
     return DeepLOBForecaster(n_features, n_horizons, channels=kw["width"] // 2, hidden=kw["width"],
                              n_quantiles=n_quantiles(cfg))
