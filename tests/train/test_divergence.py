@@ -71,7 +71,7 @@ def test_a_run_without_checkpointing_stops_at_a_nan_loss(tmp_path: Path) -> None
     assert s["final_train_loss"] is None and s["nonfinite_fields"] == ["final_train_loss"]
     recs = [strict_load(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == [4, 8]  # nothing trained after the step that found it
-    assert recs[0]["loss"] > 0 and recs[1]["loss"] is None and recs[1]["nonfinite_fields"] == ["loss"]
+    assert recs[0]["loss"] > 0 and recs[1]["loss"] is None and recs[1]["nonfinite_fields"] == ["loss", "grad_norm"]
 
 
 def test_a_finite_run_is_marked_finished(tmp_path: Path) -> None:
