@@ -5,6 +5,13 @@ DDP refuses `bf16_compress_hook` by its *name* unless NCCL runs, so stride regis
 function under another name; and PowerSGD deadlocks on gloo with more than one bucket, so with
 gloo stride gives it one bucket.
 
+Deterministic mode at 3+ ranks sums gradients in rank order (`rank_ordered_mean`), not with the
+backend's all-reduce: gloo's ring sums each element in an order set by where it lies in the bucket,
+and DDP's first step after it is built uses another bucket layout (torch 2.13: all parameters in one
+bucket, in registration order) than every later step (rebuilt in gradient-ready order). A resumed
+run's first step therefore summed its gradients in another order than the uninterrupted run's at
+that step and differed in the last bit (3 gloo ranks; at 2 ranks a + b is exact in either order).
+
 Exposed vs hidden: each bucket's all-reduce is launched when its gradients are ready and runs while
 backward computes the next ones. The wrapper stamps launch and completion (host clock) of every
 bucket; after the last launch, compute is done, so what remains until the last completion is time
@@ -28,6 +35,39 @@ from stride.config.schema import ParallelConfig
 def bf16_allreduce(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """torch's bf16_compress_hook under a name DDP does not reject on gloo."""
     return default_hooks.bf16_compress_hook(process_group, bucket)
+
+
+GATHER_PIECE_BYTES = 4 * 2**20
+"""All-gathers of at most this many bytes of the bucket: gloo's all-gather of a whole 25 MB bucket took 8x its
+all-reduce at 3 ranks, in 4 MiB pieces 1.9-2.3x (2-core AMD EPYC family 26; docs/checkpoint.md)."""
+
+
+def rank_ordered_mean(process_group: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The bucket's mean over the group, each element summed rank 0 + rank 1 + ... whatever the bucket's layout.
+
+    All-gathers instead of the all-reduce: every rank receives (n - 1) x the bucket instead of a ring's
+    2 (n - 1) / n x, and holds n copies of it until the sum; deterministic mode pays that so that a gradient does
+    not depend on the bucket DDP put it in (see the module docstring)."""
+    buf = bucket.buffer()
+    n = dist.get_world_size(process_group)
+    pieces = buf.split(max(1, GATHER_PIECE_BYTES // buf.element_size()))
+    gathered = [list(torch.empty((n, len(piece)), dtype=buf.dtype, device=buf.device).unbind(0)) for piece in pieces]
+    works = [dist.all_gather(parts, piece, group=process_group, async_op=True)
+             for parts, piece in zip(gathered, pieces, strict=True)]  # launched in this order on every rank
+
+    def mean(_: torch.futures.Future[Any]) -> torch.Tensor:
+        for piece, parts in zip(pieces, gathered, strict=True):
+            piece.copy_(parts[0])
+            for part in parts[1:]:
+                piece.add_(part)
+        return buf.div_(n)
+
+    return torch.futures.collect_all([w.get_future() for w in works if w is not None]).then(mean)
+
+
+def sums_in_rank_order(group: dist.ProcessGroup) -> bool:
+    """Deterministic mode (`train.deterministic`, torch's flag) on 3+ ranks: where the all-reduce's order shows."""
+    return torch.are_deterministic_algorithms_enabled() and dist.get_world_size(group) > 2
 
 
 class CommTimer:
@@ -75,7 +115,7 @@ def register_comm_hook(ddp: DDP, p: ParallelConfig, group: dist.ProcessGroup) ->
     """Register the configured hook (timed on CPU); returns the timer, or None without timing."""
     state: Any = group
     if p.comm_hook == "none":
-        hook: Any = default_hooks.allreduce_hook
+        hook: Any = rank_ordered_mean if sums_in_rank_order(group) else default_hooks.allreduce_hook
     elif p.comm_hook == "fp16":
         hook = default_hooks.fp16_compress_hook
     elif p.comm_hook == "bf16":
@@ -90,6 +130,6 @@ def register_comm_hook(ddp: DDP, p: ParallelConfig, group: dist.ProcessGroup) ->
         timer = CommTimer()
         ddp.register_comm_hook(state, timer.wrap(hook))
         return timer
-    if p.comm_hook != "none":
+    if hook is not default_hooks.allreduce_hook:  # DDP's own all-reduce is that hook's work, without a hook
         ddp.register_comm_hook(state, hook)
     return None
