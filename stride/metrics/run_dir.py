@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from stride.errors import WRONG_KIND_OF_PATH, StrideError, describe_os_error, one_line, os_reason
 from stride.files import run_lock, strict_json
+from stride.files.append_file import open_append
 from stride.files.input_file import not_found_or_special
 from stride.files.owner import remove_abandoned, tagged_name
 from stride.metrics.env import fingerprint
@@ -177,7 +178,7 @@ class RunDir:
         try:
             if self._metrics is None:
                 self._commit()
-                self._metrics = open(self.path / "metrics.jsonl", "a")  # noqa: SIM115 (kept open)
+                self._metrics = open_append(self.path / "metrics.jsonl")  # kept open
                 self._flushed = time.monotonic()
             self._metrics.write(strict_json.dumps(record) + "\n")
             if time.monotonic() - self._flushed >= FLUSH_S:
@@ -262,7 +263,7 @@ class RunDir:
         self.written = True
         target = self.path / ROLLBACKS
         try:
-            with open(target, "a") as f:
+            with open_append(target) as f:
                 f.write(strict_json.dumps({**event, "records": dropped}) + "\n")
                 f.flush()
                 os.fsync(f.fileno())

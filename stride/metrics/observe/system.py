@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from stride.files import strict_json
+from stride.files.append_file import open_append
 from stride.train.callbacks import Callback, TrainerView
 
 
@@ -123,7 +124,7 @@ class SystemSampler:
                 f.close()
 
     def start(self) -> None:
-        f = open(self.out, "a", buffering=1) if self.out is not None else None  # noqa: SIM115
+        f = open_append(self.out, buffering=1) if self.out is not None else None
         # One sample now, so the other observers have RSS and CPU from the first step on, however
         # short the steps are against the period (a 4-step run could otherwise finish unsampled).
         self._write(f, self.sample())
@@ -183,6 +184,8 @@ class SystemCallback(Callback):
             # made it: a folder holding only system.jsonl was left behind (outside audit 20).
             path = run.path / "system.jsonl"
             with contextlib.suppress(OSError):
+                if path.is_symlink():  # not truncated through a link (open_append refused to write through it)
+                    return
                 if self._had is None:
                     path.unlink()
                 else:

@@ -1,0 +1,48 @@
+"""A run's line logs are appended to only where they are regular files (hostile-input audit: a resumed run folder
+whose system.jsonl was a symbolic link appended 9 lines to the file it named, outside the folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stride.files.append_file import open_append
+from stride.metrics.observe.system import SystemSampler
+
+
+def test_a_regular_file_is_appended_to_and_a_missing_one_created(tmp_path: Path) -> None:
+    p = tmp_path / "metrics.jsonl"
+    with open_append(p) as f:
+        f.write("a\n")
+    with open_append(p) as f:
+        f.write("b\n")
+    assert p.read_text() == "a\nb\n"
+
+
+def test_a_link_is_not_written_through(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine\n")
+    link = tmp_path / "run" / "system.jsonl"
+    link.parent.mkdir()
+    link.symlink_to(outside)
+    with pytest.raises(OSError, match="symbolic link"):
+        open_append(link)
+    with pytest.raises(OSError, match="symbolic link"):
+        SystemSampler(60.0, link).start()
+    assert outside.read_text() == "mine\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this OS")
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "metrics.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="FIFO"):
+        open_append(fifo)
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").mkdir()
+    with pytest.raises(OSError):
+        open_append(tmp_path / "metrics.jsonl")
