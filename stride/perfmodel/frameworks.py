@@ -154,11 +154,15 @@ def compiled(text: str) -> bool:
 
 # Liger named but off, or named for what it is not: "Liger-Kernel OFF (stock HF modeling code)", "use_liger_kernel
 # false", "the foak (non-Liger) run", "without Liger"
-_LIGER_OFF = (r"liger(?:[ _-]?kernels?)?\W{0,3}(?:off|false|disabled|none|no)\b|"
+# (the switch word right after the name, so "Liger kernel, no activation checkpointing" keeps its Liger)
+_LIGER_OFF = (r"liger(?:[ _-]?kernels?)?\s*[:=]?\s*(?:off|false|disabled|none)\b|"
               r"\b(?:non|no|without|not)\W{1,3}liger(?:[ _-]?kernels?)?")
 # Liger named with the kernels it patched, none of them its loss: Axolotl's "Liger plugin (glu activation, rms_norm,
 # layer_norm)" runs the model's own cross-entropy (a list of kernels: a norm, rotary or GLU named, no loss)
 _LIGER_NO_LOSS = (r"liger[^()]{0,25}\((?=[^()]*(?:norm|rope|glu))(?:(?!cross|loss|\bce\b|flce)[^()])*\)")
+# ... and with a list whose loss is Liger's plain cross-entropy ("Liger (rms_norm, rope, CrossEntropy)"): the model's
+# logits are still held, the loss is fused over them (fused_loss, not linear_loss)
+_LIGER_NO_LINEAR = r"liger[^()]{0,25}\((?=[^()]*(?:norm|rope|glu))(?:(?!linear|flce)[^()])*\)"
 
 
 def _loss_text(text: str) -> str:
@@ -173,7 +177,8 @@ def fused_loss(text: str) -> bool:
     low = _loss_text(text)
     # llm.c's "fused classifier": one kernel for the softmax, the loss and its gradient over the bf16 logits
     return linear_loss(text) or bool(re.search(r"chunked[ _-]?(cross|ce|loss)|fused[ _-]?(cross|ce|loss|classifier)|"
-                                               r"cross[- ]entropy[- ]loss[- ]fusion|compile.{0,30}\bloss\b", low))
+                                               r"cross[- ]entropy[- ]loss[- ]fusion|liger|compile.{0,30}\bloss\b",
+                                               low))
 
 
 def linear_loss(text: str) -> bool:
@@ -183,4 +188,5 @@ def linear_loss(text: str) -> bool:
     fused LM head. A chunked loss over logits the model returns (torchtune's CEWithChunkedOutputLoss, LitGPT's
     lm_head_chunk_size) keeps the bf16 logits: `fused_loss` only."""
     return bool(re.search(r"fused[ _-]?linear[ _-]?cross|linear[ _-]?cross[ _-]?entropy|\bflce\b|"
-                          r"fused[ _-]?lm[ _-]?head|cut[ _-]?cross[ _-]?entropy|liger", _loss_text(text)))
+                          r"fused[ _-]?lm[ _-]?head|cut[ _-]?cross[ _-]?entropy|liger",
+                          re.sub(_LIGER_NO_LINEAR, " ", _loss_text(text))))

@@ -36,6 +36,11 @@ from tests.perfmodel.test_perfmodel_row_variants import BASE
         ("torchtune + chunked cross-entropy (CEWithChunkedOutputLoss)", True, False),  # keeps the bf16 logits
         ("llm.c, fused classifier", True, False),
         ("plain PyTorch, eager", False, False),
+        # review: a "no" after Liger that is not its switch, and Liger's plain cross-entropy (the logits are held)
+        ("Liger kernel, no activation checkpointing", True, True),
+        ("HF Trainer + Liger, no compile", True, True),
+        ("liger_kernel: false", False, False),
+        ("Liger (rms_norm, rope, CrossEntropy)", True, False),
     ],
 )
 def test_the_loss_is_read_from_the_words(text: str, fused: bool, linear: bool) -> None:
