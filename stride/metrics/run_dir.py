@@ -93,6 +93,32 @@ def _record(line: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and isinstance(record.get("step"), int) else None
 
 
+def make_run_folder(out_dir: str | Path, name: str) -> Path:
+    """Make a new, empty `<out_dir>/<stamp>-<name>[-i]` (RunDir.create, and `stride train --nproc`'s launcher, which
+    hands one folder to every attempt of --max-restarts). A folder it cannot make is a RunDirError naming it."""
+    base = Path(out_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+    path, i = base, 1
+    while True:  # mkdir without exist_ok: two runs started in the same second get two folders
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            path, i = Path(f"{base}-{i}"), i + 1
+        except OSError as exc:
+            raise RunDirError.from_os(exc, path) from None
+
+
+def _check_logs(path: Path) -> None:
+    """Refuse a folder whose line logs are not regular files before anything runs: the appends would refuse them
+    (stride.files.append_file) only at the first line, after a resumed run had trained and saved checkpoints."""
+    for name in ("metrics.jsonl", "system.jsonl", ROLLBACKS):
+        p = path / name
+        if p.is_symlink() or (p.exists() and not p.is_file()):
+            what = "a symbolic link" if p.is_symlink() else "not a regular file"
+            raise RunDirError(one_line(f"{p} is {what}: a run's log is not written through it; remove it, or use "
+                                       "another --out"))
+
+
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -100,6 +126,7 @@ class RunDir:
         self._made = not path.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)
+            _check_logs(path)
             self._lock: Path | None = run_lock.acquire(path)
         except OSError as exc:
             raise RunDirError.from_os(exc, path) from None
@@ -115,18 +142,7 @@ class RunDir:
         """`explicit` is the run directory itself (`--out`); else a new `<out_dir>/<stamp>-<name>[-i]`."""
         if explicit is not None:
             return cls(Path(explicit))
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = Path(out_dir) / f"{stamp}-{name}"
-        path, i = base, 1
-        while True:  # mkdir without exist_ok: two runs started in the same second get two folders
-            try:
-                path.mkdir(parents=True)
-                break
-            except FileExistsError:
-                path, i = Path(f"{base}-{i}"), i + 1
-            except OSError as exc:
-                raise RunDirError.from_os(exc, path) from None
-        run = cls(path)
+        run = cls(make_run_folder(out_dir, name))
         run._made = True
         return run
 

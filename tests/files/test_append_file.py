@@ -46,3 +46,18 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").mkdir()
     with pytest.raises(OSError):
         open_append(tmp_path / "metrics.jsonl")
+
+
+def test_a_run_folder_with_a_linked_log_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """The review of the first fix: a linked metrics.jsonl was refused at the first line, after the resumed run had
+    trained and saved a checkpoint; the folder is now refused when opened."""
+    from stride.metrics.run_dir import RunDir, RunDirError
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").symlink_to(outside)
+    with pytest.raises(RunDirError, match="metrics.jsonl is a symbolic link"):
+        RunDir(run)
+    assert outside.read_text() == "mine\n" and not (run / ".stride-lock").exists()
