@@ -43,6 +43,7 @@ import torch
 
 from stride.files.user_cache import cache_lock, read_json_cache, user_cache_dir, write_json_cache
 from stride.metrics.matmul_rate import measured_matmul_peak
+from stride.metrics.rank_share import ranks_sharing_cores, usable_cores
 
 CPUINFO = Path("/proc/cpuinfo")
 CPUFREQ_MAX = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")  # kHz
@@ -242,13 +243,12 @@ def isa_peak_with_clock(dtype: str, threads: int | None = None, info: CpuInfo | 
 
 
 def core_share(info: CpuInfo, cores: int) -> tuple[float, str]:
-    """A rank's cores for its peak, and a note where this node's ranks ask for more cores than it has: 4 ranks of one
-    thread on 2 cores time-share them, so each rank's peak is half a core (each counting a whole core made the
-    ranks' peaks add up to twice the machine and every MFU read half). LOCAL_WORLD_SIZE is torchrun's."""
-    try:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
-    except ValueError:
-        local = 1
-    if local > 1 and cores * local > info.physical_cores:
-        return info.physical_cores / local, f" ({info.physical_cores} cores shared by {local} ranks)"
+    """A rank's cores for its peak, and a note where the ranks sharing this process's cores (torchrun's
+    LOCAL_WORLD_SIZE, unless each was pinned apart) ask for more than there are: 4 ranks of one thread on 2 cores
+    (the host's, or a container's cpuset on a larger host) time-share them, so each rank's peak is half a core (each
+    counting a whole core made the ranks' peaks add up to twice the machine and every MFU read half)."""
+    local = ranks_sharing_cores() or 1
+    machine = min(usable_cores(), info.physical_cores)
+    if local > 1 and cores * local > machine:
+        return machine / local, f" ({machine} cores shared by {local} ranks)"
     return float(cores), ""

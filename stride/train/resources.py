@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from stride.config.errors import ConfigError
 from stride.config.schema import OptimConfig, RunConfig
 from stride.files import host
+from stride.metrics.rank_share import PINNED_APART_ENV, ranks_sharing_cores, usable_cores  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     import torch
@@ -195,28 +196,6 @@ def _refusal(cfg: RunConfig, est: MemoryEstimate, where: str, need: int, have: i
             f"{host.binary_size(have)} {state}: "
             f"{'; '.join(what for _, what, _ in shown) or 'the model and the data'} (activations not counted); "
             f"lower {' and '.join(keys for _, _, keys in shown) or 'the model or the data'}")
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity), as the data probe counts them."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-# Set (to "1") by what pins each rank to cores of its own (stride.bench.pinning, stride.perfmodel.local_runs): the
-# threads warning then counts this process's threads against its own cores, not every rank's against them. An
-# affinity smaller than the host alone does not say so: a container's cpuset gives all its ranks one smaller set.
-PINNED_APART_ENV = "STRIDE_RANKS_PINNED_APART"
-
-
-def ranks_sharing_cores(here: int | None = None, default: int | None = 1) -> int | None:
-    """The ranks whose threads share this process's cores: 1 for a rank pinned apart, else `here` where the caller
-    knows it, else torchrun's LOCAL_WORLD_SIZE, else `default`."""
-    if os.environ.get(PINNED_APART_ENV) == "1":
-        return 1
-    if here is not None:
-        return here
-    local = os.environ.get("LOCAL_WORLD_SIZE", "")
-    return int(local) if local.isdigit() and int(local) > 0 else default
 
 
 def threads_warning(cfg: RunConfig, ranks_here: int | None = None) -> str | None:

@@ -248,20 +248,25 @@ def test_a_bf16_gemm_faster_than_the_fp32_one_sets_the_clock(monkeypatch: pytest
     assert mhz * 1e6 * 128 > rates[torch.bfloat16]  # the bf16 peak holds against the bf16 GEMM
 
 
-@pytest.mark.parametrize(("local", "threads", "want"), [(4, 1, 0.5), (2, 2, 1.0), (2, 1, 1.0), (1, 2, 2.0)])
+@pytest.mark.parametrize(("local", "threads", "physical", "want"),
+                         [(4, 1, 2, 0.5), (2, 2, 2, 1.0), (2, 1, 2, 1.0), (1, 2, 2, 2.0),
+                          (4, 1, 64, 0.5)])  # the review: a 2-CPU cpuset on a 64-core host
 def test_ranks_sharing_the_cores_share_the_peak(monkeypatch: pytest.MonkeyPatch, local: int, threads: int,
-                                                want: float) -> None:
-    """4 ranks of one thread on a 2-core host: each rank's peak counted a whole core, so the ranks' peaks added up
-    to twice the machine and every rank's MFU read half (outside audit of the parallel layouts)."""
+                                                physical: int, want: float) -> None:
+    """4 ranks of one thread on 2 cores: each rank's peak counted a whole core, so the ranks' peaks added up to twice
+    the machine and every rank's MFU read half (outside audit of the parallel layouts)."""
     import dataclasses
 
     from stride.metrics.cpu_isa import isa_peak_with_clock
 
-    info = dataclasses.replace(read_cpu_info(), physical_cores=2, mhz=3000.0, mhz_source="clock: cpufreq max")
+    info = dataclasses.replace(read_cpu_info(), physical_cores=physical, mhz=3000.0, mhz_source="clock: cpufreq max")
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1}, raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local))
+    monkeypatch.delenv("STRIDE_RANKS_PINNED_APART", raising=False)
     peak, source, _ = isa_peak_with_clock("fp32", threads, info)
     per_cycle, _ = flops_per_cycle(info, "fp32")
     assert peak == pytest.approx(want * 3000e6 * per_cycle)
-    assert peak * local <= 2 * 3000e6 * per_cycle * (1 + 1e-12)  # the node's ranks never exceed the machine
+    assert peak * local <= 2 * 3000e6 * per_cycle * (1 + 1e-12)  # the node's ranks never exceed the cores they have
     assert source.startswith(f"isa:fp32:{want:g}cores"), source
+    monkeypatch.setenv("STRIDE_RANKS_PINNED_APART", "1")  # each rank on cores of its own: its own affinity's peak
+    assert isa_peak_with_clock("fp32", threads, info)[0] == pytest.approx(min(threads, 2) * 3000e6 * per_cycle)
