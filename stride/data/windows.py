@@ -342,8 +342,10 @@ class RowWindows:
             raise IndexError(f"windows ending at rows {first_end}..{first_end + n - 1} leave the table")
         # one of this source's runs must hold them all: past its end a window reads the next split's rows (or the
         # next symbol's or day's) and its targets the rows after, past the table at its end (audit 37)
-        k = int(np.searchsorted(self._lo, first_end, side="right")) - 1
-        stop = -1 if k < 0 else int(self._lo[k] + (self._cum[k + 1] - self._cum[k]))  # its run's end, exclusive
+        # (the ranges as given, in any order: a search over sorted starts refused valid windows of unsorted ones)
+        hi = self._lo + np.diff(self._cum)  # each run's end, exclusive
+        inside = (self._lo <= first_end) & (first_end < hi)
+        stop = int(hi[inside].max()) if inside.any() else -1
         if first_end + n > stop:
             why = (f"the last window of its run ends at row {stop - 1}" if first_end < stop else
                    f"row {first_end} is no window end of this source")

@@ -38,6 +38,12 @@ def test_gather_run_refuses_windows_past_its_split() -> None:
         two.gather_run(22, 2)
     with pytest.raises(IndexError, match=r"rows 18\.\.31 are not all"):  # across the gap between two runs
         two.gather_run(18, 14)
+    # the same runs given in the other order (the review: a search over sorted starts refused 32..34)
+    rev = RowWindows(feats, price, np.array([[30, 40], [T - 1, 20]]), T, [1])
+    x, _ = rev.gather_run(32, 3)
+    assert x[:, -1, 0].tolist() == [32.0, 33.0, 34.0]
+    with pytest.raises(IndexError, match="row 22 is no window end of this source"):
+        rev.gather_run(22, 2)
     assert two.gather_run(30, 10)[0][:, -1, 0].tolist() == list(map(float, range(30, 40)))
 
 
