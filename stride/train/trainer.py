@@ -140,7 +140,9 @@ class Trainer:
             notice_once("train-own-data-no-val", "stride.train: no validation: the training data is the caller's and "
                         "[data] describes other data; pass val_data=(X, Y) to Trainer to validate")
         if model is None or train_data is None:
-            bundle = build_data(self.cfg.data, t.batch_size, self.device, validation=t.validates)
+            # beside the caller's training data [data] only sizes the model: its validation split is not built
+            bundle = build_data(self.cfg.data, t.batch_size, self.device,
+                                validation=t.validates and train_data is None)
             val_data = val_data if val_data is not None or train_data is not None else bundle.val
             train_data = train_data if train_data is not None else bundle.train
         # the maps this trainer made of the config's store (summary.json `data_changed_in_place`, the checkpoint
