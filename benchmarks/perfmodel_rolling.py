@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         base_eff = Path(tmp) / "base.json"
         base_eff.write_text(json.dumps({"efficiency": out["base_fit"]}))
         for k in (int(x) for x in args.origins.split(",")):
+            if k <= args.base_round:  # the baseline was fitted on the rounds after K: no judge left unseen by it
+                print(f"origin {k} skipped: not after --base-round {args.base_round}", file=sys.stderr)
+                continue
             train = [f for f in files if round_of(f) <= k]
             test = [f for f in files if round_of(f) > k]
             if not test:
