@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         inside_launcher,
         launcher_env,
         new_run_folder,
+        remove_if_empty,
         restart_problem,
         run_torchrun,
         torchrun_command,
@@ -83,26 +84,26 @@ def run(args: argparse.Namespace) -> int:
         check_before_launch(cfg, nproc * args.nnodes, ranks_here=True)  # a bad layout fails here, once, before any rank
         if problem := restart_problem(cfg.checkpoint.enabled, args.max_restarts, cfg.checkpoint.resume):
             raise ConfigError(problem)
+        made = None  # the folder this launcher made for the ranks, removed again if no attempt wrote in it
         if args.out is None and args.nnodes == 1 and args.max_restarts > 0:  # one folder for every attempt
-            args.out = new_run_folder(cfg.metrics.out_dir, cfg.train.name)
-        if args.overwrite and args.out and args.nnodes == 1 and args.max_restarts > 0:
-            # replaced once, here, before the first attempt: a rank that replaced it replaced the checkpoints of the
-            # attempts before it at every restart (a rank restarted before it got there now continues the run)
-            from stride.checkpoint.rerun import open_run_folder
-
-            open_run_folder(cfg, args.out, overwrite=True).close()
-            args.overwrite = False
-        if args.out and args.max_restarts > 0 and args.nnodes == 1:
+            args.out = made = new_run_folder(cfg.metrics.out_dir, cfg.train.name)
             cmd = torchrun_command(_train_args(args), nproc=nproc, nnodes=args.nnodes,
                                    rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
                                    node_rank=args.node_rank)
+        # --overwrite goes to the ranks: the first attempt's rank 0 replaces the run once its checks of the config
+        # (the same on every rank) have passed (`_train`). Replaced here, before them, a config the ranks refused
+        # left the old run deleted and the refusal said "nothing was trained or written"
         auto_pin = cfg.parallel.pin_ranks == "auto"  # the only setting whose ranks read the host's idle cores
         if args.out and args.nnodes == 1:  # the ranks of this job hold the run folder as one (stride.files.run_lock)
             from stride.files import run_lock
 
-            with run_lock.held(Path(args.out)) as lock:
-                return run_torchrun(cmd, {**launcher_env(cfg.train.threads or 1), **run_lock.env_for_ranks(lock)},
-                                    measure_idle=auto_pin)
+            try:
+                with run_lock.held(Path(args.out)) as lock:
+                    return run_torchrun(cmd, {**launcher_env(cfg.train.threads or 1),
+                                              **run_lock.env_for_ranks(lock)}, measure_idle=auto_pin)
+            finally:
+                if made is not None:
+                    remove_if_empty(made)
         return run_torchrun(cmd, launcher_env(cfg.train.threads or 1), measure_idle=auto_pin)
     return _train(cfg, args)
 
@@ -114,10 +115,13 @@ def _train(cfg: RunConfig, args: argparse.Namespace) -> int:
 
     if args.no_progress:
         cfg.metrics.progress = False
-    from stride.launch.torchrun import restarted
+    from stride.launch.torchrun import overwrite_applies
 
     # a restart of torchrun's ranks continues the run its first attempt replaced (--overwrite), it does not replace it
-    trainer = Trainer(config=cfg, out=args.out, overwrite=getattr(args, "overwrite", False) and not restarted())
+    overwrite = getattr(args, "overwrite", False) and overwrite_applies()
+    trainer = Trainer(config=cfg, out=args.out, overwrite=overwrite)  # the config is checked here, nothing written
+    if overwrite and args.out is not None and inside_stride_launcher():
+        trainer.overwrite = _replace_run(cfg, args.out)
     try:
         # stride's own warnings (the peak one MFU would divide by) are one line each: cli.main's
         # stride_warnings_as_lines, around every command
@@ -165,6 +169,30 @@ def _train(cfg: RunConfig, args: argparse.Namespace) -> int:
     del trainer
     release_process_groups()
     return code
+
+
+def inside_stride_launcher() -> bool:
+    """A rank that `stride train --nproc` started (its launcher's status folder is in the environment)."""
+    import os
+
+    from stride.launch.torchrun import STATUS_DIR_ENV, inside_launcher
+
+    return inside_launcher() and bool(os.environ.get(STATUS_DIR_ENV))
+
+
+def _replace_run(cfg: RunConfig, out: str) -> bool:
+    """`--overwrite` under `stride train --nproc`, in the attempt that does it: rank 0 replaces the run in `out` now,
+    after this rank's checks of the config, and notes it for the launcher, so that a restart continues the run this
+    starts. Returns whether the trainer should still replace it itself (other ranks: as before; no note: yes)."""
+    import os
+
+    from stride.checkpoint.rerun import open_run_folder
+    from stride.launch.torchrun import note_replaced
+
+    if os.environ.get("RANK", "0") != "0":
+        return True  # only rank 0 opens the run folder (Trainer.fit)
+    open_run_folder(cfg, out, overwrite=True).close()
+    return not note_replaced()
 
 
 def interrupted_line(cfg: RunConfig, step: int, out: str | None, overwrite: bool, left: bool) -> str:

@@ -120,15 +120,50 @@ def restart_problem(checkpoints: bool, max_restarts: int, resume: str = "auto") 
 def new_run_folder(out_dir: str | os.PathLike[str], name: str) -> str:
     """A new `<out_dir>/<stamp>-<name>[-i]`, the folder `stride train` makes without --out, made here by the launcher
     and handed to the ranks as their --out, so that every attempt of torchrun's --max-restarts shares it: each
-    attempt's rank 0 made a folder of its own, and a restart began the run again from step 0 in a second folder."""
-    base = os.path.join(os.fspath(out_dir), f"{time.strftime('%Y%m%d-%H%M%S')}-{name}")
-    path, i = base, 1
-    while True:  # mkdir without exist_ok: two runs started in the same second get two folders (as RunDir.create)
-        try:
-            os.makedirs(path)
-            return path
-        except FileExistsError:
-            path, i = f"{base}-{i}", i + 1
+    attempt's rank 0 made a folder of its own, and a restart began the run again from step 0 in a second folder.
+    Made as RunDir.create makes it (a folder it cannot make is a RunDirError naming it, exit status 1 or 2); the
+    caller removes it again if no attempt wrote in it (`remove_if_empty`)."""
+    from stride.metrics.run_dir import make_run_folder
+
+    return os.fspath(make_run_folder(out_dir, name))
+
+
+def remove_if_empty(path: str | os.PathLike[str]) -> None:
+    """Remove the launcher's own run folder (`new_run_folder`) where no attempt wrote in it: every rank refused the
+    config, and the refusal says nothing was written (it left an empty stamped folder in runs/)."""
+    with contextlib.suppress(OSError):  # not empty (a rank wrote), or gone: left as it is
+        os.rmdir(path)
+
+
+# `stride train --nproc --overwrite`: the first attempt's rank 0 replaces the run in --out once the config has passed
+# every rank's checks (the launcher replaced it before any rank had looked at the config: a config the ranks refused
+# left the old run deleted). It notes the replacement in the launcher's status folder, which outlives the attempts of
+# --max-restarts, so that a restart continues the run that replacement started instead of replacing it again.
+REPLACED_NAME = "replaced"
+
+
+def overwrite_applies(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """Whether this rank's `--overwrite` is still to be done. The first attempt: yes. A restart (--max-restarts) on one
+    node under `stride train --nproc`: only if no earlier attempt replaced the run (it ended before rank 0 got that
+    far). Any other restart (torchrun by hand, --nnodes > 1, where rank 0 may be on another node than the one that
+    replaced it): no, as `restarted`."""
+    if not restarted(env):
+        return True
+    folder = env.get(STATUS_DIR_ENV)
+    one_node = env.get("WORLD_SIZE") is not None and env.get("WORLD_SIZE") == env.get("LOCAL_WORLD_SIZE")
+    return bool(folder) and one_node and not os.path.exists(os.path.join(folder, REPLACED_NAME))
+
+
+def note_replaced() -> bool:
+    """In rank 0 of `stride train --nproc`, after it replaced the run: tell later attempts (`overwrite_applies`). False
+    where there is no launcher's folder to tell (torchrun by hand: restarts go by `restarted` alone)."""
+    folder = os.environ.get(STATUS_DIR_ENV)
+    if not folder:
+        return False
+    with contextlib.suppress(OSError), open(os.path.join(folder, REPLACED_NAME), "w") as f:
+        f.write("1")
+        return True
+    return False
 
 
 def launcher_env(threads: int | None) -> dict[str, str]:
