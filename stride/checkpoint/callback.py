@@ -28,6 +28,7 @@ from stride.checkpoint.errors import (
     CheckpointError,
     CheckpointLoadError,
     ConfigMismatchError,
+    ModelMismatchError,
     SaveVetoed,
     StoreChangedError,
 )
@@ -50,6 +51,7 @@ from stride.checkpoint.store import CheckpointStore, Choice
 from stride.config import config_hash, config_to_dict
 from stride.errors import one_line
 from stride.metrics.env import available_cores
+from stride.models.registry import checkpoint_model_hint
 from stride.parallel.ranks import rank_and_world
 from stride.parallel.watchdog import collective
 from stride.train.callbacks import Callback, TrainerView
@@ -163,7 +165,13 @@ class CheckpointCallback(Callback):
     def _load(self, trainer: TrainerView, choice: Choice) -> None:
         assert self.store is not None and self.guard is not None and choice.folder is not None
         self.store.wait()
-        loaded = self.store.load(choice.folder, lambda keys: train_state.load_template(trainer, keys))
+        try:
+            loaded = self.store.load(choice.folder, lambda keys: train_state.load_template(trainer, keys))
+        except ModelMismatchError as exc:  # every older checkpoint holds the same model: refused, not fallen back from
+            raise ModelMismatchError(
+                f"checkpoint {choice.folder.parent / str(exc)}; {checkpoint_model_hint(trainer.cfg.model, exc.saved)}."
+                " Refusing to resume: DCP loads only what this model asks for; resume with the model the checkpoint "
+                "was saved from, or use another --out", exc.saved) from None
         # Each rank checks its own sections; the ranks exchange the verdicts and data positions, so a rank's own
         # part may be the bad one and still every rank decides alike (falls back together, or refuses together).
         mine = (train_state.problem(trainer, loaded, choice.step), train_state.position_of(loaded))

@@ -24,6 +24,17 @@ class LastCheckpointUnusableError(ConfigMismatchError):
     label = "checkpoint error"
 
 
+class ModelMismatchError(ConfigMismatchError):
+    """The checkpoint's model entries are not the built model's: entries it holds that the model lacks (DCP loads
+    what the model asks for and would drop them without a word), or entries the model has that it lacks. No older
+    checkpoint of the folder is tried (they hold the same model): a refusal, exit status 2. `saved`: the checkpoint's
+    model entry names (without "model."), for a hint about the config that shaped it."""
+
+    def __init__(self, message: str, saved: list[str]) -> None:
+        super().__init__(message)
+        self.saved = saved
+
+
 class CheckpointLoadError(CheckpointError):
     """A checkpoint that verified could not be loaded (on every rank alike); resume falls back past it."""
 

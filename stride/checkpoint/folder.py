@@ -24,8 +24,9 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from stride.checkpoint.errors import CheckpointError, CheckpointLoadError
+from stride.checkpoint.errors import CheckpointError, CheckpointLoadError, ModelMismatchError
 from stride.checkpoint.manifest import CHECKSUM, FORMATS, SHARD_RE, check_entries, verify
+from stride.checkpoint.model_keys import keys_problem, template_names
 from stride.checkpoint.retention import Lineage, read_manifest
 from stride.checkpoint.safe_read import SafeFileSystemReader, SafeLoadPlanner, ShardEntryError, check_checkpoint
 from stride.errors import one_line
@@ -271,15 +272,20 @@ class CheckpointFolder:
     def load(self, folder: Path, make_template: Callable[[set[str]], dict[str, Any]]) -> dict[str, Any]:
         """DCP load into the template `make_template(saved keys)` builds; no arbitrary unpickling, and only
         the files the manifest lists. A failure is a CheckpointLoadError naming the folder and the cause
-        (on every rank: DCP's read is collective). Loading continues the checkpoint's lineage."""
+        (on every rank: DCP's read is collective). A checkpoint whose model entries are not the template's (the
+        ranks' together) is refused, ModelMismatchError (stride.checkpoint.model_keys: DCP would drop the entries
+        the model lacks without a word). Loading continues the checkpoint's lineage."""
         manifest: dict[str, Any] | None = None
         listed: set[str] = set()
+        names: tuple[list[str], list[str]] | None = None
         try:  # everything that can fail on one rank only is inside: every rank reaches the gather below (review)
             manifest = read_manifest(folder)
             listed = set((manifest or {}).get("files") or {})
             reader = SafeFileSystemReader(folder, listed)
             md = reader.read_metadata()
-            state = make_template(set(md.state_dict_metadata))
+            saved = set(md.state_dict_metadata)
+            state = make_template(saved)
+            names = template_names(state, saved)
             local: tuple[str, str] | None = None
             if self.pg is not None and self.rank != 0:
                 local = ("view", self._read_set_problem(folder, state, md, manifest or {}))
@@ -289,11 +295,17 @@ class CheckpointFolder:
             local, cause = ("error", self._why(exc)), exc
         else:
             cause = None
+        ranks = [names]
         if self.pg is not None:  # every rank agrees before DCP's collective read: all load, or all fall back
-            views = self.gather(local if local and local[1] else None,
+            views = self.gather((local if local and local[1] else None, names),
                                 "checkpoint load check (every rank verifies the files it reads)")
-            if why := _load_check_problem(views):
+            if why := _load_check_problem([v for v, _ in views]):
                 raise CheckpointLoadError(f"{folder.name}: {why}") from cause
+            ranks = [n for _, n in views]
+        # DCP reads what the template asks for: a checkpoint entry the model lacks would be dropped without a word
+        why, held = keys_problem(saved, ranks)
+        if why:
+            raise ModelMismatchError(f"{folder.name}: {why}", held)
         try:
             with collective(f"checkpoint load (DCP) of {folder.name}"):
                 dcp.load(state, storage_reader=SafeFileSystemReader(folder, listed), planner=SafeLoadPlanner(),

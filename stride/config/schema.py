@@ -64,7 +64,8 @@ class ModelConfig:
     d_model: Annotated[int, Positive] | None = None
     """Width of the residual stream (transformers) or of the layers (mlp, lstm, tcn, deeplob); None: the size's."""
     n_layers: Annotated[int, Positive] | None = None
-    """Blocks in `model.blocks` (the unit of pipeline stages and checkpointing); None: the size's."""
+    """Blocks in `model.blocks` (the unit of pipeline stages and checkpointing); None: the size's. tcn built n + 2
+    blocks before 2026-12-07: a run saved before then resumes with n + 2 and `checkpoint.force_resume = true`."""
     n_heads: Annotated[int, Positive] | None = None
     """Attention heads (transformers): d_model / n_heads must be even, and n_heads a multiple of parallel.tp."""
     ffn_mult: Annotated[float, Positive] | None = None

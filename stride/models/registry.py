@@ -6,13 +6,15 @@ on the model if it can be split: see plan.py) and one line below.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from torch import nn
 
 from stride.config.errors import ConfigError, suggest
 from stride.config.plugins import call_factory
 from stride.config.schema import ModelConfig
 from stride.models.mlp.workload import build_mlp
-from stride.models.recurrent.workload import build_deeplob, build_lstm, build_tcn
+from stride.models.recurrent.workload import build_deeplob, build_lstm, build_tcn, tcn_resume_hint
 from stride.models.transformer.workload import build_token_lm, build_ts_transformer
 from stride.models.workload import Builder
 
@@ -37,3 +39,28 @@ def build_model(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int
             f"workloads are {', '.join(WORKLOADS)}, or give `module:factory`"
         )
     return WORKLOADS[cfg.name](cfg, n_features, seq_len, n_horizons)
+
+
+def blocks_in(names: Iterable[str]) -> int:
+    """How many blocks `model.blocks` holds among state-dict entry names (without "model."): 1 + the highest index."""
+    found = [int(p[1]) for n in names if len(p := n.split(".", 2)) > 2 and p[0] == "blocks" and p[1].isdigit()]
+    return max(found) + 1 if found else 0
+
+
+def checkpoint_model_hint(cfg: ModelConfig, saved: Iterable[str]) -> str:
+    """For a checkpoint whose model entries (`saved`, names without "model.") are not the built model's: the config
+    keys that shape the entries, as this run sets them, the checkpoint's block count, and where a workload changed
+    what a key means, how a run saved before resumes."""
+    keys = [f"`model.name` = {cfg.name!r}"]
+    if ":" in cfg.name:
+        keys.append(f"`model.kwargs` = {cfg.kwargs!r}")
+    else:
+        n = cfg.n_layers if cfg.n_layers is not None else "none (the size row's)"
+        keys += [f"`model.size` = {cfg.size!r}", f"`model.n_layers` = {n}"]
+    blocks = blocks_in(saved)
+    text = f"this run's model is shaped by {', '.join(keys)}"
+    if blocks:
+        text += f"; the checkpoint's `model.blocks` holds {blocks} blocks"
+    if cfg.name == "tcn" and blocks:
+        text += f"; {tcn_resume_hint(blocks)}"
+    return text

@@ -24,6 +24,18 @@ SIZES: dict[str, dict[str, Any]] = {
 TCN_SIZES: dict[str, dict[str, Any]] = {k: {**row, "n_layers": row["n_layers"] + 2} for k, row in SIZES.items()}
 
 
+TCN_BLOCKS_SINCE = "2026-12-07"  # from then on tcn builds `model.n_layers` blocks; before, n_layers + 2
+
+
+def tcn_resume_hint(saved_blocks: int) -> str:
+    """For a tcn checkpoint whose blocks are not the model's: how a run saved before `model.n_layers` counted blocks
+    resumes (its meta.json records the old n; the config check compares that with the new one, hence the force)."""
+    old = f" (`model.n_layers` = {saved_blocks - 2} then)" if saved_blocks > 2 else ""
+    return (f"tcn's `model.n_layers` counts its blocks since {TCN_BLOCKS_SINCE} (old n -> n + 2 blocks): a run saved "
+            f"before then with these {saved_blocks} blocks{old} resumes with `model.n_layers` = {saved_blocks} and "
+            "`checkpoint.force_resume = true`")
+
+
 def _kwargs(cfg: ModelConfig, workload: str, sizes: dict[str, dict[str, Any]] = SIZES) -> dict[str, Any]:
     kw = sized(sizes, cfg, workload)
     if cfg.d_model is not None:
