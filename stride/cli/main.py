@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         name = argv[0] if argv and any(c[0] == argv[0] for c in COMMANDS) else None
-        print(f"stride {name}: stopped (interrupted)" if name else "stride: stopped (interrupted)", file=sys.stderr)
+        say(f"stride {name}: stopped (interrupted)" if name else "stride: stopped (interrupted)")
         return INTERRUPTED
     except BrokenPipeError:
         if not stdout_closed():  # a pipe of the command's own (a child's stdin): not the reader of stdout
@@ -148,7 +148,7 @@ def stride_warnings_as_lines(name: str) -> Iterator[None]:
             if not category.__module__.startswith("stride."):
                 before(message, category, filename, lineno, file, line)
             elif os.environ.get("RANK", "0") == "0":  # every rank computes the same figures
-                print(f"stride {name}: warning: {message}", file=sys.stderr, flush=True)
+                say(f"stride {name}: warning: {message}")
 
         warnings.showwarning = show
         yield
@@ -173,7 +173,7 @@ def _main(argv: list[str], program: bool = False) -> int:
     args = cmd_parser.parse_args(argv[1:])
     refusal = out_refusal(getattr(args, "out", None)) if name in OUT_IS_A_FOLDER else None
     if refusal is not None:
-        print(f"stride {name}: {refusal}", file=sys.stderr)
+        say(f"stride {name}: {refusal}")
         return 2
     if program and name in MAPS_STORES:
         # a store file changed in place kills the process with SIGBUS, which no Python code survives: a watcher
@@ -191,11 +191,8 @@ def _main(argv: list[str], program: bool = False) -> int:
         with stride_warnings_as_lines(name):
             return int(args.func(args) or 0)
     except ConfigError as exc:
-        # a refusal that is no config problem may set label = "" (the folder holds another run): said as StrideError's.
-        # One write with its newline: print's separate "\n" let the ranks of `stride train --nproc`, which each say
-        # their refusal, glue a multi-line one (a checkpoint's config diff) onto the next rank's first line
-        said = f"stride {name}: {exc.label}: {exc}" if exc.label else f"stride {name}: {exc}"
-        sys.stderr.write(said + "\n")
+        # a refusal that is no config problem may set label = "" (the folder holds another run): said as StrideError's
+        say(f"stride {name}: {exc.label}: {exc}" if exc.label else f"stride {name}: {exc}")
         if name == "train":  # a rank of `stride train --nproc`: tell the launcher it refused (not a crash)
             from stride.launch.torchrun import record_refusal
 
@@ -212,7 +209,7 @@ def _main(argv: list[str], program: bool = False) -> int:
             raise  # `| head` left: main() ends the command quietly
         from stride.errors import WRONG_KIND_OF_PATH, describe_os_error
 
-        print(f"stride {name}: {describe_os_error(exc)}", file=sys.stderr)
+        say(f"stride {name}: {describe_os_error(exc)}")
         # a path of the wrong kind (--out naming a file, or a file in its path) is bad input: 2, as every refusal of
         # what the user gave (it was 1 for train, bench, sweep and profile, outside audit); a missing permission,
         # a full disk and the like are the machine's state: 1
@@ -223,7 +220,7 @@ def _main(argv: list[str], program: bool = False) -> int:
         from stride.checkpoint.errors import CheckpointError
 
         if isinstance(exc, CheckpointError):
-            print(f"stride {name}: checkpoint error: {exc}", file=sys.stderr)
+            say(f"stride {name}: checkpoint error: {exc}")
             from stride.cli.train import release_process_groups
 
             _drop_tracebacks(exc)
@@ -233,7 +230,7 @@ def _main(argv: list[str], program: bool = False) -> int:
         from stride.errors import StrideError, one_line
 
         if isinstance(exc, StrideError):  # bad input or a folder/disk problem, explained in its message
-            print(f"stride {name}: {one_line(str(exc))}", file=sys.stderr)
+            say(f"stride {name}: {one_line(str(exc))}")
             code = exc.exit_code
             from stride.cli.train import release_process_groups
 
@@ -242,6 +239,17 @@ def _main(argv: list[str], program: bool = False) -> int:
             release_process_groups()
             return code
         raise
+
+
+def say(text: str) -> None:
+    """`text` and its newline on stderr in one write, flushed. Every rank of `stride train --nproc` says its refusal or
+    error; print writes the text and the newline separately, so a multi-line one (a checkpoint's config diff) glued
+    onto the next rank's first line: `... -> 'bf16' (now)stride train: config error: ...` (outside audit of the
+    layouts; review: the checkpoint-error and other branches still printed)."""
+    if sys.stderr is None:  # (pythonw) print wrote nowhere too
+        return
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def out_refusal(out: str | os.PathLike[str] | None) -> str | None:
