@@ -6,7 +6,7 @@ on the model if it can be split: see plan.py) and one line below.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from torch import nn
 
@@ -14,7 +14,7 @@ from stride.config.errors import ConfigError, suggest
 from stride.config.plugins import call_factory
 from stride.config.schema import ModelConfig
 from stride.models.mlp.workload import build_mlp
-from stride.models.recurrent.workload import build_deeplob, build_lstm, build_tcn, tcn_resume_hint
+from stride.models.recurrent.workload import build_deeplob, build_lstm, build_tcn, tcn_blocks, tcn_resume_hint
 from stride.models.transformer.workload import build_token_lm, build_ts_transformer
 from stride.models.workload import Builder
 
@@ -26,6 +26,16 @@ WORKLOADS: dict[str, Builder] = {
     "tcn": build_tcn,
     "deeplob": build_deeplob,
 }
+
+# Checks of `model.n_layers` against the rest of the config that the builder makes: stride.models.size runs them
+# where it counts a deep model from builds of 1 and 2 blocks, so it refuses what the build would
+DEPTH_CHECKS: dict[str, Callable[[ModelConfig, int], object]] = {"tcn": tcn_blocks}
+
+
+def check_depth(cfg: ModelConfig, seq_len: int) -> None:
+    """Raise the builder's ConfigError for a block count it refuses (tcn blocks dilated past the window)."""
+    if (check := DEPTH_CHECKS.get(cfg.name)) is not None:
+        check(cfg, seq_len)
 
 
 def build_model(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:

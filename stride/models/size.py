@@ -68,6 +68,9 @@ def model_size(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int)
     n = cfg.n_layers
     if n is None or n <= BUILT_LAYERS:
         return _meta_size(cfg, n_features, seq_len, n_horizons)
+    from stride.models.registry import check_depth
+
+    check_depth(cfg, seq_len)  # what the build refuses of n blocks, builds of 1 and 2 cannot show
     one = _meta_size(dataclasses.replace(cfg, n_layers=1), n_features, seq_len, n_horizons)
     two = _meta_size(dataclasses.replace(cfg, n_layers=2), n_features, seq_len, n_horizons)
     if one is None or two is None:

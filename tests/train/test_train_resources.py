@@ -89,6 +89,19 @@ def test_model_size_matches_the_built_model(name: str, n_layers: int | None) -> 
     assert size.buffer_bytes == sum(b.numel() * b.element_size() for b in model.buffers())
 
 
+def test_model_size_refuses_deep_tcn_blocks_as_the_build_does() -> None:
+    """11 tcn blocks on a 32-step window: counted from builds of 1 and 2 blocks, the size check returned 68,643
+    parameters for a model the build refuses, so `stride train --nproc` launched its ranks to have each refuse it."""
+    cfg = ModelConfig(name="tcn", n_layers=11)
+    with pytest.raises(ConfigError) as built:
+        build_model(cfg, 7, 32, 3)
+    with pytest.raises(ConfigError) as sized:
+        model_size(cfg, 7, 32, 3)
+    assert str(sized.value) == str(built.value)
+    assert "`model.n_layers` = 11 tcn blocks" in str(sized.value) and "`data.seq_len` = 32" in str(sized.value)
+    assert model_size(ModelConfig(name="tcn", n_layers=11), 7, 1025, 3) is not None  # 2^10 < 1025: builds
+
+
 def test_model_size_of_a_factory_model_is_unknown() -> None:
     assert model_size(ModelConfig(name="some.module:factory"), 7, 32, 3) is None
 

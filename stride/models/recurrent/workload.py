@@ -53,7 +53,16 @@ def build_lstm(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int)
 
 def build_tcn(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
     kw = _kwargs(cfg, "tcn", TCN_SIZES)
-    n = kw["n_layers"]
+    n = tcn_blocks(cfg, seq_len)
+    return TCNForecaster(n_features, n_horizons, width=kw["width"], n_layers=n,
+                         dropout=cfg.dropout, n_quantiles=n_quantiles(cfg))
+
+
+def tcn_blocks(cfg: ModelConfig, seq_len: int) -> int:
+    """tcn's block count (`model.n_layers`, or the size row's), refusing blocks dilated past the window. The build
+    calls it, and so does stride.models.size, which counts a deep model from builds of 1 and 2 blocks: the pre-launch
+    size check returned a size for 11 blocks on a 32-step window that the build then refused (review of 4285274)."""
+    n = _kwargs(cfg, "tcn", TCN_SIZES)["n_layers"]
     if 2 ** (n - 1) >= seq_len:
         # block i is dilated 2^i: from 2^i >= seq_len on, every tap but a step's own lands in the left padding, so
         # those blocks are 1x1 convolutions that cost (and count as model FLOPs) k times their work
@@ -64,8 +73,7 @@ def build_tcn(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) 
             f"the window `data.seq_len` = {seq_len}: the blocks from dilation {1 << most} on see no step but their "
             f"own; {fix} `data.seq_len` > {2 ** (n - 1)} (receptive field: {tcn_receptive_field(n)} steps)"
         )
-    return TCNForecaster(n_features, n_horizons, width=kw["width"], n_layers=n,
-                         dropout=cfg.dropout, n_quantiles=n_quantiles(cfg))
+    return n
 
 
 def tcn_receptive_field(n_layers: int, kernel: int = 3) -> int:
