@@ -16,22 +16,15 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "launch"))
+from nproc_run import marked  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 MARK = "STRIDE_TEST_WORLD_STOP_MARK"
 
 
 def _marked(mark: str) -> list[int]:
-    needle = f"{MARK}={mark}\0".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    if needle in f.read():
-                        found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    return marked(MARK, mark)
 
 
 @pytest.mark.slow

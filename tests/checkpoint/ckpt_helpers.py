@@ -113,3 +113,18 @@ def stderr_of_all(procs: list[subprocess.Popen], timeout: float = 150) -> list[s
                 p.kill()
                 p.communicate()
     return errs
+
+
+def inf_loss_at(bad: tuple[int, ...]):  # noqa: ANN201 (a loss function)
+    """An MSE loss that is infinite on the training calls numbered in `bad` (1-based; validation calls it too and
+    is not counted): the steps a rollback or a guard must catch."""
+    calls = {"n": 0}
+
+    def loss_fn(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = torch.nn.functional.mse_loss(pred, y)
+        if torch.is_grad_enabled():  # training steps only: validation calls it too
+            calls["n"] += 1
+            return loss * float("inf") if calls["n"] in bad else loss
+        return loss
+
+    return loss_fn

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from ckpt_helpers import ckpt_config
+from ckpt_helpers import ckpt_config, inf_loss_at
 
 from stride.bench.stats import run_step_rates
 from stride.train.trainer import Trainer
@@ -152,14 +152,7 @@ def test_a_rollback_takes_its_validations_out_of_the_tallies(tmp_path: Path, mon
             return super().evaluate(model)
 
     def run(out: Path, bad: tuple[int, ...]):
-        calls = {"n": 0}
-
-        def loss_fn(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            loss = torch.nn.functional.mse_loss(pred, y)
-            if torch.is_grad_enabled():  # training steps only: validation calls it too
-                calls["n"] += 1
-                return loss * float("inf") if calls["n"] in bad else loss
-            return loss
+        loss_fn = inf_loss_at(bad)
 
         try:
             return Validating(config=ckpt_config(*OVERRIDES, "train.val_every=4"), out=out, loss_fn=loss_fn).fit()

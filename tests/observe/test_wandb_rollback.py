@@ -17,23 +17,14 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checkpoint"))
-from ckpt_helpers import ckpt_config  # noqa: E402
+from ckpt_helpers import ckpt_config, inf_loss_at  # noqa: E402
 from test_trackers import _wandb_records  # noqa: E402
 
 from stride.train.trainer import Trainer  # noqa: E402
 
 
-def _loss_fn(bad: tuple[int, ...]):
-    calls = {"n": 0}
-
-    def loss_fn(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = torch.nn.functional.mse_loss(pred, y)
-        if torch.is_grad_enabled():  # training steps only: validation calls it too
-            calls["n"] += 1
-            return loss * float("inf") if calls["n"] in bad else loss
-        return loss
-
-    return loss_fn
+def _loss_fn(bad: tuple[int, ...]):  # noqa: ANN202
+    return inf_loss_at(bad)
 
 
 def test_a_rollback_is_marked_on_the_wandb_run(tmp_path: Path) -> None:
