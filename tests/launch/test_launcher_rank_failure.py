@@ -41,11 +41,38 @@ AGENT = textwrap.dedent("""
             sys.exit(1)
         time.sleep(0.1)  # torchrun's --monitor-interval
 """)
-LAUNCHER = textwrap.dedent("""
+# The launcher's watch, as the tests see it: after every look, the attempt and the ranks it knows of (alive or gone)
+# go to $WATCH_FILE, so a test kills a rank once the watch has seen it rather than after a sleep (0.5 s, and 1.5 s
+# past the once-a-second listing, were guesses that a loaded 2-core host can outlast)
+SEEN = textwrap.dedent("""
+    import os
+    from stride.launch import torchrun
+    _poll = torchrun._RankWatch.poll
+    def poll(self, pid):
+        _poll(self, pid)
+        seen = ",".join(sorted({*self.live.values(), *self.gone}, key=int))
+        tmp = os.environ["WATCH_FILE"] + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{self.attempt}:{seen}")
+        os.replace(tmp, os.environ["WATCH_FILE"])
+    torchrun._RankWatch.poll = poll
+""")
+LAUNCHER = SEEN + textwrap.dedent("""
     import os, sys
     from stride.launch.torchrun import run_torchrun
     sys.exit(run_torchrun([sys.executable, "-c", sys.argv[1], "--nproc-per-node=2", sys.argv[2]], dict(os.environ)))
 """)
+
+
+def _watch_saw(watch_file: Path, attempt: int, ranks: str, timeout: float = 60) -> None:
+    """Wait until the launcher's watch has seen `ranks` ("0,1") of `attempt` (see SEEN)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if watch_file.read_text() == f"{attempt}:{ranks}":
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"the launcher's watch did not see ranks {ranks} of attempt {attempt} within {timeout} s")
 
 
 def _rank_pid(mark: str, rank: str, timeout: float = 30) -> int:
@@ -63,13 +90,13 @@ def _rank_pid(mark: str, rank: str, timeout: float = 30) -> int:
 def test_the_rank_that_ended_first_is_named_once(tmp_path: Path) -> None:
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", lifeline.ENV_LAUNCHER)}
+    seen = tmp_path / "watch"
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, AGENT, WORKER], env={**env, MARK: mark,
-                            "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            "PYTHONPATH": str(REPO), "WATCH_FILE": str(seen)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         victim = _rank_pid(mark, "1")
-        _rank_pid(mark, "0")
-        time.sleep(0.5)  # the launcher's watch has seen both (it looks every 0.1 s)
+        _watch_saw(seen, 0, "0,1")
         os.kill(victim, signal.SIGKILL)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 1
@@ -107,8 +134,8 @@ def test_ranks_that_refuse_are_reported_as_a_refusal_with_exit_status_2(tmp_path
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", lifeline.ENV_LAUNCHER)}
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, AGENT, refuse], env={**env, MARK: mark,
-                            "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            "PYTHONPATH": str(REPO), "WATCH_FILE": str(tmp_path / "watch")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 2, err[-3000:]
@@ -149,7 +176,7 @@ RESTARTING_AGENT = textwrap.dedent("""
             p.wait()
     sys.exit(1)
 """)
-RESTART_LAUNCHER = textwrap.dedent("""
+RESTART_LAUNCHER = SEEN + textwrap.dedent("""
     import os, sys
     from stride.launch.torchrun import run_torchrun
     sys.exit(run_torchrun([sys.executable, "-c", sys.argv[1], "--nproc-per-node=2", "--max-restarts=1", sys.argv[2]],
@@ -176,17 +203,16 @@ def test_the_rank_named_is_the_last_attempts_after_a_restart(tmp_path: Path) -> 
     rank 1 (the first attempt's, kept across the restart); it names rank 0 and says the restarts were used up."""
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", lifeline.ENV_LAUNCHER)}
+    seen = tmp_path / "watch"
     proc = subprocess.Popen([sys.executable, "-c", RESTART_LAUNCHER, RESTARTING_AGENT, WORKER],
-                            env={**env, MARK: mark, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            env={**env, MARK: mark, "PYTHONPATH": str(REPO), "WATCH_FILE": str(seen)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         first = _attempt_rank_pid(mark, "1", 0)
-        _attempt_rank_pid(mark, "0", 0)
-        time.sleep(0.5)  # the launcher's watch has seen both
+        _watch_saw(seen, 0, "0,1")
         os.kill(first, signal.SIGKILL)
         second = _attempt_rank_pid(mark, "0", 1)
-        _attempt_rank_pid(mark, "1", 1)
-        time.sleep(1.5)  # past the launcher's once-a-second listing
+        _watch_saw(seen, 1, "0,1")  # the second attempt's ranks, found by the watch's once-a-second listing
         os.kill(second, signal.SIGKILL)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 1
