@@ -135,6 +135,28 @@ def test_causal_forecasters_ignore_the_future_exactly_in_float64(name: str, ac: 
         torch.testing.assert_close(cut, model.head(state[:, t]), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("patch_len", [2, 4])
+def test_patched_transformer_is_causal_at_patch_granularity_exactly_in_float64(patch_len: int) -> None:
+    """With `model.patch_len` = p a token is a patch of p steps: its state reads every step of its own patch (the
+    later ones included) and no step after the patch; the forecast from the window cut after patch k is the head on
+    the full window's state of token k."""
+    torch.manual_seed(0)
+    model = build_model(small_config(model__patch_len=patch_len).model, 5, 12, 2).double().eval()
+    x = torch.randn(3, 12, 5, dtype=torch.float64)
+    state = _per_step_state(model, "ts_transformer", x)
+    assert state.shape[1] == 12 // patch_len
+    for k in range(12 // patch_len):
+        end = (k + 1) * patch_len  # the first step after patch k
+        later = x.clone()
+        later[:, end:] += 7.0
+        assert torch.equal(_per_step_state(model, "ts_transformer", later)[:, : k + 1], state[:, : k + 1])
+        last = x.clone()
+        last[:, end - 1] += 7.0  # the last step of patch k: read by token k (a step's state is its patch's)
+        moved = _per_step_state(model, "ts_transformer", last)
+        assert torch.equal(moved[:, :k], state[:, :k]) and not torch.allclose(moved[:, k], state[:, k])
+        torch.testing.assert_close(model(x[:, :end]), model.head(state[:, k]), rtol=1e-12, atol=1e-12)
+
+
 def test_float64_transformer_norm_and_rope_run_in_float64() -> None:
     # RMSNorm and RoPE cast to fp32 (`x.float()`) whatever the input: a float64 model was fp32-exact there (1e-8)
     from stride.models.transformer.layers import RMSNorm, apply_rope, rope_cache
@@ -194,16 +216,36 @@ def test_deeplob_of_no_channels_is_refused_naming_the_key() -> None:
 
 
 def test_deeplob_forecasts_from_the_whole_window_and_nothing_after_it() -> None:
-    """Documented: its two centred 3-step convolutions over time let a step's features read two steps ahead inside the
-    window (as DeepLOB's do); the forecast reads the window's last step only, so steps after the window never enter."""
+    """Documented: its two centred 3-step convolutions over time let a step's state read up to two steps ahead inside
+    the window (as DeepLOB's do), and the forecast reads every step of the window. Steps after the window do not
+    enter: at the window's edge the convolutions read padding where a longer input would give them those steps.
+    (This test compared the forecasts of two identical slices, which could not fail.)"""
     torch.manual_seed(0)
     model = build_model(small_config(model__name="deeplob").model, 8, 12, 2).double().eval()
     x = torch.randn(2, 12, 8, dtype=torch.float64)
+    state = _per_step_state(model, "deeplob", x)
+    for t in range(3, 12):  # a change at step t moves the state from step t - 2 on, nothing before it
+        moved = x.clone()
+        moved[:, t] += 7.0
+        after = _per_step_state(model, "deeplob", moved)
+        assert torch.equal(after[:, : t - 2], state[:, : t - 2])
+        assert not torch.allclose(after[:, t - 2], state[:, t - 2])
+    window = 9
+    forecast = model(x[:, :window])
+    for t in range(window):  # every step of the window reaches the forecast, the first and the last included
+        moved = x.clone()
+        moved[:, t] += 7.0
+        assert not torch.allclose(model(moved[:, :window]), forecast)
+    # steps 9 and 10 after the window: the full 12-step input's state at the window's last step reads them ...
     later = x.clone()
-    later[:, 9:] += 7.0
-    state, moved = _per_step_state(model, "deeplob", x), _per_step_state(model, "deeplob", later)
-    assert torch.equal(state[:, :7], moved[:, :7]) and not torch.allclose(state[:, 7], moved[:, 7])
-    assert torch.equal(model(x[:, :9]), model(later[:, :9]))
+    later[:, window:] += 7.0
+    assert not torch.allclose(_per_step_state(model, "deeplob", later)[:, window - 1], state[:, window - 1])
+    # ... the window's own state there reads padding instead (it differs from the 12-step input's), and the forecast
+    # is the head on that state: what follows the window never enters it
+    own = _per_step_state(model, "deeplob", x[:, :window])
+    torch.testing.assert_close(own[:, : window - 2], state[:, : window - 2], rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(own[:, window - 1], state[:, window - 1])
+    torch.testing.assert_close(forecast, model.head(own[:, window - 1]), rtol=1e-12, atol=1e-12)
 
 
 def test_token_lm_logits_ignore_later_tokens_exactly_in_float64() -> None:
