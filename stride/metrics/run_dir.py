@@ -114,9 +114,11 @@ def _check_logs(path: Path) -> None:
     for name in ("metrics.jsonl", "system.jsonl", ROLLBACKS):
         p = path / name
         if p.is_symlink() or (p.exists() and not p.is_file()):
-            what = "a symbolic link" if p.is_symlink() else "not a regular file"
-            raise RunDirError(one_line(f"{p} is {what}: a run's log is not written through it; remove it, or use "
-                                       "another --out"))
+            what = "a symbolic link" if p.is_symlink() else "a FIFO" if p.is_fifo() else "not a regular file"
+            err = RunDirError(one_line(f"{p} is {what}: {name} must be a regular file of the run folder (move it away, "
+                                       "or use another --out)"))
+            err.exit_code = 2  # the wrong kind of path, as RunDirError.from_os says of one
+            raise err
 
 
 class RunDir:

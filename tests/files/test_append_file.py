@@ -58,6 +58,7 @@ def test_a_run_folder_with_a_linked_log_is_refused_before_anything_runs(tmp_path
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").symlink_to(outside)
-    with pytest.raises(RunDirError, match="metrics.jsonl is a symbolic link"):
+    with pytest.raises(RunDirError, match="metrics.jsonl is a symbolic link") as err:
         RunDir(run)
+    assert err.value.exit_code == 2
     assert outside.read_text() == "mine\n" and not (run / ".stride-lock").exists()

@@ -29,23 +29,24 @@ def test_a_line_nested_too_deeply_is_no_record(tmp_path: Path) -> None:
 
 
 def test_a_fifo_as_metrics_jsonl_is_named_not_read(tmp_path: Path) -> None:
+    """The folder is refused when opened (0ace281), before a resume's cut would read the FIFO (it blocked for ever)."""
     os.mkfifo(tmp_path / "metrics.jsonl")
-    run = RunDir(tmp_path)
     outcome: list[object] = []
 
-    def resume_cut() -> None:
-        run.drop_records_after(2)
+    def open_and_cut() -> None:
         try:
+            run = RunDir(tmp_path)
+            run.drop_records_after(2)
             run._cut_records_after(2)
         except RunDirError as exc:
             outcome.append(exc)
 
-    t = threading.Thread(target=resume_cut, daemon=True)
+    t = threading.Thread(target=open_and_cut, daemon=True)
     t.start()
     t.join(30)  # not a timing: the old reader never returned
     if t.is_alive():  # free the blocked open so the thread ends, then fail
         os.close(os.open(tmp_path / "metrics.jsonl", os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("the resume's cut blocked on a FIFO")
     assert len(outcome) == 1 and isinstance(outcome[0], RunDirError) and outcome[0].exit_code == 2
-    assert str(outcome[0]) == (f"{tmp_path / 'metrics.jsonl'} is a FIFO, not a regular file: metrics.jsonl must be a "
-                               "regular file (move it away)")
+    assert str(outcome[0]) == (f"{tmp_path / 'metrics.jsonl'} is a FIFO: metrics.jsonl must be a regular file of the "
+                               "run folder (move it away, or use another --out)")
