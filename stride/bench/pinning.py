@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from stride.files.rank_share import PINNED_APART_ENV
 from stride.metrics.env import available_cores
 from stride.train.rank_cores import pin_threads
-from stride.train.resources import PINNED_APART_ENV
 
 __all__ = ["ENV", "CorePlan", "core_plan", "pin_from_env", "pin_threads"]
 

@@ -176,7 +176,7 @@ def _memory_problem(names: list[str], max_bytes: int, world: int, local: int) ->
 def cores_warning(local: int) -> str | None:
     """Why `local` ranks on this host will oversubscribe its usable cores (each rank runs one intra-op thread, plus
     gloo's own), or None. `--nproc 64` on 2 cores printed nothing for a minute, then timings of the scheduler."""
-    from stride.train.resources import usable_cores
+    from stride.files.rank_share import usable_cores
 
     cores = usable_cores()
     if local <= cores:

@@ -47,6 +47,7 @@ from stride.data import native
 from stride.data.gather import AHEAD, LINES, MAX_LINES, l2_bytes
 from stride.data.loader import ShardedLoader
 from stride.data.store import derived_dir, derived_writable
+from stride.files import rank_share
 from stride.files.input_file import InputFileError, InputFileMissing, read_input_text
 from stride.files.user_cache import user_cache_dir
 
@@ -102,19 +103,12 @@ def copy_settings(plan: dict[str, Any]) -> dict[str, Any]:
     return {"use_native": plan["native"], "ahead": plan["ahead"], "stream": plan["stream"], "lines": plan["lines"]}
 
 
-# set to "1" where each local rank runs on cores of its own (stride.train.resources.PINNED_APART_ENV, a layer above)
-PINNED_APART_ENV = "STRIDE_RANKS_PINNED_APART"
-
-
 def usable_cores() -> int:
     """This process's share of the cores it may run on (its CPU affinity): the other local ranks of its launcher
-    share them (torchrun's LOCAL_WORLD_SIZE), unless each rank was pinned to cores of its own. 2 ranks of 1 torch
-    thread on 2 cores, unpinned, counted a free core each that did not exist (review of 2026-12-07)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    local = os.environ.get("LOCAL_WORLD_SIZE", "")
-    if os.environ.get(PINNED_APART_ENV) != "1" and local.isdigit() and int(local) > 1:
-        return max(1, cores // int(local))
-    return cores
+    share them (torchrun's LOCAL_WORLD_SIZE), unless each rank was pinned to cores of its own (the rule of
+    stride.files.rank_share, which the threads warning and the CPU peak read too). 2 ranks of 1 torch thread on 2
+    cores, unpinned, counted a free core each that did not exist (review of 2026-12-07)."""
+    return max(1, rank_share.usable_cores() // (rank_share.ranks_sharing_cores() or 1))
 
 
 def _cpuinfo() -> list[str]:

@@ -41,9 +41,9 @@ from pathlib import Path
 
 import torch
 
+from stride.files.rank_share import ranks_sharing_cores, usable_cores
 from stride.files.user_cache import cache_lock, read_json_cache, user_cache_dir, write_json_cache
 from stride.metrics.matmul_rate import measured_matmul_peak
-from stride.metrics.rank_share import ranks_sharing_cores, usable_cores
 
 CPUINFO = Path("/proc/cpuinfo")
 CPUFREQ_MAX = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")  # kHz

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
+from stride.files.rank_share import PINNED_APART_ENV
 from stride.metrics.env import available_cores
-from stride.train.resources import PINNED_APART_ENV
 
 BASE = ["train.threads=1", "metrics.progress=false", "metrics.log_every=1", "train.val_every=0",
         "metrics.skip_steps=3"]

@@ -31,11 +31,11 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from stride.files.rank_share import ranks_sharing_cores, usable_cores
 from stride.parallel.ranks import rank_and_world
 from stride.profile.one_run import RUN_ID_KEY
 from stride.profile.run_meta import HOST_KEY, UNPROFILED_KEY
 from stride.train.callbacks import Callback, TrainerView
-from stride.train.resources import ranks_sharing_cores, usable_cores
 
 profiling_active = torch._C._autograd._profiler_enabled  # torch.profiler or the autograd profiler records
 _NULL = contextlib.nullcontext()

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from stride.files.rank_share import PINNED_APART_ENV
 from stride.metrics.env import available_cores
-from stride.train.resources import PINNED_APART_ENV
 
 # set for its ranks by `stride train --nproc` (stride.launch.lifeline.ENV_LAUNCHER, a layer above this one)
 LAUNCHED_BY_STRIDE_ENV = "STRIDE_LAUNCHER_PID"

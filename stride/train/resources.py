@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from stride.config.errors import ConfigError
 from stride.config.schema import OptimConfig, RunConfig
 from stride.files import host
-from stride.metrics.rank_share import PINNED_APART_ENV, ranks_sharing_cores, usable_cores  # noqa: F401 (re-exported)
+from stride.files.rank_share import ranks_sharing_cores, usable_cores
 
 if TYPE_CHECKING:
     import torch

@@ -10,6 +10,7 @@ from torch import nn
 
 from stride.config import config_hash
 from stride.config.schema import RunConfig
+from stride.files.rank_share import ranks_sharing_cores, usable_cores
 from stride.metrics.contention import OtherProcessesClock, contention_note
 from stride.metrics.hashing import params_sha256
 from stride.metrics.memory import peak_memory
@@ -18,7 +19,6 @@ from stride.metrics.step_timer import StepTimer
 from stride.optim.factory import optimizer_impl
 from stride.parallel.context import Parallel
 from stride.train.precision import Precision
-from stride.train.resources import ranks_sharing_cores, usable_cores
 
 
 @dataclass

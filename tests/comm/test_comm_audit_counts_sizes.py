@@ -124,9 +124,9 @@ def test_the_memory_refusal_says_sizes_in_readable_units(monkeypatch: pytest.Mon
 
 def test_more_ranks_than_cores_is_warned_once(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    import stride.train.resources
+    import stride.files.rank_share
 
-    monkeypatch.setattr(stride.train.resources, "usable_cores", lambda: 2)
+    monkeypatch.setattr(stride.files.rank_share, "usable_cores", lambda: 2)
     rows = [Row("all_reduce", 8, 2, 5.0, 0.0, 0.0, True)]
     assert _comm(["--nproc", "64", "--collectives", "all_reduce", "--max-bytes", "8", "--json"],
                  monkeypatch, rows) == 0

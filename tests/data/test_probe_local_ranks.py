@@ -18,7 +18,7 @@ from stride.config import load_config  # noqa: E402
 from stride.data import probe  # noqa: E402
 from stride.data.build import build_data  # noqa: E402
 from stride.data.ingest import ingest  # noqa: E402
-from stride.train.resources import PINNED_APART_ENV  # noqa: E402
+from stride.files.rank_share import PINNED_APART_ENV  # noqa: E402
 
 affinity = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                               reason="needs a CPU affinity of 2 cores or more")
@@ -36,7 +36,7 @@ def test_local_ranks_share_the_cores_unless_pinned_apart(monkeypatch: pytest.Mon
     assert probe.usable_cores() == 1  # more ranks than cores: still one (the step's own)
     monkeypatch.setenv(PINNED_APART_ENV, "1")  # each rank's affinity is its own cores
     assert probe.usable_cores() == cores
-    assert probe.PINNED_APART_ENV == PINNED_APART_ENV  # the data layer's copy of the name the pinning sets
+    assert probe.rank_share.PINNED_APART_ENV == PINNED_APART_ENV  # the data layer reads the rule the pinning sets
 
 
 @affinity

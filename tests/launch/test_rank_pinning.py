@@ -19,10 +19,10 @@ import stride.train.rank_cores as rank_cores
 from stride.cli.main import main
 from stride.config import load_config
 from stride.config.errors import ConfigError
+from stride.files.rank_share import PINNED_APART_ENV
 from stride.launch.lifeline import ENV_LAUNCHER
 from stride.launch.torchrun import HOST_IDLE_ENV, idle_cores
 from stride.train.rank_cores import LAUNCHED_BY_STRIDE_ENV, plan_rank_pinning, rank_core_sets
-from stride.train.resources import PINNED_APART_ENV
 
 
 def test_the_launchers_variables_are_the_ones_the_ranks_read() -> None:

@@ -19,6 +19,7 @@ import torch
 from stride.config import ConfigError, load_config
 from stride.config.schema import ModelConfig
 from stride.data.synthetic import forward_targets, generate_market, market_bytes
+from stride.files.rank_share import PINNED_APART_ENV
 from stride.models.registry import WORKLOADS, build_model
 from stride.models.size import model_size
 from stride.train import resources as mem
@@ -234,7 +235,7 @@ def test_threads_within_the_cores_or_unset_do_not_warn(host_16g: None, monkeypat
 
 def test_threads_times_processes_on_the_host_warn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mem, "usable_cores", lambda: 4)
-    monkeypatch.delenv(mem.PINNED_APART_ENV, raising=False)
+    monkeypatch.delenv(PINNED_APART_ENV, raising=False)
     cfg = load_config(QUICK, ["train.threads=2"])
     assert mem.threads_warning(cfg, ranks_here=2) is None
     msg = mem.threads_warning(cfg, ranks_here=4)
@@ -248,9 +249,9 @@ def test_ranks_pinned_a_core_each_do_not_warn(monkeypatch: pytest.MonkeyPatch) -
     container's cpuset, shared by every rank) still counts every rank's threads."""
     monkeypatch.setattr(mem, "usable_cores", lambda: 1)
     cfg1 = load_config(QUICK, ["train.threads=1"])
-    monkeypatch.delenv(mem.PINNED_APART_ENV, raising=False)
+    monkeypatch.delenv(PINNED_APART_ENV, raising=False)
     assert "x 4 processes on this host = 4 threads" in (mem.threads_warning(cfg1, ranks_here=4) or "")
-    monkeypatch.setenv(mem.PINNED_APART_ENV, "1")
+    monkeypatch.setenv(PINNED_APART_ENV, "1")
     assert mem.threads_warning(cfg1, ranks_here=2) is None
     msg = mem.threads_warning(load_config(QUICK, ["train.threads=2"]), ranks_here=2)
     assert msg is not None and "`train.threads` = 2 exceeds the 1 usable cores" in msg

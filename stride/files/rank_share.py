@@ -1,5 +1,6 @@
-"""How many ranks share this process's cores: read by the threads warning (stride.train.resources) and by each
-rank's CPU peak (stride.metrics.cpu_isa), which must agree on it."""
+"""How many ranks share this process's cores: read by the threads warning (stride.train.resources), each rank's CPU
+peak (stride.metrics.cpu_isa) and the data probe's per-rank cores (stride.data.probe), which must agree on it. At the
+bottom (stride.files) so that every layer above reads this one rule."""
 
 from __future__ import annotations
 
