@@ -237,12 +237,12 @@ def _log_best(results, top: int = 5, advice: str = f"add seeds with {MORE_SEEDS}
 
 def _export_point(points, which: str):
     """The grid's point that --export names (its id, or its index in the grid), checked before the sweep trains."""
-    from stride.config.errors import ConfigError
+    from stride.config.errors import ConfigError, first_few
 
     match = [p for p in points if p.id == which] or (
         [points[int(which)]] if which.isdigit() and int(which) < len(points) else [])
     if not match:
-        shown = ", ".join(f"{p.id} ({p.label})" for p in points[:3]) + (", ..." if len(points) > 3 else "")
+        shown = first_few((f"{p.id} ({p.label})" for p in points), 3)
         raise ConfigError(f"--export {which!r}: no such point in this grid; give a point id ({shown}; all in the "
                           f"sweep directory's sweep.json) or an index 0..{len(points) - 1}")
     return match[0]

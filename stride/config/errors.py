@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 
 
 class ConfigError(ValueError):
@@ -29,6 +30,13 @@ def suggest(name: str, candidates: list[str]) -> str:
     alias = f"{head}{dot}{SYNONYMS[last]}" if last in SYNONYMS else None
     close = [alias] if alias in candidates else difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def first_few(items: Iterable[object], n: int) -> str:
+    """The first `n` of `items` for a message, comma-separated, ", ..." after them where there are more (a refusal
+    names a few values that work, not all of them)."""
+    shown = list(items)
+    return ", ".join(map(str, shown[:n])) + (", ..." if len(shown) > n else "")
 
 
 def clipped(text: str, limit: int = 120) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stride.config.errors import ConfigError
+from stride.config.errors import ConfigError, first_few
 from stride.config.schema import ParallelConfig
 
 # name -> (torch class name, stages per rank it takes: None = any, placement of stages on ranks)
@@ -146,9 +146,8 @@ def _fitting_microbatches(rank_batch: int, grad_accum: int, least: int = 1) -> l
 def _fix_microbatches(rank_batch: int, grad_accum: int, micro: int) -> str:
     """The fix for microbatches that do not divide the batch: values that do, or the batch to make it."""
     fits = _fitting_microbatches(rank_batch, grad_accum)
-    shown = ", ".join(map(str, fits[:8])) + (", ..." if len(fits) > 8 else "")
-    return (f"set `parallel.microbatches` to one that divides {rank_batch // grad_accum} ({shown}), or make "
-            f"`train.batch_size` a multiple of {micro * grad_accum} x the data-parallel degree")
+    return (f"set `parallel.microbatches` to one that divides {rank_batch // grad_accum} ({first_few(fits, 8)}), or "
+            f"make `train.batch_size` a multiple of {micro * grad_accum} x the data-parallel degree")
 
 
 def _fix_too_few(rank_batch: int, grad_accum: int, least: int) -> str:

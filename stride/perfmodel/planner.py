@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from stride.config.errors import ConfigError
+from stride.config.errors import ConfigError, first_few
 from stride.perfmodel.costmodel import Prediction, predict
 from stride.perfmodel.efficiency import Efficiency
 from stride.perfmodel.frameworks import FRAMEWORKS
@@ -224,7 +224,7 @@ def search(spec: TransformerSpec, hw: Hardware, devices: int, global_batch: int,
         dps = sorted({lay.dp for lay in candidate_layouts(spec, hw, devices, devices, precision, framework=framework,
                                                           fp8_recipe=fp8_recipe)})
         raise ConfigError(f"no layout of {spec.name} on {devices} x {hw.name} divides global batch {global_batch}: "
-                          f"its layouts have {', '.join(f'{d:,}' for d in dps[:6])}{', ...' if len(dps) > 6 else ''} "
+                          f"its layouts have {first_few((f'{d:,}' for d in dps), 6)} "
                           f"data-parallel replicas, so --global-batch must be a multiple of one of them (the fewest: "
                           f"{dps[0]:,}), or plan fewer devices")
     preds = [predict(spec, lay, hw, global_batch, eff) for lay in layouts]

@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from stride.bench.stats import one_run
+from stride.config.errors import first_few
 from stride.files.strict_json import finite_number
 from stride.metrics.contention import entry_contention
 from stride.report.contended import contended_verdict
@@ -269,7 +270,7 @@ def compare_table(rows: list[dict[str, Any]], a_label: str = "A", b_label: str =
     judged = [r["name"] for r in rows if r.get("one_run_each") and r.get("ratio") is not None
               and str(r.get("verdict", "")).startswith(("faster", "slower", "within noise"))]
     if judged:
-        notes.append(ONE_RUN_NOTE.format(names=", ".join(judged[:3]) + (", ..." if len(judged) > 3 else "")))
+        notes.append(ONE_RUN_NOTE.format(names=first_few(judged, 3)))
     if notes:
         table.caption = literal("\n".join(map(plain, notes)), lines=True)  # one line a note
     return table

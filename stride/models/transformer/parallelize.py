@@ -27,7 +27,7 @@ import math
 
 from torch import nn
 
-from stride.config.errors import ConfigError
+from stride.config.errors import ConfigError, first_few
 from stride.models.plan import ParallelPlan, TensorParallelPlan
 
 ATTN_IN = ("wq", "wk", "wv")  # split by heads (column-wise); `wo` row-wise
@@ -107,7 +107,7 @@ def check_tp(model: nn.Module, tp: int) -> None:
 def _divisors(n: int) -> str:
     """The tp degrees > 1 that divide `n`, for the fix a refusal names (at most 6 shown)."""
     d = [k for k in range(2, n + 1) if n % k == 0]
-    return ", ".join(map(str, d[:6])) + (", ..." if len(d) > 6 else "") if d else "none above 1"
+    return first_few(d, 6) if d else "none above 1"
 
 
 def _ffn_mult_for(hidden: int, d_model: int, tp: int) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from stride.config.errors import ConfigError
+from stride.config.errors import ConfigError, first_few
 from stride.config.schema import ModelConfig
 from stride.models.transformer.layers import ffn_hidden
 from stride.models.transformer.model import TimeSeriesTransformer
@@ -47,7 +47,7 @@ def _kwargs(cfg: ModelConfig, workload: str) -> dict[str, Any]:
 def _even_head_counts(d_model: int) -> str:
     """Head counts that split d_model into heads of even size (at most 6 shown)."""
     ok = [h for h in range(1, d_model // 2 + 1) if d_model % h == 0 and (d_model // h) % 2 == 0]
-    return ", ".join(map(str, ok[:6])) + (", ..." if len(ok) > 6 else "") if ok else "none (d_model is odd)"
+    return first_few(ok, 6) if ok else "none (d_model is odd)"
 
 
 def build_ts_transformer(cfg: ModelConfig, n_features: int, seq_len: int, n_horizons: int) -> nn.Module:
