@@ -75,9 +75,13 @@ def run(args: argparse.Namespace) -> int:
         from stride.launch.preflight import check_before_launch
 
         nproc = 1 if args.nproc is None else args.nproc
-        cmd = torchrun_command(_train_args(args), nproc=nproc, nnodes=args.nnodes,
-                               rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
-                               node_rank=args.node_rank)  # bad launcher flags fail first
+
+        def command() -> list[str]:  # the ranks' command line, from `args` as they stand (their --out included)
+            return torchrun_command(_train_args(args), nproc=nproc, nnodes=args.nnodes,
+                                    rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
+                                    node_rank=args.node_rank)
+
+        cmd = command()  # bad launcher flags fail first
         from stride.train.resources import check_resources
 
         check_resources(cfg, ranks_here=nproc, warn=False)  # a config that cannot fit: refused once, here
@@ -87,9 +91,7 @@ def run(args: argparse.Namespace) -> int:
         made = None  # the folder this launcher made for the ranks, removed again if no attempt wrote in it
         if args.out is None and args.nnodes == 1 and args.max_restarts > 0:  # one folder for every attempt
             args.out = made = new_run_folder(cfg.metrics.out_dir, cfg.train.name)
-            cmd = torchrun_command(_train_args(args), nproc=nproc, nnodes=args.nnodes,
-                                   rdzv_endpoint=args.rdzv_endpoint, max_restarts=args.max_restarts,
-                                   node_rank=args.node_rank)
+            cmd = command()
         # --overwrite goes to the ranks: the first attempt's rank 0 replaces the run once its checks of the config
         # (the same on every rank) have passed (`_train`). Replaced here, before them, a config the ranks refused
         # left the old run deleted and the refusal said "nothing was trained or written"
