@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+FFN_MULT = 8 / 3  # the default: a SwiGLU of 3 matrices holds as many parameters as a 4 x d_model GeLU MLP
+
 
 def ffn_hidden(ffn_mult: float, d_model: int) -> int:
     """The SwiGLU hidden size of both transformers: ffn_mult x d_model rounded to a multiple of 8."""

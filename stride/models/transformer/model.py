@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from stride.models.transformer.layers import RMSNorm, TransformerBlock, ffn_hidden, rope_cache
+from stride.models.transformer.layers import FFN_MULT, RMSNorm, TransformerBlock, ffn_hidden, rope_cache
 from stride.models.transformer.parallelize import transformer_plan
 
 
@@ -27,7 +27,7 @@ class TimeSeriesTransformer(nn.Module):
         d_model: int = 64,
         n_layers: int = 2,
         n_heads: int = 4,
-        ffn_mult: float = 8 / 3,
+        ffn_mult: float = FFN_MULT,
         patch_len: int = 1,
         causal: bool = True,
         dropout: float = 0.0,

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stride.models.transformer.layers import RMSNorm, TransformerBlock, ffn_hidden, rope_cache
+from stride.models.transformer.layers import FFN_MULT, RMSNorm, TransformerBlock, ffn_hidden, rope_cache
 from stride.models.transformer.parallelize import transformer_plan
 
 
@@ -18,7 +18,7 @@ class TokenLM(nn.Module):
     parallel_plan = transformer_plan(entry="tok")  # the blocks of layers.py, split as parallelize.py says
 
     def __init__(self, vocab: int, seq_len: int, *, d_model: int = 128, n_layers: int = 4, n_heads: int = 4,
-                 ffn_mult: float = 8 / 3, dropout: float = 0.0) -> None:
+                 ffn_mult: float = FFN_MULT, dropout: float = 0.0) -> None:
         super().__init__()
         self.vocab = vocab
         self.tok = nn.Embedding(vocab, d_model)

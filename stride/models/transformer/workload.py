@@ -8,7 +8,7 @@ from torch import nn
 
 from stride.config.errors import ConfigError, first_few
 from stride.config.schema import ModelConfig
-from stride.models.transformer.layers import ffn_hidden
+from stride.models.transformer.layers import FFN_MULT, ffn_hidden
 from stride.models.transformer.model import TimeSeriesTransformer
 from stride.models.transformer.token_lm import TokenLM
 from stride.models.workload import n_quantiles, sized
@@ -34,7 +34,7 @@ def _kwargs(cfg: ModelConfig, workload: str) -> dict[str, Any]:
             f"pairs): set `model.n_heads` to one of {_even_head_counts(d)}, or `model.d_model` to a multiple of "
             f"{2 * heads}"
         )
-    mult = kw.get("ffn_mult", 8 / 3)
+    mult = kw.get("ffn_mult", FFN_MULT)
     if ffn_hidden(mult, d) < 8:
         raise ConfigError(
             f"`model.ffn_mult` = {mult:g} with `model.d_model` = {d} gives the SwiGLU a hidden size of "
